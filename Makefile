@@ -1,0 +1,140 @@
+# ringleader: one entry point.
+#   make            build bin/ringleader-worker and bin/ringleader-prepare
+#   make run        install deps, build, train the embedded default (arithmetic)
+#   make test       install deps, build, run the CPU test suite (Criterion + fuzz smoke)
+#   make test-ref   compare the CPU model with Hugging Face transformers (PyTorch)
+#   make asan       build and run the tests under ASan + UBSan
+#   make fuzz       run every libFuzzer target for FUZZ_SECONDS each
+#   make bench      CPU throughput benchmarks, JSON lines on stdout
+#   make test-gpu / bench-gpu   (GPU machines; later issues)
+
+BUILD   ?= build
+BIN     ?= bin
+CC      ?= gcc
+OPT     ?= -O3 -g
+SAN     ?=
+PKGS    := libcjson openblas
+CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wvla -fopenmp \
+                 -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+CFLAGS  ?=
+ALL_CFLAGS = $(CFLAGS_COMMON) $(OPT) $(SAN) $(CUDA_DEFS) $(CFLAGS)
+LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -fopenmp -lpthread -lm
+
+# ---- CUDA detection: nvcc and nccl.h both found -> the GPU path is built ----
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME := $(if $(NVCC),$(abspath $(dir $(NVCC))/..))
+NCCL_H  := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
+USE_CUDA ?= $(if $(and $(NVCC),$(NCCL_H)),1,0)
+ifeq ($(USE_CUDA),1)
+  CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+  CUDA_DEFS  := -DRL_CUDA=1 -I$(CUDA_HOME)/include
+  KERNEL_SRCS := $(wildcard kernels/*.cu)
+  KERNEL_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/%.o)
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lstdc++
+endif
+
+PKG_SRCS := $(sort $(wildcard pkg/*/*.c))
+PKG_OBJS := $(PKG_SRCS:%.c=$(BUILD)/%.o)
+LIB      := $(BUILD)/libringleader.a
+CMDS     := worker prepare
+BINS     := $(CMDS:%=$(BIN)/ringleader-%)
+TEST_SRCS := $(sort $(wildcard tests/unit/*.c))
+TEST_BIN := $(BUILD)/tests/unit
+FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_SECONDS ?= 30
+
+.PHONY: all deps run test test-unit test-ref asan fuzz fuzz-smoke bench test-gpu bench-gpu clean
+all: $(BINS)
+
+deps:
+	@scripts/deps.sh test
+
+$(BUILD)/%.o: %.c $(wildcard pkg/*/*.h pkg/*/*.inc kernels/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCHS) -Ipkg -I. -Xcompiler -fPIC -c $< -o $@
+
+$(LIB): $(PKG_OBJS) $(KERNEL_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN)/ringleader-%: $(BUILD)/cmd/%/main.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+
+# ---- the embedded default: arithmetic corpus, then train ----------------------
+RUN_DATA ?= data/arith
+run:
+	@scripts/deps.sh build
+	@$(MAKE) --no-print-directory all
+	@test -f $(RUN_DATA)/.done || (bin/ringleader-prepare arith --out $(RUN_DATA) && touch $(RUN_DATA)/.done)
+	bin/ringleader-worker $(ARGS)
+
+# ---- tests ---------------------------------------------------------------------
+$(TEST_BIN): $(TEST_SRCS) $(LIB) $(wildcard tests/unit/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TEST_SRCS) $(LIB) -o $@ $(LDLIBS) -lcriterion
+
+test:
+	@scripts/deps.sh test
+	@$(MAKE) --no-print-directory all $(TEST_BIN) fuzz-build
+	@$(MAKE) --no-print-directory fuzz-smoke
+	$(TEST_BIN) -j2 --verbose=0
+
+# Every fuzz target, built with clang's libFuzzer + ASan + UBSan.
+FUZZ_CC ?= clang
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+              -fno-sanitize-recover=undefined -fopenmp -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+FUZZ_LIB_SRCS = $(filter-out $(FUZZ_EXCLUDE),$(PKG_SRCS))
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(PKG_SRCS) $(wildcard pkg/*/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(FUZZ_LIB_SRCS) -o $@ $(LDLIBS)
+.PHONY: fuzz-build
+fuzz-build: $(FUZZ_BINS)
+
+# fuzz-smoke: seeds plus a short random run of each target (part of make test).
+fuzz-smoke: $(FUZZ_BINS)
+	@for f in $(FUZZ_BINS); do n=$$(basename $$f); mkdir -p $(BUILD)/fuzz/corpus/$$n; \
+	  $$f -max_total_time=$${FUZZ_SMOKE_SECONDS:-5} -print_final_stats=0 $(BUILD)/fuzz/corpus/$$n tests/fuzz/seeds/$$n \
+	    >$(BUILD)/fuzz/$$n.log 2>&1 || { cat $(BUILD)/fuzz/$$n.log; echo "fuzz target $$n FAILED"; exit 1; }; \
+	  echo "fuzz $$n: $$(grep -o 'Done [0-9]* runs' $(BUILD)/fuzz/$$n.log), clean"; done
+
+fuzz: $(FUZZ_BINS)
+	@$(MAKE) --no-print-directory fuzz-smoke FUZZ_SMOKE_SECONDS=$(FUZZ_SECONDS)
+
+asan:
+	@scripts/deps.sh test
+	@$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/bin OPT="-O1 -g" \
+	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" USE_CUDA=0 \
+	  build-asan/tests/unit build-asan/bin/ringleader-worker build-asan/bin/ringleader-prepare
+	ASAN_OPTIONS=detect_leaks=1 RL_TEST_BIN=build-asan/bin build-asan/tests/unit -j2 --verbose=0
+
+# Reference check against Hugging Face transformers (PyTorch, CPU).
+REF_VENV ?= .venv-ref
+test-ref:
+	@scripts/deps.sh ref
+	@$(MAKE) --no-print-directory all $(BUILD)/tests/refdump
+	@scripts/ref_venv.sh $(REF_VENV)
+	$(REF_VENV)/bin/python tests/ref/check_llama.py --dump $(BUILD)/tests/refdump
+
+$(BUILD)/tests/refdump: tests/ref/refdump.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
+
+# ---- benchmarks -----------------------------------------------------------------
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
+
+bench: all $(BUILD)/bench/cpu_train
+	$(BUILD)/bench/cpu_train
+
+test-gpu bench-gpu:
+	@echo "$@: the GPU path arrives with issue 6; nothing to run yet" >&2; exit 1
+
+clean:
+	rm -rf $(BUILD) build-asan $(BIN)

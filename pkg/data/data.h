@@ -1,0 +1,135 @@
+/* data: token shards (llm.c / nanoGPT format), a stateless sampler, a
+ * prefetching loader, and the byte-level tokenizer.
+ *
+ * Shard format: 256 little-endian int32 header words (1024 bytes):
+ *   [0] = 20240520 (magic), [1] = 1 (version), [2] = token count,
+ *   rest zero; then `count` uint16 tokens. Nothing else may follow.
+ *
+ * Samples: the concatenation of a dataset's shards (in sorted path order) is
+ * cut into non-overlapping windows of seq_len+1 tokens starting at multiples
+ * of seq_len (the last token of a window is the first of the next, as the
+ * target of the last input). A global sample index g maps to
+ * (epoch = g / n_windows, window = perm_{seed,epoch}(g % n_windows)), where
+ * perm is a keyed bijection computed on the fly, so any rank can find any
+ * sample without shared state and a run resumes at an exact position. */
+#ifndef RL_DATA_H
+#define RL_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+#define RL_SHARD_MAGIC 20240520
+#define RL_SHARD_VERSION 1
+#define RL_SHARD_HEADER_BYTES 1024
+#define RL_SHARD_MAX_TOKENS ((uint64_t)INT32_MAX)
+
+/* Byte-level tokenizer: bytes are tokens 0..255, end-of-text is 256. */
+#define RL_TOK_EOT 256
+#define RL_TOK_VOCAB 257
+
+/* ---- shards ----------------------------------------------------------------- */
+/* Validate a shard header. `buf` holds the first `len` bytes of the file,
+ * `file_size` is the whole file's size; `name` is used in messages.
+ * Checks magic, version, and that file_size == 1024 + 2*count exactly
+ * (shorter = truncated, longer = trailing garbage). Fuzzed. */
+int rl_shard_parse_header(const void *buf, size_t len, uint64_t file_size, const char *name,
+                          uint64_t *ntokens, rl_err *e);
+/* Write a shard atomically (temp file + rename). */
+int rl_shard_write(const char *path, const uint16_t *tokens, size_t n, rl_err *e);
+/* Streaming writer for corpora too large to hold in memory: writes
+ * <dir>/<prefix>_000000.bin, _000001.bin, ..., starting a new shard every
+ * shard_tokens tokens; each shard appears atomically when complete. close
+ * commits the last shard (an empty split still gets one empty shard),
+ * removes stale <prefix>_NNNNNN.bin left by an earlier, larger run, and
+ * frees w even on failure; abort discards the unfinished shard. */
+typedef struct rl_shard_writer rl_shard_writer;
+int rl_shard_writer_open(const char *dir, const char *prefix, uint64_t shard_tokens,
+                         rl_shard_writer **out, rl_err *e);
+int rl_shard_writer_add(rl_shard_writer *w, const uint16_t *tok, size_t n, rl_err *e);
+int rl_shard_writer_close(rl_shard_writer *w, int *nshards, uint64_t *ntokens, rl_err *e);
+void rl_shard_writer_abort(rl_shard_writer *w);
+
+/* ---- datasets: several shards read as one token stream ------------------- */
+typedef struct rl_dataset rl_dataset;
+/* `pattern`: a file, or a glob(3) pattern (sorted); comma-separated lists of
+ * either are allowed. Every shard's header is validated here; token values
+ * are checked against vocab_size as they are read. */
+int rl_dataset_open(const char *pattern, int vocab_size, rl_dataset **out, rl_err *e);
+uint64_t rl_dataset_tokens(const rl_dataset *d);
+int rl_dataset_nshards(const rl_dataset *d);
+/* Read n tokens starting at global token offset `off` into dst (int32).
+ * A token >= vocab_size is RL_EINPUT naming the shard file and its index.
+ * Thread-safe (pread). */
+int rl_dataset_read(rl_dataset *d, uint64_t off, size_t n, int32_t *dst, rl_err *e);
+void rl_dataset_close(rl_dataset *d);
+
+/* ---- sampler ------------------------------------------------------------------ */
+typedef struct rl_sampler {
+    uint64_t n_windows; /* samples per epoch */
+    int seq_len;
+    uint64_t seed;
+    bool shuffle; /* false: window = g % n_windows (eval) */
+} rl_sampler;
+/* Fails (RL_EINPUT) if the dataset holds fewer than seq_len+1 tokens. */
+int rl_sampler_init(rl_sampler *s, uint64_t dataset_tokens, int seq_len, uint64_t seed,
+                    bool shuffle, rl_err *e);
+/* Token offset of the window for global sample index g. */
+uint64_t rl_sampler_offset(const rl_sampler *s, uint64_t g);
+
+/* ---- loader: a prefetch thread fills a ring of micro-batches ---------------
+ * Micro-batch k (k = 0, 1, ...) of this rank holds the samples
+ *   start + (k / accum) * global_batch + rank_offset + (k % accum) * batch + j,
+ *   j = 0..batch-1,   where accum = rank_count / batch,
+ * i.e. each optimizer step consumes global_batch consecutive global sample
+ * indices and this rank reads its disjoint slice [rank_offset, rank_offset +
+ * rank_count) of them in micro-batches of `batch` sequences. */
+typedef struct rl_loader_opts {
+    int batch;          /* B: sequences per micro-batch */
+    int seq_len;        /* T */
+    int global_batch;   /* sequences per optimizer step, all ranks */
+    int rank_offset;    /* this rank's first sequence within a global batch */
+    int rank_count;     /* this rank's sequences per global batch (multiple of batch) */
+    uint64_t start;     /* global sample index of the first global batch */
+    uint64_t seed;
+    bool shuffle;
+    int depth;          /* micro-batches prefetched ahead (>= 1) */
+    double timeout_s;   /* rl_loader_next gives up after this long (RL_ETIMEOUT) */
+} rl_loader_opts;
+
+typedef struct rl_loader rl_loader;
+int rl_loader_open(rl_dataset *d, const rl_loader_opts *o, rl_loader **out, rl_err *e);
+/* Copy the next micro-batch: inputs[B*T], targets[B*T] (targets = inputs
+ * shifted by one). Blocks until ready. Errors from the prefetch thread
+ * (bad token, I/O) are returned here, once, with their message. */
+int rl_loader_next(rl_loader *l, int32_t *inputs, int32_t *targets, rl_err *e);
+/* Global sample index of the next micro-batch's first sample (resume cursor
+ * is this value at a step boundary). */
+uint64_t rl_loader_position(const rl_loader *l);
+void rl_loader_close(rl_loader *l);
+
+/* ---- tokenizer ------------------------------------------------------------------ */
+/* Bytes -> tokens (one per byte). dst must hold n entries. */
+void rl_tok_encode(const unsigned char *src, size_t n, uint16_t *dst);
+/* Tokens -> bytes; EOT and ids > 255 are skipped. Returns bytes written
+ * (at most n), always NUL-terminates when cap > 0. */
+size_t rl_tok_decode(const int32_t *tok, size_t n, char *dst, size_t cap);
+
+/* ---- synthetic corpora ------------------------------------------------------------- */
+/* Arithmetic: lines "a+b=c\n" with 0 <= a,b < 10^digits. Pairs whose
+ * rl_hash64(seed ^ (a * 10^digits + b)) falls in the held-out fraction never
+ * appear in train; `val` holds each held-out pair once. Train is
+ * `train_tokens` long (pairs drawn at random from the training set). */
+typedef struct rl_arith_opts {
+    int digits;           /* 1..4 */
+    double holdout;       /* fraction of pairs held out, 0 < holdout < 1 */
+    uint64_t seed;
+    uint64_t train_tokens;
+} rl_arith_opts;
+bool rl_arith_is_heldout(const rl_arith_opts *o, long a, long b);
+/* Writes <dir>/train_000000.bin (one or more shards) and <dir>/val_000000.bin. */
+int rl_arith_generate(const rl_arith_opts *o, const char *dir, rl_err *e);
+
+#endif

@@ -1,0 +1,99 @@
+/* Time and file helpers. Writes go through a temp file + fsync + rename so
+ * that a crash never leaves a half-written file under the final name. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+double rl_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double rl_wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int rl_read_file(const char *path, char **out, size_t *len, rl_err *e) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return rl_errf(e, RL_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return rl_errf(e, RL_EINPUT, "%s: not a regular file", path);
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        fclose(f);
+        return rl_errf(e, RL_ENOMEM, "%s: out of memory reading %lld bytes", path,
+                       (long long)st.st_size);
+    }
+    size_t n = fread(buf, 1, (size_t)st.st_size, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || n != (size_t)st.st_size) {
+        free(buf);
+        return rl_errf(e, RL_EIO, "%s: short read", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len) *len = n;
+    return RL_OK;
+}
+
+int rl_mkdirs(const char *path, rl_err *e) {
+    char tmp[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof tmp) return rl_errf(e, RL_EINPUT, "bad directory path '%s'", path);
+    memcpy(tmp, path, n + 1);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            return rl_errf(e, RL_EIO, "%s: mkdir: %s", tmp, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return rl_errf(e, RL_EIO, "%s: mkdir: %s", tmp, strerror(errno));
+    return RL_OK;
+}
+
+int rl_write_file_atomic(const char *path, const void *data, size_t len, rl_err *e) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return rl_errf(e, RL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int err = errno;
+            close(fd);
+            unlink(tmp);
+            return rl_errf(e, RL_EIO, "%s: write: %s", tmp, strerror(err));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        unlink(tmp);
+        return rl_errf(e, RL_EIO, "%s: fsync/close: %s", tmp, strerror(errno));
+    }
+    if (rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return rl_errf(e, RL_EIO, "%s: rename: %s", path, strerror(err));
+    }
+    return RL_OK;
+}

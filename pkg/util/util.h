@@ -1,0 +1,102 @@
+/* util: errors, JSON-lines logging, time, deterministic RNG, strict config
+ * readers. Everything else in pkg/ builds on these, so they stay small and
+ * dependency-free (cJSON only for the config readers). */
+#ifndef RL_UTIL_H
+#define RL_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- errors --------------------------------------------------------------
+ * Every fallible function returns 0 or one of these codes and, on failure,
+ * fills an rl_err with one line a user can act on (naming the field or file).
+ * RL_EINPUT means "the user gave us something wrong" and maps to exit code 2
+ * in cmd/; everything else is an operational failure (exit 1). */
+enum {
+    RL_OK = 0,
+    RL_EINPUT = 2,   /* bad config, bad file, bad flag: exit 2 */
+    RL_EIO = 3,      /* I/O failed on something that was valid */
+    RL_ENOMEM = 4,
+    RL_ETIMEOUT = 5, /* a bounded wait ran out */
+    RL_EPEER = 6,    /* a peer failed or went away */
+    RL_EABORT = 7,   /* stopped on request (signal, round change) */
+    RL_EINTERNAL = 8,
+};
+
+typedef struct rl_err {
+    int code;
+    char msg[512];
+} rl_err;
+
+/* Fill *e (if non-NULL) and return code, so callers can write
+ * `return rl_errf(e, RL_EINPUT, "...")`. */
+int rl_errf(rl_err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prepend context ("reading x: " + old message), keeping the code. */
+int rl_err_wrap(rl_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *rl_err_name(int code);
+/* Exit status for a cmd/ main: 2 for bad input, 1 for anything else. */
+int rl_err_exit_status(int code);
+
+/* ---- logging (JSON lines on stderr) ---------------------------------------- */
+typedef enum { RL_LOG_DEBUG = 0, RL_LOG_INFO, RL_LOG_WARN, RL_LOG_ERROR } rl_log_level;
+
+/* rank < 0: no rank field. Reads RL_LOG_LEVEL (debug|info|warn|error). */
+void rl_log_init(int rank);
+void rl_log_set_level(rl_log_level lvl);
+bool rl_log_enabled(rl_log_level lvl);
+/* fields: printf format producing zero or more JSON members without braces,
+ * e.g. "\"step\":%d,\"loss\":%.4f". Strings must be escaped by the caller
+ * (rl_json_escape) or passed through rl_log_msg. One write() per line. */
+void rl_log(rl_log_level lvl, const char *event, const char *fields, ...)
+    __attribute__((format(printf, 3, 4)));
+void rl_log_msg(rl_log_level lvl, const char *event, const char *msg);
+/* Escape src as the inside of a JSON string into dst (always terminated;
+ * truncated if needed). Returns dst. */
+char *rl_json_escape(char *dst, size_t n, const char *src);
+
+/* ---- time ------------------------------------------------------------------ */
+double rl_now(void);      /* monotonic seconds */
+double rl_wall_now(void); /* unix seconds */
+
+/* ---- deterministic RNG (xoshiro256**, seeded by splitmix64) --------------- */
+typedef struct rl_rng {
+    uint64_t s[4];
+} rl_rng;
+void rl_rng_seed(rl_rng *r, uint64_t seed);
+uint64_t rl_rng_u64(rl_rng *r);
+double rl_rng_uniform(rl_rng *r); /* [0, 1) */
+double rl_rng_normal(rl_rng *r);  /* N(0, 1) */
+uint64_t rl_splitmix64(uint64_t *state);
+uint64_t rl_hash64(uint64_t x); /* a good 64-bit mixer (stateless) */
+
+/* ---- files ----------------------------------------------------------------- */
+/* Read a whole file (NUL-terminated for convenience). */
+int rl_read_file(const char *path, char **out, size_t *len, rl_err *e);
+/* Write atomically: temp file in the same directory, fsync, rename. */
+int rl_write_file_atomic(const char *path, const void *data, size_t len, rl_err *e);
+int rl_mkdirs(const char *path, rl_err *e);
+
+/* ---- strict JSON config readers -------------------------------------------
+ * Config objects are read field by field; every field is optional (the
+ * caller presets defaults) and every unknown field is an error naming it.
+ * `where` is the path prefix used in messages ("config.json: model"). */
+struct cJSON;
+int rl_cfg_check_keys(const struct cJSON *obj, const char *where, const char *const *allowed,
+                      rl_err *e);
+int rl_cfg_int(const struct cJSON *obj, const char *where, const char *name, long long min,
+               long long max, long long *out, rl_err *e);
+int rl_cfg_num(const struct cJSON *obj, const char *where, const char *name, double min,
+               double max, double *out, rl_err *e);
+int rl_cfg_bool(const struct cJSON *obj, const char *where, const char *name, bool *out,
+                rl_err *e);
+/* Copies into out[n]; an over-long string is an error. */
+int rl_cfg_str(const struct cJSON *obj, const char *where, const char *name, char *out,
+               size_t n, rl_err *e);
+/* Object member that must be an object if present; *out NULL when absent. */
+int rl_cfg_obj(const struct cJSON *obj, const char *where, const char *name,
+               const struct cJSON **out, rl_err *e);
+
+#endif
