@@ -88,7 +88,7 @@ test:
 # Every fuzz target, built with clang's libFuzzer + ASan + UBSan.
 FUZZ_CC ?= clang
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-              -fno-sanitize-recover=undefined -fopenmp -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+              -fno-sanitize-recover=undefined -Wno-pass-failed -fopenmp -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_LIB_SRCS = $(filter-out $(FUZZ_EXCLUDE),$(PKG_SRCS))
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(PKG_SRCS) $(wildcard pkg/*/*.h)
 	@mkdir -p $(dir $@)

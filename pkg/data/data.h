@@ -106,7 +106,8 @@ int rl_loader_open(rl_dataset *d, const rl_loader_opts *o, rl_loader **out, rl_e
  * (bad token, I/O) are returned here, once, with their message. */
 int rl_loader_next(rl_loader *l, int32_t *inputs, int32_t *targets, rl_err *e);
 /* Global sample index of the next micro-batch's first sample (resume cursor
- * is this value at a step boundary). */
+ * is this value at a step boundary, minus rank_offset: the same on every
+ * rank, and simply this value on the rank with rank_offset 0). */
 uint64_t rl_loader_position(const rl_loader *l);
 void rl_loader_close(rl_loader *l);
 

@@ -1,6 +1,7 @@
 /* Model configuration, parameter layout and the fp32 model object. */
 #include "model.h"
 
+#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,6 +211,7 @@ int rl_model_create(rl_model *m, const rl_model_config *c, int B, int T, rl_err 
         return rl_errf(e, RL_EINPUT, "seq_len %d exceeds model.max_position_embeddings %d", T,
                        c->max_position_embeddings);
     m->cfg = *c;
+    openblas_set_num_threads(1); /* we thread GEMMs ourselves (cpu_impl.inc) */
     rl_param_layout_init(&m->lay, c);
     rl_act_layout al;
     rl_act_layout_init(&al, c, B, T);

@@ -1,0 +1,147 @@
+/* train: the job config, AdamW, the LR schedule, clipping, and the training
+ * loop (gradient accumulation to a fixed global batch, periodic eval, logs).
+ *
+ * The loop is written for data parallelism from the start: the data slice a
+ * rank reads, the accumulation count and the scale of each micro-step's
+ * gradient all derive from (global batch, world size, rank), and gradient
+ * reduction enters through rl_train_dist -- a seam the DDP package fills.
+ * With no dist attached the trainer is a single process. */
+#ifndef RL_TRAIN_H
+#define RL_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/data.h"
+#include "model/model.h"
+#include "util/util.h"
+
+#define RL_PATH_MAX 1024
+
+typedef struct rl_train_config {
+    uint64_t seed;
+    long long steps;            /* optimizer steps */
+    int seq_len;                /* T */
+    int micro_batch;            /* B: sequences per forward, per rank */
+    long long global_batch_tokens; /* tokens per optimizer step, all ranks */
+    double lr, min_lr;          /* peak and floor */
+    long long warmup_steps;
+    double weight_decay, beta1, beta2, eps;
+    double grad_clip;           /* max global norm; 0 disables */
+    long long eval_every;       /* steps; 0: only at the end */
+    int eval_batches;           /* micro-batches of the val split per eval */
+    long long log_every;
+} rl_train_config;
+
+typedef struct rl_data_config {
+    char train[RL_PATH_MAX]; /* shard file / glob / comma list */
+    char val[RL_PATH_MAX];   /* may be empty: no eval loss */
+    char eval_task[32];      /* "" or "arith": exact-match on held-out sums */
+    int eval_examples;       /* for eval_task; 0 = all */
+} rl_data_config;
+
+typedef struct rl_job_config {
+    rl_model_config model;
+    rl_train_config train;
+    rl_data_config data;
+} rl_job_config;
+
+/* The embedded default: the arithmetic run of `make run`. */
+void rl_job_config_default(rl_job_config *c);
+/* Parse JSON text over the defaults; `name` (the file) prefixes messages.
+ * Unknown fields, wrong types, out-of-range values and inconsistencies
+ * (batch not dividing the global batch, seq_len above
+ * max_position_embeddings, ...) are RL_EINPUT naming the field. Fuzzed. */
+int rl_job_config_parse(const char *text, size_t len, const char *name, rl_job_config *c,
+                        rl_err *e);
+/* Checks that depend on the world size (accumulation count must be whole). */
+int rl_job_config_check_world(const rl_job_config *c, int world, const char *name, rl_err *e);
+/* The config as JSON (for logs and checkpoints); caller frees. */
+char *rl_job_config_to_json(const rl_job_config *c);
+
+/* ---- optimizer pieces (pure functions, unit-tested by hand values) ---------- */
+/* Linear warmup from lr/warmup to lr over warmup steps, then cosine decay
+ * to min_lr at step `steps`; step counts from 0. */
+double rl_lr_at(const rl_train_config *t, long long step);
+/* sqrt(sum g^2), accumulated in double over fixed chunks, so the value is
+ * the same whatever the thread count. */
+double rl_grad_norm(const float *g, size_t n);
+/* Factor to multiply gradients by: min(1, max_norm / (norm + 1e-6)), as
+ * torch.nn.utils.clip_grad_norm_. max_norm <= 0 disables (returns 1). */
+double rl_clip_factor(double norm, double max_norm);
+/* One AdamW update (PyTorch semantics: decoupled decay p *= 1 - lr*wd, then
+ * the bias-corrected Adam step) over n elements. t counts from 1. Each
+ * gradient is multiplied by grad_scale first (clipping folded in). */
+void rl_adamw_update(float *p, const float *g, float *m, float *v, size_t n, double lr,
+                     double beta1, double beta2, double eps, double wd, long long t,
+                     double grad_scale);
+
+/* ---- data-parallel seam ------------------------------------------------------------ */
+typedef struct rl_train_dist {
+    int rank, world;
+    void *ctx;
+    /* Called from backward on the last micro-step: grads[off:] are final. */
+    rl_grad_ready_fn grad_ready;
+    /* Wait until every gradient is reduced (averaged over ranks). */
+    int (*finish)(void *ctx, rl_err *e);
+    /* Average n doubles over ranks in place (metrics). */
+    int (*average)(void *ctx, double *v, int n, rl_err *e);
+} rl_train_dist;
+
+/* ---- the trainer ---------------------------------------------------------------------- */
+typedef struct rl_step_stats {
+    long long step;   /* 1-based: optimizer steps completed */
+    double loss;      /* mean over the global batch */
+    double lr, grad_norm;
+    double tokens_per_s, elapsed_s, step_s;
+} rl_step_stats;
+
+/* Greedy completion of "a+b=" prompts for the lines of the val split
+ * (held-out pairs): exact-match counts and a few examples to show.
+ * max_examples 0 = all. */
+typedef struct rl_arith_result {
+    int correct, total;
+    int n_shown;
+    char shown[6][48]; /* "37+48=85 ok" / "37+48=84 (want 85)" */
+} rl_arith_result;
+/* Results of the last run's final evaluation. */
+typedef struct rl_run_summary {
+    double final_loss, val_loss;   /* val_loss < 0: no val split */
+    double tokens_per_s, elapsed_s;
+    bool has_arith;
+    rl_arith_result arith;
+} rl_run_summary;
+
+typedef struct rl_trainer {
+    rl_job_config cfg;
+    rl_model model;
+    float *opt;            /* one allocation: m then v */
+    rl_dataset *train_ds, *val_ds;
+    rl_loader *loader;
+    int32_t *inputs, *targets;
+    int accum;             /* micro-steps per optimizer step on this rank */
+    long long step;        /* optimizer steps done */
+    uint64_t start_sample; /* global sample index of the first step run here */
+    rl_train_dist *dist;   /* NULL: single process */
+    double t_start;
+    bool tty;
+    const volatile int *stop; /* set asynchronously (signal): stop at the next step */
+    rl_run_summary summary;
+} rl_trainer;
+
+/* Build the model (params initialised from the seed), open the data. */
+int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, rl_err *e);
+/* One optimizer step: accum micro-batches of forward + backward, reduce,
+ * clip, AdamW. */
+int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e);
+/* Mean loss over eval_batches micro-batches of the val split (fixed
+ * samples, the same every time). */
+int rl_trainer_eval_loss(rl_trainer *tr, double *loss, rl_err *e);
+/* The whole run: steps, periodic eval, final eval (and the eval task). */
+int rl_trainer_run(rl_trainer *tr, rl_err *e);
+void rl_trainer_free(rl_trainer *tr);
+
+int rl_eval_arith(rl_model *m, rl_dataset *val, int max_examples, rl_arith_result *r, rl_err *e);
+
+#endif

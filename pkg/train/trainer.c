@@ -1,0 +1,266 @@
+/* The training loop: accumulate micro-batches to the fixed global batch,
+ * reduce (when distributed), clip, AdamW; evaluate; log. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train.h"
+
+static int rank_of(const rl_trainer *tr) { return tr->dist ? tr->dist->rank : 0; }
+static int world_of(const rl_trainer *tr) { return tr->dist ? tr->dist->world : 1; }
+
+int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, rl_err *e) {
+    memset(tr, 0, sizeof *tr);
+    tr->cfg = *cfg;
+    tr->dist = dist;
+    const rl_train_config *t = &cfg->train;
+    int world = world_of(tr), rank = rank_of(tr);
+    int rc = rl_job_config_check_world(cfg, world, "config", e);
+    if (rc) return rc;
+    long long seqs = t->global_batch_tokens / t->seq_len;
+    tr->accum = (int)(seqs / world / t->micro_batch);
+
+    if ((rc = rl_model_create(&tr->model, &cfg->model, t->micro_batch, t->seq_len, e))) return rc;
+    rl_model_init_params(&cfg->model, tr->model.params, t->seed);
+    size_t n = tr->model.lay.total;
+    tr->opt = calloc(2 * n, sizeof(float));
+    size_t bt = (size_t)t->micro_batch * t->seq_len;
+    tr->inputs = malloc(bt * sizeof(int32_t));
+    tr->targets = malloc(bt * sizeof(int32_t));
+    if (!tr->opt || !tr->inputs || !tr->targets) {
+        rl_trainer_free(tr);
+        return rl_errf(e, RL_ENOMEM, "trainer: out of memory for optimizer state (%zu MiB)",
+                       2 * n * sizeof(float) >> 20);
+    }
+    if ((rc = rl_dataset_open(cfg->data.train, cfg->model.vocab_size, &tr->train_ds, e)) ||
+        (cfg->data.val[0] &&
+         (rc = rl_dataset_open(cfg->data.val, cfg->model.vocab_size, &tr->val_ds, e)))) {
+        rl_trainer_free(tr);
+        return rc;
+    }
+    rl_loader_opts lo = {
+        .batch = t->micro_batch,
+        .seq_len = t->seq_len,
+        .global_batch = (int)seqs,
+        .rank_count = (int)(seqs / world),
+        .rank_offset = rank * (int)(seqs / world),
+        .start = tr->start_sample,
+        .seed = t->seed,
+        .shuffle = true,
+        .depth = 2 * tr->accum < 8 ? 2 * tr->accum : 8,
+        .timeout_s = 120,
+    };
+    if ((rc = rl_loader_open(tr->train_ds, &lo, &tr->loader, e))) {
+        rl_trainer_free(tr);
+        return rc;
+    }
+    tr->tty = rank == 0 && isatty(STDERR_FILENO) && !getenv("RL_NO_PROGRESS");
+    tr->t_start = rl_now();
+    return RL_OK;
+}
+
+void rl_trainer_free(rl_trainer *tr) {
+    if (tr->loader) rl_loader_close(tr->loader);
+    if (tr->train_ds) rl_dataset_close(tr->train_ds);
+    if (tr->val_ds) rl_dataset_close(tr->val_ds);
+    rl_model_destroy(&tr->model);
+    free(tr->opt);
+    free(tr->inputs);
+    free(tr->targets);
+    memset(tr, 0, sizeof *tr);
+}
+
+static void optimizer_step(rl_trainer *tr, double lr, double grad_scale) {
+    const rl_train_config *t = &tr->cfg.train;
+    rl_model *m = &tr->model;
+    size_t n = m->lay.total;
+    float *mom = tr->opt, *var = tr->opt + n;
+    int nt = rl_model_n_tensors(&m->cfg);
+    for (int i = 0; i < nt; i++) {
+        rl_tensor_info ti;
+        rl_model_tensor(&m->cfg, i, &ti);
+        size_t o = ti.offset;
+        rl_adamw_update(m->params + o, m->grads + o, mom + o, var + o, ti.numel, lr, t->beta1,
+                        t->beta2, t->eps, ti.decay ? t->weight_decay : 0.0, tr->step + 1,
+                        grad_scale);
+    }
+}
+
+int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
+    const rl_train_config *t = &tr->cfg.train;
+    rl_model *m = &tr->model;
+    double t0 = rl_now(), loss_sum = 0;
+    int rc;
+    rl_model_zero_grad(m);
+    for (int k = 0; k < tr->accum; k++) {
+        if ((rc = rl_loader_next(tr->loader, tr->inputs, tr->targets, e))) return rc;
+        float loss;
+        if ((rc = rl_model_forward(m, tr->inputs, tr->targets, t->micro_batch, t->seq_len, &loss, e)))
+            return rc;
+        loss_sum += loss;
+        /* no_sync: only the last micro-step's backward triggers reduction */
+        bool last = k == tr->accum - 1;
+        rl_model_backward(m, 1.0f / (float)tr->accum, last && tr->dist ? tr->dist->grad_ready : NULL,
+                          tr->dist ? tr->dist->ctx : NULL);
+    }
+    double loss = loss_sum / tr->accum;
+    if (tr->dist) {
+        if ((rc = tr->dist->finish(tr->dist->ctx, e))) return rc;
+        if ((rc = tr->dist->average(tr->dist->ctx, &loss, 1, e))) return rc;
+    }
+    double norm = rl_grad_norm(m->grads, m->lay.total);
+    if (!isfinite(norm) || !isfinite(loss))
+        return rl_errf(e, RL_EINTERNAL, "step %lld: loss %g, gradient norm %g are not finite "
+                       "(lower train.lr?)", tr->step + 1, loss, norm);
+    double lr = rl_lr_at(t, tr->step);
+    optimizer_step(tr, lr, rl_clip_factor(norm, t->grad_clip));
+    tr->step++;
+    double now = rl_now();
+    *st = (rl_step_stats){
+        .step = tr->step,
+        .loss = loss,
+        .lr = lr,
+        .grad_norm = norm,
+        .step_s = now - t0,
+        .elapsed_s = now - tr->t_start,
+        .tokens_per_s = (double)t->global_batch_tokens / (now - t0),
+    };
+    return RL_OK;
+}
+
+int rl_trainer_eval_loss(rl_trainer *tr, double *loss, rl_err *e) {
+    const rl_train_config *t = &tr->cfg.train;
+    if (!tr->val_ds || t->eval_batches == 0) {
+        *loss = -1;
+        return RL_OK;
+    }
+    rl_sampler s;
+    int rc = rl_sampler_init(&s, rl_dataset_tokens(tr->val_ds), t->seq_len, 0, false, e);
+    if (rc) return rl_err_wrap(e, "data.val %s", tr->cfg.data.val);
+    int B = t->micro_batch, T = t->seq_len, world = world_of(tr), rank = rank_of(tr);
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)(T + 1));
+    if (!buf) return rl_errf(e, RL_ENOMEM, "eval: out of memory");
+    /* Batch j goes to rank j % world; sum and count are averaged across
+     * ranks, so their ratio is the mean over every evaluated sequence. */
+    double acc[2] = {0, 0};
+    for (int j = rank; j < t->eval_batches; j += world) {
+        for (int b = 0; b < B; b++) {
+            uint64_t g = (uint64_t)j * B + b;
+            if ((rc = rl_dataset_read(tr->val_ds, rl_sampler_offset(&s, g), (size_t)T + 1, buf, e)))
+                goto out;
+            memcpy(tr->inputs + (size_t)b * T, buf, sizeof(int32_t) * T);
+            memcpy(tr->targets + (size_t)b * T, buf + 1, sizeof(int32_t) * T);
+        }
+        float l;
+        if ((rc = rl_model_forward(&tr->model, tr->inputs, tr->targets, B, T, &l, e))) goto out;
+        acc[0] += l, acc[1] += 1;
+    }
+    if (tr->dist && (rc = tr->dist->average(tr->dist->ctx, acc, 2, e))) goto out;
+    *loss = acc[1] > 0 ? acc[0] / acc[1] : -1;
+out:
+    free(buf);
+    return rc;
+}
+
+/* ---- progress: JSON lines, or a one-line bar on a terminal ------------------------- */
+static void fmt_duration(char *dst, size_t n, double s) {
+    if (s < 0 || !isfinite(s)) s = 0;
+    long v = (long)(s + 0.5);
+    if (v >= 3600) snprintf(dst, n, "%ldh%02ldm", v / 3600, v / 60 % 60);
+    else if (v >= 60) snprintf(dst, n, "%ldm%02lds", v / 60, v % 60);
+    else snprintf(dst, n, "%lds", v);
+}
+
+static void progress(rl_trainer *tr, const rl_step_stats *st, double avg_tps) {
+    long long total = tr->cfg.train.steps;
+    char eta[32], el[32], bar[31];
+    double left = (double)(total - st->step) * (double)tr->cfg.train.global_batch_tokens;
+    fmt_duration(eta, sizeof eta, avg_tps > 0 ? left / avg_tps : 0);
+    fmt_duration(el, sizeof el, st->elapsed_s);
+    int fill = total > 0 ? (int)(30 * st->step / total) : 30;
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    char line[256];
+    int n = snprintf(line, sizeof line,
+                     "\r\033[K[%s] step %lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  %s  ETA %s",
+                     bar, st->step, total, st->loss, st->lr, st->grad_norm, avg_tps, el, eta);
+    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+    (void)w;
+}
+
+static void clear_progress(rl_trainer *tr) {
+    if (!tr->tty) return;
+    ssize_t w = write(STDERR_FILENO, "\r\033[K", 4);
+    (void)w;
+}
+
+static int evaluate(rl_trainer *tr, const char *event, rl_err *e) {
+    double vl;
+    int rc = rl_trainer_eval_loss(tr, &vl, e);
+    if (rc) return rc;
+    tr->summary.val_loss = vl;
+    if (vl >= 0 && rank_of(tr) == 0) {
+        clear_progress(tr);
+        rl_log(RL_LOG_INFO, event, "\"step\":%lld,\"val_loss\":%.5f", tr->step, vl);
+    }
+    return RL_OK;
+}
+
+int rl_trainer_run(rl_trainer *tr, rl_err *e) {
+    const rl_train_config *t = &tr->cfg.train;
+    int rc, rank = rank_of(tr);
+    if (rank == 0)
+        rl_log(RL_LOG_INFO, "train_start",
+               "\"params\":%zu,\"steps\":%lld,\"global_batch_tokens\":%lld,\"micro_batch\":%d,"
+               "\"seq_len\":%d,\"accum\":%d,\"world\":%d,\"train_tokens\":%llu",
+               tr->model.lay.total, t->steps, t->global_batch_tokens, t->micro_batch, t->seq_len,
+               tr->accum, world_of(tr), (unsigned long long)rl_dataset_tokens(tr->train_ds));
+    double t0 = rl_now();
+    long long first = tr->step;
+    rl_step_stats st = {0};
+    while (tr->step < t->steps) {
+        if (tr->stop && *tr->stop) {
+            clear_progress(tr);
+            return rl_errf(e, RL_EABORT, "stopped by signal after step %lld", tr->step);
+        }
+        if ((rc = rl_trainer_step(tr, &st, e))) {
+            clear_progress(tr);
+            return rc;
+        }
+        double avg_tps = (double)(tr->step - first) * (double)t->global_batch_tokens / (rl_now() - t0);
+        if (rank == 0) {
+            if (tr->tty)
+                progress(tr, &st, avg_tps);
+            else if (st.step % t->log_every == 0 || st.step == t->steps || st.step == first + 1)
+                rl_log(RL_LOG_INFO, "step",
+                       "\"step\":%lld,\"loss\":%.5f,\"lr\":%.4e,\"grad_norm\":%.4f,"
+                       "\"tokens_per_s\":%.0f,\"elapsed_s\":%.2f",
+                       st.step, st.loss, st.lr, st.grad_norm, st.tokens_per_s, st.elapsed_s);
+        }
+        if (t->eval_every > 0 && st.step % t->eval_every == 0 && st.step < t->steps &&
+            (rc = evaluate(tr, "eval", e)))
+            return rc;
+    }
+    clear_progress(tr);
+    rl_run_summary *s = &tr->summary;
+    s->final_loss = st.loss;
+    s->elapsed_s = rl_now() - t0;
+    s->tokens_per_s = (double)(tr->step - first) * (double)t->global_batch_tokens / s->elapsed_s;
+    if ((rc = evaluate(tr, "eval_final", e))) return rc;
+    if (rank == 0 && strcmp(tr->cfg.data.eval_task, "arith") == 0) {
+        if ((rc = rl_eval_arith(&tr->model, tr->val_ds, tr->cfg.data.eval_examples, &s->arith, e)))
+            return rc;
+        s->has_arith = true;
+        rl_log(RL_LOG_INFO, "eval_arith", "\"step\":%lld,\"correct\":%d,\"total\":%d,\"accuracy\":%.4f",
+               tr->step, s->arith.correct, s->arith.total,
+               s->arith.total ? (double)s->arith.correct / s->arith.total : 0.0);
+    }
+    if (rank == 0)
+        rl_log(RL_LOG_INFO, "train_end",
+               "\"steps\":%lld,\"final_loss\":%.5f,\"val_loss\":%.5f,\"tokens_per_s\":%.0f,"
+               "\"elapsed_s\":%.2f",
+               tr->step, s->final_loss, s->val_loss, s->tokens_per_s, s->elapsed_s);
+    return RL_OK;
+}
