@@ -26,7 +26,7 @@ static void usage(FILE *f) {
 }
 
 static int fail(const char *what, const rl_err *e) {
-    fprintf(stderr, "ringleader-worker: %s%s%s\n", what, what[0] ? ": " : "", e->msg);
+    fprintf(stderr, "ringleader-worker: error: %s%s%s\n", what, what[0] ? ": " : "", e->msg);
     return rl_err_exit_status(e->code);
 }
 
@@ -87,7 +87,21 @@ int main(int argc, char **argv) {
         return 0;
     }
 
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    /* Everything a user can get wrong is checked before the first log line,
+     * so a bad input ends with exactly one line. */
     rl_log_init(-1);
+    rl_trainer tr;
+    if ((rc = rl_trainer_init(&tr, &cfg, NULL, &e))) {
+        if (!config_path && rc == RL_EINPUT)
+            fprintf(stderr, "ringleader-worker: error: %s (the embedded default reads the corpus "
+                    "that `make run` writes: ringleader-prepare arith --out data/arith)\n", e.msg);
+        return config_path || rc != RL_EINPUT ? fail("", &e) : 2;
+    }
 #ifdef RL_CUDA
     char gpu[128] = "";
     int ngpu = rl_gpu_device_count(gpu, sizeof gpu);
@@ -97,13 +111,6 @@ int main(int argc, char **argv) {
         rl_log(RL_LOG_INFO, "device",
                "\"gpus\":%d,\"msg\":\"GPU present; this build trains on the CPU path\"", ngpu);
 #endif
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-
-    rl_trainer tr;
-    if ((rc = rl_trainer_init(&tr, &cfg, NULL, &e))) return fail("", &e);
     tr.stop = &g_stop;
     rc = rl_trainer_run(&tr, &e);
     if (rc) {
@@ -111,8 +118,8 @@ int main(int argc, char **argv) {
         return fail("", &e);
     }
     const rl_run_summary *s = &tr.summary;
-    printf("trained %lld steps in %.1f s (%.0f tokens/s): final loss %.4f", tr.step, s->elapsed_s,
-           s->tokens_per_s, s->final_loss);
+    printf("trained %lld steps in %.1f s (%.0f tokens/s): final loss %.4f (unigram entropy %.4f)",
+           tr.step, s->elapsed_s, s->tokens_per_s, s->final_loss, s->unigram_entropy);
     if (s->val_loss >= 0) printf(", val loss %.4f", s->val_loss);
     printf("\n");
     if (s->has_arith) {

@@ -65,6 +65,10 @@ int rl_dataset_nshards(const rl_dataset *d);
  * Thread-safe (pread). */
 int rl_dataset_read(rl_dataset *d, uint64_t off, size_t n, int32_t *dst, rl_err *e);
 void rl_dataset_close(rl_dataset *d);
+/* Entropy (nats) of the token frequencies over the first max_tokens tokens:
+ * the loss of the best model that ignores context, which a model that
+ * learns must fall well below. */
+int rl_dataset_unigram_entropy(rl_dataset *d, uint64_t max_tokens, double *nats, rl_err *e);
 
 /* ---- sampler ------------------------------------------------------------------ */
 typedef struct rl_sampler {

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,9 @@ static int cmp_str(const void *a, const void *b) {
 static int expand_item(const char *item, strvec *out, rl_err *e) {
     if (!strpbrk(item, "*?[")) return strvec_push(out, item, e);
     glob_t g;
-    int r = glob(item, GLOB_ERR, NULL, &g);
+    /* no GLOB_ERR: a missing or unreadable directory is reported as "no
+     * files match", which names the pattern the user wrote */
+    int r = glob(item, 0, NULL, &g);
     if (r == GLOB_NOMATCH) {
         globfree(&g);
         return rl_errf(e, RL_EINPUT, "%s: no files match this pattern", item);
@@ -251,4 +254,32 @@ void rl_dataset_close(rl_dataset *d) {
     }
     free(d->s);
     free(d);
+}
+
+int rl_dataset_unigram_entropy(rl_dataset *d, uint64_t max_tokens, double *nats, rl_err *e) {
+    uint64_t n = rl_dataset_tokens(d) < max_tokens ? rl_dataset_tokens(d) : max_tokens;
+    enum { CHUNK = 1 << 16 };
+    int32_t *buf = malloc(sizeof(int32_t) * CHUNK);
+    uint64_t *count = calloc((size_t)d->vocab, sizeof(uint64_t));
+    int rc = RL_OK;
+    if (!buf || !count) {
+        rc = rl_errf(e, RL_ENOMEM, "unigram entropy: out of memory");
+        goto out;
+    }
+    for (uint64_t off = 0; off < n && !rc; off += CHUNK) {
+        size_t k = n - off < CHUNK ? (size_t)(n - off) : CHUNK;
+        if ((rc = rl_dataset_read(d, off, k, buf, e))) goto out;
+        for (size_t i = 0; i < k; i++) count[buf[i]]++;
+    }
+    double h = 0;
+    for (int v = 0; v < d->vocab; v++)
+        if (count[v]) {
+            double p = (double)count[v] / (double)n;
+            h -= p * log(p);
+        }
+    *nats = h;
+out:
+    free(buf);
+    free(count);
+    return rc;
 }

@@ -107,6 +107,7 @@ typedef struct rl_arith_result {
 } rl_arith_result;
 /* Results of the last run's final evaluation. */
 typedef struct rl_run_summary {
+    double unigram_entropy;        /* of the train split: the no-context baseline */
     double final_loss, val_loss;   /* val_loss < 0: no val split */
     double tokens_per_s, elapsed_s;
     bool has_arith;

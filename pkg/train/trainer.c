@@ -40,6 +40,11 @@ int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dis
         rl_trainer_free(tr);
         return rc;
     }
+    /* The baseline a learning model must beat (first 4M tokens suffice). */
+    if ((rc = rl_dataset_unigram_entropy(tr->train_ds, 1u << 22, &tr->summary.unigram_entropy, e))) {
+        rl_trainer_free(tr);
+        return rc;
+    }
     rl_loader_opts lo = {
         .batch = t->micro_batch,
         .seq_len = t->seq_len,
@@ -214,9 +219,11 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
     if (rank == 0)
         rl_log(RL_LOG_INFO, "train_start",
                "\"params\":%zu,\"steps\":%lld,\"global_batch_tokens\":%lld,\"micro_batch\":%d,"
-               "\"seq_len\":%d,\"accum\":%d,\"world\":%d,\"train_tokens\":%llu",
+               "\"seq_len\":%d,\"accum\":%d,\"world\":%d,\"train_tokens\":%llu,"
+               "\"unigram_entropy\":%.4f",
                tr->model.lay.total, t->steps, t->global_batch_tokens, t->micro_batch, t->seq_len,
-               tr->accum, world_of(tr), (unsigned long long)rl_dataset_tokens(tr->train_ds));
+               tr->accum, world_of(tr), (unsigned long long)rl_dataset_tokens(tr->train_ds),
+               tr->summary.unigram_entropy);
     double t0 = rl_now();
     long long first = tr->step;
     rl_step_stats st = {0};

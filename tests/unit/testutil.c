@@ -25,8 +25,10 @@ void rl_test_rmdir(const char *dir) {
 }
 
 const char *rl_test_bindir(void) {
+    static char abs[4096];
     const char *b = getenv("RL_TEST_BIN");
-    return b && *b ? b : "bin";
+    if (!realpath(b && *b ? b : "bin", abs)) cr_assert_fail("binaries not found: build them first");
+    return abs;
 }
 
 int rl_test_run(const char *cmd, char *err, size_t n) {

@@ -9,7 +9,7 @@
 /* mkdtemp + rl_arith_generate(2 digits, 10% held out, seed 7, tokens). */
 void rl_test_arith_dir(char *dir, size_t n, uint64_t tokens);
 void rl_test_rmdir(const char *dir);
-/* Directory of the built binaries: $RL_TEST_BIN or "bin". */
+/* Absolute directory of the built binaries: $RL_TEST_BIN or "bin". */
 const char *rl_test_bindir(void);
 /* Run a shell command; capture stderr into err[n]; return the exit status
  * (or -1 if it did not exit normally). */
