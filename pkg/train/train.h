@@ -103,7 +103,7 @@ typedef struct rl_step_stats {
 typedef struct rl_arith_result {
     int correct, total;
     int n_shown;
-    char shown[6][48]; /* "37+48=85 ok" / "37+48=84 (want 85)" */
+    char shown[6][80]; /* "37+48=85 ok" / "37+48=84 (want 85)" */
 } rl_arith_result;
 /* Results of the last run's final evaluation. */
 typedef struct rl_run_summary {

@@ -100,8 +100,8 @@ Test(cli, unreadable_paths) {
 
 /* The embedded default learns: after 150 of its 800 steps (same schedule as
  * `make run`) the training loss is below 1.75 nats, and at least 0.5 below
- * the corpus's unigram entropy (~2.33): the model uses context. At step 0
- * it is log(257) = 5.55. Measured on the 2-core dev machine: ~1.53 at step
+ * the corpus's unigram entropy (2.52): the model uses context. At step 0
+ * it is log(257) = 5.55. Measured on the 2-core dev machine: 1.56 at step
  * 150 and 1.07 at step 800; the floor set by the random operands is ~0.99. */
 Test(learning, default_config_loss_falls, .timeout = 300) {
     char dir[64];
@@ -123,7 +123,7 @@ Test(learning, default_config_loss_falls, .timeout = 300) {
     double last = sum / 10, h = tr.summary.unigram_entropy;
     cr_log_info("loss: step 1 %.4f, steps 141-150 %.4f; unigram entropy %.4f", first, last, h);
     cr_expect(fabs(first - log(257.0)) < 0.2, "initial loss %.4f, expected ~log(257)", first);
-    cr_expect(h > 2.0 && h < 2.6, "unigram entropy %.4f out of the expected range", h);
+    cr_expect(h > 2.2 && h < 2.8, "unigram entropy %.4f out of the expected range", h);
     cr_expect(last < 1.75, "loss after 150 steps %.4f >= 1.75", last);
     cr_expect(last < h - 0.5, "loss %.4f not 0.5 below the unigram entropy %.4f", last, h);
     rl_trainer_free(&tr);
