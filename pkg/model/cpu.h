@@ -28,8 +28,8 @@ void rl_scratch_layout_init(rl_scratch_layout *s, const rl_model_config *c, int 
 
 /* Time and work spent in GEMM by each instantiation (for benchmarks; the
  * trainer is single-threaded at this level, so plain doubles suffice). */
-extern double rl_cpu_gemm_seconds_f32, rl_cpu_gemm_flops_f32;
-extern double rl_cpu_gemm_seconds_f64, rl_cpu_gemm_flops_f64;
+extern double rl_cpu_gemm_seconds_f32, rl_cpu_gemm_flops_f32, rl_cpu_attn_seconds_f32;
+extern double rl_cpu_gemm_seconds_f64, rl_cpu_gemm_flops_f64, rl_cpu_attn_seconds_f64;
 
 #define RL_CPU_DECLARE(R, S)                                                                   \
     void rl_cpu_rope_table_##S(const rl_model_config *c, R *rope);                             \

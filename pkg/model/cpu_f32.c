@@ -3,4 +3,5 @@
 #define R float
 #define FN(x) x##_f32
 #define GEMM cblas_sgemm
+#define EXP expf
 #include "cpu_impl.inc"

@@ -4,4 +4,5 @@
 #define R double
 #define FN(x) x##_f64
 #define GEMM cblas_dgemm
+#define EXP exp
 #include "cpu_impl.inc"

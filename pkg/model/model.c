@@ -190,7 +190,7 @@ void rl_scratch_layout_init(rl_scratch_layout *s, const rl_model_config *c, int 
     s->dgate = off, off += N * F;
     s->dup = off, off += N * F;
     s->dh = off, off += N * F;
-    s->datt = off, off += (size_t)B * c->num_key_value_heads * T;
+    s->datt = off, off += (size_t)B * c->num_key_value_heads * T * T;
     s->total = off;
 }
 

@@ -149,7 +149,7 @@ Test(model_grad, attention_gqa) {
     c.q = randv(nq, 11, 1), c.k = randv(nk, 12, 1), c.v = randv(nk, 13, 1);
     c.att = malloc(2 * 4 * 5 * 5 * 8);
     double *G = randv(nq, 14, 1), *out = malloc(nq * 8);
-    double *dq = malloc(nq * 8), *dk = malloc(nk * 8), *dv = malloc(nk * 8), *scr = malloc(2 * 2 * 5 * 8);
+    double *dq = malloc(nq * 8), *dk = malloc(nk * 8), *dv = malloc(nk * 8), *scr = malloc(2 * 2 * 5 * 5 * 8);
     at_f(&c, out);
     rl_cpu_attn_bwd_f64(dq, dk, dv, scr, G, c.att, c.q, c.k, c.v, 2, 5, 4, 2, 3);
     fd_check("attention dq", at_f, &c, c.q, nq, nq, G, dq);
