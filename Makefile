@@ -130,8 +130,9 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
-bench: all $(BUILD)/bench/cpu_train
-	$(BUILD)/bench/cpu_train
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(sort $(wildcard bench/*.c)))
+bench: all $(BENCH_BINS)
+	@for b in $(BENCH_BINS); do $$b || exit 1; done
 
 test-gpu bench-gpu:
 	@echo "$@: the GPU path arrives with issue 6; nothing to run yet" >&2; exit 1

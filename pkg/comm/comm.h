@@ -1,0 +1,74 @@
+/* comm: collectives over the ranks of one rendezvous round.
+ *
+ * One interface, two backends chosen at run time:
+ *   "tcp"  -- CPU buffers, a ring over TCP between processes. Ring
+ *             allreduce = reduce-scatter + allgather in chunks, pipelined,
+ *             so each rank sends and receives ~2(N-1)/N of the buffer
+ *             whatever N is.
+ *   "nccl" -- device buffers, NCCL; built only with CUDA (RL_CUDA).
+ *
+ * Semantics are stream-ordered, as NCCL's: an op may return once it is
+ * enqueued; rl_comm_wait() returns when every op issued so far completed
+ * (tcp: every op is complete on return, so wait is immediate). Every
+ * blocking step is bounded by opts.timeout_s; on timeout, peer failure or
+ * rl_comm_abort() the op returns an error and the communicator is dead
+ * (every later op fails fast with the same error). A dead peer therefore
+ * produces an error on every other rank within the timeout, never a hang.
+ *
+ * Threads: ops must be issued from one thread at a time (DDP's
+ * communication thread); rl_comm_abort may be called from any thread or a
+ * signal-safe context's thread and makes blocked ops return promptly. */
+#ifndef RL_COMM_H
+#define RL_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv/rdzv.h"
+#include "util/util.h"
+
+typedef enum { RL_F32 = 0, RL_F64 = 1, RL_BF16 = 2, RL_I64 = 3 } rl_dtype;
+typedef enum { RL_SUM = 0, RL_AVG = 1 } rl_redop;
+size_t rl_dtype_size(rl_dtype t);
+
+typedef struct rl_comm_opts {
+    const char *backend; /* "tcp" | "nccl" */
+    int rank, world;
+    rl_store *store;     /* to exchange addresses / the ncclUniqueId */
+    const char *prefix;  /* key namespace, unique per round: "round/3/comm" */
+    const char *host;    /* tcp: address peers should connect to (default 127.0.0.1) */
+    double timeout_s;    /* bound on every blocking step (default 60) */
+    size_t chunk_bytes;  /* tcp: pipelining unit (default 1 MiB) */
+    int device;          /* nccl: CUDA device (LOCAL_RANK) */
+    void *stream;        /* nccl: cudaStream_t ops are enqueued on (NULL: create one) */
+} rl_comm_opts;
+
+typedef struct rl_comm rl_comm;
+
+/* Collective: every rank calls it with the same prefix, world and backend.
+ * Establishes all connections before returning (or fails naming the rank
+ * it could not reach). A protocol/version mismatch between peers is an
+ * error naming the peer. */
+int rl_comm_init(const rl_comm_opts *o, rl_comm **out, rl_err *e);
+int rl_comm_rank(const rl_comm *c);
+int rl_comm_world(const rl_comm *c);
+const char *rl_comm_backend(const rl_comm *c);
+
+/* In place; count elements of dtype. AVG divides by world after summing
+ * (RL_I64 supports SUM only). */
+int rl_comm_allreduce(rl_comm *c, void *buf, size_t count, rl_dtype t, rl_redop op, rl_err *e);
+int rl_comm_broadcast(rl_comm *c, void *buf, size_t count, rl_dtype t, int root, rl_err *e);
+/* recv holds world * count elements, rank r's contribution at r * count. */
+int rl_comm_allgather(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
+                      rl_err *e);
+/* send holds world * count elements; recv gets the reduction of block `rank`. */
+int rl_comm_reduce_scatter(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
+                           rl_redop op, rl_err *e);
+int rl_comm_barrier(rl_comm *c, rl_err *e);
+/* Complete every op issued so far (bounded by timeout_s). */
+int rl_comm_wait(rl_comm *c, rl_err *e);
+/* Make every blocked and future op fail promptly (RL_EABORT). Thread-safe. */
+void rl_comm_abort(rl_comm *c);
+void rl_comm_destroy(rl_comm *c);
+
+#endif

@@ -1,0 +1,134 @@
+/* rdzv: how processes find each other.
+ *
+ * The store is a small TCP key-value service hosted by one process (node 0
+ * in static mode, the elected leader later). Everything that must be agreed
+ * between ranks -- ring addresses, the ncclUniqueId, round membership --
+ * goes through it. The static mode reads torchrun's (and SLURM's)
+ * environment. The Kubernetes and etcd electors of later issues feed the
+ * same store.
+ *
+ * Wire protocol: every message is one frame,
+ *   u32 magic 'RLST' (0x524c5354) | u16 version (1) | u16 op | u32 status |
+ *   u32 key length | u32 value length | u32 value2 length | key | value | value2
+ * all integers big-endian; key <= 1 KiB, each value <= 64 MiB. A request
+ * gets exactly one response frame with the same op. Anything else (bad
+ * magic, other version, oversize lengths, unknown op) is a protocol error:
+ * the server answers with status RL_STORE_EPROTO and closes the
+ * connection, the client reports it naming the peer. */
+#ifndef RL_RDZV_H
+#define RL_RDZV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+#define RL_STORE_MAGIC 0x524c5354u
+#define RL_STORE_VERSION 1
+#define RL_STORE_HEADER_BYTES 24
+#define RL_STORE_MAX_KEY 1024u
+#define RL_STORE_MAX_VALUE (64u << 20)
+#define RL_STORE_DEFAULT_PORT 29400
+
+enum rl_store_op {
+    RL_STORE_SET = 1,  /* key, value -> ok */
+    RL_STORE_GET = 2,  /* key, value = u32 wait_ms -> value, or status NOTFOUND after wait_ms */
+    RL_STORE_ADD = 3,  /* key, value = i64 delta -> value = i64 new (missing key counts as 0) */
+    RL_STORE_CAS = 4,  /* key, value = expected, value2 = desired -> status OK (swapped) or
+                          MISMATCH, value = current. expected empty: only if key absent. */
+    RL_STORE_DEL = 5,  /* key -> ok (absent key is ok too) */
+    RL_STORE_PING = 6, /* -> ok (liveness, version check) */
+};
+
+enum rl_store_status {
+    RL_STORE_OK = 0,
+    RL_STORE_NOTFOUND = 1,
+    RL_STORE_MISMATCH = 2,
+    RL_STORE_EPROTO = 3,
+};
+
+/* A parsed frame header (the key and values follow it on the wire). */
+typedef struct rl_store_frame {
+    uint16_t version, op;
+    uint32_t status, klen, vlen, v2len;
+} rl_store_frame;
+
+/* Parse and validate a 24-byte header; `peer` names the other end in
+ * messages. RL_EINPUT (protocol error) on anything malformed. Fuzzed. */
+int rl_store_frame_parse(const void *buf, size_t len, const char *peer, rl_store_frame *f,
+                         rl_err *e);
+void rl_store_frame_encode(void *buf, const rl_store_frame *f);
+
+/* ---- server ------------------------------------------------------------------------ */
+typedef struct rl_store_server rl_store_server;
+/* Listen on host:port (port 0 = any free port; host NULL = 0.0.0.0) and
+ * serve from a background thread. A port in use is RL_EINPUT naming it. */
+int rl_store_server_start(const char *host, int port, rl_store_server **out, rl_err *e);
+int rl_store_server_port(const rl_store_server *s);
+void rl_store_server_stop(rl_store_server *s);
+
+/* ---- client ------------------------------------------------------------------------ */
+typedef struct rl_store rl_store;
+/* Connect, retrying until timeout_s (the server may start later than its
+ * clients). Every later call is bounded by the same timeout unless it takes
+ * its own. An unreachable store after the timeout is RL_ETIMEOUT naming
+ * host:port. Not thread-safe: one client per thread. */
+int rl_store_connect(const char *host, int port, double timeout_s, rl_store **out, rl_err *e);
+int rl_store_set(rl_store *s, const char *key, const void *val, size_t len, rl_err *e);
+/* Wait up to timeout_s for the key to exist; *val is malloc'd (NUL-
+ * terminated for convenience, not counted in *len). RL_ETIMEOUT names the key. */
+int rl_store_get(rl_store *s, const char *key, double timeout_s, void **val, size_t *len,
+                 rl_err *e);
+int rl_store_add(rl_store *s, const char *key, int64_t delta, int64_t *result, rl_err *e);
+/* Compare-and-set; expected NULL/0 means "only if absent". *swapped tells
+ * the outcome; current (optional, malloc'd) receives the value after. */
+int rl_store_cas(rl_store *s, const char *key, const void *expected, size_t elen,
+                 const void *desired, size_t dlen, bool *swapped, void **current, size_t *clen,
+                 rl_err *e);
+int rl_store_delete(rl_store *s, const char *key, rl_err *e);
+void rl_store_close(rl_store *s);
+
+/* Wait until `count` processes have called this with the same key prefix
+ * (an ADD counter then a GET of a release key): a barrier through the store. */
+int rl_store_barrier(rl_store *s, const char *key, int count, double timeout_s, rl_err *e);
+
+/* ---- static rendezvous: torchrun / Kubeflow / SLURM environment ------------------
+ * Two levels, as with torchrun:
+ *  - a trainer process reads its place in the job (rl_static_env_read):
+ *    RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+ *    MASTER_PORT (what torchrun and our launcher give each trainer), or
+ *    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE (or
+ *    the first count of SLURM_TASKS_PER_NODE, e.g. "4(x2)"), with the first
+ *    host of SLURM_JOB_NODELIST / SLURM_NODELIST as master and MASTER_PORT
+ *    or 29400 as port;
+ *  - a node agent reads the node's place (rl_node_env_read): PET_NNODES,
+ *    PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR, PET_MASTER_PORT
+ *    (Kubeflow's PyTorchJob sets these for torchrun), each falling back to
+ *    the unprefixed name (NNODES, NODE_RANK, ...), then MASTER_ADDR/PORT. */
+typedef struct rl_static_env {
+    int rank, world;             /* global */
+    int local_rank, local_world; /* on this node */
+    char master_addr[256];
+    int master_port;
+    char source[16];             /* "torchrun" or "slurm" (for logs) */
+} rl_static_env;
+
+/* RL_EINPUT naming the variable when one is missing (once any is set), not
+ * an integer, out of range or inconsistent (rank >= world, local_rank >=
+ * local_world, local_world > world, a port outside 1..65535). *found =
+ * false (and RL_OK) when neither form is present. */
+int rl_static_env_read(rl_static_env *env, bool *found, rl_err *e);
+
+typedef struct rl_node_env {
+    int nnodes, node_rank, nproc_per_node; /* nproc_per_node 0: not given */
+    char master_addr[256];
+    int master_port;
+} rl_node_env;
+/* Defaults: 1 node, rank 0, master 127.0.0.1:29400. Same error rules. */
+int rl_node_env_read(rl_node_env *env, rl_err *e);
+
+/* First host of a SLURM node list: "node[01-04,7],gpu2" -> "node01". Fuzzed. */
+int rl_slurm_first_host(const char *nodelist, char *out, size_t n, rl_err *e);
+
+#endif
