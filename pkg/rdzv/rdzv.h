@@ -11,10 +11,14 @@
  *   u32 magic 'RLST' (0x524c5354) | u16 version (1) | u16 op | u32 status |
  *   u32 key length | u32 value length | u32 value2 length | key | value | value2
  * all integers big-endian; key <= 1 KiB, each value <= 64 MiB. A request
- * gets exactly one response frame with the same op. Anything else (bad
- * magic, other version, oversize lengths, unknown op) is a protocol error:
- * the server answers with status RL_STORE_EPROTO and closes the
- * connection, the client reports it naming the peer. */
+ * (status 0) gets exactly one response frame with the same op. Anything
+ * else (bad magic, other version, oversize lengths, unknown op, a request
+ * body that does not fit its op) is a protocol error: the server answers
+ * with status RL_STORE_EPROTO, its one-line reason as the value, and
+ * closes the connection; the client reports it naming the peer. Counters
+ * (ADD) are stored as the 8-byte big-endian value, so a GET of a counter
+ * key returns those 8 bytes. The server keeps at most RL_STORE_MAX_TOTAL
+ * bytes of keys and values; a write beyond that is answered EFULL. */
 #ifndef RL_RDZV_H
 #define RL_RDZV_H
 
@@ -29,6 +33,7 @@
 #define RL_STORE_HEADER_BYTES 24
 #define RL_STORE_MAX_KEY 1024u
 #define RL_STORE_MAX_VALUE (64u << 20)
+#define RL_STORE_MAX_TOTAL (1024u << 20)
 #define RL_STORE_DEFAULT_PORT 29400
 
 enum rl_store_op {
@@ -46,6 +51,7 @@ enum rl_store_status {
     RL_STORE_NOTFOUND = 1,
     RL_STORE_MISMATCH = 2,
     RL_STORE_EPROTO = 3,
+    RL_STORE_EFULL = 4, /* the write would take the store over RL_STORE_MAX_TOTAL */
 };
 
 /* A parsed frame header (the key and values follow it on the wire). */
@@ -55,7 +61,10 @@ typedef struct rl_store_frame {
 } rl_store_frame;
 
 /* Parse and validate a 24-byte header; `peer` names the other end in
- * messages. RL_EINPUT (protocol error) on anything malformed. Fuzzed. */
+ * messages ("127.0.0.1:29400" -> "store 127.0.0.1:29400: protocol version 2,
+ * expected 1"). RL_EINPUT (protocol error) on anything malformed; *f is
+ * untouched then. Fuzzed. Encode writes all fields as given (set version
+ * to RL_STORE_VERSION) into 24 bytes. */
 int rl_store_frame_parse(const void *buf, size_t len, const char *peer, rl_store_frame *f,
                          rl_err *e);
 void rl_store_frame_encode(void *buf, const rl_store_frame *f);

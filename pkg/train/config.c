@@ -103,9 +103,11 @@ static int check(const rl_job_config *c, const char *name, rl_err *e) {
         return rl_errf(e, RL_EINPUT, "%s: train.warmup_steps %lld exceeds train.steps %lld", name,
                        t->warmup_steps, t->steps);
     if (c->data.train[0] == '\0') return rl_errf(e, RL_EINPUT, "%s: data.train: must be set", name);
-    if (c->data.eval_task[0] && strcmp(c->data.eval_task, "arith") != 0)
+    if (c->data.eval_task[0] && strcmp(c->data.eval_task, "arith") != 0) {
+        char esc[128]; /* user text: escaped, so the message stays one line */
         return rl_errf(e, RL_EINPUT, "%s: data.eval_task: unknown task \"%s\" (known: arith)", name,
-                       c->data.eval_task);
+                       rl_json_escape(esc, sizeof esc, c->data.eval_task));
+    }
     if (c->data.eval_task[0] && !c->data.val[0])
         return rl_errf(e, RL_EINPUT, "%s: data.eval_task needs data.val", name);
     return RL_OK;

@@ -1,0 +1,282 @@
+/* comm dispatcher: picks the backend, validates arguments once for all
+ * backends, and keeps the "dead after the first failure" rule in one place.
+ * The reductions used by more than one backend (tcp's ring, every backend's
+ * world-1 path) live here too. */
+#include "comm/comm_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t rl_dtype_size(rl_dtype t) {
+    switch (t) {
+    case RL_F32: return 4;
+    case RL_F64: return 8;
+    case RL_BF16: return 2;
+    case RL_I64: return 8;
+    }
+    return 0;
+}
+
+static const char *dtype_name(rl_dtype t) {
+    switch (t) {
+    case RL_F32: return "f32";
+    case RL_F64: return "f64";
+    case RL_BF16: return "bf16";
+    case RL_I64: return "i64";
+    }
+    return "?";
+}
+
+/* ---- element-wise arithmetic ---------------------------------------------- */
+
+float rl_comm_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint16_t rl_comm_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    /* NaN must stay NaN: rounding could carry the payload into the exponent
+     * and produce infinity. Keep the sign, force a quiet-NaN mantissa bit. */
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    /* Round to nearest, ties to even (what PyTorch and NCCL do). */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+void rl_comm_reduce_sum(void *dst, const void *a, const void *b, size_t n, rl_dtype t) {
+    /* No restrict: dst may alias a (in-place ring reduction). Same-index
+     * aliasing still vectorises after gcc's runtime overlap check. */
+    switch (t) {
+    case RL_F32: {
+        float *d = dst;
+        const float *x = a, *y = b;
+        for (size_t i = 0; i < n; i++) d[i] = x[i] + y[i];
+        break;
+    }
+    case RL_F64: {
+        double *d = dst;
+        const double *x = a, *y = b;
+        for (size_t i = 0; i < n; i++) d[i] = x[i] + y[i];
+        break;
+    }
+    case RL_I64: {
+        /* Unsigned arithmetic: overflow wraps (two's complement) instead of
+         * being undefined behaviour, and wraps identically on every rank. */
+        uint64_t *d = dst;
+        const uint64_t *x = a, *y = b;
+        for (size_t i = 0; i < n; i++) d[i] = x[i] + y[i];
+        break;
+    }
+    case RL_BF16: {
+        uint16_t *d = dst;
+        const uint16_t *x = a, *y = b;
+        for (size_t i = 0; i < n; i++)
+            d[i] = rl_comm_f32_to_bf16(rl_comm_bf16_to_f32(x[i]) + rl_comm_bf16_to_f32(y[i]));
+        break;
+    }
+    }
+}
+
+void rl_comm_divide(void *x, size_t n, rl_dtype t, int div) {
+    switch (t) {
+    case RL_F32: {
+        float *p = x, d = (float)div;
+        for (size_t i = 0; i < n; i++) p[i] /= d;
+        break;
+    }
+    case RL_F64: {
+        double *p = x, d = (double)div;
+        for (size_t i = 0; i < n; i++) p[i] /= d;
+        break;
+    }
+    case RL_BF16: {
+        uint16_t *p = x;
+        float d = (float)div;
+        for (size_t i = 0; i < n; i++) p[i] = rl_comm_f32_to_bf16(rl_comm_bf16_to_f32(p[i]) / d);
+        break;
+    }
+    case RL_I64: break; /* rejected by validation: AVG is SUM-only for integers */
+    }
+}
+
+/* ---- init / dispatch ------------------------------------------------------ */
+
+int rl_comm_init(const rl_comm_opts *o, rl_comm **out, rl_err *e) {
+    if (!out) return rl_errf(e, RL_EINPUT, "comm init: out is NULL");
+    *out = NULL;
+    if (!o) return rl_errf(e, RL_EINPUT, "comm init: options are NULL");
+    const char *backend = o->backend && *o->backend ? o->backend : "tcp";
+    if (o->world < 1 || o->world > RL_COMM_MAX_WORLD)
+        return rl_errf(e, RL_EINPUT, "comm init: world %d outside 1..%d", o->world,
+                       RL_COMM_MAX_WORLD);
+    if (o->rank < 0 || o->rank >= o->world)
+        return rl_errf(e, RL_EINPUT, "comm init: rank %d outside 0..%d (world %d)", o->rank,
+                       o->world - 1, o->world);
+    if (!(o->timeout_s >= 0) || isinf(o->timeout_s))
+        return rl_errf(e, RL_EINPUT, "comm init: timeout_s %g is not a finite number >= 0",
+                       o->timeout_s);
+    bool tcp = strcmp(backend, "tcp") == 0, nccl = strcmp(backend, "nccl") == 0;
+    if (!tcp && !nccl)
+        return rl_errf(e, RL_EINPUT, "comm init: unknown backend \"%.64s\" (want tcp or nccl)",
+                       backend);
+#ifndef RL_CUDA
+    if (nccl)
+        return rl_errf(e, RL_EINPUT,
+                       "comm init: backend \"nccl\" requested but this build has no CUDA/NCCL "
+                       "(rebuild with CUDA, or use backend tcp)");
+#endif
+    /* The store is how ranks find each other, so only world 1 can do
+     * without it (tcp: no sockets at all; nccl: rank 0 keeps its own id). */
+    if (o->world > 1 && !o->store)
+        return rl_errf(e, RL_EINPUT, "comm init: rank %d of %d: no rendezvous store given",
+                       o->rank, o->world);
+    if (o->world > 1 && (!o->prefix || !*o->prefix))
+        return rl_errf(e, RL_EINPUT, "comm init: rank %d of %d: empty key prefix", o->rank,
+                       o->world);
+
+    rl_comm *c = calloc(1, sizeof *c);
+    if (!c) return rl_errf(e, RL_ENOMEM, "comm init: out of memory");
+    c->rank = o->rank;
+    c->world = o->world;
+    c->timeout_s = o->timeout_s > 0 ? o->timeout_s : RL_COMM_DEFAULT_TIMEOUT_S;
+    atomic_init(&c->aborted, 0);
+    int rc;
+    if (tcp) {
+        c->backend = "tcp";
+        rc = rl_comm_tcp_init(o, c, e);
+    } else {
+#ifdef RL_CUDA
+        c->backend = "nccl";
+        rc = rl_comm_nccl_init(o, c, e);
+#else
+        rc = RL_EINTERNAL; /* unreachable: rejected above */
+#endif
+    }
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return RL_OK;
+}
+
+int rl_comm_rank(const rl_comm *c) { return c ? c->rank : -1; }
+int rl_comm_world(const rl_comm *c) { return c ? c->world : 0; }
+const char *rl_comm_backend(const rl_comm *c) { return c ? c->backend : "none"; }
+
+/* Common preamble of every op: fail fast when aborted or dead. */
+static int check_alive(rl_comm *c, const char *what, rl_err *e) {
+    if (!c) return rl_errf(e, RL_EINPUT, "comm %s: communicator is NULL", what);
+    if (atomic_load(&c->aborted))
+        return rl_errf(e, RL_EABORT, "rank %d: comm %s: communicator was aborted", c->rank,
+                       what);
+    if (c->dead) {
+        if (e) {
+            e->code = c->dead;
+            snprintf(e->msg, sizeof e->msg, "rank %d: comm %s: communicator failed earlier: %s",
+                     c->rank, what, c->dead_err.msg);
+        }
+        return c->dead;
+    }
+    return RL_OK;
+}
+
+static int check_args(rl_comm *c, const char *what, const void *a, const void *b, size_t count,
+                      rl_dtype t, int redop, rl_err *e) {
+    size_t es = rl_dtype_size(t);
+    if (es == 0)
+        return rl_errf(e, RL_EINPUT, "rank %d: comm %s: unknown dtype %d", c->rank, what,
+                       (int)t);
+    if (redop >= 0) {
+        if (redop != RL_SUM && redop != RL_AVG)
+            return rl_errf(e, RL_EINPUT, "rank %d: comm %s: unknown reduction op %d", c->rank,
+                           what, redop);
+        if (redop == RL_AVG && t == RL_I64)
+            return rl_errf(e, RL_EINPUT, "rank %d: comm %s: AVG is not supported for i64 "
+                           "(integers support SUM only)", c->rank, what);
+    }
+    if (count > SIZE_MAX / es / (size_t)c->world)
+        return rl_errf(e, RL_EINPUT, "rank %d: comm %s: count %zu of %s overflows size_t",
+                       c->rank, what, count, dtype_name(t));
+    if (count > 0 && (!a || !b))
+        return rl_errf(e, RL_EINPUT, "rank %d: comm %s: NULL buffer with count %zu", c->rank,
+                       what, count);
+    return RL_OK;
+}
+
+/* After a backend op: a failure leaves the ranks out of step, so the
+ * communicator is dead from now on (see comm_internal.h). */
+static int finish(rl_comm *c, int rc, rl_err *e) {
+    if (rc == RL_OK) return RL_OK;
+    if (!c->dead) {
+        c->dead = rc;
+        if (e) c->dead_err = *e;
+        else rl_errf(&c->dead_err, rc, "operation failed (%s)", rl_err_name(rc));
+        if (c->ops->kill) c->ops->kill(c);
+    }
+    return rc;
+}
+
+int rl_comm_allreduce(rl_comm *c, void *buf, size_t count, rl_dtype t, rl_redop op, rl_err *e) {
+    int rc = check_alive(c, "allreduce", e);
+    if (!rc) rc = check_args(c, "allreduce", buf, buf, count, t, (int)op, e);
+    if (rc) return rc;
+    return finish(c, c->ops->allreduce(c, buf, count, t, op, e), e);
+}
+
+int rl_comm_broadcast(rl_comm *c, void *buf, size_t count, rl_dtype t, int root, rl_err *e) {
+    int rc = check_alive(c, "broadcast", e);
+    if (!rc) rc = check_args(c, "broadcast", buf, buf, count, t, -1, e);
+    if (rc) return rc;
+    if (root < 0 || root >= c->world)
+        return rl_errf(e, RL_EINPUT, "rank %d: comm broadcast: root %d outside 0..%d", c->rank,
+                       root, c->world - 1);
+    return finish(c, c->ops->broadcast(c, buf, count, t, root, e), e);
+}
+
+int rl_comm_allgather(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
+                      rl_err *e) {
+    int rc = check_alive(c, "allgather", e);
+    if (!rc) rc = check_args(c, "allgather", send, recv, count, t, -1, e);
+    if (rc) return rc;
+    return finish(c, c->ops->allgather(c, send, recv, count, t, e), e);
+}
+
+int rl_comm_reduce_scatter(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
+                           rl_redop op, rl_err *e) {
+    int rc = check_alive(c, "reduce_scatter", e);
+    if (!rc) rc = check_args(c, "reduce_scatter", send, recv, count, t, (int)op, e);
+    if (rc) return rc;
+    return finish(c, c->ops->reduce_scatter(c, send, recv, count, t, op, e), e);
+}
+
+int rl_comm_barrier(rl_comm *c, rl_err *e) {
+    int rc = check_alive(c, "barrier", e);
+    if (rc) return rc;
+    return finish(c, c->ops->barrier(c, e), e);
+}
+
+int rl_comm_wait(rl_comm *c, rl_err *e) {
+    int rc = check_alive(c, "wait", e);
+    if (rc) return rc;
+    return finish(c, c->ops->wait(c, e), e);
+}
+
+void rl_comm_abort(rl_comm *c) {
+    if (!c) return;
+    /* Only the first call wakes the backend; repeated aborts are no-ops. */
+    if (atomic_exchange(&c->aborted, 1)) return;
+    if (c->ops->abort) c->ops->abort(c);
+}
+
+void rl_comm_destroy(rl_comm *c) {
+    if (!c) return;
+    c->ops->destroy(c);
+    free(c);
+}

@@ -1,0 +1,68 @@
+/* Internal to pkg/rdzv (and its tests and fuzz targets): the store's state
+ * and its request handling as a pure function over bytes, so that the
+ * protocol logic can be unit-tested and fuzzed without sockets. The server
+ * (store_server.c) only moves bytes and parks GETs. */
+#ifndef RL_RDZV_STORE_DB_H
+#define RL_RDZV_STORE_DB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv/rdzv.h"
+
+/* A growable byte buffer; `off` is how much of it was consumed (sent). */
+typedef struct rl_store_buf {
+    uint8_t *p;
+    size_t len, cap, off;
+} rl_store_buf;
+/* Make room for `extra` more bytes after len. 0 or -1 (out of memory). */
+int rl_store_buf_reserve(rl_store_buf *b, size_t extra);
+/* Drop the consumed prefix (off) so that the buffer does not grow forever. */
+void rl_store_buf_compact(rl_store_buf *b);
+void rl_store_buf_free(rl_store_buf *b);
+/* Append one frame: header + key + value + value2 (any may be empty). */
+int rl_store_buf_frame(rl_store_buf *b, uint16_t op, uint32_t status, const void *key,
+                       uint32_t klen, const void *val, uint32_t vlen, const void *val2,
+                       uint32_t v2len);
+
+typedef struct rl_store_db rl_store_db;
+/* max_bytes bounds keys + values + a per-key overhead. NULL: out of memory. */
+rl_store_db *rl_store_db_new(size_t max_bytes);
+void rl_store_db_free(rl_store_db *db);
+size_t rl_store_db_bytes(const rl_store_db *db);
+size_t rl_store_db_count(const rl_store_db *db);
+
+typedef enum {
+    RL_STORE_STEP_MORE = 0, /* incomplete frame: st->need is the size it will have */
+    RL_STORE_STEP_REPLY,    /* a response frame was appended to out */
+    RL_STORE_STEP_WAIT,     /* GET of an absent key with a wait: park it (st->key, st->wait_ms) */
+    RL_STORE_STEP_ERROR,    /* protocol error: an EPROTO frame was appended; close after it */
+    RL_STORE_STEP_NOMEM,    /* could not grow out: drop the connection */
+} rl_store_step_result;
+
+typedef struct rl_store_step {
+    size_t used;        /* bytes of `in` the request took (0 for MORE) */
+    size_t need;        /* MORE: total frame bytes needed (24 until the header is in) */
+    uint16_t op;        /* the request's op (REPLY/WAIT) */
+    uint32_t wait_ms;   /* WAIT */
+    const uint8_t *key; /* REPLY/WAIT: the request's key (points into `in`) */
+    uint32_t klen;
+    bool wrote;         /* REPLY: the key now has a (new) value: wake its waiters */
+} rl_store_step;
+
+/* Handle the first request in in[0..len). `peer` names the client in
+ * protocol errors (e is filled for ERROR and NOMEM only). */
+rl_store_step_result rl_store_db_step(rl_store_db *db, const uint8_t *in, size_t len,
+                                      const char *peer, rl_store_buf *out, rl_store_step *st,
+                                      rl_err *e);
+/* Answer a parked GET: appends OK + value and returns 1 if the key exists;
+ * otherwise appends NOTFOUND if `expired` and returns 0; -1 on no memory. */
+int rl_store_db_answer_get(rl_store_db *db, const uint8_t *key, uint32_t klen, bool expired,
+                           rl_store_buf *out);
+
+/* Printable form of a (possibly binary) key for messages: at most ~80
+ * characters, non-printables as \xNN. Returns dst. */
+char *rl_store_key_desc(char *dst, size_t n, const void *key, size_t klen);
+
+#endif
