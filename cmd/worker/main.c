@@ -5,24 +5,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/agent.h"
+#include "rdzv/rdzv.h"
 #include "train/train.h"
 #include "util/util.h"
 #ifdef RL_CUDA
 #include "kernels/gpu.h"
 #endif
 
-static volatile int g_stop;
+static volatile int g_stop, g_stop_sig;
 static void on_signal(int sig) {
-    (void)sig;
+    g_stop_sig = sig;
     g_stop = 1;
 }
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ringleader-worker [--config FILE] [--steps N] [--seed N] [--print-config]\n"
-            "  Trains a Llama-architecture model on the CPU. With no --config, trains the\n"
-            "  embedded default: a small model on the arithmetic corpus that\n"
-            "  `ringleader-prepare arith --out data/arith` writes (see `make run`).\n");
+            "                         [--save-params FILE]\n"
+            "                         [--nproc-per-node N [--nnodes N --node-rank I\n"
+            "                          --master-addr HOST --master-port PORT]]\n"
+            "  Trains a Llama-architecture model. With no --config, trains the embedded\n"
+            "  default: a small model on the arithmetic corpus that\n"
+            "  `ringleader-prepare arith --out data/arith` writes (see `make run`).\n"
+            "  --nproc-per-node N forks N trainer processes (data parallel, like torchrun);\n"
+            "  a process started with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun)\n"
+            "  or SLURM_PROCID/SLURM_NTASKS (srun) joins that job. PET_NNODES,\n"
+            "  PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR/PORT are read too.\n"
+            "  --save-params FILE: rank 0 writes the final fp32 parameters (raw).\n");
 }
 
 static int fail(const char *what, const rl_err *e) {
@@ -40,30 +50,90 @@ static int parse_ll(const char *flag, const char *v, long long lo, long long hi,
     return RL_OK;
 }
 
+/* with_data: also the digest of the samples consumed (tests compare it) */
+static void print_summary(const rl_run_summary *s, long long steps, bool with_data) {
+    printf("trained %lld steps in %.1f s (%.0f tokens/s): final loss %.4f (unigram entropy %.4f)",
+           steps, s->elapsed_s, s->tokens_per_s, s->final_loss, s->unigram_entropy);
+    if (s->val_loss >= 0) printf(", val loss %.4f", s->val_loss);
+    printf("\n");
+    if (s->has_arith) {
+        printf("held-out sums answered exactly: %d of %d (%.1f%%)\n", s->arith.correct,
+               s->arith.total, 100.0 * s->arith.correct / (s->arith.total ? s->arith.total : 1));
+        for (int i = 0; i < s->arith.n_shown; i++) printf("  %s\n", s->arith.shown[i]);
+    }
+    if (with_data)
+        printf("data: %llu samples, digest %016llx\n", (unsigned long long)s->data_count,
+               (unsigned long long)s->data_sum);
+    fflush(stdout);
+}
+
+/* One trainer in this process (world size 1). */
+static int run_single(const rl_job_config *cfg, const char *config_path, const char *save_params) {
+    rl_err e = {0};
+    int rc;
+    rl_trainer tr;
+    if ((rc = rl_trainer_init(&tr, cfg, NULL, &e))) {
+        if (!config_path && rc == RL_EINPUT)
+            fprintf(stderr, "ringleader-worker: error: %s (the embedded default reads the corpus "
+                    "that `make run` writes: ringleader-prepare arith --out data/arith)\n", e.msg);
+        return config_path || rc != RL_EINPUT ? fail("", &e) : 2;
+    }
+#ifdef RL_CUDA
+    char gpu[128] = "";
+    int ngpu = rl_gpu_device_count(gpu, sizeof gpu);
+    if (ngpu == 0)
+        rl_log_msg(RL_LOG_INFO, "device", "CUDA build, but no GPU is visible: training on the CPU");
+    else
+        rl_log(RL_LOG_INFO, "device",
+               "\"gpus\":%d,\"msg\":\"GPU present; this build trains on the CPU path\"", ngpu);
+#endif
+    tr.stop = &g_stop;
+    rc = rl_trainer_run(&tr, &e);
+    if (!rc && save_params) rc = rl_trainer_save_params(&tr, save_params, &e);
+    if (rc) {
+        rl_trainer_free(&tr);
+        return fail("", &e);
+    }
+    print_summary(&tr.summary, tr.step, save_params != NULL);
+    rl_trainer_free(&tr);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     rl_err e = {0};
     rl_job_config cfg;
     rl_job_config_default(&cfg);
-    const char *config_path = NULL;
-    long long steps = -1, seed = -1;
+    const char *config_path = NULL, *save_params = NULL;
+    long long steps = -1, seed = -1, nproc = -1, nnodes = -1, node_rank = -1, mport = -1;
+    const char *maddr = NULL;
     int print_config = 0, rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        struct { const char *flag; long long lo, hi, *dst; } ints[] = {
+            {"--steps", 0, 1ll << 40, &steps},         {"--seed", 0, 1ll << 53, &seed},
+            {"--nproc-per-node", 1, 1024, &nproc},     {"--nnodes", 1, 1 << 20, &nnodes},
+            {"--node-rank", 0, 1 << 20, &node_rank},   {"--master-port", 0, 65535, &mport},
+        };
+        bool matched = false;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !matched; k++) {
+            if (strcmp(a, ints[k].flag) != 0) continue;
+            if ((rc = parse_ll(a, v, ints[k].lo, ints[k].hi, ints[k].dst, &e))) return fail("", &e);
+            matched = true, i++;
+        }
+        if (matched) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--config") && v) {
             config_path = v, i++;
-        } else if (!strcmp(a, "--steps")) {
-            if ((rc = parse_ll("--steps", v, 0, 1ll << 40, &steps, &e))) return fail("", &e);
-            i++;
-        } else if (!strcmp(a, "--seed")) {
-            if ((rc = parse_ll("--seed", v, 0, 1ll << 53, &seed, &e))) return fail("", &e);
-            i++;
+        } else if (!strcmp(a, "--save-params") && v) {
+            save_params = v, i++;
+        } else if (!strcmp(a, "--master-addr") && v) {
+            maddr = v, i++;
         } else if (!strcmp(a, "--print-config")) {
             print_config = 1;
         } else {
-            fprintf(stderr, "ringleader-worker: unknown or incomplete flag '%s' (see --help)\n", a);
+            fprintf(stderr, "ringleader-worker: error: unknown or incomplete flag '%s' (see --help)\n", a);
             return 2;
         }
     }
@@ -92,41 +162,58 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    /* Everything a user can get wrong is checked before the first log line,
-     * so a bad input ends with exactly one line. */
-    rl_log_init(-1);
-    rl_trainer tr;
-    if ((rc = rl_trainer_init(&tr, &cfg, NULL, &e))) {
-        if (!config_path && rc == RL_EINPUT)
-            fprintf(stderr, "ringleader-worker: error: %s (the embedded default reads the corpus "
-                    "that `make run` writes: ringleader-prepare arith --out data/arith)\n", e.msg);
-        return config_path || rc != RL_EINPUT ? fail("", &e) : 2;
+    /* Which role: a node agent (launcher), one rank of a job, or alone. */
+    const char *child = getenv(RL_ENV_CHILD);
+    bool is_child = child && *child == '1';
+    rl_node_env node;
+    if (!is_child) {
+        if ((rc = rl_node_env_read(&node, &e))) return fail("", &e);
+        if (nproc > 0) node.nproc_per_node = (int)nproc;
+        if (nnodes > 0) node.nnodes = (int)nnodes;
+        if (node_rank >= 0) node.node_rank = (int)node_rank;
+        if (mport >= 0) node.master_port = (int)mport;
+        if (maddr) snprintf(node.master_addr, sizeof node.master_addr, "%s", maddr);
+        if (node.node_rank >= node.nnodes) {
+            fprintf(stderr, "ringleader-worker: error: --node-rank %d is not below --nnodes %d\n",
+                    node.node_rank, node.nnodes);
+            return 2;
+        }
     }
-#ifdef RL_CUDA
-    char gpu[128] = "";
-    int ngpu = rl_gpu_device_count(gpu, sizeof gpu);
-    if (ngpu == 0)
-        rl_log_msg(RL_LOG_INFO, "device", "CUDA build, but no GPU is visible: training on the CPU");
-    else
-        rl_log(RL_LOG_INFO, "device",
-               "\"gpus\":%d,\"msg\":\"GPU present; this build trains on the CPU path\"", ngpu);
-#endif
-    tr.stop = &g_stop;
-    rc = rl_trainer_run(&tr, &e);
-    if (rc) {
-        rl_trainer_free(&tr);
-        return fail("", &e);
+    if (!is_child && node.nproc_per_node > 0) {
+        int world = node.nnodes * node.nproc_per_node;
+        if ((rc = rl_job_config_check_world(&cfg, world, config_path ? config_path : "config", &e)))
+            return fail("", &e);
+        /* standalone: one node and no port asked for -> any free port */
+        if (node.nnodes == 1 && mport < 0 && !getenv("PET_MASTER_PORT") && !getenv("MASTER_PORT"))
+            node.master_port = 0;
+        rl_log_init(-1);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0) {
+            fprintf(stderr, "ringleader-worker: error: cannot find own executable\n");
+            return 1;
+        }
+        self[n] = '\0';
+        argv[0] = self;
+        rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = 10, .stop = &g_stop,
+                             .stop_sig = &g_stop_sig};
+        if ((rc = rl_launch(&lo, &e))) return fail("", &e);
+        return 0;
     }
-    const rl_run_summary *s = &tr.summary;
-    printf("trained %lld steps in %.1f s (%.0f tokens/s): final loss %.4f (unigram entropy %.4f)",
-           tr.step, s->elapsed_s, s->tokens_per_s, s->final_loss, s->unigram_entropy);
-    if (s->val_loss >= 0) printf(", val loss %.4f", s->val_loss);
-    printf("\n");
-    if (s->has_arith) {
-        printf("held-out sums answered exactly: %d of %d (%.1f%%)\n", s->arith.correct,
-               s->arith.total, 100.0 * s->arith.correct / (s->arith.total ? s->arith.total : 1));
-        for (int i = 0; i < s->arith.n_shown; i++) printf("  %s\n", s->arith.shown[i]);
+    rl_static_env env;
+    bool found = false;
+    if ((rc = rl_static_env_read(&env, &found, &e))) return fail("", &e);
+    if (!found || env.world == 1) {
+        rl_log_init(-1);
+        return run_single(&cfg, config_path, save_params);
     }
-    rl_trainer_free(&tr);
+    rl_log_init(env.rank);
+    if (env.rank != 0) rl_log_set_level(RL_LOG_WARN); /* progress and metrics on rank 0 only */
+    rl_run_summary sum;
+    rl_proc_opts po = {.cfg = &cfg, .env = &env, .save_params = save_params, .stop = &g_stop};
+    if ((rc = rl_proc_run(&po, &sum, &e))) return fail("", &e);
+    if (env.rank == 0) {
+        print_summary(&sum, cfg.train.steps, save_params != NULL);
+    }
     return 0;
 }

@@ -113,6 +113,11 @@ int rl_loader_next(rl_loader *l, int32_t *inputs, int32_t *targets, rl_err *e);
  * is this value at a step boundary, minus rank_offset: the same on every
  * rank, and simply this value on the rank with rank_offset 0). */
 uint64_t rl_loader_position(const rl_loader *l);
+/* What this loader has handed out: the number of samples and the sum
+ * (mod 2^64) of rl_hash64(global sample index) over them. Sums from all
+ * ranks add up to the single-process value exactly when the ranks consumed
+ * the same samples, disjointly: the test of "identical data consumed". */
+void rl_loader_digest(const rl_loader *l, uint64_t *count, uint64_t *sum);
 void rl_loader_close(rl_loader *l);
 
 /* ---- tokenizer ------------------------------------------------------------------ */

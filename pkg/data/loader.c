@@ -41,6 +41,8 @@ struct rl_loader {
     bool failed; /* the consumer has returned a producer error */
     rl_err fail;
 
+    uint64_t digest_count, digest_sum; /* samples handed out (rl_loader_digest) */
+
     pthread_t thread;
     bool thread_started;
     bool mu_init, filled_init, freed_init;
@@ -235,7 +237,9 @@ int rl_loader_next(rl_loader *l, int32_t *inputs, int32_t *targets, rl_err *e) {
         const int32_t *row = src + (size_t)b * (T + 1);
         memcpy(inputs + (size_t)b * T, row, T * sizeof *row);
         memcpy(targets + (size_t)b * T, row + 1, T * sizeof *row);
+        l->digest_sum += rl_hash64(sample_index(l, k, b));
     }
+    l->digest_count += (uint64_t)l->o.batch;
 
     pthread_mutex_lock(&l->mu);
     l->tail = k + 1;
@@ -267,4 +271,9 @@ void rl_loader_close(rl_loader *l) {
     free(l->slot_rc);
     free(l->slot_err);
     free(l);
+}
+
+void rl_loader_digest(const rl_loader *l, uint64_t *count, uint64_t *sum) {
+    *count = l->digest_count;
+    *sum = l->digest_sum;
 }

@@ -32,6 +32,25 @@ void rl_job_config_default(rl_job_config *c) {
     snprintf(c->data.train, sizeof c->data.train, "data/arith/train_*.bin");
     snprintf(c->data.val, sizeof c->data.val, "data/arith/val_*.bin");
     snprintf(c->data.eval_task, sizeof c->data.eval_task, "arith");
+    snprintf(c->dist.backend, sizeof c->dist.backend, "tcp");
+    c->dist.timeout_s = 60;
+    c->dist.bucket_mb = 25, c->dist.first_bucket_mb = 1; /* PyTorch DDP's defaults */
+}
+
+static int parse_dist(const cJSON *o, const char *w, rl_dist_config *d, rl_err *e) {
+    static const char *const keys[] = {"backend", "timeout_s", "bucket_mb", "first_bucket_mb", NULL};
+    int rc = rl_cfg_check_keys(o, w, keys, e);
+    if (rc || (rc = rl_cfg_str(o, w, "backend", d->backend, sizeof d->backend, e)) ||
+        (rc = rl_cfg_num(o, w, "timeout_s", 0.1, 86400, &d->timeout_s, e)) ||
+        (rc = rl_cfg_num(o, w, "bucket_mb", 1e-6, 4096, &d->bucket_mb, e)) ||
+        (rc = rl_cfg_num(o, w, "first_bucket_mb", 1e-6, 4096, &d->first_bucket_mb, e)))
+        return rc;
+    if (strcmp(d->backend, "tcp") != 0 && strcmp(d->backend, "nccl") != 0) {
+        char esc[64];
+        return rl_errf(e, RL_EINPUT, "%s.backend: unknown backend \"%s\" (tcp or nccl)", w,
+                       rl_json_escape(esc, sizeof esc, d->backend));
+    }
+    return RL_OK;
 }
 
 static int parse_train(const cJSON *o, const char *w, rl_train_config *t, rl_err *e) {
@@ -134,7 +153,7 @@ int rl_job_config_parse(const char *text, size_t len, const char *name, rl_job_c
         for (size_t i = 0; i < off && i < len; i++) line += text[i] == '\n';
         return rl_errf(e, RL_EINPUT, "%s: invalid JSON near line %zu (byte %zu)", name, line, off);
     }
-    static const char *const keys[] = {"model", "train", "data", NULL};
+    static const char *const keys[] = {"model", "train", "data", "dist", NULL};
     char where[RL_PATH_MAX + 16];
     int rc = rl_cfg_check_keys(root, name, keys, e);
     const cJSON *sec;
@@ -149,6 +168,10 @@ int rl_job_config_parse(const char *text, size_t len, const char *name, rl_job_c
     if (!rc && !(rc = rl_cfg_obj(root, name, "data", &sec, e)) && sec) {
         snprintf(where, sizeof where, "%s: data", name);
         rc = parse_data(sec, where, &c->data, e);
+    }
+    if (!rc && !(rc = rl_cfg_obj(root, name, "dist", &sec, e)) && sec) {
+        snprintf(where, sizeof where, "%s: dist", name);
+        rc = parse_dist(sec, where, &c->dist, e);
     }
     cJSON_Delete(root);
     return rc ? rc : check(c, name, e);
@@ -190,6 +213,11 @@ char *rl_job_config_to_json(const rl_job_config *c) {
     cJSON_AddStringToObject(d, "val", c->data.val);
     cJSON_AddStringToObject(d, "eval_task", c->data.eval_task);
     cJSON_AddNumberToObject(d, "eval_examples", c->data.eval_examples);
+    cJSON *ds = cJSON_AddObjectToObject(r, "dist");
+    cJSON_AddStringToObject(ds, "backend", c->dist.backend);
+    cJSON_AddNumberToObject(ds, "timeout_s", c->dist.timeout_s);
+    cJSON_AddNumberToObject(ds, "bucket_mb", c->dist.bucket_mb);
+    cJSON_AddNumberToObject(ds, "first_bucket_mb", c->dist.first_bucket_mb);
     char *s = cJSON_PrintUnformatted(r);
     cJSON_Delete(r);
     return s;

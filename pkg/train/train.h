@@ -41,10 +41,17 @@ typedef struct rl_data_config {
     int eval_examples;       /* for eval_task; 0 = all */
 } rl_data_config;
 
+typedef struct rl_dist_config {
+    char backend[16];       /* "tcp" (CPU) | "nccl" (GPU) */
+    double timeout_s;       /* every collective and peer wait */
+    double bucket_mb, first_bucket_mb;
+} rl_dist_config;
+
 typedef struct rl_job_config {
     rl_model_config model;
     rl_train_config train;
     rl_data_config data;
+    rl_dist_config dist;
 } rl_job_config;
 
 /* The embedded default: the arithmetic run of `make run`. */
@@ -112,6 +119,7 @@ typedef struct rl_run_summary {
     double tokens_per_s, elapsed_s;
     bool has_arith;
     rl_arith_result arith;
+    uint64_t data_count, data_sum; /* this rank's rl_loader_digest at the end */
 } rl_run_summary;
 
 typedef struct rl_trainer {
@@ -142,6 +150,9 @@ int rl_trainer_eval_loss(rl_trainer *tr, double *loss, rl_err *e);
 /* The whole run: steps, periodic eval, final eval (and the eval task). */
 int rl_trainer_run(rl_trainer *tr, rl_err *e);
 void rl_trainer_free(rl_trainer *tr);
+/* Raw little-endian fp32 parameters (the whole buffer), written atomically;
+ * for tests and tools until checkpoints exist. */
+int rl_trainer_save_params(const rl_trainer *tr, const char *path, rl_err *e);
 
 int rl_eval_arith(rl_model *m, rl_dataset *val, int max_examples, rl_arith_result *r, rl_err *e);
 

@@ -252,6 +252,7 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
     }
     clear_progress(tr);
     rl_run_summary *s = &tr->summary;
+    rl_loader_digest(tr->loader, &s->data_count, &s->data_sum);
     s->final_loss = st.loss;
     s->elapsed_s = rl_now() - t0;
     s->tokens_per_s = (double)(tr->step - first) * (double)t->global_batch_tokens / s->elapsed_s;
@@ -270,4 +271,8 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
                "\"elapsed_s\":%.2f",
                tr->step, s->final_loss, s->val_loss, s->tokens_per_s, s->elapsed_s);
     return RL_OK;
+}
+
+int rl_trainer_save_params(const rl_trainer *tr, const char *path, rl_err *e) {
+    return rl_write_file_atomic(path, tr->model.params, tr->model.lay.total * sizeof(float), e);
 }

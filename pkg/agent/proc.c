@@ -1,0 +1,112 @@
+/* One trainer process of a distributed job. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+#include "comm/comm.h"
+#include "ddp/ddp.h"
+
+/* The address peers use to reach this process's ring socket. In a pod the
+ * operator sets POD_IP; locally everything is loopback. */
+static const char *advertise_host(void) {
+    const char *h = getenv("RL_HOST_ADDR");
+    if (!h || !*h) h = getenv("POD_IP");
+    return h && *h ? h : "127.0.0.1";
+}
+
+/* Catch inconsistent launches before any collective can hang on them: the
+ * first process to arrive fixes WORLD_SIZE, and each rank can be claimed
+ * once. Two processes with one RANK, or ranks that disagree on the world
+ * size, fail here with a message naming the cause. */
+static int claim_place(rl_store *s, const rl_static_env *env, rl_err *e) {
+    char key[64], mine[32];
+    snprintf(mine, sizeof mine, "%d", env->world);
+    bool swapped;
+    void *cur = NULL;
+    size_t clen;
+    int rc = rl_store_cas(s, "static/world", NULL, 0, mine, strlen(mine), &swapped, &cur, &clen, e);
+    if (rc) return rc;
+    if (!swapped && (clen != strlen(mine) || memcmp(cur, mine, clen) != 0)) {
+        rc = rl_errf(e, RL_EINPUT, "WORLD_SIZE=%d, but another rank of this job said WORLD_SIZE=%.*s",
+                     env->world, (int)(clen < 16 ? clen : 16), (const char *)cur);
+        free(cur);
+        return rc;
+    }
+    free(cur);
+    snprintf(key, sizeof key, "static/rank/%d", env->rank);
+    if ((rc = rl_store_cas(s, key, NULL, 0, "1", 1, &swapped, NULL, NULL, e))) return rc;
+    if (!swapped)
+        return rl_errf(e, RL_EINPUT, "RANK=%d is claimed by another process of this job (duplicate RANK)",
+                       env->rank);
+    return RL_OK;
+}
+
+int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
+    const rl_job_config *cfg = o->cfg;
+    const rl_static_env *env = o->env;
+    rl_store_server *server = NULL;
+    rl_store *store = NULL;
+    rl_comm *comm = NULL;
+    rl_ddp *ddp = NULL;
+    rl_trainer tr;
+    bool tr_ok = false;
+    int rc;
+
+    if ((rc = rl_job_config_check_world(cfg, env->world, "config", e))) return rc;
+    /* Launched by SLURM or by hand, nobody hosts the store: rank 0 does. */
+    const char *hosted = getenv(RL_ENV_STORE_HOSTED);
+    if (env->rank == 0 && !(hosted && *hosted == '1') &&
+        (rc = rl_store_server_start(NULL, env->master_port, &server, e)))
+        return rc;
+    if ((rc = rl_store_connect(env->master_addr, env->master_port, cfg->dist.timeout_s, &store, e)))
+        goto out;
+    if ((rc = claim_place(store, env, e))) goto out;
+    rl_comm_opts co = {
+        .backend = cfg->dist.backend,
+        .rank = env->rank,
+        .world = env->world,
+        .store = store,
+        .prefix = "static/comm",
+        .host = advertise_host(),
+        .timeout_s = cfg->dist.timeout_s,
+        .device = env->local_rank,
+    };
+    if ((rc = rl_comm_init(&co, &comm, e))) goto out;
+
+    rl_train_dist dist = {.rank = env->rank, .world = env->world};
+    if ((rc = rl_trainer_init(&tr, cfg, &dist, e))) goto out;
+    tr_ok = true;
+    tr.stop = o->stop;
+    rl_ddp_opts dopt = {
+        .first_bucket_bytes = (size_t)(cfg->dist.first_bucket_mb * (1 << 20)),
+        .bucket_bytes = (size_t)(cfg->dist.bucket_mb * (1 << 20)),
+        .timeout_s = cfg->dist.timeout_s * 4,
+    };
+    if ((rc = rl_ddp_create(comm, tr.model.grads, tr.model.lay.total, &dopt, &ddp, e))) goto out;
+    rl_ddp_attach(ddp, &dist);
+    /* identical replicas whatever each rank's seed did */
+    if ((rc = rl_ddp_broadcast(ddp, tr.model.params, tr.model.lay.total, e))) goto out;
+    if (env->rank == 0)
+        rl_log(RL_LOG_INFO, "ddp", "\"world\":%d,\"backend\":\"%s\",\"buckets\":%d,\"source\":\"%s\"",
+               env->world, rl_comm_backend(comm), rl_ddp_nbuckets(ddp), env->source);
+    if ((rc = rl_trainer_run(&tr, e))) goto out;
+
+    uint64_t digest[2] = {tr.summary.data_count, tr.summary.data_sum};
+    if ((rc = rl_ddp_sum_u64(ddp, digest, 2, e))) goto out;
+    tr.summary.data_count = digest[0], tr.summary.data_sum = digest[1];
+    *summary = tr.summary;
+    if (env->rank == 0 && o->save_params && (rc = rl_trainer_save_params(&tr, o->save_params, e)))
+        goto out;
+    /* nobody leaves (closing its sockets) while a peer still reduces */
+    rc = rl_comm_barrier(comm, e);
+out:
+    if (rc && comm) rl_comm_abort(comm);
+    rl_ddp_destroy(ddp);
+    if (tr_ok) rl_trainer_free(&tr);
+    if (comm) rl_comm_destroy(comm);
+    if (store) rl_store_close(store);
+    if (server) rl_store_server_stop(server);
+    if (rc) rl_err_wrap(e, "rank %d", env->rank);
+    return rc;
+}

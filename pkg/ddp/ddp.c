@@ -1,0 +1,239 @@
+/* Gradient buckets reduced on a communication thread, overlapping backward. */
+#include "ddp.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A unit of work for the communication thread. Buckets are jobs too, so
+ * the order of ops on the communicator is the same on every rank. */
+typedef enum { JOB_BUCKET, JOB_AVG_F64, JOB_SUM_U64, JOB_BCAST_F32 } job_kind;
+typedef struct {
+    job_kind kind;
+    void *buf;
+    size_t count;
+    int bucket; /* JOB_BUCKET */
+} job;
+
+#define QCAP 1024
+
+struct rl_ddp {
+    rl_comm *comm;
+    float *grads;
+    size_t n;
+    rl_ddp_opts o;
+    int nb;
+    size_t *boff, *blen; /* bucket b covers [boff[b], boff[b] + blen[b]) */
+    rl_ddp_event *ev;
+    int next_launch;     /* next bucket to hand over this step */
+    double t_backward_end;
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job q[QCAP];
+    int qhead, qtail;    /* enqueued jobs [qtail, qhead) */
+    uint64_t done_jobs, sent_jobs;
+    bool stop;
+    int rc;              /* first error; later jobs are skipped */
+    rl_err err;
+};
+
+static void *comm_thread(void *arg) {
+    rl_ddp *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (d->qhead == d->qtail && !d->stop) pthread_cond_wait(&d->cv, &d->mu);
+        if (d->qhead == d->qtail && d->stop) break;
+        job j = d->q[d->qtail % QCAP];
+        d->qtail++;
+        int failed = d->rc;
+        pthread_mutex_unlock(&d->mu);
+
+        int rc = 0;
+        rl_err e = {0};
+        if (!failed) {
+            double t0 = rl_now();
+            switch (j.kind) {
+            case JOB_BUCKET:
+                d->ev[j.bucket].t_start = t0;
+                rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_F32, RL_AVG, &e);
+                d->ev[j.bucket].t_done = rl_now();
+                break;
+            case JOB_AVG_F64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_F64, RL_AVG, &e); break;
+            case JOB_SUM_U64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_I64, RL_SUM, &e); break;
+            case JOB_BCAST_F32: rc = rl_comm_broadcast(d->comm, j.buf, j.count, RL_F32, 0, &e); break;
+            }
+            if (!rc) rc = rl_comm_wait(d->comm, &e);
+        }
+        pthread_mutex_lock(&d->mu);
+        if (rc && !d->rc) d->rc = rc, d->err = e;
+        d->done_jobs++;
+        pthread_cond_broadcast(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* Caller holds no lock. The queue is far deeper than the bucket count, so
+ * a full queue means a logic error, not load. */
+static void submit(rl_ddp *d, job j) {
+    pthread_mutex_lock(&d->mu);
+    if (d->qhead - d->qtail < QCAP) {
+        d->q[d->qhead % QCAP] = j;
+        d->qhead++;
+        d->sent_jobs++;
+    } else if (!d->rc) {
+        d->rc = rl_errf(&d->err, RL_EINTERNAL, "ddp: job queue overflow");
+    }
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Wait until every submitted job is done (bounded), then report the first error. */
+static int drain(rl_ddp *d, rl_err *e) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += (time_t)d->o.timeout_s;
+    pthread_mutex_lock(&d->mu);
+    int w = 0;
+    while (d->done_jobs < d->sent_jobs && w != ETIMEDOUT) w = pthread_cond_timedwait(&d->cv, &d->mu, &dl);
+    int rc = d->rc;
+    if (rc && e) *e = d->err;
+    bool late = d->done_jobs < d->sent_jobs;
+    pthread_mutex_unlock(&d->mu);
+    if (!rc && late) {
+        rl_comm_abort(d->comm);
+        return rl_errf(e, RL_ETIMEOUT, "ddp: gradient reduction not done after %.0f s", d->o.timeout_s);
+    }
+    return rc;
+}
+
+int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, rl_ddp **out,
+                  rl_err *e) {
+    rl_ddp *d = calloc(1, sizeof *d);
+    if (!d) return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
+    d->comm = comm, d->grads = grads, d->n = n;
+    d->o.first_bucket_bytes = o && o->first_bucket_bytes ? o->first_bucket_bytes : 1u << 20;
+    d->o.bucket_bytes = o && o->bucket_bytes ? o->bucket_bytes : 25u << 20;
+    d->o.timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 300;
+    size_t first = d->o.first_bucket_bytes / sizeof(float), rest = d->o.bucket_bytes / sizeof(float);
+    if (first == 0 || rest == 0) {
+        free(d);
+        return rl_errf(e, RL_EINPUT, "ddp: bucket sizes must be at least 4 bytes");
+    }
+    /* count buckets, then fill from the end of the buffer */
+    size_t left = n;
+    int nb = 0;
+    for (size_t cap = first; left > 0; cap = rest, nb++) left -= left < cap ? left : cap;
+    d->nb = nb;
+    d->boff = calloc((size_t)nb + 1, sizeof(size_t));
+    d->blen = calloc((size_t)nb + 1, sizeof(size_t));
+    d->ev = calloc((size_t)nb + 1, sizeof(rl_ddp_event));
+    if (!d->boff || !d->blen || !d->ev) {
+        rl_ddp_destroy(d);
+        return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
+    }
+    left = n;
+    for (int b = 0; b < nb; b++) {
+        size_t cap = b == 0 ? first : rest, len = left < cap ? left : cap;
+        left -= len;
+        d->boff[b] = left, d->blen[b] = len;
+        d->ev[b].off = left, d->ev[b].len = len;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    if (pthread_create(&d->thread, NULL, comm_thread, d) != 0) {
+        rl_ddp_destroy(d);
+        return rl_errf(e, RL_EINTERNAL, "ddp: cannot start the communication thread");
+    }
+    d->thread_started = true;
+    *out = d;
+    return RL_OK;
+}
+
+int rl_ddp_nbuckets(const rl_ddp *d) { return d->nb; }
+
+int rl_ddp_broadcast(rl_ddp *d, float *params, size_t n, rl_err *e) {
+    submit(d, (job){.kind = JOB_BCAST_F32, .buf = params, .count = n});
+    return drain(d, e);
+}
+
+void rl_ddp_grad_ready(void *ctx, size_t off) {
+    rl_ddp *d = ctx;
+    double now = rl_now();
+    while (d->next_launch < d->nb && d->boff[d->next_launch] >= off) {
+        int b = d->next_launch++;
+        d->ev[b].t_ready = now;
+        submit(d, (job){.kind = JOB_BUCKET, .buf = d->grads + d->boff[b], .count = d->blen[b], .bucket = b});
+    }
+    if (off == 0) d->t_backward_end = now;
+}
+
+int rl_ddp_finish(void *ctx, rl_err *e) {
+    rl_ddp *d = ctx;
+    /* a backward that never reported some range (it always reports 0 at the
+     * end) still gets every bucket reduced */
+    rl_ddp_grad_ready(d, 0);
+    d->next_launch = 0;
+    return drain(d, e);
+}
+
+int rl_ddp_average(void *ctx, double *v, int n, rl_err *e) {
+    rl_ddp *d = ctx;
+    submit(d, (job){.kind = JOB_AVG_F64, .buf = v, .count = (size_t)n});
+    return drain(d, e);
+}
+
+int rl_ddp_sum_u64(rl_ddp *d, uint64_t *v, int n, rl_err *e) {
+    /* Sent as 32-bit halves in int64 lanes: the sums cannot overflow a
+     * signed lane for any realistic world size, and recombining them gives
+     * the wrapping 64-bit sum exactly. */
+    int64_t *h = malloc(sizeof(int64_t) * 2 * (size_t)n);
+    if (!h) return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
+    for (int i = 0; i < n; i++) h[2 * i] = (int64_t)(v[i] & 0xffffffffu), h[2 * i + 1] = (int64_t)(v[i] >> 32);
+    submit(d, (job){.kind = JOB_SUM_U64, .buf = h, .count = 2 * (size_t)n});
+    int rc = drain(d, e);
+    for (int i = 0; !rc && i < n; i++) v[i] = (uint64_t)h[2 * i] + ((uint64_t)h[2 * i + 1] << 32);
+    free(h);
+    return rc;
+}
+
+void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist) {
+    dist->rank = rl_comm_rank(d->comm);
+    dist->world = rl_comm_world(d->comm);
+    dist->ctx = d;
+    dist->grad_ready = rl_ddp_grad_ready;
+    dist->finish = rl_ddp_finish;
+    dist->average = rl_ddp_average;
+}
+
+const rl_ddp_event *rl_ddp_events(const rl_ddp *d, double *t_backward_end) {
+    if (t_backward_end) *t_backward_end = d->t_backward_end;
+    return d->ev;
+}
+
+void rl_ddp_abort(rl_ddp *d) { rl_comm_abort(d->comm); }
+
+void rl_ddp_destroy(rl_ddp *d) {
+    if (!d) return;
+    if (d->thread_started) {
+        pthread_mutex_lock(&d->mu);
+        d->stop = true;
+        pthread_cond_broadcast(&d->cv);
+        bool pending = d->done_jobs < d->sent_jobs;
+        pthread_mutex_unlock(&d->mu);
+        /* a job blocked in the communicator is released by abort */
+        if (pending) rl_comm_abort(d->comm);
+        pthread_join(d->thread, NULL);
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->cv);
+    }
+    free(d->boff);
+    free(d->blen);
+    free(d->ev);
+    free(d);
+}

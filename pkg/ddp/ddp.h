@@ -1,0 +1,59 @@
+/* ddp: PyTorch-DDP semantics over pkg/comm.
+ *
+ * The gradient buffer is cut into buckets from its end backwards (the order
+ * backward produces gradients): the first bucket is first_bucket_bytes
+ * (1 MiB, as PyTorch), the others bucket_bytes (25 MiB). The model's
+ * backward reports a watermark ("grads[off:] are final"); every bucket whose
+ * start is at or above it is handed, in bucket order, to a communication
+ * thread that average-allreduces it while backward goes on. Bucket
+ * boundaries ignore tensor boundaries: readiness is one number, so a
+ * bucket is launched exactly when its last gradient is written.
+ *
+ * Only the last micro-step of gradient accumulation passes the hook to
+ * backward (no_sync on the others) -- the trainer does that. All comm ops,
+ * including metric averages and the initial broadcast, run on the
+ * communication thread, so the communicator is only ever used by one
+ * thread. */
+#ifndef RL_DDP_H
+#define RL_DDP_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "train/train.h"
+#include "util/util.h"
+
+typedef struct rl_ddp_opts {
+    size_t first_bucket_bytes; /* default 1 MiB */
+    size_t bucket_bytes;       /* default 25 MiB */
+    double timeout_s;          /* bound on waiting for the comm thread (default 300) */
+} rl_ddp_opts;
+
+/* One bucket's life in the last step (for the overlap test and logs). */
+typedef struct rl_ddp_event {
+    size_t off, len;              /* elements */
+    double t_ready, t_start, t_done; /* rl_now() */
+} rl_ddp_event;
+
+typedef struct rl_ddp rl_ddp;
+
+int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, rl_ddp **out,
+                  rl_err *e);
+int rl_ddp_nbuckets(const rl_ddp *d);
+/* Broadcast rank 0's parameters to every rank (before the first step). */
+int rl_ddp_broadcast(rl_ddp *d, float *params, size_t n, rl_err *e);
+/* Point a trainer's dist seam at this DDP. */
+void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist);
+/* The hook, finish and average functions behind rl_train_dist. */
+void rl_ddp_grad_ready(void *ctx, size_t off);
+int rl_ddp_finish(void *ctx, rl_err *e);
+int rl_ddp_average(void *ctx, double *v, int n, rl_err *e);
+/* Sum n uint64 values over ranks (wrapping), e.g. data digests. */
+int rl_ddp_sum_u64(rl_ddp *d, uint64_t *v, int n, rl_err *e);
+/* Events of the last completed step, one per bucket in bucket order; the
+ * time backward finished (the watermark reached 0) goes to *t_backward_end. */
+const rl_ddp_event *rl_ddp_events(const rl_ddp *d, double *t_backward_end);
+void rl_ddp_abort(rl_ddp *d);
+void rl_ddp_destroy(rl_ddp *d);
+
+#endif

@@ -1,0 +1,372 @@
+/* Data parallelism end to end, through the real binary and launcher:
+ * equivalence with one process, overlap of reduction with backward, and
+ * what happens when a rank dies or the launch is inconsistent. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "ddp/ddp.h"
+#include "model/model.h"
+#include "rdzv/rdzv.h"
+#include "testutil.h"
+#include "train/train.h"
+
+/* 16 sequences of 64 per step, micro-batch 4: 1 process accumulates 4
+ * micro-steps, 2 processes 2 each, 4 processes 1 each. Small buckets so the
+ * 0.8M-parameter model is cut into a dozen of them. */
+static void write_job(const char *dir, int steps, double timeout_s) {
+    char path[256], js[1024];
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    snprintf(js, sizeof js,
+             "{\"train\":{\"steps\":%d,\"warmup_steps\":2,\"micro_batch\":4,\"global_batch_tokens\":1024,"
+             "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
+             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"dist\":{\"timeout_s\":%g,\"first_bucket_mb\":0.05,\"bucket_mb\":0.25}}",
+             steps, dir, timeout_s);
+    rl_test_write(path, js, strlen(js));
+}
+
+static float *read_params(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "no parameters at %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *p = malloc((size_t)len);
+    cr_assert_eq(fread(p, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len / sizeof(float);
+    return p;
+}
+
+/* Runs the worker; returns its exit status and the "data:" line of stdout. */
+static int run_worker(const char *dir, const char *extra, const char *params, char *data, size_t dn) {
+    char cmd[1024], out[256], err[8192];
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    /* grouped, so rl_test_run's own redirect of stdout does not replace ours */
+    snprintf(cmd, sizeof cmd, "(%s/ringleader-worker --config %s/job.json --save-params %s %s >%s)",
+             rl_test_bindir(), dir, params, extra, out);
+    int st = rl_test_run(cmd, err, sizeof err);
+    cr_assert_eq(st, 0, "%s failed (%d): %s", cmd, st, err);
+    FILE *f = fopen(out, "r");
+    cr_assert(f);
+    data[0] = '\0';
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "data:", 5)) snprintf(data, dn, "%s", line);
+    fclose(f);
+    cr_assert(data[0], "no data line in the output of %s", cmd);
+    return st;
+}
+
+static void expect_params_close(const char *what, const float *a, const float *b, size_t n) {
+    rl_model_config c;
+    rl_model_config_default(&c);
+    for (int t = 0; t < rl_model_n_tensors(&c); t++) {
+        rl_tensor_info ti;
+        rl_model_tensor(&c, t, &ti);
+        cr_assert(ti.offset + ti.numel <= n);
+        double dn = 0, nn = 0;
+        for (size_t i = ti.offset; i < ti.offset + ti.numel; i++) {
+            double d = (double)a[i] - b[i];
+            dn += d * d, nn += (double)b[i] * b[i];
+        }
+        double rel = sqrt(dn / nn);
+        cr_expect(rel < 1e-5, "%s: %s differs by %.3g relative", what, ti.name, rel);
+    }
+}
+
+Test(ddp, equivalence_1_2_4_processes, .timeout = 300) {
+    char dir[64];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    write_job(dir, 20, 60);
+    char p1[128], p2[128], p4[128], d1[256], d2[256], d4[256];
+    snprintf(p1, sizeof p1, "%s/p1.bin", dir);
+    snprintf(p2, sizeof p2, "%s/p2.bin", dir);
+    snprintf(p4, sizeof p4, "%s/p4.bin", dir);
+    run_worker(dir, "", p1, d1, sizeof d1);
+    run_worker(dir, "--nproc-per-node 2", p2, d2, sizeof d2);
+    run_worker(dir, "--nproc-per-node 4", p4, d4, sizeof d4);
+    /* the same samples, each consumed once: 20 steps x 16 sequences */
+    cr_expect(strstr(d1, "data: 320 samples") != NULL, "%s", d1);
+    cr_expect_str_eq(d1, d2);
+    cr_expect_str_eq(d1, d4);
+    size_t n1, n2, n4;
+    float *a = read_params(p1, &n1), *b = read_params(p2, &n2), *c = read_params(p4, &n4);
+    cr_assert(n1 == n2 && n1 == n4);
+    /* and the run did train: parameters moved from their initial values */
+    rl_model_config mc;
+    rl_model_config_default(&mc);
+    float *init = malloc(n1 * sizeof *init);
+    rl_model_init_params(&mc, init, 1337);
+    cr_expect(memcmp(init, a, n1 * sizeof *a) != 0);
+    expect_params_close("2 processes x 2 micro-steps vs 1 x 4", b, a, n1);
+    expect_params_close("4 processes x 1 micro-step vs 1 x 4", c, a, n1);
+    free(a), free(b), free(c), free(init);
+    rl_test_rmdir(dir);
+}
+
+/* ---- overlap: two ranks in forked processes, bucket timestamps --------------- */
+static int overlap_rank(int rank, int port, const char *dir, const char *report) {
+    rl_err e;
+    rl_store *s;
+    if (rl_store_connect("127.0.0.1", port, 20, &s, &e)) return 10;
+    rl_comm_opts co = {.backend = "tcp", .rank = rank, .world = 2, .store = s, .prefix = "ov", .timeout_s = 20};
+    rl_comm *comm;
+    if (rl_comm_init(&co, &comm, &e)) return 11;
+    rl_job_config c;
+    rl_job_config_default(&c);
+    snprintf(c.data.train, sizeof c.data.train, "%s/train_*.bin", dir);
+    c.data.val[0] = c.data.eval_task[0] = '\0';
+    rl_train_dist dist = {.rank = rank, .world = 2};
+    rl_trainer tr;
+    if (rl_trainer_init(&tr, &c, &dist, &e)) return 12;
+    rl_ddp_opts o = {.first_bucket_bytes = 64 << 10, .bucket_bytes = 128 << 10};
+    rl_ddp *d;
+    if (rl_ddp_create(comm, tr.model.grads, tr.model.lay.total, &o, &d, &e)) return 13;
+    rl_ddp_attach(d, &dist);
+    rl_step_stats st;
+    for (int i = 0; i < 3; i++)
+        if (rl_trainer_step(&tr, &st, &e)) return 14;
+    double t_end;
+    const rl_ddp_event *ev = rl_ddp_events(d, &t_end);
+    FILE *f = fopen(report, "w");
+    if (!f) return 15;
+    for (int b = 0; b < rl_ddp_nbuckets(d); b++)
+        fprintf(f, "%zu %zu %.9f %.9f %.9f %.9f\n", ev[b].off, ev[b].len, ev[b].t_ready, ev[b].t_start,
+                ev[b].t_done, t_end);
+    fclose(f);
+    rl_comm_barrier(comm, &e);
+    rl_ddp_destroy(d);
+    rl_trainer_free(&tr);
+    rl_comm_destroy(comm);
+    rl_store_close(s);
+    return 0;
+}
+
+Test(ddp, buckets_reduce_during_backward_in_the_same_order, .timeout = 120) {
+    char dir[64];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    rl_store_server *srv;
+    rl_err e;
+    cr_assert_eq(rl_store_server_start("127.0.0.1", 0, &srv, &e), 0, "%s", e.msg);
+    int port = rl_store_server_port(srv);
+    char rep[2][128];
+    pid_t pid[2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(rep[r], sizeof rep[r], "%s/events.%d", dir, r);
+        pid[r] = fork();
+        if (pid[r] == 0) _exit(overlap_rank(r, port, dir, rep[r]));
+    }
+    for (int r = 0; r < 2; r++) {
+        int st;
+        waitpid(pid[r], &st, 0);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d failed: %d", r, st);
+    }
+    rl_store_server_stop(srv);
+    size_t off[2][64], len[2][64];
+    int nb[2] = {0, 0}, overlapped = 0;
+    for (int r = 0; r < 2; r++) {
+        FILE *f = fopen(rep[r], "r");
+        cr_assert(f);
+        double tr_, ts, td, te;
+        while (nb[r] < 64 && fscanf(f, "%zu %zu %lf %lf %lf %lf", &off[r][nb[r]], &len[r][nb[r]], &tr_, &ts, &td, &te) == 6) {
+            cr_expect(ts >= tr_ && td >= ts, "bucket %d timestamps out of order", nb[r]);
+            /* reduced completely before backward reached layer 0's end */
+            if (r == 0 && td < te) overlapped++;
+            nb[r]++;
+        }
+        fclose(f);
+    }
+    cr_expect(nb[0] > 4, "only %d buckets", nb[0]);
+    cr_expect_eq(nb[0], nb[1]);
+    for (int b = 0; b < nb[0] && b < nb[1]; b++)
+        cr_expect(off[0][b] == off[1][b] && len[0][b] == len[1][b], "bucket %d differs between ranks", b);
+    /* buckets come from the end of the buffer backwards and tile it */
+    for (int b = 1; b < nb[0]; b++) cr_expect_eq(off[0][b] + len[0][b], off[0][b - 1]);
+    cr_expect_eq(off[0][nb[0] - 1], 0);
+    cr_expect(overlapped >= nb[0] / 2, "only %d of %d buckets finished before backward ended",
+              overlapped, nb[0]);
+    rl_test_rmdir(dir);
+}
+
+/* ---- faults ---------------------------------------------------------------------- */
+static int free_port(void) {
+    rl_store_server *s;
+    rl_err e;
+    cr_assert_eq(rl_store_server_start("127.0.0.1", 0, &s, &e), 0);
+    int p = rl_store_server_port(s);
+    rl_store_server_stop(s);
+    return p;
+}
+
+static pid_t spawn_rank(const char *dir, int rank, int world, int port, const char *log) {
+    pid_t p = fork();
+    if (p == 0) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", rank), setenv("RANK", v, 1), setenv("LOCAL_RANK", v, 1);
+        snprintf(v, sizeof v, "%d", world), setenv("WORLD_SIZE", v, 1), setenv("LOCAL_WORLD_SIZE", v, 1);
+        snprintf(v, sizeof v, "%d", port), setenv("MASTER_PORT", v, 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        char cfg[256], exe[4200];
+        snprintf(cfg, sizeof cfg, "%s/job.json", dir);
+        snprintf(exe, sizeof exe, "%s/ringleader-worker", rl_test_bindir());
+        FILE *f = freopen(log, "w", stderr);
+        (void)f;
+        if (!freopen("/dev/null", "w", stdout)) _exit(126);
+        execl(exe, exe, "--config", cfg, (char *)NULL);
+        _exit(127);
+    }
+    return p;
+}
+
+static double wait_exit(pid_t p, double limit_s, int *status) {
+    double t0 = rl_now();
+    while (rl_now() - t0 < limit_s) {
+        if (waitpid(p, status, WNOHANG) == p) return rl_now() - t0;
+        usleep(20000);
+    }
+    kill(p, SIGKILL);
+    waitpid(p, status, 0);
+    return -1;
+}
+
+static bool file_has(const char *path, const char *needle) {
+    char *text;
+    size_t len;
+    rl_err e;
+    if (rl_read_file(path, &text, &len, &e)) return false;
+    bool r = strstr(text, needle) != NULL;
+    free(text);
+    return r;
+}
+
+/* SIGKILL one of three ranks mid-training: the others must fail (not hang)
+ * within the configured timeout. */
+Test(ddp, killed_rank_fails_the_others_within_timeout, .timeout = 120) {
+    char dir[64];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    write_job(dir, 100000, 5);
+    /* 3 ranks cannot split 16 sequences: use a global batch of 12 */
+    char path[128], js[1024];
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    snprintf(js, sizeof js,
+             "{\"train\":{\"steps\":100000,\"warmup_steps\":2,\"micro_batch\":4,\"global_batch_tokens\":768,"
+             "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
+             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"dist\":{\"timeout_s\":5}}", dir);
+    rl_test_write(path, js, strlen(js));
+    int port = free_port();
+    char log[3][128];
+    pid_t pid[3];
+    for (int r = 0; r < 3; r++) {
+        snprintf(log[r], sizeof log[r], "%s/rank%d.log", dir, r);
+        pid[r] = spawn_rank(dir, r, 3, port, log[r]);
+    }
+    /* wait until training runs (rank 0 logs steps), then kill rank 2 */
+    double t0 = rl_now();
+    while (!file_has(log[0], "\"step\":3,") && rl_now() - t0 < 60) usleep(50000);
+    cr_assert(file_has(log[0], "\"step\":3,"), "training never started");
+    kill(pid[2], SIGKILL);
+    int st;
+    waitpid(pid[2], &st, 0);
+    for (int r = 0; r < 2; r++) {
+        double dt = wait_exit(pid[r], 5 + 10, &st);
+        cr_expect(dt >= 0, "rank %d still running 15 s after its peer died (timeout 5 s)", r);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 0, "rank %d exited with %d", r, st);
+        cr_expect(file_has(log[r], "error"), "rank %d printed no error", r);
+    }
+    rl_test_rmdir(dir);
+}
+
+Test(ddp, launcher_names_the_dead_rank, .timeout = 120) {
+    char dir[64];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    write_job(dir, 100000, 5);
+    char log[128];
+    snprintf(log, sizeof log, "%s/launch.log", dir);
+    pid_t p = fork();
+    if (p == 0) {
+        char cfg[256], exe[4200];
+        snprintf(cfg, sizeof cfg, "%s/job.json", dir);
+        snprintf(exe, sizeof exe, "%s/ringleader-worker", rl_test_bindir());
+        if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
+        execl(exe, exe, "--config", cfg, "--nproc-per-node", "2", (char *)NULL);
+        _exit(127);
+    }
+    double t0 = rl_now();
+    while (!file_has(log, "\"step\":2,") && rl_now() - t0 < 60) usleep(50000);
+    /* find rank 1's pid in the launcher's "spawned" line */
+    char *text;
+    size_t len;
+    rl_err e;
+    cr_assert_eq(rl_read_file(log, &text, &len, &e), 0);
+    char *sp = strstr(text, "\"event\":\"spawned\",\"rank\":1,");
+    cr_assert(sp, "no spawned line for rank 1: %s", text);
+    int child = atoi(strstr(sp, "\"pid\":") + 6);
+    free(text);
+    cr_assert(child > 0);
+    kill(child, SIGKILL);
+    int st;
+    double dt = wait_exit(p, 30, &st);
+    cr_expect(dt >= 0, "launcher did not exit after rank 1 died");
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "launcher exit %d", st);
+    cr_expect(file_has(log, "rank 1 (pid"), "launcher did not name rank 1");
+    cr_expect(file_has(log, "signal 9"), "launcher did not say how rank 1 died");
+    rl_test_rmdir(dir);
+}
+
+/* Two processes claiming one rank, and ranks disagreeing on the world size. */
+Test(ddp, inconsistent_launches_fail_clearly, .timeout = 120) {
+    char dir[64];
+    rl_test_arith_dir(dir, sizeof dir, 100000);
+    write_job(dir, 5, 5);
+    int port = free_port();
+    char log[3][128];
+    for (int r = 0; r < 3; r++) snprintf(log[r], sizeof log[r], "%s/r%d.log", dir, r);
+    pid_t a = spawn_rank(dir, 0, 2, port, log[0]);
+    usleep(300000); /* rank 0 hosts the store first */
+    pid_t b = spawn_rank(dir, 1, 2, port, log[1]);
+    pid_t c = spawn_rank(dir, 1, 2, port, log[2]);
+    int st;
+    int nb = 0;
+    wait_exit(b, 30, &st);
+    nb += WIFEXITED(st) && WEXITSTATUS(st) == 2 && file_has(log[1], "duplicate RANK");
+    wait_exit(c, 30, &st);
+    nb += WIFEXITED(st) && WEXITSTATUS(st) == 2 && file_has(log[2], "duplicate RANK");
+    cr_expect_eq(nb, 1, "exactly one of the two RANK=1 processes must be refused");
+    wait_exit(a, 30, &st);
+
+    port = free_port();
+    a = spawn_rank(dir, 0, 2, port, log[0]);
+    usleep(300000);
+    b = spawn_rank(dir, 1, 4, port, log[1]);
+    wait_exit(b, 30, &st);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "mismatched WORLD_SIZE: exit %d", st);
+    cr_expect(file_has(log[1], "WORLD_SIZE=4"), "no message naming WORLD_SIZE");
+    double dt = wait_exit(a, 30, &st);
+    cr_expect(dt >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "rank 0 did not fail cleanly");
+    rl_test_rmdir(dir);
+}
+
+Test(ddp, unreachable_master_times_out, .timeout = 60) {
+    char dir[64];
+    rl_test_arith_dir(dir, sizeof dir, 100000);
+    write_job(dir, 5, 2);
+    char log[128];
+    snprintf(log, sizeof log, "%s/r1.log", dir);
+    pid_t b = spawn_rank(dir, 1, 2, free_port(), log); /* nobody hosts the store */
+    int st;
+    double dt = wait_exit(b, 20, &st);
+    cr_expect(dt >= 0, "rank 1 hung on an unreachable master");
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+    cr_expect(file_has(log, "127.0.0.1:"), "the error does not name the master");
+    rl_test_rmdir(dir);
+}
