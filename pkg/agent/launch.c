@@ -101,28 +101,38 @@ reap:;
             kill_at = rl_now() + o->grace_s;
             if (!rc) rc = rl_errf(e, RL_EABORT, "stopped by signal %d", sig);
         }
-        int status;
-        pid_t p = waitpid(-1, &status, WNOHANG);
-        if (p > 0) {
+        /* Reap everything that ended since the last look, then blame one:
+         * when a rank dies, its peers fail a few milliseconds later, often
+         * inside the same poll interval, and a rank killed by a signal is
+         * the likelier cause than one that exited with an error. */
+        int status, first_bad = -1, first_status = 0;
+        pid_t p;
+        bool reaped = false;
+        while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
+            reaped = true;
             for (int i = 0; i < n; i++) {
                 if (!alive[i] || pid[i] != p) continue;
                 alive[i] = false, left--;
                 bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-                if (!ok && !rc) {
-                    char how[96];
-                    describe(how, sizeof how, status);
-                    rc = rl_errf(e, RL_EPEER, "rank %d (pid %d) %s; stopping the other trainers",
-                                 ne->node_rank * n + i, (int)p, how);
-                    rl_log_msg(RL_LOG_ERROR, "trainer_failed", e->msg);
-                }
-                if (!ok && !stopping) {
-                    signal_all(pid, alive, n, SIGTERM);
-                    stopping = true;
-                    kill_at = rl_now() + o->grace_s;
-                }
+                if (!ok && (first_bad < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(first_status))))
+                    first_bad = i, first_status = status;
             }
-            continue;
         }
+        if (first_bad >= 0) {
+            if (!rc) {
+                char how[96];
+                describe(how, sizeof how, first_status);
+                rc = rl_errf(e, RL_EPEER, "rank %d (pid %d) %s; stopping the other trainers",
+                             ne->node_rank * n + first_bad, (int)pid[first_bad], how);
+                rl_log_msg(RL_LOG_ERROR, "trainer_failed", e->msg);
+            }
+            if (!stopping) {
+                signal_all(pid, alive, n, SIGTERM);
+                stopping = true;
+                kill_at = rl_now() + o->grace_s;
+            }
+        }
+        if (reaped) continue;
         if (p < 0 && errno != EINTR) break; /* no children left */
         if (stopping && rl_now() > kill_at) {
             signal_all(pid, alive, n, SIGKILL);

@@ -165,19 +165,19 @@ int rl_ddp_broadcast(rl_ddp *d, float *params, size_t n, rl_err *e) {
 void rl_ddp_grad_ready(void *ctx, size_t off) {
     rl_ddp *d = ctx;
     double now = rl_now();
+    if (off == 0 && d->next_launch < d->nb) d->t_backward_end = now;
     while (d->next_launch < d->nb && d->boff[d->next_launch] >= off) {
         int b = d->next_launch++;
         d->ev[b].t_ready = now;
         submit(d, (job){.kind = JOB_BUCKET, .buf = d->grads + d->boff[b], .count = d->blen[b], .bucket = b});
     }
-    if (off == 0) d->t_backward_end = now;
 }
 
 int rl_ddp_finish(void *ctx, rl_err *e) {
     rl_ddp *d = ctx;
     /* a backward that never reported some range (it always reports 0 at the
      * end) still gets every bucket reduced */
-    rl_ddp_grad_ready(d, 0);
+    if (d->next_launch < d->nb) rl_ddp_grad_ready(d, 0);
     d->next_launch = 0;
     return drain(d, e);
 }
