@@ -1,0 +1,109 @@
+/* DDP step-time overhead: N ranks (forked, tcp backend, one OpenMP thread
+ * each so every rank has the same compute as the 1-process baseline)
+ * against 1 process, the per-process batch constant (16 x 64 tokens, no
+ * accumulation). Also reports the reduction time left exposed after
+ * backward (the wait in finish), which overlap is meant to hide. One JSON
+ * line per world size on stdout. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "ddp/ddp.h"
+#include "train/train.h"
+
+enum { WARMUP = 3, STEPS = 20 };
+
+static double g_exposed;
+static int timed_finish(void *ctx, rl_err *e) {
+    double t0 = rl_now();
+    int rc = rl_ddp_finish(ctx, e);
+    g_exposed += rl_now() - t0;
+    return rc;
+}
+
+static int run_rank(int rank, int world, int port, const char *dir, int outfd) {
+    omp_set_num_threads(1);
+    rl_err e;
+    rl_job_config c;
+    rl_job_config_default(&c);
+    snprintf(c.data.train, sizeof c.data.train, "%s/train_*.bin", dir);
+    c.data.val[0] = c.data.eval_task[0] = '\0';
+    c.train.global_batch_tokens = (long long)world * 16 * 64;
+    c.train.steps = WARMUP + STEPS;
+    c.train.warmup_steps = 1;
+    rl_store *s = NULL;
+    rl_comm *comm = NULL;
+    rl_ddp *d = NULL;
+    rl_train_dist dist = {.rank = rank, .world = world};
+    if (world > 1) {
+        if (rl_store_connect("127.0.0.1", port, 30, &s, &e)) goto fail;
+        rl_comm_opts co = {.backend = "tcp", .rank = rank, .world = world, .store = s, .prefix = "b", .timeout_s = 30};
+        if (rl_comm_init(&co, &comm, &e)) goto fail;
+    }
+    rl_trainer tr;
+    if (rl_trainer_init(&tr, &c, world > 1 ? &dist : NULL, &e)) goto fail;
+    if (world > 1) {
+        if (rl_ddp_create(comm, tr.model.grads, tr.model.lay.total, NULL, &d, &e)) goto fail;
+        rl_ddp_attach(d, &dist);
+        dist.finish = timed_finish;
+    }
+    rl_step_stats st;
+    for (int i = 0; i < WARMUP; i++)
+        if (rl_trainer_step(&tr, &st, &e)) goto fail;
+    g_exposed = 0;
+    double t0 = rl_now();
+    for (int i = 0; i < STEPS; i++)
+        if (rl_trainer_step(&tr, &st, &e)) goto fail;
+    double r[2] = {(rl_now() - t0) / STEPS, g_exposed / STEPS};
+    if (world > 1 && rl_comm_barrier(comm, &e)) goto fail;
+    if (write(outfd, r, sizeof r) != sizeof r) return 1;
+    return 0;
+fail:
+    fprintf(stderr, "bench ddp rank %d: %s\n", rank, e.msg);
+    return 1;
+}
+
+int main(void) {
+    char dir[] = "/tmp/rlbench-ddp-XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    rl_err e;
+    rl_arith_opts ao = {.digits = 2, .holdout = 0.1, .seed = 3, .train_tokens = 1000000};
+    if (rl_arith_generate(&ao, dir, &e)) {
+        fprintf(stderr, "bench: %s\n", e.msg);
+        return 1;
+    }
+    rl_log_set_level(RL_LOG_WARN);
+    double base = 0;
+    int rc = 0;
+    for (int world = 1; world <= 2 && !rc; world++) {
+        rl_store_server *srv = NULL;
+        if (rl_store_server_start("127.0.0.1", 0, &srv, &e)) return 1;
+        int fds[2];
+        if (pipe(fds)) return 1;
+        for (int r = 0; r < world; r++)
+            if (fork() == 0) _exit(run_rank(r, world, rl_store_server_port(srv), dir, fds[1]));
+        close(fds[1]);
+        double res[2] = {0, 0}, got[2];
+        while (read(fds[0], got, sizeof got) == sizeof got)
+            if (got[0] > res[0]) res[0] = got[0], res[1] = got[1]; /* slowest rank */
+        close(fds[0]);
+        for (int r = 0; r < world; r++) {
+            int st;
+            wait(&st);
+            if (!WIFEXITED(st) || WEXITSTATUS(st)) rc = 1;
+        }
+        rl_store_server_stop(srv);
+        if (world == 1) base = res[0];
+        printf("{\"bench\":\"ddp_step\",\"world\":%d,\"backend\":\"tcp\",\"tokens_per_rank_step\":1024,"
+               "\"threads_per_rank\":1,\"step_s\":%.5f,\"overhead_vs_1\":%.3f,\"exposed_reduce_s\":%.5f}\n",
+               world, res[0], base > 0 ? res[0] / base - 1 : 0, res[1]);
+        fflush(stdout);
+    }
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) != 0 || rc;
+}
