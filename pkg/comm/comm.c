@@ -179,7 +179,7 @@ static int check_alive(rl_comm *c, const char *what, rl_err *e) {
     if (c->dead) {
         if (e) {
             e->code = c->dead;
-            snprintf(e->msg, sizeof e->msg, "rank %d: comm %s: communicator failed earlier: %s",
+            snprintf(e->msg, sizeof e->msg, "rank %d: comm %s: communicator failed earlier: %.440s",
                      c->rank, what, c->dead_err.msg);
         }
         return c->dead;

@@ -37,8 +37,11 @@ typedef struct rl_comm_opts {
     rl_store *store;     /* to exchange addresses / the ncclUniqueId */
     const char *prefix;  /* key namespace, unique per round: "round/3/comm" */
     const char *host;    /* tcp: address peers should connect to (default 127.0.0.1) */
-    double timeout_s;    /* bound on every blocking step (default 60) */
+    double timeout_s;    /* bound on every blocking step (default 60); tcp: on the time
+                            without progress, so large buffers may take longer in all */
     size_t chunk_bytes;  /* tcp: pipelining unit (default 1 MiB) */
+    size_t sockbuf_bytes; /* tcp: SO_SNDBUF/SO_RCVBUF request; 0 (default) leaves the
+                             kernel's autotuning on, which can grow past net.core.rmem_max */
     int device;          /* nccl: CUDA device (LOCAL_RANK) */
     void *stream;        /* nccl: cudaStream_t ops are enqueued on (NULL: create one) */
 } rl_comm_opts;

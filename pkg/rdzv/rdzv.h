@@ -39,7 +39,8 @@
 enum rl_store_op {
     RL_STORE_SET = 1,  /* key, value -> ok */
     RL_STORE_GET = 2,  /* key, value = u32 wait_ms -> value, or status NOTFOUND after wait_ms */
-    RL_STORE_ADD = 3,  /* key, value = i64 delta -> value = i64 new (missing key counts as 0) */
+    RL_STORE_ADD = 3,  /* key, value = i64 delta -> value = i64 new (missing key counts as 0;
+                          a value that is not 8 bytes, or overflow: MISMATCH, unchanged) */
     RL_STORE_CAS = 4,  /* key, value = expected, value2 = desired -> status OK (swapped) or
                           MISMATCH, value = current. expected empty: only if key absent. */
     RL_STORE_DEL = 5,  /* key -> ok (absent key is ok too) */
@@ -72,7 +73,13 @@ void rl_store_frame_encode(void *buf, const rl_store_frame *f);
 /* ---- server ------------------------------------------------------------------------ */
 typedef struct rl_store_server rl_store_server;
 /* Listen on host:port (port 0 = any free port; host NULL = 0.0.0.0) and
- * serve from a background thread. A port in use is RL_EINPUT naming it. */
+ * serve from a background thread (one thread, poll() over all clients; it
+ * blocks all signals). A port in use is RL_EINPUT naming it. Protocol
+ * errors are logged (warn) naming the client; values are never logged.
+ * The sockets are close-on-exec: host the store in a process that execs
+ * its children (a fork()ed child without exec keeps the listening socket).
+ * Stop closes every client connection, so clients blocked in a GET fail
+ * promptly (RL_EPEER); it returns within milliseconds. NULL is a no-op. */
 int rl_store_server_start(const char *host, int port, rl_store_server **out, rl_err *e);
 int rl_store_server_port(const rl_store_server *s);
 void rl_store_server_stop(rl_store_server *s);
@@ -80,15 +87,26 @@ void rl_store_server_stop(rl_store_server *s);
 /* ---- client ------------------------------------------------------------------------ */
 typedef struct rl_store rl_store;
 /* Connect, retrying until timeout_s (the server may start later than its
- * clients). Every later call is bounded by the same timeout unless it takes
- * its own. An unreachable store after the timeout is RL_ETIMEOUT naming
- * host:port. Not thread-safe: one client per thread. */
+ * clients), then PING to check that the peer is a store of our version.
+ * Every later call is bounded by the same timeout unless it takes its own.
+ * Errors: an unreachable store after the timeout is RL_ETIMEOUT naming
+ * host:port; a peer speaking another protocol or version, or one that
+ * rejects a request, is RL_EINPUT (misconfiguration, not retried); a lost
+ * connection is RL_EPEER. After a transport failure (no answer in time, a
+ * lost connection) the client is unusable: every later call fails fast
+ * naming the first cause; close it and connect again. (A GET whose key is
+ * not set in time is not such a failure.) Not thread-safe: one client per
+ * thread. */
 int rl_store_connect(const char *host, int port, double timeout_s, rl_store **out, rl_err *e);
 int rl_store_set(rl_store *s, const char *key, const void *val, size_t len, rl_err *e);
-/* Wait up to timeout_s for the key to exist; *val is malloc'd (NUL-
- * terminated for convenience, not counted in *len). RL_ETIMEOUT names the key. */
+/* Wait up to timeout_s for the key to exist (0: look once); *val is
+ * malloc'd (NUL-terminated for convenience, not counted in *len).
+ * RL_ETIMEOUT names the key. The wait happens in the server, so a GET costs
+ * one round trip however long it waits. */
 int rl_store_get(rl_store *s, const char *key, double timeout_s, void **val, size_t *len,
                  rl_err *e);
+/* Atomic counter (delta 0 reads it). A key holding something else, or an
+ * overflow, is RL_EINPUT. */
 int rl_store_add(rl_store *s, const char *key, int64_t delta, int64_t *result, rl_err *e);
 /* Compare-and-set; expected NULL/0 means "only if absent". *swapped tells
  * the outcome; current (optional, malloc'd) receives the value after. */
@@ -99,7 +117,10 @@ int rl_store_delete(rl_store *s, const char *key, rl_err *e);
 void rl_store_close(rl_store *s);
 
 /* Wait until `count` processes have called this with the same key prefix
- * (an ADD counter then a GET of a release key): a barrier through the store. */
+ * (an ADD counter then a GET of a release key): a barrier through the store.
+ * Uses the keys "<key>/count" and "<key>/release"; each key is good for one
+ * barrier (put the round or a sequence number in it). A timeout says how
+ * many arrived. */
 int rl_store_barrier(rl_store *s, const char *key, int count, double timeout_s, rl_err *e);
 
 /* ---- static rendezvous: torchrun / Kubeflow / SLURM environment ------------------
@@ -108,13 +129,17 @@ int rl_store_barrier(rl_store *s, const char *key, int count, double timeout_s, 
  *    RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
  *    MASTER_PORT (what torchrun and our launcher give each trainer), or
  *    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE (or
- *    the first count of SLURM_TASKS_PER_NODE, e.g. "4(x2)"), with the first
- *    host of SLURM_JOB_NODELIST / SLURM_NODELIST as master and MASTER_PORT
- *    or 29400 as port;
+ *    the count of SLURM_TASKS_PER_NODE, e.g. "4(x2)", for this node's
+ *    SLURM_NODEID, the first when unset), with MASTER_ADDR if set, else the
+ *    first host of SLURM_JOB_NODELIST / SLURM_NODELIST, as master and
+ *    MASTER_PORT or 29400 as port. torchrun's form wins when both are
+ *    present (torchrun inside a SLURM allocation);
  *  - a node agent reads the node's place (rl_node_env_read): PET_NNODES,
  *    PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR, PET_MASTER_PORT
  *    (Kubeflow's PyTorchJob sets these for torchrun), each falling back to
- *    the unprefixed name (NNODES, NODE_RANK, ...), then MASTER_ADDR/PORT. */
+ *    the unprefixed name (NNODES, NODE_RANK, ...), then MASTER_ADDR/PORT.
+ *    NNODES may be "N" or "N:N" (an elastic "MIN:MAX" is an error here);
+ *    NPROC_PER_NODE "auto" or "gpu" reads as 0 (not given). */
 typedef struct rl_static_env {
     int rank, world;             /* global */
     int local_rank, local_world; /* on this node */
@@ -125,8 +150,11 @@ typedef struct rl_static_env {
 
 /* RL_EINPUT naming the variable when one is missing (once any is set), not
  * an integer, out of range or inconsistent (rank >= world, local_rank >=
- * local_world, local_world > world, a port outside 1..65535). *found =
- * false (and RL_OK) when neither form is present. */
+ * local_world, local_world > world, a port outside 1..65535). The torchrun
+ * form is present when any of RANK, WORLD_SIZE, LOCAL_RANK or
+ * LOCAL_WORLD_SIZE is set (MASTER_ADDR alone is not a trainer), the SLURM
+ * form when SLURM_PROCID is. *found = false (and RL_OK) when neither form
+ * is present. */
 int rl_static_env_read(rl_static_env *env, bool *found, rl_err *e);
 
 typedef struct rl_node_env {
@@ -137,7 +165,12 @@ typedef struct rl_node_env {
 /* Defaults: 1 node, rank 0, master 127.0.0.1:29400. Same error rules. */
 int rl_node_env_read(rl_node_env *env, rl_err *e);
 
-/* First host of a SLURM node list: "node[01-04,7],gpu2" -> "node01". Fuzzed. */
+/* First host of a SLURM node list: "node[01-04,7],gpu2" -> "node01",
+ * "n[1-2]-ib,x" -> "n1-ib", "rack[1-2]-n[01-04]" -> "rack1-n01" (zero
+ * padding kept). The whole list is validated: nested or unbalanced
+ * brackets, empty items, backward ranges, characters outside
+ * [A-Za-z0-9._-] and a host longer than n-1 are RL_EINPUT ("SLURM node list
+ * '...': why"), with out = "". Fuzzed. */
 int rl_slurm_first_host(const char *nodelist, char *out, size_t n, rl_err *e);
 
 #endif

@@ -129,7 +129,7 @@ static int broken(rl_store *s, rl_err *e, int code, const char *fmt, ...) {
     va_end(ap);
     if (!s->broken) {
         s->broken = true;
-        snprintf(s->broken_why, sizeof s->broken_why, "%s", msg);
+        snprintf(s->broken_why, sizeof s->broken_why, "%.199s", msg);
     }
     if (s->fd >= 0) close(s->fd);
     s->fd = -1;
@@ -153,6 +153,7 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
                    const void *v, size_t vlen, const void *v2, size_t v2len, double deadline,
                    reply *rp, rl_err *e) {
     memset(rp, 0, sizeof *rp);
+    double budget = deadline - rl_now(); /* for messages */
     if (s->broken)
         return rl_errf(e, RL_EPEER, "store %s: connection unusable after an earlier error (%s)",
                        s->peer, s->broken_why);
@@ -165,8 +166,8 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
     int err = 0;
     int rc = send_iov(s->fd, iov, 4, deadline, &err);
     if (rc == RL_ETIMEOUT)
-        return broken(s, e, RL_ETIMEOUT, "store %s: could not send %s within the timeout",
-                      s->peer, what);
+        return broken(s, e, RL_ETIMEOUT, "store %s: could not send %s within %.3g s",
+                      s->peer, what, budget);
     /* A send error may follow an answer the server sent before closing
      * (EPROTO); try to read it so that the message says why. */
     double rdl = rc ? fmin(deadline, rl_now() + 0.2) : deadline;
@@ -181,8 +182,8 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
         return broken(s, e, RL_EPEER, "store %s: connection lost sending %s: %s", s->peer, what,
                       strerror(send_err));
     if (rc == RL_ETIMEOUT)
-        return broken(s, e, RL_ETIMEOUT, "store %s: no answer to %s within %g s", s->peer,
-                      what, s->timeout);
+        return broken(s, e, RL_ETIMEOUT, "store %s: no answer to %s within %.3g s", s->peer,
+                      what, budget);
     if (rc != 0)
         return broken(s, e, RL_EPEER, "store %s closed the connection during %s%s%s", s->peer,
                       what, err ? ": " : "", err ? strerror(err) : "");
@@ -191,10 +192,10 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
         if (memcmp(hdr, "RLST", 4) != 0)
             return broken(s, e, RL_EINPUT, "store %s is not a ringleader store (bad magic)",
                           s->peer);
-        return broken(s, e, RL_EPEER, "%s (answering %s)", pe.msg, what);
+        return broken(s, e, RL_EINPUT, "%s (answering %s)", pe.msg, what);
     }
     if (rp->f.op != op)
-        return broken(s, e, RL_EPEER, "store %s answered op %s to %s", s->peer,
+        return broken(s, e, RL_EINPUT, "store %s answered op %s to %s", s->peer,
                       op_name(rp->f.op), what);
     rp->val = malloc((size_t)rp->f.vlen + 1);
     if (!rp->val)
@@ -207,8 +208,8 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
         free(rp->val);
         rp->val = NULL;
         if (rc == RL_ETIMEOUT)
-            return broken(s, e, RL_ETIMEOUT, "store %s: answer to %s incomplete within %g s",
-                          s->peer, what, s->timeout);
+            return broken(s, e, RL_ETIMEOUT, "store %s: answer to %s incomplete within %.3g s",
+                          s->peer, what, budget);
         return broken(s, e, RL_EPEER, "store %s closed the connection during %s%s%s", s->peer,
                       what, err ? ": " : "", err ? strerror(err) : "");
     }
@@ -224,7 +225,7 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
         why[n] = '\0';
         free(rp->val);
         rp->val = NULL;
-        return broken(s, e, RL_EPEER, "store %s rejected %s: %s", s->peer, what, why);
+        return broken(s, e, RL_EINPUT, "store %s rejected %s: %s", s->peer, what, why);
     }
     if (send_err) { /* an answer arrived although the request did not go out whole */
         free(rp->val);
@@ -370,8 +371,7 @@ int rl_store_connect(const char *host, int port, double timeout_s, rl_store **ou
             s->fd = -1;
             s->broken = false;
             /* A wrong protocol or version will not fix itself: say so now. */
-            if (rc == RL_EINPUT || rc == RL_ETIMEOUT || (rc == RL_EPEER && pe.msg[0] &&
-                                                         strstr(pe.msg, "rejected"))) {
+            if (rc == RL_EINPUT || rc == RL_ETIMEOUT) {
                 rc = rl_errf(e, rc, "%s", pe.msg);
                 free(s);
                 return rc;

@@ -28,8 +28,12 @@ struct rl_store_db {
 /* ---- buffers ------------------------------------------------------------------- */
 int rl_store_buf_reserve(rl_store_buf *b, size_t extra) {
     if (b->cap - b->len >= extra) return 0;
-    size_t want = b->len + extra, cap = b->cap ? b->cap : 256;
-    while (cap < want) cap *= 2;
+    /* Double small buffers; grow big ones (a 64 MiB value arriving in
+     * chunks) by at most 8 MiB beyond the need, so a buffer never holds
+     * nearly twice what it must. */
+    size_t want = b->len + extra, cap = b->cap ? b->cap * 2 : 256;
+    if (cap > want + (8u << 20)) cap = want + (8u << 20);
+    if (cap < want) cap = want;
     uint8_t *p = realloc(b->p, cap);
     if (!p) return -1;
     b->p = p, b->cap = cap;

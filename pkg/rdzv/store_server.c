@@ -236,10 +236,12 @@ static bool wake_waiters(rl_store_server *s, const uint8_t *key, uint32_t klen) 
  * connection was released (its own buffered requests may now proceed). */
 static bool conn_process(rl_store_server *s, conn *c, double now) {
     bool released = false;
+    /* Append answers after what is unsent, not after what was sent. */
+    if (c->out.off) rl_store_buf_compact(&c->out);
     while (!c->dead && !c->closing && !c->parked && c->out.len - c->out.off < OUT_HIGH) {
         rl_store_step st;
         rl_err e = {0};
-        const uint8_t *p = c->in.p + c->in.off;
+        const uint8_t *p = c->in.p ? c->in.p + c->in.off : NULL; /* NULL before any read */
         size_t n = c->in.len - c->in.off;
         rl_store_step_result r = rl_store_db_step(s->db, p, n, c->peer, &c->out, &st, &e);
         if (r == RL_STORE_STEP_MORE) {
@@ -264,8 +266,6 @@ static bool conn_process(rl_store_server *s, conn *c, double now) {
         c->need = RL_STORE_HEADER_BYTES;
     }
     if (c->in.off == c->in.len) rl_store_buf_compact(&c->in);
-    /* A client that closed its side and has nothing left to be answered. */
-    if (c->eof && !c->parked && !c->closing && c->out.off == c->out.len) c->dead = true;
     return released;
 }
 

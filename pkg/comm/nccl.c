@@ -1,0 +1,463 @@
+/* nccl backend: device buffers, NCCL collectives on a CUDA stream.
+ *
+ * Built only with CUDA (RL_CUDA); without it comm.c reports that this build
+ * has no NCCL. NOTE: this file is compiled and linked in CUDA builds, but it
+ * has not been run on a GPU by its author (the machine it was written on
+ * has the CUDA toolkit and NCCL headers/libraries, no GPU). See the list of
+ * unverified points at the end of this comment.
+ *
+ * Setup: rank 0 makes the ncclUniqueId and publishes it with its NCCL
+ * version under <prefix>/nccl_id; the others read it (bounded by
+ * timeout_s) and refuse a different NCCL version by name. The communicator
+ * is non-blocking (config.blocking = 0): ncclCommInitRankConfig and every
+ * collective return at once (possibly ncclInProgress) and we poll
+ * ncclCommGetAsyncError with a deadline, so a missing or dead peer turns
+ * into RL_ETIMEOUT + ncclCommAbort instead of a process stuck in NCCL.
+ *
+ * Ops are stream-ordered: they return once enqueued; rl_comm_wait polls
+ * cudaStreamQuery and ncclCommGetAsyncError until the stream drains, an
+ * asynchronous error appears, the deadline passes, or rl_comm_abort was
+ * called -- in the last three cases the communicator is aborted.
+ *
+ * Threads: ops and wait run on one thread; rl_comm_abort may run on any
+ * other. ncclCommAbort frees the communicator, so every NCCL call on it is
+ * made under `mu`, and abort takes `mu`, aborts and clears `comm`; the op
+ * thread then sees comm == NULL and fails with RL_EABORT. Because the
+ * communicator is non-blocking no NCCL call holds `mu` for long.
+ *
+ * Unverified without a GPU (to check on the first GPU machine):
+ *  - init against real peers, the ncclInProgress polling of init and of
+ *    each enqueue (NCCL >= 2.14 semantics), and the init timeout path;
+ *  - that ncclCommAbort issued from another thread (under `mu`) unblocks
+ *    kernels already queued on the stream so cudaStreamQuery completes;
+ *  - cudaPointerGetAttributes' classification of the caller's buffers;
+ *  - ncclAvg for bf16 (needs NCCL >= 2.10 and sm_80 for native bf16). */
+#ifdef RL_CUDA
+
+#include "comm/comm_internal.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct nccl {
+    pthread_mutex_t mu; /* guards comm against a concurrent rl_comm_abort */
+    ncclComm_t comm;    /* NULL once aborted/destroyed */
+    cudaStream_t stream;
+    bool own_stream;
+    int device;
+    float *scratch; /* one device word for the barrier */
+} nccl;
+
+static void nap(void) {
+    struct timespec ts = {0, 100000}; /* 100 us: polling a GPU queue, not a socket */
+    nanosleep(&ts, NULL);
+}
+
+static ncclDataType_t nccl_type(rl_dtype t) {
+    switch (t) {
+    case RL_F32: return ncclFloat32;
+    case RL_F64: return ncclFloat64;
+    case RL_BF16: return ncclBfloat16;
+    case RL_I64: return ncclInt64;
+    }
+    return ncclFloat32; /* unreachable: validated by comm.c */
+}
+
+static void abort_locked(nccl *N) {
+    if (N->comm) {
+        ncclCommAbort(N->comm);
+        N->comm = NULL;
+    }
+}
+
+/* Wait until the communicator's state leaves ncclInProgress. On error,
+ * timeout or abort the communicator is aborted and an error returned. */
+static int settle(rl_comm *c, nccl *N, const char *what, rl_err *e) {
+    double deadline = rl_now() + c->timeout_s;
+    for (;;) {
+        ncclResult_t st = ncclSuccess;
+        pthread_mutex_lock(&N->mu);
+        if (!N->comm || atomic_load(&c->aborted)) {
+            abort_locked(N);
+            pthread_mutex_unlock(&N->mu);
+            return rl_errf(e, RL_EABORT, "rank %d: nccl %s: aborted", c->rank, what);
+        }
+        ncclResult_t qr = ncclCommGetAsyncError(N->comm, &st);
+        if (qr != ncclSuccess) st = qr;
+        if (st != ncclSuccess && st != ncclInProgress) {
+            const char *last = ncclGetLastError(N->comm);
+            abort_locked(N);
+            pthread_mutex_unlock(&N->mu);
+            return rl_errf(e, st == ncclRemoteError ? RL_EPEER : RL_EIO,
+                           "rank %d: nccl %s failed: %s (%s)", c->rank, what,
+                           ncclGetErrorString(st), last && *last ? last : "no detail");
+        }
+        pthread_mutex_unlock(&N->mu);
+        if (st == ncclSuccess) return RL_OK;
+        if (rl_now() > deadline) {
+            pthread_mutex_lock(&N->mu);
+            abort_locked(N);
+            pthread_mutex_unlock(&N->mu);
+            return rl_errf(e, RL_ETIMEOUT,
+                           "rank %d: nccl %s: still in progress after %.1f s (a peer is missing "
+                           "or stuck): communicator aborted",
+                           c->rank, what, c->timeout_s);
+        }
+        nap();
+    }
+}
+
+/* Result of an enqueue call: ncclInProgress means "settle first". */
+static int enqueued(rl_comm *c, nccl *N, ncclResult_t r, const char *what, rl_err *e) {
+    if (r == ncclSuccess || r == ncclInProgress) return settle(c, N, what, e);
+    pthread_mutex_lock(&N->mu);
+    const char *last = N->comm ? ncclGetLastError(N->comm) : NULL;
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", last && *last ? last : "no detail");
+    abort_locked(N);
+    pthread_mutex_unlock(&N->mu);
+    if (atomic_load(&c->aborted))
+        return rl_errf(e, RL_EABORT, "rank %d: nccl %s: aborted", c->rank, what);
+    return rl_errf(e, r == ncclInvalidArgument || r == ncclInvalidUsage ? RL_EINTERNAL : RL_EIO,
+                   "rank %d: nccl %s: %s (%s)", c->rank, what, ncclGetErrorString(r), detail);
+}
+
+/* NCCL dereferences device pointers; a plain host pointer would fault in
+ * a kernel far from the call. Refuse it here, naming the op. */
+static int check_device_ptr(rl_comm *c, const void *p, const char *what, rl_err *e) {
+    if (!p) return RL_OK;
+    struct cudaPointerAttributes a;
+    cudaError_t ce = cudaPointerGetAttributes(&a, p);
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky-free error state */
+        return rl_errf(e, RL_EINPUT, "rank %d: nccl %s: cannot inspect buffer %p: %s", c->rank,
+                       what, p, cudaGetErrorString(ce));
+    }
+    if (a.type == cudaMemoryTypeUnregistered)
+        return rl_errf(e, RL_EINPUT,
+                       "rank %d: nccl %s: buffer %p is ordinary host memory; the nccl backend "
+                       "needs device (or managed) memory, the tcp backend takes host buffers",
+                       c->rank, what, p);
+    return RL_OK;
+}
+
+/* Common prologue: the communicator exists and this thread targets our
+ * device. Returns with the lock NOT held. */
+static int begin(rl_comm *c, nccl *N, const char *what, rl_err *e) {
+    cudaError_t ce = cudaSetDevice(N->device);
+    if (ce != cudaSuccess)
+        return rl_errf(e, RL_EIO, "rank %d: nccl %s: cudaSetDevice(%d): %s", c->rank, what,
+                       N->device, cudaGetErrorString(ce));
+    pthread_mutex_lock(&N->mu);
+    bool gone = N->comm == NULL;
+    pthread_mutex_unlock(&N->mu);
+    if (gone || atomic_load(&c->aborted))
+        return rl_errf(e, RL_EABORT, "rank %d: nccl %s: communicator was aborted", c->rank, what);
+    return RL_OK;
+}
+
+/* Enqueue under the lock (the call is non-blocking), then settle. */
+#define NCCL_ENQUEUE(c, N, what, e, call)                                                     \
+    do {                                                                                      \
+        pthread_mutex_lock(&(N)->mu);                                                         \
+        ncclResult_t r_ = (N)->comm ? (call) : ncclInvalidUsage;                              \
+        bool gone_ = (N)->comm == NULL;                                                       \
+        pthread_mutex_unlock(&(N)->mu);                                                       \
+        if (gone_) return rl_errf(e, RL_EABORT, "rank %d: nccl %s: aborted", (c)->rank, what); \
+        return enqueued(c, N, r_, what, e);                                                   \
+    } while (0)
+
+static int nccl_allreduce(rl_comm *c, void *buf, size_t count, rl_dtype t, rl_redop op,
+                          rl_err *e) {
+    nccl *N = c->impl;
+    int rc = begin(c, N, "allreduce", e);
+    if (!rc) rc = check_device_ptr(c, buf, "allreduce", e);
+    if (rc) return rc;
+    NCCL_ENQUEUE(c, N, "allreduce", e,
+                 ncclAllReduce(buf, buf, count, nccl_type(t), op == RL_AVG ? ncclAvg : ncclSum,
+                               N->comm, N->stream));
+}
+
+static int nccl_broadcast(rl_comm *c, void *buf, size_t count, rl_dtype t, int root,
+                          rl_err *e) {
+    nccl *N = c->impl;
+    int rc = begin(c, N, "broadcast", e);
+    if (!rc) rc = check_device_ptr(c, buf, "broadcast", e);
+    if (rc) return rc;
+    NCCL_ENQUEUE(c, N, "broadcast", e,
+                 ncclBroadcast(buf, buf, count, nccl_type(t), root, N->comm, N->stream));
+}
+
+static int nccl_allgather(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
+                          rl_err *e) {
+    nccl *N = c->impl;
+    int rc = begin(c, N, "allgather", e);
+    if (!rc) rc = check_device_ptr(c, send, "allgather", e);
+    if (!rc) rc = check_device_ptr(c, recv, "allgather", e);
+    if (rc) return rc;
+    NCCL_ENQUEUE(c, N, "allgather", e,
+                 ncclAllGather(send, recv, count, nccl_type(t), N->comm, N->stream));
+}
+
+static int nccl_reduce_scatter(rl_comm *c, const void *send, void *recv, size_t count,
+                               rl_dtype t, rl_redop op, rl_err *e) {
+    nccl *N = c->impl;
+    int rc = begin(c, N, "reduce_scatter", e);
+    if (!rc) rc = check_device_ptr(c, send, "reduce_scatter", e);
+    if (!rc) rc = check_device_ptr(c, recv, "reduce_scatter", e);
+    if (rc) return rc;
+    NCCL_ENQUEUE(c, N, "reduce_scatter", e,
+                 ncclReduceScatter(send, recv, count, nccl_type(t),
+                                   op == RL_AVG ? ncclAvg : ncclSum, N->comm, N->stream));
+}
+
+static int nccl_wait(rl_comm *c, rl_err *e) {
+    nccl *N = c->impl;
+    int rc = begin(c, N, "wait", e);
+    if (rc) return rc;
+    double deadline = rl_now() + c->timeout_s;
+    for (;;) {
+        cudaError_t q = cudaStreamQuery(N->stream);
+        if (q != cudaSuccess && q != cudaErrorNotReady) {
+            pthread_mutex_lock(&N->mu);
+            abort_locked(N);
+            pthread_mutex_unlock(&N->mu);
+            return rl_errf(e, RL_EIO, "rank %d: nccl wait: CUDA stream failed: %s", c->rank,
+                           cudaGetErrorString(q));
+        }
+        /* The async error first: a peer failure shows here while the
+         * stream is still "not ready" (its kernels wait on the peer). */
+        ncclResult_t st = ncclSuccess;
+        pthread_mutex_lock(&N->mu);
+        bool gone = N->comm == NULL || atomic_load(&c->aborted);
+        if (!gone) {
+            ncclResult_t qr = ncclCommGetAsyncError(N->comm, &st);
+            if (qr != ncclSuccess) st = qr;
+        }
+        if (gone || (st != ncclSuccess && st != ncclInProgress)) {
+            const char *last = !gone ? ncclGetLastError(N->comm) : NULL;
+            char detail[256];
+            snprintf(detail, sizeof detail, "%s", last && *last ? last : "no detail");
+            abort_locked(N);
+            pthread_mutex_unlock(&N->mu);
+            if (gone) return rl_errf(e, RL_EABORT, "rank %d: nccl wait: aborted", c->rank);
+            return rl_errf(e, st == ncclRemoteError ? RL_EPEER : RL_EIO,
+                           "rank %d: nccl wait: %s (%s): communicator aborted", c->rank,
+                           ncclGetErrorString(st), detail);
+        }
+        pthread_mutex_unlock(&N->mu);
+        if (q == cudaSuccess) return RL_OK;
+        if (rl_now() > deadline) {
+            pthread_mutex_lock(&N->mu);
+            abort_locked(N);
+            pthread_mutex_unlock(&N->mu);
+            return rl_errf(e, RL_ETIMEOUT,
+                           "rank %d: nccl wait: collectives not finished after %.1f s (a peer is "
+                           "missing or stuck): communicator aborted",
+                           c->rank, c->timeout_s);
+        }
+        nap();
+    }
+}
+
+static int nccl_barrier(rl_comm *c, rl_err *e) {
+    /* NCCL has no barrier: a one-element allreduce on a scratch device
+     * word, then wait, gives the same guarantee. */
+    nccl *N = c->impl;
+    int rc = nccl_allreduce(c, N->scratch, 1, RL_F32, RL_SUM, e);
+    return rc ? rc : nccl_wait(c, e);
+}
+
+static void nccl_abort(rl_comm *c) {
+    nccl *N = c->impl;
+    pthread_mutex_lock(&N->mu);
+    abort_locked(N);
+    pthread_mutex_unlock(&N->mu);
+}
+
+static void nccl_kill(rl_comm *c) { nccl_abort(c); }
+
+static void nccl_destroy(rl_comm *c) {
+    nccl *N = c->impl;
+    if (!N) return;
+    cudaSetDevice(N->device);
+    pthread_mutex_lock(&N->mu);
+    if (N->comm && !c->dead && !atomic_load(&c->aborted)) {
+        /* A healthy communicator: flush it (bounded), then free it. */
+        ncclResult_t r = ncclCommFinalize(N->comm);
+        double deadline = rl_now() + c->timeout_s;
+        ncclResult_t st = r;
+        while (r == ncclSuccess || r == ncclInProgress) {
+            st = ncclSuccess;
+            if (ncclCommGetAsyncError(N->comm, &st) != ncclSuccess || st != ncclInProgress) break;
+            if (rl_now() > deadline) break;
+            pthread_mutex_unlock(&N->mu);
+            nap();
+            pthread_mutex_lock(&N->mu);
+            if (!N->comm) break;
+        }
+        if (N->comm) {
+            if ((r == ncclSuccess || r == ncclInProgress) && st == ncclSuccess)
+                ncclCommDestroy(N->comm);
+            else
+                ncclCommAbort(N->comm);
+            N->comm = NULL;
+        }
+    }
+    abort_locked(N);
+    pthread_mutex_unlock(&N->mu);
+    if (N->scratch) cudaFree(N->scratch);
+    if (N->own_stream && N->stream) cudaStreamDestroy(N->stream);
+    pthread_mutex_destroy(&N->mu);
+    free(N);
+    c->impl = NULL;
+}
+
+static const rl_comm_ops nccl_ops = {
+    .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast,
+    .allgather = nccl_allgather,
+    .reduce_scatter = nccl_reduce_scatter,
+    .barrier = nccl_barrier,
+    .wait = nccl_wait,
+    .kill = nccl_kill,
+    .abort = nccl_abort,
+    .destroy = nccl_destroy,
+};
+
+/* What rank 0 publishes: the NCCL version, then the unique id. */
+typedef struct id_record {
+    uint8_t version[4]; /* big-endian ncclGetVersion() */
+    ncclUniqueId id;
+} id_record;
+
+int rl_comm_nccl_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
+    nccl *N = calloc(1, sizeof *N);
+    if (!N) return rl_errf(e, RL_ENOMEM, "rank %d: nccl init: out of memory", c->rank);
+    pthread_mutex_init(&N->mu, NULL);
+    N->device = o->device;
+    c->impl = N;
+    c->ops = &nccl_ops;
+    int rc = RL_OK;
+    double deadline = rl_now() + c->timeout_s;
+
+    int ndev = 0;
+    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce != cudaSuccess || ndev == 0) {
+        rc = rl_errf(e, RL_EIO, "rank %d: nccl init: no usable CUDA device (%s)", c->rank,
+                     ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+        goto fail;
+    }
+    if (o->device < 0 || o->device >= ndev) {
+        rc = rl_errf(e, RL_EINPUT, "rank %d: nccl init: device %d outside 0..%d (LOCAL_RANK vs "
+                     "GPUs on this node)", c->rank, o->device, ndev - 1);
+        goto fail;
+    }
+    if ((ce = cudaSetDevice(o->device)) != cudaSuccess) {
+        rc = rl_errf(e, RL_EIO, "rank %d: nccl init: cudaSetDevice(%d): %s", c->rank, o->device,
+                     cudaGetErrorString(ce));
+        goto fail;
+    }
+    if (o->stream) {
+        N->stream = (cudaStream_t)o->stream;
+    } else {
+        if ((ce = cudaStreamCreateWithFlags(&N->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+            rc = rl_errf(e, RL_EIO, "rank %d: nccl init: cudaStreamCreate: %s", c->rank,
+                         cudaGetErrorString(ce));
+            goto fail;
+        }
+        N->own_stream = true;
+    }
+    if ((ce = cudaMalloc((void **)&N->scratch, sizeof *N->scratch)) != cudaSuccess) {
+        rc = rl_errf(e, RL_EIO, "rank %d: nccl init: cudaMalloc: %s", c->rank,
+                     cudaGetErrorString(ce));
+        goto fail;
+    }
+
+    int ver = 0;
+    ncclGetVersion(&ver);
+    id_record rec;
+    memset(&rec, 0, sizeof rec);
+    char key[1100];
+    snprintf(key, sizeof key, "%s/nccl_id", o->prefix ? o->prefix : "");
+    if (c->rank == 0) {
+        for (int i = 0; i < 4; i++) rec.version[i] = (uint8_t)((uint32_t)ver >> (24 - 8 * i));
+        ncclResult_t r = ncclGetUniqueId(&rec.id);
+        if (r != ncclSuccess) {
+            rc = rl_errf(e, RL_EIO, "rank 0: nccl init: ncclGetUniqueId: %s",
+                         ncclGetErrorString(r));
+            goto fail;
+        }
+        if (o->store && (rc = rl_store_set(o->store, key, &rec, sizeof rec, e))) {
+            rl_err_wrap(e, "rank 0: publishing the NCCL id (key %s)", key);
+            goto fail;
+        }
+    } else {
+        void *val = NULL;
+        size_t len = 0;
+        double left = deadline - rl_now();
+        if ((rc = rl_store_get(o->store, key, left > 0 ? left : 0.001, &val, &len, e))) {
+            rl_err_wrap(e, "rank %d: waiting for rank 0's NCCL id", c->rank);
+            goto fail;
+        }
+        if (len != sizeof rec) {
+            free(val);
+            rc = rl_errf(e, RL_EPEER, "rank %d: NCCL id record under %s is %zu bytes, expected "
+                         "%zu (rank 0 runs another ringleader build?)",
+                         c->rank, key, len, sizeof rec);
+            goto fail;
+        }
+        memcpy(&rec, val, sizeof rec);
+        free(val);
+        int theirs = (int)(((uint32_t)rec.version[0] << 24) | ((uint32_t)rec.version[1] << 16) |
+                           ((uint32_t)rec.version[2] << 8) | rec.version[3]);
+        if (theirs != ver) {
+            rc = rl_errf(e, RL_EPEER, "rank %d: rank 0 uses NCCL version code %d, this rank %d: "
+                         "every rank must run the same NCCL",
+                         c->rank, theirs, ver);
+            goto fail;
+        }
+    }
+
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0; /* every call returns; we bound the waiting ourselves */
+    ncclComm_t comm = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, c->world, rec.id, c->rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        if (comm) ncclCommAbort(comm);
+        rc = rl_errf(e, RL_EIO, "rank %d: ncclCommInitRankConfig(world %d): %s", c->rank,
+                     c->world, ncclGetErrorString(r));
+        goto fail;
+    }
+    N->comm = comm;
+    /* settle() bounds init by timeout_s and aborts on failure: a rank that
+     * never shows up is a timeout naming this rank, not a hang. */
+    if ((rc = settle(c, N, "init", e))) {
+        rl_err_wrap(e, "forming the NCCL communicator (world %d, device %d)", c->world,
+                    o->device);
+        goto fail;
+    }
+    rl_log(RL_LOG_DEBUG, "comm_nccl_ready", "\"world\":%d,\"device\":%d,\"nccl_version\":%d",
+           c->world, o->device, ver);
+    return RL_OK;
+fail:
+    pthread_mutex_lock(&N->mu);
+    abort_locked(N);
+    pthread_mutex_unlock(&N->mu);
+    if (N->scratch) cudaFree(N->scratch);
+    if (N->own_stream && N->stream) cudaStreamDestroy(N->stream);
+    pthread_mutex_destroy(&N->mu);
+    free(N);
+    c->impl = NULL;
+    return rc;
+}
+
+#else
+/* Without CUDA this unit is empty; comm.c rejects backend "nccl". */
+typedef int rl_comm_nccl_unused;
+#endif

@@ -1,0 +1,1133 @@
+/* tcp backend: a ring over TCP between the ranks of one round, for CPU
+ * buffers.
+ *
+ * Forming the ring. Each rank listens on an ephemeral port on opts.host,
+ * publishes "<host>:<port> <world>" under <prefix>/addr/<rank>, reads the
+ * records of its two neighbours (a neighbour started with another world
+ * size is refused right there), then connects to its right neighbour
+ * (rank+1) and accepts its left one (rank-1) in one poll loop, so no order
+ * of arrival can deadlock. Each link starts with a hello frame (see
+ * tcp_internal.h): the connecting side says who it is, the accepting side
+ * checks magic, version, world, rank and round nonce and answers accept or
+ * reject; both sides report any difference naming the peer. Data flows one
+ * way on each link: we send on `sfd` (to the right) and receive on `rfd`
+ * (from the left), so with two ranks the pair holds two connections.
+ *
+ * Moving data. Every collective is a sequence of ring steps; in a step each
+ * rank sends one block to its right while receiving one block from its
+ * left. Both sockets are non-blocking and one loop progresses both
+ * directions (send what the kernel takes, receive what has arrived, poll
+ * only when neither can move), so large blocks stream and no pair of ranks
+ * can deadlock on full socket buffers. Each send()/recv() moves at most
+ * chunk_bytes; a reducing step receives into a chunk-sized staging buffer
+ * and adds each full chunk into place while it is still in cache.
+ *
+ * Every op starts with a 32-byte header (op, dtype, count, root/op, a
+ * sequence number) sent to the right and checked against the one from the
+ * left, so ranks that call different collectives get an error naming the
+ * neighbour instead of mixing up data or hanging.
+ *
+ * Allreduce is reduce-scatter then allgather over N segments (the sizes
+ * differ by at most one element, so any count works). Determinism: element
+ * i of segment k is reduced in the fixed order x[k], x[k+1], ..., x[k+N-1]
+ * (ring order, whatever the timing or chunk size), by exactly one chain of
+ * ranks, ending at its owner rank k-1; AVG divides there, once. The
+ * allgather then copies that single reduced value byte for byte to every
+ * other rank, so all ranks end with bit-identical buffers, run after run.
+ *
+ * Failure. Every wait is a poll() bounded by timeout_s without progress,
+ * that also watches an eventfd which rl_comm_abort() makes readable. An
+ * error, EOF, timeout or abort fails the op naming the neighbour's rank
+ * and address; comm.c then marks the communicator dead and calls
+ * tcp_kill(), which shuts both sockets down so the neighbours see EOF at
+ * once and fail too: a failure travels around the ring in milliseconds
+ * instead of one timeout per rank. */
+#include "comm/comm_internal.h"
+#include "comm/tcp_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define OPHDR_MAGIC 0x524c4f50u /* 'RLOP' */
+#define OPHDR_BYTES 32
+#define MAX_PENDING 4            /* accepted connections still sending their hello */
+#define ADDR_LEN 300
+
+enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER };
+
+typedef struct tcp {
+    int sfd;  /* to the right neighbour: we send */
+    int rfd;  /* from the left neighbour: we receive */
+    int wake; /* eventfd, readable once aborted; every poll watches it */
+    int left, right;
+    char left_addr[ADDR_LEN], right_addr[ADDR_LEN]; /* "host:port" as published */
+    size_t chunk;                                   /* bytes per send/recv call */
+    size_t sockbuf;                                 /* 0: kernel autotuning */
+    char *stage;                                    /* reduce staging, `chunk` bytes */
+    char *scratch;                                  /* reduce_scatter ping-pong blocks */
+    size_t scratch_cap;
+    uint64_t seq; /* ops issued, checked against the neighbour's */
+    /* what the current op is doing, for error messages */
+    const char *op, *phase;
+    int step, nsteps;
+} tcp;
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static void put_be16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+static void put_be32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+static void put_be64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+static uint16_t get_be16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static uint32_t get_be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static uint64_t get_be64(const uint8_t *p) {
+    return ((uint64_t)get_be32(p) << 32) | get_be32(p + 4);
+}
+
+static int ring_mod(long a, int n) {
+    long m = a % n;
+    return (int)(m < 0 ? m + n : m);
+}
+
+/* Segment k of count elements split N ways: sizes differ by at most one. */
+static void segment(size_t count, int n, int k, size_t *off, size_t *len) {
+    size_t base = count / (size_t)n, rem = count % (size_t)n, kk = (size_t)k;
+    *off = kk * base + (kk < rem ? kk : rem);
+    *len = base + (kk < rem ? 1 : 0);
+}
+
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* poll() until something is ready or the monotonic deadline passes.
+ * Returns >0 ready, 0 timed out, -1 error (errno set). EINTR is retried. */
+static int poll_until(struct pollfd *p, nfds_t n, double deadline) {
+    for (;;) {
+        double left = deadline - rl_now();
+        if (left <= 0) return 0;
+        int ms = left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
+        int r = poll(p, n, ms);
+        if (r > 0) return r;
+        if (r < 0 && errno != EINTR) return -1;
+        /* r == 0: loop to recheck the deadline; EINTR: retry */
+    }
+}
+
+/* TCP_NODELAY: the op headers and the last small piece of each step must
+ * not wait for Nagle. Socket buffers: by default we leave Linux's
+ * autotuning on. Setting SO_RCVBUF turns autotuning off and is capped at
+ * net.core.rmem_max, which is ~208 KiB on a stock kernel (a node's sysctl
+ * in Kubernetes), far below what autotuning reaches (tcp_rmem's max, 6 MiB
+ * by default); over loopback the two measured the same (see
+ * bench/comm_allreduce.c). sockbuf_bytes > 0 asks for an explicit size.
+ * Best effort: failing to tune a socket makes it slower, not wrong. */
+static void tune_socket(int fd, size_t sockbuf) {
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (sockbuf > 0) {
+        int sz = sockbuf > (size_t)INT_MAX / 2 ? INT_MAX / 2 : (int)sockbuf;
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+    }
+}
+
+static void sockaddr_str(const struct sockaddr *sa, char *out, size_t n) {
+    char h[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &s4->sin_addr, h, sizeof h);
+        port = ntohs(s4->sin_port);
+        snprintf(out, n, "%s:%d", h, port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &s6->sin6_addr, h, sizeof h);
+        port = ntohs(s6->sin6_port);
+        snprintf(out, n, "[%s]:%d", h, port);
+    } else {
+        snprintf(out, n, "(unknown address family %d)", sa->sa_family);
+    }
+}
+
+/* ---- hello frame (tcp_internal.h) ------------------------------------------- */
+
+uint64_t rl_comm_tcp_nonce(const char *prefix) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = prefix ? prefix : ""; *p; p++) {
+        h ^= (uint8_t)*p;
+        h *= 0x100000001b3ull;
+    }
+    return rl_hash64(h);
+}
+
+void rl_comm_tcp_encode_hello(void *buf, const rl_comm_hello *h) {
+    uint8_t *p = buf;
+    put_be32(p, RL_COMM_HELLO_MAGIC);
+    put_be16(p + 4, h->version);
+    put_be16(p + 6, h->kind);
+    put_be32(p + 8, h->world);
+    put_be32(p + 12, h->rank);
+    put_be64(p + 16, h->nonce);
+    uint32_t probe = RL_COMM_HELLO_PROBE; /* native order on purpose */
+    memcpy(p + 24, &probe, 4);
+    put_be32(p + 28, 0);
+}
+
+int rl_comm_tcp_parse_hello(const void *buf, size_t len, const char *peer, rl_comm_hello *h,
+                            rl_err *e) {
+    const uint8_t *p = buf;
+    if (!peer) peer = "peer";
+    if (!p && len) return rl_errf(e, RL_EINPUT, "hello from %s: NULL buffer", peer);
+    if (len < 4)
+        return rl_errf(e, RL_EINPUT, "hello from %s: truncated (%zu of %d bytes)", peer, len,
+                       RL_COMM_HELLO_BYTES);
+    uint32_t magic = get_be32(p);
+    if (magic != RL_COMM_HELLO_MAGIC)
+        return rl_errf(e, RL_EINPUT,
+                       "hello from %s: bad magic 0x%08x, expected 0x%08x: not a ringleader "
+                       "comm peer (another service on this port?)",
+                       peer, magic, RL_COMM_HELLO_MAGIC);
+    if (len < 6)
+        return rl_errf(e, RL_EINPUT, "hello from %s: truncated (%zu of %d bytes)", peer, len,
+                       RL_COMM_HELLO_BYTES);
+    uint16_t version = get_be16(p + 4);
+    if (version != RL_COMM_HELLO_VERSION)
+        return rl_errf(e, RL_EINPUT,
+                       "hello from %s: comm protocol version %u, this build speaks version %d "
+                       "(different ringleader versions in one job?)",
+                       peer, version, RL_COMM_HELLO_VERSION);
+    if (len != RL_COMM_HELLO_BYTES)
+        return rl_errf(e, RL_EINPUT, "hello from %s: %zu bytes, expected %d", peer, len,
+                       RL_COMM_HELLO_BYTES);
+    uint16_t kind = get_be16(p + 6);
+    if (kind > RL_COMM_HELLO_REJECT)
+        return rl_errf(e, RL_EINPUT, "hello from %s: unknown kind %u", peer, kind);
+    uint32_t world = get_be32(p + 8), rank = get_be32(p + 12);
+    if (world < 1 || world > RL_COMM_MAX_WORLD)
+        return rl_errf(e, RL_EINPUT, "hello from %s: world %u outside 1..%d", peer, world,
+                       RL_COMM_MAX_WORLD);
+    if (rank >= world)
+        return rl_errf(e, RL_EINPUT, "hello from %s: rank %u outside 0..%u", peer, rank,
+                       world - 1);
+    uint32_t probe;
+    memcpy(&probe, p + 24, 4);
+    if (probe != RL_COMM_HELLO_PROBE)
+        return rl_errf(e, RL_EINPUT,
+                       "hello from %s: byte-order probe 0x%08x: the peer stores numbers in "
+                       "another byte order, the ring cannot mix architectures",
+                       peer, probe);
+    if (get_be32(p + 28) != 0)
+        return rl_errf(e, RL_EINPUT, "hello from %s: reserved field is 0x%08x, expected 0",
+                       peer, get_be32(p + 28));
+    if (h) {
+        h->version = version;
+        h->kind = kind;
+        h->world = world;
+        h->rank = rank;
+        h->nonce = get_be64(p + 16);
+    }
+    return RL_OK;
+}
+
+int rl_comm_tcp_check_hello(const rl_comm_hello *h, uint32_t world, int expect_rank,
+                            uint64_t nonce, const char *peer, rl_err *e) {
+    if (!peer) peer = "peer";
+    /* The nonce first: a peer of another round usually differs in world
+     * too, and "another round" is the real cause. */
+    if (h->nonce != nonce)
+        return rl_errf(e, RL_EPEER,
+                       "%s belongs to another job or rendezvous round (nonce %016llx, ours "
+                       "%016llx)",
+                       peer, (unsigned long long)h->nonce, (unsigned long long)nonce);
+    if (h->world != world)
+        return rl_errf(e, RL_EPEER, "%s has world size %u, this rank has %u", peer, h->world,
+                       world);
+    if (expect_rank >= 0 && h->rank != (uint32_t)expect_rank)
+        return rl_errf(e, RL_EPEER, "%s says it is rank %u, expected rank %d", peer, h->rank,
+                       expect_rank);
+    return RL_OK;
+}
+
+/* A copy of untrusted text fit for a one-line message: at most 100 bytes,
+ * anything but printable ASCII shown as '?'. */
+static const char *printable(const char *s, char out[104]) {
+    size_t i = 0;
+    for (; s[i] && i < 100; i++) out[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+    out[i] = '\0';
+    return out;
+}
+
+int rl_comm_tcp_parse_record(const char *rec, const char *key, char *host, size_t hostn,
+                             int *port, int *world, rl_err *e) {
+    char shown[104];
+    printable(rec, shown);
+    const char *sp = strrchr(rec, ' ');
+    if (!sp || sp == rec)
+        return rl_errf(e, RL_EINPUT, "store key %s: record \"%s\" is not \"host:port world\"",
+                       key, shown);
+    char *end;
+    errno = 0;
+    long w = strtol(sp + 1, &end, 10);
+    if (errno || *end || end == sp + 1 || w < 1 || w > RL_COMM_MAX_WORLD)
+        return rl_errf(e, RL_EINPUT, "store key %s: bad world in record \"%s\"", key, shown);
+    const char *colon = NULL;
+    for (const char *p = rec; p < sp; p++)
+        if (*p == ':') colon = p;
+    if (!colon || colon == rec)
+        return rl_errf(e, RL_EINPUT, "store key %s: no host:port in record \"%s\"", key, shown);
+    errno = 0;
+    long pt = strtol(colon + 1, &end, 10);
+    if (errno || end != sp || end == colon + 1 || pt < 1 || pt > 65535)
+        return rl_errf(e, RL_EINPUT, "store key %s: bad port in record \"%s\"", key, shown);
+    const char *h0 = rec, *h1 = colon;
+    if (*h0 == '[' && h1 > h0 + 1 && h1[-1] == ']') {
+        h0++;
+        h1--;
+    }
+    size_t hl = (size_t)(h1 - h0);
+    bool ok = hl > 0 && hl < hostn;
+    /* host names and IP literals only (':' and '%' for IPv6 and its zone) */
+    for (const char *p = h0; ok && p < h1; p++)
+        ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+             *p == '.' || *p == '-' || *p == '_' || *p == ':' || *p == '%';
+    if (!ok)
+        return rl_errf(e, RL_EINPUT, "store key %s: bad host in record \"%s\"", key, shown);
+    memcpy(host, h0, hl);
+    host[hl] = '\0';
+    *port = (int)pt;
+    *world = (int)w;
+    return RL_OK;
+}
+
+/* ---- errors of the data phase ------------------------------------------------ */
+
+static void where(const rl_comm *c, const tcp *T, char *out, size_t n) {
+    if (T->nsteps > 0)
+        snprintf(out, n, "rank %d: %s (%s step %d/%d)", c->rank, T->op, T->phase, T->step,
+                 T->nsteps);
+    else
+        snprintf(out, n, "rank %d: %s", c->rank, T->op);
+}
+
+/* A socket error: an abort takes precedence (our own shutdown() makes the
+ * sockets fail too, and the caller asked for RL_EABORT). */
+static int sock_fail(rl_comm *c, tcp *T, rl_err *e, bool right, int err, const char *what) {
+    char w[160];
+    where(c, T, w, sizeof w);
+    if (atomic_load(&c->aborted)) return rl_errf(e, RL_EABORT, "%s: aborted", w);
+    int peer = right ? T->right : T->left;
+    const char *addr = right ? T->right_addr : T->left_addr;
+    if (err == 0)
+        return rl_errf(e, RL_EPEER,
+                       "%s: rank %d (%s) closed the connection (it exited, failed or aborted)",
+                       w, peer, addr);
+    return rl_errf(e, RL_EPEER, "%s: %s rank %d (%s) failed: %s", w, what, peer, addr,
+                   strerror(err));
+}
+
+/* ---- the transfer loop ---------------------------------------------------------- */
+
+typedef struct xfer {
+    const char *send; /* slen bytes to the right */
+    size_t slen;
+    char *recv; /* rlen bytes from the left */
+    size_t rlen;
+    const char *own; /* reduce: recv[i] = own[i] + incoming[i] (own may be recv); NULL: copy */
+    rl_dtype t;
+    bool forward; /* send is recv: only bytes already received may go on (broadcast) */
+} xfer;
+
+static int run_xfer(rl_comm *c, tcp *T, const xfer *x, rl_err *e) {
+    size_t sent = 0, got = 0, staged = 0;
+    size_t es = x->own ? rl_dtype_size(x->t) : 1;
+    size_t unit = T->chunk / 8 * 8; /* a whole number of elements of any dtype */
+    double deadline = rl_now() + c->timeout_s;
+    while (sent < x->slen || got < x->rlen) {
+        if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
+            char w[160];
+            where(c, T, w, sizeof w);
+            return rl_errf(e, RL_EABORT, "%s: aborted", w);
+        }
+        bool moved = false, want_out = false, want_in = false;
+        if (sent < x->slen) {
+            size_t avail = min_sz((x->forward ? got : x->slen) - sent, T->chunk);
+            if (avail > 0) {
+                ssize_t n = send(T->sfd, x->send + sent, avail, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n > 0) {
+                    sent += (size_t)n;
+                    moved = true;
+                } else if (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK) {
+                    want_out = true; /* the socket buffer is full: poll for room */
+                } else if (errno != EINTR) {
+                    return sock_fail(c, T, e, true, errno, "sending to");
+                }
+            }
+        }
+        if (got < x->rlen) {
+            ssize_t n;
+            size_t block = 0;
+            if (x->own) {
+                block = min_sz(unit, x->rlen - got); /* whole elements: rlen is */
+                n = recv(T->rfd, T->stage + staged, block - staged, MSG_DONTWAIT);
+            } else {
+                n = recv(T->rfd, x->recv + got, min_sz(T->chunk, x->rlen - got), MSG_DONTWAIT);
+            }
+            if (n > 0) {
+                moved = true;
+                if (x->own) {
+                    staged += (size_t)n;
+                    if (staged == block) {
+                        rl_comm_reduce_sum(x->recv + got, x->own + got, T->stage, block / es,
+                                           x->t);
+                        got += block;
+                        staged = 0;
+                    }
+                } else {
+                    got += (size_t)n;
+                }
+            } else if (n == 0) {
+                return sock_fail(c, T, e, false, 0, NULL);
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                want_in = true;
+            } else if (errno != EINTR) {
+                return sock_fail(c, T, e, false, errno, "receiving from");
+            }
+        }
+        if (moved) {
+            deadline = rl_now() + c->timeout_s; /* the bound is on time without progress */
+            continue;
+        }
+        if (!want_in && !want_out) continue; /* interrupted: retry */
+        struct pollfd p[3] = {{.fd = T->wake, .events = POLLIN}};
+        nfds_t np = 1;
+        if (want_in) p[np++] = (struct pollfd){.fd = T->rfd, .events = POLLIN};
+        if (want_out) p[np++] = (struct pollfd){.fd = T->sfd, .events = POLLOUT};
+        int r = poll_until(p, np, deadline);
+        if (r < 0) {
+            char w[160];
+            where(c, T, w, sizeof w);
+            return rl_errf(e, RL_EIO, "%s: poll: %s", w, strerror(errno));
+        }
+        if (p[0].revents || atomic_load(&c->aborted)) {
+            char w[160];
+            where(c, T, w, sizeof w);
+            return rl_errf(e, RL_EABORT, "%s: aborted", w);
+        }
+        if (r == 0) {
+            char w[160], a[400] = "", b[400] = "";
+            where(c, T, w, sizeof w);
+            if (want_in)
+                snprintf(a, sizeof a, "; waiting for data from rank %d (%s), %zu of %zu bytes "
+                         "received", T->left, T->left_addr, got + staged, x->rlen);
+            if (want_out)
+                snprintf(b, sizeof b, "; rank %d (%s) is not taking data, %zu of %zu bytes "
+                         "sent", T->right, T->right_addr, sent, x->slen);
+            return rl_errf(e, RL_ETIMEOUT, "%s: no progress for %.1f s%s%s", w, c->timeout_s,
+                           a, b);
+        }
+        /* Readable/writable, or POLLERR/POLLHUP: the next send()/recv()
+         * either moves bytes or reports the error. */
+    }
+    return RL_OK;
+}
+
+/* ---- per-op header ------------------------------------------------------------ */
+
+static const char *op_name(int op) {
+    switch (op) {
+    case OP_ALLREDUCE: return "allreduce";
+    case OP_BROADCAST: return "broadcast";
+    case OP_ALLGATHER: return "allgather";
+    case OP_REDUCE_SCATTER: return "reduce_scatter";
+    case OP_BARRIER: return "barrier";
+    }
+    return "unknown op";
+}
+
+static void describe_op(char *out, size_t n, int op, int dtype, int arg, uint64_t count,
+                        uint64_t seq) {
+    static const char *dt[] = {"f32", "f64", "bf16", "i64"};
+    const char *d = dtype >= 0 && dtype < 4 ? dt[dtype] : "?";
+    if (op == OP_BROADCAST)
+        snprintf(out, n, "%s(count %llu, %s, root %d) as op #%llu", op_name(op),
+                 (unsigned long long)count, d, arg, (unsigned long long)seq);
+    else if (op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER)
+        snprintf(out, n, "%s(count %llu, %s, %s) as op #%llu", op_name(op),
+                 (unsigned long long)count, d, arg == RL_AVG ? "avg" : "sum",
+                 (unsigned long long)seq);
+    else
+        snprintf(out, n, "%s(count %llu, %s) as op #%llu", op_name(op),
+                 (unsigned long long)count, d, (unsigned long long)seq);
+}
+
+/* Send our op header to the right, check the left's against ours. By
+ * induction around the ring every rank then runs the same collective. */
+static int op_begin(rl_comm *c, tcp *T, int op, size_t count, rl_dtype t, int arg, rl_err *e) {
+    T->op = op_name(op);
+    T->phase = "header";
+    T->step = T->nsteps = 0;
+    T->seq++;
+    uint8_t mine[OPHDR_BYTES] = {0}, theirs[OPHDR_BYTES];
+    put_be32(mine, OPHDR_MAGIC);
+    put_be16(mine + 4, (uint16_t)op);
+    put_be16(mine + 6, (uint16_t)t);
+    put_be32(mine + 8, (uint32_t)arg);
+    put_be64(mine + 12, (uint64_t)count);
+    put_be64(mine + 20, T->seq);
+    xfer x = {.send = (const char *)mine, .slen = OPHDR_BYTES, .recv = (char *)theirs,
+              .rlen = OPHDR_BYTES};
+    int rc = run_xfer(c, T, &x, e);
+    if (rc) return rc;
+    if (get_be32(theirs) != OPHDR_MAGIC)
+        return rl_errf(e, RL_EPEER,
+                       "rank %d: %s: the stream from rank %d (%s) is out of step (bad op "
+                       "header magic 0x%08x)",
+                       c->rank, T->op, T->left, T->left_addr, get_be32(theirs));
+    if (memcmp(mine + 4, theirs + 4, OPHDR_BYTES - 4) != 0) {
+        char a[160], b[160];
+        describe_op(a, sizeof a, op, (int)t, arg, count, T->seq);
+        describe_op(b, sizeof b, get_be16(theirs + 4), get_be16(theirs + 6),
+                    (int)get_be32(theirs + 8), get_be64(theirs + 12), get_be64(theirs + 20));
+        return rl_errf(e, RL_EINTERNAL,
+                       "rank %d: collective mismatch: this rank called %s, rank %d (%s) "
+                       "called %s (every rank must issue the same collectives in the same "
+                       "order)",
+                       c->rank, a, T->left, T->left_addr, b);
+    }
+    return RL_OK;
+}
+
+/* ---- collectives --------------------------------------------------------------- */
+
+static int ring_allreduce(rl_comm *c, tcp *T, char *b, size_t count, rl_dtype t, rl_redop op,
+                          rl_err *e) {
+    int n = c->world, r = c->rank, rc;
+    size_t es = rl_dtype_size(t), so, sl, ro, rl;
+    T->nsteps = n - 1;
+    T->phase = "reduce-scatter";
+    for (int s = 0; s < n - 1; s++) {
+        T->step = s + 1;
+        segment(count, n, ring_mod((long)r - s, n), &so, &sl);
+        segment(count, n, ring_mod((long)r - s - 1, n), &ro, &rl);
+        xfer x = {.send = b + so * es, .slen = sl * es, .recv = b + ro * es, .rlen = rl * es,
+                  .own = b + ro * es, .t = t};
+        if ((rc = run_xfer(c, T, &x, e))) return rc;
+    }
+    /* This rank now holds the full sum of segment r+1: average it here,
+     * once, so every rank receives the same divided value. */
+    if (op == RL_AVG) {
+        segment(count, n, ring_mod((long)r + 1, n), &so, &sl);
+        rl_comm_divide(b + so * es, sl, t, n);
+    }
+    T->phase = "allgather";
+    for (int s = 0; s < n - 1; s++) {
+        T->step = s + 1;
+        segment(count, n, ring_mod((long)r + 1 - s, n), &so, &sl);
+        segment(count, n, ring_mod((long)r - s, n), &ro, &rl);
+        xfer x = {.send = b + so * es, .slen = sl * es, .recv = b + ro * es, .rlen = rl * es};
+        if ((rc = run_xfer(c, T, &x, e))) return rc;
+    }
+    return RL_OK;
+}
+
+static int tcp_allreduce(rl_comm *c, void *buf, size_t count, rl_dtype t, rl_redop op,
+                         rl_err *e) {
+    if (c->world == 1) return RL_OK; /* the sum of one; x / 1 == x */
+    tcp *T = c->impl;
+    int rc = op_begin(c, T, OP_ALLREDUCE, count, t, (int)op, e);
+    /* count 0 still exchanges the header (keeps ranks in step, catches a
+     * mismatch); buf may then be NULL, so no pointer arithmetic on it */
+    if (rc || count == 0) return rc;
+    return ring_allreduce(c, T, buf, count, t, op, e);
+}
+
+static int tcp_barrier(rl_comm *c, rl_err *e) {
+    if (c->world == 1) return RL_OK;
+    tcp *T = c->impl;
+    int rc = op_begin(c, T, OP_BARRIER, 1, RL_I64, 0, e);
+    if (rc) return rc;
+    /* One element around the ring twice: the value every rank ends with
+     * depends on every rank's entry, so no rank leaves before all came. */
+    int64_t token = 1;
+    return ring_allreduce(c, T, (char *)&token, 1, RL_I64, RL_SUM, e);
+}
+
+static int tcp_broadcast(rl_comm *c, void *buf, size_t count, rl_dtype t, int root, rl_err *e) {
+    if (c->world == 1) return RL_OK;
+    tcp *T = c->impl;
+    int rc = op_begin(c, T, OP_BROADCAST, count, t, root, e);
+    if (rc) return rc;
+    /* A pipeline root -> root+1 -> ... -> root-1: each rank forwards every
+     * chunk as soon as it has it, so the time is ~ one buffer, not N. */
+    size_t bytes = count * rl_dtype_size(t);
+    T->phase = "pipeline";
+    T->step = T->nsteps = 1;
+    xfer x = {0};
+    if (c->rank == root) {
+        x.send = buf;
+        x.slen = bytes;
+    } else {
+        x.recv = buf;
+        x.rlen = bytes;
+        if (T->right != root) {
+            x.send = buf;
+            x.slen = bytes;
+            x.forward = true;
+        }
+    }
+    return run_xfer(c, T, &x, e);
+}
+
+static int tcp_allgather(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
+                         rl_err *e) {
+    size_t blk = count * rl_dtype_size(t);
+    char *out = recv;
+    int n = c->world, r = c->rank, rc;
+    if (blk && out + (size_t)r * blk != (const char *)send)
+        memmove(out + (size_t)r * blk, send, blk);
+    if (n == 1) return RL_OK;
+    tcp *T = c->impl;
+    if ((rc = op_begin(c, T, OP_ALLGATHER, count, t, 0, e)) || blk == 0) return rc;
+    T->phase = "ring";
+    T->nsteps = n - 1;
+    for (int s = 0; s < n - 1; s++) {
+        T->step = s + 1;
+        size_t so = (size_t)ring_mod((long)r - s, n) * blk;
+        size_t ro = (size_t)ring_mod((long)r - s - 1, n) * blk;
+        xfer x = {.send = out + so, .slen = blk, .recv = out + ro, .rlen = blk};
+        if ((rc = run_xfer(c, T, &x, e))) return rc;
+    }
+    return RL_OK;
+}
+
+static int tcp_reduce_scatter(rl_comm *c, const void *send, void *recv, size_t count,
+                              rl_dtype t, rl_redop op, rl_err *e) {
+    size_t blk = count * rl_dtype_size(t);
+    int n = c->world, r = c->rank, rc;
+    if (n == 1) {
+        if (blk && recv != send) memmove(recv, send, blk);
+        return RL_OK;
+    }
+    tcp *T = c->impl;
+    if ((rc = op_begin(c, T, OP_REDUCE_SCATTER, count, t, (int)op, e)) || blk == 0) return rc;
+    /* `send` is const, so partial sums go to scratch blocks: step s sends
+     * block r-s-1 (our own at s = 0, else the partial sum made at step
+     * s-1) and receives block r-s-2, adding our own contribution. Two
+     * scratch blocks alternate; the last step writes into recv. recv may be
+     * our own block of send (in place): only the last step writes there,
+     * and it adds element by element into the same place. */
+    size_t nscratch = n >= 4 ? 2 : (size_t)(n - 2);
+    if (nscratch && blk) {
+        if (blk > SIZE_MAX / nscratch)
+            return rl_errf(e, RL_ENOMEM, "rank %d: reduce_scatter: block too large", c->rank);
+        if (T->scratch_cap < nscratch * blk) {
+            char *p = realloc(T->scratch, nscratch * blk);
+            if (!p)
+                return rl_errf(e, RL_ENOMEM, "rank %d: reduce_scatter: out of memory for %zu "
+                               "bytes of scratch", c->rank, nscratch * blk);
+            T->scratch = p;
+            T->scratch_cap = nscratch * blk;
+        }
+    }
+    const char *in = send;
+    const char *prev = in + (size_t)ring_mod((long)r - 1, n) * blk;
+    T->phase = "ring";
+    T->nsteps = n - 1;
+    for (int s = 0; s < n - 1; s++) {
+        T->step = s + 1;
+        char *dst = s == n - 2 ? (char *)recv : T->scratch + (size_t)(s % 2) * blk;
+        const char *own = in + (size_t)ring_mod((long)r - s - 2, n) * blk;
+        xfer x = {.send = prev, .slen = blk, .recv = dst, .rlen = blk, .own = own, .t = t};
+        if ((rc = run_xfer(c, T, &x, e))) return rc;
+        prev = dst;
+    }
+    if (op == RL_AVG) rl_comm_divide(recv, count, t, n);
+    return RL_OK;
+}
+
+static int tcp_wait(rl_comm *c, rl_err *e) {
+    (void)c;
+    (void)e;
+    return RL_OK; /* every tcp op is complete when it returns */
+}
+
+static void tcp_kill(rl_comm *c) {
+    tcp *T = c->impl;
+    /* Not close(): rl_comm_abort may use the descriptors from another
+     * thread until destroy. shutdown() sends FIN now, so the neighbours'
+     * blocked receives see EOF and fail at once. */
+    if (T->sfd >= 0) shutdown(T->sfd, SHUT_RDWR);
+    if (T->rfd >= 0) shutdown(T->rfd, SHUT_RDWR);
+}
+
+static void tcp_abort(rl_comm *c) {
+    tcp *T = c->impl;
+    uint64_t one = 1;
+    /* write() and shutdown() are async-signal-safe: abort may come from a
+     * signal-handling thread. The eventfd stays readable from now on, so
+     * every later poll returns at once too. */
+    if (write(T->wake, &one, sizeof one) < 0) { /* already readable: fine */
+    }
+    tcp_kill(c);
+}
+
+static void tcp_free(tcp *T) {
+    if (!T) return;
+    if (T->sfd >= 0) close(T->sfd);
+    if (T->rfd >= 0) close(T->rfd);
+    if (T->wake >= 0) close(T->wake);
+    free(T->stage);
+    free(T->scratch);
+    free(T);
+}
+
+static void tcp_destroy(rl_comm *c) { tcp_free(c->impl); }
+
+static const rl_comm_ops tcp_ops = {
+    .allreduce = tcp_allreduce,
+    .broadcast = tcp_broadcast,
+    .allgather = tcp_allgather,
+    .reduce_scatter = tcp_reduce_scatter,
+    .barrier = tcp_barrier,
+    .wait = tcp_wait,
+    .kill = tcp_kill,
+    .abort = tcp_abort,
+    .destroy = tcp_destroy,
+};
+
+/* ---- forming the ring ------------------------------------------------------------ */
+
+/* Listen on an ephemeral port of `host` (falling back to the wildcard
+ * address when host is a name of this pod that is not a local address,
+ * e.g. behind NAT). */
+static int listen_on(const char *host, size_t sockbuf, int *fd_out, int *port_out, rl_err *e) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int g = getaddrinfo(host, "0", &hints, &ai);
+    if (g != 0)
+        return rl_errf(e, RL_EINPUT, "cannot resolve comm host \"%.200s\": %s", host,
+                       gai_strerror(g));
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int err = errno;
+        freeaddrinfo(ai);
+        return rl_errf(e, RL_EIO, "socket() for listening on %.200s: %s", host, strerror(err));
+    }
+    tune_socket(fd, sockbuf); /* inherited by accepted sockets; window scale is set at SYN */
+    int rc = bind(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EADDRNOTAVAIL) {
+        struct sockaddr_storage any = {0};
+        any.ss_family = (sa_family_t)ai->ai_family; /* zero address, port 0: wildcard */
+        rc = bind(fd, (struct sockaddr *)&any,
+                  ai->ai_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                            : sizeof(struct sockaddr_in));
+    }
+    int err = errno;
+    freeaddrinfo(ai);
+    if (rc != 0 || listen(fd, 16) != 0) {
+        if (rc == 0) err = errno;
+        close(fd);
+        return rl_errf(e, RL_EIO, "cannot listen on %.200s: %s", host, strerror(err));
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        err = errno;
+        close(fd);
+        return rl_errf(e, RL_EIO, "getsockname on %.200s: %s", host, strerror(err));
+    }
+    *port_out = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                         : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    *fd_out = fd;
+    return RL_OK;
+}
+
+/* Read a neighbour's record from the store and check its world. */
+static int get_neighbour(rl_comm *c, const rl_comm_opts *o, int peer, double deadline,
+                         char *addr, size_t addrn, char *host, size_t hostn, int *port,
+                         rl_err *e) {
+    char key[1100];
+    snprintf(key, sizeof key, "%s/addr/%d", o->prefix, peer);
+    double left = deadline - rl_now();
+    if (left <= 0)
+        return rl_errf(e, RL_ETIMEOUT, "rank %d: timed out before reading rank %d's address "
+                       "(key %s)", c->rank, peer, key);
+    void *val = NULL;
+    size_t len = 0;
+    int rc = rl_store_get(o->store, key, left, &val, &len, e);
+    if (rc) {
+        rl_err_wrap(e, "rank %d: waiting for rank %d's ring address", c->rank, peer);
+        return rc;
+    }
+    int world = 0;
+    char rec[ADDR_LEN + 32];
+    snprintf(rec, sizeof rec, "%.*s", (int)min_sz(len, ADDR_LEN + 16), (const char *)val);
+    free(val);
+    rc = rl_comm_tcp_parse_record(rec, key, host, hostn, port, &world, e);
+    if (rc) return rl_err_wrap(e, "rank %d: rank %d's ring address", c->rank, peer);
+    const char *sp = strrchr(rec, ' ');
+    snprintf(addr, addrn, "%.*s", (int)(sp - rec), rec);
+    if (world != c->world)
+        return rl_errf(e, RL_EINPUT,
+                       "rank %d: rank %d (%s) was started with world size %d, this rank with "
+                       "%d (key %s): every rank of a round must agree",
+                       c->rank, peer, addr, world, c->world, key);
+    return RL_OK;
+}
+
+typedef struct pending {
+    int fd;
+    char peer[64];
+    uint8_t in[RL_COMM_HELLO_BYTES], out[RL_COMM_HELLO_BYTES];
+    size_t got, sent;
+    bool replying;
+} pending;
+
+static void close_pending(pending *p) {
+    if (p->fd >= 0) close(p->fd);
+    p->fd = -1;
+}
+
+/* Connect to the right neighbour and accept the left one, concurrently. */
+static int form_ring(rl_comm *c, tcp *T, int lfd, const char *rhost, int rport, uint64_t nonce,
+                     double deadline, rl_err *e) {
+    enum { C_CONNECTING, C_HELLO, C_REPLY, C_DONE } cs = C_CONNECTING;
+    uint8_t hello[RL_COMM_HELLO_BYTES], reply[RL_COMM_HELLO_BYTES];
+    size_t hsent = 0, rgot = 0;
+    rl_comm_hello me = {.version = RL_COMM_HELLO_VERSION, .kind = RL_COMM_HELLO,
+                        .world = (uint32_t)c->world, .rank = (uint32_t)c->rank, .nonce = nonce};
+    rl_comm_tcp_encode_hello(hello, &me);
+    pending pend[MAX_PENDING];
+    for (int i = 0; i < MAX_PENDING; i++) pend[i].fd = -1;
+    int rc = RL_OK, cfd = -1;
+    char peer_desc[ADDR_LEN + 40];
+
+    /* start the connection to the right */
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", rport);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV},
+                    *ai = NULL;
+    int g = getaddrinfo(rhost, portstr, &hints, &ai);
+    if (g != 0)
+        return rl_errf(e, RL_EPEER, "rank %d: cannot resolve rank %d's address %s: %s", c->rank,
+                       T->right, T->right_addr, gai_strerror(g));
+    cfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (cfd < 0) {
+        rc = rl_errf(e, RL_EIO, "rank %d: socket(): %s", c->rank, strerror(errno));
+        freeaddrinfo(ai);
+        return rc;
+    }
+    tune_socket(cfd, T->sockbuf);
+    if (connect(cfd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        cs = C_HELLO;
+    } else if (errno != EINPROGRESS) {
+        rc = rl_errf(e, RL_EPEER, "rank %d: connecting to rank %d (%s): %s", c->rank, T->right,
+                     T->right_addr, strerror(errno));
+        freeaddrinfo(ai);
+        close(cfd);
+        return rc;
+    }
+    freeaddrinfo(ai);
+    snprintf(peer_desc, sizeof peer_desc, "rank %d (%s)", T->right, T->right_addr);
+
+    int afd = -1; /* the accepted, verified connection from the left */
+    while (cs != C_DONE || afd < 0) {
+        struct pollfd p[2 + MAX_PENDING];
+        int idx[MAX_PENDING];
+        nfds_t np = 0;
+        int ic = -1, il = -1;
+        if (cs != C_DONE) {
+            ic = (int)np;
+            p[np++] = (struct pollfd){.fd = cfd, .events = cs == C_REPLY ? POLLIN : POLLOUT};
+        }
+        if (afd < 0) {
+            il = (int)np;
+            p[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+            for (int i = 0; i < MAX_PENDING; i++) {
+                idx[i] = -1;
+                if (pend[i].fd < 0) continue;
+                idx[i] = (int)np;
+                p[np++] = (struct pollfd){.fd = pend[i].fd,
+                                          .events = pend[i].replying ? POLLOUT : POLLIN};
+            }
+        }
+        int r = poll_until(p, np, deadline);
+        if (r < 0) {
+            rc = rl_errf(e, RL_EIO, "rank %d: poll while forming the ring: %s", c->rank,
+                         strerror(errno));
+            goto out;
+        }
+        if (r == 0) {
+            char a[400] = "", b[400] = "";
+            if (cs != C_DONE)
+                snprintf(a, sizeof a, "; %s rank %d (%s)",
+                         cs == C_CONNECTING ? "could not connect to"
+                         : cs == C_HELLO    ? "could not send the hello to"
+                                            : "no hello answer from",
+                         T->right, T->right_addr);
+            if (afd < 0)
+                snprintf(b, sizeof b, "; no hello from rank %d (%s)", T->left, T->left_addr);
+            rc = rl_errf(e, RL_ETIMEOUT, "rank %d: forming the ring timed out after %.1f s%s%s",
+                         c->rank, c->timeout_s, a, b);
+            goto out;
+        }
+        /* --- our connection to the right --- */
+        if (ic >= 0 && p[ic].revents) {
+            if (cs == C_CONNECTING) {
+                int err = 0;
+                socklen_t el = sizeof err;
+                if (getsockopt(cfd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
+                if (err) {
+                    rc = rl_errf(e, RL_EPEER, "rank %d: cannot connect to %s: %s%s", c->rank,
+                                 peer_desc, strerror(err),
+                                 err == ECONNREFUSED ? " (is that rank still running?)" : "");
+                    goto out;
+                }
+                cs = C_HELLO;
+            }
+            if (cs == C_HELLO) {
+                ssize_t n = send(cfd, hello + hsent, sizeof hello - hsent,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n > 0) hsent += (size_t)n;
+                else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    rc = rl_errf(e, RL_EPEER, "rank %d: sending the hello to %s: %s", c->rank,
+                                 peer_desc, strerror(errno));
+                    goto out;
+                }
+                if (hsent == sizeof hello) cs = C_REPLY;
+            } else if (cs == C_REPLY) {
+                ssize_t n = recv(cfd, reply + rgot, sizeof reply - rgot, MSG_DONTWAIT);
+                if (n == 0) {
+                    rc = rl_errf(e, RL_EPEER, "rank %d: %s closed the connection before "
+                                 "answering our hello (it refused it, or failed)",
+                                 c->rank, peer_desc);
+                    goto out;
+                }
+                if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    rc = rl_errf(e, RL_EPEER, "rank %d: waiting for the hello answer of %s: %s",
+                                 c->rank, peer_desc, strerror(errno));
+                    goto out;
+                }
+                if (n > 0) rgot += (size_t)n;
+                bool bad_prefix = (rgot >= 4 && get_be32(reply) != RL_COMM_HELLO_MAGIC) ||
+                                  (rgot >= 6 && get_be16(reply + 4) != RL_COMM_HELLO_VERSION);
+                if (rgot == sizeof reply || bad_prefix) {
+                    rl_comm_hello h;
+                    if ((rc = rl_comm_tcp_parse_hello(reply, rgot, peer_desc, &h, e))) {
+                        rl_err_wrap(e, "rank %d", c->rank);
+                        goto out;
+                    }
+                    if (h.kind == RL_COMM_HELLO) {
+                        rc = rl_errf(e, RL_EPEER, "rank %d: %s answered with a hello, not an "
+                                     "accept", c->rank, peer_desc);
+                        goto out;
+                    }
+                    if ((rc = rl_comm_tcp_check_hello(&h, (uint32_t)c->world, T->right, nonce,
+                                                      peer_desc, e))) {
+                        rl_err_wrap(e, "rank %d", c->rank);
+                        goto out;
+                    }
+                    if (h.kind == RL_COMM_HELLO_REJECT) {
+                        rc = rl_errf(e, RL_EPEER, "rank %d: %s rejected our hello", c->rank,
+                                     peer_desc);
+                        goto out;
+                    }
+                    cs = C_DONE;
+                }
+            }
+        }
+        if (afd >= 0) continue;
+        /* --- incoming connections --- */
+        if (p[il].revents) {
+            struct sockaddr_storage ss;
+            socklen_t sl = sizeof ss;
+            int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd >= 0) {
+                int slot = -1;
+                for (int i = 0; i < MAX_PENDING && slot < 0; i++)
+                    if (pend[i].fd < 0) slot = i;
+                if (slot < 0) {
+                    close(fd); /* more strangers than a ring can explain: drop */
+                } else {
+                    pending *q = &pend[slot];
+                    memset(q, 0, sizeof *q);
+                    q->fd = fd;
+                    sockaddr_str((struct sockaddr *)&ss, q->peer, sizeof q->peer);
+                }
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                       errno != ECONNABORTED) {
+                rc = rl_errf(e, RL_EIO, "rank %d: accept: %s", c->rank, strerror(errno));
+                goto out;
+            }
+        }
+        for (int i = 0; i < MAX_PENDING && afd < 0; i++) {
+            pending *q = &pend[i];
+            if (q->fd < 0 || idx[i] < 0 || !p[idx[i]].revents) continue;
+            char who[ADDR_LEN + 80];
+            snprintf(who, sizeof who, "%s", q->peer);
+            if (q->replying) {
+                ssize_t n = send(q->fd, q->out + q->sent, sizeof q->out - q->sent,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n > 0) q->sent += (size_t)n;
+                else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    rc = rl_errf(e, RL_EPEER, "rank %d: answering the hello of %s: %s",
+                                 c->rank, who, strerror(errno));
+                    goto out;
+                }
+                if (q->sent == sizeof q->out) {
+                    afd = q->fd;
+                    q->fd = -1;
+                }
+                continue;
+            }
+            ssize_t n = recv(q->fd, q->in + q->got, sizeof q->in - q->got, MSG_DONTWAIT);
+            if (n == 0 && q->got == 0) {
+                close_pending(q); /* a probe that connected and left: not a peer */
+                continue;
+            }
+            if (n == 0) {
+                rc = rl_errf(e, RL_EPEER, "rank %d: %s closed the connection after %zu of %d "
+                             "hello bytes", c->rank, who, q->got, RL_COMM_HELLO_BYTES);
+                goto out;
+            }
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+                rc = rl_errf(e, RL_EPEER, "rank %d: reading the hello of %s: %s", c->rank, who,
+                             strerror(errno));
+                goto out;
+            }
+            q->got += (size_t)n;
+            bool bad_prefix = (q->got >= 4 && get_be32(q->in) != RL_COMM_HELLO_MAGIC) ||
+                              (q->got >= 6 && get_be16(q->in + 4) != RL_COMM_HELLO_VERSION);
+            if (q->got < sizeof q->in && !bad_prefix) continue;
+            rl_comm_hello h;
+            /* Not a hello of ours: refuse the ring rather than guess. A
+             * stranger on our port means a misconfiguration to surface. */
+            if ((rc = rl_comm_tcp_parse_hello(q->in, q->got, who, &h, e))) {
+                if (bad_prefix && get_be32(q->in) == RL_COMM_HELLO_MAGIC) {
+                    /* a ringleader of another version: tell it ours */
+                    rl_comm_hello rej = me;
+                    rej.kind = RL_COMM_HELLO_REJECT;
+                    rl_comm_tcp_encode_hello(q->out, &rej);
+                    (void)send(q->fd, q->out, sizeof q->out, MSG_NOSIGNAL | MSG_DONTWAIT);
+                }
+                rl_err_wrap(e, "rank %d: refusing a connection that should come from rank %d",
+                            c->rank, T->left);
+                goto out;
+            }
+            snprintf(who, sizeof who, "%s (says rank %u)", q->peer, h.rank);
+            int crc = h.kind != RL_COMM_HELLO
+                          ? rl_errf(e, RL_EPEER, "%s sent kind %u instead of a hello", who,
+                                    h.kind)
+                          : rl_comm_tcp_check_hello(&h, (uint32_t)c->world, T->left, nonce,
+                                                    who, e);
+            rl_comm_hello ans = me;
+            ans.kind = crc ? RL_COMM_HELLO_REJECT : RL_COMM_HELLO_ACCEPT;
+            rl_comm_tcp_encode_hello(q->out, &ans);
+            if (crc) {
+                /* Best effort: the peer then names the difference too. */
+                (void)send(q->fd, q->out, sizeof q->out, MSG_NOSIGNAL | MSG_DONTWAIT);
+                rc = crc;
+                rl_err_wrap(e, "rank %d: refusing a connection that should come from rank %d",
+                            c->rank, T->left);
+                goto out;
+            }
+            q->replying = true;
+            ssize_t w = send(q->fd, q->out, sizeof q->out, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) q->sent = (size_t)w;
+            if (q->sent == sizeof q->out) {
+                afd = q->fd;
+                q->fd = -1;
+            }
+        }
+    }
+    T->sfd = cfd;
+    T->rfd = afd;
+    cfd = -1;
+out:
+    if (cfd >= 0) close(cfd);
+    for (int i = 0; i < MAX_PENDING; i++) close_pending(&pend[i]);
+    return rc;
+}
+
+int rl_comm_tcp_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
+    tcp *T = calloc(1, sizeof *T);
+    if (!T) return rl_errf(e, RL_ENOMEM, "rank %d: comm init: out of memory", c->rank);
+    T->sfd = T->rfd = T->wake = -1;
+    c->impl = T;
+    c->ops = &tcp_ops;
+    T->chunk = o->chunk_bytes ? o->chunk_bytes : RL_COMM_DEFAULT_CHUNK;
+    if (T->chunk < 64) T->chunk = 64; /* at least a few elements per reduction */
+    T->sockbuf = o->sockbuf_bytes;
+    T->left = ring_mod((long)c->rank - 1, c->world);
+    T->right = ring_mod((long)c->rank + 1, c->world);
+    T->op = "init";
+    int rc = RL_OK, lfd = -1;
+    T->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    T->stage = malloc(T->chunk);
+    if (T->wake < 0 || !T->stage) {
+        rc = rl_errf(e, T->stage ? RL_EIO : RL_ENOMEM, "rank %d: comm init: %s", c->rank,
+                     T->stage ? strerror(errno) : "out of memory");
+        goto fail;
+    }
+    if (c->world == 1) return RL_OK; /* no peers: every op is local */
+
+    double deadline = rl_now() + c->timeout_s;
+    const char *host = o->host && *o->host ? o->host : "127.0.0.1";
+    int port = 0;
+    if ((rc = listen_on(host, T->sockbuf, &lfd, &port, e))) {
+        rl_err_wrap(e, "rank %d: comm init", c->rank);
+        goto fail;
+    }
+    char rec[ADDR_LEN + 32], key[1100];
+    snprintf(rec, sizeof rec, strchr(host, ':') ? "[%.255s]:%d %d" : "%.255s:%d %d", host, port,
+             c->world);
+    snprintf(key, sizeof key, "%s/addr/%d", o->prefix, c->rank);
+    if ((rc = rl_store_set(o->store, key, rec, strlen(rec), e))) {
+        rl_err_wrap(e, "rank %d: publishing the ring address (key %s)", c->rank, key);
+        goto fail;
+    }
+    char rhost[ADDR_LEN], lhost[ADDR_LEN];
+    int rport = 0, lport = 0;
+    /* Left first: its record tells whether it agrees on the world size, and
+     * with a smaller world than ours our right neighbour may never exist. */
+    if ((rc = get_neighbour(c, o, T->left, deadline, T->left_addr, sizeof T->left_addr, lhost,
+                            sizeof lhost, &lport, e)))
+        goto fail;
+    if ((rc = get_neighbour(c, o, T->right, deadline, T->right_addr, sizeof T->right_addr,
+                            rhost, sizeof rhost, &rport, e)))
+        goto fail;
+    if ((rc = form_ring(c, T, lfd, rhost, rport, rl_comm_tcp_nonce(o->prefix), deadline, e)))
+        goto fail;
+    close(lfd);
+    tune_socket(T->sfd, T->sockbuf);
+    tune_socket(T->rfd, T->sockbuf);
+    rl_log(RL_LOG_DEBUG, "comm_ring_formed",
+           "\"backend\":\"tcp\",\"world\":%d,\"listen_port\":%d,\"chunk_bytes\":%zu", c->world,
+           port, T->chunk);
+    return RL_OK;
+fail:
+    if (lfd >= 0) close(lfd);
+    tcp_free(T);
+    c->impl = NULL;
+    return rc;
+}

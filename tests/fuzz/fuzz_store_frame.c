@@ -1,0 +1,113 @@
+/* libFuzzer target for the store's wire handling: the frame header parser
+ * and, through the same pure function the server uses (rl_store_db_step),
+ * a whole connection's worth of requests against a small store. Checks,
+ * besides memory safety:
+ *  - parse: on success the header re-encodes to the same 24 bytes; on
+ *    failure the code is RL_EINPUT, the output is untouched and the message
+ *    is one line naming the peer;
+ *  - requests: every step consumes a whole frame or asks for more, every
+ *    answer is exactly one valid frame with the request's op, a protocol
+ *    error ends the connection with an EPROTO frame, the store never holds
+ *    more than its bound, and a SET that answered OK is visible to a GET
+ *    of the same key with the same bytes. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdzv/rdzv.h"
+#include "rdzv/store_db.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FUZZ_MAX_BYTES (64u << 10) /* small, so that EFULL is reachable */
+
+static void check_parse(const uint8_t *data, size_t size) {
+    size_t len = size < RL_STORE_HEADER_BYTES + 8 ? size : RL_STORE_HEADER_BYTES + 8;
+    uint8_t *buf = malloc(len ? len : 1); /* exact size: ASan sees over-reads */
+    if (!buf) return;
+    if (len) memcpy(buf, data, len);
+    rl_store_frame f, sentinel;
+    memset(&f, 0xa5, sizeof f);
+    sentinel = f;
+    rl_err e = {0};
+    int rc = rl_store_frame_parse(buf, len, "fuzz", &f, &e);
+    if (rc == RL_OK) {
+        uint8_t back[RL_STORE_HEADER_BYTES];
+        rl_store_frame_encode(back, &f);
+        if (len < RL_STORE_HEADER_BYTES || memcmp(back, buf, sizeof back) != 0) abort();
+        if (f.klen > RL_STORE_MAX_KEY || f.vlen > RL_STORE_MAX_VALUE ||
+            f.v2len > RL_STORE_MAX_VALUE || f.version != RL_STORE_VERSION)
+            abort();
+    } else {
+        if (rc != RL_EINPUT || e.code != RL_EINPUT || memcmp(&f, &sentinel, sizeof f) != 0) abort();
+        if (strncmp(e.msg, "store fuzz: ", 12) != 0 || strchr(e.msg, '\n')) abort();
+    }
+    free(buf);
+}
+
+/* out must hold exactly one frame with this op; returns its header. */
+static rl_store_frame one_frame(const rl_store_buf *out, uint16_t op) {
+    rl_store_frame f;
+    rl_err e;
+    if (rl_store_frame_parse(out->p, out->len, "srv", &f, &e) != RL_OK) abort();
+    if (out->len != RL_STORE_HEADER_BYTES + (size_t)f.klen + f.vlen + f.v2len) abort();
+    if (op && f.op != op) abort();
+    return f;
+}
+
+static void check_stream(const uint8_t *data, size_t size) {
+    uint8_t *in = malloc(size ? size : 1);
+    if (!in) return;
+    if (size) memcpy(in, data, size);
+    rl_store_db *db = rl_store_db_new(FUZZ_MAX_BYTES);
+    if (!db) abort();
+    rl_store_buf out = {0}, chk = {0};
+    size_t pos = 0;
+    for (int guard = 0; guard < 100000; guard++) {
+        rl_store_step st;
+        rl_err e = {0};
+        out.len = out.off = 0;
+        rl_store_step_result r = rl_store_db_step(db, in + pos, size - pos, "fuzz", &out, &st, &e);
+        if (rl_store_db_bytes(db) > FUZZ_MAX_BYTES) abort();
+        if (r == RL_STORE_STEP_MORE) {
+            if (out.len != 0 || st.need <= size - pos || st.need < RL_STORE_HEADER_BYTES) abort();
+            break;
+        }
+        if (r == RL_STORE_STEP_NOMEM) break;
+        if (r == RL_STORE_STEP_ERROR) {
+            rl_store_frame f = one_frame(&out, 0);
+            if (f.status != RL_STORE_EPROTO || e.code == RL_OK || strchr(e.msg, '\n')) abort();
+            break; /* the server closes the connection */
+        }
+        if (st.used < RL_STORE_HEADER_BYTES || st.used > size - pos) abort();
+        if (r == RL_STORE_STEP_WAIT) {
+            if (out.len != 0 || st.op != RL_STORE_GET || st.wait_ms == 0) abort();
+            /* what the server does at the deadline */
+            if (rl_store_db_answer_get(db, st.key, st.klen, true, &out) != 0) abort();
+            if (one_frame(&out, RL_STORE_GET).status != RL_STORE_NOTFOUND) abort();
+        } else {
+            rl_store_frame f = one_frame(&out, st.op);
+            if (f.status == RL_STORE_EPROTO) abort();
+            if (st.op == RL_STORE_SET && f.status == RL_STORE_OK) {
+                /* oracle: the value just set is what a GET returns */
+                const uint8_t *v = st.key + st.klen;
+                uint32_t vlen = (uint32_t)(st.used - RL_STORE_HEADER_BYTES - st.klen);
+                chk.len = chk.off = 0;
+                if (rl_store_db_answer_get(db, st.key, st.klen, false, &chk) != 1) abort();
+                rl_store_frame g = one_frame(&chk, RL_STORE_GET);
+                if (g.vlen != vlen || memcmp(chk.p + RL_STORE_HEADER_BYTES, v, vlen) != 0) abort();
+            }
+        }
+        pos += st.used;
+    }
+    rl_store_buf_free(&out);
+    rl_store_buf_free(&chk);
+    rl_store_db_free(db);
+    free(in);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    check_parse(data, size);
+    check_stream(data, size);
+    return 0;
+}
