@@ -169,17 +169,29 @@ static int overlap_rank(int rank, int port, const char *dir, const char *report)
 Test(ddp, buckets_reduce_during_backward_in_the_same_order, .timeout = 120) {
     char dir[64];
     rl_test_arith_dir(dir, sizeof dir, 300000);
+    /* Fork first, then start the store thread: a child forked from a
+     * threaded parent can inherit a held allocator lock (seen under ASan). */
+    char rep[2][128];
+    pid_t pid[2];
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    for (int r = 0; r < 2; r++) {
+        snprintf(rep[r], sizeof rep[r], "%s/events.%d", dir, r);
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            int port = 0;
+            close(pfd[1]);
+            if (read(pfd[0], &port, sizeof port) != sizeof port) _exit(9);
+            _exit(overlap_rank(r, port, dir, rep[r]));
+        }
+    }
+    close(pfd[0]);
     rl_store_server *srv;
     rl_err e;
     cr_assert_eq(rl_store_server_start("127.0.0.1", 0, &srv, &e), 0, "%s", e.msg);
     int port = rl_store_server_port(srv);
-    char rep[2][128];
-    pid_t pid[2];
-    for (int r = 0; r < 2; r++) {
-        snprintf(rep[r], sizeof rep[r], "%s/events.%d", dir, r);
-        pid[r] = fork();
-        if (pid[r] == 0) _exit(overlap_rank(r, port, dir, rep[r]));
-    }
+    for (int r = 0; r < 2; r++) cr_assert_eq(write(pfd[1], &port, sizeof port), (ssize_t)sizeof port);
+    close(pfd[1]);
     for (int r = 0; r < 2; r++) {
         int st;
         waitpid(pid[r], &st, 0);
