@@ -103,7 +103,7 @@ Test(cli, unreadable_paths) {
  * the corpus's unigram entropy (2.52): the model uses context. At step 0
  * it is log(257) = 5.55. Measured on the 2-core dev machine: 1.56 at step
  * 150 and 1.07 at step 800; the floor set by the random operands is ~0.99. */
-Test(learning, default_config_loss_falls, .timeout = 300) {
+Test(learning, default_config_loss_falls, .timeout = 900) {
     char dir[64];
     rl_test_arith_dir(dir, sizeof dir, 2000000);
     rl_job_config c;
