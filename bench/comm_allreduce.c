@@ -10,8 +10,13 @@
  * over loopback every byte on the ring costs a kernel copy on each side,
  * plus the reduction. One JSON line per measurement on stdout.
  *
+ * All ranks share this host, so each ring link moves its data through
+ * shared memory ("shm":true); RL_COMM_SHM=0 forces the TCP data path
+ * ("shm":false), whose two kernel copies per byte bound it lower.
+ *
  * RL_BENCH_CHUNK=<bytes> and RL_BENCH_SOCKBUF=<bytes> override the comm's
- * chunk_bytes and sockbuf_bytes (tuning). */
+ * chunk_bytes and sockbuf_bytes (tuning); RL_BENCH_WORLDS=2 (or 4) runs
+ * one world size only. */
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,12 +27,14 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/tcp_internal.h"
 
 #define MAX_ITERS 16
 #define MAX_WORLD 4
 
 typedef struct result {
     int rc;
+    int shm_links; /* rl_comm_tcp_shm_links of this rank */
     char msg[600];
     double t[2][MAX_ITERS]; /* per size, per timed iteration: this rank's seconds */
 } result;
@@ -83,6 +90,7 @@ static int rank_main(int rank, int world, int port, size_t chunk, result *res) {
         rl_store_close(st);
         return 1;
     }
+    res->shm_links = rl_comm_tcp_shm_links(c);
     int rc = 0;
     for (int s = 0; s < 2 && !rc; s++) {
         size_t n = sizes[s] / 4;
@@ -161,13 +169,16 @@ static int run_world(int world, size_t chunk, double mcpy) {
                 if (res[r].t[s][it] > t[it]) t[it] = res[r].t[s][it];
         }
         double sec = median(t, iters[s]);
+        bool shm = true;
+        for (int r = 0; r < world; r++) shm = shm && res[r].shm_links == 3;
         double bus = 2.0 * (world - 1) / world * (double)sizes[s] / sec / 1e9;
         printf("{\"bench\":\"allreduce_tcp\",\"world\":%d,\"bytes\":%zu,\"dtype\":\"f32\","
                "\"iters\":%d,\"chunk_bytes\":%zu,\"sockbuf_bytes\":%zu,\"seconds\":%.6f,\"algbw_gbs\":%.3f,"
-               "\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f,\"ratio_to_memcpy\":%.3f,\"cpus\":%ld}\n",
+               "\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f,\"ratio_to_memcpy\":%.3f,\"shm\":%s,"
+               "\"cpus\":%ld}\n",
                world, sizes[s], iters[s], chunk ? chunk : (size_t)1 << 20, sockbuf, sec,
                (double)sizes[s] / sec / 1e9, bus, mcpy, mcpy > 0 ? bus / mcpy : 0.0,
-               sysconf(_SC_NPROCESSORS_ONLN));
+               shm ? "true" : "false", sysconf(_SC_NPROCESSORS_ONLN));
         fflush(stdout);
     }
     munmap(res, sizeof(result) * MAX_WORLD);
@@ -182,7 +193,10 @@ int main(void) {
     const char *sb = getenv("RL_BENCH_SOCKBUF");
     sockbuf = sb ? (size_t)strtoull(sb, NULL, 10) : 0;
     double mcpy = memcpy_gbs(64u << 20);
+    const char *ws = getenv("RL_BENCH_WORLDS");
+    int only = ws ? atoi(ws) : 0;
     int worlds[2] = {2, 4}, bad = 0;
-    for (int w = 0; w < 2; w++) bad |= run_world(worlds[w], chunk, mcpy);
+    for (int w = 0; w < 2; w++)
+        if (!only || only == worlds[w]) bad |= run_world(worlds[w], chunk, mcpy);
     return bad;
 }

@@ -42,6 +42,10 @@ typedef struct rl_comm_opts {
     size_t chunk_bytes;  /* tcp: pipelining unit (default 1 MiB) */
     size_t sockbuf_bytes; /* tcp: SO_SNDBUF/SO_RCVBUF request; 0 (default) leaves the
                              kernel's autotuning on, which can grow past net.core.rmem_max */
+    int shm;             /* tcp: 0 (default): a link between two ranks on one host moves its
+                            data through shared memory (TCP stays the doorbell and liveness
+                            channel); < 0: TCP only. RL_COMM_SHM=0 in the environment also
+                            turns it off. */
     int device;          /* nccl: CUDA device (LOCAL_RANK) */
     void *stream;        /* nccl: cudaStream_t ops are enqueued on (NULL: create one) */
 } rl_comm_opts;

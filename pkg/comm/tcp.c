@@ -35,6 +35,27 @@
  * allgather then copies that single reduced value byte for byte to every
  * other rank, so all ranks end with bit-identical buffers, run after run.
  *
+ * Same-host links. Right after the hellos each link negotiates its data
+ * path (shm_setup): the sending side offers a shared-memory ring (a
+ * /dev/shm object, O_EXCL, 0600, posix_fallocate'd so a small /dev/shm
+ * fails now rather than with SIGBUS later) with its host identity
+ * (boot_id/hostname), the object's name, a random cookie and the size; the
+ * receiver maps it only if the identities match, shm is allowed on its
+ * side (opts.shm >= 0, RL_COMM_SHM not 0) and the object is exactly the one
+ * offered (size, magic, cookie); both unlink the name at once, and any
+ * failure leaves that link on TCP, silently. On a shm link the bytes go
+ * through the ring (a byte stream with head/tail counters; every transfer
+ * starts 64-byte aligned, so elements never straddle the ring's end), and
+ * the receiver reduces or copies straight from the ring into place: one
+ * copy on each side instead of two kernel copies plus staging. The TCP
+ * socket stays as the doorbell and liveness channel: a side with nothing
+ * to do spins ~50 us, then raises its sleeping flag and polls the socket
+ * (and the abort eventfd) with the same timeout; the peer rings one byte
+ * when it sees the flag. A dead peer shows as EOF on that socket, a silent
+ * one as the timeout, exactly as on TCP. Op headers travel the same path,
+ * so the collective checks are unchanged; the reduction order, hence the
+ * bits, does not depend on the path.
+ *
  * Failure. Every wait is a poll() bounded by timeout_s without progress,
  * that also watches an eventfd which rl_comm_abort() makes readable. An
  * error, EOF, timeout or abort fails the op naming the neighbour's rank
@@ -56,8 +77,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define OPHDR_MAGIC 0x524c4f50u /* 'RLOP' */
@@ -66,6 +90,36 @@
 #define ADDR_LEN 300
 
 enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER };
+
+/* A one-way shared-memory byte ring (see "Same-host links" above). The
+ * header sits in its own page; head and tail in their own cache lines. */
+#define SHM_MAGIC 0x524c5348u /* 'RLSH' */
+#define SHM_ACK_MAGIC 0x524c5341u /* 'RLSA' */
+#define SHM_HDR_BYTES 4096
+#define SHM_OFFER_BYTES 256
+#define SHM_HOST_LEN 136
+#define SHM_NAME_LEN 96
+#define SHM_ALIGN 64 /* every transfer starts at a multiple of this in the ring */
+
+typedef struct shm_hdr {
+    uint64_t magic, cookie, cap;
+    char pad0[40];
+    _Atomic uint64_t head; /* bytes published by the sender */
+    char pad1[56];
+    _Atomic uint64_t tail; /* bytes consumed by the receiver */
+    char pad2[56];
+    _Atomic uint32_t rx_sleeping; /* the receiver is about to poll: ring on publish */
+    char pad3[60];
+    _Atomic uint32_t tx_sleeping; /* the sender is about to poll: ring on consume */
+    char pad4[60];
+} shm_hdr;
+
+typedef struct shm_link {
+    shm_hdr *h; /* NULL: this direction uses TCP */
+    char *data;
+    size_t cap, maplen;
+    uint64_t pos; /* tx: our head; rx: our tail */
+} shm_link;
 
 typedef struct tcp {
     int sfd;  /* to the right neighbour: we send */
@@ -78,6 +132,7 @@ typedef struct tcp {
     char *stage;                                    /* reduce staging, `chunk` bytes */
     char *scratch;                                  /* reduce_scatter ping-pong blocks */
     size_t scratch_cap;
+    shm_link tx, rx; /* same-host shared-memory links (h == NULL: plain TCP) */
     uint64_t seq; /* ops issued, checked against the neighbour's */
     /* what the current op is doing, for error messages */
     const char *op, *phase;
@@ -344,7 +399,7 @@ static int sock_fail(rl_comm *c, tcp *T, rl_err *e, bool right, int err, const c
                    strerror(err));
 }
 
-/* ---- the transfer loop ---------------------------------------------------------- */
+/* ---- one ring step ------------------------------------------------------------- */
 
 typedef struct xfer {
     const char *send; /* slen bytes to the right */
@@ -356,19 +411,167 @@ typedef struct xfer {
     bool forward; /* send is recv: only bytes already received may go on (broadcast) */
 } xfer;
 
+/* ---- same-host links: the shared-memory ring ---------------------------------- */
+
+/* Ring a link's doorbell: one byte on its socket says "look at the
+ * counters". A full socket buffer means the peer has unread doorbells
+ * already, so EAGAIN is fine. Errors are ignored here: a peer that is gone
+ * is detected where it matters, when we wait for it (drain() sees EOF);
+ * a peer that finished the op and closed needs no more doorbells. */
+static void doorbell(tcp *T, bool right) {
+    char b = 1;
+    while (send(right ? T->sfd : T->rfd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+           errno == EINTR) {
+    }
+}
+
+/* Read the pending doorbell bytes of a link; EOF or an error means the peer
+ * is gone (exited, failed, or shut the link down). */
+static int drain(rl_comm *c, tcp *T, bool right, rl_err *e) {
+    char buf[512];
+    for (;;) {
+        ssize_t n = recv(right ? T->sfd : T->rfd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == (ssize_t)sizeof buf) continue;
+        if (n > 0) return RL_OK;
+        if (n == 0) return sock_fail(c, T, e, right, 0, NULL);
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return RL_OK;
+        if (errno != EINTR) return sock_fail(c, T, e, right, errno, "the link with");
+    }
+}
+
+/* Waking a peer. A side that found nothing to do spins a little (the
+ * peer is usually about to move), then drains its doorbells, raises its
+ * *_sleeping flag and looks once more before it polls the socket. The
+ * other side rings only when it sees the flag after publishing. Both the
+ * flag and the counters are seq_cst, so at least one side sees the other's
+ * store (Dekker): either the sleeper finds the new counter, or the
+ * publisher finds the flag and rings. */
+#define SHM_SPIN_S 50e-6
+/* Publish/consume in pieces of at most 256 KiB (or the chunk, if
+ * smaller): the pieces in flight stay in cache between the sender's copy
+ * and the receiver's reduction (measured with bench/comm_allreduce.c). */
+#define SHM_PIECE(T) min_sz((T)->chunk, (size_t)256 << 10)
+
+/* Copy what the ring has room for (at most one chunk) and publish it.
+ * *padded: the transfer's start was aligned to SHM_ALIGN already. Sets
+ * *moved, or *wait when the ring is full (wait for a doorbell on sfd).
+ * settle: done spinning, prepare to sleep. */
+static bool shm_put(tcp *T, const xfer *x, size_t *sent, size_t limit, bool *padded) {
+    shm_link *L = &T->tx;
+    uint64_t tail = atomic_load(&L->h->tail);
+    size_t room = L->cap - (size_t)(L->pos - tail);
+    size_t pad = *padded ? 0 : (size_t)(-L->pos & (SHM_ALIGN - 1));
+    if (room <= pad) return false;
+    L->pos += pad;
+    room -= pad;
+    *padded = true;
+    size_t off = (size_t)(L->pos % L->cap);
+    size_t n = min_sz(min_sz(limit, room), min_sz(L->cap - off, SHM_PIECE(T)));
+    memcpy(L->data + off, x->send + *sent, n);
+    L->pos += n;
+    *sent += n;
+    atomic_store(&L->h->head, L->pos);
+    if (atomic_load(&L->h->rx_sleeping)) doorbell(T, true);
+    return true;
+}
+
+static int shm_send(rl_comm *c, tcp *T, const xfer *x, size_t *sent, size_t got, bool *padded,
+                    bool settle, bool *moved, bool *wait, rl_err *e) {
+    shm_link *L = &T->tx;
+    size_t limit = (x->forward ? got : x->slen) - *sent;
+    if (limit == 0) return RL_OK; /* forwarding: nothing received yet to pass on */
+    if (shm_put(T, x, sent, limit, padded)) {
+        atomic_store_explicit(&L->h->tx_sleeping, 0, memory_order_relaxed);
+        *moved = true;
+        return RL_OK;
+    }
+    *wait = true;
+    if (!settle) return RL_OK;
+    /* A peer that is gone fails us only if the second look finds no room
+     * either (it may have freed the room, then exited). */
+    int gone = drain(c, T, true, e);
+    atomic_store(&L->h->tx_sleeping, 1);
+    if (shm_put(T, x, sent, limit, padded)) {
+        atomic_store_explicit(&L->h->tx_sleeping, 0, memory_order_relaxed);
+        *moved = true;
+        *wait = false;
+        return RL_OK;
+    }
+    return gone;
+}
+
+/* Consume what the ring holds (whole elements when reducing, at most one
+ * chunk): reduce or copy it straight into place, then free the room. */
+static bool shm_take(tcp *T, const xfer *x, size_t *got, bool *padded) {
+    shm_link *L = &T->rx;
+    size_t es = x->own ? rl_dtype_size(x->t) : 1;
+    uint64_t head = atomic_load(&L->h->head);
+    size_t avail = (size_t)(head - L->pos);
+    size_t pad = *padded ? 0 : (size_t)(-L->pos & (SHM_ALIGN - 1));
+    if (avail < pad + es) return false;
+    L->pos += pad;
+    avail -= pad;
+    *padded = true;
+    /* the transfer started aligned and cap is a multiple of SHM_ALIGN, so
+     * no element straddles the end of the ring */
+    size_t off = (size_t)(L->pos % L->cap);
+    size_t n = min_sz(min_sz(avail, x->rlen - *got), min_sz(L->cap - off, SHM_PIECE(T)));
+    n -= n % es;
+    if (x->own)
+        rl_comm_reduce_sum(x->recv + *got, x->own + *got, L->data + off, n / es, x->t);
+    else
+        memcpy(x->recv + *got, L->data + off, n);
+    L->pos += n;
+    *got += n;
+    atomic_store(&L->h->tail, L->pos);
+    if (atomic_load(&L->h->tx_sleeping)) doorbell(T, false);
+    return true;
+}
+
+static int shm_recv(rl_comm *c, tcp *T, const xfer *x, size_t *got, bool *padded, bool settle,
+                    bool *moved, bool *wait, rl_err *e) {
+    shm_link *L = &T->rx;
+    if (shm_take(T, x, got, padded)) {
+        atomic_store_explicit(&L->h->rx_sleeping, 0, memory_order_relaxed);
+        *moved = true;
+        return RL_OK;
+    }
+    *wait = true;
+    if (!settle) return RL_OK;
+    /* as in shm_send: data published before the peer left is ours */
+    int gone = drain(c, T, false, e);
+    atomic_store(&L->h->rx_sleeping, 1);
+    if (shm_take(T, x, got, padded)) {
+        atomic_store_explicit(&L->h->rx_sleeping, 0, memory_order_relaxed);
+        *moved = true;
+        *wait = false;
+        return RL_OK;
+    }
+    return gone;
+}
+
+/* ---- the transfer loop ---------------------------------------------------------- */
+
 static int run_xfer(rl_comm *c, tcp *T, const xfer *x, rl_err *e) {
     size_t sent = 0, got = 0, staged = 0;
     size_t es = x->own ? rl_dtype_size(x->t) : 1;
     size_t unit = T->chunk / 8 * 8; /* a whole number of elements of any dtype */
-    double deadline = rl_now() + c->timeout_s;
+    bool tx_padded = false, rx_padded = false;
+    double deadline = rl_now() + c->timeout_s, idle_since = 0;
     while (sent < x->slen || got < x->rlen) {
         if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
             char w[160];
             where(c, T, w, sizeof w);
             return rl_errf(e, RL_EABORT, "%s: aborted", w);
         }
-        bool moved = false, want_out = false, want_in = false;
-        if (sent < x->slen) {
+        /* want_out: POLLOUT on sfd (TCP); tx_wait: POLLIN on sfd (a shm
+         * doorbell); want_in: POLLIN on rfd (data, or a shm doorbell) */
+        bool moved = false, want_out = false, want_in = false, tx_wait = false;
+        bool settle = idle_since > 0 && rl_now() - idle_since >= SHM_SPIN_S;
+        if (sent < x->slen && T->tx.h) {
+            int rc = shm_send(c, T, x, &sent, got, &tx_padded, settle, &moved, &tx_wait, e);
+            if (rc) return rc;
+        } else if (sent < x->slen) {
             size_t avail = min_sz((x->forward ? got : x->slen) - sent, T->chunk);
             if (avail > 0) {
                 ssize_t n = send(T->sfd, x->send + sent, avail, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -382,7 +585,10 @@ static int run_xfer(rl_comm *c, tcp *T, const xfer *x, rl_err *e) {
                 }
             }
         }
-        if (got < x->rlen) {
+        if (got < x->rlen && T->rx.h) {
+            int rc = shm_recv(c, T, x, &got, &rx_padded, settle, &moved, &want_in, e);
+            if (rc) return rc;
+        } else if (got < x->rlen) {
             ssize_t n;
             size_t block = 0;
             if (x->own) {
@@ -414,13 +620,21 @@ static int run_xfer(rl_comm *c, tcp *T, const xfer *x, rl_err *e) {
         }
         if (moved) {
             deadline = rl_now() + c->timeout_s; /* the bound is on time without progress */
+            idle_since = 0;
             continue;
         }
-        if (!want_in && !want_out) continue; /* interrupted: retry */
+        if (!want_in && !want_out && !tx_wait) continue; /* interrupted: retry */
+        if ((T->tx.h || T->rx.h) && !settle) {
+            if (idle_since == 0) idle_since = rl_now();
+            continue; /* spin a little before sleeping (see SHM_SPIN_S) */
+        }
         struct pollfd p[3] = {{.fd = T->wake, .events = POLLIN}};
         nfds_t np = 1;
         if (want_in) p[np++] = (struct pollfd){.fd = T->rfd, .events = POLLIN};
-        if (want_out) p[np++] = (struct pollfd){.fd = T->sfd, .events = POLLOUT};
+        if (want_out || tx_wait)
+            p[np++] = (struct pollfd){.fd = T->sfd,
+                                      .events = (short)((want_out ? POLLOUT : 0) |
+                                                        (tx_wait ? POLLIN : 0))};
         int r = poll_until(p, np, deadline);
         if (r < 0) {
             char w[160];
@@ -438,7 +652,7 @@ static int run_xfer(rl_comm *c, tcp *T, const xfer *x, rl_err *e) {
             if (want_in)
                 snprintf(a, sizeof a, "; waiting for data from rank %d (%s), %zu of %zu bytes "
                          "received", T->left, T->left_addr, got + staged, x->rlen);
-            if (want_out)
+            if (want_out || tx_wait)
                 snprintf(b, sizeof b, "; rank %d (%s) is not taking data, %zu of %zu bytes "
                          "sent", T->right, T->right_addr, sent, x->slen);
             return rl_errf(e, RL_ETIMEOUT, "%s: no progress for %.1f s%s%s", w, c->timeout_s,
@@ -690,11 +904,15 @@ static void tcp_abort(rl_comm *c) {
     tcp_kill(c);
 }
 
+static void shm_unmap(shm_link *L);
+
 static void tcp_free(tcp *T) {
     if (!T) return;
     if (T->sfd >= 0) close(T->sfd);
     if (T->rfd >= 0) close(T->rfd);
     if (T->wake >= 0) close(T->wake);
+    shm_unmap(&T->tx);
+    shm_unmap(&T->rx);
     free(T->stage);
     free(T->scratch);
     free(T);
@@ -1069,6 +1287,185 @@ out:
     return rc;
 }
 
+/* ---- same-host links: setting them up ---------------------------------------------- */
+
+static void shm_unmap(shm_link *L) {
+    if (L->h) munmap(L->h, L->maplen);
+    memset(L, 0, sizeof *L);
+}
+
+/* RL_COMM_SHM=0 (or off/no/false) in the environment, or opts.shm < 0. */
+static bool shm_allowed(const rl_comm_opts *o) {
+    if (o->shm < 0) return false;
+    const char *v = getenv("RL_COMM_SHM");
+    return !(v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "no") ||
+                   !strcasecmp(v, "false")));
+}
+
+/* "<boot_id>/<hostname>": equal on two ranks only when they run on one
+ * booted kernel under one host name. Empty when either is unknown. */
+static void host_identity(char *out, size_t n) {
+    char boot[80] = "", hn[72] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f)) boot[0] = '\0';
+        fclose(f);
+    }
+    boot[strcspn(boot, "\n")] = '\0';
+    if (gethostname(hn, sizeof hn - 1) != 0) hn[0] = '\0';
+    hn[sizeof hn - 1] = '\0';
+    out[0] = '\0';
+    if (boot[0] && hn[0]) snprintf(out, n, "%.63s/%.71s", boot, hn);
+}
+
+static bool shm_name_ok(const char *name) {
+    if (strncmp(name, "/rl-comm-", 9) != 0 || strlen(name) < 10) return false;
+    for (const char *p = name + 1; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || *p == '-')) return false;
+    return true;
+}
+
+/* Create and map the ring we send into. Best effort: -1 means "use TCP".
+ * posix_fallocate reserves the pages now, so a small /dev/shm fails here
+ * instead of with SIGBUS in the middle of a collective. */
+static int shm_create(tcp *T, int rank, char *name, size_t namen, uint64_t *cookie) {
+    size_t cap = T->chunk > (64u << 20) ? (256u << 20) : 4 * T->chunk;
+    cap = (cap + 4095) / 4096 * 4096;
+    if (cap < (64u << 10)) cap = 64u << 10;
+    *cookie = rl_hash64(((uint64_t)getpid() << 32) ^ (uint64_t)(rl_now() * 1e9) ^
+                        (uint64_t)(uintptr_t)T ^ (uint64_t)rank) | 1;
+    snprintf(name, namen, "/rl-comm-%d-%d-%016llx", (int)getpid(), rank,
+             (unsigned long long)*cookie);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    size_t len = SHM_HDR_BYTES + cap;
+    void *m = MAP_FAILED;
+    if (posix_fallocate(fd, 0, (off_t)len) == 0)
+        m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        shm_unlink(name);
+        return -1;
+    }
+    shm_hdr *h = m;
+    h->magic = SHM_MAGIC;
+    h->cookie = *cookie;
+    h->cap = cap;
+    atomic_store(&h->head, 0);
+    atomic_store(&h->tail, 0);
+    T->tx = (shm_link){.h = h, .data = (char *)m + SHM_HDR_BYTES, .cap = cap, .maplen = len};
+    return 0;
+}
+
+/* Map the ring our left neighbour offered; false (use TCP) unless it is
+ * exactly the object it made (size, magic, cookie). */
+static bool shm_attach(tcp *T, const char *name, uint64_t cookie, uint64_t cap) {
+    if (cap < 4096 || cap % 4096 || cap > (1ull << 30)) return false;
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) return false;
+    size_t len = SHM_HDR_BYTES + (size_t)cap;
+    struct stat st;
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == len)
+        m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return false;
+    shm_hdr *h = m;
+    if (h->magic != SHM_MAGIC || h->cookie != cookie || h->cap != cap) {
+        munmap(m, len);
+        return false;
+    }
+    T->rx = (shm_link){.h = h, .data = (char *)m + SHM_HDR_BYTES, .cap = (size_t)cap,
+                       .maplen = len};
+    return true;
+}
+
+/* Move a small frame over one link, bounded by the deadline and abort. */
+static int link_io(rl_comm *c, tcp *T, bool right, bool sending, uint8_t *buf, size_t len,
+                   double deadline, rl_err *e) {
+    int fd = right ? T->sfd : T->rfd;
+    size_t done = 0;
+    while (done < len) {
+        if (atomic_load(&c->aborted)) return rl_errf(e, RL_EABORT, "rank %d: init: aborted", c->rank);
+        ssize_t n = sending ? send(fd, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                            : recv(fd, buf + done, len - done, MSG_DONTWAIT);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (n == 0 && !sending) return sock_fail(c, T, e, right, 0, NULL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return sock_fail(c, T, e, right, errno, sending ? "sending to" : "receiving from");
+        struct pollfd p[2] = {{.fd = T->wake, .events = POLLIN},
+                              {.fd = fd, .events = sending ? POLLOUT : POLLIN}};
+        int r = poll_until(p, 2, deadline);
+        if (r < 0)
+            return rl_errf(e, RL_EIO, "rank %d: init: poll: %s", c->rank, strerror(errno));
+        if (p[0].revents) return rl_errf(e, RL_EABORT, "rank %d: init: aborted", c->rank);
+        if (r == 0)
+            return rl_errf(e, RL_ETIMEOUT, "rank %d: init: setting up the link with rank %d "
+                           "(%s) timed out after %.1f s", c->rank, right ? T->right : T->left,
+                           right ? T->right_addr : T->left_addr, c->timeout_s);
+    }
+    return RL_OK;
+}
+
+/* Right after the hellos, each link negotiates its data path. The sender
+ * offers a shared-memory ring (its host identity, the ring's name, cookie
+ * and size; or "no offer"); the receiver maps it only when its own host
+ * identity matches and shm is allowed here, and answers whether it did.
+ * Both then unlink the name, so nothing outlives the processes. Any
+ * failure to set a ring up is silent: that link stays on TCP. */
+static int shm_setup(rl_comm *c, tcp *T, const rl_comm_opts *o, double deadline, rl_err *e) {
+    bool on = shm_allowed(o);
+    char me[SHM_HOST_LEN] = "", name[SHM_NAME_LEN] = "";
+    if (on) host_identity(me, sizeof me);
+    if (!me[0]) on = false;
+    uint64_t cookie = 0;
+    bool offered = on && shm_create(T, c->rank, name, sizeof name, &cookie) == 0;
+    uint8_t offer[SHM_OFFER_BYTES] = {0}, theirs[SHM_OFFER_BYTES], ack[8], their_ack[8];
+    put_be32(offer, SHM_MAGIC);
+    put_be32(offer + 4, offered ? 1 : 0);
+    put_be64(offer + 8, cookie);
+    put_be64(offer + 16, offered ? (uint64_t)T->tx.cap : 0);
+    memcpy(offer + 24, me, strlen(me));
+    if (offered) memcpy(offer + 24 + SHM_HOST_LEN, name, strlen(name));
+    T->op = "init (link setup)";
+    int rc = link_io(c, T, true, true, offer, sizeof offer, deadline, e);
+    if (!rc) rc = link_io(c, T, false, false, theirs, sizeof theirs, deadline, e);
+    if (!rc && get_be32(theirs) != SHM_MAGIC)
+        rc = rl_errf(e, RL_EPEER, "rank %d: init: rank %d (%s) sent no link setup frame (bad "
+                     "magic 0x%08x)", c->rank, T->left, T->left_addr, get_be32(theirs));
+    if (!rc) {
+        char *th = (char *)theirs + 24, *tn = (char *)theirs + 24 + SHM_HOST_LEN;
+        th[SHM_HOST_LEN - 1] = '\0';
+        tn[SHM_NAME_LEN - 1] = '\0';
+        bool ok = false;
+        if (on && get_be32(theirs + 4) == 1 && strcmp(th, me) == 0 && shm_name_ok(tn)) {
+            ok = shm_attach(T, tn, get_be64(theirs + 8), get_be64(theirs + 16));
+            shm_unlink(tn);
+        }
+        put_be32(ack, SHM_ACK_MAGIC);
+        put_be32(ack + 4, ok ? 1 : 0);
+        rc = link_io(c, T, false, true, ack, sizeof ack, deadline, e);
+    }
+    if (!rc) rc = link_io(c, T, true, false, their_ack, sizeof their_ack, deadline, e);
+    if (!rc && get_be32(their_ack) != SHM_ACK_MAGIC)
+        rc = rl_errf(e, RL_EPEER, "rank %d: init: rank %d (%s) sent a bad link setup answer "
+                     "(magic 0x%08x)", c->rank, T->right, T->right_addr, get_be32(their_ack));
+    if (offered) shm_unlink(name);
+    if (rc || get_be32(their_ack + 4) != 1) shm_unmap(&T->tx);
+    T->op = "init";
+    return rc;
+}
+
+int rl_comm_tcp_shm_links(const rl_comm *c) {
+    if (!c || !c->impl || strcmp(c->backend, "tcp") != 0) return 0;
+    const tcp *T = c->impl;
+    return (T->tx.h ? 1 : 0) | (T->rx.h ? 2 : 0);
+}
+
 int rl_comm_tcp_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
     tcp *T = calloc(1, sizeof *T);
     if (!T) return rl_errf(e, RL_ENOMEM, "rank %d: comm init: out of memory", c->rank);
@@ -1119,11 +1516,14 @@ int rl_comm_tcp_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
     if ((rc = form_ring(c, T, lfd, rhost, rport, rl_comm_tcp_nonce(o->prefix), deadline, e)))
         goto fail;
     close(lfd);
+    lfd = -1;
     tune_socket(T->sfd, T->sockbuf);
     tune_socket(T->rfd, T->sockbuf);
+    if ((rc = shm_setup(c, T, o, deadline, e))) goto fail;
     rl_log(RL_LOG_DEBUG, "comm_ring_formed",
-           "\"backend\":\"tcp\",\"world\":%d,\"listen_port\":%d,\"chunk_bytes\":%zu", c->world,
-           port, T->chunk);
+           "\"backend\":\"tcp\",\"world\":%d,\"listen_port\":%d,\"chunk_bytes\":%zu,"
+           "\"shm_send\":%d,\"shm_recv\":%d", c->world, port, T->chunk, T->tx.h != NULL,
+           T->rx.h != NULL);
     return RL_OK;
 fail:
     if (lfd >= 0) close(lfd);

@@ -12,7 +12,10 @@
  * nonce: a hash of the key prefix, i.e. of the job and round, so a stale
  *       process of an earlier round that reaches a reused port is refused.
  * byte-order probe: 0x01020304 written in the sender's native order; the
- *       ring moves raw native numbers, so both ends must agree. */
+ *       ring moves raw native numbers, so both ends must agree.
+ * Version 2: after the hellos each link exchanges a 256-byte shared-memory
+ * offer (sender to receiver) and an 8-byte answer (see tcp.c, "Same-host
+ * links"). */
 #ifndef RL_COMM_TCP_INTERNAL_H
 #define RL_COMM_TCP_INTERNAL_H
 
@@ -22,7 +25,7 @@
 #include "util/util.h"
 
 #define RL_COMM_HELLO_MAGIC 0x524c434du /* 'RLCM' */
-#define RL_COMM_HELLO_VERSION 1
+#define RL_COMM_HELLO_VERSION 2 /* 2: the link setup frames follow the hello */
 #define RL_COMM_HELLO_BYTES 32
 #define RL_COMM_HELLO_PROBE 0x01020304u
 
@@ -57,5 +60,11 @@ uint64_t rl_comm_tcp_nonce(const char *prefix);
  * (brackets removed), port and world; RL_EINPUT naming `key` if malformed. */
 int rl_comm_tcp_parse_record(const char *rec, const char *key, char *host, size_t hostn,
                              int *port, int *world, rl_err *e);
+
+/* Which links of a tcp communicator use shared memory: bit 0 the link to
+ * the right (we send), bit 1 the link from the left (we receive). 0 for
+ * world 1, another backend, or TCP-only links. */
+struct rl_comm;
+int rl_comm_tcp_shm_links(const struct rl_comm *c);
 
 #endif

@@ -56,6 +56,7 @@ typedef struct tctx {
     char prefix[128];
     double timeout;
     size_t chunk;
+    int shm; /* comm opts.shm: 0 same-host links use shared memory, -1 TCP only */
     rl_store *store;
     cres *res;
     shared *sh;
@@ -69,6 +70,7 @@ typedef struct group {
     int world;
     double timeout; /* comm timeout_s */
     size_t chunk;
+    int shm; /* -1: force the TCP data path */
     child_fn fn;
     const void *arg;
     parent_fn parent; /* runs in the parent while the children run (optional) */
@@ -95,15 +97,27 @@ static int failf(tctx *cx, const char *fmt, ...) {
 static int tc_init_as(tctx *cx, int world, rl_comm **c, rl_err *e) {
     rl_comm_opts o = {.backend = "tcp", .rank = cx->rank, .world = world, .store = cx->store,
                       .prefix = cx->prefix, .host = cx->host, .timeout_s = cx->timeout,
-                      .chunk_bytes = cx->chunk};
+                      .chunk_bytes = cx->chunk, .shm = cx->shm};
     return rl_comm_init(&o, c, e);
 }
 
 static int tc_init(tctx *cx, rl_comm **c) {
     rl_err e;
     int rc = tc_init_as(cx, cx->world, c, &e);
-    if (rc) snprintf(cx->res->msg, sizeof cx->res->msg, "init: %s", e.msg);
-    return rc;
+    if (rc) {
+        snprintf(cx->res->msg, sizeof cx->res->msg, "init: %s", e.msg);
+        return rc;
+    }
+    /* every rank runs on this host: each link uses shared memory unless
+     * forced onto TCP (or /dev/shm is unusable here) */
+    int links = rl_comm_tcp_shm_links(*c), want = cx->shm < 0 ? 0 : 3;
+    if (cx->world > 1 && links != want && (want == 0 || access("/dev/shm", W_OK) == 0)) {
+        snprintf(cx->res->msg, sizeof cx->res->msg, "shm links 0x%x, expected 0x%x", links, want);
+        rl_comm_destroy(*c);
+        *c = NULL;
+        return 1;
+    }
+    return 0;
 }
 
 static void sleep_s(double s) {
@@ -150,7 +164,7 @@ static shared *run_group(const group *g) {
             if (port <= 0) _exit(1);
             tctx cx = {.rank = r, .world = g->world, .port = port, .host = g->host,
                        .timeout = g->timeout,
-                       .chunk = g->chunk, .res = &sh->r[r], .sh = sh, .arg = g->arg};
+                       .chunk = g->chunk, .shm = g->shm, .res = &sh->r[r], .sh = sh, .arg = g->arg};
             snprintf(cx.prefix, sizeof cx.prefix, "%s", prefix);
             if (rl_store_connect("127.0.0.1", port, 10, &cx.store, &e)) {
                 snprintf(cx.res->msg, sizeof cx.res->msg, "store connect: %s", e.msg);
@@ -487,10 +501,10 @@ static int child_collectives(tctx *cx) {
     return 0;
 }
 
-static void run_allreduce(int world, bool big, size_t chunk) {
+static void run_allreduce(int world, bool big, size_t chunk, int shm) {
     ar_args a = {.big = big, .random = true};
-    group g = {.world = world, .timeout = 20, .chunk = chunk, .fn = child_allreduce, .arg = &a,
-               .limit_s = 50};
+    group g = {.world = world, .timeout = 20, .chunk = chunk, .shm = shm, .fn = child_allreduce,
+               .arg = &a, .limit_s = 50};
     shared *sh = run_group(&g);
     expect_all_ok(sh, world, -1);
     expect_same_hashes(sh, world);
@@ -498,8 +512,8 @@ static void run_allreduce(int world, bool big, size_t chunk) {
     munmap(sh, sizeof *sh);
 }
 
-static void run_collectives(int world) {
-    group g = {.world = world, .timeout = 20, .fn = child_collectives, .limit_s = 50};
+static void run_collectives(int world, int shm) {
+    group g = {.world = world, .timeout = 20, .shm = shm, .fn = child_collectives, .limit_s = 50};
     shared *sh = run_group(&g);
     expect_all_ok(sh, world, -1);
     expect_same_hashes(sh, world);
@@ -513,12 +527,36 @@ static void run_collectives(int world) {
     munmap(sh, sizeof *sh);
 }
 
-Test(comm_allreduce, world2_incl_64MiB, .timeout = 60) { run_allreduce(2, true, 0); }
-Test(comm_allreduce, world3_odd_chunks, .timeout = 60) { run_allreduce(3, false, 1001); }
-Test(comm_allreduce, world4_incl_64MiB, .timeout = 60) { run_allreduce(4, true, 0); }
-Test(comm_collectives, world2, .timeout = 60) { run_collectives(2); }
-Test(comm_collectives, world3, .timeout = 60) { run_collectives(3); }
-Test(comm_collectives, world4, .timeout = 60) { run_collectives(4); }
+/* Every rank is on this host, so by default each link moves its data
+ * through shared memory; the *_tcp variants force the TCP data path. */
+Test(comm_allreduce, world2_incl_64MiB, .timeout = 60) { run_allreduce(2, true, 0, 0); }
+Test(comm_allreduce, world3_odd_chunks, .timeout = 60) { run_allreduce(3, false, 1001, 0); }
+Test(comm_allreduce, world4_incl_64MiB, .timeout = 60) { run_allreduce(4, true, 0, 0); }
+Test(comm_allreduce, world2_incl_64MiB_tcp, .timeout = 60) { run_allreduce(2, true, 0, -1); }
+Test(comm_allreduce, world3_odd_chunks_tcp, .timeout = 60) { run_allreduce(3, false, 1001, -1); }
+Test(comm_allreduce, world4_odd_chunks_tcp, .timeout = 60) { run_allreduce(4, false, 4099, -1); }
+Test(comm_collectives, world2, .timeout = 60) { run_collectives(2, 0); }
+Test(comm_collectives, world3, .timeout = 60) { run_collectives(3, 0); }
+Test(comm_collectives, world4, .timeout = 60) { run_collectives(4, 0); }
+Test(comm_collectives, world2_tcp, .timeout = 60) { run_collectives(2, -1); }
+Test(comm_collectives, world3_tcp, .timeout = 60) { run_collectives(3, -1); }
+
+/* RL_COMM_SHM=0 in the environment turns shared memory off too. */
+static int child_env_off(tctx *cx) {
+    setenv("RL_COMM_SHM", "0", 1);
+    cx->shm = -1; /* what tc_init then checks: no shared-memory link */
+    rl_comm *c;
+    if (tc_init(cx, &c)) return 1;
+    rl_comm_destroy(c);
+    return 0;
+}
+
+Test(comm_collectives, env_turns_shm_off, .timeout = 60) {
+    group g = {.world = 2, .timeout = 20, .fn = child_env_off, .limit_s = 30};
+    shared *sh = run_group(&g);
+    expect_all_ok(sh, 2, -1);
+    munmap(sh, sizeof *sh);
+}
 
 /* IPv6 hosts are published in brackets and parsed back. */
 Test(comm_collectives, ipv6_loopback, .timeout = 60) {
@@ -542,16 +580,17 @@ Test(comm_allreduce, deterministic_across_runs_and_chunks, .timeout = 60) {
     ar_args a = {.random = true, .only_random = true};
     uint64_t first = 0;
     size_t chunks[] = {0, 1000, 65536};
-    for (int k = 0; k < 3; k++) {
-        group g = {.world = 3, .timeout = 20, .chunk = chunks[k], .fn = child_allreduce,
-                   .arg = &a, .limit_s = 50};
+    for (int k = 0; k < 4; k++) {
+        /* k == 3: the TCP data path gives the same bits as shared memory */
+        group g = {.world = 3, .timeout = 20, .chunk = chunks[k % 3], .shm = k == 3 ? -1 : 0,
+                   .fn = child_allreduce, .arg = &a, .limit_s = 50};
         shared *sh = run_group(&g);
         expect_all_ok(sh, 3, -1);
         expect_same_hashes(sh, 3);
         cr_assert_eq(sh->r[0].ncase, 1);
         if (k == 0) first = sh->r[0].hash[0];
-        else cr_expect_eq(sh->r[0].hash[0], first, "chunk %zu gave other bits than the default",
-                          chunks[k]);
+        else cr_expect_eq(sh->r[0].hash[0], first, "chunk %zu%s gave other bits than the default",
+                          chunks[k % 3], k == 3 ? " over TCP" : "");
         munmap(sh, sizeof *sh);
     }
 }
@@ -610,10 +649,10 @@ static void parent_hit_victim(pid_t *pids, shared *sh, const void *arg) {
     }
 }
 
-static void run_fault(int sig, double timeout) {
+static void run_fault(int sig, double timeout, int shm) {
     fault_args f = {.victim = 1, .sig = sig};
-    group g = {.world = 3, .timeout = timeout, .fn = child_loop_until_error, .arg = &f,
-               .parent = parent_hit_victim, .limit_s = 40};
+    group g = {.world = 3, .timeout = timeout, .shm = shm, .fn = child_loop_until_error,
+               .arg = &f, .parent = parent_hit_victim, .limit_s = 40};
     shared *sh = run_group(&g);
     double t_event = atomic_load(&sh->t_event);
     cr_assert_gt(t_event, 0, "the victim never became ready: %s / %s", sh->r[0].msg,
@@ -637,8 +676,10 @@ static void run_fault(int sig, double timeout) {
     munmap(sh, sizeof *sh);
 }
 
-Test(comm_fault, killed_rank_fails_the_others, .timeout = 60) { run_fault(SIGKILL, 5.0); }
-Test(comm_fault, silent_rank_times_out, .timeout = 60) { run_fault(SIGSTOP, 1.5); }
+Test(comm_fault, killed_rank_fails_the_others, .timeout = 60) { run_fault(SIGKILL, 5.0, 0); }
+Test(comm_fault, silent_rank_times_out, .timeout = 60) { run_fault(SIGSTOP, 1.5, 0); }
+Test(comm_fault, killed_rank_fails_the_others_tcp, .timeout = 60) { run_fault(SIGKILL, 5.0, -1); }
+Test(comm_fault, silent_rank_times_out_tcp, .timeout = 60) { run_fault(SIGSTOP, 1.5, -1); }
 
 struct abort_ctx {
     rl_comm *c;
@@ -690,10 +731,12 @@ static int child_abort(tctx *cx) {
 }
 
 Test(comm_fault, abort_unblocks_a_waiting_rank, .timeout = 60) {
-    group g = {.world = 2, .timeout = 30, .fn = child_abort, .limit_s = 20};
-    shared *sh = run_group(&g);
-    expect_all_ok(sh, 2, -1);
-    munmap(sh, sizeof *sh);
+    for (int shm = 0; shm >= -1; shm--) {
+        group g = {.world = 2, .timeout = 30, .shm = shm, .fn = child_abort, .limit_s = 20};
+        shared *sh = run_group(&g);
+        expect_all_ok(sh, 2, -1);
+        munmap(sh, sizeof *sh);
+    }
 }
 
 /* Ranks started with different world sizes: every rank fails, saying so. */
@@ -743,10 +786,13 @@ static int child_op_mismatch(tctx *cx) {
 }
 
 Test(comm_fault, different_collectives_are_detected, .timeout = 30) {
-    group g = {.world = 2, .timeout = 10, .fn = child_op_mismatch, .limit_s = 20};
-    shared *sh = run_group(&g);
-    expect_all_ok(sh, 2, -1);
-    munmap(sh, sizeof *sh);
+    for (int shm = 0; shm >= -1; shm--) {
+        group g = {.world = 2, .timeout = 10, .shm = shm, .fn = child_op_mismatch,
+                   .limit_s = 20};
+        shared *sh = run_group(&g);
+        expect_all_ok(sh, 2, -1);
+        munmap(sh, sizeof *sh);
+    }
 }
 
 /* ---- a fake rank 1 speaking a broken protocol ----------------------------------- */
@@ -771,7 +817,7 @@ static void fake_frame(int what, const char *prefix, uint8_t *out, size_t *len) 
     case SAY_GARBAGE:
         *len = (size_t)snprintf((char *)out, 64, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         return;
-    case SAY_V2: h.version = 2; break;
+    case SAY_V2: h.version = RL_COMM_HELLO_VERSION + 1; break;
     case SAY_OTHER_ROUND: h.nonce = rl_comm_tcp_nonce("round/0/comm"); break;
     case SAY_REJECT: h.kind = RL_COMM_HELLO_REJECT; break;
     case SAY_NOTHING: *len = 0; return;
@@ -830,7 +876,7 @@ static int child_fake(tctx *cx) {
         int reply = fc->reply;
         fake_frame(reply, cx->prefix, buf, &len);
         if (reply == SAY_HELLO) { /* a proper accept */
-            rl_comm_hello h = {.version = 1, .kind = RL_COMM_HELLO_ACCEPT, .world = 2, .rank = 1,
+            rl_comm_hello h = {.version = RL_COMM_HELLO_VERSION, .kind = RL_COMM_HELLO_ACCEPT, .world = 2, .rank = 1,
                                .nonce = rl_comm_tcp_nonce(cx->prefix)};
             rl_comm_tcp_encode_hello(buf, &h);
         }
@@ -866,7 +912,7 @@ Test(comm_hello_wire, garbage_instead_of_hello, .timeout = 30) {
     run_fake(&fc);
 }
 Test(comm_hello_wire, other_protocol_version, .timeout = 30) {
-    fake_case fc = {SAY_V2, SAY_HELLO, {"version 2", "speaks version 1", "rank 0"}};
+    fake_case fc = {SAY_V2, SAY_HELLO, {"version 3", "speaks version 2", "rank 0"}};
     run_fake(&fc);
 }
 Test(comm_hello_wire, peer_of_another_round, .timeout = 30) {
@@ -1003,7 +1049,7 @@ Test(comm_api, bf16_arithmetic) {
 static void hello_bytes(uint8_t *b, const rl_comm_hello *h) { rl_comm_tcp_encode_hello(b, h); }
 
 Test(comm_hello, parse_roundtrip_and_errors) {
-    rl_comm_hello h = {.version = 1, .kind = RL_COMM_HELLO_ACCEPT, .world = 4, .rank = 3,
+    rl_comm_hello h = {.version = RL_COMM_HELLO_VERSION, .kind = RL_COMM_HELLO_ACCEPT, .world = 4, .rank = 3,
                        .nonce = 0x1122334455667788ull},
                   g;
     uint8_t b[RL_COMM_HELLO_BYTES + 1];
@@ -1039,7 +1085,7 @@ Test(comm_hello, parse_roundtrip_and_errors) {
 }
 
 Test(comm_hello, check_fields) {
-    rl_comm_hello h = {.version = 1, .kind = 0, .world = 4, .rank = 1, .nonce = 42};
+    rl_comm_hello h = {.version = RL_COMM_HELLO_VERSION, .kind = 0, .world = 4, .rank = 1, .nonce = 42};
     rl_err e;
     cr_expect_eq(rl_comm_tcp_check_hello(&h, 4, 1, 42, "x:1", &e), 0);
     cr_expect_eq(rl_comm_tcp_check_hello(&h, 4, -1, 42, "x:1", &e), 0);
