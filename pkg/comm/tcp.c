@@ -141,24 +141,6 @@ typedef struct tcp {
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static void put_be16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-static void put_be32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (24 - 8 * i));
-}
-static void put_be64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-static uint16_t get_be16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
-static uint32_t get_be32(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-static uint64_t get_be64(const uint8_t *p) {
-    return ((uint64_t)get_be32(p) << 32) | get_be32(p + 4);
-}
-
 static int ring_mod(long a, int n) {
     long m = a % n;
     return (int)(m < 0 ? m + n : m);
@@ -236,15 +218,15 @@ uint64_t rl_comm_tcp_nonce(const char *prefix) {
 
 void rl_comm_tcp_encode_hello(void *buf, const rl_comm_hello *h) {
     uint8_t *p = buf;
-    put_be32(p, RL_COMM_HELLO_MAGIC);
-    put_be16(p + 4, h->version);
-    put_be16(p + 6, h->kind);
-    put_be32(p + 8, h->world);
-    put_be32(p + 12, h->rank);
-    put_be64(p + 16, h->nonce);
+    rl_put_be32(p, RL_COMM_HELLO_MAGIC);
+    rl_put_be16(p + 4, h->version);
+    rl_put_be16(p + 6, h->kind);
+    rl_put_be32(p + 8, h->world);
+    rl_put_be32(p + 12, h->rank);
+    rl_put_be64(p + 16, h->nonce);
     uint32_t probe = RL_COMM_HELLO_PROBE; /* native order on purpose */
     memcpy(p + 24, &probe, 4);
-    put_be32(p + 28, 0);
+    rl_put_be32(p + 28, 0);
 }
 
 int rl_comm_tcp_parse_hello(const void *buf, size_t len, const char *peer, rl_comm_hello *h,
@@ -255,7 +237,7 @@ int rl_comm_tcp_parse_hello(const void *buf, size_t len, const char *peer, rl_co
     if (len < 4)
         return rl_errf(e, RL_EINPUT, "hello from %s: truncated (%zu of %d bytes)", peer, len,
                        RL_COMM_HELLO_BYTES);
-    uint32_t magic = get_be32(p);
+    uint32_t magic = rl_get_be32(p);
     if (magic != RL_COMM_HELLO_MAGIC)
         return rl_errf(e, RL_EINPUT,
                        "hello from %s: bad magic 0x%08x, expected 0x%08x: not a ringleader "
@@ -264,7 +246,7 @@ int rl_comm_tcp_parse_hello(const void *buf, size_t len, const char *peer, rl_co
     if (len < 6)
         return rl_errf(e, RL_EINPUT, "hello from %s: truncated (%zu of %d bytes)", peer, len,
                        RL_COMM_HELLO_BYTES);
-    uint16_t version = get_be16(p + 4);
+    uint16_t version = rl_get_be16(p + 4);
     if (version != RL_COMM_HELLO_VERSION)
         return rl_errf(e, RL_EINPUT,
                        "hello from %s: comm protocol version %u, this build speaks version %d "
@@ -273,10 +255,10 @@ int rl_comm_tcp_parse_hello(const void *buf, size_t len, const char *peer, rl_co
     if (len != RL_COMM_HELLO_BYTES)
         return rl_errf(e, RL_EINPUT, "hello from %s: %zu bytes, expected %d", peer, len,
                        RL_COMM_HELLO_BYTES);
-    uint16_t kind = get_be16(p + 6);
+    uint16_t kind = rl_get_be16(p + 6);
     if (kind > RL_COMM_HELLO_REJECT)
         return rl_errf(e, RL_EINPUT, "hello from %s: unknown kind %u", peer, kind);
-    uint32_t world = get_be32(p + 8), rank = get_be32(p + 12);
+    uint32_t world = rl_get_be32(p + 8), rank = rl_get_be32(p + 12);
     if (world < 1 || world > RL_COMM_MAX_WORLD)
         return rl_errf(e, RL_EINPUT, "hello from %s: world %u outside 1..%d", peer, world,
                        RL_COMM_MAX_WORLD);
@@ -290,15 +272,15 @@ int rl_comm_tcp_parse_hello(const void *buf, size_t len, const char *peer, rl_co
                        "hello from %s: byte-order probe 0x%08x: the peer stores numbers in "
                        "another byte order, the ring cannot mix architectures",
                        peer, probe);
-    if (get_be32(p + 28) != 0)
+    if (rl_get_be32(p + 28) != 0)
         return rl_errf(e, RL_EINPUT, "hello from %s: reserved field is 0x%08x, expected 0",
-                       peer, get_be32(p + 28));
+                       peer, rl_get_be32(p + 28));
     if (h) {
         h->version = version;
         h->kind = kind;
         h->world = world;
         h->rank = rank;
-        h->nonce = get_be64(p + 16);
+        h->nonce = rl_get_be64(p + 16);
     }
     return RL_OK;
 }
@@ -701,26 +683,26 @@ static int op_begin(rl_comm *c, tcp *T, int op, size_t count, rl_dtype t, int ar
     T->step = T->nsteps = 0;
     T->seq++;
     uint8_t mine[OPHDR_BYTES] = {0}, theirs[OPHDR_BYTES];
-    put_be32(mine, OPHDR_MAGIC);
-    put_be16(mine + 4, (uint16_t)op);
-    put_be16(mine + 6, (uint16_t)t);
-    put_be32(mine + 8, (uint32_t)arg);
-    put_be64(mine + 12, (uint64_t)count);
-    put_be64(mine + 20, T->seq);
+    rl_put_be32(mine, OPHDR_MAGIC);
+    rl_put_be16(mine + 4, (uint16_t)op);
+    rl_put_be16(mine + 6, (uint16_t)t);
+    rl_put_be32(mine + 8, (uint32_t)arg);
+    rl_put_be64(mine + 12, (uint64_t)count);
+    rl_put_be64(mine + 20, T->seq);
     xfer x = {.send = (const char *)mine, .slen = OPHDR_BYTES, .recv = (char *)theirs,
               .rlen = OPHDR_BYTES};
     int rc = run_xfer(c, T, &x, e);
     if (rc) return rc;
-    if (get_be32(theirs) != OPHDR_MAGIC)
+    if (rl_get_be32(theirs) != OPHDR_MAGIC)
         return rl_errf(e, RL_EPEER,
                        "rank %d: %s: the stream from rank %d (%s) is out of step (bad op "
                        "header magic 0x%08x)",
-                       c->rank, T->op, T->left, T->left_addr, get_be32(theirs));
+                       c->rank, T->op, T->left, T->left_addr, rl_get_be32(theirs));
     if (memcmp(mine + 4, theirs + 4, OPHDR_BYTES - 4) != 0) {
         char a[160], b[160];
         describe_op(a, sizeof a, op, (int)t, arg, count, T->seq);
-        describe_op(b, sizeof b, get_be16(theirs + 4), get_be16(theirs + 6),
-                    (int)get_be32(theirs + 8), get_be64(theirs + 12), get_be64(theirs + 20));
+        describe_op(b, sizeof b, rl_get_be16(theirs + 4), rl_get_be16(theirs + 6),
+                    (int)rl_get_be32(theirs + 8), rl_get_be64(theirs + 12), rl_get_be64(theirs + 20));
         return rl_errf(e, RL_EINTERNAL,
                        "rank %d: collective mismatch: this rank called %s, rank %d (%s) "
                        "called %s (every rank must issue the same collectives in the same "
@@ -1146,8 +1128,8 @@ static int form_ring(rl_comm *c, tcp *T, int lfd, const char *rhost, int rport, 
                     goto out;
                 }
                 if (n > 0) rgot += (size_t)n;
-                bool bad_prefix = (rgot >= 4 && get_be32(reply) != RL_COMM_HELLO_MAGIC) ||
-                                  (rgot >= 6 && get_be16(reply + 4) != RL_COMM_HELLO_VERSION);
+                bool bad_prefix = (rgot >= 4 && rl_get_be32(reply) != RL_COMM_HELLO_MAGIC) ||
+                                  (rgot >= 6 && rl_get_be16(reply + 4) != RL_COMM_HELLO_VERSION);
                 if (rgot == sizeof reply || bad_prefix) {
                     rl_comm_hello h;
                     if ((rc = rl_comm_tcp_parse_hello(reply, rgot, peer_desc, &h, e))) {
@@ -1234,14 +1216,14 @@ static int form_ring(rl_comm *c, tcp *T, int lfd, const char *rhost, int rport, 
                 goto out;
             }
             q->got += (size_t)n;
-            bool bad_prefix = (q->got >= 4 && get_be32(q->in) != RL_COMM_HELLO_MAGIC) ||
-                              (q->got >= 6 && get_be16(q->in + 4) != RL_COMM_HELLO_VERSION);
+            bool bad_prefix = (q->got >= 4 && rl_get_be32(q->in) != RL_COMM_HELLO_MAGIC) ||
+                              (q->got >= 6 && rl_get_be16(q->in + 4) != RL_COMM_HELLO_VERSION);
             if (q->got < sizeof q->in && !bad_prefix) continue;
             rl_comm_hello h;
             /* Not a hello of ours: refuse the ring rather than guess. A
              * stranger on our port means a misconfiguration to surface. */
             if ((rc = rl_comm_tcp_parse_hello(q->in, q->got, who, &h, e))) {
-                if (bad_prefix && get_be32(q->in) == RL_COMM_HELLO_MAGIC) {
+                if (bad_prefix && rl_get_be32(q->in) == RL_COMM_HELLO_MAGIC) {
                     /* a ringleader of another version: tell it ours */
                     rl_comm_hello rej = me;
                     rej.kind = RL_COMM_HELLO_REJECT;
@@ -1425,37 +1407,37 @@ static int shm_setup(rl_comm *c, tcp *T, const rl_comm_opts *o, double deadline,
     uint64_t cookie = 0;
     bool offered = on && shm_create(T, c->rank, name, sizeof name, &cookie) == 0;
     uint8_t offer[SHM_OFFER_BYTES] = {0}, theirs[SHM_OFFER_BYTES], ack[8], their_ack[8];
-    put_be32(offer, SHM_MAGIC);
-    put_be32(offer + 4, offered ? 1 : 0);
-    put_be64(offer + 8, cookie);
-    put_be64(offer + 16, offered ? (uint64_t)T->tx.cap : 0);
+    rl_put_be32(offer, SHM_MAGIC);
+    rl_put_be32(offer + 4, offered ? 1 : 0);
+    rl_put_be64(offer + 8, cookie);
+    rl_put_be64(offer + 16, offered ? (uint64_t)T->tx.cap : 0);
     memcpy(offer + 24, me, strlen(me));
     if (offered) memcpy(offer + 24 + SHM_HOST_LEN, name, strlen(name));
     T->op = "init (link setup)";
     int rc = link_io(c, T, true, true, offer, sizeof offer, deadline, e);
     if (!rc) rc = link_io(c, T, false, false, theirs, sizeof theirs, deadline, e);
-    if (!rc && get_be32(theirs) != SHM_MAGIC)
+    if (!rc && rl_get_be32(theirs) != SHM_MAGIC)
         rc = rl_errf(e, RL_EPEER, "rank %d: init: rank %d (%s) sent no link setup frame (bad "
-                     "magic 0x%08x)", c->rank, T->left, T->left_addr, get_be32(theirs));
+                     "magic 0x%08x)", c->rank, T->left, T->left_addr, rl_get_be32(theirs));
     if (!rc) {
         char *th = (char *)theirs + 24, *tn = (char *)theirs + 24 + SHM_HOST_LEN;
         th[SHM_HOST_LEN - 1] = '\0';
         tn[SHM_NAME_LEN - 1] = '\0';
         bool ok = false;
-        if (on && get_be32(theirs + 4) == 1 && strcmp(th, me) == 0 && shm_name_ok(tn)) {
-            ok = shm_attach(T, tn, get_be64(theirs + 8), get_be64(theirs + 16));
+        if (on && rl_get_be32(theirs + 4) == 1 && strcmp(th, me) == 0 && shm_name_ok(tn)) {
+            ok = shm_attach(T, tn, rl_get_be64(theirs + 8), rl_get_be64(theirs + 16));
             shm_unlink(tn);
         }
-        put_be32(ack, SHM_ACK_MAGIC);
-        put_be32(ack + 4, ok ? 1 : 0);
+        rl_put_be32(ack, SHM_ACK_MAGIC);
+        rl_put_be32(ack + 4, ok ? 1 : 0);
         rc = link_io(c, T, false, true, ack, sizeof ack, deadline, e);
     }
     if (!rc) rc = link_io(c, T, true, false, their_ack, sizeof their_ack, deadline, e);
-    if (!rc && get_be32(their_ack) != SHM_ACK_MAGIC)
+    if (!rc && rl_get_be32(their_ack) != SHM_ACK_MAGIC)
         rc = rl_errf(e, RL_EPEER, "rank %d: init: rank %d (%s) sent a bad link setup answer "
-                     "(magic 0x%08x)", c->rank, T->right, T->right_addr, get_be32(their_ack));
+                     "(magic 0x%08x)", c->rank, T->right, T->right_addr, rl_get_be32(their_ack));
     if (offered) shm_unlink(name);
-    if (rc || get_be32(their_ack + 4) != 1) shm_unmap(&T->tx);
+    if (rc || rl_get_be32(their_ack + 4) != 1) shm_unmap(&T->tx);
     T->op = "init";
     return rc;
 }

@@ -200,18 +200,6 @@ static void del(rl_store_db *db, const uint8_t *k, uint32_t klen) {
 }
 
 /* ---- requests -------------------------------------------------------------------- */
-static uint32_t be32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-static int64_t be64s(const uint8_t *p) {
-    uint64_t u = (uint64_t)be32(p) << 32 | be32(p + 4);
-    return (int64_t)u; /* two's complement on every platform we build for */
-}
-static void put_be64(uint8_t *p, int64_t v) {
-    uint64_t u = (uint64_t)v;
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(u >> (56 - 8 * i));
-}
-
 static rl_store_step_result proto_error(rl_store_buf *out, uint16_t op, rl_err *e) {
     /* The reason goes back as the value, so that the client can say what
      * the server disliked; then the server closes the connection. */
@@ -299,20 +287,20 @@ rl_store_step_result rl_store_db_step(rl_store_db *db, const uint8_t *in, size_t
     case RL_STORE_GET:
         x = get(db, k, f.klen);
         if (x) return reply(out, f.op, RL_STORE_OK, x->val, x->vlen, e);
-        st->wait_ms = be32(v);
+        st->wait_ms = rl_get_be32(v);
         if (st->wait_ms == 0) return reply(out, f.op, RL_STORE_NOTFOUND, NULL, 0, e);
         return RL_STORE_STEP_WAIT;
     case RL_STORE_ADD: {
         x = get(db, k, f.klen);
-        int64_t cur = 0, delta = be64s(v), sum;
+        int64_t cur = 0, delta = (int64_t)rl_get_be64(v), sum;
         if (x && x->vlen != 8) return reply(out, f.op, RL_STORE_MISMATCH, NULL, 0, e);
-        if (x) cur = be64s(x->val);
+        if (x) cur = (int64_t)rl_get_be64(x->val);
         /* A counter that overflows is a bug in the caller; wrapping would
          * make two barriers agree on nonsense. */
         if (__builtin_add_overflow(cur, delta, &sum))
             return reply(out, f.op, RL_STORE_MISMATCH, NULL, 0, e);
         uint8_t nb[8];
-        put_be64(nb, sum);
+        rl_put_be64(nb, (uint64_t)sum);
         rc = put(db, k, f.klen, nb, 8);
         if (rc != 0) return reply(out, f.op, RL_STORE_EFULL, NULL, 0, e);
         st->wrote = true;

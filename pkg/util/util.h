@@ -72,6 +72,22 @@ double rl_rng_normal(rl_rng *r);  /* N(0, 1) */
 uint64_t rl_splitmix64(uint64_t *state);
 uint64_t rl_hash64(uint64_t x); /* a good 64-bit mixer (stateless) */
 
+/* ---- big-endian wire integers (store frames, ring headers) --------------- */
+static inline void rl_put_be16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8), p[1] = (uint8_t)v; }
+static inline void rl_put_be32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+static inline void rl_put_be64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+static inline uint16_t rl_get_be16(const uint8_t *p) { return (uint16_t)((unsigned)p[0] << 8 | p[1]); }
+static inline uint32_t rl_get_be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+static inline uint64_t rl_get_be64(const uint8_t *p) {
+    return (uint64_t)rl_get_be32(p) << 32 | rl_get_be32(p + 4);
+}
+
 /* ---- files ----------------------------------------------------------------- */
 /* Read a whole file (NUL-terminated for convenience). */
 int rl_read_file(const char *path, char **out, size_t *len, rl_err *e);
