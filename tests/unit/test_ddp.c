@@ -239,24 +239,33 @@ static int free_port(void) {
     return p;
 }
 
-static pid_t spawn_rank(const char *dir, int rank, int world, int port, const char *log) {
+/* Start the worker on dir/job.json with stderr to `log`: as one rank of a
+ * torchrun-style job (rank >= 0: RANK, WORLD_SIZE, MASTER_* set), or as a
+ * launcher (nproc != NULL: --nproc-per-node nproc). */
+static pid_t spawn_worker(const char *dir, const char *log, int rank, int world, int port,
+                          const char *nproc) {
     pid_t p = fork();
     if (p == 0) {
-        char v[32];
-        snprintf(v, sizeof v, "%d", rank), setenv("RANK", v, 1), setenv("LOCAL_RANK", v, 1);
-        snprintf(v, sizeof v, "%d", world), setenv("WORLD_SIZE", v, 1), setenv("LOCAL_WORLD_SIZE", v, 1);
-        snprintf(v, sizeof v, "%d", port), setenv("MASTER_PORT", v, 1);
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        if (rank >= 0) {
+            char v[32];
+            snprintf(v, sizeof v, "%d", rank), setenv("RANK", v, 1), setenv("LOCAL_RANK", v, 1);
+            snprintf(v, sizeof v, "%d", world), setenv("WORLD_SIZE", v, 1), setenv("LOCAL_WORLD_SIZE", v, 1);
+            snprintf(v, sizeof v, "%d", port), setenv("MASTER_PORT", v, 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+        }
         char cfg[256], exe[4200];
         snprintf(cfg, sizeof cfg, "%s/job.json", dir);
         snprintf(exe, sizeof exe, "%s/ringleader-worker", rl_test_bindir());
-        FILE *f = freopen(log, "w", stderr);
-        (void)f;
-        if (!freopen("/dev/null", "w", stdout)) _exit(126);
-        execl(exe, exe, "--config", cfg, (char *)NULL);
+        if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
+        if (nproc) execl(exe, exe, "--config", cfg, "--nproc-per-node", nproc, (char *)NULL);
+        else execl(exe, exe, "--config", cfg, (char *)NULL);
         _exit(127);
     }
     return p;
+}
+
+static pid_t spawn_rank(const char *dir, int rank, int world, int port, const char *log) {
+    return spawn_worker(dir, log, rank, world, port, NULL);
 }
 
 static double wait_exit(pid_t p, double limit_s, int *status) {
@@ -324,15 +333,7 @@ Test(ddp, launcher_names_the_dead_rank, .timeout = 120) {
     write_job(dir, 100000, 5);
     char log[128];
     snprintf(log, sizeof log, "%s/launch.log", dir);
-    pid_t p = fork();
-    if (p == 0) {
-        char cfg[256], exe[4200];
-        snprintf(cfg, sizeof cfg, "%s/job.json", dir);
-        snprintf(exe, sizeof exe, "%s/ringleader-worker", rl_test_bindir());
-        if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
-        execl(exe, exe, "--config", cfg, "--nproc-per-node", "2", (char *)NULL);
-        _exit(127);
-    }
+    pid_t p = spawn_worker(dir, log, -1, 0, 0, "2");
     double t0 = rl_now();
     while (!file_has(log, "\"step\":2,") && rl_now() - t0 < 60) usleep(50000);
     /* find rank 1's pid in the launcher's "spawned" line */
