@@ -81,6 +81,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     rl_ddp_opts dopt = {
         .first_bucket_bytes = (size_t)(cfg->dist.first_bucket_mb * (1 << 20)),
         .bucket_bytes = (size_t)(cfg->dist.bucket_mb * (1 << 20)),
+        .min_buckets = cfg->dist.min_buckets,
         .timeout_s = cfg->dist.timeout_s * 4,
     };
     if ((rc = rl_ddp_create(comm, tr.model.grads, tr.model.lay.total, &dopt, &ddp, e))) goto out;

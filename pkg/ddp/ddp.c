@@ -120,11 +120,15 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
     d->o.first_bucket_bytes = o && o->first_bucket_bytes ? o->first_bucket_bytes : 1u << 20;
     d->o.bucket_bytes = o && o->bucket_bytes ? o->bucket_bytes : 25u << 20;
     d->o.timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 300;
+    d->o.min_buckets = o && o->min_buckets > 0 ? o->min_buckets : 8;
     size_t first = d->o.first_bucket_bytes / sizeof(float), rest = d->o.bucket_bytes / sizeof(float);
     if (first == 0 || rest == 0) {
         free(d);
         return rl_errf(e, RL_EINPUT, "ddp: bucket sizes must be at least 4 bytes");
     }
+    size_t most = (n + (size_t)d->o.min_buckets - 1) / (size_t)d->o.min_buckets;
+    if (most > 0 && first > most) first = most;
+    if (most > 0 && rest > most) rest = most;
     /* count buckets, then fill from the end of the buffer */
     size_t left = n;
     int nb = 0;

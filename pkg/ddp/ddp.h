@@ -2,7 +2,12 @@
  *
  * The gradient buffer is cut into buckets from its end backwards (the order
  * backward produces gradients): the first bucket is first_bucket_bytes
- * (1 MiB, as PyTorch), the others bucket_bytes (25 MiB). The model's
+ * (1 MiB, as PyTorch), the others bucket_bytes (25 MiB), but no bucket
+ * larger than 1/min_buckets of the gradients (default 8). The last bucket
+ * (layer 0 and the embedding) is ready only when backward ends, so its
+ * reduction can never overlap: PyTorch's fixed sizes leave a small model in
+ * two buckets with most of it in that last one. Above 8 x 25 MiB of
+ * gradients the cap changes nothing. The model's
  * backward reports a watermark ("grads[off:] are final"); every bucket whose
  * start is at or above it is handed, in bucket order, to a communication
  * thread that average-allreduces it while backward goes on. Bucket
@@ -26,6 +31,7 @@
 typedef struct rl_ddp_opts {
     size_t first_bucket_bytes; /* default 1 MiB */
     size_t bucket_bytes;       /* default 25 MiB */
+    int min_buckets;           /* default 8; 1 = PyTorch's sizes exactly */
     double timeout_s;          /* bound on waiting for the comm thread (default 300) */
 } rl_ddp_opts;
 

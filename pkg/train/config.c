@@ -35,16 +35,20 @@ void rl_job_config_default(rl_job_config *c) {
     snprintf(c->dist.backend, sizeof c->dist.backend, "tcp");
     c->dist.timeout_s = 60;
     c->dist.bucket_mb = 25, c->dist.first_bucket_mb = 1; /* PyTorch DDP's defaults */
+    c->dist.min_buckets = 8; /* lets small models overlap too (see ddp.h) */
 }
 
 static int parse_dist(const cJSON *o, const char *w, rl_dist_config *d, rl_err *e) {
-    static const char *const keys[] = {"backend", "timeout_s", "bucket_mb", "first_bucket_mb", NULL};
+    static const char *const keys[] = {"backend", "timeout_s", "bucket_mb", "first_bucket_mb", "min_buckets", NULL};
     int rc = rl_cfg_check_keys(o, w, keys, e);
     if (rc || (rc = rl_cfg_str(o, w, "backend", d->backend, sizeof d->backend, e)) ||
         (rc = rl_cfg_num(o, w, "timeout_s", 0.1, 86400, &d->timeout_s, e)) ||
         (rc = rl_cfg_num(o, w, "bucket_mb", 1e-6, 4096, &d->bucket_mb, e)) ||
         (rc = rl_cfg_num(o, w, "first_bucket_mb", 1e-6, 4096, &d->first_bucket_mb, e)))
         return rc;
+    long long mb = d->min_buckets;
+    if ((rc = rl_cfg_int(o, w, "min_buckets", 1, 1 << 16, &mb, e))) return rc;
+    d->min_buckets = (int)mb;
     if (strcmp(d->backend, "tcp") != 0 && strcmp(d->backend, "nccl") != 0) {
         char esc[64];
         return rl_errf(e, RL_EINPUT, "%s.backend: unknown backend \"%s\" (tcp or nccl)", w,
@@ -218,6 +222,7 @@ char *rl_job_config_to_json(const rl_job_config *c) {
     cJSON_AddNumberToObject(ds, "timeout_s", c->dist.timeout_s);
     cJSON_AddNumberToObject(ds, "bucket_mb", c->dist.bucket_mb);
     cJSON_AddNumberToObject(ds, "first_bucket_mb", c->dist.first_bucket_mb);
+    cJSON_AddNumberToObject(ds, "min_buckets", c->dist.min_buckets);
     char *s = cJSON_PrintUnformatted(r);
     cJSON_Delete(r);
     return s;

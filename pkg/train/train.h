@@ -45,6 +45,7 @@ typedef struct rl_dist_config {
     char backend[16];       /* "tcp" (CPU) | "nccl" (GPU) */
     double timeout_s;       /* every collective and peer wait */
     double bucket_mb, first_bucket_mb;
+    int min_buckets;        /* no bucket above 1/min_buckets of the gradients */
 } rl_dist_config;
 
 typedef struct rl_job_config {
