@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rdzv/rdzv.h"
+#include "rdzv/store_db.h"
 
 int rl_store_frame_parse(const void *buf, size_t len, const char *peer, rl_store_frame *f,
                          rl_err *e) {
@@ -31,9 +32,9 @@ int rl_store_frame_parse(const void *buf, size_t len, const char *peer, rl_store
     if (h.version != RL_STORE_VERSION)
         return rl_errf(e, RL_EINPUT, "store %s: protocol version %u, expected %d", peer,
                        (unsigned)h.version, RL_STORE_VERSION);
-    if (h.op < RL_STORE_SET || h.op > RL_STORE_PING)
+    if (h.op < RL_STORE_SET || h.op > RL_STORE_AUTH)
         return rl_errf(e, RL_EINPUT, "store %s: unknown op %u", peer, (unsigned)h.op);
-    if (h.status > RL_STORE_EFULL)
+    if (h.status > RL_STORE_EAUTH)
         return rl_errf(e, RL_EINPUT, "store %s: unknown status %u", peer, (unsigned)h.status);
     if (h.klen > RL_STORE_MAX_KEY)
         return rl_errf(e, RL_EINPUT, "store %s: key length %u exceeds %u", peer,
@@ -46,6 +47,11 @@ int rl_store_frame_parse(const void *buf, size_t len, const char *peer, rl_store
                        (unsigned)h.v2len, RL_STORE_MAX_VALUE);
     *f = h;
     return RL_OK;
+}
+
+const char *rl_store_op_name(unsigned op) {
+    static const char *names[] = {"?", "SET", "GET", "ADD", "CAS", "DEL", "PING", "CHALLENGE", "AUTH"};
+    return op <= RL_STORE_AUTH ? names[op] : "?";
 }
 
 void rl_store_frame_encode(void *buf, const rl_store_frame *f) {

@@ -45,6 +45,12 @@ enum rl_store_op {
                           MISMATCH, value = current. expected empty: only if key absent. */
     RL_STORE_DEL = 5,  /* key -> ok (absent key is ok too) */
     RL_STORE_PING = 6, /* -> ok (liveness, version check) */
+    /* Mutual authentication with the job's rendezvous secret (see
+     * rl_store_auth): */
+    RL_STORE_CHALLENGE = 7, /* key = client id, value = client nonce (16..64 bytes) ->
+                               value = server nonce (32) + server proof (32); empty when
+                               the server has no secret */
+    RL_STORE_AUTH = 8,      /* key = client id, value = client proof -> ok, or EAUTH and close */
 };
 
 enum rl_store_status {
@@ -53,6 +59,7 @@ enum rl_store_status {
     RL_STORE_MISMATCH = 2,
     RL_STORE_EPROTO = 3,
     RL_STORE_EFULL = 4, /* the write would take the store over RL_STORE_MAX_TOTAL */
+    RL_STORE_EAUTH = 5, /* not authenticated, or a wrong proof: the server closes */
 };
 
 /* A parsed frame header (the key and values follow it on the wire). */
@@ -81,6 +88,12 @@ typedef struct rl_store_server rl_store_server;
  * Stop closes every client connection, so clients blocked in a GET fail
  * promptly (RL_EPEER); it returns within milliseconds. NULL is a no-op. */
 int rl_store_server_start(const char *host, int port, rl_store_server **out, rl_err *e);
+/* The same with a rendezvous secret (len > 0): every connection must pass
+ * CHALLENGE + AUTH before any other op but PING; a wrong proof is answered
+ * EAUTH, logged (warn, naming the client address and claimed id, never the
+ * secret) and the connection closed. Other clients are unaffected. */
+int rl_store_server_start_auth(const char *host, int port, const void *secret, size_t len,
+                               rl_store_server **out, rl_err *e);
 int rl_store_server_port(const rl_store_server *s);
 void rl_store_server_stop(rl_store_server *s);
 
@@ -115,6 +128,17 @@ int rl_store_cas(rl_store *s, const char *key, const void *expected, size_t elen
                  rl_err *e);
 int rl_store_delete(rl_store *s, const char *key, rl_err *e);
 void rl_store_close(rl_store *s);
+/* Authenticate this connection as `id` with the job's secret, both ways:
+ *   client -> CHALLENGE(id, cn)         cn: 32 random bytes
+ *   server -> sn, HMAC-SHA256(secret, "rl-store-server" 0 cn sn)
+ *   client -> AUTH(id, HMAC-SHA256(secret, "rl-store-client" 0 sn cn id))
+ *   server -> OK | EAUTH (and closes)
+ * then the client checks the server's proof, so a store that does not know
+ * the secret (an impostor at the leader's address) is refused too. The
+ * nonces make every proof single-use. A wrong secret on either side is
+ * RL_EINPUT "... rendezvous secret ..."; a server without a secret is
+ * RL_EINPUT too (a client that has a secret never talks to an open store). */
+int rl_store_auth(rl_store *s, const char *id, const void *secret, size_t len, rl_err *e);
 
 /* Wait until `count` processes have called this with the same key prefix
  * (an ADD counter then a GET of a release key): a barrier through the store.

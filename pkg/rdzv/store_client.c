@@ -10,6 +10,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,11 +138,6 @@ static int broken(rl_store *s, rl_err *e, int code, const char *fmt, ...) {
     return rl_errf(e, code, "%s", msg);
 }
 
-static const char *op_name(unsigned op) {
-    static const char *names[] = {"?", "SET", "GET", "ADD", "CAS", "DEL", "PING"};
-    return op <= RL_STORE_PING ? names[op] : "?";
-}
-
 typedef struct reply {
     rl_store_frame f;
     uint8_t *val; /* malloc'd, vlen + 1 bytes, NUL-terminated */
@@ -196,7 +193,7 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
     }
     if (rp->f.op != op)
         return broken(s, e, RL_EINPUT, "store %s answered op %s to %s", s->peer,
-                      op_name(rp->f.op), what);
+                      rl_store_op_name(rp->f.op), what);
     rp->val = malloc((size_t)rp->f.vlen + 1);
     if (!rp->val)
         return broken(s, e, RL_ENOMEM, "store %s: out of memory for a %u-byte value of %s",
@@ -214,7 +211,7 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
                       what, err ? ": " : "", err ? strerror(err) : "");
     }
     rp->val[rp->f.vlen] = '\0';
-    if (rp->f.status == RL_STORE_EPROTO) {
+    if (rp->f.status == RL_STORE_EPROTO || rp->f.status == RL_STORE_EAUTH) {
         /* The server's reason, made one printable line. */
         char why[240];
         size_t n = rp->f.vlen < sizeof why - 1 ? rp->f.vlen : sizeof why - 1;
@@ -519,6 +516,52 @@ int rl_store_delete(rl_store *s, const char *key, rl_err *e) {
     free(rp.val);
     if (rc != RL_OK) return rc;
     if (rp.f.status != RL_STORE_OK) return unexpected(s, what, rp.f.status, e);
+    return RL_OK;
+}
+
+int rl_store_auth(rl_store *s, const char *id, const void *secret, size_t slen, rl_err *e) {
+    char kd[96], what[140];
+    int rc = check_key(s, id, kd, sizeof kd, e);
+    if (rc != RL_OK) return rc;
+    if (!secret || slen == 0) return rl_errf(e, RL_EINPUT, "store %s: empty rendezvous secret", s->peer);
+    uint8_t cn[32], mac[32];
+    if (RAND_bytes(cn, sizeof cn) != 1)
+        return rl_errf(e, RL_EINTERNAL, "store %s: no random bytes for a nonce", s->peer);
+    snprintf(what, sizeof what, "CHALLENGE as '%s'", kd);
+    reply ch;
+    rc = request(s, RL_STORE_CHALLENGE, what, id, strlen(id), cn, sizeof cn, NULL, 0,
+                 rl_now() + s->timeout, &ch, e);
+    if (rc != RL_OK) return rc;
+    if (ch.f.status != RL_STORE_OK) {
+        free(ch.val);
+        return unexpected(s, what, ch.f.status, e);
+    }
+    if (ch.f.vlen == 0) {
+        free(ch.val);
+        return broken(s, e, RL_EINPUT, "store %s does not authenticate its clients, but this job "
+                      "has a rendezvous secret: refusing to use it", s->peer);
+    }
+    if (ch.f.vlen != 64) { /* server nonce + server proof */
+        free(ch.val);
+        return broken(s, e, RL_EINPUT, "store %s: CHALLENGE answer of %u bytes, expected 64",
+                      s->peer, (unsigned)ch.f.vlen);
+    }
+    uint8_t sn[32], sproof[32];
+    memcpy(sn, ch.val, 32);
+    memcpy(sproof, ch.val + 32, 32);
+    free(ch.val);
+    rl_store_proof_client(secret, slen, sn, cn, sizeof cn, id, strlen(id), mac);
+    snprintf(what, sizeof what, "AUTH as '%s'", kd);
+    reply au;
+    rc = request(s, RL_STORE_AUTH, what, id, strlen(id), mac, sizeof mac, NULL, 0,
+                 rl_now() + s->timeout, &au, e);
+    free(au.val);
+    if (rc != RL_OK) return rc;
+    if (au.f.status != RL_STORE_OK) return unexpected(s, what, au.f.status, e);
+    rl_store_proof_server(secret, slen, cn, sizeof cn, sn, mac);
+    if (CRYPTO_memcmp(mac, sproof, 32) != 0)
+        return broken(s, e, RL_EINPUT, "store %s accepted us but could not prove it knows the "
+                      "rendezvous secret (an impostor at the leader's address?)", s->peer);
     return RL_OK;
 }
 

@@ -3,6 +3,10 @@
  * sends what lands in `out`, and the fuzz target drives the same function. */
 #include "rdzv/store_db.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +27,8 @@ struct rl_store_db {
     entry **buckets;
     size_t nbuckets, count, bytes, max_bytes;
     uint64_t seed;
+    uint8_t *secret; /* NULL: an open store (static rendezvous) */
+    size_t slen;
 };
 
 /* ---- buffers ------------------------------------------------------------------- */
@@ -128,6 +134,8 @@ void rl_store_db_free(rl_store_db *db) {
         }
     }
     free(db->buckets);
+    if (db->secret) OPENSSL_cleanse(db->secret, db->slen);
+    free(db->secret);
     free(db);
 }
 
@@ -185,6 +193,42 @@ static int put(rl_store_db *db, const uint8_t *k, uint32_t klen, const uint8_t *
     return 0;
 }
 
+int rl_store_db_set_secret(rl_store_db *db, const void *secret, size_t len) {
+    uint8_t *c = malloc(len ? len : 1);
+    if (!c) return -1;
+    memcpy(c, secret, len);
+    if (db->secret) OPENSSL_cleanse(db->secret, db->slen);
+    free(db->secret);
+    db->secret = c, db->slen = len;
+    return 0;
+}
+
+/* ---- authentication ---------------------------------------------------------------- */
+/* The labels keep a server proof from ever being replayed as a client proof
+ * (and the reverse); the client's proof also covers its id, so an id in
+ * the logs is one the secret holder claimed. */
+static void proof(const void *secret, size_t slen, const char *label, const void *a, size_t alen,
+                  const void *b, size_t blen, const void *c, size_t clen, uint8_t mac[32]) {
+    uint8_t buf[16 + 1 + 2 * RL_STORE_NONCE_MAX + RL_STORE_MAX_KEY];
+    size_t n = strlen(label) + 1;
+    memcpy(buf, label, n);
+    memcpy(buf + n, a, alen), n += alen;
+    memcpy(buf + n, b, blen), n += blen;
+    if (clen) memcpy(buf + n, c, clen), n += clen;
+    unsigned int ml = 32;
+    HMAC(EVP_sha256(), secret, (int)slen, buf, n, mac, &ml);
+}
+
+void rl_store_proof_server(const void *secret, size_t slen, const uint8_t *cn, size_t cnlen,
+                           const uint8_t *sn, uint8_t mac[32]) {
+    proof(secret, slen, "rl-store-server", cn, cnlen, sn, 32, NULL, 0, mac);
+}
+
+void rl_store_proof_client(const void *secret, size_t slen, const uint8_t *sn, const uint8_t *cn,
+                           size_t cnlen, const void *id, size_t idlen, uint8_t mac[32]) {
+    proof(secret, slen, "rl-store-client", sn, 32, cn, cnlen, id, idlen, mac);
+}
+
 static entry *get(rl_store_db *db, const uint8_t *k, uint32_t klen) {
     return *find(db, k, klen, hash_key(db, k, klen));
 }
@@ -218,14 +262,19 @@ static rl_store_step_result reply(rl_store_buf *out, uint16_t op, uint32_t statu
     return RL_STORE_STEP_REPLY;
 }
 
-static const char *op_name(unsigned op) {
-    static const char *names[] = {"?", "SET", "GET", "ADD", "CAS", "DEL", "PING"};
-    return op <= RL_STORE_PING ? names[op] : "?";
+/* Refuse an unauthenticated request: the reason goes back with EAUTH, then
+ * the connection is closed like after a protocol error. */
+static rl_store_step_result deny(rl_store_buf *out, uint16_t op, rl_store_step *st, rl_err *e) {
+    st->auth_failed = true;
+    uint32_t n = (uint32_t)strlen(e->msg);
+    if (rl_store_buf_frame(out, op, RL_STORE_EAUTH, NULL, 0, e->msg, n, NULL, 0) != 0)
+        return RL_STORE_STEP_NOMEM;
+    return RL_STORE_STEP_ERROR;
 }
 
-rl_store_step_result rl_store_db_step(rl_store_db *db, const uint8_t *in, size_t len,
-                                      const char *peer, rl_store_buf *out, rl_store_step *st,
-                                      rl_err *e) {
+rl_store_step_result rl_store_db_step(rl_store_db *db, rl_store_session *sess,
+                                      const uint8_t *in, size_t len, const char *peer,
+                                      rl_store_buf *out, rl_store_step *st, rl_err *e) {
     rl_err local;
     if (!e) e = &local;
     memset(st, 0, sizeof *st);
@@ -244,10 +293,10 @@ rl_store_step_result rl_store_db_step(rl_store_db *db, const uint8_t *in, size_t
     rl_store_frame f;
     if (rl_store_frame_parse(in, len, peer, &f, e) != RL_OK) {
         unsigned raw = (unsigned)in[6] << 8 | in[7];
-        return proto_error(out, raw >= RL_STORE_SET && raw <= RL_STORE_PING ? (uint16_t)raw
+        return proto_error(out, raw >= RL_STORE_SET && raw <= RL_STORE_AUTH ? (uint16_t)raw
                                                                             : RL_STORE_PING, e);
     }
-    const char *op = op_name(f.op);
+    const char *op = rl_store_op_name(f.op);
     if (f.status != RL_STORE_OK) {
         rl_errf(e, RL_EINPUT, "store %s: %s request with status %u, expected 0", peer, op,
                 (unsigned)f.status);
@@ -270,7 +319,19 @@ rl_store_step_result rl_store_db_step(rl_store_db *db, const uint8_t *in, size_t
                 (unsigned)f.v2len);
         return proto_error(out, f.op, e);
     }
-    uint32_t want = f.op == RL_STORE_GET ? 4 : f.op == RL_STORE_ADD ? 8 : f.op == RL_STORE_DEL ? 0 : f.vlen;
+    char idd[96];
+    if (db->secret && !sess->authed && f.op != RL_STORE_CHALLENGE && f.op != RL_STORE_AUTH) {
+        rl_errf(e, RL_EINPUT, "store %s: %s before authentication (this store requires the job's "
+                "rendezvous secret)", peer, op);
+        return deny(out, f.op, st, e);
+    }
+    if (f.op == RL_STORE_CHALLENGE && (f.vlen < RL_STORE_NONCE_MIN || f.vlen > RL_STORE_NONCE_MAX)) {
+        rl_errf(e, RL_EINPUT, "store %s: CHALLENGE nonce is %u bytes, expected %u..%u", peer,
+                (unsigned)f.vlen, RL_STORE_NONCE_MIN, RL_STORE_NONCE_MAX);
+        return proto_error(out, f.op, e);
+    }
+    uint32_t want = f.op == RL_STORE_GET ? 4 : f.op == RL_STORE_ADD ? 8 : f.op == RL_STORE_DEL ? 0
+                  : f.op == RL_STORE_AUTH ? 32 : f.vlen;
     if (f.vlen != want) {
         rl_errf(e, RL_EINPUT, "store %s: %s value is %u bytes, expected %u", peer, op,
                 (unsigned)f.vlen, (unsigned)want);
@@ -321,6 +382,39 @@ rl_store_step_result rl_store_db_step(rl_store_db *db, const uint8_t *in, size_t
     case RL_STORE_DEL:
         del(db, k, f.klen);
         return reply(out, f.op, RL_STORE_OK, NULL, 0, e);
+    case RL_STORE_CHALLENGE: {
+        if (!db->secret) return reply(out, f.op, RL_STORE_OK, NULL, 0, e); /* open store */
+        uint8_t ans[64]; /* server nonce, then the server's proof */
+        if (RAND_bytes(sess->snonce, sizeof sess->snonce) != 1) {
+            rl_errf(e, RL_EINTERNAL, "store %s: no random bytes for a nonce", peer);
+            return proto_error(out, f.op, e);
+        }
+        memcpy(sess->cnonce, v, f.vlen);
+        sess->cnlen = f.vlen;
+        sess->challenged = true;
+        memcpy(ans, sess->snonce, 32);
+        rl_store_proof_server(db->secret, db->slen, v, f.vlen, sess->snonce, ans + 32);
+        return reply(out, f.op, RL_STORE_OK, ans, sizeof ans, e);
+    }
+    case RL_STORE_AUTH: {
+        if (!db->secret) return reply(out, f.op, RL_STORE_OK, NULL, 0, e);
+        rl_store_key_desc(idd, sizeof idd, k, f.klen);
+        if (!sess->challenged) {
+            rl_errf(e, RL_EINPUT, "store %s: AUTH as '%s' without a CHALLENGE first", peer, idd);
+            return deny(out, f.op, st, e);
+        }
+        uint8_t mac[32];
+        rl_store_proof_client(db->secret, db->slen, sess->snonce, sess->cnonce, sess->cnlen, k,
+                              f.klen, mac);
+        sess->challenged = false; /* one proof per nonce */
+        if (CRYPTO_memcmp(mac, v, 32) != 0) {
+            rl_errf(e, RL_EINPUT, "store %s: authentication as '%s' refused (wrong rendezvous "
+                    "secret)", peer, idd);
+            return deny(out, f.op, st, e);
+        }
+        sess->authed = true;
+        return reply(out, f.op, RL_STORE_OK, NULL, 0, e);
+    }
     default:
         break;
     }

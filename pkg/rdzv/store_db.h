@@ -29,6 +29,27 @@ int rl_store_buf_frame(rl_store_buf *b, uint16_t op, uint32_t status, const void
 typedef struct rl_store_db rl_store_db;
 /* max_bytes bounds keys + values + a per-key overhead. NULL: out of memory. */
 rl_store_db *rl_store_db_new(size_t max_bytes);
+/* Require CHALLENGE + AUTH on every connection (len > 0; copied). 0 or -1. */
+int rl_store_db_set_secret(rl_store_db *db, const void *secret, size_t len);
+
+/* One connection's authentication state (zeroed when it is accepted). */
+typedef struct rl_store_session {
+    bool authed;
+    bool challenged;          /* a CHALLENGE was answered: snonce/cnonce hold */
+    uint8_t snonce[32];
+    uint8_t cnonce[64];
+    uint32_t cnlen;
+} rl_store_session;
+
+#define RL_STORE_NONCE_MIN 16u
+#define RL_STORE_NONCE_MAX 64u
+/* The two proofs of rl_store_auth (HMAC-SHA256, 32 bytes into mac). */
+void rl_store_proof_server(const void *secret, size_t slen, const uint8_t *cn, size_t cnlen,
+                           const uint8_t *sn, uint8_t mac[32]);
+void rl_store_proof_client(const void *secret, size_t slen, const uint8_t *sn, const uint8_t *cn,
+                           size_t cnlen, const void *id, size_t idlen, uint8_t mac[32]);
+/* "SET", "GET", ... for messages. */
+const char *rl_store_op_name(unsigned op);
 void rl_store_db_free(rl_store_db *db);
 size_t rl_store_db_bytes(const rl_store_db *db);
 size_t rl_store_db_count(const rl_store_db *db);
@@ -49,13 +70,15 @@ typedef struct rl_store_step {
     const uint8_t *key; /* REPLY/WAIT: the request's key (points into `in`) */
     uint32_t klen;
     bool wrote;         /* REPLY: the key now has a (new) value: wake its waiters */
+    bool auth_failed;   /* ERROR after a refused CHALLENGE/AUTH or an op before AUTH
+                           (e names the client): log it as an authentication failure */
 } rl_store_step;
 
 /* Handle the first request in in[0..len). `peer` names the client in
  * protocol errors (e is filled for ERROR and NOMEM only). */
-rl_store_step_result rl_store_db_step(rl_store_db *db, const uint8_t *in, size_t len,
-                                      const char *peer, rl_store_buf *out, rl_store_step *st,
-                                      rl_err *e);
+rl_store_step_result rl_store_db_step(rl_store_db *db, rl_store_session *sess,
+                                      const uint8_t *in, size_t len, const char *peer,
+                                      rl_store_buf *out, rl_store_step *st, rl_err *e);
 /* Answer a parked GET: appends OK + value and returns 1 if the key exists;
  * otherwise appends NOTFOUND if `expired` and returns 0; -1 on no memory. */
 int rl_store_db_answer_get(rl_store_db *db, const uint8_t *key, uint32_t klen, bool expired,

@@ -35,6 +35,7 @@ typedef struct conn {
     int fd;
     char peer[80];
     rl_store_buf in, out;
+    rl_store_session sess;
     size_t need;        /* bytes the current frame needs (from the last step) */
     bool parked;        /* a GET waits for its key */
     uint8_t *wkey;
@@ -243,7 +244,7 @@ static bool conn_process(rl_store_server *s, conn *c, double now) {
         rl_err e = {0};
         const uint8_t *p = c->in.p ? c->in.p + c->in.off : NULL; /* NULL before any read */
         size_t n = c->in.len - c->in.off;
-        rl_store_step_result r = rl_store_db_step(s->db, p, n, c->peer, &c->out, &st, &e);
+        rl_store_step_result r = rl_store_db_step(s->db, &c->sess, p, n, c->peer, &c->out, &st, &e);
         if (r == RL_STORE_STEP_MORE) {
             c->need = st.need;
             break;
@@ -254,7 +255,7 @@ static bool conn_process(rl_store_server *s, conn *c, double now) {
             break;
         }
         if (r == RL_STORE_STEP_ERROR) {
-            rl_log_msg(RL_LOG_WARN, "store_protocol_error", e.msg);
+            rl_log_msg(RL_LOG_WARN, st.auth_failed ? "store_auth_refused" : "store_protocol_error", e.msg);
             c->closing = true;
             c->close_deadline = now + CLOSE_GRACE_S;
             break;
@@ -391,6 +392,11 @@ static void *serve(void *arg) {
 
 /* ---- public ----------------------------------------------------------------------- */
 int rl_store_server_start(const char *host, int port, rl_store_server **out, rl_err *e) {
+    return rl_store_server_start_auth(host, port, NULL, 0, out, e);
+}
+
+int rl_store_server_start_auth(const char *host, int port, const void *secret, size_t slen,
+                               rl_store_server **out, rl_err *e) {
     *out = NULL;
     const char *h = host && *host ? host : "0.0.0.0";
     if (port < 0 || port > 65535)
@@ -445,7 +451,7 @@ int rl_store_server_start(const char *host, int port, rl_store_server **out, rl_
         goto fail;
     }
     s->db = rl_store_db_new(RL_STORE_MAX_TOTAL);
-    if (!s->db) {
+    if (!s->db || (slen > 0 && rl_store_db_set_secret(s->db, secret, slen) != 0)) {
         rc = rl_errf(e, RL_ENOMEM, "store: out of memory");
         goto fail;
     }
@@ -464,8 +470,8 @@ int rl_store_server_start(const char *host, int port, rl_store_server **out, rl_
     s->started = true;
     freeaddrinfo(ai);
     char esc[320];
-    rl_log(RL_LOG_INFO, "store_listen", "\"addr\":\"%s\"",
-           rl_json_escape(esc, sizeof esc, s->where));
+    rl_log(RL_LOG_INFO, "store_listen", "\"addr\":\"%s\",\"auth\":%s",
+           rl_json_escape(esc, sizeof esc, s->where), slen > 0 ? "true" : "false");
     *out = s;
     return RL_OK;
 fail:

@@ -61,13 +61,19 @@ static void check_stream(const uint8_t *data, size_t size) {
     if (size) memcpy(in, data, size);
     rl_store_db *db = rl_store_db_new(FUZZ_MAX_BYTES);
     if (!db) abort();
+    /* The input's length picks the store's mode, so that the same streams
+     * also run against a store that demands authentication (unauthenticated,
+     * or as if a good AUTH had passed). */
+    rl_store_session sess = {0};
+    if (size % 3 != 0 && rl_store_db_set_secret(db, "fuzz-secret", 11) != 0) abort();
+    if (size % 3 == 2) sess.authed = true;
     rl_store_buf out = {0}, chk = {0};
     size_t pos = 0;
     for (int guard = 0; guard < 100000; guard++) {
         rl_store_step st;
         rl_err e = {0};
         out.len = out.off = 0;
-        rl_store_step_result r = rl_store_db_step(db, in + pos, size - pos, "fuzz", &out, &st, &e);
+        rl_store_step_result r = rl_store_db_step(db, &sess, in + pos, size - pos, "fuzz", &out, &st, &e);
         if (rl_store_db_bytes(db) > FUZZ_MAX_BYTES) abort();
         if (r == RL_STORE_STEP_MORE) {
             if (out.len != 0 || st.need <= size - pos || st.need < RL_STORE_HEADER_BYTES) abort();
@@ -76,7 +82,11 @@ static void check_stream(const uint8_t *data, size_t size) {
         if (r == RL_STORE_STEP_NOMEM) break;
         if (r == RL_STORE_STEP_ERROR) {
             rl_store_frame f = one_frame(&out, 0);
-            if (f.status != RL_STORE_EPROTO || e.code == RL_OK || strchr(e.msg, '\n')) abort();
+            if ((f.status != RL_STORE_EPROTO && f.status != RL_STORE_EAUTH) || e.code == RL_OK ||
+                strchr(e.msg, '\n'))
+                abort();
+            if ((f.status == RL_STORE_EAUTH) != st.auth_failed) abort();
+            if (st.auth_failed && size % 3 == 0) abort(); /* an open store never refuses */
             break; /* the server closes the connection */
         }
         if (st.used < RL_STORE_HEADER_BYTES || st.used > size - pos) abort();
@@ -87,7 +97,11 @@ static void check_stream(const uint8_t *data, size_t size) {
             if (one_frame(&out, RL_STORE_GET).status != RL_STORE_NOTFOUND) abort();
         } else {
             rl_store_frame f = one_frame(&out, st.op);
-            if (f.status == RL_STORE_EPROTO) abort();
+            if (f.status == RL_STORE_EPROTO || f.status == RL_STORE_EAUTH) abort();
+            /* a store with a secret never answers a data op before AUTH */
+            if (size % 3 == 1 && st.op != RL_STORE_PING && st.op != RL_STORE_CHALLENGE &&
+                st.op != RL_STORE_AUTH && !sess.authed)
+                abort();
             if (st.op == RL_STORE_SET && f.status == RL_STORE_OK) {
                 /* oracle: the value just set is what a GET returns */
                 const uint8_t *v = st.key + st.klen;

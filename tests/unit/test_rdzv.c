@@ -121,13 +121,13 @@ Test(rdzv_frame, rejections_name_the_peer_and_cause) {
     c[7] = 0;
     cr_expect_eq(parse_bytes(c, sizeof c, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "unknown op 0"), "%s", e.msg);
-    c[7] = 7;
+    c[7] = RL_STORE_AUTH + 1;
     cr_expect_eq(parse_bytes(c, sizeof c, &e), RL_EINPUT);
 
     memcpy(c, b, sizeof c);
-    put_be32(c + 8, 5);
+    put_be32(c + 8, RL_STORE_EAUTH + 1);
     cr_expect_eq(parse_bytes(c, sizeof c, &e), RL_EINPUT);
-    cr_expect(strstr(e.msg, "unknown status 5"), "%s", e.msg);
+    cr_expect(strstr(e.msg, "unknown status 6"), "%s", e.msg);
 
     memcpy(c, b, sizeof c);
     put_be32(c + 12, RL_STORE_MAX_KEY + 1);
@@ -148,6 +148,7 @@ Test(rdzv_frame, rejections_name_the_peer_and_cause) {
 /* The pure request handler, without sockets. */
 Test(rdzv_frame, db_step_partial_foreign_and_full) {
     rl_store_db *db = rl_store_db_new(1000);
+    rl_store_session sess = {0};
     cr_assert(db);
     rl_store_buf out = {0};
     rl_store_step st;
@@ -158,18 +159,18 @@ Test(rdzv_frame, db_step_partial_foreign_and_full) {
     memcpy(req + 24, "kabc", 4);
     /* every proper prefix is "need more", with the right need once the header is in */
     for (size_t n = 0; n < 28; n++) {
-        cr_assert_eq(rl_store_db_step(db, req, n, "c", &out, &st, &e), RL_STORE_STEP_MORE, "n=%zu", n);
+        cr_assert_eq(rl_store_db_step(db, &sess, req, n, "c", &out, &st, &e), RL_STORE_STEP_MORE, "n=%zu", n);
         cr_expect_eq(st.need, n < 24 ? 24u : 28u);
     }
     cr_expect_eq(out.len, 0);
-    cr_assert_eq(rl_store_db_step(db, req, 28, "c", &out, &st, &e), RL_STORE_STEP_REPLY);
+    cr_assert_eq(rl_store_db_step(db, &sess, req, 28, "c", &out, &st, &e), RL_STORE_STEP_REPLY);
     cr_expect_eq(st.used, 28);
     cr_expect(st.wrote);
     cr_expect_eq(out.len, 24);
     cr_expect_eq(rl_store_db_count(db), 1);
     /* a foreign protocol is refused from its first bytes, before a full header */
     out.len = 0;
-    cr_expect_eq(rl_store_db_step(db, (const uint8_t *)"GET / HTTP/1.1\r\n", 16, "c", &out, &st, &e),
+    cr_expect_eq(rl_store_db_step(db, &sess, (const uint8_t *)"GET / HTTP/1.1\r\n", 16, "c", &out, &st, &e),
                  RL_STORE_STEP_ERROR);
     rl_store_frame g;
     cr_assert_eq(rl_store_frame_parse(out.p, out.len, "s", &g, &e), RL_OK);
@@ -181,7 +182,7 @@ Test(rdzv_frame, db_step_partial_foreign_and_full) {
     rl_store_frame_encode(big, &f);
     memset(big + 24, 'x', sizeof big - 24);
     out.len = 0;
-    cr_assert_eq(rl_store_db_step(db, big, sizeof big, "c", &out, &st, &e), RL_STORE_STEP_REPLY);
+    cr_assert_eq(rl_store_db_step(db, &sess, big, sizeof big, "c", &out, &st, &e), RL_STORE_STEP_REPLY);
     cr_assert_eq(rl_store_frame_parse(out.p, out.len, "s", &g, &e), RL_OK);
     cr_expect_eq(g.status, RL_STORE_EFULL);
     cr_expect_eq(rl_store_db_count(db), 1);
@@ -189,7 +190,7 @@ Test(rdzv_frame, db_step_partial_foreign_and_full) {
     f = (rl_store_frame){.version = 1, .op = RL_STORE_GET, .klen = 1, .vlen = 3};
     rl_store_frame_encode(req, &f);
     out.len = 0;
-    cr_expect_eq(rl_store_db_step(db, req, 28, "client 1.2.3.4:5", &out, &st, &e), RL_STORE_STEP_ERROR);
+    cr_expect_eq(rl_store_db_step(db, &sess, req, 28, "client 1.2.3.4:5", &out, &st, &e), RL_STORE_STEP_ERROR);
     cr_expect(strstr(e.msg, "client 1.2.3.4:5") && strstr(e.msg, "GET value is 3 bytes, expected 4"),
               "%s", e.msg);
     rl_store_buf_free(&out);
@@ -907,6 +908,139 @@ Test(rdzv_store, connect_argument_errors) {
     cr_expect(strstr(e.msg, "port 0"), "%s", e.msg);
     cr_expect_eq(rl_store_connect("h", 1, 0, &c, &e), RL_EINPUT);
     cr_expect_null(c);
+}
+
+/* ---- store: authentication with the rendezvous secret ------------------------------ */
+static rl_store_server *start_auth_server(int *port, const char *secret) {
+    rl_store_server *s = NULL;
+    rl_err e = {0};
+    rl_log_set_level(RL_LOG_ERROR);
+    cr_assert_eq(rl_store_server_start_auth("127.0.0.1", 0, secret, strlen(secret), &s, &e), RL_OK,
+                 "%s", e.msg);
+    *port = rl_store_server_port(s);
+    return s;
+}
+
+Test(rdzv_auth, right_secret_authenticates_and_the_store_works) {
+    int port;
+    rl_store_server *srv = start_auth_server(&port, "s3cret-of-the-job");
+    rl_store *c = client(port);
+    rl_err e = {0};
+    cr_assert_eq(rl_store_auth(c, "pod-a", "s3cret-of-the-job", 17, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_store_set(c, "k", "v", 1, &e), RL_OK, "%s", e.msg);
+    int64_t r;
+    cr_assert_eq(rl_store_add(c, "n", 2, &r, &e), RL_OK, "%s", e.msg);
+    cr_expect_eq(r, 2);
+    rl_store_close(c);
+    rl_store_server_stop(srv);
+}
+
+Test(rdzv_auth, wrong_secret_is_refused_and_others_are_not_disturbed) {
+    int port;
+    rl_store_server *srv = start_auth_server(&port, "right");
+    rl_store *good = client(port), *bad = client(port);
+    rl_err e = {0};
+    cr_assert_eq(rl_store_auth(good, "pod-a", "right", 5, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_store_set(good, "round", "1", 1, &e), RL_OK, "%s", e.msg);
+    cr_expect_eq(rl_store_auth(bad, "pod-x", "wrong", 5, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "refused") && strstr(e.msg, "wrong rendezvous secret") &&
+              strstr(e.msg, "pod-x") && !strstr(e.msg, "right"), "%s", e.msg);
+    /* the refused connection is closed; nothing it did reached the store */
+    cr_expect_neq(rl_store_set(bad, "round", "666", 3, &e), RL_OK);
+    void *v = NULL;
+    size_t n;
+    cr_assert_eq(rl_store_get(good, "round", 0, &v, &n, &e), RL_OK, "%s", e.msg);
+    cr_expect_eq(n, 1);
+    cr_expect(memcmp(v, "1", 1) == 0);
+    free(v);
+    rl_store_close(bad);
+    rl_store_close(good);
+    rl_store_server_stop(srv);
+}
+
+Test(rdzv_auth, ops_before_auth_are_refused_with_a_reason) {
+    int port;
+    rl_store_server *srv = start_auth_server(&port, "right");
+    rl_store *c = client(port); /* PING (inside connect) is allowed */
+    rl_err e = {0};
+    cr_expect_eq(rl_store_set(c, "k", "v", 1, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "SET before authentication") && strstr(e.msg, "rendezvous secret"),
+              "%s", e.msg);
+    rl_store_close(c);
+    /* a replayed or made-up AUTH without CHALLENGE is refused too */
+    int fd = raw_connect(port);
+    rl_store_buf req = {0};
+    uint8_t mac[32] = {0};
+    cr_assert_eq(rl_store_buf_frame(&req, RL_STORE_AUTH, 0, "pod-z", 5, mac, 32, NULL, 0), 0);
+    cr_assert_eq(send(fd, req.p, req.len, MSG_NOSIGNAL), (ssize_t)req.len);
+    uint8_t buf[512];
+    size_t got = raw_read_all(fd, buf, sizeof buf);
+    rl_store_frame f;
+    cr_assert_eq(rl_store_frame_parse(buf, got, "t", &f, &e), RL_OK, "%s", e.msg);
+    cr_expect_eq(f.status, RL_STORE_EAUTH);
+    cr_expect(got >= RL_STORE_HEADER_BYTES + f.vlen && memmem(buf, got, "without a CHALLENGE", 19));
+    close(fd);
+    rl_store_buf_free(&req);
+    rl_store_server_stop(srv);
+}
+
+Test(rdzv_auth, a_client_with_a_secret_refuses_an_open_store) {
+    int port;
+    rl_store_server *srv = start_server(&port);
+    rl_store *c = client(port);
+    rl_err e = {0};
+    cr_expect_eq(rl_store_auth(c, "pod-a", "s", 1, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "does not authenticate"), "%s", e.msg);
+    rl_store_close(c);
+    rl_store_server_stop(srv);
+}
+
+/* An impostor at the leader's address: answers like a store but knows no
+ * secret, so it accepts any AUTH. The client must still refuse it. */
+static void *impostor(void *p) {
+    int lfd = *(int *)p, fd = accept(lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    uint8_t in[4096];
+    for (int k = 0; k < 3; k++) { /* PING, CHALLENGE, AUTH */
+        size_t got = 0;
+        while (got < RL_STORE_HEADER_BYTES) {
+            ssize_t r = recv(fd, in + got, sizeof in - got, 0);
+            if (r <= 0) goto done;
+            got += (size_t)r;
+        }
+        rl_store_frame f;
+        if (rl_store_frame_parse(in, got, "t", &f, NULL) != RL_OK) goto done;
+        size_t total = RL_STORE_HEADER_BYTES + f.klen + f.vlen + f.v2len;
+        while (got < total) {
+            ssize_t r = recv(fd, in + got, sizeof in - got, 0);
+            if (r <= 0) goto done;
+            got += (size_t)r;
+        }
+        uint8_t junk[64];
+        for (int i = 0; i < 64; i++) junk[i] = (uint8_t)(i * 37 + 11);
+        rl_store_buf out = {0};
+        rl_store_buf_frame(&out, f.op, RL_STORE_OK, NULL, 0, junk,
+                           f.op == RL_STORE_CHALLENGE ? 64 : 0, NULL, 0);
+        ssize_t w = send(fd, out.p, out.len, MSG_NOSIGNAL);
+        (void)w;
+        rl_store_buf_free(&out);
+    }
+done:
+    close(fd);
+    return NULL;
+}
+
+Test(rdzv_auth, an_impostor_store_is_refused) {
+    int port, lfd = listen_any(&port);
+    pthread_t t;
+    pthread_create(&t, NULL, impostor, &lfd);
+    rl_store *c = client(port);
+    rl_err e = {0};
+    cr_expect_eq(rl_store_auth(c, "pod-a", "s", 1, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "could not prove it knows the rendezvous secret"), "%s", e.msg);
+    rl_store_close(c);
+    pthread_join(t, NULL);
+    close(lfd);
 }
 
 /* ---- static environment ----------------------------------------------------------- */
