@@ -1,0 +1,785 @@
+"""The stand-in's object store: resource types (built-in and from CRDs),
+one global resourceVersion counter, the event history that watches and
+exact LISTs read, and the write rules of the real API server (409s,
+generation, status/scale subresources, finalizers, graceful pod deletion,
+garbage collection). One lock guards it all; a Condition wakes watchers."""
+
+import base64
+import collections
+import copy
+import json
+import random
+import threading
+import time
+import uuid
+
+from k8slib import (APIError, DNS1123_SUB, bad_request, human_duration, jsonpath,
+                    now_rfc3339, parse_rfc3339)
+
+
+class ResType:
+    def __init__(self, group, version, plural, singular, kind, namespaced, short=(),
+                 status=False, scale=None, generation=False, categories=(), crd=None,
+                 columns=None, fields=()):
+        self.group, self.version, self.plural = group, version, plural
+        self.singular, self.kind, self.namespaced = singular, kind, namespaced
+        self.short, self.status, self.scale = list(short), status, scale
+        self.generation, self.categories, self.crd = generation, list(categories), crd
+        self.columns = columns  # CRD additionalPrinterColumns, None for built-ins
+        self.fields = ("metadata.name", "metadata.namespace") + tuple(fields)
+
+    @property
+    def gv(self):
+        return self.version if self.group == "" else self.group + "/" + self.version
+
+    @property
+    def key(self):  # storage key: every served version of a CRD shares it
+        return (self.group, self.plural)
+
+    @property
+    def qualified(self):  # the "leases.coordination.k8s.io" of error messages
+        return self.plural if self.group == "" else self.plural + "." + self.group
+
+    def details(self, name):
+        d = {"name": name, "kind": self.plural}
+        if self.group:
+            d["group"] = self.group
+        return d
+
+
+DEPLOY_SCALE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": None}
+
+BUILTINS = [
+    ResType("", "v1", "namespaces", "namespace", "Namespace", False, ["ns"], status=True,
+            fields=("status.phase",)),
+    ResType("", "v1", "pods", "pod", "Pod", True, ["po"], status=True, categories=["all"],
+            fields=("spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+                    "spec.serviceAccountName", "spec.hostNetwork", "status.phase",
+                    "status.podIP", "status.nominatedNodeName")),
+    ResType("", "v1", "services", "service", "Service", True, ["svc"], status=True,
+            categories=["all"], fields=("spec.clusterIP", "spec.type")),
+    ResType("", "v1", "secrets", "secret", "Secret", True, fields=("type",)),
+    ResType("", "v1", "configmaps", "configmap", "ConfigMap", True, ["cm"]),
+    ResType("", "v1", "events", "event", "Event", True, ["ev"],
+            fields=("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+                    "involvedObject.uid", "involvedObject.apiVersion",
+                    "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
+                    "reportingComponent", "source", "type")),
+    ResType("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ["sa"]),
+    ResType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
+    ResType("discovery.k8s.io", "v1", "endpointslices", "endpointslice", "EndpointSlice", True),
+    ResType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True),
+    ResType("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True),
+    ResType("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),
+    ResType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding",
+            "ClusterRoleBinding", False),
+    ResType("apps", "v1", "deployments", "deployment", "Deployment", True, ["deploy"],
+            status=True, scale=DEPLOY_SCALE, generation=True, categories=["all"]),
+    ResType("events.k8s.io", "v1", "events", "event", "Event", True, ["ev"]),
+    ResType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
+            "CustomResourceDefinition", False, ["crd", "crds"], status=True, generation=True,
+            categories=["api-extensions"]),
+]
+
+GROUP_ORDER = ["", "apps", "events.k8s.io", "rbac.authorization.k8s.io", "coordination.k8s.io",
+               "discovery.k8s.io", "apiextensions.k8s.io"]
+
+RAND5 = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def rand5():
+    return "".join(random.choice(RAND5) for _ in range(5))
+
+
+def _meta(o):
+    m = o.get("metadata")
+    if not isinstance(m, dict):
+        m = o["metadata"] = {}
+    return m
+
+
+def _strip_for_gen(o, status_sub):
+    return {k: v for k, v in o.items()
+            if k not in ("metadata", "kind", "apiVersion") and not (status_sub and k == "status")}
+
+
+def _same(a, b):
+    def norm(o):
+        o = copy.deepcopy(o)
+        o.get("metadata", {}).pop("resourceVersion", None)
+        o.get("metadata", {}).pop("managedFields", None)
+        return o
+    return norm(a) == norm(b)
+
+
+def set_path(obj, dotted, value):
+    parts = [p for p in dotted.split(".") if p]
+    cur = obj
+    for p in parts[:-1]:
+        if not isinstance(cur.get(p), dict):
+            cur[p] = {}
+        cur = cur[p]
+    cur[parts[-1]] = value
+
+
+class Event:
+    __slots__ = ("rv", "type", "key", "obj", "prev")
+
+    def __init__(self, rv, typ, key, obj, prev):
+        self.rv, self.type, self.key, self.obj, self.prev = rv, typ, key, obj, prev
+
+
+class Store:
+    def __init__(self, history=1000, log=None):
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.rv = 1
+        self.types = {}          # (group, version, plural) -> ResType
+        self.objs = collections.defaultdict(dict)   # (group, plural) -> {(ns, name): obj}
+        self.history = collections.deque(maxlen=max(1, history))
+        self.floor = self.rv     # every event with rv > floor is still in history
+        self.obj_history = collections.defaultdict(list)
+        self.epoch = 0           # bumped when an outage drops every connection
+        self.log = log or (lambda *a: None)
+        self.listeners = []      # callables(event) run after each commit, lock held
+        self.node = None         # the kubelet/scheduler model (kubelet.py)
+        self.gc_queue = collections.deque()
+        self.gc_wake = threading.Event()
+        self.next_ip = 1
+        for t in BUILTINS:
+            self.types[(t.group, t.version, t.plural)] = t
+        self.create(self.types[("", "v1", "namespaces")], None,
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
+        for ns in ("kube-system", "kube-public"):
+            self.create(self.types[("", "v1", "namespaces")], None,
+                        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+    # ---- type lookup ---------------------------------------------------------------
+    def find_type(self, group, version, plural):
+        return self.types.get((group, version, plural))
+
+    def groups(self):
+        """[(group, [versions])] in discovery order."""
+        g = collections.OrderedDict()
+        for t in self.types.values():
+            g.setdefault(t.group, [])
+            if t.version not in g[t.group]:
+                g[t.group].append(t.version)
+        order = {n: i for i, n in enumerate(GROUP_ORDER)}
+        return sorted(g.items(), key=lambda kv: (order.get(kv[0], 100), kv[0]))
+
+    # ---- commits ---------------------------------------------------------------------
+    def _commit(self, t, typ, obj, prev):
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        k = (_meta(obj).get("namespace", ""), obj["metadata"]["name"])
+        if typ == "DELETED":
+            self.objs[t.key].pop(k, None)
+        else:
+            self.objs[t.key][k] = obj
+        if len(self.history) == self.history.maxlen:
+            self.floor = self.history[0].rv
+        ev = Event(self.rv, typ, t.key, obj, prev)
+        self.history.append(ev)
+        self.obj_history[(t.plural, t.group, k[0], k[1])].append(
+            {"rv": str(self.rv), "type": typ, "object": self.out(t, obj)})
+        for fn in self.listeners:
+            fn(ev)
+        self.cond.notify_all()
+        return obj
+
+    def compact(self):
+        with self.lock:
+            self.history.clear()
+            self.floor = self.rv
+            self.cond.notify_all()
+
+    def out(self, t, obj):
+        o = copy.deepcopy(obj)
+        o["apiVersion"], o["kind"] = t.gv, t.kind
+        return o
+
+    # ---- reads -----------------------------------------------------------------------
+    def get(self, t, ns, name):
+        with self.lock:
+            o = self.objs[t.key].get((ns or "", name))
+            if o is None:
+                raise APIError(404, "NotFound", '%s "%s" not found' % (t.qualified, name),
+                               t.details(name))
+            return copy.deepcopy(o)
+
+    def snapshot(self, t, ns, rv=None):
+        """Objects of t (in ns, or all) as of rv (None = now), sorted by
+        namespace/name. rv must be >= floor (checked by the caller)."""
+        with self.lock:
+            state = dict(self.objs[t.key])
+            if rv is not None and rv < self.rv:
+                for ev in reversed(self.history):
+                    if ev.rv <= rv:
+                        break
+                    if ev.key != t.key:
+                        continue
+                    m = ev.obj["metadata"]
+                    k = (m.get("namespace", ""), m["name"])
+                    if ev.type == "ADDED":
+                        state.pop(k, None)
+                    else:
+                        state[k] = ev.prev
+            items = [copy.deepcopy(o) for k, o in sorted(state.items())
+                     if ns is None or k[0] == ns]
+            return items
+
+    # ---- writes ----------------------------------------------------------------------
+    def _check_ns(self, t, ns, verb="create"):
+        if not t.namespaced:
+            return
+        if ("", ns) not in self.objs[("", "namespaces")]:
+            raise APIError(404, "NotFound", 'namespaces "%s" not found' % ns,
+                           {"name": ns, "kind": "namespaces"})
+        nso = self.objs[("", "namespaces")][("", ns)]
+        if verb == "create" and nso["metadata"].get("deletionTimestamp"):
+            raise APIError(403, "Forbidden",
+                           '%s "%s" is forbidden: unable to create new content in namespace %s '
+                           'because it is being terminated' % (t.qualified, "", ns),
+                           {"kind": t.plural})
+
+    def _check_body(self, t, ns, body, url_name=None):
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be a JSON object")
+        av, kind = body.get("apiVersion"), body.get("kind")
+        if av is not None and av != t.gv:
+            raise bad_request("the API version in the data (%s) does not match the expected API "
+                              "version (%s)" % (av, t.gv))
+        if kind is not None and kind != t.kind:
+            raise bad_request("%s in version \"%s\" cannot be handled as a %s: no kind \"%s\" is "
+                              "registered for version \"%s\"" % (kind, t.version, t.kind, kind, t.gv))
+        m = body.get("metadata")
+        if m is not None and not isinstance(m, dict):
+            raise bad_request("metadata must be an object")
+        m = _meta(body)
+        if t.namespaced:
+            if m.get("namespace") not in (None, "", ns):
+                raise bad_request("the namespace of the provided object does not match the "
+                                  "namespace sent on the request")
+            m["namespace"] = ns
+        else:
+            m.pop("namespace", None)
+        if url_name is not None and m.get("name") not in (None, "", url_name):
+            raise bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                              % (m.get("name"), url_name))
+        for f in ("labels", "annotations"):
+            v = m.get(f)
+            if v is not None and (not isinstance(v, dict) or
+                                  not all(isinstance(x, str) for x in v.values())):
+                raise APIError(422, "Invalid", '%s "%s" is invalid: metadata.%s: Invalid value: '
+                               'must be a map of strings' % (t.kind, m.get("name", ""), f),
+                               t.details(m.get("name", "")))
+
+    def _invalid(self, t, name, field, why):
+        d = t.details(name)
+        d["kind"] = t.kind
+        d["causes"] = [{"reason": "FieldValueInvalid", "message": why, "field": field}]
+        return APIError(422, "Invalid", '%s "%s" is invalid: %s: %s' % (t.kind, name, field, why), d)
+
+    def create(self, t, ns, body, dry_run=False):
+        with self.lock:
+            self._check_body(t, ns, body)
+            m = body["metadata"]
+            if not m.get("name"):
+                if m.get("generateName"):
+                    for _ in range(20):
+                        cand = m["generateName"] + rand5()
+                        if (ns or "", cand) not in self.objs[t.key]:
+                            break
+                    m["name"] = cand
+                else:
+                    d = t.details("")
+                    d["kind"] = t.kind
+                    d["causes"] = [{"reason": "FieldValueRequired",
+                                    "message": "Required value: name or generateName is required",
+                                    "field": "metadata.name"}]
+                    raise APIError(422, "Invalid", '%s "" is invalid: metadata.name: Required value: '
+                                   'name or generateName is required' % t.kind, d)
+            name = m["name"]
+            if not isinstance(name, str) or len(name) > 253 or not DNS1123_SUB.match(name):
+                raise self._invalid(t, str(name), "metadata.name",
+                                    'Invalid value: "%s": a lowercase RFC 1123 subdomain must consist '
+                                    "of lower case alphanumeric characters, '-' or '.', and must start "
+                                    "and end with an alphanumeric character" % name)
+            self._check_ns(t, ns)
+            if (ns or "", name) in self.objs[t.key]:
+                raise APIError(409, "AlreadyExists", '%s "%s" already exists' % (t.qualified, name),
+                               t.details(name))
+            obj = copy.deepcopy(body)
+            obj["apiVersion"], obj["kind"] = t.gv, t.kind
+            m = obj["metadata"]
+            for f in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
+                      "managedFields", "selfLink"):
+                m.pop(f, None)
+            m["uid"] = str(uuid.uuid4())
+            m["creationTimestamp"] = now_rfc3339()
+            if t.generation:
+                m["generation"] = 1
+            else:
+                m.pop("generation", None)
+            if t.status and t.key != ("", "namespaces"):
+                obj.pop("status", None)
+            self._defaults_create(t, obj)
+            if dry_run:
+                obj["metadata"]["resourceVersion"] = ""
+                return copy.deepcopy(obj)
+            self._commit(t, "ADDED", obj, None)
+            if t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+                self.register_crd(obj)
+            return copy.deepcopy(obj)
+
+    def _defaults_create(self, t, obj):
+        key = t.key
+        spec = obj.setdefault("spec", {}) if key in (("", "pods"), ("", "services"),
+                                                     ("apps", "deployments")) else None
+        if key == ("", "namespaces"):
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+            obj["status"] = {"phase": "Active"}
+            obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+        elif key == ("", "pods"):
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            spec.setdefault("dnsPolicy", "ClusterFirst")
+            spec.setdefault("schedulerName", "default-scheduler")
+            spec.setdefault("serviceAccountName", "default")
+            spec.setdefault("enableServiceLinks", True)
+            for c in spec.get("containers") or []:
+                if isinstance(c, dict):
+                    img = str(c.get("image", ""))
+                    tag = img.rsplit("/", 1)[-1]
+                    c.setdefault("imagePullPolicy",
+                                 "Always" if (":" not in tag or tag.endswith(":latest")) and "@" not in tag
+                                 else "IfNotPresent")
+                    c.setdefault("terminationMessagePath", "/dev/termination-log")
+                    c.setdefault("terminationMessagePolicy", "File")
+                    for p in c.get("ports") or []:
+                        if isinstance(p, dict):
+                            p.setdefault("protocol", "TCP")
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            if self.node:
+                self.node.on_pod_create(obj)
+        elif key == ("", "services"):
+            spec.setdefault("type", "ClusterIP")
+            spec.setdefault("sessionAffinity", "None")
+            spec.setdefault("ipFamilies", ["IPv4"])
+            spec.setdefault("ipFamilyPolicy", "SingleStack")
+            spec.setdefault("internalTrafficPolicy", "Cluster")
+            if spec.get("clusterIP") in (None, ""):
+                self.next_ip += 1
+                spec["clusterIP"] = "10.96.%d.%d" % (self.next_ip // 250, self.next_ip % 250 + 2)
+            spec["clusterIPs"] = [spec["clusterIP"]]
+            for p in spec.get("ports") or []:
+                if isinstance(p, dict):
+                    p.setdefault("protocol", "TCP")
+                    p.setdefault("targetPort", p.get("port"))
+            obj["status"] = {"loadBalancer": {}}
+        elif key == ("apps", "deployments"):
+            spec.setdefault("replicas", 1)
+            spec.setdefault("revisionHistoryLimit", 10)
+            spec.setdefault("progressDeadlineSeconds", 600)
+            spec.setdefault("strategy", {"type": "RollingUpdate",
+                                         "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+            obj["status"] = {}
+        elif key == ("", "secrets"):
+            obj.setdefault("type", "Opaque")
+            for k, v in list((obj.get("stringData") or {}).items()):
+                obj.setdefault("data", {})[k] = base64.b64encode(str(v).encode()).decode()
+            obj.pop("stringData", None)
+        elif key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self._crd_status(obj)
+
+    def update(self, t, ns, name, body, sub=None, dry_run=False, require_rv=None):
+        """PUT semantics: body is the whole new object (for sub=status: only
+        its status is taken)."""
+        with self.lock:
+            self._check_body(t, ns, body, name)
+            k = (ns or "", name)
+            cur = self.objs[t.key].get(k)
+            if cur is None:
+                raise APIError(404, "NotFound", '%s "%s" not found' % (t.qualified, name),
+                               t.details(name))
+            want_rv = body["metadata"].get("resourceVersion")
+            if require_rv is None:
+                require_rv = t.crd is not None
+            if want_rv in (None, "") and require_rv and sub is None:
+                raise self._invalid(t, name, "metadata.resourceVersion",
+                                    "Invalid value: 0x0: must be specified for an update")
+            if want_rv not in (None, "") and want_rv != cur["metadata"]["resourceVersion"]:
+                raise self.conflict(t, name)
+            new = copy.deepcopy(body)
+            new["apiVersion"], new["kind"] = t.gv, t.kind
+            if sub == "status":
+                n2 = copy.deepcopy(cur)
+                if "status" in new:
+                    n2["status"] = new["status"]
+                else:
+                    n2.pop("status", None)
+                new = n2
+            else:
+                m, cm = new["metadata"], cur["metadata"]
+                m["name"] = name
+                for f in ("uid", "creationTimestamp", "deletionTimestamp",
+                          "deletionGracePeriodSeconds", "generation"):
+                    if f in cm:
+                        m[f] = cm[f]
+                    else:
+                        m.pop(f, None)
+                if t.status:
+                    if "status" in cur:
+                        new["status"] = copy.deepcopy(cur["status"])
+                    else:
+                        new.pop("status", None)
+                self._defaults_update(t, cur, new)
+                if t.generation and _strip_for_gen(new, t.status) != _strip_for_gen(cur, t.status):
+                    m["generation"] = int(cm.get("generation", 1)) + 1
+            return self._finish_update(t, cur, new, dry_run)
+
+    def _defaults_update(self, t, cur, new):
+        if t.key == ("", "services"):
+            spec, old = new.setdefault("spec", {}), cur.get("spec", {})
+            if spec.get("clusterIP") in (None, ""):
+                spec["clusterIP"] = old.get("clusterIP")
+                spec["clusterIPs"] = old.get("clusterIPs")
+            elif spec["clusterIP"] != old.get("clusterIP"):
+                raise self._invalid(t, new["metadata"]["name"], "spec.clusterIPs[0]",
+                                    "Invalid value: []string{\"%s\"}: may not change once set"
+                                    % spec["clusterIP"])
+            for f, dv in (("type", "ClusterIP"), ("sessionAffinity", "None"),
+                          ("ipFamilies", ["IPv4"]), ("ipFamilyPolicy", "SingleStack"),
+                          ("internalTrafficPolicy", "Cluster")):
+                spec.setdefault(f, dv)
+            for p in spec.get("ports") or []:
+                if isinstance(p, dict):
+                    p.setdefault("protocol", "TCP")
+                    p.setdefault("targetPort", p.get("port"))
+        elif t.key == ("", "pods"):
+            spec, old = new.setdefault("spec", {}), cur.get("spec", {})
+            for f in ("nodeName", "restartPolicy", "terminationGracePeriodSeconds", "dnsPolicy",
+                      "schedulerName", "serviceAccountName", "enableServiceLinks"):
+                if f in old and f not in spec:
+                    spec[f] = old[f]
+        elif t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self._crd_status(new)
+
+    def _finish_update(self, t, cur, new, dry_run):
+        if _same(cur, new):
+            return copy.deepcopy(cur)
+        if dry_run:
+            return copy.deepcopy(new)
+        m = new["metadata"]
+        # As the real registry: an object marked for deletion whose grace
+        # period is over goes away once its last finalizer is removed.
+        if m.get("deletionTimestamp") and not m.get("finalizers") \
+                and not m.get("deletionGracePeriodSeconds"):
+            self._commit(t, "MODIFIED", new, cur)
+            return self.remove(t, new)
+        self._commit(t, "MODIFIED", new, cur)
+        if t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self.register_crd(new)
+        return copy.deepcopy(new)
+
+    def conflict(self, t, name):
+        return APIError(409, "Conflict",
+                        'Operation cannot be fulfilled on %s "%s": the object has been modified; '
+                        'please apply your changes to the latest version and try again'
+                        % (t.qualified, name), t.details(name))
+
+    # ---- deletion --------------------------------------------------------------------
+    def remove(self, t, obj):
+        """Removes obj now (DELETED event) and queues its dependents for GC."""
+        cur = self.objs[t.key].get((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
+        if cur is None:
+            return copy.deepcopy(obj)
+        gone = copy.deepcopy(cur)
+        self._commit(t, "DELETED", gone, cur)
+        self.gc_queue.append(gone["metadata"]["uid"])
+        self.gc_wake.set()
+        if t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self.unregister_crd(gone)
+        if t.key == ("", "namespaces"):
+            self._empty_namespace(gone["metadata"]["name"])
+        return copy.deepcopy(gone)
+
+    def delete(self, t, ns, name, opts):
+        """DELETE: returns (object, deleted_now)."""
+        with self.lock:
+            cur = self.objs[t.key].get((ns or "", name))
+            if cur is None:
+                raise APIError(404, "NotFound", '%s "%s" not found' % (t.qualified, name),
+                               t.details(name))
+            pre = opts.get("preconditions") or {}
+            cm = cur["metadata"]
+            if pre.get("uid") not in (None, "") and pre["uid"] != cm["uid"]:
+                raise APIError(409, "Conflict",
+                               'Operation cannot be fulfilled on %s "%s": Precondition failed: UID in '
+                               'precondition: %s, UID in object meta: %s'
+                               % (t.qualified, name, pre["uid"], cm["uid"]), t.details(name))
+            if pre.get("resourceVersion") not in (None, "") and pre["resourceVersion"] != cm["resourceVersion"]:
+                raise APIError(409, "Conflict",
+                               'Operation cannot be fulfilled on %s "%s": Precondition failed: '
+                               'ResourceVersion in precondition: %s, ResourceVersion in object meta: %s'
+                               % (t.qualified, name, pre["resourceVersion"], cm["resourceVersion"]),
+                               t.details(name))
+            if opts.get("dryRun"):
+                return copy.deepcopy(cur), True
+            policy = opts.get("propagationPolicy")
+            if policy is None and opts.get("orphanDependents") is True:
+                policy = "Orphan"
+            if policy not in (None, "Background", "Foreground", "Orphan"):
+                raise self._invalid(t, name, "propagationPolicy",
+                                    'Unsupported value: "%s": supported values: "Foreground", '
+                                    '"Background", "Orphan", "nil"' % policy)
+            if policy == "Orphan":
+                self._orphan(cm["uid"])
+            if t.key == ("", "pods") and self.node:
+                res = self.node.graceful_delete(t, cur, opts.get("gracePeriodSeconds"))
+                if res is not None:
+                    return res
+            if policy == "Foreground" and self._has_dependents(cm["uid"]):
+                new = copy.deepcopy(cur)
+                nm = new["metadata"]
+                nm.setdefault("deletionTimestamp", now_rfc3339())
+                nm.setdefault("deletionGracePeriodSeconds", 0)
+                if "foregroundDeletion" not in nm.setdefault("finalizers", []):
+                    nm["finalizers"].append("foregroundDeletion")
+                self._commit(t, "MODIFIED", new, cur)
+                self.gc_queue.append(("foreground", t, ns, name, cm["uid"]))
+                self.gc_wake.set()
+                return copy.deepcopy(new), False
+            if cm.get("finalizers"):
+                if cm.get("deletionTimestamp"):
+                    return copy.deepcopy(cur), False
+                new = copy.deepcopy(cur)
+                new["metadata"]["deletionTimestamp"] = now_rfc3339()
+                new["metadata"]["deletionGracePeriodSeconds"] = 0
+                self._commit(t, "MODIFIED", new, cur)
+                return copy.deepcopy(new), False
+            return self.remove(t, cur), True
+
+    def _all_objects(self):
+        for key, objs in self.objs.items():
+            t = next((x for x in self.types.values() if x.key == key), None)
+            if t is None:
+                continue
+            for o in list(objs.values()):
+                yield t, o
+
+    def _dependents(self, uid):
+        return [(t, o) for t, o in self._all_objects()
+                if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])]
+
+    def _has_dependents(self, uid):
+        return bool(self._dependents(uid))
+
+    def _orphan(self, uid):
+        for t, o in self._dependents(uid):
+            new = copy.deepcopy(o)
+            new["metadata"]["ownerReferences"] = [r for r in new["metadata"]["ownerReferences"]
+                                                  if r.get("uid") != uid]
+            if not new["metadata"]["ownerReferences"]:
+                del new["metadata"]["ownerReferences"]
+            self._commit(t, "MODIFIED", new, o)
+
+    def _uid_alive(self, uid):
+        return any(o["metadata"].get("uid") == uid for _, o in self._all_objects())
+
+    def gc_step(self):
+        """One pass of the garbage collector (runs on its own thread, like
+        kube-controller-manager's): dependents whose owners are all gone are
+        deleted (background propagation); foreground owners lose their
+        finalizer once their dependents are gone."""
+        with self.lock:
+            work = list(self.gc_queue)
+            self.gc_queue.clear()
+            for w in work:
+                if isinstance(w, tuple):
+                    _, t, ns, name, uid = w
+                    deps = self._dependents(uid)
+                    for dt, d in deps:
+                        try:
+                            self.delete(dt, d["metadata"].get("namespace"), d["metadata"]["name"],
+                                        {"propagationPolicy": "Foreground"})
+                        except APIError:
+                            pass
+                    if self._dependents(uid):
+                        self.gc_queue.append(w)
+                        continue
+                    cur = self.objs[t.key].get((ns or "", name))
+                    if cur is not None and cur["metadata"]["uid"] == uid:
+                        new = copy.deepcopy(cur)
+                        new["metadata"]["finalizers"] = [f for f in new["metadata"].get("finalizers", [])
+                                                         if f != "foregroundDeletion"]
+                        if not new["metadata"]["finalizers"]:
+                            del new["metadata"]["finalizers"]
+                        self._finish_update(t, cur, new, False)
+                    continue
+                for dt, d in self._dependents(w):
+                    refs = d["metadata"].get("ownerReferences") or []
+                    if any(self._uid_alive(r.get("uid")) for r in refs):
+                        continue
+                    try:
+                        self.delete(dt, d["metadata"].get("namespace"), d["metadata"]["name"], {})
+                    except APIError:
+                        pass
+            return bool(self.gc_queue)
+
+    def _empty_namespace(self, ns):
+        for t, o in list(self._all_objects()):
+            if t.namespaced and o["metadata"].get("namespace") == ns:
+                self.remove(t, o)
+
+    # ---- CRDs ------------------------------------------------------------------------
+    def _crd_status(self, crd):
+        names = (crd.get("spec") or {}).get("names") or {}
+        st = crd.setdefault("status", {})
+        st["acceptedNames"] = {k: names[k] for k in ("plural", "singular", "kind", "listKind",
+                                                      "shortNames", "categories") if k in names}
+        st.setdefault("acceptedNames", {}).setdefault("listKind", names.get("kind", "") + "List")
+        t = now_rfc3339()
+        st["conditions"] = [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+             "message": "no conflicts found", "lastTransitionTime": t},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+             "message": "the initial names have been accepted", "lastTransitionTime": t}]
+        st["storedVersions"] = [v.get("name") for v in (crd.get("spec") or {}).get("versions") or []
+                                if isinstance(v, dict) and v.get("storage")]
+
+    def validate_crd(self, body):
+        t = self.types[("apiextensions.k8s.io", "v1", "customresourcedefinitions")]
+        spec = body.get("spec") if isinstance(body, dict) else None
+        name = ((body or {}).get("metadata") or {}).get("name", "")
+        if not isinstance(spec, dict):
+            raise self._invalid(t, name, "spec", "Required value")
+        names = spec.get("names") or {}
+        group = spec.get("group")
+        if not group or not names.get("plural") or not names.get("kind"):
+            raise self._invalid(t, name, "spec.names", "Required value: group, names.plural and "
+                                "names.kind are required")
+        if name != names["plural"] + "." + group:
+            raise self._invalid(t, name, "metadata.name",
+                                'Invalid value: "%s": must be spec.names.plural+"."+spec.group' % name)
+        if spec.get("scope") not in ("Namespaced", "Cluster"):
+            raise self._invalid(t, name, "spec.scope", 'Unsupported value: "%s": supported values: '
+                                '"Cluster", "Namespaced"' % spec.get("scope"))
+        vers = spec.get("versions")
+        if not isinstance(vers, list) or not vers:
+            raise self._invalid(t, name, "spec.versions", "Invalid value: must have exactly one "
+                                "version marked as storage version")
+        if sum(1 for v in vers if isinstance(v, dict) and v.get("storage")) != 1:
+            raise self._invalid(t, name, "spec.versions", "Invalid value: must have exactly one "
+                                "version marked as storage version")
+
+    def register_crd(self, crd):
+        self.unregister_crd(crd, keep_objects=True)
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        for v in spec.get("versions") or []:
+            if not isinstance(v, dict) or not v.get("served", True):
+                continue
+            sub = v.get("subresources") or {}
+            scale = sub.get("scale")
+            t = ResType(spec["group"], v["name"], names["plural"],
+                        names.get("singular") or names["kind"].lower(), names["kind"],
+                        spec.get("scope") == "Namespaced", names.get("shortNames") or [],
+                        status="status" in sub, scale=scale, generation=True,
+                        categories=names.get("categories") or [], crd=crd["metadata"]["name"],
+                        columns=v.get("additionalPrinterColumns"))
+            self.types[(t.group, t.version, t.plural)] = t
+
+    def unregister_crd(self, crd, keep_objects=False):
+        cname = crd["metadata"]["name"]
+        for k, t in list(self.types.items()):
+            if t.crd == cname:
+                del self.types[k]
+                if not keep_objects:
+                    for o in list(self.objs[t.key].values()):
+                        self.types[k] = t
+                        self.remove(t, o)
+                        del self.types[k]
+
+    # ---- scale -----------------------------------------------------------------------
+    def scale_of(self, t, obj):
+        sc = t.scale
+        spec_r = jsonpath(obj, sc["specReplicasPath"]) if sc.get("specReplicasPath") else None
+        st_r = jsonpath(obj, sc["statusReplicasPath"]) if sc.get("statusReplicasPath") else None
+        if t.key == ("apps", "deployments"):
+            ml = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            sel = ",".join("%s=%s" % kv for kv in sorted(ml.items()))
+        else:
+            sel = jsonpath(obj, sc["labelSelectorPath"]) if sc.get("labelSelectorPath") else None
+        m = obj["metadata"]
+        s = {"kind": "Scale", "apiVersion": "autoscaling/v1",
+             "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                            "creationTimestamp") if k in m},
+             "spec": {"replicas": int(spec_r or 0)} if spec_r else {},
+             "status": {"replicas": int(st_r or 0)}}
+        if sel:
+            s["status"]["selector"] = sel
+        return s
+
+    def set_scale(self, t, ns, name, scale):
+        with self.lock:
+            cur = self.objs[t.key].get((ns or "", name))
+            if cur is None:
+                raise APIError(404, "NotFound", '%s "%s" not found' % (t.qualified, name),
+                               t.details(name))
+            if not isinstance(scale, dict) or scale.get("kind") not in (None, "Scale"):
+                raise bad_request("the body must be an autoscaling/v1 Scale")
+            want = (scale.get("metadata") or {}).get("resourceVersion")
+            if want not in (None, "") and want != cur["metadata"]["resourceVersion"]:
+                raise self.conflict(t, name)
+            r = (scale.get("spec") or {}).get("replicas", 0)
+            if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+                d = {"name": name, "kind": "Scale"}
+                raise APIError(422, "Invalid", 'Scale.autoscaling "%s" is invalid: spec.replicas: '
+                               'Invalid value: %s: must be greater than or equal to 0' % (name, r), d)
+            new = copy.deepcopy(cur)
+            set_path(new, t.scale["specReplicasPath"], r)
+            if _strip_for_gen(new, t.status) != _strip_for_gen(cur, t.status):
+                new["metadata"]["generation"] = int(cur["metadata"].get("generation", 1)) + 1
+            return self._finish_update(t, cur, new, False)
+
+    # ---- list ------------------------------------------------------------------------
+    def table(self, t, items, include="Metadata"):
+        """meta.k8s.io/v1 Table as the server builds it: CRDs' printer columns
+        (or Age by default), Name + Age for built-ins."""
+        cols = [{"name": "Name", "type": "string", "format": "name", "priority": 0,
+                 "description": "Name must be unique within a namespace."}]
+        specs = []
+        if t.columns:
+            for c in t.columns:
+                cols.append({"name": c.get("name", ""), "type": c.get("type", "string"),
+                             "format": c.get("format", ""), "description": c.get("description", ""),
+                             "priority": c.get("priority", 0)})
+                specs.append(c)
+        else:
+            cols.append({"name": "Age", "type": "date", "format": "", "priority": 0,
+                         "description": "CreationTimestamp is a timestamp representing the server "
+                                        "time when this object was created."})
+            specs.append({"jsonPath": ".metadata.creationTimestamp", "type": "date"})
+        rows = []
+        for o in items:
+            cells = [o["metadata"]["name"]]
+            for c in specs:
+                v = jsonpath(o, c.get("jsonPath", ""))
+                if c.get("type") == "date" and isinstance(v, str):
+                    ts = parse_rfc3339(v)
+                    v = human_duration(time.time() - ts) if ts is not None else v
+                elif v is not None and c.get("type") in ("string",) and not isinstance(v, str):
+                    v = json.dumps(v)
+                cells.append(v)
+            row = {"cells": cells}
+            if include == "Object":
+                row["object"] = self.out(t, o)
+            elif include != "None":
+                row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                 "metadata": copy.deepcopy(o["metadata"])}
+            rows.append(row)
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {},
+                "columnDefinitions": cols, "rows": rows}

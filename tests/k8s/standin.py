@@ -1,0 +1,959 @@
+#!/usr/bin/env python3
+"""A local stand-in for the Kubernetes API server, for tests (issue 4).
+
+  python3 tests/k8s/standin.py --dir DIR [--host 127.0.0.1]
+      [--max-endpoints-per-slice 100] [--history 1000] [--bookmark-interval 1.0]
+
+Writes DIR/ca.crt, a server certificate, DIR/token (0600), DIR/kubeconfig
+and last, atomically, DIR/ready = {"port", "admin_port", "pid"}. The API is
+HTTPS with bearer tokens; the admin API (outages, compaction, tokens, write
+history, pod readiness) is plain HTTP on 127.0.0.1 for the tests only.
+Standard library only. What it reproduces and what not: the table at the
+top of tests/unit/test_standin.c."""
+
+import argparse
+import base64
+import json
+import os
+import random
+import secrets
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from apistore import Store  # noqa: E402
+from controllers import EndpointSliceController, LocalNode, gc_loop  # noqa: E402
+from k8slib import (APIError, bad_request, field_match, json_patch, label_match,  # noqa: E402
+                    merge_patch, parse_field_selector, parse_label_selector, status_body,
+                    strategic_merge_patch)
+
+MERGE = "application/merge-patch+json"
+JSONPATCH = "application/json-patch+json"
+SMP = "application/strategic-merge-patch+json"
+APPLY = "application/apply-patch+yaml"
+
+
+def log(rec):
+    rec = dict(rec)
+    rec.setdefault("ts", round(time.time(), 3))
+    try:
+        sys.stderr.write(json.dumps(rec) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+# ---- certificates, token, kubeconfig ----------------------------------------------
+
+def make_certs(d, host):
+    """A CA and a server certificate signed by it (EC P-256: instant to make,
+    accepted by Go's and OpenSSL's TLS)."""
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, timeout=30)
+    p = lambda n: os.path.join(d, n)  # noqa: E731
+    run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", p("ca.key"))
+    run("req", "-x509", "-new", "-key", p("ca.key"), "-days", "3650", "-subj", "/CN=standin-ca",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", p("ca.crt"))
+    run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", p("server.key"))
+    run("req", "-new", "-key", p("server.key"), "-subj", "/CN=kube-apiserver", "-out", p("server.csr"))
+    san = "IP:%s,DNS:localhost" % host
+    if host != "127.0.0.1":
+        san += ",IP:127.0.0.1"
+    with open(p("server.ext"), "w") as f:
+        f.write("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth\nsubjectAltName=%s\n" % san)
+    run("x509", "-req", "-in", p("server.csr"), "-CA", p("ca.crt"), "-CAkey", p("ca.key"),
+        "-CAcreateserial", "-days", "3650", "-extfile", p("server.ext"), "-out", p("server.crt"))
+    for n in ("server.csr", "server.ext", "ca.srl"):
+        try:
+            os.unlink(p(n))
+        except OSError:
+            pass
+
+
+def write_file(path, text, mode=0o644):
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.rename(tmp, path)
+
+
+def kubeconfig(d, host, port, token):
+    return ("apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority: %s\n"
+            "    server: https://%s:%d\n  name: standin\ncontexts:\n- context:\n"
+            "    cluster: standin\n    namespace: default\n    user: standin-admin\n"
+            "  name: standin\ncurrent-context: standin\nkind: Config\npreferences: {}\n"
+            "users:\n- name: standin-admin\n  user:\n    token: %s\n"
+            % (os.path.join(d, "ca.crt"), host, port, token))
+
+
+# ---- the application: store, auth, outages ------------------------------------------
+
+class App:
+    def __init__(self, args):
+        self.args = args
+        self.store = Store(history=args.history, log=log)
+        self.store.node = LocalNode(self.store)
+        self.tokens = {}          # token -> {"user": str, "deny": [(resource, verb|None)]}
+        self.conns = set()
+        self.conns_lock = threading.Lock()
+        self.outage_mode, self.outage_until = "none", 0.0
+        self.reopen_timer = None
+        self.server = None
+        self.port = 0
+        self.sslctx = None
+        self.bookmark_interval = args.bookmark_interval
+
+    def track(self, sock, add):
+        with self.conns_lock:
+            (self.conns.add if add else self.conns.discard)(sock)
+
+    # -- outages
+    def start_api(self, port):
+        srv = APIServer((self.args.host, port), APIHandler, self)
+        self.server, self.port = srv, srv.server_address[1]
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+
+    def refuse(self, seconds):
+        srv, self.server = self.server, None
+        if srv is not None:
+            srv.shutdown()
+            srv.server_close()
+        with self.conns_lock:
+            for s in list(self.conns):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        with self.store.lock:
+            self.store.epoch += 1
+            self.store.cond.notify_all()
+        self.outage_mode = "refuse"
+        self.reopen_timer = threading.Timer(seconds, self.reopen)
+        self.reopen_timer.daemon = True
+        self.reopen_timer.start()
+
+    def reopen(self):
+        if self.reopen_timer:
+            self.reopen_timer.cancel()
+            self.reopen_timer = None
+        if self.server is None:
+            for _ in range(100):
+                try:
+                    self.start_api(self.port)
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        self.outage_mode = "none"
+        log({"msg": "api listening again", "port": self.port})
+
+    def in_503(self):
+        if self.outage_mode == "503" and time.time() < self.outage_until:
+            return True
+        if self.outage_mode == "503":
+            self.outage_mode = "none"
+        return False
+
+
+class APIServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, addr, handler, app):
+        self.app = app
+        super().__init__(addr, handler)
+
+    def finish_request(self, request, client_address):
+        # The TLS handshake runs here, on the connection's own thread, so a
+        # slow or silent client cannot stall accept().
+        request.settimeout(15)
+        # Headers and body leave in separate writes: without NODELAY, Nagle
+        # plus the client's delayed ACK adds ~40 ms to every response.
+        request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            tls = self.app.sslctx.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError):
+            return
+        self.app.track(tls, True)
+        try:
+            self.RequestHandlerClass(tls, client_address, self)
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            self.app.track(tls, False)
+            try:
+                tls.close()
+            except OSError:
+                pass
+
+    def handle_error(self, request, client_address):
+        pass
+
+
+def _qs(url):
+    q = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+    return {k: v[-1] for k, v in q.items()}
+
+
+def _truthy(v):
+    return v in ("1", "true", "True")
+
+
+class APIHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "standin"
+    timeout = 300  # an idle keep-alive connection is closed after this
+
+    def log_message(self, *a):
+        pass
+
+    @property
+    def app(self):
+        return self.server.app
+
+    # -- plumbing
+    def send_json(self, code, body, headers=None):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+        self.code = code
+
+    def read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                n = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if n == 0:
+                    self.rfile.readline()
+                    return out
+                out += self.rfile.read(n)
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n > 0 else b""
+
+    def json_body(self, raw, required=True):
+        if not raw.strip():
+            if required:
+                raise bad_request("the body of the request was empty")
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as e:
+            raise bad_request("the body of the request was in an unknown format or is not valid "
+                              "JSON: %s" % e)
+
+    def do_GET(self):
+        self.dispatch("GET")
+
+    def do_POST(self):
+        self.dispatch("POST")
+
+    def do_PUT(self):
+        self.dispatch("PUT")
+
+    def do_PATCH(self):
+        self.dispatch("PATCH")
+
+    def do_DELETE(self):
+        self.dispatch("DELETE")
+
+    def dispatch(self, method):
+        t0 = time.time()
+        self.code = 0
+        self.user = "-"
+        url = urllib.parse.urlsplit(self.path)
+        try:
+            raw = self.read_body()
+            self.route(method, url, _qs(url), raw)
+        except APIError as e:
+            self.send_json(e.code, e.body(), e.headers)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            self.close_connection = True
+        except OSError:
+            self.close_connection = True
+        except Exception as e:  # a bug in the stand-in: say so, as a 500 Status
+            log({"msg": "internal error", "error": repr(e), "path": url.path})
+            try:
+                self.send_json(500, status_body(500, "InternalError",
+                                                "Internal error occurred: %r" % e))
+            except OSError:
+                self.close_connection = True
+        log({"method": method, "path": url.path, "query": url.query, "code": self.code,
+             "user": self.user, "ms": round((time.time() - t0) * 1000, 1)})
+
+    # -- auth
+    def authenticate(self):
+        h = self.headers.get("Authorization", "")
+        tok = h[7:].strip() if h.startswith("Bearer ") else None
+        ent = self.app.tokens.get(tok) if tok else None
+        if ent is None:
+            raise APIError(401, "Unauthorized", "Unauthorized")
+        self.user = ent["user"]
+        return ent
+
+    def authorize(self, ent, verb, t, ns, name, sub):
+        res = t.plural + ("/" + sub if sub else "")
+        for r, v in ent["deny"]:
+            if (r == t.plural or r == res) and (v is None or v == verb):
+                what = '%s "%s"' % (t.qualified, name) if name else t.qualified
+                scope = ('in the namespace "%s"' % ns) if ns else "at the cluster scope"
+                raise APIError(403, "Forbidden",
+                               '%s is forbidden: User "%s" cannot %s resource "%s" in API group "%s" %s'
+                               % (what, ent["user"], verb, res, t.group, scope),
+                               {"name": name, "group": t.group, "kind": t.plural} if name
+                               else {"group": t.group, "kind": t.plural})
+
+    # -- routing
+    def route(self, method, url, q, raw):
+        app, st = self.app, self.app.store
+        if app.in_503():
+            raise APIError(503, "ServiceUnavailable", "the server is currently unable to handle the "
+                           "request", {"retryAfterSeconds": 1}, {"Retry-After": "1"})
+        path = url.path
+        if path in ("/healthz", "/livez", "/readyz"):
+            data = b"ok"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(data)
+            self.code = 200
+            return
+        ent = self.authenticate()
+        segs = [s for s in path.split("/") if s]
+        if method == "GET" and segs == ["version"]:
+            return self.send_json(200, {"major": "1", "minor": "32", "gitVersion": "v1.32.0-standin",
+                                        "gitCommit": "0000000000000000000000000000000000000000",
+                                        "gitTreeState": "clean", "buildDate": "2024-12-11T00:00:00Z",
+                                        "goVersion": "go1.23.4", "compiler": "gc",
+                                        "platform": "linux/amd64"})
+        if method == "GET" and segs == ["api"]:
+            return self.send_json(200, {"kind": "APIVersions", "versions": ["v1"],
+                                        "serverAddressByClientCIDRs": [
+                                            {"clientCIDR": "0.0.0.0/0",
+                                             "serverAddress": "%s:%d" % (app.args.host, app.port)}]})
+        if method == "GET" and segs == ["apis"]:
+            with st.lock:
+                groups = [self.group_obj(g, vs) for g, vs in st.groups() if g != ""]
+            return self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+        if segs and segs[0] == "openapi" and method == "GET":
+            return self.openapi(segs[1:])
+        if len(segs) >= 2 and segs[0] == "api":
+            group, version, rest = "", segs[1], segs[2:]
+        elif len(segs) == 2 and segs[0] == "apis" and method == "GET":
+            with st.lock:
+                for g, vs in st.groups():
+                    if g == segs[1] and g != "":
+                        return self.send_json(200, dict(self.group_obj(g, vs), kind="APIGroup",
+                                                        apiVersion="v1"))
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        elif len(segs) >= 3 and segs[0] == "apis":
+            group, version, rest = segs[1], segs[2], segs[3:]
+        else:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        if not rest:
+            if method != "GET":
+                raise APIError(405, "MethodNotAllowed", "the server does not allow this method on the "
+                               "requested resource")
+            return self.send_json(200, self.resource_list(group, version))
+        return self.resource(method, q, raw, group, version, rest, ent)
+
+    def openapi(self, segs):
+        """Just enough OpenAPI v3 for kubectl 1.32: the root index, and per
+        group-version a document whose PATCH operations name their kind and
+        declare the fieldValidation query parameter, so kubectl leaves
+        validation to the server (as against a real one) instead of
+        downloading schemas. No schemas: kubectl then builds strategic merge
+        patches from its compiled-in types, as it does for built-ins anyway.
+        /openapi/v2 stays 404."""
+        st = self.app.store
+        with st.lock:
+            types = list(st.types.values())
+        gvs = sorted({(t.group, t.version) for t in types})
+        def gvpath(g, v):
+            return "api/" + v if g == "" else "apis/%s/%s" % (g, v)
+        digest = "%08x" % (hash(tuple(sorted((t.group, t.version, t.plural) for t in types))) & 0xffffffff)
+        if segs == ["v3"]:
+            return self.send_json(200, {"paths": {gvpath(g, v): {
+                "serverRelativeURL": "/openapi/v3/%s?hash=%s" % (gvpath(g, v), digest)}
+                for g, v in gvs}})
+        if len(segs) >= 3 and segs[0] == "v3":
+            want = "/".join(segs[1:])
+            paths = {}
+            for t in types:
+                if gvpath(t.group, t.version) != want:
+                    continue
+                base = "/" + want + ("/namespaces/{namespace}/" if t.namespaced else "/") + t.plural
+                gvk = {"group": t.group, "version": t.version, "kind": t.kind}
+                params = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+                          {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
+                          {"name": "dryRun", "in": "query", "schema": {"type": "string"}}]
+                paths[base + "/{name}"] = {
+                    "patch": {"operationId": "patch" + t.kind, "x-kubernetes-action": "patch",
+                              "parameters": params,
+                              "x-kubernetes-group-version-kind": gvk,
+                              "responses": {"200": {"description": "OK"}}}}
+                paths[base] = {
+                    "post": {"operationId": "create" + t.kind, "x-kubernetes-action": "post",
+                             "parameters": params,
+                             "x-kubernetes-group-version-kind": gvk,
+                             "responses": {"201": {"description": "Created"}}}}
+            if paths:
+                return self.send_json(200, {"openapi": "3.0.0",
+                                            "info": {"title": "Kubernetes", "version": "v1.32.0"},
+                                            "paths": paths, "components": {"schemas": {}}})
+        raise APIError(404, "NotFound", "the server could not find the requested resource")
+
+    def group_obj(self, g, vs):
+        gvs = [{"groupVersion": "%s/%s" % (g, v), "version": v} for v in vs]
+        return {"name": g, "versions": gvs, "preferredVersion": gvs[0]}
+
+    def resource_list(self, group, version):
+        st = self.app.store
+        with st.lock:
+            ts = [t for t in st.types.values() if t.group == group and t.version == version]
+        if not ts:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        out = []
+        for t in sorted(ts, key=lambda x: x.plural):
+            r = {"name": t.plural, "singularName": t.singular, "namespaced": t.namespaced,
+                 "kind": t.kind, "verbs": verbs}
+            if t.short:
+                r["shortNames"] = t.short
+            if t.categories:
+                r["categories"] = t.categories
+            out.append(r)
+            if t.scale:
+                out.append({"name": t.plural + "/scale", "singularName": "", "namespaced": t.namespaced,
+                            "group": "autoscaling", "version": "v1", "kind": "Scale",
+                            "verbs": ["get", "patch", "update"]})
+            if t.status:
+                out.append({"name": t.plural + "/status", "singularName": "",
+                            "namespaced": t.namespaced, "kind": t.kind,
+                            "verbs": ["get", "patch", "update"]})
+        gv = version if group == "" else group + "/" + version
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
+
+    def resource(self, method, q, raw, group, version, rest, ent):
+        st = self.app.store
+        watch_path = False
+        if rest[0] == "watch":
+            watch_path, rest = True, rest[1:]
+            if not rest:
+                raise APIError(404, "NotFound", "the server could not find the requested resource")
+        ns = name = sub = None
+        with st.lock:
+            nt = st.find_type(group, version, rest[2]) if len(rest) >= 3 and rest[0] == "namespaces" else None
+            if nt is not None and nt.namespaced:
+                t, ns, tail = nt, rest[1], rest[3:]
+            else:
+                t, tail = st.find_type(group, version, rest[0]), rest[1:]
+        if t is None or len(tail) > 2:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        name = tail[0] if tail else None
+        sub = tail[1] if len(tail) > 1 else None
+        if t.namespaced and ns is None and name is not None:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        if (sub == "status" and not t.status) or (sub == "scale" and not t.scale) or \
+                sub not in (None, "status", "scale"):
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        is_watch = watch_path or (method == "GET" and _truthy(q.get("watch")))
+        verb = {"GET": "watch" if is_watch else ("get" if name else "list"), "POST": "create",
+                "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete" if name else "deletecollection"}[method]
+        self.authorize(ent, verb, t, ns, name, sub)
+        dry = q.get("dryRun") == "All"
+        if is_watch:
+            if sub:
+                raise APIError(404, "NotFound", "the server could not find the requested resource")
+            return self.watch(t, ns, name, q)
+        if method == "GET" and name is None:
+            return self.list(t, ns, q)
+        if method == "GET":
+            obj = st.get(t, ns, name)
+            if sub == "scale":
+                return self.send_json(200, st.scale_of(t, obj))
+            if "as=Table" in self.headers.get("Accept", ""):
+                return self.send_json(200, dict(st.table(t, [obj], q.get("includeObject", "Metadata")),
+                                                metadata={"resourceVersion": obj["metadata"]["resourceVersion"]}))
+            return self.send_json(200, st.out(t, obj))
+        if method == "POST":
+            if name is not None:
+                raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
+                               "the requested resource")
+            if t.namespaced and ns is None:
+                raise APIError(404, "NotFound", "the server could not find the requested resource")
+            body = self.json_body(raw)
+            if t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+                st.validate_crd(body)
+            return self.send_json(201, st.out(t, st.create(t, ns, body, dry_run=dry)))
+        if method == "PUT":
+            if name is None:
+                raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
+                               "the requested resource")
+            body = self.json_body(raw)
+            if sub == "scale":
+                return self.send_json(200, st.scale_of(t, st.set_scale(t, ns, name, body)))
+            if t.key == ("apiextensions.k8s.io", "customresourcedefinitions") and sub is None:
+                st.validate_crd(body)
+            return self.send_json(200, st.out(t, st.update(t, ns, name, body, sub=sub, dry_run=dry)))
+        if method == "PATCH":
+            if name is None:
+                raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
+                               "the requested resource")
+            return self.patch(t, ns, name, sub, raw, dry, q)
+        if method == "DELETE":
+            if name is None:
+                return self.delete_collection(t, ns, q)
+            opts = self.json_body(raw, required=False) or {}
+            if not isinstance(opts, dict):
+                raise bad_request("DeleteOptions must be a JSON object")
+            for k in ("propagationPolicy", "gracePeriodSeconds"):
+                if k in q:
+                    opts[k] = int(q[k]) if k == "gracePeriodSeconds" else q[k]
+            if dry:
+                opts["dryRun"] = True
+            obj, gone = st.delete(t, ns, name, opts)
+            if gone and t.crd is None and t.key != ("", "pods"):
+                m = obj["metadata"]
+                d = {"name": name, "kind": t.plural, "uid": m.get("uid")}
+                if t.group:
+                    d["group"] = t.group
+                return self.send_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                            "status": "Success", "details": d})
+            return self.send_json(200 if gone else 202, st.out(t, obj))
+        raise APIError(405, "MethodNotAllowed", "the server does not allow this method")
+
+    def patch(self, t, ns, name, sub, raw, dry, q):
+        st = self.app.store
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        accepted = [JSONPATCH, MERGE, APPLY] + ([] if t.crd else [SMP])
+        if ctype not in accepted:
+            raise APIError(415, "UnsupportedMediaType",
+                           "the body of the request was in an unknown format - accepted media types "
+                           "include: %s" % ", ".join(accepted))
+        patch = self.json_body(raw)
+        with st.lock:
+            try:
+                cur = st.get(t, ns, name)
+            except APIError:
+                if ctype != APPLY or sub:
+                    raise
+                if not isinstance(patch, dict):
+                    raise bad_request("apply patch must be an object")
+                if not q.get("fieldManager"):
+                    raise bad_request("PATCH, fieldManager: Required value: is required for apply patch")
+                return self.send_json(201, st.out(t, st.create(t, ns, patch, dry_run=dry)))
+            base = st.scale_of(t, cur) if sub == "scale" else st.out(t, cur)
+            if ctype == JSONPATCH:
+                new = json_patch(base, patch)
+            elif ctype == SMP:
+                if not isinstance(patch, dict):
+                    raise bad_request("strategic merge patch must be a JSON object")
+                new = strategic_merge_patch(base, patch)
+            else:
+                if ctype == APPLY and not q.get("fieldManager"):
+                    raise bad_request("PATCH, fieldManager: Required value: is required for apply patch")
+                new = merge_patch(base, patch)
+            if not isinstance(new, dict):
+                raise bad_request("the patch did not result in an object")
+            if sub == "scale":
+                return self.send_json(200, st.scale_of(t, st.set_scale(t, ns, name, new)))
+            return self.send_json(200, st.out(t, st.update(t, ns, name, new, sub=sub, dry_run=dry,
+                                                           require_rv=False)))
+
+    # -- list / watch
+    def selectors(self, t, name, q):
+        lsel = parse_label_selector(q.get("labelSelector"))
+        fsel = parse_field_selector(q.get("fieldSelector"), t.fields)
+        if name is not None:
+            fsel.append(("metadata.name", "=", name))
+        return lsel, fsel
+
+    def list(self, t, ns, q):
+        st = self.app.store
+        lsel, fsel = self.selectors(t, None, q)
+        rvq, match, cont = q.get("resourceVersion", ""), q.get("resourceVersionMatch", ""), q.get("continue", "")
+        limit = 0
+        if q.get("limit"):
+            try:
+                limit = max(0, int(q["limit"]))
+            except ValueError:
+                raise bad_request("invalid limit: %s" % q["limit"])
+        start = None
+        with st.lock:
+            if cont:
+                if rvq:
+                    raise bad_request("specifying resource version is not allowed when using continue")
+                try:
+                    tok = json.loads(base64.b64decode(cont))
+                    at, start = int(tok["rv"]), tuple(tok["start"])
+                except (ValueError, KeyError, TypeError):
+                    raise bad_request("continue key is not valid: incorrect encoded start resourceVersion")
+                if at < st.floor:
+                    raise APIError(410, "Expired", "The provided continue parameter is too old to "
+                                   "display a consistent list result. You can start a new list without "
+                                   "the continue parameter, or use the continue value from the response.")
+            elif rvq not in ("", "0") or match:
+                try:
+                    want = int(rvq)
+                except ValueError:
+                    raise bad_request("resourceVersion: Invalid value: \"%s\": invalid value, must be an "
+                                      "integer" % rvq)
+                if match not in ("", "Exact", "NotOlderThan"):
+                    raise bad_request('resourceVersionMatch: Unsupported value: "%s"' % match)
+                if want > st.rv:
+                    raise APIError(504, "Timeout", "Too large resource version: %d, current: %d"
+                                   % (want, st.rv), {"causes": [{"reason": "ResourceVersionTooLarge",
+                                                                 "message": "Too large resource version"}],
+                                                     "retryAfterSeconds": 1})
+                if match == "Exact" and want < st.floor:
+                    raise APIError(410, "Expired", "too old resource version: %d (%d)" % (want, st.floor))
+                at = want if match == "Exact" else st.rv
+            else:
+                at = st.rv
+            items = st.snapshot(t, ns, at)
+        items = [o for o in items if label_match(lsel, o["metadata"].get("labels"))
+                 and field_match(fsel, o)]
+        if start is not None:
+            items = [o for o in items if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > start]
+        meta = {"resourceVersion": str(at)}
+        if limit and len(items) > limit:
+            last = items[limit - 1]["metadata"]
+            meta["continue"] = base64.b64encode(json.dumps(
+                {"rv": at, "start": [last.get("namespace", ""), last["name"]]}).encode()).decode()
+            if not lsel and not fsel:
+                meta["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        if "as=Table" in self.headers.get("Accept", ""):
+            tbl = st.table(t, items, q.get("includeObject", "Metadata"))
+            tbl["metadata"] = meta
+            return self.send_json(200, tbl)
+        out = []
+        for o in items:
+            o = st.out(t, o)
+            if t.crd is None:  # the real server leaves kind/apiVersion off built-in list items
+                o.pop("kind", None)
+                o.pop("apiVersion", None)
+            out.append(o)
+        return self.send_json(200, {"kind": t.kind + "List", "apiVersion": t.gv, "metadata": meta,
+                                    "items": out})
+
+    def delete_collection(self, t, ns, q):
+        st = self.app.store
+        lsel, fsel = self.selectors(t, None, q)
+        with st.lock:
+            items = [o for o in st.snapshot(t, ns) if label_match(lsel, o["metadata"].get("labels"))
+                     and field_match(fsel, o)]
+            out = []
+            for o in items:
+                try:
+                    obj, _ = st.delete(t, o["metadata"].get("namespace"), o["metadata"]["name"], {})
+                    out.append(st.out(t, obj))
+                except APIError:
+                    pass
+            rv = st.rv
+        return self.send_json(200, {"kind": t.kind + "List", "apiVersion": t.gv,
+                                    "metadata": {"resourceVersion": str(rv)}, "items": out})
+
+    def chunk(self, obj):
+        data = (json.dumps(obj) + "\n").encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def watch(self, t, ns, name, q):
+        st = self.app.store
+        lsel, fsel = self.selectors(t, name, q)
+        rvq = q.get("resourceVersion", "")
+        try:
+            timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else 1800 * (1 + random.random())
+        except ValueError:
+            raise bad_request("invalid timeoutSeconds")
+        bookmarks = _truthy(q.get("allowWatchBookmarks"))
+        initial_end = _truthy(q.get("sendInitialEvents"))
+        if initial_end and not bookmarks:
+            raise APIError(422, "Invalid", "sendInitialEvents requires allowWatchBookmarks=true")
+        expired = None
+        initial = []
+        with st.lock:
+            epoch = st.epoch
+            if rvq in ("", "0") or initial_end:
+                initial = st.snapshot(t, ns)
+                cursor = st.rv
+            else:
+                try:
+                    cursor = int(rvq)
+                except ValueError:
+                    raise bad_request("invalid resource version: %s" % rvq)
+                if cursor < st.floor:
+                    expired = (cursor, st.floor)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.code = 200
+
+        def matches(o):
+            return o is not None and (ns is None or o["metadata"].get("namespace") == ns) and \
+                label_match(lsel, o["metadata"].get("labels")) and field_match(fsel, o)
+
+        def bookmark(rv, end=False):
+            m = {"resourceVersion": str(rv)}
+            if end:
+                m["annotations"] = {"k8s.io/initial-events-end": "true"}
+            self.chunk({"type": "BOOKMARK", "object": {"kind": t.kind, "apiVersion": t.gv,
+                                                       "metadata": m}})
+
+        try:
+            if expired:
+                self.chunk({"type": "ERROR", "object": status_body(
+                    410, "Expired", "too old resource version: %d (%d)" % expired)})
+                return self.end_stream()
+            for o in initial:
+                if matches(o):
+                    self.chunk({"type": "ADDED", "object": st.out(t, o)})
+            if initial_end:
+                bookmark(cursor, True)
+            deadline = time.time() + timeout
+            next_bm = time.time() + self.app.bookmark_interval
+            while True:
+                evs, lost = [], False
+                with st.lock:
+                    while True:
+                        now = time.time()
+                        if st.epoch != epoch or now >= deadline:
+                            return self.end_stream() if st.epoch == epoch else None
+                        if cursor < st.floor:
+                            lost = True
+                            break
+                        if st.rv > cursor:
+                            break
+                        if bookmarks and now >= next_bm:
+                            break
+                        wait = deadline - now
+                        if bookmarks:
+                            wait = min(wait, next_bm - now)
+                        st.cond.wait(max(0.001, min(wait, 1.0)))
+                    if not lost:
+                        for ev in reversed(st.history):
+                            if ev.rv <= cursor:
+                                break
+                            if ev.key == t.key:
+                                evs.append(ev)
+                        evs.reverse()
+                        cursor = st.rv
+                        evs = [(ev.type, st.out(t, ev.obj) if ev.obj else None,
+                                ev.prev) for ev in evs]
+                if lost:
+                    self.chunk({"type": "ERROR", "object": status_body(
+                        410, "Expired", "too old resource version: %d (%d)" % (cursor, st.floor))})
+                    return self.end_stream()
+                for typ, obj, prev in evs:
+                    if typ == "ADDED":
+                        send = "ADDED" if matches(obj) else None
+                    elif typ == "DELETED":
+                        send = "DELETED" if matches(prev) else None
+                    else:
+                        was, now_m = matches(prev), matches(obj)
+                        send = ("MODIFIED" if was else "ADDED") if now_m else ("DELETED" if was else None)
+                    if send:
+                        self.chunk({"type": send, "object": obj})
+                if bookmarks and time.time() >= next_bm:
+                    bookmark(cursor)
+                    next_bm = time.time() + self.app.bookmark_interval
+        except (OSError, ssl.SSLError):
+            self.close_connection = True
+
+    def end_stream(self):
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+# ---- admin API (plain HTTP, tests only) ---------------------------------------------
+
+class AdminHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.handle_admin("GET")
+
+    def do_POST(self):
+        self.handle_admin("POST")
+
+    def handle_admin(self, method):
+        app = self.server.app
+        st = app.store
+        url = urllib.parse.urlsplit(self.path)
+        q = _qs(url)
+        n = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(n) or b"{}") if n else {}
+        except ValueError:
+            return self.reply(400, {"error": "body is not JSON"})
+        if not isinstance(body, dict):
+            return self.reply(400, {"error": "body must be a JSON object"})
+        p = url.path
+        log({"admin": method, "path": p})
+        if method == "POST" and p == "/outage":
+            mode = body.get("mode")
+            secs = float(body.get("seconds", 5))
+            if mode == "none":
+                app.outage_mode = "none"
+                if app.server is None:
+                    app.reopen()
+                return self.reply(200, {"mode": "none"})
+            if mode == "503":
+                app.outage_until = time.time() + secs
+                app.outage_mode = "503"
+                return self.reply(200, {"mode": "503", "seconds": secs})
+            if mode == "refuse":
+                if app.server is not None:
+                    app.refuse(secs)
+                return self.reply(200, {"mode": "refuse", "seconds": secs, "port": app.port})
+            return self.reply(400, {"error": "mode must be refuse, 503 or none"})
+        if method == "POST" and p == "/compact":
+            st.compact()
+            return self.reply(200, {"compacted_at": str(st.rv)})
+        if method == "POST" and p == "/tokens":
+            tok = body.get("token")
+            if not isinstance(tok, str) or not tok:
+                return self.reply(400, {"error": "token must be a non-empty string"})
+            deny = []
+            for d in body.get("deny") or []:
+                r, _, v = str(d).partition(":")
+                deny.append((r, v or None))
+            app.tokens[tok] = {"user": body.get("user") or "system:serviceaccount:default:test",
+                               "deny": deny}
+            return self.reply(200, {"ok": True})
+        if method == "POST" and p == "/tokens/revoke":
+            app.tokens.pop(body.get("token"), None)
+            return self.reply(200, {"ok": True})
+        if method == "GET" and p == "/history":
+            res = q.get("resource", "")
+            plural, _, group = res.partition(".")
+            with st.lock:
+                out = []
+                for (pl, g, ns, name), hist in st.obj_history.items():
+                    if pl == plural and (not group or g == group) and \
+                            ns == q.get("namespace", ns if pl in ("namespaces",) else "default") and \
+                            name == q.get("name"):
+                        out.extend(hist)
+                out.sort(key=lambda h: int(h["rv"]))
+            return self.reply(200, out)
+        parts = [s for s in p.split("/") if s]
+        if method == "POST" and len(parts) == 4 and parts[0] == "pods" and parts[3] == "ready":
+            ready = bool(body.get("ready"))
+            t = st.types[("", "v1", "pods")]
+            try:
+                with st.lock:
+                    pod = st.get(t, parts[1], parts[2])
+                    conds = [c for c in (pod.get("status") or {}).get("conditions") or []
+                             if c.get("type") not in ("Ready", "ContainersReady")]
+                    from k8slib import now_rfc3339
+                    for ty in ("ContainersReady", "Ready"):
+                        conds.append({"type": ty, "status": "True" if ready else "False",
+                                      "lastProbeTime": None, "lastTransitionTime": now_rfc3339()})
+                    pod.setdefault("status", {})["conditions"] = conds
+                    new = st.update(t, parts[1], parts[2], pod, sub="status")
+                return self.reply(200, st.out(t, new))
+            except APIError as e:
+                return self.reply(e.code, e.body())
+        if method == "GET" and p == "/state":
+            return self.reply(200, {"rv": st.rv, "floor": st.floor, "outage": app.outage_mode,
+                                    "port": app.port})
+        return self.reply(404, {"error": "unknown admin path %s" % p})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--max-endpoints-per-slice", type=int, default=100)
+    ap.add_argument("--history", type=int, default=1000)
+    ap.add_argument("--bookmark-interval", type=float, default=1.0)
+    args = ap.parse_args()
+    d = os.path.abspath(args.dir)
+    os.makedirs(d, exist_ok=True)
+    args.dir = d
+
+    make_certs(d, args.host)
+    app = App(args)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(os.path.join(d, "server.crt"), os.path.join(d, "server.key"))
+    ctx.set_alpn_protocols(["http/1.1"])
+    app.sslctx = ctx
+    token = secrets.token_urlsafe(32)
+    app.tokens[token] = {"user": "standin-admin", "deny": []}
+    app.start_api(0)
+    admin = ThreadingHTTPServer(("127.0.0.1", 0), AdminHandler)
+    admin.daemon_threads = True
+    admin.app = app
+    threading.Thread(target=admin.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+
+    eps = EndpointSliceController(app.store, args.max_endpoints_per_slice, log)
+    threading.Thread(target=eps.run, daemon=True).start()
+    threading.Thread(target=gc_loop, args=(app.store,), daemon=True).start()
+
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    write_file(os.path.join(d, "token"), token, 0o600)
+    write_file(os.path.join(d, "kubeconfig"), kubeconfig(d, args.host, app.port, token), 0o600)
+    write_file(os.path.join(d, "ready"), json.dumps({"port": app.port, "admin_port": admin.server_address[1],
+                                                     "pid": os.getpid()}))
+    log({"msg": "standin ready", "port": app.port, "admin_port": admin.server_address[1]})
+    while not stop.wait(0.5):
+        pass
+    log({"msg": "standin stopping"})
+    # Daemon threads (connections, watches, controllers) end with the process;
+    # closing the listening sockets first makes clients see a refusal at once.
+    try:
+        if app.server:
+            app.server.socket.close()
+        admin.socket.close()
+    except OSError:
+        pass
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

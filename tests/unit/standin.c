@@ -1,0 +1,296 @@
+/* Start/stop the Kubernetes stand-in for tests; see standin.h. Plain POSIX
+ * (fork/exec, a raw socket for the admin API) so any suite can use it
+ * without touching the code under test. */
+#include "standin.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int find_script(char *path, size_t n) {
+    const char *root = getenv("RL_TEST_ROOT");
+    if (root && *root) {
+        snprintf(path, n, "%s/tests/k8s/standin.py", root);
+        if (access(path, R_OK) == 0) return 0;
+    }
+    snprintf(path, n, "tests/k8s/standin.py");
+    if (access(path, R_OK) == 0) {
+        char abs[4096];
+        if (realpath(path, abs) && strlen(abs) < n) memcpy(path, abs, strlen(abs) + 1);
+        return 0;
+    }
+    return -1;
+}
+
+static void dump_log(const rl_test_standin *s) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/standin.log", s->dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return;
+    char line[1024];
+    int lines = 0;
+    fprintf(stderr, "---- %s (first lines)\n", p);
+    while (lines++ < 40 && fgets(line, sizeof line, f)) fputs(line, stderr);
+    fclose(f);
+}
+
+static void rmrf(const char *dir) {
+    if (!dir[0] || strncmp(dir, "/tmp/", 5) != 0) return; /* only what we made */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    int rc = system(cmd);
+    (void)rc;
+}
+
+/* Parse DIR/ready ({"port","admin_port","pid"}); 0 when complete. */
+static int read_ready(rl_test_standin *s) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/ready", s->dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    char buf[512];
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    if (!j) return -1;
+    const cJSON *port = cJSON_GetObjectItemCaseSensitive(j, "port");
+    const cJSON *admin = cJSON_GetObjectItemCaseSensitive(j, "admin_port");
+    int ok = cJSON_IsNumber(port) && cJSON_IsNumber(admin) && port->valueint > 0 && admin->valueint > 0;
+    if (ok) {
+        s->port = port->valueint;
+        s->admin_port = admin->valueint;
+    }
+    cJSON_Delete(j);
+    return ok ? 0 : -1;
+}
+
+int rl_test_standin_start(rl_test_standin *s, const char *extra_args) {
+    memset(s, 0, sizeof *s);
+    s->pid = -1;
+    char script[1024];
+    if (find_script(script, sizeof script) != 0) {
+        fprintf(stderr, "standin: tests/k8s/standin.py not found (run from the repository root or "
+                        "set RL_TEST_ROOT)\n");
+        return -1;
+    }
+    snprintf(s->dir, sizeof s->dir, "/tmp/rl-standin-XXXXXX");
+    if (!mkdtemp(s->dir)) {
+        fprintf(stderr, "standin: mkdtemp: %s\n", strerror(errno));
+        s->dir[0] = '\0';
+        return -1;
+    }
+    snprintf(s->kubeconfig, sizeof s->kubeconfig, "%s/kubeconfig", s->dir);
+    snprintf(s->token_file, sizeof s->token_file, "%s/token", s->dir);
+    snprintf(s->ca_file, sizeof s->ca_file, "%s/ca.crt", s->dir);
+    snprintf(s->host, sizeof s->host, "127.0.0.1");
+
+    char extra[512] = "";
+    if (extra_args) snprintf(extra, sizeof extra, "%s", extra_args);
+    char *argv[40];
+    int argc = 0;
+    argv[argc++] = "python3";
+    argv[argc++] = script;
+    argv[argc++] = "--dir";
+    argv[argc++] = s->dir;
+    argv[argc++] = "--host";
+    argv[argc++] = s->host;
+    for (char *save = NULL, *tok = strtok_r(extra, " \t", &save); tok && argc < 38;
+         tok = strtok_r(NULL, " \t", &save))
+        argv[argc++] = tok;
+    argv[argc] = NULL;
+
+    char logp[400];
+    snprintf(logp, sizeof logp, "%s/standin.log", s->dir);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "standin: fork: %s\n", strerror(errno));
+        rmrf(s->dir);
+        return -1;
+    }
+    if (pid == 0) {
+        /* Dies with the test process, so a crashed test leaves no server behind. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(127);
+        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) dup2(devnull, 0);
+        execvp("python3", argv);
+        _exit(127);
+    }
+    s->pid = (int)pid;
+    double deadline = now_s() + 15.0;
+    while (now_s() < deadline) {
+        if (read_ready(s) == 0) return 0;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            fprintf(stderr, "standin: the server exited before it was ready (status %d)\n", st);
+            dump_log(s);
+            s->pid = -1;
+            rmrf(s->dir);
+            return -1;
+        }
+        usleep(20000);
+    }
+    fprintf(stderr, "standin: no %s/ready within 15 s\n", s->dir);
+    dump_log(s);
+    rl_test_standin_stop(s);
+    return -1;
+}
+
+void rl_test_standin_stop(rl_test_standin *s) {
+    if (s->pid > 0) {
+        kill(s->pid, SIGTERM);
+        double deadline = now_s() + 5.0;
+        int st;
+        while (waitpid(s->pid, &st, WNOHANG) == 0) {
+            if (now_s() > deadline) {
+                kill(s->pid, SIGKILL);
+                waitpid(s->pid, &st, 0);
+                break;
+            }
+            usleep(10000);
+        }
+        s->pid = -1;
+    }
+    if (!getenv("RL_TEST_KEEP_STANDIN")) rmrf(s->dir);
+    s->dir[0] = '\0';
+}
+
+int rl_test_standin_admin(const rl_test_standin *s, const char *method, const char *path,
+                          const char *body, char *out, size_t n) {
+    if (out && n) out[0] = '\0';
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->admin_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    size_t blen = body ? strlen(body) : 0;
+    size_t cap = 512 + blen;
+    char *req = malloc(cap);
+    if (!req) {
+        close(fd);
+        return -1;
+    }
+    int hl = snprintf(req, cap,
+                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                      method, path, blen);
+    if (hl < 0 || (size_t)hl + blen >= cap) {
+        free(req);
+        close(fd);
+        return -1;
+    }
+    if (blen) memcpy(req + hl, body, blen);
+    size_t len = (size_t)hl + blen, sent = 0;
+    while (sent < len) {
+        ssize_t w = send(fd, req + sent, len - sent, MSG_NOSIGNAL);
+        if (w <= 0) break;
+        sent += (size_t)w;
+    }
+    free(req);
+    if (sent < len) {
+        close(fd);
+        return -1;
+    }
+    size_t rcap = 1 << 16, got = 0;
+    char *resp = malloc(rcap);
+    if (!resp) {
+        close(fd);
+        return -1;
+    }
+    for (;;) {
+        if (got + 1 >= rcap) {
+            char *bigger = realloc(resp, rcap * 2);
+            if (!bigger) break;
+            resp = bigger;
+            rcap *= 2;
+        }
+        ssize_t r = recv(fd, resp + got, rcap - 1 - got, 0);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    resp[got] = '\0';
+    int code = -1;
+    if (sscanf(resp, "HTTP/1.%*d %d", &code) != 1) code = -1;
+    const char *b = strstr(resp, "\r\n\r\n");
+    if (out && n && b) snprintf(out, n, "%s", b + 4);
+    free(resp);
+    return code;
+}
+
+int rl_test_kubectl(const rl_test_standin *s, const char *args, const char *stdin_text,
+                    char *out, size_t n) {
+    if (out && n) out[0] = '\0';
+    char in[400] = "/dev/null";
+    if (stdin_text) {
+        snprintf(in, sizeof in, "%s/stdin-XXXXXX", s->dir);
+        int fd = mkstemp(in);
+        if (fd < 0) return -1;
+        size_t len = strlen(stdin_text), off = 0;
+        while (off < len) {
+            ssize_t w = write(fd, stdin_text + off, len - off);
+            if (w <= 0) break;
+            off += (size_t)w;
+        }
+        close(fd);
+    }
+    size_t cap = strlen(args) + 2048;
+    char *cmd = malloc(cap);
+    if (!cmd) return -1;
+    snprintf(cmd, cap,
+             "KUBECONFIG='%s' KUBECACHEDIR='%s/cache' timeout 60 kubectl %s <'%s' 2>&1",
+             s->kubeconfig, s->dir, args, in);
+    FILE *p = popen(cmd, "r");
+    free(cmd);
+    if (!p) {
+        if (stdin_text) unlink(in);
+        return -1;
+    }
+    size_t got = 0;
+    char buf[4096];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, p)) > 0) {
+        if (out && n && got + 1 < n) {
+            size_t take = r < n - 1 - got ? r : n - 1 - got;
+            memcpy(out + got, buf, take);
+            got += take;
+            out[got] = '\0';
+        }
+    }
+    int st = pclose(p);
+    if (stdin_text) unlink(in);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
