@@ -197,4 +197,82 @@ int rl_node_env_read(rl_node_env *env, rl_err *e);
  * '...': why"), with out = "". Fuzzed. */
 int rl_slurm_first_host(const char *nodelist, char *out, size_t n, rl_err *e);
 
+/* ---- leader election ---------------------------------------------------------------
+ * One elector per node agent, on a background thread. Backends: "k8s" (a
+ * coordination.k8s.io/v1 Lease with client-go's semantics) and "etcd" (an
+ * etcd v3 lease + a transaction on the leader key). The leader publishes
+ * where its rendezvous store listens; followers read it from the record.
+ *
+ * Timing (client-go's defaults): lease 15 s, renew deadline 10 s, retry
+ * 2 s. A candidate tries every retry period; a leader that has not renewed
+ * successfully for the renew deadline stops leading at once (also after
+ * its process was paused), before the lease can expire for the others. */
+typedef struct rl_leader {
+    char id[254];   /* holder identity (pod name); "" when nobody leads */
+    char addr[256]; /* the leader's rendezvous store host */
+    int port;
+} rl_leader;
+
+typedef struct rl_elector_opts {
+    const char *backend;         /* "k8s" | "etcd" */
+    const char *id;              /* this candidate, unique in the job (the pod name) */
+    const char *addr;            /* published while leading */
+    int port;
+    double lease_s, renew_deadline_s, retry_s; /* 0: 15, 10, 2 */
+    /* k8s: kubeconfig NULL = in-cluster (or $KUBECONFIG); the Lease ns/name */
+    const char *kubeconfig, *ns, *lease_name;
+    /* etcd: "http://host:port" and the leader key ("/ringleader/<job>/leader") */
+    const char *etcd_endpoint, *etcd_key;
+} rl_elector_opts;
+
+typedef struct rl_elect_state {
+    bool leading;     /* this candidate leads now */
+    rl_leader leader; /* the holder as last observed ("" id: none or unknown) */
+    uint64_t gen;     /* changes whenever leading or leader changes */
+    int errors;       /* consecutive failed attempts (API unreachable, 403, ...) */
+    char last_error[256];
+} rl_elect_state;
+
+typedef struct rl_elector rl_elector;
+/* Bad options are RL_EINPUT naming the field; the first attempt happens on
+ * the thread, so an unreachable backend is not an error here (it shows in
+ * state.errors and in warn logs, and the elector keeps trying). */
+int rl_elector_start(const rl_elector_opts *o, rl_elector **out, rl_err *e);
+void rl_elector_state(rl_elector *el, rl_elect_state *st);
+/* Wait up to timeout_s for state.gen to differ from `seen`; fills *st. */
+void rl_elector_wait(rl_elector *el, uint64_t seen, double timeout_s, rl_elect_state *st);
+/* Stop the thread; release = give the lease up if held (client-go's
+ * ReleaseOnCancel: an empty holder, so others take over at once). */
+void rl_elector_stop(rl_elector *el, bool release);
+
+/* ---- membership ---------------------------------------------------------------------
+ * Who the job's nodes are, watched on a background thread. "k8s": the
+ * endpoints of the job's headless Service, from its EndpointSlices (label
+ * kubernetes.io/service-name, several slices merged), terminating endpoints
+ * flagged; "etcd": keys under a prefix, each bound to its node's etcd lease
+ * (this node's own key is kept alive while it runs). */
+typedef struct rl_peer {
+    char id[254];  /* pod name (targetRef, else hostname) / the etcd node id */
+    char addr[64];
+    bool ready, terminating;
+} rl_peer;
+
+typedef struct rl_members_opts {
+    const char *backend; /* "k8s" | "etcd" */
+    const char *kubeconfig, *ns, *service;   /* k8s */
+    const char *etcd_endpoint, *etcd_prefix; /* etcd: "/ringleader/<job>/members/" */
+    const char *self_id, *self_addr;         /* etcd: this node's own key */
+    double ttl_s;                            /* etcd: its lease TTL (0: 15) */
+} rl_members_opts;
+
+typedef struct rl_members rl_members;
+int rl_members_start(const rl_members_opts *o, rl_members **out, rl_err *e);
+/* Copy up to cap peers, sorted by id, into peers; returns how many there
+ * are (may exceed cap). *version changes with every change of the set;
+ * *synced is false until the first complete listing arrived. */
+int rl_members_snapshot(rl_members *m, rl_peer *peers, int cap, uint64_t *version, bool *synced);
+/* Wait up to timeout_s for the version to differ from `seen`. */
+void rl_members_wait(rl_members *m, uint64_t seen, double timeout_s);
+void rl_members_stop(rl_members *m);
+
 #endif
