@@ -1,0 +1,308 @@
+/* ckpt: checkpoints -- safetensors, manifests, storage backends, the
+ * asynchronous saver and the choice of what to resume from.
+ *
+ * Layout under a checkpoint URI (keys are '/'-separated, relative to it):
+ *   step-NNNNNNNN/model.safetensors      F32 weights, Hugging Face Llama names
+ *   step-NNNNNNNN/config.json            Hugging Face LlamaConfig
+ *   step-NNNNNNNN/optimizer.safetensors  "master.<name>", "exp_avg.<name>",
+ *                                        "exp_avg_sq.<name>" (F32, one per
+ *                                        model tensor, same shape)
+ *   step-NNNNNNNN/trainer_state.json     step, tokens, data position, RNG,
+ *                                        schedule, world size, the job config
+ *   step-NNNNNNNN/manifest.json          size + sha256 of each file above;
+ *                                        written LAST: it is the commit
+ *   latest                               "step-NNNNNNNN\n", written after
+ *                                        that step's manifest
+ *
+ * Every object is written atomically (a reader sees all of it or none).
+ * A step directory without a manifest is never a checkpoint. Resuming
+ * verifies sizes and hashes of every file and falls back to the newest
+ * earlier checkpoint that verifies.
+ *
+ * This package knows nothing of the trainer: it takes buffers and a
+ * state record, so the GPU path can feed it host copies the same way. */
+#ifndef RL_CKPT_H
+#define RL_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/util.h"
+
+struct cJSON;
+
+#define RL_CKPT_FORMAT_VERSION 1
+#define RL_CKPT_URI_MAX 1024
+/* The safetensors reference implementation refuses headers above 100 MB. */
+#define RL_CKPT_ST_MAX_HEADER 100000000ull
+#define RL_CKPT_ST_MAX_NAME 256
+#define RL_CKPT_ST_MAX_DIMS 8
+
+/* ---- job config section "checkpoint" ------------------------------------------ */
+typedef struct rl_ckpt_config {
+    char uri[RL_CKPT_URI_MAX]; /* "" disables; "file:///abs" or a plain path */
+    long long every_steps;     /* 0: no step cadence */
+    double every_minutes;      /* 0: no time cadence */
+    int keep;                  /* committed checkpoints kept (>= 1) */
+    char when_busy[8];         /* "wait" | "skip": a save due while one runs */
+    bool resume;               /* start from the newest good checkpoint */
+    double preempt_budget_s;   /* SIGTERM -> checkpoint written within this */
+} rl_ckpt_config;
+
+void rl_ckpt_config_default(rl_ckpt_config *c);
+/* Strict reader over the defaults (unknown fields are errors); `where`
+ * prefixes messages ("job.json: checkpoint"). s3:// is refused for now. */
+int rl_ckpt_config_from_json(const struct cJSON *obj, const char *where, rl_ckpt_config *c,
+                             rl_err *e);
+void rl_ckpt_config_add_json(const rl_ckpt_config *c, struct cJSON *obj);
+
+/* ---- storage: the interface an s3:// backend implements unchanged ---------------- */
+typedef struct rl_ckpt_part {
+    const void *data;
+    size_t len;
+} rl_ckpt_part;
+
+typedef struct rl_ckpt_list {
+    char **keys; /* sorted */
+    size_t n;
+} rl_ckpt_list;
+void rl_ckpt_list_free(rl_ckpt_list *l);
+
+/* All functions are thread-compatible: one caller at a time per store
+ * (the saver thread and the trainer never use a store concurrently).
+ * A missing key is RL_EINPUT from get and del-tolerant (del of a missing key
+ * is OK); exists() is the way to ask without an error. */
+typedef struct rl_ckpt_store_ops {
+    /* The concatenation of parts becomes the object, atomically. */
+    int (*put)(void *ctx, const char *key, const rl_ckpt_part *parts, int nparts, rl_err *e);
+    /* Bytes [off, off+len) (len UINT64_MAX: to the end); *out malloc'd, NUL-terminated. */
+    int (*get)(void *ctx, const char *key, uint64_t off, uint64_t len, void **out, size_t *n,
+               rl_err *e);
+    /* Every key starting with prefix ("" = all). */
+    int (*list)(void *ctx, const char *prefix, rl_ckpt_list *out, rl_err *e);
+    int (*del)(void *ctx, const char *key, rl_err *e);
+    int (*exists)(void *ctx, const char *key, bool *found, uint64_t *size, rl_err *e);
+    void (*close)(void *ctx);
+} rl_ckpt_store_ops;
+
+typedef struct rl_ckpt_store {
+    const rl_ckpt_store_ops *ops;
+    void *ctx;
+    char uri[RL_CKPT_URI_MAX]; /* normalised, no trailing '/': used in messages */
+} rl_ckpt_store;
+
+/* file:///abs/dir or a plain path. The directory is created if missing
+ * (its parent must exist) and must be writable (probed now, so a bad
+ * setting fails before training, not at the first save). s3:// and other
+ * schemes are RL_EINPUT. */
+int rl_ckpt_store_open(const char *uri, rl_ckpt_store **out, rl_err *e);
+void rl_ckpt_store_close(rl_ckpt_store *s);
+int rl_ckpt_put(rl_ckpt_store *s, const char *key, const rl_ckpt_part *parts, int nparts, rl_err *e);
+int rl_ckpt_get(rl_ckpt_store *s, const char *key, uint64_t off, uint64_t len, void **out,
+                size_t *n, rl_err *e);
+int rl_ckpt_list_keys(rl_ckpt_store *s, const char *prefix, rl_ckpt_list *out, rl_err *e);
+int rl_ckpt_del(rl_ckpt_store *s, const char *key, rl_err *e);
+int rl_ckpt_exists(rl_ckpt_store *s, const char *key, bool *found, uint64_t *size, rl_err *e);
+
+/* ---- safetensors ----------------------------------------------------------------
+ * File: u64 little-endian header length N, N bytes of JSON (padded with
+ * spaces to a multiple of 8 by our writer), then the data. Each tensor
+ * entry is {"dtype", "shape", "data_offsets": [begin, end]} relative to the
+ * data start; "__metadata__" maps strings to strings. */
+typedef struct rl_ckpt_st_tensor {
+    char name[RL_CKPT_ST_MAX_NAME + 1];
+    char dtype[8];
+    int ndim;
+    int64_t shape[RL_CKPT_ST_MAX_DIMS];
+    uint64_t begin, end; /* relative to the data start */
+} rl_ckpt_st_tensor;
+
+typedef struct rl_ckpt_st {
+    uint64_t data_start; /* 8 + N */
+    uint64_t data_len;
+    int n;
+    rl_ckpt_st_tensor *t; /* sorted by begin */
+    int n_meta;
+    char (*meta)[2][256]; /* key, value */
+} rl_ckpt_st;
+
+/* Parse and validate a header. buf holds at least the first 8 + N bytes
+ * (or the whole file); file_size is the size of the whole file. Checks:
+ * N bounded and inside the file, JSON object (trailing spaces only), known
+ * dtypes, shapes of non-negative integers, offsets in range, contiguous from
+ * 0 to the end of the file with no gap or overlap, numel x dtype size equal
+ * to each byte range, no duplicate names, metadata values strings. Errors
+ * are RL_EINPUT naming `name` (the file) and the tensor. Fuzzed. */
+int rl_ckpt_st_parse(const void *buf, size_t len, uint64_t file_size, const char *name,
+                     rl_ckpt_st **out, rl_err *e);
+const rl_ckpt_st_tensor *rl_ckpt_st_find(const rl_ckpt_st *st, const char *name);
+const char *rl_ckpt_st_meta(const rl_ckpt_st *st, const char *key);
+void rl_ckpt_st_free(rl_ckpt_st *st);
+
+typedef struct rl_ckpt_st_entry {
+    const char *name;
+    const char *dtype; /* "F32", "BF16", ... */
+    int ndim;
+    int64_t shape[RL_CKPT_ST_MAX_DIMS];
+    const void *data;
+    size_t bytes;
+} rl_ckpt_st_entry;
+/* The 8-byte length and the padded JSON header for tensors laid out in the
+ * given order; the file is this header followed by each entry's bytes.
+ * meta: NULL-terminated key, value, key, value... (may be NULL). */
+int rl_ckpt_st_header(const rl_ckpt_st_entry *t, int n, const char *const *meta, char **hdr,
+                      size_t *hdr_len, rl_err *e);
+
+/* ---- checkpoint contents -------------------------------------------------------------- */
+typedef struct rl_ckpt_state {
+    long long step;          /* optimizer steps done */
+    uint64_t tokens_seen;
+    uint64_t sample_index;   /* global sample index of the next step's first sample */
+    uint64_t global_batch;   /* sequences per step when saved (informational) */
+    uint64_t data_seed;      /* the sampler's shuffle seed */
+    uint64_t rng[4];         /* the trainer's RNG (xoshiro256** state) */
+    double lr, next_lr;      /* schedule: lr of the last step and of the next */
+    int world_size;          /* when saved */
+    double saved_unix;
+} rl_ckpt_state;
+
+/* One checkpoint's data. params, m, v hold n floats in the model's layout
+ * (pkg/model); config_json is the job config as JSON (object text). */
+typedef struct rl_ckpt_data {
+    rl_model_config model;
+    size_t n;
+    const float *params, *m, *v;
+    rl_ckpt_state state;
+    const char *config_json;
+} rl_ckpt_data;
+
+/* "step-00000005" */
+void rl_ckpt_step_name(char *dst, size_t n, long long step);
+/* Strictly "step-" + 8..18 digits; -1 otherwise. */
+long long rl_ckpt_parse_step_name(const char *s, size_t len);
+
+/* File writers/readers of the JSON files (pure; fuzzed readers). */
+char *rl_ckpt_hf_config_json(const rl_model_config *c);
+char *rl_ckpt_state_json(const rl_ckpt_state *s, const char *config_json);
+int rl_ckpt_state_parse(const char *text, size_t len, const char *name, rl_ckpt_state *s,
+                        rl_err *e);
+/* Compare a checkpoint's config.json with the job's model: RL_EINPUT naming
+ * the first field that differs. */
+int rl_ckpt_hf_config_check(const char *text, size_t len, const char *name,
+                            const rl_model_config *want, rl_err *e);
+
+#define RL_CKPT_MAX_FILES 8
+typedef struct rl_ckpt_manifest {
+    int version;
+    long long step;
+    int nfiles;
+    struct {
+        char name[64];
+        uint64_t size;
+        char sha256[65]; /* lowercase hex */
+    } files[RL_CKPT_MAX_FILES];
+} rl_ckpt_manifest;
+char *rl_ckpt_manifest_json(const rl_ckpt_manifest *m);
+/* Validates names (plain file names), sizes, 64-hex hashes, version. Fuzzed. */
+int rl_ckpt_manifest_parse(const char *text, size_t len, const char *name, rl_ckpt_manifest *m,
+                           rl_err *e);
+void rl_ckpt_sha256_hex(const rl_ckpt_part *parts, int nparts, char out[65]);
+
+/* ---- write / verify / load ------------------------------------------------------------- */
+typedef struct rl_ckpt_write_opts {
+    int keep;        /* committed checkpoints kept, >= 1 */
+    double deadline; /* rl_now() by which it must be committed; 0: none */
+} rl_ckpt_write_opts;
+
+typedef struct rl_ckpt_write_info {
+    uint64_t bytes;
+    double seconds;
+    int pruned;      /* checkpoints deleted after the commit */
+} rl_ckpt_write_info;
+
+/* Write every file of d.state.step, the manifest, then `latest`; then keep
+ * the newest `keep` committed checkpoints at or below this step and delete
+ * the rest, plus any manifest-less directory older than this step and any
+ * checkpoint newer than it (a timeline abandoned by a resume: such a step
+ * would have been resumed from had it verified). A deadline that passes
+ * between files abandons the write (RL_ETIMEOUT) before its manifest. */
+int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_opts *o,
+                  rl_ckpt_write_info *info, rl_err *e);
+
+/* Steps under the store that have a manifest (committed), ascending;
+ * *uncommitted (optional) gets the step directories without one. Caller frees. */
+int rl_ckpt_steps(rl_ckpt_store *s, long long **committed, int *nc, long long **uncommitted,
+                  int *nu, rl_err *e);
+
+/* A verified checkpoint read into memory. */
+typedef struct rl_ckpt_loaded {
+    bool found;
+    long long step;
+    rl_ckpt_state state;
+    char *config_json; /* trainer_state.json's "config", text (may be NULL) */
+    int n_skipped;     /* newer checkpoints that failed verification */
+    char skipped[4][512]; /* why (the first few) */
+} rl_ckpt_loaded;
+void rl_ckpt_loaded_free(rl_ckpt_loaded *l);
+
+/* Read `step`, verify it against its manifest and the job's model, and
+ * fill params/m/v (n floats each, may be NULL to only verify). Errors name
+ * the object at fault. */
+int rl_ckpt_read_step(rl_ckpt_store *s, long long step, const rl_model_config *want, size_t n,
+                      float *params, float *m, float *v, rl_ckpt_loaded *out, rl_err *e);
+
+/* The resume choice: `latest` first, then every committed step, newest
+ * first; the first that verifies is loaded (and each one skipped is logged
+ * with the reason). A store with no checkpoint at all: RL_OK, found false.
+ * Checkpoints present but none usable: RL_EINPUT naming the newest one's
+ * fault (training never starts from damaged state, nor silently from
+ * scratch). A model config mismatch is RL_EINPUT at once (no fallback:
+ * the older ones were written by the same job). */
+int rl_ckpt_load_latest(rl_ckpt_store *s, const rl_model_config *want, size_t n, float *params,
+                        float *m, float *v, rl_ckpt_loaded *out, rl_err *e);
+
+/* ---- the asynchronous saver ------------------------------------------------------------
+ * save() copies params/m/v into host snapshot buffers (the only pause of
+ * the training loop) and hands the rest -- serialising, hashing, writing,
+ * committing, pruning -- to a background thread. */
+typedef struct rl_ckpt_saver rl_ckpt_saver;
+
+typedef struct rl_ckpt_saver_opts {
+    int keep;
+    bool skip_when_busy;  /* false: wait for the running save */
+    double busy_timeout_s; /* bound on that wait (default 1800) */
+} rl_ckpt_saver_opts;
+
+/* One save's timeline (rl_now() values) for logs and tests. */
+typedef struct rl_ckpt_save_info {
+    long long step;
+    double t_snap_begin, t_snap_end; /* the pause */
+    double t_done;                   /* committed (or failed) */
+    uint64_t bytes;
+    int rc;                          /* RL_OK once committed */
+    bool done;
+} rl_ckpt_save_info;
+
+int rl_ckpt_saver_create(rl_ckpt_store *store, size_t n, const rl_ckpt_saver_opts *o,
+                         rl_ckpt_saver **out, rl_err *e);
+/* Snapshot and start a save. Busy: wait (bounded) or skip, logging either;
+ * *started tells which. sync: also wait for the commit, with d->... deadline
+ * (0: none) bounding the write. A background failure of an earlier save is
+ * returned here first. */
+int rl_ckpt_saver_save(rl_ckpt_saver *s, const rl_ckpt_data *d, bool sync, double deadline,
+                       bool *started, rl_err *e);
+/* The error of a finished background save (once), else RL_OK. Non-blocking. */
+int rl_ckpt_saver_poll(rl_ckpt_saver *s, rl_err *e);
+/* Wait for a running save, until `deadline` (rl_now(); 0: busy_timeout_s). */
+int rl_ckpt_saver_wait(rl_ckpt_saver *s, double deadline, rl_err *e);
+bool rl_ckpt_saver_busy(rl_ckpt_saver *s);
+/* Saves started and skipped so far; the last started save's record. */
+void rl_ckpt_saver_stats(rl_ckpt_saver *s, int *started, int *skipped, rl_ckpt_save_info *last);
+/* The last n records (oldest first); returns how many were copied. */
+int rl_ckpt_saver_history(rl_ckpt_saver *s, rl_ckpt_save_info *out, int n);
+/* Waits (bounded by busy_timeout_s) for a running save, then stops. */
+void rl_ckpt_saver_destroy(rl_ckpt_saver *s);
+
+#endif

@@ -1,0 +1,375 @@
+/* The JSON files of a checkpoint (config.json, trainer_state.json,
+ * manifest.json), the "checkpoint" config section, step names, hashing. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "data/data.h"
+
+/* ---- config section ------------------------------------------------------------------- */
+void rl_ckpt_config_default(rl_ckpt_config *c) {
+    memset(c, 0, sizeof *c);
+    c->keep = 3;
+    snprintf(c->when_busy, sizeof c->when_busy, "wait");
+    c->resume = true;
+    /* below Kubernetes' default terminationGracePeriodSeconds of 30 */
+    c->preempt_budget_s = 20;
+}
+
+int rl_ckpt_config_from_json(const cJSON *o, const char *w, rl_ckpt_config *c, rl_err *e) {
+    static const char *const keys[] = {"uri", "every_steps", "every_minutes", "keep", "when_busy",
+                                       "resume", "preempt_budget_s", NULL};
+    long long keep = c->keep;
+    int rc = rl_cfg_check_keys(o, w, keys, e);
+    if (rc || (rc = rl_cfg_str(o, w, "uri", c->uri, sizeof c->uri, e)) ||
+        (rc = rl_cfg_int(o, w, "every_steps", 0, 1ll << 40, &c->every_steps, e)) ||
+        (rc = rl_cfg_num(o, w, "every_minutes", 0, 1e6, &c->every_minutes, e)) ||
+        (rc = rl_cfg_int(o, w, "keep", 1, 1 << 20, &keep, e)) ||
+        (rc = rl_cfg_str(o, w, "when_busy", c->when_busy, sizeof c->when_busy, e)) ||
+        (rc = rl_cfg_bool(o, w, "resume", &c->resume, e)) ||
+        (rc = rl_cfg_num(o, w, "preempt_budget_s", 0.1, 86400, &c->preempt_budget_s, e)))
+        return rc;
+    c->keep = (int)keep;
+    char esc[160];
+    if (strcmp(c->when_busy, "wait") != 0 && strcmp(c->when_busy, "skip") != 0)
+        return rl_errf(e, RL_EINPUT, "%s.when_busy: \"%s\" is neither \"wait\" nor \"skip\"", w,
+                       rl_json_escape(esc, sizeof esc, c->when_busy));
+    if (!strncmp(c->uri, "s3://", 5))
+        return rl_errf(e, RL_EINPUT, "%s.uri: %s: the S3 backend is not built yet (use file:///path)", w,
+                       rl_json_escape(esc, sizeof esc, c->uri));
+    if (c->uri[0] && strstr(c->uri, "://") && strncmp(c->uri, "file:///", 8) != 0)
+        return rl_errf(e, RL_EINPUT, "%s.uri: %s: use file:///absolute/path or a plain path", w,
+                       rl_json_escape(esc, sizeof esc, c->uri));
+    return RL_OK;
+}
+
+void rl_ckpt_config_add_json(const rl_ckpt_config *c, cJSON *o) {
+    cJSON_AddStringToObject(o, "uri", c->uri);
+    cJSON_AddNumberToObject(o, "every_steps", (double)c->every_steps);
+    cJSON_AddNumberToObject(o, "every_minutes", c->every_minutes);
+    cJSON_AddNumberToObject(o, "keep", c->keep);
+    cJSON_AddStringToObject(o, "when_busy", c->when_busy);
+    cJSON_AddBoolToObject(o, "resume", c->resume);
+    cJSON_AddNumberToObject(o, "preempt_budget_s", c->preempt_budget_s);
+}
+
+/* ---- names, hashes ---------------------------------------------------------------------- */
+void rl_ckpt_step_name(char *dst, size_t n, long long step) { snprintf(dst, n, "step-%08lld", step); }
+
+long long rl_ckpt_parse_step_name(const char *s, size_t len) {
+    if (len < 13 || len > 23 || strncmp(s, "step-", 5) != 0) return -1;
+    long long v = 0;
+    for (size_t i = 5; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+void rl_ckpt_sha256_hex(const rl_ckpt_part *parts, int nparts, char out[65]) {
+    unsigned char md[32];
+    unsigned int mdl = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    for (int i = 0; i < nparts; i++) EVP_DigestUpdate(ctx, parts[i].data, parts[i].len);
+    EVP_DigestFinal_ex(ctx, md, &mdl);
+    EVP_MD_CTX_free(ctx);
+    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+/* ---- config.json (Hugging Face LlamaConfig) ---------------------------------------------- */
+char *rl_ckpt_hf_config_json(const rl_model_config *c) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON *a = cJSON_AddArrayToObject(r, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(r, "model_type", "llama");
+    cJSON_AddNumberToObject(r, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(r, "intermediate_size", c->intermediate_size);
+    cJSON_AddNumberToObject(r, "num_hidden_layers", c->num_hidden_layers);
+    cJSON_AddNumberToObject(r, "num_attention_heads", c->num_attention_heads);
+    cJSON_AddNumberToObject(r, "num_key_value_heads", c->num_key_value_heads);
+    cJSON_AddNumberToObject(r, "head_dim", rl_model_head_dim(c));
+    cJSON_AddNumberToObject(r, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(r, "max_position_embeddings", c->max_position_embeddings);
+    cJSON_AddNumberToObject(r, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
+    cJSON_AddNullToObject(r, "rope_scaling");
+    cJSON_AddNumberToObject(r, "initializer_range", c->initializer_range);
+    cJSON_AddStringToObject(r, "hidden_act", "silu");
+    cJSON_AddBoolToObject(r, "attention_bias", 0);
+    cJSON_AddNumberToObject(r, "attention_dropout", 0.0);
+    cJSON_AddBoolToObject(r, "mlp_bias", 0);
+    cJSON_AddBoolToObject(r, "tie_word_embeddings", 0);
+    cJSON_AddStringToObject(r, "torch_dtype", "float32");
+    cJSON_AddBoolToObject(r, "use_cache", 1);
+    /* The byte tokenizer has no BOS; its end-of-text token ends documents.
+     * A vocabulary without that id (custom corpora) gets null. */
+    cJSON_AddNullToObject(r, "bos_token_id");
+    if (c->vocab_size > RL_TOK_EOT) cJSON_AddNumberToObject(r, "eos_token_id", RL_TOK_EOT);
+    else cJSON_AddNullToObject(r, "eos_token_id");
+    char *s = cJSON_Print(r);
+    cJSON_Delete(r);
+    return s;
+}
+
+int rl_ckpt_hf_config_check(const char *text, size_t len, const char *name,
+                            const rl_model_config *want, rl_err *e) {
+    cJSON *r = cJSON_ParseWithLength(text, len);
+    if (!r || !cJSON_IsObject(r)) {
+        cJSON_Delete(r);
+        return rl_errf(e, RL_EINPUT, "%s: not a JSON object", name);
+    }
+    const struct {
+        const char *k;
+        double v;
+    } f[] = {
+        {"hidden_size", want->hidden_size},
+        {"intermediate_size", want->intermediate_size},
+        {"num_hidden_layers", want->num_hidden_layers},
+        {"num_attention_heads", want->num_attention_heads},
+        {"num_key_value_heads", want->num_key_value_heads},
+        {"vocab_size", want->vocab_size},
+        {"max_position_embeddings", want->max_position_embeddings},
+        {"rms_norm_eps", want->rms_norm_eps},
+        {"rope_theta", want->rope_theta},
+    };
+    int rc = RL_OK;
+    for (size_t i = 0; i < sizeof f / sizeof f[0] && !rc; i++) {
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(r, f[i].k);
+        if (!cJSON_IsNumber(j))
+            rc = rl_errf(e, RL_EINPUT, "%s: %s missing or not a number", name, f[i].k);
+        else if (j->valuedouble != f[i].v)
+            rc = rl_errf(e, RL_EINPUT,
+                         "%s: model.%s is %.17g in the checkpoint but %.17g in the job config "
+                         "(a checkpoint resumes only the model it was written for)",
+                         name, f[i].k, j->valuedouble, f[i].v);
+    }
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(r, "tie_word_embeddings");
+    if (!rc && cJSON_IsTrue(tie))
+        rc = rl_errf(e, RL_EINPUT, "%s: tie_word_embeddings is true; this trainer has an untied lm_head", name);
+    cJSON_Delete(r);
+    return rc;
+}
+
+/* ---- trainer_state.json ------------------------------------------------------------------- */
+/* 64-bit values as decimal strings: JSON numbers lose them above 2^53. */
+static void add_u64(cJSON *o, const char *k, uint64_t v) {
+    char b[24];
+    snprintf(b, sizeof b, "%llu", (unsigned long long)v);
+    cJSON_AddStringToObject(o, k, b);
+}
+
+char *rl_ckpt_state_json(const rl_ckpt_state *s, const char *config_json) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "format", "ringleader-trainer-state");
+    cJSON_AddNumberToObject(r, "version", RL_CKPT_FORMAT_VERSION);
+    cJSON_AddNumberToObject(r, "step", (double)s->step);
+    add_u64(r, "tokens_seen", s->tokens_seen);
+    cJSON *d = cJSON_AddObjectToObject(r, "data");
+    add_u64(d, "sample_index", s->sample_index);
+    add_u64(d, "global_batch", s->global_batch);
+    add_u64(d, "seed", s->data_seed);
+    cJSON *g = cJSON_AddObjectToObject(r, "rng");
+    cJSON_AddStringToObject(g, "algorithm", "xoshiro256**");
+    cJSON *st = cJSON_AddArrayToObject(g, "state");
+    for (int i = 0; i < 4; i++) {
+        char b[24];
+        snprintf(b, sizeof b, "%llu", (unsigned long long)s->rng[i]);
+        cJSON_AddItemToArray(st, cJSON_CreateString(b));
+    }
+    cJSON *sc = cJSON_AddObjectToObject(r, "schedule");
+    cJSON_AddStringToObject(sc, "kind", "linear_warmup_cosine");
+    cJSON_AddNumberToObject(sc, "last_lr", s->lr);
+    cJSON_AddNumberToObject(sc, "next_lr", s->next_lr);
+    cJSON_AddNumberToObject(r, "world_size", s->world_size);
+    cJSON_AddNumberToObject(r, "saved_unix", s->saved_unix);
+    cJSON *cfg = config_json ? cJSON_Parse(config_json) : NULL;
+    if (cfg) cJSON_AddItemToObject(r, "config", cfg);
+    char *out = cJSON_Print(r);
+    cJSON_Delete(r);
+    return out;
+}
+
+static bool dec_u64(const cJSON *j, uint64_t *v) {
+    char *end = NULL;
+    if (!cJSON_IsString(j) || !j->valuestring[0] || j->valuestring[0] < '0' || j->valuestring[0] > '9' ||
+        strlen(j->valuestring) > 20)
+        return false;
+    unsigned long long x = strtoull(j->valuestring, &end, 10);
+    if (*end) return false;
+    *v = x;
+    return true;
+}
+
+static int get_u64s(const cJSON *o, const char *k, const char *name, uint64_t *v, rl_err *e) {
+    if (!dec_u64(cJSON_GetObjectItemCaseSensitive(o, k), v))
+        return rl_errf(e, RL_EINPUT, "%s: %s must be a decimal string", name, k);
+    return RL_OK;
+}
+
+int rl_ckpt_state_parse(const char *text, size_t len, const char *name, rl_ckpt_state *s,
+                        rl_err *e) {
+    memset(s, 0, sizeof *s);
+    cJSON *r = cJSON_ParseWithLength(text, len);
+    int rc = RL_OK;
+    if (!r || !cJSON_IsObject(r)) {
+        rc = rl_errf(e, RL_EINPUT, "%s: not a JSON object", name);
+        goto out;
+    }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(r, "version");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "ringleader-trainer-state") != 0) {
+        rc = rl_errf(e, RL_EINPUT, "%s: format is not \"ringleader-trainer-state\"", name);
+        goto out;
+    }
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != RL_CKPT_FORMAT_VERSION) {
+        rc = rl_errf(e, RL_EINPUT, "%s: unsupported version (this build reads %d)", name, RL_CKPT_FORMAT_VERSION);
+        goto out;
+    }
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(r, "step");
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(r, "world_size");
+    if (!cJSON_IsNumber(step) || !(step->valuedouble >= 0) || step->valuedouble > 1e15 ||
+        step->valuedouble != floor(step->valuedouble)) {
+        rc = rl_errf(e, RL_EINPUT, "%s: step must be a non-negative integer", name);
+        goto out;
+    }
+    s->step = (long long)step->valuedouble;
+    if (!cJSON_IsNumber(ws) || !(ws->valuedouble >= 1) || ws->valuedouble > 1 << 24) {
+        rc = rl_errf(e, RL_EINPUT, "%s: world_size must be a positive integer", name);
+        goto out;
+    }
+    s->world_size = (int)ws->valuedouble;
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(r, "data");
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(r, "rng");
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(r, "schedule");
+    if (!cJSON_IsObject(d) || !cJSON_IsObject(g) || !cJSON_IsObject(sc)) {
+        rc = rl_errf(e, RL_EINPUT, "%s: data, rng and schedule must be objects", name);
+        goto out;
+    }
+    if ((rc = get_u64s(r, "tokens_seen", name, &s->tokens_seen, e)) ||
+        (rc = get_u64s(d, "sample_index", name, &s->sample_index, e)) ||
+        (rc = get_u64s(d, "global_batch", name, &s->global_batch, e)) ||
+        (rc = get_u64s(d, "seed", name, &s->data_seed, e)))
+        goto out;
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(g, "state");
+    if (!cJSON_IsArray(st) || cJSON_GetArraySize(st) != 4) {
+        rc = rl_errf(e, RL_EINPUT, "%s: rng.state must be 4 decimal strings", name);
+        goto out;
+    }
+    int i = 0;
+    for (const cJSON *x = st->child; x; x = x->next, i++)
+        if (!dec_u64(x, &s->rng[i])) {
+            rc = rl_errf(e, RL_EINPUT, "%s: rng.state[%d] must be a decimal string", name, i);
+            goto out;
+        }
+    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(sc, "last_lr");
+    const cJSON *nlr = cJSON_GetObjectItemCaseSensitive(sc, "next_lr");
+    if (!cJSON_IsNumber(lr) || !cJSON_IsNumber(nlr)) {
+        rc = rl_errf(e, RL_EINPUT, "%s: schedule.last_lr and next_lr must be numbers", name);
+        goto out;
+    }
+    s->lr = lr->valuedouble, s->next_lr = nlr->valuedouble;
+    const cJSON *su = cJSON_GetObjectItemCaseSensitive(r, "saved_unix");
+    if (cJSON_IsNumber(su)) s->saved_unix = su->valuedouble;
+out:
+    cJSON_Delete(r);
+    return rc;
+}
+
+/* ---- manifest.json --------------------------------------------------------------------------- */
+char *rl_ckpt_manifest_json(const rl_ckpt_manifest *m) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "format", "ringleader-checkpoint");
+    cJSON_AddNumberToObject(r, "version", m->version);
+    cJSON_AddNumberToObject(r, "step", (double)m->step);
+    cJSON *fs = cJSON_AddArrayToObject(r, "files");
+    for (int i = 0; i < m->nfiles; i++) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "name", m->files[i].name);
+        cJSON_AddNumberToObject(f, "size", (double)m->files[i].size);
+        cJSON_AddStringToObject(f, "sha256", m->files[i].sha256);
+        cJSON_AddItemToArray(fs, f);
+    }
+    char *s = cJSON_Print(r);
+    cJSON_Delete(r);
+    return s;
+}
+
+int rl_ckpt_manifest_parse(const char *text, size_t len, const char *name, rl_ckpt_manifest *m,
+                           rl_err *e) {
+    memset(m, 0, sizeof *m);
+    cJSON *r = cJSON_ParseWithLength(text, len);
+    int rc = RL_OK;
+    if (!r || !cJSON_IsObject(r)) {
+        rc = rl_errf(e, RL_EINPUT, "%s: not a JSON object", name);
+        goto out;
+    }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(r, "version");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(r, "step");
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(r, "files");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "ringleader-checkpoint") != 0) {
+        rc = rl_errf(e, RL_EINPUT, "%s: format is not \"ringleader-checkpoint\"", name);
+        goto out;
+    }
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != RL_CKPT_FORMAT_VERSION) {
+        rc = rl_errf(e, RL_EINPUT, "%s: unsupported version (this build reads %d)", name, RL_CKPT_FORMAT_VERSION);
+        goto out;
+    }
+    m->version = RL_CKPT_FORMAT_VERSION;
+    if (!cJSON_IsNumber(step) || !(step->valuedouble >= 0) || step->valuedouble > 1e15 ||
+        step->valuedouble != floor(step->valuedouble)) {
+        rc = rl_errf(e, RL_EINPUT, "%s: step must be a non-negative integer", name);
+        goto out;
+    }
+    m->step = (long long)step->valuedouble;
+    int nf = cJSON_GetArraySize(fs);
+    if (!cJSON_IsArray(fs) || nf < 1 || nf > RL_CKPT_MAX_FILES) {
+        rc = rl_errf(e, RL_EINPUT, "%s: files must be an array of 1..%d entries", name, RL_CKPT_MAX_FILES);
+        goto out;
+    }
+    for (const cJSON *f = fs->child; f; f = f->next) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "name");
+        const cJSON *sz = cJSON_GetObjectItemCaseSensitive(f, "size");
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(f, "sha256");
+        int i = m->nfiles;
+        bool ok = cJSON_IsString(fn) && fn->valuestring[0] && strlen(fn->valuestring) < sizeof m->files[i].name &&
+                  !strchr(fn->valuestring, '/') && strcmp(fn->valuestring, ".") && strcmp(fn->valuestring, "..") &&
+                  strcmp(fn->valuestring, "manifest.json");
+        for (const char *c = ok ? fn->valuestring : ""; *c; c++)
+            ok &= (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                  *c == '.' || *c == '_' || *c == '-';
+        if (!ok) {
+            rc = rl_errf(e, RL_EINPUT, "%s: files[%d].name must be a plain file name", name, i);
+            goto out;
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(m->files[j].name, fn->valuestring)) {
+                rc = rl_errf(e, RL_EINPUT, "%s: file %s listed twice", name, fn->valuestring);
+                goto out;
+            }
+        if (!cJSON_IsNumber(sz) || !(sz->valuedouble >= 0) || sz->valuedouble > 9007199254740992.0 ||
+            sz->valuedouble != floor(sz->valuedouble)) {
+            rc = rl_errf(e, RL_EINPUT, "%s: %s: size must be a non-negative integer", name, fn->valuestring);
+            goto out;
+        }
+        ok = cJSON_IsString(h) && strlen(h->valuestring) == 64;
+        for (const char *c = ok ? h->valuestring : ""; *c; c++)
+            ok &= (*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f');
+        if (!ok) {
+            rc = rl_errf(e, RL_EINPUT, "%s: %s: sha256 must be 64 lowercase hex digits", name, fn->valuestring);
+            goto out;
+        }
+        snprintf(m->files[i].name, sizeof m->files[i].name, "%s", fn->valuestring);
+        m->files[i].size = (uint64_t)sz->valuedouble;
+        memcpy(m->files[i].sha256, h->valuestring, 65);
+        m->nfiles++;
+    }
+out:
+    cJSON_Delete(r);
+    return rc;
+}
