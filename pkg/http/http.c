@@ -82,6 +82,7 @@ void rl_http_url_redact(const char *url, char *out, size_t n) {
 
 /* ---- callbacks ----------------------------------------------------------------- */
 typedef struct xfer {
+    CURL *curl;
     const rl_http_req *req;
     rl_http_resp *resp;
     size_t body_cap, max_body;
@@ -134,7 +135,9 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
 static size_t on_write(char *buf, size_t size, size_t nmemb, void *ud) {
     xfer *x = ud;
     size_t len = size * nmemb;
-    if (x->req->on_data) {
+    long st = 0;
+    if (x->req->on_data) curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &st);
+    if (x->req->on_data && st >= 200 && st <= 299) {
         if (x->req->on_data(x->req->data_ud, buf, len) != 0) {
             x->stopped = true;
             return 0; /* curl ends the transfer with CURLE_WRITE_ERROR */
@@ -254,7 +257,7 @@ int rl_http_do(rl_http *h, const rl_http_req *req, rl_http_resp *resp, rl_err *e
     }
     CURL *c = h->curl;
     curl_easy_reset(c);
-    xfer x = {.req = req, .resp = resp, .max_body = req->max_body ? req->max_body : 64u << 20};
+    xfer x = {.curl = c, .req = req, .resp = resp, .max_body = req->max_body ? req->max_body : 64u << 20};
     char errbuf[CURL_ERROR_SIZE] = "";
     struct curl_slist *hl = NULL;
     int rc = RL_OK;

@@ -70,7 +70,9 @@ typedef struct rl_http_req {
      * curl's progress callback) and before it starts; set by another thread
      * to cancel: the request then fails with RL_EABORT. */
     const volatile int *abort_flag;
-    /* Stream the body here instead of collecting it (resp->body stays NULL). */
+    /* Stream a 2xx response's body here instead of collecting it
+     * (resp->body stays NULL). Any other status's body is collected as
+     * usual: it is an error document the caller wants whole. */
     rl_http_data_fn on_data;
     void *data_ud;
     size_t max_body; /* cap on a collected body; 0: 64 MiB. Over it: RL_EIO. */

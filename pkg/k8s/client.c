@@ -1,0 +1,437 @@
+/* Requests to the API server: auth, retries, Status errors.
+ *
+ * Thread safety: the mutex guards the token cache, the handle pool and the
+ * jitter state; it is never held during network I/O. */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "k8s_internal.h"
+
+#define POOL_MAX 8
+
+struct rl_k8s {
+    rl_k8s_config cfg;
+    rl_k8s_opts opts;
+    rl_http_tls tls;
+    pthread_mutex_t mu;
+    char *token;          /* current bearer token (may be NULL: anonymous) */
+    double token_read_at; /* rl_now() of the last file read */
+    rl_http *pool[POOL_MAX];
+    int npool;
+    uint64_t rng;
+};
+
+static char *dup_mem(const char *p, size_t n) {
+    if (!p) return NULL;
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, p, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* Read the token file; trailing whitespace dropped. */
+static int read_token(const char *path, char **out, rl_err *e) {
+    char *t = NULL;
+    size_t n = 0;
+    int rc = rl_read_file(path, &t, &n, e);
+    if (rc) return rl_errf(e, RL_EINPUT, "bearer token file %s: cannot read it", path);
+    while (n && (t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == ' ' || t[n - 1] == '\t'))
+        t[--n] = '\0';
+    if (n == 0) {
+        free(t);
+        return rl_errf(e, RL_EINPUT, "bearer token file %s: empty", path);
+    }
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)t[i] < 0x21 || (unsigned char)t[i] > 0x7e) {
+            memset(t, 0, n);
+            free(t);
+            return rl_errf(e, RL_EINPUT, "bearer token file %s: not a single printable token", path);
+        }
+    *out = t;
+    return RL_OK;
+}
+
+static void free_token(char *t) {
+    if (!t) return;
+    memset(t, 0, strlen(t));
+    free(t);
+}
+
+int rl_k8s_new(const rl_k8s_config *cfg, const rl_k8s_opts *opts, rl_k8s **out, rl_err *e) {
+    if (!cfg->server[0]) return rl_errf(e, RL_EINPUT, "%s: no API server address", cfg->source);
+    rl_k8s *c = calloc(1, sizeof *c);
+    if (!c) return rl_errf(e, RL_ENOMEM, "out of memory creating the Kubernetes client");
+    c->cfg = *cfg;
+    c->cfg.ca_pem = dup_mem(cfg->ca_pem, cfg->ca_pem_len);
+    c->cfg.cert_pem = dup_mem(cfg->cert_pem, cfg->cert_pem_len);
+    c->cfg.key_pem = dup_mem(cfg->key_pem, cfg->key_pem_len);
+    c->cfg.token = cfg->token ? strdup(cfg->token) : NULL;
+    if ((cfg->ca_pem && !c->cfg.ca_pem) || (cfg->cert_pem && !c->cfg.cert_pem) ||
+        (cfg->key_pem && !c->cfg.key_pem) || (cfg->token && !c->cfg.token)) {
+        rl_k8s_config_free(&c->cfg);
+        free(c);
+        return rl_errf(e, RL_ENOMEM, "out of memory creating the Kubernetes client");
+    }
+    if (opts) c->opts = *opts;
+    if (c->opts.timeout_s <= 0) c->opts.timeout_s = 30;
+    if (c->opts.connect_timeout_s <= 0) c->opts.connect_timeout_s = 5;
+    if (c->opts.token_refresh_s <= 0) c->opts.token_refresh_s = 60;
+    c->tls = (rl_http_tls){
+        .ca_file = c->cfg.ca_file[0] ? c->cfg.ca_file : NULL,
+        .ca_pem = c->cfg.ca_pem, .ca_pem_len = c->cfg.ca_pem_len,
+        .cert_file = c->cfg.cert_file[0] ? c->cfg.cert_file : NULL,
+        .key_file = c->cfg.key_file[0] ? c->cfg.key_file : NULL,
+        .cert_pem = c->cfg.cert_pem, .cert_pem_len = c->cfg.cert_pem_len,
+        .key_pem = c->cfg.key_pem, .key_pem_len = c->cfg.key_pem_len,
+    };
+    pthread_mutex_init(&c->mu, NULL);
+    c->rng = rl_http_jitter_seed();
+    if (c->cfg.token_file[0]) {
+        int rc = read_token(c->cfg.token_file, &c->token, e);
+        if (rc) {
+            rl_k8s_free(c);
+            return rc;
+        }
+        c->token_read_at = rl_now();
+    } else if (c->cfg.token) {
+        c->token = strdup(c->cfg.token);
+    }
+    *out = c;
+    return RL_OK;
+}
+
+void rl_k8s_free(rl_k8s *c) {
+    if (!c) return;
+    for (int i = 0; i < c->npool; i++) rl_http_free(c->pool[i]);
+    free_token(c->token);
+    rl_k8s_config_free(&c->cfg);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+const char *rl_k8s_namespace(const rl_k8s *c) { return c->cfg.ns; }
+
+/* "Authorization: Bearer ..." for this request (malloc'd), or NULL when
+ * anonymous. A token file is re-read when stale or when forced (after a
+ * 401); if the re-read fails the previous token is kept. */
+static char *auth_header(rl_k8s *c, bool force) {
+    pthread_mutex_lock(&c->mu);
+    if (c->cfg.token_file[0] &&
+        (force || rl_now() - c->token_read_at >= c->opts.token_refresh_s)) {
+        char *t = NULL;
+        rl_err e2 = {0};
+        if (read_token(c->cfg.token_file, &t, &e2) == RL_OK) {
+            free_token(c->token);
+            c->token = t;
+        } else {
+            rl_log_msg(RL_LOG_WARN, "k8s_token_reread_failed", e2.msg);
+        }
+        c->token_read_at = rl_now();
+    }
+    char *h = NULL;
+    if (c->token) {
+        size_t n = strlen(c->token) + 32;
+        h = malloc(n);
+        if (h) snprintf(h, n, "Authorization: Bearer %s", c->token);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return h;
+}
+
+static rl_http *take_handle(rl_k8s *c, rl_err *e) {
+    rl_http *h = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (c->npool > 0) h = c->pool[--c->npool];
+    pthread_mutex_unlock(&c->mu);
+    if (!h && rl_http_new(&h, e) != RL_OK) return NULL;
+    return h;
+}
+
+static void give_handle(rl_k8s *c, rl_http *h) {
+    pthread_mutex_lock(&c->mu);
+    if (c->npool < POOL_MAX) {
+        c->pool[c->npool++] = h;
+        h = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    rl_http_free(h);
+}
+
+double rl_k8s__backoff(rl_k8s *c, int attempt, double retry_after_s) {
+    pthread_mutex_lock(&c->mu);
+    double d = rl_http_backoff_delay(&c->opts.backoff, attempt, retry_after_s, &c->rng);
+    pthread_mutex_unlock(&c->mu);
+    return d;
+}
+
+void rl_k8s__short_path(const char *path, char *out, size_t n) {
+    const char *p = path;
+    const char *ns = strstr(path, "/namespaces/");
+    if (ns) {
+        const char *after = strchr(ns + 12, '/');
+        if (after && after[1]) p = after + 1;
+    }
+    size_t l = strcspn(p, "?");
+    if (l >= n) l = n - 1;
+    memcpy(out, p, l);
+    out[l] = '\0';
+}
+
+static const char *reason_phrase(long code) {
+    switch (code) {
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "";
+    }
+}
+
+void rl_k8s_status_message(const char *method, const char *path, long code,
+                           const cJSON *status, char *out, size_t n) {
+    char sp[200];
+    rl_k8s__short_path(path, sp, sizeof sp);
+    const char *msg = NULL, *reason = NULL;
+    if (cJSON_IsObject(status)) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(status, "message");
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(status, "reason");
+        if (cJSON_IsString(m) && m->valuestring[0]) msg = m->valuestring;
+        if (cJSON_IsString(r) && r->valuestring[0]) reason = r->valuestring;
+    }
+    const char *rp = reason_phrase(code);
+    int w = snprintf(out, n, "%s %s: %ld%s%s", method, sp, code, *rp ? " " : "", rp);
+    if (w < 0 || (size_t)w >= n) return;
+    if (msg) w += snprintf(out + w, n - (size_t)w, ": %.300s", msg);
+    if (w < 0 || (size_t)w >= n) return;
+    if (reason) snprintf(out + w, n - (size_t)w, " (reason %.60s)", reason);
+    /* one line, whatever the server put in the message */
+    for (char *q = out; *q; q++)
+        if (*q == '\n' || *q == '\r') *q = ' ';
+}
+
+/* One HTTP exchange. */
+static int attempt(rl_k8s *c, const char *method, const char *path, const char *ctype,
+                   const char *body, double timeout_s, double idle_s, rl_http_data_fn fn,
+                   void *ud, const volatile int *abort_flag, bool force_token,
+                   rl_http_resp *resp, rl_err *e) {
+    memset(resp, 0, sizeof *resp);
+    size_t ul = strlen(c->cfg.server) + strlen(path) + 1;
+    char *url = malloc(ul);
+    if (!url) return rl_errf(e, RL_ENOMEM, "out of memory");
+    snprintf(url, ul, "%s%s", c->cfg.server, path);
+    char *auth = auth_header(c, force_token);
+    char ct[128];
+    snprintf(ct, sizeof ct, "Content-Type: %s", ctype ? ctype : "application/json");
+    const char *hdrs[5];
+    int nh = 0;
+    hdrs[nh++] = "Accept: application/json";
+    hdrs[nh++] = "User-Agent: ringleader";
+    if (body) hdrs[nh++] = ct;
+    if (auth) hdrs[nh++] = auth;
+    hdrs[nh] = NULL;
+    rl_http_req rq = {
+        .method = method, .url = url, .headers = hdrs, .body = body,
+        .body_len = body ? strlen(body) : 0, .tls = &c->tls,
+        .connect_timeout_s = c->opts.connect_timeout_s, .timeout_s = timeout_s,
+        .idle_timeout_s = idle_s, .abort_flag = abort_flag, .on_data = fn, .data_ud = ud,
+    };
+    int rc;
+    rl_http *h = take_handle(c, e);
+    if (!h) {
+        rc = e ? e->code : RL_ENOMEM;
+    } else {
+        rc = rl_http_do(h, &rq, resp, e);
+        give_handle(c, h);
+    }
+    free_token(auth);
+    free(url);
+    return rc;
+}
+
+/* Turn a non-2xx answer into the error; *out gets the Status if wanted. */
+static int status_error(const char *method, const char *path, rl_http_resp *resp, cJSON **out,
+                        rl_err *e) {
+    cJSON *st = resp->body ? cJSON_ParseWithLength(resp->body, resp->body_len) : NULL;
+    char msg[480];
+    rl_k8s_status_message(method, path, resp->status, st, msg, sizeof msg);
+    if (out) *out = st;
+    else cJSON_Delete(st);
+    int code = resp->status >= 400 && resp->status < 500 && resp->status != 429 ? RL_EINPUT
+                                                                                : RL_EPEER;
+    return rl_errf(e, code, "%s", msg);
+}
+
+static void log_retry(const char *method, const char *path, long status, const char *why,
+                      double delay) {
+    char sp[200], esc[400], ew[600];
+    rl_k8s__short_path(path, sp, sizeof sp);
+    rl_json_escape(esc, sizeof esc, sp);
+    rl_json_escape(ew, sizeof ew, why);
+    rl_log(RL_LOG_WARN, "k8s_retry", "\"method\":\"%s\",\"path\":\"%s\",\"status\":%ld,"
+           "\"error\":\"%s\",\"delay_s\":%.3f", method, esc, status, ew, delay);
+}
+
+int rl_k8s_request(rl_k8s *c, const char *method, const char *path, const char *content_type,
+                   const char *body, long *http_status, cJSON **out, rl_err *e) {
+    return rl_k8s__request(c, method, path, content_type, body, c->opts.abort_flag, http_status,
+                           out, e);
+}
+
+int rl_k8s__request(rl_k8s *c, const char *method, const char *path, const char *content_type,
+                    const char *body, const volatile int *abort_flag, long *http_status,
+                    cJSON **out, rl_err *e) {
+    long dummy;
+    if (!http_status) http_status = &dummy;
+    *http_status = 0;
+    if (out) *out = NULL;
+    if (!path || path[0] != '/') return rl_errf(e, RL_EINTERNAL, "API path must start with '/'");
+    double deadline = rl_now() + c->opts.timeout_s;
+    int attempts = c->opts.backoff.attempts > 0 ? c->opts.backoff.attempts : 8;
+    bool token_retried = false, force_token = false;
+    rl_http_resp resp;
+    int rc;
+    for (int k = 0;; k++) {
+        double left = deadline - rl_now();
+        if (left < 0.05) left = 0.05;
+        rc = attempt(c, method, path, content_type, body, left, 0, NULL, NULL, abort_flag,
+                     force_token, &resp, e);
+        force_token = false;
+        *http_status = resp.status;
+        if (rc == RL_OK && resp.status >= 200 && resp.status <= 299) {
+            if (out && resp.body_len) {
+                *out = cJSON_ParseWithLength(resp.body, resp.body_len);
+                if (!*out) {
+                    char sp[200];
+                    rl_k8s__short_path(path, sp, sizeof sp);
+                    rl_http_resp_free(&resp);
+                    return rl_errf(e, RL_EPEER, "%s %s: %ld answer is not JSON", method, sp,
+                                   *http_status);
+                }
+            }
+            rl_http_resp_free(&resp);
+            return RL_OK;
+        }
+        if (rc == RL_OK && resp.status == 401 && !token_retried && c->cfg.token_file[0]) {
+            /* client-go: the token may have rotated under us; re-read, retry once */
+            token_retried = force_token = true;
+            rl_http_resp_free(&resp);
+            continue;
+        }
+        bool again = rl_http_retryable(rc, resp.status) && k + 1 < attempts;
+        if (!again) break;
+        double ra = -1;
+        const char *rah = rl_http_resp_header(&resp, "Retry-After");
+        if (rah && rl_http_parse_retry_after(rah, rl_wall_now(), &ra) != RL_OK) ra = -1;
+        double d = rl_k8s__backoff(c, k, ra);
+        if (rl_now() + d >= deadline) break;
+        char why[480];
+        if (rc == RL_OK) rl_k8s_status_message(method, path, resp.status, NULL, why, sizeof why);
+        else snprintf(why, sizeof why, "%.470s", e ? e->msg : "transport error");
+        log_retry(method, path, resp.status, why, d);
+        rl_http_resp_free(&resp);
+        if (rl_http_sleep(d, abort_flag) != RL_OK) {
+            char sp[200];
+            rl_k8s__short_path(path, sp, sizeof sp);
+            return rl_errf(e, RL_EABORT, "%s %s: cancelled", method, sp);
+        }
+    }
+    if (rc == RL_OK) rc = status_error(method, path, &resp, out, e);
+    rl_http_resp_free(&resp);
+    return rc;
+}
+
+int rl_k8s__stream(rl_k8s *c, const char *path, rl_http_data_fn fn, void *ud, double idle_s,
+                   double timeout_s, const volatile int *stop, long *http_status, bool *stopped,
+                   rl_err *e) {
+    rl_http_resp resp;
+    *stopped = false;
+    int rc = RL_OK;
+    for (int k = 0; k < 2; k++) {
+        rc = attempt(c, "GET", path, NULL, NULL, timeout_s, idle_s, fn, ud, stop, k > 0, &resp,
+                     e);
+        *http_status = resp.status;
+        if (rc == RL_OK && resp.status == 401 && k == 0 && c->cfg.token_file[0]) {
+            rl_http_resp_free(&resp);
+            continue;
+        }
+        break;
+    }
+    *stopped = resp.stopped;
+    if (rc == RL_OK && (resp.status < 200 || resp.status > 299))
+        rc = status_error("WATCH", path, &resp, NULL, e);
+    rl_http_resp_free(&resp);
+    return rc;
+}
+
+int rl_k8s_get(rl_k8s *c, const char *path, long *http_status, cJSON **out, rl_err *e) {
+    return rl_k8s_request(c, "GET", path, NULL, NULL, http_status, out, e);
+}
+
+static int with_body(rl_k8s *c, const char *method, const char *ctype, const char *path,
+                     const cJSON *obj, long *http_status, cJSON **out, rl_err *e) {
+    char *body = cJSON_PrintUnformatted(obj);
+    if (!body) return rl_errf(e, RL_ENOMEM, "out of memory encoding a request body");
+    int rc = rl_k8s_request(c, method, path, ctype, body, http_status, out, e);
+    free(body);
+    return rc;
+}
+
+int rl_k8s_create(rl_k8s *c, const char *path, const cJSON *obj, long *http_status,
+                  cJSON **out, rl_err *e) {
+    return with_body(c, "POST", "application/json", path, obj, http_status, out, e);
+}
+int rl_k8s_replace(rl_k8s *c, const char *path, const cJSON *obj, long *http_status,
+                   cJSON **out, rl_err *e) {
+    return with_body(c, "PUT", "application/json", path, obj, http_status, out, e);
+}
+int rl_k8s_merge_patch(rl_k8s *c, const char *path, const cJSON *patch, long *http_status,
+                       cJSON **out, rl_err *e) {
+    return with_body(c, "PATCH", "application/merge-patch+json", path, patch, http_status, out,
+                     e);
+}
+int rl_k8s_delete(rl_k8s *c, const char *path, long *http_status, rl_err *e) {
+    return rl_k8s_request(c, "DELETE", path, NULL, NULL, http_status, NULL, e);
+}
+
+static bool dns_label_ok(const char *s) {
+    if (!s || !*s || strlen(s) > 253) return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.'))
+            return false;
+    return s[0] != '-' && s[0] != '.' && strcmp(s, "..") != 0;
+}
+
+int rl_k8s_path(char *out, size_t n, const char *group_version, const char *ns,
+                const char *resource, const char *name, rl_err *e) {
+    if (!group_version || !*group_version || strstr(group_version, "..") ||
+        strspn(group_version, "abcdefghijklmnopqrstuvwxyz0123456789-./") != strlen(group_version))
+        return rl_errf(e, RL_EINPUT, "API group/version \"%.60s\" is not valid",
+                       group_version ? group_version : "");
+    if (!dns_label_ok(resource))
+        return rl_errf(e, RL_EINPUT, "resource \"%.60s\" is not valid", resource ? resource : "");
+    if (ns && !dns_label_ok(ns))
+        return rl_errf(e, RL_EINPUT, "namespace \"%.80s\" is not a valid name", ns);
+    if (name && !dns_label_ok(name))
+        return rl_errf(e, RL_EINPUT, "%s name \"%.80s\" is not a valid name", resource, name);
+    bool core = strchr(group_version, '/') == NULL;
+    int w = snprintf(out, n, "/%s/%s%s%s%s/%s%s%s", core ? "api" : "apis", group_version,
+                     ns ? "/namespaces/" : "", ns ? ns : "", "", resource, name ? "/" : "",
+                     name ? name : "");
+    if (w < 0 || (size_t)w >= n) return rl_errf(e, RL_EINPUT, "API path too long");
+    return RL_OK;
+}
