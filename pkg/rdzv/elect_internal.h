@@ -3,7 +3,12 @@
 #ifndef RL_RDZV_ELECT_INTERNAL_H
 #define RL_RDZV_ELECT_INTERNAL_H
 
+#include <pthread.h>
+
 #include "rdzv/rdzv.h"
+
+/* pthread_cond_timedwait for up to s seconds (spurious wake-ups possible). */
+void rl_rdzv_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double s);
 
 /* An elector backend. elect.c calls attempt() once at start and then every
  * retry period, from its thread only, and owns the renew deadline: when a
@@ -40,6 +45,11 @@ int rl_members_k8s_new(const rl_members_opts *o, const rl_members_backend **vt, 
                        rl_err *e);
 int rl_members_etcd_new(const rl_members_opts *o, const rl_members_backend **vt, void **ctx,
                         rl_err *e);
+
+/* A Kubernetes client for the rendezvous: the kubeconfig given, else
+ * in-cluster config, else $KUBECONFIG; every call bounded by timeout_s. */
+struct rl_k8s;
+int rl_rdzv_k8s_client(const char *kubeconfig, double timeout_s, struct rl_k8s **out, rl_err *e);
 
 /* Replace the published set (copied, sorted by id; version bumped only when
  * it differs) and mark it synced. */
