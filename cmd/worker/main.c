@@ -91,7 +91,12 @@ static int run_single(const rl_job_config *cfg, const char *config_path, const c
     rc = rl_trainer_run(&tr, &e);
     if (!rc && save_params) rc = rl_trainer_save_params(&tr, save_params, &e);
     if (rc) {
+        bool preempted = tr.summary.preempt_saved;
         rl_trainer_free(&tr);
+        if (preempted) {
+            fprintf(stderr, "ringleader-worker: %s (exit %d)\n", e.msg, RL_EXIT_PREEMPTED);
+            return RL_EXIT_PREEMPTED;
+        }
         return fail("", &e);
     }
     print_summary(&tr.summary, tr.step, save_params != NULL);
@@ -209,9 +214,15 @@ int main(int argc, char **argv) {
     }
     rl_log_init(env.rank);
     if (env.rank != 0) rl_log_set_level(RL_LOG_WARN); /* progress and metrics on rank 0 only */
-    rl_run_summary sum;
+    rl_run_summary sum = {0};
     rl_proc_opts po = {.cfg = &cfg, .env = &env, .save_params = save_params, .stop = &g_stop};
-    if ((rc = rl_proc_run(&po, &sum, &e))) return fail("", &e);
+    if ((rc = rl_proc_run(&po, &sum, &e))) {
+        if (sum.preempt_saved) { /* stopped on SIGTERM with a committed checkpoint */
+            fprintf(stderr, "ringleader-worker: %s (exit %d)\n", e.msg, RL_EXIT_PREEMPTED);
+            return RL_EXIT_PREEMPTED;
+        }
+        return fail("", &e);
+    }
     if (env.rank == 0) {
         print_summary(&sum, cfg.train.steps, save_params != NULL);
     }

@@ -50,8 +50,9 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     rl_comm *comm = NULL;
     rl_ddp *ddp = NULL;
     rl_trainer tr;
-    bool tr_ok = false;
+    bool tr_ok = false, preempted_ok = false;
     int rc;
+    memset(summary, 0, sizeof *summary);
 
     if ((rc = rl_job_config_check_world(cfg, env->world, "config", e))) return rc;
     /* Launched by SLURM or by hand, nobody hosts the store: rank 0 does. */
@@ -91,7 +92,18 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     if (env->rank == 0)
         rl_log(RL_LOG_INFO, "ddp", "\"world\":%d,\"backend\":\"%s\",\"buckets\":%d,\"source\":\"%s\"",
                env->world, rl_comm_backend(comm), rl_ddp_nbuckets(ddp), env->source);
-    if ((rc = rl_trainer_run(&tr, e))) goto out;
+    /* resumes from the newest checkpoint first (rank 0 reads, broadcasts) */
+    if ((rc = rl_trainer_run(&tr, e))) {
+        summary->preempted = tr.summary.preempted;
+        summary->preempt_saved = preempted_ok = tr.summary.preempt_saved;
+        /* every rank stopped after the same step and knows the checkpoint
+         * is committed: leave together instead of aborting the ring */
+        if (preempted_ok) {
+            rl_err be = {0};
+            (void)rl_comm_barrier(comm, &be);
+        }
+        goto out;
+    }
 
     uint64_t digest[2] = {tr.summary.data_count, tr.summary.data_sum};
     if ((rc = rl_ddp_sum_u64(ddp, digest, 2, e))) goto out;
@@ -102,7 +114,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     /* nobody leaves (closing its sockets) while a peer still reduces */
     rc = rl_comm_barrier(comm, e);
 out:
-    if (rc && comm) rl_comm_abort(comm);
+    if (rc && comm && !preempted_ok) rl_comm_abort(comm);
     rl_ddp_destroy(ddp);
     if (tr_ok) rl_trainer_free(&tr);
     if (comm) rl_comm_destroy(comm);

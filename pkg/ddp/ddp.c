@@ -166,6 +166,14 @@ int rl_ddp_broadcast(rl_ddp *d, float *params, size_t n, rl_err *e) {
     return drain(d, e);
 }
 
+int rl_ddp_broadcast_bytes(void *ctx, void *buf, size_t bytes, rl_err *e) {
+    rl_ddp *d = ctx;
+    if (bytes % sizeof(float))
+        return rl_errf(e, RL_EINTERNAL, "ddp: byte broadcast of %zu bytes (not a multiple of 4)", bytes);
+    /* as f32 lanes: a broadcast moves bytes and never does arithmetic */
+    return rl_ddp_broadcast(d, buf, bytes / sizeof(float), e);
+}
+
 void rl_ddp_grad_ready(void *ctx, size_t off) {
     rl_ddp *d = ctx;
     double now = rl_now();
@@ -213,6 +221,7 @@ void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist) {
     dist->grad_ready = rl_ddp_grad_ready;
     dist->finish = rl_ddp_finish;
     dist->average = rl_ddp_average;
+    dist->broadcast = rl_ddp_broadcast_bytes;
 }
 
 const rl_ddp_event *rl_ddp_events(const rl_ddp *d, double *t_backward_end) {

@@ -36,6 +36,7 @@ void rl_job_config_default(rl_job_config *c) {
     c->dist.timeout_s = 60;
     c->dist.bucket_mb = 25, c->dist.first_bucket_mb = 1; /* PyTorch DDP's defaults */
     c->dist.min_buckets = 8; /* lets small models overlap too (see ddp.h) */
+    rl_ckpt_config_default(&c->ckpt);
 }
 
 static int parse_dist(const cJSON *o, const char *w, rl_dist_config *d, rl_err *e) {
@@ -157,7 +158,7 @@ int rl_job_config_parse(const char *text, size_t len, const char *name, rl_job_c
         for (size_t i = 0; i < off && i < len; i++) line += text[i] == '\n';
         return rl_errf(e, RL_EINPUT, "%s: invalid JSON near line %zu (byte %zu)", name, line, off);
     }
-    static const char *const keys[] = {"model", "train", "data", "dist", NULL};
+    static const char *const keys[] = {"model", "train", "data", "dist", "checkpoint", NULL};
     char where[RL_PATH_MAX + 16];
     int rc = rl_cfg_check_keys(root, name, keys, e);
     const cJSON *sec;
@@ -176,6 +177,10 @@ int rl_job_config_parse(const char *text, size_t len, const char *name, rl_job_c
     if (!rc && !(rc = rl_cfg_obj(root, name, "dist", &sec, e)) && sec) {
         snprintf(where, sizeof where, "%s: dist", name);
         rc = parse_dist(sec, where, &c->dist, e);
+    }
+    if (!rc && !(rc = rl_cfg_obj(root, name, "checkpoint", &sec, e)) && sec) {
+        snprintf(where, sizeof where, "%s: checkpoint", name);
+        rc = rl_ckpt_config_from_json(sec, where, &c->ckpt, e);
     }
     cJSON_Delete(root);
     return rc ? rc : check(c, name, e);
@@ -223,6 +228,7 @@ char *rl_job_config_to_json(const rl_job_config *c) {
     cJSON_AddNumberToObject(ds, "bucket_mb", c->dist.bucket_mb);
     cJSON_AddNumberToObject(ds, "first_bucket_mb", c->dist.first_bucket_mb);
     cJSON_AddNumberToObject(ds, "min_buckets", c->dist.min_buckets);
+    rl_ckpt_config_add_json(&c->ckpt, cJSON_AddObjectToObject(r, "checkpoint"));
     char *s = cJSON_PrintUnformatted(r);
     cJSON_Delete(r);
     return s;

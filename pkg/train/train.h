@@ -13,11 +13,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "model/model.h"
 #include "util/util.h"
 
 #define RL_PATH_MAX 1024
+
+/* Exit status of a process that stopped on SIGTERM at a step boundary and
+ * committed a checkpoint: "preempted, resume me", not a failure (75 is
+ * EX_TEMPFAIL of sysexits.h; a plain SIGTERM death reads as 143). */
+#define RL_EXIT_PREEMPTED 75
 
 typedef struct rl_train_config {
     uint64_t seed;
@@ -53,6 +59,7 @@ typedef struct rl_job_config {
     rl_train_config train;
     rl_data_config data;
     rl_dist_config dist;
+    rl_ckpt_config ckpt; /* "checkpoint" section */
 } rl_job_config;
 
 /* The embedded default: the arithmetic run of `make run`. */
@@ -95,6 +102,8 @@ typedef struct rl_train_dist {
     int (*finish)(void *ctx, rl_err *e);
     /* Average n doubles over ranks in place (metrics). */
     int (*average)(void *ctx, double *v, int n, rl_err *e);
+    /* Rank 0's bytes to every rank (resume); bytes a multiple of 4. */
+    int (*broadcast)(void *ctx, void *buf, size_t bytes, rl_err *e);
 } rl_train_dist;
 
 /* ---- the trainer ---------------------------------------------------------------------- */
@@ -121,6 +130,9 @@ typedef struct rl_run_summary {
     bool has_arith;
     rl_arith_result arith;
     uint64_t data_count, data_sum; /* this rank's rl_loader_digest at the end */
+    long long resumed_from;        /* checkpoint step resumed from; -1: fresh start */
+    bool preempted;                /* stopped by a signal at a step boundary */
+    bool preempt_saved;            /* ... and a checkpoint of that step is committed */
 } rl_run_summary;
 
 typedef struct rl_trainer {
@@ -137,7 +149,17 @@ typedef struct rl_trainer {
     double t_start;
     bool tty;
     const volatile int *stop; /* set asynchronously (signal): stop at the next step */
+    bool stop_agreed;         /* some rank saw *stop: every rank stops after this step */
     rl_run_summary summary;
+    /* checkpoint state */
+    uint64_t sample;          /* global sample index of the next step's first sample */
+    uint64_t tokens_seen;
+    rl_rng rng;               /* saved and restored; nothing on the CPU path draws from it yet */
+    rl_ckpt_store *store;     /* rank 0 with checkpoint.uri set; else NULL */
+    rl_ckpt_saver *saver;
+    bool resume_done;
+    long long committed_step; /* newest step known committed by this run (-1: none) */
+    double last_save_t;
 } rl_trainer;
 
 /* Build the model (params initialised from the seed), open the data. */
@@ -151,6 +173,23 @@ int rl_trainer_eval_loss(rl_trainer *tr, double *loss, rl_err *e);
 /* The whole run: steps, periodic eval, final eval (and the eval task). */
 int rl_trainer_run(rl_trainer *tr, rl_err *e);
 void rl_trainer_free(rl_trainer *tr);
+
+/* ---- checkpoints (only rank 0 touches the store) ------------------------------------------
+ * Resume: rank 0 loads the newest checkpoint that verifies (pkg/ckpt) and
+ * broadcasts step, data position, RNG, parameters and AdamW moments through
+ * dist->broadcast; every rank then reads from the restored global sample
+ * index. Called by rl_trainer_run if not called before; a no-op without
+ * checkpoint.uri or with resume false (which refuses a URI that already
+ * holds checkpoints). */
+int rl_trainer_resume(rl_trainer *tr, rl_err *e);
+/* At a step boundary: report a failed background save (fails the run) and
+ * start the save the cadence asks for (asynchronous). */
+int rl_trainer_boundary(rl_trainer *tr, rl_err *e);
+/* Synchronous checkpoint of the current step (waits for a running save
+ * first; deadline in rl_now() terms, 0: none). No-op if already committed. */
+int rl_trainer_checkpoint(rl_trainer *tr, double deadline, rl_err *e);
+/* Replace the checkpoint store (takes ownership; tests wrap stores). */
+int rl_trainer_use_store(rl_trainer *tr, rl_ckpt_store *s, rl_err *e);
 /* Raw little-endian fp32 parameters (the whole buffer), written atomically;
  * for tests and tools until checkpoints exist. */
 int rl_trainer_save_params(const rl_trainer *tr, const char *path, rl_err *e);

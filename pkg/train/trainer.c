@@ -11,6 +11,28 @@
 static int rank_of(const rl_trainer *tr) { return tr->dist ? tr->dist->rank : 0; }
 static int world_of(const rl_trainer *tr) { return tr->dist ? tr->dist->world : 1; }
 
+/* The loader reads this rank's slice of every global batch from tr->sample
+ * on: a global index, so any world size continues with the same samples. */
+static int open_loader(rl_trainer *tr, rl_err *e) {
+    const rl_train_config *t = &tr->cfg.train;
+    int world = world_of(tr), rank = rank_of(tr);
+    long long seqs = t->global_batch_tokens / t->seq_len;
+    if (tr->loader) rl_loader_close(tr->loader), tr->loader = NULL;
+    rl_loader_opts lo = {
+        .batch = t->micro_batch,
+        .seq_len = t->seq_len,
+        .global_batch = (int)seqs,
+        .rank_count = (int)(seqs / world),
+        .rank_offset = rank * (int)(seqs / world),
+        .start = tr->sample,
+        .seed = t->seed,
+        .shuffle = true,
+        .depth = 2 * tr->accum < 8 ? 2 * tr->accum : 8,
+        .timeout_s = 120,
+    };
+    return rl_loader_open(tr->train_ds, &lo, &tr->loader, e);
+}
+
 int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, rl_err *e) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = *cfg;
@@ -45,28 +67,40 @@ int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dis
         rl_trainer_free(tr);
         return rc;
     }
-    rl_loader_opts lo = {
-        .batch = t->micro_batch,
-        .seq_len = t->seq_len,
-        .global_batch = (int)seqs,
-        .rank_count = (int)(seqs / world),
-        .rank_offset = rank * (int)(seqs / world),
-        .start = tr->start_sample,
-        .seed = t->seed,
-        .shuffle = true,
-        .depth = 2 * tr->accum < 8 ? 2 * tr->accum : 8,
-        .timeout_s = 120,
-    };
-    if ((rc = rl_loader_open(tr->train_ds, &lo, &tr->loader, e))) {
+    if ((rc = open_loader(tr, e))) {
         rl_trainer_free(tr);
         return rc;
     }
+    /* a stream of its own, apart from the parameter init's */
+    rl_rng_seed(&tr->rng, t->seed ^ 0x7261696e6572ull);
+    tr->committed_step = -1;
+    tr->summary.resumed_from = -1;
+    if (rank == 0 && cfg->ckpt.uri[0]) {
+        rl_ckpt_store *st;
+        if ((rc = rl_ckpt_store_open(cfg->ckpt.uri, &st, e)) || (rc = rl_trainer_use_store(tr, st, e))) {
+            rl_trainer_free(tr);
+            return rc;
+        }
+    }
     tr->tty = rank == 0 && isatty(STDERR_FILENO) && !getenv("RL_NO_PROGRESS");
     tr->t_start = rl_now();
+    tr->last_save_t = tr->t_start;
     return RL_OK;
 }
 
+int rl_trainer_use_store(rl_trainer *tr, rl_ckpt_store *s, rl_err *e) {
+    rl_ckpt_saver_destroy(tr->saver);
+    tr->saver = NULL;
+    rl_ckpt_store_close(tr->store);
+    tr->store = s;
+    rl_ckpt_saver_opts so = {.keep = tr->cfg.ckpt.keep,
+                             .skip_when_busy = strcmp(tr->cfg.ckpt.when_busy, "skip") == 0};
+    return rl_ckpt_saver_create(s, tr->model.lay.total, &so, &tr->saver, e);
+}
+
 void rl_trainer_free(rl_trainer *tr) {
+    rl_ckpt_saver_destroy(tr->saver); /* waits for a running save */
+    rl_ckpt_store_close(tr->store);
     if (tr->loader) rl_loader_close(tr->loader);
     if (tr->train_ds) rl_dataset_close(tr->train_ds);
     if (tr->val_ds) rl_dataset_close(tr->val_ds);
@@ -111,10 +145,16 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
                           tr->dist ? tr->dist->ctx : NULL);
     }
     double loss = loss_sum / tr->accum;
+    /* A signal reaches ranks at different times; riding on the loss
+     * average, "someone was asked to stop" becomes one decision that every
+     * rank takes after the same step. */
+    double agreed[2] = {loss, tr->stop && *tr->stop ? 1.0 : 0.0};
     if (tr->dist) {
         if ((rc = tr->dist->finish(tr->dist->ctx, e))) return rc;
-        if ((rc = tr->dist->average(tr->dist->ctx, &loss, 1, e))) return rc;
+        if ((rc = tr->dist->average(tr->dist->ctx, agreed, 2, e))) return rc;
     }
+    loss = agreed[0];
+    tr->stop_agreed = agreed[1] > 0;
     double norm = rl_grad_norm(m->grads, m->lay.total);
     if (!isfinite(norm) || !isfinite(loss))
         return rl_errf(e, RL_EINTERNAL, "step %lld: loss %g, gradient norm %g are not finite "
@@ -122,6 +162,8 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     double lr = rl_lr_at(t, tr->step);
     optimizer_step(tr, lr, rl_clip_factor(norm, t->grad_clip));
     tr->step++;
+    tr->sample += (uint64_t)(t->global_batch_tokens / t->seq_len);
+    tr->tokens_seen += (uint64_t)t->global_batch_tokens;
     double now = rl_now();
     *st = (rl_step_stats){
         .step = tr->step,
@@ -213,6 +255,195 @@ static int evaluate(rl_trainer *tr, const char *event, rl_err *e) {
     return RL_OK;
 }
 
+/* ---- checkpoints -------------------------------------------------------------------------- */
+static rl_ckpt_data ckpt_data(rl_trainer *tr, char *config_json) {
+    size_t n = tr->model.lay.total;
+    const rl_train_config *t = &tr->cfg.train;
+    rl_ckpt_data d = {
+        .model = tr->model.cfg,
+        .n = n,
+        .params = tr->model.params,
+        .m = tr->opt,
+        .v = tr->opt + n,
+        .config_json = config_json,
+    };
+    d.state = (rl_ckpt_state){
+        .step = tr->step,
+        .tokens_seen = tr->tokens_seen,
+        .sample_index = tr->sample,
+        .global_batch = (uint64_t)(t->global_batch_tokens / t->seq_len),
+        .data_seed = t->seed,
+        .lr = tr->step > 0 ? rl_lr_at(t, tr->step - 1) : 0,
+        .next_lr = rl_lr_at(t, tr->step),
+        .world_size = world_of(tr),
+        .saved_unix = rl_wall_now(),
+    };
+    memcpy(d.state.rng, tr->rng.s, sizeof d.state.rng);
+    return d;
+}
+
+static int save(rl_trainer *tr, bool sync, double deadline, rl_err *e) {
+    char *cj = rl_job_config_to_json(&tr->cfg);
+    rl_ckpt_data d = ckpt_data(tr, cj);
+    bool started;
+    int rc = rl_ckpt_saver_save(tr->saver, &d, sync, deadline, &started, e);
+    free(cj);
+    tr->last_save_t = rl_now();
+    if (!rc && sync && started) tr->committed_step = tr->step;
+    return rc;
+}
+
+/* Has the save of the current step already committed (asynchronously)? */
+static bool step_committed(rl_trainer *tr) {
+    if (tr->committed_step == tr->step) return true;
+    rl_ckpt_save_info last;
+    rl_ckpt_saver_stats(tr->saver, NULL, NULL, &last);
+    return last.done && last.rc == RL_OK && last.step == tr->step;
+}
+
+int rl_trainer_checkpoint(rl_trainer *tr, double deadline, rl_err *e) {
+    if (!tr->saver) return RL_OK;
+    /* the previous save must end first; its failure is reported, but a
+     * newer checkpoint is still worth trying */
+    rl_err we = {0};
+    int rc = rl_ckpt_saver_wait(tr->saver, deadline, &we);
+    if (rc == RL_ETIMEOUT) return rl_errf(e, rc, "%s", we.msg);
+    if (rc) rl_log_msg(RL_LOG_ERROR, "checkpoint_failed", we.msg);
+    if (step_committed(tr)) {
+        tr->committed_step = tr->step;
+        return RL_OK;
+    }
+    return save(tr, true, deadline, e);
+}
+
+int rl_trainer_boundary(rl_trainer *tr, rl_err *e) {
+    if (!tr->saver) return RL_OK;
+    const rl_ckpt_config *c = &tr->cfg.ckpt;
+    /* a checkpoint we believe in but do not have is the worst outcome */
+    int rc = rl_ckpt_saver_poll(tr->saver, e);
+    if (rc) return rl_err_wrap(e, "background checkpoint failed");
+    bool due = (c->every_steps > 0 && tr->step % c->every_steps == 0) ||
+               (c->every_minutes > 0 && rl_now() - tr->last_save_t >= 60 * c->every_minutes);
+    /* the last step gets the synchronous final checkpoint instead */
+    if (!due || tr->step >= tr->cfg.train.steps || tr->step == tr->committed_step) return RL_OK;
+    return save(tr, false, 0, e);
+}
+
+/* Fixed-size record of what rank 0 resumed (broadcast first, so a rank 0
+ * failure reaches every rank instead of leaving them in a collective). */
+typedef struct {
+    int64_t status; /* 0: nothing to resume, 1: resumed, -1: rank 0 failed */
+    int64_t step;
+    uint64_t tokens, sample;
+    uint64_t rng[4];
+} resume_wire;
+
+int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
+    if (tr->resume_done) return RL_OK;
+    tr->resume_done = true;
+    const rl_ckpt_config *c = &tr->cfg.ckpt;
+    if (!c->uri[0]) return RL_OK;
+    int rank = rank_of(tr), world = world_of(tr), rc = RL_OK;
+    size_t n = tr->model.lay.total;
+    resume_wire w = {0};
+    rl_ckpt_loaded ld = {0};
+    if (rank == 0 && tr->store) {
+        if (!c->resume) {
+            long long *cs;
+            int nc;
+            if (!(rc = rl_ckpt_steps(tr->store, &cs, &nc, NULL, NULL, e))) {
+                if (nc > 0)
+                    rc = rl_errf(e, RL_EINPUT,
+                                 "checkpoint.resume is false but %s holds checkpoints (newest step %lld): "
+                                 "use another checkpoint.uri, delete them, or set resume to true",
+                                 tr->store->uri, cs[nc - 1]);
+                free(cs);
+            }
+        } else {
+            rc = rl_ckpt_load_latest(tr->store, &tr->model.cfg, n, tr->model.params, tr->opt, tr->opt + n, &ld, e);
+        }
+        if (rc) w.status = -1;
+        else if (ld.found) {
+            w.status = 1, w.step = ld.step, w.tokens = ld.state.tokens_seen, w.sample = ld.state.sample_index;
+            memcpy(w.rng, ld.state.rng, sizeof w.rng);
+        }
+    }
+    if (world > 1 && tr->dist->broadcast) {
+        rl_err be = {0};
+        int brc = tr->dist->broadcast(tr->dist->ctx, &w, sizeof w, &be);
+        if (brc && !rc) rc = brc, *e = be;
+        if (!rc && w.status < 0)
+            rc = rl_errf(e, RL_EPEER, "rank 0 could not load the checkpoint (its log says why)");
+        if (!rc && w.status == 1 &&
+            ((rc = tr->dist->broadcast(tr->dist->ctx, tr->model.params, n * sizeof(float), e)) ||
+             (rc = tr->dist->broadcast(tr->dist->ctx, tr->opt, 2 * n * sizeof(float), e))))
+            rc = rl_err_wrap(e, "broadcasting the resumed state");
+    }
+    if (rc || w.status != 1) {
+        if (!rc && rank == 0 && tr->store)
+            rl_log(RL_LOG_INFO, "resume", "\"found\":false,\"msg\":\"no checkpoint yet: starting from step 0\"");
+        rl_ckpt_loaded_free(&ld);
+        return rc;
+    }
+    tr->step = w.step;
+    tr->tokens_seen = w.tokens;
+    tr->sample = tr->start_sample = w.sample;
+    memcpy(tr->rng.s, w.rng, sizeof w.rng);
+    tr->committed_step = w.step;
+    tr->summary.resumed_from = w.step;
+    tr->last_save_t = rl_now();
+    if ((rc = open_loader(tr, e))) {
+        rl_ckpt_loaded_free(&ld);
+        return rc;
+    }
+    if (rank == 0) {
+        rl_log(RL_LOG_INFO, "resume",
+               "\"found\":true,\"step\":%lld,\"sample_index\":%llu,\"tokens_seen\":%llu,\"saved_world\":%d,"
+               "\"world\":%d,\"fallbacks\":%d",
+               tr->step, (unsigned long long)tr->sample, (unsigned long long)tr->tokens_seen,
+               ld.state.world_size, world, ld.n_skipped);
+        if (ld.state.data_seed != tr->cfg.train.seed)
+            rl_log(RL_LOG_WARN, "resume_seed_changed",
+                   "\"saved\":%llu,\"now\":%llu,\"msg\":\"train.seed differs from the checkpoint's: the data "
+                   "order from here on differs from the original run\"",
+                   (unsigned long long)ld.state.data_seed, (unsigned long long)tr->cfg.train.seed);
+    }
+    rl_ckpt_loaded_free(&ld);
+    return RL_OK;
+}
+
+/* Stopped by a signal at a step boundary: rank 0 commits this step within
+ * the budget, and every rank learns whether it did. */
+static int preempt(rl_trainer *tr, rl_err *e) {
+    int rank = rank_of(tr), rc = RL_OK;
+    double t0 = rl_now();
+    tr->summary.preempted = true;
+    if (!tr->cfg.ckpt.uri[0])
+        return rl_errf(e, RL_EABORT, "stopped by signal after step %lld (no checkpoint.uri: nothing saved)",
+                       tr->step);
+    double saved = 0;
+    if (rank == 0) {
+        rc = rl_trainer_checkpoint(tr, t0 + tr->cfg.ckpt.preempt_budget_s, e);
+        saved = rc == RL_OK;
+        if (rc) rl_log_msg(RL_LOG_ERROR, "preempt_checkpoint_failed", e->msg);
+    }
+    if (world_of(tr) > 1) {
+        double v = saved;
+        rl_err ae = {0};
+        int arc = tr->dist->average(tr->dist->ctx, &v, 1, &ae);
+        if (arc && !rc) rc = arc, *e = ae;
+        saved = v > 0;
+    }
+    if (rc) return rc;
+    if (!saved) return rl_errf(e, RL_EPEER, "preempted after step %lld, but rank 0 did not commit a checkpoint",
+                               tr->step);
+    tr->summary.preempt_saved = true;
+    if (rank == 0)
+        rl_log(RL_LOG_WARN, "preempted", "\"step\":%lld,\"checkpoint_s\":%.3f,\"budget_s\":%.1f,\"exit_status\":%d",
+               tr->step, rl_now() - t0, tr->cfg.ckpt.preempt_budget_s, RL_EXIT_PREEMPTED);
+    return rl_errf(e, RL_EABORT, "preempted: stopped by signal after step %lld, checkpoint committed", tr->step);
+}
+
 int rl_trainer_run(rl_trainer *tr, rl_err *e) {
     const rl_train_config *t = &tr->cfg.train;
     int rc, rank = rank_of(tr);
@@ -224,13 +455,15 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
                tr->model.lay.total, t->steps, t->global_batch_tokens, t->micro_batch, t->seq_len,
                tr->accum, world_of(tr), (unsigned long long)rl_dataset_tokens(tr->train_ds),
                tr->summary.unigram_entropy);
+    if ((rc = rl_trainer_resume(tr, e))) return rc;
     double t0 = rl_now();
     long long first = tr->step;
     rl_step_stats st = {0};
     while (tr->step < t->steps) {
-        if (tr->stop && *tr->stop) {
+        /* one process needs no agreement: stop before even the first step */
+        if (world_of(tr) == 1 && tr->stop && *tr->stop) {
             clear_progress(tr);
-            return rl_errf(e, RL_EABORT, "stopped by signal after step %lld", tr->step);
+            return preempt(tr, e);
         }
         if ((rc = rl_trainer_step(tr, &st, e))) {
             clear_progress(tr);
@@ -246,11 +479,21 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
                        "\"tokens_per_s\":%.0f,\"elapsed_s\":%.2f",
                        st.step, st.loss, st.lr, st.grad_norm, st.tokens_per_s, st.elapsed_s);
         }
+        if (tr->stop_agreed) {
+            clear_progress(tr);
+            return preempt(tr, e);
+        }
+        if ((rc = rl_trainer_boundary(tr, e))) {
+            clear_progress(tr);
+            return rc;
+        }
         if (t->eval_every > 0 && st.step % t->eval_every == 0 && st.step < t->steps &&
             (rc = evaluate(tr, "eval", e)))
             return rc;
     }
     clear_progress(tr);
+    /* the final checkpoint, synchronous, before anything else can fail */
+    if ((rc = rl_trainer_checkpoint(tr, 0, e))) return rl_err_wrap(e, "final checkpoint");
     rl_run_summary *s = &tr->summary;
     rl_loader_digest(tr->loader, &s->data_count, &s->data_sum);
     s->final_loss = st.loss;
