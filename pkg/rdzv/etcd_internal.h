@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rdzv/rdzv.h"
 #include "util/util.h"
 
 typedef struct rl_etcd rl_etcd;
@@ -172,6 +173,15 @@ typedef struct rl_etcd_linebuf {
 int rl_etcd_linebuf_feed(rl_etcd_linebuf *lb, const char *data, size_t len, const char *what,
                          rl_etcd_watch_fn fn, void *ud, bool *stop, rl_err *e);
 void rl_etcd_linebuf_free(rl_etcd_linebuf *lb);
+
+/* The records the rendezvous keeps in etcd (values are untrusted: anyone
+ * with etcdctl can edit them). The leader key holds {"id","addr","port"},
+ * a member key {"id","addr"}; other members are ignored (newer versions may
+ * add some), a missing or mistyped one is RL_EIO naming `key`. A member's id
+ * must equal the key's suffix after `prefix`. */
+int rl_etcd_parse_leader(const char *key, const char *val, size_t len, rl_leader *out, rl_err *e);
+int rl_etcd_parse_member(const char *key, const char *prefix, const char *val, size_t len,
+                         rl_peer *out, rl_err *e);
 
 /* Strict base64 (standard alphabet, padding required). out gets a
  * NUL-terminated malloc'd buffer. -1 on bad input or no memory. */

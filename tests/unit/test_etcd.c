@@ -463,3 +463,136 @@ Test(etcd, unreachable_is_a_clear_error) {
     cr_assert_eq(rl_etcd_lease_grant(c, 5, &id, &ttl, &e), RL_OK, "%s", e.msg);
     rl_etcd_free(c);
 }
+
+/* ---- the elector backend, driven directly ------------------------------------------ */
+typedef struct cand {
+    const rl_elect_backend *vt;
+    void *ctx;
+} cand;
+
+static cand candidate(const char *id, int port, double lease_s) {
+    rl_elector_opts o = {.backend = "etcd", .id = id, .addr = "127.0.0.9", .port = port,
+                         .lease_s = lease_s, .etcd_endpoint = g_etcd.endpoint,
+                         .etcd_key = "/ringleader/job/leader"};
+    cand c = {0};
+    rl_err e = {0};
+    cr_assert_eq(rl_elect_etcd_new(&o, &c.vt, &c.ctx, &e), RL_OK, "%s", e.msg);
+    return c;
+}
+
+static bool try_lead(cand *c, rl_leader *l) {
+    bool leading = false;
+    rl_err e = {0};
+    cr_assert_eq(c->vt->attempt(c->ctx, &leading, l, &e), RL_OK, "%s", e.msg);
+    return leading;
+}
+
+Test(etcd, elect_backend_one_leader_takeover_release) {
+    cand a = candidate("node-a", 1001, 15), b = candidate("node-b", 1002, 15);
+    rl_leader l;
+    cr_assert(try_lead(&a, &l));
+    cr_assert_str_eq(l.id, "node-a");
+    cr_assert_eq(l.port, 1001);
+    cr_assert(!try_lead(&b, &l));
+    cr_assert_str_eq(l.id, "node-a", "the follower reads the holder");
+    cr_assert_str_eq(l.addr, "127.0.0.9");
+    cr_assert_eq(l.port, 1001);
+    cr_assert(try_lead(&a, &l), "renewing keeps the lead");
+    cr_assert(!try_lead(&b, &l));
+    /* step_down revokes: b takes over at the next attempt, not after 15 s */
+    a.vt->step_down(a.ctx);
+    cr_assert(try_lead(&b, &l));
+    cr_assert_str_eq(l.id, "node-b");
+    cr_assert(!try_lead(&a, &l));
+    cr_assert_str_eq(l.id, "node-b");
+    /* release deletes the key: a takes over at once */
+    rl_err e = {0};
+    cr_assert_eq(b.vt->release(b.ctx, &e), RL_OK, "%s", e.msg);
+    cr_assert(try_lead(&a, &l));
+    cr_assert_str_eq(l.id, "node-a");
+    /* a release by a non-leader touches nothing */
+    cr_assert_eq(b.vt->release(b.ctx, &e), RL_OK, "%s", e.msg);
+    cr_assert(try_lead(&a, &l));
+    a.vt->destroy(a.ctx);
+    b.vt->destroy(b.ctx);
+}
+
+Test(etcd, elect_backend_silent_leader_expires) {
+    cand a = candidate("node-a", 1, 2), b = candidate("node-b", 2, 2);
+    rl_leader l;
+    cr_assert(try_lead(&a, &l));
+    /* a stops renewing (paused, killed): b leads once the 2 s lease is gone */
+    double t0 = now();
+    bool led = false;
+    while (!led && now() - t0 < 6.0) {
+        led = try_lead(&b, &l);
+        if (!led) {
+            cr_assert_str_eq(l.id, "node-a");
+            usleep(200 * 1000);
+        }
+    }
+    cr_assert(led, "b never took over from a silent leader");
+    cr_assert_gt(now() - t0, 1.0, "b took over before a's lease could have expired");
+    /* a, back, finds its lease gone and follows */
+    cr_assert(!try_lead(&a, &l));
+    cr_assert_str_eq(l.id, "node-b");
+    a.vt->destroy(a.ctx);
+    b.vt->destroy(b.ctx);
+}
+
+Test(etcd, elect_backend_garbage_record_is_an_error) {
+    cand a = candidate("node-a", 1, 15);
+    rl_etcd *c = client();
+    rl_err e = {0};
+    const char *garbage[] = {"not json", "{\"id\":5,\"addr\":\"x\",\"port\":1}", "{\"id\":\"x\"}",
+                             "{\"id\":\"x\",\"addr\":\"y\",\"port\":70000}", "[]", ""};
+    for (size_t i = 0; i < sizeof garbage / sizeof *garbage; i++) {
+        cr_assert_eq(rl_etcd_put(c, "/ringleader/job/leader", garbage[i], strlen(garbage[i]), 0, NULL, &e),
+                     RL_OK, "%s", e.msg);
+        bool leading = true;
+        rl_leader l = {.id = "untouched"};
+        int rc = a.vt->attempt(a.ctx, &leading, &l, &e);
+        cr_assert_eq(rc, RL_EIO, "%s: rc %d", garbage[i], rc);
+        cr_assert(strstr(e.msg, "/ringleader/job/leader"), "%s", e.msg);
+        cr_assert_str_eq(l.id, "untouched", "an error leaves the outputs alone");
+    }
+    /* deleting it lets the election go on */
+    cr_assert_eq(rl_etcd_delete(c, "/ringleader/job/leader", false, NULL, &e), RL_OK);
+    rl_leader l;
+    cr_assert(try_lead(&a, &l));
+    rl_etcd_free(c);
+    a.vt->destroy(a.ctx);
+}
+
+Test(etcd, elect_backend_bad_options) {
+    const rl_elect_backend *vt;
+    void *ctx;
+    rl_err e = {0};
+    rl_elector_opts o = {.id = "a", .addr = "h", .etcd_endpoint = "http://127.0.0.1:1", .etcd_key = "k"};
+    rl_elector_opts bad = o;
+    bad.etcd_endpoint = NULL;
+    cr_assert_eq(rl_elect_etcd_new(&bad, &vt, &ctx, &e), RL_EINPUT);
+    cr_assert(strstr(e.msg, "etcd_endpoint"), "%s", e.msg);
+    bad = o;
+    bad.etcd_endpoint = "127.0.0.1:2379";
+    cr_assert_eq(rl_elect_etcd_new(&bad, &vt, &ctx, &e), RL_EINPUT);
+    cr_assert(strstr(e.msg, "etcd_endpoint"), "%s", e.msg);
+    bad = o;
+    bad.etcd_key = "";
+    cr_assert_eq(rl_elect_etcd_new(&bad, &vt, &ctx, &e), RL_EINPUT);
+    cr_assert(strstr(e.msg, "etcd_key"), "%s", e.msg);
+    bad = o;
+    bad.addr = NULL;
+    cr_assert_eq(rl_elect_etcd_new(&bad, &vt, &ctx, &e), RL_EINPUT);
+    cr_assert(strstr(e.msg, "addr"), "%s", e.msg);
+    /* etcd unreachable: the attempt fails fast naming the call and endpoint */
+    cr_assert_eq(rl_elect_etcd_new(&o, &vt, &ctx, &e), RL_OK, "%s", e.msg);
+    bool leading = false;
+    rl_leader l;
+    double t0 = now();
+    int rc = vt->attempt(ctx, &leading, &l, &e);
+    cr_assert(rc == RL_EPEER || rc == RL_ETIMEOUT, "rc %d %s", rc, e.msg);
+    cr_assert(strstr(e.msg, "127.0.0.1:1"), "%s", e.msg);
+    cr_assert_lt(now() - t0, 5.0);
+    vt->destroy(ctx);
+}
