@@ -120,12 +120,22 @@ static int get_bool(kc *k, const cJSON *obj, const char *key, const char *field,
                    field, key);
 }
 
+/* A name from the file as it may appear in a one-line message. */
+static const char *printable(const char *s, char *out, size_t n) {
+    size_t o = 0;
+    for (; *s && o + 1 < n; s++) out[o++] = (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
+    out[o] = '\0';
+    return out;
+}
+
 /* The `inner` object of the list entry named `name` (kubeconfig's
  * "clusters: - name: x\n  cluster: {...}" shape). */
 static int find_named(kc *k, const cJSON *root, const char *list, const char *inner,
                       const char *name, const cJSON **out, char *field, size_t fn) {
     *out = NULL;
-    snprintf(field, fn, "%s[name=%.200s].%s", list, name, inner);
+    char pn[201];
+    printable(name, pn, sizeof pn);
+    snprintf(field, fn, "%s[name=%s].%s", list, pn, inner);
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, list);
     if (arr && !cJSON_IsNull(arr) && !cJSON_IsArray(arr))
         return rl_errf(k->e, RL_EINPUT, "kubeconfig %s: %s: must be a list", k->path, list);
@@ -142,8 +152,7 @@ static int find_named(kc *k, const cJSON *root, const char *list, const char *in
         *out = in && cJSON_IsObject(in) ? in : &empty;
         return RL_OK;
     }
-    return rl_errf(k->e, RL_EINPUT, "kubeconfig %s: %s: no entry named \"%.200s\"", k->path, list,
-                   name);
+    return rl_errf(k->e, RL_EINPUT, "kubeconfig %s: %s: no entry named \"%s\"", k->path, list, pn);
 }
 
 static int resolve(kc *k, const char *ref, char *dst, size_t n, const char *field) {
@@ -222,7 +231,9 @@ static int parse_root(kc *k, const cJSON *root, const char *context, rl_k8s_conf
         return rc;
     if (!cluster || !*cluster)
         return rl_errf(e, RL_EINPUT, "kubeconfig %s: %s.cluster: missing", k->path, field);
-    snprintf(c->source, sizeof c->source, "kubeconfig %s (context %.200s)", k->path, ctx);
+    char pc[201];
+    snprintf(c->source, sizeof c->source, "kubeconfig %s (context %s)", k->path,
+             printable(ctx, pc, sizeof pc));
     snprintf(c->ns, sizeof c->ns, "default");
     if (ns && *ns && (rc = copy_field(c->ns, sizeof c->ns, ns, k->path, "namespace", e))) return rc;
 

@@ -279,6 +279,8 @@ static int parse_map(yp *p, int indent, int depth, cJSON **out) {
         if (cJSON_GetObjectItemCaseSensitive(obj, key)) {
             char msg[160];
             snprintf(msg, sizeof msg, "duplicate key \"%.100s\"", key);
+            for (char *q = msg; *q; q++)
+                if ((unsigned char)*q < 0x20) *q = '?';
             free(key);
             rc = fail(p, lineno, msg);
             goto bad;

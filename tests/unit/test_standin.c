@@ -528,9 +528,10 @@ Test(standin, discovery_lists, .timeout = 30) {
     cJSON_ArrayForEach(r, cJSON_GetObjectItem(j, "resources")) {
         const char *n = jstr(r, "name");
         if (!strcmp(n, "pods")) {
+            const cJSON *sn = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "shortNames"), 0);
             pods = cJSON_IsTrue(cJSON_GetObjectItem(r, "namespaced")) && !strcmp(jstr(r, "kind"), "Pod") &&
-                   !strcmp(jstr(r, "singularName"), "pod") &&
-                   strstr(cJSON_PrintUnformatted(cJSON_GetObjectItem(r, "shortNames")), "po");
+                   !strcmp(jstr(r, "singularName"), "pod") && cJSON_IsString(sn) &&
+                   !strcmp(sn->valuestring, "po");
         }
         if (!strcmp(n, "pods/status")) pod_status = 1;
         if (!strcmp(n, "namespaces")) ns_cluster = cJSON_IsFalse(cJSON_GetObjectItem(r, "namespaced"));
@@ -1152,8 +1153,10 @@ static int merged_slices(rl_test_standin *s, const char *svc, char *summary, siz
         cJSON_ArrayForEach(ep, cJSON_GetObjectItem(sl, "endpoints")) {
             if (nl >= 16) break;
             const cJSON *c = cJSON_GetObjectItem(ep, "conditions");
-            snprintf(lines[nl++], 160, "%s:%s:%d/%d/%d:%s;", jstr(ep, "targetRef.name"),
-                     cJSON_GetArrayItem(cJSON_GetObjectItem(ep, "addresses"), 0)->valuestring,
+            const char *pod = jstr(ep, "targetRef.name");
+            const cJSON *addr = cJSON_GetArrayItem(cJSON_GetObjectItem(ep, "addresses"), 0);
+            cr_assert(pod && cJSON_IsString(addr), "endpoint without targetRef.name or address");
+            snprintf(lines[nl++], 160, "%s:%s:%d/%d/%d:%s;", pod, addr->valuestring,
                      cJSON_IsTrue(cJSON_GetObjectItem(c, "ready")), cJSON_IsTrue(cJSON_GetObjectItem(c, "serving")),
                      cJSON_IsTrue(cJSON_GetObjectItem(c, "terminating")),
                      jstr(ep, "hostname") ? jstr(ep, "hostname") : "-");

@@ -1,0 +1,186 @@
+/* Start/stop a real etcd for tests; see etcdtest.h. */
+#include "etcdtest.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http/http.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Two distinct free loopback ports, held open together so they differ. */
+static int free_ports(int *a, int *b) {
+    int fds[2] = {-1, -1}, ports[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t sl = sizeof sa;
+        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&sa, sizeof sa) != 0 ||
+            getsockname(fds[i], (struct sockaddr *)&sa, &sl) != 0)
+            break;
+        ports[i] = ntohs(sa.sin_port);
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    if (!ports[0] || !ports[1]) return -1;
+    *a = ports[0], *b = ports[1];
+    return 0;
+}
+
+static const char *etcd_bin(void) {
+    const char *env = getenv("RL_TEST_ETCD");
+    if (env && *env) return env;
+    if (access("/usr/bin/etcd", X_OK) == 0) return "/usr/bin/etcd";
+    return "etcd";
+}
+
+static void dump_log(const rl_test_etcd *t) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/etcd.log", t->dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return;
+    /* the tail is where the reason is */
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, sz > 4000 ? sz - 4000 : 0, SEEK_SET);
+    char buf[4001];
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+    fprintf(stderr, "---- %s (tail)\n%s\n", p, buf);
+}
+
+static bool answers(const rl_test_etcd *t) {
+    rl_http *h = NULL;
+    if (rl_http_new(&h, NULL) != RL_OK) return false;
+    char url[128];
+    snprintf(url, sizeof url, "%s/v3/kv/range", t->endpoint);
+    static const char body[] = "{\"key\":\"AA==\"}";
+    rl_http_req req = {.method = "POST", .url = url, .body = body, .body_len = sizeof body - 1,
+                       .connect_timeout_s = 1, .timeout_s = 2};
+    rl_http_resp r = {0};
+    int rc = rl_http_do(h, &req, &r, NULL);
+    bool ok = rc == RL_OK && r.status == 200 && r.body && strstr(r.body, "\"header\"");
+    rl_http_resp_free(&r);
+    rl_http_free(h);
+    return ok;
+}
+
+/* fork/exec etcd on t's ports and dir; wait until it answers. */
+static int launch(rl_test_etcd *t) {
+    char client[64], peer[64], data[320], logp[320];
+    snprintf(client, sizeof client, "http://127.0.0.1:%d", t->client_port);
+    snprintf(peer, sizeof peer, "http://127.0.0.1:%d", t->peer_port);
+    char cluster[96];
+    snprintf(cluster, sizeof cluster, "default=%s", peer);
+    snprintf(data, sizeof data, "%s/data", t->dir);
+    snprintf(logp, sizeof logp, "%s/etcd.log", t->dir);
+    snprintf(t->endpoint, sizeof t->endpoint, "%s", client);
+    const char *bin = etcd_bin();
+    char *argv[] = {(char *)bin, "--name", "default", "--data-dir", data,
+                    "--listen-client-urls", client, "--advertise-client-urls", client,
+                    "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                    "--initial-cluster", cluster,
+                    /* idle watch streams still carry a progress message every second */
+                    "--experimental-watch-progress-notify-interval", "1s",
+                    "--logger", "zap", "--log-outputs", "stderr", NULL};
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* no etcd outlives a crashed test */
+        if (getppid() != parent) _exit(127);
+        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) dup2(devnull, 0);
+        execvp(bin, argv);
+        _exit(127);
+    }
+    t->pid = (int)pid;
+    double deadline = now_s() + 15.0;
+    while (now_s() < deadline) {
+        if (answers(t)) return 0;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) { /* died: a port taken, a bad flag */
+            t->pid = -1;
+            return -1;
+        }
+        usleep(50 * 1000);
+    }
+    rl_test_etcd_kill(t);
+    return -1;
+}
+
+static void rmrf(const char *dir) {
+    if (strncmp(dir, "/tmp/rl-etcd-", 13) != 0) return; /* only what we made */
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    int rc = system(cmd);
+    (void)rc;
+}
+
+int rl_test_etcd_start(rl_test_etcd *t) {
+    memset(t, 0, sizeof *t);
+    t->pid = -1;
+    /* a port picked free may be taken before etcd binds it: a few tries */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        snprintf(t->dir, sizeof t->dir, "/tmp/rl-etcd-XXXXXX");
+        if (!mkdtemp(t->dir)) {
+            fprintf(stderr, "etcdtest: mkdtemp: %s\n", strerror(errno));
+            t->dir[0] = '\0';
+            return -1;
+        }
+        if (free_ports(&t->client_port, &t->peer_port) == 0 && launch(t) == 0) return 0;
+        dump_log(t);
+        rmrf(t->dir);
+        t->dir[0] = '\0';
+    }
+    fprintf(stderr, "etcdtest: etcd (%s) did not start\n", etcd_bin());
+    return -1;
+}
+
+void rl_test_etcd_kill(rl_test_etcd *t) {
+    if (t->pid <= 0) return;
+    kill((pid_t)t->pid, SIGKILL);
+    int st;
+    while (waitpid((pid_t)t->pid, &st, 0) < 0 && errno == EINTR) {}
+    t->pid = -1;
+}
+
+int rl_test_etcd_restart(rl_test_etcd *t) {
+    rl_test_etcd_kill(t);
+    /* the ports were just released by our own process: they are usually
+     * free at once, but give a late TIME_WAIT or a slow exit a few tries */
+    for (int attempt = 0; attempt < 5; attempt++) {
+        if (launch(t) == 0) return 0;
+        usleep(200 * 1000);
+    }
+    dump_log(t);
+    return -1;
+}
+
+void rl_test_etcd_stop(rl_test_etcd *t) {
+    rl_test_etcd_kill(t);
+    if (t->dir[0]) rmrf(t->dir);
+    t->dir[0] = '\0';
+}
