@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "                         [--save-params FILE]\n"
             "                         [--nproc-per-node N [--nnodes N --node-rank I\n"
             "                          --master-addr HOST --master-port PORT]]\n"
+            "                         [--rdzv k8s|etcd --job NAME [--nnodes MIN:MAX]]\n"
             "  Trains a Llama-architecture model. With no --config, trains the embedded\n"
             "  default: a small model on the arithmetic corpus that\n"
             "  `ringleader-prepare arith --out data/arith` writes (see `make run`).\n"
@@ -32,7 +33,11 @@ static void usage(FILE *f) {
             "  a process started with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun)\n"
             "  or SLURM_PROCID/SLURM_NTASKS (srun) joins that job. PET_NNODES,\n"
             "  PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR/PORT are read too.\n"
-            "  --save-params FILE: rank 0 writes the final fp32 parameters (raw).\n");
+            "  --save-params FILE: rank 0 writes the final fp32 parameters (raw).\n"
+            "  --rdzv k8s|etcd: an elastic node agent (in a pod): peers from the job's\n"
+            "  headless Service (or etcd), a leader elected on a Lease (or etcd), rounds\n"
+            "  that re-form when nodes come and go; POD_NAME, POD_IP and\n"
+            "  RINGLEADER_RDZV_SECRET come from the pod (see README, Kubernetes).\n");
 }
 
 static int fail(const char *what, const rl_err *e) {
@@ -110,13 +115,13 @@ int main(int argc, char **argv) {
     rl_job_config_default(&cfg);
     const char *config_path = NULL, *save_params = NULL;
     long long steps = -1, seed = -1, nproc = -1, nnodes = -1, node_rank = -1, mport = -1;
-    const char *maddr = NULL;
+    const char *maddr = NULL, *rdzv = NULL, *job = NULL, *nodes = NULL;
     int print_config = 0, rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct { const char *flag; long long lo, hi, *dst; } ints[] = {
             {"--steps", 0, 1ll << 40, &steps},         {"--seed", 0, 1ll << 53, &seed},
-            {"--nproc-per-node", 1, 1024, &nproc},     {"--nnodes", 1, 1 << 20, &nnodes},
+            {"--nproc-per-node", 1, 1024, &nproc},
             {"--node-rank", 0, 1 << 20, &node_rank},   {"--master-port", 0, 65535, &mport},
         };
         bool matched = false;
@@ -135,6 +140,12 @@ int main(int argc, char **argv) {
             save_params = v, i++;
         } else if (!strcmp(a, "--master-addr") && v) {
             maddr = v, i++;
+        } else if (!strcmp(a, "--nnodes") && v) {
+            nodes = v, i++;
+        } else if (!strcmp(a, "--rdzv") && v) {
+            rdzv = v, i++;
+        } else if (!strcmp(a, "--job") && v) {
+            job = v, i++;
         } else if (!strcmp(a, "--print-config")) {
             print_config = 1;
         } else {
@@ -170,6 +181,41 @@ int main(int argc, char **argv) {
     /* Which role: a node agent (launcher), one rank of a job, or alone. */
     const char *child = getenv(RL_ENV_CHILD);
     bool is_child = child && *child == '1';
+    int nmin = 0, nmax = 0;
+    if (nodes && (rc = rl_parse_nodes(nodes, "--nnodes", &nmin, &nmax, &e))) return fail("", &e);
+    if (nodes) nnodes = nmin;
+    if (rdzv) snprintf(cfg.rdzv.backend, sizeof cfg.rdzv.backend, "%s", rdzv);
+    if (job) snprintf(cfg.rdzv.job, sizeof cfg.rdzv.job, "%s", job);
+    if (nodes) cfg.rdzv.min_nodes = nmin, cfg.rdzv.max_nodes = nmax;
+    const char *rdzv_env = getenv("RINGLEADER_RDZV");
+    if (rdzv_env && *rdzv_env) snprintf(cfg.rdzv.backend, sizeof cfg.rdzv.backend, "%s", rdzv_env);
+    if (!is_child && strcmp(cfg.rdzv.backend, "static") != 0) {
+        /* the elastic node agent */
+        rl_log_init(-1);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0) {
+            fprintf(stderr, "ringleader-worker: error: cannot find own executable\n");
+            return 1;
+        }
+        self[n] = '\0';
+        argv[0] = self;
+        rl_node_env ne;
+        if ((rc = rl_node_env_read(&ne, &e))) return fail("", &e);
+        rl_elastic_env ee;
+        rl_elastic_opts eo;
+        if ((rc = rl_elastic_setup(&cfg, nproc > 0 ? (int)nproc : ne.nproc_per_node, &ee, &eo, &e)))
+            return fail("", &e);
+        bool preempted = false;
+        eo.argv = argv, eo.stop = &g_stop, eo.stop_sig = &g_stop_sig, eo.preempted = &preempted;
+        rc = rl_elastic_run(&eo, &e);
+        if (rc && preempted) return RL_EXIT_PREEMPTED;
+        return rc ? fail("", &e) : 0;
+    }
+    if (nodes && nmin != nmax) {
+        fprintf(stderr, "ringleader-worker: error: --nnodes %s: an elastic range needs --rdzv k8s or etcd\n", nodes);
+        return 2;
+    }
     rl_node_env node;
     if (!is_child) {
         if ((rc = rl_node_env_read(&node, &e))) return fail("", &e);
@@ -200,9 +246,10 @@ int main(int argc, char **argv) {
         }
         self[n] = '\0';
         argv[0] = self;
+        bool preempted = false;
         rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = 10, .stop = &g_stop,
-                             .stop_sig = &g_stop_sig};
-        if ((rc = rl_launch(&lo, &e))) return fail("", &e);
+                             .stop_sig = &g_stop_sig, .preempted = &preempted};
+        if ((rc = rl_launch(&lo, &e))) return preempted ? RL_EXIT_PREEMPTED : fail("", &e);
         return 0;
     }
     rl_static_env env;
@@ -220,6 +267,11 @@ int main(int argc, char **argv) {
         if (sum.preempt_saved) { /* stopped on SIGTERM with a committed checkpoint */
             fprintf(stderr, "ringleader-worker: %s (exit %d)\n", e.msg, RL_EXIT_PREEMPTED);
             return RL_EXIT_PREEMPTED;
+        }
+        /* a peer went away or stopped answering: its own agent reports why */
+        if (is_child && (rc == RL_EPEER || rc == RL_ETIMEOUT)) {
+            fail("", &e);
+            return RL_EXIT_PEER_LOST;
         }
         return fail("", &e);
     }

@@ -13,6 +13,8 @@
 #ifndef RL_AGENT_H
 #define RL_AGENT_H
 
+#include <sys/types.h>
+
 #include "rdzv/rdzv.h"
 #include "train/train.h"
 #include "util/util.h"
@@ -34,6 +36,7 @@ typedef struct rl_launch_opts {
     double grace_s;       /* SIGTERM -> SIGKILL delay when stopping trainers */
     const volatile int *stop; /* set by the caller's signal handler: forward it */
     volatile int *stop_sig;   /* which signal (SIGINT/SIGTERM) to forward */
+    bool *preempted;          /* out (optional): a trainer stopped with a checkpoint */
 } rl_launch_opts;
 
 /* Returns RL_OK when every trainer exited 0; otherwise RL_EPEER with a
@@ -45,5 +48,86 @@ int rl_launch(const rl_launch_opts *o, rl_err *e);
 #define RL_ENV_STORE_HOSTED "RINGLEADER_STORE_HOSTED"
 /* Set in trainers started by rl_launch, so they do not launch again. */
 #define RL_ENV_CHILD "RINGLEADER_CHILD"
+/* The key prefix of this round's trainers on the store ("static" when unset). */
+#define RL_ENV_STORE_PREFIX "RINGLEADER_STORE_PREFIX"
+/* The job's rendezvous secret (the operator fills it from a Secret); a store
+ * client that has it authenticates, and never talks to a store that cannot. */
+#define RL_ENV_RDZV_SECRET "RINGLEADER_RDZV_SECRET"
+
+/* A trainer's exit status when it failed because a peer did (a collective
+ * timed out or a connection was lost): the peer's own agent reports the
+ * cause, so this one does not count against the job's restart limit.
+ * (RL_EXIT_PREEMPTED, 75, is the other benign status.) */
+#define RL_EXIT_PEER_LOST 76
+
+/* ---- a node's trainer processes ------------------------------------------------------ */
+typedef struct rl_group_opts {
+    char *const *argv;       /* the trainer command (argv[0] is exec'd) */
+    int nproc;               /* local ranks */
+    int rank0, world;        /* global rank of local rank 0, world size */
+    int group_rank;          /* this node's index (GROUP_RANK) */
+    const char *master_addr; /* the store the trainers use */
+    int master_port;
+    const char *const *env;  /* extra NAME, VALUE pairs, NULL-terminated (may be NULL) */
+} rl_group_opts;
+typedef struct rl_group rl_group;
+/* Fork/exec nproc trainers with their rank environment (torchrun's names);
+ * each dies with its agent (PR_SET_PDEATHSIG). */
+int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e);
+/* Reap ended trainers without blocking. Returns 1 when one ended other
+ * than with status 0, naming the most likely culprit (signals first, then
+ * errors, then the exit statuses listed in `benign`, 0-terminated). */
+int rl_group_poll(rl_group *g, const int *benign, int *bad_local, int *bad_status);
+int rl_group_left(const rl_group *g);
+pid_t rl_group_pid(const rl_group *g, int local);
+void rl_group_signal(rl_group *g, int sig);
+/* SIGTERM, then SIGKILL after grace_s (0: at once); returns when all are reaped. */
+void rl_group_stop(rl_group *g, double grace_s);
+void rl_group_free(rl_group *g);
+/* "exited with status 3" / "was killed by signal 9 (Killed)". */
+void rl_group_describe(char *dst, size_t n, int status);
+
+/* ---- the elastic node agent (Kubernetes or etcd rendezvous) ---------------------------
+ * In a pod: elect a leader (Lease or etcd), watch the job's members, host
+ * the rendezvous store while leading, join rounds, run this node's
+ * trainers for each round, and start over when the round changes (a lost
+ * node, a new one, a new leader). See docs/DESIGN.md, "Rendezvous". */
+typedef struct rl_elastic_opts {
+    const char *backend;     /* "k8s" | "etcd" */
+    const char *job;         /* names the Lease (<job>-leader) and Service (<job>) */
+    const char *id;          /* this node (pod name) */
+    const char *addr;        /* this node's address (pod IP) */
+    int port;                /* the store's port while leading (29400) */
+    int nproc;               /* trainers on this node */
+    const void *secret;      /* the job's rendezvous secret */
+    size_t secret_len;
+    rl_round_opts round;     /* min/max nodes, heartbeats, last call, restarts */
+    double lease_s, renew_deadline_s, retry_s;
+    const char *kubeconfig, *ns; /* k8s (NULL: in-cluster) */
+    const char *etcd_endpoint;   /* etcd */
+    char *const *argv;       /* the trainer command */
+    double grace_s;          /* SIGTERM -> SIGKILL for trainers at a round change */
+    const volatile int *stop;
+    volatile int *stop_sig;
+    bool *preempted;         /* out: stopped by a signal, trainers checkpointed */
+} rl_elastic_opts;
+/* Returns RL_OK when the job completed; RL_EABORT when stopped by a
+ * signal; RL_EPEER when the job failed (restart limit) with the reason. */
+int rl_elastic_run(const rl_elastic_opts *o, rl_err *e);
+
+/* The pod's side of the options: identity, secret and overrides from the
+ * environment, over the job config's "rdzv" section:
+ *   RINGLEADER_RDZV (backend), RINGLEADER_JOB, RINGLEADER_NNODES ("N" or
+ *   "MIN:MAX"), RINGLEADER_ETCD_ENDPOINT, POD_NAME (else the host name),
+ *   POD_IP (else RL_HOST_ADDR), POD_NAMESPACE, KUBECONFIG, and the secret
+ *   RINGLEADER_RDZV_SECRET. env holds the strings o points into. Checks
+ * that the global batch divides for every world size the job can have. */
+typedef struct rl_elastic_env {
+    char id[254], addr[64], ns[254], kubeconfig[1024], secret[1024], etcd[256], job[64];
+} rl_elastic_env;
+int rl_elastic_setup(const rl_job_config *cfg, int nproc, rl_elastic_env *env, rl_elastic_opts *o,
+                     rl_err *e);
+/* "N" or "MIN:MAX" -> min, max (RL_EINPUT naming `what`). */
+int rl_parse_nodes(const char *s, const char *what, int *min, int *max, rl_err *e);
 
 #endif

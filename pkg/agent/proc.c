@@ -19,13 +19,14 @@ static const char *advertise_host(void) {
  * first process to arrive fixes WORLD_SIZE, and each rank can be claimed
  * once. Two processes with one RANK, or ranks that disagree on the world
  * size, fail here with a message naming the cause. */
-static int claim_place(rl_store *s, const rl_static_env *env, rl_err *e) {
-    char key[64], mine[32];
+static int claim_place(rl_store *s, const char *prefix, const rl_static_env *env, rl_err *e) {
+    char key[320], mine[32];
     snprintf(mine, sizeof mine, "%d", env->world);
     bool swapped;
     void *cur = NULL;
     size_t clen;
-    int rc = rl_store_cas(s, "static/world", NULL, 0, mine, strlen(mine), &swapped, &cur, &clen, e);
+    snprintf(key, sizeof key, "%s/world", prefix);
+    int rc = rl_store_cas(s, key, NULL, 0, mine, strlen(mine), &swapped, &cur, &clen, e);
     if (rc) return rc;
     if (!swapped && (clen != strlen(mine) || memcmp(cur, mine, clen) != 0)) {
         rc = rl_errf(e, RL_EINPUT, "WORLD_SIZE=%d, but another rank of this job said WORLD_SIZE=%.*s",
@@ -34,7 +35,7 @@ static int claim_place(rl_store *s, const rl_static_env *env, rl_err *e) {
         return rc;
     }
     free(cur);
-    snprintf(key, sizeof key, "static/rank/%d", env->rank);
+    snprintf(key, sizeof key, "%s/rank/%d", prefix, env->rank);
     if ((rc = rl_store_cas(s, key, NULL, 0, "1", 1, &swapped, NULL, NULL, e))) return rc;
     if (!swapped)
         return rl_errf(e, RL_EINPUT, "RANK=%d is claimed by another process of this job (duplicate RANK)",
@@ -62,13 +63,21 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
         return rc;
     if ((rc = rl_store_connect(env->master_addr, env->master_port, cfg->dist.timeout_s, &store, e)))
         goto out;
-    if ((rc = claim_place(store, env, e))) goto out;
+    /* An elastic agent runs each round's trainers under their own key
+     * prefix on the leader's store, which wants the job's secret. */
+    const char *prefix = getenv(RL_ENV_STORE_PREFIX), *secret = getenv(RL_ENV_RDZV_SECRET);
+    if (!prefix || !*prefix) prefix = "static";
+    char id[32], comm_prefix[300];
+    snprintf(id, sizeof id, "rank-%d", env->rank);
+    snprintf(comm_prefix, sizeof comm_prefix, "%s/comm", prefix);
+    if (secret && *secret && (rc = rl_store_auth(store, id, secret, strlen(secret), e))) goto out;
+    if ((rc = claim_place(store, prefix, env, e))) goto out;
     rl_comm_opts co = {
         .backend = cfg->dist.backend,
         .rank = env->rank,
         .world = env->world,
         .store = store,
-        .prefix = "static/comm",
+        .prefix = comm_prefix,
         .host = advertise_host(),
         .timeout_s = cfg->dist.timeout_s,
         .device = env->local_rank,

@@ -275,4 +275,97 @@ int rl_members_snapshot(rl_members *m, rl_peer *peers, int cap, uint64_t *versio
 void rl_members_wait(rl_members *m, uint64_t seen, double timeout_s);
 void rl_members_stop(rl_members *m);
 
+/* ---- rounds ---------------------------------------------------------------------------
+ * On the leader's store (authenticated), a round is one membership of the
+ * job: nodes join it, the leader's coordinator closes it and publishes the
+ * rank table, members heartbeat while their trainers run, and the
+ * coordinator ends it when a member is lost, fails, a node arrives with
+ * room to grow, or the job completes. Keys ("rdzv/" prefix):
+ *   round              the open or running round R (decimal)
+ *   R/nseq, R/join/<k> joins: a counter, then {"id","addr","local_world"}
+ *   R/table            {"round","world","restarts","nodes":[{"id","addr","local_world","rank0"}]}
+ *   R/hb/<id>          heartbeat counters (ADD)
+ *   R/events, R/done/<id>, R/fail/<id>   members' reports (a counter to watch, then the report)
+ *   crashes            trainer crashes so far (the restart limit counts these)
+ *   R/end              {"outcome":"next"|"complete"|"failed","reason"}
+ * Ranks follow the sorted node ids. A new leader's store starts empty; its
+ * first round number continues from the last round its own agent saw. */
+typedef struct rl_round_opts {
+    int min_nodes, max_nodes; /* max 0: equal to min (a fixed-size job) */
+    double last_call_s;       /* elastic: wait this long for more after min joined (10) */
+    double heartbeat_s;       /* 5 */
+    int heartbeat_misses;     /* lost after this many (3) */
+    int max_restarts;         /* trainer crashes the job survives (3) */
+} rl_round_opts;
+
+typedef struct rl_round_node {
+    char id[254];
+    char addr[64];
+    int local_world, rank0;
+} rl_round_node;
+
+typedef struct rl_round_table {
+    long long round;
+    int world, restarts, nnodes;
+    rl_round_node *nodes; /* sorted by id */
+} rl_round_table;
+
+/* Strict parse of a published table (fuzzed): every field present and
+ * typed, ranks contiguous from 0 in id order, world = sum of local_world. */
+int rl_round_table_parse(const char *json, size_t len, rl_round_table *t, rl_err *e);
+void rl_round_table_free(rl_round_table *t);
+
+/* The leader's coordinator: a thread with its own store client. */
+typedef struct rl_round_coord rl_round_coord;
+int rl_round_coord_start(const char *host, int port, const void *secret, size_t slen,
+                         const rl_round_opts *o, rl_members *members, long long first_round,
+                         rl_round_coord **out, rl_err *e);
+void rl_round_coord_stop(rl_round_coord *c);
+
+/* Member side. Join the current round and wait up to timeout_s for its
+ * table (RL_OK: this node is in it; RL_ETIMEOUT: not yet, call again --
+ * *joined_round, 0 at first, remembers the round already joined so a call
+ * again does not join twice). A round that ends without us (we came late,
+ * or it filled up) is followed into the next one. RL_EPEER with the
+ * coordinator's reason when the job failed; RL_OK with t->round < 0 when
+ * the job completed. */
+int rl_round_join(rl_store *s, const char *id, const char *addr, int local_world, double timeout_s,
+                  long long *joined_round, rl_round_table *t, rl_err *e);
+typedef enum { RL_ROUND_RUNNING = 0, RL_ROUND_NEXT, RL_ROUND_COMPLETE, RL_ROUND_FAILED } rl_round_state;
+/* RL_ROUND_NEXT with *graceful: the round ended with every member alive
+ * (the job grows), so trainers get time to stop at a step boundary and
+ * checkpoint; otherwise their collectives are broken and waiting is waste. */
+/* Heartbeat, then look at R/end (waiting up to wait_s for it). reason gets
+ * the coordinator's words when the round is over. */
+int rl_round_tick(rl_store *s, long long round, const char *id, double wait_s,
+                  rl_round_state *state, bool *graceful, char *reason, size_t rn, rl_err *e);
+/* Report this node's trainers: done (all exited 0) or failed (crash: it
+ * counts against the restart limit). */
+int rl_round_report(rl_store *s, long long round, const char *id, bool done, bool crash,
+                    const char *reason, rl_err *e);
+
+/* ---- the job config's "rdzv" section --------------------------------------------------
+ * backend "static" (torchrun/SLURM environment, the default), "k8s" or
+ * "etcd". The operator writes the rest; environment variables override
+ * (see cmd/worker). nodes: min_nodes..max_nodes (max 0 = fixed size). */
+typedef struct rl_rdzv_config {
+    char backend[16];
+    char job[64];
+    int min_nodes, max_nodes;
+    int port;                        /* the leader's store (29400) */
+    double heartbeat_s;              /* 5 */
+    int heartbeat_misses;            /* 3 */
+    double last_call_s;              /* 10 */
+    int max_restarts;                /* 3 */
+    double lease_s, renew_deadline_s, retry_s; /* 15, 10, 2 */
+    double stop_grace_s;             /* trainers' SIGTERM -> SIGKILL at a graceful round change (30) */
+    char etcd_endpoint[256];
+} rl_rdzv_config;
+void rl_rdzv_config_default(rl_rdzv_config *c);
+struct cJSON;
+/* Strict like the other sections: unknown fields and out-of-range values
+ * are RL_EINPUT naming "<where>.<field>". */
+int rl_rdzv_config_from_json(const struct cJSON *o, const char *where, rl_rdzv_config *c, rl_err *e);
+void rl_rdzv_config_add_json(const rl_rdzv_config *c, struct cJSON *o);
+
 #endif

@@ -37,6 +37,7 @@ void rl_job_config_default(rl_job_config *c) {
     c->dist.bucket_mb = 25, c->dist.first_bucket_mb = 1; /* PyTorch DDP's defaults */
     c->dist.min_buckets = 8; /* lets small models overlap too (see ddp.h) */
     rl_ckpt_config_default(&c->ckpt);
+    rl_rdzv_config_default(&c->rdzv);
 }
 
 static int parse_dist(const cJSON *o, const char *w, rl_dist_config *d, rl_err *e) {
@@ -158,7 +159,7 @@ int rl_job_config_parse(const char *text, size_t len, const char *name, rl_job_c
         for (size_t i = 0; i < off && i < len; i++) line += text[i] == '\n';
         return rl_errf(e, RL_EINPUT, "%s: invalid JSON near line %zu (byte %zu)", name, line, off);
     }
-    static const char *const keys[] = {"model", "train", "data", "dist", "checkpoint", NULL};
+    static const char *const keys[] = {"model", "train", "data", "dist", "checkpoint", "rdzv", NULL};
     char where[RL_PATH_MAX + 16];
     int rc = rl_cfg_check_keys(root, name, keys, e);
     const cJSON *sec;
@@ -181,6 +182,10 @@ int rl_job_config_parse(const char *text, size_t len, const char *name, rl_job_c
     if (!rc && !(rc = rl_cfg_obj(root, name, "checkpoint", &sec, e)) && sec) {
         snprintf(where, sizeof where, "%s: checkpoint", name);
         rc = rl_ckpt_config_from_json(sec, where, &c->ckpt, e);
+    }
+    if (!rc && !(rc = rl_cfg_obj(root, name, "rdzv", &sec, e)) && sec) {
+        snprintf(where, sizeof where, "%s: rdzv", name);
+        rc = rl_rdzv_config_from_json(sec, where, &c->rdzv, e);
     }
     cJSON_Delete(root);
     return rc ? rc : check(c, name, e);
@@ -229,6 +234,7 @@ char *rl_job_config_to_json(const rl_job_config *c) {
     cJSON_AddNumberToObject(ds, "first_bucket_mb", c->dist.first_bucket_mb);
     cJSON_AddNumberToObject(ds, "min_buckets", c->dist.min_buckets);
     rl_ckpt_config_add_json(&c->ckpt, cJSON_AddObjectToObject(r, "checkpoint"));
+    rl_rdzv_config_add_json(&c->rdzv, cJSON_AddObjectToObject(r, "rdzv"));
     char *s = cJSON_PrintUnformatted(r);
     cJSON_Delete(r);
     return s;

@@ -16,6 +16,7 @@
 #include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "model/model.h"
+#include "rdzv/rdzv.h"
 #include "util/util.h"
 
 #define RL_PATH_MAX 1024
@@ -60,6 +61,7 @@ typedef struct rl_job_config {
     rl_data_config data;
     rl_dist_config dist;
     rl_ckpt_config ckpt; /* "checkpoint" section */
+    rl_rdzv_config rdzv; /* "rdzv" section */
 } rl_job_config;
 
 /* The embedded default: the arithmetic run of `make run`. */

@@ -1,0 +1,335 @@
+/* The elastic node agent: election, membership, rounds, trainers.
+ *
+ * One loop, restartable at any point: find the leader (hosting the store
+ * and the round coordinator when it is us), connect and authenticate, join
+ * the current round, run this node's trainers for it, and go round again
+ * when the round ends, the leader changes or the store goes away. Every
+ * wait is a short slice, so a signal, a leader change or a lost store is
+ * noticed within a fraction of a second. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+#define JOIN_SLICE_S 1.0
+#define TICK_S 0.2
+
+typedef struct agent {
+    const rl_elastic_opts *o;
+    rl_elector *el;
+    rl_members *mem;
+    rl_store_server *srv;
+    rl_round_coord *coord;
+    long long last_round;
+    uint64_t gen_seen;
+    char leader_id[254];
+} agent;
+
+static void nap(double s) { nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL); }
+
+static char *esc(char *dst, size_t n, const char *s) { return rl_json_escape(dst, n, s); }
+
+/* Host the store and the coordinator exactly while we lead. */
+static int follow_leadership(agent *a, const rl_elect_state *st, rl_err *e) {
+    const rl_elastic_opts *o = a->o;
+    if (st->leading && !a->srv) {
+        int rc = rl_store_server_start_auth(o->addr, o->port, o->secret, o->secret_len, &a->srv, e);
+        if (rc) return rc;
+        rc = rl_round_coord_start(o->addr, rl_store_server_port(a->srv), o->secret, o->secret_len, &o->round,
+                                  a->mem, a->last_round + 1, &a->coord, e);
+        if (rc) {
+            rl_store_server_stop(a->srv);
+            a->srv = NULL;
+            return rc;
+        }
+    } else if (!st->leading && a->srv) {
+        rl_log_msg(RL_LOG_WARN, "store_stop", "not the leader any more: stopping the rendezvous store");
+        rl_round_coord_stop(a->coord);
+        rl_store_server_stop(a->srv);
+        a->coord = NULL, a->srv = NULL;
+    }
+    return RL_OK;
+}
+
+/* Did the leader change since we joined (or did we gain or lose the lead)? */
+static bool leader_changed(agent *a) {
+    rl_elect_state st;
+    rl_elector_state(a->el, &st);
+    return st.leading != (a->srv != NULL) || strcmp(st.leader.id, a->leader_id) != 0;
+}
+
+static void stop_trainers(rl_group *g, double grace_s) {
+    rl_group_stop(g, grace_s);
+    rl_group_free(g);
+}
+
+typedef enum { RUN_REJOIN, RUN_COMPLETE, RUN_FAILED, RUN_STOPPED } run_result;
+
+/* One round's trainers, from spawn to the end of the round. */
+static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, const rl_round_node *me,
+                            const rl_elect_state *st, char *why, size_t wn) {
+    const rl_elastic_opts *o = a->o;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "r%lld", t->round);
+    const char *env[] = {RL_ENV_STORE_PREFIX, prefix, NULL};
+    int group_rank = (int)(me - t->nodes);
+    rl_group_opts go = {.argv = o->argv, .nproc = me->local_world, .rank0 = me->rank0, .world = t->world,
+                        .group_rank = group_rank, .master_addr = st->leader.addr,
+                        .master_port = st->leader.port, .env = env};
+    rl_group *g = NULL;
+    rl_err e = {0};
+    if (rl_group_spawn(&go, &g, &e) != RL_OK) {
+        snprintf(why, wn, "%s", e.msg);
+        rl_round_report(s, t->round, o->id, false, true, e.msg, &e);
+        return RUN_REJOIN;
+    }
+    static const int benign[] = {RL_EXIT_PREEMPTED, RL_EXIT_PEER_LOST, 0};
+    bool reported = false;
+    for (;;) {
+        if (*o->stop) {
+            /* SIGTERM (pod deletion, spot reclaim): trainers stop at a step
+             * boundary and rank 0 checkpoints; give them the grace. */
+            int sig = o->stop_sig && *o->stop_sig ? *o->stop_sig : SIGTERM;
+            rl_log(RL_LOG_WARN, "signal", "\"forwarded\":%d", sig);
+            rl_group_signal(g, sig);
+            double until = rl_now() + o->grace_s;
+            int bad, status;
+            while (rl_group_left(g) > 0 && rl_now() < until) {
+                if (rl_group_poll(g, benign, &bad, &status) && WIFEXITED(status) &&
+                    WEXITSTATUS(status) == RL_EXIT_PREEMPTED && o->preempted)
+                    *o->preempted = true;
+                nap(0.02);
+            }
+            stop_trainers(g, 0);
+            snprintf(why, wn, "stopped by signal %d", sig);
+            return RUN_STOPPED;
+        }
+        int bad, status;
+        if (!reported && rl_group_poll(g, benign, &bad, &status)) {
+            char how[96], msg[300];
+            rl_group_describe(how, sizeof how, status);
+            bool crash = !(WIFEXITED(status) && (WEXITSTATUS(status) == RL_EXIT_PEER_LOST ||
+                                                   WEXITSTATUS(status) == RL_EXIT_PREEMPTED));
+            snprintf(msg, sizeof msg, "rank %d (pid %d) %s%s", me->rank0 + bad, (int)rl_group_pid(g, bad), how,
+                     crash ? "" : " (a peer failed)");
+            rl_log_msg(crash ? RL_LOG_ERROR : RL_LOG_WARN, "trainer_failed", msg);
+            stop_trainers(g, 0);
+            g = NULL;
+            if (rl_round_report(s, t->round, o->id, false, crash, msg, &e) != RL_OK) {
+                snprintf(why, wn, "%s", e.msg);
+                return RUN_REJOIN;
+            }
+            reported = true;
+        } else if (!reported && g && rl_group_left(g) == 0) {
+            stop_trainers(g, 0);
+            g = NULL;
+            if (rl_round_report(s, t->round, o->id, true, false, "", &e) != RL_OK) {
+                snprintf(why, wn, "%s", e.msg);
+                return RUN_REJOIN;
+            }
+            reported = true;
+        }
+        rl_round_state rs;
+        bool graceful = false;
+        char reason[512] = "";
+        if (rl_round_tick(s, t->round, o->id, TICK_S, &rs, &graceful, reason, sizeof reason, &e) != RL_OK) {
+            stop_trainers(g, 0);
+            snprintf(why, wn, "lost the rendezvous store: %s", e.msg);
+            return RUN_REJOIN;
+        }
+        if (rs != RL_ROUND_RUNNING) {
+            stop_trainers(g, rs == RL_ROUND_NEXT && graceful ? o->grace_s : 0);
+            snprintf(why, wn, "%s", reason);
+            return rs == RL_ROUND_COMPLETE ? RUN_COMPLETE : rs == RL_ROUND_FAILED ? RUN_FAILED : RUN_REJOIN;
+        }
+        if (leader_changed(a)) {
+            stop_trainers(g, 0);
+            snprintf(why, wn, "the leader changed");
+            return RUN_REJOIN;
+        }
+    }
+}
+
+static int agent_loop(agent *a, rl_err *e) {
+    const rl_elastic_opts *o = a->o;
+    char b1[300], b2[600];
+    for (;;) {
+        if (*o->stop) return rl_errf(e, RL_EABORT, "stopped by signal");
+        rl_elect_state st;
+        rl_elector_state(a->el, &st);
+        int rc = follow_leadership(a, &st, e);
+        if (rc) return rc;
+        if (!st.leader.id[0] || st.leader.port <= 0) {
+            rl_elector_wait(a->el, st.gen, 0.5, &st);
+            continue;
+        }
+        snprintf(a->leader_id, sizeof a->leader_id, "%s", st.leader.id);
+        rl_store *s = NULL;
+        rl_err ce = {0};
+        if (rl_store_connect(st.leader.addr, st.leader.port, 3, &s, &ce) != RL_OK ||
+            rl_store_auth(s, o->id, o->secret, o->secret_len, &ce) != RL_OK) {
+            rl_store_close(s);
+            /* a store that refuses our secret is a misconfiguration, not a
+             * race: say so and stop */
+            if (ce.code == RL_EINPUT) return rl_errf(e, RL_EINPUT, "%s", ce.msg);
+            rl_log(RL_LOG_WARN, "leader_unreachable", "\"leader\":\"%s\",\"msg\":\"%s\"",
+                   esc(b1, sizeof b1, st.leader.id), esc(b2, sizeof b2, ce.msg));
+            rl_elector_wait(a->el, st.gen, 1.0, &st);
+            continue;
+        }
+        rl_round_table t = {0};
+        long long joined = 0;
+        run_result res = RUN_REJOIN;
+        char why[600] = "";
+        for (;;) {
+            rl_err je = {0};
+            rc = rl_round_join(s, o->id, o->addr, o->nproc, JOIN_SLICE_S, &joined, &t, &je);
+            if (rc == RL_ETIMEOUT && !*o->stop && !leader_changed(a)) {
+                rl_elector_state(a->el, &st);
+                if (follow_leadership(a, &st, e)) break;
+                continue;
+            }
+            if (rc == RL_EPEER) {
+                res = RUN_FAILED;
+                snprintf(why, sizeof why, "%s", je.msg);
+            } else if (rc == RL_OK && t.round < 0) {
+                res = RUN_COMPLETE;
+            } else if (rc == RL_OK) {
+                const rl_round_node *me = NULL;
+                for (int i = 0; i < t.nnodes; i++)
+                    if (strcmp(t.nodes[i].id, o->id) == 0) me = &t.nodes[i];
+                a->last_round = t.round;
+                rl_log(RL_LOG_INFO, "round_start", "\"round\":%lld,\"world\":%d,\"rank0\":%d,\"nodes\":%d,\"restarts\":%d",
+                       t.round, t.world, me->rank0, t.nnodes, t.restarts);
+                res = run_round(a, s, &t, me, &st, why, sizeof why);
+            } else {
+                snprintf(why, sizeof why, "%s", rc == RL_ETIMEOUT ? "the leader changed" : je.msg);
+            }
+            break;
+        }
+        rl_round_table_free(&t);
+        rl_store_close(s);
+        switch (res) {
+        case RUN_COMPLETE:
+            rl_log_msg(RL_LOG_INFO, "job_complete", "every node's trainers finished");
+            return RL_OK;
+        case RUN_FAILED:
+            return rl_errf(e, RL_EPEER, "%s", why);
+        case RUN_STOPPED:
+            return rl_errf(e, RL_EABORT, "%s", why);
+        case RUN_REJOIN:
+            rl_log(RL_LOG_WARN, "rejoin", "\"after_round\":%lld,\"reason\":\"%s\"", a->last_round,
+                   esc(b2, sizeof b2, why));
+            break;
+        }
+    }
+}
+
+int rl_elastic_run(const rl_elastic_opts *o, rl_err *e) {
+    if (!o->job || !*o->job) return rl_errf(e, RL_EINPUT, "elastic rendezvous: the job name is missing");
+    if (!o->id || !*o->id) return rl_errf(e, RL_EINPUT, "elastic rendezvous: this node's id (POD_NAME) is missing");
+    if (!o->addr || !*o->addr) return rl_errf(e, RL_EINPUT, "elastic rendezvous: this node's address (POD_IP) is missing");
+    if (!o->secret || o->secret_len == 0)
+        return rl_errf(e, RL_EINPUT, "elastic rendezvous: %s is empty (the job's rendezvous secret)", RL_ENV_RDZV_SECRET);
+    if (o->nproc < 1) return rl_errf(e, RL_EINPUT, "elastic rendezvous: nproc per node must be at least 1");
+    if (o->round.min_nodes < 1 || (o->round.max_nodes && o->round.max_nodes < o->round.min_nodes))
+        return rl_errf(e, RL_EINPUT, "elastic rendezvous: nodes %d:%d must be MIN:MAX with 1 <= MIN <= MAX",
+                       o->round.min_nodes, o->round.max_nodes);
+    bool etcd = o->backend && strcmp(o->backend, "etcd") == 0;
+    char lease[300], key[400], prefix[400];
+    snprintf(lease, sizeof lease, "%s-leader", o->job);
+    snprintf(key, sizeof key, "/ringleader/%s/leader", o->job);
+    snprintf(prefix, sizeof prefix, "/ringleader/%s/members/", o->job);
+    agent a = {.o = o};
+    rl_members_opts mo = {.backend = o->backend, .kubeconfig = o->kubeconfig, .ns = o->ns, .service = o->job,
+                          .etcd_endpoint = o->etcd_endpoint, .etcd_prefix = prefix, .self_id = o->id,
+                          .self_addr = o->addr, .ttl_s = o->round.heartbeat_s * o->round.heartbeat_misses};
+    int rc = rl_members_start(&mo, &a.mem, e);
+    if (rc) return rc;
+    rl_elector_opts eo = {.backend = o->backend, .id = o->id, .addr = o->addr, .port = o->port,
+                          .lease_s = o->lease_s, .renew_deadline_s = o->renew_deadline_s, .retry_s = o->retry_s,
+                          .kubeconfig = o->kubeconfig, .ns = o->ns, .lease_name = lease,
+                          .etcd_endpoint = o->etcd_endpoint, .etcd_key = key};
+    if ((rc = rl_elector_start(&eo, &a.el, e))) {
+        rl_members_stop(a.mem);
+        return rc;
+    }
+    char b[300];
+    rl_log(RL_LOG_INFO, "agent_start", "\"id\":\"%s\",\"backend\":\"%s\",\"nproc\":%d,\"nodes\":\"%d:%d\"",
+           esc(b, sizeof b, o->id), etcd ? "etcd" : "k8s", o->nproc, o->round.min_nodes,
+           o->round.max_nodes ? o->round.max_nodes : o->round.min_nodes);
+    rc = agent_loop(&a, e);
+    /* the leader keeps its store up a moment so that members read "complete" */
+    if (a.srv && rc == RL_OK) nap(2 * TICK_S + 0.5);
+    rl_round_coord_stop(a.coord);
+    rl_store_server_stop(a.srv);
+    rl_elector_stop(a.el, true);
+    rl_members_stop(a.mem);
+    return rc;
+}
+
+/* ---- options from the config and the pod ------------------------------------------------ */
+int rl_parse_nodes(const char *s, const char *what, int *min, int *max, rl_err *e) {
+    char *end;
+    long a = strtol(s, &end, 10), b = a;
+    if (end != s && *end == ':') {
+        const char *t = end + 1;
+        b = strtol(t, &end, 10);
+        if (end == t) a = -1;
+    }
+    if (end == s || *end || a < 1 || b < a || b > 1 << 16)
+        return rl_errf(e, RL_EINPUT, "%s: \"%.40s\" is not N or MIN:MAX with 1 <= MIN <= MAX", what, s);
+    *min = (int)a, *max = (int)b;
+    return RL_OK;
+}
+
+static void env_copy(char *dst, size_t n, const char *name, const char *fallback) {
+    const char *v = getenv(name);
+    snprintf(dst, n, "%s", v && *v ? v : fallback ? fallback : "");
+}
+
+int rl_elastic_setup(const rl_job_config *cfg, int nproc, rl_elastic_env *env, rl_elastic_opts *o,
+                     rl_err *e) {
+    const rl_rdzv_config *rc = &cfg->rdzv;
+    memset(o, 0, sizeof *o);
+    memset(env, 0, sizeof *env);
+    char host[254] = "";
+    gethostname(host, sizeof host - 1);
+    env_copy(env->id, sizeof env->id, "POD_NAME", host);
+    env_copy(env->addr, sizeof env->addr, "POD_IP", getenv("RL_HOST_ADDR"));
+    env_copy(env->ns, sizeof env->ns, "POD_NAMESPACE", NULL);
+    env_copy(env->kubeconfig, sizeof env->kubeconfig, "KUBECONFIG", NULL);
+    env_copy(env->secret, sizeof env->secret, RL_ENV_RDZV_SECRET, NULL);
+    env_copy(env->etcd, sizeof env->etcd, "RINGLEADER_ETCD_ENDPOINT", rc->etcd_endpoint);
+    env_copy(env->job, sizeof env->job, "RINGLEADER_JOB", rc->job);
+    o->backend = getenv("RINGLEADER_RDZV") && *getenv("RINGLEADER_RDZV") ? getenv("RINGLEADER_RDZV") : rc->backend;
+    if (strcmp(o->backend, "k8s") != 0 && strcmp(o->backend, "etcd") != 0)
+        return rl_errf(e, RL_EINPUT, "RINGLEADER_RDZV: \"%.32s\" is not k8s or etcd", o->backend);
+    o->round = (rl_round_opts){.min_nodes = rc->min_nodes, .max_nodes = rc->max_nodes ? rc->max_nodes : rc->min_nodes,
+                               .last_call_s = rc->last_call_s, .heartbeat_s = rc->heartbeat_s,
+                               .heartbeat_misses = rc->heartbeat_misses, .max_restarts = rc->max_restarts};
+    const char *nn = getenv("RINGLEADER_NNODES");
+    int err;
+    if (nn && *nn && (err = rl_parse_nodes(nn, "RINGLEADER_NNODES", &o->round.min_nodes, &o->round.max_nodes, e)))
+        return err;
+    o->job = env->job, o->id = env->id, o->addr = env->addr, o->port = rc->port;
+    o->nproc = nproc > 0 ? nproc : 1;
+    o->secret = env->secret, o->secret_len = strlen(env->secret);
+    o->lease_s = rc->lease_s, o->renew_deadline_s = rc->renew_deadline_s, o->retry_s = rc->retry_s;
+    o->kubeconfig = env->kubeconfig[0] ? env->kubeconfig : NULL;
+    o->ns = env->ns[0] ? env->ns : NULL;
+    o->etcd_endpoint = env->etcd;
+    o->grace_s = rc->stop_grace_s;
+    if (strcmp(o->backend, "etcd") == 0 && !env->etcd[0])
+        return rl_errf(e, RL_EINPUT, "rdzv.etcd_endpoint (or RINGLEADER_ETCD_ENDPOINT) is missing for the etcd backend");
+    /* Every world size the job may take must give a whole accumulation count. */
+    for (int n = o->round.min_nodes; n <= o->round.max_nodes; n++)
+        if ((err = rl_job_config_check_world(cfg, n * o->nproc, "config", e)))
+            return rl_err_wrap(e, "with %d nodes x %d processes", n, o->nproc);
+    return RL_OK;
+}

@@ -1,0 +1,164 @@
+/* A node's trainer processes: fork/exec with their rank environment, reap,
+ * signal, stop with a grace period. Shared by the static launcher and the
+ * elastic agent, which differ only in where the ranks come from. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+struct rl_group {
+    int n, rank0;
+    pid_t *pid;
+    bool *alive;
+    int *status;
+    int left;
+};
+
+void rl_group_describe(char *dst, size_t n, int status) {
+    if (WIFEXITED(status)) snprintf(dst, n, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(dst, n, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else snprintf(dst, n, "ended with wait status %d", status);
+}
+
+int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e) {
+    *out = NULL;
+    int n = o->nproc;
+    rl_group *g = calloc(1, sizeof *g);
+    if (g) {
+        g->pid = calloc((size_t)n, sizeof *g->pid);
+        g->alive = calloc((size_t)n, sizeof *g->alive);
+        g->status = calloc((size_t)n, sizeof *g->status);
+    }
+    if (!g || !g->pid || !g->alive || !g->status) {
+        rl_group_free(g);
+        return rl_errf(e, RL_ENOMEM, "launcher: out of memory");
+    }
+    g->n = n, g->rank0 = o->rank0;
+    pid_t parent = getpid();
+    char val[32];
+    for (int i = 0; i < n; i++) {
+        pid_t p = fork();
+        if (p < 0) {
+            int err = errno;
+            rl_group_stop(g, 0);
+            rl_group_free(g);
+            return rl_errf(e, RL_EIO, "launcher: fork: %s", strerror(err));
+        }
+        if (p == 0) {
+            /* A trainer must not outlive its agent: an agent killed with
+             * SIGKILL cannot stop its children, and an orphaned trainer
+             * would hold its GPU and ring sockets into the next round. */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(1);
+            int rank = o->rank0 + i;
+#define SETI(k, v) (snprintf(val, sizeof val, "%d", (v)), setenv((k), val, 1))
+            SETI("RANK", rank);
+            SETI("WORLD_SIZE", o->world);
+            SETI("LOCAL_RANK", i);
+            SETI("LOCAL_WORLD_SIZE", n);
+            SETI("GROUP_RANK", o->group_rank);
+            SETI("MASTER_PORT", o->master_port);
+            setenv("MASTER_ADDR", o->master_addr, 1);
+            /* N trainers each running as many OpenMP threads as there are
+             * cores oversubscribe the node (spinning threads then starve each
+             * other); like torchrun, split the cores unless the user chose. */
+            if (!getenv("OMP_NUM_THREADS")) {
+                long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+                SETI("OMP_NUM_THREADS", cpus / n > 1 ? (int)(cpus / n) : 1);
+            }
+#undef SETI
+            for (int k = 0; o->env && o->env[k]; k += 2) setenv(o->env[k], o->env[k + 1], 1);
+            setenv(RL_ENV_CHILD, "1", 1);
+            setenv(RL_ENV_STORE_HOSTED, "1", 1);
+            /* the agent's signal mask and handlers are not the trainer's */
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            execv(o->argv[0], o->argv);
+            fprintf(stderr, "ringleader-worker: error: rank %d: exec %s: %s\n", rank, o->argv[0],
+                    strerror(errno));
+            _exit(127);
+        }
+        g->pid[i] = p, g->alive[i] = true, g->left++;
+        rl_log(RL_LOG_INFO, "spawned", "\"rank\":%d,\"local_rank\":%d,\"pid\":%d", o->rank0 + i, i, (int)p);
+    }
+    *out = g;
+    return RL_OK;
+}
+
+/* How much an ended process explains a failure. When a rank dies its peers
+ * fail milliseconds later, often within one look, so blame one: a rank
+ * killed by a signal is the likelier cause than one that exited with an
+ * error, and an exit status the caller calls benign (a lost peer, a
+ * preemption) is the least likely. */
+static int blame(int status, const int *benign) {
+    if (WIFSIGNALED(status)) return 3;
+    if (!WIFEXITED(status)) return 2;
+    if (WEXITSTATUS(status) == 0) return 0;
+    for (int k = 0; benign && benign[k]; k++)
+        if (WEXITSTATUS(status) == benign[k]) return 1;
+    return 2;
+}
+
+int rl_group_poll(rl_group *g, const int *benign, int *bad_local, int *bad_status) {
+    int status, first = -1, worst = 0;
+    pid_t p;
+    while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < g->n; i++) {
+            if (!g->alive[i] || g->pid[i] != p) continue;
+            g->alive[i] = false, g->left--;
+            g->status[i] = status;
+            int b = blame(status, benign);
+            if (b > worst) worst = b, first = i;
+        }
+    }
+    if (first < 0) return 0;
+    if (bad_local) *bad_local = first;
+    if (bad_status) *bad_status = g->status[first];
+    return 1;
+}
+
+int rl_group_left(const rl_group *g) { return g ? g->left : 0; }
+int rl_group_rank0(const rl_group *g) { return g->rank0; }
+pid_t rl_group_pid(const rl_group *g, int i) { return g->pid[i]; }
+
+void rl_group_signal(rl_group *g, int sig) {
+    for (int i = 0; g && i < g->n; i++)
+        if (g->alive[i]) kill(g->pid[i], sig);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void rl_group_stop(rl_group *g, double grace_s) {
+    if (!g) return;
+    rl_group_signal(g, grace_s > 0 ? SIGTERM : SIGKILL);
+    double kill_at = rl_now() + grace_s;
+    while (g->left > 0) {
+        rl_group_poll(g, NULL, NULL, NULL);
+        if (g->left == 0) break;
+        if (rl_now() > kill_at) {
+            rl_group_signal(g, SIGKILL);
+            kill_at = rl_now() + 3600;
+        }
+        sleep_ms(10);
+    }
+}
+
+void rl_group_free(rl_group *g) {
+    if (!g) return;
+    free(g->pid);
+    free(g->alive);
+    free(g->status);
+    free(g);
+}

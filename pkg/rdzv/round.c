@@ -1,0 +1,549 @@
+/* Rendezvous rounds on the store: the leader's coordinator (a thread) and
+ * the member side. The coordinator is the only writer of R/table and R/end,
+ * so every member sees one decision per round; members only add their own
+ * join, heartbeat and report keys. */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rdzv/elect_internal.h"
+
+#define MAX_NODES 4096
+
+/* ---- the table ---------------------------------------------------------------------- */
+static int by_node_id(const void *a, const void *b) {
+    return strcmp(((const rl_round_node *)a)->id, ((const rl_round_node *)b)->id);
+}
+
+void rl_round_table_free(rl_round_table *t) {
+    if (!t) return;
+    free(t->nodes);
+    memset(t, 0, sizeof *t);
+}
+
+static int int_of(const cJSON *o, const char *k, long long lo, long long hi, long long *out,
+                  rl_err *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long long)v->valuedouble ||
+        v->valuedouble < (double)lo || v->valuedouble > (double)hi)
+        return rl_errf(e, RL_EINPUT, "round table: \"%s\" must be an integer in [%lld, %lld]", k, lo, hi);
+    *out = (long long)v->valuedouble;
+    return RL_OK;
+}
+
+static int str_of(const cJSON *o, const char *k, char *out, size_t n, rl_err *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsString(v) || !v->valuestring[0] || strlen(v->valuestring) >= n)
+        return rl_errf(e, RL_EINPUT, "round table: \"%s\" must be a string of 1..%zu characters", k, n - 1);
+    memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
+    return RL_OK;
+}
+
+int rl_round_table_parse(const char *json, size_t len, rl_round_table *t, rl_err *e) {
+    memset(t, 0, sizeof *t);
+    cJSON *r = cJSON_ParseWithLength(json, len);
+    if (!cJSON_IsObject(r)) {
+        cJSON_Delete(r);
+        return rl_errf(e, RL_EINPUT, "round table: not a JSON object");
+    }
+    long long round = 0, world = 0, restarts = 0;
+    int rc;
+    if ((rc = int_of(r, "round", 0, 1ll << 53, &round, e)) ||
+        (rc = int_of(r, "world", 1, 1 << 24, &world, e)) ||
+        (rc = int_of(r, "restarts", 0, 1 << 30, &restarts, e))) {
+        cJSON_Delete(r);
+        return rc;
+    }
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(r, "nodes");
+    int n = cJSON_GetArraySize(nodes);
+    if (!cJSON_IsArray(nodes) || n < 1 || n > MAX_NODES) {
+        cJSON_Delete(r);
+        return rl_errf(e, RL_EINPUT, "round table: \"nodes\" must be an array of 1..%d nodes", MAX_NODES);
+    }
+    t->nodes = calloc((size_t)n, sizeof *t->nodes);
+    if (!t->nodes) {
+        cJSON_Delete(r);
+        return rl_errf(e, RL_ENOMEM, "round table: out of memory");
+    }
+    long long next = 0;
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, nodes) {
+        rl_round_node *d = &t->nodes[i];
+        long long lw = 0, r0 = 0;
+        if (!cJSON_IsObject(it)) rc = rl_errf(e, RL_EINPUT, "round table: node %d is not an object", i);
+        else if (!(rc = str_of(it, "id", d->id, sizeof d->id, e)) &&
+                 !(rc = str_of(it, "addr", d->addr, sizeof d->addr, e)) &&
+                 !(rc = int_of(it, "local_world", 1, 1 << 16, &lw, e)) &&
+                 !(rc = int_of(it, "rank0", 0, 1 << 24, &r0, e))) {
+            d->local_world = (int)lw, d->rank0 = (int)r0;
+            if (i > 0 && strcmp(t->nodes[i - 1].id, d->id) >= 0)
+                rc = rl_errf(e, RL_EINPUT, "round table: node ids not strictly sorted at %d", i);
+            else if (r0 != next)
+                rc = rl_errf(e, RL_EINPUT, "round table: node %d starts at rank %lld, expected %lld", i, r0, next);
+            next += lw;
+        }
+        if (rc) break;
+        i++;
+    }
+    cJSON_Delete(r);
+    if (!rc && next != world)
+        rc = rl_errf(e, RL_EINPUT, "round table: world %lld but the nodes hold %lld ranks", world, next);
+    if (rc) {
+        rl_round_table_free(t);
+        return rc;
+    }
+    t->round = round, t->world = (int)world, t->restarts = (int)restarts, t->nnodes = n;
+    return RL_OK;
+}
+
+static char *table_json(long long round, int restarts, const rl_round_node *nodes, int n, int *world) {
+    cJSON *r = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    int w = 0;
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", nodes[i].id);
+        cJSON_AddStringToObject(o, "addr", nodes[i].addr);
+        cJSON_AddNumberToObject(o, "local_world", nodes[i].local_world);
+        cJSON_AddNumberToObject(o, "rank0", w);
+        w += nodes[i].local_world;
+        cJSON_AddItemToArray(arr, o);
+    }
+    cJSON_AddNumberToObject(r, "round", (double)round);
+    cJSON_AddNumberToObject(r, "world", w);
+    cJSON_AddNumberToObject(r, "restarts", restarts);
+    cJSON_AddItemToObject(r, "nodes", arr);
+    char *s = cJSON_PrintUnformatted(r);
+    cJSON_Delete(r);
+    *world = w;
+    return s;
+}
+
+/* ---- keys ------------------------------------------------------------------------------ */
+#define K(buf, ...) snprintf((buf), sizeof(buf), __VA_ARGS__)
+
+static int get_opt(rl_store *s, const char *key, double wait_s, char **val, size_t *len, rl_err *e) {
+    void *v = NULL;
+    rl_err ge = {0};
+    int rc = rl_store_get(s, key, wait_s, &v, len, &ge);
+    if (rc == RL_ETIMEOUT) { /* absent (the connection stays good) */
+        *val = NULL;
+        return RL_OK;
+    }
+    if (rc) {
+        if (e) *e = ge;
+        return rc;
+    }
+    *val = v;
+    return RL_OK;
+}
+
+/* ---- coordinator --------------------------------------------------------------------- */
+typedef struct member {
+    rl_round_node node;
+    int64_t hb;       /* last heartbeat counter seen */
+    double hb_time;   /* when it last changed */
+} member;
+
+struct rl_round_coord {
+    rl_round_opts o;
+    rl_store *s;
+    rl_members *members;
+    long long round;
+    pthread_t thread;
+    volatile int stop;
+};
+
+static void log_end(long long round, const char *outcome, const char *reason) {
+    char r[600];
+    rl_log(RL_LOG_WARN, "round_end", "\"round\":%lld,\"outcome\":\"%s\",\"reason\":\"%s\"", round, outcome,
+           rl_json_escape(r, sizeof r, reason));
+}
+
+static int end_round(rl_round_coord *c, const char *outcome, bool graceful, const char *reason, rl_err *e) {
+    char key[64], buf[32];
+    log_end(c->round, outcome, reason);
+    if (strcmp(outcome, "next") == 0) {
+        /* the next round opens before the old one is declared over, so a
+         * member that sees "next" finds it at once */
+        K(buf, "%lld", c->round + 1);
+        int rc = rl_store_set(c->s, "rdzv/round", buf, strlen(buf), e);
+        if (rc) return rc;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "outcome", outcome);
+    cJSON_AddStringToObject(o, "reason", reason);
+    cJSON_AddBoolToObject(o, "graceful", graceful);
+    char *txt = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    K(key, "rdzv/%lld/end", c->round);
+    int rc = txt ? rl_store_set(c->s, key, txt, strlen(txt), e) : rl_errf(e, RL_ENOMEM, "round: out of memory");
+    free(txt);
+    if (!rc && strcmp(outcome, "next") == 0) c->round++;
+    return rc;
+}
+
+/* Joins of round R from index *seen on; later joins of an id replace earlier ones
+ * (an agent that restarted). */
+static int read_joins(rl_round_coord *c, int64_t *seen, rl_round_node *joined, int *nj, double *t_last,
+                      rl_err *e) {
+    char key[96];
+    int64_t total;
+    K(key, "rdzv/%lld/nseq", c->round);
+    int rc = rl_store_add(c->s, key, 0, &total, e);
+    if (rc) return rc;
+    for (; *seen < total; (*seen)++) {
+        K(key, "rdzv/%lld/join/%lld", c->round, (long long)*seen + 1);
+        char *v = NULL;
+        size_t len;
+        /* the joiner ADDs before it SETs: give it a moment */
+        if ((rc = get_opt(c->s, key, 2.0, &v, &len, e))) return rc;
+        if (!v) break;
+        cJSON *j = cJSON_ParseWithLength(v, len);
+        rl_round_node nd = {0};
+        rl_err pe = {0};
+        long long lw = 0;
+        if (!cJSON_IsObject(j) || str_of(j, "id", nd.id, sizeof nd.id, &pe) ||
+            str_of(j, "addr", nd.addr, sizeof nd.addr, &pe) || int_of(j, "local_world", 1, 1 << 16, &lw, &pe)) {
+            rl_log_msg(RL_LOG_WARN, "round_bad_join", pe.msg[0] ? pe.msg : "join is not a JSON object");
+        } else {
+            nd.local_world = (int)lw;
+            int at = *nj;
+            for (int i = 0; i < *nj; i++)
+                if (strcmp(joined[i].id, nd.id) == 0) at = i;
+            if (at == *nj && *nj < MAX_NODES) (*nj)++;
+            if (at < MAX_NODES) joined[at] = nd;
+            *t_last = rl_now();
+            char a[300];
+            rl_log(RL_LOG_INFO, "round_join", "\"round\":%lld,\"node\":\"%s\",\"joined\":%d", c->round,
+                   rl_json_escape(a, sizeof a, nd.id), *nj);
+        }
+        cJSON_Delete(j);
+        free(v);
+    }
+    return RL_OK;
+}
+
+static bool contains(const rl_round_node *nodes, int n, const char *id) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(nodes[i].id, id) == 0) return true;
+    return false;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* One round from open to end. Returns RL_OK after ending it (c->round then
+ * names the next one) or when the job is over (*over). */
+static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
+    const rl_round_opts *o = &c->o;
+    rl_round_node *joined = calloc(MAX_NODES, sizeof *joined);
+    rl_peer *peers = calloc(MAX_NODES, sizeof *peers);
+    member *mem = NULL;
+    int nj = 0, rc = RL_OK, nm = 0;
+    int64_t seen = 0;
+    double t_open = rl_now(), t_last = 0, t_min = 0;
+    char key[128], reason[512];
+    if (!joined || !peers) {
+        rc = rl_errf(e, RL_ENOMEM, "round: out of memory");
+        goto out;
+    }
+    rl_log(RL_LOG_INFO, "round_open", "\"round\":%lld", c->round);
+    /* ---- gather ---- */
+    for (;;) {
+        if (c->stop) goto out;
+        if ((rc = read_joins(c, &seen, joined, &nj, &t_last, e))) goto out;
+        uint64_t ver;
+        bool synced;
+        int np = rl_members_snapshot(c->members, peers, MAX_NODES, &ver, &synced);
+        if (np > MAX_NODES) np = MAX_NODES;
+        if (nj >= o->min_nodes && t_min == 0) t_min = rl_now();
+        bool all_peers = synced && nj > 0;
+        for (int i = 0; i < np && all_peers; i++)
+            if (!peers[i].terminating && !contains(joined, nj, peers[i].id)) all_peers = false;
+        bool close = nj >= o->max_nodes ||
+                     (nj >= o->min_nodes && o->max_nodes > o->min_nodes &&
+                      (all_peers || rl_now() - t_min >= o->last_call_s));
+        if (close) break;
+        sleep_s(0.05);
+    }
+    qsort(joined, (size_t)nj, sizeof *joined, by_node_id);
+    nm = nj < o->max_nodes ? nj : o->max_nodes;
+    int64_t crashes = 0;
+    if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
+    int world;
+    char *tj = table_json(c->round, (int)crashes, joined, nm, &world);
+    K(key, "rdzv/%lld/table", c->round);
+    rc = tj ? rl_store_set(c->s, key, tj, strlen(tj), e) : rl_errf(e, RL_ENOMEM, "round: out of memory");
+    free(tj);
+    if (rc) goto out;
+    rl_log(RL_LOG_INFO, "round_closed", "\"round\":%lld,\"nodes\":%d,\"world\":%d,\"open_s\":%.3f", c->round,
+           nm, world, rl_now() - t_open);
+
+    /* ---- watch the running round ---- */
+    mem = calloc((size_t)nm, sizeof *mem);
+    if (!mem) {
+        rc = rl_errf(e, RL_ENOMEM, "round: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < nm; i++) mem[i].node = joined[i], mem[i].hb = -1, mem[i].hb_time = rl_now();
+    int64_t events_seen = 0;
+    uint64_t ver_seen = 0;
+    rl_members_snapshot(c->members, NULL, 0, &ver_seen, NULL);
+    const char *outcome = NULL;
+    bool graceful = false;
+    double lost_after = o->heartbeat_s * o->heartbeat_misses;
+    while (!outcome) {
+        if (c->stop) goto out;
+        double now = rl_now();
+        for (int i = 0; i < nm && !outcome; i++) {
+            int64_t hb;
+            K(key, "rdzv/%lld/hb/%s", c->round, mem[i].node.id);
+            if ((rc = rl_store_add(c->s, key, 0, &hb, e))) goto out;
+            if (hb != mem[i].hb) mem[i].hb = hb, mem[i].hb_time = now;
+            else if (now - mem[i].hb_time > lost_after) {
+                K(reason, "node %s lost: no heartbeat for %.1f s", mem[i].node.id, now - mem[i].hb_time);
+                outcome = "next";
+            }
+        }
+        int64_t ev;
+        K(key, "rdzv/%lld/events", c->round);
+        if (!outcome && (rc = rl_store_add(c->s, key, 0, &ev, e))) goto out;
+        if (!outcome && ev != events_seen) {
+            events_seen = ev;
+            int done = 0;
+            for (int i = 0; i < nm && !outcome; i++) {
+                char *v = NULL;
+                size_t len;
+                K(key, "rdzv/%lld/fail/%s", c->round, mem[i].node.id);
+                if ((rc = get_opt(c->s, key, 0, &v, &len, e))) goto out;
+                if (v) {
+                    K(reason, "node %s: %.400s", mem[i].node.id, v);
+                    outcome = "next";
+                    free(v);
+                    break;
+                }
+                K(key, "rdzv/%lld/done/%s", c->round, mem[i].node.id);
+                if ((rc = get_opt(c->s, key, 0, &v, &len, e))) goto out;
+                if (v) done++;
+                free(v);
+            }
+            if (!outcome && done == nm) {
+                K(reason, "every node's trainers finished");
+                outcome = "complete";
+            }
+        }
+        /* membership: a member leaving (terminating or gone), or a node
+         * that could grow the job arriving */
+        uint64_t ver;
+        bool synced;
+        int np = outcome ? 0 : rl_members_snapshot(c->members, peers, MAX_NODES, &ver, &synced);
+        if (np > MAX_NODES) np = MAX_NODES;
+        if (!outcome && ver != ver_seen && synced) {
+            ver_seen = ver;
+            for (int i = 0; i < nm && !outcome; i++) {
+                bool present = false, term = false;
+                for (int p = 0; p < np; p++)
+                    if (strcmp(peers[p].id, mem[i].node.id) == 0) present = true, term = peers[p].terminating;
+                if (!present || term) {
+                    K(reason, "node %s %s", mem[i].node.id, term ? "is terminating" : "left the service");
+                    /* a terminating pod's trainers checkpoint on SIGTERM
+                     * themselves; the others stop where they are */
+                    outcome = "next";
+                }
+            }
+            for (int p = 0; p < np && !outcome && nm < o->max_nodes; p++)
+                if (!peers[p].terminating && !contains(joined, nm, peers[p].id)) {
+                    K(reason, "node %s arrived: growing the job", peers[p].id);
+                    outcome = "next", graceful = true;
+                }
+        }
+        /* an agent joining this round late (its endpoint may lag) */
+        if (!outcome && nm < o->max_nodes) {
+            int64_t total;
+            K(key, "rdzv/%lld/nseq", c->round);
+            if ((rc = rl_store_add(c->s, key, 0, &total, e))) goto out;
+            if (total > seen) {
+                K(reason, "a node joined a running round: growing the job");
+                outcome = "next", graceful = true;
+            }
+        }
+        if (outcome && strcmp(outcome, "next") == 0) {
+            if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
+            if (crashes > o->max_restarts) {
+                char r2[600];
+                K(r2, "restart limit: %lld trainer crashes, at most %d allowed (last: %.400s)",
+                  (long long)crashes, o->max_restarts, reason);
+                snprintf(reason, sizeof reason, "%s", r2);
+                outcome = "failed";
+            }
+        }
+        if (!outcome) sleep_s(0.1);
+    }
+    rc = end_round(c, outcome, graceful, reason, e);
+    if (strcmp(outcome, "next") != 0) *over = true;
+out:
+    free(joined);
+    free(peers);
+    free(mem);
+    return rc;
+}
+
+static void *coord_thread(void *arg) {
+    rl_round_coord *c = arg;
+    bool over = false;
+    while (!c->stop && !over) {
+        rl_err e = {0};
+        if (run_round(c, &over, &e) != RL_OK) {
+            /* our own store went away: the agent notices and steps aside */
+            if (!c->stop) rl_log_msg(RL_LOG_ERROR, "round_coordinator_failed", e.msg);
+            break;
+        }
+    }
+    return NULL;
+}
+
+int rl_round_coord_start(const char *host, int port, const void *secret, size_t slen,
+                         const rl_round_opts *o, rl_members *members, long long first_round,
+                         rl_round_coord **out, rl_err *e) {
+    *out = NULL;
+    rl_round_coord *c = calloc(1, sizeof *c);
+    if (!c) return rl_errf(e, RL_ENOMEM, "round: out of memory");
+    c->o = *o;
+    if (c->o.max_nodes < c->o.min_nodes) c->o.max_nodes = c->o.min_nodes;
+    c->members = members;
+    c->round = first_round > 0 ? first_round : 1;
+    int rc = rl_store_connect(host, port, 10, &c->s, e);
+    if (!rc && slen) rc = rl_store_auth(c->s, "coordinator", secret, slen, e);
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", c->round);
+    if (!rc) rc = rl_store_set(c->s, "rdzv/round", buf, strlen(buf), e);
+    if (!rc && pthread_create(&c->thread, NULL, coord_thread, c) != 0)
+        rc = rl_errf(e, RL_EINTERNAL, "round: cannot start the coordinator thread");
+    if (rc) {
+        rl_store_close(c->s);
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return RL_OK;
+}
+
+void rl_round_coord_stop(rl_round_coord *c) {
+    if (!c) return;
+    c->stop = 1;
+    pthread_join(c->thread, NULL);
+    rl_store_close(c->s);
+    free(c);
+}
+
+/* ---- member side ------------------------------------------------------------------------ */
+static int parse_end(const char *v, size_t len, rl_round_state *st, bool *graceful, char *reason, size_t rn) {
+    cJSON *j = cJSON_ParseWithLength(v, len);
+    const cJSON *oc = cJSON_GetObjectItemCaseSensitive(j, "outcome");
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "reason");
+    if (graceful) *graceful = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "graceful"));
+    *st = RL_ROUND_NEXT;
+    if (cJSON_IsString(oc) && strcmp(oc->valuestring, "complete") == 0) *st = RL_ROUND_COMPLETE;
+    if (cJSON_IsString(oc) && strcmp(oc->valuestring, "failed") == 0) *st = RL_ROUND_FAILED;
+    if (reason && rn) snprintf(reason, rn, "%s", cJSON_IsString(rs) ? rs->valuestring : "?");
+    cJSON_Delete(j);
+    return RL_OK;
+}
+
+int rl_round_tick(rl_store *s, long long round, const char *id, double wait_s,
+                  rl_round_state *state, bool *graceful, char *reason, size_t rn, rl_err *e) {
+    char key[320];
+    int64_t hb;
+    *state = RL_ROUND_RUNNING;
+    K(key, "rdzv/%lld/hb/%s", round, id);
+    int rc = rl_store_add(s, key, 1, &hb, e);
+    if (rc) return rc;
+    char *v = NULL;
+    size_t len;
+    K(key, "rdzv/%lld/end", round);
+    if ((rc = get_opt(s, key, wait_s, &v, &len, e))) return rc;
+    if (v) parse_end(v, len, state, graceful, reason, rn);
+    free(v);
+    return RL_OK;
+}
+
+int rl_round_report(rl_store *s, long long round, const char *id, bool done, bool crash,
+                    const char *reason, rl_err *e) {
+    char key[320];
+    int64_t x;
+    int rc = RL_OK;
+    if (!done && crash) rc = rl_store_add(s, "rdzv/crashes", 1, &x, e);
+    K(key, "rdzv/%lld/%s/%s", round, done ? "done" : "fail", id);
+    const char *r = reason ? reason : "";
+    if (!rc) rc = rl_store_set(s, key, r, strlen(r), e);
+    K(key, "rdzv/%lld/events", round);
+    if (!rc) rc = rl_store_add(s, key, 1, &x, e);
+    return rc;
+}
+
+int rl_round_join(rl_store *s, const char *id, const char *addr, int local_world, double timeout_s,
+                  long long *joined_round, rl_round_table *t, rl_err *e) {
+    memset(t, 0, sizeof *t);
+    double end = rl_now() + timeout_s;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", id);
+    cJSON_AddStringToObject(j, "addr", addr);
+    cJSON_AddNumberToObject(j, "local_world", local_world);
+    char *info = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!info) return rl_errf(e, RL_ENOMEM, "round: out of memory");
+    int rc = RL_OK;
+    while (rc == RL_OK) {
+        if (rl_now() > end) {
+            rc = rl_errf(e, RL_ETIMEOUT, "no round table within %.3g s", timeout_s);
+            break;
+        }
+        char *v = NULL;
+        size_t len;
+        if ((rc = get_opt(s, "rdzv/round", 0.5, &v, &len, e))) break;
+        if (!v) continue;
+        long long r = atoll(v);
+        free(v);
+        char key[320];
+        if (r != *joined_round) {
+            int64_t seq;
+            K(key, "rdzv/%lld/nseq", r);
+            if ((rc = rl_store_add(s, key, 1, &seq, e))) break;
+            K(key, "rdzv/%lld/join/%lld", r, (long long)seq);
+            if ((rc = rl_store_set(s, key, info, strlen(info), e))) break;
+            *joined_round = r;
+        }
+        K(key, "rdzv/%lld/table", r);
+        if ((rc = get_opt(s, key, 0.25, &v, &len, e))) break;
+        if (v) {
+            rc = rl_round_table_parse(v, len, t, e);
+            free(v);
+            if (rc) break;
+            bool in = false;
+            for (int i = 0; i < t->nnodes; i++) in |= strcmp(t->nodes[i].id, id) == 0;
+            if (in) break;
+            rl_round_table_free(t); /* a standby: wait for the next round */
+        }
+        K(key, "rdzv/%lld/end", r);
+        if ((rc = get_opt(s, key, 0.25, &v, &len, e))) break;
+        if (v) {
+            rl_round_state st;
+            char why[400];
+            parse_end(v, len, &st, NULL, why, sizeof why);
+            free(v);
+            if (st == RL_ROUND_COMPLETE) {
+                t->round = -1;
+                break;
+            }
+            if (st == RL_ROUND_FAILED) rc = rl_errf(e, RL_EPEER, "the job failed: %s", why);
+        }
+    }
+    free(info);
+    return rc;
+}
