@@ -32,6 +32,7 @@ typedef struct k8s_el {
     double obs_time;    /* monotonic time it was first seen */
     double obs_dur;     /* its leaseDurationSeconds */
     bool stepped_down;  /* our own record counts as someone else's until it expires */
+    rl_leader last;     /* the holder last seen, reported when a write loses a race */
 } k8s_el;
 
 int rl_rdzv_k8s_client(const char *kubeconfig, double timeout_s, rl_k8s **out, rl_err *e) {
@@ -185,6 +186,7 @@ static int attempt(void *ctx, bool *leading, rl_leader *leader, rl_err *e) {
         *leading = false;
         if (valid) leader_of(obj, l.holder, leader);
         else memset(leader, 0, sizeof *leader);
+        k->last = *leader;
         cJSON_Delete(obj);
         return RL_OK;
     }
@@ -207,8 +209,10 @@ static int attempt(void *ctx, bool *leading, rl_leader *leader, rl_err *e) {
     } else if (st == 409) { /* someone wrote it since we read it: see who next time */
         rc = RL_OK;
         *leading = false;
-        memset(leader, 0, sizeof *leader);
+        /* Not "nobody": members would restart their round for a blip. */
+        *leader = k->last;
     }
+    if (rc == RL_OK && *leading) k->last = *leader;
     cJSON_Delete(got);
     return rc;
 }
