@@ -11,6 +11,7 @@ import json
 import random
 import threading
 import time
+import re
 import uuid
 
 from k8slib import (APIError, DNS1123_SUB, bad_request, human_duration, jsonpath,
@@ -46,6 +47,8 @@ class ResType:
             d["group"] = self.group
         return d
 
+
+MICROTIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
 
 DEPLOY_SCALE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
                 "labelSelectorPath": None}
@@ -276,6 +279,47 @@ class Store:
                                'must be a map of strings' % (t.kind, m.get("name", ""), f),
                                t.details(m.get("name", "")))
 
+    def _validate_typed(self, t, obj):
+        """Field types of the built-ins whose clients we test, as the real
+        decoder (400) and validation (422) enforce them. Leases: MicroTime
+        needs exactly 6 fractional digits, durations are integers > 0."""
+        if t.key != ("coordination.k8s.io", "leases"):
+            return
+        name = obj["metadata"].get("name", "")
+        spec = obj.get("spec")
+        if spec is None:
+            return
+        if not isinstance(spec, dict):
+            raise bad_request('Lease in version "v1" cannot be handled as a Lease: json: cannot '
+                              'unmarshal into Go struct field Lease.spec of type v1.LeaseSpec')
+        for f in ("holderIdentity", "strategy", "preferredHolder"):
+            if spec.get(f) is not None and not isinstance(spec[f], str):
+                raise bad_request('Lease in version "v1" cannot be handled as a Lease: json: cannot '
+                                  'unmarshal %s into Go struct field LeaseSpec.spec.%s of type string'
+                                  % (type(spec[f]).__name__, f))
+        for f in ("leaseDurationSeconds", "leaseTransitions"):
+            v = spec.get(f)
+            if v is None:
+                continue
+            if not isinstance(v, int) or isinstance(v, bool) or not -2**31 <= v < 2**31:
+                raise bad_request('Lease in version "v1" cannot be handled as a Lease: json: cannot '
+                                  'unmarshal %s into Go struct field LeaseSpec.spec.%s of type int32'
+                                  % (json.dumps(v), f))
+            if f == "leaseDurationSeconds" and v <= 0:
+                raise self._invalid(t, name, "spec.leaseDurationSeconds",
+                                    "Invalid value: %d: must be greater than 0" % v)
+            if f == "leaseTransitions" and v < 0:
+                raise self._invalid(t, name, "spec.leaseTransitions",
+                                    "Invalid value: %d: must be greater than or equal to 0" % v)
+        for f in ("acquireTime", "renewTime"):
+            v = spec.get(f)
+            if v is None:
+                continue
+            if not isinstance(v, str) or not MICROTIME.match(v):
+                raise bad_request('Lease in version "v1" cannot be handled as a Lease: parsing time '
+                                  '%s as "2006-01-02T15:04:05.000000Z07:00": cannot parse %s'
+                                  % (json.dumps(v), json.dumps(v)))
+
     def _invalid(self, t, name, field, why):
         d = t.details(name)
         d["kind"] = t.kind
@@ -325,6 +369,7 @@ class Store:
                 m.pop("generation", None)
             if t.status and t.key != ("", "namespaces"):
                 obj.pop("status", None)
+            self._validate_typed(t, obj)
             self._defaults_create(t, obj)
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
@@ -468,6 +513,7 @@ class Store:
             self._crd_status(new)
 
     def _finish_update(self, t, cur, new, dry_run):
+        self._validate_typed(t, new)
         if _same(cur, new):
             return copy.deepcopy(cur)
         if dry_run:

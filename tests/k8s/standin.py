@@ -252,6 +252,13 @@ class APIHandler(BaseHTTPRequestHandler):
         return self.rfile.read(n) if n > 0 else b""
 
     def json_body(self, raw, required=True):
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if "protobuf" in ctype or "cbor" in ctype:
+            # Only JSON is spoken here (kubectl's typed generators such as
+            # `create configmap` send protobuf; apply and create -f send JSON).
+            raise APIError(415, "UnsupportedMediaType",
+                           "the body of the request was in an unknown format - accepted media types "
+                           "include: application/json, application/yaml")
         if not raw.strip():
             if required:
                 raise bad_request("the body of the request was empty")

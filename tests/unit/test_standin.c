@@ -643,6 +643,30 @@ Test(standin, http_errors_are_status_bodies, .timeout = 30) {
     cJSON_Delete(j);
     cr_assert_eq(api(&s, "POST", LEASES, NULL, "{not json", &j), 400);
     cJSON_Delete(j);
+    /* Lease fields are typed as by the real decoder: MicroTime has exactly 6 fractional digits */
+    cr_assert_eq(api(&s, "POST", LEASES, NULL,
+                     "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"renewTime\":\"2024-01-01T00:00:00Z\"}}", &j),
+                 400);
+    assert_status(j, 400, "BadRequest");
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "POST", LEASES, NULL,
+                     "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"leaseDurationSeconds\":1.5}}", &j),
+                 400);
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "POST", LEASES, NULL,
+                     "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"leaseDurationSeconds\":0}}", &j),
+                 422);
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "POST", LEASES, NULL,
+                     "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"holderIdentity\":\"h\",\"leaseDurationSeconds\":15,"
+                     "\"acquireTime\":\"2024-01-01T00:00:00.000000Z\",\"renewTime\":\"2024-01-01T00:00:01.123456+00:00\"}}",
+                     &j),
+                 201);
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "PATCH", LEASES "/t1", "application/merge-patch+json",
+                     "{\"spec\":{\"renewTime\":\"2024-01-01T00:00:02.5Z\"}}", &j),
+                 400);
+    cJSON_Delete(j);
     /* generateName */
     cr_assert_eq(api(&s, "POST", LEASES, NULL, "{\"metadata\":{\"generateName\":\"gen-\"}}", &j), 201);
     cr_assert(strncmp(jstr(j, "metadata.name"), "gen-", 4) == 0 && strlen(jstr(j, "metadata.name")) == 9);
