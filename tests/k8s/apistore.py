@@ -509,6 +509,29 @@ class Store:
                       "schedulerName", "serviceAccountName", "enableServiceLinks"):
                 if f in old and f not in spec:
                     spec[f] = old[f]
+            for c in spec.get("containers") or []:
+                if isinstance(c, dict):
+                    oc = next((x for x in old.get("containers") or [] if x.get("name") == c.get("name")), {})
+                    for f in ("imagePullPolicy", "terminationMessagePath", "terminationMessagePolicy"):
+                        if f in oc and f not in c:
+                            c[f] = oc[f]
+
+            def mutable_stripped(sp):
+                sp = copy.deepcopy(sp)
+                for f in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"):
+                    sp.pop(f, None)
+                for lst in ("containers", "initContainers"):
+                    for c in sp.get(lst) or []:
+                        if isinstance(c, dict):
+                            c.pop("image", None)
+                return sp
+            if mutable_stripped(spec) != mutable_stripped(old):
+                raise self._invalid(t, new["metadata"]["name"], "spec",
+                                    "Forbidden: pod updates may not change fields other than "
+                                    "`spec.containers[*].image`,`spec.initContainers[*].image`,"
+                                    "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to "
+                                    "existing tolerations),`spec.terminationGracePeriodSeconds` (allow it "
+                                    "to be set to 1 if it was previously negative)")
         elif t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._crd_status(new)
 

@@ -561,6 +561,12 @@ class APIHandler(BaseHTTPRequestHandler):
                            "the body of the request was in an unknown format - accepted media types "
                            "include: %s" % ", ".join(accepted))
         patch = self.json_body(raw)
+        code, body = self._patch_locked(t, ns, name, sub, patch, ctype, dry, q)
+        return self.send_json(code, body)
+
+    def _patch_locked(self, t, ns, name, sub, patch, ctype, dry, q):
+        """Read-modify-write under the store lock; the caller sends the reply."""
+        st = self.app.store
         with st.lock:
             try:
                 cur = st.get(t, ns, name)
@@ -571,7 +577,7 @@ class APIHandler(BaseHTTPRequestHandler):
                     raise bad_request("apply patch must be an object")
                 if not q.get("fieldManager"):
                     raise bad_request("PATCH, fieldManager: Required value: is required for apply patch")
-                return self.send_json(201, st.out(t, st.create(t, ns, patch, dry_run=dry)))
+                return 201, st.out(t, st.create(t, ns, patch, dry_run=dry))
             base = st.scale_of(t, cur) if sub == "scale" else st.out(t, cur)
             if ctype == JSONPATCH:
                 new = json_patch(base, patch)
@@ -582,13 +588,14 @@ class APIHandler(BaseHTTPRequestHandler):
             else:
                 if ctype == APPLY and not q.get("fieldManager"):
                     raise bad_request("PATCH, fieldManager: Required value: is required for apply patch")
+                if not isinstance(patch, dict) and ctype == APPLY:
+                    raise bad_request("apply patch must be an object")
                 new = merge_patch(base, patch)
             if not isinstance(new, dict):
                 raise bad_request("the patch did not result in an object")
             if sub == "scale":
-                return self.send_json(200, st.scale_of(t, st.set_scale(t, ns, name, new)))
-            return self.send_json(200, st.out(t, st.update(t, ns, name, new, sub=sub, dry_run=dry,
-                                                           require_rv=False)))
+                return 200, st.scale_of(t, st.set_scale(t, ns, name, new))
+            return 200, st.out(t, st.update(t, ns, name, new, sub=sub, dry_run=dry, require_rv=False))
 
     # -- list / watch
     def selectors(self, t, name, q):
@@ -746,12 +753,16 @@ class APIHandler(BaseHTTPRequestHandler):
             deadline = time.time() + timeout
             next_bm = time.time() + self.app.bookmark_interval
             while True:
-                evs, lost = [], False
-                with st.lock:
+                evs, lost, finish = [], False, None
+                with st.lock:  # no socket I/O while holding it: a stopped client must not stall others
                     while True:
                         now = time.time()
-                        if st.epoch != epoch or now >= deadline:
-                            return self.end_stream() if st.epoch == epoch else None
+                        if st.epoch != epoch:
+                            finish = "drop"
+                            break
+                        if now >= deadline:
+                            finish = "end"
+                            break
                         if cursor < st.floor:
                             lost = True
                             break
@@ -763,7 +774,7 @@ class APIHandler(BaseHTTPRequestHandler):
                         if bookmarks:
                             wait = min(wait, next_bm - now)
                         st.cond.wait(max(0.001, min(wait, 1.0)))
-                    if not lost:
+                    if not lost and not finish:
                         for ev in reversed(st.history):
                             if ev.rv <= cursor:
                                 break
@@ -773,6 +784,11 @@ class APIHandler(BaseHTTPRequestHandler):
                         cursor = st.rv
                         evs = [(ev.type, st.out(t, ev.obj) if ev.obj else None,
                                 ev.prev) for ev in evs]
+                if finish == "drop":  # an outage: the connection is already cut
+                    self.close_connection = True
+                    return None
+                if finish == "end":
+                    return self.end_stream()
                 if lost:
                     self.chunk({"type": "ERROR", "object": status_body(
                         410, "Expired", "too old resource version: %d (%d)" % (cursor, st.floor))})

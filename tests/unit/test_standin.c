@@ -782,6 +782,18 @@ Test(standin, status_and_scale_subresources, .timeout = 30) {
     cr_assert_str_eq(jstr(j, "status.podIP"), "127.0.0.9");
     cr_assert_str_eq(jstr(j, "metadata.labels.a"), "b");
     cJSON_Delete(j);
+    /* pod specs are immutable except images (and a few more), as in the real registry */
+    cr_assert_eq(api(&s, "PATCH", "/api/v1/namespaces/default/pods/p", "application/strategic-merge-patch+json",
+                     "{\"spec\":{\"containers\":[{\"name\":\"c\",\"command\":[\"x\"]}]}}", &j),
+                 422);
+    assert_status(j, 422, "Invalid");
+    cr_assert(strstr(jstr(j, "message"), "pod updates may not change fields other than"));
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "PATCH", "/api/v1/namespaces/default/pods/p", "application/strategic-merge-patch+json",
+                     "{\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"i2\"}]}}", &j),
+                 200);
+    cr_assert_str_eq(jstr(cJSON_GetArrayItem(jget(j, "spec.containers"), 0), "image"), "i2");
+    cJSON_Delete(j);
     /* deployments: Scale with the selector from spec.selector */
     cr_assert_eq(api(&s, "POST", "/apis/apps/v1/namespaces/default/deployments", NULL,
                      "{\"metadata\":{\"name\":\"d\"},\"spec\":{\"replicas\":1,\"selector\":{\"matchLabels\":"
