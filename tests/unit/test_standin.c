@@ -313,8 +313,18 @@ static int events(const char *stream, char types[][16], char names[][64], int ma
     return n;
 }
 
+/* The server of the running test, stopped by the suite's fini even when an
+ * assertion ends the test early (no stray process or temp dir). */
+static rl_test_standin *g_live;
+
 static void start(rl_test_standin *s, const char *args) {
     cr_assert_eq(rl_test_standin_start(s, args), 0, "the stand-in did not start");
+    g_live = s;
+}
+
+static void fini(void) {
+    if (g_live && g_live->pid > 0) rl_test_standin_stop(g_live);
+    g_live = NULL;
 }
 
 static void kubectl_ok(rl_test_standin *s, const char *args, const char *in, char *out, size_t n) {
@@ -334,11 +344,11 @@ static int await_code(rl_test_standin *s, const char *path, long want, double se
 
 static void init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-TestSuite(standin, .init = init);
+TestSuite(standin, .init = init, .fini = fini);
 
 /* ---- the contract ----------------------------------------------------------------------- */
 Test(standin, contract_files_and_kubectl, .timeout = 60) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     struct stat sb;
     cr_assert_eq(stat(s.token_file, &sb), 0);
@@ -410,7 +420,7 @@ static const char *TJ2 = "apiVersion: ringleader.dev/v1\nkind: TrainingJob\nmeta
 
 /* ---- kubectl end to end ----------------------------------------------------------------- */
 Test(standin, kubectl_apply_get_scale_delete, .timeout = 90) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     static char out[65536];
     kubectl_ok(&s, "apply -f -", MANIFESTS, out, sizeof out);
@@ -505,7 +515,7 @@ Test(standin, kubectl_apply_get_scale_delete, .timeout = 90) {
 }
 
 Test(standin, discovery_lists, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     cr_assert_eq(api(&s, "GET", "/api", NULL, NULL, &j), 200);
@@ -556,7 +566,7 @@ Test(standin, discovery_lists, .timeout = 30) {
 #define LEASES "/apis/coordination.k8s.io/v1/namespaces/default/leases"
 
 Test(standin, http_errors_are_status_bodies, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     membuf m;
     mb_init(&m);
@@ -710,7 +720,7 @@ Test(standin, http_errors_are_status_bodies, .timeout = 30) {
 }
 
 Test(standin, status_and_scale_subresources, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     cr_assert_eq(api(&s, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", NULL,
@@ -812,7 +822,7 @@ Test(standin, status_and_scale_subresources, .timeout = 30) {
 }
 
 Test(standin, delete_finalizers_preconditions, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     const char *cms = "/api/v1/namespaces/default/configmaps";
@@ -880,7 +890,7 @@ static int list_names(rl_test_standin *s, const char *path, char *names, size_t 
 }
 
 Test(standin, list_selectors_and_paging, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     const char *labels[] = {"{\"app\":\"a\",\"tier\":\"x\"}", "{\"app\":\"b\",\"tier\":\"y\"}",
                             "{\"app\":\"a\"}", "{\"app\":\"c\",\"tier\":\"x\"}", "{}"};
@@ -954,7 +964,7 @@ Test(standin, list_selectors_and_paging, .timeout = 30) {
 #define CMS "/api/v1/namespaces/default/configmaps"
 
 Test(standin, watch_live_in_order, .timeout = 40) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     cr_assert_eq(api(&s, "POST", CMS, NULL, "{\"metadata\":{\"name\":\"pre\",\"labels\":{\"w\":\"1\"}}}", &j), 201);
@@ -1006,7 +1016,7 @@ Test(standin, watch_live_in_order, .timeout = 40) {
 }
 
 Test(standin, watch_replay_bookmarks_timeout, .timeout = 40) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, "--bookmark-interval 0.2");
     cJSON *j;
     cr_assert_eq(api(&s, "POST", LEASES, NULL, "{\"metadata\":{\"name\":\"l\"},\"spec\":{}}", &j), 201);
@@ -1084,7 +1094,7 @@ Test(standin, watch_replay_bookmarks_timeout, .timeout = 40) {
 }
 
 Test(standin, watch_and_list_410_expired, .timeout = 40) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, "--history 5");
     cJSON *j;
     cr_assert_eq(api(&s, "POST", CMS, NULL, "{\"metadata\":{\"name\":\"a\"}}", &j), 201);
@@ -1227,7 +1237,7 @@ static int await_slices(rl_test_standin *s, const char *svc, const char *want, i
 }
 
 Test(standin, endpointslices_merge_conditions, .timeout = 60) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, "--max-endpoints-per-slice 2");
     cJSON *j;
     cr_assert_eq(api(&s, "POST", "/api/v1/namespaces/default/services", NULL,
@@ -1322,7 +1332,7 @@ Test(standin, endpointslices_merge_conditions, .timeout = 60) {
 
 /* ---- outages, tokens, history -------------------------------------------------------- */
 Test(standin, outage_modes, .timeout = 40) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     watcher w;
@@ -1373,7 +1383,7 @@ Test(standin, outage_modes, .timeout = 40) {
 }
 
 Test(standin, tokens_forbidden_and_revoked, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     cr_assert_eq(api(&s, "POST", LEASES, NULL, "{\"metadata\":{\"name\":\"x\"},\"spec\":{\"holderIdentity\":\"a\"}}", &j),
