@@ -542,14 +542,18 @@ class APIHandler(BaseHTTPRequestHandler):
             if dry:
                 opts["dryRun"] = True
             obj, gone = st.delete(t, ns, name, opts)
-            if gone and t.crd is None and t.key != ("", "pods"):
+            # As the real handler: 202 only for a pending delete that asked
+            # orphanDependents=false; stores other than pods and
+            # serviceaccounts answer an immediate delete with a Status.
+            code = 202 if (not gone and opts.get("orphanDependents") is False) else 200
+            if gone and t.key not in (("", "pods"), ("", "serviceaccounts")):
                 m = obj["metadata"]
                 d = {"name": name, "kind": t.plural, "uid": m.get("uid")}
                 if t.group:
                     d["group"] = t.group
                 return self.send_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                                             "status": "Success", "details": d})
-            return self.send_json(200 if gone else 202, st.out(t, obj))
+            return self.send_json(code, st.out(t, obj))
         raise APIError(405, "MethodNotAllowed", "the server does not allow this method")
 
     def patch(self, t, ns, name, sub, raw, dry, q):

@@ -838,7 +838,8 @@ Test(standin, delete_finalizers_preconditions, .timeout = 30) {
     cJSON_Delete(j);
     cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/configmaps/f", NULL,
                      "{\"propagationPolicy\":\"Foreground\"}", &j),
-                 202);
+                 200);
+    cr_assert(jstr(j, "metadata.deletionTimestamp"), "a pending delete answers with the object");
     cJSON_Delete(j);
     cr_assert_eq(api(&s, "GET", "/api/v1/namespaces/default/configmaps/f", NULL, NULL, &j), 200);
     cr_assert(jstr(j, "metadata.deletionTimestamp"), "a finalizer keeps the object, marked");
@@ -849,6 +850,15 @@ Test(standin, delete_finalizers_preconditions, .timeout = 30) {
     cJSON_Delete(j);
     cr_assert_eq(api(&s, "GET", "/api/v1/namespaces/default/configmaps/f", NULL, NULL, &j), 404);
     cJSON_Delete(j);
+    /* an immediate delete answers with a Status Success naming the object */
+    cr_assert_eq(api(&s, "POST", cms, NULL, "{\"metadata\":{\"name\":\"g\"}}", &j), 201);
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/configmaps/g", NULL, NULL, &j), 200);
+    cr_assert_str_eq(jstr(j, "kind"), "Status");
+    cr_assert_str_eq(jstr(j, "status"), "Success");
+    cr_assert_str_eq(jstr(j, "details.name"), "g");
+    cr_assert_str_eq(jstr(j, "details.kind"), "configmaps");
+    cJSON_Delete(j);
     /* gracePeriodSeconds=0 deletes a pod at once; a plain delete leaves it terminating */
     cr_assert_eq(api(&s, "POST", "/api/v1/namespaces/default/pods", NULL,
                      "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"terminationGracePeriodSeconds\":20,"
@@ -856,7 +866,7 @@ Test(standin, delete_finalizers_preconditions, .timeout = 30) {
                      &j),
                  201);
     cJSON_Delete(j);
-    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/pods/p", NULL, NULL, &j), 202);
+    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/pods/p", NULL, NULL, &j), 200);
     cr_assert(jstr(j, "metadata.deletionTimestamp"));
     cr_assert_eq((int)jnum(j, "metadata.deletionGracePeriodSeconds"), 20);
     cJSON_Delete(j);
@@ -1291,7 +1301,7 @@ Test(standin, endpointslices_merge_conditions, .timeout = 60) {
     cJSON_Delete(all);
     /* graceful delete: terminating, not ready, still serving while the pod is Ready */
     double t0 = now_s();
-    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/pods/p3", NULL, NULL, &j), 202);
+    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/pods/p3", NULL, NULL, &j), 200);
     cJSON_Delete(j);
     want = "p0:127.0.0.10:1/1/0:p0;p1:127.0.0.11:1/1/0:-;p2:127.0.0.12:0/0/0:-;"
            "p3:127.0.0.13:0/1/1:-;p4:127.0.0.14:1/1/0:-;";
