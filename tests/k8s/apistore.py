@@ -7,6 +7,7 @@ garbage collection). One lock guards it all; a Condition wakes watchers."""
 import base64
 import collections
 import copy
+import datetime
 import json
 import random
 import threading
@@ -87,6 +88,58 @@ BUILTINS = [
 
 GROUP_ORDER = ["", "apps", "events.k8s.io", "rbac.authorization.k8s.io", "coordination.k8s.io",
                "discovery.k8s.io", "apiextensions.k8s.io"]
+
+def _age(o):
+    ts = parse_rfc3339(o["metadata"].get("creationTimestamp"))
+    return human_duration(time.time() - ts) if ts is not None else "<unknown>"
+
+
+def _pod_ready(o):
+    cs = (o.get("status") or {}).get("containerStatuses") or []
+    n = len((o.get("spec") or {}).get("containers") or [])
+    return "%d/%d" % (sum(1 for c in cs if c.get("ready")), n)
+
+
+def _pod_status(o):
+    if o["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    return (o.get("status") or {}).get("phase") or "Unknown"
+
+
+def _svc_ports(o):
+    ps = (o.get("spec") or {}).get("ports") or []
+    return ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP")) for p in ps) or "<none>"
+
+
+def _eps_endpoints(o):
+    addrs = [a for e in (o.get("endpoints") or []) for a in (e.get("addresses") or [])]
+    return ",".join(addrs) if addrs else "<unset>"
+
+
+def _eps_ports(o):
+    ps = o.get("ports")
+    return ",".join(str(p.get("port")) for p in ps) if ps else "<unset>"
+
+
+# The columns the real server's printers give `kubectl get` for the
+# built-ins people look at while debugging a test (others: Name + Age).
+BUILTIN_COLUMNS = {
+    ("", "pods"): [("Ready", "string", _pod_ready), ("Status", "string", _pod_status),
+                   ("Restarts", "string", lambda o: str(sum(c.get("restartCount", 0) for c in
+                                                          (o.get("status") or {}).get("containerStatuses") or []))),
+                   ("Age", "string", _age)],
+    ("", "services"): [("Type", "string", lambda o: (o.get("spec") or {}).get("type", "ClusterIP")),
+                       ("Cluster-IP", "string", lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>"),
+                       ("External-IP", "string", lambda o: "<none>"),
+                       ("Port(s)", "string", _svc_ports), ("Age", "string", _age)],
+    ("coordination.k8s.io", "leases"): [
+        ("Holder", "string", lambda o: (o.get("spec") or {}).get("holderIdentity") or ""),
+        ("Age", "string", _age)],
+    ("discovery.k8s.io", "endpointslices"): [
+        ("AddressType", "string", lambda o: o.get("addressType", "")),
+        ("Ports", "string", _eps_ports), ("Endpoints", "string", _eps_endpoints),
+        ("Age", "string", _age)],
+}
 
 RAND5 = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -319,6 +372,9 @@ class Store:
                 raise bad_request('Lease in version "v1" cannot be handled as a Lease: parsing time '
                                   '%s as "2006-01-02T15:04:05.000000Z07:00": cannot parse %s'
                                   % (json.dumps(v), json.dumps(v)))
+            # The real server stores the parsed time and writes it back in UTC.
+            d = datetime.datetime.fromisoformat(v.replace("Z", "+00:00"))
+            spec[f] = d.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     def _invalid(self, t, name, field, why):
         d = t.details(name)
@@ -534,6 +590,10 @@ class Store:
                                     "to be set to 1 if it was previously negative)")
         elif t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._crd_status(new)
+        elif t.key == ("", "secrets"):
+            for k, v in list((new.get("stringData") or {}).items()):
+                new.setdefault("data", {})[k] = base64.b64encode(str(v).encode()).decode()
+            new.pop("stringData", None)
 
     def _finish_update(self, t, cur, new, dry_run):
         self._validate_typed(t, new)
@@ -821,7 +881,12 @@ class Store:
         cols = [{"name": "Name", "type": "string", "format": "name", "priority": 0,
                  "description": "Name must be unique within a namespace."}]
         specs = []
-        if t.columns:
+        builtin = BUILTIN_COLUMNS.get(t.key)
+        if builtin:
+            for name, typ, fn in builtin:
+                cols.append({"name": name, "type": typ, "format": "", "description": "", "priority": 0})
+                specs.append({"fn": fn, "type": typ})
+        elif t.columns:
             for c in t.columns:
                 cols.append({"name": c.get("name", ""), "type": c.get("type", "string"),
                              "format": c.get("format", ""), "description": c.get("description", ""),
@@ -836,7 +901,7 @@ class Store:
         for o in items:
             cells = [o["metadata"]["name"]]
             for c in specs:
-                v = jsonpath(o, c.get("jsonPath", ""))
+                v = c["fn"](o) if "fn" in c else jsonpath(o, c.get("jsonPath", ""))
                 if c.get("type") == "date" and isinstance(v, str):
                     ts = parse_rfc3339(v)
                     v = human_duration(time.time() - ts) if ts is not None else v

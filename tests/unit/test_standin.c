@@ -669,9 +669,10 @@ Test(standin, http_errors_are_status_bodies, .timeout = 30) {
     cJSON_Delete(j);
     cr_assert_eq(api(&s, "POST", LEASES, NULL,
                      "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"holderIdentity\":\"h\",\"leaseDurationSeconds\":15,"
-                     "\"acquireTime\":\"2024-01-01T00:00:00.000000Z\",\"renewTime\":\"2024-01-01T00:00:01.123456+00:00\"}}",
+                     "\"acquireTime\":\"2024-01-01T00:00:00.000000Z\",\"renewTime\":\"2024-01-01T02:00:01.123456+02:00\"}}",
                      &j),
                  201);
+    cr_assert_str_eq(jstr(j, "spec.renewTime"), "2024-01-01T00:00:01.123456Z", "MicroTime is written back in UTC");
     cJSON_Delete(j);
     cr_assert_eq(api(&s, "PATCH", LEASES "/t1", "application/merge-patch+json",
                      "{\"spec\":{\"renewTime\":\"2024-01-01T00:00:02.5Z\"}}", &j),
