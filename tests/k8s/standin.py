@@ -17,6 +17,7 @@ import json
 import os
 import random
 import secrets
+import select
 import signal
 import socket
 import ssl
@@ -32,8 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from apistore import Store  # noqa: E402
 from controllers import EndpointSliceController, LocalNode, gc_loop  # noqa: E402
 from k8slib import (APIError, bad_request, field_match, json_patch, label_match,  # noqa: E402
-                    merge_patch, parse_field_selector, parse_label_selector, status_body,
-                    strategic_merge_patch)
+                    merge_patch, now_rfc3339, parse_field_selector, parse_label_selector,
+                    status_body, strategic_merge_patch)
 
 MERGE = "application/merge-patch+json"
 JSONPATCH = "application/json-patch+json"
@@ -759,6 +760,7 @@ class APIHandler(BaseHTTPRequestHandler):
             while True:
                 evs, lost, finish = [], False, None
                 with st.lock:  # no socket I/O while holding it: a stopped client must not stall others
+                    idle_since = time.time()
                     while True:
                         now = time.time()
                         if st.epoch != epoch:
@@ -773,6 +775,9 @@ class APIHandler(BaseHTTPRequestHandler):
                         if st.rv > cursor:
                             break
                         if bookmarks and now >= next_bm:
+                            break
+                        if now - idle_since >= 1.0:
+                            finish = "tick"
                             break
                         wait = deadline - now
                         if bookmarks:
@@ -793,6 +798,13 @@ class APIHandler(BaseHTTPRequestHandler):
                     return None
                 if finish == "end":
                     return self.end_stream()
+                if finish == "tick":
+                    # A watch client sends nothing; readable means it hung up.
+                    if select.select([self.connection], [], [], 0)[0]:
+                        self.close_connection = True
+                        return None
+                    if not (bookmarks and time.time() >= next_bm):
+                        continue
                 if lost:
                     self.chunk({"type": "ERROR", "object": status_body(
                         410, "Expired", "too old resource version: %d (%d)" % (cursor, st.floor))})
@@ -909,7 +921,6 @@ class AdminHandler(BaseHTTPRequestHandler):
                     pod = st.get(t, parts[1], parts[2])
                     conds = [c for c in (pod.get("status") or {}).get("conditions") or []
                              if c.get("type") not in ("Ready", "ContainersReady")]
-                    from k8slib import now_rfc3339
                     for ty in ("ContainersReady", "Ready"):
                         conds.append({"type": ty, "status": "True" if ready else "False",
                                       "lastProbeTime": None, "lastTransitionTime": now_rfc3339()})
