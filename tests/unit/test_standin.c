@@ -21,6 +21,13 @@
  *   real message), 400 namespace mismatch, 422 missing name,
  *   415 strategic merge patch of a CR, SMP of a built-in works     http_errors_are_status_bodies
  * resourceVersion: one global increasing counter, on every write  http_errors_are_status_bodies
+ * Lease fields typed as the real decoder: MicroTime with exactly
+ *   6 fractional digits (400 otherwise), written back in UTC;
+ *   leaseDurationSeconds int32 > 0 (400 / 422)                    http_errors_are_status_bodies
+ * pod spec immutable except images etc. (422, the real message)   status_and_scale_subresources
+ * DELETE answers: 200 (202 only with orphanDependents=false);
+ *   Status Success for an immediate delete (object for pods);
+ *   the object, marked, while finalizers or grace keep it          delete_finalizers_preconditions
  * /status: main PUT ignores status, /status changes only status;
  *   generation untouched by status; Scale of a Deployment          status_and_scale_subresources
  * finalizers keep a deleted object (deletionTimestamp) until
@@ -45,13 +52,19 @@
  * 403 Forbidden with the real RBAC message; revoked token -> 401  tokens_forbidden_and_revoked
  * write history of one object, in order (admin /history)          tokens_forbidden_and_revoked
  *
- * Deliberately not reproduced: schema validation and pruning (OpenAPI schemas of CRDs and
+ * Deliberately not reproduced: protobuf request bodies (415, so kubectl's typed generators
+ * such as `kubectl create configmap` fail: use apply or create -f); pod IPs and readiness are
+ * not assigned by any kubelet (tests set status.podIP with PATCH .../status and Ready through
+ * the admin API); namespace deletion removes the content at once (no Terminating phase);
+ * generation exists only where 1.32 sets it (Deployments, CRDs, custom resources);
+ * schema validation and pruning (OpenAPI schemas of CRDs and
  * built-ins are ignored, fieldValidation=Strict is accepted but not enforced); server-side
  * apply field ownership (apply-patch is a merge patch) and managedFields; admission,
  * RBAC rules (only the admin token and denial lists); conversion between CRD versions;
- * built-in Tables beyond Name/Age; a real scheduler, kubelet, or controllers other than
+ * built-in Tables beyond simplified columns for pods, services, leases and endpointslices
+ * (Name/Age for the rest); a real scheduler, kubelet, or controllers other than
  * EndpointSlice and the garbage collector (pods are bound to "standin-node" at creation,
- * deployments never get pods); protobuf, HTTP/2, aggregated discovery (the plain form is
+ * deployments never get pods); HTTP/2, aggregated discovery (the plain form is
  * served, as by an older server); LIST "continue" is consistent only while its RV is in
  * the history window; a watch cache per resource (one global history window instead). */
 #include <criterion/criterion.h>
