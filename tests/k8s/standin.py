@@ -158,6 +158,8 @@ class App:
                     break
                 except OSError:
                     time.sleep(0.05)
+            else:
+                log({"msg": "cannot listen on the API port again", "port": self.port})
         self.outage_mode = "none"
         log({"msg": "api listening again", "port": self.port})
 
@@ -847,10 +849,16 @@ class AdminHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
-        self.handle_admin("GET")
+        self.guarded("GET")
 
     def do_POST(self):
-        self.handle_admin("POST")
+        self.guarded("POST")
+
+    def guarded(self, method):
+        try:
+            self.handle_admin(method)
+        except (ValueError, TypeError, KeyError) as e:
+            self.reply(400, {"error": "bad admin request: %s" % e})
 
     def handle_admin(self, method):
         app = self.server.app
