@@ -41,7 +41,8 @@
  *   in order; selector exit -> DELETED, entry -> ADDED            watch_live_in_order
  * WATCH from an RV replays every later change; BOOKMARKs carry
  *   only kind/apiVersion/metadata.resourceVersion; timeoutSeconds
- *   ends the stream cleanly; old /watch/ paths                    watch_replay_bookmarks_timeout
+ *   ends the stream cleanly; old /watch/ paths; sendInitialEvents
+ *   (initial ADDED + BOOKMARK k8s.io/initial-events-end)           watch_replay_bookmarks_timeout
  * RV left the window (compaction, --history): watch -> 200 + one
  *   ERROR event Status 410 Expired; Exact LIST -> 410              watch_and_list_410_expired
  * EndpointSlices: <svc>-<rand5>, labels, ownerReference, several
@@ -1113,6 +1114,21 @@ Test(standin, watch_replay_bookmarks_timeout, .timeout = 40) {
     cr_assert_eq(n, 1, "%s", m.buf);
     cr_assert_str_eq(types[0], "ADDED");
     cr_assert_str_eq(names[0], "k");
+    mb_free(&m);
+    /* sendInitialEvents (client-go's watch-list): current objects, then a BOOKMARK
+     * annotated k8s.io/initial-events-end */
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "GET",
+                         LEASES "?watch=1&sendInitialEvents=true&allowWatchBookmarks=true"
+                                "&resourceVersionMatch=NotOlderThan&timeoutSeconds=1",
+                         NULL, &m, (reqopt){.timeout_s = 10}),
+                 200);
+    n = events(m.buf, types, names, 32);
+    cr_assert(n >= 3, "%s", m.buf);
+    cr_assert_str_eq(types[0], "ADDED");
+    cr_assert_str_eq(types[1], "ADDED");
+    cr_assert_str_eq(types[2], "BOOKMARK");
+    cr_assert(strstr(m.buf, "\"k8s.io/initial-events-end\": \"true\""), "%s", m.buf);
     mb_free(&m);
     rl_test_standin_stop(&s);
 }
