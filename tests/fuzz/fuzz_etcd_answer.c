@@ -10,7 +10,7 @@
 #include "rdzv/etcd_internal.h"
 
 static void check_msg(int rc, const rl_err *e) {
-    if (rc != RL_OK && rc != RL_EIO) abort();
+    if (rc != RL_OK && rc != RL_EIO && rc != RL_EPEER) abort();
     if (rc != RL_OK && (strchr(e->msg, '\n') || !e->msg[0])) abort();
 }
 
