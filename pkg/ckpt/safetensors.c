@@ -179,9 +179,9 @@ int rl_ckpt_st_parse(const void *buf, size_t len, uint64_t file_size, const char
         }
         if (t->begin > t->end || t->end > st->data_len) {
             rc = rl_errf(e, RL_EINPUT,
-                         "%s: tensor \"%s\": data_offsets [%llu, %llu] outside the %llu data bytes",
+                         "%s: tensor \"%s\": data_offsets [%llu, %llu] outside the %llu data bytes%s",
                          name, esc, (unsigned long long)t->begin, (unsigned long long)t->end,
-                         (unsigned long long)st->data_len);
+                         (unsigned long long)st->data_len, t->begin <= t->end ? " (truncated file?)" : "");
             goto out;
         }
         bool zero = false;

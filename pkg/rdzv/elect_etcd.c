@@ -76,7 +76,7 @@ static int attempt(void *ctx, bool *leading, rl_leader *leader, rl_err *e) {
             /* whoever edited it, the key is not ours any more */
             if (!ours) x->leading = false;
             rl_etcd_kvs_free(&r);
-            return rl_err_wrap(e, "etcd elector (delete the key to let the election go on)");
+            return rl_err_wrap(e, "etcd elector");
         }
     }
     rl_etcd_kvs_free(&r);

@@ -269,6 +269,13 @@ done:
     return rc;
 }
 
+/* Untrusted server text in our one-line messages: printable ASCII only. */
+static void clean_text(char *dst, size_t n, const char *src) {
+    size_t o = 0;
+    for (; src && *src && o + 1 < n; src++) dst[o++] = (*src >= 0x20 && *src < 0x7f) ? *src : '?';
+    dst[o] = '\0';
+}
+
 int rl_etcd_parse_grant(const char *body, size_t len, const char *what, int64_t *id,
                         int64_t *ttl, rl_err *e) {
     cJSON *j = parse_doc(body, len);
@@ -296,8 +303,15 @@ int rl_etcd_parse_keepalive(const char *body, size_t len, const char *what, int6
         cJSON_Delete(j);
         return rl_errf(e, RL_EIO, "%s: the answer is not a JSON object", what);
     }
-    const cJSON *res;
+    const cJSON *res, *err = cJSON_GetObjectItemCaseSensitive(j, "error");
     int rc = get_typed(j, "result", what, cJSON_Object, &res, e);
+    if (!rc && !res && cJSON_IsObject(err)) {
+        /* a streaming call's failure (no leader, shutting down): worth a retry */
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+        char clean[160];
+        clean_text(clean, sizeof clean, cJSON_IsString(msg) ? msg->valuestring : "(no message)");
+        rc = rl_errf(e, RL_EPEER, "%s: etcd failed the call: %s", what, clean);
+    }
     if (!rc && !res) rc = rl_errf(e, RL_EIO, "%s: the answer has no 'result'", what);
     int64_t v = 0;
     if (!rc) rc = get_i64(res, "TTL", what, 0, &v, e);
@@ -311,13 +325,6 @@ void rl_etcd_watch_msg_free(rl_etcd_watch_msg *m) {
     for (int i = 0; i < m->n; i++) kv_free(&m->events[i].kv);
     free(m->events);
     memset(m, 0, sizeof *m);
-}
-
-/* Untrusted server text in our one-line messages: printable ASCII only. */
-static void clean_text(char *dst, size_t n, const char *src) {
-    size_t o = 0;
-    for (; src && *src && o + 1 < n; src++) dst[o++] = (*src >= 0x20 && *src < 0x7f) ? *src : '?';
-    dst[o] = '\0';
 }
 
 int rl_etcd_parse_watch_msg(const char *line, size_t len, const char *what,

@@ -7,10 +7,12 @@ garbage collection). One lock guards it all; a Condition wakes watchers."""
 import base64
 import collections
 import copy
+import datetime
 import json
 import random
 import threading
 import time
+import re
 import uuid
 
 from k8slib import (APIError, DNS1123_SUB, bad_request, human_duration, jsonpath,
@@ -46,6 +48,8 @@ class ResType:
             d["group"] = self.group
         return d
 
+
+MICROTIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
 
 DEPLOY_SCALE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
                 "labelSelectorPath": None}
@@ -84,6 +88,58 @@ BUILTINS = [
 
 GROUP_ORDER = ["", "apps", "events.k8s.io", "rbac.authorization.k8s.io", "coordination.k8s.io",
                "discovery.k8s.io", "apiextensions.k8s.io"]
+
+def _age(o):
+    ts = parse_rfc3339(o["metadata"].get("creationTimestamp"))
+    return human_duration(time.time() - ts) if ts is not None else "<unknown>"
+
+
+def _pod_ready(o):
+    cs = (o.get("status") or {}).get("containerStatuses") or []
+    n = len((o.get("spec") or {}).get("containers") or [])
+    return "%d/%d" % (sum(1 for c in cs if c.get("ready")), n)
+
+
+def _pod_status(o):
+    if o["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    return (o.get("status") or {}).get("phase") or "Unknown"
+
+
+def _svc_ports(o):
+    ps = (o.get("spec") or {}).get("ports") or []
+    return ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP")) for p in ps) or "<none>"
+
+
+def _eps_endpoints(o):
+    addrs = [a for e in (o.get("endpoints") or []) for a in (e.get("addresses") or [])]
+    return ",".join(addrs) if addrs else "<unset>"
+
+
+def _eps_ports(o):
+    ps = o.get("ports")
+    return ",".join(str(p.get("port")) for p in ps) if ps else "<unset>"
+
+
+# The columns the real server's printers give `kubectl get` for the
+# built-ins people look at while debugging a test (others: Name + Age).
+BUILTIN_COLUMNS = {
+    ("", "pods"): [("Ready", "string", _pod_ready), ("Status", "string", _pod_status),
+                   ("Restarts", "string", lambda o: str(sum(c.get("restartCount", 0) for c in
+                                                          (o.get("status") or {}).get("containerStatuses") or []))),
+                   ("Age", "string", _age)],
+    ("", "services"): [("Type", "string", lambda o: (o.get("spec") or {}).get("type", "ClusterIP")),
+                       ("Cluster-IP", "string", lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>"),
+                       ("External-IP", "string", lambda o: "<none>"),
+                       ("Port(s)", "string", _svc_ports), ("Age", "string", _age)],
+    ("coordination.k8s.io", "leases"): [
+        ("Holder", "string", lambda o: (o.get("spec") or {}).get("holderIdentity") or ""),
+        ("Age", "string", _age)],
+    ("discovery.k8s.io", "endpointslices"): [
+        ("AddressType", "string", lambda o: o.get("addressType", "")),
+        ("Ports", "string", _eps_ports), ("Endpoints", "string", _eps_endpoints),
+        ("Age", "string", _age)],
+}
 
 RAND5 = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -276,6 +332,50 @@ class Store:
                                'must be a map of strings' % (t.kind, m.get("name", ""), f),
                                t.details(m.get("name", "")))
 
+    def _validate_typed(self, t, obj):
+        """Field types of the built-ins whose clients we test, as the real
+        decoder (400) and validation (422) enforce them. Leases: MicroTime
+        needs exactly 6 fractional digits, durations are integers > 0."""
+        if t.key != ("coordination.k8s.io", "leases"):
+            return
+        name = obj["metadata"].get("name", "")
+        spec = obj.get("spec")
+        if spec is None:
+            return
+        if not isinstance(spec, dict):
+            raise bad_request('Lease in version "v1" cannot be handled as a Lease: json: cannot '
+                              'unmarshal into Go struct field Lease.spec of type v1.LeaseSpec')
+        for f in ("holderIdentity", "strategy", "preferredHolder"):
+            if spec.get(f) is not None and not isinstance(spec[f], str):
+                raise bad_request('Lease in version "v1" cannot be handled as a Lease: json: cannot '
+                                  'unmarshal %s into Go struct field LeaseSpec.spec.%s of type string'
+                                  % (type(spec[f]).__name__, f))
+        for f in ("leaseDurationSeconds", "leaseTransitions"):
+            v = spec.get(f)
+            if v is None:
+                continue
+            if not isinstance(v, int) or isinstance(v, bool) or not -2**31 <= v < 2**31:
+                raise bad_request('Lease in version "v1" cannot be handled as a Lease: json: cannot '
+                                  'unmarshal %s into Go struct field LeaseSpec.spec.%s of type int32'
+                                  % (json.dumps(v), f))
+            if f == "leaseDurationSeconds" and v <= 0:
+                raise self._invalid(t, name, "spec.leaseDurationSeconds",
+                                    "Invalid value: %d: must be greater than 0" % v)
+            if f == "leaseTransitions" and v < 0:
+                raise self._invalid(t, name, "spec.leaseTransitions",
+                                    "Invalid value: %d: must be greater than or equal to 0" % v)
+        for f in ("acquireTime", "renewTime"):
+            v = spec.get(f)
+            if v is None:
+                continue
+            if not isinstance(v, str) or not MICROTIME.match(v):
+                raise bad_request('Lease in version "v1" cannot be handled as a Lease: parsing time '
+                                  '%s as "2006-01-02T15:04:05.000000Z07:00": cannot parse %s'
+                                  % (json.dumps(v), json.dumps(v)))
+            # The real server stores the parsed time and writes it back in UTC.
+            d = datetime.datetime.fromisoformat(v.replace("Z", "+00:00"))
+            spec[f] = d.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
     def _invalid(self, t, name, field, why):
         d = t.details(name)
         d["kind"] = t.kind
@@ -325,6 +425,7 @@ class Store:
                 m.pop("generation", None)
             if t.status and t.key != ("", "namespaces"):
                 obj.pop("status", None)
+            self._validate_typed(t, obj)
             self._defaults_create(t, obj)
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
@@ -464,10 +565,38 @@ class Store:
                       "schedulerName", "serviceAccountName", "enableServiceLinks"):
                 if f in old and f not in spec:
                     spec[f] = old[f]
+            for c in spec.get("containers") or []:
+                if isinstance(c, dict):
+                    oc = next((x for x in old.get("containers") or [] if x.get("name") == c.get("name")), {})
+                    for f in ("imagePullPolicy", "terminationMessagePath", "terminationMessagePolicy"):
+                        if f in oc and f not in c:
+                            c[f] = oc[f]
+
+            def mutable_stripped(sp):
+                sp = copy.deepcopy(sp)
+                for f in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"):
+                    sp.pop(f, None)
+                for lst in ("containers", "initContainers"):
+                    for c in sp.get(lst) or []:
+                        if isinstance(c, dict):
+                            c.pop("image", None)
+                return sp
+            if mutable_stripped(spec) != mutable_stripped(old):
+                raise self._invalid(t, new["metadata"]["name"], "spec",
+                                    "Forbidden: pod updates may not change fields other than "
+                                    "`spec.containers[*].image`,`spec.initContainers[*].image`,"
+                                    "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to "
+                                    "existing tolerations),`spec.terminationGracePeriodSeconds` (allow it "
+                                    "to be set to 1 if it was previously negative)")
         elif t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._crd_status(new)
+        elif t.key == ("", "secrets"):
+            for k, v in list((new.get("stringData") or {}).items()):
+                new.setdefault("data", {})[k] = base64.b64encode(str(v).encode()).decode()
+            new.pop("stringData", None)
 
     def _finish_update(self, t, cur, new, dry_run):
+        self._validate_typed(t, new)
         if _same(cur, new):
             return copy.deepcopy(cur)
         if dry_run:
@@ -752,7 +881,12 @@ class Store:
         cols = [{"name": "Name", "type": "string", "format": "name", "priority": 0,
                  "description": "Name must be unique within a namespace."}]
         specs = []
-        if t.columns:
+        builtin = BUILTIN_COLUMNS.get(t.key)
+        if builtin:
+            for name, typ, fn in builtin:
+                cols.append({"name": name, "type": typ, "format": "", "description": "", "priority": 0})
+                specs.append({"fn": fn, "type": typ})
+        elif t.columns:
             for c in t.columns:
                 cols.append({"name": c.get("name", ""), "type": c.get("type", "string"),
                              "format": c.get("format", ""), "description": c.get("description", ""),
@@ -767,7 +901,7 @@ class Store:
         for o in items:
             cells = [o["metadata"]["name"]]
             for c in specs:
-                v = jsonpath(o, c.get("jsonPath", ""))
+                v = c["fn"](o) if "fn" in c else jsonpath(o, c.get("jsonPath", ""))
                 if c.get("type") == "date" and isinstance(v, str):
                     ts = parse_rfc3339(v)
                     v = human_duration(time.time() - ts) if ts is not None else v

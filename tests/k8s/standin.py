@@ -17,6 +17,7 @@ import json
 import os
 import random
 import secrets
+import select
 import signal
 import socket
 import ssl
@@ -32,8 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from apistore import Store  # noqa: E402
 from controllers import EndpointSliceController, LocalNode, gc_loop  # noqa: E402
 from k8slib import (APIError, bad_request, field_match, json_patch, label_match,  # noqa: E402
-                    merge_patch, parse_field_selector, parse_label_selector, status_body,
-                    strategic_merge_patch)
+                    merge_patch, now_rfc3339, parse_field_selector, parse_label_selector,
+                    status_body, strategic_merge_patch)
 
 MERGE = "application/merge-patch+json"
 JSONPATCH = "application/json-patch+json"
@@ -157,6 +158,8 @@ class App:
                     break
                 except OSError:
                     time.sleep(0.05)
+            else:
+                log({"msg": "cannot listen on the API port again", "port": self.port})
         self.outage_mode = "none"
         log({"msg": "api listening again", "port": self.port})
 
@@ -252,6 +255,13 @@ class APIHandler(BaseHTTPRequestHandler):
         return self.rfile.read(n) if n > 0 else b""
 
     def json_body(self, raw, required=True):
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if "protobuf" in ctype or "cbor" in ctype:
+            # Only JSON is spoken here (kubectl's typed generators such as
+            # `create configmap` send protobuf; apply and create -f send JSON).
+            raise APIError(415, "UnsupportedMediaType",
+                           "the body of the request was in an unknown format - accepted media types "
+                           "include: application/json, application/yaml")
         if not raw.strip():
             if required:
                 raise bad_request("the body of the request was empty")
@@ -535,14 +545,18 @@ class APIHandler(BaseHTTPRequestHandler):
             if dry:
                 opts["dryRun"] = True
             obj, gone = st.delete(t, ns, name, opts)
-            if gone and t.crd is None and t.key != ("", "pods"):
+            # As the real handler: 202 only for a pending delete that asked
+            # orphanDependents=false; stores other than pods and
+            # serviceaccounts answer an immediate delete with a Status.
+            code = 202 if (not gone and opts.get("orphanDependents") is False) else 200
+            if gone and t.key not in (("", "pods"), ("", "serviceaccounts")):
                 m = obj["metadata"]
                 d = {"name": name, "kind": t.plural, "uid": m.get("uid")}
                 if t.group:
                     d["group"] = t.group
                 return self.send_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                                             "status": "Success", "details": d})
-            return self.send_json(200 if gone else 202, st.out(t, obj))
+            return self.send_json(code, st.out(t, obj))
         raise APIError(405, "MethodNotAllowed", "the server does not allow this method")
 
     def patch(self, t, ns, name, sub, raw, dry, q):
@@ -554,6 +568,12 @@ class APIHandler(BaseHTTPRequestHandler):
                            "the body of the request was in an unknown format - accepted media types "
                            "include: %s" % ", ".join(accepted))
         patch = self.json_body(raw)
+        code, body = self._patch_locked(t, ns, name, sub, patch, ctype, dry, q)
+        return self.send_json(code, body)
+
+    def _patch_locked(self, t, ns, name, sub, patch, ctype, dry, q):
+        """Read-modify-write under the store lock; the caller sends the reply."""
+        st = self.app.store
         with st.lock:
             try:
                 cur = st.get(t, ns, name)
@@ -564,7 +584,7 @@ class APIHandler(BaseHTTPRequestHandler):
                     raise bad_request("apply patch must be an object")
                 if not q.get("fieldManager"):
                     raise bad_request("PATCH, fieldManager: Required value: is required for apply patch")
-                return self.send_json(201, st.out(t, st.create(t, ns, patch, dry_run=dry)))
+                return 201, st.out(t, st.create(t, ns, patch, dry_run=dry))
             base = st.scale_of(t, cur) if sub == "scale" else st.out(t, cur)
             if ctype == JSONPATCH:
                 new = json_patch(base, patch)
@@ -575,13 +595,14 @@ class APIHandler(BaseHTTPRequestHandler):
             else:
                 if ctype == APPLY and not q.get("fieldManager"):
                     raise bad_request("PATCH, fieldManager: Required value: is required for apply patch")
+                if not isinstance(patch, dict) and ctype == APPLY:
+                    raise bad_request("apply patch must be an object")
                 new = merge_patch(base, patch)
             if not isinstance(new, dict):
                 raise bad_request("the patch did not result in an object")
             if sub == "scale":
-                return self.send_json(200, st.scale_of(t, st.set_scale(t, ns, name, new)))
-            return self.send_json(200, st.out(t, st.update(t, ns, name, new, sub=sub, dry_run=dry,
-                                                           require_rv=False)))
+                return 200, st.scale_of(t, st.set_scale(t, ns, name, new))
+            return 200, st.out(t, st.update(t, ns, name, new, sub=sub, dry_run=dry, require_rv=False))
 
     # -- list / watch
     def selectors(self, t, name, q):
@@ -739,12 +760,17 @@ class APIHandler(BaseHTTPRequestHandler):
             deadline = time.time() + timeout
             next_bm = time.time() + self.app.bookmark_interval
             while True:
-                evs, lost = [], False
-                with st.lock:
+                evs, lost, finish = [], False, None
+                with st.lock:  # no socket I/O while holding it: a stopped client must not stall others
+                    idle_since = time.time()
                     while True:
                         now = time.time()
-                        if st.epoch != epoch or now >= deadline:
-                            return self.end_stream() if st.epoch == epoch else None
+                        if st.epoch != epoch:
+                            finish = "drop"
+                            break
+                        if now >= deadline:
+                            finish = "end"
+                            break
                         if cursor < st.floor:
                             lost = True
                             break
@@ -752,11 +778,14 @@ class APIHandler(BaseHTTPRequestHandler):
                             break
                         if bookmarks and now >= next_bm:
                             break
+                        if now - idle_since >= 1.0:
+                            finish = "tick"
+                            break
                         wait = deadline - now
                         if bookmarks:
                             wait = min(wait, next_bm - now)
                         st.cond.wait(max(0.001, min(wait, 1.0)))
-                    if not lost:
+                    if not lost and not finish:
                         for ev in reversed(st.history):
                             if ev.rv <= cursor:
                                 break
@@ -766,6 +795,18 @@ class APIHandler(BaseHTTPRequestHandler):
                         cursor = st.rv
                         evs = [(ev.type, st.out(t, ev.obj) if ev.obj else None,
                                 ev.prev) for ev in evs]
+                if finish == "drop":  # an outage: the connection is already cut
+                    self.close_connection = True
+                    return None
+                if finish == "end":
+                    return self.end_stream()
+                if finish == "tick":
+                    # A watch client sends nothing; readable means it hung up.
+                    if select.select([self.connection], [], [], 0)[0]:
+                        self.close_connection = True
+                        return None
+                    if not (bookmarks and time.time() >= next_bm):
+                        continue
                 if lost:
                     self.chunk({"type": "ERROR", "object": status_body(
                         410, "Expired", "too old resource version: %d (%d)" % (cursor, st.floor))})
@@ -808,10 +849,16 @@ class AdminHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
-        self.handle_admin("GET")
+        self.guarded("GET")
 
     def do_POST(self):
-        self.handle_admin("POST")
+        self.guarded("POST")
+
+    def guarded(self, method):
+        try:
+            self.handle_admin(method)
+        except (ValueError, TypeError, KeyError) as e:
+            self.reply(400, {"error": "bad admin request: %s" % e})
 
     def handle_admin(self, method):
         app = self.server.app
@@ -882,7 +929,6 @@ class AdminHandler(BaseHTTPRequestHandler):
                     pod = st.get(t, parts[1], parts[2])
                     conds = [c for c in (pod.get("status") or {}).get("conditions") or []
                              if c.get("type") not in ("Ready", "ContainersReady")]
-                    from k8slib import now_rfc3339
                     for ty in ("ContainersReady", "Ready"):
                         conds.append({"type": ty, "status": "True" if ready else "False",
                                       "lastProbeTime": None, "lastTransitionTime": now_rfc3339()})

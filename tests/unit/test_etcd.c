@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -595,4 +596,25 @@ Test(etcd, elect_backend_bad_options) {
     cr_assert(strstr(e.msg, "127.0.0.1:1"), "%s", e.msg);
     cr_assert_lt(now() - t0, 5.0);
     vt->destroy(ctx);
+}
+
+Test(etcd_parse, lease_answers) {
+    rl_err e = {0};
+    int64_t id = 0, ttl = -1;
+    const char *g = "{\"header\":{\"revision\":\"1\"},\"ID\":\"4111120196351618566\",\"TTL\":\"5\"}";
+    cr_assert_eq(rl_etcd_parse_grant(g, strlen(g), "g", &id, &ttl, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(id, 4111120196351618566LL);
+    cr_assert_eq(ttl, 5);
+    const char *g0 = "{\"ID\":\"7\",\"TTL\":\"0\"}";
+    cr_assert_eq(rl_etcd_parse_grant(g0, strlen(g0), "g", &id, &ttl, &e), RL_EIO);
+    /* keepalive of a lease that is gone: TTL left out (0) */
+    const char *gone = "{\"result\":{\"header\":{\"revision\":\"2\"},\"ID\":\"12345\"}}";
+    cr_assert_eq(rl_etcd_parse_keepalive(gone, strlen(gone), "k", &ttl, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(ttl, 0);
+    const char *err = "{\"error\":{\"grpc_code\":14,\"message\":\"etcdserver: no leader\"}}";
+    cr_assert_eq(rl_etcd_parse_keepalive(err, strlen(err), "k", &ttl, &e), RL_EPEER);
+    cr_assert(strstr(e.msg, "no leader"), "%s", e.msg);
+    const char *bad = "{\"result\":{\"TTL\":5}}";
+    cr_assert_eq(rl_etcd_parse_keepalive(bad, strlen(bad), "k", &ttl, &e), RL_EIO);
+    cr_assert(strstr(e.msg, "'TTL'"), "%s", e.msg);
 }

@@ -21,6 +21,13 @@
  *   real message), 400 namespace mismatch, 422 missing name,
  *   415 strategic merge patch of a CR, SMP of a built-in works     http_errors_are_status_bodies
  * resourceVersion: one global increasing counter, on every write  http_errors_are_status_bodies
+ * Lease fields typed as the real decoder: MicroTime with exactly
+ *   6 fractional digits (400 otherwise), written back in UTC;
+ *   leaseDurationSeconds int32 > 0 (400 / 422)                    http_errors_are_status_bodies
+ * pod spec immutable except images etc. (422, the real message)   status_and_scale_subresources
+ * DELETE answers: 200 (202 only with orphanDependents=false);
+ *   Status Success for an immediate delete (object for pods);
+ *   the object, marked, while finalizers or grace keep it          delete_finalizers_preconditions
  * /status: main PUT ignores status, /status changes only status;
  *   generation untouched by status; Scale of a Deployment          status_and_scale_subresources
  * finalizers keep a deleted object (deletionTimestamp) until
@@ -34,7 +41,8 @@
  *   in order; selector exit -> DELETED, entry -> ADDED            watch_live_in_order
  * WATCH from an RV replays every later change; BOOKMARKs carry
  *   only kind/apiVersion/metadata.resourceVersion; timeoutSeconds
- *   ends the stream cleanly; old /watch/ paths                    watch_replay_bookmarks_timeout
+ *   ends the stream cleanly; old /watch/ paths; sendInitialEvents
+ *   (initial ADDED + BOOKMARK k8s.io/initial-events-end)           watch_replay_bookmarks_timeout
  * RV left the window (compaction, --history): watch -> 200 + one
  *   ERROR event Status 410 Expired; Exact LIST -> 410              watch_and_list_410_expired
  * EndpointSlices: <svc>-<rand5>, labels, ownerReference, several
@@ -45,13 +53,19 @@
  * 403 Forbidden with the real RBAC message; revoked token -> 401  tokens_forbidden_and_revoked
  * write history of one object, in order (admin /history)          tokens_forbidden_and_revoked
  *
- * Deliberately not reproduced: schema validation and pruning (OpenAPI schemas of CRDs and
+ * Deliberately not reproduced: protobuf request bodies (415, so kubectl's typed generators
+ * such as `kubectl create configmap` fail: use apply or create -f); pod IPs and readiness are
+ * not assigned by any kubelet (tests set status.podIP with PATCH .../status and Ready through
+ * the admin API); namespace deletion removes the content at once (no Terminating phase);
+ * generation exists only where 1.32 sets it (Deployments, CRDs, custom resources);
+ * schema validation and pruning (OpenAPI schemas of CRDs and
  * built-ins are ignored, fieldValidation=Strict is accepted but not enforced); server-side
  * apply field ownership (apply-patch is a merge patch) and managedFields; admission,
  * RBAC rules (only the admin token and denial lists); conversion between CRD versions;
- * built-in Tables beyond Name/Age; a real scheduler, kubelet, or controllers other than
+ * built-in Tables beyond simplified columns for pods, services, leases and endpointslices
+ * (Name/Age for the rest); a real scheduler, kubelet, or controllers other than
  * EndpointSlice and the garbage collector (pods are bound to "standin-node" at creation,
- * deployments never get pods); protobuf, HTTP/2, aggregated discovery (the plain form is
+ * deployments never get pods); HTTP/2, aggregated discovery (the plain form is
  * served, as by an older server); LIST "continue" is consistent only while its RV is in
  * the history window; a watch cache per resource (one global history window instead). */
 #include <criterion/criterion.h>
@@ -313,8 +327,18 @@ static int events(const char *stream, char types[][16], char names[][64], int ma
     return n;
 }
 
+/* The server of the running test, stopped by the suite's fini even when an
+ * assertion ends the test early (no stray process or temp dir). */
+static rl_test_standin *g_live;
+
 static void start(rl_test_standin *s, const char *args) {
     cr_assert_eq(rl_test_standin_start(s, args), 0, "the stand-in did not start");
+    g_live = s;
+}
+
+static void fini(void) {
+    if (g_live && g_live->pid > 0) rl_test_standin_stop(g_live);
+    g_live = NULL;
 }
 
 static void kubectl_ok(rl_test_standin *s, const char *args, const char *in, char *out, size_t n) {
@@ -334,11 +358,11 @@ static int await_code(rl_test_standin *s, const char *path, long want, double se
 
 static void init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-TestSuite(standin, .init = init);
+TestSuite(standin, .init = init, .fini = fini);
 
 /* ---- the contract ----------------------------------------------------------------------- */
 Test(standin, contract_files_and_kubectl, .timeout = 60) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     struct stat sb;
     cr_assert_eq(stat(s.token_file, &sb), 0);
@@ -410,7 +434,7 @@ static const char *TJ2 = "apiVersion: ringleader.dev/v1\nkind: TrainingJob\nmeta
 
 /* ---- kubectl end to end ----------------------------------------------------------------- */
 Test(standin, kubectl_apply_get_scale_delete, .timeout = 90) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     static char out[65536];
     kubectl_ok(&s, "apply -f -", MANIFESTS, out, sizeof out);
@@ -505,7 +529,7 @@ Test(standin, kubectl_apply_get_scale_delete, .timeout = 90) {
 }
 
 Test(standin, discovery_lists, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     cr_assert_eq(api(&s, "GET", "/api", NULL, NULL, &j), 200);
@@ -556,7 +580,7 @@ Test(standin, discovery_lists, .timeout = 30) {
 #define LEASES "/apis/coordination.k8s.io/v1/namespaces/default/leases"
 
 Test(standin, http_errors_are_status_bodies, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     membuf m;
     mb_init(&m);
@@ -643,6 +667,31 @@ Test(standin, http_errors_are_status_bodies, .timeout = 30) {
     cJSON_Delete(j);
     cr_assert_eq(api(&s, "POST", LEASES, NULL, "{not json", &j), 400);
     cJSON_Delete(j);
+    /* Lease fields are typed as by the real decoder: MicroTime has exactly 6 fractional digits */
+    cr_assert_eq(api(&s, "POST", LEASES, NULL,
+                     "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"renewTime\":\"2024-01-01T00:00:00Z\"}}", &j),
+                 400);
+    assert_status(j, 400, "BadRequest");
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "POST", LEASES, NULL,
+                     "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"leaseDurationSeconds\":1.5}}", &j),
+                 400);
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "POST", LEASES, NULL,
+                     "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"leaseDurationSeconds\":0}}", &j),
+                 422);
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "POST", LEASES, NULL,
+                     "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"holderIdentity\":\"h\",\"leaseDurationSeconds\":15,"
+                     "\"acquireTime\":\"2024-01-01T00:00:00.000000Z\",\"renewTime\":\"2024-01-01T02:00:01.123456+02:00\"}}",
+                     &j),
+                 201);
+    cr_assert_str_eq(jstr(j, "spec.renewTime"), "2024-01-01T00:00:01.123456Z", "MicroTime is written back in UTC");
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "PATCH", LEASES "/t1", "application/merge-patch+json",
+                     "{\"spec\":{\"renewTime\":\"2024-01-01T00:00:02.5Z\"}}", &j),
+                 400);
+    cJSON_Delete(j);
     /* generateName */
     cr_assert_eq(api(&s, "POST", LEASES, NULL, "{\"metadata\":{\"generateName\":\"gen-\"}}", &j), 201);
     cr_assert(strncmp(jstr(j, "metadata.name"), "gen-", 4) == 0 && strlen(jstr(j, "metadata.name")) == 9);
@@ -686,7 +735,7 @@ Test(standin, http_errors_are_status_bodies, .timeout = 30) {
 }
 
 Test(standin, status_and_scale_subresources, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     cr_assert_eq(api(&s, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", NULL,
@@ -758,6 +807,18 @@ Test(standin, status_and_scale_subresources, .timeout = 30) {
     cr_assert_str_eq(jstr(j, "status.podIP"), "127.0.0.9");
     cr_assert_str_eq(jstr(j, "metadata.labels.a"), "b");
     cJSON_Delete(j);
+    /* pod specs are immutable except images (and a few more), as in the real registry */
+    cr_assert_eq(api(&s, "PATCH", "/api/v1/namespaces/default/pods/p", "application/strategic-merge-patch+json",
+                     "{\"spec\":{\"containers\":[{\"name\":\"c\",\"command\":[\"x\"]}]}}", &j),
+                 422);
+    assert_status(j, 422, "Invalid");
+    cr_assert(strstr(jstr(j, "message"), "pod updates may not change fields other than"));
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "PATCH", "/api/v1/namespaces/default/pods/p", "application/strategic-merge-patch+json",
+                     "{\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"i2\"}]}}", &j),
+                 200);
+    cr_assert_str_eq(jstr(cJSON_GetArrayItem(jget(j, "spec.containers"), 0), "image"), "i2");
+    cJSON_Delete(j);
     /* deployments: Scale with the selector from spec.selector */
     cr_assert_eq(api(&s, "POST", "/apis/apps/v1/namespaces/default/deployments", NULL,
                      "{\"metadata\":{\"name\":\"d\"},\"spec\":{\"replicas\":1,\"selector\":{\"matchLabels\":"
@@ -776,7 +837,7 @@ Test(standin, status_and_scale_subresources, .timeout = 30) {
 }
 
 Test(standin, delete_finalizers_preconditions, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     const char *cms = "/api/v1/namespaces/default/configmaps";
@@ -792,7 +853,8 @@ Test(standin, delete_finalizers_preconditions, .timeout = 30) {
     cJSON_Delete(j);
     cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/configmaps/f", NULL,
                      "{\"propagationPolicy\":\"Foreground\"}", &j),
-                 202);
+                 200);
+    cr_assert(jstr(j, "metadata.deletionTimestamp"), "a pending delete answers with the object");
     cJSON_Delete(j);
     cr_assert_eq(api(&s, "GET", "/api/v1/namespaces/default/configmaps/f", NULL, NULL, &j), 200);
     cr_assert(jstr(j, "metadata.deletionTimestamp"), "a finalizer keeps the object, marked");
@@ -803,6 +865,15 @@ Test(standin, delete_finalizers_preconditions, .timeout = 30) {
     cJSON_Delete(j);
     cr_assert_eq(api(&s, "GET", "/api/v1/namespaces/default/configmaps/f", NULL, NULL, &j), 404);
     cJSON_Delete(j);
+    /* an immediate delete answers with a Status Success naming the object */
+    cr_assert_eq(api(&s, "POST", cms, NULL, "{\"metadata\":{\"name\":\"g\"}}", &j), 201);
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/configmaps/g", NULL, NULL, &j), 200);
+    cr_assert_str_eq(jstr(j, "kind"), "Status");
+    cr_assert_str_eq(jstr(j, "status"), "Success");
+    cr_assert_str_eq(jstr(j, "details.name"), "g");
+    cr_assert_str_eq(jstr(j, "details.kind"), "configmaps");
+    cJSON_Delete(j);
     /* gracePeriodSeconds=0 deletes a pod at once; a plain delete leaves it terminating */
     cr_assert_eq(api(&s, "POST", "/api/v1/namespaces/default/pods", NULL,
                      "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"terminationGracePeriodSeconds\":20,"
@@ -810,7 +881,7 @@ Test(standin, delete_finalizers_preconditions, .timeout = 30) {
                      &j),
                  201);
     cJSON_Delete(j);
-    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/pods/p", NULL, NULL, &j), 202);
+    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/pods/p", NULL, NULL, &j), 200);
     cr_assert(jstr(j, "metadata.deletionTimestamp"));
     cr_assert_eq((int)jnum(j, "metadata.deletionGracePeriodSeconds"), 20);
     cJSON_Delete(j);
@@ -844,7 +915,7 @@ static int list_names(rl_test_standin *s, const char *path, char *names, size_t 
 }
 
 Test(standin, list_selectors_and_paging, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     const char *labels[] = {"{\"app\":\"a\",\"tier\":\"x\"}", "{\"app\":\"b\",\"tier\":\"y\"}",
                             "{\"app\":\"a\"}", "{\"app\":\"c\",\"tier\":\"x\"}", "{}"};
@@ -918,7 +989,7 @@ Test(standin, list_selectors_and_paging, .timeout = 30) {
 #define CMS "/api/v1/namespaces/default/configmaps"
 
 Test(standin, watch_live_in_order, .timeout = 40) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     cr_assert_eq(api(&s, "POST", CMS, NULL, "{\"metadata\":{\"name\":\"pre\",\"labels\":{\"w\":\"1\"}}}", &j), 201);
@@ -970,7 +1041,7 @@ Test(standin, watch_live_in_order, .timeout = 40) {
 }
 
 Test(standin, watch_replay_bookmarks_timeout, .timeout = 40) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, "--bookmark-interval 0.2");
     cJSON *j;
     cr_assert_eq(api(&s, "POST", LEASES, NULL, "{\"metadata\":{\"name\":\"l\"},\"spec\":{}}", &j), 201);
@@ -1044,11 +1115,26 @@ Test(standin, watch_replay_bookmarks_timeout, .timeout = 40) {
     cr_assert_str_eq(types[0], "ADDED");
     cr_assert_str_eq(names[0], "k");
     mb_free(&m);
+    /* sendInitialEvents (client-go's watch-list): current objects, then a BOOKMARK
+     * annotated k8s.io/initial-events-end */
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "GET",
+                         LEASES "?watch=1&sendInitialEvents=true&allowWatchBookmarks=true"
+                                "&resourceVersionMatch=NotOlderThan&timeoutSeconds=1",
+                         NULL, &m, (reqopt){.timeout_s = 10}),
+                 200);
+    n = events(m.buf, types, names, 32);
+    cr_assert(n >= 3, "%s", m.buf);
+    cr_assert_str_eq(types[0], "ADDED");
+    cr_assert_str_eq(types[1], "ADDED");
+    cr_assert_str_eq(types[2], "BOOKMARK");
+    cr_assert(strstr(m.buf, "\"k8s.io/initial-events-end\": \"true\""), "%s", m.buf);
+    mb_free(&m);
     rl_test_standin_stop(&s);
 }
 
 Test(standin, watch_and_list_410_expired, .timeout = 40) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, "--history 5");
     cJSON *j;
     cr_assert_eq(api(&s, "POST", CMS, NULL, "{\"metadata\":{\"name\":\"a\"}}", &j), 201);
@@ -1191,7 +1277,7 @@ static int await_slices(rl_test_standin *s, const char *svc, const char *want, i
 }
 
 Test(standin, endpointslices_merge_conditions, .timeout = 60) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, "--max-endpoints-per-slice 2");
     cJSON *j;
     cr_assert_eq(api(&s, "POST", "/api/v1/namespaces/default/services", NULL,
@@ -1245,7 +1331,7 @@ Test(standin, endpointslices_merge_conditions, .timeout = 60) {
     cJSON_Delete(all);
     /* graceful delete: terminating, not ready, still serving while the pod is Ready */
     double t0 = now_s();
-    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/pods/p3", NULL, NULL, &j), 202);
+    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/pods/p3", NULL, NULL, &j), 200);
     cJSON_Delete(j);
     want = "p0:127.0.0.10:1/1/0:p0;p1:127.0.0.11:1/1/0:-;p2:127.0.0.12:0/0/0:-;"
            "p3:127.0.0.13:0/1/1:-;p4:127.0.0.14:1/1/0:-;";
@@ -1286,7 +1372,7 @@ Test(standin, endpointslices_merge_conditions, .timeout = 60) {
 
 /* ---- outages, tokens, history -------------------------------------------------------- */
 Test(standin, outage_modes, .timeout = 40) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     watcher w;
@@ -1337,7 +1423,7 @@ Test(standin, outage_modes, .timeout = 40) {
 }
 
 Test(standin, tokens_forbidden_and_revoked, .timeout = 30) {
-    rl_test_standin s;
+    static rl_test_standin s;
     start(&s, NULL);
     cJSON *j;
     cr_assert_eq(api(&s, "POST", LEASES, NULL, "{\"metadata\":{\"name\":\"x\"},\"spec\":{\"holderIdentity\":\"a\"}}", &j),
