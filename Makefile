@@ -133,6 +133,11 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
+# the rendezvous bench runs agents against the Kubernetes stand-in
+$(BUILD)/bench/rdzv: bench/rdzv.c tests/unit/jobtest.c tests/unit/standin.c tests/unit/etcdtest.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
+
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(sort $(wildcard bench/*.c)))
 bench: all $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do $$b || exit 1; done

@@ -40,8 +40,11 @@ static int follow_leadership(agent *a, const rl_elect_state *st, rl_err *e) {
     if (st->leading && !a->srv) {
         int rc = rl_store_server_start_auth(o->addr, o->port, o->secret, o->secret_len, &a->srv, e);
         if (rc) return rc;
+        /* The previous leader lost its lease: it is dead or cut off, so
+         * the first round does not wait a last call for it. */
+        const char *gone = strcmp(a->leader_id, o->id) != 0 ? a->leader_id : NULL;
         rc = rl_round_coord_start(o->addr, rl_store_server_port(a->srv), o->secret, o->secret_len, &o->round,
-                                  a->mem, a->last_round + 1, &a->coord, e);
+                                  a->mem, a->last_round + 1, gone, &a->coord, e);
         if (rc) {
             rl_store_server_stop(a->srv);
             a->srv = NULL;

@@ -317,9 +317,11 @@ void rl_round_table_free(rl_round_table *t);
 
 /* The leader's coordinator: a thread with its own store client. */
 typedef struct rl_round_coord rl_round_coord;
+/* gone_id (may be NULL or ""): a node known to be dead -- the previous
+ * leader, whose lease expired -- that the first round does not wait for. */
 int rl_round_coord_start(const char *host, int port, const void *secret, size_t slen,
                          const rl_round_opts *o, rl_members *members, long long first_round,
-                         rl_round_coord **out, rl_err *e);
+                         const char *gone_id, rl_round_coord **out, rl_err *e);
 void rl_round_coord_stop(rl_round_coord *c);
 
 /* Member side. Join the current round and wait up to timeout_s for its

@@ -27,8 +27,9 @@ void rl_round_table_free(rl_round_table *t) {
 static int int_of(const cJSON *o, const char *k, long long lo, long long hi, long long *out,
                   rl_err *e) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long long)v->valuedouble ||
-        v->valuedouble < (double)lo || v->valuedouble > (double)hi)
+    /* range first: converting an out-of-range double is undefined */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= (double)lo && v->valuedouble <= (double)hi) ||
+        v->valuedouble != (double)(long long)v->valuedouble)
         return rl_errf(e, RL_EINPUT, "round table: \"%s\" must be an integer in [%lld, %lld]", k, lo, hi);
     *out = (long long)v->valuedouble;
     return RL_OK;
@@ -153,6 +154,7 @@ struct rl_round_coord {
     rl_store *s;
     rl_members *members;
     long long round;
+    char gone[254]; /* not waited for while gathering (until it joins) */
     pthread_t thread;
     volatile int stop;
 };
@@ -265,7 +267,8 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         if (nj >= o->min_nodes && t_min == 0) t_min = rl_now();
         bool all_peers = synced && nj > 0;
         for (int i = 0; i < np && all_peers; i++)
-            if (!peers[i].terminating && !contains(joined, nj, peers[i].id)) all_peers = false;
+            if (!peers[i].terminating && !contains(joined, nj, peers[i].id) && strcmp(peers[i].id, c->gone) != 0)
+                all_peers = false;
         bool close = nj >= o->max_nodes ||
                      (nj >= o->min_nodes && o->max_nodes > o->min_nodes &&
                       (all_peers || rl_now() - t_min >= o->last_call_s));
@@ -273,6 +276,7 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         sleep_s(0.05);
     }
     qsort(joined, (size_t)nj, sizeof *joined, by_node_id);
+    c->gone[0] = '\0';
     nm = nj < o->max_nodes ? nj : o->max_nodes;
     int64_t crashes = 0;
     if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
@@ -410,7 +414,7 @@ static void *coord_thread(void *arg) {
 
 int rl_round_coord_start(const char *host, int port, const void *secret, size_t slen,
                          const rl_round_opts *o, rl_members *members, long long first_round,
-                         rl_round_coord **out, rl_err *e) {
+                         const char *gone_id, rl_round_coord **out, rl_err *e) {
     *out = NULL;
     rl_round_coord *c = calloc(1, sizeof *c);
     if (!c) return rl_errf(e, RL_ENOMEM, "round: out of memory");
@@ -418,6 +422,7 @@ int rl_round_coord_start(const char *host, int port, const void *secret, size_t 
     if (c->o.max_nodes < c->o.min_nodes) c->o.max_nodes = c->o.min_nodes;
     c->members = members;
     c->round = first_round > 0 ? first_round : 1;
+    snprintf(c->gone, sizeof c->gone, "%s", gone_id ? gone_id : "");
     int rc = rl_store_connect(host, port, 10, &c->s, e);
     if (!rc && slen) rc = rl_store_auth(c->s, "coordinator", secret, slen, e);
     char buf[32];

@@ -1,0 +1,84 @@
+/* Rendezvous timing (issue 4): node agents on loopback discovering each
+ * other through the Kubernetes stand-in, with the production timing
+ * (heartbeat 5 s x 3, lease 15 s / renew 10 s / retry 2 s, last call 10 s).
+ *  - first round: from the last agent's start to rank 0 finishing step 1
+ *    (which needs every rank's gradients), for 4 and 16 agents;
+ *  - recovery: from SIGKILL of a follower, then of the leader, to rank 0
+ *    finishing its first step of the new round (checkpoint load included).
+ * One JSON line per measurement; targets: first round < 2 s, follower
+ * < heartbeat timeout + 2 s, leader < lease + 2 s. */
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../tests/unit/jobtest.h"
+#include "util/util.h"
+
+#define RDZV "\"min_nodes\":2,\"max_nodes\":16,\"stop_grace_s\":5"
+
+static rl_test_ev ev[16384];
+
+/* The first "step" rank 0 logged after time t (its wall time), 0 if none yet. */
+static double first_step_after(rl_test_job *j, double t) {
+    int n = rl_test_job_events(j, "step", ev, 16384);
+    double got = 0;
+    for (int i = 0; i < n && !got; i++)
+        if (ev[i].t > t) got = ev[i].t;
+    rl_test_job_events_free(ev, n);
+    return got;
+}
+
+static double wait_first_step_after(rl_test_job *j, double t, double timeout) {
+    double end = rl_now() + timeout, got = 0;
+    while (!(got = first_step_after(j, t)) && rl_now() < end) usleep(100000);
+    return got;
+}
+
+static int leader(rl_test_job *j) {
+    int n = rl_test_job_events(j, "leader_elected", ev, 16384), who = -1;
+    for (int i = 0; i < n; i++) who = atoi(cJSON_GetObjectItem(ev[i].j, "id")->valuestring + 4);
+    rl_test_job_events_free(ev, n);
+    return who;
+}
+
+static int run(int agents, bool recovery) {
+    rl_test_job j;
+    char why[1024];
+    if (rl_test_job_setup(&j, 60 + agents, false, 1000000, 20, RDZV, why, sizeof why)) {
+        fprintf(stderr, "bench rdzv: %s\n", why);
+        return 1;
+    }
+    rl_log_set_level(RL_LOG_WARN);
+    for (int i = 0; i < agents; i++)
+        if (rl_test_job_start_agent(&j, i, 1, "bench-secret", false)) return 1;
+    double t_last = rl_wall_now();
+    double t1 = wait_first_step_after(&j, 0, 120);
+    printf("{\"bench\":\"rdzv_first_round\",\"agents\":%d,\"seconds\":%.3f,\"target_s\":2}\n", agents,
+           t1 ? t1 - t_last : -1);
+    fflush(stdout);
+    int rc = t1 ? 0 : 1;
+    for (int k = 0; recovery && k < 2 && !rc; k++) {
+        /* let a checkpoint exist, then kill a follower (k = 0) or the leader */
+        while (rl_test_job_last_step(&j) < 45) usleep(100000);
+        int l = leader(&j), victim = k == 0 ? (l == agents - 1 ? agents - 2 : agents - 1) : l;
+        double t_kill = rl_wall_now();
+        rl_test_job_kill(&j, victim);
+        double t = wait_first_step_after(&j, t_kill + 0.5, 120);
+        printf("{\"bench\":\"rdzv_recovery\",\"agents\":%d,\"killed\":\"%s\",\"seconds\":%.3f,\"target_s\":%d}\n",
+               agents, k == 0 ? "follower" : "leader", t ? t - t_kill : -1, 17);
+        fflush(stdout);
+        if (!t) rc = 1;
+    }
+    rl_test_job_teardown(&j);
+    return rc;
+}
+
+int main(void) {
+    if (getenv("RL_TEST_BIN") == NULL) setenv("RL_TEST_BIN", "bin", 1);
+    int rc = run(4, true);
+    if (!rc) rc = run(16, false);
+    return rc;
+}

@@ -1,0 +1,29 @@
+/* libFuzzer target: the rendezvous round table, which members read from the
+ * leader's store (so from the network). Any input must parse into a table
+ * that keeps the invariants the agent relies on (ids sorted and unique,
+ * ranks contiguous, world = the sum) or fail with RL_EINPUT and one line. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdzv/rdzv.h"
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
+    rl_round_table t;
+    rl_err e = {0};
+    int rc = rl_round_table_parse((const char *)data, size, &t, &e);
+    if (rc != RL_OK) {
+        if (rc != RL_EINPUT || strchr(e.msg, '\n') || strncmp(e.msg, "round table: ", 13) != 0) abort();
+        if (t.nodes) abort();
+        return 0;
+    }
+    int next = 0;
+    for (int i = 0; i < t.nnodes; i++) {
+        if (t.nodes[i].rank0 != next || t.nodes[i].local_world < 1) abort();
+        if (i && strcmp(t.nodes[i - 1].id, t.nodes[i].id) >= 0) abort();
+        if (!t.nodes[i].id[0] || !t.nodes[i].addr[0]) abort();
+        next += t.nodes[i].local_world;
+    }
+    if (next != t.world || t.nnodes < 1) abort();
+    rl_round_table_free(&t);
+    return 0;
+}
