@@ -17,7 +17,6 @@
 #include "../tests/unit/jobtest.h"
 #include "util/util.h"
 
-#define RDZV "\"min_nodes\":2,\"max_nodes\":16,\"stop_grace_s\":5"
 
 static rl_test_ev ev[16384];
 
@@ -47,10 +46,17 @@ static int leader(rl_test_job *j) {
 static int run(int agents, bool recovery) {
     rl_test_job j;
     char why[1024];
-    if (rl_test_job_setup(&j, 60 + agents, false, 1000000, 20, RDZV, why, sizeof why)) {
+    char rdzv[128];
+    /* elastic 2..4 for the recovery runs, a fixed 16 for the large first round */
+    snprintf(rdzv, sizeof rdzv, "\"min_nodes\":%d,\"max_nodes\":%d,\"stop_grace_s\":5", recovery ? 2 : agents,
+             agents);
+    if (rl_test_job_setup(&j, 60 + agents, false, 1000000, 20, rdzv, why, sizeof why)) {
         fprintf(stderr, "bench rdzv: %s\n", why);
         return 1;
     }
+    /* 240 sequences: a whole accumulation count for 2, 3, 4 and 16 ranks */
+    j.seqs = 240;
+    rl_test_job_write_config(&j, j.cfg, j.ckpt, "k8s");
     rl_log_set_level(RL_LOG_WARN);
     for (int i = 0; i < agents; i++)
         if (rl_test_job_start_agent(&j, i, 1, "bench-secret", false)) return 1;

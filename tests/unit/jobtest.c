@@ -30,18 +30,18 @@ char *rl_test_slurp(const char *path) {
 void rl_test_job_write_config(const rl_test_job *j, const char *path, const char *ckpt, const char *backend) {
     char buf[4096], etcd[128] = "";
     if (j->use_etcd) snprintf(etcd, sizeof etcd, ",\"etcd_endpoint\":\"%s\"", j->etcd.endpoint);
-    /* 120 sequences per step: a whole accumulation count for every world
-     * size from 1 to 6, 8, 10 and 12 */
+    /* 120 sequences per step by default: a whole accumulation count for
+     * every world size from 1 to 6, 8, 10 and 12 */
     int n = snprintf(buf, sizeof buf,
              "{\"model\":{\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":2,"
              "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"vocab_size\":257,\"max_position_embeddings\":64},"
-             "\"train\":{\"seed\":7,\"steps\":%d,\"seq_len\":16,\"micro_batch\":1,\"global_batch_tokens\":1920,"
+             "\"train\":{\"seed\":7,\"steps\":%d,\"seq_len\":16,\"micro_batch\":1,\"global_batch_tokens\":%d,"
              "\"lr\":3e-3,\"min_lr\":3e-4,\"warmup_steps\":5,\"eval_every\":0,\"log_every\":1},"
              "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
              "\"dist\":{\"backend\":\"tcp\",\"timeout_s\":10},"
              "\"checkpoint\":{\"uri\":\"%s\",\"every_steps\":%d,\"keep\":1000},"
              "\"rdzv\":{\"backend\":\"%s\",\"job\":\"job\"%s%s%s}}",
-             j->steps, j->dir, ckpt, j->every, backend, etcd, j->rdzv[0] ? "," : "", j->rdzv);
+             j->steps, 16 * j->seqs, j->dir, ckpt, j->every, backend, etcd, j->rdzv[0] ? "," : "", j->rdzv);
     FILE *f = fopen(path, "w");
     if (f) {
         fwrite(buf, 1, (size_t)n, f);
@@ -59,7 +59,7 @@ static int kubectl(rl_test_job *j, const char *args, const char *in, char *why, 
 int rl_test_job_setup(rl_test_job *j, int net, bool use_etcd, int steps, int every, const char *rdzv,
                       char *why, size_t wn) {
     memset(j, 0, sizeof *j);
-    j->net = net, j->use_etcd = use_etcd, j->steps = steps, j->every = every;
+    j->net = net, j->use_etcd = use_etcd, j->steps = steps, j->every = every, j->seqs = 120;
     snprintf(j->rdzv, sizeof j->rdzv, "%s", rdzv ? rdzv : "");
     const char *b = getenv("RL_TEST_BIN");
     if (!realpath(b && *b ? b : "bin", j->bindir)) {

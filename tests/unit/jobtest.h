@@ -20,6 +20,7 @@ typedef struct rl_test_job {
     rl_test_etcd etcd;
     bool use_etcd;
     int net, steps, every;
+    int seqs;                       /* sequences per optimizer step (120) */
     char rdzv[512];                 /* the config's "rdzv" members after backend/job/etcd */
     char dir[64], cfg[128], ckpt[128], bindir[4096];
     pid_t pid[RL_TEST_MAXA];
