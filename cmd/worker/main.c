@@ -200,7 +200,9 @@ int main(int argc, char **argv) {
         }
         self[n] = '\0';
         argv[0] = self;
-        rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = 10, .stop = &g_stop,
+        /* SIGTERM -> SIGKILL must leave rank 0 its preemption checkpoint */
+        double grace = cfg.ckpt.uri[0] && cfg.ckpt.preempt_budget_s + 5 > 10 ? cfg.ckpt.preempt_budget_s + 5 : 10;
+        rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = grace, .stop = &g_stop,
                              .stop_sig = &g_stop_sig};
         if ((rc = rl_launch(&lo, &e))) return fail("", &e);
         return 0;
