@@ -246,8 +246,10 @@ int main(int argc, char **argv) {
         }
         self[n] = '\0';
         argv[0] = self;
+        /* SIGTERM -> SIGKILL must leave rank 0 its preemption checkpoint */
+        double grace = cfg.ckpt.uri[0] && cfg.ckpt.preempt_budget_s + 5 > 10 ? cfg.ckpt.preempt_budget_s + 5 : 10;
         bool preempted = false;
-        rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = 10, .stop = &g_stop,
+        rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = grace, .stop = &g_stop,
                              .stop_sig = &g_stop_sig, .preempted = &preempted};
         if ((rc = rl_launch(&lo, &e))) return preempted ? RL_EXIT_PREEMPTED : fail("", &e);
         return 0;

@@ -85,6 +85,9 @@ int rl_ckpt_saver_create(rl_ckpt_store *store, size_t n, const rl_ckpt_saver_opt
         return rl_errf(e, RL_ENOMEM, "checkpoint saver: out of memory for a %zu MiB host snapshot",
                        3 * n * sizeof(float) >> 20);
     }
+    /* touch every page now: first-touch faults would otherwise land in the
+     * first snapshot's pause (measured: 6 ms instead of 1 ms at 0.8M params) */
+    memset(s->snap, 0, 3 * n * sizeof(float));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->th, NULL, saver_thread, s) != 0) {

@@ -48,7 +48,7 @@ void rl_ckpt_list_free(rl_ckpt_list *l) {
 /* ---- file:// ------------------------------------------------------------------------- */
 typedef struct {
     char root[RL_CKPT_URI_MAX];
-    char uri[RL_CKPT_URI_MAX];
+    char uri[RL_CKPT_URI_MAX + 16];
 } file_ctx;
 
 static atomic_uint tmp_counter;
@@ -307,7 +307,7 @@ static int open_file(const char *path, rl_ckpt_store **out, rl_err *e) {
     close(fd);
     unlink(probe);
     s->ops = &file_ops, s->ctx = c;
-    snprintf(s->uri, sizeof s->uri, "%s", c->uri);
+    snprintf(s->uri, sizeof s->uri, "%.1000s", c->uri);
     *out = s;
     return RL_OK;
 fail:

@@ -347,6 +347,8 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
     size_t n = tr->model.lay.total;
     resume_wire w = {0};
     rl_ckpt_loaded ld = {0};
+    if (world > 1 && !tr->dist->broadcast)
+        return rl_errf(e, RL_EINTERNAL, "resume: %d ranks but the dist seam has no broadcast", world);
     if (rank == 0 && tr->store) {
         if (!c->resume) {
             long long *cs;

@@ -857,7 +857,10 @@ Test(ckpt, sigterm_writes_a_checkpoint_and_exits_preempted, .timeout = 180) {
     double t0 = rl_now();
     while (last_step(log) < 3 && rl_now() - t0 < 60) usleep(20000);
     long long at_signal = last_step(log);
-    cr_assert(at_signal >= 3, "training never started");
+    if (at_signal < 3) {
+        kill(p, SIGKILL), waitpid(p, NULL, 0);
+        cr_assert_fail("training never started");
+    }
     kill(p, SIGTERM);
     int st = wait_status(p, 60);
     cr_expect_eq(st, RL_EXIT_PREEMPTED, "exit status %d, want %d", st, RL_EXIT_PREEMPTED);
@@ -885,7 +888,10 @@ Test(ckpt, sigterm_to_one_rank_stops_every_rank_at_the_same_step, .timeout = 180
     }
     double t0 = rl_now();
     while (last_step(log[0]) < 3 && rl_now() - t0 < 90) usleep(20000);
-    cr_assert(last_step(log[0]) >= 3, "training never started");
+    if (last_step(log[0]) < 3) {
+        for (int r = 0; r < 2; r++) kill(pid[r], SIGKILL), waitpid(pid[r], NULL, 0);
+        cr_assert_fail("training never started");
+    }
     /* only rank 1 hears it, as when one pod of several is evicted first */
     kill(pid[1], SIGTERM);
     int st0 = wait_status(pid[0], 60), st1 = wait_status(pid[1], 60);
@@ -893,5 +899,33 @@ Test(ckpt, sigterm_to_one_rank_stops_every_rank_at_the_same_step, .timeout = 180
     long long stopped = last_step(log[0]);
     cr_expect(file_has(log[0], "\"event\":\"preempted\""));
     cr_expect_eq(committed_latest(dir), stopped);
+    rl_test_rmdir(dir);
+}
+
+/* Through the binary: a checkpoint directory that cannot be, and a store
+ * whose only checkpoint is damaged, end the run with exit 2 and one line
+ * naming the object; nothing is trained or written. */
+Test(ckpt, cli_bad_checkpoint_inputs_exit_2, .timeout = 120) {
+    char dir[64], cmd[1024], err[8192], p[256];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    snprintf(p, sizeof p, "%s/ck", dir);
+    rl_test_write(p, "not a directory", 15);
+    write_job(dir, 4, "");
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/ringleader-worker --config %s/job.json", rl_test_bindir(), dir);
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "ringleader-worker: error:") && strstr(err, "/ck: exists and is not a directory"), "%s", err);
+    cr_expect(!strstr(err, "\"event\":\"step\""), "trained anyway: %s", err);
+    /* a good run, then its only checkpoint damaged */
+    unlink(p);
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    snprintf(p, sizeof p, "%s/ck/step-00000004/model.safetensors", dir);
+    cr_assert_eq(truncate(p, 100), 0);
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "no usable checkpoint") && strstr(err, "step-00000004/model.safetensors") &&
+              strstr(err, "truncated"), "%s", err);
+    /* resume false over existing checkpoints: refused, naming the setting */
+    write_job(dir, 4, ",\"resume\":false");
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "checkpoint.resume is false"), "%s", err);
     rl_test_rmdir(dir);
 }
