@@ -120,9 +120,15 @@ asan:
 REF_VENV ?= .venv-ref
 test-ref:
 	@scripts/deps.sh ref
-	@$(MAKE) --no-print-directory all $(BUILD)/tests/refdump
+	@$(MAKE) --no-print-directory all $(BUILD)/tests/refdump $(BUILD)/tests/ckpt_logits
 	@scripts/ref_venv.sh $(REF_VENV)
 	$(REF_VENV)/bin/python tests/ref/check_llama.py --dump $(BUILD)/tests/refdump
+	$(REF_VENV)/bin/python tests/ref/check_ckpt.py --worker $(BIN)/ringleader-worker \
+	  --prepare $(BIN)/ringleader-prepare --logits $(BUILD)/tests/ckpt_logits
+
+$(BUILD)/tests/ckpt_logits: tests/ref/ckpt_logits.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
 $(BUILD)/tests/refdump: tests/ref/refdump.c $(LIB)
 	@mkdir -p $(dir $@)

@@ -58,6 +58,9 @@ static int run(int agents, bool recovery) {
     j.seqs = 240;
     rl_test_job_write_config(&j, j.cfg, j.ckpt, "k8s");
     rl_log_set_level(RL_LOG_WARN);
+    /* the operator creates every pod before their agents run */
+    for (int i = 0; i < agents; i++)
+        if (rl_test_job_add_pod(&j, i)) return 1;
     for (int i = 0; i < agents; i++)
         if (rl_test_job_start_agent(&j, i, 1, "bench-secret", false)) return 1;
     double t_last = rl_wall_now();

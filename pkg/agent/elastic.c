@@ -26,6 +26,7 @@ typedef struct agent {
     rl_store_server *srv;
     rl_round_coord *coord;
     long long last_round;
+    rl_round_table last_table; /* the last round this agent ran */
     uint64_t gen_seen;
     char leader_id[254];
 } agent;
@@ -41,10 +42,11 @@ static int follow_leadership(agent *a, const rl_elect_state *st, rl_err *e) {
         int rc = rl_store_server_start_auth(o->addr, o->port, o->secret, o->secret_len, &a->srv, e);
         if (rc) return rc;
         /* The previous leader lost its lease: it is dead or cut off, so
-         * the first round does not wait a last call for it. */
+         * the first round expects the rest of the last round only. */
         const char *gone = strcmp(a->leader_id, o->id) != 0 ? a->leader_id : NULL;
         rc = rl_round_coord_start(o->addr, rl_store_server_port(a->srv), o->secret, o->secret_len, &o->round,
-                                  a->mem, a->last_round + 1, gone, &a->coord, e);
+                                  a->mem, a->last_round + 1, a->last_table.nnodes ? &a->last_table : NULL, gone,
+                                  &a->coord, e);
         if (rc) {
             rl_store_server_stop(a->srv);
             a->srv = NULL;
@@ -203,13 +205,18 @@ static int agent_loop(agent *a, rl_err *e) {
             } else if (rc == RL_OK && t.round < 0) {
                 res = RUN_COMPLETE;
             } else if (rc == RL_OK) {
+                /* keep the table: a new leader's first round expects it */
+                rl_round_table_free(&a->last_table);
+                a->last_table = t;
+                t = (rl_round_table){0};
+                const rl_round_table *lt = &a->last_table;
                 const rl_round_node *me = NULL;
-                for (int i = 0; i < t.nnodes; i++)
-                    if (strcmp(t.nodes[i].id, o->id) == 0) me = &t.nodes[i];
-                a->last_round = t.round;
+                for (int i = 0; i < lt->nnodes; i++)
+                    if (strcmp(lt->nodes[i].id, o->id) == 0) me = &lt->nodes[i];
+                a->last_round = lt->round;
                 rl_log(RL_LOG_INFO, "round_start", "\"round\":%lld,\"world\":%d,\"rank0\":%d,\"nodes\":%d,\"restarts\":%d",
-                       t.round, t.world, me->rank0, t.nnodes, t.restarts);
-                res = run_round(a, s, &t, me, &st, why, sizeof why);
+                       lt->round, lt->world, me->rank0, lt->nnodes, lt->restarts);
+                res = run_round(a, s, lt, me, &st, why, sizeof why);
             } else {
                 snprintf(why, sizeof why, "%s", rc == RL_ETIMEOUT ? "the leader changed" : je.msg);
             }
@@ -273,6 +280,7 @@ int rl_elastic_run(const rl_elastic_opts *o, rl_err *e) {
     rl_store_server_stop(a.srv);
     rl_elector_stop(a.el, true);
     rl_members_stop(a.mem);
+    rl_round_table_free(&a.last_table);
     return rc;
 }
 

@@ -94,7 +94,12 @@ static void *run(void *arg) {
                        el->st.errors, rl_json_escape((char[300]){0}, 300, e.msg));
             pthread_cond_broadcast(&el->cv);
         }
-        if (!el->stop) rl_rdzv_cond_wait(&el->cv, &el->mu, el->retry_s);
+        double wait = el->retry_s;
+        if (!el->st.leading && el->vt->expires_at) {
+            double at = el->vt->expires_at(el->ctx) - rl_now() + 0.01;
+            if (at > 0 && at < wait) wait = at;
+        }
+        if (!el->stop) rl_rdzv_cond_wait(&el->cv, &el->mu, wait);
     }
     pthread_mutex_unlock(&el->mu);
     return NULL;

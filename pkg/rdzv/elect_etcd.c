@@ -142,7 +142,7 @@ static void destroy(void *ctx) {
     free(x);
 }
 
-static const rl_elect_backend VT = {attempt, step_down, release, destroy};
+static const rl_elect_backend VT = {attempt, step_down, release, destroy, NULL}; /* etcd judges expiry itself */
 
 int rl_elect_etcd_new(const rl_elector_opts *o, const rl_elect_backend **vt, void **ctx, rl_err *e) {
     *vt = NULL;

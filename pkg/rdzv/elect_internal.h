@@ -27,6 +27,10 @@ typedef struct rl_elect_backend {
     /* Give the lease up if held (clean exit). */
     int (*release)(void *ctx, rl_err *e);
     void (*destroy)(void *ctx);
+    /* Optional: the monotonic time at which the lease seen held by someone
+     * else expires (0: unknown), so a candidate tries right then rather
+     * than up to a retry period later. */
+    double (*expires_at)(void *ctx);
 } rl_elect_backend;
 
 int rl_elect_k8s_new(const rl_elector_opts *o, const rl_elect_backend **vt, void **ctx, rl_err *e);

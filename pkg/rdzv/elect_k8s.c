@@ -206,11 +206,25 @@ static int attempt(void *ctx, bool *leading, rl_leader *leader, rl_err *e) {
         observe(k, got, k->lease_s);
         *leading = true;
         leader_of(got, k->id, leader);
-    } else if (st == 409) { /* someone wrote it since we read it: see who next time */
+    } else if (st == 409) {
+        /* Someone wrote it since we read it -- most likely a rival that
+         * took the expired lease a moment before us. Look again at once, so
+         * that this agent follows the new leader now rather than a retry
+         * period later; failing that, report the last holder seen (not
+         * "nobody": members would restart their round for a blip). */
         rc = RL_OK;
         *leading = false;
-        /* Not "nobody": members would restart their round for a blip. */
         *leader = k->last;
+        cJSON *again = NULL;
+        rl_k8s_lease l2;
+        rl_err ae = {0};
+        if (rl_k8s_get(k->c, path, &st, &again, &ae) == RL_OK && rl_k8s_lease_read(again, &l2, &ae) == RL_OK &&
+            l2.holder[0] && strcmp(l2.holder, k->id) != 0) {
+            observe(k, again, l2.duration_s > 0 ? (double)l2.duration_s : k->lease_s);
+            leader_of(again, l2.holder, leader);
+            k->last = *leader;
+        }
+        cJSON_Delete(again);
     }
     if (rc == RL_OK && *leading) k->last = *leader;
     cJSON_Delete(got);
@@ -261,7 +275,12 @@ static void destroy(void *ctx) {
     free(k);
 }
 
-static const rl_elect_backend k8s_backend = {attempt, step_down, release, destroy};
+static double expires_at(void *ctx) {
+    const k8s_el *k = ctx;
+    return k->obs ? k->obs_time + k->obs_dur : 0;
+}
+
+static const rl_elect_backend k8s_backend = {attempt, step_down, release, destroy, expires_at};
 
 int rl_elect_k8s_new(const rl_elector_opts *o, const rl_elect_backend **vt, void **ctx, rl_err *e) {
     if (!o->lease_name || !*o->lease_name)

@@ -317,11 +317,16 @@ void rl_round_table_free(rl_round_table *t);
 
 /* The leader's coordinator: a thread with its own store client. */
 typedef struct rl_round_coord rl_round_coord;
-/* gone_id (may be NULL or ""): a node known to be dead -- the previous
- * leader, whose lease expired -- that the first round does not wait for. */
+/* A new leader's first round: `last` (may be NULL) is the last table its
+ * agent ran, gone_id (may be NULL) the previous leader, whose lease expired.
+ * That round closes as soon as every node of `last` but gone_id joined
+ * (at least min_nodes): peers of the Service that were not in the last
+ * round -- dead earlier, or new -- are not waited for; a new one that
+ * joins later grows the job at the next round. */
 int rl_round_coord_start(const char *host, int port, const void *secret, size_t slen,
                          const rl_round_opts *o, rl_members *members, long long first_round,
-                         const char *gone_id, rl_round_coord **out, rl_err *e);
+                         const rl_round_table *last, const char *gone_id, rl_round_coord **out,
+                         rl_err *e);
 void rl_round_coord_stop(rl_round_coord *c);
 
 /* Member side. Join the current round and wait up to timeout_s for its

@@ -154,7 +154,10 @@ struct rl_round_coord {
     rl_store *s;
     rl_members *members;
     long long round;
-    char gone[254]; /* not waited for while gathering (until it joins) */
+    /* the first round's expected nodes (a new leader's last known table
+     * minus the old leader); nexpect < 0: none, wait for the Service */
+    rl_round_node *expect;
+    int nexpect;
     pthread_t thread;
     volatile int stop;
 };
@@ -267,8 +270,12 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         if (nj >= o->min_nodes && t_min == 0) t_min = rl_now();
         bool all_peers = synced && nj > 0;
         for (int i = 0; i < np && all_peers; i++)
-            if (!peers[i].terminating && !contains(joined, nj, peers[i].id) && strcmp(peers[i].id, c->gone) != 0)
-                all_peers = false;
+            if (!peers[i].terminating && !contains(joined, nj, peers[i].id)) all_peers = false;
+        if (c->nexpect >= 0) { /* a new leader's first round */
+            all_peers = nj > 0;
+            for (int i = 0; i < c->nexpect && all_peers; i++)
+                if (!contains(joined, nj, c->expect[i].id)) all_peers = false;
+        }
         bool close = nj >= o->max_nodes ||
                      (nj >= o->min_nodes && o->max_nodes > o->min_nodes &&
                       (all_peers || rl_now() - t_min >= o->last_call_s));
@@ -276,7 +283,7 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         sleep_s(0.05);
     }
     qsort(joined, (size_t)nj, sizeof *joined, by_node_id);
-    c->gone[0] = '\0';
+    c->nexpect = -1;
     nm = nj < o->max_nodes ? nj : o->max_nodes;
     int64_t crashes = 0;
     if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
@@ -414,7 +421,8 @@ static void *coord_thread(void *arg) {
 
 int rl_round_coord_start(const char *host, int port, const void *secret, size_t slen,
                          const rl_round_opts *o, rl_members *members, long long first_round,
-                         const char *gone_id, rl_round_coord **out, rl_err *e) {
+                         const rl_round_table *last, const char *gone_id, rl_round_coord **out,
+                         rl_err *e) {
     *out = NULL;
     rl_round_coord *c = calloc(1, sizeof *c);
     if (!c) return rl_errf(e, RL_ENOMEM, "round: out of memory");
@@ -422,7 +430,17 @@ int rl_round_coord_start(const char *host, int port, const void *secret, size_t 
     if (c->o.max_nodes < c->o.min_nodes) c->o.max_nodes = c->o.min_nodes;
     c->members = members;
     c->round = first_round > 0 ? first_round : 1;
-    snprintf(c->gone, sizeof c->gone, "%s", gone_id ? gone_id : "");
+    c->nexpect = -1;
+    if (last && last->nnodes > 0) {
+        c->expect = calloc((size_t)last->nnodes, sizeof *c->expect);
+        if (!c->expect) {
+            free(c);
+            return rl_errf(e, RL_ENOMEM, "round: out of memory");
+        }
+        c->nexpect = 0;
+        for (int i = 0; i < last->nnodes; i++)
+            if (!gone_id || strcmp(last->nodes[i].id, gone_id) != 0) c->expect[c->nexpect++] = last->nodes[i];
+    }
     int rc = rl_store_connect(host, port, 10, &c->s, e);
     if (!rc && slen) rc = rl_store_auth(c->s, "coordinator", secret, slen, e);
     char buf[32];
@@ -432,6 +450,7 @@ int rl_round_coord_start(const char *host, int port, const void *secret, size_t 
         rc = rl_errf(e, RL_EINTERNAL, "round: cannot start the coordinator thread");
     if (rc) {
         rl_store_close(c->s);
+        free(c->expect);
         free(c);
         return rc;
     }
@@ -444,6 +463,7 @@ void rl_round_coord_stop(rl_round_coord *c) {
     c->stop = 1;
     pthread_join(c->thread, NULL);
     rl_store_close(c->s);
+    free(c->expect);
     free(c);
 }
 

@@ -96,9 +96,7 @@ int rl_test_job_setup(rl_test_job *j, int net, bool use_etcd, int steps, int eve
     return 0;
 }
 
-/* A pod of the job with its address, as the scheduler and kubelet would
- * leave it (the agent itself runs as a local process). */
-static int add_pod(rl_test_job *j, int i) {
+int rl_test_job_add_pod(rl_test_job *j, int i) {
     char y[1024], args[256], why[512];
     snprintf(y, sizeof y,
              "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"job-%d\",\"labels\":{\"app\":\"job\"}},"
@@ -114,8 +112,8 @@ static int add_pod(rl_test_job *j, int i) {
     return 0;
 }
 
-int rl_test_job_start_agent(rl_test_job *j, int i, int nproc, const char *secret, bool outsider) {
-    if (!j->use_etcd && !outsider && add_pod(j, i) != 0) return -1;
+int rl_test_job_start_agent(rl_test_job *j, int i, int nproc, const char *secret, bool make_pod) {
+    if (!j->use_etcd && make_pod && rl_test_job_add_pod(j, i) != 0) return -1;
     snprintf(j->log[i], sizeof j->log[i], "%s/agent-%d.log", j->dir, i);
     char bin[4200], np[16], name[32], ip[32];
     snprintf(bin, sizeof bin, "%s/ringleader-worker", j->bindir);

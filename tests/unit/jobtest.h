@@ -35,8 +35,11 @@ int rl_test_job_setup(rl_test_job *j, int net, bool use_etcd, int steps, int eve
 /* The job config with another checkpoint URI and rdzv backend ("static"
  * for a torchrun-style reference run). */
 void rl_test_job_write_config(const rl_test_job *j, const char *path, const char *ckpt, const char *backend);
-/* Create pod i (with its address) unless `outsider`, then start its agent. */
-int rl_test_job_start_agent(rl_test_job *j, int i, int nproc, const char *secret, bool outsider);
+/* Create pod i of the job with its address (what the scheduler and the
+ * kubelet would leave), as the operator does before the agent runs. */
+int rl_test_job_add_pod(rl_test_job *j, int i);
+/* Start agent i (make_pod: create its pod first; an outsider has none). */
+int rl_test_job_start_agent(rl_test_job *j, int i, int nproc, const char *secret, bool make_pod);
 void rl_test_job_kill(rl_test_job *j, int i);
 /* Wait up to timeout for agent i to exit; its wait status, -1 if it did not. */
 int rl_test_job_wait(rl_test_job *j, int i, double timeout);

@@ -31,7 +31,8 @@ static void setup(rl_test_job *j, int net, bool use_etcd) {
 }
 
 static void start(rl_test_job *j, int i, int nproc, const char *secret) {
-    cr_assert_eq(rl_test_job_start_agent(j, i, nproc, secret, strcmp(secret, "s3cret") != 0), 0);
+    /* an agent with the wrong secret is an outsider: it has no pod of the job */
+    cr_assert_eq(rl_test_job_start_agent(j, i, nproc, secret, strcmp(secret, "s3cret") == 0), 0);
 }
 
 static void wait_step(rl_test_job *j, int step, double timeout) {
