@@ -230,7 +230,7 @@ typedef struct rl_elect_state {
     rl_leader leader; /* the holder as last observed ("" id: none or unknown) */
     uint64_t gen;     /* changes whenever leading or leader changes */
     int errors;       /* consecutive failed attempts (API unreachable, 403, ...) */
-    char last_error[256];
+    char last_error[512];
 } rl_elect_state;
 
 typedef struct rl_elector rl_elector;

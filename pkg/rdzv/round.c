@@ -253,7 +253,7 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
     int nj = 0, rc = RL_OK, nm = 0;
     int64_t seen = 0;
     double t_open = rl_now(), t_last = 0, t_min = 0;
-    char key[128], reason[512];
+    char key[320], reason[1024];
     if (!joined || !peers) {
         rc = rl_errf(e, RL_ENOMEM, "round: out of memory");
         goto out;
@@ -387,10 +387,10 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         if (outcome && strcmp(outcome, "next") == 0) {
             if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
             if (crashes > o->max_restarts) {
-                char r2[600];
-                K(r2, "restart limit: %lld trainer crashes, at most %d allowed (last: %.400s)",
-                  (long long)crashes, o->max_restarts, reason);
-                snprintf(reason, sizeof reason, "%s", r2);
+                char last[420];
+                snprintf(last, sizeof last, "%.400s", reason);
+                K(reason, "restart limit: %lld trainer crashes, at most %d allowed (last: %s)",
+                  (long long)crashes, o->max_restarts, last);
                 outcome = "failed";
             }
         }

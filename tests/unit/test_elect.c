@@ -25,13 +25,13 @@
 
 typedef struct cluster {
     rl_test_standin s;
-    char dir[64];
+    char dir[256];
     pid_t pid[MAXC];
     int n;
 } cluster;
 
 static void candidate(const cluster *c, int i) {
-    char id[16], path[128];
+    char id[16], path[300];
     snprintf(id, sizeof id, "cand-%d", i);
     snprintf(path, sizeof path, "%s/%s", c->dir, id);
     rl_log_init(-1);
@@ -138,7 +138,7 @@ static int check_history(cluster *c, const char **last_holder) {
 static int reported_leader(cluster *c) {
     int who = -1;
     for (int i = 0; i < c->n; i++) {
-        char path[128], buf[8192] = "";
+        char path[300], buf[8192] = "";
         snprintf(path, sizeof path, "%s/cand-%d", c->dir, i);
         FILE *f = fopen(path, "r");
         if (!f) continue;
@@ -164,7 +164,7 @@ static int wait_leader(cluster *c, double timeout, int not_this) {
 
 /* Transition times of candidate i: kind "lead" or "follow". */
 static int times_of(cluster *c, int i, const char *kind, double *t, int max) {
-    char path[128], line[256];
+    char path[300], line[256];
     snprintf(path, sizeof path, "%s/cand-%d", c->dir, i);
     FILE *f = fopen(path, "r");
     int n = 0;
