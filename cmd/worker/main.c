@@ -40,6 +40,19 @@ static void usage(FILE *f) {
             "  RINGLEADER_RDZV_SECRET come from the pod (see README, Kubernetes).\n");
 }
 
+/* Agents re-exec this binary as their trainers: point argv[0] at it. */
+static int exec_self(char **argv) {
+    static char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "ringleader-worker: error: cannot find own executable\n");
+        return 1;
+    }
+    self[n] = '\0';
+    argv[0] = self;
+    return 0;
+}
+
 static int fail(const char *what, const rl_err *e) {
     fprintf(stderr, "ringleader-worker: error: %s%s%s\n", what, what[0] ? ": " : "", e->msg);
     return rl_err_exit_status(e->code);
@@ -192,14 +205,7 @@ int main(int argc, char **argv) {
     if (!is_child && strcmp(cfg.rdzv.backend, "static") != 0) {
         /* the elastic node agent */
         rl_log_init(-1);
-        char self[4096];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0) {
-            fprintf(stderr, "ringleader-worker: error: cannot find own executable\n");
-            return 1;
-        }
-        self[n] = '\0';
-        argv[0] = self;
+        if (exec_self(argv)) return 1;
         rl_node_env ne;
         if ((rc = rl_node_env_read(&ne, &e))) return fail("", &e);
         rl_elastic_env ee;
@@ -238,14 +244,7 @@ int main(int argc, char **argv) {
         if (node.nnodes == 1 && mport < 0 && !getenv("PET_MASTER_PORT") && !getenv("MASTER_PORT"))
             node.master_port = 0;
         rl_log_init(-1);
-        char self[4096];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0) {
-            fprintf(stderr, "ringleader-worker: error: cannot find own executable\n");
-            return 1;
-        }
-        self[n] = '\0';
-        argv[0] = self;
+        if (exec_self(argv)) return 1;
         /* SIGTERM -> SIGKILL must leave rank 0 its preemption checkpoint */
         double grace = cfg.ckpt.uri[0] && cfg.ckpt.preempt_budget_s + 5 > 10 ? cfg.ckpt.preempt_budget_s + 5 : 10;
         bool preempted = false;
