@@ -243,7 +243,11 @@ Test(etcd, lease_grant_keepalive_revoke) {
     int64_t left = -1;
     cr_assert_eq(rl_etcd_lease_keepalive(c, id, &left, &e), RL_OK, "%s", e.msg);
     cr_assert_eq(left, 7);
+    cr_assert_eq(rl_etcd_lease_ttl(c, id, &left, &e), RL_OK, "%s", e.msg);
+    cr_assert(left >= 6 && left <= 7, "time to live %" PRId64, left);
     cr_assert_eq(rl_etcd_lease_revoke(c, id, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_etcd_lease_ttl(c, id, &left, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(left, 0, "a revoked lease has no time left");
     cr_assert_eq(rl_etcd_lease_keepalive(c, id, &left, &e), RL_OK, "%s", e.msg);
     cr_assert_eq(left, 0, "a revoked lease must read as gone");
     cr_assert_eq(rl_etcd_lease_revoke(c, id, &e), RL_OK, "revoking twice: %s", e.msg);
