@@ -28,6 +28,7 @@ typedef struct etcd_elect {
     double call_s;    /* timeout of one call */
     int64_t lease;    /* 0: none held */
     bool leading;
+    double expires;   /* monotonic time the holder's lease runs out (0: unknown) */
     char *record;     /* our record, byte for byte what we put */
     size_t record_len;
     rl_leader self;
@@ -66,11 +67,20 @@ static int attempt(void *ctx, bool *leading, rl_leader *leader, rl_err *e) {
     }
     rl_leader seen = {0};
     bool ours = created;
+    x->expires = 0;
     if (!created && r.n > 0) {
         const rl_etcd_kv *kv = &r.kvs[0];
         /* bound to our live lease: ours (we were leading, or our put of an
          * earlier attempt landed although its answer was lost) */
         ours = x->lease != 0 && kv->lease == x->lease;
+        /* when the holder's lease runs out, so the elector tries right
+         * then; best effort (etcd rounds up to whole seconds) */
+        int64_t left = 0;
+        rl_err ignore = {0};
+        if (!ours && kv->lease && rl_etcd_lease_ttl(x->c, kv->lease, &left, &ignore) == RL_OK)
+            /* gone but its key not yet deleted: etcd's lessor lags by up to
+             * half a second; look again shortly, not in a tight loop */
+            x->expires = rl_now() + (left > 0 ? (double)left : 0.25);
         rc = rl_etcd_parse_leader(x->key, kv->value, kv->value_len, &seen, e);
         if (rc) {
             /* whoever edited it, the key is not ours any more */
@@ -134,6 +144,8 @@ static int release(void *ctx, rl_err *e) {
     return rc;
 }
 
+static double expires_at(void *ctx) { return ((etcd_elect *)ctx)->expires; }
+
 static void destroy(void *ctx) {
     etcd_elect *x = ctx;
     if (!x) return;
@@ -142,7 +154,7 @@ static void destroy(void *ctx) {
     free(x);
 }
 
-static const rl_elect_backend VT = {attempt, step_down, release, destroy, NULL}; /* etcd judges expiry itself */
+static const rl_elect_backend VT = {attempt, step_down, release, destroy, expires_at};
 
 int rl_elect_etcd_new(const rl_elector_opts *o, const rl_elect_backend **vt, void **ctx, rl_err *e) {
     *vt = NULL;

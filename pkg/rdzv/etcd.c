@@ -621,6 +621,25 @@ int rl_etcd_lease_keepalive(rl_etcd *c, int64_t id, int64_t *ttl, rl_err *e) {
     return rc;
 }
 
+int rl_etcd_lease_ttl(rl_etcd *c, int64_t id, int64_t *ttl, rl_err *e) {
+    cJSON *o = cJSON_CreateObject();
+    if (o) add_i64(o, "ID", id);
+    rl_http_resp r = {0};
+    int rc = post_obj(c, "/v3/lease/timetolive", o, &r, false, e);
+    int64_t t = 0;
+    if (!rc) {
+        cJSON *j = parse_doc(r.body, r.body_len);
+        if (!cJSON_IsObject(j))
+            rc = rl_errf(e, RL_EIO, "etcd /v3/lease/timetolive: the answer is not a JSON object");
+        else /* -1: the lease is gone */
+            rc = get_i64(j, "TTL", "etcd /v3/lease/timetolive", -1, &t, e);
+        cJSON_Delete(j);
+    }
+    rl_http_resp_free(&r);
+    if (!rc) *ttl = t > 0 ? t : 0;
+    return rc;
+}
+
 int rl_etcd_lease_revoke(rl_etcd *c, int64_t id, rl_err *e) {
     cJSON *o = cJSON_CreateObject();
     if (o) add_i64(o, "ID", id);

@@ -68,6 +68,8 @@ int rl_etcd_lease_grant(rl_etcd *c, int64_t ttl_s, int64_t *id, int64_t *ttl_out
 /* One keepalive round trip: *ttl is the renewed TTL, 0 when the lease no
  * longer exists (expired or revoked) -- not an error. */
 int rl_etcd_lease_keepalive(rl_etcd *c, int64_t id, int64_t *ttl, rl_err *e);
+/* Seconds the lease has left (etcd rounds up), 0 when it no longer exists. */
+int rl_etcd_lease_ttl(rl_etcd *c, int64_t id, int64_t *ttl, rl_err *e);
 /* Revoke (every key bound to it is deleted). A lease that no longer exists
  * counts as revoked. */
 int rl_etcd_lease_revoke(rl_etcd *c, int64_t id, rl_err *e);

@@ -243,7 +243,11 @@ Test(etcd, lease_grant_keepalive_revoke) {
     int64_t left = -1;
     cr_assert_eq(rl_etcd_lease_keepalive(c, id, &left, &e), RL_OK, "%s", e.msg);
     cr_assert_eq(left, 7);
+    cr_assert_eq(rl_etcd_lease_ttl(c, id, &left, &e), RL_OK, "%s", e.msg);
+    cr_assert(left >= 6 && left <= 7, "time to live %" PRId64, left);
     cr_assert_eq(rl_etcd_lease_revoke(c, id, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_etcd_lease_ttl(c, id, &left, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(left, 0, "a revoked lease has no time left");
     cr_assert_eq(rl_etcd_lease_keepalive(c, id, &left, &e), RL_OK, "%s", e.msg);
     cr_assert_eq(left, 0, "a revoked lease must read as gone");
     cr_assert_eq(rl_etcd_lease_revoke(c, id, &e), RL_OK, "revoking twice: %s", e.msg);
@@ -617,4 +621,291 @@ Test(etcd_parse, lease_answers) {
     const char *bad = "{\"result\":{\"TTL\":5}}";
     cr_assert_eq(rl_etcd_parse_keepalive(bad, strlen(bad), "k", &ttl, &e), RL_EIO);
     cr_assert(strstr(e.msg, "'TTL'"), "%s", e.msg);
+}
+
+/* ---- the elector through the public API -------------------------------------------- */
+#define LEADER_KEY "/ringleader/api/leader"
+
+static rl_elector *elector(const char *id, double lease_s) {
+    rl_elector_opts o = {.backend = "etcd", .id = id, .addr = "127.0.0.7", .port = 29400,
+                         .lease_s = lease_s, .renew_deadline_s = lease_s * 2 / 3, .retry_s = 0.3,
+                         .etcd_endpoint = g_etcd.endpoint, .etcd_key = LEADER_KEY};
+    rl_elector *el = NULL;
+    rl_err e = {0};
+    cr_assert_eq(rl_elector_start(&o, &el, &e), RL_OK, "%s", e.msg);
+    return el;
+}
+
+/* The id recorded in the leader key ("" when there is none). */
+static void key_holder(char *id, size_t n) {
+    rl_etcd *c = client();
+    rl_etcd_kvs r;
+    rl_err e = {0};
+    cr_assert_eq(rl_etcd_range(c, LEADER_KEY, false, &r, &e), RL_OK, "%s", e.msg);
+    id[0] = '\0';
+    rl_leader l;
+    if (r.n == 1 && rl_etcd_parse_leader(LEADER_KEY, r.kvs[0].value, r.kvs[0].value_len, &l, &e) == RL_OK)
+        snprintf(id, n, "%s", l.id);
+    rl_etcd_kvs_free(&r);
+    rl_etcd_free(c);
+}
+
+/* Index of the one elector that leads, -1 if none; fails on two. */
+static int sole_leader(rl_elector **els, int n) {
+    int who = -1;
+    for (int i = 0; i < n; i++) {
+        if (!els[i]) continue;
+        rl_elect_state st;
+        rl_elector_state(els[i], &st);
+        if (st.leading) {
+            cr_assert_eq(who, -1, "two leaders at once: %d and %d", who, i);
+            who = i;
+        }
+    }
+    return who;
+}
+
+/* Wait up to limit_s for some elector to lead, checking all along that
+ * never more than one does. Returns its index, -1 on timeout. */
+static int await_leader(rl_elector **els, int n, double limit_s, int not_this) {
+    double t0 = now();
+    while (now() - t0 < limit_s) {
+        int who = sole_leader(els, n);
+        if (who >= 0 && who != not_this) return who;
+        usleep(20 * 1000);
+    }
+    return -1;
+}
+
+Test(etcd, elector_two_and_three_candidates_one_leader) {
+    for (int n = 2; n <= 3; n++) {
+        rl_elector *els[3] = {0};
+        char id[3][16];
+        for (int i = 0; i < n; i++) {
+            snprintf(id[i], sizeof id[i], "cand-%d-%d", n, i);
+            els[i] = elector(id[i], 3);
+        }
+        int who = await_leader(els, n, 5, -1);
+        cr_assert_geq(who, 0, "nobody led within 5 s");
+        /* stable: the same single leader for a while, seen by everyone */
+        double t0 = now();
+        while (now() - t0 < 1.0) {
+            cr_assert_eq(sole_leader(els, n), who);
+            usleep(50 * 1000);
+        }
+        for (int i = 0; i < n; i++) {
+            rl_elect_state st;
+            rl_elector_state(els[i], &st);
+            cr_assert_str_eq(st.leader.id, id[who], "candidate %d sees '%s'", i, st.leader.id);
+            cr_assert_str_eq(st.leader.addr, "127.0.0.7");
+            cr_assert_eq(st.leader.port, 29400);
+        }
+        char holder[64];
+        key_holder(holder, sizeof holder);
+        cr_assert_str_eq(holder, id[who]);
+        for (int i = 0; i < n; i++) rl_elector_stop(els[i], true);
+        key_holder(holder, sizeof holder);
+        cr_assert_str_eq(holder, "", "release left the key behind");
+    }
+}
+
+Test(etcd, elector_release_hands_over_at_once) {
+    rl_elector *els[2] = {elector("a", 10), elector("b", 10)};
+    int who = await_leader(els, 2, 5, -1);
+    cr_assert_geq(who, 0);
+    double t0 = now();
+    rl_elector_stop(els[who], true);
+    els[who] = NULL;
+    int next = await_leader(els, 2, 3, -1);
+    cr_assert_geq(next, 0, "nobody took over within 3 s of a release (lease 10 s)");
+    cr_assert_lt(now() - t0, 2.0, "takeover after release waited for the lease");
+    rl_elector_stop(els[next], true);
+}
+
+Test(etcd, elector_killed_leader_replaced_after_its_lease) {
+    const double lease = 3, retry = 0.3;
+    /* the first leader is a child process, so it can die for real */
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives the test */
+        rl_elector *el = elector("doomed", lease);
+        (void)el;
+        for (;;) pause();
+    }
+    char holder[64] = "";
+    double t0 = now();
+    while (strcmp(holder, "doomed") != 0 && now() - t0 < 10) {
+        usleep(50 * 1000);
+        key_holder(holder, sizeof holder);
+    }
+    cr_assert_str_eq(holder, "doomed", "the child never led");
+    rl_elector *els[2] = {elector("heir-a", lease), elector("heir-b", lease)};
+    usleep(200 * 1000);
+    cr_assert_eq(sole_leader(els, 2), -1, "a follower led while the child held the lease");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    double killed = now();
+    int who = await_leader(els, 2, lease + retry + 3, -1);
+    double took = now() - killed;
+    cr_assert_geq(who, 0, "nobody took over within lease + retry + 3 s");
+    cr_assert_lt(took, lease + retry + 1.5, "took %.2f s", took);
+    /* the child renewed at most a retry period (+ a call) before it died */
+    cr_assert_gt(took, lease - retry - 1.0, "took over after %.2f s, before the lease could expire", took);
+    rl_elector_stop(els[0], true);
+    rl_elector_stop(els[1], true);
+}
+
+Test(etcd, elector_garbage_key_errors_then_recovers) {
+    rl_etcd *c = client();
+    rl_err e = {0};
+    cr_assert_eq(rl_etcd_put(c, LEADER_KEY, "{\"id\":", 6, 0, NULL, &e), RL_OK, "%s", e.msg);
+    rl_elector *els[2] = {elector("a", 3), elector("b", 3)};
+    rl_elect_state st;
+    double t0 = now();
+    do {
+        usleep(50 * 1000);
+        rl_elector_state(els[0], &st);
+    } while (st.errors < 2 && now() - t0 < 5);
+    cr_assert_geq(st.errors, 2, "no errors reported for a garbage leader key");
+    cr_assert(strstr(st.last_error, LEADER_KEY), "%s", st.last_error);
+    cr_assert_eq(sole_leader(els, 2), -1);
+    cr_assert_eq(rl_etcd_delete(c, LEADER_KEY, false, NULL, &e), RL_OK);
+    cr_assert_geq(await_leader(els, 2, 3, -1), 0, "no leader after the garbage was deleted");
+    t0 = now();
+    do {
+        usleep(50 * 1000);
+        rl_elector_state(els[0], &st);
+    } while (st.errors != 0 && now() - t0 < 2);
+    cr_assert_eq(st.errors, 0, "the error count stays after recovery: %s", st.last_error);
+    rl_elector_stop(els[0], true);
+    rl_elector_stop(els[1], true);
+    rl_etcd_free(c);
+}
+
+Test(etcd, elector_etcd_outage_no_split_brain_and_recovery) {
+    const double lease = 3;
+    rl_elector *els[2] = {elector("a", lease), elector("b", lease)};
+    int who = await_leader(els, 2, 5, -1);
+    cr_assert_geq(who, 0);
+    rl_test_etcd_kill(&g_etcd);
+    double t0 = now();
+    /* the leader cannot renew: it steps down within the renew deadline (2 s) */
+    while (sole_leader(els, 2) >= 0 && now() - t0 < 2 + 0.3 + 1.5) usleep(20 * 1000);
+    cr_assert_eq(sole_leader(els, 2), -1, "still leading %.1f s into an etcd outage", now() - t0);
+    rl_elect_state st;
+    rl_elector_state(els[who], &st);
+    cr_assert_gt(st.errors, 0);
+    cr_assert(strstr(st.last_error, g_etcd.endpoint + 7), "%s", st.last_error);
+    cr_assert_eq(rl_test_etcd_restart(&g_etcd), 0);
+    cr_assert_geq(await_leader(els, 2, lease + 5, -1), 0, "no leader after etcd came back");
+    t0 = now();
+    while (now() - t0 < 1.0) {
+        sole_leader(els, 2);
+        usleep(50 * 1000);
+    }
+    rl_elector_stop(els[0], true);
+    rl_elector_stop(els[1], true);
+}
+
+/* ---- membership through the public API ------------------------------------------------ */
+#define MEMBER_PREFIX "/ringleader/api/members/"
+
+static rl_members *member(const char *id, double ttl) {
+    rl_members_opts o = {.backend = "etcd", .etcd_endpoint = g_etcd.endpoint,
+                         .etcd_prefix = MEMBER_PREFIX, .self_id = id, .self_addr = "127.0.0.3",
+                         .ttl_s = ttl};
+    rl_members *m = NULL;
+    rl_err e = {0};
+    cr_assert_eq(rl_members_start(&o, &m, &e), RL_OK, "%s", e.msg);
+    return m;
+}
+
+/* Wait until m's set is exactly `want` (comma-separated sorted ids). */
+static bool await_set(rl_members *m, const char *want, double limit_s) {
+    double t0 = now();
+    uint64_t ver = 0;
+    /* the first publication (version 0 -> 1) before any snapshot: members.c's
+     * snapshot of a never-set list memcpy()s from NULL (UBSan) */
+    rl_members_wait(m, 0, limit_s);
+    for (;;) {
+        rl_peer p[16];
+        bool synced = false;
+        int n = rl_members_snapshot(m, p, 16, &ver, &synced);
+        char got[512] = "";
+        for (int i = 0; i < n && i < 16; i++) {
+            if (i) strcat(got, ",");
+            strncat(got, p[i].id, 60);
+            cr_assert(p[i].ready && !p[i].terminating);
+            cr_assert_str_eq(p[i].addr, "127.0.0.3");
+        }
+        if (synced && strcmp(got, want) == 0) return true;
+        double left = limit_s - (now() - t0);
+        if (left <= 0) {
+            cr_log_error("set is '%s', want '%s'", got, want);
+            return false;
+        }
+        rl_members_wait(m, ver, left < 0.5 ? left : 0.5);
+    }
+}
+
+Test(etcd, members_three_appear_one_dies_one_leaves) {
+    const double ttl = 3;
+    rl_members *a = member("node-a", ttl), *b = member("node-b", ttl);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        member("node-c", ttl);
+        for (;;) pause();
+    }
+    cr_assert(await_set(a, "node-a,node-b,node-c", 5));
+    cr_assert(await_set(b, "node-a,node-b,node-c", 5));
+    /* a node that dies stops renewing: it goes once its TTL runs out */
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    double t0 = now();
+    cr_assert(await_set(a, "node-a,node-b", ttl + 2));
+    double took = now() - t0;
+    cr_assert_gt(took, ttl / 3, "a killed node vanished after %.2f s, before its lease could expire", took);
+    cr_assert(await_set(b, "node-a,node-b", 1));
+    /* a clean stop revokes: it goes at once */
+    t0 = now();
+    rl_members_stop(b);
+    cr_assert(await_set(a, "node-a", 1.5));
+    rl_members_stop(a);
+}
+
+Test(etcd, members_garbage_key_ignored) {
+    rl_etcd *c = client();
+    rl_err e = {0};
+    cr_assert_eq(rl_etcd_put(c, MEMBER_PREFIX "bogus", "junk", 4, 0, NULL, &e), RL_OK);
+    cr_assert_eq(rl_etcd_put(c, MEMBER_PREFIX "liar", "{\"id\":\"other\",\"addr\":\"x\"}", 26, 0, NULL, &e),
+                 RL_OK);
+    rl_members *a = member("node-a", 3);
+    cr_assert(await_set(a, "node-a", 5));
+    /* and changed into garbage while watched: the node drops out, nothing breaks */
+    rl_members *b = member("node-b", 3);
+    cr_assert(await_set(a, "node-a,node-b", 5));
+    cr_assert_eq(rl_etcd_put(c, MEMBER_PREFIX "node-b", "[]", 2, 0, NULL, &e), RL_OK);
+    /* node-b's keeper notices its key was changed and writes it back */
+    cr_assert(await_set(a, "node-a,node-b", 5));
+    rl_members_stop(b);
+    rl_members_stop(a);
+    rl_etcd_free(c);
+}
+
+Test(etcd, members_etcd_outage_and_recovery) {
+    rl_members *a = member("node-a", 3), *b = member("node-b", 3);
+    cr_assert(await_set(a, "node-a,node-b", 5));
+    rl_test_etcd_kill(&g_etcd);
+    usleep(1500 * 1000);
+    cr_assert_eq(rl_test_etcd_restart(&g_etcd), 0);
+    rl_members *c = member("node-c", 3);
+    cr_assert(await_set(a, "node-a,node-b,node-c", 8), "no recovery after etcd came back");
+    cr_assert(await_set(c, "node-a,node-b,node-c", 5));
+    rl_members_stop(c);
+    cr_assert(await_set(a, "node-a,node-b", 3));
+    rl_members_stop(b);
+    rl_members_stop(a);
 }
