@@ -115,6 +115,17 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
             return RUN_STOPPED;
         }
         int bad, status;
+        rl_round_state rs = RL_ROUND_RUNNING;
+        bool graceful = false;
+        char reason[512] = "";
+        if (rl_round_tick(s, t->round, o->id, TICK_S, &rs, &graceful, reason, sizeof reason, &e) != RL_OK) {
+            stop_trainers(g, 0);
+            snprintf(why, wn, "lost the rendezvous store: %s", e.msg);
+            return RUN_REJOIN;
+        }
+        /* Look at the trainers after the tick, not before: when one crashed,
+         * its peers fail too and one of theirs may end the round first; the
+         * crash must still be reported, or it would not count. */
         if (!reported && rl_group_poll(g, benign, &bad, &status)) {
             char how[96], msg[300];
             rl_group_describe(how, sizeof how, status);
@@ -138,14 +149,6 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
                 return RUN_REJOIN;
             }
             reported = true;
-        }
-        rl_round_state rs;
-        bool graceful = false;
-        char reason[512] = "";
-        if (rl_round_tick(s, t->round, o->id, TICK_S, &rs, &graceful, reason, sizeof reason, &e) != RL_OK) {
-            stop_trainers(g, 0);
-            snprintf(why, wn, "lost the rendezvous store: %s", e.msg);
-            return RUN_REJOIN;
         }
         if (rs != RL_ROUND_RUNNING) {
             stop_trainers(g, rs == RL_ROUND_NEXT && graceful ? o->grace_s : 0);

@@ -85,7 +85,7 @@ int rl_members_start(const rl_members_opts *o, rl_members **out, rl_err *e) {
 int rl_members_snapshot(rl_members *m, rl_peer *peers, int cap, uint64_t *version, bool *synced) {
     pthread_mutex_lock(&m->mu);
     int n = m->n;
-    if (peers && cap > 0) memcpy(peers, m->peers, sizeof *peers * (size_t)(n < cap ? n : cap));
+    if (peers && cap > 0 && n > 0) memcpy(peers, m->peers, sizeof *peers * (size_t)(n < cap ? n : cap));
     if (version) *version = m->version;
     if (synced) *synced = m->synced;
     pthread_mutex_unlock(&m->mu);

@@ -147,6 +147,8 @@ typedef struct member {
     rl_round_node node;
     int64_t hb;       /* last heartbeat counter seen */
     double hb_time;   /* when it last changed */
+    bool listed;      /* seen in the Service during this round: only then
+                         can it leave (a pod's endpoint may lag its join) */
 } member;
 
 struct rl_round_coord {
@@ -351,23 +353,27 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         }
         /* membership: a member leaving (terminating or gone), or a node
          * that could grow the job arriving */
-        uint64_t ver;
-        bool synced;
+        uint64_t ver = ver_seen;
+        bool synced = false;
         int np = outcome ? 0 : rl_members_snapshot(c->members, peers, MAX_NODES, &ver, &synced);
         if (np > MAX_NODES) np = MAX_NODES;
+        for (int i = 0; i < nm && !outcome && synced; i++) {
+            bool present = false, term = false;
+            for (int p = 0; p < np; p++)
+                if (strcmp(peers[p].id, mem[i].node.id) == 0) present = true, term = peers[p].terminating;
+            if (present) mem[i].listed = true;
+            if ((!present && mem[i].listed) || term) {
+                K(reason, "node %s %s", mem[i].node.id, term ? "is terminating" : "left the service");
+                /* a terminating pod's trainers checkpoint on SIGTERM
+                 * themselves; the others stop where they are */
+                outcome = "next";
+            }
+        }
+        /* growth only on a change of the set: a peer that was there at the
+         * close and did not join (a dead pod past the last call) must not
+         * end every round */
         if (!outcome && ver != ver_seen && synced) {
             ver_seen = ver;
-            for (int i = 0; i < nm && !outcome; i++) {
-                bool present = false, term = false;
-                for (int p = 0; p < np; p++)
-                    if (strcmp(peers[p].id, mem[i].node.id) == 0) present = true, term = peers[p].terminating;
-                if (!present || term) {
-                    K(reason, "node %s %s", mem[i].node.id, term ? "is terminating" : "left the service");
-                    /* a terminating pod's trainers checkpoint on SIGTERM
-                     * themselves; the others stop where they are */
-                    outcome = "next";
-                }
-            }
             for (int p = 0; p < np && !outcome && nm < o->max_nodes; p++)
                 if (!peers[p].terminating && !contains(joined, nm, peers[p].id)) {
                     K(reason, "node %s arrived: growing the job", peers[p].id);

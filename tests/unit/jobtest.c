@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,7 +53,7 @@ void rl_test_job_write_config(const rl_test_job *j, const char *path, const char
 static int kubectl(rl_test_job *j, const char *args, const char *in, char *why, size_t wn) {
     char out[8192];
     int st = rl_test_kubectl(&j->s, args, in, out, sizeof out);
-    if (st != 0) snprintf(why, wn, "kubectl %s: %s", args, out);
+    if (st != 0) snprintf(why, wn, "kubectl %.200s: %.300s", args, out);
     return st == 0 ? 0 : -1;
 }
 
@@ -123,6 +124,9 @@ int rl_test_job_start_agent(rl_test_job *j, int i, int nproc, const char *secret
     pid_t p = fork();
     if (p < 0) return -1;
     if (p == 0) {
+        /* an agent must not outlive a failed test (it would hold its
+         * address and port for the next one) */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = open(j->log[i], O_WRONLY | O_CREAT | O_APPEND, 0644);
         dup2(fd, 1), dup2(fd, 2);
         setenv("POD_NAME", name, 1);
@@ -166,7 +170,8 @@ void rl_test_job_teardown(rl_test_job *j) {
     else rl_test_standin_stop(&j->s);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", j->dir);
-    if (j->dir[0] && system(cmd) != 0) fprintf(stderr, "jobtest: could not remove %s\n", j->dir);
+    if (getenv("RL_TEST_KEEP_JOB")) fprintf(stderr, "jobtest: kept %s\n", j->dir);
+    else if (j->dir[0] && system(cmd) != 0) fprintf(stderr, "jobtest: could not remove %s\n", j->dir);
 }
 
 static int cmp_ev(const void *a, const void *b) {

@@ -43,6 +43,7 @@ int rl_test_job_start_agent(rl_test_job *j, int i, int nproc, const char *secret
 void rl_test_job_kill(rl_test_job *j, int i);
 /* Wait up to timeout for agent i to exit; its wait status, -1 if it did not. */
 int rl_test_job_wait(rl_test_job *j, int i, double timeout);
+/* Kills what runs and removes the dir (kept when RL_TEST_KEEP_JOB is set). */
 void rl_test_job_teardown(rl_test_job *j);
 
 /* JSON log lines with "event": event from every agent log, by time. */

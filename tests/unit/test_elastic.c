@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,64 @@ static void kill_and_recover(int net, bool kill_leader, bool use_etcd) {
     rl_test_job_kill(&j, kill_leader ? l : (l == 3 ? 2 : 3));
     wait_done(&j, 180);
     check_resumed_curve(&j, 2);
+    /* a lost node is a membership change, not a crash */
+    int n = rl_test_job_events(&j, "round_start", g_ev, 16384);
+    cr_assert(n > 0);
+    cr_expect_eq(rl_test_ev_num(&g_ev[n - 1], "restarts"), 0);
+    rl_test_job_events_free(g_ev, n);
+    rl_test_job_teardown(&j);
+}
+
+/* The pid of a trainer agent i spawned last. */
+static int trainer_pid(rl_test_job *j, int agent) {
+    char *b = rl_test_slurp(j->log[agent]), *save = NULL;
+    int pid = -1;
+    for (char *l = strtok_r(b, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        cJSON *x = strstr(l, "\"spawned\"") ? cJSON_Parse(l) : NULL;
+        const cJSON *p = cJSON_GetObjectItem(x, "pid");
+        if (cJSON_IsNumber(p)) pid = p->valueint;
+        cJSON_Delete(x);
+    }
+    free(b);
+    return pid;
+}
+
+Test(elastic, trainer_crashes_count_against_the_restart_limit, .timeout = 300) {
+    rl_test_job j;
+    char why[1024] = "";
+    cr_assert_eq(rl_test_job_setup(&j, 36, false, 100000, EVERY,
+                                   "\"min_nodes\":2,\"max_nodes\":3,\"heartbeat_s\":1,\"heartbeat_misses\":5,"
+                                   "\"last_call_s\":2,\"lease_s\":3,\"renew_deadline_s\":2,\"retry_s\":0.5,"
+                                   "\"stop_grace_s\":5,\"max_restarts\":1",
+                                   why, sizeof why),
+                 0, "%s", why);
+    for (int i = 0; i < 3; i++) start(&j, i, 1, "s3cret");
+    for (int crash = 1; crash <= 2; crash++) {
+        wait_step(&j, rl_test_job_last_step(&j) + 5, 120);
+        int p = trainer_pid(&j, 1);
+        cr_assert(p > 0);
+        kill(p, SIGKILL); /* a crash: not a lost node, not a preemption */
+        if (crash == 1) {
+            /* the job goes on, one restart counted */
+            double end = rl_now() + 60;
+            int restarts = 0;
+            while (restarts < 1 && rl_now() < end) {
+                int n = rl_test_job_events(&j, "round_start", g_ev, 16384);
+                restarts = n ? (int)rl_test_ev_num(&g_ev[n - 1], "restarts") : 0;
+                rl_test_job_events_free(g_ev, n);
+                usleep(200000);
+            }
+            cr_assert_eq(restarts, 1, "a trainer crash must count as one restart");
+        }
+    }
+    /* the second crash is past max_restarts 1: every agent gives up, saying why */
+    for (int i = 0; i < 3; i++) {
+        int st = rl_test_job_wait(&j, i, 60);
+        char *b = rl_test_slurp(j.log[i]);
+        cr_expect(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "agent %d: %d", i, st);
+        cr_expect(strstr(b, "restart limit: 2 trainer crashes, at most 1 allowed"), "agent %d log lacks the reason", i);
+        free(b);
+    }
     rl_test_job_teardown(&j);
 }
 

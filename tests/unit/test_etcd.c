@@ -645,7 +645,7 @@ static void key_holder(char *id, size_t n) {
     id[0] = '\0';
     rl_leader l;
     if (r.n == 1 && rl_etcd_parse_leader(LEADER_KEY, r.kvs[0].value, r.kvs[0].value_len, &l, &e) == RL_OK)
-        snprintf(id, n, "%s", l.id);
+        snprintf(id, n, "%.63s", l.id);
     rl_etcd_kvs_free(&r);
     rl_etcd_free(c);
 }
