@@ -163,51 +163,12 @@ static int resolve(kc *k, const char *ref, char *dst, size_t n, const char *fiel
     return RL_OK;
 }
 
-static int b64val(unsigned char c) {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-}
-
-/* Standard base64 with padding (what kubectl writes); whitespace ignored. */
+/* Standard base64 with padding (what kubectl writes); line breaks allowed. */
 static int b64_decode(kc *k, const char *s, const char *field, char **out, size_t *outlen) {
-    size_t n = strlen(s);
-    char *buf = malloc(n / 4 * 3 + 4);
-    if (!buf) return rl_errf(k->e, RL_ENOMEM, "out of memory");
-    size_t o = 0;
-    unsigned acc = 0;
-    int bits = 0, pad = 0, count = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t') continue;
-        count++;
-        if (ch == '=') {
-            pad++;
-            continue;
-        }
-        int v = b64val(ch);
-        if (v < 0 || pad) {
-            free(buf);
-            return rl_errf(k->e, RL_EINPUT, "kubeconfig %s: %s: not valid base64", k->path, field);
-        }
-        acc = (acc << 6) | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            buf[o++] = (char)((acc >> bits) & 0xFF);
-        }
-    }
-    if (count == 0 || count % 4 != 0 || pad > 2) {
-        free(buf);
-        return rl_errf(k->e, RL_EINPUT, "kubeconfig %s: %s: not valid base64", k->path, field);
-    }
-    buf[o] = '\0';
-    *out = buf;
-    *outlen = o;
-    return RL_OK;
+    if (rl_base64_decode(s, strlen(s), true, out, outlen) == 0 && *outlen > 0) return RL_OK;
+    free(*out);
+    *out = NULL;
+    return rl_errf(k->e, RL_EINPUT, "kubeconfig %s: %s: not valid base64", k->path, field);
 }
 
 static int parse_root(kc *k, const cJSON *root, const char *context, rl_k8s_config *c) {

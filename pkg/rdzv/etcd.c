@@ -18,71 +18,6 @@ struct rl_etcd {
     rl_http *http;
 };
 
-/* ---- base64 ------------------------------------------------------------------------ */
-static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-char *rl_etcd_b64_encode(const void *data, size_t n) {
-    const unsigned char *p = data;
-    char *out = malloc((n + 2) / 3 * 4 + 1);
-    if (!out) return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)p[i] << 16;
-        if (i + 1 < n) v |= (uint32_t)p[i + 1] << 8;
-        if (i + 2 < n) v |= p[i + 2];
-        out[o++] = B64[v >> 18 & 63];
-        out[o++] = B64[v >> 12 & 63];
-        out[o++] = i + 1 < n ? B64[v >> 6 & 63] : '=';
-        out[o++] = i + 2 < n ? B64[v & 63] : '=';
-    }
-    out[o] = '\0';
-    return out;
-}
-
-static int b64_val(unsigned char c) {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-}
-
-/* Strict: length a multiple of 4, padding only at the end, and the unused
- * bits of the last group zero (Go's encoder, which etcd uses, writes exactly
- * this form; anything else did not come from it). */
-int rl_etcd_b64_decode(const char *s, size_t n, char **out, size_t *out_len) {
-    *out = NULL;
-    *out_len = 0;
-    if (n % 4) return -1;
-    char *buf = malloc(n / 4 * 3 + 1);
-    if (!buf) return -1;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 4) {
-        int v[4], pad = 0;
-        for (int k = 0; k < 4; k++) {
-            unsigned char c = (unsigned char)s[i + k];
-            if (c == '=' && i + 4 == n && k >= 2) {
-                v[k] = 0;
-                pad++;
-                continue;
-            }
-            if (pad || (v[k] = b64_val(c)) < 0) goto bad;
-        }
-        uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
-        if ((pad == 1 && (w & 0xff)) || (pad == 2 && (w & 0xffff))) goto bad;
-        buf[o++] = (char)(w >> 16);
-        if (pad < 2) buf[o++] = (char)(w >> 8 & 0xff);
-        if (pad < 1) buf[o++] = (char)(w & 0xff);
-    }
-    buf[o] = '\0';
-    *out = buf;
-    *out_len = o;
-    return 0;
-bad:
-    free(buf);
-    return -1;
-}
 
 /* ---- strict field readers -------------------------------------------------------- */
 static cJSON *parse_doc(const char *body, size_t len) {
@@ -154,7 +89,7 @@ static int get_bytes(const cJSON *obj, const char *name, const char *what, char 
         *len = 0;
         return *out ? RL_OK : rl_errf(e, RL_ENOMEM, "%s: out of memory", what);
     }
-    if (rl_etcd_b64_decode(it->valuestring, strlen(it->valuestring), out, len) != 0)
+    if (rl_base64_decode(it->valuestring, strlen(it->valuestring), false, out, len) != 0)
         return rl_errf(e, RL_EIO, "%s: member '%s' is not valid base64", what, name);
     return RL_OK;
 }
@@ -562,10 +497,10 @@ static char *prefix_end_b64(const char *key) {
     while (n > 0 && (unsigned char)end[n - 1] == 0xff) n--;
     char *b;
     if (n == 0) {
-        b = rl_etcd_b64_encode("", 1); /* "\0": every key from `key` on */
+        b = rl_base64_encode("", 1); /* "\0": every key from `key` on */
     } else {
         end[n - 1] = (char)((unsigned char)end[n - 1] + 1);
-        b = rl_etcd_b64_encode(end, n);
+        b = rl_base64_encode(end, n);
     }
     free(end);
     return b;
@@ -574,7 +509,7 @@ static char *prefix_end_b64(const char *key) {
 /* cJSON object -> string helpers with all allocation failures folded into
  * one NULL check at the end. */
 static void add_b64(cJSON *o, const char *name, const void *data, size_t n) {
-    char *b = rl_etcd_b64_encode(data, n);
+    char *b = rl_base64_encode(data, n);
     if (b) cJSON_AddStringToObject(o, name, b);
     free(b);
 }

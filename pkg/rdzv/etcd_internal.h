@@ -185,10 +185,5 @@ int rl_etcd_parse_leader(const char *key, const char *val, size_t len, rl_leader
 int rl_etcd_parse_member(const char *key, const char *prefix, const char *val, size_t len,
                          rl_peer *out, rl_err *e);
 
-/* Strict base64 (standard alphabet, padding required). out gets a
- * NUL-terminated malloc'd buffer. -1 on bad input or no memory. */
-int rl_etcd_b64_decode(const char *s, size_t n, char **out, size_t *out_len);
-/* malloc'd, NUL-terminated. */
-char *rl_etcd_b64_encode(const void *data, size_t n);
 
 #endif

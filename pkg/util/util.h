@@ -88,6 +88,15 @@ static inline uint64_t rl_get_be64(const uint8_t *p) {
     return (uint64_t)rl_get_be32(p) << 32 | rl_get_be32(p + 4);
 }
 
+/* ---- base64 (standard alphabet, padded) ------------------------------------ */
+/* malloc'd, NUL-terminated; NULL when out of memory. */
+char *rl_base64_encode(const void *data, size_t n);
+/* Strict: length a multiple of 4, padding only at the end, the unused bits
+ * of the last group zero (the one form encoders write). skip_space ignores
+ * ASCII whitespace first (kubeconfig data may be wrapped). *out is malloc'd
+ * and NUL-terminated. 0, or -1 (not base64, or out of memory). */
+int rl_base64_decode(const char *s, size_t n, bool skip_space, char **out, size_t *out_len);
+
 /* ---- files ----------------------------------------------------------------- */
 /* Read a whole file (NUL-terminated for convenience). */
 int rl_read_file(const char *path, char **out, size_t *len, rl_err *e);

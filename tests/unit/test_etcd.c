@@ -58,21 +58,21 @@ static double now(void) { return rl_now(); }
 Test(etcd_parse, base64_strict) {
     char *out;
     size_t n;
-    cr_assert_eq(rl_etcd_b64_decode("Zm9vYg==", 8, &out, &n), 0);
+    cr_assert_eq(rl_base64_decode("Zm9vYg==", 8, false, &out, &n), 0);
     cr_assert_eq(n, 4);
     cr_assert_str_eq(out, "foob");
     free(out);
-    cr_assert_eq(rl_etcd_b64_decode("", 0, &out, &n), 0);
+    cr_assert_eq(rl_base64_decode("", 0, false, &out, &n), 0);
     cr_assert_eq(n, 0);
     free(out);
     const char *bad[] = {"Zm9vYg=", "Zm9v!g==", "Zm=vYg==", "Zm9vYh==", "Zg=a", "====", "Zm9vY==="};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-        cr_expect_neq(rl_etcd_b64_decode(bad[i], strlen(bad[i]), &out, &n), 0, "%s", bad[i]);
+        cr_expect_neq(rl_base64_decode(bad[i], strlen(bad[i]), false, &out, &n), 0, "%s", bad[i]);
     char all[256];
     for (int i = 0; i < 256; i++) all[i] = (char)i;
     for (size_t len = 0; len <= 256; len += 37) {
-        char *b = rl_etcd_b64_encode(all, len);
-        cr_assert_eq(rl_etcd_b64_decode(b, strlen(b), &out, &n), 0);
+        char *b = rl_base64_encode(all, len);
+        cr_assert_eq(rl_base64_decode(b, strlen(b), false, &out, &n), 0);
         cr_assert_eq(n, len);
         cr_assert_eq(memcmp(out, all, len), 0);
         free(out);
@@ -680,7 +680,7 @@ static int await_leader(rl_elector **els, int n, double limit_s, int not_this) {
 Test(etcd, elector_two_and_three_candidates_one_leader) {
     for (int n = 2; n <= 3; n++) {
         rl_elector *els[3] = {0};
-        char id[3][16];
+        char id[3][32];
         for (int i = 0; i < n; i++) {
             snprintf(id[i], sizeof id[i], "cand-%d-%d", n, i);
             els[i] = elector(id[i], 3);
