@@ -195,8 +195,7 @@ static int end_round(rl_round_coord *c, const char *outcome, bool graceful, cons
 
 /* Joins of round R from index *seen on; later joins of an id replace earlier ones
  * (an agent that restarted). */
-static int read_joins(rl_round_coord *c, int64_t *seen, rl_round_node *joined, int *nj, double *t_last,
-                      rl_err *e) {
+static int read_joins(rl_round_coord *c, int64_t *seen, rl_round_node *joined, int *nj, rl_err *e) {
     char key[96];
     int64_t total;
     K(key, "rdzv/%lld/nseq", c->round);
@@ -223,7 +222,6 @@ static int read_joins(rl_round_coord *c, int64_t *seen, rl_round_node *joined, i
                 if (strcmp(joined[i].id, nd.id) == 0) at = i;
             if (at == *nj && *nj < MAX_NODES) (*nj)++;
             if (at < MAX_NODES) joined[at] = nd;
-            *t_last = rl_now();
             char a[300];
             rl_log(RL_LOG_INFO, "round_join", "\"round\":%lld,\"node\":\"%s\",\"joined\":%d", c->round,
                    rl_json_escape(a, sizeof a, nd.id), *nj);
@@ -254,7 +252,7 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
     member *mem = NULL;
     int nj = 0, rc = RL_OK, nm = 0;
     int64_t seen = 0;
-    double t_open = rl_now(), t_last = 0, t_min = 0;
+    double t_open = rl_now(), t_min = 0;
     char key[320], reason[1024];
     if (!joined || !peers) {
         rc = rl_errf(e, RL_ENOMEM, "round: out of memory");
@@ -264,7 +262,7 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
     /* ---- gather ---- */
     for (;;) {
         if (c->stop) goto out;
-        if ((rc = read_joins(c, &seen, joined, &nj, &t_last, e))) goto out;
+        if ((rc = read_joins(c, &seen, joined, &nj, e))) goto out;
         uint64_t ver;
         bool synced;
         int np = rl_members_snapshot(c->members, peers, MAX_NODES, &ver, &synced);
