@@ -851,7 +851,9 @@ static bool await_set(rl_members *m, const char *want, double limit_s) {
 
 Test(etcd, members_three_appear_one_dies_one_leaves) {
     const double ttl = 3;
-    rl_members *a = member("node-a", ttl), *b = member("node-b", ttl);
+    /* Fork before this process starts any thread: a child forked from a
+     * threaded parent can inherit a lock held mid-call (seen under ASan:
+     * node-c never appeared). */
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -859,6 +861,7 @@ Test(etcd, members_three_appear_one_dies_one_leaves) {
         member("node-c", ttl);
         for (;;) pause();
     }
+    rl_members *a = member("node-a", ttl), *b = member("node-b", ttl);
     cr_assert(await_set(a, "node-a,node-b,node-c", 5));
     cr_assert(await_set(b, "node-a,node-b,node-c", 5));
     /* a node that dies stops renewing: it goes once its TTL runs out */
