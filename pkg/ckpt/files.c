@@ -211,6 +211,17 @@ static int get_u64s(const cJSON *o, const char *k, const char *name, uint64_t *v
     return RL_OK;
 }
 
+/* The header both ringleader JSON files carry: a format name and version. */
+static int check_format(const cJSON *r, const char *format, const char *name, rl_err *e) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(r, "version");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, format) != 0)
+        return rl_errf(e, RL_EINPUT, "%s: format is not \"%s\"", name, format);
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != RL_CKPT_FORMAT_VERSION)
+        return rl_errf(e, RL_EINPUT, "%s: unsupported version (this build reads %d)", name, RL_CKPT_FORMAT_VERSION);
+    return RL_OK;
+}
+
 int rl_ckpt_state_parse(const char *text, size_t len, const char *name, rl_ckpt_state *s,
                         rl_err *e) {
     memset(s, 0, sizeof *s);
@@ -220,16 +231,7 @@ int rl_ckpt_state_parse(const char *text, size_t len, const char *name, rl_ckpt_
         rc = rl_errf(e, RL_EINPUT, "%s: not a JSON object", name);
         goto out;
     }
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
-    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(r, "version");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "ringleader-trainer-state") != 0) {
-        rc = rl_errf(e, RL_EINPUT, "%s: format is not \"ringleader-trainer-state\"", name);
-        goto out;
-    }
-    if (!cJSON_IsNumber(ver) || ver->valuedouble != RL_CKPT_FORMAT_VERSION) {
-        rc = rl_errf(e, RL_EINPUT, "%s: unsupported version (this build reads %d)", name, RL_CKPT_FORMAT_VERSION);
-        goto out;
-    }
+    if ((rc = check_format(r, "ringleader-trainer-state", name, e))) goto out;
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(r, "step");
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(r, "world_size");
     if (!cJSON_IsNumber(step) || !(step->valuedouble >= 0) || step->valuedouble > 1e15 ||
@@ -308,18 +310,9 @@ int rl_ckpt_manifest_parse(const char *text, size_t len, const char *name, rl_ck
         rc = rl_errf(e, RL_EINPUT, "%s: not a JSON object", name);
         goto out;
     }
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
-    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(r, "version");
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(r, "step");
     const cJSON *fs = cJSON_GetObjectItemCaseSensitive(r, "files");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "ringleader-checkpoint") != 0) {
-        rc = rl_errf(e, RL_EINPUT, "%s: format is not \"ringleader-checkpoint\"", name);
-        goto out;
-    }
-    if (!cJSON_IsNumber(ver) || ver->valuedouble != RL_CKPT_FORMAT_VERSION) {
-        rc = rl_errf(e, RL_EINPUT, "%s: unsupported version (this build reads %d)", name, RL_CKPT_FORMAT_VERSION);
-        goto out;
-    }
+    if ((rc = check_format(r, "ringleader-checkpoint", name, e))) goto out;
     m->version = RL_CKPT_FORMAT_VERSION;
     if (!cJSON_IsNumber(step) || !(step->valuedouble >= 0) || step->valuedouble > 1e15 ||
         step->valuedouble != floor(step->valuedouble)) {
