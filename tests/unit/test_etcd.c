@@ -908,7 +908,9 @@ Test(etcd, members_etcd_outage_and_recovery) {
     cr_assert(await_set(a, "node-a,node-b,node-c", 8), "no recovery after etcd came back");
     cr_assert(await_set(c, "node-a,node-b,node-c", 5));
     rl_members_stop(c);
-    cr_assert(await_set(a, "node-a,node-b", 3));
+    /* a's watch may still be re-establishing itself after the outage (it
+     * backs off with jitter, slower under ASan): within its resync, not at once */
+    cr_assert(await_set(a, "node-a,node-b", 8));
     rl_members_stop(b);
     rl_members_stop(a);
 }
