@@ -83,7 +83,7 @@ test:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory all $(TEST_BIN) fuzz-build
 	@$(MAKE) --no-print-directory fuzz-smoke
-	$(TEST_BIN) -j2 --verbose=0
+	@scripts/run-tests.sh $(TEST_BIN) -j2 --verbose=0
 
 # Every fuzz target, built with clang's libFuzzer + ASan + UBSan.
 FUZZ_CC ?= clang
@@ -114,7 +114,7 @@ asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/bin OPT="-O1 -g" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" USE_CUDA=0 \
 	  build-asan/tests/unit build-asan/bin/ringleader-worker build-asan/bin/ringleader-prepare
-	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp RL_TEST_BIN=build-asan/bin build-asan/tests/unit -j2 --verbose=0
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp RL_TEST_BIN=build-asan/bin scripts/run-tests.sh build-asan/tests/unit -j2 --verbose=0
 
 # Reference check against Hugging Face transformers (PyTorch, CPU).
 REF_VENV ?= .venv-ref

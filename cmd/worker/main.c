@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/agent.h"
 #include "rdzv/rdzv.h"
@@ -13,8 +14,18 @@
 #include "kernels/gpu.h"
 #endif
 
-static volatile int g_stop, g_stop_sig;
+static volatile int g_stop, g_stop_sig, g_starting;
 static void on_signal(int sig) {
+    /* A trainer told to stop while it is still starting (connecting to
+     * peers that may be gone, reading the checkpoint) has nothing to save:
+     * leave at once instead of blocking in setup until the agent's grace
+     * runs out. RL_EXIT_PREEMPTED: stopped, and no work lost. */
+    if (g_starting) {
+        static const char m[] = "ringleader-worker: stopped by signal while starting (nothing to save)\n";
+        ssize_t w = write(2, m, sizeof m - 1);
+        (void)w;
+        _exit(RL_EXIT_PREEMPTED);
+    }
     g_stop_sig = sig;
     g_stop = 1;
 }
@@ -186,14 +197,14 @@ int main(int argc, char **argv) {
         return 0;
     }
 
+    /* Which role: a node agent (launcher), one rank of a job, or alone. */
+    const char *child = getenv(RL_ENV_CHILD);
+    bool is_child = child && *child == '1';
+    g_starting = is_child;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-
-    /* Which role: a node agent (launcher), one rank of a job, or alone. */
-    const char *child = getenv(RL_ENV_CHILD);
-    bool is_child = child && *child == '1';
     int nmin = 0, nmax = 0;
     if (nodes && (rc = rl_parse_nodes(nodes, "--nnodes", &nmin, &nmax, &e))) return fail("", &e);
     if (nodes) nnodes = nmin;
@@ -263,7 +274,8 @@ int main(int argc, char **argv) {
     rl_log_init(env.rank);
     if (env.rank != 0) rl_log_set_level(RL_LOG_WARN); /* progress and metrics on rank 0 only */
     rl_run_summary sum = {0};
-    rl_proc_opts po = {.cfg = &cfg, .env = &env, .save_params = save_params, .stop = &g_stop};
+    rl_proc_opts po = {.cfg = &cfg, .env = &env, .save_params = save_params, .stop = &g_stop,
+                       .starting = &g_starting};
     if ((rc = rl_proc_run(&po, &sum, &e))) {
         if (sum.preempt_saved) { /* stopped on SIGTERM with a committed checkpoint */
             fprintf(stderr, "ringleader-worker: %s (exit %d)\n", e.msg, RL_EXIT_PREEMPTED);

@@ -24,6 +24,7 @@ typedef struct rl_proc_opts {
     const rl_static_env *env;
     const char *save_params;   /* rank 0 writes the final parameters here (NULL: no) */
     const volatile int *stop;  /* set by a signal handler */
+    volatile int *starting;    /* cleared just before the training loop (may be NULL) */
 } rl_proc_opts;
 
 /* Runs the whole training; *summary is filled on rank 0 (the data digest

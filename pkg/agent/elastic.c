@@ -125,7 +125,11 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
         }
         /* Look at the trainers after the tick, not before: when one crashed,
          * its peers fail too and one of theirs may end the round first; the
-         * crash must still be reported, or it would not count. */
+         * crash must still be reported, or it would not count. Once the job
+         * is over there is nothing left to count, and the leader's store may
+         * already be gone (the tick told it we read the end). */
+        bool job_over = rs == RL_ROUND_COMPLETE || rs == RL_ROUND_FAILED;
+        if (job_over) reported = true;
         if (!reported && rl_group_poll(g, benign, &bad, &status)) {
             char how[96], msg[300];
             rl_group_describe(how, sizeof how, status);
@@ -277,8 +281,6 @@ int rl_elastic_run(const rl_elastic_opts *o, rl_err *e) {
            esc(b, sizeof b, o->id), etcd ? "etcd" : "k8s", o->nproc, o->round.min_nodes,
            o->round.max_nodes ? o->round.max_nodes : o->round.min_nodes);
     rc = agent_loop(&a, e);
-    /* the leader keeps its store up a moment so that members read "complete" */
-    if (a.srv && rc == RL_OK) nap(2 * TICK_S + 0.5);
     rl_round_coord_stop(a.coord);
     rl_store_server_stop(a.srv);
     rl_elector_stop(a.el, true);

@@ -102,6 +102,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
         rl_log(RL_LOG_INFO, "ddp", "\"world\":%d,\"backend\":\"%s\",\"buckets\":%d,\"source\":\"%s\"",
                env->world, rl_comm_backend(comm), rl_ddp_nbuckets(ddp), env->source);
     /* resumes from the newest checkpoint first (rank 0 reads, broadcasts) */
+    if (o->starting) *o->starting = 0;
     if ((rc = rl_trainer_run(&tr, e))) {
         summary->preempted = tr.summary.preempted;
         summary->preempt_saved = preempted_ok = tr.summary.preempt_saved;

@@ -327,6 +327,10 @@ int rl_round_coord_start(const char *host, int port, const void *secret, size_t 
                          const rl_round_opts *o, rl_members *members, long long first_round,
                          const rl_round_table *last, const char *gone_id, rl_round_coord **out,
                          rl_err *e);
+/* Stops the coordinator. Once it has ended the job (complete or failed)
+ * it first waits -- at most heartbeat_s * heartbeat_misses -- until every
+ * node of the last round has read that end, so none of them mistakes the
+ * closed store for a lost leader. */
 void rl_round_coord_stop(rl_round_coord *c);
 
 /* Member side. Join the current round and wait up to timeout_s for its

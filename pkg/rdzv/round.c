@@ -162,6 +162,14 @@ struct rl_round_coord {
     int nexpect;
     pthread_t thread;
     volatile int stop;
+    /* The job is over (complete or failed): the nodes of the last round,
+     * each of which must read that before the store goes away -- a member
+     * that finds the store closed instead takes it for a lost leader and
+     * would lead a job of one. */
+    volatile int over;
+    rl_round_node *over_nodes;
+    int n_over;
+    long long over_round;
 };
 
 static void log_end(long long round, const char *outcome, const char *reason) {
@@ -170,9 +178,16 @@ static void log_end(long long round, const char *outcome, const char *reason) {
            rl_json_escape(r, sizeof r, reason));
 }
 
-static int end_round(rl_round_coord *c, const char *outcome, bool graceful, const char *reason, rl_err *e) {
+static int end_round(rl_round_coord *c, const char *outcome, bool graceful, const char *reason,
+                     const rl_round_node *nodes, int n, rl_err *e) {
     char key[64], buf[32];
     log_end(c->round, outcome, reason);
+    if (strcmp(outcome, "next") != 0) {
+        c->over_nodes = calloc((size_t)(n > 0 ? n : 1), sizeof *c->over_nodes);
+        if (c->over_nodes) memcpy(c->over_nodes, nodes, (size_t)n * sizeof *nodes), c->n_over = n;
+        c->over_round = c->round;
+        c->over = 1; /* before the end is written: whoever reads it finds this set */
+    }
     if (strcmp(outcome, "next") == 0) {
         /* the next round opens before the old one is declared over, so a
          * member that sees "next" finds it at once */
@@ -287,6 +302,14 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
     nm = nj < o->max_nodes ? nj : o->max_nodes;
     int64_t crashes = 0;
     if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
+    /* A crash reported after its round had already ended (a peer's report
+     * came first) is counted here, before anything restarts. */
+    if (crashes > o->max_restarts) {
+        K(reason, "restart limit: %lld trainer crashes, at most %d allowed", (long long)crashes, o->max_restarts);
+        rc = end_round(c, "failed", false, reason, joined, nj, e);
+        *over = true;
+        goto out;
+    }
     int world;
     char *tj = table_json(c->round, (int)crashes, joined, nm, &world);
     K(key, "rdzv/%lld/table", c->round);
@@ -400,13 +423,30 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         }
         if (!outcome) sleep_s(0.1);
     }
-    rc = end_round(c, outcome, graceful, reason, e);
+    rc = end_round(c, outcome, graceful, reason, joined, nm, e); /* joined[0..nm) are the members */
     if (strcmp(outcome, "next") != 0) *over = true;
 out:
     free(joined);
     free(peers);
     free(mem);
     return rc;
+}
+
+/* After the job's end: wait until every node of the last round said it
+ * read it (R/seen/<id>), at most as long as a member may stay silent
+ * before it counts as lost. */
+static void linger(rl_round_coord *c) {
+    double until = rl_now() + c->o.heartbeat_s * c->o.heartbeat_misses;
+    char key[320];
+    for (int i = 0; i < c->n_over && rl_now() < until;) {
+        char *v = NULL;
+        size_t len;
+        rl_err e = {0};
+        K(key, "rdzv/%lld/seen/%s", c->over_round, c->over_nodes[i].id);
+        if (get_opt(c->s, key, 0.2, &v, &len, &e) != RL_OK) return;
+        if (v) i++;
+        free(v);
+    }
 }
 
 static void *coord_thread(void *arg) {
@@ -420,6 +460,7 @@ static void *coord_thread(void *arg) {
             break;
         }
     }
+    if (c->over) linger(c);
     return NULL;
 }
 
@@ -464,14 +505,22 @@ int rl_round_coord_start(const char *host, int port, const void *secret, size_t 
 
 void rl_round_coord_stop(rl_round_coord *c) {
     if (!c) return;
-    c->stop = 1;
+    if (!c->over) c->stop = 1; /* once the job is over, let it linger (bounded) */
     pthread_join(c->thread, NULL);
     rl_store_close(c->s);
     free(c->expect);
+    free(c->over_nodes);
     free(c);
 }
 
 /* ---- member side ------------------------------------------------------------------------ */
+/* Tell the coordinator this node read the job's end (see linger). */
+static int ack_over(rl_store *s, long long round, const char *id, rl_err *e) {
+    char key[320];
+    K(key, "rdzv/%lld/seen/%s", round, id);
+    return rl_store_set(s, key, "1", 1, e);
+}
+
 static int parse_end(const char *v, size_t len, rl_round_state *st, bool *graceful, char *reason, size_t rn) {
     cJSON *j = cJSON_ParseWithLength(v, len);
     const cJSON *oc = cJSON_GetObjectItemCaseSensitive(j, "outcome");
@@ -499,6 +548,7 @@ int rl_round_tick(rl_store *s, long long round, const char *id, double wait_s,
     if ((rc = get_opt(s, key, wait_s, &v, &len, e))) return rc;
     if (v) parse_end(v, len, state, graceful, reason, rn);
     free(v);
+    if (*state == RL_ROUND_COMPLETE || *state == RL_ROUND_FAILED) return ack_over(s, round, id, e);
     return RL_OK;
 }
 
@@ -566,6 +616,7 @@ int rl_round_join(rl_store *s, const char *id, const char *addr, int local_world
             char why[400];
             parse_end(v, len, &st, NULL, why, sizeof why);
             free(v);
+            if ((st == RL_ROUND_COMPLETE || st == RL_ROUND_FAILED) && (rc = ack_over(s, r, id, e))) break;
             if (st == RL_ROUND_COMPLETE) {
                 t->round = -1;
                 break;

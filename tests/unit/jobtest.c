@@ -153,12 +153,13 @@ void rl_test_job_kill(rl_test_job *j, int i) {
 int rl_test_job_wait(rl_test_job *j, int i, double timeout) {
     double end = rl_now() + timeout;
     int st = -1;
-    while (j->pid[i] > 0 && rl_now() < end) {
+    while (j->pid[i] > 0) { /* looks at least once, even with timeout 0 */
         pid_t r = waitpid(j->pid[i], &st, WNOHANG);
         if (r == j->pid[i]) {
             j->pid[i] = 0;
             return st;
         }
+        if (rl_now() >= end) break;
         nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
     }
     return -1;

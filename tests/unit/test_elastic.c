@@ -48,6 +48,21 @@ static int count_event(rl_test_job *j, const char *event) {
     return n;
 }
 
+/* A settled job: its last round holds `nodes` nodes and trains on
+ * without another round for a few steps (an elastic job may need more
+ * than one round to gather everyone). */
+static void wait_settled(rl_test_job *j, int nodes) {
+    double end = rl_now() + 90;
+    for (;;) {
+        int n = rl_test_job_events(j, "round_closed", g_ev, 16384);
+        bool all = n > 0 && rl_test_ev_num(&g_ev[n - 1], "nodes") == nodes;
+        rl_test_job_events_free(g_ev, n);
+        wait_step(j, rl_test_job_last_step(j) + 5, 60);
+        if (all && count_event(j, "round_closed") == n) return;
+        cr_assert(rl_now() < end, "no settled round of %d nodes within 90 s", nodes);
+    }
+}
+
 /* Every live agent must exit 0. */
 static void wait_done(rl_test_job *j, double timeout) {
     for (int i = 0; i < RL_TEST_MAXA; i++) {
@@ -166,15 +181,15 @@ Test(elastic, trainer_crashes_count_against_the_restart_limit, .timeout = 300) {
                  0, "%s", why);
     for (int i = 0; i < 3; i++) start(&j, i, 1, "s3cret");
     for (int crash = 1; crash <= 2; crash++) {
-        wait_step(&j, rl_test_job_last_step(&j) + 5, 120);
+        wait_settled(&j, 3);
         int p = trainer_pid(&j, 1);
         cr_assert(p > 0);
         kill(p, SIGKILL); /* a crash: not a lost node, not a preemption */
         if (crash == 1) {
             /* the job goes on, one restart counted */
-            double end = rl_now() + 60;
+            double until = rl_now() + 60;
             int restarts = 0;
-            while (restarts < 1 && rl_now() < end) {
+            while (restarts < 1 && rl_now() < until) {
                 int n = rl_test_job_events(&j, "round_start", g_ev, 16384);
                 restarts = n ? (int)rl_test_ev_num(&g_ev[n - 1], "restarts") : 0;
                 rl_test_job_events_free(g_ev, n);
@@ -215,11 +230,11 @@ Test(elastic, fifth_agent_joins_at_the_next_round, .timeout = 300) {
 
 Test(elastic, wrong_secret_is_refused_and_the_round_goes_on, .timeout = 300) {
     rl_test_job j;
-    setup(&j, 34, false);
+    char why[1024] = "";
+    /* long enough to outlast the test: the job is stopped at teardown */
+    cr_assert_eq(rl_test_job_setup(&j, 34, false, 100000, EVERY, RDZV, why, sizeof why), 0, "%s", why);
     for (int i = 0; i < 3; i++) start(&j, i, 1, "s3cret");
-    wait_step(&j, 10, 120);
-    /* the three may have needed two rounds to gather (elastic: min 2) */
-    wait_step(&j, rl_test_job_last_step(&j) + 3, 60);
+    wait_settled(&j, 3);
     int rounds = count_event(&j, "round_closed");
     start(&j, 3, 1, "not-the-secret");
     int st = rl_test_job_wait(&j, 3, 60);
@@ -228,8 +243,9 @@ Test(elastic, wrong_secret_is_refused_and_the_round_goes_on, .timeout = 300) {
     cr_expect(strstr(b, "wrong rendezvous secret") && !strstr(b, "s3cret"), "%s", b);
     free(b);
     cr_expect(count_event(&j, "store_auth_refused") >= 1, "the leader must log the refusal");
-    wait_done(&j, 180);
+    wait_step(&j, rl_test_job_last_step(&j) + 10, 60);
     cr_expect_eq(count_event(&j, "round_closed"), rounds, "the round must not be disturbed");
+    for (int i = 0; i < 3; i++) cr_expect(rl_test_job_wait(&j, i, 0) == -1, "agent %d must still be running", i);
     rl_test_job_teardown(&j);
 }
 
