@@ -13,7 +13,7 @@ BIN     ?= bin
 CC      ?= gcc
 OPT     ?= -O3 -g
 SAN     ?=
-PKGS    := libcjson openblas libcurl openssl
+PKGS    := libcjson openblas libcurl openssl expat
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wvla -fopenmp \
                  -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS  ?=
@@ -120,11 +120,17 @@ asan:
 REF_VENV ?= .venv-ref
 test-ref:
 	@scripts/deps.sh ref
-	@$(MAKE) --no-print-directory all $(BUILD)/tests/refdump $(BUILD)/tests/ckpt_logits
+	@$(MAKE) --no-print-directory all $(BUILD)/tests/refdump $(BUILD)/tests/ckpt_logits $(BUILD)/tests/rgwserve
 	@scripts/ref_venv.sh $(REF_VENV)
 	$(REF_VENV)/bin/python tests/ref/check_llama.py --dump $(BUILD)/tests/refdump
 	$(REF_VENV)/bin/python tests/ref/check_ckpt.py --worker $(BIN)/ringleader-worker \
 	  --prepare $(BIN)/ringleader-prepare --logits $(BUILD)/tests/ckpt_logits
+	$(REF_VENV)/bin/python tests/ref/check_s3.py --worker $(BIN)/ringleader-worker \
+	  --prepare $(BIN)/ringleader-prepare --logits $(BUILD)/tests/ckpt_logits --rgwserve $(BUILD)/tests/rgwserve
+
+$(BUILD)/tests/rgwserve: tests/ref/rgwserve.c tests/unit/rgwtest.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 
 $(BUILD)/tests/ckpt_logits: tests/ref/ckpt_logits.c $(LIB)
 	@mkdir -p $(dir $@)
@@ -139,13 +145,21 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
+# the checkpoint bench uploads to a radosgw it starts
+$(BUILD)/bench/ckpt: bench/ckpt.c tests/unit/rgwtest.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
+
 # the rendezvous bench runs agents against the Kubernetes stand-in
 $(BUILD)/bench/rdzv: bench/rdzv.c tests/unit/jobtest.c tests/unit/standin.c tests/unit/etcdtest.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(sort $(wildcard bench/*.c)))
-bench: all $(BENCH_BINS)
+# the rendezvous and checkpoint benches start etcd, the stand-in and radosgw
+bench:
+	@scripts/deps.sh test
+	@$(MAKE) --no-print-directory all $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do $$b || exit 1; done
 
 test-gpu bench-gpu:

@@ -20,7 +20,7 @@ fi
 
 # pip name -> import name; install only what does not import yet.
 missing=()
-for spec in torch:torch transformers:transformers safetensors:safetensors numpy:numpy; do
+for spec in torch:torch transformers:transformers safetensors:safetensors numpy:numpy boto3:boto3; do
   "$py" -c "import ${spec#*:}" >/dev/null 2>&1 || missing+=("${spec%%:*}")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

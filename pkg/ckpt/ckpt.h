@@ -41,19 +41,32 @@ struct cJSON;
 #define RL_CKPT_ST_MAX_DIMS 8
 
 /* ---- job config section "checkpoint" ------------------------------------------ */
+/* "checkpoint.s3": where an s3:// URI's server is and how to talk to it.
+ * Empty strings and zeroes defer to the AWS environment variables and
+ * pkg/s3's defaults (see s3.h); credentials only ever come from the
+ * environment (the operator fills it from a Secret), never from here. */
+typedef struct rl_ckpt_s3_config {
+    char endpoint[512];  /* "https://minio.local:9000"; "": AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / AWS */
+    char region[64];
+    char addressing[16]; /* "path" | "virtual" | "" (auto) */
+    long long part_mb;   /* multipart part size, MiB (>= 5); 0: default */
+    long long parallel;  /* parts in flight; 0: default */
+} rl_ckpt_s3_config;
+
 typedef struct rl_ckpt_config {
-    char uri[RL_CKPT_URI_MAX]; /* "" disables; "file:///abs" or a plain path */
+    char uri[RL_CKPT_URI_MAX]; /* "" disables; "file:///abs", a plain path, or "s3://bucket/prefix" */
     long long every_steps;     /* 0: no step cadence */
     double every_minutes;      /* 0: no time cadence */
     int keep;                  /* committed checkpoints kept (>= 1) */
     char when_busy[8];         /* "wait" | "skip": a save due while one runs */
     bool resume;               /* start from the newest good checkpoint */
     double preempt_budget_s;   /* SIGTERM -> checkpoint written within this */
+    rl_ckpt_s3_config s3;
 } rl_ckpt_config;
 
 void rl_ckpt_config_default(rl_ckpt_config *c);
 /* Strict reader over the defaults (unknown fields are errors); `where`
- * prefixes messages ("job.json: checkpoint"). s3:// is refused for now. */
+ * prefixes messages ("job.json: checkpoint"). */
 int rl_ckpt_config_from_json(const struct cJSON *obj, const char *where, rl_ckpt_config *c,
                              rl_err *e);
 void rl_ckpt_config_add_json(const rl_ckpt_config *c, struct cJSON *obj);
@@ -93,11 +106,22 @@ typedef struct rl_ckpt_store {
     char uri[RL_CKPT_URI_MAX]; /* normalised, no trailing '/': used in messages */
 } rl_ckpt_store;
 
-/* file:///abs/dir or a plain path. The directory is created if missing
- * (its parent must exist) and must be writable (probed now, so a bad
- * setting fails before training, not at the first save). s3:// and other
- * schemes are RL_EINPUT. */
+/* file:///abs/dir or a plain path: the directory is created if missing
+ * (its parent must exist). s3://bucket[/prefix]: objects under the prefix,
+ * through pkg/s3 with credentials from the environment. Either way the
+ * store must be writable: probed now (a file, or an object put and
+ * deleted), so a wrong path, bucket, credential or clock fails before
+ * training, not at the first save. Other schemes are RL_EINPUT. */
 int rl_ckpt_store_open(const char *uri, rl_ckpt_store **out, rl_err *e);
+/* The same with the config's s3 settings (rl_ckpt_store_open uses the
+ * defaults). */
+int rl_ckpt_store_open_cfg(const rl_ckpt_config *c, rl_ckpt_store **out, rl_err *e);
+int rl_ckpt_store_open_s3(const rl_ckpt_config *c, rl_ckpt_store **out, rl_err *e); /* store_s3.c */
+/* Split s3://bucket[/prefix] (bucket: 3-63 of a-z 0-9 . -, starting and
+ * ending with a letter or digit; prefix without leading or trailing '/').
+ * Outputs may be NULL (validation only); `where` prefixes messages. */
+int rl_ckpt_s3_uri_parse(const char *uri, const char *where, char *bucket, size_t bn, char *prefix, size_t pn,
+                         rl_err *e);
 void rl_ckpt_store_close(rl_ckpt_store *s);
 int rl_ckpt_put(rl_ckpt_store *s, const char *key, const rl_ckpt_part *parts, int nparts, rl_err *e);
 int rl_ckpt_get(rl_ckpt_store *s, const char *key, uint64_t off, uint64_t len, void **out,

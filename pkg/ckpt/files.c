@@ -22,7 +22,7 @@ void rl_ckpt_config_default(rl_ckpt_config *c) {
 
 int rl_ckpt_config_from_json(const cJSON *o, const char *w, rl_ckpt_config *c, rl_err *e) {
     static const char *const keys[] = {"uri", "every_steps", "every_minutes", "keep", "when_busy",
-                                       "resume", "preempt_budget_s", NULL};
+                                       "resume", "preempt_budget_s", "s3", NULL};
     long long keep = c->keep;
     int rc = rl_cfg_check_keys(o, w, keys, e);
     if (rc || (rc = rl_cfg_str(o, w, "uri", c->uri, sizeof c->uri, e)) ||
@@ -38,12 +38,37 @@ int rl_ckpt_config_from_json(const cJSON *o, const char *w, rl_ckpt_config *c, r
     if (strcmp(c->when_busy, "wait") != 0 && strcmp(c->when_busy, "skip") != 0)
         return rl_errf(e, RL_EINPUT, "%s.when_busy: \"%s\" is neither \"wait\" nor \"skip\"", w,
                        rl_json_escape(esc, sizeof esc, c->when_busy));
-    if (!strncmp(c->uri, "s3://", 5))
-        return rl_errf(e, RL_EINPUT, "%s.uri: %s: the S3 backend is not built yet (use file:///path)", w,
-                       rl_json_escape(esc, sizeof esc, c->uri));
-    if (c->uri[0] && strstr(c->uri, "://") && strncmp(c->uri, "file:///", 8) != 0)
-        return rl_errf(e, RL_EINPUT, "%s.uri: %s: use file:///absolute/path or a plain path", w,
-                       rl_json_escape(esc, sizeof esc, c->uri));
+    char where[300];
+    snprintf(where, sizeof where, "%s.uri", w);
+    if (!strncmp(c->uri, "s3://", 5)) {
+        if ((rc = rl_ckpt_s3_uri_parse(c->uri, where, NULL, 0, NULL, 0, e))) return rc;
+    } else if (c->uri[0] && strstr(c->uri, "://") && strncmp(c->uri, "file:///", 8) != 0) {
+        return rl_errf(e, RL_EINPUT, "%s: %s: use s3://bucket/prefix, file:///absolute/path or a plain path",
+                       where, rl_json_escape(esc, sizeof esc, c->uri));
+    }
+    const cJSON *s3;
+    if ((rc = rl_cfg_obj(o, w, "s3", &s3, e))) return rc;
+    if (!s3) return RL_OK;
+    static const char *const s3keys[] = {"endpoint", "region", "addressing", "part_mb", "parallel", NULL};
+    rl_ckpt_s3_config *k = &c->s3;
+    snprintf(where, sizeof where, "%s.s3", w);
+    if ((rc = rl_cfg_check_keys(s3, where, s3keys, e)) ||
+        (rc = rl_cfg_str(s3, where, "endpoint", k->endpoint, sizeof k->endpoint, e)) ||
+        (rc = rl_cfg_str(s3, where, "region", k->region, sizeof k->region, e)) ||
+        (rc = rl_cfg_str(s3, where, "addressing", k->addressing, sizeof k->addressing, e)) ||
+        (rc = rl_cfg_int(s3, where, "part_mb", 0, 5120, &k->part_mb, e)) ||
+        (rc = rl_cfg_int(s3, where, "parallel", 0, 64, &k->parallel, e)))
+        return rc;
+    /* S3 refuses parts under 5 MiB (all but the last) */
+    if (k->part_mb > 0 && k->part_mb < 5)
+        return rl_errf(e, RL_EINPUT, "%s.part_mb: %lld is below S3's 5 MiB minimum part size (0: default)", where,
+                       k->part_mb);
+    if (k->addressing[0] && strcmp(k->addressing, "path") != 0 && strcmp(k->addressing, "virtual") != 0)
+        return rl_errf(e, RL_EINPUT, "%s.addressing: \"%s\" is neither \"path\" nor \"virtual\"", where,
+                       rl_json_escape(esc, sizeof esc, k->addressing));
+    if (k->endpoint[0] && strncmp(k->endpoint, "http://", 7) != 0 && strncmp(k->endpoint, "https://", 8) != 0)
+        return rl_errf(e, RL_EINPUT, "%s.endpoint: \"%s\" must start with http:// or https://", where,
+                       rl_json_escape(esc, sizeof esc, k->endpoint));
     return RL_OK;
 }
 
@@ -55,6 +80,41 @@ void rl_ckpt_config_add_json(const rl_ckpt_config *c, cJSON *o) {
     cJSON_AddStringToObject(o, "when_busy", c->when_busy);
     cJSON_AddBoolToObject(o, "resume", c->resume);
     cJSON_AddNumberToObject(o, "preempt_budget_s", c->preempt_budget_s);
+    cJSON *s3 = cJSON_AddObjectToObject(o, "s3");
+    cJSON_AddStringToObject(s3, "endpoint", c->s3.endpoint);
+    cJSON_AddStringToObject(s3, "region", c->s3.region);
+    cJSON_AddStringToObject(s3, "addressing", c->s3.addressing);
+    cJSON_AddNumberToObject(s3, "part_mb", (double)c->s3.part_mb);
+    cJSON_AddNumberToObject(s3, "parallel", (double)c->s3.parallel);
+}
+
+int rl_ckpt_s3_uri_parse(const char *uri, const char *where, char *bucket, size_t bn, char *prefix, size_t pn,
+                         rl_err *e) {
+    char esc[160];
+    if (strncmp(uri, "s3://", 5) != 0) return rl_errf(e, RL_EINPUT, "%s: not an s3:// URI", where);
+    const char *b = uri + 5, *slash = strchr(b, '/');
+    size_t blen = slash ? (size_t)(slash - b) : strlen(b);
+    bool ok = blen >= 3 && blen <= 63;
+    for (size_t i = 0; ok && i < blen; i++) {
+        char ch = b[i];
+        bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+        ok = alnum || ((ch == '.' || ch == '-') && i > 0 && i + 1 < blen);
+    }
+    if (!ok)
+        return rl_errf(e, RL_EINPUT,
+                       "%s: %s: the bucket name must be 3-63 characters of a-z, 0-9, '.' and '-', "
+                       "starting and ending with a letter or digit",
+                       where, rl_json_escape(esc, sizeof esc, uri));
+    const char *p = slash ? slash + 1 : "";
+    size_t plen = strlen(p);
+    while (plen > 0 && p[plen - 1] == '/') plen--;
+    if (p[0] == '/' || strstr(p, "//"))
+        return rl_errf(e, RL_EINPUT, "%s: %s: empty path segment in the prefix", where,
+                       rl_json_escape(esc, sizeof esc, uri));
+    if (plen > 512) return rl_errf(e, RL_EINPUT, "%s: the prefix is longer than 512 bytes", where);
+    if (bucket) snprintf(bucket, bn, "%.*s", (int)blen, b);
+    if (prefix) snprintf(prefix, pn, "%.*s%s", (int)plen, p, plen ? "/" : "");
+    return RL_OK;
 }
 
 /* ---- names, hashes ---------------------------------------------------------------------- */

@@ -77,7 +77,7 @@ int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dis
     tr->summary.resumed_from = -1;
     if (rank == 0 && cfg->ckpt.uri[0]) {
         rl_ckpt_store *st;
-        if ((rc = rl_ckpt_store_open(cfg->ckpt.uri, &st, e)) || (rc = rl_trainer_use_store(tr, st, e))) {
+        if ((rc = rl_ckpt_store_open_cfg(&cfg->ckpt, &st, e)) || (rc = rl_trainer_use_store(tr, st, e))) {
             rl_trainer_free(tr);
             return rc;
         }
@@ -477,7 +477,8 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
                 progress(tr, &st, avg_tps);
             else if (st.step % t->log_every == 0 || st.step == t->steps || st.step == first + 1)
                 rl_log(RL_LOG_INFO, "step",
-                       "\"step\":%lld,\"loss\":%.5f,\"lr\":%.4e,\"grad_norm\":%.4f,"
+                       /* the loss in full: resume tests compare it bit for bit */
+                       "\"step\":%lld,\"loss\":%.17g,\"lr\":%.4e,\"grad_norm\":%.4f,"
                        "\"tokens_per_s\":%.0f,\"elapsed_s\":%.2f",
                        st.step, st.loss, st.lr, st.grad_norm, st.tokens_per_s, st.elapsed_s);
         }

@@ -406,7 +406,7 @@ Test(ckpt, bad_inputs_fail_with_one_line_naming_the_object) {
     tmpdir(dir, sizeof dir);
     rl_ckpt_store *s;
     rl_err e;
-    /* parent missing, a file in the way, another scheme, S3 not yet */
+    /* parent missing, a file in the way, another scheme, a bad bucket name */
     snprintf(p, sizeof p, "%s/no/such/dir", dir);
     cr_expect_eq(rl_ckpt_store_open(p, &s, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "no/such/dir"), "%s", e.msg);
@@ -415,8 +415,10 @@ Test(ckpt, bad_inputs_fail_with_one_line_naming_the_object) {
     snprintf(p, sizeof p, "file://%s/file/ck", dir);
     cr_expect_eq(rl_ckpt_store_open(p, &s, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "file/ck"), "%s", e.msg);
-    cr_expect_eq(rl_ckpt_store_open("s3://bucket/x", &s, &e), RL_EINPUT);
-    cr_expect(strstr(e.msg, "S3 backend is not built yet"), "%s", e.msg);
+    cr_expect_eq(rl_ckpt_store_open("s3://Bad_Bucket/x", &s, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "bucket name") && strstr(e.msg, "Bad_Bucket"), "%s", e.msg);
+    cr_expect_eq(rl_ckpt_store_open("s3://bucket//x", &s, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "empty path segment"), "%s", e.msg);
     cr_expect_eq(rl_ckpt_store_open("gs://bucket/x", &s, &e), RL_EINPUT);
     cr_expect_eq(rl_ckpt_store_open("file://relative", &s, &e), RL_EINPUT);
 
@@ -451,7 +453,11 @@ Test(ckpt, bad_inputs_fail_with_one_line_naming_the_object) {
     /* the config section is strict */
     rl_job_config c;
     const char *bad[][2] = {
-        {"{\"checkpoint\":{\"uri\":\"s3://b/p\"}}", "S3 backend"},
+        {"{\"checkpoint\":{\"uri\":\"s3://b/p\"}}", "bucket name"},
+        {"{\"checkpoint\":{\"s3\":{\"addressing\":\"sideways\"}}}", "s3.addressing"},
+        {"{\"checkpoint\":{\"s3\":{\"part_mb\":3}}}", "s3.part_mb"},
+        {"{\"checkpoint\":{\"s3\":{\"endpoint\":\"minio:9000\"}}}", "s3.endpoint"},
+        {"{\"checkpoint\":{\"s3\":{\"regoin\":\"x\"}}}", "regoin"},
         {"{\"checkpoint\":{\"when_busy\":\"later\"}}", "when_busy"},
         {"{\"checkpoint\":{\"keep\":0}}", "keep"},
         {"{\"checkpoint\":{\"evry_steps\":5}}", "evry_steps"},
@@ -466,7 +472,9 @@ Test(ckpt, bad_inputs_fail_with_one_line_naming_the_object) {
     /* and round-trips */
     rl_job_config_default(&c);
     const char *good = "{\"checkpoint\":{\"uri\":\"file:///tmp/x\",\"every_steps\":5,\"every_minutes\":1.5,"
-                       "\"keep\":2,\"when_busy\":\"skip\",\"resume\":false,\"preempt_budget_s\":12}}";
+                       "\"keep\":2,\"when_busy\":\"skip\",\"resume\":false,\"preempt_budget_s\":12,"
+                       "\"s3\":{\"endpoint\":\"http://127.0.0.1:7480\",\"region\":\"eu-west-1\",\"addressing\":\"path\","
+                       "\"part_mb\":8,\"parallel\":3}}}";
     cr_assert_eq(rl_job_config_parse(good, strlen(good), "job.json", &c, &e), 0, "%s", e.msg);
     char *js = rl_job_config_to_json(&c);
     rl_job_config d;
@@ -539,9 +547,6 @@ static void tiny_model(rl_model_config *m) {
     m->hidden_size = 32, m->intermediate_size = 64, m->num_hidden_layers = 2;
     m->num_attention_heads = 4, m->num_key_value_heads = 2, m->max_position_embeddings = 64;
 }
-#define TINY_MODEL_JSON                                                                              \
-    "\"model\":{\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":2,"                      \
-    "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64},"
 
 static void job(rl_job_config *c, const char *data_dir, const char *ck, int steps) {
     omp_set_num_threads(1); /* a tiny model; spinning threads only slow a busy machine */
@@ -716,20 +721,6 @@ Test(ckpt, exact_resume_on_one_process, .timeout = 180) {
 }
 
 /* ---- through the binary: two processes from a one-process checkpoint; SIGTERM -------------------- */
-static void write_job(const char *dir, long long steps, const char *extra_ckpt) {
-    char path[256], js[2048];
-    snprintf(path, sizeof path, "%s/job.json", dir);
-    snprintf(js, sizeof js,
-             "{" TINY_MODEL_JSON
-             "\"train\":{\"steps\":%lld,\"warmup_steps\":2,\"seq_len\":32,\"micro_batch\":4,\"global_batch_tokens\":512,"
-             "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
-             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
-             "\"dist\":{\"timeout_s\":30,\"first_bucket_mb\":0.05,\"bucket_mb\":0.25},"
-             "\"checkpoint\":{\"uri\":\"file://%s/ck\"%s}}",
-             steps, dir, dir, extra_ckpt);
-    rl_test_write(path, js, strlen(js));
-}
-
 static float *read_floats(const char *path, size_t *n) {
     char *t;
     size_t len;
@@ -742,7 +733,7 @@ static float *read_floats(const char *path, size_t *n) {
 Test(ckpt, two_processes_resume_a_one_process_checkpoint, .timeout = 300) {
     char dir[64], cmd[1024], err[8192], p[256];
     rl_test_arith_dir(dir, sizeof dir, 300000);
-    write_job(dir, 10, ",\"every_steps\":5");
+    rl_test_write_job(dir, 10, 512, NULL, ",\"every_steps\":5");
     /* the reference: one process, 10 steps (checkpoints at 5 and 10) */
     snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/ringleader-worker --config %s/job.json --save-params %s/p1.bin", rl_test_bindir(),
              dir, dir);
@@ -779,56 +770,6 @@ Test(ckpt, two_processes_resume_a_one_process_checkpoint, .timeout = 300) {
     rl_test_rmdir(dir);
 }
 
-static pid_t spawn(const char *dir, const char *log, int rank, int world, int port) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (rank >= 0) {
-            char v[32];
-            snprintf(v, sizeof v, "%d", rank), setenv("RANK", v, 1), setenv("LOCAL_RANK", v, 1);
-            snprintf(v, sizeof v, "%d", world), setenv("WORLD_SIZE", v, 1), setenv("LOCAL_WORLD_SIZE", v, 1);
-            snprintf(v, sizeof v, "%d", port), setenv("MASTER_PORT", v, 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-        }
-        /* spinning OpenMP threads crawl on two cores shared with other tests */
-        setenv("OMP_NUM_THREADS", "1", 1);
-        char cfg[256], exe[4200];
-        snprintf(cfg, sizeof cfg, "%s/job.json", dir);
-        snprintf(exe, sizeof exe, "%s/ringleader-worker", rl_test_bindir());
-        if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
-        execl(exe, exe, "--config", cfg, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_status(pid_t p, double limit_s) {
-    int st = 0;
-    double t0 = rl_now();
-    while (rl_now() - t0 < limit_s) {
-        if (waitpid(p, &st, WNOHANG) == p) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        usleep(20000);
-    }
-    kill(p, SIGKILL);
-    waitpid(p, &st, 0);
-    return -1;
-}
-
-/* The last "step" the log shows. */
-static long long last_step(const char *log) {
-    char *t;
-    size_t len;
-    rl_err e;
-    if (rl_read_file(log, &t, &len, &e)) return -1;
-    long long s = -1;
-    /* rank 0 of a distributed run puts "rank" between the two */
-    for (char *q = t; (q = strstr(q, "\"event\":\"step\",")); q++) {
-        char *v = strstr(q, "\"step\":");
-        if (v) s = atoll(v + 7);
-    }
-    free(t);
-    return s;
-}
-
 static long long committed_latest(const char *dir) {
     char root[128];
     snprintf(root, sizeof root, "%s/ck", dir);
@@ -851,20 +792,20 @@ static long long committed_latest(const char *dir) {
 Test(ckpt, sigterm_writes_a_checkpoint_and_exits_preempted, .timeout = 180) {
     char dir[64], log[128];
     rl_test_arith_dir(dir, sizeof dir, 300000);
-    write_job(dir, 100000, ",\"preempt_budget_s\":15");
+    rl_test_write_job(dir, 100000, 512, NULL, ",\"preempt_budget_s\":15");
     snprintf(log, sizeof log, "%s/log", dir);
-    pid_t p = spawn(dir, log, -1, 1, 0);
+    pid_t p = rl_test_spawn_worker(dir, log, -1, 1, 0, NULL);
     double t0 = rl_now();
-    while (last_step(log) < 3 && rl_now() - t0 < 60) usleep(20000);
-    long long at_signal = last_step(log);
+    while (rl_test_last_step(log) < 3 && rl_now() - t0 < 60) usleep(20000);
+    long long at_signal = rl_test_last_step(log);
     if (at_signal < 3) {
         kill(p, SIGKILL), waitpid(p, NULL, 0);
         cr_assert_fail("training never started");
     }
     kill(p, SIGTERM);
-    int st = wait_status(p, 60);
+    int st = rl_test_wait_status(p, 60);
     cr_expect_eq(st, RL_EXIT_PREEMPTED, "exit status %d, want %d", st, RL_EXIT_PREEMPTED);
-    long long stopped = last_step(log);
+    long long stopped = rl_test_last_step(log);
     /* the step under way finished, no further one started, and that is the checkpoint */
     cr_expect(stopped >= at_signal && stopped <= at_signal + 2, "stopped at %lld, signal after %lld", stopped, at_signal);
     cr_expect(file_has(log, "\"event\":\"preempted\""), "no preempted line");
@@ -875,7 +816,7 @@ Test(ckpt, sigterm_writes_a_checkpoint_and_exits_preempted, .timeout = 180) {
 Test(ckpt, sigterm_to_one_rank_stops_every_rank_at_the_same_step, .timeout = 180) {
     char dir[64], log[2][128];
     rl_test_arith_dir(dir, sizeof dir, 300000);
-    write_job(dir, 100000, "");
+    rl_test_write_job(dir, 100000, 512, NULL, "");
     rl_store_server *srv;
     rl_err e;
     cr_assert_eq(rl_store_server_start("127.0.0.1", 0, &srv, &e), 0, "%s", e.msg);
@@ -884,19 +825,19 @@ Test(ckpt, sigterm_to_one_rank_stops_every_rank_at_the_same_step, .timeout = 180
     pid_t pid[2];
     for (int r = 0; r < 2; r++) {
         snprintf(log[r], sizeof log[r], "%s/rank%d.log", dir, r);
-        pid[r] = spawn(dir, log[r], r, 2, port);
+        pid[r] = rl_test_spawn_worker(dir, log[r], r, 2, port, NULL);
     }
     double t0 = rl_now();
-    while (last_step(log[0]) < 3 && rl_now() - t0 < 90) usleep(20000);
-    if (last_step(log[0]) < 3) {
+    while (rl_test_last_step(log[0]) < 3 && rl_now() - t0 < 90) usleep(20000);
+    if (rl_test_last_step(log[0]) < 3) {
         for (int r = 0; r < 2; r++) kill(pid[r], SIGKILL), waitpid(pid[r], NULL, 0);
         cr_assert_fail("training never started");
     }
     /* only rank 1 hears it, as when one pod of several is evicted first */
     kill(pid[1], SIGTERM);
-    int st0 = wait_status(pid[0], 60), st1 = wait_status(pid[1], 60);
+    int st0 = rl_test_wait_status(pid[0], 60), st1 = rl_test_wait_status(pid[1], 60);
     cr_expect(st0 == RL_EXIT_PREEMPTED && st1 == RL_EXIT_PREEMPTED, "exit statuses %d and %d", st0, st1);
-    long long stopped = last_step(log[0]);
+    long long stopped = rl_test_last_step(log[0]);
     cr_expect(file_has(log[0], "\"event\":\"preempted\""));
     cr_expect_eq(committed_latest(dir), stopped);
     rl_test_rmdir(dir);
@@ -910,7 +851,7 @@ Test(ckpt, cli_bad_checkpoint_inputs_exit_2, .timeout = 120) {
     rl_test_arith_dir(dir, sizeof dir, 300000);
     snprintf(p, sizeof p, "%s/ck", dir);
     rl_test_write(p, "not a directory", 15);
-    write_job(dir, 4, "");
+    rl_test_write_job(dir, 4, 512, NULL, "");
     snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/ringleader-worker --config %s/job.json", rl_test_bindir(), dir);
     cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
     cr_expect(strstr(err, "ringleader-worker: error:") && strstr(err, "/ck: exists and is not a directory"), "%s", err);
@@ -924,7 +865,7 @@ Test(ckpt, cli_bad_checkpoint_inputs_exit_2, .timeout = 120) {
     cr_expect(strstr(err, "no usable checkpoint") && strstr(err, "step-00000004/model.safetensors") &&
               strstr(err, "truncated"), "%s", err);
     /* resume false over existing checkpoints: refused, naming the setting */
-    write_job(dir, 4, ",\"resume\":false");
+    rl_test_write_job(dir, 4, 512, NULL, ",\"resume\":false");
     cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
     cr_expect(strstr(err, "checkpoint.resume is false"), "%s", err);
     rl_test_rmdir(dir);

@@ -4,10 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "data/data.h"
+#include "util/util.h"
 
 void rl_test_arith_dir(char *dir, size_t n, uint64_t tokens) {
     snprintf(dir, n, "/tmp/rltest-XXXXXX");
@@ -52,4 +54,83 @@ void rl_test_write(const char *path, const void *data, size_t len) {
     cr_assert(f != NULL, "cannot write %s", path);
     cr_assert_eq(fwrite(data, 1, len, f), len);
     fclose(f);
+}
+
+int rl_test_spawn_worker(const char *dir, const char *log, int rank, int world, int port,
+                         const char *const *extra_args) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (rank >= 0) {
+            char v[32];
+            snprintf(v, sizeof v, "%d", rank), setenv("RANK", v, 1), setenv("LOCAL_RANK", v, 1);
+            snprintf(v, sizeof v, "%d", world), setenv("WORLD_SIZE", v, 1), setenv("LOCAL_WORLD_SIZE", v, 1);
+            snprintf(v, sizeof v, "%d", port), setenv("MASTER_PORT", v, 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+        }
+        /* spinning OpenMP threads crawl on two cores shared with other tests */
+        setenv("OMP_NUM_THREADS", "1", 1);
+        char cfg[256], exe[4200];
+        snprintf(cfg, sizeof cfg, "%s/job.json", dir);
+        snprintf(exe, sizeof exe, "%s/ringleader-worker", rl_test_bindir());
+        const char *argv[32] = {exe, "--config", cfg};
+        int n = 3;
+        for (int i = 0; extra_args && extra_args[i] && n < 31; i++) argv[n++] = extra_args[i];
+        argv[n] = NULL;
+        if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+int rl_test_wait_status(int p, double limit_s) {
+    int st = 0;
+    double t0 = rl_now();
+    while (rl_now() - t0 < limit_s) {
+        if (waitpid(p, &st, WNOHANG) == p) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(20000);
+    }
+    kill(p, SIGKILL);
+    waitpid(p, &st, 0);
+    return -1;
+}
+
+/* Walks the "step" events of a log: the highest step, and each step's loss. */
+static long long each_step(const char *log, double *losses, int max) {
+    char *t;
+    size_t len;
+    rl_err e;
+    if (rl_read_file(log, &t, &len, &e)) return -1;
+    long long hi = -1;
+    /* rank 0 of a distributed run puts "rank" between the event and the step */
+    for (char *q = t; (q = strstr(q, "\"event\":\"step\",")); q++) {
+        char *v = strstr(q, "\"step\":"), *l = strstr(q, "\"loss\":");
+        if (!v) continue;
+        long long s = atoll(v + 7);
+        if (s > hi) hi = s;
+        if (losses && l && s >= 0 && s < max) losses[s] = strtod(l + 7, NULL);
+    }
+    free(t);
+    return hi;
+}
+
+long long rl_test_last_step(const char *log) { return each_step(log, NULL, 0); }
+
+long long rl_test_step_losses(const char *log, double *losses, int max) { return each_step(log, losses, max); }
+
+void rl_test_write_job(const char *dir, long long steps, int global_tokens, const char *ckpt_uri,
+                       const char *extra_ckpt) {
+    char path[256], uri[600], js[4096];
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    if (ckpt_uri) snprintf(uri, sizeof uri, "%s", ckpt_uri);
+    else snprintf(uri, sizeof uri, "file://%s/ck", dir);
+    snprintf(js, sizeof js,
+             "{" RL_TEST_TINY_MODEL_JSON
+             "\"train\":{\"steps\":%lld,\"warmup_steps\":2,\"seq_len\":32,\"micro_batch\":4,\"global_batch_tokens\":%d,"
+             "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
+             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"dist\":{\"timeout_s\":30,\"first_bucket_mb\":0.05,\"bucket_mb\":0.25},"
+             "\"checkpoint\":{\"uri\":\"%s\"%s}}",
+             steps, global_tokens, dir, uri, extra_ckpt);
+    rl_test_write(path, js, strlen(js));
 }
