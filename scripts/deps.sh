@@ -7,8 +7,9 @@ what=${1:-build}
 pkgs=(build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev
       libopenblas-dev libomp-dev)
 case "$what" in
-  test) pkgs+=(libcriterion-dev clang libclang-rt-14-dev python3 openssl etcd-server kubectl) ;;
-  ref)  pkgs+=(libcriterion-dev python3 python3-venv) ;;
+  test) pkgs+=(libcriterion-dev clang libclang-rt-14-dev python3 openssl etcd-server kubectl
+              radosgw ceph-mon ceph-osd ceph-common curl) ;;
+  ref)  pkgs+=(libcriterion-dev python3 python3-venv radosgw ceph-mon ceph-osd ceph-common) ;;
   build) ;;
   *) echo "deps.sh: unknown target '$what' (build|test|ref)" >&2; exit 2 ;;
 esac

@@ -110,9 +110,11 @@ def main():
             with safe_open(f"{step}/model.safetensors", "pt") as fm, safe_open(f"{step}/optimizer.safetensors", "pt") as fo:
                 rep.check(len(fo.keys()) == 3 * len(fm.keys()) > 0, "safetensors reads both files")
 
-            # boto3 uploads the checkpoint elsewhere; ringleader resumes from it
-            for x in man["files"]:
-                s3.upload_file(f"{step}/{x['name']}", BUCKET, f"byboto3/{latest}/{x['name']}")
+            # boto3 uploads the checkpoint elsewhere (manifest last, as ringleader
+            # does); ringleader resumes from it
+            s3.download_file(BUCKET, f"run/{latest}/manifest.json", f"{step}/manifest.json")
+            for name in [x["name"] for x in man["files"]] + ["manifest.json"]:
+                s3.upload_file(f"{step}/{name}", BUCKET, f"byboto3/{latest}/{name}")
             s3.put_object(Bucket=BUCKET, Key="byboto3/latest", Body=(latest + "\n").encode())
             r = run([a.worker, "--config", job(d, f"s3://{BUCKET}/byboto3", 9)], env)
             resumed = [json.loads(line) for line in r.stderr.splitlines()

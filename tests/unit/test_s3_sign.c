@@ -1,6 +1,8 @@
 /* SigV4 and the S3 XML parsers, without a server: AWS's published
  * example signature, canonicalisation cases, and the answers we parse. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,4 +175,110 @@ Test(s3_sign, credentials_from_the_environment) {
     unsetenv("AWS_ROLE_ARN");
     cr_expect_eq(rl_s3_creds_from_env("us-east-1", NULL, &p, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "no credentials"), "%s", e.msg);
+}
+
+/* ---- web identity against an STS stand-in --------------------------------------------
+ * No STS can run here, so a thread plays one: it answers each POST with
+ * the documented AssumeRoleWithWebIdentityResponse and keeps the request
+ * bodies for the test to inspect. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct sts_stub {
+    int lfd, port, served;
+    char bodies[4][8192];
+    double expires_in[4]; /* seconds from now for each answer */
+} sts_stub;
+
+static void *sts_serve(void *arg) {
+    sts_stub *s = arg;
+    for (int k = 0; k < 4; k++) {
+        int fd = accept(s->lfd, NULL, NULL);
+        if (fd < 0) return NULL;
+        char req[16384];
+        size_t have = 0;
+        char *body = NULL;
+        long clen = -1;
+        while (have < sizeof req - 1) {
+            ssize_t r = recv(fd, req + have, sizeof req - 1 - have, 0);
+            if (r <= 0) break;
+            have += (size_t)r, req[have] = '\0';
+            char *end = strstr(req, "\r\n\r\n");
+            if (end && clen < 0) {
+                char *cl = strcasestr(req, "content-length:");
+                clen = cl ? atol(cl + 15) : 0;
+                body = end + 4;
+            }
+            if (body && (long)(have - (size_t)(body - req)) >= clen) break;
+        }
+        if (body) snprintf(s->bodies[k], sizeof s->bodies[k], "%s", body);
+        time_t t = time(NULL) + (time_t)s->expires_in[k];
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        char exp[32], xml[1024], resp[1400];
+        strftime(exp, sizeof exp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        int n = snprintf(xml, sizeof xml,
+                         "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
+                         "<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>ASIA%d</AccessKeyId>"
+                         "<SecretAccessKey>secret%d</SecretAccessKey><SessionToken>session%d</SessionToken>"
+                         "<Expiration>%s</Expiration></Credentials></AssumeRoleWithWebIdentityResult>"
+                         "</AssumeRoleWithWebIdentityResponse>", k, k, k, exp);
+        int m = snprintf(resp, sizeof resp, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: %d\r\n"
+                         "Connection: close\r\n\r\n%s", n, xml);
+        ssize_t w = send(fd, resp, (size_t)m, MSG_NOSIGNAL);
+        (void)w;
+        close(fd);
+        __atomic_add_fetch(&s->served, 1, __ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
+
+Test(s3_sign, web_identity_through_sts_renewed_before_expiry) {
+    static sts_stub s = {.expires_in = {120, 3600, 3600, 3600}}; /* the first lasts under 5 minutes */
+    s.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    cr_assert(bind(s.lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(s.lfd, 4) == 0 &&
+              getsockname(s.lfd, (struct sockaddr *)&sa, &sl) == 0);
+    pthread_t th;
+    pthread_create(&th, NULL, sts_serve, &s);
+    char url[64], tf[] = "/tmp/rl-wit-XXXXXX";
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", ntohs(sa.sin_port));
+    int fd = mkstemp(tf);
+    cr_assert(fd >= 0 && write(fd, "token/one+1\n", 12) == 12);
+    close(fd);
+    unsetenv("AWS_ACCESS_KEY_ID"), unsetenv("AWS_SECRET_ACCESS_KEY");
+    setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/trainer", 1);
+    setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tf, 1);
+    setenv("AWS_ENDPOINT_URL_STS", url, 1);
+    rl_s3_cred_provider *p;
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_creds_from_env("us-east-1", NULL, &p, &e), 0, "%s", e.msg);
+    cr_expect(strstr(s.bodies[0], "Action=AssumeRoleWithWebIdentity") &&
+                  strstr(s.bodies[0], "RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Ftrainer") &&
+                  strstr(s.bodies[0], "WebIdentityToken=token%2Fone%2B1") && strstr(s.bodies[0], "Version=2011-06-15"),
+              "%s", s.bodies[0]);
+    /* the first credentials expire within 5 minutes: the next use renews them, re-reading the rotated token */
+    fd = open(tf, O_WRONLY | O_TRUNC);
+    cr_assert(fd >= 0 && write(fd, "token-two", 9) == 9);
+    close(fd);
+    rl_s3_creds c;
+    cr_assert_eq(rl_s3_creds_get(p, &c, &e), 0, "%s", e.msg);
+    cr_expect_str_eq(c.access_key, "ASIA1");
+    cr_expect_str_eq(c.token, "session1");
+    cr_expect(strstr(s.bodies[1], "WebIdentityToken=token-two"), "%s", s.bodies[1]);
+    /* an hour left: no further call */
+    cr_assert_eq(rl_s3_creds_get(p, &c, &e), 0, "%s", e.msg);
+    cr_expect_str_eq(c.access_key, "ASIA1");
+    cr_expect_eq(__atomic_load_n(&s.served, __ATOMIC_SEQ_CST), 2);
+    rl_s3_creds_free(p);
+    unsetenv("AWS_ROLE_ARN"), unsetenv("AWS_WEB_IDENTITY_TOKEN_FILE"), unsetenv("AWS_ENDPOINT_URL_STS");
+    unlink(tf);
+    shutdown(s.lfd, SHUT_RDWR);
+    close(s.lfd);
+    pthread_join(th, NULL);
 }
