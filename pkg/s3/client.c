@@ -110,7 +110,7 @@ void rl_s3_close(rl_s3 *s) {
 /* The decoded path to sign and the URL to send, for bucket/key. Dotted
  * bucket names cannot be virtual hosts under TLS (the certificate is for
  * one label), so those go path-style, as the AWS SDKs do. */
-static int locate(const rl_s3 *s, const char *bucket, const char *key, const char *query, char *path, size_t pn,
+int rl_s3_locate(const rl_s3 *s, const char *bucket, const char *key, const char *query, char *path, size_t pn,
                   char *url, size_t un, char *host, size_t hn, rl_err *e) {
     bool vh = s->virtual_host && bucket && *bucket && !strchr(bucket, '.');
     int w = vh ? snprintf(path, pn, "%s/%s", s->base, key ? key : "")
@@ -204,7 +204,7 @@ int rl_s3_do(rl_s3 *s, rl_http *h, const rl_s3_call *c, rl_http_resp *resp, rl_e
     char path[4096], url[8192], host[512], what[1300];
     snprintf(what, sizeof what, "s3 %s %s%s%s", c->op ? c->op : c->method, c->bucket ? c->bucket : "",
              c->key ? "/" : "", c->key ? c->key : "");
-    int rc = locate(s, c->bucket, c->key, c->query, path, sizeof path, url, sizeof url, host, sizeof host, e);
+    int rc = rl_s3_locate(s, c->bucket, c->key, c->query, path, sizeof path, url, sizeof url, host, sizeof host, e);
     if (rc) return rc;
     /* the body is hashed once; each attempt is signed again (a fresh date) */
     char sha[65], b64[45];

@@ -42,6 +42,9 @@ typedef struct rl_s3_call {
     bool error_in_200;             /* a 200 may carry an <Error> (CompleteMultipartUpload) */
 } rl_s3_call;
 
+/* The decoded path to sign, the URL to send and the Host for bucket/key. */
+int rl_s3_locate(const rl_s3 *s, const char *bucket, const char *key, const char *query, char *path, size_t pn,
+                 char *url, size_t un, char *host, size_t hn, rl_err *e);
 int rl_s3_do(rl_s3 *s, rl_http *h, const rl_s3_call *c, rl_http_resp *resp, rl_err *e);
 /* sha256 of bytes [off, off+len) of the parts: hex and base64. */
 void rl_s3_hash_range(const rl_s3_part *parts, int nparts, uint64_t off, uint64_t len, char hex[65], char b64[45]);

@@ -282,3 +282,45 @@ Test(s3_sign, web_identity_through_sts_renewed_before_expiry) {
     close(s.lfd);
     pthread_join(th, NULL);
 }
+
+/* Addressing: virtual-hosted on AWS (and when asked), path-style on custom
+ * endpoints, dotted buckets always path-style; endpoint variables in order. */
+Test(s3_sign, addressing_and_endpoints) {
+    rl_err e = {0};
+    char path[512], url[1024], host[256];
+    struct {
+        const char *endpoint, *addressing, *env_s3, *env_any, *bucket, *want_url, *want_host, *want_path;
+    } cases[] = {
+        {"", "", NULL, NULL, "bkt", "https://bkt.s3.eu-west-1.amazonaws.com/a%20b/c", "bkt.s3.eu-west-1.amazonaws.com", "/a b/c"},
+        {"", "", NULL, NULL, "my.bkt", "https://s3.eu-west-1.amazonaws.com/my.bkt/a%20b/c", "s3.eu-west-1.amazonaws.com", "/my.bkt/a b/c"},
+        {"http://minio:9000/", "", NULL, NULL, "bkt", "http://minio:9000/bkt/a%20b/c", "minio:9000", "/bkt/a b/c"},
+        {"http://minio:9000", "virtual", NULL, NULL, "bkt", "http://bkt.minio:9000/a%20b/c", "bkt.minio:9000", "/a b/c"},
+        {"", "", "http://s3only:1", "http://any:2", "bkt", "http://s3only:1/bkt/a%20b/c", "s3only:1", "/bkt/a b/c"},
+        {"", "", NULL, "http://any:2/base", "bkt", "http://any:2/base/bkt/a%20b/c", "any:2", "/base/bkt/a b/c"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].env_s3) setenv("AWS_ENDPOINT_URL_S3", cases[i].env_s3, 1);
+        else unsetenv("AWS_ENDPOINT_URL_S3");
+        if (cases[i].env_any) setenv("AWS_ENDPOINT_URL", cases[i].env_any, 1);
+        else unsetenv("AWS_ENDPOINT_URL");
+        rl_s3_config c = {0};
+        snprintf(c.endpoint, sizeof c.endpoint, "%s", cases[i].endpoint);
+        snprintf(c.addressing, sizeof c.addressing, "%s", cases[i].addressing);
+        snprintf(c.region, sizeof c.region, "eu-west-1");
+        cr_assert_eq(rl_s3_creds_static("AK", "SK", NULL, &c.creds, &e), 0);
+        rl_s3 *s;
+        cr_assert_eq(rl_s3_open(&c, &s, &e), 0, "%s", e.msg);
+        cr_assert_eq(rl_s3_locate(s, cases[i].bucket, "a b/c", NULL, path, sizeof path, url, sizeof url, host,
+                                  sizeof host, &e), 0, "%s", e.msg);
+        cr_expect_str_eq(url, cases[i].want_url, "case %zu", i);
+        cr_expect_str_eq(host, cases[i].want_host, "case %zu", i);
+        cr_expect_str_eq(path, cases[i].want_path, "case %zu", i);
+        rl_s3_close(s);
+    }
+    unsetenv("AWS_ENDPOINT_URL_S3"), unsetenv("AWS_ENDPOINT_URL");
+    rl_s3_config bad = {.endpoint = "ftp://x"};
+    cr_assert_eq(rl_s3_creds_static("AK", "SK", NULL, &bad.creds, &e), 0);
+    rl_s3 *s;
+    cr_expect_eq(rl_s3_open(&bad, &s, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "ftp://x"), "%s", e.msg);
+}
