@@ -26,16 +26,6 @@ static void tmpdir(char *d, size_t n) {
     cr_assert(mkdtemp(d) != NULL);
 }
 
-static bool file_has(const char *path, const char *needle) {
-    char *text;
-    size_t len;
-    rl_err e;
-    if (rl_read_file(path, &text, &len, &e)) return false;
-    bool r = strstr(text, needle) != NULL;
-    free(text);
-    return r;
-}
-
 /* A small model (two layers) so the pure ckpt tests stay fast. */
 static void small_model(rl_model_config *c) {
     rl_model_config_default(c);
@@ -251,7 +241,7 @@ Test(ckpt, round_trip_of_every_file) {
     write_step(s, &f, 7, 3);
     /* latest names it; the manifest lists four files with their sizes */
     snprintf(p, sizeof p, "%s/ck/latest", dir);
-    cr_expect(file_has(p, "step-00000007\n"));
+    cr_expect(rl_test_file_has(p, "step-00000007\n"));
     rl_ckpt_manifest m;
     char *text;
     size_t len;
@@ -361,7 +351,7 @@ Test(ckpt, damage_falls_back_to_the_newest_good_checkpoint) {
     cr_expect_eq(got, 3);
     cr_expect(ld.n_skipped == 1 && strstr(ld.skipped[0], "step-00000004/optimizer.safetensors") &&
               strstr(ld.skipped[0], "sha256"), "%s", ld.skipped[0]);
-    cr_expect(file_has(logp, "\"event\":\"checkpoint_fallback\"") && file_has(logp, "\"resumed_step\":3"),
+    cr_expect(rl_test_file_has(logp, "\"event\":\"checkpoint_fallback\"") && rl_test_file_has(logp, "\"resumed_step\":3"),
               "no fallback log line");
     rl_ckpt_loaded_free(&ld);
 
@@ -721,15 +711,6 @@ Test(ckpt, exact_resume_on_one_process, .timeout = 180) {
 }
 
 /* ---- through the binary: two processes from a one-process checkpoint; SIGTERM -------------------- */
-static float *read_floats(const char *path, size_t *n) {
-    char *t;
-    size_t len;
-    rl_err e;
-    cr_assert_eq(rl_read_file(path, &t, &len, &e), 0, "%s", e.msg);
-    *n = len / 4;
-    return (float *)t;
-}
-
 Test(ckpt, two_processes_resume_a_one_process_checkpoint, .timeout = 300) {
     char dir[64], cmd[1024], err[8192], p[256];
     rl_test_arith_dir(dir, sizeof dir, 300000);
@@ -746,15 +727,15 @@ Test(ckpt, two_processes_resume_a_one_process_checkpoint, .timeout = 300) {
              rl_test_bindir(), dir, dir, dir);
     cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
     snprintf(p, sizeof p, "%s/log2", dir);
-    cr_expect(file_has(p, "\"event\":\"resume\"") && file_has(p, "\"found\":true,\"step\":5,") &&
-              file_has(p, "\"saved_world\":1,\"world\":2"),
+    cr_expect(rl_test_file_has(p, "\"event\":\"resume\"") && rl_test_file_has(p, "\"found\":true,\"step\":5,") &&
+              rl_test_file_has(p, "\"saved_world\":1,\"world\":2"),
               "no resume from step 5 in %s", p);
-    cr_expect(file_has(p, "latest names step-00000010"), "no fallback line");
+    cr_expect(rl_test_file_has(p, "latest names step-00000010"), "no fallback line");
     size_t n1, n2;
     snprintf(p, sizeof p, "%s/p1.bin", dir);
-    float *a = read_floats(p, &n1);
+    float *a = rl_test_read_floats(p, &n1);
     snprintf(p, sizeof p, "%s/p2.bin", dir);
-    float *b = read_floats(p, &n2);
+    float *b = rl_test_read_floats(p, &n2);
     cr_assert_eq(n1, n2);
     /* the DDP equivalence bound of test_ddp.c: 1e-5 relative over the vector */
     double dn = 0, nn = 0;
@@ -766,7 +747,7 @@ Test(ckpt, two_processes_resume_a_one_process_checkpoint, .timeout = 300) {
     free(a), free(b);
     /* and the 2-process run committed step 10 again */
     snprintf(p, sizeof p, "%s/ck/latest", dir);
-    cr_expect(file_has(p, "step-00000010"));
+    cr_expect(rl_test_file_has(p, "step-00000010"));
     rl_test_rmdir(dir);
 }
 
@@ -808,7 +789,7 @@ Test(ckpt, sigterm_writes_a_checkpoint_and_exits_preempted, .timeout = 180) {
     long long stopped = rl_test_last_step(log);
     /* the step under way finished, no further one started, and that is the checkpoint */
     cr_expect(stopped >= at_signal && stopped <= at_signal + 2, "stopped at %lld, signal after %lld", stopped, at_signal);
-    cr_expect(file_has(log, "\"event\":\"preempted\""), "no preempted line");
+    cr_expect(rl_test_file_has(log, "\"event\":\"preempted\""), "no preempted line");
     cr_expect_eq(committed_latest(dir), stopped);
     rl_test_rmdir(dir);
 }
@@ -838,7 +819,7 @@ Test(ckpt, sigterm_to_one_rank_stops_every_rank_at_the_same_step, .timeout = 180
     int st0 = rl_test_wait_status(pid[0], 60), st1 = rl_test_wait_status(pid[1], 60);
     cr_expect(st0 == RL_EXIT_PREEMPTED && st1 == RL_EXIT_PREEMPTED, "exit statuses %d and %d", st0, st1);
     long long stopped = rl_test_last_step(log[0]);
-    cr_expect(file_has(log[0], "\"event\":\"preempted\""));
+    cr_expect(rl_test_file_has(log[0], "\"event\":\"preempted\""));
     cr_expect_eq(committed_latest(dir), stopped);
     rl_test_rmdir(dir);
 }

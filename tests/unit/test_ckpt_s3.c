@@ -39,25 +39,6 @@ static void rgw_up(void) {
 
 static void rgw_down(void) { rl_test_rgw_stop(&g_rgw); }
 
-static float *read_floats(const char *path, size_t *n) {
-    char *t;
-    size_t len;
-    rl_err e;
-    cr_assert_eq(rl_read_file(path, &t, &len, &e), 0, "%s", e.msg);
-    *n = len / 4;
-    return (float *)t;
-}
-
-static bool file_has(const char *path, const char *needle) {
-    char *t;
-    size_t len;
-    rl_err e;
-    if (rl_read_file(path, &t, &len, &e)) return false;
-    bool r = strstr(t, needle) != NULL;
-    free(t);
-    return r;
-}
-
 /* The reference: STEPS uninterrupted steps, no checkpoints. */
 static void reference(const char *dir, double *losses) {
     char log[128], out[128];
@@ -108,7 +89,7 @@ Test(ckpt_s3, exact_resume_after_kill9_on_one_and_on_two_processes, .init = rgw_
     reference(dir, ref);
     size_t n_ref, n_got;
     snprintf(p, sizeof p, "%s/ref.bin", dir);
-    float *pref = read_floats(p, &n_ref);
+    float *pref = rl_test_read_floats(p, &n_ref);
     for (int world = 1; world <= 2; world++) {
         snprintf(uri, sizeof uri, "s3://" BUCKET "/exact/w%d", world);
         train_and_kill(dir, uri, world);
@@ -124,7 +105,7 @@ Test(ckpt_s3, exact_resume_after_kill9_on_one_and_on_two_processes, .init = rgw_
         cr_assert(from >= 5 && from % 5 == 0 && from < STEPS, "resumed from step %lld", from);
         for (int i = 0; i <= STEPS; i++) got[i] = NAN;
         cr_assert_eq(rl_test_step_losses(log, got, STEPS + 1), STEPS);
-        float *pgot = read_floats(out, &n_got);
+        float *pgot = rl_test_read_floats(out, &n_got);
         cr_assert_eq(n_got, n_ref);
         if (world == 1) {
             /* same world size: bit for bit */
@@ -173,7 +154,7 @@ Test(ckpt_s3, a_flipped_byte_is_detected_and_the_previous_checkpoint_used, .init
     snprintf(log, sizeof log, "%s/second.log", dir);
     cr_assert_eq(rl_test_wait_status(rl_test_spawn_worker(dir, log, -1, 1, 0, NULL), 120), 0, "see %s", log);
     cr_expect_eq(resumed_from(log), 5, "must resume from step 5, see %s", log);
-    cr_expect(file_has(log, "\"event\":\"checkpoint_fallback\"") && file_has(log, "step-00000010/model.safetensors"),
+    cr_expect(rl_test_file_has(log, "\"event\":\"checkpoint_fallback\"") && rl_test_file_has(log, "step-00000010/model.safetensors"),
               "the fallback must be logged naming the damaged file (%s)", log);
     rl_test_rmdir(dir);
 }
@@ -187,15 +168,15 @@ Test(ckpt_s3, bad_bucket_and_bad_credentials_stop_before_training, .init = rgw_u
     rl_test_write_job(dir, 10, 512, "s3://no-such-bucket/x", "");
     int st = rl_test_wait_status(rl_test_spawn_worker(dir, log, -1, 1, 0, NULL), 60);
     cr_expect_eq(st, 2, "exit status %d", st);
-    cr_expect(file_has(log, "NoSuchBucket") && file_has(log, "s3://no-such-bucket/x"), "see %s", log);
-    cr_expect(!file_has(log, "\"event\":\"step\""), "training must not start");
+    cr_expect(rl_test_file_has(log, "NoSuchBucket") && rl_test_file_has(log, "s3://no-such-bucket/x"), "see %s", log);
+    cr_expect(!rl_test_file_has(log, "\"event\":\"step\""), "training must not start");
     /* a wrong secret: refused, and the secret never printed */
     rl_test_write_job(dir, 10, 512, "s3://" BUCKET "/x", "");
     setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-0123456789", 1);
     st = rl_test_wait_status(rl_test_spawn_worker(dir, log, -1, 1, 0, NULL), 60);
     cr_expect_eq(st, 2, "exit status %d", st);
-    cr_expect(file_has(log, "SignatureDoesNotMatch"), "see %s", log);
-    cr_expect(!file_has(log, "not-the-secret") && !file_has(log, g_rgw.secret_key), "a secret reached the log");
-    cr_expect(!file_has(log, "\"event\":\"step\""), "training must not start");
+    cr_expect(rl_test_file_has(log, "SignatureDoesNotMatch"), "see %s", log);
+    cr_expect(!rl_test_file_has(log, "not-the-secret") && !rl_test_file_has(log, g_rgw.secret_key), "a secret reached the log");
+    cr_expect(!rl_test_file_has(log, "\"event\":\"step\""), "training must not start");
     rl_test_rmdir(dir);
 }

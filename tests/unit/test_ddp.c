@@ -279,16 +279,6 @@ static double wait_exit(pid_t p, double limit_s, int *status) {
     return -1;
 }
 
-static bool file_has(const char *path, const char *needle) {
-    char *text;
-    size_t len;
-    rl_err e;
-    if (rl_read_file(path, &text, &len, &e)) return false;
-    bool r = strstr(text, needle) != NULL;
-    free(text);
-    return r;
-}
-
 /* SIGKILL one of three ranks mid-training: the others must fail (not hang)
  * within the configured timeout. */
 Test(ddp, killed_rank_fails_the_others_within_timeout, .timeout = 120) {
@@ -313,8 +303,8 @@ Test(ddp, killed_rank_fails_the_others_within_timeout, .timeout = 120) {
     }
     /* wait until training runs (rank 0 logs steps), then kill rank 2 */
     double t0 = rl_now();
-    while (!file_has(log[0], "\"step\":3,") && rl_now() - t0 < 60) usleep(50000);
-    cr_assert(file_has(log[0], "\"step\":3,"), "training never started");
+    while (!rl_test_file_has(log[0], "\"step\":3,") && rl_now() - t0 < 60) usleep(50000);
+    cr_assert(rl_test_file_has(log[0], "\"step\":3,"), "training never started");
     kill(pid[2], SIGKILL);
     int st;
     waitpid(pid[2], &st, 0);
@@ -322,7 +312,7 @@ Test(ddp, killed_rank_fails_the_others_within_timeout, .timeout = 120) {
         double dt = wait_exit(pid[r], 5 + 10, &st);
         cr_expect(dt >= 0, "rank %d still running 15 s after its peer died (timeout 5 s)", r);
         cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 0, "rank %d exited with %d", r, st);
-        cr_expect(file_has(log[r], "error"), "rank %d printed no error", r);
+        cr_expect(rl_test_file_has(log[r], "error"), "rank %d printed no error", r);
     }
     rl_test_rmdir(dir);
 }
@@ -335,7 +325,7 @@ Test(ddp, launcher_names_the_dead_rank, .timeout = 120) {
     snprintf(log, sizeof log, "%s/launch.log", dir);
     pid_t p = spawn_worker(dir, log, -1, 0, 0, "2");
     double t0 = rl_now();
-    while (!file_has(log, "\"step\":2,") && rl_now() - t0 < 60) usleep(50000);
+    while (!rl_test_file_has(log, "\"step\":2,") && rl_now() - t0 < 60) usleep(50000);
     /* find rank 1's pid in the launcher's "spawned" line */
     char *text;
     size_t len;
@@ -351,8 +341,8 @@ Test(ddp, launcher_names_the_dead_rank, .timeout = 120) {
     double dt = wait_exit(p, 30, &st);
     cr_expect(dt >= 0, "launcher did not exit after rank 1 died");
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "launcher exit %d", st);
-    cr_expect(file_has(log, "rank 1 (pid"), "launcher did not name rank 1");
-    cr_expect(file_has(log, "signal 9"), "launcher did not say how rank 1 died");
+    cr_expect(rl_test_file_has(log, "rank 1 (pid"), "launcher did not name rank 1");
+    cr_expect(rl_test_file_has(log, "signal 9"), "launcher did not say how rank 1 died");
     rl_test_rmdir(dir);
 }
 
@@ -371,9 +361,9 @@ Test(ddp, inconsistent_launches_fail_clearly, .timeout = 120) {
     int st;
     int nb = 0;
     wait_exit(b, 30, &st);
-    nb += WIFEXITED(st) && WEXITSTATUS(st) == 2 && file_has(log[1], "duplicate RANK");
+    nb += WIFEXITED(st) && WEXITSTATUS(st) == 2 && rl_test_file_has(log[1], "duplicate RANK");
     wait_exit(c, 30, &st);
-    nb += WIFEXITED(st) && WEXITSTATUS(st) == 2 && file_has(log[2], "duplicate RANK");
+    nb += WIFEXITED(st) && WEXITSTATUS(st) == 2 && rl_test_file_has(log[2], "duplicate RANK");
     cr_expect_eq(nb, 1, "exactly one of the two RANK=1 processes must be refused");
     wait_exit(a, 30, &st);
 
@@ -383,7 +373,7 @@ Test(ddp, inconsistent_launches_fail_clearly, .timeout = 120) {
     b = spawn_rank(dir, 1, 4, port, log[1]);
     wait_exit(b, 30, &st);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "mismatched WORLD_SIZE: exit %d", st);
-    cr_expect(file_has(log[1], "WORLD_SIZE=4"), "no message naming WORLD_SIZE");
+    cr_expect(rl_test_file_has(log[1], "WORLD_SIZE=4"), "no message naming WORLD_SIZE");
     double dt = wait_exit(a, 30, &st);
     cr_expect(dt >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "rank 0 did not fail cleanly");
     rl_test_rmdir(dir);
@@ -400,6 +390,6 @@ Test(ddp, unreachable_master_times_out, .timeout = 60) {
     double dt = wait_exit(b, 20, &st);
     cr_expect(dt >= 0, "rank 1 hung on an unreachable master");
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 0);
-    cr_expect(file_has(log, "127.0.0.1:"), "the error does not name the master");
+    cr_expect(rl_test_file_has(log, "127.0.0.1:"), "the error does not name the master");
     rl_test_rmdir(dir);
 }

@@ -134,3 +134,22 @@ void rl_test_write_job(const char *dir, long long steps, int global_tokens, cons
              steps, global_tokens, dir, uri, extra_ckpt);
     rl_test_write(path, js, strlen(js));
 }
+
+bool rl_test_file_has(const char *path, const char *needle) {
+    char *text;
+    size_t len;
+    rl_err e;
+    if (rl_read_file(path, &text, &len, &e)) return false;
+    bool r = strstr(text, needle) != NULL;
+    free(text);
+    return r;
+}
+
+float *rl_test_read_floats(const char *path, size_t *n) {
+    char *t;
+    size_t len;
+    rl_err e;
+    cr_assert_eq(rl_read_file(path, &t, &len, &e), 0, "%s", e.msg);
+    *n = len / 4;
+    return (float *)t;
+}

@@ -3,6 +3,7 @@
 #ifndef RL_TESTUTIL_H
 #define RL_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,10 @@ int rl_test_run(const char *cmd, char *err, size_t n);
 /* Write bytes to a file (test fixtures). */
 void rl_test_write(const char *path, const void *data, size_t len);
 
+/* Whether the file contains needle (false when unreadable). */
+bool rl_test_file_has(const char *path, const char *needle);
+/* A file of raw little-endian floats (--save-params); *n floats. */
+float *rl_test_read_floats(const char *path, size_t *n);
 /* The tiny model the checkpoint tests train (a job config fragment). */
 #define RL_TEST_TINY_MODEL_JSON                                                                      \
     "\"model\":{\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":2,"                      \
