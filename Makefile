@@ -13,7 +13,7 @@ BIN     ?= bin
 CC      ?= gcc
 OPT     ?= -O3 -g
 SAN     ?=
-PKGS    := libcjson openblas libcurl openssl expat
+PKGS    := libcjson openblas libcurl openssl expat libmicrohttpd
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wvla -fopenmp \
                  -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS  ?=
