@@ -36,7 +36,7 @@ endif
 PKG_SRCS := $(sort $(wildcard pkg/*/*.c))
 PKG_OBJS := $(PKG_SRCS:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libringleader.a
-CMDS     := worker prepare
+CMDS     := worker prepare operator
 BINS     := $(CMDS:%=$(BIN)/ringleader-%)
 TEST_SRCS := $(sort $(wildcard tests/unit/*.c))
 TEST_BIN := $(BUILD)/tests/unit

@@ -50,10 +50,6 @@ int rl_members_k8s_new(const rl_members_opts *o, const rl_members_backend **vt, 
 int rl_members_etcd_new(const rl_members_opts *o, const rl_members_backend **vt, void **ctx,
                         rl_err *e);
 
-/* A Kubernetes client for the rendezvous: the kubeconfig given, else
- * in-cluster config, else $KUBECONFIG; every call bounded by timeout_s. */
-struct rl_k8s;
-int rl_rdzv_k8s_client(const char *kubeconfig, double timeout_s, struct rl_k8s **out, rl_err *e);
 
 /* Replace the published set (copied, sorted by id; version bumped only when
  * it differs) and mark it synced. */

@@ -35,19 +35,6 @@ typedef struct k8s_el {
     rl_leader last;     /* the holder last seen, reported when a write loses a race */
 } k8s_el;
 
-int rl_rdzv_k8s_client(const char *kubeconfig, double timeout_s, rl_k8s **out, rl_err *e) {
-    rl_k8s_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    int rc = kubeconfig && *kubeconfig ? rl_k8s_config_kubeconfig(kubeconfig, NULL, &cfg, e)
-                                       : rl_k8s_config_auto(&cfg, e);
-    if (rc == RL_OK) {
-        rl_k8s_opts ko = {.timeout_s = timeout_s, .connect_timeout_s = timeout_s < 5 ? timeout_s : 5};
-        rc = rl_k8s_new(&cfg, &ko, out, e);
-    }
-    rl_k8s_config_free(&cfg);
-    return rc;
-}
-
 /* What decides "the record changed": the spec and where the leader listens. */
 static char *record_text(const cJSON *obj) {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
@@ -291,7 +278,7 @@ int rl_elect_k8s_new(const rl_elector_opts *o, const rl_elect_backend **vt, void
     /* One call (retries inside included) must end well within the renew
      * deadline, or a slow API server could carry a leader past it. */
     double call = deadline / 2 < 2 * retry ? deadline / 2 : 2 * retry;
-    int rc = rl_rdzv_k8s_client(o->kubeconfig, call, &k->c, e);
+    int rc = rl_k8s_connect(o->kubeconfig, call, &k->c, e);
     if (rc) {
         free(k);
         return rc;

@@ -159,7 +159,7 @@ int rl_members_k8s_new(const rl_members_opts *o, const rl_members_backend **vt, 
     if (!o->service || !*o->service) return rl_errf(e, RL_EINPUT, "members: the Service name is missing");
     k8s_mem *k = calloc(1, sizeof *k);
     if (!k) return rl_errf(e, RL_ENOMEM, "members: out of memory");
-    int rc = rl_rdzv_k8s_client(o->kubeconfig, 10, &k->c, e);
+    int rc = rl_k8s_connect(o->kubeconfig, 10, &k->c, e);
     if (rc) {
         free(k);
         return rc;

@@ -1,0 +1,254 @@
+/* The controller around rl_op_reconcile: leader election on a Lease (one
+ * active replica), LIST+WATCH of TrainingJobs and of the pods they own
+ * (each event only names a job to look at), a de-duplicated work queue,
+ * and a periodic resync so progress reported by the workers reaches the
+ * status even when nothing else changes. Reconciles run on one thread:
+ * jobs are independent and each pass is a handful of API calls, so one
+ * thread keeps the reasoning simple at the scale of training jobs. */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "operator.h"
+#include "rdzv/rdzv.h"
+
+typedef struct job_key {
+    char ns[254], name[64];
+} job_key;
+
+typedef struct keyset {
+    job_key *v;
+    int n, cap;
+} keyset;
+
+typedef struct ctl {
+    rl_k8s *k;
+    rl_op *op;
+    const rl_op_opts *o;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    keyset queue, known;
+    volatile int halt; /* watches end within ~1 s of this */
+} ctl;
+
+typedef struct watcher {
+    ctl *c;
+    char path[512];
+    const char *ns; /* NULL: every namespace */
+    bool pods;      /* else trainingjobs */
+    pthread_t th;
+    bool started;
+} watcher;
+
+static int keyset_find(const keyset *s, const char *ns, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->v[i].ns, ns) && !strcmp(s->v[i].name, name)) return i;
+    return -1;
+}
+
+static void keyset_add(keyset *s, const char *ns, const char *name) {
+    if (!*ns || !*name || strlen(ns) >= sizeof s->v->ns || strlen(name) >= sizeof s->v->name ||
+        keyset_find(s, ns, name) >= 0)
+        return;
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        job_key *v = realloc(s->v, (size_t)cap * sizeof *v);
+        if (!v) return; /* the resync finds it again */
+        s->v = v, s->cap = cap;
+    }
+    snprintf(s->v[s->n].ns, sizeof s->v->ns, "%s", ns);
+    snprintf(s->v[s->n].name, sizeof s->v->name, "%s", name);
+    s->n++;
+}
+
+static void keyset_del(keyset *s, int i) {
+    if (i < 0 || i >= s->n) return;
+    s->v[i] = s->v[--s->n];
+}
+
+static const char *meta_str(const cJSON *obj, const char *k) {
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    const cJSON *v = cJSON_IsObject(md) ? cJSON_GetObjectItemCaseSensitive(md, k) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static const char *job_of_pod(const cJSON *pod) {
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(pod, "metadata");
+    const cJSON *l = cJSON_IsObject(md) ? cJSON_GetObjectItemCaseSensitive(md, "labels") : NULL;
+    const cJSON *v = cJSON_IsObject(l) ? cJSON_GetObjectItemCaseSensitive(l, RL_OP_LABEL_JOB) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* Called with c->mu held. */
+static void enqueue_locked(ctl *c, const cJSON *obj, bool pod) {
+    keyset_add(&c->queue, meta_str(obj, "namespace"), pod ? job_of_pod(obj) : meta_str(obj, "name"));
+}
+
+static int on_event(void *ud, rl_k8s_event_type type, const cJSON *obj) {
+    watcher *w = ud;
+    ctl *c = w->c;
+    pthread_mutex_lock(&c->mu);
+    if (type == RL_K8S_SYNC) {
+        if (!w->pods) {
+            /* the whole set of jobs in this watch's scope: drop those gone */
+            for (int i = c->known.n - 1; i >= 0; i--) {
+                bool in_scope = !w->ns || !strcmp(w->ns, c->known.v[i].ns);
+                bool present = false;
+                for (const cJSON *it = obj->child; it && !present; it = it->next)
+                    present = !strcmp(meta_str(it, "namespace"), c->known.v[i].ns) &&
+                              !strcmp(meta_str(it, "name"), c->known.v[i].name);
+                if (in_scope && !present) keyset_del(&c->known, i);
+            }
+        }
+        for (const cJSON *it = obj->child; it; it = it->next) {
+            enqueue_locked(c, it, w->pods);
+            if (!w->pods) keyset_add(&c->known, meta_str(it, "namespace"), meta_str(it, "name"));
+        }
+    } else if (w->pods) {
+        enqueue_locked(c, obj, true);
+    } else if (type == RL_K8S_DELETED) {
+        keyset_del(&c->known, keyset_find(&c->known, meta_str(obj, "namespace"), meta_str(obj, "name")));
+    } else {
+        enqueue_locked(c, obj, false);
+        keyset_add(&c->known, meta_str(obj, "namespace"), meta_str(obj, "name"));
+    }
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+/* A watch that ends with an error (the CRD not installed yet, RBAC not in
+ * place, the API away) is retried: an operator that exits for that would
+ * crash-loop through an install. */
+static void *watch_main(void *arg) {
+    watcher *w = arg;
+    rl_k8s_watch_opts wo = {.path = w->path, .label_selector = w->pods ? RL_OP_LABEL_JOB : NULL,
+                            .stop = &w->c->halt};
+    char last[512] = "";
+    while (!w->c->halt) {
+        rl_err e = {0};
+        int rc = rl_k8s_list_watch(w->c->k, &wo, on_event, w, &e);
+        if (rc == RL_OK || w->c->halt) break;
+        if (strcmp(last, e.msg) != 0) { /* say it once, not every retry */
+            char esc[600];
+            rl_log(RL_LOG_WARN, "watch_failed", "\"path\":\"%s\",\"error\":\"%s\",\"msg\":\"retrying\"", w->path,
+                   rl_json_escape(esc, sizeof esc, e.msg));
+            snprintf(last, sizeof last, "%s", e.msg);
+        }
+        for (int i = 0; i < 20 && !w->c->halt; i++) usleep(100 * 1000);
+    }
+    return NULL;
+}
+
+static int start_watchers(ctl *c, watcher *ws, int *nw, rl_err *e) {
+    const char *const all[] = {NULL, NULL};
+    const char *const *nss = c->o->namespaces && c->o->namespaces[0] ? c->o->namespaces : all;
+    int count = 0;
+    for (const char *const *ns = nss; count == 0 || *ns; ns++) {
+        for (int pods = 0; pods < 2; pods++) {
+            watcher *w = &ws[count];
+            memset(w, 0, sizeof *w);
+            w->c = c, w->pods = pods, w->ns = *ns;
+            int rc = pods ? rl_k8s_path(w->path, sizeof w->path, "v1", *ns, "pods", NULL, e)
+                          : rl_k8s_path(w->path, sizeof w->path, RL_OP_GV, *ns, "trainingjobs", NULL, e);
+            if (rc) return rc;
+            if (pthread_create(&w->th, NULL, watch_main, w) != 0)
+                return rl_errf(e, RL_EINTERNAL, "cannot start a watch thread");
+            w->started = true;
+            *nw = ++count;
+        }
+        if (!*ns) break;
+    }
+    return RL_OK;
+}
+
+static bool leadership_lost(rl_elector *el) {
+    if (!el) return false;
+    rl_elect_state st;
+    rl_elector_state(el, &st);
+    return !st.leading;
+}
+
+int rl_op_run(const rl_op_opts *o, rl_err *e) {
+    ctl c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    rl_elector *el = NULL;
+    int nns = 0;
+    while (o->namespaces && o->namespaces[nns]) nns++;
+    watcher *ws = calloc((size_t)(nns ? nns : 1) * 2, sizeof *ws);
+    int nw = 0, rc;
+    if (!ws) return rl_errf(e, RL_ENOMEM, "out of memory");
+    if ((rc = rl_k8s_connect(o->kubeconfig, 30, &c.k, e)) || (rc = rl_op_new(c.k, &c.op, e))) goto out;
+
+    if (o->leader_elect) {
+        rl_elector_opts eo = {.backend = "k8s", .id = o->id, .addr = "", .port = 0,
+                              .lease_s = o->lease_s, .renew_deadline_s = o->renew_deadline_s,
+                              .retry_s = o->retry_s, .kubeconfig = o->kubeconfig, .ns = o->lease_ns,
+                              .lease_name = o->lease_name};
+        if ((rc = rl_elector_start(&eo, &el, e))) goto out;
+        rl_log(RL_LOG_INFO, "election", "\"lease\":\"%s/%s\",\"msg\":\"waiting to lead\"", o->lease_ns, o->lease_name);
+        rl_elect_state st = {0};
+        rl_elector_state(el, &st);
+        while (!st.leading && !*o->stop) rl_elector_wait(el, st.gen, 1.0, &st);
+        if (*o->stop) goto out;
+        rl_log(RL_LOG_INFO, "leading", "\"lease\":\"%s/%s\"", o->lease_ns, o->lease_name);
+    }
+    if ((rc = start_watchers(&c, ws, &nw, e))) goto out;
+
+    double resync = o->resync_s > 0 ? o->resync_s : 5, next_resync = rl_now() + resync;
+    while (!*o->stop) {
+        if (leadership_lost(el)) {
+            rc = rl_errf(e, RL_EPEER, "lost the leader Lease %s/%s: stopping so another replica takes over",
+                         o->lease_ns, o->lease_name);
+            break;
+        }
+        job_key k;
+        bool have = false;
+        pthread_mutex_lock(&c.mu);
+        if (rl_now() >= next_resync) {
+            for (int i = 0; i < c.known.n; i++) keyset_add(&c.queue, c.known.v[i].ns, c.known.v[i].name);
+            next_resync = rl_now() + resync;
+        }
+        if (c.queue.n == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 500 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&c.cv, &c.mu, &ts);
+        }
+        if (c.queue.n > 0) {
+            k = c.queue.v[0];
+            memmove(c.queue.v, c.queue.v + 1, (size_t)(c.queue.n - 1) * sizeof k);
+            c.queue.n--;
+            have = true;
+        }
+        pthread_mutex_unlock(&c.mu);
+        if (!have) continue;
+        rl_err re = {0};
+        if (rl_op_reconcile(c.op, k.ns, k.name, &re) != RL_OK) {
+            char esc[600];
+            rl_log(RL_LOG_WARN, "reconcile_failed", "\"job\":\"%s/%s\",\"error\":\"%s\"", k.ns, k.name,
+                   rl_json_escape(esc, sizeof esc, re.msg));
+            /* the resync brings it back; no hot loop against a sick API */
+        }
+    }
+out:
+    c.halt = 1;
+    for (int i = 0; i < nw; i++)
+        if (ws[i].started) pthread_join(ws[i].th, NULL);
+    free(ws);
+    if (el) rl_elector_stop(el, true);
+    if (c.op) rl_op_free(c.op);
+    if (c.k) rl_k8s_free(c.k);
+    free(c.queue.v);
+    free(c.known.v);
+    pthread_mutex_destroy(&c.mu);
+    pthread_cond_destroy(&c.cv);
+    return rc;
+}

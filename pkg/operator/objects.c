@@ -1,0 +1,260 @@
+/* The objects a TrainingJob owns, built from its spec (docs/trainingjob.md,
+ * "What the operator creates"). Each carries a controller owner reference,
+ * so deleting the job lets the garbage collector remove them all, and the
+ * job's label, so one selector finds them. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "operator.h"
+
+static void put_str(cJSON *o, const char *k, const char *v) { cJSON_AddStringToObject(o, k, v); }
+
+/* metadata with name, namespace, labels, owner reference */
+static cJSON *object(const rl_op_job *j, const char *api_version, const char *kind, const char *name) {
+    cJSON *o = cJSON_CreateObject();
+    put_str(o, "apiVersion", api_version);
+    put_str(o, "kind", kind);
+    cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+    put_str(md, "name", name);
+    put_str(md, "namespace", j->ns);
+    cJSON *labels = cJSON_AddObjectToObject(md, "labels");
+    put_str(labels, RL_OP_LABEL_JOB, j->name);
+    put_str(labels, "app.kubernetes.io/managed-by", "ringleader-operator");
+    cJSON *refs = cJSON_AddArrayToObject(md, "ownerReferences");
+    cJSON *ref = cJSON_CreateObject();
+    put_str(ref, "apiVersion", RL_OP_GV);
+    put_str(ref, "kind", "TrainingJob");
+    put_str(ref, "name", j->name);
+    put_str(ref, "uid", j->uid);
+    cJSON_AddBoolToObject(ref, "controller", 1);
+    cJSON_AddBoolToObject(ref, "blockOwnerDeletion", 1);
+    cJSON_AddItemToArray(refs, ref);
+    return o;
+}
+
+static cJSON *port(const char *name, int p) {
+    cJSON *o = cJSON_CreateObject();
+    put_str(o, "name", name);
+    cJSON_AddNumberToObject(o, "port", p);
+    cJSON_AddNumberToObject(o, "targetPort", p);
+    put_str(o, "protocol", "TCP");
+    return o;
+}
+
+cJSON *rl_op_service(const rl_op_job *j) {
+    cJSON *o = object(j, "v1", "Service", j->name);
+    cJSON *spec = cJSON_AddObjectToObject(o, "spec");
+    /* headless, and not-ready pods published: peers must find each other
+     * while they start, before any readiness exists */
+    put_str(spec, "clusterIP", "None");
+    cJSON_AddBoolToObject(spec, "publishNotReadyAddresses", 1);
+    cJSON *sel = cJSON_AddObjectToObject(spec, "selector");
+    put_str(sel, RL_OP_LABEL_JOB, j->name);
+    cJSON *ports = cJSON_AddArrayToObject(spec, "ports");
+    cJSON_AddItemToArray(ports, port("rdzv", j->rdzv_port));
+    if (j->metrics_port > 0) cJSON_AddItemToArray(ports, port("metrics", j->metrics_port));
+    return o;
+}
+
+static void suffixed(char *out, size_t n, const rl_op_job *j, const char *suffix) {
+    snprintf(out, n, "%s%s", j->name, suffix);
+}
+
+cJSON *rl_op_secret(const rl_op_job *j, const char *secret_hex) {
+    char name[128];
+    suffixed(name, sizeof name, j, "-rdzv");
+    cJSON *o = object(j, "v1", "Secret", name);
+    put_str(o, "type", "Opaque");
+    char *b64 = rl_base64_encode(secret_hex, strlen(secret_hex));
+    cJSON *data = cJSON_AddObjectToObject(o, "data");
+    if (b64) put_str(data, "secret", b64);
+    free(b64);
+    return o;
+}
+
+cJSON *rl_op_service_account(const rl_op_job *j) {
+    char name[128];
+    suffixed(name, sizeof name, j, "-worker");
+    return object(j, "v1", "ServiceAccount", name);
+}
+
+static cJSON *rule(const char *group, const char *resource, const char *const *names,
+                   const char *const *verbs) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON *g = cJSON_AddArrayToObject(r, "apiGroups");
+    cJSON_AddItemToArray(g, cJSON_CreateString(group));
+    cJSON *res = cJSON_AddArrayToObject(r, "resources");
+    cJSON_AddItemToArray(res, cJSON_CreateString(resource));
+    if (names) {
+        cJSON *rn = cJSON_AddArrayToObject(r, "resourceNames");
+        for (; *names; names++) cJSON_AddItemToArray(rn, cJSON_CreateString(*names));
+    }
+    cJSON *v = cJSON_AddArrayToObject(r, "verbs");
+    for (; *verbs; verbs++) cJSON_AddItemToArray(v, cJSON_CreateString(*verbs));
+    return r;
+}
+
+/* Least privilege for the workers: their own two Leases by name, creating
+ * Leases (RBAC cannot limit create by name: a create request carries no
+ * name to check), and reading the EndpointSlices of their namespace. */
+cJSON *rl_op_role(const rl_op_job *j) {
+    char name[128], leader[128], progress[128];
+    suffixed(name, sizeof name, j, "-worker");
+    suffixed(leader, sizeof leader, j, "-leader");
+    suffixed(progress, sizeof progress, j, "-progress");
+    cJSON *o = object(j, "rbac.authorization.k8s.io/v1", "Role", name);
+    cJSON *rules = cJSON_AddArrayToObject(o, "rules");
+    const char *const names[] = {leader, progress, NULL};
+    const char *const rw[] = {"get", "update", "patch", NULL};
+    const char *const create[] = {"create", NULL};
+    const char *const read[] = {"get", "list", "watch", NULL};
+    cJSON_AddItemToArray(rules, rule("coordination.k8s.io", "leases", names, rw));
+    cJSON_AddItemToArray(rules, rule("coordination.k8s.io", "leases", NULL, create));
+    cJSON_AddItemToArray(rules, rule("discovery.k8s.io", "endpointslices", NULL, read));
+    return o;
+}
+
+cJSON *rl_op_role_binding(const rl_op_job *j) {
+    char name[128];
+    suffixed(name, sizeof name, j, "-worker");
+    cJSON *o = object(j, "rbac.authorization.k8s.io/v1", "RoleBinding", name);
+    cJSON *ref = cJSON_AddObjectToObject(o, "roleRef");
+    put_str(ref, "apiGroup", "rbac.authorization.k8s.io");
+    put_str(ref, "kind", "Role");
+    put_str(ref, "name", name);
+    cJSON *subs = cJSON_AddArrayToObject(o, "subjects");
+    cJSON *s = cJSON_CreateObject();
+    put_str(s, "kind", "ServiceAccount");
+    put_str(s, "name", name);
+    put_str(s, "namespace", j->ns);
+    cJSON_AddItemToArray(subs, s);
+    return o;
+}
+
+/* ---- the pod --------------------------------------------------------------------------- */
+static cJSON *env_value(const char *name, const char *value) {
+    cJSON *o = cJSON_CreateObject();
+    put_str(o, "name", name);
+    put_str(o, "value", value);
+    return o;
+}
+
+static cJSON *env_field(const char *name, const char *path) {
+    cJSON *o = cJSON_CreateObject();
+    put_str(o, "name", name);
+    cJSON *f = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "valueFrom"), "fieldRef");
+    put_str(f, "apiVersion", "v1");
+    put_str(f, "fieldPath", path);
+    return o;
+}
+
+static cJSON *env_secret(const char *name, const char *secret, const char *key) {
+    cJSON *o = cJSON_CreateObject();
+    put_str(o, "name", name);
+    cJSON *r = cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "valueFrom"), "secretKeyRef");
+    put_str(r, "name", secret);
+    put_str(r, "key", key);
+    return o;
+}
+
+static cJSON *container_port(const char *name, int p) {
+    cJSON *o = cJSON_CreateObject();
+    put_str(o, "name", name);
+    cJSON_AddNumberToObject(o, "containerPort", p);
+    put_str(o, "protocol", "TCP");
+    return o;
+}
+
+/* spec fields copied as the user wrote them (the schema typed them) */
+static void copy_field(cJSON *dst, const char *dst_key, const cJSON *spec, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(spec, key);
+    if (!v || cJSON_IsNull(v)) return;
+    if (cJSON_IsString(v) && !v->valuestring[0]) return;
+    cJSON_AddItemToObject(dst, dst_key, cJSON_Duplicate(v, 1));
+}
+
+cJSON *rl_op_pod(const rl_op_job *j, int index) {
+    char name[128], idx[16], buf[64], secret[128], sa[128];
+    snprintf(name, sizeof name, "%s-%d", j->name, index);
+    snprintf(idx, sizeof idx, "%d", index);
+    suffixed(secret, sizeof secret, j, "-rdzv");
+    suffixed(sa, sizeof sa, j, "-worker");
+    cJSON *o = object(j, "v1", "Pod", name);
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
+    put_str(cJSON_GetObjectItemCaseSensitive(md, "labels"), RL_OP_LABEL_INDEX, idx);
+    cJSON *ann = cJSON_AddObjectToObject(md, "annotations");
+    snprintf(buf, sizeof buf, "%lld", j->generation);
+    put_str(ann, "ringleader.dev/generation", buf);
+
+    cJSON *spec = cJSON_AddObjectToObject(o, "spec");
+    put_str(spec, "hostname", name);
+    put_str(spec, "subdomain", j->name);
+    put_str(spec, "serviceAccountName", sa);
+    /* Never: the operator replaces a pod that ended, so it sees every
+     * ending and can tell a failure from a preemption (restarts in place
+     * would hide them in a restartCount). */
+    put_str(spec, "restartPolicy", "Never");
+    cJSON_AddNumberToObject(spec, "terminationGracePeriodSeconds", (double)j->grace_s);
+    copy_field(spec, "nodeSelector", j->spec, "nodeSelector");
+    copy_field(spec, "tolerations", j->spec, "tolerations");
+    copy_field(spec, "priorityClassName", j->spec, "priorityClassName");
+    copy_field(spec, "schedulerName", j->spec, "schedulerName");
+    copy_field(spec, "imagePullSecrets", j->spec, "imagePullSecrets");
+
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(spec, "containers"), c);
+    put_str(c, "name", "worker");
+    put_str(c, "image", j->image);
+    put_str(c, "imagePullPolicy", j->pull_policy);
+    cJSON *cmd = cJSON_AddArrayToObject(c, "command");
+    cJSON_AddItemToArray(cmd, cJSON_CreateString("ringleader-worker"));
+    cJSON *args = cJSON_AddArrayToObject(c, "args");
+    snprintf(buf, sizeof buf, "%d", j->nproc);
+    const char *const argv[] = {"--rdzv", "k8s", "--nproc-per-node", buf, NULL};
+    for (const char *const *a = argv; *a; a++) cJSON_AddItemToArray(args, cJSON_CreateString(*a));
+    cJSON *ports = cJSON_AddArrayToObject(c, "ports");
+    cJSON_AddItemToArray(ports, container_port("rdzv", j->rdzv_port));
+    if (j->metrics_port > 0) cJSON_AddItemToArray(ports, container_port("metrics", j->metrics_port));
+
+    cJSON *env = cJSON_AddArrayToObject(c, "env");
+    cJSON_AddItemToArray(env, env_field("POD_NAME", "metadata.name"));
+    cJSON_AddItemToArray(env, env_field("POD_NAMESPACE", "metadata.namespace"));
+    cJSON_AddItemToArray(env, env_field("POD_IP", "status.podIP"));
+    cJSON_AddItemToArray(env, env_value("RINGLEADER_RDZV", "k8s"));
+    cJSON_AddItemToArray(env, env_value("RINGLEADER_JOB", j->name));
+    snprintf(buf, sizeof buf, "%d:%d", j->min_nodes, j->max_nodes);
+    cJSON_AddItemToArray(env, env_value("RINGLEADER_NNODES", buf));
+    cJSON_AddItemToArray(env, env_secret("RINGLEADER_RDZV_SECRET", secret, "secret"));
+    cJSON_AddItemToArray(env, env_value("RINGLEADER_CONFIG", j->training_json));
+    snprintf(buf, sizeof buf, "%d", j->metrics_port);
+    cJSON_AddItemToArray(env, env_value("RINGLEADER_METRICS_PORT", buf));
+    if (j->s3_endpoint[0]) cJSON_AddItemToArray(env, env_value("AWS_ENDPOINT_URL_S3", j->s3_endpoint));
+    if (j->s3_region[0]) cJSON_AddItemToArray(env, env_value("AWS_REGION", j->s3_region));
+    if (j->s3_secret[0]) {
+        cJSON_AddItemToArray(env, env_secret("AWS_ACCESS_KEY_ID", j->s3_secret, j->s3_key_id));
+        cJSON_AddItemToArray(env, env_secret("AWS_SECRET_ACCESS_KEY", j->s3_secret, j->s3_key_secret));
+        if (j->s3_key_token[0])
+            cJSON_AddItemToArray(env, env_secret("AWS_SESSION_TOKEN", j->s3_secret, j->s3_key_token));
+    }
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(j->spec, "env");
+    if (cJSON_IsArray(extra))
+        for (const cJSON *it = extra->child; it; it = it->next) cJSON_AddItemToArray(env, cJSON_Duplicate(it, 1));
+
+    /* resources as given, plus the GPU limit */
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(j->spec, "resources");
+    cJSON *r = cJSON_IsObject(res) ? cJSON_Duplicate(res, 1) : cJSON_CreateObject();
+    if (j->gpus > 0) {
+        cJSON *lim = cJSON_GetObjectItemCaseSensitive(r, "limits");
+        if (!cJSON_IsObject(lim)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(r, "limits");
+            lim = cJSON_AddObjectToObject(r, "limits");
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(lim, "nvidia.com/gpu");
+        snprintf(buf, sizeof buf, "%d", j->gpus);
+        put_str(lim, "nvidia.com/gpu", buf);
+    }
+    cJSON_AddItemToObject(c, "resources", r);
+    return o;
+}

@@ -1,0 +1,110 @@
+/* operator: the TrainingJob controller (docs/trainingjob.md is the API).
+ *
+ * Level-triggered: every reconcile of a job reads the TrainingJob and the
+ * objects it owns from the API server and moves the world one step toward
+ * the spec, so the process can be killed and restarted at any moment.
+ * The one piece of memory that must survive a restart -- which ended pods
+ * were already counted as restarts or preemptions -- lives in the job's
+ * status (countedPods), written before the pod is deleted.
+ *
+ * The pure parts (spec parsing, the objects a job wants, how a pod ended,
+ * the phase) are public for tests; rl_op_run is the whole controller. */
+#ifndef RL_OPERATOR_H
+#define RL_OPERATOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "k8s/k8s.h"
+#include "util/util.h"
+
+struct cJSON;
+
+#define RL_OP_GROUP "ringleader.dev"
+#define RL_OP_VERSION "v1alpha1"
+#define RL_OP_GV RL_OP_GROUP "/" RL_OP_VERSION
+#define RL_OP_LABEL_JOB "ringleader.dev/job"
+#define RL_OP_LABEL_INDEX "ringleader.dev/index"
+
+/* ---- the spec, validated ---------------------------------------------------------- */
+typedef struct rl_op_job {
+    char ns[254], name[64], uid[128];
+    long long generation;
+    char image[1024], pull_policy[16], clean_policy[16];
+    int replicas;            /* clamped into [min, max] */
+    int min_nodes, max_nodes;
+    bool elastic;
+    int nproc, gpus;
+    int restart_limit;
+    long long grace_s;
+    bool suspend;
+    int metrics_port, rdzv_port;
+    char *training_json;     /* spec.training with rdzv.port set: RINGLEADER_CONFIG */
+    /* spec.s3 */
+    char s3_endpoint[512], s3_region[64], s3_addressing[16];
+    char s3_secret[254], s3_key_id[254], s3_key_secret[254], s3_key_token[254];
+    const struct cJSON *spec; /* the object's spec (borrowed): passthrough fields */
+} rl_op_job;
+
+/* Reads and checks a TrainingJob object. Whatever the CRD schema cannot
+ * say (min <= max, the training config, the global batch dividing every
+ * world size the job can have) is RL_EINPUT with a message naming the
+ * field ("spec.elastic.maxReplicas: 1 is below minReplicas 2"). Defaults
+ * are applied here too, so an object stored without the schema's defaults
+ * still works. */
+int rl_op_job_parse(const struct cJSON *obj, rl_op_job *j, rl_err *e);
+void rl_op_job_free(rl_op_job *j);
+
+/* ---- the objects a job owns (all with a controller owner reference) ---------------- */
+struct cJSON *rl_op_service(const rl_op_job *j);
+struct cJSON *rl_op_secret(const rl_op_job *j, const char *secret_hex);
+struct cJSON *rl_op_service_account(const rl_op_job *j);
+struct cJSON *rl_op_role(const rl_op_job *j);
+struct cJSON *rl_op_role_binding(const rl_op_job *j);
+struct cJSON *rl_op_pod(const rl_op_job *j, int index);
+
+/* ---- how a pod stands ---------------------------------------------------------------- */
+typedef enum {
+    RL_POD_PENDING = 0,  /* not running yet: waiting (reason says why) or unscheduled */
+    RL_POD_RUNNING,
+    RL_POD_TERMINATING,  /* deletionTimestamp set */
+    RL_POD_SUCCEEDED,    /* exit 0: the job is complete */
+    RL_POD_PREEMPTED,    /* ended, but not its fault: replace, don't count */
+    RL_POD_FAILED,       /* ended by its own failure: counts against restartLimit */
+} rl_pod_state;
+
+typedef struct rl_pod_info {
+    rl_pod_state state;
+    int index;           /* from the label; -1 if missing or bad */
+    bool ready;
+    char name[254], uid[128];
+    char reason[64];     /* Evicted, Error, ErrImagePull, Unschedulable, ... */
+    char message[512];
+} rl_pod_info;
+
+void rl_op_pod_classify(const struct cJSON *pod, rl_pod_info *p);
+const char *rl_pod_state_name(rl_pod_state s);
+
+/* ---- the controller ---------------------------------------------------------------------- */
+typedef struct rl_op_opts {
+    const char *kubeconfig;      /* NULL: in-cluster, else $KUBECONFIG / ~/.kube/config */
+    const char *const *namespaces; /* NULL-terminated; NULL or empty: every namespace */
+    bool leader_elect;
+    const char *lease_name, *lease_ns; /* the operator's own Lease */
+    const char *id;              /* this replica (POD_NAME) */
+    double resync_s;             /* every job reconciled at least this often (5) */
+    double lease_s, renew_deadline_s, retry_s; /* 15, 10, 2 */
+    const volatile int *stop;
+} rl_op_opts;
+
+/* Runs until *stop (RL_OK) or until leadership is lost (RL_EPEER: the
+ * process should exit and be restarted, as client-go operators do). */
+int rl_op_run(const rl_op_opts *o, rl_err *e);
+
+/* One reconcile of ns/name against the API (public for tests). */
+typedef struct rl_op rl_op;
+int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e);
+int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e);
+void rl_op_free(rl_op *op);
+
+#endif

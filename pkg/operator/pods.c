@@ -1,0 +1,124 @@
+/* How a worker pod stands, from its status, and above all how it ended:
+ * the difference between a failure (counts against restartLimit) and a
+ * preemption (the node went, the pod was evicted or deleted, the worker
+ * stopped on SIGTERM with its checkpoint written) is what users of
+ * PyTorchJob miss most -- spot reclaims there eat the restart budget. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "operator.h"
+
+/* the worker's exit statuses that mean "not my fault" (cmd/worker,
+ * pkg/agent): 75 stopped on SIGTERM with a committed checkpoint, 76 a peer
+ * was lost; 143 is a SIGTERM death (128 + 15) */
+static bool benign_exit(int code) { return code == 75 || code == 76 || code == 143; }
+
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static const cJSON *obj(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    return cJSON_IsObject(v) ? v : NULL;
+}
+
+static const cJSON *condition(const cJSON *status, const char *type) {
+    const cJSON *cs = cJSON_IsObject(status) ? cJSON_GetObjectItemCaseSensitive(status, "conditions") : NULL;
+    if (!cJSON_IsArray(cs)) return NULL;
+    for (const cJSON *c = cs->child; c; c = c->next)
+        if (!strcmp(str(c, "type"), type)) return c;
+    return NULL;
+}
+
+const char *rl_pod_state_name(rl_pod_state s) {
+    static const char *const n[] = {"Pending", "Running", "Terminating", "Succeeded", "Preempted", "Failed"};
+    return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
+}
+
+static void set(rl_pod_info *p, const char *reason, const char *message) {
+    snprintf(p->reason, sizeof p->reason, "%s", reason);
+    snprintf(p->message, sizeof p->message, "%s", message);
+}
+
+/* The first container's terminated state (ours have one container). */
+static void ended(const cJSON *status, rl_pod_info *p) {
+    const char *reason = str(status, "reason"); /* pod-level: Evicted, Shutdown, NodeLost, ... */
+    const cJSON *dt = condition(status, "DisruptionTarget");
+    bool disrupted = dt && !strcmp(str(dt, "status"), "True");
+    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(status, "containerStatuses");
+    const cJSON *term = cJSON_IsArray(cs) && cs->child ? obj(obj(cs->child, "state"), "terminated") : NULL;
+    const cJSON *code = term ? cJSON_GetObjectItemCaseSensitive(term, "exitCode") : NULL;
+    int exit_code = cJSON_IsNumber(code) ? code->valueint : -1;
+    if (*reason || disrupted) {
+        p->state = RL_POD_PREEMPTED;
+        set(p, *reason ? reason : str(dt, "reason"), *reason ? str(status, "message") : str(dt, "message"));
+        return;
+    }
+    char msg[160];
+    if (term) {
+        const char *treason = str(term, "reason");
+        snprintf(msg, sizeof msg, "container exited with status %d%s%s", exit_code, *treason ? ": " : "", treason);
+        if (exit_code == 0) {
+            p->state = RL_POD_SUCCEEDED;
+            set(p, "Completed", msg);
+        } else if (benign_exit(exit_code)) {
+            p->state = RL_POD_PREEMPTED;
+            set(p, exit_code == 75 ? "Preempted" : exit_code == 76 ? "PeerLost" : "Terminated", msg);
+        } else {
+            p->state = RL_POD_FAILED;
+            set(p, *treason ? treason : "Error", msg);
+        }
+        return;
+    }
+    p->state = RL_POD_FAILED;
+    set(p, "Failed", str(status, "message"));
+}
+
+void rl_op_pod_classify(const cJSON *pod, rl_pod_info *p) {
+    memset(p, 0, sizeof *p);
+    const cJSON *md = obj(pod, "metadata"), *status = obj(pod, "status");
+    snprintf(p->name, sizeof p->name, "%s", str(md, "name"));
+    snprintf(p->uid, sizeof p->uid, "%s", str(md, "uid"));
+    const char *idx = str(obj(md, "labels"), RL_OP_LABEL_INDEX);
+    char *end;
+    long i = strtol(idx, &end, 10);
+    p->index = *idx && !*end && i >= 0 && i < 100000 ? (int)i : -1;
+    const char *phase = str(status, "phase");
+    if (!strcmp(phase, "Succeeded")) {
+        p->state = RL_POD_SUCCEEDED;
+        set(p, "Completed", "");
+        return;
+    }
+    if (!strcmp(phase, "Failed")) {
+        ended(status, p);
+        return;
+    }
+    if (*str(md, "deletionTimestamp")) {
+        p->state = RL_POD_TERMINATING;
+        set(p, "Terminating", "");
+        return;
+    }
+    const cJSON *ready = condition(status, "Ready");
+    p->ready = ready && !strcmp(str(ready, "status"), "True");
+    if (!strcmp(phase, "Running")) {
+        p->state = RL_POD_RUNNING;
+        return;
+    }
+    /* Pending (or no status yet): say why, as kubectl describe would */
+    p->state = RL_POD_PENDING;
+    const cJSON *sched = condition(status, "PodScheduled");
+    if (sched && !strcmp(str(sched, "status"), "False")) {
+        set(p, *str(sched, "reason") ? str(sched, "reason") : "Unschedulable", str(sched, "message"));
+        return;
+    }
+    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(status, "containerStatuses");
+    const cJSON *waiting = cJSON_IsArray(cs) && cs->child ? obj(obj(cs->child, "state"), "waiting") : NULL;
+    if (waiting) {
+        set(p, str(waiting, "reason"), str(waiting, "message"));
+        return;
+    }
+    set(p, "Pending", "");
+}

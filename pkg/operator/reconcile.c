@@ -1,0 +1,604 @@
+/* One reconcile of one TrainingJob: read it and what it owns, take the
+ * next steps toward its spec, write its status. Nothing is remembered
+ * between calls except what the API server holds, so a restarted operator
+ * carries on where the last one stopped. Order matters in one place: a
+ * pod that ended is counted in the status first and deleted after, so a
+ * crash in between neither loses nor doubles a count (the status keeps the
+ * uids of counted pods until they are gone). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <openssl/rand.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "operator.h"
+
+struct rl_op {
+    rl_k8s *k;
+};
+
+int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e) {
+    rl_op *op = calloc(1, sizeof *op);
+    if (!op) return rl_errf(e, RL_ENOMEM, "out of memory");
+    op->k = k;
+    *out = op;
+    return RL_OK;
+}
+
+void rl_op_free(rl_op *op) { free(op); }
+
+/* ---- small JSON helpers ------------------------------------------------------------------- */
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static cJSON *jobj(cJSON *o, const char *k) {
+    cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    return cJSON_IsObject(v) ? v : NULL;
+}
+
+static void jset(cJSON *o, const char *k, cJSON *v) {
+    if (cJSON_GetObjectItemCaseSensitive(o, k)) cJSON_ReplaceItemInObjectCaseSensitive(o, k, v);
+    else cJSON_AddItemToObject(o, k, v);
+}
+
+static void rfc3339(char *out, size_t n) {
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* ---- conditions ------------------------------------------------------------------------------
+ * Set a condition; lastTransitionTime moves only when the status flips.
+ * Returns true when status or reason changed: the moment worth an Event. */
+static bool set_condition(cJSON *st, const char *type, bool on, const char *reason, const char *msg) {
+    cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, "conditions");
+    if (!cJSON_IsArray(cs)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(st, "conditions");
+        cs = cJSON_AddArrayToObject(st, "conditions");
+    }
+    cJSON *c = NULL;
+    for (cJSON *it = cs->child; it; it = it->next)
+        if (!strcmp(jstr(it, "type"), type)) c = it;
+    const char *want = on ? "True" : "False";
+    bool flip = !c || strcmp(jstr(c, "status"), want) != 0;
+    bool changed = flip || strcmp(jstr(c, "reason"), reason) != 0;
+    if (!c) {
+        c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "type", type);
+        cJSON_AddItemToArray(cs, c);
+    }
+    jset(c, "status", cJSON_CreateString(want));
+    jset(c, "reason", cJSON_CreateString(reason));
+    jset(c, "message", cJSON_CreateString(msg));
+    if (flip) {
+        char ts[32];
+        rfc3339(ts, sizeof ts);
+        jset(c, "lastTransitionTime", cJSON_CreateString(ts));
+    }
+    return changed;
+}
+
+static bool condition_on(const cJSON *st, const char *type) {
+    const cJSON *cs = cJSON_IsObject(st) ? cJSON_GetObjectItemCaseSensitive(st, "conditions") : NULL;
+    if (!cJSON_IsArray(cs)) return false;
+    for (const cJSON *it = cs->child; it; it = it->next)
+        if (!strcmp(jstr(it, "type"), type)) return !strcmp(jstr(it, "status"), "True");
+    return false;
+}
+
+static long long st_int(const cJSON *st, const char *k) {
+    const cJSON *v = cJSON_IsObject(st) ? cJSON_GetObjectItemCaseSensitive(st, k) : NULL;
+    return cJSON_IsNumber(v) ? (long long)v->valuedouble : 0;
+}
+
+/* ---- events ------------------------------------------------------------------------------------ */
+static void event(rl_op *op, const rl_op_job *j, bool warning, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void event(rl_op *op, const rl_op_job *j, bool warning, const char *reason, const char *fmt, ...) {
+    char msg[1024], name[128], ts[32], path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    unsigned char rnd[8];
+    if (RAND_bytes(rnd, sizeof rnd) != 1) memset(rnd, 0, sizeof rnd);
+    snprintf(name, sizeof name, "%s.%02x%02x%02x%02x%02x%02x%02x%02x", j->name, rnd[0], rnd[1], rnd[2],
+             rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    rfc3339(ts, sizeof ts);
+    cJSON *ev = cJSON_CreateObject();
+    cJSON_AddStringToObject(ev, "apiVersion", "v1");
+    cJSON_AddStringToObject(ev, "kind", "Event");
+    cJSON *md = cJSON_AddObjectToObject(ev, "metadata");
+    cJSON_AddStringToObject(md, "name", name);
+    cJSON_AddStringToObject(md, "namespace", j->ns);
+    cJSON *io = cJSON_AddObjectToObject(ev, "involvedObject");
+    cJSON_AddStringToObject(io, "apiVersion", RL_OP_GV);
+    cJSON_AddStringToObject(io, "kind", "TrainingJob");
+    cJSON_AddStringToObject(io, "name", j->name);
+    cJSON_AddStringToObject(io, "namespace", j->ns);
+    cJSON_AddStringToObject(io, "uid", j->uid);
+    cJSON_AddStringToObject(ev, "reason", reason);
+    cJSON_AddStringToObject(ev, "message", msg);
+    cJSON_AddStringToObject(ev, "type", warning ? "Warning" : "Normal");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(ev, "source"), "component", "ringleader-operator");
+    cJSON_AddStringToObject(ev, "reportingComponent", "ringleader-operator");
+    cJSON_AddStringToObject(ev, "firstTimestamp", ts);
+    cJSON_AddStringToObject(ev, "lastTimestamp", ts);
+    cJSON_AddNumberToObject(ev, "count", 1);
+    rl_err e = {0};
+    long code = 0;
+    char esc[1100];
+    if (rl_k8s_path(path, sizeof path, "v1", j->ns, "events", NULL, &e) == RL_OK &&
+        rl_k8s_create(op->k, path, ev, &code, NULL, &e) != RL_OK)
+        rl_log(RL_LOG_WARN, "event", "\"job\":\"%s/%s\",\"error\":\"%s\"", j->ns, j->name,
+               rl_json_escape(esc, sizeof esc, e.msg));
+    rl_log(warning ? RL_LOG_WARN : RL_LOG_INFO, "job_event", "\"job\":\"%s/%s\",\"reason\":\"%s\",\"msg\":\"%s\"",
+           j->ns, j->name, reason, rl_json_escape(esc, sizeof esc, msg));
+    cJSON_Delete(ev);
+}
+
+/* ---- owned objects ------------------------------------------------------------------------------ */
+static bool owned_by(const cJSON *o, const char *uid) {
+    const cJSON *refs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"),
+                                                         "ownerReferences");
+    if (!cJSON_IsArray(refs)) return false;
+    for (const cJSON *r = refs->child; r; r = r->next)
+        if (!strcmp(jstr(r, "uid"), uid)) return true;
+    return false;
+}
+
+/* Create `want` unless an object of that name exists. One that exists but
+ * is not ours is a conflict the user must resolve: *conflict names it. */
+static int ensure(rl_op *op, const rl_op_job *j, const char *gv, const char *resource, cJSON *want,
+                  char *conflict, size_t cn, rl_err *e) {
+    const char *name = jstr(jobj(want, "metadata"), "name");
+    char path[512], coll[512];
+    int rc;
+    if ((rc = rl_k8s_path(path, sizeof path, gv, j->ns, resource, name, e)) ||
+        (rc = rl_k8s_path(coll, sizeof coll, gv, j->ns, resource, NULL, e)))
+        goto out;
+    long code = 0;
+    cJSON *have = NULL;
+    rc = rl_k8s_get(op->k, path, &code, &have, e);
+    if (rc == RL_OK) {
+        if (!owned_by(have, j->uid) && !conflict[0])
+            snprintf(conflict, cn, "%s %s exists and is not owned by this TrainingJob", resource, name);
+    } else if (code == 404) {
+        rc = rl_k8s_create(op->k, coll, want, &code, NULL, e);
+        if (rc == RL_OK) {
+            rl_log(RL_LOG_INFO, "created", "\"job\":\"%s/%s\",\"kind\":\"%s\",\"name\":\"%s\"", j->ns, j->name,
+                   resource, name);
+        } else if (code == 409) {
+            rc = RL_OK; /* a retried POST met itself, or a race: next pass looks again */
+        }
+    }
+    cJSON_Delete(have);
+out:
+    cJSON_Delete(want);
+    return rc;
+}
+
+static void random_hex(char *out, size_t bytes) {
+    unsigned char b[64];
+    if (bytes > sizeof b) bytes = sizeof b;
+    if (RAND_bytes(b, (int)bytes) != 1) {
+        /* no entropy is no secret: refuse to make a guessable one */
+        out[0] = '\0';
+        return;
+    }
+    for (size_t i = 0; i < bytes; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+static int ensure_all(rl_op *op, const rl_op_job *j, char *conflict, size_t cn, rl_err *e) {
+    char hex[129];
+    random_hex(hex, 32);
+    if (!hex[0]) return rl_errf(e, RL_EINTERNAL, "no randomness for the rendezvous secret");
+    int rc;
+    if ((rc = ensure(op, j, "v1", "services", rl_op_service(j), conflict, cn, e)) ||
+        (rc = ensure(op, j, "v1", "secrets", rl_op_secret(j, hex), conflict, cn, e)) ||
+        (rc = ensure(op, j, "v1", "serviceaccounts", rl_op_service_account(j), conflict, cn, e)) ||
+        (rc = ensure(op, j, "rbac.authorization.k8s.io/v1", "roles", rl_op_role(j), conflict, cn, e)) ||
+        (rc = ensure(op, j, "rbac.authorization.k8s.io/v1", "rolebindings", rl_op_role_binding(j), conflict, cn, e)))
+        return rc;
+    return RL_OK;
+}
+
+static int delete_pod(rl_op *op, const rl_op_job *j, const char *name, rl_err *e) {
+    char path[512];
+    long code = 0;
+    int rc = rl_k8s_path(path, sizeof path, "v1", j->ns, "pods", name, e);
+    if (!rc) rc = rl_k8s_delete(op->k, path, &code, e);
+    if (rc && code == 404) rc = RL_OK;
+    if (!rc) rl_log(RL_LOG_INFO, "deleted", "\"job\":\"%s/%s\",\"pod\":\"%s\"", j->ns, j->name, name);
+    return rc;
+}
+
+/* ---- counted pods --------------------------------------------------------------------------------- */
+static bool is_counted(const cJSON *st, const char *uid) {
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "countedPods");
+    if (!cJSON_IsArray(l)) return false;
+    for (const cJSON *it = l->child; it; it = it->next)
+        if (cJSON_IsString(it) && !strcmp(it->valuestring, uid)) return true;
+    return false;
+}
+
+static void add_counted(cJSON *st, const char *uid, const char *counter) {
+    cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "countedPods");
+    if (!cJSON_IsArray(l)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(st, "countedPods");
+        l = cJSON_AddArrayToObject(st, "countedPods");
+    }
+    cJSON_AddItemToArray(l, cJSON_CreateString(uid));
+    if (counter) jset(st, counter, cJSON_CreateNumber((double)(st_int(st, counter) + 1)));
+}
+
+/* Keep only uids of pods that still exist: a counted pod stays listed
+ * until it is gone, after that it can never be seen (and counted) again. */
+static void prune_counted(cJSON *st, const rl_pod_info *pods, int n) {
+    cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "countedPods");
+    if (!cJSON_IsArray(l)) return;
+    cJSON *keep = cJSON_CreateArray();
+    for (const cJSON *it = l->child; it; it = it->next) {
+        bool live = false;
+        for (int i = 0; i < n && !live; i++) live = cJSON_IsString(it) && !strcmp(pods[i].uid, it->valuestring);
+        if (live) cJSON_AddItemToArray(keep, cJSON_CreateString(it->valuestring));
+    }
+    jset(st, "countedPods", keep);
+}
+
+/* ---- progress, as the rank-0 agent reports it on <job>-progress ------------------------------------ */
+static void mirror_progress(rl_op *op, const rl_op_job *j, cJSON *st) {
+    char path[512], name[128];
+    snprintf(name, sizeof name, "%s-progress", j->name);
+    rl_err e = {0};
+    long code = 0;
+    cJSON *lease = NULL;
+    if (rl_k8s_path(path, sizeof path, "coordination.k8s.io/v1", j->ns, "leases", name, &e) ||
+        rl_k8s_get(op->k, path, &code, &lease, &e)) {
+        cJSON_Delete(lease);
+        return;
+    }
+    const cJSON *ann = jobj(jobj(lease, "metadata"), "annotations");
+    static const struct { const char *ann, *field; int kind; /* 0 int, 1 number, 2 string */ } map[] = {
+        {"ringleader.dev/step", "step", 0},
+        {"ringleader.dev/loss", "loss", 1},
+        {"ringleader.dev/tokens-per-second", "tokensPerSecond", 1},
+        {"ringleader.dev/last-checkpoint", "lastCheckpoint", 2},
+        {"ringleader.dev/round", "round", 0},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        const char *v = jstr(ann, map[i].ann);
+        if (!*v) continue;
+        if (map[i].kind == 2) {
+            jset(st, map[i].field, cJSON_CreateString(v));
+            continue;
+        }
+        char *end;
+        double d = strtod(v, &end);
+        if (*end || !isfinite(d)) continue; /* a worker's garbage is not worth a failure */
+        if (map[i].kind == 0) d = floor(d);
+        else d = round(d * 1e4) / 1e4;
+        jset(st, map[i].field, cJSON_CreateNumber(d));
+    }
+    cJSON_Delete(lease);
+}
+
+/* ---- status ------------------------------------------------------------------------------------------ */
+static int write_status(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e) {
+    if (old && cJSON_Compare(old, st, 1)) return RL_OK; /* nothing changed: no write, no watch event */
+    char path[600];
+    int rc = rl_k8s_path(path, sizeof path - 8, RL_OP_GV, j->ns, "trainingjobs", j->name, e);
+    if (rc) return rc;
+    strcat(path, "/status");
+    cJSON *patch = cJSON_CreateObject();
+    /* merge-patch replaces each member we send; send them all */
+    cJSON_AddItemToObject(patch, "status", cJSON_Duplicate(st, 1));
+    long code = 0;
+    rc = rl_k8s_merge_patch(op->k, path, patch, &code, NULL, e);
+    cJSON_Delete(patch);
+    return rc;
+}
+
+static bool terminal(const char *phase) { return !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"); }
+
+/* After the end: pods go per cleanPodPolicy (All: every pod; Running:
+ * those still running or pending, so a failed pod's logs stay readable;
+ * None: all stay). */
+static int cleanup(rl_op *op, const rl_op_job *j, const rl_pod_info *pods, int n, rl_err *e) {
+    int rc = RL_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        const rl_pod_info *p = &pods[i];
+        if (p->state == RL_POD_TERMINATING || !strcmp(j->clean_policy, "None")) continue;
+        if (!strcmp(j->clean_policy, "Running") && p->state != RL_POD_RUNNING && p->state != RL_POD_PENDING)
+            continue;
+        rc = delete_pod(op, j, p->name, e);
+    }
+    return rc;
+}
+
+static void count_pods(const rl_op_job *j, const rl_pod_info *pods, int n, cJSON *st) {
+    int exist = 0, ready = 0;
+    for (int i = 0; i < n; i++) {
+        if (pods[i].state == RL_POD_TERMINATING) continue;
+        exist++;
+        if (pods[i].state == RL_POD_RUNNING && pods[i].ready) ready++;
+    }
+    char sel[128];
+    snprintf(sel, sizeof sel, RL_OP_LABEL_JOB "=%s", j->name);
+    jset(st, "replicas", cJSON_CreateNumber(exist));
+    jset(st, "readyReplicas", cJSON_CreateNumber(ready));
+    jset(st, "selector", cJSON_CreateString(sel));
+}
+
+/* ---- list this job's pods --------------------------------------------------------------------------- */
+static int list_pods(rl_op *op, const rl_op_job *j, rl_pod_info **out, int *n, rl_err *e) {
+    char path[700], coll[512];
+    *out = NULL, *n = 0;
+    int rc = rl_k8s_path(coll, sizeof coll, "v1", j->ns, "pods", NULL, e);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s?labelSelector=" RL_OP_LABEL_JOB "%%3D%s", coll, j->name);
+    cJSON *list = NULL;
+    long code = 0;
+    if ((rc = rl_k8s_get(op->k, path, &code, &list, e))) return rc;
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(list, "items");
+    int cap = cJSON_IsArray(items) ? cJSON_GetArraySize(items) : 0;
+    rl_pod_info *pods = calloc(cap > 0 ? (size_t)cap : 1, sizeof *pods);
+    if (!pods) {
+        cJSON_Delete(list);
+        return rl_errf(e, RL_ENOMEM, "out of memory");
+    }
+    for (const cJSON *it = cap ? items->child : NULL; it; it = it->next) {
+        if (!owned_by(it, j->uid)) continue; /* a previous job of the same name: the GC takes it */
+        rl_op_pod_classify(it, &pods[*n]);
+        (*n)++;
+    }
+    cJSON_Delete(list);
+    *out = pods;
+    return RL_OK;
+}
+
+/* ---- the reconcile ----------------------------------------------------------------------------------- */
+static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e);
+
+int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e) {
+    char path[512];
+    int rc = rl_k8s_path(path, sizeof path, RL_OP_GV, ns, "trainingjobs", name, e);
+    if (rc) return rc;
+    long code = 0;
+    cJSON *obj = NULL;
+    rc = rl_k8s_get(op->k, path, &code, &obj, e);
+    if (rc) {
+        cJSON_Delete(obj);
+        return code == 404 ? RL_OK : rc; /* gone: the garbage collector removes what it owned */
+    }
+    cJSON *md = jobj(obj, "metadata");
+    if (*jstr(md, "deletionTimestamp")) {
+        cJSON_Delete(obj);
+        return RL_OK;
+    }
+    const cJSON *old = jobj(obj, "status");
+    cJSON *st = old ? cJSON_Duplicate(old, 1) : cJSON_CreateObject();
+    rl_op_job j;
+    rl_err perr = {0};
+    int prc = rl_op_job_parse(obj, &j, &perr);
+    if (prc) {
+        /* a spec the schema let through but the job cannot run: Failed,
+         * with the field named, once */
+        snprintf(j.ns, sizeof j.ns, "%s", ns);
+        snprintf(j.name, sizeof j.name, "%s", name);
+        snprintf(j.uid, sizeof j.uid, "%s", jstr(md, "uid"));
+        j.generation = (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(md, "generation"));
+        snprintf(j.clean_policy, sizeof j.clean_policy, "All");
+        if (set_condition(st, "Failed", true, "InvalidSpec", perr.msg))
+            event(op, &j, true, "InvalidSpec", "%s", perr.msg);
+        set_condition(st, "Running", false, "InvalidSpec", "");
+        jset(st, "phase", cJSON_CreateString("Failed"));
+        rl_pod_info *pods = NULL;
+        int n = 0;
+        if (!(rc = list_pods(op, &j, &pods, &n, e)) && !(rc = cleanup(op, &j, pods, n, e))) {
+            count_pods(&j, pods, n, st);
+            jset(st, "observedGeneration", cJSON_CreateNumber((double)j.generation));
+            rc = write_status(op, &j, old, st, e);
+        }
+        free(pods);
+    } else {
+        rc = reconcile_job(op, &j, old, st, e);
+    }
+    rl_op_job_free(&j);
+    cJSON_Delete(st);
+    cJSON_Delete(obj);
+    return rc;
+}
+
+static int create_pod(rl_op *op, const rl_op_job *j, int index, rl_err *e) {
+    char coll[512];
+    int rc = rl_k8s_path(coll, sizeof coll, "v1", j->ns, "pods", NULL, e);
+    if (rc) return rc;
+    cJSON *pod = rl_op_pod(j, index);
+    long code = 0;
+    rc = rl_k8s_create(op->k, coll, pod, &code, NULL, e);
+    cJSON_Delete(pod);
+    if (rc && code == 409) return RL_OK; /* the old one is still going away */
+    if (!rc) rl_log(RL_LOG_INFO, "created", "\"job\":\"%s/%s\",\"pod\":\"%s-%d\"", j->ns, j->name, j->name, index);
+    return rc;
+}
+
+static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e) {
+    int rc;
+    const char *phase0 = jstr(old, "phase");
+    char phase[32];
+    snprintf(phase, sizeof phase, "%s", phase0);
+    jset(st, "observedGeneration", cJSON_CreateNumber((double)j->generation));
+    rl_pod_info *pods = NULL;
+    int n = 0;
+    if ((rc = list_pods(op, j, &pods, &n, e))) return rc;
+
+    /* Over: only cleanup remains. */
+    if (terminal(phase)) {
+        if (!(rc = cleanup(op, j, pods, n, e))) {
+            count_pods(j, pods, n, st);
+            prune_counted(st, pods, n);
+            rc = write_status(op, j, old, st, e);
+        }
+        free(pods);
+        return rc;
+    }
+    char conflict[512] = "";
+    if ((rc = ensure_all(op, j, conflict, sizeof conflict, e))) goto out;
+    if (set_condition(st, "Created", true, "Created", "service, secret, RBAC and pods are managed"))
+        event(op, j, false, "Created", "created the headless Service %s, its rendezvous Secret and RBAC", j->name);
+    if (!jstr(st, "startTime")[0]) {
+        char ts[32];
+        rfc3339(ts, sizeof ts);
+        jset(st, "startTime", cJSON_CreateString(ts));
+    }
+
+    /* The job is complete when a worker exits 0: agents do so only once
+     * the whole job finished. */
+    for (int i = 0; i < n; i++)
+        if (pods[i].state == RL_POD_SUCCEEDED) {
+            char ts[32];
+            rfc3339(ts, sizeof ts);
+            set_condition(st, "Succeeded", true, "Completed", "rank 0 finished training");
+            set_condition(st, "Running", false, "Completed", "");
+            set_condition(st, "Restarting", false, "Completed", "");
+            jset(st, "phase", cJSON_CreateString("Succeeded"));
+            jset(st, "completionTime", cJSON_CreateString(ts));
+            mirror_progress(op, j, st);
+            if ((rc = write_status(op, j, old, st, e))) goto out;
+            event(op, j, false, "Succeeded", "training completed (pod %s exited 0)", pods[i].name);
+            rc = cleanup(op, j, pods, n, e);
+            goto out;
+        }
+
+    if (j->suspend) {
+        if (set_condition(st, "Suspended", true, "Suspended", "spec.suspend is true: pods deleted"))
+            event(op, j, false, "Suspended", "suspending: deleting %d pod(s); workers checkpoint on SIGTERM", n);
+        set_condition(st, "Running", false, "Suspended", "");
+        jset(st, "phase", cJSON_CreateString("Suspended"));
+        /* pods we stop are not preemptions: mark them seen, count nothing */
+        for (int i = 0; i < n; i++)
+            if (!is_counted(st, pods[i].uid)) add_counted(st, pods[i].uid, NULL);
+        if ((rc = write_status(op, j, old, st, e))) goto out;
+        for (int i = 0; i < n && !rc; i++)
+            if (pods[i].state != RL_POD_TERMINATING) rc = delete_pod(op, j, pods[i].name, e);
+        if (!rc) {
+            count_pods(j, pods, n, st);
+            prune_counted(st, pods, n);
+            rc = write_status(op, j, old, st, e);
+        }
+        goto out;
+    }
+    if (condition_on(st, "Suspended") && set_condition(st, "Suspended", false, "Resumed", "spec.suspend is false"))
+        event(op, j, false, "Resumed", "resuming: recreating %d pod(s)", j->replicas);
+
+    /* Pods that ended, or are being deleted by someone else: count each once
+     * (status first), then make room for a replacement. */
+    bool replaced = false;
+    char last_fail[700] = "";
+    for (int i = 0; i < n; i++) {
+        rl_pod_info *p = &pods[i];
+        bool ended = p->state == RL_POD_FAILED || p->state == RL_POD_PREEMPTED;
+        bool taken = p->state == RL_POD_TERMINATING && p->index >= 0 && p->index < j->replicas;
+        if ((!ended && !taken) || is_counted(st, p->uid)) continue;
+        if (p->state == RL_POD_FAILED) {
+            add_counted(st, p->uid, "restarts");
+            snprintf(last_fail, sizeof last_fail, "pod %s failed: %s", p->name, p->message);
+            event(op, j, true, "PodFailed", "%s (%lld of restartLimit %d)", last_fail, st_int(st, "restarts"),
+                  j->restart_limit);
+        } else {
+            add_counted(st, p->uid, "preemptions");
+            event(op, j, false, "PodPreempted", "pod %s %s (%s%s%s): replaced, not counted against restartLimit",
+                  p->name, taken ? "is being deleted" : "ended", p->reason, p->message[0] ? ": " : "", p->message);
+        }
+        replaced = true;
+    }
+    long long restarts = st_int(st, "restarts");
+    if (restarts > j->restart_limit) {
+        char msg[900];
+        snprintf(msg, sizeof msg, "%lld pod failures exceed restartLimit %d%s%s", restarts, j->restart_limit,
+                 last_fail[0] ? "; last: " : "", last_fail);
+        set_condition(st, "Failed", true, "RestartLimitExceeded", msg);
+        set_condition(st, "Running", false, "RestartLimitExceeded", "");
+        set_condition(st, "Restarting", false, "RestartLimitExceeded", "");
+        jset(st, "phase", cJSON_CreateString("Failed"));
+        char ts[32];
+        rfc3339(ts, sizeof ts);
+        jset(st, "completionTime", cJSON_CreateString(ts));
+        if ((rc = write_status(op, j, old, st, e))) goto out;
+        event(op, j, true, "Failed", "%s", msg);
+        rc = cleanup(op, j, pods, n, e);
+        goto out;
+    }
+    if (replaced) {
+        set_condition(st, "Restarting", true, "PodReplaced", "replacing pods; training resumes from the last checkpoint");
+        if ((rc = write_status(op, j, old, st, e))) goto out; /* counted before deleted */
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        rl_pod_info *p = &pods[i];
+        if (p->state == RL_POD_FAILED || p->state == RL_POD_PREEMPTED) {
+            rc = delete_pod(op, j, p->name, e);
+            p->state = RL_POD_TERMINATING;
+        } else if (p->state != RL_POD_TERMINATING && (p->index < 0 || p->index >= j->replicas)) {
+            event(op, j, false, "ScaledDown", "deleting pod %s (replicas %d)", p->name, j->replicas);
+            rc = delete_pod(op, j, p->name, e);
+            p->state = RL_POD_TERMINATING;
+        }
+    }
+    if (rc) goto out;
+
+    /* Create what is missing (a name still held by a terminating pod waits). */
+    if (!conflict[0]) {
+        int created = 0;
+        for (int idx = 0; idx < j->replicas && !rc; idx++) {
+            bool have = false;
+            for (int i = 0; i < n && !have; i++) have = pods[i].index == idx;
+            if (have) continue;
+            if (!(rc = create_pod(op, j, idx, e))) created++;
+        }
+        if (rc) goto out;
+        if (created)
+            event(op, j, false, "CreatedPods", "created %d pod(s) for %d node(s)", created, j->replicas);
+    }
+
+    /* Phase */
+    count_pods(j, pods, n, st);
+    int ready = 0, need = j->elastic ? j->min_nodes : j->replicas;
+    const rl_pod_info *why = NULL;
+    for (int i = 0; i < n; i++) {
+        if (pods[i].state == RL_POD_RUNNING && pods[i].ready) ready++;
+        if (pods[i].state == RL_POD_PENDING && !why && strcmp(pods[i].reason, "Pending") != 0) why = &pods[i];
+    }
+    if (conflict[0]) {
+        if (set_condition(st, "Running", false, "ResourceConflict", conflict))
+            event(op, j, true, "ResourceConflict", "%s", conflict);
+        snprintf(phase, sizeof phase, "Pending");
+    } else if (ready >= need && ready > 0) {
+        if (condition_on(st, "Restarting") && ready >= j->replicas)
+            set_condition(st, "Restarting", false, "Recovered", "every pod is running again");
+        if (set_condition(st, "Running", true, "Running", "") && !condition_on(st, "Restarting"))
+            event(op, j, false, "Running", "%d of %d node(s) running", ready, j->replicas);
+        snprintf(phase, sizeof phase, "%s", condition_on(st, "Restarting") ? "Restarting" : "Running");
+    } else {
+        char msg[900];
+        if (why) snprintf(msg, sizeof msg, "pod %s: %s%s%s", why->name, why->reason, why->message[0] ? ": " : "", why->message);
+        else snprintf(msg, sizeof msg, "%d of %d node(s) ready", ready, need);
+        const char *reason = why ? why->reason : "PodsNotReady";
+        if (set_condition(st, "Running", false, reason, msg) && why)
+            event(op, j, true, reason, "%s", msg);
+        snprintf(phase, sizeof phase, "%s", condition_on(st, "Restarting") ? "Restarting" : "Pending");
+    }
+    jset(st, "phase", cJSON_CreateString(phase));
+    mirror_progress(op, j, st);
+    prune_counted(st, pods, n);
+    rc = write_status(op, j, old, st, e);
+out:
+    free(pods);
+    return rc;
+}

@@ -1,0 +1,204 @@
+/* A TrainingJob's spec read and checked, with the defaults of the CRD
+ * applied again (an object stored before a default existed, or written
+ * with the schema bypassed, must not crash or mislead the operator). The
+ * training section is checked by the worker's own config parser, so the
+ * operator refuses exactly what the worker would refuse -- before any pod
+ * exists, with the field named. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "operator.h"
+#include "train/train.h"
+
+static const cJSON *member(const cJSON *o, const char *k) {
+    return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+}
+
+static int get_int(const cJSON *o, const char *where, const char *k, long long lo, long long hi,
+                   long long def, long long *out, rl_err *e) {
+    const cJSON *v = member(o, k);
+    *out = def;
+    if (!v || cJSON_IsNull(v)) return RL_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return rl_errf(e, RL_EINPUT, "%s.%s: must be an integer", where, k);
+    if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
+        return rl_errf(e, RL_EINPUT, "%s.%s: %.0f is out of range [%lld, %lld]", where, k,
+                       v->valuedouble, lo, hi);
+    *out = (long long)v->valuedouble;
+    return RL_OK;
+}
+
+static int get_str(const cJSON *o, const char *where, const char *k, const char *def, char *out,
+                   size_t n, rl_err *e) {
+    const cJSON *v = member(o, k);
+    snprintf(out, n, "%s", def);
+    if (!v || cJSON_IsNull(v)) return RL_OK;
+    if (!cJSON_IsString(v)) return rl_errf(e, RL_EINPUT, "%s.%s: must be a string", where, k);
+    if (strlen(v->valuestring) >= n)
+        return rl_errf(e, RL_EINPUT, "%s.%s: longer than %zu characters", where, k, n - 1);
+    snprintf(out, n, "%s", v->valuestring);
+    return RL_OK;
+}
+
+static int one_of(const char *v, const char *where, const char *k, const char *const *allowed,
+                  rl_err *e) {
+    for (const char *const *a = allowed; *a; a++)
+        if (!strcmp(v, *a)) return RL_OK;
+    char esc[96];
+    return rl_errf(e, RL_EINPUT, "%s.%s: \"%s\" is not one of the allowed values", where, k,
+                   rl_json_escape(esc, sizeof esc, v));
+}
+
+/* A DNS-1123 label: what a pod's hostname (<job>-<i>) and the Service name
+ * must be. Names longer than 56 leave room for "-<index>" and "-progress". */
+static int check_job_name(const char *name, rl_err *e) {
+    size_t n = strlen(name);
+    bool ok = n > 0 && n <= 56 && name[0] >= 'a' && name[0] <= 'z' && name[n - 1] != '-';
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') || name[i] == '-';
+    if (!ok) {
+        char esc[96];
+        return rl_errf(e, RL_EINPUT, "metadata.name: \"%s\" must be a DNS-1123 label of at most 56 "
+                       "characters starting with a letter (pods are named <name>-<index>)",
+                       rl_json_escape(esc, sizeof esc, name));
+    }
+    return RL_OK;
+}
+
+static int parse_s3(const cJSON *spec, rl_op_job *j, rl_err *e) {
+    const cJSON *s3 = member(spec, "s3");
+    if (!s3 || cJSON_IsNull(s3)) return RL_OK;
+    if (!cJSON_IsObject(s3)) return rl_errf(e, RL_EINPUT, "spec.s3: must be an object");
+    static const char *const addr[] = {"", "path", "virtual", NULL};
+    int rc;
+    if ((rc = get_str(s3, "spec.s3", "endpoint", "", j->s3_endpoint, sizeof j->s3_endpoint, e)) ||
+        (rc = get_str(s3, "spec.s3", "region", "", j->s3_region, sizeof j->s3_region, e)) ||
+        (rc = get_str(s3, "spec.s3", "addressing", "", j->s3_addressing, sizeof j->s3_addressing, e)) ||
+        (rc = one_of(j->s3_addressing, "spec.s3", "addressing", addr, e)))
+        return rc;
+    if (j->s3_endpoint[0] && strncmp(j->s3_endpoint, "http://", 7) && strncmp(j->s3_endpoint, "https://", 8))
+        return rl_errf(e, RL_EINPUT, "spec.s3.endpoint: must start with http:// or https://");
+    const cJSON *cs = member(s3, "credentialsSecret");
+    if (!cs || cJSON_IsNull(cs)) return RL_OK;
+    const char *w = "spec.s3.credentialsSecret";
+    if ((rc = get_str(cs, w, "name", "", j->s3_secret, sizeof j->s3_secret, e)) ||
+        (rc = get_str(cs, w, "accessKeyIdKey", "AWS_ACCESS_KEY_ID", j->s3_key_id, sizeof j->s3_key_id, e)) ||
+        (rc = get_str(cs, w, "secretAccessKeyKey", "AWS_SECRET_ACCESS_KEY", j->s3_key_secret,
+                      sizeof j->s3_key_secret, e)) ||
+        (rc = get_str(cs, w, "sessionTokenKey", "", j->s3_key_token, sizeof j->s3_key_token, e)))
+        return rc;
+    if (!j->s3_secret[0]) return rl_errf(e, RL_EINPUT, "%s.name: required", w);
+    return RL_OK;
+}
+
+/* spec.training -> the worker's config JSON, with the job's rendezvous port
+ * folded in, checked by the worker's own parser for every world size. */
+static int parse_training(const cJSON *spec, rl_op_job *j, rl_err *e) {
+    const cJSON *tr = member(spec, "training");
+    cJSON *cfg = tr && !cJSON_IsNull(tr) ? cJSON_Duplicate(tr, 1) : cJSON_CreateObject();
+    if (!cfg) return rl_errf(e, RL_ENOMEM, "out of memory");
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        return rl_errf(e, RL_EINPUT, "spec.training: must be an object");
+    }
+    cJSON *rdzv = cJSON_GetObjectItemCaseSensitive(cfg, "rdzv");
+    if (!rdzv) rdzv = cJSON_AddObjectToObject(cfg, "rdzv");
+    if (!cJSON_IsObject(rdzv)) {
+        cJSON_Delete(cfg);
+        return rl_errf(e, RL_EINPUT, "spec.training.rdzv: must be an object");
+    }
+    /* these belong to the TrainingJob, not to the training config */
+    static const char *const owned[] = {"backend", "job", "min_nodes", "max_nodes", "port", NULL};
+    for (const char *const *k = owned; *k; k++)
+        if (cJSON_GetObjectItemCaseSensitive(rdzv, *k)) {
+            cJSON_Delete(cfg);
+            return rl_errf(e, RL_EINPUT, "spec.training.rdzv.%s: set by the TrainingJob (%s), not here", *k,
+                           !strcmp(*k, "port") ? "spec.rdzvPort" : "spec.replicas / spec.elastic");
+        }
+    cJSON_AddNumberToObject(rdzv, "port", j->rdzv_port);
+    j->training_json = cJSON_PrintUnformatted(cfg);
+    cJSON_Delete(cfg);
+    if (!j->training_json) return rl_errf(e, RL_ENOMEM, "out of memory");
+
+    rl_job_config jc;
+    rl_job_config_default(&jc);
+    int rc = rl_job_config_parse(j->training_json, strlen(j->training_json), "spec.training", &jc, e);
+    if (rc) return rc;
+    if (j->gpus > 0 && strcmp(jc.dist.backend, "nccl") != 0 && member(member(tr, "dist"), "backend"))
+        return rl_errf(e, RL_EINPUT, "spec.training.dist.backend: \"%s\" on a job with gpusPerNode %d (use nccl)",
+                       jc.dist.backend, j->gpus);
+    for (int n = j->min_nodes; n <= j->max_nodes; n++)
+        if ((rc = rl_job_config_check_world(&jc, n * j->nproc, "spec.training", e))) {
+            return rl_err_wrap(e, "with %d node%s x %d process%s", n, n == 1 ? "" : "s", j->nproc,
+                               j->nproc == 1 ? "" : "es");
+        }
+    return RL_OK;
+}
+
+int rl_op_job_parse(const cJSON *obj, rl_op_job *j, rl_err *e) {
+    memset(j, 0, sizeof *j);
+    const cJSON *md = member(obj, "metadata");
+    int rc;
+    if ((rc = get_str(md, "metadata", "name", "", j->name, sizeof j->name, e)) ||
+        (rc = get_str(md, "metadata", "namespace", "default", j->ns, sizeof j->ns, e)) ||
+        (rc = get_str(md, "metadata", "uid", "", j->uid, sizeof j->uid, e)) ||
+        (rc = get_int(md, "metadata", "generation", 0, 1ll << 53, 0, &j->generation, e)) ||
+        (rc = check_job_name(j->name, e)))
+        return rc;
+    const cJSON *spec = member(obj, "spec");
+    if (!cJSON_IsObject(spec)) return rl_errf(e, RL_EINPUT, "spec: required, must be an object");
+    j->spec = spec;
+    static const char *const pulls[] = {"Always", "IfNotPresent", "Never", NULL};
+    static const char *const cleans[] = {"All", "Running", "None", NULL};
+    long long replicas, nproc, gpus, limit, mport, rport;
+    if ((rc = get_str(spec, "spec", "image", "", j->image, sizeof j->image, e)))
+        return rc;
+    if (!j->image[0]) return rl_errf(e, RL_EINPUT, "spec.image: required");
+    if ((rc = get_str(spec, "spec", "imagePullPolicy", "IfNotPresent", j->pull_policy, sizeof j->pull_policy, e)) ||
+        (rc = one_of(j->pull_policy, "spec", "imagePullPolicy", pulls, e)) ||
+        (rc = get_str(spec, "spec", "cleanPodPolicy", "All", j->clean_policy, sizeof j->clean_policy, e)) ||
+        (rc = one_of(j->clean_policy, "spec", "cleanPodPolicy", cleans, e)) ||
+        (rc = get_int(spec, "spec", "replicas", 0, 10000, 1, &replicas, e)) ||
+        (rc = get_int(spec, "spec", "nprocPerNode", 1, 1024, 1, &nproc, e)) ||
+        (rc = get_int(spec, "spec", "gpusPerNode", 0, 1024, 0, &gpus, e)) ||
+        (rc = get_int(spec, "spec", "restartLimit", 0, 1000, 3, &limit, e)) ||
+        (rc = get_int(spec, "spec", "terminationGracePeriodSeconds", 0, 86400, 60, &j->grace_s, e)) ||
+        (rc = get_int(spec, "spec", "metricsPort", 0, 65535, 9090, &mport, e)) ||
+        (rc = get_int(spec, "spec", "rdzvPort", 1, 65535, 29400, &rport, e)))
+        return rc;
+    j->replicas = (int)replicas, j->nproc = (int)nproc, j->gpus = (int)gpus;
+    j->restart_limit = (int)limit, j->metrics_port = (int)mport, j->rdzv_port = (int)rport;
+    if (mport == rport) return rl_errf(e, RL_EINPUT, "spec.metricsPort: %lld is also spec.rdzvPort", mport);
+    const cJSON *s = member(spec, "suspend");
+    if (s && !cJSON_IsNull(s) && !cJSON_IsBool(s)) return rl_errf(e, RL_EINPUT, "spec.suspend: must be a boolean");
+    j->suspend = cJSON_IsTrue(s);
+
+    /* nodes: a fixed-size job is min = max = replicas; an elastic one keeps
+     * replicas (what `kubectl scale` sets) inside its range. */
+    const cJSON *el = member(spec, "elastic");
+    if (el && !cJSON_IsNull(el)) {
+        long long mn, mx;
+        if (!cJSON_IsObject(el)) return rl_errf(e, RL_EINPUT, "spec.elastic: must be an object");
+        if ((rc = get_int(el, "spec.elastic", "minReplicas", 1, 10000, 1, &mn, e)) ||
+            (rc = get_int(el, "spec.elastic", "maxReplicas", 1, 10000, mn > replicas ? mn : replicas, &mx, e)))
+            return rc;
+        if (mx < mn)
+            return rl_errf(e, RL_EINPUT, "spec.elastic.maxReplicas: %lld is below minReplicas %lld", mx, mn);
+        j->elastic = true, j->min_nodes = (int)mn, j->max_nodes = (int)mx;
+        if (j->replicas < j->min_nodes) j->replicas = j->min_nodes;
+        if (j->replicas > j->max_nodes) j->replicas = j->max_nodes;
+    } else {
+        if (replicas < 1) return rl_errf(e, RL_EINPUT, "spec.replicas: a job needs at least 1 node");
+        j->min_nodes = j->max_nodes = j->replicas;
+    }
+    if ((rc = parse_s3(spec, j, e))) return rc;
+    return parse_training(spec, j, e);
+}
+
+void rl_op_job_free(rl_op_job *j) {
+    free(j->training_json);
+    j->training_json = NULL;
+}

@@ -1,0 +1,225 @@
+/* The operator's pure parts: reading a TrainingJob (defaults, and every
+ * refusal naming its field), the objects it owns, and how a pod ended.
+ * The controller against a cluster is in test_e2e.c. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "operator/operator.h"
+
+/* 24 sequences of 64 tokens per step: whole on 1, 2, 3, 4, 6 and 8 ranks */
+#define SMALL "\"training\":{\"train\":{\"seq_len\":64,\"micro_batch\":1,\"global_batch_tokens\":1536}}"
+
+static cJSON *job(const char *spec) {
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+             "\"metadata\":{\"name\":\"llama\",\"namespace\":\"ml\",\"uid\":\"u-1\",\"generation\":3},"
+             "\"spec\":%s}", spec);
+    cJSON *o = cJSON_Parse(buf);
+    cr_assert(o, "fixture does not parse: %s", buf);
+    return o;
+}
+
+static const char *env_of(const cJSON *pod, const char *name) {
+    const cJSON *c = cJSON_GetArrayItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0);
+    const cJSON *env = cJSON_GetObjectItem(c, "env");
+    for (const cJSON *it = env ? env->child : NULL; it; it = it->next)
+        if (!strcmp(cJSON_GetObjectItem(it, "name")->valuestring, name)) {
+            const cJSON *v = cJSON_GetObjectItem(it, "value");
+            if (v) return v->valuestring;
+            const cJSON *vf = cJSON_GetObjectItem(it, "valueFrom");
+            const cJSON *r = cJSON_GetObjectItem(vf, "secretKeyRef");
+            if (!r) r = cJSON_GetObjectItem(vf, "fieldRef");
+            static char ref[256];
+            char *s = cJSON_PrintUnformatted(r);
+            snprintf(ref, sizeof ref, "%s", s);
+            cJSON_free(s);
+            return ref;
+        }
+    return NULL;
+}
+
+Test(operator, defaults_and_the_worker_config) {
+    cJSON *o = job("{\"image\":\"rl:1\",\"training\":{\"train\":{\"steps\":30,\"warmup_steps\":5}}}");
+    rl_op_job j;
+    rl_err e = {0};
+    cr_assert_eq(rl_op_job_parse(o, &j, &e), RL_OK, "%s", e.msg);
+    cr_expect_eq(j.replicas, 1);
+    cr_expect_eq(j.min_nodes, 1);
+    cr_expect_eq(j.max_nodes, 1);
+    cr_expect_eq(j.nproc, 1);
+    cr_expect_eq(j.restart_limit, 3);
+    cr_expect_eq(j.grace_s, 60);
+    cr_expect_eq(j.metrics_port, 9090);
+    cr_expect_eq(j.rdzv_port, 29400);
+    cr_expect_str_eq(j.clean_policy, "All");
+    cr_expect_str_eq(j.pull_policy, "IfNotPresent");
+    /* the worker's config: what the user wrote, plus the job's port */
+    cJSON *cfg = cJSON_Parse(j.training_json);
+    cr_assert(cfg);
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "train"), "steps")->valueint, 30);
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "rdzv"), "port")->valueint, 29400);
+    cJSON_Delete(cfg);
+    rl_op_job_free(&j);
+    cJSON_Delete(o);
+}
+
+Test(operator, refusals_name_the_field) {
+    static const char *const cases[][2] = {
+        {"{}", "spec.image: required"},
+        {"{\"image\":\"x\",\"replicas\":0}", "spec.replicas"},
+        {"{\"image\":\"x\",\"elastic\":{\"minReplicas\":3,\"maxReplicas\":2}}", "spec.elastic.maxReplicas: 2 is below minReplicas 3"},
+        {"{\"image\":\"x\",\"imagePullPolicy\":\"Sometimes\"}", "spec.imagePullPolicy"},
+        {"{\"image\":\"x\",\"cleanPodPolicy\":\"Some\"}", "spec.cleanPodPolicy"},
+        {"{\"image\":\"x\",\"metricsPort\":29400}", "spec.metricsPort"},
+        {"{\"image\":\"x\",\"nprocPerNode\":0}", "spec.nprocPerNode"},
+        {"{\"image\":\"x\",\"training\":{\"train\":{\"micro_batch\":-1}}}", "spec.training: train.micro_batch"},
+        {"{\"image\":\"x\",\"training\":{\"model\":{\"hidden_szie\":8}}}", "hidden_szie"},
+        {"{\"image\":\"x\",\"training\":{\"rdzv\":{\"port\":1}}}", "spec.training.rdzv.port: set by the TrainingJob (spec.rdzvPort)"},
+        /* 3 nodes x 1 process: 16 sequences of the global batch do not divide */
+        {"{\"image\":\"x\",\"elastic\":{\"minReplicas\":2,\"maxReplicas\":3},"
+         "\"training\":{\"train\":{\"seq_len\":64,\"micro_batch\":1,\"global_batch_tokens\":1024}}}", "with 3 nodes x 1 process"},
+        {"{\"image\":\"x\",\"s3\":{\"credentialsSecret\":{}}}", "spec.s3.credentialsSecret.name: required"},
+        {"{\"image\":\"x\",\"s3\":{\"endpoint\":\"rgw:7480\"}}", "spec.s3.endpoint"},
+        {"{\"image\":\"x\",\"suspend\":\"yes\"}", "spec.suspend"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *o = job(cases[i][0]);
+        rl_op_job j;
+        rl_err e = {0};
+        cr_expect_eq(rl_op_job_parse(o, &j, &e), RL_EINPUT, "accepted: %s", cases[i][0]);
+        cr_expect(strstr(e.msg, cases[i][1]) != NULL, "%s -> \"%s\", want \"%s\"", cases[i][0], e.msg, cases[i][1]);
+        cr_expect(strchr(e.msg, '\n') == NULL);
+        rl_op_job_free(&j);
+        cJSON_Delete(o);
+    }
+    /* a name too long for <name>-<index> hostnames */
+    cJSON *o = cJSON_Parse("{\"metadata\":{\"name\":\"a-very-long-name-that-leaves-no-room-for-the-index-suffix-x\"},"
+                           "\"spec\":{\"image\":\"x\"}}");
+    rl_op_job j;
+    rl_err e = {0};
+    cr_expect_eq(rl_op_job_parse(o, &j, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "metadata.name"), "%s", e.msg);
+    rl_op_job_free(&j);
+    cJSON_Delete(o);
+}
+
+Test(operator, elastic_replicas_clamped_into_the_range) {
+    cJSON *o = job("{\"image\":\"x\",\"replicas\":9,\"elastic\":{\"minReplicas\":2,\"maxReplicas\":4}," SMALL "}");
+    rl_op_job j;
+    rl_err e = {0};
+    cr_assert_eq(rl_op_job_parse(o, &j, &e), RL_OK, "%s", e.msg);
+    cr_expect_eq(j.replicas, 4);
+    cr_expect(j.elastic && j.min_nodes == 2 && j.max_nodes == 4);
+    rl_op_job_free(&j);
+    cJSON_Delete(o);
+}
+
+Test(operator, the_pod_a_job_wants) {
+    cJSON *o = job("{\"image\":\"rl:1\",\"nprocPerNode\":2,\"gpusPerNode\":8,\"terminationGracePeriodSeconds\":45,"
+                   "\"elastic\":{\"minReplicas\":2,\"maxReplicas\":4},\"replicas\":3,"
+                   "\"resources\":{\"limits\":{\"memory\":\"8Gi\"}},\"nodeSelector\":{\"pool\":\"gpu\"},"
+                   "\"env\":[{\"name\":\"RL_LOG_LEVEL\",\"value\":\"debug\"}],"
+                   "\"training\":{\"dist\":{\"backend\":\"nccl\"},\"train\":{\"seq_len\":64,\"micro_batch\":1,\"global_batch_tokens\":1536}},"
+                   "\"s3\":{\"endpoint\":\"http://rgw:7480\",\"region\":\"eu-1\",\"credentialsSecret\":{\"name\":\"s3c\"}}}");
+    rl_op_job j;
+    rl_err e = {0};
+    cr_assert_eq(rl_op_job_parse(o, &j, &e), RL_OK, "%s", e.msg);
+    cJSON *pod = rl_op_pod(&j, 2);
+    const cJSON *md = cJSON_GetObjectItem(pod, "metadata"), *spec = cJSON_GetObjectItem(pod, "spec");
+    cr_expect_str_eq(cJSON_GetObjectItem(md, "name")->valuestring, "llama-2");
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(md, "labels"), RL_OP_LABEL_INDEX)->valuestring, "2");
+    const cJSON *ref = cJSON_GetArrayItem(cJSON_GetObjectItem(md, "ownerReferences"), 0);
+    cr_expect_str_eq(cJSON_GetObjectItem(ref, "uid")->valuestring, "u-1");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(ref, "controller")));
+    cr_expect_str_eq(cJSON_GetObjectItem(spec, "hostname")->valuestring, "llama-2");
+    cr_expect_str_eq(cJSON_GetObjectItem(spec, "subdomain")->valuestring, "llama");
+    cr_expect_str_eq(cJSON_GetObjectItem(spec, "restartPolicy")->valuestring, "Never");
+    cr_expect_str_eq(cJSON_GetObjectItem(spec, "serviceAccountName")->valuestring, "llama-worker");
+    cr_expect_eq(cJSON_GetObjectItem(spec, "terminationGracePeriodSeconds")->valueint, 45);
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(spec, "nodeSelector"), "pool")->valuestring, "gpu");
+    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(spec, "containers"), 0);
+    const cJSON *lim = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "resources"), "limits");
+    cr_expect_str_eq(cJSON_GetObjectItem(lim, "nvidia.com/gpu")->valuestring, "8");
+    cr_expect_str_eq(cJSON_GetObjectItem(lim, "memory")->valuestring, "8Gi");
+    cr_expect_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "args"), 3)->valuestring, "2");
+    cr_expect_str_eq(env_of(pod, "RINGLEADER_NNODES"), "2:4");
+    cr_expect_str_eq(env_of(pod, "RINGLEADER_JOB"), "llama");
+    cr_expect_str_eq(env_of(pod, "RINGLEADER_RDZV"), "k8s");
+    cr_expect_str_eq(env_of(pod, "AWS_ENDPOINT_URL_S3"), "http://rgw:7480");
+    cr_expect(strstr(env_of(pod, "AWS_SECRET_ACCESS_KEY"), "\"name\":\"s3c\""));
+    cr_expect(strstr(env_of(pod, "AWS_SECRET_ACCESS_KEY"), "\"key\":\"AWS_SECRET_ACCESS_KEY\""));
+    cr_expect(strstr(env_of(pod, "RINGLEADER_RDZV_SECRET"), "\"name\":\"llama-rdzv\""));
+    cr_expect(strstr(env_of(pod, "POD_IP"), "status.podIP"));
+    cr_expect_str_eq(env_of(pod, "RL_LOG_LEVEL"), "debug");
+    cr_expect(strstr(env_of(pod, "RINGLEADER_CONFIG"), "\"nccl\""));
+    cJSON_Delete(pod);
+
+    /* the Role: named Leases for get/update/patch, create unnamed, slices read-only */
+    cJSON *role = rl_op_role(&j);
+    char *txt = cJSON_PrintUnformatted(role);
+    cr_expect(strstr(txt, "\"resourceNames\":[\"llama-leader\",\"llama-progress\"]"), "%s", txt);
+    cr_expect(strstr(txt, "\"verbs\":[\"get\",\"update\",\"patch\"]"), "%s", txt);
+    cr_expect(strstr(txt, "\"resources\":[\"endpointslices\"],\"verbs\":[\"get\",\"list\",\"watch\"]"), "%s", txt);
+    cJSON_free(txt);
+    cJSON_Delete(role);
+    cJSON *svc = rl_op_service(&j);
+    txt = cJSON_PrintUnformatted(svc);
+    cr_expect(strstr(txt, "\"clusterIP\":\"None\",\"publishNotReadyAddresses\":true"), "%s", txt);
+    cJSON_free(txt);
+    cJSON_Delete(svc);
+    rl_op_job_free(&j);
+    cJSON_Delete(o);
+}
+
+static rl_pod_state classify(const char *json, rl_pod_info *p) {
+    cJSON *o = cJSON_Parse(json);
+    cr_assert(o, "%s", json);
+    rl_op_pod_classify(o, p);
+    cJSON_Delete(o);
+    return p->state;
+}
+
+#define META "\"metadata\":{\"name\":\"llama-1\",\"uid\":\"p1\",\"labels\":{\"ringleader.dev/index\":\"1\"}}"
+#define TERM(code, reason) \
+    "\"containerStatuses\":[{\"name\":\"worker\",\"state\":{\"terminated\":{\"exitCode\":" #code ",\"reason\":\"" reason "\"}}}]"
+
+Test(operator, how_a_pod_ended) {
+    rl_pod_info p;
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Succeeded\"}}", &p), RL_POD_SUCCEEDED);
+    cr_expect_eq(p.index, 1);
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(1, "Error") "}}", &p), RL_POD_FAILED);
+    cr_expect(strstr(p.message, "status 1"), "%s", p.message);
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(137, "OOMKilled") "}}", &p), RL_POD_FAILED);
+    cr_expect_str_eq(p.reason, "OOMKilled");
+    /* not the pod's fault: the worker checkpointed on SIGTERM, a peer was lost, SIGTERM death */
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(75, "Error") "}}", &p), RL_POD_PREEMPTED);
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(76, "Error") "}}", &p), RL_POD_PREEMPTED);
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(143, "Error") "}}", &p), RL_POD_PREEMPTED);
+    /* evicted by the kubelet, or a disruption (preemption, node drain) */
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\",\"reason\":\"Evicted\",\"message\":\"low on memory\"}}", &p),
+                 RL_POD_PREEMPTED);
+    cr_expect_str_eq(p.reason, "Evicted");
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\",\"conditions\":[{\"type\":\"DisruptionTarget\","
+                          "\"status\":\"True\",\"reason\":\"PreemptionByScheduler\"}]," TERM(137, "Error") "}}", &p),
+                 RL_POD_PREEMPTED);
+    cr_expect_str_eq(p.reason, "PreemptionByScheduler");
+    /* waiting: why, as the kubelet says */
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Pending\",\"containerStatuses\":[{\"state\":{\"waiting\":"
+                          "{\"reason\":\"ErrImagePull\",\"message\":\"not found\"}}}]}}", &p), RL_POD_PENDING);
+    cr_expect_str_eq(p.reason, "ErrImagePull");
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Pending\",\"conditions\":[{\"type\":\"PodScheduled\","
+                          "\"status\":\"False\",\"reason\":\"Unschedulable\",\"message\":\"0/3 nodes\"}]}}", &p), RL_POD_PENDING);
+    cr_expect_str_eq(p.reason, "Unschedulable");
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\"}]}}", &p),
+                 RL_POD_RUNNING);
+    cr_expect(p.ready);
+    cr_expect_eq(classify("{\"metadata\":{\"name\":\"x\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},"
+                          "\"status\":{\"phase\":\"Running\"}}", &p), RL_POD_TERMINATING);
+    cr_expect_eq(p.index, -1);
+    /* garbage never crashes */
+    cr_expect_eq(classify("{\"status\":7,\"metadata\":[]}", &p), RL_POD_PENDING);
+}
