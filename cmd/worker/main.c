@@ -37,8 +37,10 @@ static void usage(FILE *f) {
             "                         [--nproc-per-node N [--nnodes N --node-rank I\n"
             "                          --master-addr HOST --master-port PORT]]\n"
             "                         [--rdzv k8s|etcd --job NAME [--nnodes MIN:MAX]]\n"
-            "  Trains a Llama-architecture model. With no --config, trains the embedded\n"
-            "  default: a small model on the arithmetic corpus that\n"
+            "                         [--metrics-port PORT]\n"
+            "  Trains a Llama-architecture model. With no --config, the job config is the\n"
+            "  JSON in RINGLEADER_CONFIG when set (the operator passes spec.training so),\n"
+            "  else the embedded default: a small model on the arithmetic corpus that\n"
             "  `ringleader-prepare arith --out data/arith` writes (see `make run`).\n"
             "  --nproc-per-node N forks N trainer processes (data parallel, like torchrun);\n"
             "  a process started with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun)\n"
@@ -48,7 +50,11 @@ static void usage(FILE *f) {
             "  --rdzv k8s|etcd: an elastic node agent (in a pod): peers from the job's\n"
             "  headless Service (or etcd), a leader elected on a Lease (or etcd), rounds\n"
             "  that re-form when nodes come and go; POD_NAME, POD_IP and\n"
-            "  RINGLEADER_RDZV_SECRET come from the pod (see README, Kubernetes).\n");
+            "  RINGLEADER_RDZV_SECRET come from the pod (see README, Kubernetes).\n"
+            "  --metrics-port PORT (or RINGLEADER_METRICS_PORT): Prometheus GET /metrics and\n"
+            "  GET /healthz from the node agent (or the single process); 0, the default: off.\n"
+            "  Bound on RINGLEADER_METRICS_ADDR, else POD_IP, else 0.0.0.0. ringleader_mfu\n"
+            "  needs RINGLEADER_PEAK_TFLOPS (one device's peak).\n");
 }
 
 /* Agents re-exec this binary as their trainers: point argv[0] at it. */
@@ -96,8 +102,18 @@ static void print_summary(const rl_run_summary *s, long long steps, bool with_da
     fflush(stdout);
 }
 
+/* Metrics served by this process itself (no agent): the single process,
+ * or local rank 0 of a job torchrun or srun started. */
+static int own_metrics(const rl_node_stats_opts *so, rl_node_stats **ns) {
+    rl_err e = {0};
+    *ns = NULL;
+    if (so->port == 0) return 0;
+    return rl_node_stats_start(so, ns, &e) ? fail("", &e) : 0;
+}
+
 /* One trainer in this process (world size 1). */
-static int run_single(const rl_job_config *cfg, const char *config_path, const char *save_params) {
+static int run_single(const rl_job_config *cfg, const char *config_path, const char *save_params,
+                      rl_node_stats *ns) {
     rl_err e = {0};
     int rc;
     rl_trainer tr;
@@ -117,6 +133,9 @@ static int run_single(const rl_job_config *cfg, const char *config_path, const c
                "\"gpus\":%d,\"msg\":\"GPU present; this build trains on the CPU path\"", ngpu);
 #endif
     tr.stop = &g_stop;
+    /* to our agent's pipe when it launched us, else to own metrics */
+    rl_stats_reporter reporter;
+    rl_stats_reporter_attach(&reporter, &tr, ns);
     rc = rl_trainer_run(&tr, &e);
     if (!rc && save_params) rc = rl_trainer_save_params(&tr, save_params, &e);
     if (rc) {
@@ -138,7 +157,7 @@ int main(int argc, char **argv) {
     rl_job_config cfg;
     rl_job_config_default(&cfg);
     const char *config_path = NULL, *save_params = NULL;
-    long long steps = -1, seed = -1, nproc = -1, nnodes = -1, node_rank = -1, mport = -1;
+    long long steps = -1, seed = -1, nproc = -1, nnodes = -1, node_rank = -1, mport = -1, metrics_port = -1;
     const char *maddr = NULL, *rdzv = NULL, *job = NULL, *nodes = NULL;
     int print_config = 0, rc;
     for (int i = 1; i < argc; i++) {
@@ -147,6 +166,7 @@ int main(int argc, char **argv) {
             {"--steps", 0, 1ll << 40, &steps},         {"--seed", 0, 1ll << 53, &seed},
             {"--nproc-per-node", 1, 1024, &nproc},
             {"--node-rank", 0, 1 << 20, &node_rank},   {"--master-port", 0, 65535, &mport},
+            {"--metrics-port", 0, 65535, &metrics_port},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !matched; k++) {
@@ -177,6 +197,9 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    /* The operator hands spec.training over in the environment; trainers
+     * re-exec'd by an agent inherit it, so they read the same config. */
+    const char *config_env = getenv("RINGLEADER_CONFIG");
     if (config_path) {
         char *text;
         size_t len;
@@ -184,6 +207,10 @@ int main(int argc, char **argv) {
         rc = rl_job_config_parse(text, len, config_path, &cfg, &e);
         free(text);
         if (rc) return fail("", &e);
+    } else if (config_env && *config_env) {
+        if ((rc = rl_job_config_parse(config_env, strlen(config_env), "RINGLEADER_CONFIG", &cfg, &e)))
+            return fail("", &e);
+        config_path = "RINGLEADER_CONFIG"; /* names it in later messages, as a file would be */
     }
     if (steps >= 0) {
         cfg.train.steps = steps;
@@ -201,6 +228,10 @@ int main(int argc, char **argv) {
     const char *child = getenv(RL_ENV_CHILD);
     bool is_child = child && *child == '1';
     g_starting = is_child;
+    /* Metrics belong to the node agent (or a process without one); a
+     * trainer an agent started inherits the port settings and ignores them. */
+    rl_node_stats_opts so = {0};
+    if (!is_child && (rc = rl_node_stats_env(&so, (int)metrics_port, &e))) return fail("", &e);
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
@@ -225,6 +256,7 @@ int main(int argc, char **argv) {
             return fail("", &e);
         bool preempted = false;
         eo.argv = argv, eo.stop = &g_stop, eo.stop_sig = &g_stop_sig, eo.preempted = &preempted;
+        eo.stats = so;
         rc = rl_elastic_run(&eo, &e);
         if (rc && preempted) return RL_EXIT_PREEMPTED;
         return rc ? fail("", &e) : 0;
@@ -260,23 +292,31 @@ int main(int argc, char **argv) {
         double grace = cfg.ckpt.uri[0] && cfg.ckpt.preempt_budget_s + 5 > 10 ? cfg.ckpt.preempt_budget_s + 5 : 10;
         bool preempted = false;
         rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = grace, .stop = &g_stop,
-                             .stop_sig = &g_stop_sig, .preempted = &preempted};
+                             .stop_sig = &g_stop_sig, .preempted = &preempted, .stats = so};
         if ((rc = rl_launch(&lo, &e))) return preempted ? RL_EXIT_PREEMPTED : fail("", &e);
         return 0;
     }
     rl_static_env env;
     bool found = false;
     if ((rc = rl_static_env_read(&env, &found, &e))) return fail("", &e);
+    rl_node_stats *ns = NULL;
     if (!found || env.world == 1) {
         rl_log_init(-1);
-        return run_single(&cfg, config_path, save_params);
+        if ((rc = own_metrics(&so, &ns))) return rc;
+        rc = run_single(&cfg, config_path, save_params, ns);
+        rl_node_stats_stop(ns);
+        return rc;
     }
     rl_log_init(env.rank);
     if (env.rank != 0) rl_log_set_level(RL_LOG_WARN); /* progress and metrics on rank 0 only */
+    /* started by torchrun or srun: local rank 0 stands in for the agent */
+    if (!is_child && env.local_rank == 0 && (rc = own_metrics(&so, &ns))) return rc;
     rl_run_summary sum = {0};
     rl_proc_opts po = {.cfg = &cfg, .env = &env, .save_params = save_params, .stop = &g_stop,
-                       .starting = &g_starting};
-    if ((rc = rl_proc_run(&po, &sum, &e))) {
+                       .starting = &g_starting, .stats = ns};
+    rc = rl_proc_run(&po, &sum, &e);
+    rl_node_stats_stop(ns);
+    if (rc) {
         if (sum.preempt_saved) { /* stopped on SIGTERM with a committed checkpoint */
             fprintf(stderr, "ringleader-worker: %s (exit %d)\n", e.msg, RL_EXIT_PREEMPTED);
             return RL_EXIT_PREEMPTED;

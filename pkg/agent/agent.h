@@ -15,9 +15,98 @@
 
 #include <sys/types.h>
 
+#include "metrics/metrics.h"
 #include "rdzv/rdzv.h"
 #include "train/train.h"
 #include "util/util.h"
+
+/* ---- node stats and metrics --------------------------------------------------------------
+ * What a node agent knows about its trainers and shows on /metrics. The
+ * agent creates a pipe and hands its write end to local rank 0
+ * (RINGLEADER_STATS_FD); that trainer writes one stats line per optimizer
+ * step and, on global rank 0, per committed checkpoint (pkg/metrics). The
+ * agent reads the lines in its loop (rl_node_stats_poll), keeps the latest
+ * values (for the progress Lease) and sets the gauges:
+ *   ringleader_step, _loss, _tokens_per_second, _grad_norm,
+ *   _learning_rate, _step_seconds, _model_tflops, _mfu (only with a peak),
+ *   _allreduce_seconds, _allreduce_busy_seconds, _checkpoint_seconds,
+ *   _checkpoint_last_step, _checkpoint_age_seconds, _rdzv_round,
+ *   _world_size, and the counters _restarts_total, _rounds_total.
+ * Without an agent (one process, or a rank of torchrun) the trainer can
+ * feed an in-process rl_node_stats directly (rl_stats_reporter). */
+typedef struct rl_node_stats rl_node_stats;
+typedef struct rl_node_stats_opts {
+    int port;           /* 0: no HTTP server (values still kept); RL_METRICS_ANY_PORT: any free port */
+    char addr[64];      /* listen address; "": 0.0.0.0 */
+    double peak_tflops; /* one trainer's device peak, TFLOP/s; 0: unknown (no ringleader_mfu) */
+    bool pipe;          /* create the trainer -> agent pipe */
+} rl_node_stats_opts;
+/* The environment's side: RINGLEADER_METRICS_PORT (when flag_port < 0,
+ * i.e. no --metrics-port), RINGLEADER_METRICS_ADDR, else POD_IP, else
+ * 0.0.0.0, and RINGLEADER_PEAK_TFLOPS. RL_EINPUT naming the variable. */
+int rl_node_stats_env(rl_node_stats_opts *o, int flag_port, rl_err *e);
+int rl_node_stats_start(const rl_node_stats_opts *o, rl_node_stats **out, rl_err *e);
+void rl_node_stats_stop(rl_node_stats *ns);
+/* The pipe's write end for local rank 0 (-1: none). */
+int rl_node_stats_fd(const rl_node_stats *ns);
+int rl_node_stats_port(const rl_node_stats *ns); /* 0: no server */
+rl_metrics *rl_node_stats_registry(rl_node_stats *ns);
+/* Read every complete line waiting on the pipe (never blocks). */
+void rl_node_stats_poll(rl_node_stats *ns);
+void rl_node_stats_apply(rl_node_stats *ns, const rl_stats_msg *m);
+/* A round started (rounds_total + 1) / one of our trainers crashed. */
+void rl_node_stats_round(rl_node_stats *ns, long long round, int world);
+void rl_node_stats_crash(rl_node_stats *ns);
+
+typedef struct rl_node_snapshot {
+    long long step, steps; /* -1: no step reported yet */
+    double loss, tokens_per_s;
+    long long ckpt_step;   /* -1: no checkpoint known */
+    double ckpt_unix;
+    char ckpt_uri[1200];
+    long long round;       /* -1: none */
+    int world;
+} rl_node_snapshot;
+void rl_node_stats_snapshot(rl_node_stats *ns, rl_node_snapshot *out);
+
+/* The trainer's side: reports steps and checkpoints through
+ * RINGLEADER_STATS_FD when the agent gave one, else into `direct` (may be
+ * NULL: then nothing is reported). Sets tr->observer; r must outlive the
+ * run. */
+typedef struct rl_stats_reporter {
+    rl_stats_writer w;
+    rl_node_stats *direct;
+    long long steps;
+    int world;
+    double flops_per_token;
+} rl_stats_reporter;
+void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stats *direct);
+
+/* ---- the progress Lease (<job>-progress) ----------------------------------------------------
+ * The agent whose trainers include global rank 0 merge-patches the job's
+ * progress onto the Lease <job>-progress as annotations (creating the
+ * Lease when absent, holderIdentity = this pod): ringleader.dev/step,
+ * /loss, /tokens-per-second, /last-checkpoint, /round, /updated (RFC 3339
+ * UTC). From its own thread, when something changed and at most every
+ * interval, with the client's timeouts; a failing API is logged and
+ * retried at the next interval, never waited for by the agent's loop. */
+typedef struct rl_progress rl_progress;
+typedef struct rl_progress_opts {
+    const char *kubeconfig, *ns; /* NULL: in-cluster / the client's namespace */
+    const char *job, *holder;    /* the Lease is <job>-progress; holder: this pod */
+    double interval_s;           /* 0: 5 s */
+    double timeout_s;            /* per API call, retries included; 0: 5 s */
+} rl_progress_opts;
+int rl_progress_start(const rl_progress_opts *o, rl_progress **out, rl_err *e);
+/* The latest values; active: this agent holds global rank 0 now (only
+ * then is anything written). */
+void rl_progress_update(rl_progress *p, const rl_node_snapshot *s, bool active);
+/* final: write the latest values once more (if active), bounded by the
+ * call timeout; else stop at once, cancelling a
+ * call in flight. NULL is fine. */
+void rl_progress_stop(rl_progress *p, bool final);
+/* The annotations for a snapshot, as a JSON object (tests; caller frees). */
+struct cJSON *rl_progress_annotations(const rl_node_snapshot *s, double now_unix);
 
 typedef struct rl_proc_opts {
     const rl_job_config *cfg;
@@ -25,6 +114,7 @@ typedef struct rl_proc_opts {
     const char *save_params;   /* rank 0 writes the final parameters here (NULL: no) */
     const volatile int *stop;  /* set by a signal handler */
     volatile int *starting;    /* cleared just before the training loop (may be NULL) */
+    rl_node_stats *stats;      /* in-process metrics (no agent), or NULL */
 } rl_proc_opts;
 
 /* Runs the whole training; *summary is filled on rank 0 (the data digest
@@ -38,6 +128,7 @@ typedef struct rl_launch_opts {
     const volatile int *stop; /* set by the caller's signal handler: forward it */
     volatile int *stop_sig;   /* which signal (SIGINT/SIGTERM) to forward */
     bool *preempted;          /* out (optional): a trainer stopped with a checkpoint */
+    rl_node_stats_opts stats; /* metrics port, address, peak (the pipe is always made) */
 } rl_launch_opts;
 
 /* Returns RL_OK when every trainer exited 0; otherwise RL_EPEER with a
@@ -70,6 +161,7 @@ typedef struct rl_group_opts {
     const char *master_addr; /* the store the trainers use */
     int master_port;
     const char *const *env;  /* extra NAME, VALUE pairs, NULL-terminated (may be NULL) */
+    int stats_fd;            /* > 2: the stats pipe's write end, given to local rank 0 only */
 } rl_group_opts;
 typedef struct rl_group rl_group;
 /* Fork/exec nproc trainers with their rank environment (torchrun's names);
@@ -111,6 +203,8 @@ typedef struct rl_elastic_opts {
     const volatile int *stop;
     volatile int *stop_sig;
     bool *preempted;         /* out: stopped by a signal, trainers checkpointed */
+    rl_node_stats_opts stats;   /* metrics port, address, peak (the pipe is always made) */
+    double progress_interval_s; /* the progress Lease (k8s): at most every this (0: 5 s) */
 } rl_elastic_opts;
 /* Returns RL_OK when the job completed; RL_EABORT when stopped by a
  * signal; RL_EPEER when the job failed (restart limit) with the reason. */
@@ -120,8 +214,10 @@ int rl_elastic_run(const rl_elastic_opts *o, rl_err *e);
  * environment, over the job config's "rdzv" section:
  *   RINGLEADER_RDZV (backend), RINGLEADER_JOB, RINGLEADER_NNODES ("N" or
  *   "MIN:MAX"), RINGLEADER_ETCD_ENDPOINT, POD_NAME (else the host name),
- *   POD_IP (else RL_HOST_ADDR), POD_NAMESPACE, KUBECONFIG, and the secret
- *   RINGLEADER_RDZV_SECRET. env holds the strings o points into. Checks
+ *   POD_IP (else RL_HOST_ADDR), POD_NAMESPACE, KUBECONFIG, the secret
+ *   RINGLEADER_RDZV_SECRET, and RL_PROGRESS_INTERVAL_S (tests: how often
+ *   the progress Lease may be written). The metrics options (o->stats)
+ *   are the caller's (rl_node_stats_env). env holds the strings o points into. Checks
  * that the global batch divides for every world size the job can have. */
 typedef struct rl_elastic_env {
     char id[254], addr[64], ns[254], kubeconfig[1024], secret[1024], etcd[256], job[64];

@@ -29,6 +29,9 @@ typedef struct agent {
     rl_round_table last_table; /* the last round this agent ran */
     uint64_t gen_seen;
     char leader_id[254];
+    rl_node_stats *ns;         /* the trainers' stats, /metrics */
+    rl_progress *prog;         /* the progress Lease (k8s only; NULL otherwise) */
+    bool rank0_here;           /* this node's trainers include global rank 0 */
 } agent;
 
 static void nap(double s) { nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL); }
@@ -68,6 +71,16 @@ static bool leader_changed(agent *a) {
     return st.leading != (a->srv != NULL) || strcmp(st.leader.id, a->leader_id) != 0;
 }
 
+/* The trainers' latest stats to the progress writer (which writes only
+ * while we hold rank 0). */
+static void publish(agent *a) {
+    rl_node_stats_poll(a->ns);
+    if (!a->prog) return;
+    rl_node_snapshot s;
+    rl_node_stats_snapshot(a->ns, &s);
+    rl_progress_update(a->prog, &s, a->rank0_here);
+}
+
 static void stop_trainers(rl_group *g, double grace_s) {
     rl_group_stop(g, grace_s);
     rl_group_free(g);
@@ -85,7 +98,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
     int group_rank = (int)(me - t->nodes);
     rl_group_opts go = {.argv = o->argv, .nproc = me->local_world, .rank0 = me->rank0, .world = t->world,
                         .group_rank = group_rank, .master_addr = st->leader.addr,
-                        .master_port = st->leader.port, .env = env};
+                        .master_port = st->leader.port, .env = env, .stats_fd = rl_node_stats_fd(a->ns)};
     rl_group *g = NULL;
     rl_err e = {0};
     if (rl_group_spawn(&go, &g, &e) != RL_OK) {
@@ -93,6 +106,9 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
         rl_round_report(s, t->round, o->id, false, true, e.msg, &e);
         return RUN_REJOIN;
     }
+    rl_node_stats_round(a->ns, t->round, t->world);
+    a->rank0_here = me->rank0 == 0;
+    publish(a);
     static const int benign[] = {RL_EXIT_PREEMPTED, RL_EXIT_PEER_LOST, 0};
     bool reported = false;
     for (;;) {
@@ -128,6 +144,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
          * crash must still be reported, or it would not count. Once the job
          * is over there is nothing left to count, and the leader's store may
          * already be gone (the tick told it we read the end). */
+        publish(a);
         bool job_over = rs == RL_ROUND_COMPLETE || rs == RL_ROUND_FAILED;
         if (job_over) reported = true;
         if (!reported && rl_group_poll(g, benign, &bad, &status)) {
@@ -138,6 +155,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
             snprintf(msg, sizeof msg, "rank %d (pid %d) %s%s", me->rank0 + bad, (int)rl_group_pid(g, bad), how,
                      crash ? "" : " (a peer failed)");
             rl_log_msg(crash ? RL_LOG_ERROR : RL_LOG_WARN, "trainer_failed", msg);
+            if (crash) rl_node_stats_crash(a->ns);
             stop_trainers(g, 0);
             g = NULL;
             if (rl_round_report(s, t->round, o->id, false, crash, msg, &e) != RL_OK) {
@@ -146,6 +164,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
             }
             reported = true;
         } else if (!reported && g && rl_group_left(g) == 0) {
+            publish(a); /* their last lines, before the job can end */
             stop_trainers(g, 0);
             g = NULL;
             if (rl_round_report(s, t->round, o->id, true, false, "", &e) != RL_OK) {
@@ -231,6 +250,10 @@ static int agent_loop(agent *a, rl_err *e) {
         }
         rl_round_table_free(&t);
         rl_store_close(s);
+        /* rank 0 may land elsewhere next round: write nothing meanwhile
+         * (a completed job keeps it, for the final write) */
+        if (res != RUN_COMPLETE) a->rank0_here = false;
+        publish(a);
         switch (res) {
         case RUN_COMPLETE:
             rl_log_msg(RL_LOG_INFO, "job_complete", "every node's trainers finished");
@@ -263,17 +286,36 @@ int rl_elastic_run(const rl_elastic_opts *o, rl_err *e) {
     snprintf(key, sizeof key, "/ringleader/%s/leader", o->job);
     snprintf(prefix, sizeof prefix, "/ringleader/%s/members/", o->job);
     agent a = {.o = o};
+    rl_node_stats_opts so = o->stats;
+    so.pipe = true;
+    int rc = rl_node_stats_start(&so, &a.ns, e);
+    if (rc) return rc;
+    if (!etcd) {
+        rl_progress_opts po = {.kubeconfig = o->kubeconfig, .ns = o->ns, .job = o->job, .holder = o->id,
+                               .interval_s = o->progress_interval_s};
+        rl_err pe = {0};
+        /* progress is for people and the operator, not for training: a
+         * client that cannot be built is reported, and the job goes on */
+        if (rl_progress_start(&po, &a.prog, &pe) != RL_OK)
+            rl_log_msg(RL_LOG_WARN, "progress_disabled", pe.msg);
+    }
     rl_members_opts mo = {.backend = o->backend, .kubeconfig = o->kubeconfig, .ns = o->ns, .service = o->job,
                           .etcd_endpoint = o->etcd_endpoint, .etcd_prefix = prefix, .self_id = o->id,
                           .self_addr = o->addr, .ttl_s = o->round.heartbeat_s * o->round.heartbeat_misses};
-    int rc = rl_members_start(&mo, &a.mem, e);
-    if (rc) return rc;
+    rc = rl_members_start(&mo, &a.mem, e);
+    if (rc) {
+        rl_progress_stop(a.prog, false);
+        rl_node_stats_stop(a.ns);
+        return rc;
+    }
     rl_elector_opts eo = {.backend = o->backend, .id = o->id, .addr = o->addr, .port = o->port,
                           .lease_s = o->lease_s, .renew_deadline_s = o->renew_deadline_s, .retry_s = o->retry_s,
                           .kubeconfig = o->kubeconfig, .ns = o->ns, .lease_name = lease,
                           .etcd_endpoint = o->etcd_endpoint, .etcd_key = key};
     if ((rc = rl_elector_start(&eo, &a.el, e))) {
         rl_members_stop(a.mem);
+        rl_progress_stop(a.prog, false);
+        rl_node_stats_stop(a.ns);
         return rc;
     }
     char b[300];
@@ -281,11 +323,16 @@ int rl_elastic_run(const rl_elastic_opts *o, rl_err *e) {
            esc(b, sizeof b, o->id), etcd ? "etcd" : "k8s", o->nproc, o->round.min_nodes,
            o->round.max_nodes ? o->round.max_nodes : o->round.min_nodes);
     rc = agent_loop(&a, e);
+    /* the job's end, written once more by the holder of rank 0 (bounded by
+     * the client's timeout; the trainers are done) */
+    publish(&a);
+    rl_progress_stop(a.prog, rc == RL_OK);
     rl_round_coord_stop(a.coord);
     rl_store_server_stop(a.srv);
     rl_elector_stop(a.el, true);
     rl_members_stop(a.mem);
     rl_round_table_free(&a.last_table);
+    rl_node_stats_stop(a.ns);
     return rc;
 }
 
@@ -341,6 +388,14 @@ int rl_elastic_setup(const rl_job_config *cfg, int nproc, rl_elastic_env *env, r
     o->ns = env->ns[0] ? env->ns : NULL;
     o->etcd_endpoint = env->etcd;
     o->grace_s = rc->stop_grace_s;
+    const char *pi = getenv("RL_PROGRESS_INTERVAL_S");
+    if (pi && *pi) {
+        char *end;
+        double v = strtod(pi, &end);
+        if (*end || !(v > 0) || v > 86400)
+            return rl_errf(e, RL_EINPUT, "RL_PROGRESS_INTERVAL_S: \"%.32s\" is not a number of seconds in (0, 86400]", pi);
+        o->progress_interval_s = v;
+    }
     if (strcmp(o->backend, "etcd") == 0 && !env->etcd[0])
         return rl_errf(e, RL_EINPUT, "rdzv.etcd_endpoint (or RINGLEADER_ETCD_ENDPOINT) is missing for the etcd backend");
     /* Every world size the job may take must give a whole accumulation count. */

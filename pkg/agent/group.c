@@ -2,6 +2,7 @@
  * signal, stop with a grace period. Shared by the static launcher and the
  * elastic agent, which differ only in where the ranks come from. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,10 +75,19 @@ int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e) {
                 long cpus = sysconf(_SC_NPROCESSORS_ONLN);
                 SETI("OMP_NUM_THREADS", cpus / n > 1 ? (int)(cpus / n) : 1);
             }
-#undef SETI
             for (int k = 0; o->env && o->env[k]; k += 2) setenv(o->env[k], o->env[k + 1], 1);
+            /* The stats pipe goes to local rank 0 only: one writer per node
+             * is enough (losses and norms are already averaged over every
+             * rank) and global rank 0, which saves checkpoints, is always a
+             * local rank 0. Everyone else loses the fd at exec (CLOEXEC). */
+            if (i == 0 && o->stats_fd > 2 && fcntl(o->stats_fd, F_SETFD, 0) == 0) {
+                SETI(RL_ENV_STATS_FD, o->stats_fd);
+            } else {
+                unsetenv(RL_ENV_STATS_FD);
+            }
             setenv(RL_ENV_CHILD, "1", 1);
             setenv(RL_ENV_STORE_HOSTED, "1", 1);
+#undef SETI
             /* the agent's signal mask and handlers are not the trainer's */
             sigset_t none;
             sigemptyset(&none);

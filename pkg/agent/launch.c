@@ -14,19 +14,31 @@ int rl_launch(const rl_launch_opts *o, rl_err *e) {
     int n = ne->nproc_per_node, world = ne->nnodes * n;
     if (n < 1) return rl_errf(e, RL_EINPUT, "--nproc-per-node must be at least 1");
     rl_store_server *server = NULL;
+    rl_node_stats *ns = NULL;
     int port = ne->master_port, rc;
+    /* metrics first: a port in use is a configuration error, found before
+     * anything starts */
+    rl_node_stats_opts so = o->stats;
+    so.pipe = true;
+    if ((rc = rl_node_stats_start(&so, &ns, e))) return rc;
     if (ne->node_rank == 0) {
-        if ((rc = rl_store_server_start(NULL, ne->master_port, &server, e))) return rc;
+        if ((rc = rl_store_server_start(NULL, ne->master_port, &server, e))) {
+            rl_node_stats_stop(ns);
+            return rc;
+        }
         port = rl_store_server_port(server);
     }
     rl_group_opts go = {.argv = o->argv, .nproc = n, .rank0 = ne->node_rank * n, .world = world,
                         .group_rank = ne->node_rank, .master_addr = ne->master_addr,
-                        .master_port = port};
+                        .master_port = port, .stats_fd = rl_node_stats_fd(ns)};
     rl_group *g = NULL;
     if ((rc = rl_group_spawn(&go, &g, e))) {
         rl_store_server_stop(server);
+        rl_node_stats_stop(ns);
         return rc;
     }
+    /* a static job is one round */
+    rl_node_stats_round(ns, 0, world);
     /* A preempted trainer (checkpoint written) is not a failure. */
     static const int benign[] = {RL_EXIT_PREEMPTED, 0};
     bool stopping = false, forwarded = false, preempted = false;
@@ -40,11 +52,13 @@ int rl_launch(const rl_launch_opts *o, rl_err *e) {
             kill_at = rl_now() + o->grace_s;
             if (!rc) rc = rl_errf(e, RL_EABORT, "stopped by signal %d", sig);
         }
+        rl_node_stats_poll(ns);
         int bad, status;
         if (rl_group_poll(g, benign, &bad, &status)) {
             if (WIFEXITED(status) && WEXITSTATUS(status) == RL_EXIT_PREEMPTED) {
                 preempted = true;
             } else if (!rc || rc == RL_EABORT) {
+                if (!rc) rl_node_stats_crash(ns); /* not one we stopped ourselves */
                 char how[96];
                 rl_group_describe(how, sizeof how, status);
                 rc = rl_errf(e, RL_EPEER, "rank %d (pid %d) %s; stopping the other trainers",
@@ -64,8 +78,10 @@ int rl_launch(const rl_launch_opts *o, rl_err *e) {
         }
         nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
     }
+    rl_node_stats_poll(ns);
     rl_group_free(g);
     rl_store_server_stop(server);
+    rl_node_stats_stop(ns);
     if (o->preempted) *o->preempted = preempted;
     return rc;
 }

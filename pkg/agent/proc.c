@@ -88,6 +88,10 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     if ((rc = rl_trainer_init(&tr, cfg, &dist, e))) goto out;
     tr_ok = true;
     tr.stop = o->stop;
+    /* steps and checkpoints to the agent's pipe (local rank 0 has one), or
+     * to in-process metrics */
+    rl_stats_reporter reporter;
+    rl_stats_reporter_attach(&reporter, &tr, o->stats);
     rl_ddp_opts dopt = {
         .first_bucket_bytes = (size_t)(cfg->dist.first_bucket_mb * (1 << 20)),
         .bucket_bytes = (size_t)(cfg->dist.bucket_mb * (1 << 20)),

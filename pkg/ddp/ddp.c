@@ -222,12 +222,28 @@ void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist) {
     dist->finish = rl_ddp_finish;
     dist->average = rl_ddp_average;
     dist->broadcast = rl_ddp_broadcast_bytes;
+    dist->timing = rl_ddp_timing;
 }
 
 const rl_ddp_event *rl_ddp_events(const rl_ddp *d, double *t_backward_end) {
     if (t_backward_end) *t_backward_end = d->t_backward_end;
     return d->ev;
 }
+
+void rl_ddp_step_timing(const rl_ddp *d, double *exposed_s, double *busy_s) {
+    /* read after finish: the comm thread's writes of t_start/t_done
+     * happened before drain saw their jobs done, under the mutex */
+    double last = 0, busy = 0;
+    for (int b = 0; b < d->nb; b++) {
+        if (d->ev[b].t_done > last) last = d->ev[b].t_done;
+        if (d->ev[b].t_done > d->ev[b].t_start) busy += d->ev[b].t_done - d->ev[b].t_start;
+    }
+    double exposed = d->t_backward_end > 0 && last > d->t_backward_end ? last - d->t_backward_end : 0;
+    if (exposed_s) *exposed_s = exposed;
+    if (busy_s) *busy_s = busy;
+}
+
+void rl_ddp_timing(void *ctx, double *exposed_s, double *busy_s) { rl_ddp_step_timing(ctx, exposed_s, busy_s); }
 
 void rl_ddp_abort(rl_ddp *d) { rl_comm_abort(d->comm); }
 

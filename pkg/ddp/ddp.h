@@ -62,6 +62,12 @@ int rl_ddp_sum_u64(rl_ddp *d, uint64_t *v, int n, rl_err *e);
 /* Events of the last completed step, one per bucket in bucket order; the
  * time backward finished (the watermark reached 0) goes to *t_backward_end. */
 const rl_ddp_event *rl_ddp_events(const rl_ddp *d, double *t_backward_end);
+/* The last completed step's reduction, from those events: *exposed_s is
+ * how long the step waited after backward ended for the last bucket (the
+ * part the overlap did not hide; 0 when all of it did), *busy_s the sum of
+ * the buckets' allreduce times (hidden or not). Call after finish. */
+void rl_ddp_step_timing(const rl_ddp *d, double *exposed_s, double *busy_s);
+void rl_ddp_timing(void *ctx, double *exposed_s, double *busy_s); /* the same, for rl_train_dist */
 void rl_ddp_abort(rl_ddp *d);
 void rl_ddp_destroy(rl_ddp *d);
 

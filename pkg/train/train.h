@@ -106,6 +106,9 @@ typedef struct rl_train_dist {
     int (*average)(void *ctx, double *v, int n, rl_err *e);
     /* Rank 0's bytes to every rank (resume); bytes a multiple of 4. */
     int (*broadcast)(void *ctx, void *buf, size_t bytes, rl_err *e);
+    /* Optional: the last step's gradient reduction, exposed after backward
+     * and busy in all (seconds), once finish returned. */
+    void (*timing)(void *ctx, double *exposed_s, double *busy_s);
 } rl_train_dist;
 
 /* ---- the trainer ---------------------------------------------------------------------- */
@@ -114,7 +117,37 @@ typedef struct rl_step_stats {
     double loss;      /* mean over the global batch */
     double lr, grad_norm;
     double tokens_per_s, elapsed_s, step_s;
+    double allreduce_s;      /* the step waited this long for reduction after backward; -1: no dist */
+    double allreduce_busy_s; /* the reduction's whole time, overlapped or not; -1: no dist */
 } rl_step_stats;
+
+/* A committed checkpoint (rank 0 only: it is the one that saves). */
+typedef struct rl_train_ckpt_event {
+    long long step;
+    double seconds;    /* snapshot to commit; -1 for the checkpoint a run resumed from */
+    double unix_time;  /* when it was committed */
+    bool resumed;      /* the checkpoint this run started from, not a new save */
+    char uri[RL_CKPT_URI_MAX + 32]; /* <checkpoint.uri>/step-NNNNNNNN */
+} rl_train_ckpt_event;
+
+/* Optional callbacks on the training thread, for metrics: after every
+ * optimizer step (every rank), and when a checkpoint is known committed
+ * (seen at the next step boundary for an asynchronous save, at once for a
+ * synchronous one). They must return quickly and never block. */
+typedef struct rl_train_observer {
+    void *ud;
+    void (*on_step)(void *ud, const rl_step_stats *st);
+    void (*on_checkpoint)(void *ud, const rl_train_ckpt_event *ev);
+} rl_train_observer;
+
+/* Model FLOPs of one trained token, forward and backward, as in PaLM's
+ * appendix B and nanoGPT/llm.c's MFU estimate: 6 x N (N = the parameters
+ * that multiply: all but the input embedding table, a lookup; lm_head is
+ * untied and counts) plus 12 x L x (heads x head_dim) x T for attention
+ * scores and values over the full T x T (no discount for the causal
+ * mask, as those estimates do). Recomputation and optimizer FLOPs are not
+ * model FLOPs. */
+double rl_train_flops_per_token(const rl_model_config *m, int seq_len, size_t nparams);
 
 /* Greedy completion of "a+b=" prompts for the lines of the val split
  * (held-out pairs): exact-match counts and a few examples to show.
@@ -162,6 +195,9 @@ typedef struct rl_trainer {
     bool resume_done;
     long long committed_step; /* newest step known committed by this run (-1: none) */
     double last_save_t;
+    rl_train_observer observer; /* zero: none; set after init */
+    long long observed_ckpt;    /* the newest save reported to the observer (-1: none) */
+    double flops_per_token;
 } rl_trainer;
 
 /* Build the model (params initialised from the seed), open the data. */

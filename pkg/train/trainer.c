@@ -74,6 +74,8 @@ int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dis
     /* a stream of its own, apart from the parameter init's */
     rl_rng_seed(&tr->rng, t->seed ^ 0x7261696e6572ull);
     tr->committed_step = -1;
+    tr->observed_ckpt = -1;
+    tr->flops_per_token = rl_train_flops_per_token(&cfg->model, t->seq_len, n);
     tr->summary.resumed_from = -1;
     if (rank == 0 && cfg->ckpt.uri[0]) {
         rl_ckpt_store *st;
@@ -149,8 +151,12 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
      * average, "someone was asked to stop" becomes one decision that every
      * rank takes after the same step. */
     double agreed[2] = {loss, tr->stop && *tr->stop ? 1.0 : 0.0};
+    double ar_exposed = -1, ar_busy = -1;
     if (tr->dist) {
         if ((rc = tr->dist->finish(tr->dist->ctx, e))) return rc;
+        /* before the average below: that op would not change the buckets'
+         * record, but the timing belongs to the gradients alone */
+        if (tr->dist->timing) tr->dist->timing(tr->dist->ctx, &ar_exposed, &ar_busy);
         if ((rc = tr->dist->average(tr->dist->ctx, agreed, 2, e))) return rc;
     }
     loss = agreed[0];
@@ -173,8 +179,17 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
         .step_s = now - t0,
         .elapsed_s = now - tr->t_start,
         .tokens_per_s = (double)t->global_batch_tokens / (now - t0),
+        .allreduce_s = ar_exposed,
+        .allreduce_busy_s = ar_busy,
     };
     return RL_OK;
+}
+
+double rl_train_flops_per_token(const rl_model_config *m, int seq_len, size_t nparams) {
+    double embed = (double)m->vocab_size * m->hidden_size;
+    double n = (double)nparams > embed ? (double)nparams - embed : (double)nparams;
+    double attn = 12.0 * m->num_hidden_layers * (double)m->num_attention_heads * rl_model_head_dim(m) * seq_len;
+    return 6.0 * n + attn;
 }
 
 int rl_trainer_eval_loss(rl_trainer *tr, double *loss, rl_err *e) {
@@ -293,6 +308,28 @@ static int save(rl_trainer *tr, bool sync, double deadline, rl_err *e) {
     return rc;
 }
 
+static void ckpt_uri(const rl_trainer *tr, long long step, char *dst, size_t n) {
+    char name[32];
+    rl_ckpt_step_name(name, sizeof name, step);
+    snprintf(dst, n, "%s/%s", tr->store ? tr->store->uri : tr->cfg.ckpt.uri, name);
+}
+
+/* Tell the observer about a save that committed since it last heard:
+ * the saver's record of its last save says when (monotonic) and how long
+ * it took from the snapshot on. */
+static void observe_commit(rl_trainer *tr) {
+    if (!tr->saver || !tr->observer.on_checkpoint) return;
+    rl_ckpt_save_info last;
+    rl_ckpt_saver_stats(tr->saver, NULL, NULL, &last);
+    if (!last.done || last.rc != RL_OK || last.step <= tr->observed_ckpt) return;
+    tr->observed_ckpt = last.step;
+    rl_train_ckpt_event ev = {.step = last.step,
+                              .seconds = last.t_done - last.t_snap_begin,
+                              .unix_time = rl_wall_now() - (rl_now() - last.t_done)};
+    ckpt_uri(tr, last.step, ev.uri, sizeof ev.uri);
+    tr->observer.on_checkpoint(tr->observer.ud, &ev);
+}
+
 /* Has the save of the current step already committed (asynchronously)? */
 static bool step_committed(rl_trainer *tr) {
     if (tr->committed_step == tr->step) return true;
@@ -311,9 +348,12 @@ int rl_trainer_checkpoint(rl_trainer *tr, double deadline, rl_err *e) {
     if (rc) rl_log_msg(RL_LOG_ERROR, "checkpoint_failed", we.msg);
     if (step_committed(tr)) {
         tr->committed_step = tr->step;
+        observe_commit(tr);
         return RL_OK;
     }
-    return save(tr, true, deadline, e);
+    rc = save(tr, true, deadline, e);
+    observe_commit(tr);
+    return rc;
 }
 
 int rl_trainer_boundary(rl_trainer *tr, rl_err *e) {
@@ -322,6 +362,7 @@ int rl_trainer_boundary(rl_trainer *tr, rl_err *e) {
     /* a checkpoint we believe in but do not have is the worst outcome */
     int rc = rl_ckpt_saver_poll(tr->saver, e);
     if (rc) return rl_err_wrap(e, "background checkpoint failed");
+    observe_commit(tr);
     bool due = (c->every_steps > 0 && tr->step % c->every_steps == 0) ||
                (c->every_minutes > 0 && rl_now() - tr->last_save_t >= 60 * c->every_minutes);
     /* the last step gets the synchronous final checkpoint instead */
@@ -392,7 +433,15 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
     tr->sample = tr->start_sample = w.sample;
     memcpy(tr->rng.s, w.rng, sizeof w.rng);
     tr->committed_step = w.step;
+    tr->observed_ckpt = w.step;
     tr->summary.resumed_from = w.step;
+    /* the checkpoint resumed from is the job's last commit until the next
+     * one: an agent that just took over rank 0 can report it at once */
+    if (rank == 0 && tr->observer.on_checkpoint) {
+        rl_train_ckpt_event ev = {.step = w.step, .seconds = -1, .unix_time = ld.state.saved_unix, .resumed = true};
+        ckpt_uri(tr, w.step, ev.uri, sizeof ev.uri);
+        tr->observer.on_checkpoint(tr->observer.ud, &ev);
+    }
     tr->last_save_t = rl_now();
     if ((rc = open_loader(tr, e))) {
         rl_ckpt_loaded_free(&ld);
@@ -482,6 +531,7 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
                        "\"tokens_per_s\":%.0f,\"elapsed_s\":%.2f",
                        st.step, st.loss, st.lr, st.grad_norm, st.tokens_per_s, st.elapsed_s);
         }
+        if (tr->observer.on_step) tr->observer.on_step(tr->observer.ud, &st);
         if (tr->stop_agreed) {
             clear_progress(tr);
             return preempt(tr, e);
