@@ -113,11 +113,11 @@ int main(int argc, char **argv) {
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    (void)metrics_port; /* TODO(metrics): /metrics and /healthz once pkg/metrics lands */
 
     rl_op_opts o = {.kubeconfig = kubeconfig, .namespaces = (const char *const *)nsbuf, .leader_elect = elect,
                     .lease_name = lease_name, .lease_ns = lease_ns, .id = id, .resync_s = resync,
-                    .lease_s = lease_s, .renew_deadline_s = renew_s, .retry_s = retry_s, .stop = &g_stop};
+                    .lease_s = lease_s, .renew_deadline_s = renew_s, .retry_s = retry_s,
+                    .metrics_port = (int)metrics_port, .stop = &g_stop};
     rl_err e = {0};
     int rc = rl_op_run(&o, &e);
     if (rc) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "metrics/metrics.h"
 #include "operator.h"
 #include "rdzv/rdzv.h"
 
@@ -32,6 +33,8 @@ typedef struct ctl {
     pthread_cond_t cv;
     keyset queue, known;
     volatile int halt; /* watches end within ~1 s of this */
+    rl_metrics *m;
+    int m_leading, m_jobs, m_reconciles, m_errors, m_seconds;
 } ctl;
 
 typedef struct watcher {
@@ -183,8 +186,24 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
     while (o->namespaces && o->namespaces[nns]) nns++;
     watcher *ws = calloc((size_t)(nns ? nns : 1) * 2, sizeof *ws);
     int nw = 0, rc;
+    rl_metrics_server *ms = NULL;
     if (!ws) return rl_errf(e, RL_ENOMEM, "out of memory");
     if ((rc = rl_k8s_connect(o->kubeconfig, 30, &c.k, e)) || (rc = rl_op_new(c.k, &c.op, e))) goto out;
+    /* served before the election, so a standby replica answers /healthz too */
+    if ((rc = rl_metrics_new(&c.m, e)) ||
+        (rc = rl_metrics_define(c.m, RL_METRIC_GAUGE, "ringleader_operator_leading",
+                                "1 while this replica holds the operator Lease", &c.m_leading, e)) ||
+        (rc = rl_metrics_define(c.m, RL_METRIC_GAUGE, "ringleader_operator_jobs",
+                                "TrainingJobs watched", &c.m_jobs, e)) ||
+        (rc = rl_metrics_define(c.m, RL_METRIC_COUNTER, "ringleader_operator_reconciles_total",
+                                "reconciles run", &c.m_reconciles, e)) ||
+        (rc = rl_metrics_define(c.m, RL_METRIC_COUNTER, "ringleader_operator_reconcile_errors_total",
+                                "reconciles that failed (retried at the next resync)", &c.m_errors, e)) ||
+        (rc = rl_metrics_define(c.m, RL_METRIC_GAUGE, "ringleader_operator_reconcile_seconds",
+                                "duration of the last reconcile", &c.m_seconds, e)) ||
+        (rc = rl_metrics_start(o->metrics_port, NULL, c.m, &ms, e)))
+        goto out;
+    rl_metrics_set(c.m, c.m_leading, 0);
 
     if (o->leader_elect) {
         rl_elector_opts eo = {.backend = "k8s", .id = o->id, .addr = "", .port = 0,
@@ -199,6 +218,7 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
         if (*o->stop) goto out;
         rl_log(RL_LOG_INFO, "leading", "\"lease\":\"%s/%s\"", o->lease_ns, o->lease_name);
     }
+    rl_metrics_set(c.m, c.m_leading, 1);
     if ((rc = start_watchers(&c, ws, &nw, e))) goto out;
 
     double resync = o->resync_s > 0 ? o->resync_s : 5, next_resync = rl_now() + resync;
@@ -222,6 +242,7 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
             if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
             pthread_cond_timedwait(&c.cv, &c.mu, &ts);
         }
+        rl_metrics_set(c.m, c.m_jobs, c.known.n);
         if (c.queue.n > 0) {
             k = c.queue.v[0];
             memmove(c.queue.v, c.queue.v + 1, (size_t)(c.queue.n - 1) * sizeof k);
@@ -231,7 +252,12 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
         pthread_mutex_unlock(&c.mu);
         if (!have) continue;
         rl_err re = {0};
-        if (rl_op_reconcile(c.op, k.ns, k.name, &re) != RL_OK) {
+        double t0 = rl_now();
+        int rrc = rl_op_reconcile(c.op, k.ns, k.name, &re);
+        rl_metrics_inc(c.m, c.m_reconciles, 1);
+        rl_metrics_set(c.m, c.m_seconds, rl_now() - t0);
+        if (rrc != RL_OK) {
+            rl_metrics_inc(c.m, c.m_errors, 1);
             char esc[600];
             rl_log(RL_LOG_WARN, "reconcile_failed", "\"job\":\"%s/%s\",\"error\":\"%s\"", k.ns, k.name,
                    rl_json_escape(esc, sizeof esc, re.msg));
@@ -244,6 +270,8 @@ out:
         if (ws[i].started) pthread_join(ws[i].th, NULL);
     free(ws);
     if (el) rl_elector_stop(el, true);
+    rl_metrics_stop(ms);
+    if (c.m) rl_metrics_free(c.m);
     if (c.op) rl_op_free(c.op);
     if (c.k) rl_k8s_free(c.k);
     free(c.queue.v);

@@ -94,6 +94,7 @@ typedef struct rl_op_opts {
     const char *id;              /* this replica (POD_NAME) */
     double resync_s;             /* every job reconciled at least this often (5) */
     double lease_s, renew_deadline_s, retry_s; /* 15, 10, 2 */
+    int metrics_port;            /* /metrics and /healthz; 0: none */
     const volatile int *stop;
 } rl_op_opts;
 
