@@ -387,7 +387,20 @@ int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e) {
     rl_op_job j;
     rl_err perr = {0};
     int prc = rl_op_job_parse(obj, &j, &perr);
-    if (prc) {
+    const char *phase = jstr(old, "phase");
+    bool started = !strcmp(phase, "Running") || !strcmp(phase, "Restarting") || !strcmp(phase, "Pending") ||
+                   !strcmp(phase, "Suspended");
+    if (prc && started) {
+        /* An edit that breaks a job already under way (a scale to a world
+         * size the batch does not divide, a typo): refuse the edit, not the
+         * job. Pods stay as they are until the spec is fixed. */
+        snprintf(j.ns, sizeof j.ns, "%s", ns);
+        snprintf(j.name, sizeof j.name, "%s", name);
+        snprintf(j.uid, sizeof j.uid, "%s", jstr(md, "uid"));
+        if (set_condition(st, "SpecRejected", true, "InvalidSpec", perr.msg))
+            event(op, &j, true, "SpecRejected", "%s (the job goes on with its pods as they are)", perr.msg);
+        rc = write_status(op, &j, old, st, e);
+    } else if (prc) {
         /* a spec the schema let through but the job cannot run: Failed,
          * with the field named, once */
         snprintf(j.ns, sizeof j.ns, "%s", ns);
@@ -408,6 +421,8 @@ int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e) {
         }
         free(pods);
     } else {
+        if (condition_on(st, "SpecRejected"))
+            set_condition(st, "SpecRejected", false, "SpecValid", "the spec is valid again");
         rc = reconcile_job(op, &j, old, st, e);
     }
     rl_op_job_free(&j);
