@@ -123,6 +123,21 @@ static int past(double deadline, const char *what, long long step, rl_err *e) {
     return RL_OK;
 }
 
+/* A store error alone names an object (".../optimizer.safetensors: 403
+ * QuotaExceeded"); say what it means for the run. Nothing older is ever
+ * touched before the commit (pruning follows it), so a full or read-only
+ * store costs this checkpoint only. */
+static int write_failed(rl_err *e, int rc, long long step, bool committed) {
+    /* past() says it already; out of memory or a bug is not the store's */
+    if (!rc || rc == RL_ENOMEM || rc == RL_EINTERNAL || (e && !strncmp(e->msg, "checkpoint step ", 16))) return rc;
+    if (committed)
+        rl_err_wrap(e, "checkpoint step %lld committed, but latest not updated (a resume still takes the "
+                    "newest manifest)", step);
+    else
+        rl_err_wrap(e, "checkpoint step %lld not committed, older checkpoints untouched", step);
+    return rc;
+}
+
 int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_opts *o,
                   rl_ckpt_write_info *info, rl_err *e) {
     double t0 = rl_now();
@@ -138,12 +153,12 @@ int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_o
     snprintf(key, sizeof key, "%s/", dir);
     rl_ckpt_list l;
     int rc = rl_ckpt_list_keys(s, key, &l, e);
-    if (rc) return rc;
+    if (rc) return write_failed(e, rc, step, false);
     size_t stale = l.n;
     rl_ckpt_list_free(&l);
     if (stale) {
         rl_log(RL_LOG_WARN, "checkpoint_replace", "\"step\":%lld,\"objects\":%zu", step, stale);
-        if ((rc = delete_step(s, step, e))) return rc;
+        if ((rc = delete_step(s, step, e))) return write_failed(e, rc, step, false);
     }
 
     int nt = rl_model_n_tensors(&d->model);
@@ -154,6 +169,7 @@ int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_o
     size_t hl;
     uint64_t bytes = 0;
     rl_ckpt_manifest m = {.version = RL_CKPT_FORMAT_VERSION, .step = step};
+    bool committed = false;
     if (!ent || !parts || !names) {
         rc = rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
         goto out;
@@ -221,6 +237,7 @@ int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_o
     snprintf(key, sizeof key, "%s/manifest.json", dir);
     rl_ckpt_part pm = {man, strlen(man)};
     if ((rc = rl_ckpt_put(s, key, &pm, 1, e))) goto out;
+    committed = true;
     char latest[40];
     int ll = snprintf(latest, sizeof latest, "%s\n", dir);
     rl_ckpt_part plt = {latest, (size_t)ll};
@@ -233,7 +250,7 @@ int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_o
     if (info) *info = (rl_ckpt_write_info){.bytes = bytes, .seconds = rl_now() - t0, .pruned = pruned};
 out:
     free(ent), free(parts), free(names), free(hdr), free(cfg), free(state), free(man);
-    return rc;
+    return write_failed(e, rc, step, committed);
 }
 
 /* ---- reading ---------------------------------------------------------------------------- */

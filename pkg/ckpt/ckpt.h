@@ -251,7 +251,12 @@ typedef struct rl_ckpt_write_info {
  * the rest, plus any manifest-less directory older than this step and any
  * checkpoint newer than it (a timeline abandoned by a resume: such a step
  * would have been resumed from had it verified). A deadline that passes
- * between files abandons the write (RL_ETIMEOUT) before its manifest. */
+ * between files abandons the write (RL_ETIMEOUT) before its manifest.
+ * Nothing older is deleted before this step's manifest and `latest` are
+ * written, so a store that fills up or turns read-only mid-run loses
+ * only this checkpoint (and needs room for keep + 1 of them); the error
+ * says whether the step committed and names the object the store refused
+ * with the server's code ("... optimizer.safetensors: 403 QuotaExceeded"). */
 int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_opts *o,
                   rl_ckpt_write_info *info, rl_err *e);
 

@@ -122,14 +122,21 @@ int rl_ckpt_store_open_s3(const rl_ckpt_config *cfg, rl_ckpt_store **out, rl_err
     s->ops = &s3_ops, s->ctx = c;
     /* Probe: a wrong bucket, credential, endpoint or clock, or a store that
      * refuses writes, must stop the job now rather than at the first save
-     * hours later. The probe object is the store's own, named per process. */
+     * hours later. Deletes are probed too: keep-K pruning needs them, and a
+     * store that only grows fills up mid-run. The probe object is the
+     * store's own, named per process. */
     char probe[64];
     snprintf(probe, sizeof probe, ".rl-probe.%ld", (long)getpid());
-    if (!rc && (rc = s3_put(c, probe, &(rl_ckpt_part){"probe", 5}, 1, e)) == RL_OK)
-        rc = s3_del(c, probe, e);
+    const char *why = "";
+    if (!rc) {
+        if ((rc = s3_put(c, probe, &(rl_ckpt_part){"probe", 5}, 1, e))) why = "cannot write there: ";
+        else if ((rc = s3_del(c, probe, e)))
+            why = "writes work but deletes are refused (old checkpoints could never be pruned; the probe "
+                  "object is left behind): ";
+    }
     if (rc) {
         rl_err pe = *e;
-        rl_errf(e, rc, "checkpoint.uri %s: %s", s->uri, pe.msg);
+        rl_errf(e, rc, "checkpoint.uri %s: %s%s", s->uri, why, pe.msg);
         rl_ckpt_store_close(s);
         return rc;
     }

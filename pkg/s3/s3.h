@@ -10,8 +10,10 @@
  * CompleteMultipartUpload may send) becomes one message naming the
  * operation, bucket/key and the server's Code and Message, mapped to:
  *   RL_EINPUT  NoSuchKey, NoSuchBucket, AccessDenied, InvalidAccessKeyId,
- *              SignatureDoesNotMatch, RequestTimeTooSkewed, any other 4xx
- *              (a setting or a credential is wrong: retrying won't help)
+ *              SignatureDoesNotMatch, RequestTimeTooSkewed, QuotaExceeded
+ *              (radosgw's 403 for a full bucket or user), any other 4xx
+ *              (a setting, a credential or the store is wrong: retrying
+ *              won't help)
  *   RL_EIO     5xx after the retries ran out, a malformed response
  *   RL_ETIMEOUT/RL_EPEER  transport failures after the retries ran out
  * Secrets (secret key, session token, web identity token, signatures)

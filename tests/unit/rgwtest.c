@@ -215,6 +215,41 @@ int rl_test_rgw_start(rl_test_rgw *r, size_t mem_mib) {
     return -1;
 }
 
+int rl_test_rgw_admin(const rl_test_rgw *r, const char *const *args) {
+    char conf[320], log[320];
+    snprintf(conf, sizeof conf, "%s/ceph.conf", r->dir);
+    snprintf(log, sizeof log, "%s/admin.log", r->dir);
+    char *argv[24] = {"radosgw-admin", "-c", conf, "-n", "client.rgw"};
+    int n = 5;
+    for (int i = 0; args[i]; i++) {
+        if (n + 1 >= (int)(sizeof argv / sizeof argv[0])) return -1;
+        argv[n++] = (char *)args[i];
+    }
+    argv[n] = NULL;
+    return spawn(argv, log, false, 30, r->dir);
+}
+
+int rl_test_rgw_add_user(const rl_test_rgw *r, const char *uid, char *access_key, char *secret_key) {
+    char u[96], key_arg[64], sec_arg[96];
+    random_hex(access_key, 20);
+    random_hex(secret_key, 40);
+    snprintf(u, sizeof u, "--uid=%s", uid);
+    snprintf(key_arg, sizeof key_arg, "--access-key=%s", access_key);
+    snprintf(sec_arg, sizeof sec_arg, "--secret-key=%s", secret_key);
+    const char *args[] = {"user", "create", u, "--display-name=test", key_arg, sec_arg, NULL};
+    return rl_test_rgw_admin(r, args);
+}
+
+int rl_test_rgw_bucket_quota(const rl_test_rgw *r, const char *bucket, long long max_bytes) {
+    char b[96], sz[48];
+    snprintf(b, sizeof b, "--bucket=%s", bucket);
+    snprintf(sz, sizeof sz, "--max-size=%lld", max_bytes);
+    const char *set[] = {"quota", "set", "--quota-scope=bucket", b, sz, NULL};
+    const char *on[] = {"quota", max_bytes < 0 ? "disable" : "enable", "--quota-scope=bucket", b, NULL};
+    if (max_bytes >= 0 && rl_test_rgw_admin(r, set) != 0) return -1;
+    return rl_test_rgw_admin(r, on) == 0 ? 0 : -1;
+}
+
 void rl_test_rgw_stop(rl_test_rgw *r) {
     kill_pid(&r->rgw_pid);
     kill_pid(&r->osd_pid);

@@ -26,4 +26,18 @@ int rl_test_rgw_start(rl_test_rgw *r, size_t mem_mib);
 /* Stop the daemons (SIGKILL by PID) and remove the temp dir. Safe twice. */
 void rl_test_rgw_stop(rl_test_rgw *r);
 
+/* radosgw-admin against this server with the given arguments
+ * (NULL-terminated), its output appended to DIR/admin.log; its exit
+ * status (-1 when it hung for 30 s). */
+int rl_test_rgw_admin(const rl_test_rgw *r, const char *const *args);
+/* Another S3 user with fresh keys (access_key >= 21, secret_key >= 41
+ * bytes); 0 on success. It owns nothing and may do nothing in the
+ * first user's buckets until a bucket policy lets it. */
+int rl_test_rgw_add_user(const rl_test_rgw *r, const char *uid, char *access_key, char *secret_key);
+/* A size quota on one bucket, enforced from the next request on (this
+ * radosgw keeps the bucket's usage exact for its own writes and deletes,
+ * measured: no stats sync needed); max_bytes < 0 lifts it. The server
+ * answers a PUT past it with 403 QuotaExceeded. 0 on success. */
+int rl_test_rgw_bucket_quota(const rl_test_rgw *r, const char *bucket, long long max_bytes);
+
 #endif

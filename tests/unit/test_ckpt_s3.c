@@ -1,7 +1,9 @@
 /* Checkpoints in a real S3 server (Ceph's radosgw, which checks every
  * signature): exact resume after kill -9 on one and on two processes, a
- * damaged object detected and skipped, and bad settings refused before
- * training starts. Each test runs its own radosgw (rgwtest.h). */
+ * damaged object detected and skipped, bad settings and read-only stores
+ * refused before training starts, and a store that fills up mid-run
+ * (a real bucket quota) stopping the run without losing a committed
+ * checkpoint. Each test runs its own radosgw (rgwtest.h). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <signal.h>
@@ -13,7 +15,9 @@
 #include "ckpt/ckpt.h"
 #include "rgwtest.h"
 #include "s3/s3.h"
+#include "s3/s3_internal.h"
 #include "testutil.h"
+#include "train/train.h"
 #include "util/util.h"
 
 #define BUCKET "rl-ckpt"
@@ -178,5 +182,221 @@ Test(ckpt_s3, bad_bucket_and_bad_credentials_stop_before_training, .init = rgw_u
     cr_expect(rl_test_file_has(log, "SignatureDoesNotMatch"), "see %s", log);
     cr_expect(!rl_test_file_has(log, "not-the-secret") && !rl_test_file_has(log, g_rgw.secret_key), "a secret reached the log");
     cr_expect(!rl_test_file_has(log, "\"event\":\"step\""), "training must not start");
+    rl_test_rmdir(dir);
+}
+
+/* The worker's last line ("ringleader-worker: error: ...") into out. */
+static void last_error_line(const char *log, char *out, size_t n) {
+    char *t;
+    size_t len;
+    rl_err e;
+    out[0] = '\0';
+    cr_assert_eq(rl_read_file(log, &t, &len, &e), 0, "%s", e.msg);
+    for (char *l = strstr(t, "ringleader-worker: error: "); l; l = strstr(l + 1, "ringleader-worker: error: ")) {
+        size_t ll = strcspn(l, "\n");
+        snprintf(out, n, "%.*s", (int)ll, l);
+    }
+    free(t);
+}
+
+/* An S3 client as the worker would make it, from the environment. */
+static rl_s3 *env_client(void) {
+    rl_s3_config c = {0};
+    rl_s3 *s3;
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_open(&c, &s3, &e), 0, "%s", e.msg);
+    return s3;
+}
+
+/* PutBucketPolicy is no call a trainer makes (the bucket is the user's),
+ * so the test sends it itself, signed by our client like every other. */
+static void put_bucket_policy(rl_s3 *s3, const char *bucket, const char *policy) {
+    rl_s3_part p = {policy, strlen(policy)};
+    rl_s3_call c = {.method = "PUT", .op = "PutBucketPolicy", .bucket = bucket, .query = "policy", .parts = &p,
+                    .nparts = 1, .len = p.len};
+    rl_http_resp r = {0};
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_do(s3, s3->h, &c, &r, &e), 0, "%s", e.msg);
+    rl_http_resp_free(&r);
+}
+
+static size_t count_keys(rl_s3 *s3, const char *bucket, const char *prefix) {
+    rl_s3_list l;
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_list_objects(s3, bucket, prefix, &l, &e), 0, "%s", e.msg);
+    size_t n = l.n;
+    rl_s3_list_free(&l);
+    return n;
+}
+
+/* The worker against uri stops before training: exit 2, its last line
+ * names the URI, the refused operation and the server's code, no step
+ * ran, no secret was printed. */
+static void expect_refused(const char *dir, const char *uri, const char *op, const char *code, const char *secret) {
+    char log[128], line[1024];
+    snprintf(log, sizeof log, "%s/refused.log", dir);
+    unlink(log);
+    rl_test_write_job(dir, 10, 512, uri, ",\"every_steps\":5");
+    int st = rl_test_wait_status(rl_test_spawn_worker(dir, log, -1, 1, 0, NULL), 60);
+    cr_expect_eq(st, 2, "%s: exit status %d, see %s", uri, st, log);
+    last_error_line(log, line, sizeof line);
+    cr_log_info("%s", line);
+    cr_expect(strstr(line, uri) && strstr(line, op) && strstr(line, code), "%s: want %s and %s in: %s", uri, op, code,
+              line);
+    cr_expect(!rl_test_file_has(log, "\"event\":\"step\"") && !rl_test_file_has(log, "\"event\":\"train_start\""),
+              "%s: training must not start (%s)", uri, log);
+    cr_expect(!rl_test_file_has(log, secret), "a secret reached the log (%s)", log);
+}
+
+Test(ckpt_s3, a_read_only_store_stops_before_training, .init = rgw_up, .fini = rgw_down, .timeout = 180) {
+    char dir[64], rkey[32], rsecret[64];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    /* Read-only, as a user meets it: a second user whose credentials the
+     * bucket's policy lets read and list only (an evaluation job's keys
+     * given to a trainer); the owner under an explicit Deny of PutObject
+     * on a prefix (a locked archive); and a prefix where writes work but
+     * DeleteObject is denied (write-once), which the probe's delete must
+     * catch. radosgw answers all three with 403 AccessDenied. */
+    cr_assert_eq(rl_test_rgw_add_user(&g_rgw, "reader", rkey, rsecret), 0, "radosgw-admin user create failed");
+    rl_s3 *owner = env_client();
+    put_bucket_policy(owner, BUCKET,
+                      "{\"Version\":\"2012-10-17\",\"Statement\":["
+                      "{\"Effect\":\"Allow\",\"Principal\":{\"AWS\":[\"arn:aws:iam:::user/reader\"]},"
+                      "\"Action\":[\"s3:GetObject\",\"s3:ListBucket\"],"
+                      "\"Resource\":[\"arn:aws:s3:::" BUCKET "\",\"arn:aws:s3:::" BUCKET "/*\"]},"
+                      "{\"Effect\":\"Deny\",\"Principal\":\"*\",\"Action\":[\"s3:PutObject\"],"
+                      "\"Resource\":[\"arn:aws:s3:::" BUCKET "/locked/*\"]},"
+                      "{\"Effect\":\"Deny\",\"Principal\":\"*\",\"Action\":[\"s3:DeleteObject\"],"
+                      "\"Resource\":[\"arn:aws:s3:::" BUCKET "/worm/*\"]}]}");
+    /* a checkpoint the reader could read: being able to resume is not enough */
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_put(owner, BUCKET, "ro/latest", &(rl_s3_part){"step-00000005\n", 14}, 1, &e), 0, "%s", e.msg);
+
+    setenv("AWS_ACCESS_KEY_ID", rkey, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", rsecret, 1);
+    expect_refused(dir, "s3://" BUCKET "/ro", "PutObject", "403 AccessDenied", rsecret);
+    setenv("AWS_ACCESS_KEY_ID", g_rgw.access_key, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", g_rgw.secret_key, 1);
+    expect_refused(dir, "s3://" BUCKET "/locked", "PutObject", "403 AccessDenied", g_rgw.secret_key);
+    expect_refused(dir, "s3://" BUCKET "/worm", "DeleteObject", "403 AccessDenied", g_rgw.secret_key);
+    char log[128];
+    snprintf(log, sizeof log, "%s/refused.log", dir);
+    cr_expect(rl_test_file_has(log, "deletes are refused"), "the delete refusal must be explained (%s)", log);
+    /* nothing written, bar the probe object the write-once prefix keeps */
+    cr_expect_eq(count_keys(owner, BUCKET, "ro/"), 1);
+    cr_expect_eq(count_keys(owner, BUCKET, "locked/"), 0);
+    cr_expect_eq(count_keys(owner, BUCKET, "worm/"), 1);
+    rl_s3_close(owner);
+    rl_test_rmdir(dir);
+}
+
+#define FULL "rl-full" /* as long as BUCKET: the calibration's trainer_state.json is the same size */
+
+/* The model the test jobs train, as the worker reads it from DIR/job.json. */
+static void job_model(const char *dir, rl_model_config *mc) {
+    char p[128], *t;
+    size_t len;
+    rl_err e = {0};
+    snprintf(p, sizeof p, "%s/job.json", dir);
+    cr_assert_eq(rl_read_file(p, &t, &len, &e), 0, "%s", e.msg);
+    rl_job_config *jc = calloc(1, sizeof *jc);
+    rl_job_config_default(jc);
+    cr_assert_eq(rl_job_config_parse(t, len, p, jc, &e), 0, "%s", e.msg);
+    *mc = jc->model;
+    free(jc), free(t);
+}
+
+/* Committed and uncommitted steps under uri; each committed one read back
+ * and verified against its manifest (sizes, sha256, shapes). */
+static void check_store(const char *uri, const rl_model_config *mc, const long long *want_c, int nwc, int want_u) {
+    rl_ckpt_store *s;
+    rl_err e = {0};
+    cr_assert_eq(rl_ckpt_store_open(uri, &s, &e), 0, "%s", e.msg);
+    long long *c, *u;
+    int nc, nu;
+    cr_assert_eq(rl_ckpt_steps(s, &c, &nc, &u, &nu, &e), 0, "%s", e.msg);
+    char have[256] = "";
+    for (int i = 0; i < nc; i++) snprintf(have + strlen(have), sizeof have - strlen(have), " %lld", c[i]);
+    cr_expect_eq(nc, nwc, "%s: committed steps:%s", uri, have);
+    for (int i = 0; i < nc && i < nwc; i++) cr_expect_eq(c[i], want_c[i], "%s: committed steps:%s", uri, have);
+    cr_expect_eq(nu, want_u, "%s: %d step directories without a manifest", uri, nu);
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, mc);
+    for (int i = 0; i < nc; i++) {
+        rl_ckpt_loaded ld = {0};
+        cr_expect_eq(rl_ckpt_read_step(s, c[i], mc, lay.total, NULL, NULL, NULL, &ld, &e), 0, "step %lld: %s", c[i],
+                     e.msg);
+        rl_ckpt_loaded_free(&ld);
+    }
+    free(c), free(u);
+    rl_ckpt_store_close(s);
+}
+
+Test(ckpt_s3, a_store_that_fills_mid_run_stops_it_and_keeps_every_committed_checkpoint, .init = rgw_up,
+     .fini = rgw_down, .timeout = 240) {
+    char dir[64], log[128], line[1024];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    rl_model_config mc;
+    rl_s3 *s3 = env_client();
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_create_bucket(s3, FULL, &e), 0, "%s", e.msg);
+    /* C, one checkpoint's bytes: one save of the same job elsewhere */
+    const char *extra = ",\"every_steps\":5,\"keep\":2";
+    rl_test_write_job(dir, 5, 512, "s3://" BUCKET "/full", extra);
+    snprintf(log, sizeof log, "%s/calibrate.log", dir);
+    cr_assert_eq(rl_test_wait_status(rl_test_spawn_worker(dir, log, -1, 1, 0, NULL), 60), 0, "see %s", log);
+    rl_s3_list l;
+    cr_assert_eq(rl_s3_list_objects(s3, BUCKET, "full/step-00000005/", &l, &e), 0, "%s", e.msg);
+    uint64_t C = 0;
+    for (size_t i = 0; i < l.n; i++) C += l.sizes[i];
+    rl_s3_list_free(&l);
+    cr_assert(C > 100000, "a checkpoint of %llu bytes", (unsigned long long)C);
+
+    /* Room for 2.5 checkpoints with keep 2: steps 5 and 10 commit; step
+     * 15 needs a third before step 5 may go, and the server refuses its
+     * optimizer file (the model file still fits). Deleting step 5 first
+     * would have made room: the failure itself shows it was not done. */
+    cr_assert_eq(rl_test_rgw_bucket_quota(&g_rgw, FULL, (long long)(2 * C + C / 2)), 0, "radosgw-admin quota failed");
+    const char *uri = "s3://" FULL "/full";
+    rl_test_write_job(dir, 30, 512, uri, extra);
+    job_model(dir, &mc);
+    snprintf(log, sizeof log, "%s/full.log", dir);
+    int st = rl_test_wait_status(rl_test_spawn_worker(dir, log, -1, 1, 0, NULL), 60);
+    last_error_line(log, line, sizeof line);
+    cr_log_info("%s", line);
+    cr_expect_eq(st, 2, "exit status %d, see %s", st, log);
+    cr_expect(strstr(line, FULL "/full/step-00000015/optimizer.safetensors") && strstr(line, "403 QuotaExceeded") &&
+                  strstr(line, "step 15 not committed"),
+              "want the object, the server's code and what it means in: %s", line);
+    long long last = rl_test_last_step(log);
+    cr_expect(last >= 15 && last < 30, "the run must stop soon after the failed save, not at step %lld", last);
+    cr_expect(!rl_test_file_has(log, "\"event\":\"checkpoint_prune\""), "nothing may be pruned (%s)", log);
+    /* every committed checkpoint is there and verifies; 15 is a manifest-less
+     * leftover; latest still names 10 */
+    check_store(uri, &mc, (long long[]){5, 10}, 2, 1);
+    void *b;
+    size_t n;
+    cr_assert_eq(rl_s3_get(s3, FULL, "full/latest", 0, UINT64_MAX, &b, &n, &e), 0, "%s", e.msg);
+    cr_expect(n == 14 && !memcmp(b, "step-00000010\n", 14), "latest: %.*s", (int)n, (char *)b);
+    free(b);
+
+    /* Full before a start: the probe's own write is refused, and nothing trains. */
+    cr_assert_eq(rl_test_rgw_bucket_quota(&g_rgw, FULL, (long long)(2 * C)), 0, "radosgw-admin quota failed");
+    expect_refused(dir, uri, "PutObject", "403 QuotaExceeded", g_rgw.secret_key);
+
+    /* Room for keep + 1 (the documented need) and a half: the restart
+     * resumes from 10, not the leftover, replaces 15, and can finish only
+     * if each older checkpoint is pruned after the newer one commits. */
+    cr_assert_eq(rl_test_rgw_bucket_quota(&g_rgw, FULL, (long long)(3 * C + C / 2)), 0, "radosgw-admin quota failed");
+    rl_test_write_job(dir, 30, 512, uri, extra);
+    snprintf(log, sizeof log, "%s/resume.log", dir);
+    st = rl_test_wait_status(rl_test_spawn_worker(dir, log, -1, 1, 0, NULL), 60);
+    cr_expect_eq(st, 0, "the resumed run failed (%d): see %s", st, log);
+    cr_expect_eq(resumed_from(log), 10, "must resume from the last committed step (%s)", log);
+    cr_expect_eq(rl_test_last_step(log), 30, "see %s", log);
+    cr_expect(rl_test_file_has(log, "\"event\":\"checkpoint_replace\""), "the leftover of step 15 is replaced (%s)",
+              log);
+    check_store(uri, &mc, (long long[]){25, 30}, 2, 0);
+    rl_s3_close(s3);
     rl_test_rmdir(dir);
 }
