@@ -146,12 +146,13 @@ char *rl_metrics_render(rl_metrics *m, double now_unix) {
         double v = x->kind == RL_METRIC_AGE ? now_unix - x->v : x->v;
         if (x->kind == RL_METRIC_AGE && v < 0) v = 0; /* a clock step back is not a negative age */
         rl_metrics_format_value(v, val, sizeof val);
-        if (first) {
+        if (first && x->help[0]) {
             put_help(help, sizeof help, x->help);
-            len += (size_t)snprintf(out + len, cap - len, "# HELP %.*s %s\n# TYPE %.*s %s\n", (int)x->base_len,
-                                    x->name, help, (int)x->base_len, x->name,
-                                    x->kind == RL_METRIC_COUNTER ? "counter" : "gauge");
+            len += (size_t)snprintf(out + len, cap - len, "# HELP %.*s %s\n", (int)x->base_len, x->name, help);
         }
+        if (first)
+            len += (size_t)snprintf(out + len, cap - len, "# TYPE %.*s %s\n", (int)x->base_len, x->name,
+                                    x->kind == RL_METRIC_COUNTER ? "counter" : "gauge");
         len += (size_t)snprintf(out + len, cap - len, "%s %s\n", x->name, val);
     }
     return out;

@@ -1,0 +1,548 @@
+/* Metrics and progress: the Prometheus text of the registry, the HTTP
+ * server (a free port, a port in use), the trainer -> agent stats pipe
+ * (a full or abandoned pipe never holds a trainer up), gauges that move
+ * while `--nproc-per-node 2` trains, the job config from
+ * RINGLEADER_CONFIG, and the <job>-progress Lease written by the elastic
+ * agent holding rank 0, read back from the Kubernetes stand-in. */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "jobtest.h"
+#include "k8s/k8s.h"
+#include "metrics/metrics.h"
+#include "testutil.h"
+#include "util/util.h"
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* One HTTP/1.1 request with Connection: close; the whole answer into
+ * out[n]. Returns the status code, or -1 (no answer within 5 s). */
+static int http(const char *host, int port, const char *method, const char *path, char *out, size_t n) {
+    out[0] = '\0';
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    char req[512];
+    int k = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", method, path, host);
+    if (write(fd, req, (size_t)k) != k) {
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < n && (r = read(fd, out + got, n - 1 - got)) > 0) got += (size_t)r;
+    out[got] = '\0';
+    close(fd);
+    int code = -1;
+    if (sscanf(out, "HTTP/1.%*d %d", &code) != 1) return -1;
+    return code;
+}
+
+static const char *body_of(const char *resp) {
+    const char *b = strstr(resp, "\r\n\r\n");
+    return b ? b + 4 : "";
+}
+
+/* A sample's value in an exposition ("name value" at a line start); NAN if absent. */
+static double sample(const char *text, const char *name) {
+    size_t nl = strlen(name);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, name, nl) && p[nl] == ' ') return strtod(p + nl + 1, NULL);
+    return NAN;
+}
+
+/* ---- the registry's text ----------------------------------------------------------------- */
+Test(metrics, exposition_text_is_exact) {
+    rl_metrics *m;
+    rl_err e;
+    int step, loss, restarts, age, mfu, info, tiny;
+    cr_assert_eq(rl_metrics_new(&m, &e), 0);
+    cr_assert_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "ringleader_step", "Optimizer steps completed.", &step, &e), 0);
+    cr_assert_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "ringleader_loss", "Loss with a \\ and a\nnewline.", &loss, &e), 0);
+    cr_assert_eq(rl_metrics_define(m, RL_METRIC_COUNTER, "ringleader_restarts_total", "Crashes.", &restarts, &e), 0);
+    cr_assert_eq(rl_metrics_define(m, RL_METRIC_AGE, "ringleader_checkpoint_age_seconds", "Age.", &age, &e), 0);
+    cr_assert_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "ringleader_mfu", "Never set: absent.", &mfu, &e), 0);
+    cr_assert_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "x_info{version=\"1\"}", "Labels.", &info, &e), 0);
+    cr_assert_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "x_small", "", &tiny, &e), 0);
+    /* bad and duplicate names are refused, naming them */
+    int dummy;
+    cr_expect_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "9lives", "", &dummy, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "9lives"), "%s", e.msg);
+    cr_expect_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "ringleader_step", "", &dummy, &e), RL_EINPUT);
+    cr_expect_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "a b", "", &dummy, &e), RL_EINPUT);
+
+    rl_metrics_set(m, step, 40);
+    rl_metrics_set(m, loss, 0.1);
+    rl_metrics_inc(m, restarts, 1);
+    rl_metrics_inc(m, restarts, 2);
+    rl_metrics_set(m, age, 1000.0);
+    rl_metrics_set(m, info, 1);
+    rl_metrics_set(m, tiny, 1.0 / 3);
+    char *t = rl_metrics_render(m, 1012.5);
+    const char *want =
+        "# HELP ringleader_step Optimizer steps completed.\n"
+        "# TYPE ringleader_step gauge\n"
+        "ringleader_step 40\n"
+        "# HELP ringleader_loss Loss with a \\\\ and a\\nnewline.\n"
+        "# TYPE ringleader_loss gauge\n"
+        "ringleader_loss 0.1\n"
+        "# HELP ringleader_restarts_total Crashes.\n"
+        "# TYPE ringleader_restarts_total counter\n"
+        "ringleader_restarts_total 3\n"
+        "# HELP ringleader_checkpoint_age_seconds Age.\n"
+        "# TYPE ringleader_checkpoint_age_seconds gauge\n"
+        "ringleader_checkpoint_age_seconds 12.5\n"
+        "# HELP x_info Labels.\n"
+        "# TYPE x_info gauge\n"
+        "x_info{version=\"1\"} 1\n"
+        "# TYPE x_small gauge\n"
+        "x_small 0.3333333333333333\n";
+    cr_expect_str_eq(t, want);
+    free(t);
+    /* a counter exists from the start; a cleared gauge disappears */
+    rl_metrics_clear(m, step);
+    rl_metrics_set(m, loss, NAN);
+    t = rl_metrics_render(m, 1012.5);
+    cr_expect(!strstr(t, "ringleader_step"), "%s", t);
+    cr_expect(strstr(t, "ringleader_loss NaN\n"), "%s", t);
+    free(t);
+    char v[40];
+    rl_metrics_format_value(INFINITY, v, sizeof v);
+    cr_expect_str_eq(v, "+Inf");
+    rl_metrics_format_value(-INFINITY, v, sizeof v);
+    cr_expect_str_eq(v, "-Inf");
+    rl_metrics_format_value(1e21, v, sizeof v);
+    cr_expect_str_eq(v, "1e+21");
+    rl_metrics_free(m);
+}
+
+Test(metrics, stats_line_round_trip) {
+    rl_stats_msg a = {.kind = RL_STATS_STEP, .step = 12, .steps = 100, .loss = 2.5, .lr = 1e-3, .grad_norm = 0.75,
+                      .tokens_per_s = 12345.5, .step_s = 0.25, .allreduce_s = 0.01, .allreduce_busy_s = 0.02,
+                      .flops_per_token = 6e6, .world = 4},
+                 b;
+    char buf[RL_STATS_LINE_MAX];
+    size_t n = rl_stats_format(&a, buf, sizeof buf);
+    cr_assert(n > 0 && buf[n - 1] == '\n');
+    rl_err e;
+    cr_assert_eq(rl_stats_parse(buf, n, &b, &e), 0, "%s", e.msg);
+    cr_expect(b.kind == RL_STATS_STEP && b.step == 12 && b.steps == 100 && b.loss == 2.5 && b.lr == 1e-3 &&
+              b.grad_norm == 0.75 && b.tokens_per_s == 12345.5 && b.step_s == 0.25 && b.allreduce_s == 0.01 &&
+              b.allreduce_busy_s == 0.02 && b.flops_per_token == 6e6 && b.world == 4);
+    rl_stats_msg c = {.kind = RL_STATS_CKPT, .step = 40, .ckpt_s = 1.5, .ckpt_unix = 1.7e9, .resumed = true};
+    snprintf(c.uri, sizeof c.uri, "s3://b/p \"q\"/step-00000040");
+    n = rl_stats_format(&c, buf, sizeof buf);
+    cr_assert_eq(rl_stats_parse(buf, n, &b, &e), 0, "%s", e.msg);
+    cr_expect(b.kind == RL_STATS_CKPT && b.step == 40 && b.ckpt_s == 1.5 && b.ckpt_unix == 1.7e9 && b.resumed);
+    cr_expect_str_eq(b.uri, c.uri);
+    /* a newer trainer's extra members are ignored; garbage is refused */
+    const char *x = "{\"ev\":\"step\",\"step\":3,\"new_thing\":[1,2]}";
+    cr_expect_eq(rl_stats_parse(x, strlen(x), &b, &e), 0);
+    cr_expect(b.step == 3 && b.allreduce_s < 0 && isnan(b.loss));
+    const char *bad[] = {"", "nope", "[]", "{\"ev\":\"step\"}", "{\"ev\":\"other\",\"step\":1}", "{\"step\":1}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_expect_eq(rl_stats_parse(bad[i], strlen(bad[i]), &b, &e), RL_EINPUT, "accepted %s", bad[i]);
+    /* a line that cannot fit in one atomic pipe write is not formatted */
+    memset(c.uri, 'a', sizeof c.uri - 1);
+    c.uri[sizeof c.uri - 1] = '\0';
+    cr_expect(rl_stats_format(&c, buf, 200) == 0);
+}
+
+Test(metrics, progress_annotations) {
+    rl_node_snapshot s = {.step = 40, .steps = 100, .loss = 2.3125, .tokens_per_s = 81234.4, .ckpt_step = 40,
+                          .round = 3, .world = 4};
+    snprintf(s.ckpt_uri, sizeof s.ckpt_uri, "s3://b/p/step-00000040");
+    cJSON *a = rl_progress_annotations(&s, 1700000000.9);
+    char *t = cJSON_PrintUnformatted(a);
+    cr_expect_str_eq(t, "{\"ringleader.dev/step\":\"40\",\"ringleader.dev/loss\":\"2.3125\","
+                        "\"ringleader.dev/tokens-per-second\":\"81234\","
+                        "\"ringleader.dev/last-checkpoint\":\"s3://b/p/step-00000040\",\"ringleader.dev/round\":\"3\","
+                        "\"ringleader.dev/updated\":\"2023-11-14T22:13:20Z\"}");
+    free(t);
+    cJSON_Delete(a);
+    /* nothing known yet: only the round and the time (a merge patch keeps the rest) */
+    rl_node_snapshot none = {.step = -1, .loss = NAN, .tokens_per_s = NAN, .ckpt_step = -1, .round = 0};
+    a = rl_progress_annotations(&none, 0);
+    t = cJSON_PrintUnformatted(a);
+    cr_expect_str_eq(t, "{\"ringleader.dev/round\":\"0\",\"ringleader.dev/updated\":\"1970-01-01T00:00:00Z\"}");
+    free(t);
+    cJSON_Delete(a);
+}
+
+/* ---- the server ------------------------------------------------------------------------------ */
+Test(metrics, server_serves_metrics_and_healthz) {
+    rl_metrics *m;
+    rl_metrics_server *s = NULL;
+    rl_err e;
+    int id;
+    cr_assert_eq(rl_metrics_new(&m, &e), 0);
+    cr_assert_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "ringleader_step", "Steps.", &id, &e), 0);
+    rl_metrics_set(m, id, 7);
+    /* port 0 is "off": no server, no error */
+    cr_assert_eq(rl_metrics_start(0, "127.0.0.1", m, &s, &e), 0);
+    cr_assert_null(s);
+    cr_assert_eq(rl_metrics_start(RL_METRICS_ANY_PORT, "127.0.0.1", m, &s, &e), 0, "%s", e.msg);
+    int port = rl_metrics_server_port(s);
+    cr_assert(port > 0);
+    static char r[65536];
+    cr_assert_eq(http("127.0.0.1", port, "GET", "/metrics", r, sizeof r), 200, "%s", r);
+    cr_expect(strcasestr(r, "Content-Type: text/plain; version=0.0.4"), "%s", r);
+    cr_expect_str_eq(body_of(r), "# HELP ringleader_step Steps.\n# TYPE ringleader_step gauge\nringleader_step 7\n");
+    rl_metrics_set(m, id, 8); /* from this thread while the server's renders */
+    cr_assert_eq(http("127.0.0.1", port, "GET", "/metrics", r, sizeof r), 200);
+    cr_expect(sample(body_of(r), "ringleader_step") == 8);
+    cr_assert_eq(http("127.0.0.1", port, "GET", "/healthz", r, sizeof r), 200);
+    cr_expect_str_eq(body_of(r), "ok\n");
+    cr_expect_eq(http("127.0.0.1", port, "GET", "/nope", r, sizeof r), 404);
+    cr_expect_eq(http("127.0.0.1", port, "POST", "/metrics", r, sizeof r), 405);
+    /* a client that connects and says nothing does not hold the others up */
+    int idle = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_assert_eq(connect(idle, (struct sockaddr *)&a, sizeof a), 0);
+    double t0 = rl_now();
+    cr_expect_eq(http("127.0.0.1", port, "GET", "/healthz", r, sizeof r), 200);
+    cr_expect(rl_now() - t0 < 1.0);
+    close(idle);
+    rl_metrics_stop(s);
+    cr_expect_eq(http("127.0.0.1", port, "GET", "/healthz", r, sizeof r), -1, "still serving after stop");
+    rl_metrics_free(m);
+}
+
+Test(metrics, port_in_use_is_a_clear_error) {
+    int port = free_port();
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(fd, 1), 0);
+    rl_metrics *m;
+    rl_metrics_server *s = NULL;
+    rl_err e;
+    char want[32];
+    snprintf(want, sizeof want, "port %d", port);
+    cr_assert_eq(rl_metrics_new(&m, &e), 0);
+    cr_expect_eq(rl_metrics_start(port, "127.0.0.1", m, &s, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, want) && strstr(e.msg, "in use"), "%s", e.msg);
+    cr_expect_eq(rl_metrics_start(port, "not-an-ip", m, &s, &e), RL_EINPUT);
+    rl_metrics_free(m);
+    /* and through the worker: exit 2, one line naming the port, before training */
+    char dir[64], cmd[4600], err[4096], ports[16];
+    rl_test_arith_dir(dir, sizeof dir, 100000);
+    rl_test_write_job(dir, 5, 256, "", "");
+    snprintf(ports, sizeof ports, "%d", port);
+    const char *modes[] = {"", "--nproc-per-node 2"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "POD_IP=127.0.0.1 %s/ringleader-worker --config %s/job.json %s --metrics-port %s",
+                 rl_test_bindir(), dir, modes[i], ports);
+        cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+        cr_expect(strstr(err, want) && strstr(err, "in use") && strchr(err, '\n') == err + strlen(err) - 1,
+                  "expected one line naming %s: %s", want, err);
+    }
+    snprintf(cmd, sizeof cmd, "RINGLEADER_METRICS_PORT=http %s/ringleader-worker --config %s/job.json",
+             rl_test_bindir(), dir);
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "RINGLEADER_METRICS_PORT"), "%s", err);
+    close(fd);
+    rl_test_rmdir(dir);
+}
+
+/* ---- the stats pipe ----------------------------------------------------------------------------- */
+Test(metrics, full_or_abandoned_pipe_never_blocks) {
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    char v[16];
+    snprintf(v, sizeof v, "%d", p[1]);
+    setenv(RL_ENV_STATS_FD, v, 1);
+    rl_stats_writer w;
+    rl_stats_writer_from_env(&w);
+    cr_assert_eq(w.fd, p[1], "the writer did not take the pipe");
+    rl_stats_msg m = {.kind = RL_STATS_STEP, .step = 1, .loss = 1, .world = 1};
+    /* nobody reads: the pipe fills, then every send returns at once */
+    double t0 = rl_now();
+    for (int i = 0; i < 20000; i++) m.step = i + 1, rl_stats_send(&w, &m);
+    double dt = rl_now() - t0;
+    cr_expect(w.sent > 0 && w.dropped > 0, "sent %lld dropped %lld", w.sent, w.dropped);
+    cr_expect(dt < 2.0, "20000 sends took %.2f s", dt);
+    /* what did go through are whole lines, in order */
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    rl_stats_reader r;
+    rl_stats_reader_init(&r, p[0]);
+    long long got = 0;
+    while (rl_stats_read(&r, NULL, NULL) > 0) {
+    }
+    got = r.lines;
+    cr_expect_eq(got, w.sent);
+    cr_expect_eq(r.bad, 0);
+    /* the reader gone: EPIPE, not SIGPIPE (the writer ignores it) */
+    close(p[0]);
+    cr_expect(!rl_stats_send(&w, &m));
+    close(p[1]);
+    /* a value that is not a pipe leaves the writer unconnected */
+    setenv(RL_ENV_STATS_FD, "1", 1);
+    rl_stats_writer_from_env(&w);
+    cr_expect_eq(w.fd, -1);
+    unsetenv(RL_ENV_STATS_FD);
+}
+
+/* A whole trainer given a pipe that is already full and never read:
+ * it trains to the end as if nobody listened. */
+Test(metrics, trainer_with_a_full_pipe_finishes, .timeout = 120) {
+    char dir[64], log[128];
+    rl_test_arith_dir(dir, sizeof dir, 200000);
+    rl_test_write_job(dir, 200, 256, NULL, ",\"every_steps\":50");
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    fcntl(p[1], F_SETFL, O_NONBLOCK);
+    char fill[4096] = {0};
+    while (write(p[1], fill, sizeof fill) > 0) {
+    }
+    char v[16];
+    snprintf(v, sizeof v, "%d", p[1]);
+    setenv(RL_ENV_STATS_FD, v, 1);
+    setenv("RL_LOG_LEVEL", "debug", 1); /* to see that it did try the pipe */
+    snprintf(log, sizeof log, "%s/w.log", dir);
+    int pid = rl_test_spawn_worker(dir, log, -1, 1, 0, NULL);
+    unsetenv(RL_ENV_STATS_FD);
+    int st = rl_test_wait_status(pid, 90);
+    cr_expect_eq(st, 0, "worker exit %d", st);
+    cr_expect_eq(rl_test_last_step(log), 200);
+    cr_expect(rl_test_file_has(log, "\"stats_dropped\""), "the trainer never wrote to the pipe");
+    close(p[0]);
+    close(p[1]);
+    rl_test_rmdir(dir);
+}
+
+/* ---- gauges that move while two trainers train ------------------------------------------------ */
+Test(metrics, values_move_under_nproc_per_node_2, .timeout = 120) {
+    char dir[64], log[128], ports[16];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    rl_test_write_job(dir, 100000, 256, NULL, ",\"every_steps\":20");
+    int port = free_port();
+    snprintf(ports, sizeof ports, "%d", port);
+    snprintf(log, sizeof log, "%s/w.log", dir);
+    setenv("POD_IP", "127.0.0.1", 1);
+    setenv("RINGLEADER_PEAK_TFLOPS", "0.5", 1);
+    const char *args[] = {"--nproc-per-node", "2", "--metrics-port", ports, NULL};
+    int pid = rl_test_spawn_worker(dir, log, -1, 1, 0, args);
+    static char r[65536];
+    double s1 = NAN, s2 = NAN, end = rl_now() + 60;
+    const char *b = "";
+    while (rl_now() < end) {
+        if (http("127.0.0.1", port, "GET", "/metrics", r, sizeof r) == 200) {
+            b = body_of(r);
+            double s = sample(b, "ringleader_step"), c = sample(b, "ringleader_checkpoint_last_step");
+            if (isnan(s1) && s > 0) s1 = s;
+            else if (!isnan(s1) && s > s1 && c >= 20) {
+                s2 = s;
+                break;
+            }
+        }
+        usleep(200000);
+    }
+    cr_expect(s1 > 0 && s2 > s1, "step did not move between scrapes (%g, %g); last scrape:\n%s", s1, s2, b);
+    cr_expect(sample(b, "ringleader_loss") > 0 && sample(b, "ringleader_loss") < 6);
+    cr_expect(sample(b, "ringleader_tokens_per_second") > 0);
+    cr_expect(sample(b, "ringleader_grad_norm") > 0);
+    cr_expect(sample(b, "ringleader_learning_rate") > 0);
+    cr_expect(sample(b, "ringleader_step_seconds") > 0);
+    cr_expect(sample(b, "ringleader_model_tflops") > 0);
+    double mfu = sample(b, "ringleader_mfu");
+    cr_expect(fabs(mfu - sample(b, "ringleader_model_tflops") / (0.5 * 2)) < 1e-9, "mfu %g", mfu);
+    cr_expect(sample(b, "ringleader_allreduce_seconds") >= 0);
+    cr_expect(sample(b, "ringleader_allreduce_busy_seconds") > 0);
+    cr_expect(sample(b, "ringleader_world_size") == 2);
+    cr_expect(sample(b, "ringleader_checkpoint_seconds") > 0);
+    cr_expect(sample(b, "ringleader_checkpoint_age_seconds") >= 0);
+    cr_expect(sample(b, "ringleader_restarts_total") == 0);
+    cr_expect(sample(b, "ringleader_rounds_total") == 1);
+    /* SIGTERM: the trainers checkpoint and the launcher exits 75 */
+    kill(pid, SIGTERM);
+    int st = rl_test_wait_status(pid, 60);
+    cr_expect_eq(st, RL_EXIT_PREEMPTED, "launcher exit %d", st);
+    rl_test_rmdir(dir);
+}
+
+/* ---- RINGLEADER_CONFIG -------------------------------------------------------------------------- */
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+Test(metrics, config_from_ringleader_config, .timeout = 120) {
+    char dir[64], cmd[8192], err[8192], js[2048];
+    rl_test_arith_dir(dir, sizeof dir, 100000);
+    /* a bad field: exit 2, one line naming the variable and the field */
+    snprintf(cmd, sizeof cmd, "RINGLEADER_CONFIG='{\"train\":{\"learning_rate\":0.1}}' %s/ringleader-worker",
+             rl_test_bindir());
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "RINGLEADER_CONFIG") && strstr(err, "learning_rate") && count_lines(err) == 1, "%s", err);
+    snprintf(cmd, sizeof cmd, "RINGLEADER_CONFIG='{\"train\": ' %s/ringleader-worker --nproc-per-node 2", rl_test_bindir());
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "RINGLEADER_CONFIG") && strstr(err, "invalid JSON") && count_lines(err) == 1, "%s", err);
+    /* a good one trains, in the launcher's trainers too (they inherit it) */
+    snprintf(js, sizeof js,
+             "{" RL_TEST_TINY_MODEL_JSON
+             "\"train\":{\"steps\":7,\"warmup_steps\":2,\"seq_len\":32,\"micro_batch\":4,\"global_batch_tokens\":256,"
+             "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
+             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"}}",
+             dir);
+    snprintf(cmd, sizeof cmd, "cd %s && OMP_NUM_THREADS=1 RINGLEADER_CONFIG='%s' %s/ringleader-worker --nproc-per-node 2",
+             dir, js, rl_test_bindir());
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    cr_expect(strstr(err, "\"event\":\"train_end\",\"rank\":0,\"steps\":7"), "%s", err);
+    /* --config wins over the variable */
+    rl_test_write_job(dir, 3, 256, "", "");
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 RINGLEADER_CONFIG='%s' %s/ringleader-worker --config %s/job.json", js,
+             rl_test_bindir(), dir);
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    cr_expect(strstr(err, "\"event\":\"train_end\",\"steps\":3"), "%s", err);
+    rl_test_rmdir(dir);
+}
+
+/* ---- the progress Lease -------------------------------------------------------------------------- */
+static const char *ann(const cJSON *lease, const char *key) {
+    const cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(lease, "metadata"), "annotations");
+    const cJSON *v = cJSON_GetObjectItem(a, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+#define PSTEPS 300
+Test(metrics, progress_lease_follows_rank_0, .timeout = 240) {
+    rl_test_job j;
+    char why[1024] = "";
+    cr_assert_eq(rl_test_job_setup(&j, 41, false, PSTEPS, 100,
+                                   "\"min_nodes\":2,\"max_nodes\":2,\"heartbeat_s\":1,\"heartbeat_misses\":5,"
+                                   "\"last_call_s\":2,\"lease_s\":3,\"renew_deadline_s\":2,\"retry_s\":0.5,"
+                                   "\"stop_grace_s\":5,\"max_restarts\":1",
+                                   why, sizeof why),
+                 0, "%s", why);
+    /* the agents inherit these: fast progress writes, metrics on each pod's address */
+    int mport = free_port();
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", mport);
+    setenv("RL_PROGRESS_INTERVAL_S", "0.3", 1);
+    setenv("RINGLEADER_METRICS_PORT", ports, 1);
+    double t_begin = rl_now();
+    for (int i = 0; i < 2; i++) cr_assert_eq(rl_test_job_start_agent(&j, i, 1, "s3cret", true), 0);
+
+    rl_k8s_config kc;
+    rl_k8s *c;
+    rl_err e;
+    cr_assert_eq(rl_k8s_config_kubeconfig(j.s.kubeconfig, NULL, &kc, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_k8s_new(&kc, NULL, &c, &e), 0, "%s", e.msg);
+    rl_k8s_config_free(&kc);
+    char path[512];
+    cr_assert_eq(rl_k8s_path(path, sizeof path, "coordination.k8s.io/v1", rl_k8s_namespace(c), "leases", "job-progress", &e), 0);
+    long seen[PSTEPS + 2];
+    int nseen = 0, status[2] = {-1, -1};
+    bool scraped[2] = {false, false};
+    static char r[65536];
+    double end = rl_now() + 150;
+    while (rl_now() < end && (j.pid[0] > 0 || j.pid[1] > 0)) {
+        cJSON *l = NULL;
+        long code = 0;
+        if (rl_k8s_get(c, path, &code, &l, &e) == RL_OK) {
+            const char *s = ann(l, "ringleader.dev/step");
+            if (s && (nseen == 0 || atol(s) != seen[nseen - 1]) && nseen < PSTEPS + 2) seen[nseen++] = atol(s);
+        }
+        cJSON_Delete(l);
+        /* each agent's /metrics on its own pod address, while it trains */
+        for (int i = 0; i < 2 && nseen > 0; i++) {
+            char host[32];
+            snprintf(host, sizeof host, "127.0.%d.%d", j.net, 10 + i);
+            if (!scraped[i] && http(host, mport, "GET", "/metrics", r, sizeof r) == 200)
+                scraped[i] = sample(body_of(r), "ringleader_rounds_total") >= 1;
+        }
+        for (int i = 0; i < 2; i++)
+            if (j.pid[i] > 0) status[i] = rl_test_job_wait(&j, i, 0);
+        usleep(150000);
+    }
+    for (int i = 0; i < 2; i++)
+        cr_expect(status[i] >= 0 && WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0, "agent %d: status %d", i,
+                  status[i]);
+    cr_expect(scraped[0] && scraped[1], "the agents' /metrics did not answer on their pod addresses");
+    cr_assert(nseen >= 2, "the step annotation did not move (%d values seen)", nseen);
+    for (int i = 1; i < nseen; i++) cr_expect(seen[i] > seen[i - 1], "step went %ld -> %ld", seen[i - 1], seen[i]);
+    /* the job's end: the final step, its checkpoint, the round, a time, the holder */
+    cJSON *l = NULL;
+    long code = 0;
+    cr_assert_eq(rl_k8s_get(c, path, &code, &l, &e), RL_OK, "%s", e.msg);
+    char *txt = cJSON_PrintUnformatted(l);
+    char want_step[16], want_ckpt[160];
+    snprintf(want_step, sizeof want_step, "%d", PSTEPS);
+    snprintf(want_ckpt, sizeof want_ckpt, "/step-%08d", PSTEPS);
+    const char *step = ann(l, "ringleader.dev/step"), *ck = ann(l, "ringleader.dev/last-checkpoint");
+    cr_expect(step && !strcmp(step, want_step), "final step: %s", txt);
+    cr_expect(ck && strstr(ck, j.ckpt) && strstr(ck, want_ckpt), "last checkpoint: %s", txt);
+    cr_expect(ann(l, "ringleader.dev/round") && ann(l, "ringleader.dev/loss") &&
+                  ann(l, "ringleader.dev/tokens-per-second"), "%s", txt);
+    double t;
+    const char *up = ann(l, "ringleader.dev/updated");
+    cr_expect(up && strlen(up) == 20 && up[19] == 'Z' && rl_k8s_time_parse(up, &t) == 0 && fabs(t - rl_wall_now()) < 60,
+              "updated: %s", txt);
+    const cJSON *h = cJSON_GetObjectItem(cJSON_GetObjectItem(l, "spec"), "holderIdentity");
+    cr_expect(cJSON_IsString(h) && !strncmp(h->valuestring, "job-", 4), "%s", txt);
+    free(txt);
+    cJSON_Delete(l);
+    /* every write, from the stand-in's record: created once, then merge
+     * patches; the step never goes back; no more often than the interval */
+    static char hist[1 << 21];
+    cr_assert_eq(rl_test_standin_admin(&j.s, "GET", "/history?resource=leases&namespace=default&name=job-progress",
+                                       NULL, hist, sizeof hist),
+                 200, "%s", hist);
+    cJSON *hs = cJSON_Parse(hist);
+    int nw = cJSON_GetArraySize(hs);
+    long prev = -1;
+    for (int i = 0; i < nw; i++) {
+        const cJSON *w = cJSON_GetArrayItem(hs, i);
+        const char *ty = cJSON_GetObjectItem(w, "type")->valuestring, *st = ann(cJSON_GetObjectItem(w, "object"), "ringleader.dev/step");
+        cr_expect_str_eq(ty, i == 0 ? "ADDED" : "MODIFIED");
+        if (st) {
+            cr_expect(atol(st) >= prev, "write %d: step %s after %ld", i, st, prev);
+            prev = atol(st);
+        }
+    }
+    double span = rl_now() - t_begin;
+    cr_expect(nw >= 2 && nw <= span / 0.3 + 3, "%d writes in %.1f s at most every 0.3 s", nw, span);
+    cr_log_info("progress: %d writes in %.1f s, %d step values seen while polling", nw, span, nseen);
+    cJSON_Delete(hs);
+    for (int i = 0; i < 2; i++) {
+        char *b = rl_test_slurp(j.log[i]);
+        cr_expect(strstr(b, "\"event\":\"job_complete\""), "agent %d did not complete", i);
+        cr_expect(!strstr(b, "progress_failed"), "agent %d: a progress write failed", i);
+        free(b);
+    }
+    rl_k8s_free(c);
+    rl_test_job_teardown(&j);
+}
