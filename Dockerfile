@@ -1,0 +1,88 @@
+# The ringleader image: ringleader-worker, ringleader-operator and
+# ringleader-prepare, built with CUDA + NCCL, on NVIDIA's CUDA runtime image,
+# running as a non-root user (65532).
+#
+#   docker build -t registry.example.com/ringleader:0.1.0 .
+#
+# Needs BuildKit (Docker 23+ uses it by default). No `# syntax=` line on
+# purpose: the builder's own Dockerfile frontend is used, so a build does
+# not pull a frontend image.
+#
+# Ubuntu 24.04, not 22.04: pkg/http uses CURLOPT_PROTOCOLS_STR (libcurl >=
+# 7.85); 22.04 has libcurl 7.81.
+#
+# Network: only the two apt steps download (the package lists and .debs,
+# kept in BuildKit cache mounts). The compile and everything after it run
+# with --network=none, so once the base images are present and the apt
+# layers are built (or cached), a source change rebuilds without network.
+# For a machine that never has network: pull the base images and export the
+# build cache once where there is network (see README, "The image").
+
+ARG CUDA_VERSION=12.6.3
+ARG UBUNTU=ubuntu24.04
+
+# ---- build ------------------------------------------------------------------------
+FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build
+ENV DEBIAN_FRONTEND=noninteractive
+# keep downloaded .debs in the cache mount (the image's docker-clean hook
+# would delete them after each install)
+RUN rm -f /etc/apt/apt.conf.d/docker-clean && \
+    echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >/etc/apt/apt.conf.d/keep-cache
+# libnccl-dev comes from the CUDA apt repository the image has configured;
+# the devel image already ships it (held), so this pins nothing new.
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt,sharing=locked \
+    apt-get update && \
+    apt-get install -y --no-install-recommends \
+      build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev \
+      libopenblas-dev libmicrohttpd-dev libnccl-dev
+
+WORKDIR /src
+COPY Makefile ./
+COPY cmd cmd
+COPY pkg pkg
+COPY kernels kernels
+# CUDA_ARCHS: nvcc -gencode flags (the Makefile's default: sm_80 and sm_90).
+# EXTRA_CFLAGS: warnings are not fatal here; the tested compiler is
+# Debian 12's gcc 12 (make test, -Werror), this image's is Ubuntu's gcc 13.
+ARG CUDA_ARCHS=
+ARG EXTRA_CFLAGS=-Wno-error
+RUN --network=none \
+    make -j"$(nproc)" USE_CUDA=1 CFLAGS="$EXTRA_CFLAGS" ${CUDA_ARCHS:+CUDA_ARCHS="$CUDA_ARCHS"} \
+      bin/ringleader-worker bin/ringleader-prepare bin/ringleader-operator && \
+    mkdir -p /out/bin /out/data && \
+    cp bin/ringleader-worker bin/ringleader-prepare bin/ringleader-operator /out/bin/ && \
+    bin/ringleader-prepare arith --out /out/data/arith
+
+# ---- runtime ----------------------------------------------------------------------
+FROM nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}
+ENV DEBIAN_FRONTEND=noninteractive
+RUN rm -f /etc/apt/apt.conf.d/docker-clean && \
+    echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >/etc/apt/apt.conf.d/keep-cache
+# the shared libraries the binaries link, nothing else (libnccl2 and
+# cuBLAS are in the CUDA runtime image already)
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt,sharing=locked \
+    apt-get update && \
+    apt-get install -y --no-install-recommends \
+      ca-certificates libcurl4t64 libcjson1 libssl3t64 libexpat1 libopenblas0 libgomp1 \
+      libmicrohttpd12t64 libnccl2
+
+COPY --from=build /out/bin/ /usr/local/bin/
+# the arithmetic corpus, where the embedded default config looks for it
+# (data/arith relative to the working directory) and the examples name it
+COPY --from=build /out/data/ /opt/ringleader/data/
+# a missing shared library fails the build, not the first pod (libcuda
+# comes from the node's driver at run time)
+RUN --network=none \
+    groupadd --gid 65532 ringleader && \
+    useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin ringleader && \
+    for b in /usr/local/bin/ringleader-*; do \
+      if ldd "$b" | grep 'not found' | grep -v 'libcuda\.so'; then echo "$b: missing libraries" >&2; exit 1; fi; \
+    done
+
+USER 65532:65532
+WORKDIR /opt/ringleader
+ENTRYPOINT []
+CMD ["ringleader-worker", "--help"]
