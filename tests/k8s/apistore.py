@@ -15,6 +15,7 @@ import time
 import re
 import uuid
 
+import schema
 from k8slib import (APIError, DNS1123_SUB, bad_request, human_duration, jsonpath,
                     now_rfc3339, parse_rfc3339)
 
@@ -22,13 +23,15 @@ from k8slib import (APIError, DNS1123_SUB, bad_request, human_duration, jsonpath
 class ResType:
     def __init__(self, group, version, plural, singular, kind, namespaced, short=(),
                  status=False, scale=None, generation=False, categories=(), crd=None,
-                 columns=None, fields=()):
+                 columns=None, fields=(), schema=None, verbs=None):
         self.group, self.version, self.plural = group, version, plural
         self.singular, self.kind, self.namespaced = singular, kind, namespaced
         self.short, self.status, self.scale = list(short), status, scale
         self.generation, self.categories, self.crd = generation, list(categories), crd
         self.columns = columns  # CRD additionalPrinterColumns, None for built-ins
         self.fields = ("metadata.name", "metadata.namespace") + tuple(fields)
+        self.schema = schema    # a CRD version's openAPIV3Schema
+        self.verbs = verbs      # discovery verbs when not the usual eight
 
     @property
     def gv(self):
@@ -84,10 +87,12 @@ BUILTINS = [
     ResType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
             "CustomResourceDefinition", False, ["crd", "crds"], status=True, generation=True,
             categories=["api-extensions"]),
+    ResType("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "", "SelfSubjectAccessReview",
+            False, verbs=["create"]),
 ]
 
-GROUP_ORDER = ["", "apps", "events.k8s.io", "rbac.authorization.k8s.io", "coordination.k8s.io",
-               "discovery.k8s.io", "apiextensions.k8s.io"]
+GROUP_ORDER = ["", "apps", "events.k8s.io", "authorization.k8s.io", "rbac.authorization.k8s.io",
+               "coordination.k8s.io", "discovery.k8s.io", "apiextensions.k8s.io"]
 
 def _age(o):
     ts = parse_rfc3339(o["metadata"].get("creationTimestamp"))
@@ -101,9 +106,38 @@ def _pod_ready(o):
 
 
 def _pod_status(o):
+    """The STATUS column of the real pod printer: the pod's reason, else a
+    container's waiting or terminated reason (ExitCode:N without one)."""
+    st = o.get("status") or {}
+    reason = st.get("reason") or st.get("phase") or "Unknown"
+    running = False
+    for c in reversed(st.get("containerStatuses") or []):
+        s = c.get("state") or {}
+        if (s.get("waiting") or {}).get("reason"):
+            reason = s["waiting"]["reason"]
+        elif "terminated" in s:
+            t = s["terminated"]
+            reason = t.get("reason") or ("Signal:%d" % t["signal"] if t.get("signal")
+                                         else "ExitCode:%d" % t.get("exitCode", 0))
+        elif "running" in s and c.get("ready"):
+            running = True
+    if reason == "Completed" and running:
+        reason = "Running"
     if o["metadata"].get("deletionTimestamp"):
-        return "Terminating"
-    return (o.get("status") or {}).get("phase") or "Unknown"
+        return "Unknown" if st.get("reason") == "NodeLost" else "Terminating"
+    return reason
+
+
+def _pod_restarts(o):
+    n, last = 0, None
+    for c in (o.get("status") or {}).get("containerStatuses") or []:
+        n += c.get("restartCount", 0)
+        ts = parse_rfc3339(((c.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
+        if ts is not None and (last is None or ts > last):
+            last = ts
+    if n and last is not None:
+        return "%d (%s ago)" % (n, human_duration(time.time() - last))
+    return str(n)
 
 
 def _svc_ports(o):
@@ -125,9 +159,9 @@ def _eps_ports(o):
 # built-ins people look at while debugging a test (others: Name + Age).
 BUILTIN_COLUMNS = {
     ("", "pods"): [("Ready", "string", _pod_ready), ("Status", "string", _pod_status),
-                   ("Restarts", "string", lambda o: str(sum(c.get("restartCount", 0) for c in
-                                                          (o.get("status") or {}).get("containerStatuses") or []))),
-                   ("Age", "string", _age)],
+                   ("Restarts", "string", _pod_restarts), ("Age", "string", _age),
+                   ("IP", "string", lambda o: (o.get("status") or {}).get("podIP") or "<none>", 1),
+                   ("Node", "string", lambda o: (o.get("spec") or {}).get("nodeName") or "<none>", 1)],
     ("", "services"): [("Type", "string", lambda o: (o.get("spec") or {}).get("type", "ClusterIP")),
                        ("Cluster-IP", "string", lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>"),
                        ("External-IP", "string", lambda o: "<none>"),
@@ -254,6 +288,10 @@ class Store:
     def out(self, t, obj):
         o = copy.deepcopy(obj)
         o["apiVersion"], o["kind"] = t.gv, t.kind
+        if t.schema is not None:
+            # As the real decoder from etcd: defaults a CRD gained after the
+            # object was stored show on every read.
+            schema.default(o, t.schema)
         return o
 
     # ---- reads -----------------------------------------------------------------------
@@ -377,14 +415,51 @@ class Store:
             spec[f] = d.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     def _invalid(self, t, name, field, why):
+        """apierrors.NewInvalid with one cause: the qualified kind
+        ("Lease.coordination.k8s.io", "Pod") and the cause type from the
+        error's wording."""
         d = t.details(name)
         d["kind"] = t.kind
-        d["causes"] = [{"reason": "FieldValueInvalid", "message": why, "field": field}]
-        return APIError(422, "Invalid", '%s "%s" is invalid: %s: %s' % (t.kind, name, field, why), d)
+        reason = "FieldValueInvalid"
+        for prefix, r in (("Required value", "FieldValueRequired"),
+                          ("Unsupported value", "FieldValueNotSupported"),
+                          ("Forbidden", "FieldValueForbidden"), ("Too long", "FieldValueTooLong"),
+                          ("Too many", "FieldValueTooMany")):
+            if why.startswith(prefix):
+                reason = r
+        d["causes"] = [{"reason": reason, "message": why, "field": field}]
+        qk = t.kind + ("." + t.group if t.group else "")
+        return APIError(422, "Invalid", '%s "%s" is invalid: %s: %s' % (qk, name, field, why), d)
 
-    def create(self, t, ns, body, dry_run=False):
+    # ---- custom resources: structural schema -------------------------------------------
+    def _schema_in(self, t, obj, fv, warnings):
+        """What decoding a custom resource does: unknown fields pruned (a 400
+        with fieldValidation=Strict, a warning with Warn, the default),
+        nulls dropped, defaults applied."""
+        if t.schema is None:
+            return
+        unknown = schema.prune(obj, t.schema)
+        if unknown and fv == "Strict":
+            raise bad_request('%s in version "%s" cannot be handled as a %s: strict decoding error: %s'
+                              % (t.kind, t.version, t.kind,
+                                 ", ".join('unknown field "%s"' % u for u in unknown)))
+        if unknown and fv != "Ignore" and warnings is not None:
+            warnings.extend('unknown field "%s"' % u for u in unknown)
+        schema.default(obj, t.schema)
+
+    def _schema_check(self, t, obj, old=None):
+        if t.schema is None:
+            return
+        errs = schema.ratchet(schema.validate(obj, t.schema), obj, old)
+        if errs:
+            raise schema.invalid(t.kind, t.group, obj["metadata"].get("name", ""), errs)
+
+    def create(self, t, ns, body, dry_run=False, fv=None, warnings=None):
         with self.lock:
             self._check_body(t, ns, body)
+            if t.schema is not None:
+                body = copy.deepcopy(body)
+                self._schema_in(t, body, fv, warnings)
             m = body["metadata"]
             if not m.get("name"):
                 if m.get("generateName"):
@@ -426,6 +501,7 @@ class Store:
             if t.status and t.key != ("", "namespaces"):
                 obj.pop("status", None)
             self._validate_typed(t, obj)
+            self._schema_check(t, obj)
             self._defaults_create(t, obj)
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
@@ -433,6 +509,11 @@ class Store:
             self._commit(t, "ADDED", obj, None)
             if t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 self.register_crd(obj)
+            if t.key == ("", "namespaces"):
+                # What the serviceaccount controller does moments later (done
+                # at once here, so a pod created right after is admitted).
+                self.create(self.types[("", "v1", "serviceaccounts")], obj["metadata"]["name"],
+                            {"metadata": {"name": "default"}})
             return copy.deepcopy(obj)
 
     def _defaults_create(self, t, obj):
@@ -444,6 +525,7 @@ class Store:
             obj["status"] = {"phase": "Active"}
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
         elif key == ("", "pods"):
+            self._admit_pod(obj)
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("terminationGracePeriodSeconds", 30)
             spec.setdefault("dnsPolicy", "ClusterFirst")
@@ -495,11 +577,90 @@ class Store:
         elif key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._crd_status(obj)
 
-    def update(self, t, ns, name, body, sub=None, dry_run=False, require_rv=None):
+    FIELD_PATHS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+                   "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
+                   "status.podIPs")
+
+    def _admit_pod(self, obj):
+        """Validation of the fields a kubelet relies on, then the
+        ServiceAccount admission plugin: the account must exist (403), its
+        name is copied to spec.serviceAccount and, unless automount is off,
+        the kube-api-access projected volume is mounted in every container."""
+        name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
+        spec = obj["spec"]
+        errs = []
+        cs = spec.get("containers")
+        if not isinstance(cs, list) or not cs:
+            errs.append(schema.FieldError("Required", "spec.containers"))
+            cs = []
+        seen = set()
+        for i, c in enumerate(cs):
+            p = "spec.containers[%d]" % i
+            if not isinstance(c, dict):
+                errs.append(schema.FieldError("Invalid", p, c, "must be an object"))
+                continue
+            if not c.get("name"):
+                errs.append(schema.FieldError("Required", p + ".name"))
+            elif c["name"] in seen:
+                errs.append(schema.FieldError("Invalid", p + ".name", c["name"], "Duplicate value"))
+            seen.add(c.get("name"))
+            if not c.get("image"):
+                errs.append(schema.FieldError("Required", p + ".image"))
+            for k, f in (("command", "command"), ("args", "args")):
+                v = c.get(f)
+                if v is not None and (not isinstance(v, list) or not all(isinstance(x, str) for x in v)):
+                    errs.append(schema.FieldError("Invalid", p + "." + k, v, "must be a list of strings"))
+            for j, e in enumerate(c.get("env") or []):
+                fr = ((e or {}).get("valueFrom") or {}).get("fieldRef") if isinstance(e, dict) else None
+                if isinstance(fr, dict):
+                    fp = fr.get("fieldPath", "")
+                    if fp not in self.FIELD_PATHS and not re.match(
+                            r"^metadata\.(labels|annotations)\['[^']+'\]$", fp):
+                        errs.append(schema.FieldError(
+                            "NotSupported", "%s.env[%d].valueFrom.fieldRef.fieldPath" % (p, j), fp,
+                            "supported values: " + ", ".join(
+                                '"%s"' % x for x in ("metadata.name", "metadata.namespace",
+                                                     "metadata.uid", "spec.nodeName",
+                                                     "spec.serviceAccountName", "status.hostIP",
+                                                     "status.hostIPs", "status.podIP",
+                                                     "status.podIPs"))))
+        if errs:
+            raise schema.invalid("Pod", "", name, errs)
+        sa = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+        spec["serviceAccountName"] = spec["serviceAccount"] = sa
+        sao = self.objs[("", "serviceaccounts")].get((ns, sa))
+        if sao is None:
+            raise APIError(403, "Forbidden", 'pods "%s" is forbidden: error looking up service account '
+                           '%s/%s: serviceaccount "%s" not found' % (name, ns, sa, sa),
+                           {"name": name, "kind": "pods"})
+        auto = spec.get("automountServiceAccountToken")
+        if auto is None:
+            auto = sao.get("automountServiceAccountToken", True) is not False
+        if auto:
+            mp = "/var/run/secrets/kubernetes.io/serviceaccount"
+            if not any(isinstance(m, dict) and m.get("mountPath") == mp
+                       for c in spec["containers"] for m in c.get("volumeMounts") or []):
+                vol = "kube-api-access-" + rand5()
+                spec.setdefault("volumes", []).append({"name": vol, "projected": {
+                    "defaultMode": 420, "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt",
+                                       "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                            "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}})
+                for c in spec["containers"]:
+                    c.setdefault("volumeMounts", []).append({"name": vol, "readOnly": True,
+                                                             "mountPath": mp})
+
+    def update(self, t, ns, name, body, sub=None, dry_run=False, require_rv=None, fv=None,
+               warnings=None):
         """PUT semantics: body is the whole new object (for sub=status: only
         its status is taken)."""
         with self.lock:
             self._check_body(t, ns, body, name)
+            if t.schema is not None:
+                body = copy.deepcopy(body)
+                self._schema_in(t, body, fv, warnings)
             k = (ns or "", name)
             cur = self.objs[t.key].get(k)
             if cur is None:
@@ -539,6 +700,7 @@ class Store:
                 self._defaults_update(t, cur, new)
                 if t.generation and _strip_for_gen(new, t.status) != _strip_for_gen(cur, t.status):
                     m["generation"] = int(cm.get("generation", 1)) + 1
+            self._schema_check(t, new, cur)
             return self._finish_update(t, cur, new, dry_run)
 
     def _defaults_update(self, t, cur, new):
@@ -803,6 +965,14 @@ class Store:
         if sum(1 for v in vers if isinstance(v, dict) and v.get("storage")) != 1:
             raise self._invalid(t, name, "spec.versions", "Invalid value: must have exactly one "
                                 "version marked as storage version")
+        errs = []
+        for i, v in enumerate(vers):
+            if isinstance(v, dict):
+                s = (v.get("schema") or {}).get("openAPIV3Schema") if isinstance(v.get("schema"), dict) \
+                    else None
+                errs += schema.structural_errors(s, "spec.versions[%d].schema.openAPIV3Schema" % i)
+        if errs:
+            raise schema.invalid(t.kind, t.group, name, errs)
 
     def register_crd(self, crd):
         self.unregister_crd(crd, keep_objects=True)
@@ -813,12 +983,17 @@ class Store:
                 continue
             sub = v.get("subresources") or {}
             scale = sub.get("scale")
+            sch = (v.get("schema") or {}).get("openAPIV3Schema")
+            if schema.uses_cel(sch):
+                self.log({"msg": "warning: x-kubernetes-validations (CEL) are not evaluated by the "
+                                 "stand-in", "crd": crd["metadata"]["name"], "version": v["name"]})
             t = ResType(spec["group"], v["name"], names["plural"],
                         names.get("singular") or names["kind"].lower(), names["kind"],
                         spec.get("scope") == "Namespaced", names.get("shortNames") or [],
                         status="status" in sub, scale=scale, generation=True,
                         categories=names.get("categories") or [], crd=crd["metadata"]["name"],
-                        columns=v.get("additionalPrinterColumns"))
+                        columns=v.get("additionalPrinterColumns"),
+                        schema=sch if isinstance(sch, dict) else None)
             self.types[(t.group, t.version, t.plural)] = t
 
     def unregister_crd(self, crd, keep_objects=False):
@@ -870,6 +1045,7 @@ class Store:
                                'Invalid value: %s: must be greater than or equal to 0' % (name, r), d)
             new = copy.deepcopy(cur)
             set_path(new, t.scale["specReplicasPath"], r)
+            self._schema_check(t, new, cur)
             if _strip_for_gen(new, t.status) != _strip_for_gen(cur, t.status):
                 new["metadata"]["generation"] = int(cur["metadata"].get("generation", 1)) + 1
             return self._finish_update(t, cur, new, False)
@@ -883,8 +1059,9 @@ class Store:
         specs = []
         builtin = BUILTIN_COLUMNS.get(t.key)
         if builtin:
-            for name, typ, fn in builtin:
-                cols.append({"name": name, "type": typ, "format": "", "description": "", "priority": 0})
+            for name, typ, fn, *prio in builtin:
+                cols.append({"name": name, "type": typ, "format": "", "description": "",
+                             "priority": prio[0] if prio else 0})
                 specs.append({"fn": fn, "type": typ})
         elif t.columns:
             for c in t.columns:

@@ -396,3 +396,84 @@ def jsonpath(obj, expr):
 
 
 DNS1123_SUB = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+# ---- protobuf: the two request kinds kubectl only sends that way ------------------
+
+def _pb_fields(b):
+    """Protobuf wire format -> [(field number, value)]: varints as ints,
+    length-delimited as bytes (fixed32/64 skipped)."""
+    out, i = [], 0
+    while i < len(b):
+        key, i = _pb_varint(b, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _pb_varint(b, i)
+        elif wt == 2:
+            n, i = _pb_varint(b, i)
+            v, i = b[i:i + n], i + n
+        elif wt == 1:
+            v, i = None, i + 8
+        elif wt == 5:
+            v, i = None, i + 4
+        else:
+            raise ValueError("protobuf wire type %d" % wt)
+        out.append((num, v))
+    return out
+
+
+def _pb_varint(b, i):
+    shift = n = 0
+    while True:
+        c = b[i]
+        i += 1
+        n |= (c & 0x7f) << shift
+        shift += 7
+        if not c & 0x80:
+            return n, i
+
+
+def _pb_msg(b, strings=(), ints=(), msgs=None, repeated=()):
+    d = {}
+    for num, v in _pb_fields(b):
+        if num in strings:
+            name = strings[num]
+            s = v.decode("utf-8", "replace")
+            if name in repeated:
+                d.setdefault(name, []).append(s)
+            else:
+                d[name] = s
+        elif num in ints:
+            d[ints[num]] = v
+        elif msgs and num in msgs:
+            name, fn = msgs[num]
+            d[name] = fn(v)
+    return d
+
+
+def decode_protobuf(raw):
+    """The Kubernetes protobuf envelope ("k8s\\0" + runtime.Unknown) of a
+    TokenRequest or SelfSubjectAccessReview, as the JSON object it stands
+    for (field numbers of k8s.io/api's generated.proto). Other kinds: None."""
+    if not raw.startswith(b"k8s\x00"):
+        return None
+    unk = dict(_pb_fields(raw[4:]))
+    tm = _pb_msg(unk.get(1, b""), {1: "apiVersion", 2: "kind"})
+    body = unk.get(2, b"")
+    meta = {1: ("metadata", lambda v: _pb_msg(v, {1: "name", 3: "namespace"}))}
+    if tm.get("kind") == "TokenRequest":
+        ref = lambda v: _pb_msg(v, {1: "kind", 2: "apiVersion", 3: "name", 4: "uid"})  # noqa: E731
+        spec = lambda v: _pb_msg(v, {1: "audiences"}, {4: "expirationSeconds"},  # noqa: E731
+                                 {3: ("boundObjectRef", ref)}, repeated=("audiences",))
+        o = _pb_msg(body, msgs={**meta, 2: ("spec", spec)})
+    elif tm.get("kind") == "SelfSubjectAccessReview":
+        ra = lambda v: _pb_msg(v, {1: "namespace", 2: "verb", 3: "group", 4: "version",  # noqa: E731
+                                   5: "resource", 6: "subresource", 7: "name"})
+        nra = lambda v: _pb_msg(v, {1: "path", 2: "verb"})  # noqa: E731
+        spec = lambda v: _pb_msg(v, msgs={1: ("resourceAttributes", ra),  # noqa: E731
+                                          2: ("nonResourceAttributes", nra)})
+        o = _pb_msg(body, msgs={**meta, 2: ("spec", spec)})
+    else:
+        return None
+    o["apiVersion"], o["kind"] = tm.get("apiVersion"), tm.get("kind")
+    return o

@@ -3,6 +3,13 @@
 
   python3 tests/k8s/standin.py --dir DIR [--host 127.0.0.1]
       [--max-endpoints-per-slice 100] [--history 1000] [--bookmark-interval 1.0]
+      [--kubelet] [--image PATTERN=DIR[=ENTRYPOINT]]... [--max-pods N]
+      [--backoff 10] [--backoff-max 300] [--gpus 0] [--node-label K=V]...
+      [--pod-cidr 127.R.0.0/16] [--pass-env NAME]...
+
+With --kubelet (implied by --image) a scheduler and kubelet (kubelet.py)
+run bound pods' containers as local processes; without, pods are bound at
+creation and nothing runs them (tests then play the kubelet themselves).
 
 Writes DIR/ca.crt, a server certificate, DIR/token (0600), DIR/kubeconfig
 and last, atomically, DIR/ready = {"port", "admin_port", "pid"}. The API is
@@ -30,10 +37,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import rbac  # noqa: E402
 from apistore import Store  # noqa: E402
 from controllers import EndpointSliceController, LocalNode, gc_loop  # noqa: E402
-from k8slib import (APIError, bad_request, field_match, json_patch, label_match,  # noqa: E402
-                    merge_patch, now_rfc3339, parse_field_selector, parse_label_selector,
+from kubelet import Kubelet  # noqa: E402
+from k8slib import (APIError, bad_request, decode_protobuf, field_match, json_patch,  # noqa: E402
+                    label_match, merge_patch, now_rfc3339, parse_field_selector, parse_label_selector,
                     status_body, strategic_merge_patch)
 
 MERGE = "application/merge-patch+json"
@@ -106,7 +115,12 @@ class App:
     def __init__(self, args):
         self.args = args
         self.store = Store(history=args.history, log=log)
-        self.store.node = LocalNode(self.store)
+        self.kubelet = None
+        if args.kubelet or args.image:
+            self.kubelet = Kubelet(self.store, self, args, log)
+            self.store.node = self.kubelet
+        else:
+            self.store.node = LocalNode(self.store)
         self.tokens = {}          # token -> {"user": str, "deny": [(resource, verb|None)]}
         self.conns = set()
         self.conns_lock = threading.Lock()
@@ -116,6 +130,41 @@ class App:
         self.port = 0
         self.sslctx = None
         self.bookmark_interval = args.bookmark_interval
+
+    # -- tokens
+    def token_entry(self, tok):
+        """The identity behind a bearer token, None when it is unknown or no
+        longer valid: expired, or bound to a service account or pod that is
+        gone (as the real service-account token authenticator checks)."""
+        ent = self.tokens.get(tok)
+        if ent is None:
+            return None
+        if ent.get("exp") and time.time() >= ent["exp"]:
+            return None
+        st = self.store
+        with st.lock:
+            for key, ref in (((("", "serviceaccounts")), ent.get("sa")), ((("", "pods")), ent.get("pod"))):
+                if ref:
+                    o = st.objs[key].get((ref[0], ref[1]))
+                    if o is None or o["metadata"].get("uid") != ref[2]:
+                        return None
+        return ent
+
+    def mint_sa_token(self, ns, sa, pod=None, seconds=None):
+        """A token for service account ns/sa (optionally bound to a pod
+        (ns, name, uid)); raises APIError 404 when the account is missing."""
+        st = self.store
+        with st.lock:
+            o = st.objs[("", "serviceaccounts")].get((ns, sa))
+            if o is None:
+                raise APIError(404, "NotFound", 'serviceaccounts "%s" not found' % sa,
+                               {"name": sa, "kind": "serviceaccounts"})
+            uid = o["metadata"]["uid"]
+        tok = "sa." + secrets.token_urlsafe(32)
+        self.tokens[tok] = {"user": rbac.sa_user(ns, sa), "groups": rbac.sa_groups(ns), "deny": [],
+                            "rbac": True, "sa": (ns, sa, uid), "pod": pod,
+                            "exp": time.time() + seconds if seconds else None}
+        return tok
 
     def track(self, sock, add):
         with self.conns_lock:
@@ -237,6 +286,9 @@ class APIHandler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
+        for w in getattr(self, "warnings", None) or []:
+            # As the real server: one Warning header per warning, code 299.
+            self.send_header("Warning", '299 - %s' % json.dumps(w))
         self.end_headers()
         self.wfile.write(data)
         self.code = code
@@ -254,8 +306,16 @@ class APIHandler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(n) if n > 0 else b""
 
-    def json_body(self, raw, required=True):
+    def json_body(self, raw, required=True, protobuf=False):
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if protobuf and "protobuf" in ctype:
+            # kubectl create token / auth can-i send only protobuf.
+            try:
+                o = decode_protobuf(raw)
+            except (ValueError, IndexError):
+                o = None
+            if o is not None:
+                return o
         if "protobuf" in ctype or "cbor" in ctype:
             # Only JSON is spoken here (kubectl's typed generators such as
             # `create configmap` send protobuf; apply and create -f send JSON).
@@ -291,6 +351,7 @@ class APIHandler(BaseHTTPRequestHandler):
         t0 = time.time()
         self.code = 0
         self.user = "-"
+        self.warnings = []
         url = urllib.parse.urlsplit(self.path)
         try:
             raw = self.read_body()
@@ -315,23 +376,49 @@ class APIHandler(BaseHTTPRequestHandler):
     def authenticate(self):
         h = self.headers.get("Authorization", "")
         tok = h[7:].strip() if h.startswith("Bearer ") else None
-        ent = self.app.tokens.get(tok) if tok else None
+        ent = self.app.token_entry(tok) if tok else None
         if ent is None:
             raise APIError(401, "Unauthorized", "Unauthorized")
         self.user = ent["user"]
-        return ent
+        return self.impersonate(ent)
+
+    def impersonate(self, ent):
+        """Impersonate-User/-Group headers (kubectl --as/--as-group): allowed
+        to system:masters and to the test tokens without RBAC. A service
+        account's name brings its fixed groups when no group is given."""
+        who = self.headers.get("Impersonate-User")
+        groups = self.headers.get_all("Impersonate-Group") or []
+        if not who:
+            if groups:
+                raise bad_request("requested [%s] without impersonating a user"
+                                  % ", ".join("{Group  %s  authentication.k8s.io/v1  }" % g for g in groups))
+            return ent
+        if ent.get("rbac") and rbac.MASTERS not in ent.get("groups", []):
+            raise APIError(403, "Forbidden", 'users "%s" is forbidden: User "%s" cannot impersonate '
+                           'resource "users" in API group "" at the cluster scope' % (who, ent["user"]),
+                           {"name": who, "kind": "users"})
+        parts = who.split(":")
+        if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"] and not groups:
+            groups = rbac.sa_groups(parts[2])[:2]
+        if who != "system:anonymous" and "system:authenticated" not in groups:
+            groups = groups + ["system:authenticated"]
+        self.user = "%s (as %s)" % (ent["user"], who)
+        return {"user": who, "groups": groups, "deny": [], "rbac": True}
 
     def authorize(self, ent, verb, t, ns, name, sub):
         res = t.plural + ("/" + sub if sub else "")
+        if ent.get("rbac"):
+            if t.group == "authorization.k8s.io" and verb == "create" and \
+                    t.plural in ("selfsubjectaccessreviews", "selfsubjectrulesreviews"):
+                return  # system:basic-user, bound to system:authenticated
+            ok, why = rbac.authorize(self.app.store, ent["user"], ent.get("groups") or [], verb,
+                                     t.group, t.plural, sub, ns, name)
+            if not ok:
+                raise rbac.forbidden(t.qualified, t.plural, t.group, ent["user"], verb, sub, ns, name, why)
+            return
         for r, v in ent["deny"]:
             if (r == t.plural or r == res) and (v is None or v == verb):
-                what = '%s "%s"' % (t.qualified, name) if name else t.qualified
-                scope = ('in the namespace "%s"' % ns) if ns else "at the cluster scope"
-                raise APIError(403, "Forbidden",
-                               '%s is forbidden: User "%s" cannot %s resource "%s" in API group "%s" %s'
-                               % (what, ent["user"], verb, res, t.group, scope),
-                               {"name": name, "group": t.group, "kind": t.plural} if name
-                               else {"group": t.group, "kind": t.plural})
+                raise rbac.forbidden(t.qualified, t.plural, t.group, ent["user"], verb, sub, ns, name)
 
     # -- routing
     def route(self, method, url, q, raw):
@@ -448,7 +535,7 @@ class APIHandler(BaseHTTPRequestHandler):
         out = []
         for t in sorted(ts, key=lambda x: x.plural):
             r = {"name": t.plural, "singularName": t.singular, "namespaced": t.namespaced,
-                 "kind": t.kind, "verbs": verbs}
+                 "kind": t.kind, "verbs": t.verbs or verbs}
             if t.short:
                 r["shortNames"] = t.short
             if t.categories:
@@ -462,6 +549,13 @@ class APIHandler(BaseHTTPRequestHandler):
                 out.append({"name": t.plural + "/status", "singularName": "",
                             "namespaced": t.namespaced, "kind": t.kind,
                             "verbs": ["get", "patch", "update"]})
+            if t.key == ("", "pods"):
+                out.append({"name": "pods/log", "singularName": "", "namespaced": True,
+                            "kind": "Pod", "verbs": ["get"]})
+            if t.key == ("", "serviceaccounts"):
+                out.append({"name": "serviceaccounts/token", "singularName": "", "namespaced": True,
+                            "group": "authentication.k8s.io", "version": "v1",
+                            "kind": "TokenRequest", "verbs": ["create"]})
         gv = version if group == "" else group + "/" + version
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
 
@@ -485,15 +579,29 @@ class APIHandler(BaseHTTPRequestHandler):
         sub = tail[1] if len(tail) > 1 else None
         if t.namespaced and ns is None and name is not None:
             raise APIError(404, "NotFound", "the server could not find the requested resource")
+        extra = {("", "pods"): "log", ("", "serviceaccounts"): "token"}.get(t.key)
         if (sub == "status" and not t.status) or (sub == "scale" and not t.scale) or \
-                sub not in (None, "status", "scale"):
+                sub not in (None, "status", "scale", extra):
             raise APIError(404, "NotFound", "the server could not find the requested resource")
         is_watch = watch_path or (method == "GET" and _truthy(q.get("watch")))
+        fv = q.get("fieldValidation") or "Warn"
+        if fv not in ("Ignore", "Warn", "Strict"):
+            raise bad_request('fieldValidation: Unsupported value: "%s": supported values: '
+                              '"Ignore", "Strict", "Warn"' % fv)
         verb = {"GET": "watch" if is_watch else ("get" if name else "list"), "POST": "create",
                 "PUT": "update", "PATCH": "patch",
                 "DELETE": "delete" if name else "deletecollection"}[method]
-        self.authorize(ent, verb, t, ns, name, sub)
+        authz_name = name
+        if verb in ("list", "watch") and not name:
+            # As the real request-info resolver: a list or watch narrowed to
+            # one object by fieldSelector metadata.name= carries that name.
+            for k, op, v in parse_field_selector(q.get("fieldSelector"), t.fields):
+                if k == "metadata.name" and op == "=":
+                    authz_name = v
+        self.authorize(ent, verb, t, ns, authz_name, sub)
         dry = q.get("dryRun") == "All"
+        if sub in ("log", "token") or t.verbs:
+            return self.special(method, q, raw, t, ns, name, sub, ent)
         if is_watch:
             if sub:
                 raise APIError(404, "NotFound", "the server could not find the requested resource")
@@ -517,7 +625,8 @@ class APIHandler(BaseHTTPRequestHandler):
             body = self.json_body(raw)
             if t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 st.validate_crd(body)
-            return self.send_json(201, st.out(t, st.create(t, ns, body, dry_run=dry)))
+            return self.send_json(201, st.out(t, st.create(t, ns, body, dry_run=dry, fv=fv,
+                                                           warnings=self.warnings)))
         if method == "PUT":
             if name is None:
                 raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
@@ -527,7 +636,8 @@ class APIHandler(BaseHTTPRequestHandler):
                 return self.send_json(200, st.scale_of(t, st.set_scale(t, ns, name, body)))
             if t.key == ("apiextensions.k8s.io", "customresourcedefinitions") and sub is None:
                 st.validate_crd(body)
-            return self.send_json(200, st.out(t, st.update(t, ns, name, body, sub=sub, dry_run=dry)))
+            return self.send_json(200, st.out(t, st.update(t, ns, name, body, sub=sub, dry_run=dry,
+                                                           fv=fv, warnings=self.warnings)))
         if method == "PATCH":
             if name is None:
                 raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
@@ -559,6 +669,151 @@ class APIHandler(BaseHTTPRequestHandler):
             return self.send_json(code, st.out(t, obj))
         raise APIError(405, "MethodNotAllowed", "the server does not allow this method")
 
+    # -- subresources that are not stored objects
+    def special(self, method, q, raw, t, ns, name, sub, ent):
+        st = self.app.store
+        if sub == "log":
+            if method != "GET":
+                raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
+                               "the requested resource")
+            return self.pod_log(ns, name, q)
+        if sub == "token":
+            if method != "POST":
+                raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
+                               "the requested resource")
+            return self.token_request(ns, name, raw)
+        if t.key == ("authorization.k8s.io", "selfsubjectaccessreviews"):
+            if method != "POST" or name:
+                raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
+                               "the requested resource")
+            body = self.json_body(raw, protobuf=True)
+            spec = (body or {}).get("spec") or {}
+            ra = spec.get("resourceAttributes")
+            allowed, why = True, ""
+            if isinstance(ra, dict):
+                if ent.get("rbac"):
+                    allowed, why = rbac.authorize(st, ent["user"], ent.get("groups") or [],
+                                                  ra.get("verb", ""), ra.get("group", ""),
+                                                  ra.get("resource", ""), ra.get("subresource", ""),
+                                                  ra.get("namespace", ""), ra.get("name", ""))
+                else:
+                    res = ra.get("resource", "") + ("/" + ra["subresource"] if ra.get("subresource") else "")
+                    allowed = not any((r == ra.get("resource") or r == res) and (v is None or
+                                                                                  v == ra.get("verb"))
+                                      for r, v in ent["deny"])
+            out = {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+                   "metadata": {"creationTimestamp": None}, "spec": spec,
+                   "status": {"allowed": allowed}}
+            if why:
+                out["status"]["reason"] = why
+            return self.send_json(201, out)
+        raise APIError(405, "MethodNotAllowed", "the server does not allow this method on the "
+                       "requested resource")
+
+    def token_request(self, ns, name, raw):
+        """TokenRequest (kubectl create token): a token for the service
+        account, bound to a pod when spec.boundObjectRef names one."""
+        body = self.json_body(raw, required=False, protobuf=True) or {}
+        spec = dict(body.get("spec") or {}) if isinstance(body, dict) else {}
+        secs = spec.get("expirationSeconds") or 3600
+        if not isinstance(secs, int) or secs < 600:
+            raise APIError(422, "Invalid", 'TokenRequest.authentication.k8s.io "%s" is invalid: '
+                           'spec.expirationSeconds: Invalid value: %s: may not specify a duration less '
+                           'than 10 minutes' % (name, json.dumps(secs)),
+                           {"name": name, "group": "authentication.k8s.io", "kind": "TokenRequest"})
+        pod = None
+        ref = spec.get("boundObjectRef")
+        if isinstance(ref, dict) and ref.get("kind") == "Pod":
+            st = self.app.store
+            with st.lock:
+                po = st.objs[("", "pods")].get((ns, ref.get("name")))
+                if po is None or (ref.get("uid") and ref["uid"] != po["metadata"]["uid"]):
+                    raise APIError(404, "NotFound", 'pods "%s" not found' % ref.get("name"),
+                                   {"name": ref.get("name"), "kind": "pods"})
+                pod = (ns, ref["name"], po["metadata"]["uid"])
+        tok = self.app.mint_sa_token(ns, name, pod=pod, seconds=secs)
+        spec.setdefault("audiences", ["https://kubernetes.default.svc.cluster.local"])
+        spec["expirationSeconds"] = secs
+        spec.setdefault("boundObjectRef", None)
+        return self.send_json(201, {
+            "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": None},
+            "spec": spec,
+            "status": {"token": tok, "expirationTimestamp": now_rfc3339(time.time() + secs)}})
+
+    def pod_log(self, ns, name, q):
+        node = self.app.store.node
+        st = self.app.store
+        with st.lock:
+            pod = st.get(st.types[("", "v1", "pods")], ns, name)
+        getter = getattr(node, "log_source", None)
+        if getter is None:
+            cs = (pod.get("spec") or {}).get("containers") or []
+            c = q.get("container") or (cs[0].get("name") if len(cs) == 1 else None)
+            raise bad_request('container "%s" in pod "%s" is waiting to start: ContainerCreating'
+                              % (c, name))
+        src = getter(pod, q.get("container"), _truthy(q.get("previous")))
+        try:
+            tail = int(q["tailLines"]) if q.get("tailLines") else None
+            limit = int(q["limitBytes"]) if q.get("limitBytes") else None
+        except ValueError:
+            raise bad_request("invalid tailLines or limitBytes")
+        follow = _truthy(q.get("follow"))
+        try:
+            with open(src.path, "rb") as f:
+                data = f.read()
+        except OSError:
+            data = b""
+        pos = len(data)
+        if tail is not None:
+            lines = data.splitlines(keepends=True)
+            data = b"".join(lines[-tail:]) if tail > 0 else b""
+        if limit is not None:
+            data = data[:limit]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Cache-Control", "no-cache, private")
+        if not follow:
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            self.code = 200
+            return
+        # follow: stream what the container writes until it ends.
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.code = 200
+        sent = len(data)
+        try:
+            if data:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            while limit is None or sent < limit:
+                alive = src.alive()
+                try:
+                    with open(src.path, "rb") as f:
+                        f.seek(pos)
+                        more = f.read()
+                except OSError:
+                    more = b""
+                pos += len(more)
+                if limit is not None:
+                    more = more[:limit - sent]
+                if more:
+                    sent += len(more)
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(more), more))
+                    self.wfile.flush()
+                elif not alive:
+                    break
+                elif select.select([self.connection], [], [], 0)[0]:
+                    self.close_connection = True  # the client hung up
+                    return None
+                else:
+                    time.sleep(0.1)
+            self.end_stream()
+        except (OSError, ssl.SSLError):
+            self.close_connection = True
+
     def patch(self, t, ns, name, sub, raw, dry, q):
         st = self.app.store
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -574,6 +829,7 @@ class APIHandler(BaseHTTPRequestHandler):
     def _patch_locked(self, t, ns, name, sub, patch, ctype, dry, q):
         """Read-modify-write under the store lock; the caller sends the reply."""
         st = self.app.store
+        fv = q.get("fieldValidation") or "Warn"
         with st.lock:
             try:
                 cur = st.get(t, ns, name)
@@ -584,7 +840,7 @@ class APIHandler(BaseHTTPRequestHandler):
                     raise bad_request("apply patch must be an object")
                 if not q.get("fieldManager"):
                     raise bad_request("PATCH, fieldManager: Required value: is required for apply patch")
-                return 201, st.out(t, st.create(t, ns, patch, dry_run=dry))
+                return 201, st.out(t, st.create(t, ns, patch, dry_run=dry, fv=fv, warnings=self.warnings))
             base = st.scale_of(t, cur) if sub == "scale" else st.out(t, cur)
             if ctype == JSONPATCH:
                 new = json_patch(base, patch)
@@ -602,7 +858,8 @@ class APIHandler(BaseHTTPRequestHandler):
                 raise bad_request("the patch did not result in an object")
             if sub == "scale":
                 return 200, st.scale_of(t, st.set_scale(t, ns, name, new))
-            return 200, st.out(t, st.update(t, ns, name, new, sub=sub, dry_run=dry, require_rv=False))
+            return 200, st.out(t, st.update(t, ns, name, new, sub=sub, dry_run=dry, require_rv=False,
+                                            fv=fv, warnings=self.warnings))
 
     # -- list / watch
     def selectors(self, t, name, q):
@@ -902,8 +1159,14 @@ class AdminHandler(BaseHTTPRequestHandler):
             for d in body.get("deny") or []:
                 r, _, v = str(d).partition(":")
                 deny.append((r, v or None))
-            app.tokens[tok] = {"user": body.get("user") or "system:serviceaccount:default:test",
-                               "deny": deny}
+            user = body.get("user") or "system:serviceaccount:default:test"
+            groups = body.get("groups")
+            if groups is None:
+                parts = user.split(":")
+                groups = rbac.sa_groups(parts[2]) if len(parts) == 4 and parts[1] == "serviceaccount" \
+                    else ["system:authenticated"]
+            app.tokens[tok] = {"user": user, "deny": deny, "groups": list(groups),
+                               "rbac": bool(body.get("rbac"))}
             return self.reply(200, {"ok": True})
         if method == "POST" and p == "/tokens/revoke":
             app.tokens.pop(body.get("token"), None)
@@ -937,6 +1200,34 @@ class AdminHandler(BaseHTTPRequestHandler):
                 return self.reply(200, st.out(t, new))
             except APIError as e:
                 return self.reply(e.code, e.body())
+        if len(parts) == 3 and parts[0] == "pods" and method == "GET":
+            t = st.types[("", "v1", "pods")]
+            try:
+                return self.reply(200, st.out(t, st.get(t, parts[1], parts[2])))
+            except APIError as e:
+                return self.reply(e.code, e.body())
+        if method == "POST" and len(parts) == 4 and parts[0] == "pods" and parts[3] == "evict":
+            if app.kubelet is None:
+                return self.reply(409, {"error": "no kubelet (start the stand-in with --kubelet)"})
+            try:
+                app.kubelet.evict(parts[1], parts[2], body.get("message"), body.get("grace", 0))
+            except APIError as e:
+                return self.reply(e.code, e.body())
+            return self.reply(200, {"ok": True})
+        if p == "/node":
+            if app.kubelet is None:
+                return self.reply(409, {"error": "no kubelet (start the stand-in with --kubelet)"})
+            if method == "POST" and "maxPods" in body:
+                mp = body["maxPods"]
+                app.kubelet.set_max_pods(None if mp is None else int(mp))
+            return self.reply(200, app.kubelet.describe())
+        if method == "POST" and p == "/tokens/serviceaccount":
+            try:
+                tok = app.mint_sa_token(body.get("namespace") or "default", body["name"],
+                                        seconds=body.get("seconds"))
+            except APIError as e:
+                return self.reply(e.code, e.body())
+            return self.reply(200, {"token": tok})
         if method == "GET" and p == "/state":
             return self.reply(200, {"rv": st.rv, "floor": st.floor, "outage": app.outage_mode,
                                     "port": app.port})
@@ -950,6 +1241,18 @@ def main():
     ap.add_argument("--max-endpoints-per-slice", type=int, default=100)
     ap.add_argument("--history", type=int, default=1000)
     ap.add_argument("--bookmark-interval", type=float, default=1.0)
+    ap.add_argument("--kubelet", action="store_true", help="run bound pods as local processes")
+    ap.add_argument("--image", action="append", default=[], metavar="PATTERN=DIR[=ENTRYPOINT]",
+                    help="images matching PATTERN (fnmatch) run with DIR first on PATH")
+    ap.add_argument("--max-pods", type=int, default=None, help="pods the node takes (default: no limit)")
+    ap.add_argument("--backoff", type=float, default=10.0,
+                    help="first restart and image-pull back-off in seconds (real: 10)")
+    ap.add_argument("--backoff-max", type=float, default=300.0, help="back-off cap (real: 300)")
+    ap.add_argument("--gpus", type=int, default=0, help="the node's nvidia.com/gpu capacity")
+    ap.add_argument("--node-label", action="append", default=[], metavar="K=V")
+    ap.add_argument("--pod-cidr", default=None, help="127.R.0.0/16 for pod addresses (default: a free R)")
+    ap.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                    help="an environment variable (besides RL_*) containers get from the stand-in")
     args = ap.parse_args()
     d = os.path.abspath(args.dir)
     os.makedirs(d, exist_ok=True)
@@ -963,7 +1266,8 @@ def main():
     ctx.set_alpn_protocols(["http/1.1"])
     app.sslctx = ctx
     token = secrets.token_urlsafe(32)
-    app.tokens[token] = {"user": "standin-admin", "deny": []}
+    app.tokens[token] = {"user": "standin-admin", "groups": [rbac.MASTERS, "system:authenticated"],
+                         "deny": []}
     app.start_api(0)
     admin = ThreadingHTTPServer(("127.0.0.1", 0), AdminHandler)
     admin.daemon_threads = True
@@ -973,6 +1277,8 @@ def main():
     eps = EndpointSliceController(app.store, args.max_endpoints_per_slice, log)
     threading.Thread(target=eps.run, daemon=True).start()
     threading.Thread(target=gc_loop, args=(app.store,), daemon=True).start()
+    if app.kubelet is not None:
+        threading.Thread(target=app.kubelet.run, daemon=True, name="kubelet").start()
 
     stop = threading.Event()
 
@@ -989,6 +1295,8 @@ def main():
     while not stop.wait(0.5):
         pass
     log({"msg": "standin stopping"})
+    if app.kubelet is not None:
+        app.kubelet.shutdown()  # no container outlives the stand-in
     # Daemon threads (connections, watches, controllers) end with the process;
     # closing the listening sockets first makes clients see a refusal at once.
     try:

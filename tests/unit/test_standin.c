@@ -578,6 +578,8 @@ Test(standin, discovery_lists, .timeout = 30) {
 
 /* ---- wire-level errors ------------------------------------------------------------------ */
 #define LEASES "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+/* a CRD version's schema that keeps whatever it is given */
+#define PRESERVE "\"schema\":{\"openAPIV3Schema\":{\"type\":\"object\",\"x-kubernetes-preserve-unknown-fields\":true}}"
 
 Test(standin, http_errors_are_status_bodies, .timeout = 30) {
     static rl_test_standin s;
@@ -706,7 +708,7 @@ Test(standin, http_errors_are_status_bodies, .timeout = 30) {
     cr_assert_eq(api(&s, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", NULL,
                      "{\"metadata\":{\"name\":\"foos.ex.io\"},\"spec\":{\"group\":\"ex.io\",\"scope\":"
                      "\"Namespaced\",\"names\":{\"plural\":\"foos\",\"kind\":\"Foo\"},\"versions\":[{\"name\":"
-                     "\"v1\",\"served\":true,\"storage\":true}]}}",
+                     "\"v1\",\"served\":true,\"storage\":true," PRESERVE "}]}}",
                      &j),
                  201);
     cJSON_Delete(j);
@@ -741,7 +743,7 @@ Test(standin, status_and_scale_subresources, .timeout = 30) {
     cr_assert_eq(api(&s, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", NULL,
                      "{\"metadata\":{\"name\":\"tjs.ex.io\"},\"spec\":{\"group\":\"ex.io\",\"scope\":"
                      "\"Namespaced\",\"names\":{\"plural\":\"tjs\",\"kind\":\"TJ\"},\"versions\":[{\"name\":"
-                     "\"v1\",\"served\":true,\"storage\":true,\"subresources\":{\"status\":{},\"scale\":{"
+                     "\"v1\",\"served\":true,\"storage\":true," PRESERVE ",\"subresources\":{\"status\":{},\"scale\":{"
                      "\"specReplicasPath\":\".spec.replicas\",\"statusReplicasPath\":\".status.replicas\","
                      "\"labelSelectorPath\":\".status.selector\"}}}]}}",
                      &j),

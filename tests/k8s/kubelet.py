@@ -1,0 +1,1083 @@
+"""The stand-in's node when it runs pods (--kubelet, implied by --image):
+the default scheduler's binding for one node and the kubelet of that node,
+running each container of a bound pod as a local process group.
+
+What it does as the real ones do (the table at the top of
+tests/unit/test_standin.c lists what is checked):
+  - scheduling: a pod without spec.nodeName is bound in a separate write
+    (spec.nodeName + condition PodScheduled True), or left Pending with
+    PodScheduled False, reason Unschedulable and the scheduler's message
+    (max pods, nodeSelector against the node's labels, nvidia.com/gpu),
+    and bound when room frees up; terminal pods do not count;
+  - images: --image PATTERN=DIR[=ENTRYPOINT] maps image references
+    (fnmatch) to a directory put first on the container's PATH; an image
+    matching no pattern fails to "pull": ErrImagePull, then ImagePullBackOff,
+    with the real back-off (10 s doubling to 5 min; --backoff shortens it);
+  - the container: command replaces the entrypoint, args follow, $(VAR)
+    expanded from the container's environment ($$ escapes); env from value,
+    fieldRef, secretKeyRef, configMapKeyRef, resourceFieldRef and envFrom,
+    a missing Secret/ConfigMap/key -> waiting CreateContainerConfigError
+    with the kubelet's message, retried every 2 s; the service-account
+    token, ca.crt and namespace written to a per-pod dir (RL_K8S_SA_DIR);
+  - status through the API store on every change: phase, conditions,
+    containerStatuses (state, lastState, restartCount, ready, started),
+    podIP (one 127.R.x.y per pod, not reused for a long while), hostIP;
+    restartPolicy with CrashLoopBackOff back-off; logs per container
+    instance, served by GET pods/<name>/log;
+  - termination: SIGTERM to the container's main process -- only when it
+    handles SIGTERM, since a container's PID 1 ignores signals it has no
+    handler for -- SIGKILL to its whole group after the grace period or as
+    soon as the main process is gone (the PID namespace ending); then the
+    terminal phase (1.27+) and the final delete of the pod object;
+  - kubelet eviction (admin API) with reason Evicted and condition
+    DisruptionTarget (TerminationByKubelet).
+
+Processes never outlive the stand-in: its shutdown kills every group;
+each child gets PR_SET_PDEATHSIG (SIGKILL) from a preexec_fn; a reaper
+process (this file with --reaper) holds the list of process groups and
+kills them when the stand-in's end of its pipe closes, even after a
+SIGKILL of the stand-in."""
+
+import base64
+import copy
+import ctypes
+import fnmatch
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from controllers import NODE_NAME, LocalNode
+from k8slib import APIError, bad_request, now_rfc3339
+
+PODS = ("", "pods")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+HOST_IP = "127.0.0.1"
+SANITIZER_ENV = ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS")
+NODE_LABELS = {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
+               "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+               "beta.kubernetes.io/arch": "amd64"}
+
+
+# ---- pure helpers ------------------------------------------------------------------
+
+def expand(s, lookup):
+    """Kubernetes' $(VAR) expansion (third_party/forked/golang/expansion):
+    $(NAME) -> its value when defined, else left as written; $$ -> $; a
+    lone $ or an unclosed $( stays as it is."""
+    out, i, n = [], 0, len(s)
+    while i < n:
+        ch = s[i]
+        if ch != "$" or i + 1 >= n:
+            out.append(ch)
+            i += 1
+            continue
+        nxt = s[i + 1]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif nxt == "(":
+            close = s.find(")", i + 2)
+            if close < 0:
+                out.append("$(")
+                i += 2
+            else:
+                name = s[i + 2:close]
+                v = lookup(name)
+                out.append(v if v is not None else "$(" + name + ")")
+                i = close + 1
+        else:
+            out.append("$" + nxt)
+            i += 2
+    return "".join(out)
+
+
+def normalize_image(ref):
+    """The reference containerd reports: docker.io/library/ prefixes for
+    Docker Hub names and :latest when neither tag nor digest is given."""
+    name = ref
+    first = name.split("/", 1)[0]
+    if "/" not in name or ("." not in first and ":" not in first and first != "localhost"):
+        name = "docker.io/" + ("library/" + name if "/" not in name else name)
+    last = name.rsplit("/", 1)[-1]
+    if "@" not in last and ":" not in last:
+        name += ":latest"
+    return name
+
+
+def go_duration(sec):
+    """time.Duration's String(): 200ms, 10s, 1m20s, 5m0s."""
+    if sec < 1:
+        ms = sec * 1000
+        return ("%d" % ms if ms == int(ms) else ("%.3f" % ms).rstrip("0").rstrip(".")) + "ms"
+    h, rem = divmod(sec, 3600)
+    m, s = divmod(rem, 60)
+    ss = "%d" % s if s == int(s) else ("%.3f" % s).rstrip("0").rstrip(".")
+    if h:
+        return "%dh%dm%ss" % (h, m, ss)
+    if m:
+        return "%dm%ss" % (m, ss)
+    return ss + "s"
+
+
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+def _quantity(q):
+    """A resource.Quantity as a float of its base unit (cores, bytes)."""
+    q = str(q).strip()
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+             "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+             "P": 1e15, "E": 1e18}
+    for u in sorted(units, key=len, reverse=True):
+        if q.endswith(u):
+            return float(q[:-len(u)]) * units[u]
+    return float(q)
+
+
+class ImageMap:
+    """--image PATTERN=DIR[=ENTRYPOINT]: the first pattern (fnmatch on the
+    reference as written and as normalized) that matches gives the
+    directory put first on PATH and the image's ENTRYPOINT, if any."""
+
+    def __init__(self, specs):
+        self.rules = []
+        for sp in specs or []:
+            parts = sp.split("=", 2)
+            if len(parts) < 2 or not parts[0] or not parts[1]:
+                raise ValueError("--image wants PATTERN=DIR[=ENTRYPOINT], got %r" % sp)
+            ep = parts[2].split() if len(parts) == 3 and parts[2].strip() else []
+            self.rules.append((parts[0], os.path.abspath(parts[1]), ep))
+
+    def resolve(self, image):
+        norm = normalize_image(image)
+        for pat, d, ep in self.rules:
+            if fnmatch.fnmatchcase(image, pat) or fnmatch.fnmatchcase(norm, pat):
+                return d, ep
+        return None
+
+
+# ---- addresses -----------------------------------------------------------------------
+
+class IPPool:
+    """Pod addresses 127.R.x.y from one /16 of loopback. R is random per
+    stand-in and reserved by binding 127.R.255.254:RESERVE_PORT for the
+    stand-in's lifetime, so stand-ins running side by side never hand out
+    the same address. Addresses go round-robin over the /16: one is reused
+    only after ~65000 others."""
+
+    RESERVE_PORT = 65431
+
+    def __init__(self, second=None):
+        self.sock = None
+        tries = [second] if second is not None else random.sample(range(100, 255), 155)
+        for r in tries:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.%d.255.254" % r, self.RESERVE_PORT))
+            except OSError:
+                s.close()
+                if second is not None:
+                    raise
+                continue
+            self.sock, self.r = s, r
+            break
+        if self.sock is None:
+            raise RuntimeError("no free 127.R.0.0/16 range for pod addresses")
+        self.next = 1
+        self.used = set()
+
+    def take(self):
+        for _ in range(65536):
+            n = self.next
+            self.next = self.next % (256 * 256 - 2) + 1
+            a, b = divmod(n, 256)
+            if b in (0, 255) or (a, b) == (255, 254):
+                continue
+            ip = "127.%d.%d.%d" % (self.r, a, b)
+            if ip not in self.used:
+                self.used.add(ip)
+                return ip
+        raise RuntimeError("pod addresses exhausted")
+
+    def give(self, ip):
+        self.used.discard(ip)
+
+
+# ---- the reaper: kills process groups after the stand-in dies ------------------------
+
+def reaper_main():
+    """Reads "+PGID" / "-PGID" lines on stdin; at EOF (the stand-in ended,
+    however) SIGKILLs every group still listed."""
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    groups = set()
+    for line in sys.stdin.buffer:
+        line = line.strip()
+        try:
+            pg = int(line[1:])
+        except ValueError:
+            continue
+        if line[:1] == b"+":
+            groups.add(pg)
+        elif line[:1] == b"-":
+            groups.discard(pg)
+    for pg in groups:
+        try:
+            os.killpg(pg, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+_LIBC = None
+
+
+def _pdeathsig():
+    """preexec_fn: the child gets SIGKILL when the kubelet thread that
+    forked it ends (the stand-in dying), then gets its own session."""
+    _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def catches_sigterm(pid):
+    """Whether the process has a SIGTERM handler (SigCgt in /proc)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+# ---- runtime state -----------------------------------------------------------------
+
+class Container:
+    def __init__(self, spec):
+        self.name = spec["name"]
+        self.spec = spec
+        self.image = spec.get("image", "")
+        self.proc = None
+        self.state = {"waiting": {"reason": "ContainerCreating"}}
+        self.last = {}
+        self.restarts = 0
+        self.ran = False           # an instance was started (or failed to start) before
+        self.done = False          # terminated for good: restartPolicy says no
+        self.next_try = 0.0
+        self.pull_backoff = 0.0
+        self.flip_at = None        # when ErrImagePull shows as ImagePullBackOff
+        self.pull_msg = ""
+        self.crash_backoff = 0.0   # 0: the next restart is immediate
+        self.cid = ""
+        self.image_id = ""
+        self.started_at = None
+        self.log = None            # current instance's log file
+        self.prev_log = None
+        self.term_sent = False
+
+    def running(self):
+        return self.proc is not None
+
+
+class PodRT:
+    def __init__(self, pod, root, ip):
+        m = pod["metadata"]
+        self.uid, self.ns, self.name = m["uid"], m["namespace"], m["name"]
+        self.dir = os.path.join(root, "pods", "%s_%s_%s" % (self.ns, self.name, self.uid))
+        os.makedirs(self.dir, exist_ok=True)
+        self.ip = ip
+        self.sa_dir = None
+        self.start_time = now_rfc3339()
+        self.containers = {}
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            self.containers[c["name"]] = Container(c)
+        self.kill_at = None        # monotonic time of the SIGKILL when stopping
+        self.grace = None          # the grace period it is stopping with
+        self.ip_owned = True
+        self.evicted = None        # (message, grace) once the kubelet evicts it
+        self.finished = False      # its terminal status is written
+        self.conds = {}            # type -> (status, reason, message, lastTransitionTime)
+
+    def any_running(self):
+        return any(c.running() for c in self.containers.values())
+
+
+class LogSource:
+    def __init__(self, path, alive):
+        self.path, self.alive = path, alive
+
+
+# ---- the node ----------------------------------------------------------------------
+
+class Kubelet(LocalNode):
+    def __init__(self, store, app, args, log):
+        super().__init__(store)
+        global _LIBC
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+        self.app, self.log = app, log
+        self.root = args.dir
+        self.images = ImageMap(args.image)
+        self.max_pods = args.max_pods
+        self.backoff = args.backoff
+        self.backoff_max = args.backoff_max
+        self.config_retry = min(2.0, args.backoff)
+        self.gpus = args.gpus
+        self.labels = dict(NODE_LABELS)
+        for kv in args.node_label or []:
+            k, _, v = kv.partition("=")
+            self.labels[k] = v
+        second = None
+        if args.pod_cidr:
+            m = re.match(r"^127\.(\d+)\.0\.0/16$", args.pod_cidr)
+            if not m or not 1 <= int(m.group(1)) <= 254:
+                raise ValueError("--pod-cidr must be 127.R.0.0/16")
+            second = int(m.group(1))
+        self.ips = IPPool(second)
+        self.base_env = {k: v for k, v in os.environ.items()
+                         if k.startswith("RL_") or k in SANITIZER_ENV or k in (args.pass_env or [])}
+        self.pods = {}             # uid -> PodRT
+        self.mu = threading.Lock()  # guards self.pods; never taken while holding the store lock
+        self.wake = threading.Event()
+        self.stopping = False
+        self.reaper = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--reaper"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, start_new_session=True)
+        store.listeners.append(self._on_event)
+
+    # -- the registry side (called with the store lock held) --------------------------
+    def on_pod_create(self, pod):
+        pass  # the scheduler binds it in a separate write
+
+    def graceful_delete(self, t, cur, grace):
+        if (cur.get("spec") or {}).get("nodeName") not in (None, "", NODE_NAME):
+            return super().graceful_delete(t, cur, grace)  # no kubelet: the grace timer
+        st = self.store
+        spec, m = cur.get("spec") or {}, cur["metadata"]
+        if grace is None:
+            grace = spec.get("terminationGracePeriodSeconds", 30)
+        try:
+            grace = max(0, int(grace))
+        except (TypeError, ValueError):
+            grace = 30
+        if (cur.get("status") or {}).get("phase") in ("Succeeded", "Failed") or not spec.get("nodeName"):
+            grace = 0
+        if m.get("deletionTimestamp") and m.get("deletionGracePeriodSeconds") is not None \
+                and grace >= int(m["deletionGracePeriodSeconds"]):
+            return copy.deepcopy(cur), False
+        if grace == 0 and not m.get("finalizers"):
+            self.wake.set()
+            return st.remove(t, cur), True
+        new = copy.deepcopy(cur)
+        nm = new["metadata"]
+        nm["deletionTimestamp"] = now_rfc3339(time.time() + grace)
+        nm["deletionGracePeriodSeconds"] = grace
+        st._commit(t, "MODIFIED", new, cur)
+        self.wake.set()
+        return copy.deepcopy(new), False
+
+    def _on_event(self, ev):
+        if ev.key in (PODS, ("", "secrets"), ("", "configmaps"), ("", "serviceaccounts")):
+            self.wake.set()
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self):
+        # Every child is forked from this thread: PR_SET_PDEATHSIG fires when
+        # the forking thread ends, and this one lives as long as the process.
+        while not self.stopping:
+            self.wake.wait(self._nap())
+            self.wake.clear()
+            if self.stopping:
+                break
+            try:
+                self.schedule()
+                with self.mu:
+                    self.step()
+            except Exception as e:  # keep the node alive, like a real kubelet
+                import traceback
+                self.log({"msg": "kubelet error", "error": repr(e),
+                          "trace": traceback.format_exc()[-2000:]})
+
+    def _nap(self):
+        """Until the next thing to do: exits are polled every 50 ms while a
+        process runs, timers (back-offs, grace periods) wake it on time."""
+        now, nap = time.monotonic(), 1.0
+        for rt in list(self.pods.values()):
+            if rt.finished:
+                continue
+            if rt.kill_at is not None:
+                nap = min(nap, rt.kill_at - now)
+            for c in list(rt.containers.values()):
+                if c.proc is not None:
+                    nap = min(nap, 0.05)
+                elif not c.done:
+                    nap = min(nap, c.next_try - now)
+                    if c.flip_at is not None:
+                        nap = min(nap, c.flip_at - now)
+        return max(0.005, nap)
+
+    def shutdown(self):
+        """Stand-in exit: every container's group is killed, at once."""
+        self.stopping = True
+        self.wake.set()
+        for rt in list(self.pods.values()):
+            for c in rt.containers.values():
+                if c.proc is not None:
+                    try:
+                        os.killpg(c.proc.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+        for rt in list(self.pods.values()):
+            for c in rt.containers.values():
+                if c.proc is not None:
+                    try:
+                        c.proc.wait(timeout=2)
+                    except (subprocess.TimeoutExpired, OSError):
+                        pass
+        try:
+            self.reaper.stdin.close()
+        except OSError:
+            pass
+
+    def _reaper_note(self, op, pgid):
+        try:
+            self.reaper.stdin.write(b"%s%d\n" % (op, pgid))
+            self.reaper.stdin.flush()
+        except (OSError, ValueError):
+            pass
+
+    # -- scheduler -----------------------------------------------------------------------
+    def schedule(self):
+        st = self.store
+        t = st.types[("", "v1", "pods")]
+        with st.lock:
+            pods = list(st.objs[PODS].values())
+            bound = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName") == NODE_NAME
+                        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+            gpus_used = sum(self._gpus(p) for p in pods
+                            if (p.get("spec") or {}).get("nodeName") == NODE_NAME
+                            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+            waiting = [p for p in pods if not (p.get("spec") or {}).get("nodeName")
+                       and not p["metadata"].get("deletionTimestamp")
+                       and (p.get("spec") or {}).get("schedulerName", "default-scheduler")
+                       == "default-scheduler"]
+            waiting.sort(key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
+                                        p["metadata"].get("creationTimestamp", ""),
+                                        int(p["metadata"]["resourceVersion"])))
+            for p in waiting:
+                reasons, hopeless = [], False
+                sel = (p.get("spec") or {}).get("nodeSelector") or {}
+                if any(self.labels.get(k) != v for k, v in sel.items()):
+                    reasons, hopeless = ["node(s) didn't match Pod's node affinity/selector"], True
+                else:
+                    g = self._gpus(p)
+                    if g and gpus_used + g > self.gpus:
+                        reasons.append("Insufficient nvidia.com/gpu")
+                    if self.max_pods is not None and bound >= self.max_pods:
+                        reasons.append("Too many pods")
+                cur = st.objs[PODS].get((p["metadata"]["namespace"], p["metadata"]["name"]))
+                new = copy.deepcopy(cur)
+                conds = [c for c in (new.get("status") or {}).get("conditions") or []
+                         if c.get("type") != "PodScheduled"]
+                old = next((c for c in (cur.get("status") or {}).get("conditions") or []
+                            if c.get("type") == "PodScheduled"), None)
+                if reasons:
+                    msg = "0/1 nodes are available: %s. preemption: 0/1 nodes are available: 1 %s." % (
+                        ", ".join("1 " + r for r in sorted(reasons)),
+                        "Preemption is not helpful for scheduling" if hopeless
+                        else "No preemption victims found for incoming pod")
+                    if old and old.get("status") == "False" and old.get("message") == msg:
+                        continue
+                    conds.append({"type": "PodScheduled", "status": "False", "lastProbeTime": None,
+                                  "lastTransitionTime": now_rfc3339(), "reason": "Unschedulable",
+                                  "message": msg})
+                    new.setdefault("status", {})["conditions"] = conds
+                    st._finish_update(t, cur, new, False)
+                    continue
+                new["spec"]["nodeName"] = NODE_NAME
+                conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                              "lastTransitionTime": now_rfc3339()})
+                new.setdefault("status", {})["conditions"] = conds
+                st._finish_update(t, cur, new, False)
+                bound += 1
+                gpus_used += self._gpus(p)
+
+    @staticmethod
+    def _gpus(pod):
+        n = 0
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            r = (c.get("resources") or {})
+            v = (r.get("limits") or {}).get("nvidia.com/gpu") or (r.get("requests") or {}).get("nvidia.com/gpu")
+            try:
+                n += int(v or 0)
+            except (TypeError, ValueError):
+                pass
+        return n
+
+    def set_max_pods(self, n):
+        self.max_pods = n
+        self.wake.set()
+
+    # -- the kubelet: one pass over this node's pods ---------------------------------------
+    def step(self):
+        st = self.store
+        with st.lock:
+            mine = [copy.deepcopy(p) for p in st.objs[PODS].values()
+                    if (p.get("spec") or {}).get("nodeName") == NODE_NAME]
+        present = {p["metadata"]["uid"] for p in mine}
+        for uid, rt in list(self.pods.items()):
+            if uid not in present:
+                self._forget(rt)  # deleted at once (grace 0): kill what runs
+        for pod in mine:
+            self.sync(pod)
+
+    def _forget(self, rt):
+        for c in rt.containers.values():
+            if c.proc is not None:
+                self._kill_group(c, signal.SIGKILL)
+                try:
+                    c.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+                self._reaper_note(b"-", c.proc.pid)
+                c.proc = None
+        if rt.ip:
+            self.ips.give(rt.ip)
+        self.pods.pop(rt.uid, None)
+        self.log({"msg": "kubelet: pod gone", "pod": "%s/%s" % (rt.ns, rt.name)})
+
+    def _kill_group(self, c, sig):
+        try:
+            os.killpg(c.proc.pid, sig)
+        except OSError:
+            pass
+
+    def sync(self, pod):
+        m = pod["metadata"]
+        uid = m["uid"]
+        phase = (pod.get("status") or {}).get("phase")
+        rt = self.pods.get(uid)
+        if rt is None:
+            if phase in ("Succeeded", "Failed"):
+                if m.get("deletionTimestamp"):
+                    self._final_delete(pod)
+                return
+            host_net = bool((pod.get("spec") or {}).get("hostNetwork"))
+            rt = PodRT(pod, self.root, HOST_IP if host_net else self.ips.take())
+            rt.ip_owned = not host_net
+            self.pods[uid] = rt
+            self._mount_sa(pod, rt)
+            self.log({"msg": "kubelet: pod admitted", "pod": "%s/%s" % (rt.ns, rt.name), "ip": rt.ip})
+        if rt.finished:
+            if m.get("deletionTimestamp"):
+                self._final_delete(pod)
+            return
+        now = time.monotonic()
+        stopping = rt.evicted is not None or bool(m.get("deletionTimestamp"))
+        for c in rt.containers.values():
+            self._reap(rt, c, pod, stopping)
+        if stopping:
+            grace = rt.evicted[1] if rt.evicted is not None else int(m.get("deletionGracePeriodSeconds") or 0)
+            if rt.kill_at is not None and grace < rt.grace:
+                rt.kill_at, rt.grace = min(rt.kill_at, now + grace), grace  # a later, shorter delete
+            if rt.kill_at is None:
+                rt.kill_at, rt.grace = now + grace, grace
+                for c in rt.containers.values():
+                    c.done = True
+                    if c.proc is not None and grace > 0:
+                        # A container's main process is its PID 1: a signal it
+                        # has no handler for is not delivered at all.
+                        if catches_sigterm(c.proc.pid):
+                            try:
+                                os.kill(c.proc.pid, signal.SIGTERM)
+                            except OSError:
+                                pass
+                        c.term_sent = True
+                        self.log({"msg": "kubelet: SIGTERM", "pod": "%s/%s" % (rt.ns, rt.name),
+                                  "container": c.name, "grace": grace})
+            if now >= rt.kill_at:
+                for c in rt.containers.values():
+                    if c.proc is not None:
+                        self._kill_group(c, signal.SIGKILL)
+            if rt.any_running():
+                self._write_status(pod, rt)
+                return
+            rt.finished = True
+            self._write_status(pod, rt, terminal=True)
+            self._teardown(rt)
+            if rt.evicted is None:
+                self._final_delete(pod)
+            return
+        for c in rt.containers.values():
+            self._advance(rt, c, pod, now)
+        terminal = all(c.done for c in rt.containers.values()) and not rt.any_running()
+        if terminal:
+            rt.finished = True
+            self._teardown(rt)
+        self._write_status(pod, rt, terminal=terminal)
+
+    def _teardown(self, rt):
+        """The sandbox goes once the pod is terminal; its address stays in the
+        status but is free for later pods (round-robin keeps it unused for long)."""
+        if rt.ip and getattr(rt, "ip_owned", True):
+            self.ips.give(rt.ip)
+
+    def _final_delete(self, pod):
+        m = pod["metadata"]
+        st = self.store
+        t = st.types[("", "v1", "pods")]
+        with st.lock:
+            cur = st.objs[PODS].get((m["namespace"], m["name"]))
+            if cur is None or cur["metadata"]["uid"] != m["uid"]:
+                return
+            if cur["metadata"].get("finalizers"):
+                if cur["metadata"].get("deletionGracePeriodSeconds") != 0:
+                    new = copy.deepcopy(cur)
+                    new["metadata"]["deletionGracePeriodSeconds"] = 0
+                    st._commit(t, "MODIFIED", new, cur)
+            else:
+                st.remove(t, cur)
+        rt = self.pods.pop(m["uid"], None)
+        if rt is not None:
+            self.log({"msg": "kubelet: pod deleted", "pod": "%s/%s" % (rt.ns, rt.name)})
+
+    # -- service account "mount" ----------------------------------------------------------
+    def _mount_sa(self, pod, rt):
+        spec = pod.get("spec") or {}
+        if not any(m.get("mountPath") == "/var/run/secrets/kubernetes.io/serviceaccount"
+                   for c in spec.get("containers") or [] for m in c.get("volumeMounts") or []
+                   if isinstance(m, dict)):
+            return  # automountServiceAccountToken: false
+        d = os.path.join(rt.dir, "serviceaccount")
+        os.makedirs(d, exist_ok=True)
+        try:
+            tok = self.app.mint_sa_token(rt.ns, spec.get("serviceAccountName") or "default",
+                                         pod=(rt.ns, rt.name, rt.uid))
+        except APIError:
+            return
+        for name, text in (("token", tok), ("namespace", rt.ns)):
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        shutil.copyfile(os.path.join(self.root, "ca.crt"), os.path.join(d, "ca.crt"))
+        rt.sa_dir = d
+
+    # -- containers ----------------------------------------------------------------------
+    def _reap(self, rt, c, pod, stopping):
+        if c.proc is None:
+            return
+        try:  # exited? (not reaped yet, so its group id cannot be reused meanwhile)
+            info = os.waitid(os.P_PID, c.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            info = True
+        if info is None:
+            return
+        # The main process is gone: the rest of its PID namespace goes too.
+        self._kill_group(c, signal.SIGKILL)
+        rc = c.proc.wait()
+        self._reaper_note(b"-", c.proc.pid)
+        c.proc = None
+        code = rc if rc >= 0 else 128 - rc
+        self._terminated(c, code, "Completed" if code == 0 else "Error")
+        self.log({"msg": "kubelet: container exited", "pod": "%s/%s" % (rt.ns, rt.name),
+                  "container": c.name, "exitCode": code})
+        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+        if stopping or policy == "Never" or (policy == "OnFailure" and code == 0):
+            c.done = True
+        else:
+            self._plan_restart(rt, c)
+
+    def _terminated(self, c, code, reason, message=None):
+        term = {"exitCode": code, "reason": reason, "startedAt": c.started_at,
+                "finishedAt": now_rfc3339()}
+        if message:
+            term["message"] = message
+        if c.cid:
+            term["containerID"] = c.cid
+        c.state = {"terminated": term}
+        c.ran = True
+
+    def _plan_restart(self, rt, c):
+        now = time.monotonic()
+        if c.crash_backoff == 0:
+            c.next_try = now
+            return
+        c.next_try = now + c.crash_backoff
+        c.last = c.state
+        c.state = {"waiting": {"reason": "CrashLoopBackOff",
+                               "message": "back-off %s restarting failed container=%s pod=%s_%s(%s)"
+                               % (go_duration(c.crash_backoff), c.name, rt.name, rt.ns, rt.uid)}}
+
+    def _advance(self, rt, c, pod, now):
+        if c.proc is not None or c.done:
+            return
+        if now < c.next_try:
+            if c.flip_at is not None and now >= c.flip_at:
+                c.flip_at = None
+                c.state = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image '
+                                       '"%s": ErrImagePull: %s' % (c.image, c.pull_msg)}}
+            return
+        # 1. the image
+        res = self.images.resolve(c.image)
+        if res is None:
+            c.pull_backoff = self.backoff if c.pull_backoff == 0 else min(2 * c.pull_backoff,
+                                                                           self.backoff_max)
+            c.next_try = now + c.pull_backoff
+            c.flip_at = now + min(1.0, c.pull_backoff / 2)
+            ref = normalize_image(c.image)
+            c.pull_msg = ('rpc error: code = NotFound desc = failed to pull and unpack image "%s": '
+                          'failed to resolve reference "%s": %s: not found' % (ref, ref, ref))
+            c.state = {"waiting": {"reason": "ErrImagePull", "message": c.pull_msg}}
+            return
+        c.pull_backoff = 0
+        c.flip_at = None
+        bindir, entrypoint = res
+        # 2. the environment
+        env, err = self._env(pod, rt, c, bindir)
+        if err:
+            c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": err}}
+            c.next_try = now + self.config_retry
+            return
+        # 3. the command
+        lookup = env.get
+        cmd = [expand(x, lookup) for x in c.spec.get("command") or []]
+        args = [expand(x, lookup) for x in c.spec.get("args") or []]
+        argv = (cmd + args) if cmd else (entrypoint + args)
+        if not argv:
+            c.state = {"waiting": {"reason": "CreateContainerError", "message": "no command specified"}}
+            c.next_try = now + self.config_retry
+            return
+        restarting = c.ran
+        if restarting:
+            c.last = c.state if "terminated" in c.state else c.last
+            c.restarts += 1
+            c.crash_backoff = self.backoff if c.crash_backoff == 0 else min(2 * c.crash_backoff,
+                                                                             self.backoff_max)
+        c.cid = "containerd://" + secrets.token_hex(32)
+        c.image_id = normalize_image(c.image).rsplit(":", 1)[0] + "@sha256:" + \
+            __import__("hashlib").sha256(bindir.encode()).hexdigest()
+        c.started_at = now_rfc3339()
+        logdir = os.path.join(rt.dir, "logs", c.name)
+        os.makedirs(logdir, exist_ok=True)
+        c.prev_log, c.log = c.log, os.path.join(logdir, "%d.log" % c.restarts)
+        exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
+        if not exe or not os.access(exe, os.X_OK) or os.path.isdir(exe):
+            open(c.log, "ab").close()
+            why = ("exec: \"%s\": executable file not found in $PATH" % argv[0]) if "/" not in argv[0] \
+                else ("exec: \"%s\": stat %s: no such file or directory" % (argv[0], argv[0]))
+            self._terminated(c, 128, "StartError",
+                             "failed to create containerd task: failed to create shim task: OCI "
+                             "runtime create failed: runc create failed: unable to start container "
+                             "process: %s: unknown" % why)
+            self._after_start_failure(rt, c, pod)
+            return
+        cwd = c.spec.get("workingDir") or os.path.join(rt.dir, "root")
+        try:
+            os.makedirs(cwd, exist_ok=True)
+            with open(c.log, "ab") as logf:
+                c.proc = subprocess.Popen(argv, executable=exe, env=env, cwd=cwd,
+                                          stdin=subprocess.DEVNULL, stdout=logf,
+                                          stderr=subprocess.STDOUT, close_fds=True,
+                                          start_new_session=True, preexec_fn=_pdeathsig)
+        except OSError as e:
+            self._terminated(c, 128, "StartError", "failed to create containerd task: %s" % e)
+            self._after_start_failure(rt, c, pod)
+            return
+        self._reaper_note(b"+", c.proc.pid)
+        c.term_sent = False
+        c.state = {"running": {"startedAt": c.started_at}}
+        self.log({"msg": "kubelet: container started", "pod": "%s/%s" % (rt.ns, rt.name),
+                  "container": c.name, "pid": c.proc.pid, "argv": argv[:8]})
+
+    def _after_start_failure(self, rt, c, pod):
+        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+        if policy == "Never":
+            c.done = True
+        else:
+            self._plan_restart(rt, c)
+
+    # -- the environment ------------------------------------------------------------------
+    def _env(self, pod, rt, c, bindir):
+        """(env, None) or (None, the CreateContainerConfigError message)."""
+        st = self.store
+        m, spec = pod["metadata"], pod.get("spec") or {}
+        ns = m["namespace"]
+        port = str(self.app.port)
+        svc = {"KUBERNETES_SERVICE_HOST": HOST_IP, "KUBERNETES_SERVICE_PORT": port,
+               "KUBERNETES_SERVICE_PORT_HTTPS": port,
+               "KUBERNETES_PORT": "tcp://%s:%s" % (HOST_IP, port),
+               "KUBERNETES_PORT_%s_TCP" % port: "tcp://%s:%s" % (HOST_IP, port),
+               "KUBERNETES_PORT_%s_TCP_PROTO" % port: "tcp",
+               "KUBERNETES_PORT_%s_TCP_PORT" % port: port,
+               "KUBERNETES_PORT_%s_TCP_ADDR" % port: HOST_IP}
+        tmp = {}
+
+        def lookup(name):
+            return tmp[name] if name in tmp else svc.get(name)
+
+        def obj(kind, name):
+            key = ("", "secrets") if kind == "Secret" else ("", "configmaps")
+            with st.lock:
+                o = st.objs[key].get((ns, name))
+                return copy.deepcopy(o) if o is not None else None
+
+        def value_of(kind, o, key):
+            if kind == "Secret":
+                v = (o.get("data") or {}).get(key)
+                return None if v is None else base64.b64decode(v).decode("utf-8", "surrogateescape")
+            v = (o.get("data") or {}).get(key)
+            if v is None and key in (o.get("binaryData") or {}):
+                v = base64.b64decode(o["binaryData"][key]).decode("utf-8", "surrogateescape")
+            return v
+
+        for ef in c.spec.get("envFrom") or []:
+            for kind, ref in (("ConfigMap", ef.get("configMapRef")), ("Secret", ef.get("secretRef"))):
+                if not isinstance(ref, dict):
+                    continue
+                o = obj(kind, ref.get("name"))
+                if o is None:
+                    if ref.get("optional"):
+                        continue
+                    return None, '%s "%s" not found' % (kind.lower(), ref.get("name"))
+                keys = list((o.get("data") or {}).keys())
+                if kind == "ConfigMap":
+                    keys += list((o.get("binaryData") or {}).keys())
+                for k in keys:
+                    name = (ef.get("prefix") or "") + k
+                    if ENV_NAME.match(name):
+                        tmp[name] = value_of(kind, o, k)
+        for e in c.spec.get("env") or []:
+            if not isinstance(e, dict) or not e.get("name"):
+                continue
+            name = e["name"]
+            vf = e.get("valueFrom")
+            if not isinstance(vf, dict):
+                tmp[name] = expand(str(e.get("value") or ""), lookup)
+                continue
+            if isinstance(vf.get("fieldRef"), dict):
+                v = self._field(pod, rt, vf["fieldRef"].get("fieldPath", ""))
+                if v is None:
+                    return None, 'unsupported fieldPath: %s' % vf["fieldRef"].get("fieldPath")
+                tmp[name] = v
+            elif isinstance(vf.get("resourceFieldRef"), dict):
+                tmp[name] = self._resource(c, vf["resourceFieldRef"])
+            else:
+                for kind, ref in (("Secret", vf.get("secretKeyRef")), ("ConfigMap", vf.get("configMapKeyRef"))):
+                    if not isinstance(ref, dict):
+                        continue
+                    o = obj(kind, ref.get("name"))
+                    if o is None:
+                        if ref.get("optional"):
+                            break
+                        return None, '%s "%s" not found' % (kind.lower(), ref.get("name"))
+                    v = value_of(kind, o, ref.get("key"))
+                    if v is None:
+                        if ref.get("optional"):
+                            break
+                        return None, "couldn't find key %s in %s %s/%s" % (ref.get("key"), kind, ns,
+                                                                            ref.get("name"))
+                    tmp[name] = v
+                    break
+        # What the image and the runtime give: PATH (the image's bin dir
+        # first), HOSTNAME, HOME; the stand-in's RL_* and sanitizer settings.
+        host = spec.get("hostname") or m["name"][:63]
+        env = {"PATH": bindir + ":" + DEFAULT_PATH, "HOSTNAME": host, "HOME": os.path.join(rt.dir, "root")}
+        env.update(self.base_env)
+        if rt.sa_dir:
+            env["RL_K8S_SA_DIR"] = rt.sa_dir
+        env.update(svc)
+        env.update(tmp)
+        return env, None
+
+    def _field(self, pod, rt, path):
+        m = pod["metadata"]
+        simple = {"metadata.name": m["name"], "metadata.namespace": m["namespace"],
+                  "metadata.uid": m["uid"], "spec.nodeName": NODE_NAME,
+                  "spec.serviceAccountName": (pod.get("spec") or {}).get("serviceAccountName", ""),
+                  "status.podIP": rt.ip, "status.podIPs": rt.ip, "status.hostIP": HOST_IP,
+                  "status.hostIPs": HOST_IP}
+        if path in simple:
+            return simple[path]
+        mm = re.match(r"^metadata\.(labels|annotations)\['([^']+)'\]$", path)
+        if mm:
+            return (m.get(mm.group(1)) or {}).get(mm.group(2), "")
+        if path in ("metadata.labels", "metadata.annotations"):
+            d = m.get(path.split(".")[1]) or {}
+            return "\n".join('%s="%s"' % (k, d[k]) for k in sorted(d))
+        return None
+
+    def _resource(self, c, ref):
+        res = ref.get("resource", "")
+        kind, _, what = res.partition(".")
+        r = (c.spec.get("resources") or {})
+        v = (r.get(kind) or {}).get(what)
+        if v is None and kind == "requests":
+            v = (r.get("limits") or {}).get(what)
+        if v is None:  # no limit: the node's allocatable
+            if what == "cpu":
+                v = str(os.cpu_count() or 1)
+            elif what == "memory":
+                v = str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+            else:
+                v = "0"
+        div = _quantity(ref.get("divisor") or "1")
+        q = _quantity(v) / (div or 1)
+        return str(int(-(-q // 1)))  # rounded up, as the kubelet does
+
+    # -- status -----------------------------------------------------------------------------
+    def _cond(self, rt, typ, status, reason=None, message=None):
+        old = rt.conds.get(typ)
+        t = old[3] if old and old[0] == status else now_rfc3339()
+        rt.conds[typ] = (status, reason, message, t)
+        c = {"type": typ, "status": status, "lastProbeTime": None, "lastTransitionTime": t}
+        if reason:
+            c["reason"] = reason
+        if message:
+            c["message"] = message
+        return c
+
+    def _status(self, pod, rt, terminal):
+        cs = list(rt.containers.values())
+        # The kubelet's getPhase: a waiting container that ran before counts
+        # as stopped, one that never ran as waiting.
+        running = sum(1 for c in cs if c.running())
+        stopped = sum(1 for c in cs if "terminated" in c.state or ("waiting" in c.state and c.last))
+        waiting = sum(1 for c in cs if "waiting" in c.state and not c.last)
+        succeeded = sum(1 for c in cs if c.state.get("terminated", {}).get("exitCode") == 0)
+        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+        if terminal:
+            phase = "Succeeded" if all(c.state.get("terminated", {}).get("exitCode") == 0 for c in cs) \
+                else "Failed"
+        elif waiting:
+            phase = "Pending"
+        elif running:
+            phase = "Running"
+        elif stopped:
+            if policy == "Always":
+                phase = "Running"
+            elif stopped == succeeded:
+                phase = "Succeeded"
+            elif policy == "Never":
+                phase = "Failed"
+            else:
+                phase = "Running"
+        else:
+            phase = "Pending"
+        statuses = []
+        for c in cs:
+            st = {"name": c.name, "state": copy.deepcopy(c.state), "lastState": copy.deepcopy(c.last),
+                  "ready": c.running() and not terminal, "restartCount": c.restarts,
+                  "image": normalize_image(c.image) if c.image_id else c.image,
+                  "imageID": c.image_id, "started": c.running()}
+            if c.cid:
+                st["containerID"] = c.cid
+            statuses.append(st)
+        unready = [c.name for c in cs if not (c.running() and not terminal)]
+        conds = []
+        if terminal:
+            conds.append(self._cond(rt, "PodReadyToStartContainers", "False"))
+            conds.append(self._cond(rt, "Initialized", "True", "PodCompleted"))
+            conds.append(self._cond(rt, "Ready", "False", "PodCompleted"))
+            conds.append(self._cond(rt, "ContainersReady", "False", "PodCompleted"))
+        else:
+            conds.append(self._cond(rt, "PodReadyToStartContainers", "True"))
+            conds.append(self._cond(rt, "Initialized", "True"))
+            if unready:
+                msg = "containers with unready status: [%s]" % " ".join(unready)
+                conds.append(self._cond(rt, "Ready", "False", "ContainersNotReady", msg))
+                conds.append(self._cond(rt, "ContainersReady", "False", "ContainersNotReady", msg))
+            else:
+                conds.append(self._cond(rt, "Ready", "True"))
+                conds.append(self._cond(rt, "ContainersReady", "True"))
+        if rt.evicted is not None:
+            conds.append(self._cond(rt, "DisruptionTarget", "True", "TerminationByKubelet", rt.evicted[0]))
+        status = {"phase": phase, "conditions": conds, "hostIP": HOST_IP, "hostIPs": [{"ip": HOST_IP}],
+                  "podIP": rt.ip, "podIPs": [{"ip": rt.ip}], "startTime": rt.start_time,
+                  "containerStatuses": statuses}
+        if rt.evicted is not None:
+            status["reason"], status["message"] = "Evicted", rt.evicted[0]
+        return status
+
+    def _write_status(self, pod, rt, terminal=False):
+        status = self._status(pod, rt, terminal)
+        st = self.store
+        t = st.types[("", "v1", "pods")]
+        with st.lock:
+            cur = st.objs[PODS].get((rt.ns, rt.name))
+            if cur is None or cur["metadata"]["uid"] != rt.uid:
+                return
+            old = cur.get("status") or {}
+            new_status = dict(status)
+            for k in ("qosClass", "nominatedNodeName"):
+                if k in old:
+                    new_status[k] = old[k]
+            sched = [c for c in old.get("conditions") or [] if c.get("type") == "PodScheduled"]
+            new_status["conditions"] = status["conditions"][:4] + sched + status["conditions"][4:]
+            if new_status == old:
+                return
+            new = copy.deepcopy(cur)
+            new["status"] = new_status
+            st._finish_update(t, cur, new, False)
+
+    # -- admin and API hooks ------------------------------------------------------------------
+    def evict(self, ns, name, message, grace=0):
+        st = self.store
+        with st.lock:
+            pod = st.objs[PODS].get((ns, name))
+            if pod is None:
+                raise APIError(404, "NotFound", 'pods "%s" not found' % name, {"name": name, "kind": "pods"})
+            uid = pod["metadata"]["uid"]
+        with self.mu:
+            rt = self.pods.get(uid)
+            if rt is None or rt.finished:
+                raise APIError(409, "Conflict", 'pod "%s" is not running on %s' % (name, NODE_NAME))
+            rt.evicted = (message or "The node was low on resource: memory. ", max(0, int(grace or 0)))
+        self.wake.set()
+        self.log({"msg": "kubelet: evicting", "pod": "%s/%s" % (ns, name)})
+
+    def log_source(self, pod, container, previous):
+        """What GET pods/<name>/log reads (kubectl logs), or the real 400."""
+        m = pod["metadata"]
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        if not container:
+            if len(names) != 1:
+                raise bad_request("a container name must be specified for pod %s, choose one of: [%s]"
+                                  % (m["name"], " ".join(names)))
+            container = names[0]
+        if container not in names:
+            raise bad_request("container %s is not valid for pod %s" % (container, m["name"]))
+        with self.mu:
+            rt = self.pods.get(m["uid"])
+            c = rt.containers.get(container) if rt else None
+            if c is None or (c.log is None and not previous):
+                reason = (c.state.get("waiting") or {}).get("reason", "ContainerCreating") if c \
+                    else "ContainerCreating"
+                if reason in ("ErrImagePull", "ImagePullBackOff"):
+                    reason = "trying and failing to pull image"
+                raise bad_request('container "%s" in pod "%s" is waiting to start: %s'
+                                  % (container, m["name"], reason))
+            if previous:
+                if c.restarts == 0 or not c.prev_log:
+                    raise bad_request('previous terminated container "%s" in pod "%s" not found'
+                                      % (container, m["name"]))
+                return LogSource(c.prev_log, lambda: False)
+            path, proc = c.log, c.proc
+        return LogSource(path, lambda: proc is not None and proc.poll() is None)
+
+    def describe(self):
+        with self.mu:
+            return {"maxPods": self.max_pods, "podCIDR": "127.%d.0.0/16" % self.ips.r,
+                    "pods": {"%s/%s" % (rt.ns, rt.name): {
+                        "ip": rt.ip, "dir": rt.dir, "saDir": rt.sa_dir,
+                        "pids": {c.name: c.proc.pid for c in rt.containers.values() if c.proc}}
+                        for rt in self.pods.values()}}
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--reaper"]:
+    reaper_main()
