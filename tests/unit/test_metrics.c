@@ -546,3 +546,52 @@ Test(metrics, progress_lease_follows_rank_0, .timeout = 240) {
     rl_k8s_free(c);
     rl_test_job_teardown(&j);
 }
+
+/* The API refuses every write of the progress Lease (403 on PATCH, which
+ * the elector never uses): the job trains to its end regardless, the
+ * failure is logged -- the first and then one in ten, not every
+ * interval -- and the final write at completion does not hold the agent. */
+Test(metrics, progress_failures_never_stall_the_job, .timeout = 240) {
+    rl_test_job j;
+    char why[1024] = "";
+    cr_assert_eq(rl_test_job_setup(&j, 42, false, 150, 50,
+                                   "\"min_nodes\":2,\"max_nodes\":2,\"heartbeat_s\":1,\"heartbeat_misses\":5,"
+                                   "\"last_call_s\":2,\"lease_s\":3,\"renew_deadline_s\":2,\"retry_s\":0.5,"
+                                   "\"stop_grace_s\":5,\"max_restarts\":1",
+                                   why, sizeof why),
+                 0, "%s", why);
+    /* the agents' kubeconfig now carries a token that may not PATCH leases */
+    char out[512];
+    cr_assert_eq(rl_test_standin_admin(&j.s, "POST", "/tokens", "{\"token\":\"no-lease-patch\",\"deny\":[\"leases:patch\"]}",
+                                       out, sizeof out),
+                 200, "%s", out);
+    char *kc = rl_test_slurp(j.s.kubeconfig), *t = strstr(kc, "token: ");
+    cr_assert(t != NULL);
+    *t = '\0';
+    FILE *f = fopen(j.s.kubeconfig, "w");
+    cr_assert(f != NULL);
+    fprintf(f, "%stoken: no-lease-patch\n", kc);
+    fclose(f);
+    free(kc);
+    setenv("RL_PROGRESS_INTERVAL_S", "0.3", 1);
+    unsetenv("RINGLEADER_METRICS_PORT");
+    double t0 = rl_now();
+    for (int i = 0; i < 2; i++) cr_assert_eq(rl_test_job_start_agent(&j, i, 1, "s3cret", true), 0);
+    int failed_lines = 0;
+    for (int i = 0; i < 2; i++) {
+        int st = rl_test_job_wait(&j, i, 150);
+        char *b = rl_test_slurp(j.log[i]);
+        cr_expect(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "agent %d: status %d", i, st);
+        cr_expect(strstr(b, "\"event\":\"job_complete\""), "agent %d did not complete", i);
+        for (const char *p = b; (p = strstr(p, "\"event\":\"progress_failed\"")); p++) failed_lines++;
+        if (strstr(b, "progress_failed")) cr_expect(strstr(b, "403"), "agent %d: not the 403 we caused", i);
+        free(b);
+    }
+    double span = rl_now() - t0;
+    cr_expect(rl_test_job_last_step(&j) == 150, "the job did not reach its last step");
+    cr_expect(failed_lines >= 1, "the refused writes were not logged");
+    cr_expect(failed_lines <= span / 0.3 / 10 + 2, "%d progress_failed lines in %.1f s: one in ten expected",
+              failed_lines, span);
+    cr_log_info("progress refused: %d warnings in %.1f s", failed_lines, span);
+    rl_test_job_teardown(&j);
+}
