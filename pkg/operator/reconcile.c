@@ -516,7 +516,7 @@ static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
     /* Pods that ended, or are being deleted by someone else: count each once
      * (status first), then make room for a replacement. */
     bool replaced = false;
-    char last_fail[700] = "";
+    char last_fail[800] = "";
     for (int i = 0; i < n; i++) {
         rl_pod_info *p = &pods[i];
         bool ended = p->state == RL_POD_FAILED || p->state == RL_POD_PREEMPTED;
@@ -536,7 +536,7 @@ static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
     }
     long long restarts = st_int(st, "restarts");
     if (restarts > j->restart_limit) {
-        char msg[900];
+        char msg[1024];
         snprintf(msg, sizeof msg, "%lld pod failures exceed restartLimit %d%s%s", restarts, j->restart_limit,
                  last_fail[0] ? "; last: " : "", last_fail);
         set_condition(st, "Failed", true, "RestartLimitExceeded", msg);
