@@ -30,6 +30,9 @@ RUN rm -f /etc/apt/apt.conf.d/docker-clean && \
     echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >/etc/apt/apt.conf.d/keep-cache
 # libnccl-dev comes from the CUDA apt repository the image has configured;
 # the devel image already ships it (held), so this pins nothing new.
+# Versions are not pinned (DL3008): they are the base image's Ubuntu
+# release's, and pinned versions break when its archive moves on.
+# hadolint ignore=DL3008
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt,sharing=locked \
     apt-get update && \
@@ -56,11 +59,13 @@ RUN --network=none \
 
 # ---- runtime ----------------------------------------------------------------------
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 RUN rm -f /etc/apt/apt.conf.d/docker-clean && \
     echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >/etc/apt/apt.conf.d/keep-cache
 # the shared libraries the binaries link, nothing else (libnccl2 and
 # cuBLAS are in the CUDA runtime image already)
+# hadolint ignore=DL3008
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt,sharing=locked \
     apt-get update && \
