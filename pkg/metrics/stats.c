@@ -62,7 +62,8 @@ int rl_stats_parse(const char *line, size_t len, rl_stats_msg *m, rl_err *e) {
         rc = rl_errf(e, RL_EINPUT, "stats line: \"ev\" or \"step\" missing");
     } else if (strcmp(ev->valuestring, "step") == 0) {
         m->kind = RL_STATS_STEP;
-        m->steps = (long long)get_num(o, "steps", -1);
+        double steps = get_num(o, "steps", -1);
+        m->steps = steps >= 0 && steps < 9e18 ? (long long)steps : -1; /* a cast out of range is UB */
         m->loss = get_num(o, "loss", NAN);
         m->lr = get_num(o, "lr", NAN);
         m->grad_norm = get_num(o, "grad_norm", NAN);
