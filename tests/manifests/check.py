@@ -440,9 +440,10 @@ def container(deploy):
 
 # ---- helm -------------------------------------------------------------------------------
 def helm(helm_bin, *args):
+    home = os.path.join(os.path.dirname(os.path.abspath(helm_bin)), "..", "helm-home")  # in the venv
     p = subprocess.run([helm_bin, *args], cwd=ROOT, capture_output=True, text=True,
-                       env=dict(os.environ, HELM_CACHE_HOME="/tmp/rl-helm-cache", HELM_CONFIG_HOME="/tmp/rl-helm-config",
-                                HELM_DATA_HOME="/tmp/rl-helm-data"))
+                       env=dict(os.environ, HELM_CACHE_HOME=home + "/cache", HELM_CONFIG_HOME=home + "/config",
+                                HELM_DATA_HOME=home + "/data"))
     return p.returncode, p.stdout, p.stderr
 
 
