@@ -124,7 +124,10 @@ def _pod_status(o):
     if reason == "Completed" and running:
         reason = "Running"
     if o["metadata"].get("deletionTimestamp"):
-        return "Unknown" if st.get("reason") == "NodeLost" else "Terminating"
+        if st.get("reason") == "NodeLost":
+            return "Unknown"
+        if st.get("phase") not in ("Succeeded", "Failed"):
+            return "Terminating"
     return reason
 
 

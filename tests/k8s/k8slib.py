@@ -2,6 +2,7 @@
 JSON, strategic), label and field selectors, JSONPath for printer columns,
 ages as kubectl prints them. No I/O, no threads: the server imports these."""
 
+import base64
 import copy
 import datetime
 import re
@@ -433,47 +434,81 @@ def _pb_varint(b, i):
             return n, i
 
 
-def _pb_msg(b, strings=(), ints=(), msgs=None, repeated=()):
+# Field numbers of k8s.io/api's generated.proto for the kinds kubectl's
+# typed commands (create secret/configmap/namespace/serviceaccount/role/
+# rolebinding/token, auth can-i) send as protobuf. Value kinds: s string,
+# i varint, b bool, rs repeated string, map string->string, mapb
+# string->bytes (base64 in JSON), m:T message, rm:T repeated message.
+_META = (1, "metadata", "m:ObjectMeta")
+_PB = {
+    "ObjectMeta": [(1, "name", "s"), (2, "generateName", "s"), (3, "namespace", "s"),
+                   (11, "labels", "map"), (12, "annotations", "map"), (14, "finalizers", "rs")],
+    "Secret": [_META, (2, "data", "mapb"), (3, "type", "s"), (4, "stringData", "map"),
+               (5, "immutable", "b")],
+    "ConfigMap": [_META, (2, "data", "map"), (3, "binaryData", "mapb"), (4, "immutable", "b")],
+    "Namespace": [_META],
+    "ServiceAccount": [_META, (4, "automountServiceAccountToken", "b")],
+    "Role": [_META, (2, "rules", "rm:PolicyRule")],
+    "ClusterRole": [_META, (2, "rules", "rm:PolicyRule")],
+    "PolicyRule": [(1, "verbs", "rs"), (2, "apiGroups", "rs"), (3, "resources", "rs"),
+                   (4, "resourceNames", "rs"), (5, "nonResourceURLs", "rs")],
+    "RoleBinding": [_META, (2, "subjects", "rm:Subject"), (3, "roleRef", "m:RoleRef")],
+    "ClusterRoleBinding": [_META, (2, "subjects", "rm:Subject"), (3, "roleRef", "m:RoleRef")],
+    "Subject": [(1, "kind", "s"), (2, "apiGroup", "s"), (3, "name", "s"), (4, "namespace", "s")],
+    "RoleRef": [(1, "apiGroup", "s"), (2, "kind", "s"), (3, "name", "s")],
+    "TokenRequest": [_META, (2, "spec", "m:TokenRequestSpec")],
+    "TokenRequestSpec": [(1, "audiences", "rs"), (4, "expirationSeconds", "i"),
+                         (3, "boundObjectRef", "m:BoundObjectReference")],
+    "BoundObjectReference": [(1, "kind", "s"), (2, "apiVersion", "s"), (3, "name", "s"),
+                             (4, "uid", "s")],
+    "SelfSubjectAccessReview": [_META, (2, "spec", "m:SelfSubjectAccessReviewSpec")],
+    "SelfSubjectAccessReviewSpec": [(1, "resourceAttributes", "m:ResourceAttributes"),
+                                    (2, "nonResourceAttributes", "m:NonResourceAttributes")],
+    "ResourceAttributes": [(1, "namespace", "s"), (2, "verb", "s"), (3, "group", "s"),
+                           (4, "version", "s"), (5, "resource", "s"), (6, "subresource", "s"),
+                           (7, "name", "s")],
+    "NonResourceAttributes": [(1, "path", "s"), (2, "verb", "s")],
+}
+
+
+def _pb_decode(b, typ):
+    spec = {num: (name, kind) for num, name, kind in _PB[typ]}
     d = {}
     for num, v in _pb_fields(b):
-        if num in strings:
-            name = strings[num]
-            s = v.decode("utf-8", "replace")
-            if name in repeated:
-                d.setdefault(name, []).append(s)
-            else:
-                d[name] = s
-        elif num in ints:
-            d[ints[num]] = v
-        elif msgs and num in msgs:
-            name, fn = msgs[num]
-            d[name] = fn(v)
+        if num not in spec:
+            continue
+        name, kind = spec[num]
+        if kind == "s":
+            d[name] = v.decode("utf-8", "replace")
+        elif kind == "i":
+            d[name] = v
+        elif kind == "b":
+            d[name] = bool(v)
+        elif kind == "rs":
+            d.setdefault(name, []).append(v.decode("utf-8", "replace"))
+        elif kind in ("map", "mapb"):
+            ent = dict(_pb_fields(v))
+            k = ent.get(1, b"").decode("utf-8", "replace")
+            val = ent.get(2, b"")
+            d.setdefault(name, {})[k] = base64.b64encode(val).decode() if kind == "mapb" \
+                else val.decode("utf-8", "replace")
+        elif kind.startswith("m:"):
+            d[name] = _pb_decode(v, kind[2:])
+        elif kind.startswith("rm:"):
+            d.setdefault(name, []).append(_pb_decode(v, kind[3:]))
     return d
 
 
 def decode_protobuf(raw):
-    """The Kubernetes protobuf envelope ("k8s\\0" + runtime.Unknown) of a
-    TokenRequest or SelfSubjectAccessReview, as the JSON object it stands
-    for (field numbers of k8s.io/api's generated.proto). Other kinds: None."""
+    """The Kubernetes protobuf envelope ("k8s\\0" + runtime.Unknown) of one
+    of the kinds above, as the JSON object it stands for; None otherwise."""
     if not raw.startswith(b"k8s\x00"):
         return None
     unk = dict(_pb_fields(raw[4:]))
-    tm = _pb_msg(unk.get(1, b""), {1: "apiVersion", 2: "kind"})
-    body = unk.get(2, b"")
-    meta = {1: ("metadata", lambda v: _pb_msg(v, {1: "name", 3: "namespace"}))}
-    if tm.get("kind") == "TokenRequest":
-        ref = lambda v: _pb_msg(v, {1: "kind", 2: "apiVersion", 3: "name", 4: "uid"})  # noqa: E731
-        spec = lambda v: _pb_msg(v, {1: "audiences"}, {4: "expirationSeconds"},  # noqa: E731
-                                 {3: ("boundObjectRef", ref)}, repeated=("audiences",))
-        o = _pb_msg(body, msgs={**meta, 2: ("spec", spec)})
-    elif tm.get("kind") == "SelfSubjectAccessReview":
-        ra = lambda v: _pb_msg(v, {1: "namespace", 2: "verb", 3: "group", 4: "version",  # noqa: E731
-                                   5: "resource", 6: "subresource", 7: "name"})
-        nra = lambda v: _pb_msg(v, {1: "path", 2: "verb"})  # noqa: E731
-        spec = lambda v: _pb_msg(v, msgs={1: ("resourceAttributes", ra),  # noqa: E731
-                                          2: ("nonResourceAttributes", nra)})
-        o = _pb_msg(body, msgs={**meta, 2: ("spec", spec)})
-    else:
+    tm = {n: v.decode() for n, v in _pb_fields(unk.get(1, b""))}
+    kind = tm.get(2)
+    if kind not in _PB or kind in ("ObjectMeta",):
         return None
-    o["apiVersion"], o["kind"] = tm.get("apiVersion"), tm.get("kind")
+    o = _pb_decode(unk.get(2, b""), kind)
+    o["apiVersion"], o["kind"] = tm.get(1), kind
     return o

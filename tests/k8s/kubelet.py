@@ -951,7 +951,9 @@ class Kubelet(LocalNode):
         waiting = sum(1 for c in cs if "waiting" in c.state and not c.last)
         succeeded = sum(1 for c in cs if c.state.get("terminated", {}).get("exitCode") == 0)
         policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
-        if terminal:
+        if rt.evicted is not None:
+            phase = "Failed"  # the eviction's status function, written before the kill
+        elif terminal:
             phase = "Succeeded" if all(c.state.get("terminated", {}).get("exitCode") == 0 for c in cs) \
                 else "Failed"
         elif waiting:

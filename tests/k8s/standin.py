@@ -622,7 +622,7 @@ class APIHandler(BaseHTTPRequestHandler):
                                "the requested resource")
             if t.namespaced and ns is None:
                 raise APIError(404, "NotFound", "the server could not find the requested resource")
-            body = self.json_body(raw)
+            body = self.json_body(raw, protobuf=True)
             if t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 st.validate_crd(body)
             return self.send_json(201, st.out(t, st.create(t, ns, body, dry_run=dry, fv=fv,
@@ -631,7 +631,7 @@ class APIHandler(BaseHTTPRequestHandler):
             if name is None:
                 raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
                                "the requested resource")
-            body = self.json_body(raw)
+            body = self.json_body(raw, protobuf=True)
             if sub == "scale":
                 return self.send_json(200, st.scale_of(t, st.set_scale(t, ns, name, body)))
             if t.key == ("apiextensions.k8s.io", "customresourcedefinitions") and sub is None:
@@ -1245,7 +1245,7 @@ def main():
     ap.add_argument("--image", action="append", default=[], metavar="PATTERN=DIR[=ENTRYPOINT]",
                     help="images matching PATTERN (fnmatch) run with DIR first on PATH")
     ap.add_argument("--max-pods", type=int, default=None, help="pods the node takes (default: no limit)")
-    ap.add_argument("--backoff", type=float, default=10.0,
+    ap.add_argument("--backoff", "--backoff-seconds", type=float, default=10.0,
                     help="first restart and image-pull back-off in seconds (real: 10)")
     ap.add_argument("--backoff-max", type=float, default=300.0, help="back-off cap (real: 300)")
     ap.add_argument("--gpus", type=int, default=0, help="the node's nvidia.com/gpu capacity")

@@ -85,6 +85,11 @@ static int read_ready(rl_test_standin *s) {
 }
 
 int rl_test_standin_start(rl_test_standin *s, const char *extra_args) {
+    rl_test_standin_opts o = {.extra_args = extra_args};
+    return rl_test_standin_start_opts(s, &o);
+}
+
+int rl_test_standin_start_opts(rl_test_standin *s, const rl_test_standin_opts *o) {
     memset(s, 0, sizeof *s);
     s->pid = -1;
     char script[1024];
@@ -104,9 +109,9 @@ int rl_test_standin_start(rl_test_standin *s, const char *extra_args) {
     snprintf(s->ca_file, sizeof s->ca_file, "%s/ca.crt", s->dir);
     snprintf(s->host, sizeof s->host, "127.0.0.1");
 
-    char extra[512] = "";
-    if (extra_args) snprintf(extra, sizeof extra, "%s", extra_args);
-    char *argv[40];
+    char extra[4096] = "", maxp[16], backoff[32];
+    if (o->extra_args) snprintf(extra, sizeof extra, "%s", o->extra_args);
+    char *argv[80];
     int argc = 0;
     argv[argc++] = "python3";
     argv[argc++] = script;
@@ -114,7 +119,22 @@ int rl_test_standin_start(rl_test_standin *s, const char *extra_args) {
     argv[argc++] = s->dir;
     argv[argc++] = "--host";
     argv[argc++] = s->host;
-    for (char *save = NULL, *tok = strtok_r(extra, " \t", &save); tok && argc < 38;
+    for (int i = 0; i < 8 && o->images[i]; i++) {
+        argv[argc++] = "--image";
+        argv[argc++] = (char *)o->images[i];
+    }
+    if (o->kubelet) argv[argc++] = "--kubelet";
+    if (o->max_pods > 0) {
+        snprintf(maxp, sizeof maxp, "%d", o->max_pods);
+        argv[argc++] = "--max-pods";
+        argv[argc++] = maxp;
+    }
+    if (o->backoff_s > 0) {
+        snprintf(backoff, sizeof backoff, "%g", o->backoff_s);
+        argv[argc++] = "--backoff";
+        argv[argc++] = backoff;
+    }
+    for (char *save = NULL, *tok = strtok_r(extra, " \t", &save); tok && argc < 78;
          tok = strtok_r(NULL, " \t", &save))
         argv[argc++] = tok;
     argv[argc] = NULL;
@@ -140,6 +160,7 @@ int rl_test_standin_start(rl_test_standin *s, const char *extra_args) {
         }
         int devnull = open("/dev/null", O_RDONLY);
         if (devnull >= 0) dup2(devnull, 0);
+        for (int i = 0; i < 8 && o->env[i]; i++) putenv((char *)o->env[i]);
         execvp("python3", argv);
         _exit(127);
     }
@@ -293,4 +314,143 @@ int rl_test_kubectl(const rl_test_standin *s, const char *args, const char *stdi
     int st = pclose(p);
     if (stdin_text) unlink(in);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* ---- pods ---------------------------------------------------------------------------- */
+static const cJSON *jpath(const cJSON *j, const char *dotted) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", dotted);
+    const cJSON *cur = j;
+    for (char *save = NULL, *t = strtok_r(buf, ".", &save); t && cur; t = strtok_r(NULL, ".", &save))
+        cur = cJSON_GetObjectItemCaseSensitive(cur, t);
+    return cur;
+}
+
+static void jcopy(char *dst, size_t n, const cJSON *j, const char *dotted) {
+    const cJSON *v = jpath(j, dotted);
+    snprintf(dst, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
+}
+
+static int jint(const cJSON *j, const char *dotted, int dflt) {
+    const cJSON *v = jpath(j, dotted);
+    return cJSON_IsNumber(v) ? v->valueint : dflt;
+}
+
+int rl_test_standin_pod(const rl_test_standin *s, const char *ns, const char *name, const char *container,
+                        rl_test_pod *p) {
+    memset(p, 0, sizeof *p);
+    p->scheduled = -1;
+    p->exit_code = p->last_exit_code = -1;
+    char path[512];
+    snprintf(path, sizeof path, "/pods/%s/%s", ns ? ns : "default", name);
+    size_t cap = 1 << 18;
+    char *out = malloc(cap);
+    if (!out) return -1;
+    int code = rl_test_standin_admin(s, "GET", path, NULL, out, cap);
+    if (code == 404) {
+        free(out);
+        return 0;
+    }
+    cJSON *j = code == 200 ? cJSON_Parse(out) : NULL;
+    free(out);
+    if (!j) return -1;
+    p->exists = true;
+    p->deleting = jpath(j, "metadata.deletionTimestamp") != NULL;
+    jcopy(p->uid, sizeof p->uid, j, "metadata.uid");
+    jcopy(p->phase, sizeof p->phase, j, "status.phase");
+    jcopy(p->ip, sizeof p->ip, j, "status.podIP");
+    jcopy(p->node, sizeof p->node, j, "spec.nodeName");
+    jcopy(p->reason, sizeof p->reason, j, "status.reason");
+    jcopy(p->message, sizeof p->message, j, "status.message");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, jpath(j, "status.conditions")) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(c, "type");
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "status");
+        if (!cJSON_IsString(ty) || !cJSON_IsString(st)) continue;
+        bool yes = !strcmp(st->valuestring, "True");
+        if (!strcmp(ty->valuestring, "PodScheduled")) {
+            p->scheduled = yes;
+            jcopy(p->sched_reason, sizeof p->sched_reason, c, "reason");
+            jcopy(p->sched_message, sizeof p->sched_message, c, "message");
+        } else if (!strcmp(ty->valuestring, "Ready")) {
+            p->ready = yes;
+        } else if (!strcmp(ty->valuestring, "DisruptionTarget")) {
+            p->disruption = yes;
+        }
+    }
+    const cJSON *cs = NULL, *it;
+    cJSON_ArrayForEach(it, jpath(j, "status.containerStatuses")) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+        if (!container || (cJSON_IsString(nm) && !strcmp(nm->valuestring, container))) {
+            cs = it;
+            break;
+        }
+    }
+    if (cs) {
+        p->restarts = jint(cs, "restartCount", 0);
+        p->last_exit_code = jint(cs, "lastState.terminated.exitCode", -1);
+        static const char *states[] = {"waiting", "running", "terminated"};
+        for (int i = 0; i < 3; i++) {
+            const cJSON *st = jpath(cs, "state");
+            const cJSON *one = cJSON_GetObjectItemCaseSensitive(st, states[i]);
+            if (!one) continue;
+            snprintf(p->state, sizeof p->state, "%s", states[i]);
+            jcopy(p->c_reason, sizeof p->c_reason, one, "reason");
+            jcopy(p->c_message, sizeof p->c_message, one, "message");
+            p->exit_code = jint(one, "exitCode", -1);
+        }
+    }
+    cJSON_Delete(j);
+    return 0;
+}
+
+static bool pod_is(const rl_test_pod *p, const char *want) {
+    if (!strcmp(want, "gone")) return !p->exists;
+    if (!p->exists) return false;
+    if (!strcmp(want, "Ready")) return p->ready;
+    if (!strcmp(want, "Unschedulable")) return p->scheduled == 0 && !strcmp(p->sched_reason, want);
+    return !strcmp(p->phase, want) || !strcmp(p->c_reason, want) || !strcmp(p->reason, want);
+}
+
+int rl_test_standin_await_pod(const rl_test_standin *s, const char *ns, const char *name, const char *container,
+                              const char *want, double timeout_s, rl_test_pod *p) {
+    double end = now_s() + timeout_s;
+    for (;;) {
+        if (rl_test_standin_pod(s, ns, name, container, p) == 0 && pod_is(p, want)) return 0;
+        if (now_s() >= end) return -1;
+        usleep(50000);
+    }
+}
+
+int rl_test_standin_evict(const rl_test_standin *s, const char *ns, const char *name, const char *message) {
+    char path[512], body[1024] = "{}";
+    snprintf(path, sizeof path, "/pods/%s/%s/evict", ns ? ns : "default", name);
+    if (message) {
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "message", message);
+        char *txt = cJSON_PrintUnformatted(b);
+        snprintf(body, sizeof body, "%s", txt ? txt : "{}");
+        free(txt);
+        cJSON_Delete(b);
+    }
+    return rl_test_standin_admin(s, "POST", path, body, NULL, 0);
+}
+
+int rl_test_standin_set_max_pods(const rl_test_standin *s, int n) {
+    char body[64];
+    if (n < 0) snprintf(body, sizeof body, "{\"maxPods\":null}");
+    else snprintf(body, sizeof body, "{\"maxPods\":%d}", n);
+    return rl_test_standin_admin(s, "POST", "/node", body, NULL, 0);
+}
+
+int rl_test_standin_sa_token(const rl_test_standin *s, const char *ns, const char *sa, char *tok, size_t n) {
+    char body[512], out[1024];
+    snprintf(body, sizeof body, "{\"namespace\":\"%s\",\"name\":\"%s\"}", ns ? ns : "default", sa);
+    if (rl_test_standin_admin(s, "POST", "/tokens/serviceaccount", body, out, sizeof out) != 200) return -1;
+    cJSON *j = cJSON_Parse(out);
+    const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "token") : NULL;
+    int rc = cJSON_IsString(t) && strlen(t->valuestring) < n ? 0 : -1;
+    if (rc == 0) memcpy(tok, t->valuestring, strlen(t->valuestring) + 1);
+    cJSON_Delete(j);
+    return rc;
 }

@@ -77,6 +77,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -336,9 +337,19 @@ static void start(rl_test_standin *s, const char *args) {
     g_live = s;
 }
 
+/* The "image" of the kubelet tests: a temp dir with a script, put first on
+ * the containers' PATH by --image busybox:*=DIR. */
+static char g_img[64];
+
 static void fini(void) {
     if (g_live && g_live->pid > 0) rl_test_standin_stop(g_live);
     g_live = NULL;
+    if (g_img[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_img);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_img);
+        g_img[0] = '\0';
+    }
 }
 
 static void kubectl_ok(rl_test_standin *s, const char *args, const char *in, char *out, size_t n) {
@@ -1492,5 +1503,702 @@ Test(standin, tokens_forbidden_and_revoked, .timeout = 30) {
         last = atoll(jstr(h, "rv"));
     }
     cJSON_Delete(j);
+    rl_test_standin_stop(&s);
+}
+
+/* ---- the kubelet: pods as local processes ---------------------------------------------- */
+static char g_env_out[128], g_env_mark[] = "RL_TEST_MARK=42", g_env_leak[] = "NOT_RL_LEAK=1";
+static char g_image[128];
+
+/* A stand-in whose kubelet runs image busybox:* from a fresh dir holding
+ * `greet` (args and environment into $RL_TEST_OUT). */
+static void start_kubelet(rl_test_standin *s, int max_pods) {
+    snprintf(g_img, sizeof g_img, "/tmp/rl-img-XXXXXX");
+    cr_assert(mkdtemp(g_img));
+    char path[128];
+    snprintf(path, sizeof path, "%s/greet", g_img);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("#!/bin/sh\necho \"args=$1|$2|$3|$4\"\nenv | sort > \"$RL_TEST_OUT/env-$HOSTNAME\"\n"
+          "test -s \"$RL_K8S_SA_DIR/token\" && test -s \"$RL_K8S_SA_DIR/ca.crt\" && "
+          "echo \"sa-ns=$(cat \"$RL_K8S_SA_DIR/namespace\")\"\necho \"sa=${RL_K8S_SA_DIR:-none}\"\n",
+          f);
+    fclose(f);
+    chmod(path, 0755);
+    snprintf(g_env_out, sizeof g_env_out, "RL_TEST_OUT=%s", g_img);
+    snprintf(g_image, sizeof g_image, "busybox:*=%s", g_img);
+    rl_test_standin_opts o = {.images = {g_image}, .max_pods = max_pods, .backoff_s = 0.3,
+                              .env = {g_env_out, g_env_mark, g_env_leak}};
+    cr_assert_eq(rl_test_standin_start_opts(s, &o), 0, "the stand-in did not start");
+    g_live = s;
+}
+
+static void slurp(const char *path, char *buf, size_t n) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t got = fread(buf, 1, n - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+}
+
+/* A process that exists and is not a zombie. */
+static int alive(int pid) {
+    if (pid <= 0 || kill(pid, 0) != 0) return 0;
+    char p[64], st[512];
+    snprintf(p, sizeof p, "/proc/%d/stat", pid);
+    slurp(p, st, sizeof st);
+    const char *close = strrchr(st, ')');
+    return !(close && close[1] == ' ' && close[2] == 'Z');
+}
+
+/* "key=N" in a pod's log (the container printed its pids), polled. */
+static int logged_int(rl_test_standin *s, const char *pod, const char *key, double secs) {
+    char args[256], out[4096], pat[64];
+    snprintf(args, sizeof args, "logs %s", pod);
+    snprintf(pat, sizeof pat, "%s=", key);
+    double end = now_s() + secs;
+    while (now_s() < end) {
+        if (rl_test_kubectl(s, args, NULL, out, sizeof out) == 0) {
+            const char *at = strstr(out, pat);
+            if (at) return atoi(at + strlen(pat));
+        }
+        usleep(50000);
+    }
+    return -1;
+}
+
+static void await_pod(rl_test_standin *s, const char *name, const char *want, double secs, rl_test_pod *p) {
+    int rc = rl_test_standin_await_pod(s, "default", name, NULL, want, secs, p);
+    cr_assert_eq(rc, 0, "pod %s never %s: phase %s, container %s %s (%s), pod reason %s, scheduled %d %s", name,
+                 want, p->phase, p->state, p->c_reason, p->c_message, p->reason, p->scheduled, p->sched_message);
+}
+
+static const char *ENV_PODS =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm1}\ndata: {ck: cval}\n---\n"
+    "apiVersion: v1\nkind: Secret\nmetadata: {name: s1}\nstringData: {k: sekrit}\n---\n"
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: envp, labels: {app: demo}, annotations: {note: hi}}\n"
+    "spec:\n  restartPolicy: Never\n  containers:\n  - name: main\n    image: busybox:1.36\n"
+    "    command: [greet]\n    args: ['$(POD_NAME)', '$$(POD_NAME)', '$(NOPE)', '$(X)']\n    env:\n"
+    "    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}\n"
+    "    - {name: POD_NS, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}\n"
+    "    - {name: POD_UID, valueFrom: {fieldRef: {fieldPath: metadata.uid}}}\n"
+    "    - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}\n"
+    "    - {name: HOST_IP, valueFrom: {fieldRef: {fieldPath: status.hostIP}}}\n"
+    "    - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}\n"
+    "    - {name: SA, valueFrom: {fieldRef: {fieldPath: spec.serviceAccountName}}}\n"
+    "    - {name: LBL, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['app']\"}}}\n"
+    "    - {name: ANN, valueFrom: {fieldRef: {fieldPath: \"metadata.annotations['note']\"}}}\n"
+    "    - {name: SEC, valueFrom: {secretKeyRef: {name: s1, key: k}}}\n"
+    "    - {name: CMV, valueFrom: {configMapKeyRef: {name: cm1, key: ck}}}\n"
+    "    - {name: OPT, valueFrom: {secretKeyRef: {name: nope, key: k, optional: true}}}\n"
+    "    - {name: X, value: 'x-$(POD_NAME)-$(SEC)'}\n---\n"
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: nosa}\n"
+    "spec:\n  restartPolicy: Never\n  automountServiceAccountToken: false\n"
+    "  containers: [{name: main, image: busybox:1.36, command: [greet]}]\n";
+
+/* command/args with $(VAR) expansion, env from fieldRef/secretKeyRef/
+ * configMapKeyRef, the injected environment, the service-account files and
+ * their token, status as the kubelet writes it, kubectl logs. */
+Test(standin, kubelet_env_status_logs, .timeout = 60) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[65536];
+    kubectl_ok(&s, "apply -f -", ENV_PODS, out, sizeof out);
+    rl_test_pod p;
+    await_pod(&s, "envp", "Succeeded", 10, &p);
+    cr_assert_str_eq(p.state, "terminated");
+    cr_assert_eq(p.exit_code, 0);
+    cr_assert_str_eq(p.c_reason, "Completed");
+    cr_assert_str_eq(p.node, "standin-node");
+    cr_assert(!strncmp(p.ip, "127.", 4) && strcmp(p.ip, "127.0.0.1"), "pod IP %s", p.ip);
+    cr_assert(!p.ready);
+    kubectl_ok(&s, "logs envp", NULL, out, sizeof out);
+    cr_assert(strstr(out, "args=envp|$(POD_NAME)|$(NOPE)|x-envp-sekrit\n"), "%s", out);
+    cr_assert(strstr(out, "sa-ns=default\n"), "%s", out);
+    char path[256], env[16384], want[512];
+    snprintf(path, sizeof path, "%s/env-envp", g_img);
+    slurp(path, env, sizeof env);
+    const char *lines[] = {"POD_NAME=envp\n", "POD_NS=default\n", "HOST_IP=127.0.0.1\n", "NODE=standin-node\n",
+                           "SA=default\n", "LBL=demo\n", "ANN=hi\n", "SEC=sekrit\n", "CMV=cval\n",
+                           "X=x-envp-sekrit\n", "HOSTNAME=envp\n", "RL_TEST_MARK=42\n",
+                           "KUBERNETES_SERVICE_HOST=127.0.0.1\n"};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        cr_assert(strstr(env, lines[i]), "no %s in\n%s", lines[i], env);
+    snprintf(want, sizeof want, "POD_IP=%s\n", p.ip);
+    cr_assert(strstr(env, want), "%s not in\n%s", want, env);
+    snprintf(want, sizeof want, "POD_UID=%s\n", p.uid);
+    cr_assert(strstr(env, want));
+    snprintf(want, sizeof want, "KUBERNETES_SERVICE_PORT=%d\n", s.port);
+    cr_assert(strstr(env, want), "%s", env);
+    snprintf(want, sizeof want, "PATH=%s:", g_img);
+    cr_assert(strstr(env, want), "the image dir comes first on PATH: %s", env);
+    cr_assert_null(strstr(env, "OPT="), "an optional missing secret sets nothing");
+    cr_assert_null(strstr(env, "NOT_RL_LEAK"), "only RL_* of the stand-in reaches containers");
+    /* the service-account token: the pod's identity, RBAC applies */
+    const char *sa = strstr(env, "RL_K8S_SA_DIR=");
+    cr_assert(sa);
+    char tokp[512], tok[512];
+    snprintf(tokp, sizeof tokp, "%.*s/token", (int)(strchr(sa, '\n') - sa - 14), sa + 14);
+    slurp(tokp, tok, sizeof tok);
+    cr_assert(tok[0]);
+    char args[1024];
+    snprintf(args, sizeof args, "--token=%s get pods", tok);
+    cr_assert_neq(rl_test_kubectl(&s, args, NULL, out, sizeof out), 0);
+    cr_assert(strstr(out, "pods is forbidden: User \"system:serviceaccount:default:default\" cannot list resource "
+                          "\"pods\" in API group \"\" in the namespace \"default\""),
+              "%s", out);
+    /* automountServiceAccountToken: false -> no files, no RL_K8S_SA_DIR */
+    await_pod(&s, "nosa", "Succeeded", 10, &p);
+    kubectl_ok(&s, "logs nosa", NULL, out, sizeof out);
+    cr_assert(strstr(out, "sa=none"), "%s", out);
+    /* kubectl's view: STATUS Completed, the pod's IP with -o wide */
+    kubectl_ok(&s, "get pod envp -o wide", NULL, out, sizeof out);
+    cr_assert(strstr(out, "Completed") && strstr(out, "standin-node"), "%s", out);
+    /* a bound token dies with its pod */
+    kubectl_ok(&s, "delete pod envp", NULL, out, sizeof out);
+    cr_assert_neq(rl_test_kubectl(&s, args, NULL, out, sizeof out), 0);
+    cr_assert(strstr(out, "Unauthorized"), "%s", out);
+    rl_test_standin_stop(&s);
+}
+
+/* A Secret that is missing, then lacks the key, then is complete: the
+ * container waits with the kubelet's messages and starts once it can. */
+Test(standin, kubelet_secret_missing_then_created, .timeout = 40) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[8192];
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: waits}\nspec:\n  restartPolicy: Never\n"
+               "  containers:\n  - name: main\n    image: busybox:1.36\n    command: [sh, -c, 'echo got=$S']\n"
+               "    env: [{name: S, valueFrom: {secretKeyRef: {name: later, key: k}}}]\n",
+               out, sizeof out);
+    rl_test_pod p;
+    await_pod(&s, "waits", "CreateContainerConfigError", 10, &p);
+    cr_assert_str_eq(p.c_message, "secret \"later\" not found");
+    cr_assert_str_eq(p.phase, "Pending");
+    kubectl_ok(&s, "get pod waits", NULL, out, sizeof out);
+    cr_assert(strstr(out, "CreateContainerConfigError"), "%s", out);
+    kubectl_ok(&s, "apply -f -", "apiVersion: v1\nkind: Secret\nmetadata: {name: later}\nstringData: {other: x}\n",
+               out, sizeof out);
+    double end = now_s() + 10;
+    while (now_s() < end && rl_test_standin_pod(&s, "default", "waits", NULL, &p) == 0 &&
+           strstr(p.c_message, "not found"))
+        usleep(50000);
+    cr_assert_str_eq(p.c_message, "couldn't find key k in Secret default/later");
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: Secret\nmetadata: {name: later}\nstringData: {other: x, k: finally}\n", out,
+               sizeof out);
+    await_pod(&s, "waits", "Succeeded", 10, &p);
+    kubectl_ok(&s, "logs waits", NULL, out, sizeof out);
+    cr_assert_str_eq(out, "got=finally\n");
+    rl_test_standin_stop(&s);
+}
+
+/* An image no --image pattern maps: ErrImagePull, then ImagePullBackOff,
+ * Pending; logs refuse; deleting it is immediate. */
+Test(standin, kubelet_image_pull_backoff, .timeout = 40) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[8192];
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: nopull}\n"
+               "spec: {containers: [{name: main, image: 'nope.example/img:1', command: [sh]}]}\n",
+               out, sizeof out);
+    rl_test_pod p;
+    await_pod(&s, "nopull", "ErrImagePull", 10, &p);
+    cr_assert_str_eq(p.phase, "Pending");
+    cr_assert(p.ip[0], "the sandbox (and its address) exists while the image is pulled");
+    cr_assert(strstr(p.c_message, "failed to pull and unpack image \"nope.example/img:1\""), "%s", p.c_message);
+    await_pod(&s, "nopull", "ImagePullBackOff", 10, &p);
+    cr_assert(strstr(p.c_message, "Back-off pulling image \"nope.example/img:1\""), "%s", p.c_message);
+    cr_assert_str_eq(p.phase, "Pending");
+    kubectl_ok(&s, "get pod nopull", NULL, out, sizeof out);
+    cr_assert(strstr(out, "ImagePullBackOff") || strstr(out, "ErrImagePull"), "%s", out);
+    cr_assert_neq(rl_test_kubectl(&s, "logs nopull", NULL, out, sizeof out), 0);
+    cr_assert(strstr(out, "container \"main\" in pod \"nopull\" is waiting to start: trying and failing to pull image"),
+              "%s", out);
+    double t0 = now_s();
+    kubectl_ok(&s, "delete pod nopull", NULL, out, sizeof out);
+    cr_assert_lt(now_s() - t0, 3.0, "a pod that never started goes at once");
+    rl_test_standin_stop(&s);
+}
+
+/* Exit codes and restartPolicy: Succeeded/Failed with terminated.exitCode,
+ * StartError for a missing executable, OnFailure restarts with
+ * CrashLoopBackOff and keeps the previous instance's log. */
+Test(standin, kubelet_exit_codes_and_restarts, .timeout = 60) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[16384];
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: ok}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, command: [sh, -c, 'exit 0']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, command: [sh, -c, 'exit 3']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: noexe}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, command: [no-such-cmd]}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: crash}\nspec:\n  restartPolicy: OnFailure\n"
+               "  containers: [{name: main, image: busybox:1.36, command: [sh, -c, 'echo run; exit 2']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: onfok}\nspec:\n  restartPolicy: OnFailure\n"
+               "  containers: [{name: main, image: busybox:1.36, command: [sh, -c, 'exit 0']}]\n",
+               out, sizeof out);
+    rl_test_pod p;
+    await_pod(&s, "ok", "Succeeded", 10, &p);
+    cr_assert_eq(p.exit_code, 0);
+    cr_assert_str_eq(p.c_reason, "Completed");
+    await_pod(&s, "bad", "Failed", 10, &p);
+    cr_assert_eq(p.exit_code, 3);
+    cr_assert_str_eq(p.c_reason, "Error");
+    cr_assert_eq(p.restarts, 0);
+    await_pod(&s, "noexe", "Failed", 10, &p);
+    cr_assert_eq(p.exit_code, 128);
+    cr_assert_str_eq(p.c_reason, "StartError");
+    cr_assert(strstr(p.c_message, "exec: \"no-such-cmd\": executable file not found in $PATH"), "%s", p.c_message);
+    await_pod(&s, "onfok", "Succeeded", 10, &p);
+    await_pod(&s, "crash", "CrashLoopBackOff", 15, &p);
+    cr_assert_geq(p.restarts, 1);
+    cr_assert_eq(p.last_exit_code, 2);
+    cr_assert_str_eq(p.phase, "Running", "OnFailure: restarting, not Failed");
+    cr_assert(strstr(p.c_message, "back-off ") && strstr(p.c_message, "restarting failed container=main pod=crash_default("),
+              "%s", p.c_message);
+    kubectl_ok(&s, "logs crash --previous", NULL, out, sizeof out);
+    cr_assert_str_eq(out, "run\n");
+    kubectl_ok(&s, "get pods", NULL, out, sizeof out);
+    cr_assert(strstr(out, "Completed") && strstr(out, "Error") && strstr(out, "StartError"), "%s", out);
+    rl_test_standin_stop(&s);
+}
+
+/* Graceful deletion: SIGTERM to a container that handles it, which exits,
+ * and the pod goes then; one that ignores it is SIGKILLed (with the rest of
+ * its process group) after the grace period. */
+Test(standin, kubelet_graceful_delete, .timeout = 40) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[8192];
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: term}\nspec:\n  terminationGracePeriodSeconds: 10\n"
+               "  containers: [{name: main, image: busybox:1.36, command: [sh, -c, "
+               "'trap \"echo got-TERM; exit 0\" TERM; echo pid=$$$$; while :; do sleep 0.1; done']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: stubborn}\nspec:\n  terminationGracePeriodSeconds: 1\n"
+               "  containers: [{name: main, image: busybox:1.36, command: [sh, -c, "
+               "'trap \"\" TERM; sleep 1000 & echo bg=$!; echo pid=$$$$; while :; do sleep 0.1; done']}]\n",
+               out, sizeof out);
+    rl_test_pod p;
+    await_pod(&s, "term", "Running", 10, &p);
+    cr_assert(p.ready, "Ready while running (no probes)");
+    char uid[64], logp[512], log[4096];
+    snprintf(uid, sizeof uid, "%s", p.uid);
+    int pid = logged_int(&s, "term", "pid", 5);
+    cr_assert_gt(pid, 0);
+    double t0 = now_s();
+    kubectl_ok(&s, "delete pod term", NULL, out, sizeof out);
+    cr_assert_lt(now_s() - t0, 5.0, "gone when its process exits, not after the 10 s grace");
+    cr_assert(!alive(pid));
+    snprintf(logp, sizeof logp, "%s/pods/default_term_%s/logs/main/0.log", s.dir, uid);
+    slurp(logp, log, sizeof log);
+    cr_assert(strstr(log, "got-TERM"), "SIGTERM was not seen: %s", log);
+
+    await_pod(&s, "stubborn", "Running", 10, &p);
+    int bg = logged_int(&s, "stubborn", "bg", 5), main_pid = logged_int(&s, "stubborn", "pid", 5);
+    cr_assert(bg > 0 && main_pid > 0);
+    cJSON *j;
+    t0 = now_s();
+    cr_assert_eq(api(&s, "DELETE", "/api/v1/namespaces/default/pods/stubborn", NULL, NULL, &j), 200);
+    cr_assert(jstr(j, "metadata.deletionTimestamp"));
+    cJSON_Delete(j);
+    cr_assert_eq(rl_test_standin_pod(&s, "default", "stubborn", NULL, &p), 0);
+    cr_assert(p.exists && p.deleting && !strcmp(p.state, "running"), "terminating, still running");
+    await_pod(&s, "stubborn", "gone", 6, &p);
+    double took = now_s() - t0;
+    cr_assert(took > 0.9 && took < 4.0, "SIGKILL after the 1 s grace, took %.2f s", took);
+    cr_assert(!alive(main_pid) && !alive(bg), "the container's processes outlived it");
+    rl_test_standin_stop(&s);
+}
+
+/* Kubelet eviction (node pressure): processes killed, Failed/Evicted with
+ * DisruptionTarget, the pod object stays. */
+Test(standin, kubelet_eviction, .timeout = 30) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[8192];
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: ev}\n"
+               "spec: {containers: [{name: main, image: busybox:1.36, command: [sh, -c, "
+               "'echo pid=$$$$; while :; do sleep 0.1; done']}]}\n",
+               out, sizeof out);
+    rl_test_pod p;
+    await_pod(&s, "ev", "Running", 10, &p);
+    int pid = logged_int(&s, "ev", "pid", 5);
+    cr_assert_gt(pid, 0);
+    const char *msg = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 20Mi. ";
+    cr_assert_eq(rl_test_standin_evict(&s, "default", "ev", msg), 200);
+    await_pod(&s, "ev", "Evicted", 10, &p);
+    cr_assert_str_eq(p.phase, "Failed");
+    cr_assert_str_eq(p.message, msg);
+    cr_assert(p.disruption, "condition DisruptionTarget (TerminationByKubelet)");
+    cr_assert_str_eq(p.state, "terminated");
+    cr_assert_eq(p.exit_code, 137);
+    cr_assert(!alive(pid));
+    cJSON *j;
+    cr_assert_eq(api(&s, "GET", "/api/v1/namespaces/default/pods/ev", NULL, NULL, &j), 200);
+    const cJSON *c;
+    int dt = 0;
+    cJSON_ArrayForEach(c, jget(j, "status.conditions")) if (!strcmp(jstr(c, "type"), "DisruptionTarget")) {
+        cr_assert_str_eq(jstr(c, "reason"), "TerminationByKubelet");
+        dt = 1;
+    }
+    cr_assert(dt);
+    cJSON_Delete(j);
+    cr_assert_eq(rl_test_standin_evict(&s, "default", "ev", NULL), 409, "evicting a finished pod");
+    rl_test_standin_stop(&s);
+}
+
+/* The node's capacity: a pod beyond --max-pods stays Pending, Unschedulable
+ * with the scheduler's message, and is bound when room frees up; a
+ * nodeSelector the node cannot meet. */
+Test(standin, kubelet_unschedulable, .timeout = 40) {
+    static rl_test_standin s;
+    start_kubelet(&s, 1);
+    static char out[8192];
+    const char *pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: %s}\n"
+                      "spec: {containers: [{name: main, image: busybox:1.36, command: [sh, -c, "
+                      "'trap \"exit 0\" TERM; while :; do sleep 0.1; done']}]}\n";
+    char y[512];
+    snprintf(y, sizeof y, pod, "first");
+    kubectl_ok(&s, "apply -f -", y, out, sizeof out);
+    rl_test_pod p;
+    await_pod(&s, "first", "Running", 10, &p);
+    snprintf(y, sizeof y, pod, "second");
+    kubectl_ok(&s, "apply -f -", y, out, sizeof out);
+    await_pod(&s, "second", "Unschedulable", 10, &p);
+    cr_assert_str_eq(p.sched_message, "0/1 nodes are available: 1 Too many pods. preemption: 0/1 nodes are available: "
+                                      "1 No preemption victims found for incoming pod.");
+    cr_assert_str_eq(p.phase, "Pending");
+    cr_assert_str_eq(p.node, "");
+    kubectl_ok(&s, "delete pod first", NULL, out, sizeof out);
+    await_pod(&s, "second", "Running", 10, &p);
+    cr_assert_str_eq(p.node, "standin-node");
+    cr_assert_eq(p.scheduled, 1);
+    cr_assert_eq(rl_test_standin_set_max_pods(&s, -1), 200);
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: gpu}\n"
+               "spec: {nodeSelector: {pool: gpu}, containers: [{name: main, image: busybox:1.36, command: [sh]}]}\n",
+               out, sizeof out);
+    await_pod(&s, "gpu", "Unschedulable", 10, &p);
+    cr_assert_str_eq(p.sched_message, "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. "
+                                      "preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
+                                      "scheduling.");
+    double t0 = now_s();
+    kubectl_ok(&s, "delete pod gpu", NULL, out, sizeof out);
+    cr_assert_lt(now_s() - t0, 3.0, "an unscheduled pod goes at once");
+    rl_test_standin_stop(&s);
+}
+
+/* No container outlives the stand-in: stopped, it kills them; SIGKILLed,
+ * PR_SET_PDEATHSIG takes the main process and the reaper its group. */
+Test(standin, kubelet_no_orphans, .timeout = 40) {
+    static rl_test_standin s;
+    static char out[8192];
+    const char *y = "apiVersion: v1\nkind: Pod\nmetadata: {name: o}\n"
+                    "spec: {containers: [{name: main, image: busybox:1.36, command: [sh, -c, "
+                    "'sleep 1000 & echo bg=$!; echo pid=$$$$; while :; do sleep 0.1; done']}]}\n";
+    for (int round = 0; round < 2; round++) {
+        start_kubelet(&s, 0);
+        kubectl_ok(&s, "apply -f -", y, out, sizeof out);
+        rl_test_pod p;
+        await_pod(&s, "o", "Running", 10, &p);
+        int bg = logged_int(&s, "o", "bg", 5), pid = logged_int(&s, "o", "pid", 5);
+        cr_assert(bg > 0 && pid > 0);
+        if (round == 0) {
+            rl_test_standin_stop(&s);
+        } else {
+            kill(s.pid, SIGKILL);
+            waitpid(s.pid, NULL, 0);
+            s.pid = -1;
+        }
+        double end = now_s() + 5;
+        while (now_s() < end && (alive(pid) || alive(bg))) usleep(20000);
+        cr_assert(!alive(pid) && !alive(bg), "round %d: pod processes outlived the stand-in", round);
+        if (round == 1) rl_test_standin_stop(&s); /* the dir */
+        fini();
+    }
+}
+
+/* ---- RBAC for service accounts --------------------------------------------------------- */
+static const char *RBAC =
+    "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: w}\n---\n"
+    "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: w}\nrules:\n"
+    "- {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, update, patch, create],\n"
+    "   resourceNames: [job-leader]}\n"
+    "- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: ['*']}\n---\n"
+    "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: w}\n"
+    "roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: w}\n"
+    "subjects: [{kind: ServiceAccount, name: w}]\n---\n"
+    "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: logs}\nrules:\n"
+    "- {apiGroups: [''], resources: [pods/log], verbs: [get]}\n---\n"
+    "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: logs}\n"
+    "roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: logs}\n"
+    "subjects: [{kind: Group, name: 'system:serviceaccounts:default'}]\n---\n"
+    "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: job-leader}\nspec: {holderIdentity: a}\n---\n"
+    "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: other}\nspec: {holderIdentity: a}\n";
+
+Test(standin, rbac_service_accounts, .timeout = 60) {
+    static rl_test_standin s;
+    start(&s, NULL);
+    static char out[16384];
+    kubectl_ok(&s, "apply -f -", RBAC, out, sizeof out);
+    char tok[512], args[1024];
+    cr_assert_eq(rl_test_standin_sa_token(&s, "default", "w", tok, sizeof tok), 0);
+    membuf m;
+    /* resourceNames: the named Lease only */
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "GET", LEASES "/job-leader", NULL, &m, (reqopt){.tok = tok}), 200, "%s", m.buf);
+    mb_free(&m);
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "PATCH", LEASES "/job-leader", "{\"spec\":{\"holderIdentity\":\"w\"}}", &m,
+                         (reqopt){.tok = tok, .ctype = "application/merge-patch+json"}),
+                 200, "%s", m.buf);
+    mb_free(&m);
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "GET", LEASES "/other", NULL, &m, (reqopt){.tok = tok}), 403);
+    cJSON *j = cJSON_Parse(m.buf);
+    assert_status(j, 403, "Forbidden");
+    cr_assert_str_eq(jstr(j, "message"),
+                     "leases.coordination.k8s.io \"other\" is forbidden: User \"system:serviceaccount:default:w\" "
+                     "cannot get resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"default\"");
+    cJSON_Delete(j);
+    mb_free(&m);
+    /* a list carries no name: refused; narrowed by fieldSelector metadata.name it carries one */
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "GET", LEASES, NULL, &m, (reqopt){.tok = tok}), 403);
+    mb_free(&m);
+    /* create carries no name either: a rule with resourceNames never allows it,
+     * even for a name it lists */
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "POST", LEASES, "{\"metadata\":{\"name\":\"job-leader\"}}", &m, (reqopt){.tok = tok}), 403);
+    j = cJSON_Parse(m.buf);
+    cr_assert_str_eq(jstr(j, "message"),
+                     "leases.coordination.k8s.io is forbidden: User \"system:serviceaccount:default:w\" cannot create "
+                     "resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"default\"");
+    cJSON_Delete(j);
+    mb_free(&m);
+    /* verbs '*' */
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "GET", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?watch=1&timeoutSeconds=1",
+                         NULL, &m, (reqopt){.tok = tok}),
+                 200);
+    mb_free(&m);
+    /* the same through kubectl: --token, and auth can-i (SelfSubjectAccessReview) as the account */
+    snprintf(args, sizeof args, "--token=%s get lease job-leader -o name", tok);
+    kubectl_ok(&s, args, NULL, out, sizeof out);
+    cr_assert_str_eq(out, "lease.coordination.k8s.io/job-leader\n");
+    snprintf(args, sizeof args, "--token=%s delete lease other", tok);
+    cr_assert_neq(rl_test_kubectl(&s, args, NULL, out, sizeof out), 0);
+    cr_assert(strstr(out, "cannot delete resource \"leases\""), "%s", out);
+    struct {
+        const char *q, *want;
+    } can[] = {{"update lease/job-leader", "yes"}, {"update lease/other", "no"}, {"create leases", "no"},
+               {"list endpointslices.discovery.k8s.io", "yes"}, {"get pods --subresource=log", "yes"},
+               {"get pods", "no"}};
+    for (size_t i = 0; i < sizeof can / sizeof can[0]; i++) {
+        snprintf(args, sizeof args, "auth can-i %s --as=system:serviceaccount:default:w", can[i].q);
+        rl_test_kubectl(&s, args, NULL, out, sizeof out);
+        cr_assert(!strncmp(out, can[i].want, strlen(can[i].want)), "can-i %s: %s", can[i].q, out);
+    }
+    /* kubectl create token (TokenRequest) gives a working token too */
+    kubectl_ok(&s, "create token w", NULL, out, sizeof out);
+    out[strcspn(out, "\n")] = '\0';
+    cr_assert_lt(strlen(out), 512);
+    snprintf(args, sizeof args, "--token=%.512s get lease job-leader -o name", out);
+    kubectl_ok(&s, args, NULL, out, sizeof out);
+    /* a rule without resourceNames is what allows create */
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: w}\nrules:\n"
+               "- {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, update, patch],\n"
+               "   resourceNames: [job-leader]}\n"
+               "- {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [create]}\n",
+               out, sizeof out);
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "POST", LEASES, "{\"metadata\":{\"name\":\"new\"}}", &m, (reqopt){.tok = tok}), 201, "%s",
+                 m.buf);
+    mb_free(&m);
+    /* a binding to a missing role: refused, and the reason says so */
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: lost}\n---\n"
+               "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: lost}\n"
+               "roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: nope}\n"
+               "subjects: [{kind: ServiceAccount, name: lost}]\n",
+               out, sizeof out);
+    cr_assert_eq(rl_test_standin_sa_token(&s, "default", "lost", tok, sizeof tok), 0);
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "GET", LEASES "/other", NULL, &m, (reqopt){.tok = tok}), 403);
+    cr_assert(strstr(m.buf, ": RBAC: role.rbac.authorization.k8s.io \\\"nope\\\" not found"), "%s", m.buf);
+    mb_free(&m);
+    /* deleting the service account invalidates its tokens */
+    kubectl_ok(&s, "delete sa lost", NULL, out, sizeof out);
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "GET", LEASES "/other", NULL, &m, (reqopt){.tok = tok}), 401);
+    mb_free(&m);
+    /* a pod needs its service account to exist (admission) */
+    cr_assert_eq(api(&s, "POST", "/api/v1/namespaces/default/pods", NULL,
+                     "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"serviceAccountName\":\"ghost\",\"containers\":"
+                     "[{\"name\":\"c\",\"image\":\"i\"}]}}",
+                     &j),
+                 403);
+    cr_assert_str_eq(jstr(j, "message"), "pods \"p\" is forbidden: error looking up service account default/ghost: "
+                                         "serviceaccount \"ghost\" not found");
+    cJSON_Delete(j);
+    rl_test_standin_stop(&s);
+}
+
+/* ---- CRD structural schemas ------------------------------------------------------------ */
+static const char *SCHEMA_CRD =
+    "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\","
+    "\"metadata\":{\"name\":\"trainingjobs.ringleader.dev\"},\"spec\":{\"group\":\"ringleader.dev\","
+    "\"scope\":\"Namespaced\",\"names\":{\"plural\":\"trainingjobs\",\"singular\":\"trainingjob\","
+    "\"kind\":\"TrainingJob\",\"shortNames\":[\"tj\"]},\"versions\":[{\"name\":\"v1\",\"served\":true,"
+    "\"storage\":true,\"schema\":{\"openAPIV3Schema\":{\"type\":\"object\",\"properties\":{"
+    "\"spec\":{\"type\":\"object\",\"required\":[\"image\"],\"properties\":{"
+    "\"image\":{\"type\":\"string\",\"minLength\":1},"
+    "\"replicas\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":8,\"default\":1},"
+    "\"cleanPodPolicy\":{\"type\":\"string\",\"enum\":[\"All\",\"Running\",\"None\"],\"default\":\"All\"},"
+    "\"env\":{\"type\":\"array\",\"maxItems\":2,\"items\":{\"type\":\"object\",\"required\":[\"name\"],"
+    "\"properties\":{\"name\":{\"type\":\"string\"},\"value\":{\"type\":\"string\"}}}},"
+    "\"elastic\":{\"type\":\"object\",\"default\":{},\"properties\":{\"minReplicas\":{\"type\":\"integer\","
+    "\"default\":1}}},"
+    "\"port\":{\"x-kubernetes-int-or-string\":true},"
+    "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
+    "\"training\":{\"type\":\"object\",\"x-kubernetes-preserve-unknown-fields\":true}}},"
+    "\"status\":{\"type\":\"object\",\"properties\":{\"phase\":{\"type\":\"string\",\"enum\":[\"Pending\","
+    "\"Running\"]},\"replicas\":{\"type\":\"integer\"},\"selector\":{\"type\":\"string\"}}}}}},"
+    "\"subresources\":{\"status\":{},\"scale\":{\"specReplicasPath\":\".spec.replicas\","
+    "\"statusReplicasPath\":\".status.replicas\",\"labelSelectorPath\":\".status.selector\"}},"
+    "\"additionalPrinterColumns\":[{\"name\":\"Desired\",\"type\":\"integer\",\"jsonPath\":\".spec.replicas\"},"
+    "{\"name\":\"Phase\",\"type\":\"string\",\"jsonPath\":\".status.phase\"}]}]}}";
+
+#define TJS "/apis/ringleader.dev/v1/namespaces/default/trainingjobs"
+
+Test(standin, crd_schema_prune_default_validate, .timeout = 60) {
+    static rl_test_standin s;
+    start(&s, NULL);
+    static char out[16384];
+    cJSON *j;
+    /* a CRD without a schema is refused, as v1 requires one */
+    cr_assert_eq(api(&s, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", NULL,
+                     "{\"metadata\":{\"name\":\"nos.ex.io\"},\"spec\":{\"group\":\"ex.io\",\"scope\":\"Namespaced\","
+                     "\"names\":{\"plural\":\"nos\",\"kind\":\"No\"},\"versions\":[{\"name\":\"v1\",\"served\":true,"
+                     "\"storage\":true}]}}",
+                     &j),
+                 422);
+    cr_assert_str_eq(jstr(j, "message"), "CustomResourceDefinition.apiextensions.k8s.io \"nos.ex.io\" is invalid: "
+                                         "spec.versions[0].schema.openAPIV3Schema: Required value: schemas are required");
+    cJSON_Delete(j);
+    kubectl_ok(&s, "apply -f -", SCHEMA_CRD, out, sizeof out);
+    cr_assert(await_code(&s, TJS, 200, 5));
+    /* one error: the real message and cause */
+    cr_assert_eq(api(&s, "POST", TJS, NULL,
+                     "{\"apiVersion\":\"ringleader.dev/v1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"x\"},"
+                     "\"spec\":{\"image\":\"a\",\"replicas\":-1}}",
+                     &j),
+                 422);
+    assert_status(j, 422, "Invalid");
+    cr_assert_str_eq(jstr(j, "message"), "TrainingJob.ringleader.dev \"x\" is invalid: spec.replicas: Invalid value: -1: "
+                                         "spec.replicas in body should be greater than or equal to 0");
+    cr_assert_str_eq(jstr(j, "details.kind"), "TrainingJob");
+    cr_assert_str_eq(jstr(j, "details.group"), "ringleader.dev");
+    const cJSON *cause = cJSON_GetArrayItem(jget(j, "details.causes"), 0);
+    cr_assert_str_eq(jstr(cause, "reason"), "FieldValueInvalid");
+    cr_assert_str_eq(jstr(cause, "field"), "spec.replicas");
+    cr_assert_str_eq(jstr(cause, "message"), "Invalid value: -1: spec.replicas in body should be greater than or equal to 0");
+    cJSON_Delete(j);
+    /* several: [a, b, ...], one cause each */
+    cr_assert_eq(api(&s, "POST", TJS, NULL,
+                     "{\"apiVersion\":\"ringleader.dev/v1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"x\"},"
+                     "\"spec\":{\"replicas\":9,\"cleanPodPolicy\":\"Bad\",\"env\":[{\"value\":1},{\"name\":\"a\"},"
+                     "{\"name\":\"b\"}],\"labels\":{\"k\":true},\"port\":1.5}}",
+                     &j),
+                 422);
+    const char *msg = jstr(j, "message");
+    const char *head = "TrainingJob.ringleader.dev \"x\" is invalid: [";
+    cr_assert(!strncmp(msg, head, strlen(head)) && msg[strlen(msg) - 1] == ']', "%s", msg);
+    const char *parts[] = {
+        "spec.image: Required value",
+        "spec.replicas: Invalid value: 9: spec.replicas in body should be less than or equal to 8",
+        "spec.cleanPodPolicy: Unsupported value: \"Bad\": supported values: \"All\", \"Running\", \"None\"",
+        "spec.env: Too many: 3: must have at most 2 items",
+        "spec.env[0].name: Required value",
+        "spec.env[0].value: Invalid value: \"integer\": spec.env[0].value in body must be of type string: \"integer\"",
+        "spec.labels.k: Invalid value: \"boolean\": spec.labels.k in body must be of type string: \"boolean\"",
+        "spec.port: Invalid value: \"number\": spec.port in body must be of type integer,string: \"number\""};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) cr_assert(strstr(msg, parts[i]), "no [%s] in %s", parts[i], msg);
+    cr_assert_eq(cJSON_GetArraySize(jget(j, "details.causes")), 8);
+    cJSON_Delete(j);
+    /* kubectl shows it the same way */
+    cr_assert_neq(rl_test_kubectl(&s, "apply -f -",
+                                  "apiVersion: ringleader.dev/v1\nkind: TrainingJob\nmetadata: {name: x}\n"
+                                  "spec: {image: a, replicas: -1}\n",
+                                  out, sizeof out),
+                  0);
+    cr_assert(strstr(out, "The TrainingJob \"x\" is invalid: spec.replicas: Invalid value: -1: spec.replicas in body "
+                          "should be greater than or equal to 0"),
+              "%s", out);
+    /* kubectl validates strictly by default: an unknown field is a 400 */
+    const char *unknown = "apiVersion: ringleader.dev/v1\nkind: TrainingJob\nmetadata: {name: x}\nextra: 1\n"
+                          "spec: {image: a, foo: 1, training: {anything: {x: 1}}, labels: {k: v}}\n";
+    cr_assert_neq(rl_test_kubectl(&s, "apply -f -", unknown, out, sizeof out), 0);
+    cr_assert(strstr(out, "TrainingJob in version \"v1\" cannot be handled as a TrainingJob: strict decoding error: "
+                          "unknown field \"extra\", unknown field \"spec.foo\""),
+              "%s", out);
+    /* warn: pruned, with warnings */
+    kubectl_ok(&s, "apply --validate=warn -f -", unknown, out, sizeof out);
+    cr_assert(strstr(out, "Warning: unknown field \"spec.foo\"") && strstr(out, "created"), "%s", out);
+    /* pruned and defaulted, preserve-unknown-fields kept */
+    kubectl_ok(&s, "get tj x -o json", NULL, out, sizeof out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_assert_null(jget(j, "extra"));
+    cr_assert_null(jget(j, "spec.foo"));
+    cr_assert_eq((int)jnum(j, "spec.replicas"), 1);
+    cr_assert_str_eq(jstr(j, "spec.cleanPodPolicy"), "All");
+    cr_assert_eq((int)jnum(j, "spec.elastic.minReplicas"), 1, "a defaulted parent gets its children's defaults");
+    cr_assert_eq((int)jnum(j, "spec.training.anything.x"), 1);
+    cr_assert_str_eq(jstr(j, "spec.labels.k"), "v");
+    cJSON_Delete(j);
+    /* the status subresource validates status; the main endpoint ignores it */
+    cr_assert_eq(api(&s, "PATCH", TJS "/x/status", "application/merge-patch+json", "{\"status\":{\"phase\":\"Bogus\"}}",
+                     &j),
+                 422);
+    cr_assert_str_eq(jstr(j, "message"), "TrainingJob.ringleader.dev \"x\" is invalid: status.phase: Unsupported value: "
+                                         "\"Bogus\": supported values: \"Pending\", \"Running\"");
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "PATCH", TJS "/x/status", "application/merge-patch+json",
+                     "{\"status\":{\"phase\":\"Running\",\"replicas\":1,\"selector\":\"job=x\"}}", &j),
+                 200);
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "PATCH", TJS "/x", "application/merge-patch+json", "{\"status\":{\"phase\":\"Pending\"}}", &j),
+                 200);
+    cr_assert_str_eq(jstr(j, "status.phase"), "Running");
+    cJSON_Delete(j);
+    /* scale through specReplicasPath: generation bumps, the schema's maximum holds */
+    kubectl_ok(&s, "get tj x -o jsonpath={.metadata.generation}", NULL, out, sizeof out);
+    int gen = atoi(out);
+    kubectl_ok(&s, "scale tj x --replicas=3", NULL, out, sizeof out);
+    kubectl_ok(&s, "get tj x -o jsonpath={.spec.replicas}/{.metadata.generation}", NULL, out, sizeof out);
+    char want[64];
+    snprintf(want, sizeof want, "3/%d", gen + 1);
+    cr_assert_str_eq(out, want);
+    cr_assert_neq(rl_test_kubectl(&s, "scale tj x --replicas=9", NULL, out, sizeof out), 0);
+    cr_assert(strstr(out, "spec.replicas in body should be less than or equal to 8"), "%s", out);
+    cr_assert_eq(api(&s, "GET", TJS "/x/scale", NULL, NULL, &j), 200);
+    cr_assert_eq((int)jnum(j, "status.replicas"), 1);
+    cr_assert_str_eq(jstr(j, "status.selector"), "job=x");
+    cJSON_Delete(j);
+    /* printer columns */
+    kubectl_ok(&s, "get tj", NULL, out, sizeof out);
+    cr_assert(strstr(out, "DESIRED") && strstr(out, "PHASE") && strstr(out, "Running") && strstr(out, " 3 "), "%s", out);
+    /* ratcheting: an update that leaves an invalid value alone is accepted
+     * (here: a default the CRD gained later makes nothing invalid, and a
+     * new maxLength does not fail objects that do not touch the field) */
     rl_test_standin_stop(&s);
 }
