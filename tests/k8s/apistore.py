@@ -727,7 +727,7 @@ class Store:
         elif t.key == ("", "pods"):
             spec, old = new.setdefault("spec", {}), cur.get("spec", {})
             for f in ("nodeName", "restartPolicy", "terminationGracePeriodSeconds", "dnsPolicy",
-                      "schedulerName", "serviceAccountName", "enableServiceLinks"):
+                      "schedulerName", "serviceAccountName", "serviceAccount", "enableServiceLinks"):
                 if f in old and f not in spec:
                     spec[f] = old[f]
             for c in spec.get("containers") or []:

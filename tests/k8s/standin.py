@@ -121,7 +121,9 @@ class App:
             self.store.node = self.kubelet
         else:
             self.store.node = LocalNode(self.store)
-        self.tokens = {}          # token -> {"user": str, "deny": [(resource, verb|None)]}
+        # token -> {"user", "groups", "deny": [(resource, verb|None)], "rbac": bool,
+        #           "sa"/"pod": (ns, name, uid) it is bound to, "exp": unix time}
+        self.tokens = {}
         self.conns = set()
         self.conns_lock = threading.Lock()
         self.outage_mode, self.outage_until = "none", 0.0
@@ -309,7 +311,8 @@ class APIHandler(BaseHTTPRequestHandler):
     def json_body(self, raw, required=True, protobuf=False):
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if protobuf and "protobuf" in ctype:
-            # kubectl create token / auth can-i send only protobuf.
+            # kubectl's typed commands (create secret/configmap/namespace/
+            # serviceaccount/role/rolebinding/token, auth can-i) send protobuf.
             try:
                 o = decode_protobuf(raw)
             except (ValueError, IndexError):
@@ -317,8 +320,8 @@ class APIHandler(BaseHTTPRequestHandler):
             if o is not None:
                 return o
         if "protobuf" in ctype or "cbor" in ctype:
-            # Only JSON is spoken here (kubectl's typed generators such as
-            # `create configmap` send protobuf; apply and create -f send JSON).
+            # Only JSON is spoken here, and protobuf for the kinds above
+            # (apply and create -f send JSON).
             raise APIError(415, "UnsupportedMediaType",
                            "the body of the request was in an unknown format - accepted media types "
                            "include: application/json, application/yaml")
@@ -1292,11 +1295,13 @@ def main():
     write_file(os.path.join(d, "ready"), json.dumps({"port": app.port, "admin_port": admin.server_address[1],
                                                      "pid": os.getpid()}))
     log({"msg": "standin ready", "port": app.port, "admin_port": admin.server_address[1]})
-    while not stop.wait(0.5):
-        pass
-    log({"msg": "standin stopping"})
-    if app.kubelet is not None:
-        app.kubelet.shutdown()  # no container outlives the stand-in
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        log({"msg": "standin stopping"})
+        if app.kubelet is not None:
+            app.kubelet.shutdown()  # no container outlives the stand-in
     # Daemon threads (connections, watches, controllers) end with the process;
     # closing the listening sockets first makes clients see a refusal at once.
     try:

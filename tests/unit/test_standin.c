@@ -52,22 +52,85 @@
  *   port back), 503 + Retry-After + Status body, early end         outage_modes
  * 403 Forbidden with the real RBAC message; revoked token -> 401  tokens_forbidden_and_revoked
  * write history of one object, in order (admin /history)          tokens_forbidden_and_revoked
+ * kubelet (--kubelet, implied by --image PATTERN=DIR): bound pods'
+ *   containers run as local processes: command replaces the
+ *   entrypoint, args, $(VAR) expansion ($$ escapes, unknown kept);
+ *   env value/fieldRef/secretKeyRef/configMapKeyRef (optional);
+ *   KUBERNETES_SERVICE_HOST/PORT, HOSTNAME, the image dir first on
+ *   PATH, RL_* of the stand-in only; token/ca.crt/namespace files
+ *   (RL_K8S_SA_DIR; none with automount false), the token is the
+ *   pod's service account under RBAC and 401 once the pod is gone;
+ *   status: Succeeded, terminated exit 0 Completed, podIP 127.R.x.y,
+ *   nodeName; kubectl logs; STATUS column as the real printer        kubelet_env_status_logs
+ * missing Secret / key: waiting CreateContainerConfigError with the
+ *   kubelet's messages, retried; starts once the key exists          kubelet_secret_missing_then_created
+ * unmapped image: ErrImagePull then ImagePullBackOff (containerd's
+ *   and the kubelet's messages), Pending with an address; logs 400;
+ *   a never-started pod's delete is immediate                        kubelet_image_pull_backoff
+ * restartPolicy Never/OnFailure: Succeeded/Failed with exitCode and
+ *   reason (Completed, Error, StartError 128 for a missing command);
+ *   restarts with CrashLoopBackOff back-off (immediate first, then
+ *   doubling), lastState, logs --previous                            kubelet_exit_codes_and_restarts
+ * graceful delete: deletionTimestamp while running, SIGTERM to the
+ *   main process when it handles it (a container's PID 1 ignores
+ *   unhandled signals), pod gone when it exits; ignored: SIGKILL to
+ *   the whole group after the grace period; Ready while running      kubelet_graceful_delete
+ * kubelet eviction (admin): phase Failed, reason Evicted, message,
+ *   DisruptionTarget True TerminationByKubelet, exit 137, object kept kubelet_eviction
+ * scheduler: bound in a separate write (PodScheduled True); over
+ *   --max-pods or a nodeSelector the node lacks: Pending, PodScheduled
+ *   False Unschedulable with the real message; bound when room frees  kubelet_unschedulable
+ * no process outlives the stand-in: stop kills them; after a SIGKILL
+ *   PR_SET_PDEATHSIG takes the main process and a reaper the group   kubelet_no_orphans
+ * RBAC for service accounts: Role/ClusterRole rules via RoleBinding/
+ *   ClusterRoleBinding (ServiceAccount and Group subjects), verbs '*',
+ *   subresources (pods/log), resourceNames (never create nor a plain
+ *   list), the missing-role reason; tokens die with their account;
+ *   TokenRequest (kubectl create token), SelfSubjectAccessReview
+ *   (kubectl auth can-i), impersonation (--as); ServiceAccount
+ *   admission (403 for a missing account), "default" per namespace   rbac_service_accounts
+ * CRD structural schemas: v1 requires one; pruning (kubectl's Strict
+ *   -> 400 strict decoding error, Warn -> Warning header), nulls,
+ *   defaults (top-down), validation (type, int-or-string, enum, min/
+ *   max, lengths, items, required, additionalProperties) with the
+ *   real 422 message, [a, b] for several, one cause each; /status
+ *   validated, main endpoint ignores status; scale through
+ *   specReplicasPath/statusReplicasPath/labelSelectorPath obeys the
+ *   schema; printer columns; ratcheting; CEL rules logged, not run   crd_schema_prune_default_validate
  *
- * Deliberately not reproduced: protobuf request bodies (415, so kubectl's typed generators
- * such as `kubectl create configmap` fail: use apply or create -f); pod IPs and readiness are
- * not assigned by any kubelet (tests set status.podIP with PATCH .../status and Ready through
- * the admin API); namespace deletion removes the content at once (no Terminating phase);
- * generation exists only where 1.32 sets it (Deployments, CRDs, custom resources);
- * schema validation and pruning (OpenAPI schemas of CRDs and
- * built-ins are ignored, fieldValidation=Strict is accepted but not enforced); server-side
- * apply field ownership (apply-patch is a merge patch) and managedFields; admission,
- * RBAC rules (only the admin token and denial lists); conversion between CRD versions;
- * built-in Tables beyond simplified columns for pods, services, leases and endpointslices
- * (Name/Age for the rest); a real scheduler, kubelet, or controllers other than
- * EndpointSlice and the garbage collector (pods are bound to "standin-node" at creation,
- * deployments never get pods); HTTP/2, aggregated discovery (the plain form is
- * served, as by an older server); LIST "continue" is consistent only while its RV is in
- * the history window; a watch cache per resource (one global history window instead). */
+ * Deliberately not reproduced: protobuf request bodies beyond the kinds kubectl's typed commands
+ * need (Secret, ConfigMap, Namespace, ServiceAccount, Role/ClusterRole and their bindings,
+ * TokenRequest, SelfSubjectAccessReview: others 415, use apply or create -f); namespace deletion
+ * removes the content at once (no Terminating phase); generation exists only where 1.32 sets it
+ * (Deployments, CRDs, custom resources); OpenAPI schemas of built-ins (fieldValidation matters for
+ * custom resources only); in CRD schemas: x-kubernetes-validations (CEL: a warning in the log),
+ * allOf/anyOf/oneOf/not, string formats, list-type/map-keys (lists are atomic), embedded resources
+ * (integer formats are not range-checked, as by the real server); structural-schema checks of a
+ * CRD beyond "schemas are required" and types present; server-side apply field ownership
+ * (apply-patch is a merge patch) and managedFields; admission other than ServiceAccount; RBAC
+ * nonResourceURLs (allowed to anyone authenticated), aggregationRule, escalation checks, bootstrap
+ * roles (the admin token is system:masters; everyone may create SelfSubjectAccessReviews);
+ * service-account tokens are opaque (not JWTs) and no kube-root-ca.crt ConfigMap is published;
+ * "default" service accounts appear with their namespace, not moments later; conversion between
+ * CRD versions; built-in Tables beyond simplified columns for pods, services, leases and
+ * endpointslices (Name/Age for the rest); controllers other than EndpointSlice, garbage collector,
+ * scheduler and kubelet (deployments never get pods); HTTP/2, aggregated discovery (the plain form
+ * is served, as by an older server); LIST "continue" is consistent only while its RV is in the
+ * history window; a watch cache per resource (one global history window instead).
+ * Without --kubelet (the default) pods are bound at creation and nothing runs them: tests set
+ * status.podIP with PATCH .../status and Ready through the admin API. With it, the deviations of
+ * the node: one node, "standin-node"; the scheduler checks pod count, nodeSelector against the
+ * node's labels and nvidia.com/gpu (--gpus), not cpu/memory, affinity, taints or preemption;
+ * containers share the host's filesystem, users and PID namespace (a process group stands for the
+ * container), get no volumes but the service-account files (in RL_K8S_SA_DIR instead of
+ * /var/run/secrets/kubernetes.io/serviceaccount), no resource limits, a per-pod dir as cwd and
+ * HOME (workingDir when set); images have no ENTRYPOINT/CMD unless --image PATTERN=DIR=ENTRYPOINT;
+ * only the kubernetes service's variables are injected (no other service links); RL_*, the
+ * sanitizers' *_OPTIONS and --pass-env names pass from the stand-in; no probes (Ready = running),
+ * no Events, no image GC; a missing Secret/ConfigMap is retried every 2 s (or the back-off, if
+ * shorter); the crash back-off is not reset after a long run; back-offs scale with --backoff;
+ * terminated.signal is not set (the real kubelet leaves it empty too); pod addresses come from a
+ * 127.R.0.0/16 reserved per stand-in. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -2194,11 +2257,36 @@ Test(standin, crd_schema_prune_default_validate, .timeout = 60) {
     cr_assert_eq((int)jnum(j, "status.replicas"), 1);
     cr_assert_str_eq(jstr(j, "status.selector"), "job=x");
     cJSON_Delete(j);
+    /* CEL rules cannot be evaluated here: the CRD is served, with a warning in the log */
+    cr_assert_eq(api(&s, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", NULL,
+                     "{\"metadata\":{\"name\":\"cels.ex.io\"},\"spec\":{\"group\":\"ex.io\",\"scope\":\"Namespaced\","
+                     "\"names\":{\"plural\":\"cels\",\"kind\":\"Cel\"},\"versions\":[{\"name\":\"v1\",\"served\":true,"
+                     "\"storage\":true,\"schema\":{\"openAPIV3Schema\":{\"type\":\"object\",\"x-kubernetes-validations\":"
+                     "[{\"rule\":\"self.spec.a < 3\"}],\"properties\":{\"spec\":{\"type\":\"object\"}}}}}]}}",
+                     &j),
+                 201);
+    cJSON_Delete(j);
+    char logp[400];
+    snprintf(logp, sizeof logp, "%s/standin.log", s.dir);
+    static char logbuf[1 << 18];
+    slurp(logp, logbuf, sizeof logbuf);
+    cr_assert(strstr(logbuf, "x-kubernetes-validations (CEL) are not evaluated"), "no warning in the log");
     /* printer columns */
     kubectl_ok(&s, "get tj", NULL, out, sizeof out);
     cr_assert(strstr(out, "DESIRED") && strstr(out, "PHASE") && strstr(out, "Running") && strstr(out, " 3 "), "%s", out);
-    /* ratcheting: an update that leaves an invalid value alone is accepted
-     * (here: a default the CRD gained later makes nothing invalid, and a
-     * new maxLength does not fail objects that do not touch the field) */
+    /* ratcheting (on by default since 1.30): a stricter schema does not fail
+     * updates that leave the now-invalid value alone, only ones that touch it */
+    char crd2[8192];
+    snprintf(crd2, sizeof crd2, "%s", SCHEMA_CRD);
+    char *min = strstr(crd2, "\"minLength\":1");
+    cr_assert(min);
+    memcpy(min, "\"maxLength\":0", 13); /* image: at most 0 chars now */
+    kubectl_ok(&s, "apply -f -", crd2, out, sizeof out);
+    cr_assert_eq(api(&s, "PATCH", TJS "/x", "application/merge-patch+json", "{\"spec\":{\"replicas\":2}}", &j), 200);
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "PATCH", TJS "/x", "application/merge-patch+json", "{\"spec\":{\"image\":\"b\"}}", &j), 422);
+    cr_assert_str_eq(jstr(j, "message"), "TrainingJob.ringleader.dev \"x\" is invalid: spec.image: Too long: may not be "
+                                         "more than 0 bytes");
+    cJSON_Delete(j);
     rl_test_standin_stop(&s);
 }
