@@ -259,6 +259,13 @@ int main(int argc, char **argv) {
         eo.stats = so;
         rc = rl_elastic_run(&eo, &e);
         if (rc && preempted) return RL_EXIT_PREEMPTED;
+        /* stopped by SIGTERM/SIGINT before anything was worth saving: say
+         * so the shell way (128 + signal), which the operator and kubelet
+         * read as "stopped", not as a failure of this pod */
+        if (rc == RL_EABORT && g_stop_sig) {
+            fail("", &e);
+            return 128 + g_stop_sig;
+        }
         return rc ? fail("", &e) : 0;
     }
     if (nodes && nmin != nmax) {

@@ -94,6 +94,13 @@ void rl_op_pod_classify(const cJSON *pod, rl_pod_info *p) {
     }
     if (!strcmp(phase, "Failed")) {
         ended(status, p);
+        /* Deleted, then ended: whatever its exit status, the deletion
+         * stopped it (a worker SIGTERMed before its first checkpoint exits
+         * non-zero), so it is not the pod's failure. */
+        if (p->state == RL_POD_FAILED && *str(md, "deletionTimestamp")) {
+            p->state = RL_POD_PREEMPTED;
+            snprintf(p->reason, sizeof p->reason, "Deleted");
+        }
         return;
     }
     if (*str(md, "deletionTimestamp")) {

@@ -334,6 +334,9 @@ static void count_pods(const rl_op_job *j, const rl_pod_info *pods, int n, cJSON
     jset(st, "replicas", cJSON_CreateNumber(exist));
     jset(st, "readyReplicas", cJSON_CreateNumber(ready));
     jset(st, "selector", cJSON_CreateString(sel));
+    /* counters present from the start: "0 restarts" is information */
+    if (!cJSON_GetObjectItemCaseSensitive(st, "restarts")) cJSON_AddNumberToObject(st, "restarts", 0);
+    if (!cJSON_GetObjectItemCaseSensitive(st, "preemptions")) cJSON_AddNumberToObject(st, "preemptions", 0);
 }
 
 /* ---- list this job's pods --------------------------------------------------------------------------- */

@@ -207,6 +207,10 @@ Test(operator, how_a_pod_ended) {
                           "\"status\":\"True\",\"reason\":\"PreemptionByScheduler\"}]," TERM(137, "Error") "}}", &p),
                  RL_POD_PREEMPTED);
     cr_expect_str_eq(p.reason, "PreemptionByScheduler");
+    /* deleted, then ended with an error: the deletion stopped it */
+    cr_expect_eq(classify("{\"metadata\":{\"name\":\"x\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},"
+                          "\"status\":{\"phase\":\"Failed\"," TERM(1, "Error") "}}", &p), RL_POD_PREEMPTED);
+    cr_expect_str_eq(p.reason, "Deleted");
     /* waiting: why, as the kubelet says */
     cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Pending\",\"containerStatuses\":[{\"state\":{\"waiting\":"
                           "{\"reason\":\"ErrImagePull\",\"message\":\"not found\"}}}]}}", &p), RL_POD_PENDING);

@@ -1,0 +1,332 @@
+/* The whole path a user takes, end to end: the real kubectl against the
+ * Kubernetes stand-in (whose kubelet runs each Pod as a local process on
+ * its own 127.0.0.N), the CRD from manifests/, the operator binary, worker
+ * pods that find each other through the API, and checkpoints in a real
+ * radosgw. Timing is scaled down (rendezvous heartbeats of 1 s, leases of
+ * a few seconds) so a run takes tens of seconds, not minutes. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rgwtest.h"
+#include "s3/s3.h"
+#include "standin.h"
+#include "testutil.h"
+#include "util/util.h"
+
+#define BUCKET "rl-e2e"
+/* 120 sequences of 32 tokens per step: whole on 2 and 3 nodes (micro-batch 4) */
+#define SEQS 120
+#define LOG_MAX (16 << 20)
+
+typedef struct e2e {
+    rl_test_standin s;
+    rl_test_rgw rgw;
+    char dir[64], op_log[128];
+    pid_t op;
+} e2e;
+
+static e2e g = {.rgw = {.mon_pid = -1, .osd_pid = -1, .rgw_pid = -1}};
+
+static int kubectl(const char *args, const char *in, char *out, size_t n) {
+    return rl_test_kubectl(&g.s, args, in, out, n);
+}
+
+static void start_operator(void) {
+    char bin[1024], kc[400];
+    snprintf(bin, sizeof bin, "%s/ringleader-operator", rl_test_bindir());
+    snprintf(kc, sizeof kc, "%s", g.s.kubeconfig);
+    pid_t p = fork();
+    cr_assert(p >= 0);
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(g.op_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1), dup2(fd, 2);
+        execl(bin, bin, "--kubeconfig", kc, "--lease-namespace", "default", "--resync-seconds", "0.5",
+              "--metrics-port", "0", "--leader-elect-lease-duration", "4", "--leader-elect-renew-deadline", "3",
+              "--leader-elect-retry-period", "0.5", (char *)NULL);
+        _exit(127);
+    }
+    g.op = p;
+}
+
+static void stop_operator(int sig) {
+    if (g.op <= 0) return;
+    kill(g.op, sig);
+    waitpid(g.op, NULL, 0);
+    g.op = 0;
+}
+
+static void up(void) {
+    cr_assert(rl_test_bindir(), "binaries not found (RL_TEST_BIN or bin/)");
+    rl_test_arith_dir(g.dir, sizeof g.dir, 200000);
+    snprintf(g.op_log, sizeof g.op_log, "%s/operator.log", g.dir);
+    cr_assert_eq(rl_test_rgw_start(&g.rgw, 512), 0, "radosgw did not start");
+    rl_s3_config c = {0};
+    snprintf(c.endpoint, sizeof c.endpoint, "%s", g.rgw.endpoint);
+    snprintf(c.region, sizeof c.region, "us-east-1");
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_creds_static(g.rgw.access_key, g.rgw.secret_key, NULL, &c.creds, &e), 0, "%s", e.msg);
+    rl_s3 *s3;
+    cr_assert_eq(rl_s3_open(&c, &s3, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_s3_create_bucket(s3, BUCKET, &e), 0, "%s", e.msg);
+    rl_s3_close(s3);
+
+    /* the kubelet runs image ringleader:* from our bin/; pods inherit RL_*
+     * from the stand-in: progress every half second */
+    char image[1200];
+    snprintf(image, sizeof image, "ringleader:*=%s", rl_test_bindir());
+    rl_test_standin_opts so = {.images = {image}, .backoff_s = 1, .env = {"RL_PROGRESS_INTERVAL_S=0.5"}};
+    cr_assert_eq(rl_test_standin_start_opts(&g.s, &so), 0, "the Kubernetes stand-in did not start");
+    char out[8192];
+    cr_assert_eq(kubectl("apply -f manifests/crd.yaml", NULL, out, sizeof out), 0, "%s", out);
+    char secret[512];
+    snprintf(secret, sizeof secret,
+             "create secret generic s3-creds --from-literal=AWS_ACCESS_KEY_ID=%s --from-literal=AWS_SECRET_ACCESS_KEY=%s",
+             g.rgw.access_key, g.rgw.secret_key);
+    cr_assert_eq(kubectl(secret, NULL, out, sizeof out), 0, "%s", out);
+    start_operator();
+}
+
+static void down(void) {
+    stop_operator(SIGTERM);
+    rl_test_standin_stop(&g.s); /* its kubelet takes the pods with it */
+    rl_test_rgw_stop(&g.rgw);
+    if (getenv("RL_TEST_KEEP_JOB")) fprintf(stderr, "e2e: kept %s\n", g.dir);
+    else if (g.dir[0]) rl_test_rmdir(g.dir);
+}
+
+/* A CPU TrainingJob on the tiny model. extra: more spec members ("" or ",..."). */
+static void apply_job(const char *name, int replicas, const char *extra, long long steps) {
+    char y[8192], out[8192];
+    snprintf(y, sizeof y,
+             "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"%s\"},"
+             "\"spec\":{\"image\":\"ringleader:test\",\"replicas\":%d,\"terminationGracePeriodSeconds\":20,"
+             "\"metricsPort\":0,\"env\":[{\"name\":\"OMP_NUM_THREADS\",\"value\":\"1\"}],"
+             "\"s3\":{\"endpoint\":\"%s\",\"region\":\"us-east-1\",\"credentialsSecret\":{\"name\":\"s3-creds\"}},"
+             "\"training\":{" RL_TEST_TINY_MODEL_JSON
+             "\"train\":{\"steps\":%lld,\"warmup_steps\":2,\"seq_len\":32,\"micro_batch\":4,\"global_batch_tokens\":%d,"
+             "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
+             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"dist\":{\"timeout_s\":20},"
+             "\"checkpoint\":{\"uri\":\"s3://" BUCKET "/%s\",\"every_steps\":20,\"keep\":2},"
+             "\"rdzv\":{\"heartbeat_s\":1,\"heartbeat_misses\":5,\"last_call_s\":2,\"lease_s\":3,"
+             "\"renew_deadline_s\":2,\"retry_s\":0.5,\"stop_grace_s\":10}}%s}}",
+             name, replicas, g.rgw.endpoint, steps, 32 * SEQS, g.dir, name, extra);
+    cr_assert_eq(kubectl("apply -f -", y, out, sizeof out), 0, "%s", out);
+}
+
+/* kubectl get tj NAME -o jsonpath=... (empty string when absent) */
+static void tj(const char *name, const char *path, char *out, size_t n) {
+    char args[512];
+    snprintf(args, sizeof args, "get tj %s -o jsonpath='%s'", name, path);
+    if (kubectl(args, NULL, out, n) != 0) out[0] = '\0';
+}
+
+static long long tj_num(const char *name, const char *path) {
+    char out[256];
+    tj(name, path, out, sizeof out);
+    return out[0] ? atoll(out) : -1;
+}
+
+static bool phase_is(const char *name, const char *phase) {
+    char out[256];
+    tj(name, "{.status.phase}", out, sizeof out);
+    return !strcmp(out, phase);
+}
+
+/* Wait for a phase; on timeout, fail with what kubectl shows. */
+static void wait_phase(const char *name, const char *phase, double timeout) {
+    double end = rl_now() + timeout;
+    while (!phase_is(name, phase) && rl_now() < end) usleep(300000);
+    if (!phase_is(name, phase)) {
+        char out[16384], st[4096];
+        kubectl("get pods -o wide", NULL, out, sizeof out);
+        tj(name, "{.status}", st, sizeof st);
+        cr_assert_fail("%s never reached %s in %.0f s: status %s\npods:\n%s", name, phase, timeout, st, out);
+    }
+}
+
+static void wait_step(const char *name, long long step, double timeout) {
+    double end = rl_now() + timeout;
+    while (tj_num(name, "{.status.step}") < step && rl_now() < end) usleep(300000);
+    cr_assert(tj_num(name, "{.status.step}") >= step, "%s: status.step did not reach %lld in %.0f s", name, step,
+              timeout);
+}
+
+static int count_lines(const char *text) {
+    int n = 0;
+    for (const char *p = text; *p; p++) n += *p == '\n';
+    return n;
+}
+
+/* The objects a job owns, by kind, as kubectl lists them (names only). */
+static int owned(const char *kind, const char *name) {
+    char args[256], out[8192];
+    snprintf(args, sizeof args, "get %s -l ringleader.dev/job=%s -o name", kind, name);
+    if (kubectl(args, NULL, out, sizeof out) != 0) return -1;
+    return count_lines(out);
+}
+
+static int s3_checkpoints(const char *prefix) {
+    rl_s3_config c = {0};
+    snprintf(c.endpoint, sizeof c.endpoint, "%s", g.rgw.endpoint);
+    snprintf(c.region, sizeof c.region, "us-east-1");
+    rl_err e = {0};
+    rl_s3 *s3;
+    if (rl_s3_creds_static(g.rgw.access_key, g.rgw.secret_key, NULL, &c.creds, &e) || rl_s3_open(&c, &s3, &e))
+        return -1;
+    rl_s3_list l = {0};
+    int n = -1;
+    if (rl_s3_list_objects(s3, BUCKET, prefix, &l, &e) == RL_OK) {
+        n = 0;
+        for (size_t i = 0; i < l.n; i++) n += strstr(l.keys[i], "/manifest.json") != NULL;
+        rl_s3_list_free(&l);
+    }
+    rl_s3_close(s3);
+    return n;
+}
+
+Test(e2e, train_lose_a_pod_restart_the_operator_succeed_and_clean_up, .init = up, .fini = down, .timeout = 600) {
+    const char *job = "llama";
+    apply_job(job, 2, "", 1000);
+    char out[16384];
+    /* pods, Service, Secret, RBAC appear; the job runs and reports progress */
+    wait_phase(job, "Running", 90);
+    cr_expect_eq(owned("pods", job), 2);
+    cr_expect_eq(owned("services", job), 1);
+    cr_expect_eq(owned("secrets", job), 1);
+    cr_expect_eq(owned("roles", job), 1);
+    wait_step(job, 30, 120);
+    long long s1 = tj_num(job, "{.status.step}");
+    cr_assert_eq(kubectl("get tj", NULL, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "STEP") && strstr(out, "LOSS") && strstr(out, "Running"), "kubectl get tj:\n%s", out);
+    wait_step(job, s1 + 5, 60);
+
+    /* a worker pod deleted mid-run: replaced, not counted, training resumes */
+    cr_assert_eq(kubectl("delete pod llama-1 --wait=false", NULL, out, sizeof out), 0, "%s", out);
+    double end = rl_now() + 30;
+    bool restarting = false;
+    while (!restarting && rl_now() < end) {
+        restarting = phase_is(job, "Restarting");
+        usleep(200000);
+    }
+    cr_expect(restarting, "never showed Restarting after a pod was deleted");
+
+    /* the operator killed and restarted mid-run: nothing lost, nothing doubled */
+    stop_operator(SIGKILL);
+    start_operator();
+    wait_phase(job, "Running", 120);
+    cr_expect_eq(owned("pods", job), 2, "pods after the operator restart");
+    cr_expect_eq(tj_num(job, "{.status.restarts}"), 0, "a deleted pod is not a failure");
+    cr_expect_geq(tj_num(job, "{.status.preemptions}"), 1);
+    /* rank 0 (llama-0) resumed the new round from a checkpoint */
+    char *log = malloc(LOG_MAX);
+    cr_assert(log);
+    end = rl_now() + 60;
+    do {
+        kubectl("logs llama-0", NULL, log, LOG_MAX);
+        if (strstr(log, "\"found\":true")) break;
+        usleep(500000);
+    } while (rl_now() < end);
+    cr_expect(strstr(log, "\"found\":true"), "no resume from a checkpoint in llama-0's log:\n%.3000s", log);
+    free(log);
+
+    wait_phase(job, "Succeeded", 240);
+    cr_expect_eq(tj_num(job, "{.status.step}"), 1000, "the job ends with every step done");
+    tj(job, "{.status.lastCheckpoint}", out, sizeof out);
+    cr_expect(strstr(out, "s3://" BUCKET "/llama/step-"), "lastCheckpoint: %s", out);
+    cr_expect_geq(s3_checkpoints("llama/"), 1, "checkpoints in radosgw");
+    end = rl_now() + 30;
+    while (owned("pods", job) != 0 && rl_now() < end) usleep(300000);
+    cr_expect_eq(owned("pods", job), 0, "cleanPodPolicy All leaves no pod");
+    cr_assert_eq(kubectl("get events --field-selector involvedObject.name=llama -o jsonpath='{.items[*].reason}'", NULL, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "PodPreempted") && strstr(out, "Succeeded"), "events:\n%s", out);
+
+    /* deleting the job deletes everything it owns */
+    cr_assert_eq(kubectl("delete tj llama", NULL, out, sizeof out), 0, "%s", out);
+    end = rl_now() + 30;
+    while ((owned("services", job) || owned("secrets", job) || owned("serviceaccounts", job) ||
+            owned("roles", job) || owned("rolebindings", job)) && rl_now() < end)
+        usleep(300000);
+    cr_expect_eq(owned("services", job) + owned("secrets", job) + owned("serviceaccounts", job) +
+                     owned("roles", job) + owned("rolebindings", job), 0, "objects outlived their job");
+}
+
+Test(e2e, scale_an_elastic_job_to_three_nodes, .init = up, .fini = down, .timeout = 600) {
+    const char *job = "grow";
+    apply_job(job, 2, ",\"elastic\":{\"minReplicas\":2,\"maxReplicas\":3}", 100000);
+    wait_phase(job, "Running", 90);
+    wait_step(job, 20, 120);
+    long long round = tj_num(job, "{.status.round}");
+    char out[8192];
+    cr_assert_eq(kubectl("scale tj/grow --replicas=3", NULL, out, sizeof out), 0, "%s", out);
+    double end = rl_now() + 90;
+    while ((owned("pods", job) != 3 || tj_num(job, "{.status.readyReplicas}") != 3 ||
+            tj_num(job, "{.status.round}") <= round) && rl_now() < end)
+        usleep(300000);
+    cr_expect_eq(owned("pods", job), 3);
+    cr_expect_eq(tj_num(job, "{.status.readyReplicas}"), 3);
+    cr_expect_gt(tj_num(job, "{.status.round}"), round, "no new round after the scale up");
+    long long s = tj_num(job, "{.status.step}");
+    wait_step(job, s + 10, 120); /* the 3-node round trains */
+    char *log = malloc(LOG_MAX);
+    cr_assert(log);
+    cr_assert_eq(kubectl("logs grow-0", NULL, log, LOG_MAX), 0, "%.2000s", log);
+    cr_expect(strstr(log, "\"event\":\"round_closed\"") && strstr(log, "\"nodes\":3,\"world\":3"),
+              "no 3-node round in grow-0's log:\n%.2000s", log);
+    free(log);
+}
+
+Test(e2e, bad_jobs_are_refused_or_failed_with_the_field_named, .init = up, .fini = down, .timeout = 300) {
+    char out[8192];
+    /* what the schema can say, the API server refuses */
+    int rc = kubectl("apply -f -",
+                     "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"bad1\"},"
+                     "\"spec\":{\"image\":\"ringleader:test\",\"replicas\":-1}}", out, sizeof out);
+    cr_expect_neq(rc, 0);
+    cr_expect(strstr(out, "spec.replicas"), "%s", out);
+    /* what it cannot (min above max): Failed, with a condition and an Event naming the field */
+    apply_job("bad2", 2, ",\"elastic\":{\"minReplicas\":3,\"maxReplicas\":2}", 10);
+    wait_phase("bad2", "Failed", 30);
+    tj("bad2", "{.status.conditions[?(@.type==\"Failed\")].message}", out, sizeof out);
+    cr_expect(strstr(out, "spec.elastic.maxReplicas"), "condition: %s", out);
+    cr_assert_eq(kubectl("get events --field-selector involvedObject.name=bad2 -o jsonpath='{.items[*].message}'", NULL, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "spec.elastic.maxReplicas"), "events:\n%s", out);
+    cr_expect_eq(owned("pods", "bad2"), 0);
+    /* an image that cannot be pulled shows in the status, not only in logs */
+    char y[1024];
+    snprintf(y, sizeof y,
+             "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"noimg\"},"
+             "\"spec\":{\"image\":\"registry.invalid/nope:1\",\"replicas\":1,\"metricsPort\":0,"
+             "\"training\":{\"train\":{\"steps\":10,\"warmup_steps\":1}}}}");
+    cr_assert_eq(kubectl("apply -f -", y, out, sizeof out), 0, "%s", out);
+    double end = rl_now() + 30;
+    do {
+        tj("noimg", "{.status.conditions[?(@.type==\"Running\")].reason}", out, sizeof out);
+        if (strstr(out, "ImagePull")) break;
+        usleep(300000);
+    } while (rl_now() < end);
+    cr_expect(strstr(out, "ErrImagePull") || strstr(out, "ImagePullBackOff"), "Running reason: %s", out);
+    /* a missing Secret shows in the status too */
+    snprintf(y, sizeof y,
+             "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"nosecret\"},"
+             "\"spec\":{\"image\":\"ringleader:test\",\"replicas\":1,\"metricsPort\":0,"
+             "\"s3\":{\"credentialsSecret\":{\"name\":\"missing\"}},\"training\":{\"train\":{\"steps\":10,\"warmup_steps\":1}}}}");
+    cr_assert_eq(kubectl("apply -f -", y, out, sizeof out), 0, "%s", out);
+    end = rl_now() + 30;
+    do {
+        tj("nosecret", "{.status.conditions[?(@.type==\"Running\")].message}", out, sizeof out);
+        if (strstr(out, "missing")) break;
+        usleep(300000);
+    } while (rl_now() < end);
+    cr_expect(strstr(out, "secret \"missing\" not found"), "Running message: %s", out);
+    /* the operator is still alive after all of it */
+    cr_expect_eq(waitpid(g.op, NULL, WNOHANG), 0, "the operator exited");
+}
