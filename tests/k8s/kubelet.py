@@ -42,7 +42,7 @@ import base64
 import copy
 import ctypes
 import fnmatch
-import json
+import hashlib
 import os
 import random
 import re
@@ -565,9 +565,9 @@ class Kubelet(LocalNode):
         phase = (pod.get("status") or {}).get("phase")
         rt = self.pods.get(uid)
         if rt is None:
-            if phase in ("Succeeded", "Failed"):
+            if phase in ("Succeeded", "Failed") or m.get("deletionTimestamp"):
                 if m.get("deletionTimestamp"):
-                    self._final_delete(pod)
+                    self._final_delete(pod)  # deleted before it ever started here
                 return
             host_net = bool((pod.get("spec") or {}).get("hostNetwork"))
             rt = PodRT(pod, self.root, HOST_IP if host_net else self.ips.take())
@@ -761,7 +761,7 @@ class Kubelet(LocalNode):
                                                                              self.backoff_max)
         c.cid = "containerd://" + secrets.token_hex(32)
         c.image_id = normalize_image(c.image).rsplit(":", 1)[0] + "@sha256:" + \
-            __import__("hashlib").sha256(bindir.encode()).hexdigest()
+            hashlib.sha256(bindir.encode()).hexdigest()
         c.started_at = now_rfc3339()
         logdir = os.path.join(rt.dir, "logs", c.name)
         os.makedirs(logdir, exist_ok=True)

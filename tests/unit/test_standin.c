@@ -1897,7 +1897,9 @@ Test(standin, kubelet_eviction, .timeout = 30) {
     const char *msg = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 20Mi. ";
     cr_assert_eq(rl_test_standin_evict(&s, "default", "ev", msg), 200);
     await_pod(&s, "ev", "Evicted", 10, &p);
-    cr_assert_str_eq(p.phase, "Failed");
+    cr_assert_str_eq(p.phase, "Failed", "Failed from the eviction's first status write on");
+    await_pod(&s, "ev", "Error", 10, &p); /* then the container's end */
+    cr_assert_str_eq(p.reason, "Evicted");
     cr_assert_str_eq(p.message, msg);
     cr_assert(p.disruption, "condition DisruptionTarget (TerminationByKubelet)");
     cr_assert_str_eq(p.state, "terminated");
