@@ -208,6 +208,9 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
     put_str(c, "name", "worker");
     put_str(c, "image", j->image);
     put_str(c, "imagePullPolicy", j->pull_policy);
+    /* a failed worker's last log lines become its termination message,
+     * which the operator quotes in the PodFailed event */
+    put_str(c, "terminationMessagePolicy", "FallbackToLogsOnError");
     cJSON *cmd = cJSON_AddArrayToObject(c, "command");
     cJSON_AddItemToArray(cmd, cJSON_CreateString("ringleader-worker"));
     cJSON *args = cJSON_AddArrayToObject(c, "args");

@@ -57,10 +57,16 @@ static void ended(const cJSON *status, rl_pod_info *p) {
         set(p, *reason ? reason : str(dt, "reason"), *reason ? str(status, "message") : str(dt, "message"));
         return;
     }
-    char msg[160];
+    char msg[512];
     if (term) {
-        const char *treason = str(term, "reason");
-        snprintf(msg, sizeof msg, "container exited with status %d%s%s", exit_code, *treason ? ": " : "", treason);
+        const char *treason = str(term, "reason"), *tmsg = str(term, "message");
+        /* the termination message: the worker's last log line is the one that says why */
+        const char *last = tmsg + strlen(tmsg);
+        while (last > tmsg && (last[-1] == '\n' || last[-1] == ' ')) last--;
+        const char *nl = last;
+        while (nl > tmsg && nl[-1] != '\n') nl--;
+        snprintf(msg, sizeof msg, "container exited with status %d%s%s%s%.*s", exit_code, *treason ? ": " : "",
+                 treason, last > nl ? ": " : "", (int)(last - nl), nl);
         if (exit_code == 0) {
             p->state = RL_POD_SUCCEEDED;
             set(p, "Completed", msg);

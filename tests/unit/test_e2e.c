@@ -29,7 +29,7 @@ typedef struct e2e {
     rl_test_standin s;
     rl_test_rgw rgw;
     char dir[64], op_log[128];
-    pid_t op;
+    pid_t op, op2; /* the operator, and a standby replica */
 } e2e;
 
 static e2e g = {.rgw = {.mon_pid = -1, .osd_pid = -1, .rgw_pid = -1}};
@@ -38,7 +38,7 @@ static int kubectl(const char *args, const char *in, char *out, size_t n) {
     return rl_test_kubectl(&g.s, args, in, out, n);
 }
 
-static void start_operator(void) {
+static pid_t spawn_operator(const char *id) {
     char bin[1024], kc[400];
     snprintf(bin, sizeof bin, "%s/ringleader-operator", rl_test_bindir());
     snprintf(kc, sizeof kc, "%s", g.s.kubeconfig);
@@ -48,19 +48,29 @@ static void start_operator(void) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = open(g.op_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         dup2(fd, 1), dup2(fd, 2);
+        setenv("POD_NAME", id, 1); /* the candidate's identity on the Lease */
         execl(bin, bin, "--kubeconfig", kc, "--lease-namespace", "default", "--resync-seconds", "0.5",
               "--metrics-port", "0", "--leader-elect-lease-duration", "4", "--leader-elect-renew-deadline", "3",
               "--leader-elect-retry-period", "0.5", (char *)NULL);
         _exit(127);
     }
-    g.op = p;
+    return p;
 }
 
-static void stop_operator(int sig) {
-    if (g.op <= 0) return;
-    kill(g.op, sig);
-    waitpid(g.op, NULL, 0);
-    g.op = 0;
+static void start_operator(void) { g.op = spawn_operator("operator-a"); }
+
+static void stop_pid(pid_t *p, int sig) {
+    if (*p <= 0) return;
+    kill(*p, sig);
+    waitpid(*p, NULL, 0);
+    *p = 0;
+}
+
+static void stop_operator(int sig) { stop_pid(&g.op, sig); }
+
+/* who holds the operator's Lease */
+static void lease_holder(char *out, size_t n) {
+    if (kubectl("get lease ringleader-operator -o jsonpath='{.spec.holderIdentity}'", NULL, out, n) != 0) out[0] = '\0';
 }
 
 static void up(void) {
@@ -96,6 +106,7 @@ static void up(void) {
 
 static void down(void) {
     stop_operator(SIGTERM);
+    stop_pid(&g.op2, SIGTERM);
     rl_test_standin_stop(&g.s); /* its kubelet takes the pods with it */
     rl_test_rgw_stop(&g.rgw);
     if (getenv("RL_TEST_KEEP_JOB")) fprintf(stderr, "e2e: kept %s\n", g.dir);
@@ -195,6 +206,7 @@ static int s3_checkpoints(const char *prefix) {
 
 Test(e2e, train_lose_a_pod_restart_the_operator_succeed_and_clean_up, .init = up, .fini = down, .timeout = 600) {
     const char *job = "llama";
+    g.op2 = spawn_operator("operator-b"); /* a standby: only one replica acts */
     apply_job(job, 2, "", 1000);
     char out[16384];
     /* pods, Service, Secret, RBAC appear; the job runs and reports progress */
@@ -219,8 +231,20 @@ Test(e2e, train_lose_a_pod_restart_the_operator_succeed_and_clean_up, .init = up
     }
     cr_expect(restarting, "never showed Restarting after a pod was deleted");
 
-    /* the operator killed and restarted mid-run: nothing lost, nothing doubled */
+    /* the operator killed mid-run: a standby replica takes the Lease over
+     * and carries on; the killed one comes back as a standby. Nothing lost,
+     * nothing doubled. */
+    char holder[256];
+    lease_holder(holder, sizeof holder);
+    cr_expect_str_eq(holder, "operator-a");
     stop_operator(SIGKILL);
+    end = rl_now() + 20;
+    do {
+        lease_holder(holder, sizeof holder);
+        if (!strcmp(holder, "operator-b")) break;
+        usleep(200000);
+    } while (rl_now() < end);
+    cr_expect_str_eq(holder, "operator-b", "the standby did not take over the Lease");
     start_operator();
     wait_phase(job, "Running", 120);
     cr_expect_eq(owned("pods", job), 2, "pods after the operator restart");
@@ -329,4 +353,48 @@ Test(e2e, bad_jobs_are_refused_or_failed_with_the_field_named, .init = up, .fini
     cr_expect(strstr(out, "secret \"missing\" not found"), "Running message: %s", out);
     /* the operator is still alive after all of it */
     cr_expect_eq(waitpid(g.op, NULL, WNOHANG), 0, "the operator exited");
+}
+
+Test(e2e, failures_count_against_the_limit_evictions_do_not, .init = up, .fini = down, .timeout = 300) {
+    /* a job whose data is missing: every pod fails, restartLimit 1 */
+    char y[4096], out[8192];
+    snprintf(y, sizeof y,
+             "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"nodata\"},"
+             "\"spec\":{\"image\":\"ringleader:test\",\"replicas\":1,\"restartLimit\":1,\"metricsPort\":0,"
+             "\"training\":{\"train\":{\"steps\":10,\"warmup_steps\":1},\"data\":{\"train\":\"%s/none_*.bin\"}}}}", g.dir);
+    cr_assert_eq(kubectl("apply -f -", y, out, sizeof out), 0, "%s", out);
+    wait_phase("nodata", "Failed", 90);
+    cr_expect_eq(tj_num("nodata", "{.status.restarts}"), 2, "two failures, one over the limit of 1");
+    tj("nodata", "{.status.conditions[?(@.type==\"Failed\")].reason}", out, sizeof out);
+    cr_expect_str_eq(out, "RestartLimitExceeded");
+    tj("nodata", "{.status.conditions[?(@.type==\"Failed\")].message}", out, sizeof out);
+    cr_expect(strstr(out, "pod nodata-0 failed: container exited with status 1"), "%s", out);
+
+    /* an eviction is replaced and not counted */
+    const char *job = "evict";
+    apply_job(job, 2, ",\"restartLimit\":0", 100000);
+    wait_phase(job, "Running", 90);
+    wait_step(job, 5, 60);
+    cr_assert_eq(rl_test_standin_evict(&g.s, "default", "evict-1", "The node was low on resource: memory."), 200);
+    double end = rl_now() + 30;
+    while (tj_num(job, "{.status.preemptions}") < 1 && rl_now() < end) usleep(200000);
+    cr_expect_eq(tj_num(job, "{.status.preemptions}"), 1);
+    cr_expect_eq(tj_num(job, "{.status.restarts}"), 0, "an eviction counted as a failure");
+    wait_phase(job, "Running", 90);
+    long long s = tj_num(job, "{.status.step}");
+    wait_step(job, s + 5, 90); /* and the job trains on */
+    cr_assert_eq(kubectl("get events --field-selector involvedObject.name=evict -o jsonpath='{.items[*].message}'",
+                         NULL, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "Evicted") && strstr(out, "not counted"), "events: %s", out);
+
+    /* suspend deletes the pods, resume brings them back */
+    cr_assert_eq(kubectl("patch tj evict --type=merge -p '{\"spec\":{\"suspend\":true}}'", NULL, out, sizeof out), 0, "%s", out);
+    wait_phase(job, "Suspended", 30);
+    end = rl_now() + 40;
+    while (owned("pods", job) != 0 && rl_now() < end) usleep(300000);
+    cr_expect_eq(owned("pods", job), 0, "suspended job kept pods");
+    cr_assert_eq(kubectl("patch tj evict --type=merge -p '{\"spec\":{\"suspend\":false}}'", NULL, out, sizeof out), 0, "%s", out);
+    wait_phase(job, "Running", 90);
+    cr_expect_eq(tj_num(job, "{.status.restarts}"), 0);
+    cr_expect_eq(tj_num(job, "{.status.preemptions}"), 1, "a suspension is not a preemption");
 }
