@@ -1655,7 +1655,8 @@ static const char *ENV_PODS =
     "    - {name: SEC, valueFrom: {secretKeyRef: {name: s1, key: k}}}\n"
     "    - {name: CMV, valueFrom: {configMapKeyRef: {name: cm1, key: ck}}}\n"
     "    - {name: OPT, valueFrom: {secretKeyRef: {name: nope, key: k, optional: true}}}\n"
-    "    - {name: X, value: 'x-$(POD_NAME)-$(SEC)'}\n---\n"
+    "    - {name: X, value: 'x-$(POD_NAME)-$(SEC)'}\n"
+    "    envFrom: [{configMapRef: {name: cm1}, prefix: CM_}, {secretRef: {name: s1}}]\n---\n"
     "apiVersion: v1\nkind: Pod\nmetadata: {name: nosa}\n"
     "spec:\n  restartPolicy: Never\n  automountServiceAccountToken: false\n"
     "  containers: [{name: main, image: busybox:1.36, command: [greet]}]\n";
@@ -1684,7 +1685,7 @@ Test(standin, kubelet_env_status_logs, .timeout = 60) {
     slurp(path, env, sizeof env);
     const char *lines[] = {"POD_NAME=envp\n", "POD_NS=default\n", "HOST_IP=127.0.0.1\n", "NODE=standin-node\n",
                            "SA=default\n", "LBL=demo\n", "ANN=hi\n", "SEC=sekrit\n", "CMV=cval\n",
-                           "X=x-envp-sekrit\n", "HOSTNAME=envp\n", "RL_TEST_MARK=42\n",
+                           "X=x-envp-sekrit\n", "HOSTNAME=envp\n", "RL_TEST_MARK=42\n", "CM_ck=cval\n", "k=sekrit\n",
                            "KUBERNETES_SERVICE_HOST=127.0.0.1\n"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         cr_assert(strstr(env, lines[i]), "no %s in\n%s", lines[i], env);
@@ -1994,8 +1995,8 @@ Test(standin, kubelet_no_orphans, .timeout = 40) {
 static const char *RBAC =
     "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: w}\n---\n"
     "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: w}\nrules:\n"
-    "- {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, update, patch, create],\n"
-    "   resourceNames: [job-leader]}\n"
+    "- {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch, update, patch,\n"
+    "   create], resourceNames: [job-leader]}\n"
     "- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: ['*']}\n---\n"
     "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: w}\n"
     "roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: w}\n"
@@ -2037,6 +2038,15 @@ Test(standin, rbac_service_accounts, .timeout = 60) {
     /* a list carries no name: refused; narrowed by fieldSelector metadata.name it carries one */
     mb_init(&m);
     cr_assert_eq(api_opt(&s, "GET", LEASES, NULL, &m, (reqopt){.tok = tok}), 403);
+    mb_free(&m);
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "GET", LEASES "?fieldSelector=metadata.name%3Djob-leader", NULL, &m, (reqopt){.tok = tok}),
+                 200, "%s", m.buf);
+    mb_free(&m);
+    mb_init(&m);
+    cr_assert_eq(api_opt(&s, "GET", LEASES "?watch=1&timeoutSeconds=1&fieldSelector=metadata.name%3Dother", NULL, &m,
+                         (reqopt){.tok = tok}),
+                 403);
     mb_free(&m);
     /* create carries no name either: a rule with resourceNames never allows it,
      * even for a name it lists */
