@@ -131,6 +131,24 @@ def _pod_status(o):
     return reason
 
 
+def _qos(spec):
+    """The pod's QoS class: Guaranteed when every container has cpu and
+    memory limits equal to its requests, BestEffort when none has any."""
+    cs = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    any_set, guaranteed = False, True
+    for c in cs:
+        r = c.get("resources") or {}
+        req, lim = r.get("requests") or {}, r.get("limits") or {}
+        if any(k in req or k in lim for k in ("cpu", "memory")):
+            any_set = True
+        for k in ("cpu", "memory"):
+            if k not in lim or str(req.get(k, lim[k])) != str(lim[k]):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
 def _pod_restarts(o):
     n, last = 0, None
     for c in (o.get("status") or {}).get("containerStatuses") or []:
@@ -547,7 +565,22 @@ class Store:
                     for p in c.get("ports") or []:
                         if isinstance(p, dict):
                             p.setdefault("protocol", "TCP")
-            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+                    # requests default to limits
+                    r = c.get("resources")
+                    if isinstance(r, dict) and isinstance(r.get("limits"), dict):
+                        req = r.setdefault("requests", {})
+                        for k, v in r["limits"].items():
+                            req.setdefault(k, v)
+            spec.setdefault("securityContext", {})
+            spec.setdefault("priority", 0)
+            spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+            # the DefaultTolerationSeconds admission plugin
+            tols = spec.setdefault("tolerations", [])
+            for k in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+                if not any(isinstance(t, dict) and t.get("key") == k for t in tols):
+                    tols.append({"key": k, "operator": "Exists", "effect": "NoExecute",
+                                 "tolerationSeconds": 300})
+            obj["status"] = {"phase": "Pending", "qosClass": _qos(spec)}
             if self.node:
                 self.node.on_pod_create(obj)
         elif key == ("", "services"):
@@ -727,7 +760,8 @@ class Store:
         elif t.key == ("", "pods"):
             spec, old = new.setdefault("spec", {}), cur.get("spec", {})
             for f in ("nodeName", "restartPolicy", "terminationGracePeriodSeconds", "dnsPolicy",
-                      "schedulerName", "serviceAccountName", "serviceAccount", "enableServiceLinks"):
+                      "schedulerName", "serviceAccountName", "serviceAccount", "enableServiceLinks",
+                      "securityContext", "priority", "preemptionPolicy"):
                 if f in old and f not in spec:
                     spec[f] = old[f]
             for c in spec.get("containers") or []:
