@@ -793,7 +793,7 @@ class Kubelet(LocalNode):
         c.term_sent = False
         c.state = {"running": {"startedAt": c.started_at}}
         self.log({"msg": "kubelet: container started", "pod": "%s/%s" % (rt.ns, rt.name),
-                  "container": c.name, "pid": c.proc.pid, "argv": argv[:8]})
+                  "container": c.name, "pid": c.proc.pid, "command": argv[0]})  # args may hold secrets
 
     def _after_start_failure(self, rt, c, pod):
         policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
@@ -808,14 +808,14 @@ class Kubelet(LocalNode):
         st = self.store
         m, spec = pod["metadata"], pod.get("spec") or {}
         ns = m["namespace"]
-        port = str(self.app.port)
-        svc = {"KUBERNETES_SERVICE_HOST": HOST_IP, "KUBERNETES_SERVICE_PORT": port,
+        port, api = str(self.app.port), self.app.args.host
+        svc = {"KUBERNETES_SERVICE_HOST": api, "KUBERNETES_SERVICE_PORT": port,
                "KUBERNETES_SERVICE_PORT_HTTPS": port,
-               "KUBERNETES_PORT": "tcp://%s:%s" % (HOST_IP, port),
-               "KUBERNETES_PORT_%s_TCP" % port: "tcp://%s:%s" % (HOST_IP, port),
+               "KUBERNETES_PORT": "tcp://%s:%s" % (api, port),
+               "KUBERNETES_PORT_%s_TCP" % port: "tcp://%s:%s" % (api, port),
                "KUBERNETES_PORT_%s_TCP_PROTO" % port: "tcp",
                "KUBERNETES_PORT_%s_TCP_PORT" % port: port,
-               "KUBERNETES_PORT_%s_TCP_ADDR" % port: HOST_IP}
+               "KUBERNETES_PORT_%s_TCP_ADDR" % port: api}
         tmp = {}
 
         def lookup(name):
