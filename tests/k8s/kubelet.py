@@ -344,6 +344,7 @@ class Kubelet(LocalNode):
         self.base_env = {k: v for k, v in os.environ.items()
                          if k.startswith("RL_") or k in SANITIZER_ENV or k in (args.pass_env or [])}
         self.pods = {}             # uid -> PodRT
+        self.events = {}           # (pod uid, reason, message, container) -> Event name
         self.mu = threading.Lock()  # guards self.pods; never taken while holding the store lock
         self.wake = threading.Event()
         self.stopping = False
@@ -500,12 +501,16 @@ class Kubelet(LocalNode):
                                   "message": msg})
                     new.setdefault("status", {})["conditions"] = conds
                     st._finish_update(t, cur, new, False)
+                    self.event(cur, "FailedScheduling", msg, "Warning", "default-scheduler")
                     continue
                 new["spec"]["nodeName"] = NODE_NAME
                 conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                               "lastTransitionTime": now_rfc3339()})
                 new.setdefault("status", {})["conditions"] = conds
                 st._finish_update(t, cur, new, False)
+                self.event(cur, "Scheduled", "Successfully assigned %s/%s to %s"
+                           % (cur["metadata"]["namespace"], cur["metadata"]["name"], NODE_NAME),
+                           component="default-scheduler")
                 bound += 1
                 gpus_used += self._gpus(p)
 
@@ -520,6 +525,43 @@ class Kubelet(LocalNode):
             except (TypeError, ValueError):
                 pass
         return n
+
+    # -- events -------------------------------------------------------------------------
+    def event(self, pod, reason, message, typ="Normal", component="kubelet", container=None):
+        """A core/v1 Event about the pod, as the kubelet's and scheduler's
+        recorders write them: a repeat (same object, reason, message)
+        raises count and lastTimestamp of the one Event."""
+        st = self.store
+        t = st.types[("", "v1", "events")]
+        m = pod["metadata"]
+        ref = {"kind": "Pod", "namespace": m["namespace"], "name": m["name"], "uid": m["uid"],
+               "apiVersion": "v1", "resourceVersion": m.get("resourceVersion", "")}
+        if container:
+            ref["fieldPath"] = "spec.containers{%s}" % container
+        key = (m["uid"], reason, message, container)
+        now = now_rfc3339()
+        with st.lock:
+            name = self.events.get(key)
+            cur = st.objs[("", "events")].get((m["namespace"], name)) if name else None
+            if cur is not None:
+                new = copy.deepcopy(cur)
+                new["count"] = int(cur.get("count") or 1) + 1
+                new["lastTimestamp"] = now
+                st._finish_update(t, cur, new, False)
+                return
+            name = "%s.%x" % (m["name"], time.time_ns())
+            try:
+                st.create(t, m["namespace"], {
+                    "metadata": {"name": name, "namespace": m["namespace"]},
+                    "involvedObject": ref, "reason": reason, "message": message,
+                    "source": {"component": component} if component != "kubelet"
+                    else {"component": "kubelet", "host": NODE_NAME},
+                    "firstTimestamp": now, "lastTimestamp": now, "count": 1, "type": typ,
+                    "eventTime": None, "reportingComponent": component,
+                    "reportingInstance": NODE_NAME if component == "kubelet" else ""})
+            except APIError:
+                return  # the namespace is going away
+            self.events[key] = name
 
     def set_max_pods(self, n):
         self.max_pods = n
@@ -548,9 +590,10 @@ class Kubelet(LocalNode):
                     pass
                 self._reaper_note(b"-", c.proc.pid)
                 c.proc = None
-        if rt.ip:
+        if rt.ip and rt.ip_owned:
             self.ips.give(rt.ip)
         self.pods.pop(rt.uid, None)
+        self.events = {k: v for k, v in self.events.items() if k[0] != rt.uid}
         self.log({"msg": "kubelet: pod gone", "pod": "%s/%s" % (rt.ns, rt.name)})
 
     def _kill_group(self, c, sig):
@@ -602,6 +645,8 @@ class Kubelet(LocalNode):
                         c.term_sent = True
                         self.log({"msg": "kubelet: SIGTERM", "pod": "%s/%s" % (rt.ns, rt.name),
                                   "container": c.name, "grace": grace})
+                    if c.proc is not None:
+                        self.event(pod, "Killing", "Stopping container %s" % c.name, container=c.name)
             if now >= rt.kill_at:
                 for c in rt.containers.values():
                     if c.proc is not None:
@@ -645,6 +690,7 @@ class Kubelet(LocalNode):
             else:
                 st.remove(t, cur)
         rt = self.pods.pop(m["uid"], None)
+        self.events = {k: v for k, v in self.events.items() if k[0] != m["uid"]}
         if rt is not None:
             self.log({"msg": "kubelet: pod deleted", "pod": "%s/%s" % (rt.ns, rt.name)})
 
@@ -710,6 +756,8 @@ class Kubelet(LocalNode):
             return
         c.next_try = now + c.crash_backoff
         c.last = c.state
+        self.event(self._pod_of(rt), "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)"
+                   % (c.name, rt.name, rt.ns, rt.uid), "Warning", container=c.name)
         c.state = {"waiting": {"reason": "CrashLoopBackOff",
                                "message": "back-off %s restarting failed container=%s pod=%s_%s(%s)"
                                % (go_duration(c.crash_backoff), c.name, rt.name, rt.ns, rt.uid)}}
@@ -722,6 +770,8 @@ class Kubelet(LocalNode):
                 c.flip_at = None
                 c.state = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image '
                                        '"%s": ErrImagePull: %s' % (c.image, c.pull_msg)}}
+                self.event(pod, "BackOff", 'Back-off pulling image "%s"' % c.image, container=c.name)
+                self.event(pod, "Failed", "Error: ImagePullBackOff", "Warning", container=c.name)
             return
         # 1. the image
         res = self.images.resolve(c.image)
@@ -734,6 +784,10 @@ class Kubelet(LocalNode):
             c.pull_msg = ('rpc error: code = NotFound desc = failed to pull and unpack image "%s": '
                           'failed to resolve reference "%s": %s: not found' % (ref, ref, ref))
             c.state = {"waiting": {"reason": "ErrImagePull", "message": c.pull_msg}}
+            self.event(pod, "Pulling", 'Pulling image "%s"' % c.image, container=c.name)
+            self.event(pod, "Failed", 'Failed to pull image "%s": %s' % (c.image, c.pull_msg), "Warning",
+                       container=c.name)
+            self.event(pod, "Failed", "Error: ErrImagePull", "Warning", container=c.name)
             return
         c.pull_backoff = 0
         c.flip_at = None
@@ -742,6 +796,7 @@ class Kubelet(LocalNode):
         env, err = self._env(pod, rt, c, bindir)
         if err:
             c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": err}}
+            self.event(pod, "Failed", "Error: " + err, "Warning", container=c.name)
             c.next_try = now + self.config_retry
             return
         # 3. the command
@@ -753,6 +808,9 @@ class Kubelet(LocalNode):
             c.state = {"waiting": {"reason": "CreateContainerError", "message": "no command specified"}}
             c.next_try = now + self.config_retry
             return
+        if not c.ran:
+            self.event(pod, "Pulled", 'Container image "%s" already present on machine' % c.image,
+                       container=c.name)
         restarting = c.ran
         if restarting:
             c.last = c.state if "terminated" in c.state else c.last
@@ -775,6 +833,9 @@ class Kubelet(LocalNode):
                              "failed to create containerd task: failed to create shim task: OCI "
                              "runtime create failed: runc create failed: unable to start container "
                              "process: %s: unknown" % why)
+            self.event(pod, "Created", "Created container %s" % c.name, container=c.name)
+            self.event(pod, "Failed", "Error: " + c.state["terminated"]["message"], "Warning",
+                       container=c.name)
             self._after_start_failure(rt, c, pod)
             return
         cwd = c.spec.get("workingDir") or os.path.join(rt.dir, "root")
@@ -792,8 +853,13 @@ class Kubelet(LocalNode):
         self._reaper_note(b"+", c.proc.pid)
         c.term_sent = False
         c.state = {"running": {"startedAt": c.started_at}}
+        self.event(pod, "Created", "Created container %s" % c.name, container=c.name)
+        self.event(pod, "Started", "Started container %s" % c.name, container=c.name)
         self.log({"msg": "kubelet: container started", "pod": "%s/%s" % (rt.ns, rt.name),
                   "container": c.name, "pid": c.proc.pid, "command": argv[0]})  # args may hold secrets
+
+    def _pod_of(self, rt):
+        return {"metadata": {"namespace": rt.ns, "name": rt.name, "uid": rt.uid}}
 
     def _after_start_failure(self, rt, c, pod):
         policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
@@ -1040,6 +1106,7 @@ class Kubelet(LocalNode):
             if rt is None or rt.finished:
                 raise APIError(409, "Conflict", 'pod "%s" is not running on %s' % (name, NODE_NAME))
             rt.evicted = (message or "The node was low on resource: memory. ", max(0, int(grace or 0)))
+            self.event(pod, "Evicted", rt.evicted[0], "Warning")
         self.wake.set()
         self.log({"msg": "kubelet: evicting", "pod": "%s/%s" % (ns, name)})
 

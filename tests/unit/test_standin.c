@@ -70,7 +70,10 @@
  * restartPolicy Never/OnFailure: Succeeded/Failed with exitCode and
  *   reason (Completed, Error, StartError 128 for a missing command);
  *   restarts with CrashLoopBackOff back-off (immediate first, then
- *   doubling), lastState, logs --previous                            kubelet_exit_codes_and_restarts
+ *   doubling), lastState, logs --previous; the scheduler's and
+ *   kubelet's Events (Scheduled, Pulled, Created, Started, BackOff,
+ *   Failed as Warning; repeats counted on one Event)                 kubelet_exit_codes_and_restarts,
+ *                                                                  kubelet_image_pull_backoff
  * graceful delete: deletionTimestamp while running, SIGTERM to the
  *   main process when it handles it (a container's PID 1 ignores
  *   unhandled signals), pod gone when it exits; ignored: SIGKILL to
@@ -127,7 +130,7 @@
  * HOME (workingDir when set); images have no ENTRYPOINT/CMD unless --image PATTERN=DIR=ENTRYPOINT;
  * only the kubernetes service's variables are injected (no other service links); RL_*, the
  * sanitizers' *_OPTIONS and --pass-env names pass from the stand-in; no probes (Ready = running),
- * no Events, no image GC; a missing Secret/ConfigMap is retried every 2 s (or the back-off, if
+ * no init or ephemeral containers, activeDeadlineSeconds or image changes of a running pod; a missing Secret/ConfigMap is retried every 2 s (or the back-off, if
  * shorter); the crash back-off is not reset after a long run; back-offs scale with --backoff;
  * terminated.signal is not set (the real kubelet leaves it empty too); pod addresses come from a
  * 127.R.0.0/16 reserved per stand-in. */
@@ -1779,6 +1782,10 @@ Test(standin, kubelet_image_pull_backoff, .timeout = 40) {
     cr_assert_str_eq(p.phase, "Pending");
     kubectl_ok(&s, "get pod nopull", NULL, out, sizeof out);
     cr_assert(strstr(out, "ImagePullBackOff") || strstr(out, "ErrImagePull"), "%s", out);
+    kubectl_ok(&s, "get events --field-selector involvedObject.name=nopull -o jsonpath={.items[*].message}", NULL, out,
+               sizeof out);
+    cr_assert(strstr(out, "Error: ErrImagePull") && strstr(out, "Back-off pulling image \"nope.example/img:1\""), "%s",
+              out);
     cr_assert_neq(rl_test_kubectl(&s, "logs nopull", NULL, out, sizeof out), 0);
     cr_assert(strstr(out, "container \"main\" in pod \"nopull\" is waiting to start: trying and failing to pull image"),
               "%s", out);
@@ -1828,6 +1835,15 @@ Test(standin, kubelet_exit_codes_and_restarts, .timeout = 60) {
               "%s", p.c_message);
     kubectl_ok(&s, "logs crash --previous", NULL, out, sizeof out);
     cr_assert_str_eq(out, "run\n");
+    /* the scheduler's and the kubelet's Events */
+    kubectl_ok(&s, "get events --field-selector involvedObject.name=crash -o jsonpath={.items[*].reason}", NULL, out,
+               sizeof out);
+    cr_assert(strstr(out, "Scheduled") && strstr(out, "Pulled") && strstr(out, "Created") && strstr(out, "Started") &&
+                  strstr(out, "BackOff"),
+              "%s", out);
+    kubectl_ok(&s, "get events --field-selector involvedObject.name=noexe,reason=Failed -o jsonpath={.items[*].type}",
+               NULL, out, sizeof out);
+    cr_assert_str_eq(out, "Warning");
     kubectl_ok(&s, "get pods", NULL, out, sizeof out);
     cr_assert(strstr(out, "Completed") && strstr(out, "Error") && strstr(out, "StartError"), "%s", out);
     rl_test_standin_stop(&s);
