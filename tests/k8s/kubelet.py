@@ -671,8 +671,9 @@ class Kubelet(LocalNode):
     def _teardown(self, rt):
         """The sandbox goes once the pod is terminal; its address stays in the
         status but is free for later pods (round-robin keeps it unused for long)."""
-        if rt.ip and getattr(rt, "ip_owned", True):
+        if rt.ip and rt.ip_owned:
             self.ips.give(rt.ip)
+            rt.ip_owned = False  # given back once
 
     def _final_delete(self, pod):
         m = pod["metadata"]
