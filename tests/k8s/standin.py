@@ -13,8 +13,15 @@ creation and nothing runs them (tests then play the kubelet themselves).
 
 Writes DIR/ca.crt, a server certificate, DIR/token (0600), DIR/kubeconfig
 and last, atomically, DIR/ready = {"port", "admin_port", "pid"}. The API is
-HTTPS with bearer tokens; the admin API (outages, compaction, tokens, write
-history, pod readiness) is plain HTTP on 127.0.0.1 for the tests only.
+HTTPS with bearer tokens (the admin's is system:masters; service-account
+tokens are authorized by RBAC). The admin API is plain HTTP on 127.0.0.1
+for the tests only:
+  POST /outage {"mode": refuse|503|none, "seconds"}    POST /compact
+  POST /tokens {"token", "user", "groups", "deny": ["res[:verb]"], "rbac"}
+  POST /tokens/revoke {"token"}   POST /tokens/serviceaccount {"namespace", "name"}
+  GET /history?resource=&namespace=&name=              GET /state
+  GET /pods/NS/NAME (the pod)     POST /pods/NS/NAME/ready {"ready"} (no kubelet)
+  POST /pods/NS/NAME/evict {"message", "grace"}       GET|POST /node {"maxPods"}
 Standard library only. What it reproduces and what not: the table at the
 top of tests/unit/test_standin.c."""
 
