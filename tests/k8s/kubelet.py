@@ -632,6 +632,8 @@ class Kubelet(LocalNode):
                 rt.kill_at, rt.grace = min(rt.kill_at, now + grace), grace  # a later, shorter delete
             if rt.kill_at is None:
                 rt.kill_at, rt.grace = now + grace, grace
+                if rt.evicted is not None:
+                    self.event(pod, "Evicted", rt.evicted[0], "Warning")
                 for c in rt.containers.values():
                     c.done = True
                     if c.proc is not None and grace > 0:
@@ -1107,7 +1109,6 @@ class Kubelet(LocalNode):
             if rt is None or rt.finished:
                 raise APIError(409, "Conflict", 'pod "%s" is not running on %s' % (name, NODE_NAME))
             rt.evicted = (message or "The node was low on resource: memory. ", max(0, int(grace or 0)))
-            self.event(pod, "Evicted", rt.evicted[0], "Warning")
         self.wake.set()
         self.log({"msg": "kubelet: evicting", "pod": "%s/%s" % (ns, name)})
 
