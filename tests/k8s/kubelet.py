@@ -1139,7 +1139,8 @@ class Kubelet(LocalNode):
                                       % (container, m["name"]))
                 return LogSource(c.prev_log, lambda: False)
             path, proc = c.log, c.proc
-        return LogSource(path, lambda: proc is not None and proc.poll() is None)
+        # Only the kubelet's thread reaps; returncode is set once it has.
+        return LogSource(path, lambda: proc is not None and proc.returncode is None)
 
     def describe(self):
         with self.mu:
