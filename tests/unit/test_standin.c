@@ -1683,6 +1683,8 @@ Test(standin, kubelet_env_status_logs, .timeout = 60) {
     kubectl_ok(&s, "logs envp", NULL, out, sizeof out);
     cr_assert(strstr(out, "args=envp|$(POD_NAME)|$(NOPE)|x-envp-sekrit\n"), "%s", out);
     cr_assert(strstr(out, "sa-ns=default\n"), "%s", out);
+    kubectl_ok(&s, "logs envp --tail=1 -c main", NULL, out, sizeof out);
+    cr_assert(!strncmp(out, "sa=/", 4) && !strchr(out, '\n')[1], "tailLines: %s", out);
     char path[256], env[16384], want[512];
     snprintf(path, sizeof path, "%s/env-envp", g_img);
     slurp(path, env, sizeof env);
