@@ -733,7 +733,10 @@ class Kubelet(LocalNode):
         self._reaper_note(b"-", c.proc.pid)
         c.proc = None
         code = rc if rc >= 0 else 128 - rc
-        self._terminated(c, code, "Completed" if code == 0 else "Error")
+        msg = None
+        if code != 0 and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            msg = self._log_tail(c.log)
+        self._terminated(c, code, "Completed" if code == 0 else "Error", msg)
         self.log({"msg": "kubelet: container exited", "pod": "%s/%s" % (rt.ns, rt.name),
                   "container": c.name, "exitCode": code})
         policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
@@ -741,6 +744,21 @@ class Kubelet(LocalNode):
             c.done = True
         else:
             self._plan_restart(rt, c)
+
+    @staticmethod
+    def _log_tail(path):
+        """terminationMessagePolicy FallbackToLogsOnError: the last 80 lines
+        of the log, at most its last 2048 bytes, as the kubelet reads them."""
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                n = f.tell()
+                f.seek(max(0, n - 2048))
+                data = f.read()
+        except (OSError, TypeError):
+            return None
+        lines = data.splitlines(keepends=True)[-80:]
+        return b"".join(lines).decode("utf-8", "replace") or None
 
     def _terminated(self, c, code, reason, message=None):
         term = {"exitCode": code, "reason": reason, "startedAt": c.started_at,

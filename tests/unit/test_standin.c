@@ -68,7 +68,8 @@
  *   and the kubelet's messages), Pending with an address; logs 400;
  *   a never-started pod's delete is immediate                        kubelet_image_pull_backoff
  * restartPolicy Never/OnFailure: Succeeded/Failed with exitCode and
- *   reason (Completed, Error, StartError 128 for a missing command);
+ *   reason (Completed, Error, StartError 128 for a missing command),
+ *   FallbackToLogsOnError: the log's tail as terminated.message;
  *   restarts with CrashLoopBackOff back-off (immediate first, then
  *   doubling), lastState, logs --previous; the scheduler's and
  *   kubelet's Events (Scheduled, Pulled, Created, Started, BackOff,
@@ -130,7 +131,8 @@
  * HOME (workingDir when set); images have no ENTRYPOINT/CMD unless --image PATTERN=DIR=ENTRYPOINT;
  * only the kubernetes service's variables are injected (no other service links); RL_*, the
  * sanitizers' *_OPTIONS and --pass-env names pass from the stand-in; no probes (Ready = running),
- * no init or ephemeral containers, activeDeadlineSeconds or image changes of a running pod; a missing Secret/ConfigMap is retried every 2 s (or the back-off, if
+ * no init or ephemeral containers, activeDeadlineSeconds or image changes of a running pod, no
+ * termination-message file (terminationMessagePath; FallbackToLogsOnError works); a missing Secret/ConfigMap is retried every 2 s (or the back-off, if
  * shorter); the crash back-off is not reset after a long run; back-offs scale with --backoff;
  * terminated.signal is not set (the real kubelet leaves it empty too); pod addresses come from a
  * 127.R.0.0/16 reserved per stand-in. */
@@ -1808,7 +1810,8 @@ Test(standin, kubelet_exit_codes_and_restarts, .timeout = 60) {
                "apiVersion: v1\nkind: Pod\nmetadata: {name: ok}\nspec:\n  restartPolicy: Never\n"
                "  containers: [{name: main, image: busybox:1.36, command: [sh, -c, 'exit 0']}]\n---\n"
                "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  restartPolicy: Never\n"
-               "  containers: [{name: main, image: busybox:1.36, command: [sh, -c, 'exit 3']}]\n---\n"
+               "  containers: [{name: main, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError,\n"
+               "                command: [sh, -c, 'echo first; echo it broke; exit 3']}]\n---\n"
                "apiVersion: v1\nkind: Pod\nmetadata: {name: noexe}\nspec:\n  restartPolicy: Never\n"
                "  containers: [{name: main, image: busybox:1.36, command: [no-such-cmd]}]\n---\n"
                "apiVersion: v1\nkind: Pod\nmetadata: {name: crash}\nspec:\n  restartPolicy: OnFailure\n"
@@ -1823,6 +1826,7 @@ Test(standin, kubelet_exit_codes_and_restarts, .timeout = 60) {
     await_pod(&s, "bad", "Failed", 10, &p);
     cr_assert_eq(p.exit_code, 3);
     cr_assert_str_eq(p.c_reason, "Error");
+    cr_assert_str_eq(p.c_message, "first\nit broke\n", "FallbackToLogsOnError: the log's tail");
     cr_assert_eq(p.restarts, 0);
     await_pod(&s, "noexe", "Failed", 10, &p);
     cr_assert_eq(p.exit_code, 128);
