@@ -61,7 +61,7 @@ CORE_TYPES = [("spec.resources", "io.k8s.api.core.v1.ResourceRequirements"),
               ("spec.imagePullSecrets[]", "io.k8s.api.core.v1.LocalObjectReference")]
 # what the operator does (docs/trainingjob.md): (apiGroup, resource, verbs)
 OPERATOR_NEEDS = [("ringleader.dev", "trainingjobs", "get list watch"),
-                  ("ringleader.dev", "trainingjobs/status", "get patch"),
+                  ("ringleader.dev", "trainingjobs/status", "patch"),
                   ("", "pods", "get list watch create delete"),
                   ("", "services", "get create"), ("", "secrets", "get create"),
                   ("", "serviceaccounts", "get create"),
