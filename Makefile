@@ -113,7 +113,7 @@ asan:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/bin OPT="-O1 -g" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" USE_CUDA=0 \
-	  build-asan/tests/unit build-asan/bin/ringleader-worker build-asan/bin/ringleader-prepare
+	  build-asan/tests/unit build-asan/bin/ringleader-worker build-asan/bin/ringleader-prepare build-asan/bin/ringleader-operator
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp RL_TEST_BIN=build-asan/bin scripts/run-tests.sh build-asan/tests/unit -j2 --verbose=0
 
 # Reference check against Hugging Face transformers (PyTorch, CPU).

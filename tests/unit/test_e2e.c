@@ -59,6 +59,14 @@ static pid_t spawn_operator(const char *id) {
 
 static void start_operator(void) { g.op = spawn_operator("operator-a"); }
 
+/* up() runs before any job: a missing binary must fail at once, not after
+ * every wait runs out */
+static void need_binary(const char *name) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/%s", rl_test_bindir(), name);
+    cr_assert_eq(access(p, X_OK), 0, "%s is not built", p);
+}
+
 static void stop_pid(pid_t *p, int sig) {
     if (*p <= 0) return;
     kill(*p, sig);
@@ -76,6 +84,8 @@ static void lease_holder(char *out, size_t n) {
 
 static void up(void) {
     cr_assert(rl_test_bindir(), "binaries not found (RL_TEST_BIN or bin/)");
+    need_binary("ringleader-operator");
+    need_binary("ringleader-worker");
     rl_test_arith_dir(g.dir, sizeof g.dir, 200000);
     snprintf(g.op_log, sizeof g.op_log, "%s/operator.log", g.dir);
     cr_assert_eq(rl_test_rgw_start(&g.rgw, 512), 0, "radosgw did not start");
