@@ -338,8 +338,9 @@ void rl_round_coord_stop(rl_round_coord *c);
  * *joined_round, 0 at first, remembers the round already joined so a call
  * again does not join twice). A round that ends without us (we came late,
  * or it filled up) is followed into the next one. RL_EPEER with the
- * coordinator's reason when the job failed; RL_OK with t->round < 0 when
- * the job completed. */
+ * coordinator's reason when the job failed (and only then: a store that
+ * closed or stopped answering is RL_EIO, a lost leader, not a failed job);
+ * RL_OK with t->round < 0 when the job completed. */
 int rl_round_join(rl_store *s, const char *id, const char *addr, int local_world, double timeout_s,
                   long long *joined_round, rl_round_table *t, rl_err *e);
 typedef enum { RL_ROUND_RUNNING = 0, RL_ROUND_NEXT, RL_ROUND_COMPLETE, RL_ROUND_FAILED } rl_round_state;

@@ -621,9 +621,23 @@ int rl_round_join(rl_store *s, const char *id, const char *addr, int local_world
                 t->round = -1;
                 break;
             }
-            if (st == RL_ROUND_FAILED) rc = rl_errf(e, RL_EPEER, "the job failed: %s", why);
+            if (st == RL_ROUND_FAILED) {
+                free(info);
+                return rl_errf(e, RL_EPEER, "the job failed: %s", why);
+            }
         }
     }
     free(info);
+    /* RL_EPEER means "the job failed" to the caller; a store that went
+     * away (its leader stopping or dying) is only a lost leader: RL_EIO,
+     * and the agent waits for the next one. */
+    if (rc == RL_EPEER) {
+        rl_round_table_free(t);
+        if (e) {
+            rl_err_wrap(e, "lost the rendezvous store");
+            e->code = RL_EIO;
+        }
+        return RL_EIO;
+    }
     return rc;
 }
