@@ -392,6 +392,18 @@ Test(e2e, bad_jobs_are_refused_or_failed_with_the_field_named, .init = up, .fini
         usleep(300000);
     } while (rl_now() < end);
     cr_expect(strstr(out, "secret \"missing\" not found"), "Running message: %s", out);
+    /* a gang that does not fit (an autoscaled pool not grown yet): the
+     * scheduler's reason is in the status, not only on the pods */
+    cr_assert_eq(rl_test_standin_set_max_pods(&g.s, 3), 200); /* noimg-0, nosecret-0 and one more */
+    apply_job("gang", 2, "", 10);
+    end = rl_now() + 30;
+    do {
+        tj("gang", "{.status.conditions[?(@.type==\"Running\")].message}", out, sizeof out);
+        if (strstr(out, "Unschedulable")) break;
+        usleep(300000);
+    } while (rl_now() < end);
+    cr_expect(strstr(out, "Unschedulable") && strstr(out, "Too many pods"), "Running message: %s", out);
+    cr_expect(phase_is("gang", "Pending"));
     /* the operator is still alive after all of it */
     cr_expect_eq(waitpid(g.op, NULL, WNOHANG), 0, "the operator exited");
 }
