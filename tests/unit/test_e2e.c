@@ -164,6 +164,16 @@ static void tj(const char *name, const char *path, char *out, size_t n) {
     if (kubectl(args, NULL, out, n) != 0) out[0] = '\0';
 }
 
+/* Poll a field until it contains `needle` (or timeout_s passes); out keeps the last value. */
+static void tj_await(const char *name, const char *path, const char *needle, double timeout_s, char *out, size_t n) {
+    double end = rl_now() + timeout_s;
+    do {
+        tj(name, path, out, n);
+        if (strstr(out, needle)) return;
+        usleep(300000);
+    } while (rl_now() < end);
+}
+
 static long long tj_num(const char *name, const char *path) {
     char out[256];
     tj(name, path, out, sizeof out);
@@ -372,12 +382,7 @@ Test(e2e, bad_jobs_are_refused_or_failed_with_the_field_named, .init = up, .fini
              "\"spec\":{\"image\":\"registry.invalid/nope:1\",\"replicas\":1,\"metricsPort\":0,"
              "\"training\":{\"train\":{\"steps\":10,\"warmup_steps\":1}}}}");
     cr_assert_eq(kubectl("apply -f -", y, out, sizeof out), 0, "%s", out);
-    double end = rl_now() + 30;
-    do {
-        tj("noimg", "{.status.conditions[?(@.type==\"Running\")].reason}", out, sizeof out);
-        if (strstr(out, "ImagePull")) break;
-        usleep(300000);
-    } while (rl_now() < end);
+    tj_await("noimg", "{.status.conditions[?(@.type==\"Running\")].reason}", "ImagePull", 30, out, sizeof out);
     cr_expect(strstr(out, "ErrImagePull") || strstr(out, "ImagePullBackOff"), "Running reason: %s", out);
     /* a missing Secret shows in the status too */
     snprintf(y, sizeof y,
@@ -385,23 +390,13 @@ Test(e2e, bad_jobs_are_refused_or_failed_with_the_field_named, .init = up, .fini
              "\"spec\":{\"image\":\"ringleader:test\",\"replicas\":1,\"metricsPort\":0,"
              "\"s3\":{\"credentialsSecret\":{\"name\":\"missing\"}},\"training\":{\"train\":{\"steps\":10,\"warmup_steps\":1}}}}");
     cr_assert_eq(kubectl("apply -f -", y, out, sizeof out), 0, "%s", out);
-    end = rl_now() + 30;
-    do {
-        tj("nosecret", "{.status.conditions[?(@.type==\"Running\")].message}", out, sizeof out);
-        if (strstr(out, "missing")) break;
-        usleep(300000);
-    } while (rl_now() < end);
+    tj_await("nosecret", "{.status.conditions[?(@.type==\"Running\")].message}", "missing", 30, out, sizeof out);
     cr_expect(strstr(out, "secret \"missing\" not found"), "Running message: %s", out);
     /* a gang that does not fit (an autoscaled pool not grown yet): the
      * scheduler's reason is in the status, not only on the pods */
     cr_assert_eq(rl_test_standin_set_max_pods(&g.s, 3), 200); /* noimg-0, nosecret-0 and one more */
     apply_job("gang", 2, "", 10);
-    end = rl_now() + 30;
-    do {
-        tj("gang", "{.status.conditions[?(@.type==\"Running\")].message}", out, sizeof out);
-        if (strstr(out, "Unschedulable")) break;
-        usleep(300000);
-    } while (rl_now() < end);
+    tj_await("gang", "{.status.conditions[?(@.type==\"Running\")].message}", "Unschedulable", 30, out, sizeof out);
     cr_expect(strstr(out, "Unschedulable") && strstr(out, "Too many pods"), "Running message: %s", out);
     cr_expect(phase_is("gang", "Pending"));
     /* the operator is still alive after all of it */
