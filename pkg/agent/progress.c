@@ -170,16 +170,9 @@ int rl_progress_start(const rl_progress_opts *o, rl_progress **out, rl_err *e) {
     if (!p) return rl_errf(e, RL_ENOMEM, "progress: out of memory");
     p->interval_s = o->interval_s > 0 ? o->interval_s : 5;
     double timeout = o->timeout_s > 0 ? o->timeout_s : 5;
-    rl_k8s_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    int rc = o->kubeconfig && *o->kubeconfig ? rl_k8s_config_kubeconfig(o->kubeconfig, NULL, &cfg, e)
-                                             : rl_k8s_config_auto(&cfg, e);
-    if (!rc) {
-        rl_k8s_opts ko = {.timeout_s = timeout, .connect_timeout_s = timeout < 2 ? timeout : 2,
-                          .abort_flag = &p->abort_calls};
-        rc = rl_k8s_new(&cfg, &ko, &p->c, e);
-    }
-    rl_k8s_config_free(&cfg);
+    rl_k8s_opts ko = {.timeout_s = timeout, .connect_timeout_s = timeout < 2 ? timeout : 2,
+                      .abort_flag = &p->abort_calls};
+    int rc = rl_k8s_connect(o->kubeconfig, &ko, &p->c, e);
     if (!rc) {
         snprintf(p->ns, sizeof p->ns, "%s", o->ns && *o->ns ? o->ns : rl_k8s_namespace(p->c));
         snprintf(p->name, sizeof p->name, "%s-progress", o->job);

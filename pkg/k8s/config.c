@@ -337,15 +337,12 @@ int rl_k8s_config_auto(rl_k8s_config *c, rl_err *e) {
     return rl_k8s_config_kubeconfig(NULL, NULL, c, e);
 }
 
-int rl_k8s_connect(const char *kubeconfig, double timeout_s, rl_k8s **out, rl_err *e) {
+int rl_k8s_connect(const char *kubeconfig, const rl_k8s_opts *opts, rl_k8s **out, rl_err *e) {
     rl_k8s_config cfg;
     memset(&cfg, 0, sizeof cfg);
     int rc = kubeconfig && *kubeconfig ? rl_k8s_config_kubeconfig(kubeconfig, NULL, &cfg, e)
                                        : rl_k8s_config_auto(&cfg, e);
-    if (rc == RL_OK) {
-        rl_k8s_opts ko = {.timeout_s = timeout_s, .connect_timeout_s = timeout_s < 5 ? timeout_s : 5};
-        rc = rl_k8s_new(&cfg, &ko, out, e);
-    }
+    if (rc == RL_OK) rc = rl_k8s_new(&cfg, opts, out, e);
     rl_k8s_config_free(&cfg);
     return rc;
 }

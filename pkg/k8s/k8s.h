@@ -96,8 +96,8 @@ typedef struct rl_k8s rl_k8s;
 int rl_k8s_new(const rl_k8s_config *cfg, const rl_k8s_opts *opts, rl_k8s **out, rl_err *e);
 void rl_k8s_free(rl_k8s *c);
 /* Config (the kubeconfig file if given, else rl_k8s_config_auto) and a
- * client with timeout_s per call (connect at most 5 s). */
-int rl_k8s_connect(const char *kubeconfig, double timeout_s, rl_k8s **out, rl_err *e);
+ * client on it (opts may be NULL). */
+int rl_k8s_connect(const char *kubeconfig, const rl_k8s_opts *opts, rl_k8s **out, rl_err *e);
 const char *rl_k8s_namespace(const rl_k8s *c);
 
 /* The core: `path` is the absolute API path with any query

@@ -278,7 +278,8 @@ int rl_elect_k8s_new(const rl_elector_opts *o, const rl_elect_backend **vt, void
     /* One call (retries inside included) must end well within the renew
      * deadline, or a slow API server could carry a leader past it. */
     double call = deadline / 2 < 2 * retry ? deadline / 2 : 2 * retry;
-    int rc = rl_k8s_connect(o->kubeconfig, call, &k->c, e);
+    rl_k8s_opts ko = {.timeout_s = call, .connect_timeout_s = call < 5 ? call : 5};
+    int rc = rl_k8s_connect(o->kubeconfig, &ko, &k->c, e);
     if (rc) {
         free(k);
         return rc;

@@ -159,7 +159,8 @@ int rl_members_k8s_new(const rl_members_opts *o, const rl_members_backend **vt, 
     if (!o->service || !*o->service) return rl_errf(e, RL_EINPUT, "members: the Service name is missing");
     k8s_mem *k = calloc(1, sizeof *k);
     if (!k) return rl_errf(e, RL_ENOMEM, "members: out of memory");
-    int rc = rl_k8s_connect(o->kubeconfig, 10, &k->c, e);
+    rl_k8s_opts ko = {.timeout_s = 10, .connect_timeout_s = 5};
+    int rc = rl_k8s_connect(o->kubeconfig, &ko, &k->c, e);
     if (rc) {
         free(k);
         return rc;
