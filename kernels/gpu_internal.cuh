@@ -1,0 +1,157 @@
+// Internal to kernels/*.cu: error macros, bf16 helpers, the kernel launchers
+// and the cuBLASLt wrapper. The C host code sees only llama_gpu.h.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels/llama_gpu.h"
+
+typedef __nv_bfloat16 bf16;
+
+// ---- errors -------------------------------------------------------------------
+// Every host function that can fail has `rl_err *e` in scope and returns an
+// rl_err code; these macros turn a CUDA or cuBLAS status into one line naming
+// the call, file and line, and return (never exit: the worker decides).
+int rl_gpu_cuda_fail(rl_err *e, cudaError_t err, const char *call, const char *file, int line);
+int rl_gpu_cublas_fail(rl_err *e, cublasStatus_t st, const char *call, const char *file, int line);
+
+#define CUDA_CHECK(call)                                                               \
+    do {                                                                               \
+        cudaError_t rl_ce_ = (call);                                                   \
+        if (rl_ce_ != cudaSuccess) return rl_gpu_cuda_fail(e, rl_ce_, #call, __FILE__, __LINE__); \
+    } while (0)
+#define CUBLAS_CHECK(call)                                                             \
+    do {                                                                               \
+        cublasStatus_t rl_cs_ = (call);                                                \
+        if (rl_cs_ != CUBLAS_STATUS_SUCCESS)                                           \
+            return rl_gpu_cublas_fail(e, rl_cs_, #call, __FILE__, __LINE__);           \
+    } while (0)
+// After a kernel launch: a bad configuration is reported at once (the
+// kernel's own faults surface at the next synchronising call).
+#define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+// Propagate an rl_err code from a launcher.
+#define RL_TRY(x)                 \
+    do {                          \
+        int rl_rc_ = (x);         \
+        if (rl_rc_) return rl_rc_; \
+    } while (0)
+
+// ---- small device helpers --------------------------------------------------------
+static __device__ __forceinline__ float bf2f(bf16 x) { return __bfloat162float(x); }
+static __device__ __forceinline__ bf16 f2bf(float x) { return __float2bfloat16_rn(x); }
+
+// Butterfly reductions: every lane ends with the same value, and the order of
+// additions is fixed, so results are bit-identical run to run.
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static inline unsigned rl_cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+// Called once per process before the first launch: raises the dynamic
+// shared-memory limit of the kernels that need more than 48 KiB.
+int rl_gpu_kernels_init(rl_err *e);
+
+// ---- kernel launchers (gpu_kernels.cu) ----------------------------------------------
+// All take the stream last but one and rl_err last; shapes are row-major.
+
+// x0[n, :] = emb[tok[n], :]   (fp32 master rows: the residual stream is fp32)
+int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D, cudaStream_t s,
+                   rl_err *e);
+// demb[uniq[u], :] += sum over p in [seg[u], seg[u+1]) of dres[pos[p], :]:
+// positions grouped by token id on the host, summed in ascending position
+// order, so no atomics and the same bits every run.
+// The grouping rl_k_embed_bwd wants, computed on the host (gpu_model.cu):
+// uniq[U] distinct ids ascending, seg[U + 1] starts into pos[N], positions
+// ascending within an id. cnt: V + 1 ints of scratch. Returns U.
+int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t *uniq, int32_t *seg,
+                        int32_t *pos);
+int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const int32_t *seg,
+                   const int32_t *pos, int U, int D, cudaStream_t s, rl_err *e);
+int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int N, int D,
+                     float eps, cudaStream_t s, rl_err *e);
+// dres (=, or += when accumulate) and dres16 = bf16(dres); dw += via
+// partial sums in `partial` (rl_k_rmsnorm_partial_floats(N, D) floats).
+size_t rl_k_rmsnorm_partial_floats(int N, int D);
+int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const float *dout,
+                     const float *x, const float *w, const float *rstd, int N, int D,
+                     int accumulate, cudaStream_t s, rl_err *e);
+// In place on rows of width ld: heads [0, nh) of head_dim hd starting at
+// column 0 (q heads then k heads of the fused qkv row). rope: [P, hd/2]
+// cos, then [P, hd/2] sin (fp32, the CPU model's table).
+int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, int max_pos,
+              int inverse, cudaStream_t s, rl_err *e);
+int rl_k_swiglu_fwd(bf16 *h, const bf16 *gu, int N, int F, cudaStream_t s, rl_err *e);
+int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cudaStream_t s,
+                    rl_err *e);
+// losses[n] = lse[n] - logit[n, tgt[n]] and lse[n] (fp32)
+int rl_k_xent_fwd(float *losses, float *lse, const bf16 *logits, const int32_t *tgt, int N, int V,
+                  cudaStream_t s, rl_err *e);
+// logits -> scale * (softmax - onehot), in place, from the stored lse
+int rl_k_xent_bwd(bf16 *logits, const float *lse, const int32_t *tgt, int N, int V, float scale,
+                  cudaStream_t s, rl_err *e);
+// out[0] = mean of x[0:n] (double accumulation, one block: fixed order)
+int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e);
+// Sum of squares in fixed-size blocks, then one block over the partials:
+// out[0] = sqrt(sum g^2). partial: RL_K_NORM_BLOCKS floats.
+#define RL_K_NORM_BLOCKS 1024
+int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t s, rl_err *e);
+
+typedef struct rl_k_adamw_args {
+    float b1, b2, c1, c2;  // betas and (1 - beta) rounded from double
+    float step, sbc2, eps; // lr / bc1, sqrt(bc2)
+    float decay;           // 1 - lr * wd (matrices)
+    float grad_scale;
+    float clip_max;        // > 0: multiply by min(1, clip_max / (*norm + 1e-6))
+} rl_k_adamw_args;
+int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float *grads,
+               const float *norm, const rl_param_layout *lay, int L, int D,
+               const rl_k_adamw_args *a, cudaStream_t s, rl_err *e);
+int rl_k_f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t s, rl_err *e);
+int rl_k_bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t s, rl_err *e);
+int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, uint64_t seed,
+                     float std, cudaStream_t s, rl_err *e);
+
+// ---- attention (gpu_attention.cu) ---------------------------------------------------
+// qkv: [B*T, (H + 2 KV) * hd] rows (q heads, k heads, v heads), RoPE
+// applied; out: [B*T, H*hd]; lse: [B*H, T] (log2 domain, for the backward).
+int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, int KV, int hd,
+                  cudaStream_t s, rl_err *e);
+// dqkv (same layout as qkv) from dout [B*T, H*hd]; dsum: [B*H, T] scratch.
+int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv, const bf16 *out,
+                  const float *lse, int B, int T, int H, int KV, int hd, cudaStream_t s,
+                  rl_err *e);
+
+// ---- GEMM through cuBLASLt (gpu_gemm.cu) ------------------------------------------------
+struct rl_gemm_plan;
+typedef struct rl_gemm {
+    cublasLtHandle_t lt;
+    void *ws;        // workspace, allocated once by the owner
+    size_t ws_bytes;
+    struct rl_gemm_plan *plans; // descriptors + heuristic algorithm per shape
+    int n_plans, cap, evict;
+} rl_gemm;
+#define RL_GEMM_WORKSPACE (32u << 20) // what cuBLAS asks for on Hopper
+int rl_gemm_init(rl_gemm *g, void *ws, size_t ws_bytes, rl_err *e);
+void rl_gemm_free(rl_gemm *g);
+// Row-major, bf16 operands, fp32 accumulation:
+// out[M,N] = in[M,K] . w[N,K]^T (+ res). out_f32: fp32 out (res fp32 or NULL);
+// else bf16 out (res must be NULL).
+int rl_gemm_fwd(rl_gemm *g, void *out, int out_f32, const bf16 *in, const bf16 *w,
+                const float *res, int M, int N, int K, cudaStream_t s, rl_err *e);
+// din[M,K] = dout[M,N] . w[N,K]
+int rl_gemm_bwd_data(rl_gemm *g, void *din, int din_f32, const bf16 *dout, const bf16 *w, int M,
+                     int N, int K, cudaStream_t s, rl_err *e);
+// dw[N,K] += dout[M,N]^T . in[M,K]   (fp32 gradients)
+int rl_gemm_bwd_weight(rl_gemm *g, float *dw, const bf16 *dout, const bf16 *in, int M, int N,
+                       int K, cudaStream_t s, rl_err *e);

@@ -1,0 +1,522 @@
+// The GPU model object: buffers, forward, backward, gradient norm, AdamW.
+//
+// Design notes (the why; llama_gpu.h has the what):
+//
+// * Fused projections. q, k, v weights are contiguous in the parameter
+//   layout ([qd + 2 kvd, D] together), and so are gate and up ([2F, D]):
+//   one GEMM each, whose output rows hold [q | k | v] and [gate | up]. The
+//   attention and SwiGLU kernels read those rows directly; in the backward
+//   the matching single GEMMs produce the gradient of both weights at once
+//   into their contiguous slice of the gradient buffer.
+// * Residual stream in fp32. x_{l} and the mid-layer x are fp32, and the
+//   residual add rides in the output projections' GEMM epilogue (D = A.B +
+//   C with C the incoming fp32 stream), so it costs no kernel. The norms
+//   read fp32 and write the bf16 GEMM input. This is what PyTorch autocast
+//   does too (the stream stays fp32, only matmul inputs are bf16), and it
+//   keeps the CPU fp32 reference close.
+// * Gradients in fp32 (default, and for now the only choice). Weight
+//   gradients accumulate in the GEMM (beta = 1) straight into the fp32
+//   buffer: accumulation over micro-batches costs nothing extra and loses
+//   nothing, and the DDP layer can all-reduce fp32 (exact averaging) or
+//   cast to bf16 for half the bytes. bf16 gradient storage would save 2
+//   bytes/param but round every micro-batch's sum.
+// * Activation gradients: dres (the residual stream's gradient) in fp32,
+//   with a bf16 copy written by the same norm-backward kernel for the next
+//   GEMM; the GEMMs that feed a norm backward write fp32.
+// * Determinism: no atomics; every reduction has a fixed order; the
+//   embedding backward groups positions by token on the host (a counting
+//   sort of the batch, done while the forward is enqueued). cuBLASLt is
+//   deterministic for a fixed algorithm on a given GPU; its algorithm
+//   choice is cached per shape, so a run keeps one choice throughout.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gpu_internal.cuh"
+
+extern "C" {
+#include "model/cpu.h" // rl_cpu_rope_table_f32: the very table the CPU model uses
+}
+
+struct rl_gpu_model {
+    rl_model_config cfg;
+    rl_param_layout lay;
+    rl_gpu_options options;
+    int B, T;         // capacity
+    int cur_B, cur_T; // last forward
+    int has_targets;
+    int D, F, V, L, H, KV, hd, qd, kvd, C3;
+    cudaStream_t s;
+
+    // the allocations, one per kind
+    bf16 *params;           // [total] compute copy
+    float *master;          // [total]
+    float *opt;             // [2 total]: m, then v
+    float *grads;           // [total]
+    unsigned char *acts;    // activations (+ the RoPE table)
+    unsigned char *scratch; // backward temporaries, reductions, batch, cuBLASLt workspace
+    size_t bytes;
+
+    // activations: layer l of a per-layer buffer at base + l * stride
+    size_t s_btd, s_bt, s_qkv, s_att, s_bh, s_gu, s_hm; // strides in elements
+    float *res, *res_mid, *rstd1, *rstd2, *att_lse, *rstdf, *lse_cls, *losses, *rope;
+    bf16 *ln1, *qkv, *atty, *ln2, *gu, *hm, *lnf, *logits;
+    // scratch
+    float *dres, *dln, *dsum, *rms_partial, *norm_partial, *scalars; // scalars: loss, grad norm
+    bf16 *dres16, *datty, *dqkv, *dh, *dgu;
+    int32_t *io; // tokens, targets, uniq, seg, pos (5 cap + 1)
+    void *ws;
+
+    // host side
+    int32_t *pinned_io;
+    float *pinned_scalars;
+    int32_t *counts; // [V + 1], for the counting sort
+    int n_uniq;
+    cudaEvent_t io_done, loss_ready, norm_ready;
+    int io_pending, loss_valid;
+    rl_gemm gemm;
+};
+
+// ---- buffer carving ---------------------------------------------------------------------------------
+// 256-byte alignment for every sub-buffer: the 16-byte vector paths and
+// cuBLASLt's fastest kernels want at least that, and it costs nothing.
+static size_t carve(size_t *off, size_t bytes) {
+    size_t o = *off;
+    *off = o + (bytes + 255) / 256 * 256;
+    return o;
+}
+
+static int io_ints(const rl_gpu_model *m) { return 5 * m->B * m->T + 1; }
+
+// Activation and scratch layouts: first pass (base NULL) sizes, second
+// pass assigns pointers.
+static size_t layout_acts(rl_gpu_model *m, unsigned char *base) {
+    size_t N = (size_t)m->B * m->T, L = m->L, D = m->D, F = m->F, V = m->V;
+    m->s_btd = N * D, m->s_bt = N, m->s_qkv = N * m->C3, m->s_att = N * m->qd, m->s_bh = N * m->H, m->s_gu = N * 2 * F;
+    m->s_hm = m->options.recompute_swiglu ? 0 : N * F;
+    size_t nhm = m->options.recompute_swiglu ? 1 : L;
+    size_t off = 0;
+#define A(ptr, type, n) do { size_t o_ = carve(&off, (n) * sizeof(type)); if (base) m->ptr = (type *)(base + o_); } while (0)
+    A(res, float, (L + 1) * N * D);
+    A(res_mid, float, L * N * D);
+    A(ln1, bf16, L * N * D);
+    A(rstd1, float, L * N);
+    A(qkv, bf16, L * N * m->C3);
+    A(att_lse, float, L * N * m->H);
+    A(atty, bf16, L * N * m->qd);
+    A(ln2, bf16, L * N * D);
+    A(rstd2, float, L * N);
+    A(gu, bf16, L * N * 2 * F);
+    A(hm, bf16, nhm * N * F);
+    A(lnf, bf16, N * D);
+    A(rstdf, float, N);
+    A(logits, bf16, N * V);
+    A(lse_cls, float, N);
+    A(losses, float, N);
+    A(rope, float, (size_t)m->cfg.max_position_embeddings * m->hd);
+    return off;
+}
+
+static size_t layout_scratch(rl_gpu_model *m, unsigned char *base) {
+    size_t N = (size_t)m->B * m->T, D = m->D, F = m->F;
+    size_t off = 0;
+    A(dres, float, N * D);
+    A(dres16, bf16, N * D);
+    A(dln, float, N * D);
+    A(datty, bf16, N * m->qd);
+    A(dqkv, bf16, N * m->C3);
+    A(dh, bf16, N * F);
+    A(dgu, bf16, N * 2 * F);
+    A(dsum, float, N * m->H);
+    A(rms_partial, float, rl_k_rmsnorm_partial_floats((int)N, (int)D));
+    A(norm_partial, float, RL_K_NORM_BLOCKS);
+    A(scalars, float, 4);
+    A(io, int32_t, (size_t)io_ints(m));
+    size_t o = carve(&off, RL_GEMM_WORKSPACE);
+    if (base) m->ws = base + o;
+#undef A
+    return off;
+}
+
+// ---- create / free -------------------------------------------------------------------------------------
+void rl_gpu_model_free(rl_gpu_model *m) {
+    if (!m) return;
+    // nothing may still run on the buffers we free
+    if (m->s || m->params) cudaStreamSynchronize(m->s);
+    rl_gemm_free(&m->gemm);
+    cudaFree(m->params);
+    cudaFree(m->master);
+    cudaFree(m->opt);
+    cudaFree(m->grads);
+    cudaFree(m->acts);
+    cudaFree(m->scratch);
+    if (m->pinned_io) cudaFreeHost(m->pinned_io);
+    if (m->pinned_scalars) cudaFreeHost(m->pinned_scalars);
+    if (m->io_done) cudaEventDestroy(m->io_done);
+    if (m->loss_ready) cudaEventDestroy(m->loss_ready);
+    if (m->norm_ready) cudaEventDestroy(m->norm_ready);
+    free(m->counts);
+    free(m);
+}
+
+static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err *e) {
+    RL_TRY(rl_model_config_validate(c, "model", e));
+    if (B < 1 || T < 1)
+        return rl_errf(e, RL_EINPUT, "gpu model: batch %d x sequence %d must be positive", B, T);
+    if (T > c->max_position_embeddings)
+        return rl_errf(e, RL_EINPUT, "seq_len %d exceeds model.max_position_embeddings %d", T,
+                       c->max_position_embeddings);
+    if ((long long)B * T > (1ll << 30))
+        return rl_errf(e, RL_EINPUT, "gpu model: %d x %d tokens per forward is too many", B, T);
+    m->cfg = *c;
+    rl_param_layout_init(&m->lay, c);
+    m->B = B, m->T = T;
+    m->D = c->hidden_size, m->F = c->intermediate_size, m->V = c->vocab_size;
+    m->L = c->num_hidden_layers, m->H = c->num_attention_heads, m->KV = c->num_key_value_heads;
+    m->hd = rl_model_head_dim(c), m->qd = m->H * m->hd, m->kvd = m->KV * m->hd;
+    m->C3 = m->qd + 2 * m->kvd;
+    if (m->hd > RL_GPU_MAX_HEAD_DIM)
+        return rl_errf(e, RL_EINPUT,
+                       "model: head dim %d (hidden_size / num_attention_heads) is above the GPU "
+                       "kernels' %d",
+                       m->hd, RL_GPU_MAX_HEAD_DIM);
+    int dev, optin;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if ((size_t)m->D * sizeof(float) > (size_t)optin)
+        return rl_errf(e, RL_EINPUT, "model.hidden_size %d is too large for the GPU RMSNorm kernel",
+                       m->D);
+    RL_TRY(rl_gpu_kernels_init(e));
+
+    size_t P = m->lay.total;
+    size_t nacts = layout_acts(m, NULL), nscratch = layout_scratch(m, NULL);
+    m->bytes = P * (sizeof(bf16) + 4 * sizeof(float)) + nacts + nscratch;
+    CUDA_CHECK(cudaMalloc(&m->params, P * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&m->master, P * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&m->opt, 2 * P * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&m->grads, P * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&m->acts, nacts));
+    CUDA_CHECK(cudaMalloc(&m->scratch, nscratch));
+    layout_acts(m, m->acts);
+    layout_scratch(m, m->scratch);
+    CUDA_CHECK(cudaMallocHost(&m->pinned_io, sizeof(int32_t) * (size_t)io_ints(m)));
+    CUDA_CHECK(cudaMallocHost(&m->pinned_scalars, 4 * sizeof(float)));
+    m->counts = (int32_t *)malloc(sizeof(int32_t) * ((size_t)m->V + 1));
+    if (!m->counts) return rl_errf(e, RL_ENOMEM, "gpu model: host buffers");
+    CUDA_CHECK(cudaEventCreateWithFlags(&m->io_done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&m->loss_ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&m->norm_ready, cudaEventDisableTiming));
+    RL_TRY(rl_gemm_init(&m->gemm, m->ws, RL_GEMM_WORKSPACE, e));
+
+    // zero state: parameters, gradients, moments; the scalars too (a grad
+    // norm read before any was computed is 0, not garbage)
+    CUDA_CHECK(cudaMemsetAsync(m->params, 0, P * sizeof(bf16), m->s));
+    CUDA_CHECK(cudaMemsetAsync(m->master, 0, P * sizeof(float), m->s));
+    CUDA_CHECK(cudaMemsetAsync(m->opt, 0, 2 * P * sizeof(float), m->s));
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, P * sizeof(float), m->s));
+    CUDA_CHECK(cudaMemsetAsync(m->scalars, 0, 4 * sizeof(float), m->s));
+
+    size_t nrope = (size_t)c->max_position_embeddings * m->hd;
+    float *rope = (float *)malloc(nrope * sizeof(float));
+    if (!rope) return rl_errf(e, RL_ENOMEM, "gpu model: RoPE table");
+    rl_cpu_rope_table_f32(c, rope);
+    cudaError_t ce = cudaMemcpyAsync(m->rope, rope, nrope * sizeof(float), cudaMemcpyHostToDevice, m->s);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(m->s); // rope is pageable: wait before free
+    free(rope);
+    CUDA_CHECK(ce);
+    return RL_OK;
+}
+
+int rl_gpu_model_create(rl_gpu_model **out, const rl_model_config *c, int B, int T,
+                        const rl_gpu_options *opt, cudaStream_t stream, rl_err *e) {
+    *out = NULL;
+    rl_gpu_model *m = (rl_gpu_model *)calloc(1, sizeof *m);
+    if (!m) return rl_errf(e, RL_ENOMEM, "gpu model: out of host memory");
+    if (opt) m->options = *opt;
+    m->s = stream;
+    int rc = create(m, c, B, T, e);
+    if (rc) {
+        rl_gpu_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return RL_OK;
+}
+
+const rl_param_layout *rl_gpu_model_layout(const rl_gpu_model *m) { return &m->lay; }
+cudaStream_t rl_gpu_model_stream(const rl_gpu_model *m) { return m->s; }
+size_t rl_gpu_model_device_bytes(const rl_gpu_model *m) { return m->bytes; }
+float *rl_gpu_model_grads(rl_gpu_model *m) { return m->grads; }
+float *rl_gpu_model_master(rl_gpu_model *m) { return m->master; }
+
+// ---- host <-> device ----------------------------------------------------------------------------------------
+static int copy_sync(rl_gpu_model *m, void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
+                     rl_err *e) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, m->s));
+    CUDA_CHECK(cudaStreamSynchronize(m->s));
+    return RL_OK;
+}
+
+int rl_gpu_model_upload_params(rl_gpu_model *m, const float *host, rl_err *e) {
+    size_t P = m->lay.total;
+    RL_TRY(copy_sync(m, m->master, host, P * sizeof(float), cudaMemcpyHostToDevice, e));
+    RL_TRY(rl_k_f32_to_bf16(m->params, m->master, P, m->s, e));
+    CUDA_CHECK(cudaStreamSynchronize(m->s));
+    return RL_OK;
+}
+
+int rl_gpu_model_download_params(rl_gpu_model *m, float *host, rl_err *e) {
+    return copy_sync(m, host, m->master, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost, e);
+}
+
+static float bf16_bits_to_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+// bf16 device array -> fp32 host array, through a host staging copy (no
+// device temporary: the logits can be gigabytes).
+static int download_bf16(rl_gpu_model *m, float *host, const bf16 *src, size_t n, rl_err *e) {
+    uint16_t *tmp = (uint16_t *)malloc(n * sizeof(uint16_t) + 1);
+    if (!tmp) return rl_errf(e, RL_ENOMEM, "gpu model: host staging of %zu values", n);
+    int rc = copy_sync(m, tmp, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, e);
+    if (!rc)
+        for (size_t i = 0; i < n; i++) host[i] = bf16_bits_to_float(tmp[i]);
+    free(tmp);
+    return rc;
+}
+
+int rl_gpu_model_download_params_bf16(rl_gpu_model *m, float *host, rl_err *e) {
+    return download_bf16(m, host, m->params, m->lay.total, e);
+}
+
+int rl_gpu_model_upload_grads(rl_gpu_model *m, const float *host, rl_err *e) {
+    return copy_sync(m, m->grads, host, m->lay.total * sizeof(float), cudaMemcpyHostToDevice, e);
+}
+int rl_gpu_model_download_grads(rl_gpu_model *m, float *host, rl_err *e) {
+    return copy_sync(m, host, m->grads, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost, e);
+}
+int rl_gpu_model_upload_opt(rl_gpu_model *m, const float *host, rl_err *e) {
+    return copy_sync(m, m->opt, host, 2 * m->lay.total * sizeof(float), cudaMemcpyHostToDevice, e);
+}
+int rl_gpu_model_download_opt(rl_gpu_model *m, float *host, rl_err *e) {
+    return copy_sync(m, host, m->opt, 2 * m->lay.total * sizeof(float), cudaMemcpyDeviceToHost, e);
+}
+
+int rl_gpu_model_init_random(rl_gpu_model *m, uint64_t seed, float std, rl_err *e) {
+    RL_TRY(rl_k_init_random(m->master, &m->lay, m->L, m->D, seed, std, m->s, e));
+    RL_TRY(rl_k_f32_to_bf16(m->params, m->master, m->lay.total, m->s, e));
+    CUDA_CHECK(cudaStreamSynchronize(m->s));
+    return RL_OK;
+}
+
+int rl_gpu_model_download_logits(rl_gpu_model *m, float *host, rl_err *e) {
+    if (!m->cur_B) return rl_errf(e, RL_EINTERNAL, "gpu model: no forward yet");
+    return download_bf16(m, host, m->logits, (size_t)m->cur_B * m->cur_T * m->V, e);
+}
+
+// ---- the batch ---------------------------------------------------------------------------------------------------
+// A counting sort by token id (stable: positions stay ascending within a
+// token). cnt: V + 1 ints of scratch. Returns the number of distinct ids.
+int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t *uniq, int32_t *seg,
+                        int32_t *pos) {
+    memset(cnt, 0, sizeof(int32_t) * ((size_t)V + 1));
+    for (int i = 0; i < N; i++) cnt[tok[i] + 1]++;
+    int U = 0;
+    for (int v = 0; v < V; v++) {
+        if (cnt[v + 1]) uniq[U] = v, seg[U] = cnt[v], U++;
+        cnt[v + 1] += cnt[v]; // cnt[v] becomes the start of token v's positions
+    }
+    seg[U] = N;
+    for (int i = 0; i < N; i++) pos[cnt[tok[i]]++] = i;
+    return U;
+}
+
+// Tokens and targets go up in one copy from pinned memory, together with
+// the embedding backward's grouping: positions sorted by token id (stable,
+// so ascending within a token), the distinct ids, and segment starts.
+static int upload_batch(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int N,
+                        rl_err *e) {
+    int cap = m->B * m->T, V = m->V;
+    for (int i = 0; i < N; i++)
+        if (tokens[i] < 0 || tokens[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
+            return rl_errf(e, RL_EINPUT, "model: token id %d at position %d is outside [0, %d)",
+                           tokens[i] < 0 || tokens[i] >= V ? tokens[i] : targets[i], i, V);
+    // the previous batch's copy must be done before its pinned source is reused
+    if (m->io_pending) CUDA_CHECK(cudaEventSynchronize(m->io_done));
+    int32_t *tok = m->pinned_io, *tgt = tok + cap, *uniq = tgt + cap, *seg = uniq + cap,
+            *pos = seg + cap + 1;
+    memcpy(tok, tokens, sizeof(int32_t) * N);
+    if (targets) memcpy(tgt, targets, sizeof(int32_t) * N);
+    m->n_uniq = rl_gpu_group_tokens(tokens, N, V, m->counts, uniq, seg, pos);
+    CUDA_CHECK(cudaMemcpyAsync(m->io, m->pinned_io, sizeof(int32_t) * (size_t)io_ints(m),
+                               cudaMemcpyHostToDevice, m->s));
+    CUDA_CHECK(cudaEventRecord(m->io_done, m->s));
+    m->io_pending = 1;
+    return RL_OK;
+}
+
+// ---- forward ----------------------------------------------------------------------------------------------------
+int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                         int T, float *loss, rl_err *e) {
+    if (B < 1 || T < 1 || (long long)B * T > (long long)m->B * m->T || T > m->T)
+        return rl_errf(e, RL_EINTERNAL, "gpu model: forward of %dx%d exceeds capacity %dx%d", B, T,
+                       m->B, m->T);
+    const int N = B * T, D = m->D, F = m->F, V = m->V, cap = m->B * m->T;
+    cudaStream_t s = m->s;
+    rl_gemm *g = &m->gemm;
+    const rl_layer_offsets *o = &m->lay.in_layer;
+    const float eps = (float)m->cfg.rms_norm_eps;
+    RL_TRY(upload_batch(m, tokens, targets, N, e));
+    m->cur_B = B, m->cur_T = T, m->has_targets = targets != NULL, m->loss_valid = 0;
+    const int32_t *d_tok = m->io, *d_tgt = m->io + cap;
+
+    RL_TRY(rl_k_embed_fwd(m->res, m->master + m->lay.embed, d_tok, N, D, s, e));
+    for (int l = 0; l < m->L; l++) {
+        size_t wl = m->lay.layers + (size_t)l * m->lay.layer_size;
+        const bf16 *w = m->params + wl;
+        const float *w32 = m->master + wl;
+        float *x = m->res + l * m->s_btd, *xnext = x + m->s_btd, *xmid = m->res_mid + l * m->s_btd;
+        bf16 *ln1 = m->ln1 + l * m->s_btd, *ln2 = m->ln2 + l * m->s_btd;
+        bf16 *qkv = m->qkv + l * m->s_qkv, *atty = m->atty + l * m->s_att;
+        bf16 *gu = m->gu + l * m->s_gu, *hm = m->hm + l * m->s_hm;
+        float *rstd1 = m->rstd1 + l * m->s_bt, *rstd2 = m->rstd2 + l * m->s_bt;
+        float *lse = m->att_lse + l * m->s_bh;
+
+        RL_TRY(rl_k_rmsnorm_fwd(ln1, rstd1, x, w32 + o->ln1, N, D, eps, s, e));
+        RL_TRY(rl_gemm_fwd(g, qkv, 0, ln1, w + o->wq, NULL, N, m->C3, D, s, e));
+        RL_TRY(rl_k_rope(qkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
+                         m->cfg.max_position_embeddings, 0, s, e));
+        RL_TRY(rl_k_attn_fwd(atty, lse, qkv, B, T, m->H, m->KV, m->hd, s, e));
+        RL_TRY(rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
+        RL_TRY(rl_k_rmsnorm_fwd(ln2, rstd2, xmid, w32 + o->ln2, N, D, eps, s, e));
+        RL_TRY(rl_gemm_fwd(g, gu, 0, ln2, w + o->wgate, NULL, N, 2 * F, D, s, e));
+        RL_TRY(rl_k_swiglu_fwd(hm, gu, N, F, s, e));
+        RL_TRY(rl_gemm_fwd(g, xnext, 1, hm, w + o->wdown, xmid, N, D, F, s, e));
+    }
+    float *xL = m->res + (size_t)m->L * m->s_btd;
+    RL_TRY(rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->master + m->lay.final_norm, N, D, eps, s, e));
+    RL_TRY(rl_gemm_fwd(g, m->logits, 0, m->lnf, m->params + m->lay.lm_head, NULL, N, V, D, s, e));
+    if (!targets) {
+        if (loss) *loss = 0.0f;
+        return RL_OK;
+    }
+    RL_TRY(rl_k_xent_fwd(m->losses, m->lse_cls, m->logits, d_tgt, N, V, s, e));
+    RL_TRY(rl_k_mean(m->scalars, m->losses, N, s, e));
+    CUDA_CHECK(cudaMemcpyAsync(m->pinned_scalars, m->scalars, sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaEventRecord(m->loss_ready, s));
+    m->loss_valid = 1;
+    if (loss) return rl_gpu_model_loss(m, loss, e);
+    return RL_OK;
+}
+
+int rl_gpu_model_loss(rl_gpu_model *m, float *loss, rl_err *e) {
+    if (!m->loss_valid) return rl_errf(e, RL_EINTERNAL, "gpu model: no forward with targets yet");
+    CUDA_CHECK(cudaEventSynchronize(m->loss_ready));
+    *loss = m->pinned_scalars[0];
+    return RL_OK;
+}
+
+// ---- backward ---------------------------------------------------------------------------------------------------
+int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx,
+                          rl_err *e) {
+    if (!m->cur_B || !m->has_targets)
+        return rl_errf(e, RL_EINTERNAL, "gpu model: backward needs a forward with targets first");
+    const int B = m->cur_B, T = m->cur_T, N = B * T, D = m->D, F = m->F, V = m->V;
+    const int cap = m->B * m->T;
+    cudaStream_t s = m->s;
+    rl_gemm *g = &m->gemm;
+    const rl_layer_offsets *o = &m->lay.in_layer;
+    const rl_param_layout *p = &m->lay;
+    const int32_t *d_tgt = m->io + cap, *d_uniq = m->io + 2 * cap, *d_seg = m->io + 3 * cap,
+                  *d_pos = m->io + 4 * cap + 1;
+
+    // classifier: the mean over N tokens, times the caller's scale
+    RL_TRY(rl_k_xent_bwd(m->logits, m->lse_cls, d_tgt, N, V, loss_scale / (float)N, s, e));
+    RL_TRY(rl_gemm_bwd_data(g, m->dln, 1, m->logits, m->params + p->lm_head, N, V, D, s, e));
+    RL_TRY(rl_gemm_bwd_weight(g, m->grads + p->lm_head, m->logits, m->lnf, N, V, D, s, e));
+    if (hook) hook(hook_ctx, p->lm_head);
+    RL_TRY(rl_k_rmsnorm_bwd(m->dres, m->dres16, m->grads + p->final_norm, m->rms_partial, m->dln,
+                            m->res + (size_t)m->L * m->s_btd, m->master + p->final_norm, m->rstdf,
+                            N, D, 0, s, e));
+    if (hook) hook(hook_ctx, p->final_norm);
+
+    for (int l = m->L - 1; l >= 0; l--) {
+        size_t wl = p->layers + (size_t)l * p->layer_size;
+        const bf16 *w = m->params + wl;
+        const float *w32 = m->master + wl;
+        float *gw = m->grads + wl;
+        float *x = m->res + l * m->s_btd, *xmid = m->res_mid + l * m->s_btd;
+        bf16 *ln1 = m->ln1 + l * m->s_btd, *ln2 = m->ln2 + l * m->s_btd;
+        bf16 *qkv = m->qkv + l * m->s_qkv, *atty = m->atty + l * m->s_att;
+        bf16 *gu = m->gu + l * m->s_gu, *hm = m->hm + l * m->s_hm;
+        float *rstd1 = m->rstd1 + l * m->s_bt, *rstd2 = m->rstd2 + l * m->s_bt;
+        float *lse = m->att_lse + l * m->s_bh;
+
+        // mlp; dres holds d x_{l+1} (fp32) and dres16 its bf16 copy
+        if (m->options.recompute_swiglu) RL_TRY(rl_k_swiglu_fwd(hm, gu, N, F, s, e));
+        RL_TRY(rl_gemm_bwd_data(g, m->dh, 0, m->dres16, w + o->wdown, N, D, F, s, e));
+        RL_TRY(rl_gemm_bwd_weight(g, gw + o->wdown, m->dres16, hm, N, D, F, s, e));
+        RL_TRY(rl_k_swiglu_bwd(m->dgu, m->dh, gu, N, F, s, e));
+        RL_TRY(rl_gemm_bwd_data(g, m->dln, 1, m->dgu, w + o->wgate, N, 2 * F, D, s, e));
+        RL_TRY(rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, s, e));
+        RL_TRY(rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln2, m->rms_partial, m->dln, xmid,
+                                w32 + o->ln2, rstd2, N, D, 1, s, e));
+        // attention; dres is now d xmid
+        RL_TRY(rl_gemm_bwd_data(g, m->datty, 0, m->dres16, w + o->wo, N, D, m->qd, s, e));
+        RL_TRY(rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, s, e));
+        RL_TRY(rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, B, T, m->H, m->KV, m->hd,
+                             s, e));
+        RL_TRY(rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
+                         m->cfg.max_position_embeddings, 1, s, e));
+        RL_TRY(rl_gemm_bwd_data(g, m->dln, 1, m->dqkv, w + o->wq, N, m->C3, D, s, e));
+        RL_TRY(rl_gemm_bwd_weight(g, gw + o->wq, m->dqkv, ln1, N, m->C3, D, s, e));
+        RL_TRY(rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln1, m->rms_partial, m->dln, x,
+                                w32 + o->ln1, rstd1, N, D, 1, s, e));
+        if (hook) hook(hook_ctx, wl);
+    }
+    RL_TRY(rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, m->n_uniq, D, s, e));
+    if (hook) hook(hook_ctx, p->embed);
+    return RL_OK;
+}
+
+int rl_gpu_model_zero_grad(rl_gpu_model *m, rl_err *e) {
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->lay.total * sizeof(float), m->s));
+    return RL_OK;
+}
+
+// ---- optimizer -----------------------------------------------------------------------------------------------------
+int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e) {
+    RL_TRY(rl_k_norm(m->scalars + 1, m->norm_partial, m->grads, m->lay.total, m->s, e));
+    if (!norm) return RL_OK;
+    CUDA_CHECK(cudaMemcpyAsync(m->pinned_scalars + 1, m->scalars + 1, sizeof(float),
+                               cudaMemcpyDeviceToHost, m->s));
+    CUDA_CHECK(cudaEventRecord(m->norm_ready, m->s));
+    CUDA_CHECK(cudaEventSynchronize(m->norm_ready));
+    *norm = m->pinned_scalars[1];
+    return RL_OK;
+}
+
+int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e) {
+    if (a->t < 1) return rl_errf(e, RL_EINTERNAL, "adamw: step %lld must count from 1", a->t);
+    // The scalars exactly as rl_adamw_update derives them (double, then
+    // rounded once), so the CPU and GPU updates differ only by fp32
+    // contraction in the kernel.
+    double bc1 = 1.0 - pow(a->beta1, (double)a->t), bc2 = 1.0 - pow(a->beta2, (double)a->t);
+    rl_k_adamw_args k;
+    k.b1 = (float)a->beta1, k.b2 = (float)a->beta2;
+    k.c1 = (float)(1.0 - a->beta1), k.c2 = (float)(1.0 - a->beta2);
+    k.step = (float)(a->lr / bc1), k.sbc2 = (float)sqrt(bc2), k.eps = (float)a->eps;
+    k.decay = (float)(1.0 - a->lr * a->weight_decay);
+    k.grad_scale = (float)a->grad_scale;
+    k.clip_max = (float)a->clip_max_norm;
+    return rl_k_adamw(m->master, m->params, m->opt, m->opt + m->lay.total, m->grads,
+                      m->scalars + 1, &m->lay, m->L, m->D, &k, m->s, e);
+}
+
+int rl_gpu_model_sync(rl_gpu_model *m, rl_err *e) {
+    CUDA_CHECK(cudaStreamSynchronize(m->s));
+    return RL_OK;
+}

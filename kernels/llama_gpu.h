@@ -1,0 +1,189 @@
+/* The C face of the GPU Llama model (the .cu files in kernels/). Host code includes only
+ * this header (and kernels/gpu.h for device discovery); everything CUDA C++
+ * stays behind it.
+ *
+ * The model is the CPU model of pkg/model computed in bf16 mixed precision:
+ *
+ *   - parameters: fp32 master copy (what AdamW updates, what checkpoints
+ *     hold) plus a bf16 compute copy that every GEMM reads; same element
+ *     layout as rl_param_layout, so a checkpoint or a CPU buffer maps 1:1;
+ *   - gradients: fp32, same layout. Weight-gradient GEMMs accumulate into
+ *     them directly (beta = 1), so gradient accumulation over micro-batches
+ *     and the all-reduce see fp32 values (default; see DESIGN notes in
+ *     gpu_model.cu for why not bf16);
+ *   - AdamW moments m and v: fp32, one allocation (m then v);
+ *   - activations: bf16 for everything a GEMM or the attention reads, fp32
+ *     for the residual stream and the per-row statistics (RMSNorm's 1/rms,
+ *     attention's and the classifier's log-sum-exp);
+ *   - loss and norms accumulate in fp32 or wider.
+ *
+ * One device allocation per kind of buffer (bf16 params, fp32 master, AdamW
+ * m+v, fp32 grads, activations, scratch); every kernel and cuBLASLt call
+ * runs on the stream given at creation. Nothing synchronises the host except
+ * where a caller asks for a value (the loss, the grad norm) or a copy to
+ * host memory.
+ *
+ * Errors: every function returns RL_OK or an rl_err code and fills *e with
+ * one line naming the CUDA/cuBLAS call, the file and the line. CUDA errors
+ * are RL_EIO (RL_ENOMEM for allocations); bad shapes are RL_EINPUT. */
+#ifndef RL_KERNELS_LLAMA_GPU_H
+#define RL_KERNELS_LLAMA_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h> /* cudaStream_t; a C header */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "model/model.h"
+#include "util/util.h"
+
+typedef struct rl_gpu_model rl_gpu_model; /* opaque */
+
+typedef struct rl_gpu_options {
+    /* Recompute silu(gate) * up in the backward instead of keeping it for
+     * every layer: saves L x B x T x intermediate_size x 2 bytes (4 GiB on
+     * the 1B config at 8 x 2048 tokens) for one elementwise pass per layer. */
+    int recompute_swiglu;
+} rl_gpu_options;
+
+/* Head dims the attention kernels are compiled for (head_dim is padded up
+ * to the next of 32, 64, 128 inside the kernels). */
+#define RL_GPU_MAX_HEAD_DIM 128
+
+/* Create on the current device, sized for B x T tokens per forward (any
+ * smaller B or T later is fine). stream 0 is the legacy default stream;
+ * pass an explicit one. opt may be NULL. Parameters start at zero. */
+int rl_gpu_model_create(rl_gpu_model **out, const rl_model_config *c, int B, int T,
+                        const rl_gpu_options *opt, cudaStream_t stream, rl_err *e);
+void rl_gpu_model_free(rl_gpu_model *m);
+
+const rl_param_layout *rl_gpu_model_layout(const rl_gpu_model *m);
+cudaStream_t rl_gpu_model_stream(const rl_gpu_model *m);
+/* Bytes of device memory the model allocated (all its buffers, cuBLASLt
+ * workspace included): the model's whole footprint, fixed at creation. */
+size_t rl_gpu_model_device_bytes(const rl_gpu_model *m);
+/* Device pointers, for the DDP layer (NCCL all-reduce of the gradients,
+ * broadcast of the master parameters). */
+float *rl_gpu_model_grads(rl_gpu_model *m);   /* fp32 [total] */
+float *rl_gpu_model_master(rl_gpu_model *m);  /* fp32 [total] */
+
+/* ---- host <-> device (each waits for its copy; not for the hot loop) ---- */
+/* fp32 parameters [total] -> master, then the bf16 copy is derived. */
+int rl_gpu_model_upload_params(rl_gpu_model *m, const float *host, rl_err *e);
+int rl_gpu_model_download_params(rl_gpu_model *m, float *host, rl_err *e);
+/* The bf16 compute copy, widened to fp32 (tests). */
+int rl_gpu_model_download_params_bf16(rl_gpu_model *m, float *host, rl_err *e);
+int rl_gpu_model_upload_grads(rl_gpu_model *m, const float *host, rl_err *e);
+int rl_gpu_model_download_grads(rl_gpu_model *m, float *host, rl_err *e);
+/* AdamW moments, m then v, 2 x total floats (checkpoints). */
+int rl_gpu_model_upload_opt(rl_gpu_model *m, const float *host, rl_err *e);
+int rl_gpu_model_download_opt(rl_gpu_model *m, float *host, rl_err *e);
+/* Normal(0, std) matrices and ones for norms, generated on the device from
+ * seed (a hash per element; not the CPU's sequence): for benchmarks of big
+ * models, where a host-side init would take tens of seconds. */
+int rl_gpu_model_init_random(rl_gpu_model *m, uint64_t seed, float std, rl_err *e);
+/* Logits of the last forward, [B*T, vocab], widened to fp32. Valid until
+ * the next backward (which turns them into dlogits in place). */
+int rl_gpu_model_download_logits(rl_gpu_model *m, float *host, rl_err *e);
+
+/* ---- training ---------------------------------------------------------- */
+/* Forward over host tokens[B*T] (and targets, or NULL). Token ids are
+ * checked on the host (RL_EINPUT). With loss non-NULL it waits for the mean
+ * cross-entropy; with NULL nothing waits, and rl_gpu_model_loss reads it
+ * later. */
+int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                         int T, float *loss, rl_err *e);
+/* Waits for and returns the last forward's mean loss. */
+int rl_gpu_model_loss(rl_gpu_model *m, float *loss, rl_err *e);
+/* grads += d(loss * loss_scale)/dparams; call after a forward with targets.
+ * hook (may be NULL) is called on the host as soon as the kernels that
+ * finish grads[offset:] have been enqueued on the model's stream (the same
+ * watermark offsets as the CPU model): record a CUDA event on
+ * rl_gpu_model_stream() there to start a reduction when they complete. */
+int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx,
+                          rl_err *e);
+int rl_gpu_model_zero_grad(rl_gpu_model *m, rl_err *e);
+/* sqrt(sum g^2) over all gradients, fp32 accumulation in a fixed reduction
+ * order (bit-identical run to run). Kept on the device for AdamW's clipping;
+ * norm may be NULL (nothing waits) or receives the value (waits). */
+int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e);
+
+typedef struct rl_gpu_adamw {
+    double lr, beta1, beta2, eps, weight_decay; /* decay on matrices only, not norms */
+    long long t;       /* step, from 1 (bias correction) */
+    double grad_scale; /* every gradient is multiplied by this first */
+    /* > 0: also multiply by min(1, clip_max_norm / (norm + 1e-6)) with the
+     * norm of the last rl_gpu_model_grad_norm, read on the device (no host
+     * round trip), as torch.nn.utils.clip_grad_norm_. */
+    double clip_max_norm;
+} rl_gpu_adamw;
+/* One AdamW step over the fp32 masters (PyTorch semantics, as
+ * rl_adamw_update) that also writes the bf16 compute copy. */
+int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e);
+int rl_gpu_model_sync(rl_gpu_model *m, rl_err *e);
+
+/* ---- single kernels on host arrays (tests: each call allocates, uploads,
+ * runs on a private stream, downloads, frees) -----------------------------
+ * Inputs marked bf16 are rounded to bf16 on the way in (round to nearest
+ * even); a test should round them itself first so that its CPU reference
+ * sees the very same values. Outputs marked bf16 come back widened. Every
+ * output is poisoned (NaN) on the device before the kernel runs, so an
+ * element the kernel forgot to write shows up as NaN. */
+
+/* Round-to-nearest-even float -> bf16 -> float, on the host. */
+float rl_gpu_bf16_round(float x);
+
+/* out[n, :] = emb[tok[n], :] (fp32) */
+int rl_gpu_op_embed_fwd(float *out, const float *emb, const int32_t *tok, int N, int V, int D,
+                        rl_err *e);
+/* demb[tok[n], :] += dout[n, :] (demb is read and written) */
+int rl_gpu_op_embed_bwd(float *demb, const float *dout, const int32_t *tok, int N, int V, int D,
+                        rl_err *e);
+/* out (bf16) = x * rstd * w; x, w fp32 */
+int rl_gpu_op_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int N, int D,
+                          float eps, rl_err *e);
+/* dx (fp32, accumulate ? += : =) and its bf16 copy dx16; dw += (fp32).
+ * dout, x, w, rstd fp32. */
+int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const float *dout, const float *x,
+                          const float *w, const float *rstd, int N, int D, int accumulate,
+                          rl_err *e);
+/* In place on x[B, T, nh, hd] (bf16), rotate-half; inverse = 1: backward. */
+int rl_gpu_op_rope(float *x, const rl_model_config *c, int B, int T, int nh, int inverse, rl_err *e);
+/* q [B,T,H,hd], k, v [B,T,KV,hd] (bf16) -> out [B,T,H,hd] (bf16) */
+int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, const float *v, int B, int T,
+                       int H, int KV, int hd, rl_err *e);
+/* Runs the forward then the backward; dq, dk, dv (bf16) in the layouts of
+ * q, k, v; dout bf16. */
+int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                       const float *k, const float *v, int B, int T, int H, int KV, int hd,
+                       rl_err *e);
+/* gu [N, 2F] (gate | up, bf16) -> h [N, F] (bf16) */
+int rl_gpu_op_swiglu_fwd(float *h, const float *gu, int N, int F, rl_err *e);
+/* dh [N, F], gu [N, 2F] (bf16) -> dgu [N, 2F] (bf16) */
+int rl_gpu_op_swiglu_bwd(float *dgu, const float *dh, const float *gu, int N, int F, rl_err *e);
+/* logits [N, V] (bf16) -> losses [N] (fp32) and, in place, dlogits =
+ * scale * (softmax - onehot) (bf16) */
+int rl_gpu_op_xent(float *losses, float *dlogits, const float *logits, const int32_t *targets,
+                   int N, int V, float scale, rl_err *e);
+/* GEMMs through cuBLASLt (bf16 in, fp32 compute), row-major:
+ *   RL_GPU_GEMM_FWD:      out[M,N] = in[M,K] . w[N,K]^T (+ res[M,N] if res)
+ *   RL_GPU_GEMM_BWD_DATA: out[M,K] = dout[M,N] . w[N,K]
+ *   RL_GPU_GEMM_BWD_W:    out[N,K] += dout[M,N]^T . in[M,K]   (fp32 out) */
+enum { RL_GPU_GEMM_FWD = 0, RL_GPU_GEMM_BWD_DATA = 1, RL_GPU_GEMM_BWD_W = 2 };
+/* a, b: the two bf16 operands in the order of the formulas above (in/dout,
+ * then w/in); out_f32: 1 fp32 output, 0 bf16 (ignored for BWD_W); res: fp32
+ * residual for FWD with fp32 output, or NULL. out is read for BWD_W. */
+int rl_gpu_op_gemm(int kind, float *out, int out_f32, const float *a, const float *b,
+                   const float *res, int M, int N, int K, rl_err *e);
+/* sqrt(sum g^2) with the model's reduction, on a plain array */
+int rl_gpu_op_sumsq_norm(float *norm, const float *g, size_t n, rl_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

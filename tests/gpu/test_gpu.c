@@ -1,0 +1,733 @@
+/* make test-gpu: every GPU kernel against the CPU reference of pkg/model,
+ * then whole training steps of the GPU model against the CPU fp32 model.
+ *
+ * Without a visible GPU it prints one line and exits 0 (nothing counted).
+ * Otherwise each check prints one line, and the last line is
+ * "test-gpu: N passed, M failed" (exit 1 if M > 0).
+ *
+ *   build/tests/gpu_test [substring]   run only the checks whose name contains it
+ *   RL_TEST_SEED=n                     repeat a run's random inputs (printed at start)
+ *
+ * How kernels are compared. Inputs are drawn fresh for every check and
+ * rounded to bf16 on the host wherever the kernel reads bf16, so the CPU
+ * reference (the double instantiation of pkg/model's code) sees exactly the
+ * values the GPU sees; the difference is then the GPU's own arithmetic and
+ * output rounding. The metric is the relative L2 error ||gpu - ref|| / ||ref||
+ * over the whole output (METHOD.md's measure); any NaN fails (the op
+ * wrappers poison every output with NaN before the kernel runs, so an
+ * unwritten element fails too). Tolerances, and why:
+ *   - fp32 outputs of fp32 arithmetic (rstd, fp32 GEMM outputs, norm
+ *     backward, losses, grad norm): rounding ~1e-7 per op, growing slowly
+ *     with reduction length; 1e-5 (1e-4 where a difference cancels).
+ *   - bf16 outputs of fp32 arithmetic (norm, RoPE, SwiGLU, bf16 GEMMs,
+ *     dlogits): round-to-nearest to 8 mantissa bits is at most 2^-9 = 1.95e-3
+ *     relative per element and ~1.1e-3 RMS; 3e-3.
+ *   - attention forward: additionally the probabilities are rounded to bf16
+ *     before P.V (2^-9 per term, random signs); ~2-4e-3 expected; 1e-2.
+ *   - attention backward: dS = P (dP - D) cancels when dP ~ D, and dS, P
+ *     and O (inside D) are bf16-rounded before their products; 2e-2.
+ * Whole model (the issue's bar): loss within 1% of the CPU fp32 model and a
+ * cosine similarity above 0.999 between GPU and CPU gradients per tensor. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/gpu.h"
+#include "kernels/llama_gpu.h"
+#include "model/cpu.h"
+#include "model/model.h"
+#include "train/train.h"
+
+static int n_pass, n_fail;
+static const char *filter;
+static uint64_t seed_base, seed_ctr;
+static rl_rng rng;
+
+/* A fresh stream of random numbers for each check. */
+static void reseed(void) { rl_rng_seed(&rng, seed_base * 1000003ull + ++seed_ctr); }
+
+static int selected(const char *name) { return !filter || strstr(name, filter); }
+
+static void report(const char *name, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void report(const char *name, int ok, const char *fmt, ...) {
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    printf("%-4s %-44s %s\n", ok ? "ok" : "FAIL", name, detail);
+    fflush(stdout);
+    if (ok) n_pass++;
+    else n_fail++;
+}
+
+static void fail_err(const char *name, const rl_err *e) { report(name, 0, "error: %s", e->msg); }
+
+/* ---- data ------------------------------------------------------------------ */
+static float *randn(size_t n, double std) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)(rl_rng_normal(&rng) * std);
+    return x;
+}
+static void round_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = rl_gpu_bf16_round(x[i]);
+}
+static float *randn_bf16(size_t n, double std) {
+    float *x = randn(n, std);
+    round_bf16(x, n);
+    return x;
+}
+static double *to_d(const float *x, size_t n) {
+    double *d = malloc((n ? n : 1) * sizeof(double));
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static int32_t *rand_tokens(int n, int V) {
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) t[i] = (int32_t)(rl_rng_u64(&rng) % (uint64_t)V);
+    return t;
+}
+
+/* ||got - ref|| / ||ref|| (0/0 = 0); nan counts non-finite values of got. */
+typedef struct {
+    double rel, max_abs;
+    size_t nan;
+} cmp_t;
+static cmp_t compare(const float *got, const double *ref, size_t n) {
+    cmp_t c = {0, 0, 0};
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) {
+            c.nan++;
+            continue;
+        }
+        double d = got[i] - ref[i];
+        num += d * d, den += ref[i] * ref[i];
+        if (fabs(d) > c.max_abs) c.max_abs = fabs(d);
+    }
+    c.rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    return c;
+}
+static int check_cmp(const char *name, const float *got, const double *ref, size_t n, double tol) {
+    cmp_t c = compare(got, ref, n);
+    int ok = c.nan == 0 && c.rel <= tol;
+    report(name, ok, "rel %.2e (tol %.0e) max|d| %.2e%s", c.rel, tol, c.max_abs,
+           c.nan ? " NON-FINITE VALUES" : "");
+    return ok;
+}
+
+/* ---- kernels ----------------------------------------------------------------- */
+static void test_embed(void) {
+    int N = 129, V = 13, D = 60; /* few ids: many repeats */
+    char name[64];
+    snprintf(name, sizeof name, "embed fwd N=%d V=%d D=%d", N, V, D);
+    if (selected(name)) {
+        reseed();
+        rl_err e = {0};
+        float *emb = randn((size_t)V * D, 1), *out = malloc(sizeof(float) * N * D);
+        int32_t *tok = rand_tokens(N, V);
+        if (rl_gpu_op_embed_fwd(out, emb, tok, N, V, D, &e)) fail_err(name, &e);
+        else {
+            size_t bad = 0;
+            for (int i = 0; i < N; i++)
+                bad += memcmp(out + (size_t)i * D, emb + (size_t)tok[i] * D, sizeof(float) * D) != 0;
+            report(name, bad == 0, "%zu rows differ (exact copy expected)", bad);
+        }
+        free(emb), free(out), free(tok);
+    }
+    snprintf(name, sizeof name, "embed bwd N=%d V=%d D=%d", N, V, D);
+    if (selected(name)) {
+        reseed();
+        rl_err e = {0};
+        float *demb = randn((size_t)V * D, 1), *dout = randn((size_t)N * D, 1);
+        int32_t *tok = rand_tokens(N, V);
+        double *ref = to_d(demb, (size_t)V * D);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < D; j++) ref[(size_t)tok[i] * D + j] += dout[(size_t)i * D + j];
+        if (rl_gpu_op_embed_bwd(demb, dout, tok, N, V, D, &e)) fail_err(name, &e);
+        else check_cmp(name, demb, ref, (size_t)V * D, 1e-6);
+        free(demb), free(dout), free(tok), free(ref);
+    }
+}
+
+static void test_rmsnorm(void) {
+    static const int shapes[][2] = {{1, 60}, {7, 96}, {129, 770}, {300, 2048}, {33, 13000}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int N = shapes[si][0], D = shapes[si][1];
+        size_t nd = (size_t)N * D;
+        char name[64];
+        snprintf(name, sizeof name, "rmsnorm fwd N=%d D=%d", N, D);
+        if (selected(name)) {
+            reseed();
+            rl_err e = {0};
+            float *x = randn(nd, 2), *w = randn((size_t)D, 0.2), *out = malloc(nd * sizeof(float));
+            float *rstd = malloc(N * sizeof(float));
+            for (int j = 0; j < D; j++) w[j] += 1.0f;
+            double *xd = to_d(x, nd), *wd = to_d(w, D), *ro = malloc(nd * sizeof(double)),
+                   *rr = malloc(N * sizeof(double));
+            rl_cpu_rmsnorm_fwd_f64(ro, rr, xd, wd, N, D, 1e-5);
+            if (rl_gpu_op_rmsnorm_fwd(out, rstd, x, w, N, D, 1e-5f, &e)) fail_err(name, &e);
+            else if (check_cmp(name, out, ro, nd, 3e-3))
+                check_cmp("  rstd", rstd, rr, (size_t)N, 1e-5);
+            free(x), free(w), free(out), free(rstd), free(xd), free(wd), free(ro), free(rr);
+        }
+        for (int acc = 0; acc < 2; acc++) {
+            snprintf(name, sizeof name, "rmsnorm bwd N=%d D=%d%s", N, D, acc ? " accumulate" : "");
+            if (!selected(name)) continue;
+            reseed();
+            rl_err e = {0};
+            float *x = randn(nd, 2), *w = randn((size_t)D, 0.2), *dout = randn(nd, 1);
+            float *dx = randn(nd, 1), *dw = randn((size_t)D, 1), *dx16 = malloc(nd * sizeof(float));
+            for (int j = 0; j < D; j++) w[j] += 1.0f;
+            double *xd = to_d(x, nd), *wd = to_d(w, D), *gd = to_d(dout, nd);
+            double *dxr = acc ? to_d(dx, nd) : calloc(nd, sizeof(double)), *dwr = to_d(dw, D);
+            double *tmp = malloc(nd * sizeof(double)), *rd = malloc(N * sizeof(double));
+            rl_cpu_rmsnorm_fwd_f64(tmp, rd, xd, wd, N, D, 1e-5);
+            float *rstd = malloc(N * sizeof(float));
+            for (int i = 0; i < N; i++) rstd[i] = (float)rd[i], rd[i] = rstd[i];
+            rl_cpu_rmsnorm_bwd_f64(dxr, dwr, gd, xd, wd, rd, N, D);
+            if (rl_gpu_op_rmsnorm_bwd(dx, dx16, dw, dout, x, w, rstd, N, D, acc, &e)) fail_err(name, &e);
+            else if (check_cmp(name, dx, dxr, nd, 1e-4) && check_cmp("  dx bf16 copy", dx16, dxr, nd, 3e-3))
+                check_cmp("  dw", dw, dwr, (size_t)D, 1e-4);
+            free(x), free(w), free(dout), free(dx), free(dw), free(dx16), free(xd), free(wd), free(gd);
+            free(dxr), free(dwr), free(tmp), free(rd), free(rstd);
+        }
+    }
+}
+
+static void base_cfg(rl_model_config *c, int hidden, int heads, int kv, int max_pos) {
+    rl_model_config_default(c);
+    c->hidden_size = hidden, c->num_attention_heads = heads, c->num_key_value_heads = kv;
+    c->max_position_embeddings = max_pos;
+}
+
+static void test_rope(void) {
+    static const int shapes[][4] = {/* B, T, hidden, heads */ {2, 1, 96, 3}, {2, 7, 60, 3}, {1, 129, 128, 2}, {3, 33, 512, 4}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int B = shapes[si][0], T = shapes[si][1];
+        rl_model_config c;
+        base_cfg(&c, shapes[si][2], shapes[si][3], 1, 256);
+        int hd = rl_model_head_dim(&c), nh = c.num_attention_heads + 1;
+        size_t n = (size_t)B * T * nh * hd;
+        double *tab = malloc(sizeof(double) * 256 * hd);
+        rl_cpu_rope_table_f64(&c, tab);
+        for (int inv = 0; inv < 2; inv++) {
+            char name[64];
+            snprintf(name, sizeof name, "rope %s B=%d T=%d heads=%d hd=%d", inv ? "bwd" : "fwd", B, T, nh, hd);
+            if (!selected(name)) continue;
+            reseed();
+            rl_err e = {0};
+            float *x = randn_bf16(n, 1);
+            double *ref = to_d(x, n);
+            if (inv) rl_cpu_rope_bwd_f64(ref, tab, B, T, nh, hd, 256);
+            else rl_cpu_rope_fwd_f64(ref, tab, B, T, nh, hd, 256);
+            if (rl_gpu_op_rope(x, &c, B, T, nh, inv, &e)) fail_err(name, &e);
+            else check_cmp(name, x, ref, n, 3e-3);
+            free(x), free(ref);
+        }
+        free(tab);
+    }
+}
+
+static const int attn_shapes[][5] = {
+    /* B, T, H, KV, hd */
+    {1, 1, 3, 1, 32},  {2, 7, 3, 1, 20},  {1, 64, 2, 2, 64},  {1, 129, 4, 2, 64}, {2, 65, 6, 3, 40},
+    {1, 200, 2, 1, 128}, {2, 130, 4, 1, 96}, {1, 300, 12, 3, 64},
+};
+
+static void test_attention(void) {
+    for (size_t si = 0; si < sizeof attn_shapes / sizeof attn_shapes[0]; si++) {
+        int B = attn_shapes[si][0], T = attn_shapes[si][1], H = attn_shapes[si][2];
+        int KV = attn_shapes[si][3], hd = attn_shapes[si][4];
+        size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd;
+        size_t natt = (size_t)B * H * T * T;
+        for (int bwd = 0; bwd < 2; bwd++) {
+            char name[80];
+            snprintf(name, sizeof name, "attention %s B=%d T=%d H=%d KV=%d hd=%d", bwd ? "bwd" : "fwd",
+                     B, T, H, KV, hd);
+            if (!selected(name)) continue;
+            reseed();
+            rl_err e = {0};
+            float *q = randn_bf16(nq, 1), *k = randn_bf16(nk, 1), *v = randn_bf16(nk, 1);
+            double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk);
+            double *outr = malloc(nq * sizeof(double)), *att = malloc(natt * sizeof(double));
+            rl_cpu_attn_fwd_f64(outr, att, qd, kd, vd, B, T, H, KV, hd);
+            if (!bwd) {
+                float *out = malloc(nq * sizeof(float));
+                if (rl_gpu_op_attn_fwd(out, q, k, v, B, T, H, KV, hd, &e)) fail_err(name, &e);
+                else check_cmp(name, out, outr, nq, 1e-2);
+                free(out);
+            } else {
+                float *dout = randn_bf16(nq, 1);
+                double *dod = to_d(dout, nq), *dqr = malloc(nq * sizeof(double));
+                double *dkr = malloc(nk * sizeof(double)), *dvr = malloc(nk * sizeof(double));
+                double *scr = malloc((size_t)B * KV * T * T * sizeof(double));
+                rl_cpu_attn_bwd_f64(dqr, dkr, dvr, scr, dod, att, qd, kd, vd, B, T, H, KV, hd);
+                float *dq = malloc(nq * sizeof(float)), *dk = malloc(nk * sizeof(float)),
+                      *dv = malloc(nk * sizeof(float));
+                if (rl_gpu_op_attn_bwd(dq, dk, dv, dout, q, k, v, B, T, H, KV, hd, &e)) fail_err(name, &e);
+                else if (check_cmp(name, dq, dqr, nq, 2e-2) && check_cmp("  dk", dk, dkr, nk, 2e-2))
+                    check_cmp("  dv", dv, dvr, nk, 2e-2);
+                free(dout), free(dod), free(dqr), free(dkr), free(dvr), free(scr), free(dq), free(dk), free(dv);
+            }
+            free(q), free(k), free(v), free(qd), free(kd), free(vd), free(outr), free(att);
+        }
+    }
+}
+
+static void test_swiglu(void) {
+    static const int shapes[][2] = {{1, 100}, {7, 352}, {129, 1000}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int N = shapes[si][0], F = shapes[si][1];
+        size_t nf = (size_t)N * F;
+        for (int bwd = 0; bwd < 2; bwd++) {
+            char name[64];
+            snprintf(name, sizeof name, "swiglu %s N=%d F=%d", bwd ? "bwd" : "fwd", N, F);
+            if (!selected(name)) continue;
+            reseed();
+            rl_err e = {0};
+            float *gu = randn_bf16(2 * nf, 2);
+            double *g = malloc(nf * sizeof(double)), *u = malloc(nf * sizeof(double));
+            for (int n = 0; n < N; n++)
+                for (int j = 0; j < F; j++)
+                    g[(size_t)n * F + j] = gu[(size_t)n * 2 * F + j], u[(size_t)n * F + j] = gu[(size_t)n * 2 * F + F + j];
+            if (!bwd) {
+                double *hr = malloc(nf * sizeof(double));
+                rl_cpu_swiglu_fwd_f64(hr, g, u, nf);
+                float *h = malloc(nf * sizeof(float));
+                if (rl_gpu_op_swiglu_fwd(h, gu, N, F, &e)) fail_err(name, &e);
+                else check_cmp(name, h, hr, nf, 3e-3);
+                free(hr), free(h);
+            } else {
+                float *dh = randn_bf16(nf, 1), *dgu = malloc(2 * nf * sizeof(float));
+                double *dhd = to_d(dh, nf), *dg = malloc(nf * sizeof(double)), *du = malloc(nf * sizeof(double));
+                rl_cpu_swiglu_bwd_f64(dg, du, dhd, g, u, nf);
+                double *ref = malloc(2 * nf * sizeof(double));
+                for (int n = 0; n < N; n++)
+                    for (int j = 0; j < F; j++)
+                        ref[(size_t)n * 2 * F + j] = dg[(size_t)n * F + j], ref[(size_t)n * 2 * F + F + j] = du[(size_t)n * F + j];
+                if (rl_gpu_op_swiglu_bwd(dgu, dh, gu, N, F, &e)) fail_err(name, &e);
+                else check_cmp(name, dgu, ref, 2 * nf, 3e-3);
+                free(dh), free(dgu), free(dhd), free(dg), free(du), free(ref);
+            }
+            free(gu), free(g), free(u);
+        }
+    }
+}
+
+static void test_xent(void) {
+    static const int shapes[][2] = {{1, 257}, {7, 1000}, {129, 50000}, {3, 32001}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int N = shapes[si][0], V = shapes[si][1];
+        size_t nv = (size_t)N * V;
+        char name[64];
+        snprintf(name, sizeof name, "classifier N=%d V=%d", N, V);
+        if (!selected(name)) continue;
+        reseed();
+        rl_err e = {0};
+        float *logits = randn_bf16(nv, 2), *losses = malloc(N * sizeof(float));
+        float *dl = malloc(nv * sizeof(float));
+        int32_t *tgt = rand_tokens(N, V);
+        double *ld = to_d(logits, nv), *lr = malloc(N * sizeof(double));
+        float scale = 1.0f / (float)N;
+        rl_cpu_xent_fwd_f64(lr, ld, tgt, N, V);
+        rl_cpu_xent_bwd_f64(ld, tgt, N, V, scale);
+        if (rl_gpu_op_xent(losses, dl, logits, tgt, N, V, scale, &e)) fail_err(name, &e);
+        else if (check_cmp(name, losses, lr, (size_t)N, 1e-5))
+            check_cmp("  dlogits", dl, ld, nv, 3e-3);
+        free(logits), free(losses), free(dl), free(tgt), free(ld), free(lr);
+    }
+}
+
+/* out = a . b with a [M, K] and b given by element accessors: plain double loops. */
+static void test_gemm(void) {
+    static const int shapes[][3] = {/* M, N, K */ {1, 7, 16}, {7, 129, 60}, {129, 96, 770}, {300, 257, 64}, {64, 2560, 512}};
+    static const char *kinds[] = {"fwd", "bwd-data", "bwd-weight"};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int kind = 0; kind < 3; kind++)
+            for (int f32 = 0; f32 < 2; f32++) {
+                if (kind == RL_GPU_GEMM_BWD_W && !f32) continue; /* always fp32 */
+                for (int res = 0; res < (kind == RL_GPU_GEMM_FWD && f32 ? 2 : 1); res++) {
+                    int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+                    char name[80];
+                    snprintf(name, sizeof name, "gemm %s %s%s M=%d N=%d K=%d", kinds[kind],
+                             f32 ? "fp32" : "bf16", res ? "+residual" : "", M, N, K);
+                    if (!selected(name)) continue;
+                    reseed();
+                    rl_err e = {0};
+                    size_t na, nb, no;
+                    if (kind == RL_GPU_GEMM_FWD) na = (size_t)M * K, nb = (size_t)N * K, no = (size_t)M * N;
+                    else if (kind == RL_GPU_GEMM_BWD_DATA) na = (size_t)M * N, nb = (size_t)N * K, no = (size_t)M * K;
+                    else na = (size_t)M * N, nb = (size_t)M * K, no = (size_t)N * K;
+                    float *a = randn_bf16(na, 1), *b = randn_bf16(nb, 1);
+                    float *out = randn(no, 1), *r = res ? randn(no, 1) : NULL;
+                    double *ref = calloc(no, sizeof(double));
+                    if (kind == RL_GPU_GEMM_FWD)
+                        for (int i = 0; i < M; i++)
+                            for (int j = 0; j < N; j++) {
+                                double s = r ? r[(size_t)i * N + j] : 0;
+                                for (int kk = 0; kk < K; kk++) s += (double)a[(size_t)i * K + kk] * b[(size_t)j * K + kk];
+                                ref[(size_t)i * N + j] = s;
+                            }
+                    else if (kind == RL_GPU_GEMM_BWD_DATA)
+                        for (int i = 0; i < M; i++)
+                            for (int kk = 0; kk < K; kk++) {
+                                double s = 0;
+                                for (int j = 0; j < N; j++) s += (double)a[(size_t)i * N + j] * b[(size_t)j * K + kk];
+                                ref[(size_t)i * K + kk] = s;
+                            }
+                    else
+                        for (int j = 0; j < N; j++)
+                            for (int kk = 0; kk < K; kk++) {
+                                double s = out[(size_t)j * K + kk];
+                                for (int i = 0; i < M; i++) s += (double)a[(size_t)i * N + j] * b[(size_t)i * K + kk];
+                                ref[(size_t)j * K + kk] = s;
+                            }
+                    if (rl_gpu_op_gemm(kind, out, f32, a, b, r, M, N, K, &e)) fail_err(name, &e);
+                    else check_cmp(name, out, ref, no, f32 ? 1e-5 : 3e-3);
+                    free(a), free(b), free(out), free(r), free(ref);
+                }
+            }
+}
+
+static void test_norm(void) {
+    static const size_t sizes[] = {1, 1000, 3333333};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        size_t n = sizes[si];
+        char name[64];
+        snprintf(name, sizeof name, "grad norm n=%zu", n);
+        if (!selected(name)) continue;
+        reseed();
+        rl_err e = {0};
+        float *g = randn(n, 1e-3);
+        double ref = 0;
+        for (size_t i = 0; i < n; i++) ref += (double)g[i] * g[i];
+        ref = sqrt(ref);
+        float a, b;
+        if (rl_gpu_op_sumsq_norm(&a, g, n, &e) || rl_gpu_op_sumsq_norm(&b, g, n, &e)) fail_err(name, &e);
+        else {
+            double rel = fabs(a - ref) / ref;
+            report(name, isfinite(a) && rel <= 1e-5 && memcmp(&a, &b, sizeof a) == 0,
+                   "rel %.2e (tol 1e-05), two runs %s", rel, memcmp(&a, &b, sizeof a) ? "DIFFER" : "bit-identical");
+        }
+        free(g);
+    }
+}
+
+/* ---- the model ------------------------------------------------------------------- */
+typedef struct {
+    const char *label;
+    int vocab, hidden, ffn, layers, heads, kv, B, T;
+} model_case;
+
+static void case_cfg(const model_case *mc, rl_model_config *c) {
+    rl_model_config_default(c);
+    c->vocab_size = mc->vocab, c->hidden_size = mc->hidden, c->intermediate_size = mc->ffn;
+    c->num_hidden_layers = mc->layers, c->num_attention_heads = mc->heads;
+    c->num_key_value_heads = mc->kv, c->max_position_embeddings = mc->T < 256 ? 256 : mc->T;
+    /* larger than HF's 0.02 so that attention and the MLP are far from
+     * linear at init: the comparison then exercises the nonlinear paths */
+    c->initializer_range = 0.08;
+}
+
+static double cosine(const float *a, const float *b, size_t n, double *na, double *nb) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    *na = sqrt(aa), *nb = sqrt(bb);
+    if (aa == 0 && bb == 0) return 1.0;
+    return ab / (sqrt(aa) * sqrt(bb) + 1e-300);
+}
+
+/* One forward + backward on CPU fp32 and GPU from the same parameters and
+ * batch: loss within 1%, every tensor's gradient cosine > 0.999. Then the
+ * GPU alone: bit-identical on a repeat, exactly twice the gradients after a
+ * second accumulated micro-step. */
+static void test_step(const model_case *mc, int recompute) {
+    char name[96];
+    snprintf(name, sizeof name, "step %s B=%d T=%d%s", mc->label, mc->B, mc->T, recompute ? " recompute" : "");
+    if (!selected(name)) return;
+    reseed();
+    rl_model_config c;
+    case_cfg(mc, &c);
+    rl_err e = {0};
+    rl_model cpu;
+    rl_gpu_model *gpu = NULL;
+    int B = mc->B, T = mc->T, N = B * T;
+    if (rl_model_create(&cpu, &c, B, T, &e)) {
+        fail_err(name, &e);
+        return;
+    }
+    size_t P = cpu.lay.total;
+    rl_model_init_params(&c, cpu.params, seed_base + seed_ctr);
+    int32_t *tok = rand_tokens(N, c.vocab_size), *tgt = rand_tokens(N, c.vocab_size);
+    float *g1 = malloc(P * sizeof(float)), *g2 = malloc(P * sizeof(float));
+    float *logits = malloc((size_t)N * c.vocab_size * sizeof(float));
+    float lc, lg, lg2;
+    rl_gpu_options opt = {.recompute_swiglu = recompute};
+    if (rl_model_forward(&cpu, tok, tgt, B, T, &lc, &e)) goto err;
+    memcpy(logits, rl_model_logits(&cpu), (size_t)N * c.vocab_size * sizeof(float));
+    rl_model_zero_grad(&cpu);
+    rl_model_backward(&cpu, 1.0f, NULL, NULL);
+    if (rl_gpu_model_create(&gpu, &c, B, T, &opt, 0, &e) || rl_gpu_model_upload_params(gpu, cpu.params, &e) ||
+        rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg, &e))
+        goto err;
+    {
+        float *gl = malloc((size_t)N * c.vocab_size * sizeof(float));
+        double *ld = to_d(logits, (size_t)N * c.vocab_size);
+        int rc = rl_gpu_model_download_logits(gpu, gl, &e);
+        if (!rc) {
+            char sub[120];
+            snprintf(sub, sizeof sub, "  %s logits", name);
+            check_cmp(sub, gl, ld, (size_t)N * c.vocab_size, 3e-2);
+        }
+        free(gl), free(ld);
+        if (rc) goto err;
+    }
+    if (rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) || rl_gpu_model_download_grads(gpu, g1, &e)) goto err;
+    double rel = fabs(lg - lc) / fabs(lc);
+    report(name, isfinite(lg) && rel <= 0.01, "loss gpu %.6f cpu %.6f rel %.2e (tol 1e-02)", lg, lc, rel);
+    {
+        int nt = rl_model_n_tensors(&c), bad = 0;
+        double worst = 2;
+        char worst_name[80] = "";
+        for (int i = 0; i < nt; i++) {
+            rl_tensor_info ti;
+            rl_model_tensor(&c, i, &ti);
+            double na, nb, cs = cosine(g1 + ti.offset, cpu.grads + ti.offset, ti.numel, &na, &nb);
+            if (!(cs > 0.999)) {
+                bad++;
+                printf("       %s: cosine %.6f |gpu| %.3e |cpu| %.3e\n", ti.name, cs, na, nb);
+            }
+            if (cs < worst) worst = cs, snprintf(worst_name, sizeof worst_name, "%s", ti.name);
+        }
+        report("  gradients, cosine per tensor", bad == 0, "%d of %d tensors below 0.999; lowest %.6f (%s)",
+               bad, nt, worst, worst_name);
+    }
+    /* determinism and accumulation */
+    if (rl_gpu_model_zero_grad(gpu, &e) || rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg2, &e) ||
+        rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) || rl_gpu_model_download_grads(gpu, g2, &e))
+        goto err;
+    report("  repeat is bit-identical", memcmp(&lg, &lg2, sizeof lg) == 0 && memcmp(g1, g2, P * sizeof(float)) == 0,
+           "loss %s, gradients %s", memcmp(&lg, &lg2, sizeof lg) ? "differ" : "same",
+           memcmp(g1, g2, P * sizeof(float)) ? "differ" : "same");
+    if (rl_gpu_model_forward(gpu, tok, tgt, B, T, NULL, &e) || rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) ||
+        rl_gpu_model_download_grads(gpu, g2, &e))
+        goto err;
+    {
+        size_t off = 0;
+        for (size_t i = 0; i < P; i++) off += g2[i] != 2.0f * g1[i];
+        report("  second micro-step accumulates", off == 0, "%zu of %zu gradients != 2x the first", off, P);
+    }
+    goto done;
+err:
+    fail_err(name, &e);
+done:
+    rl_gpu_model_free(gpu);
+    rl_model_destroy(&cpu);
+    free(tok), free(tgt), free(g1), free(g2), free(logits);
+}
+
+/* AdamW on the GPU against rl_adamw_update per tensor (decay on matrices
+ * only), the bf16 copy = the rounded master, and the device-side clip. */
+static void test_adamw(void) {
+    const char *name = "adamw vs rl_adamw_update";
+    if (!selected(name)) return;
+    reseed();
+    model_case mc = {"adamw", 101, 96, 200, 2, 3, 1, 1, 8};
+    rl_model_config c;
+    case_cfg(&mc, &c);
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c);
+    size_t P = lay.total;
+    float *p = malloc(P * sizeof(float)), *g = randn(P, 1e-2), *mv = malloc(2 * P * sizeof(float));
+    rl_model_init_params(&c, p, seed_base + seed_ctr);
+    for (size_t i = 0; i < P; i++) mv[i] = (float)(rl_rng_normal(&rng) * 1e-3), mv[P + i] = (float)(fabs(rl_rng_normal(&rng)) * 1e-5);
+    float *cp = malloc(P * sizeof(float)), *cmv = malloc(2 * P * sizeof(float));
+    float *gp = malloc(P * sizeof(float)), *gmv = malloc(2 * P * sizeof(float)), *g16 = malloc(P * sizeof(float));
+    rl_err e = {0};
+    rl_gpu_model *m = NULL;
+    for (int clip = 0; clip < 2; clip++) {
+        const char *sub = clip ? "  with device-side clipping" : name;
+        memcpy(cp, p, P * sizeof(float)), memcpy(cmv, mv, 2 * P * sizeof(float));
+        double lr = 3e-3, wd = 0.1, max_norm = 0.05, scale = 0.7;
+        double norm = rl_grad_norm(g, P), gs = scale * (clip ? rl_clip_factor(norm, max_norm) : 1.0);
+        int nt = rl_model_n_tensors(&c);
+        for (int i = 0; i < nt; i++) {
+            rl_tensor_info ti;
+            rl_model_tensor(&c, i, &ti);
+            rl_adamw_update(cp + ti.offset, g + ti.offset, cmv + ti.offset, cmv + P + ti.offset, ti.numel, lr, 0.9,
+                            0.95, 1e-8, ti.decay ? wd : 0.0, 3, gs);
+        }
+        rl_gpu_adamw a = {.lr = lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = wd, .t = 3,
+                          .grad_scale = scale, .clip_max_norm = clip ? max_norm : 0};
+        float gnorm = 0;
+        if ((!m && rl_gpu_model_create(&m, &c, 1, 8, NULL, 0, &e)) || rl_gpu_model_upload_params(m, p, &e) ||
+            rl_gpu_model_upload_grads(m, g, &e) || rl_gpu_model_upload_opt(m, mv, &e) ||
+            rl_gpu_model_grad_norm(m, &gnorm, &e) || rl_gpu_model_adamw(m, &a, &e) ||
+            rl_gpu_model_download_params(m, gp, &e) || rl_gpu_model_download_opt(m, gmv, &e) ||
+            rl_gpu_model_download_params_bf16(m, g16, &e)) {
+            fail_err(sub, &e);
+            break;
+        }
+        /* fp32 on both sides; the kernel may contract into FMAs, so allow
+         * a few ulps relative to each value plus a tiny absolute slack */
+        size_t bad = 0, bad16 = 0;
+        double worst = 0;
+        for (size_t i = 0; i < P; i++) {
+            double tol = (clip ? 1e-5 : 1e-6) * fabs(cp[i]) + 1e-9;
+            double d = fabs(gp[i] - cp[i]);
+            if (!(d <= tol)) bad++;
+            if (d > worst) worst = d;
+            for (int k = 0; k < 2; k++)
+                if (!(fabs(gmv[k * P + i] - cmv[k * P + i]) <= (clip ? 1e-5 : 1e-6) * fabs(cmv[k * P + i]) + 1e-12)) bad++;
+            if (g16[i] != rl_gpu_bf16_round(gp[i])) bad16++;
+        }
+        report(sub, bad == 0 && bad16 == 0 && fabs(gnorm - norm) <= 1e-5 * norm,
+               "%zu values outside tolerance (max|d| %.2e), %zu bf16 copies != round(master), norm %.6g vs %.6g",
+               bad, worst, bad16, gnorm, norm);
+    }
+    rl_gpu_model_free(m);
+    free(p), free(g), free(mv), free(cp), free(cmv), free(gp), free(gmv), free(g16);
+}
+
+/* 50 optimizer steps on CPU fp32 and GPU bf16 from the same init on the
+ * same learnable data (each sequence counts upward mod V from a random
+ * start, so the next token is predictable). Band: every step's loss within
+ * max(0.05 nats, 5%) of the CPU's, the last within 3%; both must learn. */
+static void test_train_curve(void) {
+    const char *name = "50 steps track the CPU loss curve";
+    if (!selected(name)) return;
+    reseed();
+    model_case mc = {"curve", 101, 96, 200, 2, 3, 1, 4, 32};
+    rl_model_config c;
+    case_cfg(&mc, &c);
+    c.initializer_range = 0.02;
+    int B = mc.B, T = mc.T, N = B * T, steps = 50;
+    rl_err e = {0};
+    rl_model cpu;
+    rl_gpu_model *gpu = NULL;
+    if (rl_model_create(&cpu, &c, B, T, &e)) {
+        fail_err(name, &e);
+        return;
+    }
+    size_t P = cpu.lay.total;
+    rl_model_init_params(&c, cpu.params, seed_base + seed_ctr);
+    float *mv = calloc(2 * P, sizeof(float));
+    int32_t *tok = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
+    double worst = 0, first_c = 0, last_c = 0, last_g = 0;
+    int bad = 0;
+    if (rl_gpu_model_create(&gpu, &c, B, T, NULL, 0, &e) || rl_gpu_model_upload_params(gpu, cpu.params, &e)) goto err;
+    for (int s = 1; s <= steps; s++) {
+        for (int b = 0; b < B; b++) {
+            int start = (int)(rl_rng_u64(&rng) % (uint64_t)c.vocab_size);
+            for (int t = 0; t < T; t++) {
+                tok[b * T + t] = (start + t) % c.vocab_size;
+                tgt[b * T + t] = (start + t + 1) % c.vocab_size;
+            }
+        }
+        float lc, lg;
+        rl_model_zero_grad(&cpu);
+        if (rl_model_forward(&cpu, tok, tgt, B, T, &lc, &e)) goto err;
+        rl_model_backward(&cpu, 1.0f, NULL, NULL);
+        double norm = rl_grad_norm(cpu.grads, P), clip = rl_clip_factor(norm, 1.0);
+        int nt = rl_model_n_tensors(&c);
+        for (int i = 0; i < nt; i++) {
+            rl_tensor_info ti;
+            rl_model_tensor(&c, i, &ti);
+            rl_adamw_update(cpu.params + ti.offset, cpu.grads + ti.offset, mv + ti.offset, mv + P + ti.offset,
+                            ti.numel, 3e-3, 0.9, 0.95, 1e-8, ti.decay ? 0.1 : 0.0, s, clip);
+        }
+        rl_gpu_adamw a = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .t = s,
+                          .grad_scale = 1.0, .clip_max_norm = 1.0};
+        if (rl_gpu_model_zero_grad(gpu, &e) || rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg, &e) ||
+            rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) || rl_gpu_model_grad_norm(gpu, NULL, &e) ||
+            rl_gpu_model_adamw(gpu, &a, &e))
+            goto err;
+        double d = fabs(lg - lc), band = fmax(0.05, 0.05 * lc);
+        if (!(d <= band)) bad++;
+        if (d / lc > worst) worst = d / lc;
+        if (s == 1) first_c = lc;
+        last_c = lc, last_g = lg;
+    }
+    {
+        double last_rel = fabs(last_g - last_c) / last_c;
+        report(name, bad == 0 && last_rel <= 0.03 && last_c < 0.5 * first_c && last_g < 0.5 * first_c,
+               "cpu %.4f -> %.4f, gpu -> %.4f; %d steps outside the band, worst rel %.3f, last rel %.3f",
+               first_c, last_c, last_g, bad, worst, last_rel);
+    }
+    goto done;
+err:
+    fail_err(name, &e);
+done:
+    rl_gpu_model_free(gpu);
+    rl_model_destroy(&cpu);
+    free(mv), free(tok), free(tgt);
+}
+
+/* Parameters and moments survive a round trip bit for bit: a checkpoint
+ * written from the GPU model resumes on the CPU and back. */
+static void test_roundtrip(void) {
+    const char *name = "params/opt round trip is exact";
+    if (!selected(name)) return;
+    reseed();
+    model_case mc = {"rt", 257, 60, 100, 2, 3, 3, 1, 4};
+    rl_model_config c;
+    case_cfg(&mc, &c);
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c);
+    size_t P = lay.total;
+    float *p = randn(P, 1), *o = randn(2 * P, 1), *p2 = malloc(P * sizeof(float)), *o2 = malloc(2 * P * sizeof(float));
+    rl_err e = {0};
+    rl_gpu_model *m = NULL;
+    if (rl_gpu_model_create(&m, &c, 1, 4, NULL, 0, &e) || rl_gpu_model_upload_params(m, p, &e) ||
+        rl_gpu_model_upload_opt(m, o, &e) || rl_gpu_model_download_params(m, p2, &e) ||
+        rl_gpu_model_download_opt(m, o2, &e))
+        fail_err(name, &e);
+    else
+        report(name, !memcmp(p, p2, P * sizeof(float)) && !memcmp(o, o2, 2 * P * sizeof(float)), "%zu params",
+               P);
+    rl_gpu_model_free(m);
+    free(p), free(o), free(p2), free(o2);
+}
+
+int main(int argc, char **argv) {
+    char dev[256] = "";
+    int ndev = rl_gpu_device_count(dev, sizeof dev);
+    if (ndev == 0) {
+        printf("test-gpu: skipped: no GPU visible (no CUDA device or driver); nothing was run\n");
+        return 0;
+    }
+    filter = argc > 1 ? argv[1] : NULL;
+    const char *s = getenv("RL_TEST_SEED");
+    seed_base = s && *s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
+    printf("test-gpu: %s; seed %llu (RL_TEST_SEED=%llu repeats this run)%s%s\n", dev,
+           (unsigned long long)seed_base, (unsigned long long)seed_base, filter ? "; only " : "",
+           filter ? filter : "");
+
+    test_embed();
+    test_rmsnorm();
+    test_rope();
+    test_attention();
+    test_swiglu();
+    test_xent();
+    test_gemm();
+    test_norm();
+    test_adamw();
+    test_roundtrip();
+    static const model_case cases[] = {
+        {"gqa-hd32", 101, 96, 200, 2, 3, 1, 2, 1},
+        {"gqa-hd32", 101, 96, 200, 2, 3, 1, 2, 7},
+        {"gqa-hd32", 101, 96, 200, 2, 3, 1, 2, 129},
+        {"mha-hd20", 257, 60, 100, 2, 3, 3, 3, 33},
+        {"gqa-hd64", 1000, 128, 352, 3, 2, 1, 2, 130},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_step(&cases[i], 0);
+    test_step(&cases[2], 1);
+    test_train_curve();
+
+    printf("test-gpu: %d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
