@@ -1,0 +1,202 @@
+/* ringleader's GPU training step, timed: one JSON line per run, with the
+ * same fields and FLOP formula as ../shared/bench/torch_baseline.py so the
+ * two can be put side by side (bench/gpu/run.sh runs both).
+ *
+ *   gpu_bench --config a|b [--batch N] [--seq T] [--steps 30] [--warmup 10]
+ *             [--recompute] [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
+ *
+ * A step is what the baseline's step is: forward with the loss, backward,
+ * global gradient norm and clipping at 1.0, fused AdamW (lr 3e-4, betas
+ * 0.9/0.95, weight decay 0.1); the same batch every step, random tokens.
+ *
+ * Model FLOPs per token (the baseline's formula, kept identical on purpose):
+ * 6 x parameters (all of them, embedding included) + 6 x layers x seq x
+ * hidden (attention scores and values, forward and backward, halved for the
+ * causal mask). MFU divides by the GPU's dense bf16 peak (datasheet, by
+ * device name; RL_PEAK_TFLOPS overrides). Memory: the model's own device
+ * allocations (fixed at creation: parameters, master, moments, gradients,
+ * activations, scratch, cuBLASLt workspace) as peak_mem_gib, and what the
+ * device lost in free memory over the run (CUDA context and library state
+ * included) as device_used_gib. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gpu.h"
+#include "kernels/llama_gpu.h"
+#include "util/util.h"
+
+static double peak_tflops(const char *name) {
+    const char *env = getenv("RL_PEAK_TFLOPS");
+    if (env && *env) return atof(env);
+    /* dense bf16 tensor-core peaks from the datasheets (no sparsity) */
+    if (strstr(name, "H100") && (strstr(name, "PCIe") || strstr(name, "PCIE"))) return 756.0;
+    if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "H800") || strstr(name, "GH200"))
+        return 989.4;
+    if (strstr(name, "A100") || strstr(name, "A800")) return 312.0;
+    if (strstr(name, "L40S")) return 362.05;
+    if (strstr(name, "B200")) return 2250.0;
+    return 0.0; /* unknown: mfu reported as null */
+}
+
+#define CK(call)                                                                                  \
+    do {                                                                                          \
+        cudaError_t ce_ = (call);                                                                 \
+        if (ce_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "gpu_bench: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,              \
+                    cudaGetErrorString(ce_));                                                     \
+            return 1;                                                                             \
+        }                                                                                         \
+    } while (0)
+
+int main(int argc, char **argv) {
+    const char *config = "a";
+    int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 0;
+    int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define INTARG(flag, var)           \
+    if (!strcmp(a, flag) && v) {    \
+        var = atoi(v);              \
+        i++;                        \
+        continue;                   \
+    }
+        if (!strcmp(a, "--config") && v) {
+            config = v, i++;
+            continue;
+        }
+        if (!strcmp(a, "--recompute")) {
+            recompute = 1;
+            continue;
+        }
+        INTARG("--batch", batch) INTARG("--seq", seq) INTARG("--steps", steps)
+        INTARG("--warmup", warmup) INTARG("--vocab", vocab) INTARG("--hidden", hidden)
+        INTARG("--ffn", ffn) INTARG("--layers", layers) INTARG("--heads", heads)
+        INTARG("--kv-heads", kv)
+        fprintf(stderr, "gpu_bench: unknown argument %s (see the comment at the top of bench/gpu/bench_gpu.c)\n", a);
+        return 2;
+    }
+    rl_model_config c;
+    rl_model_config_default(&c);
+    int B, T;
+    if (!strcmp(config, "a")) {
+        c.vocab_size = 50000, c.hidden_size = 768, c.intermediate_size = 3072;
+        c.num_hidden_layers = 12, c.num_attention_heads = 12, c.num_key_value_heads = 3;
+        B = 64, T = 512;
+    } else if (!strcmp(config, "b")) {
+        c.vocab_size = 32000, c.hidden_size = 2048, c.intermediate_size = 5632;
+        c.num_hidden_layers = 22, c.num_attention_heads = 32, c.num_key_value_heads = 4;
+        B = 8, T = 2048;
+    } else {
+        fprintf(stderr, "gpu_bench: --config is a or b\n");
+        return 2;
+    }
+    if (vocab > 0) c.vocab_size = vocab;
+    if (hidden > 0) c.hidden_size = hidden;
+    if (ffn > 0) c.intermediate_size = ffn;
+    if (layers > 0) c.num_hidden_layers = layers;
+    if (heads > 0) c.num_attention_heads = heads;
+    if (kv > 0) c.num_key_value_heads = kv;
+    if (batch > 0) B = batch;
+    if (seq > 0) T = seq;
+    c.max_position_embeddings = T;
+    c.rms_norm_eps = 1e-5, c.rope_theta = 10000.0, c.initializer_range = 0.02;
+
+    char gpu[256] = "";
+    if (rl_gpu_device_count(gpu, sizeof gpu) == 0) {
+        printf("{\"impl\":\"ringleader\",\"config\":\"%s\",\"skipped\":\"no GPU visible\"}\n", config);
+        return 0;
+    }
+    rl_err e = {0};
+    size_t free0, free1, total;
+    CK(cudaSetDevice(0));
+    CK(cudaFree(NULL)); /* create the context before the first reading */
+    CK(cudaMemGetInfo(&free0, &total));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    rl_gpu_options opt = {.recompute_swiglu = recompute};
+    rl_gpu_model *m = NULL;
+    if (rl_gpu_model_create(&m, &c, B, T, &opt, s, &e) || rl_gpu_model_init_random(m, 1337, 0.02f, &e)) {
+        fprintf(stderr, "gpu_bench: %s\n", e.msg);
+        rl_gpu_model_free(m);
+        return 1;
+    }
+    int N = B * T;
+    int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
+    rl_rng rng;
+    rl_rng_seed(&rng, 42);
+    for (int i = 0; i < N; i++) {
+        x[i] = (int32_t)(rl_rng_u64(&rng) % (uint64_t)c.vocab_size);
+        y[i] = (int32_t)(rl_rng_u64(&rng) % (uint64_t)c.vocab_size);
+    }
+    rl_gpu_adamw a = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                      .grad_scale = 1.0, .clip_max_norm = 1.0};
+    /* events around each phase of each timed step, read after the run (no
+     * synchronisation inside the timed loop: the host queues ahead as a
+     * trainer does), so a tuning session sees where the step goes */
+    cudaEvent_t *ev = malloc(sizeof(cudaEvent_t) * 4 * (size_t)steps), t0, t1;
+    for (int k = 0; k < 4 * steps; k++) CK(cudaEventCreate(&ev[k]));
+    CK(cudaEventCreate(&t0));
+    CK(cudaEventCreate(&t1));
+    float loss = 0;
+    int rc = 0;
+    for (int it = 0; it < warmup + steps && !rc; it++) {
+        cudaEvent_t *E = it >= warmup ? ev + 4 * (it - warmup) : NULL;
+        if (it == warmup) {
+            CK(cudaStreamSynchronize(s));
+            CK(cudaEventRecord(t0, s));
+        }
+        a.t = it + 1;
+        if (E) CK(cudaEventRecord(E[0], s));
+        rc = rl_gpu_model_zero_grad(m, &e) || rl_gpu_model_forward(m, x, y, B, T, NULL, &e);
+        if (!rc && E) CK(cudaEventRecord(E[1], s));
+        if (!rc) rc = rl_gpu_model_backward(m, 1.0f, NULL, NULL, &e);
+        if (!rc && E) CK(cudaEventRecord(E[2], s));
+        if (!rc) rc = rl_gpu_model_grad_norm(m, NULL, &e) || rl_gpu_model_adamw(m, &a, &e);
+        if (!rc && E) CK(cudaEventRecord(E[3], s));
+    }
+    if (!rc) {
+        CK(cudaEventRecord(t1, s));
+        CK(cudaEventSynchronize(t1));
+        rc = rl_gpu_model_loss(m, &loss, &e);
+    }
+    if (rc) {
+        fprintf(stderr, "gpu_bench: %s\n", e.msg);
+        rl_gpu_model_free(m);
+        return 1;
+    }
+    double ph[3] = {0, 0, 0};
+    for (int it = 0; it < steps; it++)
+        for (int k = 0; k < 3; k++) {
+            float ms;
+            CK(cudaEventElapsedTime(&ms, ev[4 * it + k], ev[4 * it + k + 1]));
+            ph[k] += ms;
+        }
+    float ms_total;
+    CK(cudaEventElapsedTime(&ms_total, t0, t1));
+    CK(cudaMemGetInfo(&free1, &total));
+    double dt = ms_total / 1e3 / steps;
+    size_t nparams = rl_gpu_model_layout(m)->total;
+    double flops_tok = 6.0 * (double)nparams + 6.0 * c.num_hidden_layers * (double)T * c.hidden_size;
+    double tflops = flops_tok * N / dt / 1e12, peak = peak_tflops(gpu);
+    char mfu[32];
+    if (peak > 0) snprintf(mfu, sizeof mfu, "%.4f", tflops / peak);
+    else snprintf(mfu, sizeof mfu, "null");
+    int drv = 0, rtv = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rtv);
+    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_runtime\":%d,"
+           "\"params\":%zu,\"batch\":%d,\"seq\":%d,\"tokens_per_step\":%d,\"ms_per_step\":%.2f,"
+           "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"peak_tflops\":%.1f,\"mfu\":%s,"
+           "\"peak_mem_gib\":%.2f,\"device_used_gib\":%.2f,\"final_loss\":%.4f,"
+           "\"ms_forward\":%.2f,\"ms_backward\":%.2f,\"ms_optimizer\":%.2f}\n",
+           recompute ? "-recompute" : "", config, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
+           tflops, peak, mfu, rl_gpu_model_device_bytes(m) / 1073741824.0,
+           (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps, ph[2] / steps);
+    rl_gpu_model_free(m);
+    cudaStreamDestroy(s);
+    free(x), free(y), free(ev);
+    return 0;
+}

@@ -1,0 +1,104 @@
+#!/bin/sh
+# make bench-gpu: ringleader's GPU step and the PyTorch baseline, on the same
+# GPU, in one command, for the issue's two configs; JSON lines on stdout
+# (and in $RL_BENCH_OUT, default build/bench/gpu_bench.jsonl), then a summary
+# table against the targets.
+#
+#   bench/gpu/run.sh [BENCH_BIN] [CONFIG...]      CONFIG: a, b (default: both)
+#
+# Environment:
+#   TORCH_BASELINE  path of torch_baseline.py (default: ../shared/bench/, then
+#                   shared/bench/ and bench/gpu/ in this checkout: on a device
+#                   machine only the checkout travels, so copy it in there)
+#   BENCH_VENV      venv for the baseline (default build/venv-bench: ignored
+#                   by git, removed by make clean), made with
+#                   --system-site-packages so an installed torch is reused;
+#                   torch is pip-installed into it only if none is importable
+#                   and ringleader's run found a GPU
+#   STEPS, WARMUP   timed and warm-up steps (default 30 and 10, the baseline's)
+#   BATCH_B         sequences per step for config b (default 8: 16384 tokens;
+#                   the baseline's own default of 64 would need ~4x the memory)
+#   SKIP_TORCH=1    ringleader only;  SKIP_COMPILE=1  no torch.compile run
+set -u
+BIN=${1:-build/bench/gpu_bench}
+[ $# -gt 0 ] && shift
+CONFIGS=${*:-a b}
+STEPS=${STEPS:-30}
+WARMUP=${WARMUP:-10}
+BATCH_B=${BATCH_B:-8}
+OUTF=${RL_BENCH_OUT:-build/bench/gpu_bench.jsonl}
+mkdir -p "$(dirname "$OUTF")"
+: >"$OUTF"
+
+if [ ! -x "$BIN" ]; then
+    echo "bench-gpu: $BIN is missing (make $BIN)" >&2
+    exit 1
+fi
+
+baseline=""
+for cand in "${TORCH_BASELINE:-}" ../shared/bench/torch_baseline.py shared/bench/torch_baseline.py \
+    bench/gpu/torch_baseline.py; do
+    if [ -n "$cand" ] && [ -f "$cand" ]; then baseline=$cand && break; fi
+done
+
+# The baseline's Python, set up on first use (after ringleader's run has
+# found a GPU: no venv, no download on a machine without one).
+py=""
+py_state=unset
+setup_torch() {
+    [ "$py_state" = unset ] || return 0
+    py_state=none
+    [ "${SKIP_TORCH:-0}" = 1 ] && return 0
+    if [ -z "$baseline" ]; then
+        echo "bench-gpu: torch_baseline.py not found (set TORCH_BASELINE); PyTorch runs skipped" >&2
+        return 0
+    fi
+    venv=${BENCH_VENV:-build/venv-bench}
+    if [ ! -x "$venv/bin/python" ]; then
+        python3 -m venv --system-site-packages "$venv" >&2 || echo "bench-gpu: no venv; using python3" >&2
+    fi
+    p=$venv/bin/python
+    [ -x "$p" ] || p=python3
+    if ! "$p" -c 'import torch' 2>/dev/null; then
+        echo "bench-gpu: installing torch into $venv" >&2
+        "$p" -m pip install -q torch >&2 || return 0
+    fi
+    if ! "$p" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+        echo "bench-gpu: PyTorch cannot see a GPU; PyTorch runs skipped" >&2
+        return 0
+    fi
+    py=$p
+    py_state=ready
+}
+
+# one JSON line to stdout and the log, tagged with the config; anything
+# else (a crash, an out-of-memory traceback's last line) becomes an error line
+emit() { # config, impl, output
+    line=$(printf '%s\n' "$3" | grep '^{' | tail -1)
+    [ -n "$line" ] || line="{\"impl\":\"$2\",\"error\":\"no result (see stderr)\"}"
+    case $line in *'"config"'*) ;; *) line=$(printf '%s\n' "$line" | sed 's/^{/{"config":"'"$1"'",/') ;; esac
+    printf '%s\n' "$line" | tee -a "$OUTF"
+}
+
+for cfg in $CONFIGS; do
+    case $cfg in
+    a) targs="--vocab 50000 --hidden 768 --ffn 3072 --layers 12 --heads 12 --kv-heads 3 --seq 512 --batch 64"
+       rargs="--config a" ;;
+    b) targs="--vocab 32000 --hidden 2048 --ffn 5632 --layers 22 --heads 32 --kv-heads 4 --seq 2048 --batch $BATCH_B"
+       rargs="--config b --batch $BATCH_B" ;;
+    *) echo "bench-gpu: unknown config $cfg (a or b)" >&2; exit 2 ;;
+    esac
+    res=$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP")
+    emit "$cfg" ringleader "$res"
+    case $res in *'"skipped"'*) continue ;; esac # no GPU: nothing to compare with
+    setup_torch
+    if [ -n "$py" ]; then
+        emit "$cfg" pytorch-eager "$(PYTHONUNBUFFERED=1 "$py" "$baseline" $targs --steps "$STEPS" --warmup "$WARMUP")"
+        if [ "${SKIP_COMPILE:-0}" != 1 ]; then
+            emit "$cfg" pytorch-compile \
+                "$(PYTHONUNBUFFERED=1 "$py" "$baseline" $targs --steps "$STEPS" --warmup "$WARMUP" --compile)"
+        fi
+    fi
+done
+
+python3 "$(dirname "$0")/summary.py" "$OUTF" >&2 || true

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Summary of bench/gpu/run.sh's JSON lines against issue 6's targets.
+
+Per config: tokens/s, model TFLOP/s, MFU (the PyTorch lines get the same
+peak as ringleader's line, which names it), peak memory; then
+ringleader / torch.compile tokens/s (target >= 1.1), MFU on b (target >= 0.5)
+and memory against PyTorch's (target: no higher).
+
+  python3 bench/gpu/summary.py build/bench/gpu_bench.jsonl
+"""
+import json
+import sys
+
+
+def main(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    by_cfg = {}
+    for r in rows:
+        by_cfg.setdefault(r.get("config", "?"), []).append(r)
+    for cfg, rs in sorted(by_cfg.items()):
+        peak = next((r.get("peak_tflops") for r in rs if r.get("peak_tflops")), None)
+        gpu = next((r.get("gpu") for r in rs if r.get("gpu")), "?")
+        print(f"config {cfg} on {gpu} (dense bf16 peak {peak} TFLOP/s)")
+        print(f"  {'impl':<22}{'tokens/s':>12}{'ms/step':>10}{'TFLOP/s':>10}{'MFU':>8}{'mem GiB':>9}")
+        for r in rs:
+            if "error" in r or "skipped" in r:
+                print(f"  {r.get('impl', '?'):<22}  {r.get('error') or r.get('skipped')}")
+                continue
+            mfu = r.get("mfu")
+            if mfu is None and peak:
+                mfu = r["model_tflops"] / peak
+            print(f"  {r['impl']:<22}{r['tokens_per_s']:>12,}{r['ms_per_step']:>10}{r['model_tflops']:>10}"
+                  f"{(mfu or 0) * 100:>7.1f}%{r['peak_mem_gib']:>9}")
+        ours = next((r for r in rs if r.get("impl") == "ringleader" and "tokens_per_s" in r), None)
+        comp = next((r for r in rs if r.get("impl") == "pytorch-compile" and "tokens_per_s" in r), None)
+        eager = next((r for r in rs if r.get("impl") == "pytorch-eager" and "tokens_per_s" in r), None)
+        if ours and comp:
+            ratio = ours["tokens_per_s"] / comp["tokens_per_s"]
+            print(f"  ringleader / torch.compile tokens/s: {ratio:.3f} (target >= 1.1) "
+                  f"{'MET' if ratio >= 1.1 else 'NOT MET'}")
+        ref_mem = [r["peak_mem_gib"] for r in (comp, eager) if r]
+        if ours and ref_mem:
+            ok = ours["peak_mem_gib"] <= min(ref_mem)
+            print(f"  memory {ours['peak_mem_gib']} GiB vs PyTorch {min(ref_mem)} GiB "
+                  f"(target: no higher) {'MET' if ok else 'NOT MET'}")
+        if ours and cfg == "b" and ours.get("mfu") is not None:
+            print(f"  MFU {ours['mfu'] * 100:.1f}% (target >= 50% on b) {'MET' if ours['mfu'] >= 0.5 else 'NOT MET'}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "build/bench/gpu_bench.jsonl")
