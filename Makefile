@@ -187,16 +187,31 @@ $(GPU_BENCH_BIN): bench/gpu/bench_gpu.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
+# test-gpu-emu: the kernels' own source compiled for the host (a std::thread
+# per CUDA thread, mma emulated) against the CPU reference -- the GPU
+# kernels' index arithmetic checked on any machine with the CUDA headers.
+GPU_EMU_BIN := $(BUILD)/tests/kernels_emu
+.PHONY: test-gpu-emu
+CXX ?= g++
+$(GPU_EMU_BIN): tests/gpu/kernels_emu.cpp $(wildcard kernels/*.cuh) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Werror -Wno-unknown-pragmas \
+	  -Wno-attributes -Wno-unused-function -Ipkg -I. -I$(CUDA_HOME)/include $< $(LIB) -o $@ $(LDLIBS)
+
 ifeq ($(USE_CUDA),1)
 test-gpu:
 	@$(MAKE) --no-print-directory $(GPU_TEST_BIN)
 	$(GPU_TEST_BIN) $(GPU_TEST_ARGS)
 
+test-gpu-emu:
+	@$(MAKE) --no-print-directory $(GPU_EMU_BIN)
+	$(GPU_EMU_BIN)
+
 bench-gpu:
 	@$(MAKE) --no-print-directory $(GPU_BENCH_BIN)
 	bench/gpu/run.sh $(GPU_BENCH_BIN)
 else
-test-gpu bench-gpu:
+test-gpu test-gpu-emu bench-gpu:
 	@echo "$@: skipped: this build has no CUDA (nvcc or nccl.h not found); nothing was run"
 endif
 

@@ -7,9 +7,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "kernels/device_common.cuh"
 #include "kernels/llama_gpu.h"
 
-typedef __nv_bfloat16 bf16;
 
 // ---- errors -------------------------------------------------------------------
 // Every host function that can fail has `rl_err *e` in scope and returns an
@@ -38,23 +38,6 @@ int rl_gpu_cublas_fail(rl_err *e, cublasStatus_t st, const char *call, const cha
         int rl_rc_ = (x);         \
         if (rl_rc_) return rl_rc_; \
     } while (0)
-
-// ---- small device helpers --------------------------------------------------------
-static __device__ __forceinline__ float bf2f(bf16 x) { return __bfloat162float(x); }
-static __device__ __forceinline__ bf16 f2bf(float x) { return __float2bfloat16_rn(x); }
-
-// Butterfly reductions: every lane ends with the same value, and the order of
-// additions is fixed, so results are bit-identical run to run.
-static __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-static __device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 static inline unsigned rl_cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
@@ -107,13 +90,6 @@ int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e);
 #define RL_K_NORM_BLOCKS 1024
 int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t s, rl_err *e);
 
-typedef struct rl_k_adamw_args {
-    float b1, b2, c1, c2;  // betas and (1 - beta) rounded from double
-    float step, sbc2, eps; // lr / bc1, sqrt(bc2)
-    float decay;           // 1 - lr * wd (matrices)
-    float grad_scale;
-    float clip_max;        // > 0: multiply by min(1, clip_max / (*norm + 1e-6))
-} rl_k_adamw_args;
 int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float *grads,
                const float *norm, const rl_param_layout *lay, int L, int D,
                const rl_k_adamw_args *a, cudaStream_t s, rl_err *e);

@@ -1,16 +1,9 @@
-// The model's non-GEMM, non-attention kernels: embedding, RMSNorm, RoPE,
-// SwiGLU, the classifier, reductions, AdamW, casts.
-//
-// Conventions: row-major; fp32 arithmetic everywhere (bf16 only as a storage
-// format); no atomics: every output element is owned by one thread, and every
-// reduction runs in an order fixed by the shapes alone, so two runs on the
-// same inputs give the same bits. Most of these kernels are memory-bound:
-// the plan is one pass over each operand, coalesced (consecutive threads,
-// consecutive addresses); vectorising the loads is left for the tuning pass
-// on a GPU, with the tests below as the safety net.
+// Launchers of the model's non-GEMM, non-attention kernels
+// (model_kernels.cuh has the kernels and their notes).
 #include <math.h>
 
 #include "kernels/gpu_internal.cuh"
+#include "kernels/model_kernels.cuh"
 
 // Grid-stride loops launch at most this many blocks: enough to fill any
 // current GPU several times over.
@@ -23,12 +16,6 @@ static unsigned grid_for(size_t n, unsigned threads) {
 }
 
 // ---- embedding -----------------------------------------------------------------------
-__global__ void embed_fwd_kernel(float *x0, const float *emb, const int32_t *tok, int D) {
-    const float *src = emb + (size_t)tok[blockIdx.x] * D;
-    float *dst = x0 + (size_t)blockIdx.x * D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) dst[j] = src[j];
-}
-
 int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D, cudaStream_t s,
                    rl_err *e) {
     embed_fwd_kernel<<<N, 256, 0, s>>>(x0, emb, tok, D);
@@ -36,17 +23,6 @@ int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D
     return RL_OK;
 }
 
-// One block row per distinct token, threads across channels: the rows of
-// one token are summed in ascending position order (the CPU model's order),
-// then added once.
-__global__ void embed_bwd_kernel(float *demb, const float *dres, const int32_t *uniq,
-                                 const int32_t *seg, const int32_t *pos, int D) {
-    int u = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
-    if (j >= D) return;
-    float acc = 0.0f;
-    for (int p = seg[u]; p < seg[u + 1]; p++) acc += dres[(size_t)pos[p] * D + j];
-    demb[(size_t)uniq[u] * D + j] += acc;
-}
 
 int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const int32_t *seg,
                    const int32_t *pos, int U, int D, cudaStream_t s, rl_err *e) {
@@ -58,26 +34,6 @@ int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const in
 }
 
 // ---- RMSNorm ----------------------------------------------------------------------------
-// One warp per row. The input is the fp32 residual stream and the weight the
-// fp32 master (as PyTorch's autocast runs RMSNorm in fp32); only the output,
-// which feeds a GEMM, is bf16.
-__global__ void rmsnorm_fwd_kernel(bf16 *out, float *rstd, const float *x, const float *w, int N,
-                                   int D, float eps) {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int row = blockIdx.x * (blockDim.x >> 5) + warp;
-    if (row >= N) return;
-    const float *xr = x + (size_t)row * D;
-    float ss = 0.0f;
-    for (int j = lane; j < D; j += 32) {
-        float v = xr[j];
-        ss += v * v;
-    }
-    ss = warp_sum(ss);
-    float r = 1.0f / sqrtf(ss / (float)D + eps);
-    if (lane == 0) rstd[row] = r;
-    bf16 *o = out + (size_t)row * D;
-    for (int j = lane; j < D; j += 32) o[j] = f2bf(w[j] * (xr[j] * r));
-}
 
 int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int N, int D,
                      float eps, cudaStream_t s, rl_err *e) {
@@ -86,71 +42,9 @@ int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int
     return RL_OK;
 }
 
-// Backward. With g = dout * w and y = w * x * r:
-//   dx = r g - (r^3 / D) x sum_k(g_k x_k)      dw = sum over rows of dout * x * r
-// dw is a reduction over all N rows. Deterministically: each warp keeps its
-// own partial row of dw in shared memory (no two lanes share an element),
-// the block adds its warps in order into partial[block], and a second
-// kernel adds the blocks in order. The block count depends on N only.
-static int rms_rows_per_block(int N) {
-    int r = (N + 1023) / 1024;
-    return r < 8 ? 8 : r;
-}
-static int rms_blocks(int N) {
-    int r = rms_rows_per_block(N);
-    return (N + r - 1) / r;
-}
+
 size_t rl_k_rmsnorm_partial_floats(int N, int D) { return (size_t)rms_blocks(N) * D; }
 
-// Warps per block: as many as fit 48 KiB of partial rows (up to 8); one warp
-// with a larger opt-in limit beyond D = 12288.
-static int rms_warps(int D) {
-    int w = 8;
-    while (w > 1 && (size_t)w * D * sizeof(float) > 48u * 1024) w >>= 1;
-    return w;
-}
-
-__global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *partial, const float *dout,
-                                   const float *x, const float *w, const float *rstd, int N, int D,
-                                   int rows_per_block, int accumulate) {
-    extern __shared__ float acc[]; // [warps][D]
-    int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *mine = acc + (size_t)warp * D;
-    for (int j = lane; j < D; j += 32) mine[j] = 0.0f;
-    int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
-    for (int row = r0 + warp; row < r1; row += nw) {
-        const float *g = dout + (size_t)row * D, *xr = x + (size_t)row * D;
-        float dot = 0.0f;
-        for (int j = lane; j < D; j += 32) dot += g[j] * w[j] * xr[j];
-        dot = warp_sum(dot);
-        float r = rstd[row];
-        float c = dot * r * r * r / (float)D;
-        float *dr = dres + (size_t)row * D;
-        bf16 *d16 = dres16 + (size_t)row * D;
-        for (int j = lane; j < D; j += 32) {
-            float gj = g[j], xj = xr[j];
-            float dx = r * (gj * w[j]) - c * xj;
-            float v = accumulate ? dr[j] + dx : dx;
-            dr[j] = v;
-            d16[j] = f2bf(v);
-            mine[j] += gj * xj * r;
-        }
-    }
-    __syncthreads();
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-        float sum = 0.0f;
-        for (int k = 0; k < nw; k++) sum += acc[(size_t)k * D + j];
-        partial[(size_t)blockIdx.x * D + j] = sum;
-    }
-}
-
-__global__ void rmsnorm_dw_kernel(float *dw, const float *partial, int nblk, int D) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= D) return;
-    float sum = 0.0f;
-    for (int b = 0; b < nblk; b++) sum += partial[(size_t)b * D + j];
-    dw[j] += sum;
-}
 
 int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const float *dout,
                      const float *x, const float *w, const float *rstd, int N, int D,
@@ -166,32 +60,6 @@ int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------
-// Rotate-half on pairs (i, i + hd/2) of each head, angles from the CPU
-// model's fp32 table (the same numbers Hugging Face computes). The backward
-// applies the transposed rotation.
-__global__ void rope_kernel(bf16 *x, const float *cs, const float *sn, int N, int T, int nh,
-                            int hd, int ld, int inverse) {
-    int half = hd / 2;
-    size_t total = (size_t)N * nh * half;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (size_t)gridDim.x * blockDim.x) {
-        int i = (int)(idx % half);
-        size_t rest = idx / half;
-        int hh = (int)(rest % nh);
-        int n = (int)(rest / nh);
-        int t = n % T;
-        float c = cs[(size_t)t * half + i], sv = sn[(size_t)t * half + i];
-        bf16 *v = x + (size_t)n * ld + (size_t)hh * hd;
-        float x1 = bf2f(v[i]), x2 = bf2f(v[i + half]);
-        if (!inverse) {
-            v[i] = f2bf(x1 * c - x2 * sv);
-            v[i + half] = f2bf(x2 * c + x1 * sv);
-        } else {
-            v[i] = f2bf(x1 * c + x2 * sv);
-            v[i + half] = f2bf(x2 * c - x1 * sv);
-        }
-    }
-}
 
 int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, int max_pos,
               int inverse, cudaStream_t s, rl_err *e) {
@@ -203,33 +71,6 @@ int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, 
 }
 
 // ---- SwiGLU ----------------------------------------------------------------------------------
-// gu rows hold [gate | up] (one GEMM against the contiguous gate and up
-// weights); h = silu(gate) * up, in the CPU model's arithmetic.
-__global__ void swiglu_fwd_kernel(bf16 *h, const bf16 *gu, int N, int F) {
-    size_t total = (size_t)N * F;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (size_t)gridDim.x * blockDim.x) {
-        size_t n = idx / F, j = idx % F;
-        const bf16 *row = gu + n * 2 * F;
-        float g = bf2f(row[j]), u = bf2f(row[F + j]);
-        float sig = 1.0f / (1.0f + expf(-g));
-        h[idx] = f2bf(g * sig * u);
-    }
-}
-
-__global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F) {
-    size_t total = (size_t)N * F;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (size_t)gridDim.x * blockDim.x) {
-        size_t n = idx / F, j = idx % F;
-        const bf16 *row = gu + n * 2 * F;
-        float g = bf2f(row[j]), u = bf2f(row[F + j]), d = bf2f(dh[idx]);
-        float sig = 1.0f / (1.0f + expf(-g));
-        bf16 *drow = dgu + n * 2 * F;
-        drow[j] = f2bf(d * u * (sig * (1.0f + g * (1.0f - sig))));
-        drow[F + j] = f2bf(d * (g * sig));
-    }
-}
 
 int rl_k_swiglu_fwd(bf16 *h, const bf16 *gu, int N, int F, cudaStream_t s, rl_err *e) {
     swiglu_fwd_kernel<<<grid_for((size_t)N * F, 256), 256, 0, s>>>(h, gu, N, F);
@@ -245,63 +86,6 @@ int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cud
 }
 
 // ---- classifier ---------------------------------------------------------------------------------
-// Forward: one block per row, an online (max, sum of exp) per thread over
-// the bf16 logits, merged in a fixed tree. Only the row's log-sum-exp is
-// kept (4 bytes), never the probabilities. Backward rewrites the logits in
-// place as scale * (softmax - onehot) from that lse: one read, one write.
-#define XENT_THREADS 512
-
-static __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2) {
-    float M = fmaxf(m, m2);
-    if (M == -INFINITY) { // both empty
-        s = 0.0f;
-        return;
-    }
-    s = s * expf(m - M) + s2 * expf(m2 - M);
-    m = M;
-}
-
-__global__ void __launch_bounds__(XENT_THREADS)
-    xent_fwd_kernel(float *losses, float *lse_out, const bf16 *logits, const int32_t *tgt, int V) {
-    __shared__ float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
-    const bf16 *l = logits + (size_t)blockIdx.x * V;
-    float m = -INFINITY, s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = bf2f(l[j]);
-        if (v > m) {
-            s = s * expf(m - v) + 1.0f;
-            m = v;
-        } else {
-            s += expf(v - m); // a NaN logit lands here and poisons s: it must show
-        }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        lse_merge(m, s, m2, s2);
-    }
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) sm[warp] = m, ss[warp] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float M = sm[0], S = ss[0];
-        for (int k = 1; k < (int)(blockDim.x >> 5); k++) lse_merge(M, S, sm[k], ss[k]);
-        float lse = M + logf(S);
-        lse_out[blockIdx.x] = lse;
-        if (losses) losses[blockIdx.x] = lse - bf2f(l[tgt[blockIdx.x]]);
-    }
-}
-
-__global__ void __launch_bounds__(XENT_THREADS)
-    xent_bwd_kernel(bf16 *logits, const float *lse, const int32_t *tgt, int V, float scale) {
-    bf16 *l = logits + (size_t)blockIdx.x * V;
-    float L = lse[blockIdx.x];
-    int t = tgt[blockIdx.x];
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float p = expf(bf2f(l[j]) - L);
-        l[j] = f2bf((p - (j == t ? 1.0f : 0.0f)) * scale);
-    }
-}
 
 int rl_k_xent_fwd(float *losses, float *lse, const bf16 *logits, const int32_t *tgt, int N, int V,
                   cudaStream_t s, rl_err *e) {
@@ -318,21 +102,6 @@ int rl_k_xent_bwd(bf16 *logits, const float *lse, const int32_t *tgt, int N, int
 }
 
 // ---- reductions --------------------------------------------------------------------------------------
-// One block of 1024 threads: each thread a strided slice in double, then a
-// fixed tree. For the loss (N values) this is a few microseconds.
-__global__ void __launch_bounds__(1024) mean_kernel(float *out, const float *x, int n) {
-    __shared__ double part[32];
-    double acc = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
-    acc = warp_sum_d(acc);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int k = 0; k < (int)(blockDim.x >> 5); k++) t += part[k];
-        out[0] = (float)(t / n);
-    }
-}
 
 int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e) {
     mean_kernel<<<1, 1024, 0, s>>>(out, x, n);
@@ -340,42 +109,6 @@ int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e) {
     return RL_OK;
 }
 
-// Sum of squares: RL_K_NORM_BLOCKS blocks, block b owns the contiguous
-// chunk [b c, (b+1) c) with c = ceil(n / blocks); threads stride through it
-// accumulating in fp32; a fixed tree per block; then one block adds the
-// block sums in order. The layout of the work depends on n alone.
-__global__ void __launch_bounds__(256) sumsq_kernel(float *partial, const float *g, size_t n) {
-    __shared__ float part[8];
-    size_t chunk = (n + gridDim.x - 1) / gridDim.x;
-    size_t lo = (size_t)blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
-    float acc = 0.0f;
-    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        float v = g[i];
-        acc += v * v;
-    }
-    acc = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float t = 0.0f;
-        for (int k = 0; k < 8; k++) t += part[k];
-        partial[blockIdx.x] = t;
-    }
-}
-
-__global__ void __launch_bounds__(1024) sqrt_sum_kernel(float *out, const float *partial, int nb) {
-    __shared__ double part[32];
-    double acc = 0.0;
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) acc += partial[i];
-    acc = warp_sum_d(acc);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int k = 0; k < 32; k++) t += part[k];
-        out[0] = (float)sqrt(t);
-    }
-}
 
 int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t s, rl_err *e) {
     sumsq_kernel<<<RL_K_NORM_BLOCKS, 256, 0, s>>>(partial, g, n);
@@ -386,52 +119,6 @@ int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t
 }
 
 // ---- AdamW ------------------------------------------------------------------------------------------------
-// The parameter buffer in regions: blockIdx.y = 0 the embedding, 1..L the
-// layers, L+1 the final norm and lm_head. Inside a layer the offset is
-// small, so "is this a norm weight" (no decay) is two comparisons, not a
-// 64-bit modulo per element.
-struct adamw_layout {
-    size_t layers, layer_size, final_norm, total, ln1, ln2;
-    int L, D;
-};
-
-__global__ void adamw_kernel(float *master, bf16 *params, float *mom, float *vel,
-                             const float *grads, const float *norm, adamw_layout lay,
-                             rl_k_adamw_args a) {
-    int reg = blockIdx.y;
-    size_t base, len;
-    if (reg == 0) base = 0, len = lay.layers;
-    else if (reg <= lay.L) base = lay.layers + (size_t)(reg - 1) * lay.layer_size, len = lay.layer_size;
-    else base = lay.final_norm, len = lay.total - lay.final_norm;
-    float gs = a.grad_scale;
-    if (a.clip_max > 0.0f) gs *= fminf(1.0f, a.clip_max / (norm[0] + 1e-6f));
-    for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < len;
-         r += (size_t)gridDim.x * blockDim.x) {
-        bool nodecay;
-        if (reg == 0) nodecay = false;
-        else if (reg <= lay.L)
-            nodecay = (r >= lay.ln1 && r < lay.ln1 + lay.D) || (r >= lay.ln2 && r < lay.ln2 + lay.D);
-        else nodecay = r < (size_t)lay.D;
-        size_t i = base + r;
-        float g = grads[i] * gs;
-        float m = a.b1 * mom[i] + a.c1 * g;
-        float v = a.b2 * vel[i] + a.c2 * g * g;
-        mom[i] = m;
-        vel[i] = v;
-        // PyTorch's order: decay, then p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-        float p = master[i] * (nodecay ? 1.0f : a.decay) - a.step * m / (sqrtf(v) / a.sbc2 + a.eps);
-        master[i] = p;
-        params[i] = f2bf(p);
-    }
-}
-
-static adamw_layout make_layout(const rl_param_layout *lay, int L, int D) {
-    adamw_layout l;
-    l.layers = lay->layers, l.layer_size = lay->layer_size, l.final_norm = lay->final_norm;
-    l.total = lay->total, l.ln1 = lay->in_layer.ln1, l.ln2 = lay->in_layer.ln2;
-    l.L = L, l.D = D;
-    return l;
-}
 
 static dim3 region_grid(const rl_param_layout *lay, int L) {
     size_t mx = lay->layers;
@@ -453,17 +140,6 @@ int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float 
 }
 
 // ---- casts and init ------------------------------------------------------------------------------------------
-__global__ void f32_to_bf16_kernel(bf16 *dst, const float *src, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = f2bf(src[i]);
-}
-__global__ void bf16_to_f32_kernel(float *dst, const bf16 *src, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = bf2f(src[i]);
-}
-
 int rl_k_f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t s, rl_err *e) {
     if (!n) return RL_OK;
     f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
@@ -478,39 +154,6 @@ int rl_k_bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t s, rl_e
     return RL_OK;
 }
 
-// splitmix64 of (seed, index): independent per element, any launch shape.
-static __device__ __forceinline__ uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-__global__ void init_random_kernel(float *master, adamw_layout lay, uint64_t seed, float std) {
-    int reg = blockIdx.y;
-    size_t base, len;
-    if (reg == 0) base = 0, len = lay.layers;
-    else if (reg <= lay.L) base = lay.layers + (size_t)(reg - 1) * lay.layer_size, len = lay.layer_size;
-    else base = lay.final_norm, len = lay.total - lay.final_norm;
-    for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < len;
-         r += (size_t)gridDim.x * blockDim.x) {
-        bool norm;
-        if (reg == 0) norm = false;
-        else if (reg <= lay.L)
-            norm = (r >= lay.ln1 && r < lay.ln1 + lay.D) || (r >= lay.ln2 && r < lay.ln2 + lay.D);
-        else norm = r < (size_t)lay.D;
-        size_t i = base + r;
-        if (norm) {
-            master[i] = 1.0f;
-            continue;
-        }
-        uint64_t h = mix64(seed ^ mix64(i));
-        // Box-Muller on two 32-bit uniforms; u1 in (0, 1] keeps log finite
-        float u1 = ((float)(uint32_t)(h >> 32) + 1.0f) * 2.3283064e-10f;
-        float u2 = (float)(uint32_t)h * 2.3283064e-10f;
-        master[i] = std * sqrtf(-2.0f * logf(fminf(u1, 1.0f))) * cospif(2.0f * u2);
-    }
-}
 
 int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, uint64_t seed,
                      float std, cudaStream_t s, rl_err *e) {

@@ -697,7 +697,8 @@ int main(int argc, char **argv) {
     char dev[256] = "";
     int ndev = rl_gpu_device_count(dev, sizeof dev);
     if (ndev == 0) {
-        printf("test-gpu: skipped: no GPU visible (no CUDA device or driver); nothing was run\n");
+        printf("test-gpu: skipped: no GPU visible (no CUDA device or driver); nothing was run "
+               "(make test-gpu-emu checks the kernels on the CPU)\n");
         return 0;
     }
     filter = argc > 1 ? argv[1] : NULL;

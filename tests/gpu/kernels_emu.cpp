@@ -1,0 +1,543 @@
+// The kernels of kernels/attention_kernels.cuh and kernels/model_kernels.cuh
+// -- the very source the GPU build compiles -- run on the host and checked
+// against the CPU reference of pkg/model, so their index arithmetic
+// (fragment layouts, tiles, masks, GQA head mapping, transposed tiles,
+// padding of head_dim, grid-stride loops, reduction trees, parameter
+// regions) is tested on machines without a GPU. `make test-gpu-emu` builds
+// and runs it; the GEMMs (cuBLASLt) and the model's orchestration are left
+// to tests/gpu/test_gpu.c on a GPU.
+//
+// How: every CUDA thread of a block is a std::thread; __syncthreads is a
+// barrier over the block, __shfl_xor_sync and mma.sync are barriers over
+// the warp around an exchange through shared arrays. mma is emulated from
+// the PTX ISA's fragment layouts of m16n8k16 (the same tables the kernels'
+// comment gives, read independently here: if the kernels and the emulator
+// disagreed on a layout, the results would be wrong). Shared memory is
+// poisoned with NaN bits before each block and every output before each
+// launch, so a read of an unwritten element or an unwritten output shows.
+//
+// What it cannot show: timing, races that the barriers' memory ordering
+// hides, and the exact accumulation order of the tensor cores (the
+// emulation sums in fp32 in k order); tests/gpu/test_gpu.c checks those
+// kernels on a GPU.
+#define RL_KERNEL_EMU 1
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <cuda_bf16.h>
+
+struct emu_dim3 {
+    unsigned x = 0, y = 0, z = 0;
+};
+static thread_local emu_dim3 threadIdx, blockIdx;
+static emu_dim3 gridDim, blockDim;
+alignas(16) unsigned char smem[256 * 1024];
+
+static std::barrier<> *g_cta;
+static std::barrier<> *g_warp[32];
+static double g_xch[32][32];
+static uint32_t g_a[32][32][4], g_b[32][32][2];
+
+static void __syncthreads() { g_cta->arrive_and_wait(); }
+
+template <class T> static T __shfl_xor_sync(unsigned, T v, int o) {
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    g_xch[w][l] = (double)v; // exact for float and double
+    g_warp[w]->arrive_and_wait();
+    T r = (T)g_xch[w][l ^ o];
+    g_warp[w]->arrive_and_wait();
+    return r;
+}
+
+static float bf_lo(uint32_t u) {
+    uint32_t x = (u & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+static float bf_hi(uint32_t u) {
+    uint32_t x = u & 0xffff0000u;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, lane = 4 g + t:
+// A regs r = 0..3 hold (row g + 8 (r & 1), cols 2t + 8 (r >> 1) + {0, 1});
+// B regs r = 0..1 hold (k = 2t + 8 r + {0, 1}, n = g);
+// C/D e = 0..3 is (row g + 8 (e >> 1), col 2t + (e & 1)).
+static void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    memcpy(g_a[w][l], a, sizeof g_a[w][l]);
+    g_b[w][l][0] = b0, g_b[w][l][1] = b1;
+    g_warp[w]->arrive_and_wait();
+    float A[16][16], B[16][8];
+    for (int L = 0; L < 32; L++) {
+        int g = L >> 2, t = L & 3;
+        for (int r = 0; r < 4; r++) {
+            int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
+            A[row][col] = bf_lo(g_a[w][L][r]);
+            A[row][col + 1] = bf_hi(g_a[w][L][r]);
+        }
+        for (int r = 0; r < 2; r++) {
+            int k = 2 * t + 8 * r;
+            B[k][g] = bf_lo(g_b[w][L][r]);
+            B[k + 1][g] = bf_hi(g_b[w][L][r]);
+        }
+    }
+    g_warp[w]->arrive_and_wait();
+    int g = l >> 2, t = l & 3;
+    for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float s = d[e];
+        for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
+        d[e] = s;
+    }
+}
+
+// CUDA device built-ins the kernels use that a host compiler lacks
+#define __launch_bounds__(...)
+using std::max;
+using std::min;
+static float cospif(float x) { return (float)cos(3.14159265358979323846 * (double)x); }
+#include "kernels/attention_kernels.cuh"
+#include "kernels/model_kernels.cuh"
+
+extern "C" {
+#include "model/cpu.h"
+#include "train/train.h"
+}
+// gpu_model.cu's host-side grouping for the embedding backward
+int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t *uniq, int32_t *seg,
+                        int32_t *pos);
+
+// Run fn once per thread of every block of the grid, blocks one after
+// another. Kernels with barriers or shuffles (sync) get a std::thread per
+// CUDA thread; the others run their threads in turn on this one.
+template <class F> static void launch(unsigned gx, unsigned gy, unsigned threads, F fn, bool sync = true) {
+    gridDim = {gx, gy, 1};
+    blockDim = {threads, 1, 1};
+    for (unsigned by = 0; by < gy; by++)
+        for (unsigned bx = 0; bx < gx; bx++) {
+            memset(smem, 0xff, sizeof smem); // NaN in bf16 and fp32
+            if (!sync) {
+                for (unsigned tid = 0; tid < threads; tid++) {
+                    threadIdx = {tid, 0, 0};
+                    blockIdx = {bx, by, 0};
+                    fn();
+                }
+                continue;
+            }
+            std::barrier<> cta((std::ptrdiff_t)threads);
+            std::vector<std::barrier<> *> warps;
+            for (unsigned w = 0; w < threads / 32; w++) warps.push_back(new std::barrier<>(32));
+            g_cta = &cta;
+            for (unsigned w = 0; w < threads / 32; w++) g_warp[w] = warps[w];
+            std::vector<std::thread> ts;
+            for (unsigned tid = 0; tid < threads; tid++)
+                ts.emplace_back([&, tid] {
+                    threadIdx = {tid, 0, 0};
+                    blockIdx = {bx, by, 0};
+                    fn();
+                });
+            for (auto &t : ts) t.join();
+            for (auto *w : warps) delete w;
+        }
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static double randn() {
+    auto u = [] {
+        rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+        return ((rng_state >> 11) + 0.5) / 9007199254740992.0;
+    };
+    return sqrt(-2 * log(u())) * cos(6.283185307179586 * u());
+}
+
+static int n_pass, n_fail;
+
+static bool check(const char *what, const std::vector<float> &got, const std::vector<double> &ref, double tol) {
+    double num = 0, den = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        if (!std::isfinite(got[i])) {
+            bad++;
+            continue;
+        }
+        num += (got[i] - ref[i]) * (got[i] - ref[i]), den += ref[i] * ref[i];
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    bool ok = bad == 0 && rel <= tol;
+    printf("%-4s %-52s rel %.2e (tol %.0e)%s\n", ok ? "ok" : "FAIL", what, rel, tol,
+           bad ? " NON-FINITE VALUES" : "");
+    (ok ? n_pass : n_fail)++;
+    return ok;
+}
+
+template <int HD> static void run_case(int B, int T, int H, int KV, int hd, int vec) {
+    int N = B * T, qd = H * hd, kvd = KV * hd, C3 = qd + 2 * kvd, nb = (T + 63) / 64;
+    std::vector<float> q((size_t)N * qd), k((size_t)N * kvd), v((size_t)N * kvd), dout((size_t)N * qd);
+    auto rnd = [](std::vector<float> &x) {
+        for (auto &e : x) e = __bfloat162float(__float2bfloat16_rn((float)randn()));
+    };
+    rnd(q), rnd(k), rnd(v), rnd(dout);
+    std::vector<bf16> qkv((size_t)N * C3), d_out((size_t)N * qd), d_dout((size_t)N * qd), d_dqkv((size_t)N * C3);
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < qd; j++) qkv[(size_t)n * C3 + j] = __float2bfloat16_rn(q[(size_t)n * qd + j]);
+        for (int j = 0; j < kvd; j++) {
+            qkv[(size_t)n * C3 + qd + j] = __float2bfloat16_rn(k[(size_t)n * kvd + j]);
+            qkv[(size_t)n * C3 + qd + kvd + j] = __float2bfloat16_rn(v[(size_t)n * kvd + j]);
+        }
+        for (int j = 0; j < qd; j++) d_dout[(size_t)n * qd + j] = __float2bfloat16_rn(dout[(size_t)n * qd + j]);
+    }
+    std::vector<float> lse((size_t)N * H), dsum((size_t)N * H);
+    memset((void *)d_out.data(), 0xff, d_out.size() * sizeof(bf16));
+    memset((void *)d_dqkv.data(), 0xff, d_dqkv.size() * sizeof(bf16));
+    memset(lse.data(), 0xff, lse.size() * sizeof(float));
+    memset(dsum.data(), 0xff, dsum.size() * sizeof(float));
+    float scale = 1.0f / sqrtf((float)hd), sl2 = scale * 1.4426950408889634f;
+
+    launch((unsigned)(B * H), (unsigned)nb, 128, [&] {
+        attn_fwd_kernel<HD>(d_out.data(), lse.data(), qkv.data(), T, H, KV, hd, sl2, vec);
+    });
+    launch((unsigned)((N * H + 7) / 8), 1, 256, [&] {
+        attn_dsum_kernel(dsum.data(), d_dout.data(), d_out.data(), N, T, H, hd);
+    });
+    launch((unsigned)(B * KV), (unsigned)nb, 128, [&] {
+        attn_bwd_dkdv_kernel<HD>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(), dsum.data(), T, H, KV, hd,
+                                 sl2, scale, vec);
+    });
+    launch((unsigned)(B * H), (unsigned)nb, 128, [&] {
+        attn_bwd_dq_kernel<HD>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(), dsum.data(), T, H, KV, hd,
+                               sl2, scale, vec);
+    });
+
+    // the reference: pkg/model's attention in double on the same values
+    std::vector<double> qd_(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
+    std::vector<double> dod(dout.begin(), dout.end()), outr((size_t)N * qd), att((size_t)B * H * T * T);
+    std::vector<double> dqr((size_t)N * qd), dkr((size_t)N * kvd), dvr((size_t)N * kvd), scr((size_t)B * KV * T * T);
+    rl_cpu_attn_fwd_f64(outr.data(), att.data(), qd_.data(), kd.data(), vd.data(), B, T, H, KV, hd);
+    rl_cpu_attn_bwd_f64(dqr.data(), dkr.data(), dvr.data(), scr.data(), dod.data(), att.data(), qd_.data(), kd.data(),
+                        vd.data(), B, T, H, KV, hd);
+
+    std::vector<float> out(d_out.size()), dq((size_t)N * qd), dk((size_t)N * kvd), dv((size_t)N * kvd);
+    for (size_t i = 0; i < out.size(); i++) out[i] = __bfloat162float(d_out[i]);
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < qd; j++) dq[(size_t)n * qd + j] = __bfloat162float(d_dqkv[(size_t)n * C3 + j]);
+        for (int j = 0; j < kvd; j++) {
+            dk[(size_t)n * kvd + j] = __bfloat162float(d_dqkv[(size_t)n * C3 + qd + j]);
+            dv[(size_t)n * kvd + j] = __bfloat162float(d_dqkv[(size_t)n * C3 + qd + kvd + j]);
+        }
+    }
+    char name[128];
+    snprintf(name, sizeof name, "emu attention B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd, vec ? " vec" : "");
+    printf("%s\n", name);
+    check("  out", out, outr, 1e-2);
+    check("  dq", dq, dqr, 2e-2);
+    check("  dk", dk, dkr, 2e-2);
+    check("  dv", dv, dvr, 2e-2);
+}
+
+// ---- the model's other kernels -----------------------------------------------------
+static std::vector<float> randv(size_t n, double std, bool bf) {
+    std::vector<float> x(n);
+    for (auto &e : x) {
+        e = (float)(randn() * std);
+        if (bf) e = __bfloat162float(__float2bfloat16_rn(e));
+    }
+    return x;
+}
+static std::vector<bf16> to_bf(const std::vector<float> &x) {
+    std::vector<bf16> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16_rn(x[i]);
+    return y;
+}
+static std::vector<float> from_bf(const std::vector<bf16> &x) {
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = __bfloat162float(x[i]);
+    return y;
+}
+static std::vector<double> tod(const std::vector<float> &x) { return std::vector<double>(x.begin(), x.end()); }
+template <class T> static void poison(std::vector<T> &x) { memset((void *)x.data(), 0xff, x.size() * sizeof(T)); }
+static std::vector<int32_t> rand_tok(int n, int V) {
+    std::vector<int32_t> t(n);
+    for (auto &e : t) e = (int32_t)(fabs(randn()) * 1e6) % V;
+    return t;
+}
+static unsigned cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+static void emu_embed() {
+    int N = 129, V = 13, D = 60;
+    auto emb = randv((size_t)V * D, 1, false);
+    auto tok = rand_tok(N, V);
+    std::vector<float> x0((size_t)N * D);
+    poison(x0);
+    launch(N, 1, 256, [&] { embed_fwd_kernel(x0.data(), emb.data(), tok.data(), D); }, false);
+    std::vector<double> ref((size_t)N * D);
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < D; j++) ref[(size_t)n * D + j] = emb[(size_t)tok[n] * D + j];
+    check("emu embed fwd N=129 V=13 D=60", x0, ref, 0);
+
+    auto demb = randv((size_t)V * D, 1, false), dres = randv((size_t)N * D, 1, false);
+    std::vector<int32_t> cnt(V + 1), uniq(N), seg(N + 1), pos(N);
+    int U = rl_gpu_group_tokens(tok.data(), N, V, cnt.data(), uniq.data(), seg.data(), pos.data());
+    std::vector<double> r2 = tod(demb);
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < D; j++) r2[(size_t)tok[n] * D + j] += dres[(size_t)n * D + j];
+    launch(U, cdiv(D, 256), 256,
+           [&] { embed_bwd_kernel(demb.data(), dres.data(), uniq.data(), seg.data(), pos.data(), D); }, false);
+    check("emu embed bwd (grouped by token) N=129 V=13 D=60", demb, r2, 1e-6);
+}
+
+static void emu_rmsnorm(int N, int D) {
+    char name[96];
+    auto x = randv((size_t)N * D, 2, false), w = randv(D, 0.2, false);
+    for (auto &e : w) e += 1.0f;
+    std::vector<bf16> out((size_t)N * D);
+    std::vector<float> rstd(N);
+    poison(out), poison(rstd);
+    launch(cdiv(N, 8), 1, 256, [&] { rmsnorm_fwd_kernel(out.data(), rstd.data(), x.data(), w.data(), N, D, 1e-5f); });
+    auto xd = tod(x), wd = tod(w);
+    std::vector<double> ro((size_t)N * D), rr(N);
+    rl_cpu_rmsnorm_fwd_f64(ro.data(), rr.data(), xd.data(), wd.data(), N, D, 1e-5);
+    snprintf(name, sizeof name, "emu rmsnorm fwd N=%d D=%d", N, D);
+    check(name, from_bf(out), ro, 3e-3);
+    check("  rstd", rstd, rr, 1e-5);
+    for (int acc = 0; acc < 2; acc++) {
+        auto dout = randv((size_t)N * D, 1, false), dx = randv((size_t)N * D, 1, false), dw = randv(D, 1, false);
+        std::vector<double> dxr = acc ? tod(dx) : std::vector<double>((size_t)N * D, 0.0), dwr = tod(dw);
+        std::vector<double> rd(rstd.begin(), rstd.end()), gd = tod(dout);
+        rl_cpu_rmsnorm_bwd_f64(dxr.data(), dwr.data(), gd.data(), xd.data(), wd.data(), rd.data(), N, D);
+        if (!acc) poison(dx);
+        std::vector<bf16> dx16((size_t)N * D);
+        poison(dx16);
+        int nw = rms_warps(D), nblk = rms_blocks(N), rpb = rms_rows_per_block(N);
+        std::vector<float> partial((size_t)nblk * D);
+        poison(partial);
+        launch(nblk, 1, nw * 32, [&] {
+            rmsnorm_bwd_kernel(dx.data(), dx16.data(), partial.data(), dout.data(), x.data(), w.data(), rstd.data(), N,
+                               D, rpb, acc);
+        });
+        launch(cdiv(D, 256), 1, 256, [&] { rmsnorm_dw_kernel(dw.data(), partial.data(), nblk, D); }, false);
+        snprintf(name, sizeof name, "emu rmsnorm bwd N=%d D=%d%s (%d warps, %d blocks)", N, D,
+                 acc ? " accumulate" : "", nw, nblk);
+        check(name, dx, dxr, 1e-4);
+        check("  dx bf16 copy", from_bf(dx16), dxr, 3e-3);
+        check("  dw", dw, dwr, 1e-4);
+    }
+}
+
+static void emu_rope(int B, int T, int hidden, int heads) {
+    rl_model_config c;
+    rl_model_config_default(&c);
+    c.hidden_size = hidden, c.num_attention_heads = heads, c.num_key_value_heads = 1, c.max_position_embeddings = 256;
+    int hd = hidden / heads, nh = heads + 1, N = B * T, ld = (nh + 1) * hd; // one extra head per row: untouched
+    std::vector<float> tab32((size_t)256 * hd);
+    std::vector<double> tab64((size_t)256 * hd);
+    rl_cpu_rope_table_f32(&c, tab32.data());
+    rl_cpu_rope_table_f64(&c, tab64.data());
+    for (int inv = 0; inv < 2; inv++) {
+        auto x = randv((size_t)N * ld, 1, true);
+        std::vector<double> ref((size_t)N * nh * hd);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < nh * hd; j++) ref[(size_t)n * nh * hd + j] = x[(size_t)n * ld + j];
+        if (inv) rl_cpu_rope_bwd_f64(ref.data(), tab64.data(), B, T, nh, hd, 256);
+        else rl_cpu_rope_fwd_f64(ref.data(), tab64.data(), B, T, nh, hd, 256);
+        auto xb = to_bf(x);
+        size_t total = (size_t)N * nh * (hd / 2);
+        launch(std::min(cdiv(total, 256), 3u), 1, 256, [&] {
+            rope_kernel(xb.data(), tab32.data(), tab32.data() + (size_t)256 * (hd / 2), N, T, nh, hd, ld, inv);
+        }, false);
+        auto got = from_bf(xb);
+        std::vector<float> g2((size_t)N * nh * hd);
+        size_t touched = 0;
+        for (int n = 0; n < N; n++) {
+            for (int j = 0; j < nh * hd; j++) g2[(size_t)n * nh * hd + j] = got[(size_t)n * ld + j];
+            for (int j = nh * hd; j < ld; j++) touched += got[(size_t)n * ld + j] != x[(size_t)n * ld + j];
+        }
+        char name[96];
+        snprintf(name, sizeof name, "emu rope %s B=%d T=%d heads=%d hd=%d", inv ? "bwd" : "fwd", B, T, nh, hd);
+        check(name, g2, ref, 3e-3);
+        bool ok = touched == 0;
+        printf("%-4s %-52s %zu elements of the v head changed\n", ok ? "ok" : "FAIL", "  heads beyond nh untouched",
+               touched);
+        (ok ? n_pass : n_fail)++;
+    }
+}
+
+static void emu_swiglu(int N, int F) {
+    size_t nf = (size_t)N * F;
+    auto gu = randv(2 * nf, 2, true), dh = randv(nf, 1, true);
+    std::vector<double> g(nf), u(nf), hr(nf), dg(nf), du(nf), dhd = tod(dh);
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < F; j++) g[(size_t)n * F + j] = gu[(size_t)n * 2 * F + j], u[(size_t)n * F + j] = gu[(size_t)n * 2 * F + F + j];
+    rl_cpu_swiglu_fwd_f64(hr.data(), g.data(), u.data(), nf);
+    rl_cpu_swiglu_bwd_f64(dg.data(), du.data(), dhd.data(), g.data(), u.data(), nf);
+    std::vector<double> dref(2 * nf);
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < F; j++) dref[(size_t)n * 2 * F + j] = dg[(size_t)n * F + j], dref[(size_t)n * 2 * F + F + j] = du[(size_t)n * F + j];
+    auto gub = to_bf(gu), dhb = to_bf(dh);
+    std::vector<bf16> h(nf), dgu(2 * nf);
+    poison(h), poison(dgu);
+    unsigned grid = std::min(cdiv(nf, 256), 3u);
+    launch(grid, 1, 256, [&] { swiglu_fwd_kernel(h.data(), gub.data(), N, F); }, false);
+    launch(grid, 1, 256, [&] { swiglu_bwd_kernel(dgu.data(), dhb.data(), gub.data(), N, F); }, false);
+    char name[96];
+    snprintf(name, sizeof name, "emu swiglu fwd N=%d F=%d", N, F);
+    check(name, from_bf(h), hr, 3e-3);
+    snprintf(name, sizeof name, "emu swiglu bwd N=%d F=%d", N, F);
+    check(name, from_bf(dgu), dref, 3e-3);
+}
+
+static void emu_xent(int N, int V) {
+    auto logits = randv((size_t)N * V, 2, true);
+    auto tgt = rand_tok(N, V);
+    std::vector<double> ld = tod(logits), lr(N);
+    float scale = 1.0f / N;
+    rl_cpu_xent_fwd_f64(lr.data(), ld.data(), tgt.data(), N, V);
+    rl_cpu_xent_bwd_f64(ld.data(), tgt.data(), N, V, scale);
+    auto lb = to_bf(logits);
+    std::vector<float> losses(N), lse(N), mean(1);
+    poison(losses), poison(lse), poison(mean);
+    launch(N, 1, XENT_THREADS, [&] { xent_fwd_kernel(losses.data(), lse.data(), lb.data(), tgt.data(), V); });
+    launch(N, 1, XENT_THREADS, [&] { xent_bwd_kernel(lb.data(), lse.data(), tgt.data(), V, scale); }, false);
+    launch(1, 1, 1024, [&] { mean_kernel(mean.data(), losses.data(), N); });
+    char name[96];
+    snprintf(name, sizeof name, "emu classifier N=%d V=%d", N, V);
+    check(name, losses, lr, 1e-5);
+    check("  dlogits in place", from_bf(lb), ld, 3e-3);
+    double m = 0;
+    for (int i = 0; i < N; i++) m += lr[i];
+    check("  mean loss", mean, std::vector<double>{m / N}, 1e-6);
+}
+
+static void emu_norm(size_t n) {
+    auto g = randv(n, 1e-3, false);
+    double ref = 0;
+    for (float v : g) ref += (double)v * v;
+    const int NB = 16; // the GPU runs RL_K_NORM_BLOCKS; the code is the same for any count
+    std::vector<float> partial(NB), out(1);
+    poison(partial), poison(out);
+    launch(NB, 1, 256, [&] { sumsq_kernel(partial.data(), g.data(), n); });
+    launch(1, 1, 1024, [&] { sqrt_sum_kernel(out.data(), partial.data(), NB); });
+    char name[96];
+    snprintf(name, sizeof name, "emu grad norm n=%zu (%d blocks)", n, NB);
+    check(name, out, std::vector<double>{sqrt(ref)}, 1e-5);
+}
+
+static void emu_adamw_init() {
+    rl_model_config c;
+    rl_model_config_default(&c);
+    c.vocab_size = 101, c.hidden_size = 96, c.intermediate_size = 200, c.num_hidden_layers = 2;
+    c.num_attention_heads = 3, c.num_key_value_heads = 1;
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c);
+    size_t P = lay.total;
+    int L = c.num_hidden_layers, D = c.hidden_size;
+    size_t mx = std::max({lay.layers, lay.layer_size, lay.total - lay.final_norm});
+    unsigned gx = std::min(cdiv(mx, 256), 2048u);
+    adamw_layout al = make_layout(&lay, L, D);
+
+    for (int clip = 0; clip < 2; clip++) {
+        auto p = randv(P, 0.05, false), g = randv(P, 1e-2, false), m = randv(P, 1e-3, false), v = randv(P, 1e-5, false);
+        for (auto &e : v) e = fabsf(e);
+        std::vector<float> cp = p, cm = m, cv = v;
+        double lr = 3e-3, wd = 0.1, b1 = 0.9, b2 = 0.95, eps = 1e-8, scale = 0.7, max_norm = 0.05;
+        long long t = 3;
+        std::vector<float> norm(1, 0.37f);
+        double gs = scale * (clip ? std::min(1.0, max_norm / (norm[0] + 1e-6)) : 1.0);
+        for (int i = 0; i < rl_model_n_tensors(&c); i++) {
+            rl_tensor_info ti;
+            rl_model_tensor(&c, i, &ti);
+            rl_adamw_update(cp.data() + ti.offset, g.data() + ti.offset, cm.data() + ti.offset, cv.data() + ti.offset,
+                            ti.numel, lr, b1, b2, eps, ti.decay ? wd : 0.0, t, gs);
+        }
+        // the scalars as rl_gpu_model_adamw derives them
+        double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+        rl_k_adamw_args a;
+        a.b1 = (float)b1, a.b2 = (float)b2, a.c1 = (float)(1.0 - b1), a.c2 = (float)(1.0 - b2);
+        a.step = (float)(lr / bc1), a.sbc2 = (float)sqrt(bc2), a.eps = (float)eps;
+        a.decay = (float)(1.0 - lr * wd), a.grad_scale = (float)scale, a.clip_max = clip ? (float)max_norm : 0.0f;
+        std::vector<bf16> p16(P);
+        poison(p16);
+        launch(gx, L + 2, 256, [&] {
+            adamw_kernel(p.data(), p16.data(), m.data(), v.data(), g.data(), norm.data(), al, a);
+        }, false);
+        check(clip ? "emu adamw (clip on the device) master" : "emu adamw vs rl_adamw_update master", p, tod(cp), 1e-6);
+        check("  m", m, tod(cm), 1e-6);
+        check("  v", v, tod(cv), 1e-6);
+        size_t bad = 0;
+        for (size_t i = 0; i < P; i++) bad += __bfloat162float(p16[i]) != __bfloat162float(__float2bfloat16_rn(p[i]));
+        printf("%-4s %-52s %zu of %zu differ\n", bad ? "FAIL" : "ok", "  bf16 copy = round(master)", bad, P);
+        (bad ? n_fail : n_pass)++;
+    }
+
+    std::vector<float> w(P);
+    poison(w);
+    launch(gx, L + 2, 256, [&] { init_random_kernel(w.data(), al, 1234, 0.02f); }, false);
+    size_t bad_norm = 0, nm = 0;
+    double s1 = 0, s2 = 0;
+    for (int i = 0; i < rl_model_n_tensors(&c); i++) {
+        rl_tensor_info ti;
+        rl_model_tensor(&c, i, &ti);
+        for (size_t j = 0; j < ti.numel; j++) {
+            float x = w[ti.offset + j];
+            if (ti.ndim == 1) bad_norm += x != 1.0f;
+            else s1 += x, s2 += (double)x * x, nm++, bad_norm += !std::isfinite(x);
+        }
+    }
+    double mean = s1 / nm, sd = sqrt(s2 / nm - mean * mean);
+    bool ok = bad_norm == 0 && fabs(mean) < 1e-3 && fabs(sd - 0.02) < 0.02 * 0.02;
+    printf("%-4s %-52s norms %s, matrices mean %.2e std %.5f (want 0.02)\n", ok ? "ok" : "FAIL",
+           "emu init_random", bad_norm ? "WRONG" : "all 1", mean, sd);
+    (ok ? n_pass : n_fail)++;
+
+    auto x = randv(1000, 3, false);
+    std::vector<bf16> xb(1000);
+    poison(xb);
+    launch(2, 1, 256, [&] { f32_to_bf16_kernel(xb.data(), x.data(), x.size()); }, false);
+    size_t bad = 0;
+    for (size_t i = 0; i < x.size(); i++) bad += __bfloat162float(xb[i]) != __bfloat162float(__float2bfloat16_rn(x[i]));
+    printf("%-4s %-52s %zu differ\n", bad ? "FAIL" : "ok", "emu f32 -> bf16 (round to nearest even)", bad);
+    (bad ? n_fail : n_pass)++;
+}
+
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : "";
+    if (!*only || strstr("attention", only)) {
+        // head dims padded to each of 32, 64, 128; T = 1, below, at and over
+        // a 64-row tile; grouped (KV < H) and plain (KV = H) heads; both load paths
+        run_case<32>(1, 1, 3, 1, 32, 1);
+        run_case<32>(2, 7, 3, 1, 20, 0);
+        run_case<64>(1, 64, 2, 2, 64, 1);
+        run_case<64>(1, 129, 4, 2, 64, 1);
+        run_case<64>(1, 70, 2, 1, 64, 0);
+        run_case<64>(2, 65, 3, 3, 40, 1);
+        run_case<128>(1, 80, 2, 1, 96, 1);
+        run_case<128>(1, 66, 2, 2, 128, 1);
+    }
+    if (!*only || strstr("model", only)) {
+        emu_embed();
+        emu_rmsnorm(7, 96);
+        emu_rmsnorm(33, 770);
+        emu_rmsnorm(20, 13000);
+        emu_rope(2, 7, 96, 3);
+        emu_rope(1, 33, 60, 3);
+        emu_swiglu(7, 100);
+        emu_swiglu(3, 352);
+        emu_xent(5, 1000);
+        emu_xent(3, 32001);
+        emu_norm(1);
+        emu_norm(100003);
+        emu_adamw_init();
+    }
+    printf("kernel emulation: %d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
