@@ -187,16 +187,32 @@ $(GPU_BENCH_BIN): bench/gpu/bench_gpu.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
-# test-gpu-emu: the kernels' own source compiled for the host (a std::thread
-# per CUDA thread, mma emulated) against the CPU reference -- the GPU
-# kernels' index arithmetic checked on any machine with the CUDA headers.
-GPU_EMU_BIN := $(BUILD)/tests/kernels_emu
-.PHONY: test-gpu-emu
+# test-gpu-emu: the GPU code compiled for the host with g++ -- kernels/*.cu
+# and *.cuh as they are, kernel launches turned into a fiber per CUDA thread
+# (tests/gpu/emu/emu.cpp, mma emulated), the CUDA runtime and cuBLASLt
+# replaced by host stand-ins (tests/gpu/emu/fake_cuda.cpp) -- then the
+# kernel checks (tests/gpu/kernels_emu.cpp) and the whole test-gpu suite
+# on it. Needs the CUDA headers, not a GPU; slow (minutes), and no
+# substitute for test-gpu: it checks the code's logic, not the hardware.
+EMU_DIR   := $(BUILD)/emu
+EMU_FLAGS := -std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Werror -Wno-unknown-pragmas \
+             -Wno-attributes -Wno-unused-function -DRL_KERNEL_EMU -Ipkg -I. -I$(CUDA_HOME)/include
+EMU_KOBJS := $(KERNEL_SRCS:kernels/%.cu=$(EMU_DIR)/kernels/%.o)
+EMU_ROBJS := $(EMU_DIR)/emu.o $(EMU_DIR)/fake_cuda.o
+EMU_LIBS  := $(filter-out -lcudart -lnccl -lcublasLt,$(LDLIBS))
+GPU_EMU_BIN := $(EMU_DIR)/kernels_emu
 CXX ?= g++
-$(GPU_EMU_BIN): tests/gpu/kernels_emu.cpp $(wildcard kernels/*.cuh) $(LIB)
+.PHONY: test-gpu-emu
+$(EMU_DIR)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh tests/gpu/emu/*.h pkg/model/*.h pkg/util/*.h)
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Werror -Wno-unknown-pragmas \
-	  -Wno-attributes -Wno-unused-function -Ipkg -I. -I$(CUDA_HOME)/include $< $(LIB) -o $@ $(LDLIBS)
+	$(CXX) $(EMU_FLAGS) -include tests/gpu/emu/emu.h -x c++ -c $< -o $@
+$(EMU_DIR)/%.o: tests/gpu/emu/%.cpp $(wildcard tests/gpu/emu/*.h)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_FLAGS) -c $< -o $@
+$(GPU_EMU_BIN): tests/gpu/kernels_emu.cpp $(wildcard kernels/*.cuh) $(EMU_ROBJS) $(EMU_KOBJS) $(LIB)
+	$(CXX) $(EMU_FLAGS) $(filter %.cpp %.o,$^) $(LIB) -o $@ $(EMU_LIBS)
+$(EMU_DIR)/gpu_test: $(wildcard tests/gpu/*.c tests/gpu/*.h) $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
+	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(EMU_KOBJS) $(EMU_ROBJS) $(LIB) -o $@ $(EMU_LIBS) -lstdc++
 
 ifeq ($(USE_CUDA),1)
 test-gpu:
@@ -204,8 +220,9 @@ test-gpu:
 	$(GPU_TEST_BIN) $(GPU_TEST_ARGS)
 
 test-gpu-emu:
-	@$(MAKE) --no-print-directory $(GPU_EMU_BIN)
+	@$(MAKE) --no-print-directory $(GPU_EMU_BIN) $(EMU_DIR)/gpu_test
 	$(GPU_EMU_BIN)
+	$(EMU_DIR)/gpu_test $(GPU_TEST_ARGS)
 
 bench-gpu:
 	@$(MAKE) --no-print-directory $(GPU_BENCH_BIN)

@@ -9,6 +9,19 @@
 
 typedef __nv_bfloat16 bf16;
 
+// Kernel launches go through this macro: the triple-chevron launch on the
+// GPU; in the emulator (tests/gpu/emu/emu.h) a host loop over the grid.
+#ifndef RL_KERNEL_EMU
+#define RL_LAUNCH(kernel, grid, block, smem_bytes, stream, ...) \
+    kernel<<<(grid), (block), (smem_bytes), (stream)>>>(__VA_ARGS__)
+#else
+#define RL_LAUNCH(kernel, grid, block, smem_bytes, stream, ...)                       \
+    do {                                                                              \
+        (void)(stream);                                                               \
+        rl_emu_launch(dim3(grid), dim3(block), (smem_bytes), [&] { kernel(__VA_ARGS__); }); \
+    } while (0)
+#endif
+
 // Statically sized shared arrays: per block on the device; the emulator
 // runs one block at a time, so a function-static array is the same thing.
 #ifndef RL_KERNEL_EMU

@@ -19,11 +19,11 @@ template <int HD> static constexpr size_t dq_smem() {
 }
 
 template <int HD> static int attn_set_smem(rl_err *e) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)fwd_smem<HD>()));
-    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_kernel<HD>,
+    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&attn_fwd_kernel<HD>),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_smem<HD>()));
+    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&attn_bwd_dkdv_kernel<HD>),
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dkdv_smem<HD>()));
-    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_kernel<HD>,
+    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&attn_bwd_dq_kernel<HD>),
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dq_smem<HD>()));
     return RL_OK;
 }
@@ -53,7 +53,8 @@ template <int HD>
 static int fwd_launch(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, int KV, int hd,
                       float sl2, int vec, cudaStream_t s, rl_err *e) {
     dim3 grid(B * H, (T + ATT_BR - 1) / ATT_BR);
-    attn_fwd_kernel<HD><<<grid, ATT_THREADS, fwd_smem<HD>(), s>>>(out, lse, qkv, T, H, KV, hd, sl2, vec);
+    RL_LAUNCH(attn_fwd_kernel<HD>, grid, ATT_THREADS, fwd_smem<HD>(), s, out, lse, qkv, T, H, KV,
+              hd, sl2, vec);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -73,10 +74,10 @@ static int bwd_launch(bf16 *dqkv, const float *dsum, const bf16 *dout, const bf1
                       const float *lse, int B, int T, int H, int KV, int hd, float sl2, float scale,
                       int vec, cudaStream_t s, rl_err *e) {
     int nb = (T + ATT_BR - 1) / ATT_BR;
-    attn_bwd_dkdv_kernel<HD><<<dim3(B * KV, nb), ATT_THREADS, dkdv_smem<HD>(), s>>>(
+    RL_LAUNCH(attn_bwd_dkdv_kernel<HD>, dim3(B * KV, nb), ATT_THREADS, dkdv_smem<HD>(), s,
         dqkv, dout, qkv, lse, dsum, T, H, KV, hd, sl2, scale, vec);
     LAUNCH_CHECK();
-    attn_bwd_dq_kernel<HD><<<dim3(B * H, nb), ATT_THREADS, dq_smem<HD>(), s>>>(
+    RL_LAUNCH(attn_bwd_dq_kernel<HD>, dim3(B * H, nb), ATT_THREADS, dq_smem<HD>(), s,
         dqkv, dout, qkv, lse, dsum, T, H, KV, hd, sl2, scale, vec);
     LAUNCH_CHECK();
     return RL_OK;
@@ -87,7 +88,8 @@ int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv, co
                   rl_err *e) {
     RL_TRY(attn_check(B, T, H, KV, hd, e));
     int N = B * T;
-    attn_dsum_kernel<<<rl_cdiv((size_t)N * H, 8), 256, 0, s>>>(dsum, dout, out, N, T, H, hd);
+    RL_LAUNCH(attn_dsum_kernel, rl_cdiv((size_t)N * H, 8), 256, 0, s, dsum, dout, out, N, T, H,
+              hd);
     LAUNCH_CHECK();
     float scale = 1.0f / sqrtf((float)hd), sl2 = scale * 1.4426950408889634f;
     int vec = hd % 8 == 0 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv);

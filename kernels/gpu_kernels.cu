@@ -18,7 +18,7 @@ static unsigned grid_for(size_t n, unsigned threads) {
 // ---- embedding -----------------------------------------------------------------------
 int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D, cudaStream_t s,
                    rl_err *e) {
-    embed_fwd_kernel<<<N, 256, 0, s>>>(x0, emb, tok, D);
+    RL_LAUNCH(embed_fwd_kernel, N, 256, 0, s, x0, emb, tok, D);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -28,7 +28,7 @@ int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const in
                    const int32_t *pos, int U, int D, cudaStream_t s, rl_err *e) {
     if (U == 0) return RL_OK;
     dim3 grid(U, rl_cdiv(D, 256));
-    embed_bwd_kernel<<<grid, 256, 0, s>>>(demb, dres, uniq, seg, pos, D);
+    RL_LAUNCH(embed_bwd_kernel, grid, 256, 0, s, demb, dres, uniq, seg, pos, D);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -37,7 +37,7 @@ int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const in
 
 int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int N, int D,
                      float eps, cudaStream_t s, rl_err *e) {
-    rmsnorm_fwd_kernel<<<rl_cdiv(N, 8), 256, 0, s>>>(out, rstd, x, w, N, D, eps);
+    RL_LAUNCH(rmsnorm_fwd_kernel, rl_cdiv(N, 8), 256, 0, s, out, rstd, x, w, N, D, eps);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -51,10 +51,10 @@ int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const
                      int accumulate, cudaStream_t s, rl_err *e) {
     int nw = rms_warps(D), nblk = rms_blocks(N);
     size_t smem = (size_t)nw * D * sizeof(float);
-    rmsnorm_bwd_kernel<<<nblk, nw * 32, smem, s>>>(dres, dres16, partial, dout, x, w, rstd, N, D,
-                                                   rms_rows_per_block(N), accumulate);
+    RL_LAUNCH(rmsnorm_bwd_kernel, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w, rstd, N,
+              D, rms_rows_per_block(N), accumulate);
     LAUNCH_CHECK();
-    rmsnorm_dw_kernel<<<rl_cdiv(D, 256), 256, 0, s>>>(dw, partial, nblk, D);
+    RL_LAUNCH(rmsnorm_dw_kernel, rl_cdiv(D, 256), 256, 0, s, dw, partial, nblk, D);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -65,7 +65,7 @@ int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, 
               int inverse, cudaStream_t s, rl_err *e) {
     size_t total = (size_t)N * nh * (hd / 2);
     const float *sn = rope + (size_t)max_pos * (hd / 2);
-    rope_kernel<<<grid_for(total, 256), 256, 0, s>>>(x, rope, sn, N, T, nh, hd, ld, inverse);
+    RL_LAUNCH(rope_kernel, grid_for(total, 256), 256, 0, s, x, rope, sn, N, T, nh, hd, ld, inverse);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -73,14 +73,14 @@ int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, 
 // ---- SwiGLU ----------------------------------------------------------------------------------
 
 int rl_k_swiglu_fwd(bf16 *h, const bf16 *gu, int N, int F, cudaStream_t s, rl_err *e) {
-    swiglu_fwd_kernel<<<grid_for((size_t)N * F, 256), 256, 0, s>>>(h, gu, N, F);
+    RL_LAUNCH(swiglu_fwd_kernel, grid_for((size_t)N * F, 256), 256, 0, s, h, gu, N, F);
     LAUNCH_CHECK();
     return RL_OK;
 }
 
 int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cudaStream_t s,
                     rl_err *e) {
-    swiglu_bwd_kernel<<<grid_for((size_t)N * F, 256), 256, 0, s>>>(dgu, dh, gu, N, F);
+    RL_LAUNCH(swiglu_bwd_kernel, grid_for((size_t)N * F, 256), 256, 0, s, dgu, dh, gu, N, F);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -89,14 +89,14 @@ int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cud
 
 int rl_k_xent_fwd(float *losses, float *lse, const bf16 *logits, const int32_t *tgt, int N, int V,
                   cudaStream_t s, rl_err *e) {
-    xent_fwd_kernel<<<N, XENT_THREADS, 0, s>>>(losses, lse, logits, tgt, V);
+    RL_LAUNCH(xent_fwd_kernel, N, XENT_THREADS, 0, s, losses, lse, logits, tgt, V);
     LAUNCH_CHECK();
     return RL_OK;
 }
 
 int rl_k_xent_bwd(bf16 *logits, const float *lse, const int32_t *tgt, int N, int V, float scale,
                   cudaStream_t s, rl_err *e) {
-    xent_bwd_kernel<<<N, XENT_THREADS, 0, s>>>(logits, lse, tgt, V, scale);
+    RL_LAUNCH(xent_bwd_kernel, N, XENT_THREADS, 0, s, logits, lse, tgt, V, scale);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -104,16 +104,16 @@ int rl_k_xent_bwd(bf16 *logits, const float *lse, const int32_t *tgt, int N, int
 // ---- reductions --------------------------------------------------------------------------------------
 
 int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e) {
-    mean_kernel<<<1, 1024, 0, s>>>(out, x, n);
+    RL_LAUNCH(mean_kernel, 1, 1024, 0, s, out, x, n);
     LAUNCH_CHECK();
     return RL_OK;
 }
 
 
 int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t s, rl_err *e) {
-    sumsq_kernel<<<RL_K_NORM_BLOCKS, 256, 0, s>>>(partial, g, n);
+    RL_LAUNCH(sumsq_kernel, RL_K_NORM_BLOCKS, 256, 0, s, partial, g, n);
     LAUNCH_CHECK();
-    sqrt_sum_kernel<<<1, 1024, 0, s>>>(out, partial, RL_K_NORM_BLOCKS);
+    RL_LAUNCH(sqrt_sum_kernel, 1, 1024, 0, s, out, partial, RL_K_NORM_BLOCKS);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -133,8 +133,8 @@ static dim3 region_grid(const rl_param_layout *lay, int L) {
 int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float *grads,
                const float *norm, const rl_param_layout *lay, int L, int D,
                const rl_k_adamw_args *a, cudaStream_t s, rl_err *e) {
-    adamw_kernel<<<region_grid(lay, L), 256, 0, s>>>(master, params, mom, vel, grads, norm,
-                                                     make_layout(lay, L, D), *a);
+    RL_LAUNCH(adamw_kernel, region_grid(lay, L), 256, 0, s, master, params, mom, vel, grads, norm,
+              make_layout(lay, L, D), *a);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -142,14 +142,14 @@ int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float 
 // ---- casts and init ------------------------------------------------------------------------------------------
 int rl_k_f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t s, rl_err *e) {
     if (!n) return RL_OK;
-    f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
+    RL_LAUNCH(f32_to_bf16_kernel, grid_for(n, 256), 256, 0, s, dst, src, n);
     LAUNCH_CHECK();
     return RL_OK;
 }
 
 int rl_k_bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t s, rl_err *e) {
     if (!n) return RL_OK;
-    bf16_to_f32_kernel<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
+    RL_LAUNCH(bf16_to_f32_kernel, grid_for(n, 256), 256, 0, s, dst, src, n);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -157,7 +157,8 @@ int rl_k_bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t s, rl_e
 
 int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, uint64_t seed,
                      float std, cudaStream_t s, rl_err *e) {
-    init_random_kernel<<<region_grid(lay, L), 256, 0, s>>>(master, make_layout(lay, L, D), seed, std);
+    RL_LAUNCH(init_random_kernel, region_grid(lay, L), 256, 0, s, master, make_layout(lay, L, D),
+              seed, std);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -174,7 +175,8 @@ int rl_gpu_kernels_init(rl_err *e) {
     if (done_for == dev) return RL_OK;
     int optin = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&rmsnorm_bwd_kernel),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     RL_TRY(rl_gpu_attn_init(e));
     done_for = dev;
     return RL_OK;

@@ -7,106 +7,28 @@
 // and runs it; the GEMMs (cuBLASLt) and the model's orchestration are left
 // to tests/gpu/test_gpu.c on a GPU.
 //
-// How: every CUDA thread of a block is a std::thread; __syncthreads is a
-// barrier over the block, __shfl_xor_sync and mma.sync are barriers over
-// the warp around an exchange through shared arrays. mma is emulated from
-// the PTX ISA's fragment layouts of m16n8k16 (the same tables the kernels'
-// comment gives, read independently here: if the kernels and the emulator
-// disagreed on a layout, the results would be wrong). Shared memory is
-// poisoned with NaN bits before each block and every output before each
-// launch, so a read of an unwritten element or an unwritten output shows.
+// How: tests/gpu/emu/ runs every CUDA thread of a block as a fiber;
+// __syncthreads is a barrier over the block, __shfl_xor_sync and mma.sync
+// are barriers over the warp around an exchange. mma is emulated from the
+// PTX ISA's fragment layouts of m16n8k16 (the same tables the kernels'
+// comment gives, written out independently there: if the kernels and the
+// emulator disagreed on a layout, the results would be wrong). Shared
+// memory is poisoned with NaN bits before each block and every output
+// before each launch, so a read of an unwritten element or an unwritten
+// output shows.
 //
 // What it cannot show: timing, races that the barriers' memory ordering
 // hides, and the exact accumulation order of the tensor cores (the
 // emulation sums in fp32 in k order); tests/gpu/test_gpu.c checks those
 // kernels on a GPU.
-#define RL_KERNEL_EMU 1
-#include <algorithm>
-#include <barrier>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <vector>
 
-#include <cuda_bf16.h>
+#include "tests/gpu/emu/emu.h" // the host runtime: fibers, barriers, mma
 
-struct emu_dim3 {
-    unsigned x = 0, y = 0, z = 0;
-};
-static thread_local emu_dim3 threadIdx, blockIdx;
-static emu_dim3 gridDim, blockDim;
-alignas(16) unsigned char smem[256 * 1024];
-
-static std::barrier<> *g_cta;
-static std::barrier<> *g_warp[32];
-static double g_xch[32][32];
-static uint32_t g_a[32][32][4], g_b[32][32][2];
-
-static void __syncthreads() { g_cta->arrive_and_wait(); }
-
-template <class T> static T __shfl_xor_sync(unsigned, T v, int o) {
-    int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    g_xch[w][l] = (double)v; // exact for float and double
-    g_warp[w]->arrive_and_wait();
-    T r = (T)g_xch[w][l ^ o];
-    g_warp[w]->arrive_and_wait();
-    return r;
-}
-
-static float bf_lo(uint32_t u) {
-    uint32_t x = (u & 0xffffu) << 16;
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-static float bf_hi(uint32_t u) {
-    uint32_t x = u & 0xffff0000u;
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
-// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, lane = 4 g + t:
-// A regs r = 0..3 hold (row g + 8 (r & 1), cols 2t + 8 (r >> 1) + {0, 1});
-// B regs r = 0..1 hold (k = 2t + 8 r + {0, 1}, n = g);
-// C/D e = 0..3 is (row g + 8 (e >> 1), col 2t + (e & 1)).
-static void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    memcpy(g_a[w][l], a, sizeof g_a[w][l]);
-    g_b[w][l][0] = b0, g_b[w][l][1] = b1;
-    g_warp[w]->arrive_and_wait();
-    float A[16][16], B[16][8];
-    for (int L = 0; L < 32; L++) {
-        int g = L >> 2, t = L & 3;
-        for (int r = 0; r < 4; r++) {
-            int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
-            A[row][col] = bf_lo(g_a[w][L][r]);
-            A[row][col + 1] = bf_hi(g_a[w][L][r]);
-        }
-        for (int r = 0; r < 2; r++) {
-            int k = 2 * t + 8 * r;
-            B[k][g] = bf_lo(g_b[w][L][r]);
-            B[k + 1][g] = bf_hi(g_b[w][L][r]);
-        }
-    }
-    g_warp[w]->arrive_and_wait();
-    int g = l >> 2, t = l & 3;
-    for (int e = 0; e < 4; e++) {
-        int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
-        float s = d[e];
-        for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
-        d[e] = s;
-    }
-}
-
-// CUDA device built-ins the kernels use that a host compiler lacks
-#define __launch_bounds__(...)
-using std::max;
-using std::min;
-static float cospif(float x) { return (float)cos(3.14159265358979323846 * (double)x); }
 #include "kernels/attention_kernels.cuh"
 #include "kernels/model_kernels.cuh"
 
@@ -118,38 +40,11 @@ extern "C" {
 int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t *uniq, int32_t *seg,
                         int32_t *pos);
 
-// Run fn once per thread of every block of the grid, blocks one after
-// another. Kernels with barriers or shuffles (sync) get a std::thread per
-// CUDA thread; the others run their threads in turn on this one.
+// Every thread of every block runs the kernel (sync only documents which
+// kernels use barriers: the emulator handles both kinds alike).
 template <class F> static void launch(unsigned gx, unsigned gy, unsigned threads, F fn, bool sync = true) {
-    gridDim = {gx, gy, 1};
-    blockDim = {threads, 1, 1};
-    for (unsigned by = 0; by < gy; by++)
-        for (unsigned bx = 0; bx < gx; bx++) {
-            memset(smem, 0xff, sizeof smem); // NaN in bf16 and fp32
-            if (!sync) {
-                for (unsigned tid = 0; tid < threads; tid++) {
-                    threadIdx = {tid, 0, 0};
-                    blockIdx = {bx, by, 0};
-                    fn();
-                }
-                continue;
-            }
-            std::barrier<> cta((std::ptrdiff_t)threads);
-            std::vector<std::barrier<> *> warps;
-            for (unsigned w = 0; w < threads / 32; w++) warps.push_back(new std::barrier<>(32));
-            g_cta = &cta;
-            for (unsigned w = 0; w < threads / 32; w++) g_warp[w] = warps[w];
-            std::vector<std::thread> ts;
-            for (unsigned tid = 0; tid < threads; tid++)
-                ts.emplace_back([&, tid] {
-                    threadIdx = {tid, 0, 0};
-                    blockIdx = {bx, by, 0};
-                    fn();
-                });
-            for (auto &t : ts) t.join();
-            for (auto *w : warps) delete w;
-        }
+    (void)sync;
+    rl_emu_launch(dim3(gx, gy), dim3(threads), 227 * 1024, fn);
 }
 
 static uint64_t rng_state = 88172645463325252ull;
@@ -308,7 +203,7 @@ static void emu_rmsnorm(int N, int D) {
     std::vector<double> ro((size_t)N * D), rr(N);
     rl_cpu_rmsnorm_fwd_f64(ro.data(), rr.data(), xd.data(), wd.data(), N, D, 1e-5);
     snprintf(name, sizeof name, "emu rmsnorm fwd N=%d D=%d", N, D);
-    check(name, from_bf(out), ro, 3e-3);
+    check(name, from_bf(out), ro, 4e-3);
     check("  rstd", rstd, rr, 1e-5);
     for (int acc = 0; acc < 2; acc++) {
         auto dout = randv((size_t)N * D, 1, false), dx = randv((size_t)N * D, 1, false), dw = randv(D, 1, false);
@@ -329,7 +224,7 @@ static void emu_rmsnorm(int N, int D) {
         snprintf(name, sizeof name, "emu rmsnorm bwd N=%d D=%d%s (%d warps, %d blocks)", N, D,
                  acc ? " accumulate" : "", nw, nblk);
         check(name, dx, dxr, 1e-4);
-        check("  dx bf16 copy", from_bf(dx16), dxr, 3e-3);
+        check("  dx bf16 copy", from_bf(dx16), dxr, 4e-3);
         check("  dw", dw, dwr, 1e-4);
     }
 }
@@ -364,7 +259,7 @@ static void emu_rope(int B, int T, int hidden, int heads) {
         }
         char name[96];
         snprintf(name, sizeof name, "emu rope %s B=%d T=%d heads=%d hd=%d", inv ? "bwd" : "fwd", B, T, nh, hd);
-        check(name, g2, ref, 3e-3);
+        check(name, g2, ref, 4e-3);
         bool ok = touched == 0;
         printf("%-4s %-52s %zu elements of the v head changed\n", ok ? "ok" : "FAIL", "  heads beyond nh untouched",
                touched);
@@ -391,9 +286,9 @@ static void emu_swiglu(int N, int F) {
     launch(grid, 1, 256, [&] { swiglu_bwd_kernel(dgu.data(), dhb.data(), gub.data(), N, F); }, false);
     char name[96];
     snprintf(name, sizeof name, "emu swiglu fwd N=%d F=%d", N, F);
-    check(name, from_bf(h), hr, 3e-3);
+    check(name, from_bf(h), hr, 4e-3);
     snprintf(name, sizeof name, "emu swiglu bwd N=%d F=%d", N, F);
-    check(name, from_bf(dgu), dref, 3e-3);
+    check(name, from_bf(dgu), dref, 4e-3);
 }
 
 static void emu_xent(int N, int V) {
@@ -412,7 +307,7 @@ static void emu_xent(int N, int V) {
     char name[96];
     snprintf(name, sizeof name, "emu classifier N=%d V=%d", N, V);
     check(name, losses, lr, 1e-5);
-    check("  dlogits in place", from_bf(lb), ld, 3e-3);
+    check("  dlogits in place", from_bf(lb), ld, 4e-3);
     double m = 0;
     for (int i = 0; i < N; i++) m += lr[i];
     check("  mean loss", mean, std::vector<double>{m / N}, 1e-6);

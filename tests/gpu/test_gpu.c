@@ -20,10 +20,12 @@
  *     backward, losses, grad norm): rounding ~1e-7 per op, growing slowly
  *     with reduction length; 1e-5 (1e-4 where a difference cancels).
  *   - bf16 outputs of fp32 arithmetic (norm, RoPE, SwiGLU, bf16 GEMMs,
- *     dlogits): round-to-nearest to 8 mantissa bits is at most 2^-9 = 1.95e-3
- *     relative per element and ~1.1e-3 RMS; 3e-3.
+ *     dlogits): bf16 keeps 8 significant bits, so round-to-nearest is off by
+ *     at most 2^-8 = 3.9e-3 relative per element (~1.7e-3 RMS, as measured),
+ *     which bounds the relative L2 error of the whole output too; 4e-3.
  *   - attention forward: additionally the probabilities are rounded to bf16
- *     before P.V (2^-9 per term, random signs); ~2-4e-3 expected; 1e-2.
+ *     before P.V (2^-8 per term, random signs); ~2e-3 measured in the
+ *     emulator (make test-gpu-emu); 1e-2.
  *   - attention backward: dS = P (dP - D) cancels when dP ~ D, and dS, P
  *     and O (inside D) are bf16-rounded before their products; 2e-2.
  * Whole model (the issue's bar): loss within 1% of the CPU fp32 model and a
@@ -170,7 +172,7 @@ static void test_rmsnorm(void) {
                    *rr = malloc(N * sizeof(double));
             rl_cpu_rmsnorm_fwd_f64(ro, rr, xd, wd, N, D, 1e-5);
             if (rl_gpu_op_rmsnorm_fwd(out, rstd, x, w, N, D, 1e-5f, &e)) fail_err(name, &e);
-            else if (check_cmp(name, out, ro, nd, 3e-3))
+            else if (check_cmp(name, out, ro, nd, 4e-3))
                 check_cmp("  rstd", rstd, rr, (size_t)N, 1e-5);
             free(x), free(w), free(out), free(rstd), free(xd), free(wd), free(ro), free(rr);
         }
@@ -190,7 +192,7 @@ static void test_rmsnorm(void) {
             for (int i = 0; i < N; i++) rstd[i] = (float)rd[i], rd[i] = rstd[i];
             rl_cpu_rmsnorm_bwd_f64(dxr, dwr, gd, xd, wd, rd, N, D);
             if (rl_gpu_op_rmsnorm_bwd(dx, dx16, dw, dout, x, w, rstd, N, D, acc, &e)) fail_err(name, &e);
-            else if (check_cmp(name, dx, dxr, nd, 1e-4) && check_cmp("  dx bf16 copy", dx16, dxr, nd, 3e-3))
+            else if (check_cmp(name, dx, dxr, nd, 1e-4) && check_cmp("  dx bf16 copy", dx16, dxr, nd, 4e-3))
                 check_cmp("  dw", dw, dwr, (size_t)D, 1e-4);
             free(x), free(w), free(dout), free(dx), free(dw), free(dx16), free(xd), free(wd), free(gd);
             free(dxr), free(dwr), free(tmp), free(rd), free(rstd);
@@ -225,7 +227,7 @@ static void test_rope(void) {
             if (inv) rl_cpu_rope_bwd_f64(ref, tab, B, T, nh, hd, 256);
             else rl_cpu_rope_fwd_f64(ref, tab, B, T, nh, hd, 256);
             if (rl_gpu_op_rope(x, &c, B, T, nh, inv, &e)) fail_err(name, &e);
-            else check_cmp(name, x, ref, n, 3e-3);
+            else check_cmp(name, x, ref, n, 4e-3);
             free(x), free(ref);
         }
         free(tab);
@@ -299,7 +301,7 @@ static void test_swiglu(void) {
                 rl_cpu_swiglu_fwd_f64(hr, g, u, nf);
                 float *h = malloc(nf * sizeof(float));
                 if (rl_gpu_op_swiglu_fwd(h, gu, N, F, &e)) fail_err(name, &e);
-                else check_cmp(name, h, hr, nf, 3e-3);
+                else check_cmp(name, h, hr, nf, 4e-3);
                 free(hr), free(h);
             } else {
                 float *dh = randn_bf16(nf, 1), *dgu = malloc(2 * nf * sizeof(float));
@@ -310,7 +312,7 @@ static void test_swiglu(void) {
                     for (int j = 0; j < F; j++)
                         ref[(size_t)n * 2 * F + j] = dg[(size_t)n * F + j], ref[(size_t)n * 2 * F + F + j] = du[(size_t)n * F + j];
                 if (rl_gpu_op_swiglu_bwd(dgu, dh, gu, N, F, &e)) fail_err(name, &e);
-                else check_cmp(name, dgu, ref, 2 * nf, 3e-3);
+                else check_cmp(name, dgu, ref, 2 * nf, 4e-3);
                 free(dh), free(dgu), free(dhd), free(dg), free(du), free(ref);
             }
             free(gu), free(g), free(u);
@@ -337,7 +339,7 @@ static void test_xent(void) {
         rl_cpu_xent_bwd_f64(ld, tgt, N, V, scale);
         if (rl_gpu_op_xent(losses, dl, logits, tgt, N, V, scale, &e)) fail_err(name, &e);
         else if (check_cmp(name, losses, lr, (size_t)N, 1e-5))
-            check_cmp("  dlogits", dl, ld, nv, 3e-3);
+            check_cmp("  dlogits", dl, ld, nv, 4e-3);
         free(logits), free(losses), free(dl), free(tgt), free(ld), free(lr);
     }
 }
@@ -387,7 +389,7 @@ static void test_gemm(void) {
                                 ref[(size_t)j * K + kk] = s;
                             }
                     if (rl_gpu_op_gemm(kind, out, f32, a, b, r, M, N, K, &e)) fail_err(name, &e);
-                    else check_cmp(name, out, ref, no, f32 ? 1e-5 : 3e-3);
+                    else check_cmp(name, out, ref, no, f32 ? 1e-5 : 4e-3);
                     free(a), free(b), free(out), free(r), free(ref);
                 }
             }

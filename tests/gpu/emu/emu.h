@@ -1,0 +1,48 @@
+// Host emulation of the CUDA device features the kernels use, so that the
+// kernels' own source (kernels/*.cuh, and kernels/*.cu for the launchers)
+// compiles with g++ and runs on a CPU. Force-included (-include) into every
+// translation unit of an emulated build; kernels/device_common.cuh turns
+// kernel launches into rl_emu_launch calls when RL_KERNEL_EMU is defined.
+//
+// Model: a block runs as one fiber per CUDA thread on one OS thread, blocks
+// one after another. __syncthreads is a barrier over the block's live
+// fibers, __shfl_xor_sync and mma_bf16 barriers over the warp's around an
+// exchange; a barrier nobody can complete aborts with "deadlock" (a
+// barrier in divergent code). Dynamic shared memory is poisoned with NaN
+// bits before each block.
+#pragma once
+#ifndef RL_KERNEL_EMU
+#define RL_KERNEL_EMU 1
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include <cuda_bf16.h>
+#include <vector_types.h>
+
+struct rl_emu_dim3 {
+    unsigned x, y, z;
+};
+extern rl_emu_dim3 threadIdx, blockIdx, gridDim, blockDim;
+extern unsigned char smem[]; // the running block's dynamic shared memory
+
+void __syncthreads();
+double rl_emu_shfl_xor(double v, int lane_mask); // exact for float and double
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+    return (T)rl_emu_shfl_xor((double)v, lane_mask);
+}
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 over the warp
+void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+// Runs fn for every thread of every block; 1-D blocks of at most 1024.
+void rl_emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn);
+
+// device built-ins a host compiler lacks
+#define __launch_bounds__(...)
+using std::max;
+using std::min;
+static inline float cospif(float x) { return (float)std::cos(3.14159265358979323846 * (double)x); }

@@ -1,0 +1,208 @@
+// Host stand-ins for the CUDA runtime and cuBLASLt calls kernels/ makes, for
+// the emulated build (make test-gpu-emu): "device" memory is host memory,
+// every operation completes when called (streams and events are in order
+// trivially), kernels run through tests/gpu/emu/emu.cpp.
+//
+// cublasLtMatmul is implemented from its documented semantics -- column-
+// major D = alpha op(A) op(B) + beta C, op from the descriptor's TRANSA /
+// TRANSB, shapes and leading dimensions from the layouts -- in fp32 over
+// bf16 products, rounding to the output type. It refuses a layout whose
+// shape disagrees with the product (CUBLAS_STATUS_INVALID_VALUE), so a
+// wrong row-/column-major mapping in kernels/gpu_gemm.cu fails loudly here.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "tests/gpu/emu/emu.h"
+
+namespace {
+float ld_elem(const void *p, cudaDataType_t t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float *)p)[i];
+    return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+}
+void st_elem(void *p, cudaDataType_t t, size_t i, float v) {
+    if (t == CUDA_R_32F) ((float *)p)[i] = v;
+    else ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+}
+struct fake_desc {
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+};
+struct fake_layout {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+} // namespace
+
+extern "C" {
+
+// ---- runtime -------------------------------------------------------------------------
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "host emulation (tests/gpu/emu)");
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+    *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 227 * 1024 : 0;
+    return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int v) {
+    return v <= 227 * 1024 ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaError (emulated)"; }
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "error (emulated)"; }
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    if (!*p) return cudaErrorMemoryAllocation;
+    memset(*p, 0xa5, n); // not zero: cudaMalloc gives garbage, code must not rely on zeros
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return cudaMalloc(p, n); }
+cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t) {
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) {
+    memset(d, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+    *s = (cudaStream_t)malloc(1);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    free((void *)s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    *e = (cudaEvent_t)malloc(1);
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    free((void *)e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+
+// ---- cuBLASLt -------------------------------------------------------------------------
+const char *cublasLtGetStatusName(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_(emulated error)";
+}
+const char *cublasLtGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "error"; }
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = (cublasLtHandle_t)malloc(1);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    free((void *)h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct, cudaDataType_t st) {
+    if (ct != CUBLAS_COMPUTE_32F || st != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    *d = (cublasLtMatmulDesc_t) new fake_desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete (fake_desc *)d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                              const void *buf, size_t n) {
+    fake_desc *f = (fake_desc *)d;
+    if (n != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (a == CUBLASLT_MATMUL_DESC_TRANSA) memcpy(&f->ta, buf, n);
+    else if (a == CUBLASLT_MATMUL_DESC_TRANSB) memcpy(&f->tb, buf, n);
+    else return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+    if ((int64_t)rows > ld) return CUBLAS_STATUS_INVALID_VALUE; // column-major: ld >= rows
+    *l = (cublasLtMatrixLayout_t) new fake_layout{t, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete (fake_layout *)l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = (cublasLtMatmulPreference_t)malloc(1);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    free((void *)p);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+                                                    const void *, size_t) {
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t *res, int *count) {
+    if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(res, 0, sizeof *res);
+    res->state = CUBLAS_STATUS_SUCCESS;
+    *count = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
+                              const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *, void *, size_t,
+                              cudaStream_t) {
+    const fake_desc *f = (const fake_desc *)desc;
+    const fake_layout *la = (const fake_layout *)Adesc, *lb = (const fake_layout *)Bdesc;
+    const fake_layout *lc = (const fake_layout *)Cdesc, *ld = (const fake_layout *)Ddesc;
+    uint64_t m = ld->rows, n = ld->cols;
+    uint64_t am = f->ta == CUBLAS_OP_N ? la->rows : la->cols, k = f->ta == CUBLAS_OP_N ? la->cols : la->rows;
+    uint64_t bk = f->tb == CUBLAS_OP_N ? lb->rows : lb->cols, bn = f->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
+    if (am != m || bk != k || bn != n || lc->rows != m || lc->cols != n || lc->type != ld->type) {
+        fprintf(stderr,
+                "emu cublasLtMatmul: shapes disagree: D %llux%llu, op(A) %llux%llu, op(B) %llux%llu, C %llux%llu\n",
+                (unsigned long long)m, (unsigned long long)n, (unsigned long long)am, (unsigned long long)k,
+                (unsigned long long)bk, (unsigned long long)bn, (unsigned long long)lc->rows,
+                (unsigned long long)lc->cols);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (uint64_t p = 0; p < k; p++) {
+                float a = f->ta == CUBLAS_OP_N ? ld_elem(A, la->type, i + p * la->ld) : ld_elem(A, la->type, p + i * la->ld);
+                float b = f->tb == CUBLAS_OP_N ? ld_elem(B, lb->type, p + j * lb->ld) : ld_elem(B, lb->type, j + p * lb->ld);
+                acc += a * b;
+            }
+            float c = be != 0.0f ? ld_elem(C, lc->type, i + j * lc->ld) : 0.0f;
+            st_elem(D, ld->type, i + j * ld->ld, al * acc + be * c);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} // extern "C"
