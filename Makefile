@@ -213,6 +213,8 @@ $(GPU_EMU_BIN): tests/gpu/kernels_emu.cpp $(wildcard kernels/*.cuh) $(EMU_ROBJS)
 	$(CXX) $(EMU_FLAGS) $(filter %.cpp %.o,$^) $(LIB) -o $@ $(EMU_LIBS)
 $(EMU_DIR)/gpu_test: $(wildcard tests/gpu/*.c tests/gpu/*.h) $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(EMU_KOBJS) $(EMU_ROBJS) $(LIB) -o $@ $(EMU_LIBS) -lstdc++
+$(EMU_DIR)/gpu_bench: bench/gpu/bench_gpu.c $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
+	$(CC) $(ALL_CFLAGS) $< $(EMU_KOBJS) $(EMU_ROBJS) $(LIB) -o $@ $(EMU_LIBS) -lstdc++
 
 ifeq ($(USE_CUDA),1)
 test-gpu:
@@ -220,8 +222,10 @@ test-gpu:
 	$(GPU_TEST_BIN) $(GPU_TEST_ARGS)
 
 test-gpu-emu:
-	@$(MAKE) --no-print-directory $(GPU_EMU_BIN) $(EMU_DIR)/gpu_test
+	@$(MAKE) --no-print-directory $(GPU_EMU_BIN) $(EMU_DIR)/gpu_test $(EMU_DIR)/gpu_bench
 	$(GPU_EMU_BIN)
+	$(EMU_DIR)/gpu_bench --config a --vocab 300 --hidden 64 --ffn 96 --layers 1 --heads 2 --kv-heads 1 \
+	  --seq 32 --batch 2 --steps 2 --warmup 1
 	$(EMU_DIR)/gpu_test $(GPU_TEST_ARGS)
 
 bench-gpu:

@@ -75,7 +75,46 @@ struct rl_gpu_model {
     cudaEvent_t io_done, loss_ready, norm_ready;
     int io_pending, loss_valid;
     rl_gemm gemm;
+    // optional per-category kernel timing (rl_gpu_model_profile)
+    int prof_on, prof_used, prof_cap;
+    struct prof_rec *prof;
 };
+
+struct prof_rec {
+    int cat;
+    cudaEvent_t ev[2];
+};
+
+// The next event pair for a profiled call (created on first use, reused
+// after each read); NULL turns profiling off rather than failing the step.
+static cudaEvent_t *prof_next(rl_gpu_model *m, int cat) {
+    if (m->prof_used == m->prof_cap) {
+        int cap = m->prof_cap ? 2 * m->prof_cap : 256;
+        prof_rec *p = (prof_rec *)realloc(m->prof, sizeof(prof_rec) * cap);
+        if (!p) return m->prof_on = 0, (cudaEvent_t *)NULL;
+        for (int i = m->prof_cap; i < cap; i++) {
+            p[i].ev[0] = p[i].ev[1] = NULL;
+            if (cudaEventCreate(&p[i].ev[0]) != cudaSuccess || cudaEventCreate(&p[i].ev[1]) != cudaSuccess) {
+                cudaGetLastError();
+                m->prof = p, m->prof_cap = i, m->prof_on = 0;
+                return NULL;
+            }
+        }
+        m->prof = p, m->prof_cap = cap;
+    }
+    prof_rec *r = &m->prof[m->prof_used++];
+    r->cat = cat;
+    return r->ev;
+}
+
+// A launcher call, timed by category when profiling is on.
+#define PROF(cat, call)                                                   \
+    do {                                                                  \
+        cudaEvent_t *pe_ = m->prof_on ? prof_next(m, (cat)) : NULL;       \
+        if (pe_) CUDA_CHECK(cudaEventRecord(pe_[0], m->s));               \
+        RL_TRY(call);                                                     \
+        if (pe_) CUDA_CHECK(cudaEventRecord(pe_[1], m->s));               \
+    } while (0)
 
 // ---- buffer carving ---------------------------------------------------------------------------------
 // 256-byte alignment for every sub-buffer: the 16-byte vector paths and
@@ -156,6 +195,11 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     if (m->loss_ready) cudaEventDestroy(m->loss_ready);
     if (m->norm_ready) cudaEventDestroy(m->norm_ready);
     free(m->counts);
+    for (int i = 0; i < m->prof_cap; i++) {
+        if (m->prof[i].ev[0]) cudaEventDestroy(m->prof[i].ev[0]);
+        if (m->prof[i].ev[1]) cudaEventDestroy(m->prof[i].ev[1]);
+    }
+    free(m->prof);
     free(m);
 }
 
@@ -373,7 +417,7 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
     m->cur_B = B, m->cur_T = T, m->has_targets = targets != NULL, m->loss_valid = 0;
     const int32_t *d_tok = m->io, *d_tgt = m->io + cap;
 
-    RL_TRY(rl_k_embed_fwd(m->res, m->master + m->lay.embed, d_tok, N, D, s, e));
+    PROF(RL_GPU_PROF_ELEMWISE, rl_k_embed_fwd(m->res, m->master + m->lay.embed, d_tok, N, D, s, e));
     for (int l = 0; l < m->L; l++) {
         size_t wl = m->lay.layers + (size_t)l * m->lay.layer_size;
         const bf16 *w = m->params + wl;
@@ -385,26 +429,26 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
         float *rstd1 = m->rstd1 + l * m->s_bt, *rstd2 = m->rstd2 + l * m->s_bt;
         float *lse = m->att_lse + l * m->s_bh;
 
-        RL_TRY(rl_k_rmsnorm_fwd(ln1, rstd1, x, w32 + o->ln1, N, D, eps, s, e));
-        RL_TRY(rl_gemm_fwd(g, qkv, 0, ln1, w + o->wq, NULL, N, m->C3, D, s, e));
-        RL_TRY(rl_k_rope(qkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
+        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd(ln1, rstd1, x, w32 + o->ln1, N, D, eps, s, e));
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, qkv, 0, ln1, w + o->wq, NULL, N, m->C3, D, s, e));
+        PROF(RL_GPU_PROF_ELEMWISE, rl_k_rope(qkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
                          m->cfg.max_position_embeddings, 0, s, e));
-        RL_TRY(rl_k_attn_fwd(atty, lse, qkv, B, T, m->H, m->KV, m->hd, s, e));
-        RL_TRY(rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
-        RL_TRY(rl_k_rmsnorm_fwd(ln2, rstd2, xmid, w32 + o->ln2, N, D, eps, s, e));
-        RL_TRY(rl_gemm_fwd(g, gu, 0, ln2, w + o->wgate, NULL, N, 2 * F, D, s, e));
-        RL_TRY(rl_k_swiglu_fwd(hm, gu, N, F, s, e));
-        RL_TRY(rl_gemm_fwd(g, xnext, 1, hm, w + o->wdown, xmid, N, D, F, s, e));
+        PROF(RL_GPU_PROF_ATTN_FWD, rl_k_attn_fwd(atty, lse, qkv, B, T, m->H, m->KV, m->hd, s, e));
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
+        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd(ln2, rstd2, xmid, w32 + o->ln2, N, D, eps, s, e));
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, gu, 0, ln2, w + o->wgate, NULL, N, 2 * F, D, s, e));
+        PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd(hm, gu, N, F, s, e));
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, xnext, 1, hm, w + o->wdown, xmid, N, D, F, s, e));
     }
     float *xL = m->res + (size_t)m->L * m->s_btd;
-    RL_TRY(rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->master + m->lay.final_norm, N, D, eps, s, e));
-    RL_TRY(rl_gemm_fwd(g, m->logits, 0, m->lnf, m->params + m->lay.lm_head, NULL, N, V, D, s, e));
+    PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->master + m->lay.final_norm, N, D, eps, s, e));
+    PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, m->logits, 0, m->lnf, m->params + m->lay.lm_head, NULL, N, V, D, s, e));
     if (!targets) {
         if (loss) *loss = 0.0f;
         return RL_OK;
     }
-    RL_TRY(rl_k_xent_fwd(m->losses, m->lse_cls, m->logits, d_tgt, N, V, s, e));
-    RL_TRY(rl_k_mean(m->scalars, m->losses, N, s, e));
+    PROF(RL_GPU_PROF_CLASSIFIER, rl_k_xent_fwd(m->losses, m->lse_cls, m->logits, d_tgt, N, V, s, e));
+    PROF(RL_GPU_PROF_CLASSIFIER, rl_k_mean(m->scalars, m->losses, N, s, e));
     CUDA_CHECK(cudaMemcpyAsync(m->pinned_scalars, m->scalars, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaEventRecord(m->loss_ready, s));
     m->loss_valid = 1;
@@ -434,11 +478,11 @@ int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn ho
                   *d_pos = m->io + 4 * cap + 1;
 
     // classifier: the mean over N tokens, times the caller's scale
-    RL_TRY(rl_k_xent_bwd(m->logits, m->lse_cls, d_tgt, N, V, loss_scale / (float)N, s, e));
-    RL_TRY(rl_gemm_bwd_data(g, m->dln, 1, m->logits, m->params + p->lm_head, N, V, D, s, e));
-    RL_TRY(rl_gemm_bwd_weight(g, m->grads + p->lm_head, m->logits, m->lnf, N, V, D, s, e));
+    PROF(RL_GPU_PROF_CLASSIFIER, rl_k_xent_bwd(m->logits, m->lse_cls, d_tgt, N, V, loss_scale / (float)N, s, e));
+    PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_data(g, m->dln, 1, m->logits, m->params + p->lm_head, N, V, D, s, e));
+    PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, m->grads + p->lm_head, m->logits, m->lnf, N, V, D, s, e));
     if (hook) hook(hook_ctx, p->lm_head);
-    RL_TRY(rl_k_rmsnorm_bwd(m->dres, m->dres16, m->grads + p->final_norm, m->rms_partial, m->dln,
+    PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, m->grads + p->final_norm, m->rms_partial, m->dln,
                             m->res + (size_t)m->L * m->s_btd, m->master + p->final_norm, m->rstdf,
                             N, D, 0, s, e));
     if (hook) hook(hook_ctx, p->final_norm);
@@ -456,28 +500,28 @@ int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn ho
         float *lse = m->att_lse + l * m->s_bh;
 
         // mlp; dres holds d x_{l+1} (fp32) and dres16 its bf16 copy
-        if (m->options.recompute_swiglu) RL_TRY(rl_k_swiglu_fwd(hm, gu, N, F, s, e));
-        RL_TRY(rl_gemm_bwd_data(g, m->dh, 0, m->dres16, w + o->wdown, N, D, F, s, e));
-        RL_TRY(rl_gemm_bwd_weight(g, gw + o->wdown, m->dres16, hm, N, D, F, s, e));
-        RL_TRY(rl_k_swiglu_bwd(m->dgu, m->dh, gu, N, F, s, e));
-        RL_TRY(rl_gemm_bwd_data(g, m->dln, 1, m->dgu, w + o->wgate, N, 2 * F, D, s, e));
-        RL_TRY(rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, s, e));
-        RL_TRY(rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln2, m->rms_partial, m->dln, xmid,
+        if (m->options.recompute_swiglu) PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd(hm, gu, N, F, s, e));
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_data(g, m->dh, 0, m->dres16, w + o->wdown, N, D, F, s, e));
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, gw + o->wdown, m->dres16, hm, N, D, F, s, e));
+        PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_bwd(m->dgu, m->dh, gu, N, F, s, e));
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_data(g, m->dln, 1, m->dgu, w + o->wgate, N, 2 * F, D, s, e));
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, s, e));
+        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln2, m->rms_partial, m->dln, xmid,
                                 w32 + o->ln2, rstd2, N, D, 1, s, e));
         // attention; dres is now d xmid
-        RL_TRY(rl_gemm_bwd_data(g, m->datty, 0, m->dres16, w + o->wo, N, D, m->qd, s, e));
-        RL_TRY(rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, s, e));
-        RL_TRY(rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, B, T, m->H, m->KV, m->hd,
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_data(g, m->datty, 0, m->dres16, w + o->wo, N, D, m->qd, s, e));
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, s, e));
+        PROF(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, B, T, m->H, m->KV, m->hd,
                              s, e));
-        RL_TRY(rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
+        PROF(RL_GPU_PROF_ELEMWISE, rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
                          m->cfg.max_position_embeddings, 1, s, e));
-        RL_TRY(rl_gemm_bwd_data(g, m->dln, 1, m->dqkv, w + o->wq, N, m->C3, D, s, e));
-        RL_TRY(rl_gemm_bwd_weight(g, gw + o->wq, m->dqkv, ln1, N, m->C3, D, s, e));
-        RL_TRY(rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln1, m->rms_partial, m->dln, x,
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_data(g, m->dln, 1, m->dqkv, w + o->wq, N, m->C3, D, s, e));
+        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, gw + o->wq, m->dqkv, ln1, N, m->C3, D, s, e));
+        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln1, m->rms_partial, m->dln, x,
                                 w32 + o->ln1, rstd1, N, D, 1, s, e));
         if (hook) hook(hook_ctx, wl);
     }
-    RL_TRY(rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, m->n_uniq, D, s, e));
+    PROF(RL_GPU_PROF_ELEMWISE, rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, m->n_uniq, D, s, e));
     if (hook) hook(hook_ctx, p->embed);
     return RL_OK;
 }
@@ -489,7 +533,7 @@ int rl_gpu_model_zero_grad(rl_gpu_model *m, rl_err *e) {
 
 // ---- optimizer -----------------------------------------------------------------------------------------------------
 int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e) {
-    RL_TRY(rl_k_norm(m->scalars + 1, m->norm_partial, m->grads, m->lay.total, m->s, e));
+    PROF(RL_GPU_PROF_OPTIMIZER, rl_k_norm(m->scalars + 1, m->norm_partial, m->grads, m->lay.total, m->s, e));
     if (!norm) return RL_OK;
     CUDA_CHECK(cudaMemcpyAsync(m->pinned_scalars + 1, m->scalars + 1, sizeof(float),
                                cudaMemcpyDeviceToHost, m->s));
@@ -512,8 +556,35 @@ int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e) {
     k.decay = (float)(1.0 - a->lr * a->weight_decay);
     k.grad_scale = (float)a->grad_scale;
     k.clip_max = (float)a->clip_max_norm;
-    return rl_k_adamw(m->master, m->params, m->opt, m->opt + m->lay.total, m->grads,
-                      m->scalars + 1, &m->lay, m->L, m->D, &k, m->s, e);
+    PROF(RL_GPU_PROF_OPTIMIZER, rl_k_adamw(m->master, m->params, m->opt, m->opt + m->lay.total,
+                                           m->grads, m->scalars + 1, &m->lay, m->L, m->D, &k, m->s, e));
+    return RL_OK;
+}
+
+// ---- profile -----------------------------------------------------------------------------------------------------------
+const char *rl_gpu_prof_name(int cat) {
+    static const char *const names[RL_GPU_PROF_N] = {"gemm",      "attn_fwd",   "attn_bwd", "rmsnorm",
+                                                     "elementwise", "classifier", "optimizer"};
+    return cat >= 0 && cat < RL_GPU_PROF_N ? names[cat] : "?";
+}
+
+int rl_gpu_model_profile(rl_gpu_model *m, int on, rl_err *e) {
+    (void)e;
+    m->prof_on = on;
+    m->prof_used = 0;
+    return RL_OK;
+}
+
+int rl_gpu_model_profile_read(rl_gpu_model *m, double ms[RL_GPU_PROF_N], rl_err *e) {
+    for (int c = 0; c < RL_GPU_PROF_N; c++) ms[c] = 0;
+    CUDA_CHECK(cudaStreamSynchronize(m->s));
+    for (int i = 0; i < m->prof_used; i++) {
+        float t;
+        CUDA_CHECK(cudaEventElapsedTime(&t, m->prof[i].ev[0], m->prof[i].ev[1]));
+        ms[m->prof[i].cat] += t;
+    }
+    m->prof_used = 0;
+    return RL_OK;
 }
 
 int rl_gpu_model_sync(rl_gpu_model *m, rl_err *e) {

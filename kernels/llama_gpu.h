@@ -126,6 +126,25 @@ typedef struct rl_gpu_adamw {
 int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e);
 int rl_gpu_model_sync(rl_gpu_model *m, rl_err *e);
 
+/* ---- profile (tuning): device time per kind of kernel ------------------------
+ * While on, every launch the model makes is bracketed by two CUDA events
+ * (a few microseconds each: turn it off for timings you report). read waits
+ * for the stream, sums the elapsed times per category since the last read
+ * (or since it was turned on), and starts over. */
+enum {
+    RL_GPU_PROF_GEMM,       /* every cuBLASLt matmul */
+    RL_GPU_PROF_ATTN_FWD,   /* flash attention forward */
+    RL_GPU_PROF_ATTN_BWD,   /* D = rowsum(dO O), dK/dV, dQ */
+    RL_GPU_PROF_NORM,       /* RMSNorm forward and backward */
+    RL_GPU_PROF_ELEMWISE,   /* RoPE, SwiGLU, embedding */
+    RL_GPU_PROF_CLASSIFIER, /* cross-entropy forward, backward, mean */
+    RL_GPU_PROF_OPTIMIZER,  /* gradient norm, AdamW */
+    RL_GPU_PROF_N
+};
+const char *rl_gpu_prof_name(int cat);
+int rl_gpu_model_profile(rl_gpu_model *m, int on, rl_err *e);
+int rl_gpu_model_profile_read(rl_gpu_model *m, double ms[RL_GPU_PROF_N], rl_err *e);
+
 /* ---- single kernels on host arrays (tests: each call allocates, uploads,
  * runs on a private stream, downloads, frees) -----------------------------
  * Inputs marked bf16 are rounded to bf16 on the way in (round to nearest

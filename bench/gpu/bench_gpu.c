@@ -3,7 +3,8 @@
  * two can be put side by side (bench/gpu/run.sh runs both).
  *
  *   gpu_bench --config a|b [--batch N] [--seq T] [--steps 30] [--warmup 10]
- *             [--recompute] [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
+ *             [--recompute] [--profile-steps 5]
+ *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
  *
  * A step is what the baseline's step is: forward with the loss, backward,
  * global gradient norm and clipping at 1.0, fused AdamW (lr 3e-4, betas
@@ -17,7 +18,14 @@
  * allocations (fixed at creation: parameters, master, moments, gradients,
  * activations, scratch, cuBLASLt workspace) as peak_mem_gib, and what the
  * device lost in free memory over the run (CUDA context and library state
- * included) as device_used_gib. */
+ * included) as device_used_gib.
+ *
+ * After the timed steps, --profile-steps more (default 5, 0: none) run with
+ * the model's per-category kernel timing on (rl_gpu_model_profile) and the
+ * line gains ms_<category> per step and the attention kernels' achieved
+ * TFLOP/s: forward 4 B H hd T(T+1)/2 per layer (the causal half, as
+ * FlashAttention's benchmarks count it), backward 2.5 x that (their
+ * convention; these kernels do 3.5 x, recomputing P for dQ). */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +60,7 @@ static double peak_tflops(const char *name) {
 
 int main(int argc, char **argv) {
     const char *config = "a";
-    int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 0;
+    int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 0, prof_steps = 5;
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -74,7 +82,7 @@ int main(int argc, char **argv) {
         INTARG("--batch", batch) INTARG("--seq", seq) INTARG("--steps", steps)
         INTARG("--warmup", warmup) INTARG("--vocab", vocab) INTARG("--hidden", hidden)
         INTARG("--ffn", ffn) INTARG("--layers", layers) INTARG("--heads", heads)
-        INTARG("--kv-heads", kv)
+        INTARG("--kv-heads", kv) INTARG("--profile-steps", prof_steps)
         fprintf(stderr, "gpu_bench: unknown argument %s (see the comment at the top of bench/gpu/bench_gpu.c)\n", a);
         return 2;
     }
@@ -167,6 +175,23 @@ int main(int argc, char **argv) {
         rl_gpu_model_free(m);
         return 1;
     }
+    /* the profiled steps, after the timed ones */
+    double prof[RL_GPU_PROF_N] = {0};
+    if (prof_steps > 0) {
+        rc = rl_gpu_model_profile(m, 1, &e);
+        for (int it = 0; it < prof_steps && !rc; it++) {
+            a.t = warmup + steps + it + 1;
+            rc = rl_gpu_model_zero_grad(m, &e) || rl_gpu_model_forward(m, x, y, B, T, NULL, &e) ||
+                 rl_gpu_model_backward(m, 1.0f, NULL, NULL, &e) || rl_gpu_model_grad_norm(m, NULL, &e) ||
+                 rl_gpu_model_adamw(m, &a, &e);
+        }
+        if (!rc) rc = rl_gpu_model_profile_read(m, prof, &e) || rl_gpu_model_profile(m, 0, &e);
+        if (rc) {
+            fprintf(stderr, "gpu_bench: %s\n", e.msg);
+            rl_gpu_model_free(m);
+            return 1;
+        }
+    }
     double ph[3] = {0, 0, 0};
     for (int it = 0; it < steps; it++)
         for (int k = 0; k < 3; k++) {
@@ -195,6 +220,18 @@ int main(int argc, char **argv) {
            recompute ? "-recompute" : "", config, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
            tflops, peak, mfu, rl_gpu_model_device_bytes(m) / 1073741824.0,
            (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps, ph[2] / steps);
+    if (prof_steps > 0) {
+        int hd = c.hidden_size / c.num_attention_heads;
+        double attn_fwd = 4.0 * B * c.num_attention_heads * hd * ((double)T * (T + 1) / 2) * c.num_hidden_layers;
+        printf("{\"impl\":\"ringleader-profile\",\"config\":\"%s\",\"profile_steps\":%d", config, prof_steps);
+        for (int k = 0; k < RL_GPU_PROF_N; k++) printf(",\"ms_%s\":%.3f", rl_gpu_prof_name(k), prof[k] / prof_steps);
+        double tf = prof[RL_GPU_PROF_ATTN_FWD] / prof_steps, tb = prof[RL_GPU_PROF_ATTN_BWD] / prof_steps;
+        double tg = prof[RL_GPU_PROF_GEMM] / prof_steps;
+        printf(",\"attn_fwd_tflops\":%.1f,\"attn_bwd_tflops\":%.1f,\"gemm_tflops\":%.1f}\n",
+               tf > 0 ? attn_fwd / (tf / 1e3) / 1e12 : 0.0, tb > 0 ? 2.5 * attn_fwd / (tb / 1e3) / 1e12 : 0.0,
+               /* GEMM work: 6 x (parameters but the embedding table, a lookup) x tokens */
+               tg > 0 ? 6.0 * (double)(nparams - (size_t)c.vocab_size * c.hidden_size) * N / (tg / 1e3) / 1e12 : 0.0);
+    }
     rl_gpu_model_free(m);
     cudaStreamDestroy(s);
     free(x), free(y), free(ev);

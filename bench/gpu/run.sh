@@ -71,13 +71,15 @@ setup_torch() {
     py_state=ready
 }
 
-# one JSON line to stdout and the log, tagged with the config; anything
-# else (a crash, an out-of-memory traceback's last line) becomes an error line
+# the JSON lines of a run to stdout and the log, tagged with the config;
+# a run with none (a crash, an out-of-memory traceback) gets an error line
 emit() { # config, impl, output
-    line=$(printf '%s\n' "$3" | grep '^{' | tail -1)
-    [ -n "$line" ] || line="{\"impl\":\"$2\",\"error\":\"no result (see stderr)\"}"
-    case $line in *'"config"'*) ;; *) line=$(printf '%s\n' "$line" | sed 's/^{/{"config":"'"$1"'",/') ;; esac
-    printf '%s\n' "$line" | tee -a "$OUTF"
+    lines=$(printf '%s\n' "$3" | grep '^{')
+    [ -n "$lines" ] || lines="{\"impl\":\"$2\",\"error\":\"no result (see stderr)\"}"
+    printf '%s\n' "$lines" | while IFS= read -r line; do
+        case $line in *'"config"'*) ;; *) line=$(printf '%s\n' "$line" | sed 's/^{/{"config":"'"$1"'",/') ;; esac
+        printf '%s\n' "$line" | tee -a "$OUTF"
+    done
 }
 
 for cfg in $CONFIGS; do

@@ -31,6 +31,8 @@ def main(path):
         print(f"config {cfg} on {gpu} (dense bf16 peak {peak} TFLOP/s)")
         print(f"  {'impl':<22}{'tokens/s':>12}{'ms/step':>10}{'TFLOP/s':>10}{'MFU':>8}{'mem GiB':>9}")
         for r in rs:
+            if r.get("impl") == "ringleader-profile":
+                continue
             if "error" in r or "skipped" in r:
                 print(f"  {r.get('impl', '?'):<22}  {r.get('error') or r.get('skipped')}")
                 continue
@@ -39,6 +41,14 @@ def main(path):
                 mfu = r["model_tflops"] / peak
             print(f"  {r['impl']:<22}{r['tokens_per_s']:>12,}{r['ms_per_step']:>10}{r['model_tflops']:>10}"
                   f"{(mfu or 0) * 100:>7.1f}%{r['peak_mem_gib']:>9}")
+        prof = next((r for r in rs if r.get("impl") == "ringleader-profile"), None)
+        if prof:
+            cats = [(k[3:], v) for k, v in prof.items() if k.startswith("ms_")]
+            total = sum(v for _, v in cats) or 1.0
+            print("  ringleader kernel time per step: " +
+                  ", ".join(f"{k} {v:.1f} ms ({100 * v / total:.0f}%)" for k, v in cats))
+            print(f"  attention fwd {prof.get('attn_fwd_tflops')} TFLOP/s, bwd {prof.get('attn_bwd_tflops')} "
+                  f"TFLOP/s (FlashAttention's counting); GEMMs {prof.get('gemm_tflops')} TFLOP/s")
         ours = next((r for r in rs if r.get("impl") == "ringleader" and "tokens_per_s" in r), None)
         comp = next((r for r in rs if r.get("impl") == "pytorch-compile" and "tokens_per_s" in r), None)
         eager = next((r for r in rs if r.get("impl") == "pytorch-eager" and "tokens_per_s" in r), None)

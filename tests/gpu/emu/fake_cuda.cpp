@@ -105,7 +105,25 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     free((void *)e);
     return cudaSuccess;
 }
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) {
+    *ms = 1.0f; // no clock on an emulated device: a fixed, plausible number
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+    *free_b = (size_t)64 << 30, *total = (size_t)80 << 30;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *v) {
+    *v = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 
 // ---- cuBLASLt -------------------------------------------------------------------------
