@@ -25,21 +25,35 @@
 // shared memory with zeros (the zero columns add nothing to Q.K and give
 // zero output columns that are not stored).
 //
+// Data movement: the tiles that stream through a CTA's loop (K and V in the
+// forward and dQ kernels, Q and dO in dK/dV) are double-buffered and filled
+// with cp.async while the previous tile is being used; the others are
+// loaded once. Shared tiles are row-major with rows padded by 8 elements
+// (16 bytes), which puts the 8 row addresses of an ldmatrix in 8 different
+// bank quads: conflict-free. Fragments come from ldmatrix.x4 -- four 8x8
+// matrices per instruction -- and, where the product wants the tile's
+// transpose (V in P.V, dO and Q in the dV/dK products, K in dS.K), from
+// ldmatrix.x4.trans on the same row-major tile. When head_dim is not a
+// multiple of 8 (rows not 16-byte aligned), tiles are loaded with plain
+// scalar copies instead.
+//
 // Fragment layouts of mma.m16n8k16 (PTX ISA), lane = 4 * gr + tq:
 //   A (16x16, row): a[0] = (gr,   2tq..+1)  a[1] = (gr+8, 2tq..+1)
 //                   a[2] = (gr,   2tq+8..)  a[3] = (gr+8, 2tq+8..)
 //   B (16x8, col):  b[0] = (k 2tq..+1, n gr) b[1] = (k 2tq+8..+9, n gr)
 //   C (16x8 fp32):  c[0..1] = (gr, 2tq..+1)  c[2..3] = (gr+8, 2tq..+1)
-// so B is read from a tile stored [n][k] (k contiguous), and two adjacent
-// C tiles (n 0-7, 8-15) of a score block are exactly the A fragment of the
-// next product: probabilities never leave registers.
+// so two adjacent C tiles (n 0-7, 8-15) of a score block are exactly the A
+// fragment of the next product: probabilities never leave registers.
+// ldmatrix.x4: lanes 8i..8i+7 give the row addresses of 8x8 matrix i, and
+// lane l receives (row l/4, cols 2(l%4)..+1) of each -- (row 2(l%4)..+1,
+// col l/4) with .trans. The address helpers below pick the 4 matrices so
+// that the 4 registers are one A fragment, or the B fragments of two
+// adjacent n-tiles.
 //
 // This header holds the device code alone, so that tests/gpu/kernels_emu.cpp
-// can compile the very same kernels for the host (one std::thread per CUDA
-// thread, barriers for __syncthreads and the shuffles, an exact emulation
-// of the mma instruction) and check them without a GPU. It depends on
-// nothing but device_common.cuh for that reason; gpu_attention.cu has the
-// launchers.
+// and the emulated build (tests/gpu/emu) compile the very same kernels for
+// the host and check them without a GPU. It depends on nothing but
+// device_common.cuh for that reason; gpu_attention.cu has the launchers.
 #pragma once
 
 #include <math.h>
@@ -50,7 +64,6 @@
 #define ATT_BR 64 // query rows per CTA tile
 #define ATT_BC 64 // key rows per CTA tile
 #define ATT_THREADS 128
-#define STRT (ATT_BC + 8) // row stride of transposed tiles [HD][64]: +8 keeps rows 16-byte aligned and spreads banks
 
 #ifndef RL_KERNEL_EMU
 static __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -61,11 +74,31 @@ static __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-#endif // else the emulator defines mma_bf16, __syncthreads, __shfl_xor_sync
-
-static __device__ __forceinline__ uint32_t ld32(const bf16 *p) {
-    return *reinterpret_cast<const uint32_t *>(p);
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
 }
+static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+// 16 bytes global -> shared, bypassing registers (and L1: .cg); with
+// valid == false nothing is read and the destination is zero-filled.
+static __device__ __forceinline__ void cp_async16(bf16 *dst, const bf16 *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// all but the N most recently committed groups have landed (this thread's)
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+#endif // else tests/gpu/emu/emu.h defines them (and __syncthreads, __shfl_xor_sync)
 
 // low half = lo (the lower column), as the fragments want
 static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -73,16 +106,6 @@ static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     uint32_t u;
     memcpy(&u, &v, sizeof u); // a register move on the device
     return u;
-}
-
-// A fragment of rows [r, r+16) and columns [c, c+16) of a row-major tile.
-static __device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16 *tile, int stride,
-                                              int r, int c, int gr, int tq) {
-    const bf16 *p = tile + (r + gr) * stride + c + 2 * tq;
-    a[0] = ld32(p);
-    a[1] = ld32(p + 8 * stride);
-    a[2] = ld32(p + 8);
-    a[3] = ld32(p + 8 * stride + 8);
 }
 
 // Accumulator pairs (n tiles 2j, 2j+1) -> A fragment (bf16) of k block j.
@@ -94,35 +117,48 @@ static __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0
     a[3] = pack2(c1[2], c1[3]);
 }
 
+// This lane's ldmatrix row address for:
+// the A fragment of rows [r0, r0+16) x cols [c0, c0+16) of a row-major tile
+// (matrix i: rows + 8 (i & 1), cols + 8 (i >> 1));
+static __device__ __forceinline__ const bf16 *a_frag_addr(const bf16 *tile, int stride, int r0,
+                                                          int c0, int lane) {
+    return tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * stride + c0 + (lane >> 4) * 8;
+}
+// the B fragments of n-tiles [n0, n0+8) and [n0+8, n0+16), k block
+// [k0, k0+16), from a tile stored [n][k] (matrix i: n + 8 (i >> 1), k + 8 (i & 1));
+static __device__ __forceinline__ const bf16 *b_frag_addr_nk(const bf16 *tile, int stride, int n0,
+                                                             int k0, int lane) {
+    return tile + (n0 + (lane >> 4) * 8 + (lane & 7)) * stride + k0 + ((lane >> 3) & 1) * 8;
+}
+// the same from a tile stored [k][n], read with ldsm_x4_t (matrix i:
+// k + 8 (i & 1), n + 8 (i >> 1)).
+static __device__ __forceinline__ const bf16 *b_frag_addr_kn(const bf16 *tile, int stride, int k0,
+                                                             int n0, int lane) {
+    return tile + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * stride + n0 + (lane >> 4) * 8;
+}
+
 // Rows [r0, r0 + 64) of a global matrix (row stride ld elements, starting
-// at column 0 of src), columns [0, hd), into a row-major tile [64][HD + 8]
-// and/or its transpose [HD][STRT]. Rows >= rmax and columns >= hd are zero.
-// vec: 16-byte loads (hd % 8 == 0 and 16-byte aligned rows).
+// at column 0 of src), columns [0, hd), into a row-major tile [64][HD + 8].
+// Rows >= rmax and columns >= hd are zero. vec (hd % 8 == 0, 16-byte
+// aligned rows): cp.async, to be committed and waited for by the caller;
+// otherwise plain copies, visible after the caller's next __syncthreads.
 template <int HD>
-static __device__ void load_tile(bf16 *tile, bf16 *tileT, const bf16 *src, size_t ld, int r0,
-                                 int rmax, int hd, bool vec) {
+static __device__ void load_tile(bf16 *tile, const bf16 *src, size_t ld, int r0, int rmax, int hd,
+                                 bool vec) {
     constexpr int STR = HD + 8;
     if (vec) {
         constexpr int CH = HD / 8;
         for (int c = threadIdx.x; c < ATT_BR * CH; c += ATT_THREADS) {
             int r = c / CH, col = (c % CH) * 8;
-            uint4 v = make_uint4(0u, 0u, 0u, 0u);
-            if (r0 + r < rmax && col < hd)
-                v = *reinterpret_cast<const uint4 *>(src + (size_t)(r0 + r) * ld + col);
-            if (tile) *reinterpret_cast<uint4 *>(tile + r * STR + col) = v;
-            if (tileT) {
-                const bf16 *pv = reinterpret_cast<const bf16 *>(&v);
-#pragma unroll
-                for (int i = 0; i < 8; i++) tileT[(col + i) * STRT + r] = pv[i];
-            }
+            bool ok = r0 + r < rmax && col < hd;
+            cp_async16(tile + r * STR + col, ok ? src + (size_t)(r0 + r) * ld + col : src, ok);
         }
     } else {
         for (int c = threadIdx.x; c < ATT_BR * HD; c += ATT_THREADS) {
             int r = c / HD, col = c % HD;
             bf16 v = __float2bfloat16_rn(0.0f);
             if (r0 + r < rmax && col < hd) v = src[(size_t)(r0 + r) * ld + col];
-            if (tile) tile[r * STR + col] = v;
-            if (tileT) tileT[col * STRT + r] = v;
+            tile[r * STR + col] = v;
         }
     }
 }
@@ -132,37 +168,49 @@ template <int HD>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int H, int KV, int hd,
                     float scale_log2, int vec) {
-    constexpr int STR = HD + 8;
+    constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [64][STR]
-    bf16 *Ks = Qs + ATT_BR * STR;              // [64][STR]
-    bf16 *Vt = Ks + ATT_BC * STR;              // [HD][STRT]
+    bf16 *Ks = Qs + TILE;                      // 2 x [64][STR]
+    bf16 *Vs = Ks + 2 * TILE;                  // 2 x [64][STR]
 
     const int qb = gridDim.y - 1 - blockIdx.y; // the longest rows start first
     const int bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / KV);
     const size_t C3 = (size_t)(H + 2 * KV) * hd, qd = (size_t)H * hd, kvd = (size_t)KV * hd;
     const bf16 *base = qkv + (size_t)b * T * C3;
+    const bf16 *kbase = base + qd + (size_t)g * hd, *vbase = base + qd + kvd + (size_t)g * hd;
     const int q0 = qb * ATT_BR;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
     const int t0 = q0 + warp * 16 + gr, t1 = t0 + 8; // this thread's two query rows
 
-    load_tile<HD>(Qs, nullptr, base + (size_t)h * hd, C3, q0, T, hd, vec);
-    __syncthreads();
-    uint32_t qf[HD / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) load_a(qf[kk], Qs, STR, warp * 16, kk * 16, gr, tq);
+    load_tile<HD>(Qs, base + (size_t)h * hd, C3, q0, T, hd, vec);
+    cp_async_commit();
+    load_tile<HD>(Ks, kbase, C3, 0, T, hd, vec);
+    load_tile<HD>(Vs, vbase, C3, 0, T, hd, vec);
+    cp_async_commit();
 
+    uint32_t qf[HD / 16][4];
     float o[HD / 8][4];
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 
     for (int kb = 0; kb <= qb; kb++) {
-        const int k0 = kb * ATT_BC;
-        __syncthreads(); // every warp is done with the previous K, V tiles
-        load_tile<HD>(Ks, nullptr, base + qd + (size_t)g * hd, C3, k0, T, hd, vec);
-        load_tile<HD>(nullptr, Vt, base + qd + kvd + (size_t)g * hd, C3, k0, T, hd, vec);
-        __syncthreads();
+        const int buf = kb & 1, k0 = kb * ATT_BC;
+        if (kb < qb) { // the next tiles load while these are used
+            load_tile<HD>(Ks + (buf ^ 1) * TILE, kbase, C3, k0 + ATT_BC, T, hd, vec);
+            load_tile<HD>(Vs + (buf ^ 1) * TILE, vbase, C3, k0 + ATT_BC, T, hd, vec);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); // every thread's part of this tile has landed
+        if (kb == 0) {
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(qf[kk], a_frag_addr(Qs, STR, warp * 16, kk * 16, lane));
+        }
+        const bf16 *Kb = Ks + buf * TILE, *Vb = Vs + buf * TILE;
 
         float sc[ATT_BC / 8][4];
 #pragma unroll
@@ -170,9 +218,11 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
-            for (int nt = 0; nt < ATT_BC / 8; nt++) {
-                const bf16 *kp = Ks + (nt * 8 + gr) * STR + kk * 16 + 2 * tq;
-                mma_bf16(sc[nt], qf[kk], ld32(kp), ld32(kp + 8));
+            for (int nt = 0; nt < ATT_BC / 8; nt += 2) {
+                uint32_t bk[4];
+                ldsm_x4(bk, b_frag_addr_nk(Kb, STR, nt * 8, kk * 16, lane));
+                mma_bf16(sc[nt], qf[kk], bk[0], bk[1]);
+                mma_bf16(sc[nt + 1], qf[kk], bk[2], bk[3]);
             }
 
         // scale into the log2 domain, mask (key > query; keys past T are
@@ -214,17 +264,20 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             o[d][0] *= alpha[0], o[d][1] *= alpha[0];
             o[d][2] *= alpha[1], o[d][3] *= alpha[1];
         }
-        // O += P V, P straight from the score registers
+        // O += P V, P straight from the score registers, V through .trans
 #pragma unroll
         for (int j = 0; j < ATT_BC / 16; j++) {
             uint32_t pa[4];
             c_to_a(pa, sc[2 * j], sc[2 * j + 1]);
 #pragma unroll
-            for (int d = 0; d < HD / 8; d++) {
-                const bf16 *vp = Vt + (d * 8 + gr) * STRT + j * 16 + 2 * tq;
-                mma_bf16(o[d], pa, ld32(vp), ld32(vp + 8));
+            for (int d = 0; d < HD / 8; d += 2) {
+                uint32_t bv[4];
+                ldsm_x4_t(bv, b_frag_addr_kn(Vb, STR, j * 16, d * 8, lane));
+                mma_bf16(o[d], pa, bv[0], bv[1]);
+                mma_bf16(o[d + 1], pa, bv[2], bv[3]);
             }
         }
+        __syncthreads(); // this buffer is refilled at the start of the next iteration but one
     }
 
     float inv[2];
@@ -271,33 +324,49 @@ static __global__ void attn_dsum_kernel(float *dsum, const bf16 *dout, const bf1
 // ---- backward: dK, dV -------------------------------------------------------------------------
 // Rows of the warp tiles are keys here: S^T = K Q^T and dP^T = V dO^T, so
 // P^T and dS^T come out as A fragments for dV += P^T dO and dK += dS^T Q.
+// The CTA walks (query head of the group, query block) pairs, the Q and dO
+// tiles of the next pair loading while the current one is used.
 template <int HD>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dkdv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                          const float *dsum, int T, int H, int KV, int hd, float scale_log2,
                          float scale, int vec) {
-    constexpr int STR = HD + 8;
+    constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Ks = reinterpret_cast<bf16 *>(smem); // [64][STR]
-    bf16 *Vs = Ks + ATT_BC * STR;              // [64][STR]
-    bf16 *Qs = Vs + ATT_BC * STR;              // [64][STR]
-    bf16 *Os = Qs + ATT_BR * STR;              // dO [64][STR]
-    bf16 *Qt = Os + ATT_BR * STR;              // [HD][STRT]
-    bf16 *Ot = Qt + HD * STRT;                 // dO^T [HD][STRT]
-    float *lse_s = reinterpret_cast<float *>(Ot + HD * STRT); // [64]
-    float *d_s = lse_s + ATT_BR;                              // [64]
+    bf16 *Ks = reinterpret_cast<bf16 *>(smem);                // [64][STR]
+    bf16 *Vs = Ks + TILE;                                     // [64][STR]
+    bf16 *Qs = Vs + TILE;                                     // 2 x [64][STR]
+    bf16 *Os = Qs + 2 * TILE;                                 // dO, 2 x [64][STR]
+    float *lse_s = reinterpret_cast<float *>(Os + 2 * TILE);  // 2 x [64]
+    float *d_s = lse_s + 2 * ATT_BR;                          // 2 x [64]
 
     const int kb = blockIdx.y; // key block 0 has the most query blocks: it starts first
     const int bg = blockIdx.x, b = bg / KV, g = bg % KV, rep = H / KV;
     const size_t C3 = (size_t)(H + 2 * KV) * hd, qd = (size_t)H * hd, kvd = (size_t)KV * hd;
     const bf16 *base = qkv + (size_t)b * T * C3;
     const bf16 *obase = dout + (size_t)b * T * qd;
-    const int k0 = kb * ATT_BC, nqb = (T + ATT_BR - 1) / ATT_BR;
+    const int k0 = kb * ATT_BC, nqb = (T + ATT_BR - 1) / ATT_BR, nq = nqb - kb;
+    const int n_it = rep * nq; // (head, query block) pairs
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
     const int key0 = k0 + warp * 16 + gr, key1 = key0 + 8;
 
-    load_tile<HD>(Ks, nullptr, base + qd + (size_t)g * hd, C3, k0, T, hd, vec);
-    load_tile<HD>(Vs, nullptr, base + qd + kvd + (size_t)g * hd, C3, k0, T, hd, vec);
+    load_tile<HD>(Ks, base + qd + (size_t)g * hd, C3, k0, T, hd, vec);
+    load_tile<HD>(Vs, base + qd + kvd + (size_t)g * hd, C3, k0, T, hd, vec);
+    cp_async_commit();
+    // Q, dO tiles and the rows' lse and D of pair `it` into buffer `buf`
+    auto fetch = [&](int it, int buf) {
+        int h = g * rep + it / nq, q0 = (kb + it % nq) * ATT_BR;
+        load_tile<HD>(Qs + buf * TILE, base + (size_t)h * hd, C3, q0, T, hd, vec);
+        load_tile<HD>(Os + buf * TILE, obase + (size_t)h * hd, qd, q0, T, hd, vec);
+        const float *lh = lse + ((size_t)b * H + h) * T, *dh = dsum + ((size_t)b * H + h) * T;
+        for (int i = threadIdx.x; i < ATT_BR; i += ATT_THREADS) {
+            bool ok = q0 + i < T;
+            lse_s[buf * ATT_BR + i] = ok ? lh[q0 + i] : 0.0f;
+            d_s[buf * ATT_BR + i] = ok ? dh[q0 + i] : 0.0f;
+        }
+    };
+    fetch(0, 0);
+    cp_async_commit();
 
     float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
@@ -305,65 +374,70 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
 
-    for (int h = g * rep; h < (g + 1) * rep; h++) {
-        const float *lse_h = lse + ((size_t)b * H + h) * T, *d_h = dsum + ((size_t)b * H + h) * T;
-        for (int qb = kb; qb < nqb; qb++) {
-            const int q0 = qb * ATT_BR;
-            __syncthreads(); // previous Q, dO tiles consumed (and K, V loaded)
-            load_tile<HD>(Qs, Qt, base + (size_t)h * hd, C3, q0, T, hd, vec);
-            load_tile<HD>(Os, Ot, obase + (size_t)h * hd, qd, q0, T, hd, vec);
-            for (int i = threadIdx.x; i < ATT_BR; i += ATT_THREADS) {
-                bool ok = q0 + i < T;
-                lse_s[i] = ok ? lse_h[q0 + i] : 0.0f;
-                d_s[i] = ok ? d_h[q0 + i] : 0.0f;
-            }
-            __syncthreads();
+    for (int it = 0; it < n_it; it++) {
+        const int buf = it & 1, q0 = (kb + it % nq) * ATT_BR;
+        if (it + 1 < n_it) {
+            fetch(it + 1, buf ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Qb = Qs + buf * TILE, *Ob = Os + buf * TILE;
+        const float *lb = lse_s + buf * ATT_BR, *db = d_s + buf * ATT_BR;
 
-            float st[ATT_BR / 8][4], dpt[ATT_BR / 8][4];
+        float st[ATT_BR / 8][4], dpt[ATT_BR / 8][4];
 #pragma unroll
-            for (int nt = 0; nt < ATT_BR / 8; nt++)
+        for (int nt = 0; nt < ATT_BR / 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
+            for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t ka[4], va[4];
-                load_a(ka, Ks, STR, warp * 16, kk * 16, gr, tq);
-                load_a(va, Vs, STR, warp * 16, kk * 16, gr, tq);
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t ka[4], va[4];
+            ldsm_x4(ka, a_frag_addr(Ks, STR, warp * 16, kk * 16, lane));
+            ldsm_x4(va, a_frag_addr(Vs, STR, warp * 16, kk * 16, lane));
 #pragma unroll
-                for (int nt = 0; nt < ATT_BR / 8; nt++) {
-                    const bf16 *qp = Qs + (nt * 8 + gr) * STR + kk * 16 + 2 * tq;
-                    const bf16 *op = Os + (nt * 8 + gr) * STR + kk * 16 + 2 * tq;
-                    mma_bf16(st[nt], ka, ld32(qp), ld32(qp + 8));
-                    mma_bf16(dpt[nt], va, ld32(op), ld32(op + 8));
-                }
-            }
-            // P^T = exp2(S^T * scale_log2 - lse[query]); dS^T = P^T (dP^T - D[query])
-#pragma unroll
-            for (int nt = 0; nt < ATT_BR / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int qi = nt * 8 + 2 * tq + (e & 1), query = q0 + qi;
-                    int key = e < 2 ? key0 : key1;
-                    bool ok = key <= query && query < T;
-                    float p = ok ? exp2f(st[nt][e] * scale_log2 - lse_s[qi]) : 0.0f;
-                    st[nt][e] = p;
-                    dpt[nt][e] = p * (dpt[nt][e] - d_s[qi]);
-                }
-            // dV += P^T dO ; dK += dS^T Q   (the k dimension is the query)
-#pragma unroll
-            for (int j = 0; j < ATT_BR / 16; j++) {
-                uint32_t pa[4], da[4];
-                c_to_a(pa, st[2 * j], st[2 * j + 1]);
-                c_to_a(da, dpt[2 * j], dpt[2 * j + 1]);
-#pragma unroll
-                for (int d = 0; d < HD / 8; d++) {
-                    const bf16 *op = Ot + (d * 8 + gr) * STRT + j * 16 + 2 * tq;
-                    const bf16 *qp = Qt + (d * 8 + gr) * STRT + j * 16 + 2 * tq;
-                    mma_bf16(dv[d], pa, ld32(op), ld32(op + 8));
-                    mma_bf16(dk[d], da, ld32(qp), ld32(qp + 8));
-                }
+            for (int nt = 0; nt < ATT_BR / 8; nt += 2) {
+                uint32_t bq[4], bo[4];
+                ldsm_x4(bq, b_frag_addr_nk(Qb, STR, nt * 8, kk * 16, lane));
+                ldsm_x4(bo, b_frag_addr_nk(Ob, STR, nt * 8, kk * 16, lane));
+                mma_bf16(st[nt], ka, bq[0], bq[1]);
+                mma_bf16(st[nt + 1], ka, bq[2], bq[3]);
+                mma_bf16(dpt[nt], va, bo[0], bo[1]);
+                mma_bf16(dpt[nt + 1], va, bo[2], bo[3]);
             }
         }
+        // P^T = exp2(S^T * scale_log2 - lse[query]); dS^T = P^T (dP^T - D[query])
+#pragma unroll
+        for (int nt = 0; nt < ATT_BR / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qi = nt * 8 + 2 * tq + (e & 1), query = q0 + qi;
+                int key = e < 2 ? key0 : key1;
+                bool ok = key <= query && query < T;
+                float p = ok ? exp2f(st[nt][e] * scale_log2 - lb[qi]) : 0.0f;
+                st[nt][e] = p;
+                dpt[nt][e] = p * (dpt[nt][e] - db[qi]);
+            }
+        // dV += P^T dO ; dK += dS^T Q   (the k dimension is the query)
+#pragma unroll
+        for (int j = 0; j < ATT_BR / 16; j++) {
+            uint32_t pa[4], da[4];
+            c_to_a(pa, st[2 * j], st[2 * j + 1]);
+            c_to_a(da, dpt[2 * j], dpt[2 * j + 1]);
+#pragma unroll
+            for (int d = 0; d < HD / 8; d += 2) {
+                uint32_t bo[4], bq[4];
+                ldsm_x4_t(bo, b_frag_addr_kn(Ob, STR, j * 16, d * 8, lane));
+                ldsm_x4_t(bq, b_frag_addr_kn(Qb, STR, j * 16, d * 8, lane));
+                mma_bf16(dv[d], pa, bo[0], bo[1]);
+                mma_bf16(dv[d + 1], pa, bo[2], bo[3]);
+                mma_bf16(dk[d], da, bq[0], bq[1]);
+                mma_bf16(dk[d + 1], da, bq[2], bq[3]);
+            }
+        }
+        __syncthreads(); // this buffer is refilled at the start of the next iteration but one
     }
 
     bf16 *dbase = dqkv + (size_t)b * T * C3;
@@ -393,24 +467,28 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                        const float *dsum, int T, int H, int KV, int hd, float scale_log2,
                        float scale, int vec) {
-    constexpr int STR = HD + 8;
+    constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [64][STR]
-    bf16 *Os = Qs + ATT_BR * STR;              // dO [64][STR]
-    bf16 *Ks = Os + ATT_BR * STR;              // [64][STR]
-    bf16 *Vs = Ks + ATT_BC * STR;              // [64][STR]
-    bf16 *Kt = Vs + ATT_BC * STR;              // [HD][STRT]
+    bf16 *Os = Qs + TILE;                      // dO [64][STR]
+    bf16 *Ks = Os + TILE;                      // 2 x [64][STR]
+    bf16 *Vs = Ks + 2 * TILE;                  // 2 x [64][STR]
 
     const int qb = gridDim.y - 1 - blockIdx.y;
     const int bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / KV);
     const size_t C3 = (size_t)(H + 2 * KV) * hd, qd = (size_t)H * hd, kvd = (size_t)KV * hd;
     const bf16 *base = qkv + (size_t)b * T * C3;
+    const bf16 *kbase = base + qd + (size_t)g * hd, *vbase = base + qd + kvd + (size_t)g * hd;
     const int q0 = qb * ATT_BR;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
     const int t0 = q0 + warp * 16 + gr, t1 = t0 + 8;
 
-    load_tile<HD>(Qs, nullptr, base + (size_t)h * hd, C3, q0, T, hd, vec);
-    load_tile<HD>(Os, nullptr, dout + (size_t)b * T * qd + (size_t)h * hd, qd, q0, T, hd, vec);
+    load_tile<HD>(Qs, base + (size_t)h * hd, C3, q0, T, hd, vec);
+    load_tile<HD>(Os, dout + (size_t)b * T * qd + (size_t)h * hd, qd, q0, T, hd, vec);
+    cp_async_commit();
+    load_tile<HD>(Ks, kbase, C3, 0, T, hd, vec);
+    load_tile<HD>(Vs, vbase, C3, 0, T, hd, vec);
+    cp_async_commit();
     const float *lse_h = lse + (size_t)bh * T, *d_h = dsum + (size_t)bh * T;
     float lr[2] = {t0 < T ? lse_h[t0] : 0.0f, t1 < T ? lse_h[t1] : 0.0f};
     float dr[2] = {t0 < T ? d_h[t0] : 0.0f, t1 < T ? d_h[t1] : 0.0f};
@@ -420,11 +498,17 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     for (int d = 0; d < HD / 8; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
 
     for (int kb = 0; kb <= qb; kb++) {
-        const int k0 = kb * ATT_BC;
+        const int buf = kb & 1, k0 = kb * ATT_BC;
+        if (kb < qb) {
+            load_tile<HD>(Ks + (buf ^ 1) * TILE, kbase, C3, k0 + ATT_BC, T, hd, vec);
+            load_tile<HD>(Vs + (buf ^ 1) * TILE, vbase, C3, k0 + ATT_BC, T, hd, vec);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         __syncthreads();
-        load_tile<HD>(Ks, Kt, base + qd + (size_t)g * hd, C3, k0, T, hd, vec);
-        load_tile<HD>(Vs, nullptr, base + qd + kvd + (size_t)g * hd, C3, k0, T, hd, vec);
-        __syncthreads();
+        const bf16 *Kb = Ks + buf * TILE, *Vb = Vs + buf * TILE;
 
         float s[ATT_BC / 8][4], dp[ATT_BC / 8][4];
 #pragma unroll
@@ -434,14 +518,17 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
             uint32_t qa[4], oa[4];
-            load_a(qa, Qs, STR, warp * 16, kk * 16, gr, tq);
-            load_a(oa, Os, STR, warp * 16, kk * 16, gr, tq);
+            ldsm_x4(qa, a_frag_addr(Qs, STR, warp * 16, kk * 16, lane));
+            ldsm_x4(oa, a_frag_addr(Os, STR, warp * 16, kk * 16, lane));
 #pragma unroll
-            for (int nt = 0; nt < ATT_BC / 8; nt++) {
-                const bf16 *kp = Ks + (nt * 8 + gr) * STR + kk * 16 + 2 * tq;
-                const bf16 *vp = Vs + (nt * 8 + gr) * STR + kk * 16 + 2 * tq;
-                mma_bf16(s[nt], qa, ld32(kp), ld32(kp + 8));
-                mma_bf16(dp[nt], oa, ld32(vp), ld32(vp + 8));
+            for (int nt = 0; nt < ATT_BC / 8; nt += 2) {
+                uint32_t bk[4], bv[4];
+                ldsm_x4(bk, b_frag_addr_nk(Kb, STR, nt * 8, kk * 16, lane));
+                ldsm_x4(bv, b_frag_addr_nk(Vb, STR, nt * 8, kk * 16, lane));
+                mma_bf16(s[nt], qa, bk[0], bk[1]);
+                mma_bf16(s[nt + 1], qa, bk[2], bk[3]);
+                mma_bf16(dp[nt], oa, bv[0], bv[1]);
+                mma_bf16(dp[nt + 1], oa, bv[2], bv[3]);
             }
         }
 #pragma unroll
@@ -453,17 +540,20 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 float p = ok ? exp2f(s[nt][e] * scale_log2 - lr[r]) : 0.0f;
                 s[nt][e] = p * (dp[nt][e] - dr[r]); // dS
             }
-        // dQ += dS K   (k dimension: the key)
+        // dQ += dS K   (k dimension: the key; K through .trans)
 #pragma unroll
         for (int j = 0; j < ATT_BC / 16; j++) {
             uint32_t da[4];
             c_to_a(da, s[2 * j], s[2 * j + 1]);
 #pragma unroll
-            for (int d = 0; d < HD / 8; d++) {
-                const bf16 *kp = Kt + (d * 8 + gr) * STRT + j * 16 + 2 * tq;
-                mma_bf16(dq[d], da, ld32(kp), ld32(kp + 8));
+            for (int d = 0; d < HD / 8; d += 2) {
+                uint32_t bk[4];
+                ldsm_x4_t(bk, b_frag_addr_kn(Kb, STR, j * 16, d * 8, lane));
+                mma_bf16(dq[d], da, bk[0], bk[1]);
+                mma_bf16(dq[d + 1], da, bk[2], bk[3]);
             }
         }
+        __syncthreads();
     }
 
     bf16 *dqb = dqkv + (size_t)b * T * C3 + (size_t)h * hd;
@@ -479,4 +569,3 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 __floats2bfloat162_rn(dq[d][2] * scale, dq[d][3] * scale);
     }
 }
-

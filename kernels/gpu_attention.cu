@@ -6,17 +6,14 @@
 #include "kernels/gpu_internal.cuh"
 
 // ---- host side ----------------------------------------------------------------------------------------
-template <int HD> static constexpr size_t fwd_smem() {
-    return (size_t)(ATT_BR + ATT_BC) * (HD + 8) * sizeof(bf16) + (size_t)HD * STRT * sizeof(bf16);
-}
+// Shared memory: tiles of [64][HD + 8] bf16 -- forward Q + 2 K + 2 V; dK/dV
+// K + V + 2 Q + 2 dO (+ lse and D of two query blocks); dQ Q + dO + 2 K + 2 V.
+template <int HD> static constexpr size_t tile_bytes() { return (size_t)ATT_BR * (HD + 8) * sizeof(bf16); }
+template <int HD> static constexpr size_t fwd_smem() { return 5 * tile_bytes<HD>(); }
 template <int HD> static constexpr size_t dkdv_smem() {
-    return (size_t)(2 * ATT_BR + 2 * ATT_BC) * (HD + 8) * sizeof(bf16) +
-           2 * (size_t)HD * STRT * sizeof(bf16) + 2 * ATT_BR * sizeof(float);
+    return 6 * tile_bytes<HD>() + 4 * ATT_BR * sizeof(float);
 }
-template <int HD> static constexpr size_t dq_smem() {
-    return (size_t)(2 * ATT_BR + 2 * ATT_BC) * (HD + 8) * sizeof(bf16) +
-           (size_t)HD * STRT * sizeof(bf16);
-}
+template <int HD> static constexpr size_t dq_smem() { return 6 * tile_bytes<HD>(); }
 
 template <int HD> static int attn_set_smem(rl_err *e) {
     CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&attn_fwd_kernel<HD>),

@@ -45,11 +45,18 @@
 
 static int n_pass, n_fail;
 static const char *filter;
-static uint64_t seed_base, seed_ctr;
+static uint64_t seed_base, check_seed;
 static rl_rng rng;
 
-/* A fresh stream of random numbers for each check. */
-static void reseed(void) { rl_rng_seed(&rng, seed_base * 1000003ull + ++seed_ctr); }
+/* A fresh stream of random numbers for each check, from the run's seed and
+ * the check's name: a run repeated with RL_TEST_SEED and a name filter sees
+ * the same inputs as the full run did. */
+static void reseed(const char *name) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    check_seed = seed_base * 1000003ull ^ h;
+    rl_rng_seed(&rng, check_seed);
+}
 
 static int selected(const char *name) { return !filter || strstr(name, filter); }
 
@@ -127,7 +134,7 @@ static void test_embed(void) {
     char name[64];
     snprintf(name, sizeof name, "embed fwd N=%d V=%d D=%d", N, V, D);
     if (selected(name)) {
-        reseed();
+        reseed(name);
         rl_err e = {0};
         float *emb = randn((size_t)V * D, 1), *out = malloc(sizeof(float) * N * D);
         int32_t *tok = rand_tokens(N, V);
@@ -142,7 +149,7 @@ static void test_embed(void) {
     }
     snprintf(name, sizeof name, "embed bwd N=%d V=%d D=%d", N, V, D);
     if (selected(name)) {
-        reseed();
+        reseed(name);
         rl_err e = {0};
         float *demb = randn((size_t)V * D, 1), *dout = randn((size_t)N * D, 1);
         int32_t *tok = rand_tokens(N, V);
@@ -163,7 +170,7 @@ static void test_rmsnorm(void) {
         char name[64];
         snprintf(name, sizeof name, "rmsnorm fwd N=%d D=%d", N, D);
         if (selected(name)) {
-            reseed();
+            reseed(name);
             rl_err e = {0};
             float *x = randn(nd, 2), *w = randn((size_t)D, 0.2), *out = malloc(nd * sizeof(float));
             float *rstd = malloc(N * sizeof(float));
@@ -179,7 +186,7 @@ static void test_rmsnorm(void) {
         for (int acc = 0; acc < 2; acc++) {
             snprintf(name, sizeof name, "rmsnorm bwd N=%d D=%d%s", N, D, acc ? " accumulate" : "");
             if (!selected(name)) continue;
-            reseed();
+            reseed(name);
             rl_err e = {0};
             float *x = randn(nd, 2), *w = randn((size_t)D, 0.2), *dout = randn(nd, 1);
             float *dx = randn(nd, 1), *dw = randn((size_t)D, 1), *dx16 = malloc(nd * sizeof(float));
@@ -220,7 +227,7 @@ static void test_rope(void) {
             char name[64];
             snprintf(name, sizeof name, "rope %s B=%d T=%d heads=%d hd=%d", inv ? "bwd" : "fwd", B, T, nh, hd);
             if (!selected(name)) continue;
-            reseed();
+            reseed(name);
             rl_err e = {0};
             float *x = randn_bf16(n, 1);
             double *ref = to_d(x, n);
@@ -251,7 +258,7 @@ static void test_attention(void) {
             snprintf(name, sizeof name, "attention %s B=%d T=%d H=%d KV=%d hd=%d", bwd ? "bwd" : "fwd",
                      B, T, H, KV, hd);
             if (!selected(name)) continue;
-            reseed();
+            reseed(name);
             rl_err e = {0};
             float *q = randn_bf16(nq, 1), *k = randn_bf16(nk, 1), *v = randn_bf16(nk, 1);
             double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk);
@@ -289,7 +296,7 @@ static void test_swiglu(void) {
             char name[64];
             snprintf(name, sizeof name, "swiglu %s N=%d F=%d", bwd ? "bwd" : "fwd", N, F);
             if (!selected(name)) continue;
-            reseed();
+            reseed(name);
             rl_err e = {0};
             float *gu = randn_bf16(2 * nf, 2);
             double *g = malloc(nf * sizeof(double)), *u = malloc(nf * sizeof(double));
@@ -328,7 +335,7 @@ static void test_xent(void) {
         char name[64];
         snprintf(name, sizeof name, "classifier N=%d V=%d", N, V);
         if (!selected(name)) continue;
-        reseed();
+        reseed(name);
         rl_err e = {0};
         float *logits = randn_bf16(nv, 2), *losses = malloc(N * sizeof(float));
         float *dl = malloc(nv * sizeof(float));
@@ -358,7 +365,7 @@ static void test_gemm(void) {
                     snprintf(name, sizeof name, "gemm %s %s%s M=%d N=%d K=%d", kinds[kind],
                              f32 ? "fp32" : "bf16", res ? "+residual" : "", M, N, K);
                     if (!selected(name)) continue;
-                    reseed();
+                    reseed(name);
                     rl_err e = {0};
                     size_t na, nb, no;
                     if (kind == RL_GPU_GEMM_FWD) na = (size_t)M * K, nb = (size_t)N * K, no = (size_t)M * N;
@@ -402,7 +409,7 @@ static void test_norm(void) {
         char name[64];
         snprintf(name, sizeof name, "grad norm n=%zu", n);
         if (!selected(name)) continue;
-        reseed();
+        reseed(name);
         rl_err e = {0};
         float *g = randn(n, 1e-3);
         double ref = 0;
@@ -451,7 +458,7 @@ static void test_step(const model_case *mc, int recompute) {
     char name[96];
     snprintf(name, sizeof name, "step %s B=%d T=%d%s", mc->label, mc->B, mc->T, recompute ? " recompute" : "");
     if (!selected(name)) return;
-    reseed();
+    reseed(name);
     rl_model_config c;
     case_cfg(mc, &c);
     rl_err e = {0};
@@ -463,7 +470,7 @@ static void test_step(const model_case *mc, int recompute) {
         return;
     }
     size_t P = cpu.lay.total;
-    rl_model_init_params(&c, cpu.params, seed_base + seed_ctr);
+    rl_model_init_params(&c, cpu.params, check_seed);
     int32_t *tok = rand_tokens(N, c.vocab_size), *tgt = rand_tokens(N, c.vocab_size);
     float *g1 = malloc(P * sizeof(float)), *g2 = malloc(P * sizeof(float));
     float *logits = malloc((size_t)N * c.vocab_size * sizeof(float));
@@ -492,21 +499,37 @@ static void test_step(const model_case *mc, int recompute) {
     double rel = fabs(lg - lc) / fabs(lc);
     report(name, isfinite(lg) && rel <= 0.01, "loss gpu %.6f cpu %.6f rel %.2e (tol 1e-02)", lg, lc, rel);
     {
-        int nt = rl_model_n_tensors(&c), bad = 0;
-        double worst = 2;
+        /* A tensor whose exact gradient is zero (q and k projections at
+         * T = 1: softmax over one key) has no direction to compare: the CPU
+         * gets exact zeros, the GPU rounding noise (dP - D does not cancel
+         * bit for bit). There the GPU's gradient must be negligible against
+         * the whole gradient instead: below 1e-4 of its norm. */
+        int nt = rl_model_n_tensors(&c), bad = 0, zero = 0;
+        double worst = 2, total = 0;
         char worst_name[80] = "";
+        for (size_t i = 0; i < P; i++) total += (double)cpu.grads[i] * cpu.grads[i];
+        total = sqrt(total);
         for (int i = 0; i < nt; i++) {
             rl_tensor_info ti;
             rl_model_tensor(&c, i, &ti);
             double na, nb, cs = cosine(g1 + ti.offset, cpu.grads + ti.offset, ti.numel, &na, &nb);
+            if (nb <= 1e-9 * total) {
+                zero++;
+                if (!(na <= 1e-4 * total)) {
+                    bad++;
+                    printf("       %s: exact gradient ~0 (|cpu| %.3e) but |gpu| %.3e\n", ti.name, nb, na);
+                }
+                continue;
+            }
             if (!(cs > 0.999)) {
                 bad++;
                 printf("       %s: cosine %.6f |gpu| %.3e |cpu| %.3e\n", ti.name, cs, na, nb);
             }
             if (cs < worst) worst = cs, snprintf(worst_name, sizeof worst_name, "%s", ti.name);
         }
-        report("  gradients, cosine per tensor", bad == 0, "%d of %d tensors below 0.999; lowest %.6f (%s)",
-               bad, nt, worst, worst_name);
+        report("  gradients, cosine per tensor", bad == 0,
+               "%d of %d tensors below 0.999; lowest %.6f (%s)%s", bad, nt, worst, worst_name,
+               zero ? "; tensors with a zero exact gradient: negligible on the GPU too" : "");
     }
     /* determinism and accumulation */
     if (rl_gpu_model_zero_grad(gpu, &e) || rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg2, &e) ||
@@ -537,7 +560,7 @@ done:
 static void test_adamw(void) {
     const char *name = "adamw vs rl_adamw_update";
     if (!selected(name)) return;
-    reseed();
+    reseed(name);
     model_case mc = {"adamw", 101, 96, 200, 2, 3, 1, 1, 8};
     rl_model_config c;
     case_cfg(&mc, &c);
@@ -545,7 +568,7 @@ static void test_adamw(void) {
     rl_param_layout_init(&lay, &c);
     size_t P = lay.total;
     float *p = malloc(P * sizeof(float)), *g = randn(P, 1e-2), *mv = malloc(2 * P * sizeof(float));
-    rl_model_init_params(&c, p, seed_base + seed_ctr);
+    rl_model_init_params(&c, p, check_seed);
     for (size_t i = 0; i < P; i++) mv[i] = (float)(rl_rng_normal(&rng) * 1e-3), mv[P + i] = (float)(fabs(rl_rng_normal(&rng)) * 1e-5);
     float *cp = malloc(P * sizeof(float)), *cmv = malloc(2 * P * sizeof(float));
     float *gp = malloc(P * sizeof(float)), *gmv = malloc(2 * P * sizeof(float)), *g16 = malloc(P * sizeof(float));
@@ -602,7 +625,7 @@ static void test_adamw(void) {
 static void test_train_curve(void) {
     const char *name = "50 steps track the CPU loss curve";
     if (!selected(name)) return;
-    reseed();
+    reseed(name);
     model_case mc = {"curve", 101, 96, 200, 2, 3, 1, 4, 32};
     rl_model_config c;
     case_cfg(&mc, &c);
@@ -616,7 +639,7 @@ static void test_train_curve(void) {
         return;
     }
     size_t P = cpu.lay.total;
-    rl_model_init_params(&c, cpu.params, seed_base + seed_ctr);
+    rl_model_init_params(&c, cpu.params, check_seed);
     float *mv = calloc(2 * P, sizeof(float));
     int32_t *tok = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
     double worst = 0, first_c = 0, last_c = 0, last_g = 0;
@@ -674,7 +697,7 @@ done:
 static void test_roundtrip(void) {
     const char *name = "params/opt round trip is exact";
     if (!selected(name)) return;
-    reseed();
+    reseed(name);
     model_case mc = {"rt", 257, 60, 100, 2, 3, 3, 1, 4};
     rl_model_config c;
     case_cfg(&mc, &c);

@@ -15,10 +15,18 @@ namespace {
 constexpr size_t STACK = 96 * 1024;
 constexpr int MAXT = 1024, CTA = 32; // wait targets: warps 0..31, CTA = the block
 
+struct pending_copy {
+    void *dst;
+    const void *src;
+    bool valid;
+    int group; // -1: not committed yet
+};
 struct fiber {
     ucontext_t ctx;
     bool done;
     int wait_on; // -1 runnable, else a barrier
+    std::vector<pending_copy> copies;
+    int committed;
 };
 std::vector<fiber> fibers(MAXT);
 std::vector<char> stacks;
@@ -27,6 +35,7 @@ int cur;
 const std::function<void()> *job;
 int arrived[33], alive[33];
 double xch[32][32];
+const __nv_bfloat16 *ldsm_rows[32][32];
 uint32_t stage_a[32][32][4], stage_b[32][32][2];
 
 void release(int target) {
@@ -46,6 +55,11 @@ void arrive(int target) {
 
 void trampoline() {
     (*job)();
+    if (!fibers[cur].copies.empty()) {
+        fprintf(stderr, "emu: thread %d of block (%u,%u) ended with %zu cp.async copies never waited for\n", cur,
+                blockIdx.x, blockIdx.y, fibers[cur].copies.size());
+        abort();
+    }
     // exited threads stop counting towards barriers (as on the GPU)
     fibers[cur].done = true;
     int w = cur / 32;
@@ -55,16 +69,23 @@ void trampoline() {
     }
 } // returns to sched through uc_link
 
+// Apart, so that getcontext's "returns twice" cannot touch run_block's loop.
+__attribute__((noinline)) void init_fiber(fiber &f, char *stack) {
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = stack;
+    f.ctx.uc_stack.ss_size = STACK;
+    f.ctx.uc_link = &sched;
+    makecontext(&f.ctx, trampoline, 0);
+}
+
 void run_block(unsigned threads) {
     for (unsigned i = 0; i < threads; i++) {
         fiber &f = fibers[i];
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = stacks.data() + (size_t)i * STACK;
-        f.ctx.uc_stack.ss_size = STACK;
-        f.ctx.uc_link = &sched;
-        makecontext(&f.ctx, trampoline, 0);
+        init_fiber(f, stacks.data() + (size_t)i * STACK);
         f.done = false;
         f.wait_on = -1;
+        f.copies.clear();
+        f.committed = 0;
     }
     for (unsigned i = threads; i < (unsigned)MAXT; i++) fibers[i].done = true, fibers[i].wait_on = -1;
     memset(arrived, 0, sizeof arrived);
@@ -146,6 +167,58 @@ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
         for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
         d[e] = s;
     }
+}
+
+static uint32_t pack_bits(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+    uint16_t a, b;
+    memcpy(&a, &lo, 2);
+    memcpy(&b, &hi, 2);
+    return (uint32_t)a | (uint32_t)b << 16;
+}
+
+// From the PTX ISA: each 8x8 matrix i is given by the row addresses of
+// lanes 8i..8i+7; lane l receives row l/4, elements 2(l%4) and 2(l%4)+1 --
+// or, with .trans, the same of the transposed matrix: elements (row 2(l%4),
+// col l/4) and (row 2(l%4)+1, col l/4) of the stored one.
+static void ldsm(uint32_t (&r)[4], const __nv_bfloat16 *p, bool trans) {
+    int w = cur / 32, l = cur % 32;
+    ldsm_rows[w][l] = p;
+    arrive(w);
+    for (int i = 0; i < 4; i++) {
+        const __nv_bfloat16 *const *rows = ldsm_rows[w] + 8 * i;
+        if (!trans) r[i] = pack_bits(rows[l / 4][2 * (l % 4)], rows[l / 4][2 * (l % 4) + 1]);
+        else r[i] = pack_bits(rows[2 * (l % 4)][l / 4], rows[2 * (l % 4) + 1][l / 4]);
+    }
+    arrive(w);
+}
+void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16 *p) { ldsm(r, p, false); }
+void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16 *p) { ldsm(r, p, true); }
+
+void cp_async16(__nv_bfloat16 *dst, const __nv_bfloat16 *src, bool valid) {
+    if (((uintptr_t)dst | (uintptr_t)src) & 15u) {
+        fprintf(stderr, "emu: cp.async with a misaligned address (%p <- %p)\n", (void *)dst, (const void *)src);
+        abort();
+    }
+    fibers[cur].copies.push_back({dst, src, valid, -1});
+}
+void cp_async_commit() {
+    fiber &f = fibers[cur];
+    for (auto &c : f.copies)
+        if (c.group < 0) c.group = f.committed;
+    f.committed++;
+}
+void rl_emu_cp_async_wait(int n) {
+    fiber &f = fibers[cur];
+    std::vector<pending_copy> keep;
+    for (auto &c : f.copies) {
+        if (c.group >= 0 && c.group < f.committed - n) {
+            if (c.valid) memcpy(c.dst, c.src, 16);
+            else memset(c.dst, 0, 16);
+        } else {
+            keep.push_back(c);
+        }
+    }
+    f.copies.swap(keep);
 }
 
 void rl_emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn) {

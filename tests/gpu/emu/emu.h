@@ -37,6 +37,17 @@ template <class T> static inline T __shfl_xor_sync(unsigned, T v, int lane_mask)
 }
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 over the warp
 void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16 over the warp: p is this
+// lane's row address (lanes 8i..8i+7 give the rows of matrix i)
+void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16 *p);
+void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16 *p);
+// cp.async.cg 16 bytes (valid == false: zero fill), commit_group,
+// wait_group N. Deferred: a copy lands only when a wait covers its group,
+// so a read of shared memory before the wait sees stale or poisoned data.
+void cp_async16(__nv_bfloat16 *dst, const __nv_bfloat16 *src, bool valid);
+void cp_async_commit();
+void rl_emu_cp_async_wait(int n);
+template <int N> static inline void cp_async_wait() { rl_emu_cp_async_wait(N); }
 
 // Runs fn for every thread of every block; 1-D blocks of at most 1024.
 void rl_emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn);
