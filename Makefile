@@ -179,9 +179,9 @@ bench:
 # (eager and torch.compile) on the same GPU in one command.
 GPU_TEST_BIN  := $(BUILD)/tests/gpu_test
 GPU_BENCH_BIN := $(BUILD)/bench/gpu_bench
-$(GPU_TEST_BIN): $(wildcard tests/gpu/*.c tests/gpu/*.h) $(LIB)
+$(GPU_TEST_BIN): tests/gpu/test_gpu.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
 $(GPU_BENCH_BIN): bench/gpu/bench_gpu.c $(LIB)
 	@mkdir -p $(dir $@)
@@ -211,10 +211,36 @@ $(EMU_DIR)/%.o: tests/gpu/emu/%.cpp $(wildcard tests/gpu/emu/*.h)
 	$(CXX) $(EMU_FLAGS) -c $< -o $@
 $(GPU_EMU_BIN): tests/gpu/kernels_emu.cpp $(wildcard kernels/*.cuh) $(EMU_ROBJS) $(EMU_KOBJS) $(LIB)
 	$(CXX) $(EMU_FLAGS) $(filter %.cpp %.o,$^) $(LIB) -o $@ $(EMU_LIBS)
-$(EMU_DIR)/gpu_test: $(wildcard tests/gpu/*.c tests/gpu/*.h) $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
-	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(EMU_KOBJS) $(EMU_ROBJS) $(LIB) -o $@ $(EMU_LIBS) -lstdc++
+$(EMU_DIR)/gpu_test: tests/gpu/test_gpu.c $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
+	$(CC) $(ALL_CFLAGS) $< $(EMU_KOBJS) $(EMU_ROBJS) $(LIB) -o $@ $(EMU_LIBS) -lstdc++
 $(EMU_DIR)/gpu_bench: bench/gpu/bench_gpu.c $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
 	$(CC) $(ALL_CFLAGS) $< $(EMU_KOBJS) $(EMU_ROBJS) $(LIB) -o $@ $(EMU_LIBS) -lstdc++
+
+# gpu-portable: test-gpu and gpu_bench as one binary that needs nothing on a
+# GPU machine but glibc, the driver and CUDA's libcublasLt: OpenBLAS,
+# gfortran, OpenMP, libstdc++ and cudart linked statically, libcjson (no
+# static archive on Debian) copied beside it. For a device image that
+# cannot build the project: carry build/portable, run build/portable/gpu_test
+# or bench/gpu/run.sh build/portable/gpu_bench.
+PORT_DIR := $(BUILD)/portable
+PORT_LIBS := -Wl,--as-needed -static-libgcc -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -lgomp -lstdc++ \
+             -Wl,-Bdynamic -lcjson -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt \
+             -Wl,-rpath,$(CUDA_HOME)/lib64 -lpthread -ldl -lrt -lm
+.PHONY: gpu-portable
+$(PORT_DIR)/ringleader-gpu: tests/gpu/portable_main.c tests/gpu/test_gpu.c bench/gpu/bench_gpu.c $(LIB)
+	@mkdir -p $(PORT_DIR)/lib
+	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_test_main -c tests/gpu/test_gpu.c -o $(PORT_DIR)/test_gpu.o
+	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_bench_main -c bench/gpu/bench_gpu.c -o $(PORT_DIR)/bench_gpu.o
+	$(CC) $(ALL_CFLAGS) $< $(PORT_DIR)/test_gpu.o $(PORT_DIR)/bench_gpu.o $(LIB) -o $@ $(PORT_LIBS)
+	strip $@
+	cp -L $$(ldd $@ | awk '/libcjson/ {print $$3}') $(PORT_DIR)/lib/
+	for t in test bench; do printf '%s\n' '#!/bin/sh' \
+	  '# built by make gpu-portable: the multi-call binary beside it, with its libraries' \
+	  'd=$$(cd "$$(dirname "$$0")" && pwd); p=$$d/lib' \
+	  '[ -e $(CUDA_HOME)/lib64/libcublasLt.so.13 ] || p=$$p:$$(python3 -c "import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + \"/lib\")" 2>/dev/null)' \
+	  "LD_LIBRARY_PATH=\"\$$p\$${LD_LIBRARY_PATH:+:\$$LD_LIBRARY_PATH}\" exec \"\$$d/ringleader-gpu\" $$t \"\$$@\"" \
+	  >$(PORT_DIR)/gpu_$$t; chmod +x $(PORT_DIR)/gpu_$$t; done
+gpu-portable: $(PORT_DIR)/ringleader-gpu
 
 ifeq ($(USE_CUDA),1)
 test-gpu:

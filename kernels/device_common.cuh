@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef __nv_bfloat16 bf16;
 
@@ -44,6 +45,85 @@ static __device__ __forceinline__ double warp_sum_d(double v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+// ---- V-wide loads and stores for the memory-bound kernels ------------------
+// fvec<V> is V floats in registers. V = 1 is the plain scalar path; V = 4
+// moves fp32 as one 16-byte float4 and bf16 as one 8-byte access; V = 8
+// moves bf16 as one 16-byte access. Callers check alignment before they
+// pick V > 1 (see the launchers).
+template <int V> struct fvec {
+    float v[V];
+};
+template <int V> static __device__ __forceinline__ fvec<V> ld_f32(const float *p) {
+    fvec<V> r;
+    if constexpr (V == 4) {
+        float4 t = *reinterpret_cast<const float4 *>(p);
+        r.v[0] = t.x, r.v[1] = t.y, r.v[2] = t.z, r.v[3] = t.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) r.v[k] = p[k];
+    }
+    return r;
+}
+template <int V> static __device__ __forceinline__ void st_f32(float *p, const fvec<V> &a) {
+    if constexpr (V == 4) {
+        *reinterpret_cast<float4 *>(p) = make_float4(a.v[0], a.v[1], a.v[2], a.v[3]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) p[k] = a.v[k];
+    }
+}
+// bf16 is the top half of an fp32: widening is a shift.
+static __device__ __forceinline__ float bf16_bits_lo(uint32_t w) {
+    uint32_t u = w << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static __device__ __forceinline__ float bf16_bits_hi(uint32_t w) {
+    uint32_t u = w & 0xffff0000u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static __device__ __forceinline__ uint32_t bf16_pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &h, sizeof u);
+    return u;
+}
+template <int V> static __device__ __forceinline__ fvec<V> ld_bf16(const bf16 *p) {
+    fvec<V> r;
+    if constexpr (V == 8) {
+        uint4 t = *reinterpret_cast<const uint4 *>(p);
+        uint32_t w[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) r.v[2 * k] = bf16_bits_lo(w[k]), r.v[2 * k + 1] = bf16_bits_hi(w[k]);
+    } else if constexpr (V == 4) {
+        uint2 t = *reinterpret_cast<const uint2 *>(p);
+        r.v[0] = bf16_bits_lo(t.x), r.v[1] = bf16_bits_hi(t.x);
+        r.v[2] = bf16_bits_lo(t.y), r.v[3] = bf16_bits_hi(t.y);
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) r.v[k] = __bfloat162float(p[k]);
+    }
+    return r;
+}
+template <int V> static __device__ __forceinline__ void st_bf16(bf16 *p, const fvec<V> &a) {
+    if constexpr (V == 8) {
+        *reinterpret_cast<uint4 *>(p) = make_uint4(bf16_pack(a.v[0], a.v[1]), bf16_pack(a.v[2], a.v[3]),
+                                                   bf16_pack(a.v[4], a.v[5]), bf16_pack(a.v[6], a.v[7]));
+    } else if constexpr (V == 4) {
+        *reinterpret_cast<uint2 *>(p) = make_uint2(bf16_pack(a.v[0], a.v[1]), bf16_pack(a.v[2], a.v[3]));
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++) p[k] = __float2bfloat16_rn(a.v[k]);
+    }
+}
+// Is p aligned for V-wide accesses of elements of `size` bytes?
+static inline bool vec_ok(const void *p, int V, int size) {
+    return ((uintptr_t)p % (uintptr_t)(V * size)) == 0;
 }
 
 // AdamW's per-step scalars, computed on the host (gpu_model.cu).

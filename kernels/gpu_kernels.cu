@@ -18,7 +18,10 @@ static unsigned grid_for(size_t n, unsigned threads) {
 // ---- embedding -----------------------------------------------------------------------
 int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D, cudaStream_t s,
                    rl_err *e) {
-    RL_LAUNCH(embed_fwd_kernel, N, 256, 0, s, x0, emb, tok, D);
+    if (D % 4 == 0 && vec_ok(x0, 4, 4) && vec_ok(emb, 4, 4))
+        RL_LAUNCH(embed_fwd_kernel<4>, N, 256, 0, s, x0, emb, tok, D);
+    else
+        RL_LAUNCH(embed_fwd_kernel<1>, N, 256, 0, s, x0, emb, tok, D);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -37,7 +40,10 @@ int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const in
 
 int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int N, int D,
                      float eps, cudaStream_t s, rl_err *e) {
-    RL_LAUNCH(rmsnorm_fwd_kernel, rl_cdiv(N, 8), 256, 0, s, out, rstd, x, w, N, D, eps);
+    if (D % 4 == 0 && vec_ok(out, 4, 2) && vec_ok(x, 4, 4) && vec_ok(w, 4, 4))
+        RL_LAUNCH(rmsnorm_fwd_kernel<4>, rl_cdiv(N, 8), 256, 0, s, out, rstd, x, w, N, D, eps);
+    else
+        RL_LAUNCH(rmsnorm_fwd_kernel<1>, rl_cdiv(N, 8), 256, 0, s, out, rstd, x, w, N, D, eps);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -51,8 +57,13 @@ int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const
                      int accumulate, cudaStream_t s, rl_err *e) {
     int nw = rms_warps(D), nblk = rms_blocks(N);
     size_t smem = (size_t)nw * D * sizeof(float);
-    RL_LAUNCH(rmsnorm_bwd_kernel, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w, rstd, N,
-              D, rms_rows_per_block(N), accumulate);
+    if (D % 4 == 0 && vec_ok(dres, 4, 4) && vec_ok(dres16, 4, 2) && vec_ok(dout, 4, 4) &&
+        vec_ok(x, 4, 4) && vec_ok(w, 4, 4))
+        RL_LAUNCH(rmsnorm_bwd_kernel<4>, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w, rstd,
+                  N, D, rms_rows_per_block(N), accumulate);
+    else
+        RL_LAUNCH(rmsnorm_bwd_kernel<1>, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w, rstd,
+                  N, D, rms_rows_per_block(N), accumulate);
     LAUNCH_CHECK();
     RL_LAUNCH(rmsnorm_dw_kernel, rl_cdiv(D, 256), 256, 0, s, dw, partial, nblk, D);
     LAUNCH_CHECK();
@@ -73,14 +84,20 @@ int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, 
 // ---- SwiGLU ----------------------------------------------------------------------------------
 
 int rl_k_swiglu_fwd(bf16 *h, const bf16 *gu, int N, int F, cudaStream_t s, rl_err *e) {
-    RL_LAUNCH(swiglu_fwd_kernel, grid_for((size_t)N * F, 256), 256, 0, s, h, gu, N, F);
+    if (F % 8 == 0 && vec_ok(h, 8, 2) && vec_ok(gu, 8, 2))
+        RL_LAUNCH(swiglu_fwd_kernel<8>, grid_for((size_t)N * F / 8, 256), 256, 0, s, h, gu, N, F);
+    else
+        RL_LAUNCH(swiglu_fwd_kernel<1>, grid_for((size_t)N * F, 256), 256, 0, s, h, gu, N, F);
     LAUNCH_CHECK();
     return RL_OK;
 }
 
 int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cudaStream_t s,
                     rl_err *e) {
-    RL_LAUNCH(swiglu_bwd_kernel, grid_for((size_t)N * F, 256), 256, 0, s, dgu, dh, gu, N, F);
+    if (F % 8 == 0 && vec_ok(dgu, 8, 2) && vec_ok(dh, 8, 2) && vec_ok(gu, 8, 2))
+        RL_LAUNCH(swiglu_bwd_kernel<8>, grid_for((size_t)N * F / 8, 256), 256, 0, s, dgu, dh, gu, N, F);
+    else
+        RL_LAUNCH(swiglu_bwd_kernel<1>, grid_for((size_t)N * F, 256), 256, 0, s, dgu, dh, gu, N, F);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -89,14 +106,20 @@ int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cud
 
 int rl_k_xent_fwd(float *losses, float *lse, const bf16 *logits, const int32_t *tgt, int N, int V,
                   cudaStream_t s, rl_err *e) {
-    RL_LAUNCH(xent_fwd_kernel, N, XENT_THREADS, 0, s, losses, lse, logits, tgt, V);
+    if (V % 8 == 0 && vec_ok(logits, 8, 2))
+        RL_LAUNCH(xent_fwd_kernel<8>, N, XENT_THREADS, 0, s, losses, lse, logits, tgt, V);
+    else
+        RL_LAUNCH(xent_fwd_kernel<1>, N, XENT_THREADS, 0, s, losses, lse, logits, tgt, V);
     LAUNCH_CHECK();
     return RL_OK;
 }
 
 int rl_k_xent_bwd(bf16 *logits, const float *lse, const int32_t *tgt, int N, int V, float scale,
                   cudaStream_t s, rl_err *e) {
-    RL_LAUNCH(xent_bwd_kernel, N, XENT_THREADS, 0, s, logits, lse, tgt, V, scale);
+    if (V % 8 == 0 && vec_ok(logits, 8, 2))
+        RL_LAUNCH(xent_bwd_kernel<8>, N, XENT_THREADS, 0, s, logits, lse, tgt, V, scale);
+    else
+        RL_LAUNCH(xent_bwd_kernel<1>, N, XENT_THREADS, 0, s, logits, lse, tgt, V, scale);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -111,7 +134,10 @@ int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e) {
 
 
 int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t s, rl_err *e) {
-    RL_LAUNCH(sumsq_kernel, RL_K_NORM_BLOCKS, 256, 0, s, partial, g, n);
+    if (vec_ok(g, 4, 4))
+        RL_LAUNCH(sumsq_kernel<4>, RL_K_NORM_BLOCKS, 256, 0, s, partial, g, n);
+    else
+        RL_LAUNCH(sumsq_kernel<1>, RL_K_NORM_BLOCKS, 256, 0, s, partial, g, n);
     LAUNCH_CHECK();
     RL_LAUNCH(sqrt_sum_kernel, 1, 1024, 0, s, out, partial, RL_K_NORM_BLOCKS);
     LAUNCH_CHECK();
@@ -120,12 +146,12 @@ int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t
 
 // ---- AdamW ------------------------------------------------------------------------------------------------
 
-static dim3 region_grid(const rl_param_layout *lay, int L) {
+static dim3 region_grid(const rl_param_layout *lay, int L, unsigned per_thread) {
     size_t mx = lay->layers;
     if (lay->layer_size > mx) mx = lay->layer_size;
     if (lay->total - lay->final_norm > mx) mx = lay->total - lay->final_norm;
     // regions share grid.x: cap it so small regions' idle blocks stay cheap
-    unsigned gx = rl_cdiv(mx, 256);
+    unsigned gx = rl_cdiv(mx, 256u * per_thread);
     if (gx > 2048) gx = 2048;
     return dim3(gx ? gx : 1, L + 2);
 }
@@ -133,8 +159,16 @@ static dim3 region_grid(const rl_param_layout *lay, int L) {
 int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float *grads,
                const float *norm, const rl_param_layout *lay, int L, int D,
                const rl_k_adamw_args *a, cudaStream_t s, rl_err *e) {
-    RL_LAUNCH(adamw_kernel, region_grid(lay, L), 256, 0, s, master, params, mom, vel, grads, norm,
-              make_layout(lay, L, D), *a);
+    // whole float4s in every region, and aligned buffers: the 16-byte path
+    bool v4 = lay->layers % 4 == 0 && lay->layer_size % 4 == 0 && lay->final_norm % 4 == 0 &&
+              lay->total % 4 == 0 && vec_ok(master, 4, 4) && vec_ok(params, 4, 2) &&
+              vec_ok(mom, 4, 4) && vec_ok(vel, 4, 4) && vec_ok(grads, 4, 4);
+    if (v4)
+        RL_LAUNCH(adamw_kernel<4>, region_grid(lay, L, 4), 256, 0, s, master, params, mom, vel, grads,
+                  norm, make_layout(lay, L, D), *a);
+    else
+        RL_LAUNCH(adamw_kernel<1>, region_grid(lay, L, 1), 256, 0, s, master, params, mom, vel, grads,
+                  norm, make_layout(lay, L, D), *a);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -157,7 +191,7 @@ int rl_k_bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t s, rl_e
 
 int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, uint64_t seed,
                      float std, cudaStream_t s, rl_err *e) {
-    RL_LAUNCH(init_random_kernel, region_grid(lay, L), 256, 0, s, master, make_layout(lay, L, D),
+    RL_LAUNCH(init_random_kernel, region_grid(lay, L, 1), 256, 0, s, master, make_layout(lay, L, D),
               seed, std);
     LAUNCH_CHECK();
     return RL_OK;
@@ -175,7 +209,9 @@ int rl_gpu_kernels_init(rl_err *e) {
     if (done_for == dev) return RL_OK;
     int optin = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&rmsnorm_bwd_kernel),
+    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&rmsnorm_bwd_kernel<1>),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&rmsnorm_bwd_kernel<4>),
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     RL_TRY(rl_gpu_attn_init(e));
     done_for = dev;

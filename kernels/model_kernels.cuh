@@ -22,10 +22,11 @@ extern "C" {
 }
 
 // ---- embedding -----------------------------------------------------------------------
+template <int V>
 static __global__ void embed_fwd_kernel(float *x0, const float *emb, const int32_t *tok, int D) {
     const float *src = emb + (size_t)tok[blockIdx.x] * D;
     float *dst = x0 + (size_t)blockIdx.x * D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) dst[j] = src[j];
+    for (int j = threadIdx.x * V; j < D; j += blockDim.x * V) st_f32<V>(dst + j, ld_f32<V>(src + j));
 }
 
 // One block row per distinct token, threads across channels: the rows of
@@ -42,25 +43,33 @@ static __global__ void embed_bwd_kernel(float *demb, const float *dres, const in
 
 // ---- RMSNorm ----------------------------------------------------------------------------
 
-// One warp per row. The input is the fp32 residual stream and the weight the
-// fp32 master (as PyTorch's autocast runs RMSNorm in fp32); only the output,
-// which feeds a GEMM, is bf16.
+// One warp per row, each lane V consecutive channels at a time (V = 4 when
+// the rows allow 16-byte accesses). The input is the fp32 residual stream
+// and the weight the fp32 master (as PyTorch's autocast runs RMSNorm in
+// fp32); only the output, which feeds a GEMM, is bf16.
+template <int V>
 static __global__ void rmsnorm_fwd_kernel(bf16 *out, float *rstd, const float *x, const float *w, int N,
-                                   int D, float eps) {
+                                          int D, float eps) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x >> 5) + warp;
     if (row >= N) return;
     const float *xr = x + (size_t)row * D;
     float ss = 0.0f;
-    for (int j = lane; j < D; j += 32) {
-        float v = xr[j];
-        ss += v * v;
+    for (int j = lane * V; j < D; j += 32 * V) {
+        fvec<V> a = ld_f32<V>(xr + j);
+#pragma unroll
+        for (int k = 0; k < V; k++) ss += a.v[k] * a.v[k];
     }
     ss = warp_sum(ss);
     float r = 1.0f / sqrtf(ss / (float)D + eps);
     if (lane == 0) rstd[row] = r;
     bf16 *o = out + (size_t)row * D;
-    for (int j = lane; j < D; j += 32) o[j] = f2bf(w[j] * (xr[j] * r));
+    for (int j = lane * V; j < D; j += 32 * V) {
+        fvec<V> a = ld_f32<V>(xr + j), wv = ld_f32<V>(w + j), y;
+#pragma unroll
+        for (int k = 0; k < V; k++) y.v[k] = wv.v[k] * (a.v[k] * r);
+        st_bf16<V>(o + j, y);
+    }
 }
 
 // Backward. With g = dout * w and y = w * x * r:
@@ -85,31 +94,44 @@ static int rms_warps(int D) {
     return w;
 }
 
+template <int V>
 static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *partial, const float *dout,
-                                   const float *x, const float *w, const float *rstd, int N, int D,
-                                   int rows_per_block, int accumulate) {
+                                          const float *x, const float *w, const float *rstd, int N,
+                                          int D, int rows_per_block, int accumulate) {
     extern __shared__ __align__(16) unsigned char smem[];
     float *acc = reinterpret_cast<float *>(smem); // [warps][D]
     int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *mine = acc + (size_t)warp * D;
-    for (int j = lane; j < D; j += 32) mine[j] = 0.0f;
+    // each lane zeroes, updates and stores only its own V-wide slices of
+    // the warp's row: no lane reads another's element before the block barrier
+    for (int j = lane * V; j < D; j += 32 * V) st_f32<V>(mine + j, fvec<V>{});
     int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
     for (int row = r0 + warp; row < r1; row += nw) {
         const float *g = dout + (size_t)row * D, *xr = x + (size_t)row * D;
         float dot = 0.0f;
-        for (int j = lane; j < D; j += 32) dot += g[j] * w[j] * xr[j];
+        for (int j = lane * V; j < D; j += 32 * V) {
+            fvec<V> gv = ld_f32<V>(g + j), wv = ld_f32<V>(w + j), xv = ld_f32<V>(xr + j);
+#pragma unroll
+            for (int k = 0; k < V; k++) dot += gv.v[k] * wv.v[k] * xv.v[k];
+        }
         dot = warp_sum(dot);
         float r = rstd[row];
         float c = dot * r * r * r / (float)D;
         float *dr = dres + (size_t)row * D;
         bf16 *d16 = dres16 + (size_t)row * D;
-        for (int j = lane; j < D; j += 32) {
-            float gj = g[j], xj = xr[j];
-            float dx = r * (gj * w[j]) - c * xj;
-            float v = accumulate ? dr[j] + dx : dx;
-            dr[j] = v;
-            d16[j] = f2bf(v);
-            mine[j] += gj * xj * r;
+        for (int j = lane * V; j < D; j += 32 * V) {
+            fvec<V> gv = ld_f32<V>(g + j), wv = ld_f32<V>(w + j), xv = ld_f32<V>(xr + j), v;
+            fvec<V> old = accumulate ? ld_f32<V>(dr + j) : fvec<V>{};
+            fvec<V> mv = ld_f32<V>(mine + j);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                float dx = r * (gv.v[k] * wv.v[k]) - c * xv.v[k];
+                v.v[k] = accumulate ? old.v[k] + dx : dx;
+                mv.v[k] += gv.v[k] * xv.v[k] * r;
+            }
+            st_f32<V>(dr + j, v);
+            st_bf16<V>(d16 + j, v);
+            st_f32<V>(mine + j, mv);
         }
     }
     __syncthreads();
@@ -160,30 +182,42 @@ static __global__ void rope_kernel(bf16 *x, const float *cs, const float *sn, in
 // ---- SwiGLU ----------------------------------------------------------------------------------
 
 // gu rows hold [gate | up] (one GEMM against the contiguous gate and up
-// weights); h = silu(gate) * up, in the CPU model's arithmetic.
-static __global__ void swiglu_fwd_kernel(bf16 *h, const bf16 *gu, int N, int F) {
-    size_t total = (size_t)N * F;
+// weights); h = silu(gate) * up, in the CPU model's arithmetic. Each thread
+// takes V consecutive channels (V = 8: 16-byte accesses when F % 8 == 0).
+template <int V> static __global__ void swiglu_fwd_kernel(bf16 *h, const bf16 *gu, int N, int F) {
+    size_t FV = (size_t)F / V, total = (size_t)N * FV;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
-        size_t n = idx / F, j = idx % F;
+        size_t n = idx / FV, j = idx % FV * V;
         const bf16 *row = gu + n * 2 * F;
-        float g = bf2f(row[j]), u = bf2f(row[F + j]);
-        float sig = 1.0f / (1.0f + expf(-g));
-        h[idx] = f2bf(g * sig * u);
+        fvec<V> g = ld_bf16<V>(row + j), u = ld_bf16<V>(row + F + j), y;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float sig = 1.0f / (1.0f + expf(-g.v[k]));
+            y.v[k] = g.v[k] * sig * u.v[k];
+        }
+        st_bf16<V>(h + n * F + j, y);
     }
 }
 
+template <int V>
 static __global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F) {
-    size_t total = (size_t)N * F;
+    size_t FV = (size_t)F / V, total = (size_t)N * FV;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
-        size_t n = idx / F, j = idx % F;
+        size_t n = idx / FV, j = idx % FV * V;
         const bf16 *row = gu + n * 2 * F;
-        float g = bf2f(row[j]), u = bf2f(row[F + j]), d = bf2f(dh[idx]);
-        float sig = 1.0f / (1.0f + expf(-g));
+        fvec<V> g = ld_bf16<V>(row + j), u = ld_bf16<V>(row + F + j), d = ld_bf16<V>(dh + n * F + j);
+        fvec<V> dg, du;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float sig = 1.0f / (1.0f + expf(-g.v[k]));
+            dg.v[k] = d.v[k] * u.v[k] * (sig * (1.0f + g.v[k] * (1.0f - sig)));
+            du.v[k] = d.v[k] * (g.v[k] * sig);
+        }
         bf16 *drow = dgu + n * 2 * F;
-        drow[j] = f2bf(d * u * (sig * (1.0f + g * (1.0f - sig))));
-        drow[F + j] = f2bf(d * (g * sig));
+        st_bf16<V>(drow + j, dg);
+        st_bf16<V>(drow + F + j, du);
     }
 }
 
@@ -205,18 +239,25 @@ static __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, f
     m = M;
 }
 
+// V logits per thread per step (V = 8: 16-byte loads when the vocabulary
+// is a multiple of 8, as 50000 and 32000 are).
+template <int V>
 static __global__ void __launch_bounds__(XENT_THREADS)
-    xent_fwd_kernel(float *losses, float *lse_out, const bf16 *logits, const int32_t *tgt, int V) {
+    xent_fwd_kernel(float *losses, float *lse_out, const bf16 *logits, const int32_t *tgt, int nv) {
     RL_SMEM_STATIC float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
-    const bf16 *l = logits + (size_t)blockIdx.x * V;
+    const bf16 *l = logits + (size_t)blockIdx.x * nv;
     float m = -INFINITY, s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = bf2f(l[j]);
-        if (v > m) {
-            s = s * expf(m - v) + 1.0f;
-            m = v;
-        } else {
-            s += expf(v - m); // a NaN logit lands here and poisons s: it must show
+    for (int j = threadIdx.x * V; j < nv; j += blockDim.x * V) {
+        fvec<V> x = ld_bf16<V>(l + j);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float v = x.v[k];
+            if (v > m) {
+                s = s * expf(m - v) + 1.0f;
+                m = v;
+            } else {
+                s += expf(v - m); // a NaN logit lands here and poisons s: it must show
+            }
         }
     }
 #pragma unroll
@@ -236,14 +277,17 @@ static __global__ void __launch_bounds__(XENT_THREADS)
     }
 }
 
+template <int V>
 static __global__ void __launch_bounds__(XENT_THREADS)
-    xent_bwd_kernel(bf16 *logits, const float *lse, const int32_t *tgt, int V, float scale) {
-    bf16 *l = logits + (size_t)blockIdx.x * V;
+    xent_bwd_kernel(bf16 *logits, const float *lse, const int32_t *tgt, int nv, float scale) {
+    bf16 *l = logits + (size_t)blockIdx.x * nv;
     float L = lse[blockIdx.x];
     int t = tgt[blockIdx.x];
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float p = expf(bf2f(l[j]) - L);
-        l[j] = f2bf((p - (j == t ? 1.0f : 0.0f)) * scale);
+    for (int j = threadIdx.x * V; j < nv; j += blockDim.x * V) {
+        fvec<V> x = ld_bf16<V>(l + j);
+#pragma unroll
+        for (int k = 0; k < V; k++) x.v[k] = (expf(x.v[k] - L) - (j + k == t ? 1.0f : 0.0f)) * scale;
+        st_bf16<V>(l + j, x);
     }
 }
 
@@ -266,18 +310,24 @@ static __global__ void __launch_bounds__(1024) mean_kernel(float *out, const flo
 }
 
 // Sum of squares: RL_K_NORM_BLOCKS blocks, block b owns the contiguous
-// chunk [b c, (b+1) c) with c = ceil(n / blocks); threads stride through it
-// accumulating in fp32; a fixed tree per block; then one block adds the
-// block sums in order. The layout of the work depends on n alone.
+// chunk [b c, (b+1) c) with c = ceil(n / blocks) rounded up to V; threads
+// stride through it V at a time accumulating in fp32 (the last block's
+// ragged end one by one); a fixed tree per block; then one block adds the
+// block sums in order. The layout of the work depends on n and V alone.
+template <int V>
 static __global__ void __launch_bounds__(256) sumsq_kernel(float *partial, const float *g, size_t n) {
     RL_SMEM_STATIC float part[8];
-    size_t chunk = (n + gridDim.x - 1) / gridDim.x;
-    size_t lo = (size_t)blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    size_t chunk = ((n + gridDim.x - 1) / gridDim.x + V - 1) / V * V;
+    size_t lo = (size_t)blockIdx.x * chunk;
+    size_t hi = lo >= n ? lo : (lo + chunk < n ? lo + chunk : n);
+    size_t whole = lo + (hi - lo) / V * V;
     float acc = 0.0f;
-    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        float v = g[i];
-        acc += v * v;
+    for (size_t i = lo + (size_t)threadIdx.x * V; i < whole; i += (size_t)blockDim.x * V) {
+        fvec<V> a = ld_f32<V>(g + i);
+#pragma unroll
+        for (int k = 0; k < V; k++) acc += a.v[k] * a.v[k];
     }
+    for (size_t i = whole + threadIdx.x; i < hi; i += blockDim.x) acc += g[i] * g[i];
     acc = warp_sum(acc);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
     __syncthreads();
@@ -313,9 +363,12 @@ struct adamw_layout {
     int L, D;
 };
 
+// V = 4 when every region starts and ends on a multiple of 4 elements
+// (then every access below is 16-byte aligned, 8 for the bf16 copy).
+template <int V>
 static __global__ void adamw_kernel(float *master, bf16 *params, float *mom, float *vel,
-                             const float *grads, const float *norm, adamw_layout lay,
-                             rl_k_adamw_args a) {
+                                    const float *grads, const float *norm, adamw_layout lay,
+                                    rl_k_adamw_args a) {
     int reg = blockIdx.y;
     size_t base, len;
     if (reg == 0) base = 0, len = lay.layers;
@@ -323,23 +376,29 @@ static __global__ void adamw_kernel(float *master, bf16 *params, float *mom, flo
     else base = lay.final_norm, len = lay.total - lay.final_norm;
     float gs = a.grad_scale;
     if (a.clip_max > 0.0f) gs *= fminf(1.0f, a.clip_max / (norm[0] + 1e-6f));
-    for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < len;
-         r += (size_t)gridDim.x * blockDim.x) {
-        bool nodecay;
-        if (reg == 0) nodecay = false;
-        else if (reg <= lay.L)
-            nodecay = (r >= lay.ln1 && r < lay.ln1 + lay.D) || (r >= lay.ln2 && r < lay.ln2 + lay.D);
-        else nodecay = r < (size_t)lay.D;
+    for (size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V; r < len;
+         r += (size_t)gridDim.x * blockDim.x * V) {
         size_t i = base + r;
-        float g = grads[i] * gs;
-        float m = a.b1 * mom[i] + a.c1 * g;
-        float v = a.b2 * vel[i] + a.c2 * g * g;
-        mom[i] = m;
-        vel[i] = v;
-        // PyTorch's order: decay, then p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-        float p = master[i] * (nodecay ? 1.0f : a.decay) - a.step * m / (sqrtf(v) / a.sbc2 + a.eps);
-        master[i] = p;
-        params[i] = f2bf(p);
+        fvec<V> g = ld_f32<V>(grads + i), m = ld_f32<V>(mom + i), v = ld_f32<V>(vel + i);
+        fvec<V> p = ld_f32<V>(master + i);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            size_t rk = r + k;
+            bool nodecay;
+            if (reg == 0) nodecay = false;
+            else if (reg <= lay.L)
+                nodecay = (rk >= lay.ln1 && rk < lay.ln1 + lay.D) || (rk >= lay.ln2 && rk < lay.ln2 + lay.D);
+            else nodecay = rk < (size_t)lay.D;
+            float gk = g.v[k] * gs;
+            m.v[k] = a.b1 * m.v[k] + a.c1 * gk;
+            v.v[k] = a.b2 * v.v[k] + a.c2 * gk * gk;
+            // PyTorch's order: decay, then p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+            p.v[k] = p.v[k] * (nodecay ? 1.0f : a.decay) - a.step * m.v[k] / (sqrtf(v.v[k]) / a.sbc2 + a.eps);
+        }
+        st_f32<V>(mom + i, m);
+        st_f32<V>(vel + i, v);
+        st_f32<V>(master + i, p);
+        st_bf16<V>(params + i, p);
     }
 }
 

@@ -168,17 +168,17 @@ static std::vector<int32_t> rand_tok(int n, int V) {
 }
 static unsigned cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
-static void emu_embed() {
+template <int VW> static void emu_embed() {
     int N = 129, V = 13, D = 60;
     auto emb = randv((size_t)V * D, 1, false);
     auto tok = rand_tok(N, V);
     std::vector<float> x0((size_t)N * D);
     poison(x0);
-    launch(N, 1, 256, [&] { embed_fwd_kernel(x0.data(), emb.data(), tok.data(), D); }, false);
+    launch(N, 1, 256, [&] { embed_fwd_kernel<VW>(x0.data(), emb.data(), tok.data(), D); }, false);
     std::vector<double> ref((size_t)N * D);
     for (int n = 0; n < N; n++)
         for (int j = 0; j < D; j++) ref[(size_t)n * D + j] = emb[(size_t)tok[n] * D + j];
-    check("emu embed fwd N=129 V=13 D=60", x0, ref, 0);
+    check(VW > 1 ? "emu embed fwd N=129 V=13 D=60 (x4)" : "emu embed fwd N=129 V=13 D=60", x0, ref, 0);
 
     auto demb = randv((size_t)V * D, 1, false), dres = randv((size_t)N * D, 1, false);
     std::vector<int32_t> cnt(V + 1), uniq(N), seg(N + 1), pos(N);
@@ -188,21 +188,21 @@ static void emu_embed() {
         for (int j = 0; j < D; j++) r2[(size_t)tok[n] * D + j] += dres[(size_t)n * D + j];
     launch(U, cdiv(D, 256), 256,
            [&] { embed_bwd_kernel(demb.data(), dres.data(), uniq.data(), seg.data(), pos.data(), D); }, false);
-    check("emu embed bwd (grouped by token) N=129 V=13 D=60", demb, r2, 1e-6);
+    if (VW == 1) check("emu embed bwd (grouped by token) N=129 V=13 D=60", demb, r2, 1e-6);
 }
 
-static void emu_rmsnorm(int N, int D) {
+template <int VW> static void emu_rmsnorm(int N, int D) {
     char name[96];
     auto x = randv((size_t)N * D, 2, false), w = randv(D, 0.2, false);
     for (auto &e : w) e += 1.0f;
     std::vector<bf16> out((size_t)N * D);
     std::vector<float> rstd(N);
     poison(out), poison(rstd);
-    launch(cdiv(N, 8), 1, 256, [&] { rmsnorm_fwd_kernel(out.data(), rstd.data(), x.data(), w.data(), N, D, 1e-5f); });
+    launch(cdiv(N, 8), 1, 256, [&] { rmsnorm_fwd_kernel<VW>(out.data(), rstd.data(), x.data(), w.data(), N, D, 1e-5f); });
     auto xd = tod(x), wd = tod(w);
     std::vector<double> ro((size_t)N * D), rr(N);
     rl_cpu_rmsnorm_fwd_f64(ro.data(), rr.data(), xd.data(), wd.data(), N, D, 1e-5);
-    snprintf(name, sizeof name, "emu rmsnorm fwd N=%d D=%d", N, D);
+    snprintf(name, sizeof name, "emu rmsnorm fwd N=%d D=%d (x%d)", N, D, VW);
     check(name, from_bf(out), ro, 4e-3);
     check("  rstd", rstd, rr, 1e-5);
     for (int acc = 0; acc < 2; acc++) {
@@ -217,12 +217,12 @@ static void emu_rmsnorm(int N, int D) {
         std::vector<float> partial((size_t)nblk * D);
         poison(partial);
         launch(nblk, 1, nw * 32, [&] {
-            rmsnorm_bwd_kernel(dx.data(), dx16.data(), partial.data(), dout.data(), x.data(), w.data(), rstd.data(), N,
+            rmsnorm_bwd_kernel<VW>(dx.data(), dx16.data(), partial.data(), dout.data(), x.data(), w.data(), rstd.data(), N,
                                D, rpb, acc);
         });
         launch(cdiv(D, 256), 1, 256, [&] { rmsnorm_dw_kernel(dw.data(), partial.data(), nblk, D); }, false);
-        snprintf(name, sizeof name, "emu rmsnorm bwd N=%d D=%d%s (%d warps, %d blocks)", N, D,
-                 acc ? " accumulate" : "", nw, nblk);
+        snprintf(name, sizeof name, "emu rmsnorm bwd N=%d D=%d%s (x%d, %d warps, %d blocks)", N, D,
+                 acc ? " accumulate" : "", VW, nw, nblk);
         check(name, dx, dxr, 1e-4);
         check("  dx bf16 copy", from_bf(dx16), dxr, 4e-3);
         check("  dw", dw, dwr, 1e-4);
@@ -267,7 +267,7 @@ static void emu_rope(int B, int T, int hidden, int heads) {
     }
 }
 
-static void emu_swiglu(int N, int F) {
+template <int VW> static void emu_swiglu(int N, int F) {
     size_t nf = (size_t)N * F;
     auto gu = randv(2 * nf, 2, true), dh = randv(nf, 1, true);
     std::vector<double> g(nf), u(nf), hr(nf), dg(nf), du(nf), dhd = tod(dh);
@@ -281,17 +281,17 @@ static void emu_swiglu(int N, int F) {
     auto gub = to_bf(gu), dhb = to_bf(dh);
     std::vector<bf16> h(nf), dgu(2 * nf);
     poison(h), poison(dgu);
-    unsigned grid = std::min(cdiv(nf, 256), 3u);
-    launch(grid, 1, 256, [&] { swiglu_fwd_kernel(h.data(), gub.data(), N, F); }, false);
-    launch(grid, 1, 256, [&] { swiglu_bwd_kernel(dgu.data(), dhb.data(), gub.data(), N, F); }, false);
+    unsigned grid = std::min(cdiv(nf / VW, 256), 3u);
+    launch(grid, 1, 256, [&] { swiglu_fwd_kernel<VW>(h.data(), gub.data(), N, F); }, false);
+    launch(grid, 1, 256, [&] { swiglu_bwd_kernel<VW>(dgu.data(), dhb.data(), gub.data(), N, F); }, false);
     char name[96];
-    snprintf(name, sizeof name, "emu swiglu fwd N=%d F=%d", N, F);
+    snprintf(name, sizeof name, "emu swiglu fwd N=%d F=%d (x%d)", N, F, VW);
     check(name, from_bf(h), hr, 4e-3);
-    snprintf(name, sizeof name, "emu swiglu bwd N=%d F=%d", N, F);
+    snprintf(name, sizeof name, "emu swiglu bwd N=%d F=%d (x%d)", N, F, VW);
     check(name, from_bf(dgu), dref, 4e-3);
 }
 
-static void emu_xent(int N, int V) {
+template <int VW> static void emu_xent(int N, int V) {
     auto logits = randv((size_t)N * V, 2, true);
     auto tgt = rand_tok(N, V);
     std::vector<double> ld = tod(logits), lr(N);
@@ -301,11 +301,11 @@ static void emu_xent(int N, int V) {
     auto lb = to_bf(logits);
     std::vector<float> losses(N), lse(N), mean(1);
     poison(losses), poison(lse), poison(mean);
-    launch(N, 1, XENT_THREADS, [&] { xent_fwd_kernel(losses.data(), lse.data(), lb.data(), tgt.data(), V); });
-    launch(N, 1, XENT_THREADS, [&] { xent_bwd_kernel(lb.data(), lse.data(), tgt.data(), V, scale); }, false);
+    launch(N, 1, XENT_THREADS, [&] { xent_fwd_kernel<VW>(losses.data(), lse.data(), lb.data(), tgt.data(), V); });
+    launch(N, 1, XENT_THREADS, [&] { xent_bwd_kernel<VW>(lb.data(), lse.data(), tgt.data(), V, scale); }, false);
     launch(1, 1, 1024, [&] { mean_kernel(mean.data(), losses.data(), N); });
     char name[96];
-    snprintf(name, sizeof name, "emu classifier N=%d V=%d", N, V);
+    snprintf(name, sizeof name, "emu classifier N=%d V=%d (x%d)", N, V, VW);
     check(name, losses, lr, 1e-5);
     check("  dlogits in place", from_bf(lb), ld, 4e-3);
     double m = 0;
@@ -313,31 +313,36 @@ static void emu_xent(int N, int V) {
     check("  mean loss", mean, std::vector<double>{m / N}, 1e-6);
 }
 
-static void emu_norm(size_t n) {
+template <int VW> static void emu_norm(size_t n) {
     auto g = randv(n, 1e-3, false);
     double ref = 0;
     for (float v : g) ref += (double)v * v;
     const int NB = 16; // the GPU runs RL_K_NORM_BLOCKS; the code is the same for any count
     std::vector<float> partial(NB), out(1);
     poison(partial), poison(out);
-    launch(NB, 1, 256, [&] { sumsq_kernel(partial.data(), g.data(), n); });
+    launch(NB, 1, 256, [&] { sumsq_kernel<VW>(partial.data(), g.data(), n); });
     launch(1, 1, 1024, [&] { sqrt_sum_kernel(out.data(), partial.data(), NB); });
     char name[96];
-    snprintf(name, sizeof name, "emu grad norm n=%zu (%d blocks)", n, NB);
+    snprintf(name, sizeof name, "emu grad norm n=%zu (%d blocks, x%d)", n, NB, VW);
     check(name, out, std::vector<double>{sqrt(ref)}, 1e-5);
 }
 
-static void emu_adamw_init() {
+template <int VW> static void emu_adamw_init(int hidden) {
     rl_model_config c;
     rl_model_config_default(&c);
-    c.vocab_size = 101, c.hidden_size = 96, c.intermediate_size = 200, c.num_hidden_layers = 2;
+    c.vocab_size = 101, c.hidden_size = hidden, c.intermediate_size = 200, c.num_hidden_layers = 2;
     c.num_attention_heads = 3, c.num_key_value_heads = 1;
     rl_param_layout lay;
     rl_param_layout_init(&lay, &c);
     size_t P = lay.total;
     int L = c.num_hidden_layers, D = c.hidden_size;
     size_t mx = std::max({lay.layers, lay.layer_size, lay.total - lay.final_norm});
-    unsigned gx = std::min(cdiv(mx, 256), 2048u);
+    unsigned gx = std::min(cdiv(mx, 256u * VW), 2048u);
+    if (VW > 1 && (lay.layers % VW || lay.layer_size % VW || lay.final_norm % VW || lay.total % VW)) {
+        printf("FAIL emu adamw: hidden %d does not give whole %d-vectors\n", hidden, VW);
+        n_fail++;
+        return;
+    }
     adamw_layout al = make_layout(&lay, L, D);
 
     for (int clip = 0; clip < 2; clip++) {
@@ -363,9 +368,11 @@ static void emu_adamw_init() {
         std::vector<bf16> p16(P);
         poison(p16);
         launch(gx, L + 2, 256, [&] {
-            adamw_kernel(p.data(), p16.data(), m.data(), v.data(), g.data(), norm.data(), al, a);
+            adamw_kernel<VW>(p.data(), p16.data(), m.data(), v.data(), g.data(), norm.data(), al, a);
         }, false);
-        check(clip ? "emu adamw (clip on the device) master" : "emu adamw vs rl_adamw_update master", p, tod(cp), 1e-6);
+        char an[96];
+        snprintf(an, sizeof an, "emu adamw%s hidden=%d (x%d) master", clip ? " (clip on the device)" : "", hidden, VW);
+        check(an, p, tod(cp), 1e-6);
         check("  m", m, tod(cm), 1e-6);
         check("  v", v, tod(cv), 1e-6);
         size_t bad = 0;
@@ -374,8 +381,10 @@ static void emu_adamw_init() {
         (bad ? n_fail : n_pass)++;
     }
 
+    if (VW > 1) return; // init and casts have no vector variant
     std::vector<float> w(P);
     poison(w);
+    gx = std::min(cdiv(mx, 256), 2048u);
     launch(gx, L + 2, 256, [&] { init_random_kernel(w.data(), al, 1234, 0.02f); }, false);
     size_t bad_norm = 0, nm = 0;
     double s1 = 0, s2 = 0;
@@ -419,19 +428,28 @@ int main(int argc, char **argv) {
         run_case<128>(1, 66, 2, 2, 128, 1);
     }
     if (!*only || strstr("model", only)) {
-        emu_embed();
-        emu_rmsnorm(7, 96);
-        emu_rmsnorm(33, 770);
-        emu_rmsnorm(20, 13000);
+        emu_embed<1>();
+        emu_embed<4>();
+        emu_rmsnorm<1>(7, 96);
+        emu_rmsnorm<4>(7, 96);
+        emu_rmsnorm<1>(33, 770);
+        emu_rmsnorm<1>(20, 13000);
+        emu_rmsnorm<4>(20, 13000);
         emu_rope(2, 7, 96, 3);
         emu_rope(1, 33, 60, 3);
-        emu_swiglu(7, 100);
-        emu_swiglu(3, 352);
-        emu_xent(5, 1000);
-        emu_xent(3, 32001);
-        emu_norm(1);
-        emu_norm(100003);
-        emu_adamw_init();
+        emu_swiglu<1>(7, 100);
+        emu_swiglu<1>(3, 352);
+        emu_swiglu<8>(3, 352);
+        emu_xent<1>(5, 1000);
+        emu_xent<8>(5, 1000);
+        emu_xent<1>(3, 32001);
+        emu_norm<1>(1);
+        emu_norm<4>(1);
+        emu_norm<1>(100003);
+        emu_norm<4>(100003);
+        emu_adamw_init<1>(96);
+        emu_adamw_init<4>(96);
+        emu_adamw_init<1>(66); // regions not on multiples of 4
     }
     printf("kernel emulation: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
