@@ -6,7 +6,8 @@
 #   make asan       build and run the tests under ASan + UBSan
 #   make fuzz       run every libFuzzer target for FUZZ_SECONDS each
 #   make bench      CPU throughput benchmarks, JSON lines on stdout
-#   make test-gpu / bench-gpu   (GPU machines; later issues)
+#   make test-gpu / bench-gpu   GPU kernels vs the CPU reference / GPU benchmark beside PyTorch
+#   make test-gpu-emu   the same GPU checks with the CUDA code emulated on the CPU (kernels/README.md)
 
 BUILD   ?= build
 BIN     ?= bin

@@ -10,11 +10,12 @@
 #   TORCH_BASELINE  path of torch_baseline.py (default: ../shared/bench/, then
 #                   shared/bench/ and bench/gpu/ in this checkout: on a device
 #                   machine only the checkout travels, so copy it in there)
-#   BENCH_VENV      venv for the baseline (default build/venv-bench: ignored
-#                   by git, removed by make clean), made with
-#                   --system-site-packages so an installed torch is reused;
-#                   torch is pip-installed into it only if none is importable
-#                   and ringleader's run found a GPU
+#   BENCH_PYTHON    interpreter for the baseline (default python3), used as
+#                   it is when it imports torch
+#   BENCH_VENV      otherwise a venv made for it (default build/venv-bench:
+#                   ignored by git, removed by make clean), with
+#                   --system-site-packages; torch is pip-installed into it
+#                   only if still not importable and ringleader found a GPU
 #   STEPS, WARMUP   timed and warm-up steps (default 30 and 10, the baseline's)
 #   BATCH_B         sequences per step for config b (default 8: 16384 tokens;
 #                   the baseline's own default of 64 would need ~4x the memory)
@@ -42,7 +43,11 @@ for cand in "${TORCH_BASELINE:-}" ../shared/bench/torch_baseline.py shared/bench
 done
 
 # The baseline's Python, set up on first use (after ringleader's run has
-# found a GPU: no venv, no download on a machine without one).
+# found a GPU: no venv, no download on a machine without one). An
+# interpreter that already imports torch is used as it is (BENCH_PYTHON,
+# else python3: on the lent GPU machines python3 is itself the venv that
+# holds PyTorch, and a venv made from it would not see its packages);
+# otherwise a venv is made and torch installed into it.
 py=""
 py_state=unset
 setup_torch() {
@@ -53,20 +58,23 @@ setup_torch() {
         echo "bench-gpu: torch_baseline.py not found (set TORCH_BASELINE); PyTorch runs skipped" >&2
         return 0
     fi
-    venv=${BENCH_VENV:-build/venv-bench}
-    if [ ! -x "$venv/bin/python" ]; then
-        python3 -m venv --system-site-packages "$venv" >&2 || echo "bench-gpu: no venv; using python3" >&2
-    fi
-    p=$venv/bin/python
-    [ -x "$p" ] || p=python3
+    p=${BENCH_PYTHON:-python3}
     if ! "$p" -c 'import torch' 2>/dev/null; then
-        echo "bench-gpu: installing torch into $venv" >&2
-        "$p" -m pip install -q torch >&2 || return 0
+        venv=${BENCH_VENV:-build/venv-bench}
+        if [ ! -x "$venv/bin/python" ]; then
+            python3 -m venv --system-site-packages "$venv" >&2 || { echo "bench-gpu: cannot make a venv" >&2; return 0; }
+        fi
+        p=$venv/bin/python
+        if ! "$p" -c 'import torch' 2>/dev/null; then
+            echo "bench-gpu: installing torch into $venv" >&2
+            "$p" -m pip install -q torch >&2 || return 0
+        fi
     fi
     if ! "$p" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-        echo "bench-gpu: PyTorch cannot see a GPU; PyTorch runs skipped" >&2
+        echo "bench-gpu: PyTorch ($p) cannot see a GPU; PyTorch runs skipped" >&2
         return 0
     fi
+    echo "bench-gpu: PyTorch from $("$p" -c 'import sys, torch; print(sys.executable, torch.__version__)')" >&2
     py=$p
     py_state=ready
 }
