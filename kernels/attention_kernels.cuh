@@ -68,11 +68,10 @@
 #ifndef RL_KERNEL_EMU
 static __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                                 uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -93,7 +92,9 @@ static __device__ __forceinline__ void cp_async16(bf16 *dst, const bf16 *src, bo
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
                  "r"(valid ? 16 : 0));
 }
-static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+static __device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
 // all but the N most recently committed groups have landed (this thread's)
 template <int N> static __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -208,13 +209,15 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         __syncthreads(); // every thread's part of this tile has landed
         if (kb == 0) {
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(qf[kk], a_frag_addr(Qs, STR, warp * 16, kk * 16, lane));
+            for (int kk = 0; kk < HD / 16; kk++)
+                ldsm_x4(qf[kk], a_frag_addr(Qs, STR, warp * 16, kk * 16, lane));
         }
         const bf16 *Kb = Ks + buf * TILE, *Vb = Vs + buf * TILE;
 
         float sc[ATT_BC / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < ATT_BC / 8; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+        for (int nt = 0; nt < ATT_BC / 8; nt++)
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
@@ -306,8 +309,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 }
 
 // ---- backward: D_i = dO_i . O_i -------------------------------------------------------------
-static __global__ void attn_dsum_kernel(float *dsum, const bf16 *dout, const bf16 *out, int N, int T,
-                                 int H, int hd) {
+static __global__ void attn_dsum_kernel(float *dsum, const bf16 *dout, const bf16 *out, int N,
+                                        int T, int H, int hd) {
     int idx = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (idx >= N * H) return;
     int n = idx / H, h = idx % H;
@@ -333,12 +336,12 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                          float scale, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Ks = reinterpret_cast<bf16 *>(smem);                // [64][STR]
-    bf16 *Vs = Ks + TILE;                                     // [64][STR]
-    bf16 *Qs = Vs + TILE;                                     // 2 x [64][STR]
-    bf16 *Os = Qs + 2 * TILE;                                 // dO, 2 x [64][STR]
-    float *lse_s = reinterpret_cast<float *>(Os + 2 * TILE);  // 2 x [64]
-    float *d_s = lse_s + 2 * ATT_BR;                          // 2 x [64]
+    bf16 *Ks = reinterpret_cast<bf16 *>(smem);               // [64][STR]
+    bf16 *Vs = Ks + TILE;                                    // [64][STR]
+    bf16 *Qs = Vs + TILE;                                    // 2 x [64][STR]
+    bf16 *Os = Qs + 2 * TILE;                                // dO, 2 x [64][STR]
+    float *lse_s = reinterpret_cast<float *>(Os + 2 * TILE); // 2 x [64]
+    float *d_s = lse_s + 2 * ATT_BR;                         // 2 x [64]
 
     const int kb = blockIdx.y; // key block 0 has the most query blocks: it starts first
     const int bg = blockIdx.x, b = bg / KV, g = bg % KV, rep = H / KV;
@@ -420,7 +423,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 st[nt][e] = p;
                 dpt[nt][e] = p * (dpt[nt][e] - db[qi]);
             }
-        // dV += P^T dO ; dK += dS^T Q   (the k dimension is the query)
+            // dV += P^T dO ; dK += dS^T Q   (the k dimension is the query)
 #pragma unroll
         for (int j = 0; j < ATT_BR / 16; j++) {
             uint32_t pa[4], da[4];
@@ -461,7 +464,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
-// ---- backward: dQ -----------------------------------------------------------------------------------
+// ---- backward: dQ -------------------------------------------------------------------------------
 template <int HD>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
@@ -540,7 +543,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 float p = ok ? exp2f(s[nt][e] * scale_log2 - lr[r]) : 0.0f;
                 s[nt][e] = p * (dp[nt][e] - dr[r]); // dS
             }
-        // dQ += dS K   (k dimension: the key; K through .trans)
+            // dQ += dS K   (k dimension: the key; K through .trans)
 #pragma unroll
         for (int j = 0; j < ATT_BC / 16; j++) {
             uint32_t da[4];

@@ -13,13 +13,13 @@ typedef __nv_bfloat16 bf16;
 // Kernel launches go through this macro: the triple-chevron launch on the
 // GPU; in the emulator (tests/gpu/emu/emu.h) a host loop over the grid.
 #ifndef RL_KERNEL_EMU
-#define RL_LAUNCH(kernel, grid, block, smem_bytes, stream, ...) \
+#define RL_LAUNCH(kernel, grid, block, smem_bytes, stream, ...)                                    \
     kernel<<<(grid), (block), (smem_bytes), (stream)>>>(__VA_ARGS__)
 #else
-#define RL_LAUNCH(kernel, grid, block, smem_bytes, stream, ...)                       \
-    do {                                                                              \
-        (void)(stream);                                                               \
-        rl_emu_launch(dim3(grid), dim3(block), (smem_bytes), [&] { kernel(__VA_ARGS__); }); \
+#define RL_LAUNCH(kernel, grid, block, smem_bytes, stream, ...)                                    \
+    do {                                                                                           \
+        (void)(stream);                                                                            \
+        rl_emu_launch(dim3(grid), dim3(block), (smem_bytes), [&] { kernel(__VA_ARGS__); });        \
     } while (0)
 #endif
 
@@ -52,9 +52,7 @@ static __device__ __forceinline__ double warp_sum_d(double v) {
 // moves fp32 as one 16-byte float4 and bf16 as one 8-byte access; V = 8
 // moves bf16 as one 16-byte access. Callers check alignment before they
 // pick V > 1 (see the launchers).
-template <int V> struct fvec {
-    float v[V];
-};
+template <int V> struct fvec { float v[V]; };
 template <int V> static __device__ __forceinline__ fvec<V> ld_f32(const float *p) {
     fvec<V> r;
     if constexpr (V == 4) {
@@ -99,7 +97,8 @@ template <int V> static __device__ __forceinline__ fvec<V> ld_bf16(const bf16 *p
         uint4 t = *reinterpret_cast<const uint4 *>(p);
         uint32_t w[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
-        for (int k = 0; k < 4; k++) r.v[2 * k] = bf16_bits_lo(w[k]), r.v[2 * k + 1] = bf16_bits_hi(w[k]);
+        for (int k = 0; k < 4; k++)
+            r.v[2 * k] = bf16_bits_lo(w[k]), r.v[2 * k + 1] = bf16_bits_hi(w[k]);
     } else if constexpr (V == 4) {
         uint2 t = *reinterpret_cast<const uint2 *>(p);
         r.v[0] = bf16_bits_lo(t.x), r.v[1] = bf16_bits_hi(t.x);
@@ -112,10 +111,12 @@ template <int V> static __device__ __forceinline__ fvec<V> ld_bf16(const bf16 *p
 }
 template <int V> static __device__ __forceinline__ void st_bf16(bf16 *p, const fvec<V> &a) {
     if constexpr (V == 8) {
-        *reinterpret_cast<uint4 *>(p) = make_uint4(bf16_pack(a.v[0], a.v[1]), bf16_pack(a.v[2], a.v[3]),
-                                                   bf16_pack(a.v[4], a.v[5]), bf16_pack(a.v[6], a.v[7]));
+        *reinterpret_cast<uint4 *>(p) =
+            make_uint4(bf16_pack(a.v[0], a.v[1]), bf16_pack(a.v[2], a.v[3]),
+                       bf16_pack(a.v[4], a.v[5]), bf16_pack(a.v[6], a.v[7]));
     } else if constexpr (V == 4) {
-        *reinterpret_cast<uint2 *>(p) = make_uint2(bf16_pack(a.v[0], a.v[1]), bf16_pack(a.v[2], a.v[3]));
+        *reinterpret_cast<uint2 *>(p) =
+            make_uint2(bf16_pack(a.v[0], a.v[1]), bf16_pack(a.v[2], a.v[3]));
     } else {
 #pragma unroll
         for (int k = 0; k < V; k++) p[k] = __float2bfloat16_rn(a.v[k]);
@@ -132,5 +133,5 @@ typedef struct rl_k_adamw_args {
     float step, sbc2, eps; // lr / bc1, sqrt(bc2)
     float decay;           // 1 - lr * wd (matrices)
     float grad_scale;
-    float clip_max;        // > 0: multiply by min(1, clip_max / (*norm + 1e-6))
+    float clip_max; // > 0: multiply by min(1, clip_max / (*norm + 1e-6))
 } rl_k_adamw_args;

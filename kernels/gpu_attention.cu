@@ -5,10 +5,12 @@
 #include "kernels/attention_kernels.cuh"
 #include "kernels/gpu_internal.cuh"
 
-// ---- host side ----------------------------------------------------------------------------------------
+// ---- host side ----------------------------------------------------------------------------------
 // Shared memory: tiles of [64][HD + 8] bf16 -- forward Q + 2 K + 2 V; dK/dV
 // K + V + 2 Q + 2 dO (+ lse and D of two query blocks); dQ Q + dO + 2 K + 2 V.
-template <int HD> static constexpr size_t tile_bytes() { return (size_t)ATT_BR * (HD + 8) * sizeof(bf16); }
+template <int HD> static constexpr size_t tile_bytes() {
+    return (size_t)ATT_BR * (HD + 8) * sizeof(bf16);
+}
 template <int HD> static constexpr size_t fwd_smem() { return 5 * tile_bytes<HD>(); }
 template <int HD> static constexpr size_t dkdv_smem() {
     return 6 * tile_bytes<HD>() + 4 * ATT_BR * sizeof(float);
@@ -17,11 +19,14 @@ template <int HD> static constexpr size_t dq_smem() { return 6 * tile_bytes<HD>(
 
 template <int HD> static int attn_set_smem(rl_err *e) {
     CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&attn_fwd_kernel<HD>),
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_smem<HD>()));
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)fwd_smem<HD>()));
     CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&attn_bwd_dkdv_kernel<HD>),
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dkdv_smem<HD>()));
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)dkdv_smem<HD>()));
     CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&attn_bwd_dq_kernel<HD>),
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dq_smem<HD>()));
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)dq_smem<HD>()));
     return RL_OK;
 }
 
@@ -71,11 +76,11 @@ static int bwd_launch(bf16 *dqkv, const float *dsum, const bf16 *dout, const bf1
                       const float *lse, int B, int T, int H, int KV, int hd, float sl2, float scale,
                       int vec, cudaStream_t s, rl_err *e) {
     int nb = (T + ATT_BR - 1) / ATT_BR;
-    RL_LAUNCH(attn_bwd_dkdv_kernel<HD>, dim3(B * KV, nb), ATT_THREADS, dkdv_smem<HD>(), s,
-        dqkv, dout, qkv, lse, dsum, T, H, KV, hd, sl2, scale, vec);
+    RL_LAUNCH(attn_bwd_dkdv_kernel<HD>, dim3(B * KV, nb), ATT_THREADS, dkdv_smem<HD>(), s, dqkv,
+              dout, qkv, lse, dsum, T, H, KV, hd, sl2, scale, vec);
     LAUNCH_CHECK();
-    RL_LAUNCH(attn_bwd_dq_kernel<HD>, dim3(B * H, nb), ATT_THREADS, dq_smem<HD>(), s,
-        dqkv, dout, qkv, lse, dsum, T, H, KV, hd, sl2, scale, vec);
+    RL_LAUNCH(attn_bwd_dq_kernel<HD>, dim3(B * H, nb), ATT_THREADS, dq_smem<HD>(), s, dqkv, dout,
+              qkv, lse, dsum, T, H, KV, hd, sl2, scale, vec);
     LAUNCH_CHECK();
     return RL_OK;
 }
@@ -85,12 +90,13 @@ int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv, co
                   rl_err *e) {
     RL_TRY(attn_check(B, T, H, KV, hd, e));
     int N = B * T;
-    RL_LAUNCH(attn_dsum_kernel, rl_cdiv((size_t)N * H, 8), 256, 0, s, dsum, dout, out, N, T, H,
-              hd);
+    RL_LAUNCH(attn_dsum_kernel, rl_cdiv((size_t)N * H, 8), 256, 0, s, dsum, dout, out, N, T, H, hd);
     LAUNCH_CHECK();
     float scale = 1.0f / sqrtf((float)hd), sl2 = scale * 1.4426950408889634f;
     int vec = hd % 8 == 0 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv);
-    if (hd <= 32) return bwd_launch<32>(dqkv, dsum, dout, qkv, lse, B, T, H, KV, hd, sl2, scale, vec, s, e);
-    if (hd <= 64) return bwd_launch<64>(dqkv, dsum, dout, qkv, lse, B, T, H, KV, hd, sl2, scale, vec, s, e);
+    if (hd <= 32)
+        return bwd_launch<32>(dqkv, dsum, dout, qkv, lse, B, T, H, KV, hd, sl2, scale, vec, s, e);
+    if (hd <= 64)
+        return bwd_launch<64>(dqkv, dsum, dout, qkv, lse, B, T, H, KV, hd, sl2, scale, vec, s, e);
     return bwd_launch<128>(dqkv, dsum, dout, qkv, lse, B, T, H, KV, hd, sl2, scale, vec, s, e);
 }

@@ -91,8 +91,10 @@ static int same_key(const rl_gemm_plan *p, const rl_gemm_plan *q) {
 
 static int plan_build(rl_gemm *g, rl_gemm_plan *p, rl_err *e) {
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta, sizeof p->ta));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb, sizeof p->tb));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta, sizeof p->ta));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb, sizeof p->tb));
     // Layouts describe the stored matrices (before the op is applied).
     int ar = p->ta == CUBLAS_OP_N ? p->m : p->k, ac = p->ta == CUBLAS_OP_N ? p->k : p->m;
     int br = p->tb == CUBLAS_OP_N ? p->k : p->n, bc = p->tb == CUBLAS_OP_N ? p->n : p->k;
@@ -105,9 +107,10 @@ static int plan_build(rl_gemm *g, rl_gemm_plan *p, rl_err *e) {
     uint64_t ws = g->ws_bytes;
     // Split-K partial sums kept in a bf16 output would round every partial
     // to 8 bits of mantissa: allow only schemes that reduce in fp32 then.
-    uint32_t red = p->ctype == CUDA_R_16BF
-                       ? (uint32_t)(CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
-                       : (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK;
+    uint32_t red =
+        p->ctype == CUDA_R_16BF
+            ? (uint32_t)(CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+            : (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     const struct {
         cublasLtMatmulPreferenceAttributes_t attr;
@@ -137,7 +140,8 @@ static int plan_build(rl_gemm *g, rl_gemm_plan *p, rl_err *e) {
                        "%s out, align %u/%u/%u/%u)",
                        p->m, p->n, p->k, p->ta == CUBLAS_OP_N ? 'N' : 'T',
                        p->tb == CUBLAS_OP_N ? 'N' : 'T', p->lda, p->ldb, p->ldc,
-                       p->ctype == CUDA_R_32F ? "fp32" : "bf16", p->al_a, p->al_b, p->al_c, p->al_d);
+                       p->ctype == CUDA_R_32F ? "fp32" : "bf16", p->al_a, p->al_b, p->al_c,
+                       p->al_d);
     p->algo = res.algo;
     return RL_OK;
 }
@@ -183,8 +187,8 @@ static int gemm_lt(rl_gemm *g, cublasOperation_t ta, cublasOperation_t tb, int m
     return RL_OK;
 }
 
-int rl_gemm_fwd(rl_gemm *g, void *out, int out_f32, const bf16 *in, const bf16 *w,
-                const float *res, int M, int N, int K, cudaStream_t s, rl_err *e) {
+int rl_gemm_fwd(rl_gemm *g, void *out, int out_f32, const bf16 *in, const bf16 *w, const float *res,
+                int M, int N, int K, cudaStream_t s, rl_err *e) {
     if (res && !out_f32) return rl_errf(e, RL_EINTERNAL, "gemm: a residual needs an fp32 output");
     return gemm_lt(g, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w, K, in, K, res, out, N,
                    out_f32 ? CUDA_R_32F : CUDA_R_16BF, res != NULL, s, e);
@@ -196,8 +200,8 @@ int rl_gemm_bwd_data(rl_gemm *g, void *din, int din_f32, const bf16 *dout, const
                    din_f32 ? CUDA_R_32F : CUDA_R_16BF, 0, s, e);
 }
 
-int rl_gemm_bwd_weight(rl_gemm *g, float *dw, const bf16 *dout, const bf16 *in, int M, int N,
-                       int K, cudaStream_t s, rl_err *e) {
+int rl_gemm_bwd_weight(rl_gemm *g, float *dw, const bf16 *dout, const bf16 *in, int M, int N, int K,
+                       cudaStream_t s, rl_err *e) {
     return gemm_lt(g, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, in, K, dout, N, dw, dw, K, CUDA_R_32F, 1,
                    s, e);
 }

@@ -10,7 +10,6 @@
 #include "kernels/device_common.cuh"
 #include "kernels/llama_gpu.h"
 
-
 // ---- errors -------------------------------------------------------------------
 // Every host function that can fail has `rl_err *e` in scope and returns an
 // rl_err code; these macros turn a CUDA or cuBLAS status into one line naming
@@ -18,25 +17,25 @@
 int rl_gpu_cuda_fail(rl_err *e, cudaError_t err, const char *call, const char *file, int line);
 int rl_gpu_cublas_fail(rl_err *e, cublasStatus_t st, const char *call, const char *file, int line);
 
-#define CUDA_CHECK(call)                                                               \
-    do {                                                                               \
-        cudaError_t rl_ce_ = (call);                                                   \
-        if (rl_ce_ != cudaSuccess) return rl_gpu_cuda_fail(e, rl_ce_, #call, __FILE__, __LINE__); \
+#define CUDA_CHECK(call)                                                                           \
+    do {                                                                                           \
+        cudaError_t rl_ce_ = (call);                                                               \
+        if (rl_ce_ != cudaSuccess) return rl_gpu_cuda_fail(e, rl_ce_, #call, __FILE__, __LINE__);  \
     } while (0)
-#define CUBLAS_CHECK(call)                                                             \
-    do {                                                                               \
-        cublasStatus_t rl_cs_ = (call);                                                \
-        if (rl_cs_ != CUBLAS_STATUS_SUCCESS)                                           \
-            return rl_gpu_cublas_fail(e, rl_cs_, #call, __FILE__, __LINE__);           \
+#define CUBLAS_CHECK(call)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t rl_cs_ = (call);                                                            \
+        if (rl_cs_ != CUBLAS_STATUS_SUCCESS)                                                       \
+            return rl_gpu_cublas_fail(e, rl_cs_, #call, __FILE__, __LINE__);                       \
     } while (0)
 // After a kernel launch: a bad configuration is reported at once (the
 // kernel's own faults surface at the next synchronising call).
 #define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 // Propagate an rl_err code from a launcher.
-#define RL_TRY(x)                 \
-    do {                          \
-        int rl_rc_ = (x);         \
-        if (rl_rc_) return rl_rc_; \
+#define RL_TRY(x)                                                                                  \
+    do {                                                                                           \
+        int rl_rc_ = (x);                                                                          \
+        if (rl_rc_) return rl_rc_;                                                                 \
     } while (0)
 
 static inline unsigned rl_cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
@@ -105,14 +104,13 @@ int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, i
                   cudaStream_t s, rl_err *e);
 // dqkv (same layout as qkv) from dout [B*T, H*hd]; dsum: [B*H, T] scratch.
 int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv, const bf16 *out,
-                  const float *lse, int B, int T, int H, int KV, int hd, cudaStream_t s,
-                  rl_err *e);
+                  const float *lse, int B, int T, int H, int KV, int hd, cudaStream_t s, rl_err *e);
 
 // ---- GEMM through cuBLASLt (gpu_gemm.cu) ------------------------------------------------
 struct rl_gemm_plan;
 typedef struct rl_gemm {
     cublasLtHandle_t lt;
-    void *ws;        // workspace, allocated once by the owner
+    void *ws; // workspace, allocated once by the owner
     size_t ws_bytes;
     struct rl_gemm_plan *plans; // descriptors + heuristic algorithm per shape
     int n_plans, cap, evict;
@@ -123,11 +121,11 @@ void rl_gemm_free(rl_gemm *g);
 // Row-major, bf16 operands, fp32 accumulation:
 // out[M,N] = in[M,K] . w[N,K]^T (+ res). out_f32: fp32 out (res fp32 or NULL);
 // else bf16 out (res must be NULL).
-int rl_gemm_fwd(rl_gemm *g, void *out, int out_f32, const bf16 *in, const bf16 *w,
-                const float *res, int M, int N, int K, cudaStream_t s, rl_err *e);
+int rl_gemm_fwd(rl_gemm *g, void *out, int out_f32, const bf16 *in, const bf16 *w, const float *res,
+                int M, int N, int K, cudaStream_t s, rl_err *e);
 // din[M,K] = dout[M,N] . w[N,K]
 int rl_gemm_bwd_data(rl_gemm *g, void *din, int din_f32, const bf16 *dout, const bf16 *w, int M,
                      int N, int K, cudaStream_t s, rl_err *e);
 // dw[N,K] += dout[M,N]^T . in[M,K]   (fp32 gradients)
-int rl_gemm_bwd_weight(rl_gemm *g, float *dw, const bf16 *dout, const bf16 *in, int M, int N,
-                       int K, cudaStream_t s, rl_err *e);
+int rl_gemm_bwd_weight(rl_gemm *g, float *dw, const bf16 *dout, const bf16 *in, int M, int N, int K,
+                       cudaStream_t s, rl_err *e);

@@ -26,7 +26,6 @@ int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D
     return RL_OK;
 }
 
-
 int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const int32_t *seg,
                    const int32_t *pos, int U, int D, cudaStream_t s, rl_err *e) {
     if (U == 0) return RL_OK;
@@ -48,9 +47,7 @@ int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int
     return RL_OK;
 }
 
-
 size_t rl_k_rmsnorm_partial_floats(int N, int D) { return (size_t)rms_blocks(N) * D; }
-
 
 int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const float *dout,
                      const float *x, const float *w, const float *rstd, int N, int D,
@@ -59,11 +56,11 @@ int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const
     size_t smem = (size_t)nw * D * sizeof(float);
     if (D % 4 == 0 && vec_ok(dres, 4, 4) && vec_ok(dres16, 4, 2) && vec_ok(dout, 4, 4) &&
         vec_ok(x, 4, 4) && vec_ok(w, 4, 4))
-        RL_LAUNCH(rmsnorm_bwd_kernel<4>, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w, rstd,
-                  N, D, rms_rows_per_block(N), accumulate);
+        RL_LAUNCH(rmsnorm_bwd_kernel<4>, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w,
+                  rstd, N, D, rms_rows_per_block(N), accumulate);
     else
-        RL_LAUNCH(rmsnorm_bwd_kernel<1>, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w, rstd,
-                  N, D, rms_rows_per_block(N), accumulate);
+        RL_LAUNCH(rmsnorm_bwd_kernel<1>, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w,
+                  rstd, N, D, rms_rows_per_block(N), accumulate);
     LAUNCH_CHECK();
     RL_LAUNCH(rmsnorm_dw_kernel, rl_cdiv(D, 256), 256, 0, s, dw, partial, nblk, D);
     LAUNCH_CHECK();
@@ -95,7 +92,8 @@ int rl_k_swiglu_fwd(bf16 *h, const bf16 *gu, int N, int F, cudaStream_t s, rl_er
 int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cudaStream_t s,
                     rl_err *e) {
     if (F % 8 == 0 && vec_ok(dgu, 8, 2) && vec_ok(dh, 8, 2) && vec_ok(gu, 8, 2))
-        RL_LAUNCH(swiglu_bwd_kernel<8>, grid_for((size_t)N * F / 8, 256), 256, 0, s, dgu, dh, gu, N, F);
+        RL_LAUNCH(swiglu_bwd_kernel<8>, grid_for((size_t)N * F / 8, 256), 256, 0, s, dgu, dh, gu, N,
+                  F);
     else
         RL_LAUNCH(swiglu_bwd_kernel<1>, grid_for((size_t)N * F, 256), 256, 0, s, dgu, dh, gu, N, F);
     LAUNCH_CHECK();
@@ -124,14 +122,13 @@ int rl_k_xent_bwd(bf16 *logits, const float *lse, const int32_t *tgt, int N, int
     return RL_OK;
 }
 
-// ---- reductions --------------------------------------------------------------------------------------
+// ---- reductions ---------------------------------------------------------------------------------
 
 int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e) {
     RL_LAUNCH(mean_kernel, 1, 1024, 0, s, out, x, n);
     LAUNCH_CHECK();
     return RL_OK;
 }
-
 
 int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t s, rl_err *e) {
     if (vec_ok(g, 4, 4))
@@ -144,7 +141,7 @@ int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t
     return RL_OK;
 }
 
-// ---- AdamW ------------------------------------------------------------------------------------------------
+// ---- AdamW --------------------------------------------------------------------------------------
 
 static dim3 region_grid(const rl_param_layout *lay, int L, unsigned per_thread) {
     size_t mx = lay->layers;
@@ -164,16 +161,16 @@ int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float 
               lay->total % 4 == 0 && vec_ok(master, 4, 4) && vec_ok(params, 4, 2) &&
               vec_ok(mom, 4, 4) && vec_ok(vel, 4, 4) && vec_ok(grads, 4, 4);
     if (v4)
-        RL_LAUNCH(adamw_kernel<4>, region_grid(lay, L, 4), 256, 0, s, master, params, mom, vel, grads,
-                  norm, make_layout(lay, L, D), *a);
+        RL_LAUNCH(adamw_kernel<4>, region_grid(lay, L, 4), 256, 0, s, master, params, mom, vel,
+                  grads, norm, make_layout(lay, L, D), *a);
     else
-        RL_LAUNCH(adamw_kernel<1>, region_grid(lay, L, 1), 256, 0, s, master, params, mom, vel, grads,
-                  norm, make_layout(lay, L, D), *a);
+        RL_LAUNCH(adamw_kernel<1>, region_grid(lay, L, 1), 256, 0, s, master, params, mom, vel,
+                  grads, norm, make_layout(lay, L, D), *a);
     LAUNCH_CHECK();
     return RL_OK;
 }
 
-// ---- casts and init ------------------------------------------------------------------------------------------
+// ---- casts and init -----------------------------------------------------------------------------
 int rl_k_f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t s, rl_err *e) {
     if (!n) return RL_OK;
     RL_LAUNCH(f32_to_bf16_kernel, grid_for(n, 256), 256, 0, s, dst, src, n);
@@ -188,7 +185,6 @@ int rl_k_bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t s, rl_e
     return RL_OK;
 }
 
-
 int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, uint64_t seed,
                      float std, cudaStream_t s, rl_err *e) {
     RL_LAUNCH(init_random_kernel, region_grid(lay, L, 1), 256, 0, s, master, make_layout(lay, L, D),
@@ -197,7 +193,7 @@ int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, ui
     return RL_OK;
 }
 
-// ---- one-time setup ---------------------------------------------------------------------------------------------
+// ---- one-time setup -----------------------------------------------------------------------------
 int rl_gpu_attn_init(rl_err *e); // gpu_attention.cu
 
 int rl_gpu_kernels_init(rl_err *e) {

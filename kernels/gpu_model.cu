@@ -94,7 +94,8 @@ static cudaEvent_t *prof_next(rl_gpu_model *m, int cat) {
         if (!p) return m->prof_on = 0, (cudaEvent_t *)NULL;
         for (int i = m->prof_cap; i < cap; i++) {
             p[i].ev[0] = p[i].ev[1] = NULL;
-            if (cudaEventCreate(&p[i].ev[0]) != cudaSuccess || cudaEventCreate(&p[i].ev[1]) != cudaSuccess) {
+            if (cudaEventCreate(&p[i].ev[0]) != cudaSuccess ||
+                cudaEventCreate(&p[i].ev[1]) != cudaSuccess) {
                 cudaGetLastError();
                 m->prof = p, m->prof_cap = i, m->prof_on = 0;
                 return NULL;
@@ -108,15 +109,15 @@ static cudaEvent_t *prof_next(rl_gpu_model *m, int cat) {
 }
 
 // A launcher call, timed by category when profiling is on.
-#define PROF(cat, call)                                                   \
-    do {                                                                  \
-        cudaEvent_t *pe_ = m->prof_on ? prof_next(m, (cat)) : NULL;       \
-        if (pe_) CUDA_CHECK(cudaEventRecord(pe_[0], m->s));               \
-        RL_TRY(call);                                                     \
-        if (pe_) CUDA_CHECK(cudaEventRecord(pe_[1], m->s));               \
+#define PROF(cat, call)                                                                            \
+    do {                                                                                           \
+        cudaEvent_t *pe_ = m->prof_on ? prof_next(m, (cat)) : NULL;                                \
+        if (pe_) CUDA_CHECK(cudaEventRecord(pe_[0], m->s));                                        \
+        RL_TRY(call);                                                                              \
+        if (pe_) CUDA_CHECK(cudaEventRecord(pe_[1], m->s));                                        \
     } while (0)
 
-// ---- buffer carving ---------------------------------------------------------------------------------
+// ---- buffer carving -----------------------------------------------------------------------------
 // 256-byte alignment for every sub-buffer: the 16-byte vector paths and
 // cuBLASLt's fastest kernels want at least that, and it costs nothing.
 static size_t carve(size_t *off, size_t bytes) {
@@ -131,11 +132,16 @@ static int io_ints(const rl_gpu_model *m) { return 5 * m->B * m->T + 1; }
 // pass assigns pointers.
 static size_t layout_acts(rl_gpu_model *m, unsigned char *base) {
     size_t N = (size_t)m->B * m->T, L = m->L, D = m->D, F = m->F, V = m->V;
-    m->s_btd = N * D, m->s_bt = N, m->s_qkv = N * m->C3, m->s_att = N * m->qd, m->s_bh = N * m->H, m->s_gu = N * 2 * F;
+    m->s_btd = N * D, m->s_bt = N, m->s_qkv = N * m->C3, m->s_att = N * m->qd, m->s_bh = N * m->H,
+    m->s_gu = N * 2 * F;
     m->s_hm = m->options.recompute_swiglu ? 0 : N * F;
     size_t nhm = m->options.recompute_swiglu ? 1 : L;
     size_t off = 0;
-#define A(ptr, type, n) do { size_t o_ = carve(&off, (n) * sizeof(type)); if (base) m->ptr = (type *)(base + o_); } while (0)
+#define A(ptr, type, n)                                                                            \
+    do {                                                                                           \
+        size_t o_ = carve(&off, (n) * sizeof(type));                                               \
+        if (base) m->ptr = (type *)(base + o_);                                                    \
+    } while (0)
     A(res, float, (L + 1) * N * D);
     A(res_mid, float, L * N * D);
     A(ln1, bf16, L * N * D);
@@ -177,7 +183,7 @@ static size_t layout_scratch(rl_gpu_model *m, unsigned char *base) {
     return off;
 }
 
-// ---- create / free -------------------------------------------------------------------------------------
+// ---- create / free ------------------------------------------------------------------------------
 void rl_gpu_model_free(rl_gpu_model *m) {
     if (!m) return;
     // nothing may still run on the buffers we free
@@ -264,7 +270,8 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     float *rope = (float *)malloc(nrope * sizeof(float));
     if (!rope) return rl_errf(e, RL_ENOMEM, "gpu model: RoPE table");
     rl_cpu_rope_table_f32(c, rope);
-    cudaError_t ce = cudaMemcpyAsync(m->rope, rope, nrope * sizeof(float), cudaMemcpyHostToDevice, m->s);
+    cudaError_t ce =
+        cudaMemcpyAsync(m->rope, rope, nrope * sizeof(float), cudaMemcpyHostToDevice, m->s);
     if (ce == cudaSuccess) ce = cudaStreamSynchronize(m->s); // rope is pageable: wait before free
     free(rope);
     CUDA_CHECK(ce);
@@ -293,7 +300,7 @@ size_t rl_gpu_model_device_bytes(const rl_gpu_model *m) { return m->bytes; }
 float *rl_gpu_model_grads(rl_gpu_model *m) { return m->grads; }
 float *rl_gpu_model_master(rl_gpu_model *m) { return m->master; }
 
-// ---- host <-> device ----------------------------------------------------------------------------------------
+// ---- host <-> device ----------------------------------------------------------------------------
 static int copy_sync(rl_gpu_model *m, void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
                      rl_err *e) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, m->s));
@@ -361,7 +368,7 @@ int rl_gpu_model_download_logits(rl_gpu_model *m, float *host, rl_err *e) {
     return download_bf16(m, host, m->logits, (size_t)m->cur_B * m->cur_T * m->V, e);
 }
 
-// ---- the batch ---------------------------------------------------------------------------------------------------
+// ---- the batch ----------------------------------------------------------------------------------
 // A counting sort by token id (stable: positions stay ascending within a
 // token). cnt: V + 1 ints of scratch. Returns the number of distinct ids.
 int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t *uniq, int32_t *seg,
@@ -402,7 +409,7 @@ static int upload_batch(rl_gpu_model *m, const int32_t *tokens, const int32_t *t
     return RL_OK;
 }
 
-// ---- forward ----------------------------------------------------------------------------------------------------
+// ---- forward ------------------------------------------------------------------------------------
 int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int B,
                          int T, float *loss, rl_err *e) {
     if (B < 1 || T < 1 || (long long)B * T > (long long)m->B * m->T || T > m->T)
@@ -432,7 +439,7 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
         PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd(ln1, rstd1, x, w32 + o->ln1, N, D, eps, s, e));
         PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, qkv, 0, ln1, w + o->wq, NULL, N, m->C3, D, s, e));
         PROF(RL_GPU_PROF_ELEMWISE, rl_k_rope(qkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
-                         m->cfg.max_position_embeddings, 0, s, e));
+                                             m->cfg.max_position_embeddings, 0, s, e));
         PROF(RL_GPU_PROF_ATTN_FWD, rl_k_attn_fwd(atty, lse, qkv, B, T, m->H, m->KV, m->hd, s, e));
         PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
         PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd(ln2, rstd2, xmid, w32 + o->ln2, N, D, eps, s, e));
@@ -441,15 +448,19 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
         PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, xnext, 1, hm, w + o->wdown, xmid, N, D, F, s, e));
     }
     float *xL = m->res + (size_t)m->L * m->s_btd;
-    PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->master + m->lay.final_norm, N, D, eps, s, e));
-    PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, m->logits, 0, m->lnf, m->params + m->lay.lm_head, NULL, N, V, D, s, e));
+    PROF(RL_GPU_PROF_NORM,
+         rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->master + m->lay.final_norm, N, D, eps, s, e));
+    PROF(RL_GPU_PROF_GEMM,
+         rl_gemm_fwd(g, m->logits, 0, m->lnf, m->params + m->lay.lm_head, NULL, N, V, D, s, e));
     if (!targets) {
         if (loss) *loss = 0.0f;
         return RL_OK;
     }
-    PROF(RL_GPU_PROF_CLASSIFIER, rl_k_xent_fwd(m->losses, m->lse_cls, m->logits, d_tgt, N, V, s, e));
+    PROF(RL_GPU_PROF_CLASSIFIER,
+         rl_k_xent_fwd(m->losses, m->lse_cls, m->logits, d_tgt, N, V, s, e));
     PROF(RL_GPU_PROF_CLASSIFIER, rl_k_mean(m->scalars, m->losses, N, s, e));
-    CUDA_CHECK(cudaMemcpyAsync(m->pinned_scalars, m->scalars, sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(
+        cudaMemcpyAsync(m->pinned_scalars, m->scalars, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaEventRecord(m->loss_ready, s));
     m->loss_valid = 1;
     if (loss) return rl_gpu_model_loss(m, loss, e);
@@ -463,7 +474,7 @@ int rl_gpu_model_loss(rl_gpu_model *m, float *loss, rl_err *e) {
     return RL_OK;
 }
 
-// ---- backward ---------------------------------------------------------------------------------------------------
+// ---- backward -----------------------------------------------------------------------------------
 int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx,
                           rl_err *e) {
     if (!m->cur_B || !m->has_targets)
@@ -478,13 +489,17 @@ int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn ho
                   *d_pos = m->io + 4 * cap + 1;
 
     // classifier: the mean over N tokens, times the caller's scale
-    PROF(RL_GPU_PROF_CLASSIFIER, rl_k_xent_bwd(m->logits, m->lse_cls, d_tgt, N, V, loss_scale / (float)N, s, e));
-    PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_data(g, m->dln, 1, m->logits, m->params + p->lm_head, N, V, D, s, e));
-    PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, m->grads + p->lm_head, m->logits, m->lnf, N, V, D, s, e));
+    PROF(RL_GPU_PROF_CLASSIFIER,
+         rl_k_xent_bwd(m->logits, m->lse_cls, d_tgt, N, V, loss_scale / (float)N, s, e));
+    PROF(RL_GPU_PROF_GEMM,
+         rl_gemm_bwd_data(g, m->dln, 1, m->logits, m->params + p->lm_head, N, V, D, s, e));
+    PROF(RL_GPU_PROF_GEMM,
+         rl_gemm_bwd_weight(g, m->grads + p->lm_head, m->logits, m->lnf, N, V, D, s, e));
     if (hook) hook(hook_ctx, p->lm_head);
-    PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, m->grads + p->final_norm, m->rms_partial, m->dln,
-                            m->res + (size_t)m->L * m->s_btd, m->master + p->final_norm, m->rstdf,
-                            N, D, 0, s, e));
+    PROF(RL_GPU_PROF_NORM,
+         rl_k_rmsnorm_bwd(m->dres, m->dres16, m->grads + p->final_norm, m->rms_partial, m->dln,
+                          m->res + (size_t)m->L * m->s_btd, m->master + p->final_norm, m->rstdf, N,
+                          D, 0, s, e));
     if (hook) hook(hook_ctx, p->final_norm);
 
     for (int l = m->L - 1; l >= 0; l--) {
@@ -500,28 +515,36 @@ int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn ho
         float *lse = m->att_lse + l * m->s_bh;
 
         // mlp; dres holds d x_{l+1} (fp32) and dres16 its bf16 copy
-        if (m->options.recompute_swiglu) PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd(hm, gu, N, F, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_data(g, m->dh, 0, m->dres16, w + o->wdown, N, D, F, s, e));
+        if (m->options.recompute_swiglu)
+            PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd(hm, gu, N, F, s, e));
+        PROF(RL_GPU_PROF_GEMM,
+             rl_gemm_bwd_data(g, m->dh, 0, m->dres16, w + o->wdown, N, D, F, s, e));
         PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, gw + o->wdown, m->dres16, hm, N, D, F, s, e));
         PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_bwd(m->dgu, m->dh, gu, N, F, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_data(g, m->dln, 1, m->dgu, w + o->wgate, N, 2 * F, D, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, s, e));
-        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln2, m->rms_partial, m->dln, xmid,
-                                w32 + o->ln2, rstd2, N, D, 1, s, e));
+        PROF(RL_GPU_PROF_GEMM,
+             rl_gemm_bwd_data(g, m->dln, 1, m->dgu, w + o->wgate, N, 2 * F, D, s, e));
+        PROF(RL_GPU_PROF_GEMM,
+             rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, s, e));
+        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln2, m->rms_partial,
+                                                m->dln, xmid, w32 + o->ln2, rstd2, N, D, 1, s, e));
         // attention; dres is now d xmid
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_data(g, m->datty, 0, m->dres16, w + o->wo, N, D, m->qd, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, s, e));
-        PROF(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, B, T, m->H, m->KV, m->hd,
-                             s, e));
+        PROF(RL_GPU_PROF_GEMM,
+             rl_gemm_bwd_data(g, m->datty, 0, m->dres16, w + o->wo, N, D, m->qd, s, e));
+        PROF(RL_GPU_PROF_GEMM,
+             rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, s, e));
+        PROF(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, B, T,
+                                                 m->H, m->KV, m->hd, s, e));
         PROF(RL_GPU_PROF_ELEMWISE, rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
-                         m->cfg.max_position_embeddings, 1, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_data(g, m->dln, 1, m->dqkv, w + o->wq, N, m->C3, D, s, e));
+                                             m->cfg.max_position_embeddings, 1, s, e));
+        PROF(RL_GPU_PROF_GEMM,
+             rl_gemm_bwd_data(g, m->dln, 1, m->dqkv, w + o->wq, N, m->C3, D, s, e));
         PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, gw + o->wq, m->dqkv, ln1, N, m->C3, D, s, e));
-        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln1, m->rms_partial, m->dln, x,
-                                w32 + o->ln1, rstd1, N, D, 1, s, e));
+        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln1, m->rms_partial,
+                                                m->dln, x, w32 + o->ln1, rstd1, N, D, 1, s, e));
         if (hook) hook(hook_ctx, wl);
     }
-    PROF(RL_GPU_PROF_ELEMWISE, rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, m->n_uniq, D, s, e));
+    PROF(RL_GPU_PROF_ELEMWISE,
+         rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, m->n_uniq, D, s, e));
     if (hook) hook(hook_ctx, p->embed);
     return RL_OK;
 }
@@ -531,9 +554,10 @@ int rl_gpu_model_zero_grad(rl_gpu_model *m, rl_err *e) {
     return RL_OK;
 }
 
-// ---- optimizer -----------------------------------------------------------------------------------------------------
+// ---- optimizer ----------------------------------------------------------------------------------
 int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e) {
-    PROF(RL_GPU_PROF_OPTIMIZER, rl_k_norm(m->scalars + 1, m->norm_partial, m->grads, m->lay.total, m->s, e));
+    PROF(RL_GPU_PROF_OPTIMIZER,
+         rl_k_norm(m->scalars + 1, m->norm_partial, m->grads, m->lay.total, m->s, e));
     if (!norm) return RL_OK;
     CUDA_CHECK(cudaMemcpyAsync(m->pinned_scalars + 1, m->scalars + 1, sizeof(float),
                                cudaMemcpyDeviceToHost, m->s));
@@ -556,15 +580,16 @@ int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e) {
     k.decay = (float)(1.0 - a->lr * a->weight_decay);
     k.grad_scale = (float)a->grad_scale;
     k.clip_max = (float)a->clip_max_norm;
-    PROF(RL_GPU_PROF_OPTIMIZER, rl_k_adamw(m->master, m->params, m->opt, m->opt + m->lay.total,
-                                           m->grads, m->scalars + 1, &m->lay, m->L, m->D, &k, m->s, e));
+    PROF(RL_GPU_PROF_OPTIMIZER,
+         rl_k_adamw(m->master, m->params, m->opt, m->opt + m->lay.total, m->grads, m->scalars + 1,
+                    &m->lay, m->L, m->D, &k, m->s, e));
     return RL_OK;
 }
 
-// ---- profile -----------------------------------------------------------------------------------------------------------
+// ---- profile ------------------------------------------------------------------------------------
 const char *rl_gpu_prof_name(int cat) {
-    static const char *const names[RL_GPU_PROF_N] = {"gemm",      "attn_fwd",   "attn_bwd", "rmsnorm",
-                                                     "elementwise", "classifier", "optimizer"};
+    static const char *const names[RL_GPU_PROF_N] = {
+        "gemm", "attn_fwd", "attn_bwd", "rmsnorm", "elementwise", "classifier", "optimizer"};
     return cat >= 0 && cat < RL_GPU_PROF_N ? names[cat] : "?";
 }
 

@@ -12,12 +12,12 @@ extern "C" {
 #include "model/cpu.h"
 }
 
-// ---- host bf16 -----------------------------------------------------------------------------------
+// ---- host bf16 ----------------------------------------------------------------------------------
 static uint16_t f2bf_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);                                             // nearest even
+    u += 0x7fffu + ((u >> 16) & 1u);                                           // nearest even
     return (uint16_t)(u >> 16);
 }
 static float bf_bits2f(uint16_t b) {
@@ -28,7 +28,7 @@ static float bf_bits2f(uint16_t b) {
 }
 extern "C" float rl_gpu_bf16_round(float x) { return bf_bits2f(f2bf_bits(x)); }
 
-// ---- a call's resources, freed on every return path -------------------------------------------------
+// ---- a call's resources, freed on every return path ---------------------------------------------
 namespace {
 struct op_ctx {
     cudaStream_t s = nullptr;
@@ -106,7 +106,7 @@ static int down_bf16(op_ctx &c, float *h, const bf16 *d, size_t n, rl_err *e) {
     return RL_OK;
 }
 
-// ---- the ops ------------------------------------------------------------------------------------------------
+// ---- the ops ------------------------------------------------------------------------------------
 extern "C" int rl_gpu_op_embed_fwd(float *out, const float *emb, const int32_t *tok, int N, int V,
                                    int D, rl_err *e) {
     op_ctx c;
@@ -165,8 +165,8 @@ extern "C" int rl_gpu_op_rmsnorm_fwd(float *out, float *rstd, const float *x, co
 }
 
 extern "C" int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const float *dout,
-                                     const float *x, const float *w, const float *rstd, int N, int D,
-                                     int accumulate, rl_err *e) {
+                                     const float *x, const float *w, const float *rstd, int N,
+                                     int D, int accumulate, rl_err *e) {
     op_ctx c;
     float *d_dx, *d_dw, *d_dout, *d_x, *d_w, *d_rstd, *d_part;
     bf16 *d_dx16;
@@ -180,8 +180,10 @@ extern "C" int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const fl
     RL_TRY(op_alloc(c, &d_w, (size_t)D, e));
     RL_TRY(op_alloc(c, &d_rstd, (size_t)N, e));
     RL_TRY(op_alloc(c, &d_part, rl_k_rmsnorm_partial_floats(N, D), e));
-    if (accumulate) RL_TRY(up_f32(c, d_dx, dx, nd, e));
-    else RL_TRY(poison(c, d_dx, nd, e));
+    if (accumulate)
+        RL_TRY(up_f32(c, d_dx, dx, nd, e));
+    else
+        RL_TRY(poison(c, d_dx, nd, e));
     RL_TRY(poison(c, d_dx16, nd, e));
     RL_TRY(poison(c, d_part, rl_k_rmsnorm_partial_floats(N, D), e));
     RL_TRY(up_f32(c, d_dw, dw, (size_t)D, e));
@@ -349,29 +351,41 @@ extern "C" int rl_gpu_op_gemm(int kind, float *out, int out_f32, const float *a,
     RL_TRY(rl_gemm_init(&c.gemm, ws, RL_GEMM_WORKSPACE, e));
     rl_gemm &g = c.gemm;
     size_t na, nb, no;
-    if (kind == RL_GPU_GEMM_FWD) na = (size_t)M * K, nb = (size_t)N * K, no = (size_t)M * N;
-    else if (kind == RL_GPU_GEMM_BWD_DATA) na = (size_t)M * N, nb = (size_t)N * K, no = (size_t)M * K;
-    else if (kind == RL_GPU_GEMM_BWD_W) na = (size_t)M * N, nb = (size_t)M * K, no = (size_t)N * K, out_f32 = 1;
-    else return rl_errf(e, RL_EINTERNAL, "gpu op: gemm kind %d", kind);
+    if (kind == RL_GPU_GEMM_FWD)
+        na = (size_t)M * K, nb = (size_t)N * K, no = (size_t)M * N;
+    else if (kind == RL_GPU_GEMM_BWD_DATA)
+        na = (size_t)M * N, nb = (size_t)N * K, no = (size_t)M * K;
+    else if (kind == RL_GPU_GEMM_BWD_W)
+        na = (size_t)M * N, nb = (size_t)M * K, no = (size_t)N * K, out_f32 = 1;
+    else
+        return rl_errf(e, RL_EINTERNAL, "gpu op: gemm kind %d", kind);
     RL_TRY(op_alloc(c, &d_a, na, e));
     RL_TRY(op_alloc(c, &d_b, nb, e));
     RL_TRY(up_bf16(c, d_a, a, na, e));
     RL_TRY(up_bf16(c, d_b, b, nb, e));
     float *d_o32 = nullptr;
     bf16 *d_o16 = nullptr;
-    if (out_f32) RL_TRY(op_alloc(c, &d_o32, no, e));
-    else RL_TRY(op_alloc(c, &d_o16, no, e));
-    if (kind == RL_GPU_GEMM_BWD_W) RL_TRY(up_f32(c, d_o32, out, no, e));
-    else if (out_f32) RL_TRY(poison(c, d_o32, no, e));
-    else RL_TRY(poison(c, d_o16, no, e));
+    if (out_f32)
+        RL_TRY(op_alloc(c, &d_o32, no, e));
+    else
+        RL_TRY(op_alloc(c, &d_o16, no, e));
+    if (kind == RL_GPU_GEMM_BWD_W)
+        RL_TRY(up_f32(c, d_o32, out, no, e));
+    else if (out_f32)
+        RL_TRY(poison(c, d_o32, no, e));
+    else
+        RL_TRY(poison(c, d_o16, no, e));
     if (res && kind == RL_GPU_GEMM_FWD && out_f32) {
         RL_TRY(op_alloc(c, &d_res, no, e));
         RL_TRY(up_f32(c, d_res, res, no, e));
     }
     void *d_out = out_f32 ? (void *)d_o32 : (void *)d_o16;
-    if (kind == RL_GPU_GEMM_FWD) RL_TRY(rl_gemm_fwd(&g, d_out, out_f32, d_a, d_b, d_res, M, N, K, c.s, e));
-    else if (kind == RL_GPU_GEMM_BWD_DATA) RL_TRY(rl_gemm_bwd_data(&g, d_out, out_f32, d_a, d_b, M, N, K, c.s, e));
-    else RL_TRY(rl_gemm_bwd_weight(&g, d_o32, d_a, d_b, M, N, K, c.s, e));
+    if (kind == RL_GPU_GEMM_FWD)
+        RL_TRY(rl_gemm_fwd(&g, d_out, out_f32, d_a, d_b, d_res, M, N, K, c.s, e));
+    else if (kind == RL_GPU_GEMM_BWD_DATA)
+        RL_TRY(rl_gemm_bwd_data(&g, d_out, out_f32, d_a, d_b, M, N, K, c.s, e));
+    else
+        RL_TRY(rl_gemm_bwd_weight(&g, d_o32, d_a, d_b, M, N, K, c.s, e));
     return out_f32 ? down_f32(c, out, d_o32, no, e) : down_bf16(c, out, d_o16, no, e);
 }
 

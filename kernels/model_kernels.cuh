@@ -26,14 +26,15 @@ template <int V>
 static __global__ void embed_fwd_kernel(float *x0, const float *emb, const int32_t *tok, int D) {
     const float *src = emb + (size_t)tok[blockIdx.x] * D;
     float *dst = x0 + (size_t)blockIdx.x * D;
-    for (int j = threadIdx.x * V; j < D; j += blockDim.x * V) st_f32<V>(dst + j, ld_f32<V>(src + j));
+    for (int j = threadIdx.x * V; j < D; j += blockDim.x * V)
+        st_f32<V>(dst + j, ld_f32<V>(src + j));
 }
 
 // One block row per distinct token, threads across channels: the rows of
 // one token are summed in ascending position order (the CPU model's order),
 // then added once.
 static __global__ void embed_bwd_kernel(float *demb, const float *dres, const int32_t *uniq,
-                                 const int32_t *seg, const int32_t *pos, int D) {
+                                        const int32_t *seg, const int32_t *pos, int D) {
     int u = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= D) return;
     float acc = 0.0f;
@@ -48,8 +49,8 @@ static __global__ void embed_bwd_kernel(float *demb, const float *dres, const in
 // and the weight the fp32 master (as PyTorch's autocast runs RMSNorm in
 // fp32); only the output, which feeds a GEMM, is bf16.
 template <int V>
-static __global__ void rmsnorm_fwd_kernel(bf16 *out, float *rstd, const float *x, const float *w, int N,
-                                          int D, float eps) {
+static __global__ void rmsnorm_fwd_kernel(bf16 *out, float *rstd, const float *x, const float *w,
+                                          int N, int D, float eps) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x >> 5) + warp;
     if (row >= N) return;
@@ -95,9 +96,10 @@ static int rms_warps(int D) {
 }
 
 template <int V>
-static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *partial, const float *dout,
-                                          const float *x, const float *w, const float *rstd, int N,
-                                          int D, int rows_per_block, int accumulate) {
+static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *partial,
+                                          const float *dout, const float *x, const float *w,
+                                          const float *rstd, int N, int D, int rows_per_block,
+                                          int accumulate) {
     extern __shared__ __align__(16) unsigned char smem[];
     float *acc = reinterpret_cast<float *>(smem); // [warps][D]
     int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -156,7 +158,7 @@ static __global__ void rmsnorm_dw_kernel(float *dw, const float *partial, int nb
 // model's fp32 table (the same numbers Hugging Face computes). The backward
 // applies the transposed rotation.
 static __global__ void rope_kernel(bf16 *x, const float *cs, const float *sn, int N, int T, int nh,
-                            int hd, int ld, int inverse) {
+                                   int hd, int ld, int inverse) {
     int half = hd / 2;
     size_t total = (size_t)N * nh * half;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
@@ -207,7 +209,8 @@ static __global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dh, const bf16 *
          idx += (size_t)gridDim.x * blockDim.x) {
         size_t n = idx / FV, j = idx % FV * V;
         const bf16 *row = gu + n * 2 * F;
-        fvec<V> g = ld_bf16<V>(row + j), u = ld_bf16<V>(row + F + j), d = ld_bf16<V>(dh + n * F + j);
+        fvec<V> g = ld_bf16<V>(row + j), u = ld_bf16<V>(row + F + j),
+                d = ld_bf16<V>(dh + n * F + j);
         fvec<V> dg, du;
 #pragma unroll
         for (int k = 0; k < V; k++) {
@@ -286,12 +289,13 @@ static __global__ void __launch_bounds__(XENT_THREADS)
     for (int j = threadIdx.x * V; j < nv; j += blockDim.x * V) {
         fvec<V> x = ld_bf16<V>(l + j);
 #pragma unroll
-        for (int k = 0; k < V; k++) x.v[k] = (expf(x.v[k] - L) - (j + k == t ? 1.0f : 0.0f)) * scale;
+        for (int k = 0; k < V; k++)
+            x.v[k] = (expf(x.v[k] - L) - (j + k == t ? 1.0f : 0.0f)) * scale;
         st_bf16<V>(l + j, x);
     }
 }
 
-// ---- reductions --------------------------------------------------------------------------------------
+// ---- reductions ---------------------------------------------------------------------------------
 
 // One block of 1024 threads: each thread a strided slice in double, then a
 // fixed tree. For the loss (N values) this is a few microseconds.
@@ -315,7 +319,8 @@ static __global__ void __launch_bounds__(1024) mean_kernel(float *out, const flo
 // ragged end one by one); a fixed tree per block; then one block adds the
 // block sums in order. The layout of the work depends on n and V alone.
 template <int V>
-static __global__ void __launch_bounds__(256) sumsq_kernel(float *partial, const float *g, size_t n) {
+static __global__ void __launch_bounds__(256)
+    sumsq_kernel(float *partial, const float *g, size_t n) {
     RL_SMEM_STATIC float part[8];
     size_t chunk = ((n + gridDim.x - 1) / gridDim.x + V - 1) / V * V;
     size_t lo = (size_t)blockIdx.x * chunk;
@@ -338,7 +343,8 @@ static __global__ void __launch_bounds__(256) sumsq_kernel(float *partial, const
     }
 }
 
-static __global__ void __launch_bounds__(1024) sqrt_sum_kernel(float *out, const float *partial, int nb) {
+static __global__ void __launch_bounds__(1024)
+    sqrt_sum_kernel(float *out, const float *partial, int nb) {
     RL_SMEM_STATIC double part[32];
     double acc = 0.0;
     for (int i = threadIdx.x; i < nb; i += blockDim.x) acc += partial[i];
@@ -352,7 +358,7 @@ static __global__ void __launch_bounds__(1024) sqrt_sum_kernel(float *out, const
     }
 }
 
-// ---- AdamW ------------------------------------------------------------------------------------------------
+// ---- AdamW --------------------------------------------------------------------------------------
 
 // The parameter buffer in regions: blockIdx.y = 0 the embedding, 1..L the
 // layers, L+1 the final norm and lm_head. Inside a layer the offset is
@@ -371,9 +377,12 @@ static __global__ void adamw_kernel(float *master, bf16 *params, float *mom, flo
                                     rl_k_adamw_args a) {
     int reg = blockIdx.y;
     size_t base, len;
-    if (reg == 0) base = 0, len = lay.layers;
-    else if (reg <= lay.L) base = lay.layers + (size_t)(reg - 1) * lay.layer_size, len = lay.layer_size;
-    else base = lay.final_norm, len = lay.total - lay.final_norm;
+    if (reg == 0)
+        base = 0, len = lay.layers;
+    else if (reg <= lay.L)
+        base = lay.layers + (size_t)(reg - 1) * lay.layer_size, len = lay.layer_size;
+    else
+        base = lay.final_norm, len = lay.total - lay.final_norm;
     float gs = a.grad_scale;
     if (a.clip_max > 0.0f) gs *= fminf(1.0f, a.clip_max / (norm[0] + 1e-6f));
     for (size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V; r < len;
@@ -385,15 +394,19 @@ static __global__ void adamw_kernel(float *master, bf16 *params, float *mom, flo
         for (int k = 0; k < V; k++) {
             size_t rk = r + k;
             bool nodecay;
-            if (reg == 0) nodecay = false;
+            if (reg == 0)
+                nodecay = false;
             else if (reg <= lay.L)
-                nodecay = (rk >= lay.ln1 && rk < lay.ln1 + lay.D) || (rk >= lay.ln2 && rk < lay.ln2 + lay.D);
-            else nodecay = rk < (size_t)lay.D;
+                nodecay = (rk >= lay.ln1 && rk < lay.ln1 + lay.D) ||
+                          (rk >= lay.ln2 && rk < lay.ln2 + lay.D);
+            else
+                nodecay = rk < (size_t)lay.D;
             float gk = g.v[k] * gs;
             m.v[k] = a.b1 * m.v[k] + a.c1 * gk;
             v.v[k] = a.b2 * v.v[k] + a.c2 * gk * gk;
             // PyTorch's order: decay, then p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-            p.v[k] = p.v[k] * (nodecay ? 1.0f : a.decay) - a.step * m.v[k] / (sqrtf(v.v[k]) / a.sbc2 + a.eps);
+            p.v[k] = p.v[k] * (nodecay ? 1.0f : a.decay) -
+                     a.step * m.v[k] / (sqrtf(v.v[k]) / a.sbc2 + a.eps);
         }
         st_f32<V>(mom + i, m);
         st_f32<V>(vel + i, v);
@@ -410,7 +423,7 @@ static adamw_layout make_layout(const rl_param_layout *lay, int L, int D) {
     return l;
 }
 
-// ---- casts and init ------------------------------------------------------------------------------------------
+// ---- casts and init -----------------------------------------------------------------------------
 static __global__ void f32_to_bf16_kernel(bf16 *dst, const float *src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
@@ -430,19 +443,25 @@ static __device__ __forceinline__ uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-static __global__ void init_random_kernel(float *master, adamw_layout lay, uint64_t seed, float std) {
+static __global__ void init_random_kernel(float *master, adamw_layout lay, uint64_t seed,
+                                          float std) {
     int reg = blockIdx.y;
     size_t base, len;
-    if (reg == 0) base = 0, len = lay.layers;
-    else if (reg <= lay.L) base = lay.layers + (size_t)(reg - 1) * lay.layer_size, len = lay.layer_size;
-    else base = lay.final_norm, len = lay.total - lay.final_norm;
+    if (reg == 0)
+        base = 0, len = lay.layers;
+    else if (reg <= lay.L)
+        base = lay.layers + (size_t)(reg - 1) * lay.layer_size, len = lay.layer_size;
+    else
+        base = lay.final_norm, len = lay.total - lay.final_norm;
     for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < len;
          r += (size_t)gridDim.x * blockDim.x) {
         bool norm;
-        if (reg == 0) norm = false;
+        if (reg == 0)
+            norm = false;
         else if (reg <= lay.L)
             norm = (r >= lay.ln1 && r < lay.ln1 + lay.D) || (r >= lay.ln2 && r < lay.ln2 + lay.D);
-        else norm = r < (size_t)lay.D;
+        else
+            norm = r < (size_t)lay.D;
         size_t i = base + r;
         if (norm) {
             master[i] = 1.0f;
@@ -456,4 +475,4 @@ static __global__ void init_random_kernel(float *master, adamw_layout lay, uint6
     }
 }
 
-// ---- one-time setup ---------------------------------------------------------------------------------------------
+// ---- one-time setup -----------------------------------------------------------------------------

@@ -40,7 +40,8 @@ static double peak_tflops(const char *name) {
     if (env && *env) return atof(env);
     /* dense bf16 tensor-core peaks from the datasheets (no sparsity) */
     if (strstr(name, "H100") && (strstr(name, "PCIe") || strstr(name, "PCIE"))) return 756.0;
-    if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "H800") || strstr(name, "GH200"))
+    if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "H800") ||
+        strstr(name, "GH200"))
         return 989.4;
     if (strstr(name, "A100") || strstr(name, "A800")) return 312.0;
     if (strstr(name, "L40S")) return 362.05;
@@ -48,14 +49,14 @@ static double peak_tflops(const char *name) {
     return 0.0; /* unknown: mfu reported as null */
 }
 
-#define CK(call)                                                                                  \
-    do {                                                                                          \
-        cudaError_t ce_ = (call);                                                                 \
-        if (ce_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "gpu_bench: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,              \
-                    cudaGetErrorString(ce_));                                                     \
-            return 1;                                                                             \
-        }                                                                                         \
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t ce_ = (call);                                                                  \
+        if (ce_ != cudaSuccess) {                                                                  \
+            fprintf(stderr, "gpu_bench: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,               \
+                    cudaGetErrorString(ce_));                                                      \
+            return 1;                                                                              \
+        }                                                                                          \
     } while (0)
 
 int main(int argc, char **argv) {
@@ -65,11 +66,11 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define INTARG(flag, var)           \
-    if (!strcmp(a, flag) && v) {    \
-        var = atoi(v);              \
-        i++;                        \
-        continue;                   \
+#define INTARG(flag, var)                                                                          \
+    if (!strcmp(a, flag) && v) {                                                                   \
+        var = atoi(v);                                                                             \
+        i++;                                                                                       \
+        continue;                                                                                  \
     }
         if (!strcmp(a, "--config") && v) {
             config = v, i++;
@@ -79,11 +80,15 @@ int main(int argc, char **argv) {
             recompute = 1;
             continue;
         }
-        INTARG("--batch", batch) INTARG("--seq", seq) INTARG("--steps", steps)
-        INTARG("--warmup", warmup) INTARG("--vocab", vocab) INTARG("--hidden", hidden)
-        INTARG("--ffn", ffn) INTARG("--layers", layers) INTARG("--heads", heads)
-        INTARG("--kv-heads", kv) INTARG("--profile-steps", prof_steps)
-        fprintf(stderr, "gpu_bench: unknown argument %s (see the comment at the top of bench/gpu/bench_gpu.c)\n", a);
+        INTARG("--batch", batch)
+        INTARG("--seq", seq) INTARG("--steps", steps) INTARG("--warmup", warmup)
+            INTARG("--vocab", vocab) INTARG("--hidden", hidden) INTARG("--ffn", ffn)
+                INTARG("--layers", layers) INTARG("--heads", heads) INTARG("--kv-heads", kv)
+                    INTARG("--profile-steps", prof_steps)
+                        fprintf(stderr,
+                                "gpu_bench: unknown argument %s (see the comment at the top of "
+                                "bench/gpu/bench_gpu.c)\n",
+                                a);
         return 2;
     }
     rl_model_config c;
@@ -114,7 +119,8 @@ int main(int argc, char **argv) {
 
     char gpu[256] = "";
     if (rl_gpu_device_count(gpu, sizeof gpu) == 0) {
-        printf("{\"impl\":\"ringleader\",\"config\":\"%s\",\"skipped\":\"no GPU visible\"}\n", config);
+        printf("{\"impl\":\"ringleader\",\"config\":\"%s\",\"skipped\":\"no GPU visible\"}\n",
+               config);
         return 0;
     }
     rl_err e = {0};
@@ -126,7 +132,8 @@ int main(int argc, char **argv) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     rl_gpu_options opt = {.recompute_swiglu = recompute};
     rl_gpu_model *m = NULL;
-    if (rl_gpu_model_create(&m, &c, B, T, &opt, s, &e) || rl_gpu_model_init_random(m, 1337, 0.02f, &e)) {
+    if (rl_gpu_model_create(&m, &c, B, T, &opt, s, &e) ||
+        rl_gpu_model_init_random(m, 1337, 0.02f, &e)) {
         fprintf(stderr, "gpu_bench: %s\n", e.msg);
         rl_gpu_model_free(m);
         return 1;
@@ -139,8 +146,13 @@ int main(int argc, char **argv) {
         x[i] = (int32_t)(rl_rng_u64(&rng) % (uint64_t)c.vocab_size);
         y[i] = (int32_t)(rl_rng_u64(&rng) % (uint64_t)c.vocab_size);
     }
-    rl_gpu_adamw a = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-                      .grad_scale = 1.0, .clip_max_norm = 1.0};
+    rl_gpu_adamw a = {.lr = 3e-4,
+                      .beta1 = 0.9,
+                      .beta2 = 0.95,
+                      .eps = 1e-8,
+                      .weight_decay = 0.1,
+                      .grad_scale = 1.0,
+                      .clip_max_norm = 1.0};
     /* events around each phase of each timed step, read after the run (no
      * synchronisation inside the timed loop: the host queues ahead as a
      * trainer does), so a tuning session sees where the step goes */
@@ -182,8 +194,8 @@ int main(int argc, char **argv) {
         for (int it = 0; it < prof_steps && !rc; it++) {
             a.t = warmup + steps + it + 1;
             rc = rl_gpu_model_zero_grad(m, &e) || rl_gpu_model_forward(m, x, y, B, T, NULL, &e) ||
-                 rl_gpu_model_backward(m, 1.0f, NULL, NULL, &e) || rl_gpu_model_grad_norm(m, NULL, &e) ||
-                 rl_gpu_model_adamw(m, &a, &e);
+                 rl_gpu_model_backward(m, 1.0f, NULL, NULL, &e) ||
+                 rl_gpu_model_grad_norm(m, NULL, &e) || rl_gpu_model_adamw(m, &a, &e);
         }
         if (!rc) rc = rl_gpu_model_profile_read(m, prof, &e) || rl_gpu_model_profile(m, 0, &e);
         if (rc) {
@@ -204,33 +216,45 @@ int main(int argc, char **argv) {
     CK(cudaMemGetInfo(&free1, &total));
     double dt = ms_total / 1e3 / steps;
     size_t nparams = rl_gpu_model_layout(m)->total;
-    double flops_tok = 6.0 * (double)nparams + 6.0 * c.num_hidden_layers * (double)T * c.hidden_size;
+    double flops_tok =
+        6.0 * (double)nparams + 6.0 * c.num_hidden_layers * (double)T * c.hidden_size;
     double tflops = flops_tok * N / dt / 1e12, peak = peak_tflops(gpu);
     char mfu[32];
-    if (peak > 0) snprintf(mfu, sizeof mfu, "%.4f", tflops / peak);
-    else snprintf(mfu, sizeof mfu, "null");
+    if (peak > 0)
+        snprintf(mfu, sizeof mfu, "%.4f", tflops / peak);
+    else
+        snprintf(mfu, sizeof mfu, "null");
     int drv = 0, rtv = 0;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rtv);
-    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_runtime\":%d,"
+    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_"
+           "runtime\":%d,"
            "\"params\":%zu,\"batch\":%d,\"seq\":%d,\"tokens_per_step\":%d,\"ms_per_step\":%.2f,"
            "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"peak_tflops\":%.1f,\"mfu\":%s,"
            "\"peak_mem_gib\":%.2f,\"device_used_gib\":%.2f,\"final_loss\":%.4f,"
            "\"ms_forward\":%.2f,\"ms_backward\":%.2f,\"ms_optimizer\":%.2f}\n",
            recompute ? "-recompute" : "", config, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
            tflops, peak, mfu, rl_gpu_model_device_bytes(m) / 1073741824.0,
-           (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps, ph[2] / steps);
+           (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps,
+           ph[2] / steps);
     if (prof_steps > 0) {
         int hd = c.hidden_size / c.num_attention_heads;
-        double attn_fwd = 4.0 * B * c.num_attention_heads * hd * ((double)T * (T + 1) / 2) * c.num_hidden_layers;
-        printf("{\"impl\":\"ringleader-profile\",\"config\":\"%s\",\"profile_steps\":%d", config, prof_steps);
-        for (int k = 0; k < RL_GPU_PROF_N; k++) printf(",\"ms_%s\":%.3f", rl_gpu_prof_name(k), prof[k] / prof_steps);
-        double tf = prof[RL_GPU_PROF_ATTN_FWD] / prof_steps, tb = prof[RL_GPU_PROF_ATTN_BWD] / prof_steps;
+        double attn_fwd =
+            4.0 * B * c.num_attention_heads * hd * ((double)T * (T + 1) / 2) * c.num_hidden_layers;
+        printf("{\"impl\":\"ringleader-profile\",\"config\":\"%s\",\"profile_steps\":%d", config,
+               prof_steps);
+        for (int k = 0; k < RL_GPU_PROF_N; k++)
+            printf(",\"ms_%s\":%.3f", rl_gpu_prof_name(k), prof[k] / prof_steps);
+        double tf = prof[RL_GPU_PROF_ATTN_FWD] / prof_steps,
+               tb = prof[RL_GPU_PROF_ATTN_BWD] / prof_steps;
         double tg = prof[RL_GPU_PROF_GEMM] / prof_steps;
         printf(",\"attn_fwd_tflops\":%.1f,\"attn_bwd_tflops\":%.1f,\"gemm_tflops\":%.1f}\n",
-               tf > 0 ? attn_fwd / (tf / 1e3) / 1e12 : 0.0, tb > 0 ? 2.5 * attn_fwd / (tb / 1e3) / 1e12 : 0.0,
+               tf > 0 ? attn_fwd / (tf / 1e3) / 1e12 : 0.0,
+               tb > 0 ? 2.5 * attn_fwd / (tb / 1e3) / 1e12 : 0.0,
                /* GEMM work: 6 x (parameters but the embedding table, a lookup) x tokens */
-               tg > 0 ? 6.0 * (double)(nparams - (size_t)c.vocab_size * c.hidden_size) * N / (tg / 1e3) / 1e12 : 0.0);
+               tg > 0 ? 6.0 * (double)(nparams - (size_t)c.vocab_size * c.hidden_size) * N /
+                            (tg / 1e3) / 1e12
+                      : 0.0);
     }
     rl_gpu_model_free(m);
     cudaStreamDestroy(s);

@@ -42,7 +42,8 @@ int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t 
 
 // Every thread of every block runs the kernel (sync only documents which
 // kernels use barriers: the emulator handles both kinds alike).
-template <class F> static void launch(unsigned gx, unsigned gy, unsigned threads, F fn, bool sync = true) {
+template <class F>
+static void launch(unsigned gx, unsigned gy, unsigned threads, F fn, bool sync = true) {
     (void)sync;
     rl_emu_launch(dim3(gx, gy), dim3(threads), 227 * 1024, fn);
 }
@@ -58,7 +59,8 @@ static double randn() {
 
 static int n_pass, n_fail;
 
-static bool check(const char *what, const std::vector<float> &got, const std::vector<double> &ref, double tol) {
+static bool check(const char *what, const std::vector<float> &got, const std::vector<double> &ref,
+                  double tol) {
     double num = 0, den = 0;
     size_t bad = 0;
     for (size_t i = 0; i < got.size(); i++) {
@@ -78,19 +80,23 @@ static bool check(const char *what, const std::vector<float> &got, const std::ve
 
 template <int HD> static void run_case(int B, int T, int H, int KV, int hd, int vec) {
     int N = B * T, qd = H * hd, kvd = KV * hd, C3 = qd + 2 * kvd, nb = (T + 63) / 64;
-    std::vector<float> q((size_t)N * qd), k((size_t)N * kvd), v((size_t)N * kvd), dout((size_t)N * qd);
+    std::vector<float> q((size_t)N * qd), k((size_t)N * kvd), v((size_t)N * kvd),
+        dout((size_t)N * qd);
     auto rnd = [](std::vector<float> &x) {
         for (auto &e : x) e = __bfloat162float(__float2bfloat16_rn((float)randn()));
     };
     rnd(q), rnd(k), rnd(v), rnd(dout);
-    std::vector<bf16> qkv((size_t)N * C3), d_out((size_t)N * qd), d_dout((size_t)N * qd), d_dqkv((size_t)N * C3);
+    std::vector<bf16> qkv((size_t)N * C3), d_out((size_t)N * qd), d_dout((size_t)N * qd),
+        d_dqkv((size_t)N * C3);
     for (int n = 0; n < N; n++) {
-        for (int j = 0; j < qd; j++) qkv[(size_t)n * C3 + j] = __float2bfloat16_rn(q[(size_t)n * qd + j]);
+        for (int j = 0; j < qd; j++)
+            qkv[(size_t)n * C3 + j] = __float2bfloat16_rn(q[(size_t)n * qd + j]);
         for (int j = 0; j < kvd; j++) {
             qkv[(size_t)n * C3 + qd + j] = __float2bfloat16_rn(k[(size_t)n * kvd + j]);
             qkv[(size_t)n * C3 + qd + kvd + j] = __float2bfloat16_rn(v[(size_t)n * kvd + j]);
         }
-        for (int j = 0; j < qd; j++) d_dout[(size_t)n * qd + j] = __float2bfloat16_rn(dout[(size_t)n * qd + j]);
+        for (int j = 0; j < qd; j++)
+            d_dout[(size_t)n * qd + j] = __float2bfloat16_rn(dout[(size_t)n * qd + j]);
     }
     std::vector<float> lse((size_t)N * H), dsum((size_t)N * H);
     memset((void *)d_out.data(), 0xff, d_out.size() * sizeof(bf16));
@@ -102,37 +108,41 @@ template <int HD> static void run_case(int B, int T, int H, int KV, int hd, int 
     launch((unsigned)(B * H), (unsigned)nb, 128, [&] {
         attn_fwd_kernel<HD>(d_out.data(), lse.data(), qkv.data(), T, H, KV, hd, sl2, vec);
     });
-    launch((unsigned)((N * H + 7) / 8), 1, 256, [&] {
-        attn_dsum_kernel(dsum.data(), d_dout.data(), d_out.data(), N, T, H, hd);
-    });
+    launch((unsigned)((N * H + 7) / 8), 1, 256,
+           [&] { attn_dsum_kernel(dsum.data(), d_dout.data(), d_out.data(), N, T, H, hd); });
     launch((unsigned)(B * KV), (unsigned)nb, 128, [&] {
-        attn_bwd_dkdv_kernel<HD>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(), dsum.data(), T, H, KV, hd,
-                                 sl2, scale, vec);
+        attn_bwd_dkdv_kernel<HD>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(), dsum.data(),
+                                 T, H, KV, hd, sl2, scale, vec);
     });
     launch((unsigned)(B * H), (unsigned)nb, 128, [&] {
-        attn_bwd_dq_kernel<HD>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(), dsum.data(), T, H, KV, hd,
-                               sl2, scale, vec);
+        attn_bwd_dq_kernel<HD>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(), dsum.data(), T,
+                               H, KV, hd, sl2, scale, vec);
     });
 
     // the reference: pkg/model's attention in double on the same values
     std::vector<double> qd_(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
-    std::vector<double> dod(dout.begin(), dout.end()), outr((size_t)N * qd), att((size_t)B * H * T * T);
-    std::vector<double> dqr((size_t)N * qd), dkr((size_t)N * kvd), dvr((size_t)N * kvd), scr((size_t)B * KV * T * T);
+    std::vector<double> dod(dout.begin(), dout.end()), outr((size_t)N * qd),
+        att((size_t)B * H * T * T);
+    std::vector<double> dqr((size_t)N * qd), dkr((size_t)N * kvd), dvr((size_t)N * kvd),
+        scr((size_t)B * KV * T * T);
     rl_cpu_attn_fwd_f64(outr.data(), att.data(), qd_.data(), kd.data(), vd.data(), B, T, H, KV, hd);
-    rl_cpu_attn_bwd_f64(dqr.data(), dkr.data(), dvr.data(), scr.data(), dod.data(), att.data(), qd_.data(), kd.data(),
-                        vd.data(), B, T, H, KV, hd);
+    rl_cpu_attn_bwd_f64(dqr.data(), dkr.data(), dvr.data(), scr.data(), dod.data(), att.data(),
+                        qd_.data(), kd.data(), vd.data(), B, T, H, KV, hd);
 
-    std::vector<float> out(d_out.size()), dq((size_t)N * qd), dk((size_t)N * kvd), dv((size_t)N * kvd);
+    std::vector<float> out(d_out.size()), dq((size_t)N * qd), dk((size_t)N * kvd),
+        dv((size_t)N * kvd);
     for (size_t i = 0; i < out.size(); i++) out[i] = __bfloat162float(d_out[i]);
     for (int n = 0; n < N; n++) {
-        for (int j = 0; j < qd; j++) dq[(size_t)n * qd + j] = __bfloat162float(d_dqkv[(size_t)n * C3 + j]);
+        for (int j = 0; j < qd; j++)
+            dq[(size_t)n * qd + j] = __bfloat162float(d_dqkv[(size_t)n * C3 + j]);
         for (int j = 0; j < kvd; j++) {
             dk[(size_t)n * kvd + j] = __bfloat162float(d_dqkv[(size_t)n * C3 + qd + j]);
             dv[(size_t)n * kvd + j] = __bfloat162float(d_dqkv[(size_t)n * C3 + qd + kvd + j]);
         }
     }
     char name[128];
-    snprintf(name, sizeof name, "emu attention B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd, vec ? " vec" : "");
+    snprintf(name, sizeof name, "emu attention B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd,
+             vec ? " vec" : "");
     printf("%s\n", name);
     check("  out", out, outr, 1e-2);
     check("  dq", dq, dqr, 2e-2);
@@ -159,8 +169,12 @@ static std::vector<float> from_bf(const std::vector<bf16> &x) {
     for (size_t i = 0; i < x.size(); i++) y[i] = __bfloat162float(x[i]);
     return y;
 }
-static std::vector<double> tod(const std::vector<float> &x) { return std::vector<double>(x.begin(), x.end()); }
-template <class T> static void poison(std::vector<T> &x) { memset((void *)x.data(), 0xff, x.size() * sizeof(T)); }
+static std::vector<double> tod(const std::vector<float> &x) {
+    return std::vector<double>(x.begin(), x.end());
+}
+template <class T> static void poison(std::vector<T> &x) {
+    memset((void *)x.data(), 0xff, x.size() * sizeof(T));
+}
 static std::vector<int32_t> rand_tok(int n, int V) {
     std::vector<int32_t> t(n);
     for (auto &e : t) e = (int32_t)(fabs(randn()) * 1e6) % V;
@@ -174,11 +188,13 @@ template <int VW> static void emu_embed() {
     auto tok = rand_tok(N, V);
     std::vector<float> x0((size_t)N * D);
     poison(x0);
-    launch(N, 1, 256, [&] { embed_fwd_kernel<VW>(x0.data(), emb.data(), tok.data(), D); }, false);
+    launch(
+        N, 1, 256, [&] { embed_fwd_kernel<VW>(x0.data(), emb.data(), tok.data(), D); }, false);
     std::vector<double> ref((size_t)N * D);
     for (int n = 0; n < N; n++)
         for (int j = 0; j < D; j++) ref[(size_t)n * D + j] = emb[(size_t)tok[n] * D + j];
-    check(VW > 1 ? "emu embed fwd N=129 V=13 D=60 (x4)" : "emu embed fwd N=129 V=13 D=60", x0, ref, 0);
+    check(VW > 1 ? "emu embed fwd N=129 V=13 D=60 (x4)" : "emu embed fwd N=129 V=13 D=60", x0, ref,
+          0);
 
     auto demb = randv((size_t)V * D, 1, false), dres = randv((size_t)N * D, 1, false);
     std::vector<int32_t> cnt(V + 1), uniq(N), seg(N + 1), pos(N);
@@ -186,8 +202,10 @@ template <int VW> static void emu_embed() {
     std::vector<double> r2 = tod(demb);
     for (int n = 0; n < N; n++)
         for (int j = 0; j < D; j++) r2[(size_t)tok[n] * D + j] += dres[(size_t)n * D + j];
-    launch(U, cdiv(D, 256), 256,
-           [&] { embed_bwd_kernel(demb.data(), dres.data(), uniq.data(), seg.data(), pos.data(), D); }, false);
+    launch(
+        U, cdiv(D, 256), 256,
+        [&] { embed_bwd_kernel(demb.data(), dres.data(), uniq.data(), seg.data(), pos.data(), D); },
+        false);
     if (VW == 1) check("emu embed bwd (grouped by token) N=129 V=13 D=60", demb, r2, 1e-6);
 }
 
@@ -198,7 +216,9 @@ template <int VW> static void emu_rmsnorm(int N, int D) {
     std::vector<bf16> out((size_t)N * D);
     std::vector<float> rstd(N);
     poison(out), poison(rstd);
-    launch(cdiv(N, 8), 1, 256, [&] { rmsnorm_fwd_kernel<VW>(out.data(), rstd.data(), x.data(), w.data(), N, D, 1e-5f); });
+    launch(cdiv(N, 8), 1, 256, [&] {
+        rmsnorm_fwd_kernel<VW>(out.data(), rstd.data(), x.data(), w.data(), N, D, 1e-5f);
+    });
     auto xd = tod(x), wd = tod(w);
     std::vector<double> ro((size_t)N * D), rr(N);
     rl_cpu_rmsnorm_fwd_f64(ro.data(), rr.data(), xd.data(), wd.data(), N, D, 1e-5);
@@ -206,10 +226,13 @@ template <int VW> static void emu_rmsnorm(int N, int D) {
     check(name, from_bf(out), ro, 4e-3);
     check("  rstd", rstd, rr, 1e-5);
     for (int acc = 0; acc < 2; acc++) {
-        auto dout = randv((size_t)N * D, 1, false), dx = randv((size_t)N * D, 1, false), dw = randv(D, 1, false);
-        std::vector<double> dxr = acc ? tod(dx) : std::vector<double>((size_t)N * D, 0.0), dwr = tod(dw);
+        auto dout = randv((size_t)N * D, 1, false), dx = randv((size_t)N * D, 1, false),
+             dw = randv(D, 1, false);
+        std::vector<double> dxr = acc ? tod(dx) : std::vector<double>((size_t)N * D, 0.0),
+                            dwr = tod(dw);
         std::vector<double> rd(rstd.begin(), rstd.end()), gd = tod(dout);
-        rl_cpu_rmsnorm_bwd_f64(dxr.data(), dwr.data(), gd.data(), xd.data(), wd.data(), rd.data(), N, D);
+        rl_cpu_rmsnorm_bwd_f64(dxr.data(), dwr.data(), gd.data(), xd.data(), wd.data(), rd.data(),
+                               N, D);
         if (!acc) poison(dx);
         std::vector<bf16> dx16((size_t)N * D);
         poison(dx16);
@@ -217,10 +240,12 @@ template <int VW> static void emu_rmsnorm(int N, int D) {
         std::vector<float> partial((size_t)nblk * D);
         poison(partial);
         launch(nblk, 1, nw * 32, [&] {
-            rmsnorm_bwd_kernel<VW>(dx.data(), dx16.data(), partial.data(), dout.data(), x.data(), w.data(), rstd.data(), N,
-                               D, rpb, acc);
+            rmsnorm_bwd_kernel<VW>(dx.data(), dx16.data(), partial.data(), dout.data(), x.data(),
+                                   w.data(), rstd.data(), N, D, rpb, acc);
         });
-        launch(cdiv(D, 256), 1, 256, [&] { rmsnorm_dw_kernel(dw.data(), partial.data(), nblk, D); }, false);
+        launch(
+            cdiv(D, 256), 1, 256, [&] { rmsnorm_dw_kernel(dw.data(), partial.data(), nblk, D); },
+            false);
         snprintf(name, sizeof name, "emu rmsnorm bwd N=%d D=%d%s (x%d, %d warps, %d blocks)", N, D,
                  acc ? " accumulate" : "", VW, nw, nblk);
         check(name, dx, dxr, 1e-4);
@@ -232,8 +257,10 @@ template <int VW> static void emu_rmsnorm(int N, int D) {
 static void emu_rope(int B, int T, int hidden, int heads) {
     rl_model_config c;
     rl_model_config_default(&c);
-    c.hidden_size = hidden, c.num_attention_heads = heads, c.num_key_value_heads = 1, c.max_position_embeddings = 256;
-    int hd = hidden / heads, nh = heads + 1, N = B * T, ld = (nh + 1) * hd; // one extra head per row: untouched
+    c.hidden_size = hidden, c.num_attention_heads = heads, c.num_key_value_heads = 1,
+    c.max_position_embeddings = 256;
+    int hd = hidden / heads, nh = heads + 1, N = B * T,
+        ld = (nh + 1) * hd; // one extra head per row: untouched
     std::vector<float> tab32((size_t)256 * hd);
     std::vector<double> tab64((size_t)256 * hd);
     rl_cpu_rope_table_f32(&c, tab32.data());
@@ -243,26 +270,34 @@ static void emu_rope(int B, int T, int hidden, int heads) {
         std::vector<double> ref((size_t)N * nh * hd);
         for (int n = 0; n < N; n++)
             for (int j = 0; j < nh * hd; j++) ref[(size_t)n * nh * hd + j] = x[(size_t)n * ld + j];
-        if (inv) rl_cpu_rope_bwd_f64(ref.data(), tab64.data(), B, T, nh, hd, 256);
-        else rl_cpu_rope_fwd_f64(ref.data(), tab64.data(), B, T, nh, hd, 256);
+        if (inv)
+            rl_cpu_rope_bwd_f64(ref.data(), tab64.data(), B, T, nh, hd, 256);
+        else
+            rl_cpu_rope_fwd_f64(ref.data(), tab64.data(), B, T, nh, hd, 256);
         auto xb = to_bf(x);
         size_t total = (size_t)N * nh * (hd / 2);
-        launch(std::min(cdiv(total, 256), 3u), 1, 256, [&] {
-            rope_kernel(xb.data(), tab32.data(), tab32.data() + (size_t)256 * (hd / 2), N, T, nh, hd, ld, inv);
-        }, false);
+        launch(
+            std::min(cdiv(total, 256), 3u), 1, 256,
+            [&] {
+                rope_kernel(xb.data(), tab32.data(), tab32.data() + (size_t)256 * (hd / 2), N, T,
+                            nh, hd, ld, inv);
+            },
+            false);
         auto got = from_bf(xb);
         std::vector<float> g2((size_t)N * nh * hd);
         size_t touched = 0;
         for (int n = 0; n < N; n++) {
             for (int j = 0; j < nh * hd; j++) g2[(size_t)n * nh * hd + j] = got[(size_t)n * ld + j];
-            for (int j = nh * hd; j < ld; j++) touched += got[(size_t)n * ld + j] != x[(size_t)n * ld + j];
+            for (int j = nh * hd; j < ld; j++)
+                touched += got[(size_t)n * ld + j] != x[(size_t)n * ld + j];
         }
         char name[96];
-        snprintf(name, sizeof name, "emu rope %s B=%d T=%d heads=%d hd=%d", inv ? "bwd" : "fwd", B, T, nh, hd);
+        snprintf(name, sizeof name, "emu rope %s B=%d T=%d heads=%d hd=%d", inv ? "bwd" : "fwd", B,
+                 T, nh, hd);
         check(name, g2, ref, 4e-3);
         bool ok = touched == 0;
-        printf("%-4s %-52s %zu elements of the v head changed\n", ok ? "ok" : "FAIL", "  heads beyond nh untouched",
-               touched);
+        printf("%-4s %-52s %zu elements of the v head changed\n", ok ? "ok" : "FAIL",
+               "  heads beyond nh untouched", touched);
         (ok ? n_pass : n_fail)++;
     }
 }
@@ -272,18 +307,25 @@ template <int VW> static void emu_swiglu(int N, int F) {
     auto gu = randv(2 * nf, 2, true), dh = randv(nf, 1, true);
     std::vector<double> g(nf), u(nf), hr(nf), dg(nf), du(nf), dhd = tod(dh);
     for (int n = 0; n < N; n++)
-        for (int j = 0; j < F; j++) g[(size_t)n * F + j] = gu[(size_t)n * 2 * F + j], u[(size_t)n * F + j] = gu[(size_t)n * 2 * F + F + j];
+        for (int j = 0; j < F; j++)
+            g[(size_t)n * F + j] = gu[(size_t)n * 2 * F + j],
+                              u[(size_t)n * F + j] = gu[(size_t)n * 2 * F + F + j];
     rl_cpu_swiglu_fwd_f64(hr.data(), g.data(), u.data(), nf);
     rl_cpu_swiglu_bwd_f64(dg.data(), du.data(), dhd.data(), g.data(), u.data(), nf);
     std::vector<double> dref(2 * nf);
     for (int n = 0; n < N; n++)
-        for (int j = 0; j < F; j++) dref[(size_t)n * 2 * F + j] = dg[(size_t)n * F + j], dref[(size_t)n * 2 * F + F + j] = du[(size_t)n * F + j];
+        for (int j = 0; j < F; j++)
+            dref[(size_t)n * 2 * F + j] = dg[(size_t)n * F + j],
+                                     dref[(size_t)n * 2 * F + F + j] = du[(size_t)n * F + j];
     auto gub = to_bf(gu), dhb = to_bf(dh);
     std::vector<bf16> h(nf), dgu(2 * nf);
     poison(h), poison(dgu);
     unsigned grid = std::min(cdiv(nf / VW, 256), 3u);
-    launch(grid, 1, 256, [&] { swiglu_fwd_kernel<VW>(h.data(), gub.data(), N, F); }, false);
-    launch(grid, 1, 256, [&] { swiglu_bwd_kernel<VW>(dgu.data(), dhb.data(), gub.data(), N, F); }, false);
+    launch(
+        grid, 1, 256, [&] { swiglu_fwd_kernel<VW>(h.data(), gub.data(), N, F); }, false);
+    launch(
+        grid, 1, 256, [&] { swiglu_bwd_kernel<VW>(dgu.data(), dhb.data(), gub.data(), N, F); },
+        false);
     char name[96];
     snprintf(name, sizeof name, "emu swiglu fwd N=%d F=%d (x%d)", N, F, VW);
     check(name, from_bf(h), hr, 4e-3);
@@ -301,8 +343,11 @@ template <int VW> static void emu_xent(int N, int V) {
     auto lb = to_bf(logits);
     std::vector<float> losses(N), lse(N), mean(1);
     poison(losses), poison(lse), poison(mean);
-    launch(N, 1, XENT_THREADS, [&] { xent_fwd_kernel<VW>(losses.data(), lse.data(), lb.data(), tgt.data(), V); });
-    launch(N, 1, XENT_THREADS, [&] { xent_bwd_kernel<VW>(lb.data(), lse.data(), tgt.data(), V, scale); }, false);
+    launch(N, 1, XENT_THREADS,
+           [&] { xent_fwd_kernel<VW>(losses.data(), lse.data(), lb.data(), tgt.data(), V); });
+    launch(
+        N, 1, XENT_THREADS,
+        [&] { xent_bwd_kernel<VW>(lb.data(), lse.data(), tgt.data(), V, scale); }, false);
     launch(1, 1, 1024, [&] { mean_kernel(mean.data(), losses.data(), N); });
     char name[96];
     snprintf(name, sizeof name, "emu classifier N=%d V=%d (x%d)", N, V, VW);
@@ -338,7 +383,8 @@ template <int VW> static void emu_adamw_init(int hidden) {
     int L = c.num_hidden_layers, D = c.hidden_size;
     size_t mx = std::max({lay.layers, lay.layer_size, lay.total - lay.final_norm});
     unsigned gx = std::min(cdiv(mx, 256u * VW), 2048u);
-    if (VW > 1 && (lay.layers % VW || lay.layer_size % VW || lay.final_norm % VW || lay.total % VW)) {
+    if (VW > 1 &&
+        (lay.layers % VW || lay.layer_size % VW || lay.final_norm % VW || lay.total % VW)) {
         printf("FAIL emu adamw: hidden %d does not give whole %d-vectors\n", hidden, VW);
         n_fail++;
         return;
@@ -346,7 +392,8 @@ template <int VW> static void emu_adamw_init(int hidden) {
     adamw_layout al = make_layout(&lay, L, D);
 
     for (int clip = 0; clip < 2; clip++) {
-        auto p = randv(P, 0.05, false), g = randv(P, 1e-2, false), m = randv(P, 1e-3, false), v = randv(P, 1e-5, false);
+        auto p = randv(P, 0.05, false), g = randv(P, 1e-2, false), m = randv(P, 1e-3, false),
+             v = randv(P, 1e-5, false);
         for (auto &e : v) e = fabsf(e);
         std::vector<float> cp = p, cm = m, cv = v;
         double lr = 3e-3, wd = 0.1, b1 = 0.9, b2 = 0.95, eps = 1e-8, scale = 0.7, max_norm = 0.05;
@@ -356,28 +403,37 @@ template <int VW> static void emu_adamw_init(int hidden) {
         for (int i = 0; i < rl_model_n_tensors(&c); i++) {
             rl_tensor_info ti;
             rl_model_tensor(&c, i, &ti);
-            rl_adamw_update(cp.data() + ti.offset, g.data() + ti.offset, cm.data() + ti.offset, cv.data() + ti.offset,
-                            ti.numel, lr, b1, b2, eps, ti.decay ? wd : 0.0, t, gs);
+            rl_adamw_update(cp.data() + ti.offset, g.data() + ti.offset, cm.data() + ti.offset,
+                            cv.data() + ti.offset, ti.numel, lr, b1, b2, eps, ti.decay ? wd : 0.0,
+                            t, gs);
         }
         // the scalars as rl_gpu_model_adamw derives them
         double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
         rl_k_adamw_args a;
         a.b1 = (float)b1, a.b2 = (float)b2, a.c1 = (float)(1.0 - b1), a.c2 = (float)(1.0 - b2);
         a.step = (float)(lr / bc1), a.sbc2 = (float)sqrt(bc2), a.eps = (float)eps;
-        a.decay = (float)(1.0 - lr * wd), a.grad_scale = (float)scale, a.clip_max = clip ? (float)max_norm : 0.0f;
+        a.decay = (float)(1.0 - lr * wd), a.grad_scale = (float)scale,
+        a.clip_max = clip ? (float)max_norm : 0.0f;
         std::vector<bf16> p16(P);
         poison(p16);
-        launch(gx, L + 2, 256, [&] {
-            adamw_kernel<VW>(p.data(), p16.data(), m.data(), v.data(), g.data(), norm.data(), al, a);
-        }, false);
+        launch(
+            gx, L + 2, 256,
+            [&] {
+                adamw_kernel<VW>(p.data(), p16.data(), m.data(), v.data(), g.data(), norm.data(),
+                                 al, a);
+            },
+            false);
         char an[96];
-        snprintf(an, sizeof an, "emu adamw%s hidden=%d (x%d) master", clip ? " (clip on the device)" : "", hidden, VW);
+        snprintf(an, sizeof an, "emu adamw%s hidden=%d (x%d) master",
+                 clip ? " (clip on the device)" : "", hidden, VW);
         check(an, p, tod(cp), 1e-6);
         check("  m", m, tod(cm), 1e-6);
         check("  v", v, tod(cv), 1e-6);
         size_t bad = 0;
-        for (size_t i = 0; i < P; i++) bad += __bfloat162float(p16[i]) != __bfloat162float(__float2bfloat16_rn(p[i]));
-        printf("%-4s %-52s %zu of %zu differ\n", bad ? "FAIL" : "ok", "  bf16 copy = round(master)", bad, P);
+        for (size_t i = 0; i < P; i++)
+            bad += __bfloat162float(p16[i]) != __bfloat162float(__float2bfloat16_rn(p[i]));
+        printf("%-4s %-52s %zu of %zu differ\n", bad ? "FAIL" : "ok", "  bf16 copy = round(master)",
+               bad, P);
         (bad ? n_fail : n_pass)++;
     }
 
@@ -385,7 +441,8 @@ template <int VW> static void emu_adamw_init(int hidden) {
     std::vector<float> w(P);
     poison(w);
     gx = std::min(cdiv(mx, 256), 2048u);
-    launch(gx, L + 2, 256, [&] { init_random_kernel(w.data(), al, 1234, 0.02f); }, false);
+    launch(
+        gx, L + 2, 256, [&] { init_random_kernel(w.data(), al, 1234, 0.02f); }, false);
     size_t bad_norm = 0, nm = 0;
     double s1 = 0, s2 = 0;
     for (int i = 0; i < rl_model_n_tensors(&c); i++) {
@@ -393,8 +450,10 @@ template <int VW> static void emu_adamw_init(int hidden) {
         rl_model_tensor(&c, i, &ti);
         for (size_t j = 0; j < ti.numel; j++) {
             float x = w[ti.offset + j];
-            if (ti.ndim == 1) bad_norm += x != 1.0f;
-            else s1 += x, s2 += (double)x * x, nm++, bad_norm += !std::isfinite(x);
+            if (ti.ndim == 1)
+                bad_norm += x != 1.0f;
+            else
+                s1 += x, s2 += (double)x * x, nm++, bad_norm += !std::isfinite(x);
         }
     }
     double mean = s1 / nm, sd = sqrt(s2 / nm - mean * mean);
@@ -406,10 +465,13 @@ template <int VW> static void emu_adamw_init(int hidden) {
     auto x = randv(1000, 3, false);
     std::vector<bf16> xb(1000);
     poison(xb);
-    launch(2, 1, 256, [&] { f32_to_bf16_kernel(xb.data(), x.data(), x.size()); }, false);
+    launch(
+        2, 1, 256, [&] { f32_to_bf16_kernel(xb.data(), x.data(), x.size()); }, false);
     size_t bad = 0;
-    for (size_t i = 0; i < x.size(); i++) bad += __bfloat162float(xb[i]) != __bfloat162float(__float2bfloat16_rn(x[i]));
-    printf("%-4s %-52s %zu differ\n", bad ? "FAIL" : "ok", "emu f32 -> bf16 (round to nearest even)", bad);
+    for (size_t i = 0; i < x.size(); i++)
+        bad += __bfloat162float(xb[i]) != __bfloat162float(__float2bfloat16_rn(x[i]));
+    printf("%-4s %-52s %zu differ\n", bad ? "FAIL" : "ok",
+           "emu f32 -> bf16 (round to nearest even)", bad);
     (bad ? n_fail : n_pass)++;
 }
 

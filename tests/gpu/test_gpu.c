@@ -60,7 +60,8 @@ static void reseed(const char *name) {
 
 static int selected(const char *name) { return !filter || strstr(name, filter); }
 
-static void report(const char *name, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void report(const char *name, int ok, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void report(const char *name, int ok, const char *fmt, ...) {
     char detail[512];
     va_list ap;
@@ -69,8 +70,10 @@ static void report(const char *name, int ok, const char *fmt, ...) {
     va_end(ap);
     printf("%-4s %-44s %s\n", ok ? "ok" : "FAIL", name, detail);
     fflush(stdout);
-    if (ok) n_pass++;
-    else n_fail++;
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
 }
 
 static void fail_err(const char *name, const rl_err *e) { report(name, 0, "error: %s", e->msg); }
@@ -138,11 +141,13 @@ static void test_embed(void) {
         rl_err e = {0};
         float *emb = randn((size_t)V * D, 1), *out = malloc(sizeof(float) * N * D);
         int32_t *tok = rand_tokens(N, V);
-        if (rl_gpu_op_embed_fwd(out, emb, tok, N, V, D, &e)) fail_err(name, &e);
+        if (rl_gpu_op_embed_fwd(out, emb, tok, N, V, D, &e))
+            fail_err(name, &e);
         else {
             size_t bad = 0;
             for (int i = 0; i < N; i++)
-                bad += memcmp(out + (size_t)i * D, emb + (size_t)tok[i] * D, sizeof(float) * D) != 0;
+                bad +=
+                    memcmp(out + (size_t)i * D, emb + (size_t)tok[i] * D, sizeof(float) * D) != 0;
             report(name, bad == 0, "%zu rows differ (exact copy expected)", bad);
         }
         free(emb), free(out), free(tok);
@@ -156,8 +161,10 @@ static void test_embed(void) {
         double *ref = to_d(demb, (size_t)V * D);
         for (int i = 0; i < N; i++)
             for (int j = 0; j < D; j++) ref[(size_t)tok[i] * D + j] += dout[(size_t)i * D + j];
-        if (rl_gpu_op_embed_bwd(demb, dout, tok, N, V, D, &e)) fail_err(name, &e);
-        else check_cmp(name, demb, ref, (size_t)V * D, 1e-6);
+        if (rl_gpu_op_embed_bwd(demb, dout, tok, N, V, D, &e))
+            fail_err(name, &e);
+        else
+            check_cmp(name, demb, ref, (size_t)V * D, 1e-6);
         free(demb), free(dout), free(tok), free(ref);
     }
 }
@@ -178,7 +185,8 @@ static void test_rmsnorm(void) {
             double *xd = to_d(x, nd), *wd = to_d(w, D), *ro = malloc(nd * sizeof(double)),
                    *rr = malloc(N * sizeof(double));
             rl_cpu_rmsnorm_fwd_f64(ro, rr, xd, wd, N, D, 1e-5);
-            if (rl_gpu_op_rmsnorm_fwd(out, rstd, x, w, N, D, 1e-5f, &e)) fail_err(name, &e);
+            if (rl_gpu_op_rmsnorm_fwd(out, rstd, x, w, N, D, 1e-5f, &e))
+                fail_err(name, &e);
             else if (check_cmp(name, out, ro, nd, 4e-3))
                 check_cmp("  rstd", rstd, rr, (size_t)N, 1e-5);
             free(x), free(w), free(out), free(rstd), free(xd), free(wd), free(ro), free(rr);
@@ -198,10 +206,13 @@ static void test_rmsnorm(void) {
             float *rstd = malloc(N * sizeof(float));
             for (int i = 0; i < N; i++) rstd[i] = (float)rd[i], rd[i] = rstd[i];
             rl_cpu_rmsnorm_bwd_f64(dxr, dwr, gd, xd, wd, rd, N, D);
-            if (rl_gpu_op_rmsnorm_bwd(dx, dx16, dw, dout, x, w, rstd, N, D, acc, &e)) fail_err(name, &e);
-            else if (check_cmp(name, dx, dxr, nd, 1e-4) && check_cmp("  dx bf16 copy", dx16, dxr, nd, 4e-3))
+            if (rl_gpu_op_rmsnorm_bwd(dx, dx16, dw, dout, x, w, rstd, N, D, acc, &e))
+                fail_err(name, &e);
+            else if (check_cmp(name, dx, dxr, nd, 1e-4) &&
+                     check_cmp("  dx bf16 copy", dx16, dxr, nd, 4e-3))
                 check_cmp("  dw", dw, dwr, (size_t)D, 1e-4);
-            free(x), free(w), free(dout), free(dx), free(dw), free(dx16), free(xd), free(wd), free(gd);
+            free(x), free(w), free(dout), free(dx), free(dw), free(dx16), free(xd), free(wd),
+                free(gd);
             free(dxr), free(dwr), free(tmp), free(rd), free(rstd);
         }
     }
@@ -214,7 +225,8 @@ static void base_cfg(rl_model_config *c, int hidden, int heads, int kv, int max_
 }
 
 static void test_rope(void) {
-    static const int shapes[][4] = {/* B, T, hidden, heads */ {2, 1, 96, 3}, {2, 7, 60, 3}, {1, 129, 128, 2}, {3, 33, 512, 4}};
+    static const int shapes[][4] = {
+        /* B, T, hidden, heads */ {2, 1, 96, 3}, {2, 7, 60, 3}, {1, 129, 128, 2}, {3, 33, 512, 4}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int B = shapes[si][0], T = shapes[si][1];
         rl_model_config c;
@@ -225,16 +237,21 @@ static void test_rope(void) {
         rl_cpu_rope_table_f64(&c, tab);
         for (int inv = 0; inv < 2; inv++) {
             char name[64];
-            snprintf(name, sizeof name, "rope %s B=%d T=%d heads=%d hd=%d", inv ? "bwd" : "fwd", B, T, nh, hd);
+            snprintf(name, sizeof name, "rope %s B=%d T=%d heads=%d hd=%d", inv ? "bwd" : "fwd", B,
+                     T, nh, hd);
             if (!selected(name)) continue;
             reseed(name);
             rl_err e = {0};
             float *x = randn_bf16(n, 1);
             double *ref = to_d(x, n);
-            if (inv) rl_cpu_rope_bwd_f64(ref, tab, B, T, nh, hd, 256);
-            else rl_cpu_rope_fwd_f64(ref, tab, B, T, nh, hd, 256);
-            if (rl_gpu_op_rope(x, &c, B, T, nh, inv, &e)) fail_err(name, &e);
-            else check_cmp(name, x, ref, n, 4e-3);
+            if (inv)
+                rl_cpu_rope_bwd_f64(ref, tab, B, T, nh, hd, 256);
+            else
+                rl_cpu_rope_fwd_f64(ref, tab, B, T, nh, hd, 256);
+            if (rl_gpu_op_rope(x, &c, B, T, nh, inv, &e))
+                fail_err(name, &e);
+            else
+                check_cmp(name, x, ref, n, 4e-3);
             free(x), free(ref);
         }
         free(tab);
@@ -243,8 +260,8 @@ static void test_rope(void) {
 
 static const int attn_shapes[][5] = {
     /* B, T, H, KV, hd */
-    {1, 1, 3, 1, 32},  {2, 7, 3, 1, 20},  {1, 64, 2, 2, 64},  {1, 129, 4, 2, 64}, {2, 65, 6, 3, 40},
-    {1, 200, 2, 1, 128}, {2, 130, 4, 1, 96}, {1, 300, 12, 3, 64},
+    {1, 1, 3, 1, 32},  {2, 7, 3, 1, 20},    {1, 64, 2, 2, 64},  {1, 129, 4, 2, 64},
+    {2, 65, 6, 3, 40}, {1, 200, 2, 1, 128}, {2, 130, 4, 1, 96}, {1, 300, 12, 3, 64},
 };
 
 static void test_attention(void) {
@@ -255,8 +272,8 @@ static void test_attention(void) {
         size_t natt = (size_t)B * H * T * T;
         for (int bwd = 0; bwd < 2; bwd++) {
             char name[80];
-            snprintf(name, sizeof name, "attention %s B=%d T=%d H=%d KV=%d hd=%d", bwd ? "bwd" : "fwd",
-                     B, T, H, KV, hd);
+            snprintf(name, sizeof name, "attention %s B=%d T=%d H=%d KV=%d hd=%d",
+                     bwd ? "bwd" : "fwd", B, T, H, KV, hd);
             if (!selected(name)) continue;
             reseed(name);
             rl_err e = {0};
@@ -266,8 +283,10 @@ static void test_attention(void) {
             rl_cpu_attn_fwd_f64(outr, att, qd, kd, vd, B, T, H, KV, hd);
             if (!bwd) {
                 float *out = malloc(nq * sizeof(float));
-                if (rl_gpu_op_attn_fwd(out, q, k, v, B, T, H, KV, hd, &e)) fail_err(name, &e);
-                else check_cmp(name, out, outr, nq, 1e-2);
+                if (rl_gpu_op_attn_fwd(out, q, k, v, B, T, H, KV, hd, &e))
+                    fail_err(name, &e);
+                else
+                    check_cmp(name, out, outr, nq, 1e-2);
                 free(out);
             } else {
                 float *dout = randn_bf16(nq, 1);
@@ -277,10 +296,12 @@ static void test_attention(void) {
                 rl_cpu_attn_bwd_f64(dqr, dkr, dvr, scr, dod, att, qd, kd, vd, B, T, H, KV, hd);
                 float *dq = malloc(nq * sizeof(float)), *dk = malloc(nk * sizeof(float)),
                       *dv = malloc(nk * sizeof(float));
-                if (rl_gpu_op_attn_bwd(dq, dk, dv, dout, q, k, v, B, T, H, KV, hd, &e)) fail_err(name, &e);
+                if (rl_gpu_op_attn_bwd(dq, dk, dv, dout, q, k, v, B, T, H, KV, hd, &e))
+                    fail_err(name, &e);
                 else if (check_cmp(name, dq, dqr, nq, 2e-2) && check_cmp("  dk", dk, dkr, nk, 2e-2))
                     check_cmp("  dv", dv, dvr, nk, 2e-2);
-                free(dout), free(dod), free(dqr), free(dkr), free(dvr), free(scr), free(dq), free(dk), free(dv);
+                free(dout), free(dod), free(dqr), free(dkr), free(dvr), free(scr), free(dq),
+                    free(dk), free(dv);
             }
             free(q), free(k), free(v), free(qd), free(kd), free(vd), free(outr), free(att);
         }
@@ -302,24 +323,32 @@ static void test_swiglu(void) {
             double *g = malloc(nf * sizeof(double)), *u = malloc(nf * sizeof(double));
             for (int n = 0; n < N; n++)
                 for (int j = 0; j < F; j++)
-                    g[(size_t)n * F + j] = gu[(size_t)n * 2 * F + j], u[(size_t)n * F + j] = gu[(size_t)n * 2 * F + F + j];
+                    g[(size_t)n * F + j] = gu[(size_t)n * 2 * F + j],
+                                      u[(size_t)n * F + j] = gu[(size_t)n * 2 * F + F + j];
             if (!bwd) {
                 double *hr = malloc(nf * sizeof(double));
                 rl_cpu_swiglu_fwd_f64(hr, g, u, nf);
                 float *h = malloc(nf * sizeof(float));
-                if (rl_gpu_op_swiglu_fwd(h, gu, N, F, &e)) fail_err(name, &e);
-                else check_cmp(name, h, hr, nf, 4e-3);
+                if (rl_gpu_op_swiglu_fwd(h, gu, N, F, &e))
+                    fail_err(name, &e);
+                else
+                    check_cmp(name, h, hr, nf, 4e-3);
                 free(hr), free(h);
             } else {
                 float *dh = randn_bf16(nf, 1), *dgu = malloc(2 * nf * sizeof(float));
-                double *dhd = to_d(dh, nf), *dg = malloc(nf * sizeof(double)), *du = malloc(nf * sizeof(double));
+                double *dhd = to_d(dh, nf), *dg = malloc(nf * sizeof(double)),
+                       *du = malloc(nf * sizeof(double));
                 rl_cpu_swiglu_bwd_f64(dg, du, dhd, g, u, nf);
                 double *ref = malloc(2 * nf * sizeof(double));
                 for (int n = 0; n < N; n++)
                     for (int j = 0; j < F; j++)
-                        ref[(size_t)n * 2 * F + j] = dg[(size_t)n * F + j], ref[(size_t)n * 2 * F + F + j] = du[(size_t)n * F + j];
-                if (rl_gpu_op_swiglu_bwd(dgu, dh, gu, N, F, &e)) fail_err(name, &e);
-                else check_cmp(name, dgu, ref, 2 * nf, 4e-3);
+                        ref[(size_t)n * 2 * F + j] = dg[(size_t)n * F + j],
+                                                ref[(size_t)n * 2 * F + F + j] =
+                                                    du[(size_t)n * F + j];
+                if (rl_gpu_op_swiglu_bwd(dgu, dh, gu, N, F, &e))
+                    fail_err(name, &e);
+                else
+                    check_cmp(name, dgu, ref, 2 * nf, 4e-3);
                 free(dh), free(dgu), free(dhd), free(dg), free(du), free(ref);
             }
             free(gu), free(g), free(u);
@@ -344,7 +373,8 @@ static void test_xent(void) {
         float scale = 1.0f / (float)N;
         rl_cpu_xent_fwd_f64(lr, ld, tgt, N, V);
         rl_cpu_xent_bwd_f64(ld, tgt, N, V, scale);
-        if (rl_gpu_op_xent(losses, dl, logits, tgt, N, V, scale, &e)) fail_err(name, &e);
+        if (rl_gpu_op_xent(losses, dl, logits, tgt, N, V, scale, &e))
+            fail_err(name, &e);
         else if (check_cmp(name, losses, lr, (size_t)N, 1e-5))
             check_cmp("  dlogits", dl, ld, nv, 4e-3);
         free(logits), free(losses), free(dl), free(tgt), free(ld), free(lr);
@@ -353,7 +383,8 @@ static void test_xent(void) {
 
 /* out = a . b with a [M, K] and b given by element accessors: plain double loops. */
 static void test_gemm(void) {
-    static const int shapes[][3] = {/* M, N, K */ {1, 7, 16}, {7, 129, 60}, {129, 96, 770}, {300, 257, 64}, {64, 2560, 512}};
+    static const int shapes[][3] = {
+        /* M, N, K */ {1, 7, 16}, {7, 129, 60}, {129, 96, 770}, {300, 257, 64}, {64, 2560, 512}};
     static const char *kinds[] = {"fwd", "bwd-data", "bwd-weight"};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int kind = 0; kind < 3; kind++)
@@ -368,9 +399,12 @@ static void test_gemm(void) {
                     reseed(name);
                     rl_err e = {0};
                     size_t na, nb, no;
-                    if (kind == RL_GPU_GEMM_FWD) na = (size_t)M * K, nb = (size_t)N * K, no = (size_t)M * N;
-                    else if (kind == RL_GPU_GEMM_BWD_DATA) na = (size_t)M * N, nb = (size_t)N * K, no = (size_t)M * K;
-                    else na = (size_t)M * N, nb = (size_t)M * K, no = (size_t)N * K;
+                    if (kind == RL_GPU_GEMM_FWD)
+                        na = (size_t)M * K, nb = (size_t)N * K, no = (size_t)M * N;
+                    else if (kind == RL_GPU_GEMM_BWD_DATA)
+                        na = (size_t)M * N, nb = (size_t)N * K, no = (size_t)M * K;
+                    else
+                        na = (size_t)M * N, nb = (size_t)M * K, no = (size_t)N * K;
                     float *a = randn_bf16(na, 1), *b = randn_bf16(nb, 1);
                     float *out = randn(no, 1), *r = res ? randn(no, 1) : NULL;
                     double *ref = calloc(no, sizeof(double));
@@ -378,25 +412,30 @@ static void test_gemm(void) {
                         for (int i = 0; i < M; i++)
                             for (int j = 0; j < N; j++) {
                                 double s = r ? r[(size_t)i * N + j] : 0;
-                                for (int kk = 0; kk < K; kk++) s += (double)a[(size_t)i * K + kk] * b[(size_t)j * K + kk];
+                                for (int kk = 0; kk < K; kk++)
+                                    s += (double)a[(size_t)i * K + kk] * b[(size_t)j * K + kk];
                                 ref[(size_t)i * N + j] = s;
                             }
                     else if (kind == RL_GPU_GEMM_BWD_DATA)
                         for (int i = 0; i < M; i++)
                             for (int kk = 0; kk < K; kk++) {
                                 double s = 0;
-                                for (int j = 0; j < N; j++) s += (double)a[(size_t)i * N + j] * b[(size_t)j * K + kk];
+                                for (int j = 0; j < N; j++)
+                                    s += (double)a[(size_t)i * N + j] * b[(size_t)j * K + kk];
                                 ref[(size_t)i * K + kk] = s;
                             }
                     else
                         for (int j = 0; j < N; j++)
                             for (int kk = 0; kk < K; kk++) {
                                 double s = out[(size_t)j * K + kk];
-                                for (int i = 0; i < M; i++) s += (double)a[(size_t)i * N + j] * b[(size_t)i * K + kk];
+                                for (int i = 0; i < M; i++)
+                                    s += (double)a[(size_t)i * N + j] * b[(size_t)i * K + kk];
                                 ref[(size_t)j * K + kk] = s;
                             }
-                    if (rl_gpu_op_gemm(kind, out, f32, a, b, r, M, N, K, &e)) fail_err(name, &e);
-                    else check_cmp(name, out, ref, no, f32 ? 1e-5 : 4e-3);
+                    if (rl_gpu_op_gemm(kind, out, f32, a, b, r, M, N, K, &e))
+                        fail_err(name, &e);
+                    else
+                        check_cmp(name, out, ref, no, f32 ? 1e-5 : 4e-3);
                     free(a), free(b), free(out), free(r), free(ref);
                 }
             }
@@ -416,11 +455,13 @@ static void test_norm(void) {
         for (size_t i = 0; i < n; i++) ref += (double)g[i] * g[i];
         ref = sqrt(ref);
         float a, b;
-        if (rl_gpu_op_sumsq_norm(&a, g, n, &e) || rl_gpu_op_sumsq_norm(&b, g, n, &e)) fail_err(name, &e);
+        if (rl_gpu_op_sumsq_norm(&a, g, n, &e) || rl_gpu_op_sumsq_norm(&b, g, n, &e))
+            fail_err(name, &e);
         else {
             double rel = fabs(a - ref) / ref;
             report(name, isfinite(a) && rel <= 1e-5 && memcmp(&a, &b, sizeof a) == 0,
-                   "rel %.2e (tol 1e-05), two runs %s", rel, memcmp(&a, &b, sizeof a) ? "DIFFER" : "bit-identical");
+                   "rel %.2e (tol 1e-05), two runs %s", rel,
+                   memcmp(&a, &b, sizeof a) ? "DIFFER" : "bit-identical");
         }
         free(g);
     }
@@ -444,7 +485,8 @@ static void case_cfg(const model_case *mc, rl_model_config *c) {
 
 static double cosine(const float *a, const float *b, size_t n, double *na, double *nb) {
     double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
     *na = sqrt(aa), *nb = sqrt(bb);
     if (aa == 0 && bb == 0) return 1.0;
     return ab / (sqrt(aa) * sqrt(bb) + 1e-300);
@@ -456,7 +498,8 @@ static double cosine(const float *a, const float *b, size_t n, double *na, doubl
  * second accumulated micro-step. */
 static void test_step(const model_case *mc, int recompute) {
     char name[96];
-    snprintf(name, sizeof name, "step %s B=%d T=%d%s", mc->label, mc->B, mc->T, recompute ? " recompute" : "");
+    snprintf(name, sizeof name, "step %s B=%d T=%d%s", mc->label, mc->B, mc->T,
+             recompute ? " recompute" : "");
     if (!selected(name)) return;
     reseed(name);
     rl_model_config c;
@@ -480,7 +523,8 @@ static void test_step(const model_case *mc, int recompute) {
     memcpy(logits, rl_model_logits(&cpu), (size_t)N * c.vocab_size * sizeof(float));
     rl_model_zero_grad(&cpu);
     rl_model_backward(&cpu, 1.0f, NULL, NULL);
-    if (rl_gpu_model_create(&gpu, &c, B, T, &opt, 0, &e) || rl_gpu_model_upload_params(gpu, cpu.params, &e) ||
+    if (rl_gpu_model_create(&gpu, &c, B, T, &opt, 0, &e) ||
+        rl_gpu_model_upload_params(gpu, cpu.params, &e) ||
         rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg, &e))
         goto err;
     {
@@ -495,9 +539,12 @@ static void test_step(const model_case *mc, int recompute) {
         free(gl), free(ld);
         if (rc) goto err;
     }
-    if (rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) || rl_gpu_model_download_grads(gpu, g1, &e)) goto err;
+    if (rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) ||
+        rl_gpu_model_download_grads(gpu, g1, &e))
+        goto err;
     double rel = fabs(lg - lc) / fabs(lc);
-    report(name, isfinite(lg) && rel <= 0.01, "loss gpu %.6f cpu %.6f rel %.2e (tol 1e-02)", lg, lc, rel);
+    report(name, isfinite(lg) && rel <= 0.01, "loss gpu %.6f cpu %.6f rel %.2e (tol 1e-02)", lg, lc,
+           rel);
     {
         /* A tensor whose exact gradient is zero (q and k projections at
          * T = 1: softmax over one key) has no direction to compare: the CPU
@@ -517,7 +564,8 @@ static void test_step(const model_case *mc, int recompute) {
                 zero++;
                 if (!(na <= 1e-4 * total)) {
                     bad++;
-                    printf("       %s: exact gradient ~0 (|cpu| %.3e) but |gpu| %.3e\n", ti.name, nb, na);
+                    printf("       %s: exact gradient ~0 (|cpu| %.3e) but |gpu| %.3e\n", ti.name,
+                           nb, na);
                 }
                 continue;
             }
@@ -533,18 +581,22 @@ static void test_step(const model_case *mc, int recompute) {
     }
     /* determinism and accumulation */
     if (rl_gpu_model_zero_grad(gpu, &e) || rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg2, &e) ||
-        rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) || rl_gpu_model_download_grads(gpu, g2, &e))
+        rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) ||
+        rl_gpu_model_download_grads(gpu, g2, &e))
         goto err;
-    report("  repeat is bit-identical", memcmp(&lg, &lg2, sizeof lg) == 0 && memcmp(g1, g2, P * sizeof(float)) == 0,
+    report("  repeat is bit-identical",
+           memcmp(&lg, &lg2, sizeof lg) == 0 && memcmp(g1, g2, P * sizeof(float)) == 0,
            "loss %s, gradients %s", memcmp(&lg, &lg2, sizeof lg) ? "differ" : "same",
            memcmp(g1, g2, P * sizeof(float)) ? "differ" : "same");
-    if (rl_gpu_model_forward(gpu, tok, tgt, B, T, NULL, &e) || rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) ||
+    if (rl_gpu_model_forward(gpu, tok, tgt, B, T, NULL, &e) ||
+        rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) ||
         rl_gpu_model_download_grads(gpu, g2, &e))
         goto err;
     {
         size_t off = 0;
         for (size_t i = 0; i < P; i++) off += g2[i] != 2.0f * g1[i];
-        report("  second micro-step accumulates", off == 0, "%zu of %zu gradients != 2x the first", off, P);
+        report("  second micro-step accumulates", off == 0, "%zu of %zu gradients != 2x the first",
+               off, P);
     }
     goto done;
 err:
@@ -569,30 +621,41 @@ static void test_adamw(void) {
     size_t P = lay.total;
     float *p = malloc(P * sizeof(float)), *g = randn(P, 1e-2), *mv = malloc(2 * P * sizeof(float));
     rl_model_init_params(&c, p, check_seed);
-    for (size_t i = 0; i < P; i++) mv[i] = (float)(rl_rng_normal(&rng) * 1e-3), mv[P + i] = (float)(fabs(rl_rng_normal(&rng)) * 1e-5);
+    for (size_t i = 0; i < P; i++)
+        mv[i] = (float)(rl_rng_normal(&rng) * 1e-3),
+        mv[P + i] = (float)(fabs(rl_rng_normal(&rng)) * 1e-5);
     float *cp = malloc(P * sizeof(float)), *cmv = malloc(2 * P * sizeof(float));
-    float *gp = malloc(P * sizeof(float)), *gmv = malloc(2 * P * sizeof(float)), *g16 = malloc(P * sizeof(float));
+    float *gp = malloc(P * sizeof(float)), *gmv = malloc(2 * P * sizeof(float)),
+          *g16 = malloc(P * sizeof(float));
     rl_err e = {0};
     rl_gpu_model *m = NULL;
     for (int clip = 0; clip < 2; clip++) {
         const char *sub = clip ? "  with device-side clipping" : name;
         memcpy(cp, p, P * sizeof(float)), memcpy(cmv, mv, 2 * P * sizeof(float));
         double lr = 3e-3, wd = 0.1, max_norm = 0.05, scale = 0.7;
-        double norm = rl_grad_norm(g, P), gs = scale * (clip ? rl_clip_factor(norm, max_norm) : 1.0);
+        double norm = rl_grad_norm(g, P),
+               gs = scale * (clip ? rl_clip_factor(norm, max_norm) : 1.0);
         int nt = rl_model_n_tensors(&c);
         for (int i = 0; i < nt; i++) {
             rl_tensor_info ti;
             rl_model_tensor(&c, i, &ti);
-            rl_adamw_update(cp + ti.offset, g + ti.offset, cmv + ti.offset, cmv + P + ti.offset, ti.numel, lr, 0.9,
-                            0.95, 1e-8, ti.decay ? wd : 0.0, 3, gs);
+            rl_adamw_update(cp + ti.offset, g + ti.offset, cmv + ti.offset, cmv + P + ti.offset,
+                            ti.numel, lr, 0.9, 0.95, 1e-8, ti.decay ? wd : 0.0, 3, gs);
         }
-        rl_gpu_adamw a = {.lr = lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = wd, .t = 3,
-                          .grad_scale = scale, .clip_max_norm = clip ? max_norm : 0};
+        rl_gpu_adamw a = {.lr = lr,
+                          .beta1 = 0.9,
+                          .beta2 = 0.95,
+                          .eps = 1e-8,
+                          .weight_decay = wd,
+                          .t = 3,
+                          .grad_scale = scale,
+                          .clip_max_norm = clip ? max_norm : 0};
         float gnorm = 0;
-        if ((!m && rl_gpu_model_create(&m, &c, 1, 8, NULL, 0, &e)) || rl_gpu_model_upload_params(m, p, &e) ||
-            rl_gpu_model_upload_grads(m, g, &e) || rl_gpu_model_upload_opt(m, mv, &e) ||
-            rl_gpu_model_grad_norm(m, &gnorm, &e) || rl_gpu_model_adamw(m, &a, &e) ||
-            rl_gpu_model_download_params(m, gp, &e) || rl_gpu_model_download_opt(m, gmv, &e) ||
+        if ((!m && rl_gpu_model_create(&m, &c, 1, 8, NULL, 0, &e)) ||
+            rl_gpu_model_upload_params(m, p, &e) || rl_gpu_model_upload_grads(m, g, &e) ||
+            rl_gpu_model_upload_opt(m, mv, &e) || rl_gpu_model_grad_norm(m, &gnorm, &e) ||
+            rl_gpu_model_adamw(m, &a, &e) || rl_gpu_model_download_params(m, gp, &e) ||
+            rl_gpu_model_download_opt(m, gmv, &e) ||
             rl_gpu_model_download_params_bf16(m, g16, &e)) {
             fail_err(sub, &e);
             break;
@@ -617,7 +680,8 @@ static void test_adamw(void) {
         for (size_t i = 0; i < P; i++)
             if (g16[i] != rl_gpu_bf16_round(gp[i])) bad16++;
         report(sub, bad == 0 && bad16 == 0 && fabs(gnorm - norm) <= 1e-5 * norm,
-               "%zu values outside tolerance (max|d| %.2e), %zu bf16 copies != round(master), norm %.6g vs %.6g",
+               "%zu values outside tolerance (max|d| %.2e), %zu bf16 copies != round(master), norm "
+               "%.6g vs %.6g",
                bad, worst, bad16, gnorm, norm);
     }
     rl_gpu_model_free(m);
@@ -650,7 +714,9 @@ static void test_train_curve(void) {
     int32_t *tok = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
     double worst = 0, first_c = 0, last_c = 0, last_g = 0;
     int bad = 0;
-    if (rl_gpu_model_create(&gpu, &c, B, T, NULL, 0, &e) || rl_gpu_model_upload_params(gpu, cpu.params, &e)) goto err;
+    if (rl_gpu_model_create(&gpu, &c, B, T, NULL, 0, &e) ||
+        rl_gpu_model_upload_params(gpu, cpu.params, &e))
+        goto err;
     for (int s = 1; s <= steps; s++) {
         for (int b = 0; b < B; b++) {
             int start = (int)(rl_rng_u64(&rng) % (uint64_t)c.vocab_size);
@@ -668,14 +734,21 @@ static void test_train_curve(void) {
         for (int i = 0; i < nt; i++) {
             rl_tensor_info ti;
             rl_model_tensor(&c, i, &ti);
-            rl_adamw_update(cpu.params + ti.offset, cpu.grads + ti.offset, mv + ti.offset, mv + P + ti.offset,
-                            ti.numel, 3e-3, 0.9, 0.95, 1e-8, ti.decay ? 0.1 : 0.0, s, clip);
+            rl_adamw_update(cpu.params + ti.offset, cpu.grads + ti.offset, mv + ti.offset,
+                            mv + P + ti.offset, ti.numel, 3e-3, 0.9, 0.95, 1e-8,
+                            ti.decay ? 0.1 : 0.0, s, clip);
         }
-        rl_gpu_adamw a = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .t = s,
-                          .grad_scale = 1.0, .clip_max_norm = 1.0};
+        rl_gpu_adamw a = {.lr = 3e-3,
+                          .beta1 = 0.9,
+                          .beta2 = 0.95,
+                          .eps = 1e-8,
+                          .weight_decay = 0.1,
+                          .t = s,
+                          .grad_scale = 1.0,
+                          .clip_max_norm = 1.0};
         if (rl_gpu_model_zero_grad(gpu, &e) || rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg, &e) ||
-            rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) || rl_gpu_model_grad_norm(gpu, NULL, &e) ||
-            rl_gpu_model_adamw(gpu, &a, &e))
+            rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) ||
+            rl_gpu_model_grad_norm(gpu, NULL, &e) || rl_gpu_model_adamw(gpu, &a, &e))
             goto err;
         double d = fabs(lg - lc), band = fmax(0.05, 0.05 * lc);
         if (!(d <= band)) bad++;
@@ -685,8 +758,10 @@ static void test_train_curve(void) {
     }
     {
         double last_rel = fabs(last_g - last_c) / last_c;
-        report(name, bad == 0 && last_rel <= 0.03 && last_c < 0.5 * first_c && last_g < 0.5 * first_c,
-               "cpu %.4f -> %.4f, gpu -> %.4f; %d steps outside the band, worst rel %.3f, last rel %.3f",
+        report(name,
+               bad == 0 && last_rel <= 0.03 && last_c < 0.5 * first_c && last_g < 0.5 * first_c,
+               "cpu %.4f -> %.4f, gpu -> %.4f; %d steps outside the band, worst rel %.3f, last rel "
+               "%.3f",
                first_c, last_c, last_g, bad, worst, last_rel);
     }
     goto done;
@@ -710,7 +785,8 @@ static void test_roundtrip(void) {
     rl_param_layout lay;
     rl_param_layout_init(&lay, &c);
     size_t P = lay.total;
-    float *p = randn(P, 1), *o = randn(2 * P, 1), *p2 = malloc(P * sizeof(float)), *o2 = malloc(2 * P * sizeof(float));
+    float *p = randn(P, 1), *o = randn(2 * P, 1), *p2 = malloc(P * sizeof(float)),
+          *o2 = malloc(2 * P * sizeof(float));
     rl_err e = {0};
     rl_gpu_model *m = NULL;
     if (rl_gpu_model_create(&m, &c, 1, 4, NULL, 0, &e) || rl_gpu_model_upload_params(m, p, &e) ||
@@ -718,8 +794,8 @@ static void test_roundtrip(void) {
         rl_gpu_model_download_opt(m, o2, &e))
         fail_err(name, &e);
     else
-        report(name, !memcmp(p, p2, P * sizeof(float)) && !memcmp(o, o2, 2 * P * sizeof(float)), "%zu params",
-               P);
+        report(name, !memcmp(p, p2, P * sizeof(float)) && !memcmp(o, o2, 2 * P * sizeof(float)),
+               "%zu params", P);
     rl_gpu_model_free(m);
     free(p), free(o), free(p2), free(o2);
 }

@@ -56,8 +56,9 @@ void arrive(int target) {
 void trampoline() {
     (*job)();
     if (!fibers[cur].copies.empty()) {
-        fprintf(stderr, "emu: thread %d of block (%u,%u) ended with %zu cp.async copies never waited for\n", cur,
-                blockIdx.x, blockIdx.y, fibers[cur].copies.size());
+        fprintf(stderr,
+                "emu: thread %d of block (%u,%u) ended with %zu cp.async copies never waited for\n",
+                cur, blockIdx.x, blockIdx.y, fibers[cur].copies.size());
         abort();
     }
     // exited threads stop counting towards barriers (as on the GPU)
@@ -87,9 +88,11 @@ void run_block(unsigned threads) {
         f.copies.clear();
         f.committed = 0;
     }
-    for (unsigned i = threads; i < (unsigned)MAXT; i++) fibers[i].done = true, fibers[i].wait_on = -1;
+    for (unsigned i = threads; i < (unsigned)MAXT; i++)
+        fibers[i].done = true, fibers[i].wait_on = -1;
     memset(arrived, 0, sizeof arrived);
-    for (int w = 0; w < 32; w++) alive[w] = (int)std::min(32u, threads > 32u * w ? threads - 32u * w : 0u);
+    for (int w = 0; w < 32; w++)
+        alive[w] = (int)std::min(32u, threads > 32u * w ? threads - 32u * w : 0u);
     alive[CTA] = (int)threads;
     unsigned left = threads;
     while (left) {
@@ -104,8 +107,10 @@ void run_block(unsigned threads) {
             if (f.done) left--;
         }
         if (!ran) {
-            fprintf(stderr, "emu: deadlock in block (%u,%u): %u threads wait on barriers nobody else reaches\n",
-                    blockIdx.x, blockIdx.y, left);
+            fprintf(
+                stderr,
+                "emu: deadlock in block (%u,%u): %u threads wait on barriers nobody else reaches\n",
+                blockIdx.x, blockIdx.y, left);
             abort();
         }
     }
@@ -186,8 +191,10 @@ static void ldsm(uint32_t (&r)[4], const __nv_bfloat16 *p, bool trans) {
     arrive(w);
     for (int i = 0; i < 4; i++) {
         const __nv_bfloat16 *const *rows = ldsm_rows[w] + 8 * i;
-        if (!trans) r[i] = pack_bits(rows[l / 4][2 * (l % 4)], rows[l / 4][2 * (l % 4) + 1]);
-        else r[i] = pack_bits(rows[2 * (l % 4)][l / 4], rows[2 * (l % 4) + 1][l / 4]);
+        if (!trans)
+            r[i] = pack_bits(rows[l / 4][2 * (l % 4)], rows[l / 4][2 * (l % 4) + 1]);
+        else
+            r[i] = pack_bits(rows[2 * (l % 4)][l / 4], rows[2 * (l % 4) + 1][l / 4]);
     }
     arrive(w);
 }
@@ -196,7 +203,8 @@ void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16 *p) { ldsm(r, p, true); }
 
 void cp_async16(__nv_bfloat16 *dst, const __nv_bfloat16 *src, bool valid) {
     if (((uintptr_t)dst | (uintptr_t)src) & 15u) {
-        fprintf(stderr, "emu: cp.async with a misaligned address (%p <- %p)\n", (void *)dst, (const void *)src);
+        fprintf(stderr, "emu: cp.async with a misaligned address (%p <- %p)\n", (void *)dst,
+                (const void *)src);
         abort();
     }
     fibers[cur].copies.push_back({dst, src, valid, -1});
@@ -212,8 +220,10 @@ void rl_emu_cp_async_wait(int n) {
     std::vector<pending_copy> keep;
     for (auto &c : f.copies) {
         if (c.group >= 0 && c.group < f.committed - n) {
-            if (c.valid) memcpy(c.dst, c.src, 16);
-            else memset(c.dst, 0, 16);
+            if (c.valid)
+                memcpy(c.dst, c.src, 16);
+            else
+                memset(c.dst, 0, 16);
         } else {
             keep.push_back(c);
         }
@@ -223,9 +233,10 @@ void rl_emu_cp_async_wait(int n) {
 
 void rl_emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn) {
     unsigned threads = block.x * block.y * block.z;
-    if (threads < 1 || threads > (unsigned)MAXT || block.y != 1 || block.z != 1 || smem_bytes > sizeof smem) {
-        fprintf(stderr, "emu: unsupported launch: block %ux%ux%u, %zu bytes of shared memory\n", block.x, block.y,
-                block.z, smem_bytes);
+    if (threads < 1 || threads > (unsigned)MAXT || block.y != 1 || block.z != 1 ||
+        smem_bytes > sizeof smem) {
+        fprintf(stderr, "emu: unsupported launch: block %ux%ux%u, %zu bytes of shared memory\n",
+                block.x, block.y, block.z, smem_bytes);
         abort();
     }
     if (stacks.empty()) stacks.resize((size_t)MAXT * STACK);

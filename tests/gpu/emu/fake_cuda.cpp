@@ -24,8 +24,10 @@ float ld_elem(const void *p, cudaDataType_t t, size_t i) {
     return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
 }
 void st_elem(void *p, cudaDataType_t t, size_t i, float v) {
-    if (t == CUDA_R_32F) ((float *)p)[i] = v;
-    else ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    if (t == CUDA_R_32F)
+        ((float *)p)[i] = v;
+    else
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
 }
 struct fake_desc {
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -61,8 +63,12 @@ cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int v) {
     return v <= 227 * 1024 ? cudaSuccess : cudaErrorInvalidValue;
 }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaError (emulated)"; }
-const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "error (emulated)"; }
+const char *cudaGetErrorName(cudaError_t e) {
+    return e == cudaSuccess ? "cudaSuccess" : "cudaError (emulated)";
+}
+const char *cudaGetErrorString(cudaError_t e) {
+    return e == cudaSuccess ? "no error" : "error (emulated)";
+}
 cudaError_t cudaMalloc(void **p, size_t n) {
     *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
     if (!*p) return cudaErrorMemoryAllocation;
@@ -130,7 +136,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 const char *cublasLtGetStatusName(cublasStatus_t s) {
     return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_(emulated error)";
 }
-const char *cublasLtGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "error"; }
+const char *cublasLtGetStatusString(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "success" : "error";
+}
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
     *h = (cublasLtHandle_t)malloc(1);
     return CUBLAS_STATUS_SUCCESS;
@@ -139,7 +147,8 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
     free((void *)h);
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct, cudaDataType_t st) {
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct,
+                                        cudaDataType_t st) {
     if (ct != CUBLAS_COMPUTE_32F || st != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     *d = (cublasLtMatmulDesc_t) new fake_desc;
     return CUBLAS_STATUS_SUCCESS;
@@ -148,17 +157,21 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
     delete (fake_desc *)d;
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
-                                              const void *buf, size_t n) {
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t a, const void *buf,
+                                              size_t n) {
     fake_desc *f = (fake_desc *)d;
     if (n != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (a == CUBLASLT_MATMUL_DESC_TRANSA) memcpy(&f->ta, buf, n);
-    else if (a == CUBLASLT_MATMUL_DESC_TRANSB) memcpy(&f->tb, buf, n);
-    else return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (a == CUBLASLT_MATMUL_DESC_TRANSA)
+        memcpy(&f->ta, buf, n);
+    else if (a == CUBLASLT_MATMUL_DESC_TRANSB)
+        memcpy(&f->tb, buf, n);
+    else
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
-                                          int64_t ld) {
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
     if ((int64_t)rows > ld) return CUBLAS_STATUS_INVALID_VALUE; // column-major: ld >= rows
     *l = (cublasLtMatrixLayout_t) new fake_layout{t, rows, cols, ld};
     return CUBLAS_STATUS_SUCCESS;
@@ -175,12 +188,14 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
     free((void *)p);
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                                    cublasLtMatmulPreferenceAttributes_t,
                                                     const void *, size_t) {
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
-                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatmulPreference_t, int requested,
                                               cublasLtMatmulHeuristicResult_t *res, int *count) {
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
@@ -189,23 +204,26 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     *count = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
-                              cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
-                              const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
-                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *, void *, size_t,
-                              cudaStream_t) {
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
+                              cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
+                              const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
     const fake_desc *f = (const fake_desc *)desc;
     const fake_layout *la = (const fake_layout *)Adesc, *lb = (const fake_layout *)Bdesc;
     const fake_layout *lc = (const fake_layout *)Cdesc, *ld = (const fake_layout *)Ddesc;
     uint64_t m = ld->rows, n = ld->cols;
-    uint64_t am = f->ta == CUBLAS_OP_N ? la->rows : la->cols, k = f->ta == CUBLAS_OP_N ? la->cols : la->rows;
-    uint64_t bk = f->tb == CUBLAS_OP_N ? lb->rows : lb->cols, bn = f->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
+    uint64_t am = f->ta == CUBLAS_OP_N ? la->rows : la->cols,
+             k = f->ta == CUBLAS_OP_N ? la->cols : la->rows;
+    uint64_t bk = f->tb == CUBLAS_OP_N ? lb->rows : lb->cols,
+             bn = f->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
     if (am != m || bk != k || bn != n || lc->rows != m || lc->cols != n || lc->type != ld->type) {
         fprintf(stderr,
-                "emu cublasLtMatmul: shapes disagree: D %llux%llu, op(A) %llux%llu, op(B) %llux%llu, C %llux%llu\n",
-                (unsigned long long)m, (unsigned long long)n, (unsigned long long)am, (unsigned long long)k,
-                (unsigned long long)bk, (unsigned long long)bn, (unsigned long long)lc->rows,
-                (unsigned long long)lc->cols);
+                "emu cublasLtMatmul: shapes disagree: D %llux%llu, op(A) %llux%llu, op(B) "
+                "%llux%llu, C %llux%llu\n",
+                (unsigned long long)m, (unsigned long long)n, (unsigned long long)am,
+                (unsigned long long)k, (unsigned long long)bk, (unsigned long long)bn,
+                (unsigned long long)lc->rows, (unsigned long long)lc->cols);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     float al = *(const float *)alpha, be = *(const float *)beta;
@@ -213,8 +231,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
         for (uint64_t i = 0; i < m; i++) {
             float acc = 0.0f;
             for (uint64_t p = 0; p < k; p++) {
-                float a = f->ta == CUBLAS_OP_N ? ld_elem(A, la->type, i + p * la->ld) : ld_elem(A, la->type, p + i * la->ld);
-                float b = f->tb == CUBLAS_OP_N ? ld_elem(B, lb->type, p + j * lb->ld) : ld_elem(B, lb->type, j + p * lb->ld);
+                float a = f->ta == CUBLAS_OP_N ? ld_elem(A, la->type, i + p * la->ld)
+                                               : ld_elem(A, la->type, p + i * la->ld);
+                float b = f->tb == CUBLAS_OP_N ? ld_elem(B, lb->type, p + j * lb->ld)
+                                               : ld_elem(B, lb->type, j + p * lb->ld);
                 acc += a * b;
             }
             float c = be != 0.0f ? ld_elem(C, lc->type, i + j * lc->ld) : 0.0f;
