@@ -33,10 +33,12 @@ class LocalNode:
     def on_pod_create(self, pod):
         pod.setdefault("spec", {}).setdefault("nodeName", NODE_NAME)
 
-    def graceful_delete(self, t, cur, grace):
-        st = self.store
+    @staticmethod
+    def effective_grace(cur, grace):
+        """The grace period a delete gets, as the pod registry decides it:
+        the request's, else the pod's, else 30 s; none for finished or
+        unbound pods."""
         spec = cur.get("spec") or {}
-        m = cur["metadata"]
         if grace is None:
             grace = spec.get("terminationGracePeriodSeconds", 30)
         try:
@@ -45,6 +47,12 @@ class LocalNode:
             grace = 30
         if (cur.get("status") or {}).get("phase") in ("Succeeded", "Failed") or not spec.get("nodeName"):
             grace = 0
+        return grace
+
+    def graceful_delete(self, t, cur, grace):
+        st = self.store
+        m = cur["metadata"]
+        grace = self.effective_grace(cur, grace)
         if m.get("deletionTimestamp") and grace >= int(m.get("deletionGracePeriodSeconds") or 0) \
                 and m.get("deletionGracePeriodSeconds"):
             return copy.deepcopy(cur), False

@@ -361,15 +361,8 @@ class Kubelet(LocalNode):
         if (cur.get("spec") or {}).get("nodeName") not in (None, "", NODE_NAME):
             return super().graceful_delete(t, cur, grace)  # no kubelet: the grace timer
         st = self.store
-        spec, m = cur.get("spec") or {}, cur["metadata"]
-        if grace is None:
-            grace = spec.get("terminationGracePeriodSeconds", 30)
-        try:
-            grace = max(0, int(grace))
-        except (TypeError, ValueError):
-            grace = 30
-        if (cur.get("status") or {}).get("phase") in ("Succeeded", "Failed") or not spec.get("nodeName"):
-            grace = 0
+        m = cur["metadata"]
+        grace = self.effective_grace(cur, grace)
         if m.get("deletionTimestamp") and m.get("deletionGracePeriodSeconds") is not None \
                 and grace >= int(m["deletionGracePeriodSeconds"]):
             return copy.deepcopy(cur), False

@@ -317,7 +317,7 @@ int rl_test_kubectl(const rl_test_standin *s, const char *args, const char *stdi
 }
 
 /* ---- pods ---------------------------------------------------------------------------- */
-static const cJSON *jpath(const cJSON *j, const char *dotted) {
+const cJSON *rl_test_json_path(const cJSON *j, const char *dotted) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", dotted);
     const cJSON *cur = j;
@@ -327,12 +327,12 @@ static const cJSON *jpath(const cJSON *j, const char *dotted) {
 }
 
 static void jcopy(char *dst, size_t n, const cJSON *j, const char *dotted) {
-    const cJSON *v = jpath(j, dotted);
+    const cJSON *v = rl_test_json_path(j, dotted);
     snprintf(dst, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
 }
 
 static int jint(const cJSON *j, const char *dotted, int dflt) {
-    const cJSON *v = jpath(j, dotted);
+    const cJSON *v = rl_test_json_path(j, dotted);
     return cJSON_IsNumber(v) ? v->valueint : dflt;
 }
 
@@ -355,7 +355,7 @@ int rl_test_standin_pod(const rl_test_standin *s, const char *ns, const char *na
     free(out);
     if (!j) return -1;
     p->exists = true;
-    p->deleting = jpath(j, "metadata.deletionTimestamp") != NULL;
+    p->deleting = rl_test_json_path(j, "metadata.deletionTimestamp") != NULL;
     jcopy(p->uid, sizeof p->uid, j, "metadata.uid");
     jcopy(p->phase, sizeof p->phase, j, "status.phase");
     jcopy(p->ip, sizeof p->ip, j, "status.podIP");
@@ -363,7 +363,7 @@ int rl_test_standin_pod(const rl_test_standin *s, const char *ns, const char *na
     jcopy(p->reason, sizeof p->reason, j, "status.reason");
     jcopy(p->message, sizeof p->message, j, "status.message");
     const cJSON *c;
-    cJSON_ArrayForEach(c, jpath(j, "status.conditions")) {
+    cJSON_ArrayForEach(c, rl_test_json_path(j, "status.conditions")) {
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(c, "type");
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "status");
         if (!cJSON_IsString(ty) || !cJSON_IsString(st)) continue;
@@ -379,7 +379,7 @@ int rl_test_standin_pod(const rl_test_standin *s, const char *ns, const char *na
         }
     }
     const cJSON *cs = NULL, *it;
-    cJSON_ArrayForEach(it, jpath(j, "status.containerStatuses")) {
+    cJSON_ArrayForEach(it, rl_test_json_path(j, "status.containerStatuses")) {
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
         if (!container || (cJSON_IsString(nm) && !strcmp(nm->valuestring, container))) {
             cs = it;
@@ -391,7 +391,7 @@ int rl_test_standin_pod(const rl_test_standin *s, const char *ns, const char *na
         p->last_exit_code = jint(cs, "lastState.terminated.exitCode", -1);
         static const char *states[] = {"waiting", "running", "terminated"};
         for (int i = 0; i < 3; i++) {
-            const cJSON *st = jpath(cs, "state");
+            const cJSON *st = rl_test_json_path(cs, "state");
             const cJSON *one = cJSON_GetObjectItemCaseSensitive(st, states[i]);
             if (!one) continue;
             snprintf(p->state, sizeof p->state, "%s", states[i]);

@@ -8,6 +8,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct cJSON;
+/* The member at a dotted path ("status.containerStatuses"), or NULL. */
+const struct cJSON *rl_test_json_path(const struct cJSON *j, const char *dotted);
+
 typedef struct rl_test_standin {
     int pid;                      /* the python process */
     char dir[256];                /* temp dir with ca.crt, token, kubeconfig, ready */

@@ -298,22 +298,11 @@ static const char *jstr(const cJSON *j, const char *dotted) {
 }
 
 static double jnum(const cJSON *j, const char *dotted) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", dotted);
-    const cJSON *cur = j;
-    for (char *save = NULL, *t = strtok_r(buf, ".", &save); t && cur; t = strtok_r(NULL, ".", &save))
-        cur = cJSON_GetObjectItemCaseSensitive(cur, t);
-    return cJSON_IsNumber(cur) ? cur->valuedouble : -1;
+    const cJSON *v = rl_test_json_path(j, dotted);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
 }
 
-static const cJSON *jget(const cJSON *j, const char *dotted) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", dotted);
-    const cJSON *cur = j;
-    for (char *save = NULL, *t = strtok_r(buf, ".", &save); t && cur; t = strtok_r(NULL, ".", &save))
-        cur = cJSON_GetObjectItemCaseSensitive(cur, t);
-    return cur;
-}
+static const cJSON *jget(const cJSON *j, const char *dotted) { return rl_test_json_path(j, dotted); }
 
 static void assert_status(const cJSON *j, int code, const char *reason) {
     cr_assert_str_eq(jstr(j, "kind"), "Status");
