@@ -180,9 +180,10 @@ bench:
 # (eager and torch.compile) on the same GPU in one command.
 GPU_TEST_BIN  := $(BUILD)/tests/gpu_test
 GPU_BENCH_BIN := $(BUILD)/bench/gpu_bench
-$(GPU_TEST_BIN): tests/gpu/test_gpu.c $(LIB)
+GPU_TEST_SRCS := tests/gpu/test_gpu.c tests/gpu/test_gpu_train.c
+$(GPU_TEST_BIN): $(GPU_TEST_SRCS) tests/gpu/check.h $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(GPU_TEST_SRCS) $(LIB) -o $@ $(LDLIBS)
 
 $(GPU_BENCH_BIN): bench/gpu/bench_gpu.c $(LIB)
 	@mkdir -p $(dir $@)
@@ -199,7 +200,7 @@ EMU_DIR   := $(BUILD)/emu
 EMU_FLAGS := -std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Werror -Wno-unknown-pragmas \
              -Wno-attributes -Wno-unused-function -DRL_KERNEL_EMU -Ipkg -I. -I$(CUDA_HOME)/include
 EMU_KOBJS := $(KERNEL_SRCS:kernels/%.cu=$(EMU_DIR)/kernels/%.o)
-EMU_ROBJS := $(EMU_DIR)/emu.o $(EMU_DIR)/fake_cuda.o
+EMU_ROBJS := $(EMU_DIR)/emu.o $(EMU_DIR)/fake_cuda.o $(EMU_DIR)/fake_nccl.o
 EMU_LIBS  := $(filter-out -lcudart -lnccl -lcublasLt,$(LDLIBS))
 GPU_EMU_BIN := $(EMU_DIR)/kernels_emu
 CXX ?= g++
@@ -212,8 +213,8 @@ $(EMU_DIR)/%.o: tests/gpu/emu/%.cpp $(wildcard tests/gpu/emu/*.h)
 	$(CXX) $(EMU_FLAGS) -c $< -o $@
 $(GPU_EMU_BIN): tests/gpu/kernels_emu.cpp $(wildcard kernels/*.cuh) $(EMU_ROBJS) $(EMU_KOBJS) $(LIB)
 	$(CXX) $(EMU_FLAGS) $(filter %.cpp %.o,$^) $(LIB) -o $@ $(EMU_LIBS)
-$(EMU_DIR)/gpu_test: tests/gpu/test_gpu.c $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
-	$(CC) $(ALL_CFLAGS) $< $(EMU_KOBJS) $(EMU_ROBJS) $(LIB) -o $@ $(EMU_LIBS) -lstdc++
+$(EMU_DIR)/gpu_test: $(GPU_TEST_SRCS) tests/gpu/check.h $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
+	$(CC) $(ALL_CFLAGS) $(GPU_TEST_SRCS) $(EMU_KOBJS) $(EMU_ROBJS) $(LIB) -o $@ $(EMU_LIBS) -lstdc++
 $(EMU_DIR)/gpu_bench: bench/gpu/bench_gpu.c $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
 	$(CC) $(ALL_CFLAGS) $< $(EMU_KOBJS) $(EMU_ROBJS) $(LIB) -o $@ $(EMU_LIBS) -lstdc++
 
@@ -230,7 +231,7 @@ PORT_LIBS := -Wl,--as-needed -static-libgcc -Wl,-Bstatic -lopenblas -lgfortran -
 .PHONY: gpu-portable
 $(PORT_DIR)/ringleader-gpu: tests/gpu/portable_main.c tests/gpu/test_gpu.c bench/gpu/bench_gpu.c $(LIB)
 	@mkdir -p $(PORT_DIR)/lib
-	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_test_main -c tests/gpu/test_gpu.c -o $(PORT_DIR)/test_gpu.o
+	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_test_main -DRL_GPU_TEST_KERNELS_ONLY -c tests/gpu/test_gpu.c -o $(PORT_DIR)/test_gpu.o
 	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_bench_main -c bench/gpu/bench_gpu.c -o $(PORT_DIR)/bench_gpu.o
 	$(CC) $(ALL_CFLAGS) $< $(PORT_DIR)/test_gpu.o $(PORT_DIR)/bench_gpu.o $(LIB) -o $@ $(PORT_LIBS)
 	strip $@

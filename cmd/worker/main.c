@@ -123,15 +123,6 @@ static int run_single(const rl_job_config *cfg, const char *config_path, const c
                     "that `make run` writes: ringleader-prepare arith --out data/arith)\n", e.msg);
         return config_path || rc != RL_EINPUT ? fail("", &e) : 2;
     }
-#ifdef RL_CUDA
-    char gpu[128] = "";
-    int ngpu = rl_gpu_device_count(gpu, sizeof gpu);
-    if (ngpu == 0)
-        rl_log_msg(RL_LOG_INFO, "device", "CUDA build, but no GPU is visible: training on the CPU");
-    else
-        rl_log(RL_LOG_INFO, "device",
-               "\"gpus\":%d,\"msg\":\"GPU present; this build trains on the CPU path\"", ngpu);
-#endif
     tr.stop = &g_stop;
     /* to our agent's pipe when it launched us, else to own metrics */
     rl_stats_reporter reporter;

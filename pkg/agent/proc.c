@@ -72,8 +72,11 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     snprintf(comm_prefix, sizeof comm_prefix, "%s/comm", prefix);
     if (secret && *secret && (rc = rl_store_auth(store, id, secret, strlen(secret), e))) goto out;
     if ((rc = claim_place(store, prefix, env, e))) goto out;
+    /* the device decides the backend; settled once, here, for both */
+    rl_job_config settled = *cfg;
+    if ((rc = rl_train_pick_device(&settled, e))) goto out;
     rl_comm_opts co = {
-        .backend = cfg->dist.backend,
+        .backend = settled.dist.backend,
         .rank = env->rank,
         .world = env->world,
         .store = store,
@@ -84,8 +87,8 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     };
     if ((rc = rl_comm_init(&co, &comm, e))) goto out;
 
-    rl_train_dist dist = {.rank = env->rank, .world = env->world};
-    if ((rc = rl_trainer_init(&tr, cfg, &dist, e))) goto out;
+    rl_train_dist dist = {.rank = env->rank, .world = env->world, .local_rank = env->local_rank};
+    if ((rc = rl_trainer_init(&tr, &settled, &dist, e))) goto out;
     tr_ok = true;
     tr.stop = o->stop;
     /* steps and checkpoints to the agent's pipe (local rank 0 has one), or
@@ -97,11 +100,12 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
         .bucket_bytes = (size_t)(cfg->dist.bucket_mb * (1 << 20)),
         .min_buckets = cfg->dist.min_buckets,
         .timeout_s = cfg->dist.timeout_s * 4,
+        .grad_stream = rl_trainer_stream(&tr),
     };
-    if ((rc = rl_ddp_create(comm, tr.model.grads, tr.model.lay.total, &dopt, &ddp, e))) goto out;
+    if ((rc = rl_ddp_create(comm, rl_trainer_grads(&tr), tr.model.lay.total, &dopt, &ddp, e))) goto out;
     rl_ddp_attach(ddp, &dist);
     /* identical replicas whatever each rank's seed did */
-    if ((rc = rl_ddp_broadcast(ddp, tr.model.params, tr.model.lay.total, e))) goto out;
+    if ((rc = rl_trainer_broadcast_params(&tr, e))) goto out;
     if (env->rank == 0)
         rl_log(RL_LOG_INFO, "ddp", "\"world\":%d,\"backend\":\"%s\",\"buckets\":%d,\"source\":\"%s\"",
                env->world, rl_comm_backend(comm), rl_ddp_nbuckets(ddp), env->source);

@@ -169,6 +169,7 @@ int rl_comm_init(const rl_comm_opts *o, rl_comm **out, rl_err *e) {
 int rl_comm_rank(const rl_comm *c) { return c ? c->rank : -1; }
 int rl_comm_world(const rl_comm *c) { return c ? c->world : 0; }
 const char *rl_comm_backend(const rl_comm *c) { return c ? c->backend : "none"; }
+void *rl_comm_stream(const rl_comm *c) { return c ? c->stream : NULL; }
 
 /* Common preamble of every op: fail fast when aborted or dead. */
 static int check_alive(rl_comm *c, const char *what, rl_err *e) {

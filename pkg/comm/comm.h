@@ -60,9 +60,14 @@ int rl_comm_init(const rl_comm_opts *o, rl_comm **out, rl_err *e);
 int rl_comm_rank(const rl_comm *c);
 int rl_comm_world(const rl_comm *c);
 const char *rl_comm_backend(const rl_comm *c);
+/* nccl: the cudaStream_t every op is enqueued on (work that must happen
+ * before an op is ordered by making this stream wait for it); tcp: NULL. */
+void *rl_comm_stream(const rl_comm *c);
 
 /* In place; count elements of dtype. AVG divides by world after summing
- * (RL_I64 supports SUM only). */
+ * (RL_I64 supports SUM only). nccl: a host buffer (the metric averages,
+ * the resume broadcast) is staged through device memory and the op
+ * completes before it returns; device buffers are stream-ordered. */
 int rl_comm_allreduce(rl_comm *c, void *buf, size_t count, rl_dtype t, rl_redop op, rl_err *e);
 int rl_comm_broadcast(rl_comm *c, void *buf, size_t count, rl_dtype t, int root, rl_err *e);
 /* recv holds world * count elements, rank r's contribution at r * count. */

@@ -47,6 +47,7 @@ struct rl_comm {
     atomic_int aborted; /* set by rl_comm_abort from any thread */
     int dead;           /* 0, or the code of the error that killed it (op thread only) */
     rl_err dead_err;
+    void *stream; /* nccl: the cudaStream_t ops are enqueued on; tcp: NULL */
     void *impl;
 };
 

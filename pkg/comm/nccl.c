@@ -30,7 +30,8 @@
  *    each enqueue (NCCL >= 2.14 semantics), and the init timeout path;
  *  - that ncclCommAbort issued from another thread (under `mu`) unblocks
  *    kernels already queued on the stream so cudaStreamQuery completes;
- *  - cudaPointerGetAttributes' classification of the caller's buffers;
+ *  - cudaPointerGetAttributes' classification of the caller's buffers (host
+ *    buffers are staged through a device bounce buffer);
  *  - ncclAvg for bf16 (needs NCCL >= 2.10 and sm_80 for native bf16). */
 #ifdef RL_CUDA
 
@@ -51,7 +52,12 @@ typedef struct nccl {
     bool own_stream;
     int device;
     float *scratch; /* one device word for the barrier */
+    void *stage;    /* device bounce buffer for host buffers, grown on demand */
+    size_t stage_bytes;
 } nccl;
+
+/* Host buffers move through the bounce buffer in pieces of at most this. */
+#define RL_NCCL_STAGE_MAX ((size_t)64 << 20)
 
 static void nap(void) {
     struct timespec ts = {0, 100000}; /* 100 us: polling a GPU queue, not a socket */
@@ -127,9 +133,12 @@ static int enqueued(rl_comm *c, nccl *N, ncclResult_t r, const char *what, rl_er
                    "rank %d: nccl %s: %s (%s)", c->rank, what, ncclGetErrorString(r), detail);
 }
 
-/* NCCL dereferences device pointers; a plain host pointer would fault in
- * a kernel far from the call. Refuse it here, naming the op. */
-static int check_device_ptr(rl_comm *c, const void *p, const char *what, rl_err *e) {
+/* NCCL dereferences device pointers; a host pointer would fault in a
+ * kernel far from the call. *host says whether p is host memory
+ * (pageable or pinned): allreduce and broadcast stage those, the other ops
+ * refuse them (with host_ok NULL), naming the op. */
+static int check_device_ptr(rl_comm *c, const void *p, const char *what, bool *host_ok, rl_err *e) {
+    if (host_ok) *host_ok = false;
     if (!p) return RL_OK;
     struct cudaPointerAttributes a;
     cudaError_t ce = cudaPointerGetAttributes(&a, p);
@@ -138,7 +147,12 @@ static int check_device_ptr(rl_comm *c, const void *p, const char *what, rl_err 
         return rl_errf(e, RL_EINPUT, "rank %d: nccl %s: cannot inspect buffer %p: %s", c->rank,
                        what, p, cudaGetErrorString(ce));
     }
-    if (a.type == cudaMemoryTypeUnregistered)
+    bool host = a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
+    if (host && host_ok) {
+        *host_ok = true;
+        return RL_OK;
+    }
+    if (host)
         return rl_errf(e, RL_EINPUT,
                        "rank %d: nccl %s: buffer %p is ordinary host memory; the nccl backend "
                        "needs device (or managed) memory, the tcp backend takes host buffers",
@@ -172,33 +186,81 @@ static int begin(rl_comm *c, nccl *N, const char *what, rl_err *e) {
         return enqueued(c, N, r_, what, e);                                                   \
     } while (0)
 
-static int nccl_allreduce(rl_comm *c, void *buf, size_t count, rl_dtype t, rl_redop op,
-                          rl_err *e) {
-    nccl *N = c->impl;
-    int rc = begin(c, N, "allreduce", e);
-    if (!rc) rc = check_device_ptr(c, buf, "allreduce", e);
-    if (rc) return rc;
+static int enqueue_allreduce(rl_comm *c, nccl *N, void *buf, size_t count, rl_dtype t,
+                             rl_redop op, rl_err *e) {
     NCCL_ENQUEUE(c, N, "allreduce", e,
                  ncclAllReduce(buf, buf, count, nccl_type(t), op == RL_AVG ? ncclAvg : ncclSum,
                                N->comm, N->stream));
 }
 
+static int enqueue_broadcast(rl_comm *c, nccl *N, void *buf, size_t count, rl_dtype t, int root,
+                             rl_err *e) {
+    NCCL_ENQUEUE(c, N, "broadcast", e,
+                 ncclBroadcast(buf, buf, count, nccl_type(t), root, N->comm, N->stream));
+}
+
+static int nccl_wait(rl_comm *c, rl_err *e);
+
+/* A host buffer, piece by piece: copy in, the collective, copy out, wait.
+ * Synchronous: these are small (metrics) or rare (the resume broadcast). */
+static int staged(rl_comm *c, nccl *N, bool bcast, void *buf, size_t count, rl_dtype t,
+                  rl_redop op, int root, rl_err *e) {
+    size_t es = rl_dtype_size(t), per = RL_NCCL_STAGE_MAX / es;
+    size_t want = (count < per ? count : per) * es;
+    if (want > N->stage_bytes) {
+        if (N->stage) cudaFree(N->stage);
+        N->stage = NULL, N->stage_bytes = 0;
+        cudaError_t ce = cudaMalloc(&N->stage, want);
+        if (ce != cudaSuccess)
+            return rl_errf(e, RL_ENOMEM, "rank %d: nccl: staging buffer of %zu bytes: %s", c->rank,
+                           want, cudaGetErrorString(ce));
+        N->stage_bytes = want;
+    }
+    for (size_t off = 0; off < count; off += per) {
+        size_t n = count - off < per ? count - off : per;
+        char *h = (char *)buf + off * es;
+        cudaError_t ce = cudaMemcpyAsync(N->stage, h, n * es, cudaMemcpyHostToDevice, N->stream);
+        if (ce != cudaSuccess)
+            return rl_errf(e, RL_EIO, "rank %d: nccl: staging copy in: %s", c->rank, cudaGetErrorString(ce));
+        int rc = bcast ? enqueue_broadcast(c, N, N->stage, n, t, root, e)
+                       : enqueue_allreduce(c, N, N->stage, n, t, op, e);
+        if (rc) return rc;
+        ce = cudaMemcpyAsync(h, N->stage, n * es, cudaMemcpyDeviceToHost, N->stream);
+        if (ce != cudaSuccess)
+            return rl_errf(e, RL_EIO, "rank %d: nccl: staging copy out: %s", c->rank, cudaGetErrorString(ce));
+        if ((rc = nccl_wait(c, e))) return rc;
+    }
+    return RL_OK;
+}
+
+static int nccl_allreduce(rl_comm *c, void *buf, size_t count, rl_dtype t, rl_redop op,
+                          rl_err *e) {
+    nccl *N = c->impl;
+    bool host;
+    int rc = begin(c, N, "allreduce", e);
+    if (!rc) rc = check_device_ptr(c, buf, "allreduce", &host, e);
+    if (rc) return rc;
+    return host ? staged(c, N, false, buf, count, t, op, 0, e)
+                : enqueue_allreduce(c, N, buf, count, t, op, e);
+}
+
 static int nccl_broadcast(rl_comm *c, void *buf, size_t count, rl_dtype t, int root,
                           rl_err *e) {
     nccl *N = c->impl;
+    bool host;
     int rc = begin(c, N, "broadcast", e);
-    if (!rc) rc = check_device_ptr(c, buf, "broadcast", e);
+    if (!rc) rc = check_device_ptr(c, buf, "broadcast", &host, e);
     if (rc) return rc;
-    NCCL_ENQUEUE(c, N, "broadcast", e,
-                 ncclBroadcast(buf, buf, count, nccl_type(t), root, N->comm, N->stream));
+    return host ? staged(c, N, true, buf, count, t, RL_SUM, root, e)
+                : enqueue_broadcast(c, N, buf, count, t, root, e);
 }
 
 static int nccl_allgather(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
                           rl_err *e) {
     nccl *N = c->impl;
     int rc = begin(c, N, "allgather", e);
-    if (!rc) rc = check_device_ptr(c, send, "allgather", e);
-    if (!rc) rc = check_device_ptr(c, recv, "allgather", e);
+    if (!rc) rc = check_device_ptr(c, send, "allgather", NULL, e);
+    if (!rc) rc = check_device_ptr(c, recv, "allgather", NULL, e);
     if (rc) return rc;
     NCCL_ENQUEUE(c, N, "allgather", e,
                  ncclAllGather(send, recv, count, nccl_type(t), N->comm, N->stream));
@@ -208,8 +270,8 @@ static int nccl_reduce_scatter(rl_comm *c, const void *send, void *recv, size_t 
                                rl_dtype t, rl_redop op, rl_err *e) {
     nccl *N = c->impl;
     int rc = begin(c, N, "reduce_scatter", e);
-    if (!rc) rc = check_device_ptr(c, send, "reduce_scatter", e);
-    if (!rc) rc = check_device_ptr(c, recv, "reduce_scatter", e);
+    if (!rc) rc = check_device_ptr(c, send, "reduce_scatter", NULL, e);
+    if (!rc) rc = check_device_ptr(c, recv, "reduce_scatter", NULL, e);
     if (rc) return rc;
     NCCL_ENQUEUE(c, N, "reduce_scatter", e,
                  ncclReduceScatter(send, recv, count, nccl_type(t),
@@ -312,6 +374,7 @@ static void nccl_destroy(rl_comm *c) {
     abort_locked(N);
     pthread_mutex_unlock(&N->mu);
     if (N->scratch) cudaFree(N->scratch);
+    if (N->stage) cudaFree(N->stage);
     if (N->own_stream && N->stream) cudaStreamDestroy(N->stream);
     pthread_mutex_destroy(&N->mu);
     free(N);
@@ -442,6 +505,7 @@ int rl_comm_nccl_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
                     o->device);
         goto fail;
     }
+    c->stream = N->stream;
     rl_log(RL_LOG_DEBUG, "comm_nccl_ready", "\"world\":%d,\"device\":%d,\"nccl_version\":%d",
            c->world, o->device, ver);
     return RL_OK;

@@ -7,6 +7,10 @@
 #include <string.h>
 #include <time.h>
 
+#ifdef RL_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 /* A unit of work for the communication thread. Buckets are jobs too, so
  * the order of ops on the communicator is the same on every rank. */
 typedef enum { JOB_BUCKET, JOB_AVG_F64, JOB_SUM_U64, JOB_BCAST_F32 } job_kind;
@@ -29,6 +33,11 @@ struct rl_ddp {
     rl_ddp_event *ev;
     int next_launch;     /* next bucket to hand over this step */
     double t_backward_end;
+    /* device gradients: per bucket, ready on the backward's stream, start
+     * and done on the communicator's (timing events) */
+    void *gs;
+    int device;
+    void **ev_ready, **ev_start, **ev_done;
 
     pthread_t thread;
     bool thread_started;
@@ -41,6 +50,57 @@ struct rl_ddp {
     int rc;              /* first error; later jobs are skipped */
     rl_err err;
 };
+
+/* ---- device gradients: CUDA events order the two streams ----------------- */
+#ifdef RL_CUDA
+static int cuda_fail(cudaError_t ce, const char *what, rl_err *e) {
+    return rl_errf(e, RL_EIO, "ddp: %s: %s", what, cudaGetErrorString(ce));
+}
+static int dev_events_create(rl_ddp *d, rl_err *e) {
+    cudaError_t ce = cudaGetDevice(&d->device);
+    if (ce != cudaSuccess) return cuda_fail(ce, "cudaGetDevice", e);
+    void **sets[3] = {d->ev_ready, d->ev_start, d->ev_done};
+    for (int k = 0; k < 3; k++)
+        for (int b = 0; b < d->nb; b++)
+            if ((ce = cudaEventCreate((cudaEvent_t *)&sets[k][b])) != cudaSuccess)
+                return cuda_fail(ce, "cudaEventCreate", e);
+    return RL_OK;
+}
+static void dev_events_destroy(rl_ddp *d) {
+    void **sets[3] = {d->ev_ready, d->ev_start, d->ev_done};
+    for (int k = 0; k < 3; k++)
+        for (int b = 0; sets[k] && b < d->nb; b++)
+            if (sets[k][b]) cudaEventDestroy((cudaEvent_t)sets[k][b]);
+}
+/* training thread: bucket b's gradients are the kernels queued so far */
+static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) {
+    cudaError_t ce = cudaEventRecord((cudaEvent_t)d->ev_ready[b], (cudaStream_t)d->gs);
+    return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "cudaEventRecord (bucket ready)", e);
+}
+/* comm thread: the allreduce of bucket b, queued behind its readiness */
+static int dev_bucket(rl_ddp *d, int b, rl_err *e) {
+    cudaStream_t cs = (cudaStream_t)rl_comm_stream(d->comm);
+    cudaError_t ce = cudaSetDevice(d->device);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(cs, (cudaEvent_t)d->ev_ready[b], 0);
+    if (ce == cudaSuccess) ce = cudaEventRecord((cudaEvent_t)d->ev_start[b], cs);
+    if (ce != cudaSuccess) return cuda_fail(ce, "ordering a bucket after its gradients", e);
+    int rc = rl_comm_allreduce(d->comm, d->grads + d->boff[b], d->blen[b], RL_F32, RL_AVG, e);
+    if (!rc && (ce = cudaEventRecord((cudaEvent_t)d->ev_done[b], cs)) != cudaSuccess)
+        rc = cuda_fail(ce, "cudaEventRecord (bucket done)", e);
+    return rc;
+}
+static double dev_elapsed(void *a, void *b) {
+    float ms = 0;
+    return cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b) == cudaSuccess ? ms / 1e3 : 0;
+}
+#else
+static int no_cuda(rl_err *e) { return rl_errf(e, RL_EINTERNAL, "ddp: device gradients in a build without CUDA"); }
+static int dev_events_create(rl_ddp *d, rl_err *e) { return (void)d, no_cuda(e); }
+static void dev_events_destroy(rl_ddp *d) { (void)d; }
+static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
+static int dev_bucket(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
+static double dev_elapsed(void *a, void *b) { return (void)a, (void)b, 0; }
+#endif
 
 static void *comm_thread(void *arg) {
     rl_ddp *d = arg;
@@ -60,7 +120,8 @@ static void *comm_thread(void *arg) {
             switch (j.kind) {
             case JOB_BUCKET:
                 d->ev[j.bucket].t_start = t0;
-                rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_F32, RL_AVG, &e);
+                rc = d->gs ? dev_bucket(d, j.bucket, &e)
+                           : rl_comm_allreduce(d->comm, j.buf, j.count, RL_F32, RL_AVG, &e);
                 d->ev[j.bucket].t_done = rl_now();
                 break;
             case JOB_AVG_F64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_F64, RL_AVG, &e); break;
@@ -137,7 +198,13 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
     d->boff = calloc((size_t)nb + 1, sizeof(size_t));
     d->blen = calloc((size_t)nb + 1, sizeof(size_t));
     d->ev = calloc((size_t)nb + 1, sizeof(rl_ddp_event));
-    if (!d->boff || !d->blen || !d->ev) {
+    d->gs = o ? o->grad_stream : NULL;
+    if (d->gs) {
+        d->ev_ready = calloc((size_t)nb, sizeof(void *));
+        d->ev_start = calloc((size_t)nb, sizeof(void *));
+        d->ev_done = calloc((size_t)nb, sizeof(void *));
+    }
+    if (!d->boff || !d->blen || !d->ev || (d->gs && (!d->ev_ready || !d->ev_start || !d->ev_done))) {
         rl_ddp_destroy(d);
         return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
     }
@@ -147,6 +214,16 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
         left -= len;
         d->boff[b] = left, d->blen[b] = len;
         d->ev[b].off = left, d->ev[b].len = len;
+    }
+    if (d->gs && !rl_comm_stream(comm)) {
+        rl_ddp_destroy(d);
+        return rl_errf(e, RL_EINPUT, "ddp: gradients on a GPU need a communicator with a stream "
+                       "(the nccl backend), not %s", rl_comm_backend(comm));
+    }
+    int rc = d->gs ? dev_events_create(d, e) : RL_OK;
+    if (rc) {
+        rl_ddp_destroy(d);
+        return rc;
     }
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
@@ -181,6 +258,13 @@ void rl_ddp_grad_ready(void *ctx, size_t off) {
     while (d->next_launch < d->nb && d->boff[d->next_launch] >= off) {
         int b = d->next_launch++;
         d->ev[b].t_ready = now;
+        rl_err me = {0};
+        if (d->gs && dev_mark_ready(d, b, &me)) {
+            /* the hook cannot return an error: the step's finish reports it */
+            pthread_mutex_lock(&d->mu);
+            if (!d->rc) d->rc = me.code ? me.code : RL_EIO, d->err = me;
+            pthread_mutex_unlock(&d->mu);
+        }
         submit(d, (job){.kind = JOB_BUCKET, .buf = d->grads + d->boff[b], .count = d->blen[b], .bucket = b});
     }
 }
@@ -231,6 +315,17 @@ const rl_ddp_event *rl_ddp_events(const rl_ddp *d, double *t_backward_end) {
 }
 
 void rl_ddp_step_timing(const rl_ddp *d, double *exposed_s, double *busy_s) {
+    if (d->gs && d->nb > 0) {
+        /* GPU time: the host queues backward long before the GPU runs it,
+         * so host clocks would count backward as waiting. The last bucket
+         * is readied when backward ends and completes after every other. */
+        double busy = 0;
+        for (int b = 0; b < d->nb; b++) busy += dev_elapsed(d->ev_start[b], d->ev_done[b]);
+        double exposed = dev_elapsed(d->ev_ready[d->nb - 1], d->ev_done[d->nb - 1]);
+        if (exposed_s) *exposed_s = exposed > 0 ? exposed : 0;
+        if (busy_s) *busy_s = busy;
+        return;
+    }
     /* read after finish: the comm thread's writes of t_start/t_done
      * happened before drain saw their jobs done, under the mutex */
     double last = 0, busy = 0;
@@ -261,6 +356,10 @@ void rl_ddp_destroy(rl_ddp *d) {
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->cv);
     }
+    if (d->gs) dev_events_destroy(d);
+    free(d->ev_ready);
+    free(d->ev_start);
+    free(d->ev_done);
     free(d->boff);
     free(d->blen);
     free(d->ev);

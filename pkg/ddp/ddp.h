@@ -33,6 +33,13 @@ typedef struct rl_ddp_opts {
     size_t bucket_bytes;       /* default 25 MiB */
     int min_buckets;           /* default 8; 1 = PyTorch's sizes exactly */
     double timeout_s;          /* bound on waiting for the comm thread (default 300) */
+    /* Gradients on a GPU (nccl backend): the cudaStream_t the backward runs
+     * on. "Ready" then means "the kernels are queued": the hook records a
+     * CUDA event on this stream, and the bucket's allreduce is queued on
+     * the communicator's stream behind a wait for that event, so the
+     * reduction of late layers runs while the GPU computes earlier ones.
+     * The step timings come from CUDA events too. NULL: host gradients. */
+    void *grad_stream;
 } rl_ddp_opts;
 
 /* One bucket's life in the last step (for the overlap test and logs). */

@@ -32,7 +32,8 @@ void rl_job_config_default(rl_job_config *c) {
     snprintf(c->data.train, sizeof c->data.train, "data/arith/train_*.bin");
     snprintf(c->data.val, sizeof c->data.val, "data/arith/val_*.bin");
     snprintf(c->data.eval_task, sizeof c->data.eval_task, "arith");
-    snprintf(c->dist.backend, sizeof c->dist.backend, "tcp");
+    snprintf(c->train.device, sizeof c->train.device, "auto");
+    snprintf(c->dist.backend, sizeof c->dist.backend, "auto");
     c->dist.timeout_s = 60;
     c->dist.bucket_mb = 25, c->dist.first_bucket_mb = 1; /* PyTorch DDP's defaults */
     c->dist.min_buckets = 8; /* lets small models overlap too (see ddp.h) */
@@ -51,9 +52,10 @@ static int parse_dist(const cJSON *o, const char *w, rl_dist_config *d, rl_err *
     long long mb = d->min_buckets;
     if ((rc = rl_cfg_int(o, w, "min_buckets", 1, 1 << 16, &mb, e))) return rc;
     d->min_buckets = (int)mb;
-    if (strcmp(d->backend, "tcp") != 0 && strcmp(d->backend, "nccl") != 0) {
+    if (strcmp(d->backend, "auto") != 0 && strcmp(d->backend, "tcp") != 0 &&
+        strcmp(d->backend, "nccl") != 0) {
         char esc[64];
-        return rl_errf(e, RL_EINPUT, "%s.backend: unknown backend \"%s\" (tcp or nccl)", w,
+        return rl_errf(e, RL_EINPUT, "%s.backend: unknown backend \"%s\" (auto, tcp or nccl)", w,
                        rl_json_escape(esc, sizeof esc, d->backend));
     }
     return RL_OK;
@@ -63,7 +65,7 @@ static int parse_train(const cJSON *o, const char *w, rl_train_config *t, rl_err
     static const char *const keys[] = {
         "seed", "steps", "seq_len", "micro_batch", "global_batch_tokens", "lr", "min_lr",
         "warmup_steps", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "eval_every",
-        "eval_batches", "log_every", NULL};
+        "eval_batches", "log_every", "device", NULL};
     int rc = rl_cfg_check_keys(o, w, keys, e);
     if (rc) return rc;
     long long seed = (long long)t->seed, seq = t->seq_len, mb = t->micro_batch, eb = t->eval_batches;
@@ -82,8 +84,14 @@ static int parse_train(const cJSON *o, const char *w, rl_train_config *t, rl_err
         (rc = rl_cfg_num(o, w, "grad_clip", 0, 1e9, &t->grad_clip, e)) ||
         (rc = rl_cfg_int(o, w, "eval_every", 0, 1ll << 40, &t->eval_every, e)) ||
         (rc = rl_cfg_int(o, w, "eval_batches", 0, 1 << 20, &eb, e)) ||
-        (rc = rl_cfg_int(o, w, "log_every", 1, 1ll << 40, &t->log_every, e)))
+        (rc = rl_cfg_int(o, w, "log_every", 1, 1ll << 40, &t->log_every, e)) ||
+        (rc = rl_cfg_str(o, w, "device", t->device, sizeof t->device, e)))
         return rc;
+    if (strcmp(t->device, "auto") != 0 && strcmp(t->device, "cpu") != 0 && strcmp(t->device, "cuda") != 0) {
+        char esc[64];
+        return rl_errf(e, RL_EINPUT, "%s.device: unknown device \"%s\" (auto, cpu or cuda)", w,
+                       rl_json_escape(esc, sizeof esc, t->device));
+    }
     t->seed = (uint64_t)seed, t->seq_len = (int)seq, t->micro_batch = (int)mb, t->eval_batches = (int)eb;
     return RL_OK;
 }
@@ -109,6 +117,11 @@ static int check(const rl_job_config *c, const char *name, rl_err *e) {
     if (t->seq_len > c->model.max_position_embeddings)
         return rl_errf(e, RL_EINPUT, "%s: train.seq_len %d exceeds model.max_position_embeddings %d",
                        name, t->seq_len, c->model.max_position_embeddings);
+    /* the tcp ring reduces host buffers, NCCL device buffers */
+    const char *dev = t->device, *be = c->dist.backend;
+    if ((!strcmp(dev, "cpu") && !strcmp(be, "nccl")) || (!strcmp(dev, "cuda") && !strcmp(be, "tcp")))
+        return rl_errf(e, RL_EINPUT, "%s: dist.backend \"%s\" cannot reduce gradients on train.device \"%s\" "
+                       "(cpu takes tcp, cuda takes nccl; auto picks)", name, be, dev);
     if (t->global_batch_tokens % t->seq_len != 0)
         return rl_errf(e, RL_EINPUT,
                        "%s: train.global_batch_tokens %lld is not a multiple of train.seq_len %d",
@@ -207,6 +220,7 @@ char *rl_job_config_to_json(const rl_job_config *c) {
     const rl_train_config *t = &c->train;
     cJSON *tr = cJSON_AddObjectToObject(r, "train");
     cJSON_AddNumberToObject(tr, "seed", (double)t->seed);
+    cJSON_AddStringToObject(tr, "device", t->device);
     cJSON_AddNumberToObject(tr, "steps", (double)t->steps);
     cJSON_AddNumberToObject(tr, "seq_len", t->seq_len);
     cJSON_AddNumberToObject(tr, "micro_batch", t->micro_batch);

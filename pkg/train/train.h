@@ -39,6 +39,11 @@ typedef struct rl_train_config {
     long long eval_every;       /* steps; 0: only at the end */
     int eval_batches;           /* micro-batches of the val split per eval */
     long long log_every;
+    /* "auto": the GPU when this build has CUDA and one is visible, else the
+     * CPU (saying so in one log line); "cpu"; "cuda" (an error without a
+     * GPU). rl_train_pick_device settles it before anything is built. */
+    char device[8];
+    bool device_picked; /* set by rl_train_pick_device when it resolved "auto" (not JSON) */
 } rl_train_config;
 
 typedef struct rl_data_config {
@@ -49,7 +54,7 @@ typedef struct rl_data_config {
 } rl_data_config;
 
 typedef struct rl_dist_config {
-    char backend[16];       /* "tcp" (CPU) | "nccl" (GPU) */
+    char backend[16];       /* "auto" (nccl on cuda, tcp on cpu) | "tcp" | "nccl" */
     double timeout_s;       /* every collective and peer wait */
     double bucket_mb, first_bucket_mb;
     int min_buckets;        /* no bucket above 1/min_buckets of the gradients */
@@ -74,6 +79,13 @@ int rl_job_config_parse(const char *text, size_t len, const char *name, rl_job_c
                         rl_err *e);
 /* Checks that depend on the world size (accumulation count must be whole). */
 int rl_job_config_check_world(const rl_job_config *c, int world, const char *name, rl_err *e);
+/* Settle train.device "auto" (cuda when this build has CUDA and a GPU is
+ * visible, else cpu, which a CUDA build says in one log line) and
+ * dist.backend "auto" (nccl on cuda, tcp on cpu); silent (the trainer logs
+ * the device once it is built). A
+ * "cuda" that cannot be had, or a backend that cannot reduce on the
+ * device, is RL_EINPUT naming the field. rl_trainer_init calls it. */
+int rl_train_pick_device(rl_job_config *c, rl_err *e);
 /* The config as JSON (for logs and checkpoints); caller frees. */
 char *rl_job_config_to_json(const rl_job_config *c);
 
@@ -97,6 +109,7 @@ void rl_adamw_update(float *p, const float *g, float *m, float *v, size_t n, dou
 /* ---- data-parallel seam ------------------------------------------------------------ */
 typedef struct rl_train_dist {
     int rank, world;
+    int local_rank; /* this process's GPU on its node (LOCAL_RANK) */
     void *ctx;
     /* Called from backward on the last micro-step: grads[off:] are final. */
     rl_grad_ready_fn grad_ready;
@@ -171,8 +184,14 @@ typedef struct rl_run_summary {
 } rl_run_summary;
 
 typedef struct rl_trainer {
-    rl_job_config cfg;
+    rl_job_config cfg; /* device and backend settled (rl_train_pick_device) */
+    /* On the CPU the model itself. On a GPU (gpu != NULL) only its config,
+     * layout and params, the host mirror of the device's fp32 master
+     * weights that checkpoints and evaluation read; grads is NULL. */
     rl_model model;
+    struct rl_gpu_model *gpu; /* train.device cuda; NULL on the CPU */
+    void *gpu_stream;         /* cudaStream_t everything of the model runs on */
+    int gpu_device;
     float *opt;            /* one allocation: m then v */
     rl_dataset *train_ds, *val_ds;
     rl_loader *loader;
@@ -229,8 +248,18 @@ int rl_trainer_checkpoint(rl_trainer *tr, double deadline, rl_err *e);
 /* Replace the checkpoint store (takes ownership; tests wrap stores). */
 int rl_trainer_use_store(rl_trainer *tr, rl_ckpt_store *s, rl_err *e);
 /* Raw little-endian fp32 parameters (the whole buffer), written atomically;
- * for tests and tools until checkpoints exist. */
-int rl_trainer_save_params(const rl_trainer *tr, const char *path, rl_err *e);
+ * for tests and tools. */
+int rl_trainer_save_params(rl_trainer *tr, const char *path, rl_err *e);
+/* The gradients DDP reduces (device memory on a GPU) and the stream the
+ * backward runs on (a cudaStream_t; NULL on the CPU). */
+float *rl_trainer_grads(rl_trainer *tr);
+void *rl_trainer_stream(rl_trainer *tr);
+/* Rank 0's parameters to every rank through dist->broadcast (identical
+ * replicas before the first step). */
+int rl_trainer_broadcast_params(rl_trainer *tr, rl_err *e);
+/* On a GPU: the device's master weights (and with opt the AdamW moments)
+ * into the host mirror tr->model.params / tr->opt. No-op on the CPU. */
+int rl_trainer_sync_host(rl_trainer *tr, bool opt, rl_err *e);
 
 int rl_eval_arith(rl_model *m, rl_dataset *val, int max_examples, rl_arith_result *r, rl_err *e);
 

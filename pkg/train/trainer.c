@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "train.h"
+#include "train_gpu.h"
 
 static int rank_of(const rl_trainer *tr) { return tr->dist ? tr->dist->rank : 0; }
 static int world_of(const rl_trainer *tr) { return tr->dist ? tr->dist->world : 1; }
@@ -37,14 +38,26 @@ int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dis
     memset(tr, 0, sizeof *tr);
     tr->cfg = *cfg;
     tr->dist = dist;
+    cfg = &tr->cfg; /* from here on the settled copy */
     const rl_train_config *t = &cfg->train;
     int world = world_of(tr), rank = rank_of(tr);
     int rc = rl_job_config_check_world(cfg, world, "config", e);
-    if (rc) return rc;
+    if (rc || (rc = rl_train_pick_device(&tr->cfg, e))) return rc;
     long long seqs = t->global_batch_tokens / t->seq_len;
     tr->accum = (int)(seqs / world / t->micro_batch);
+    bool gpu = strcmp(t->device, "cuda") == 0;
 
-    if ((rc = rl_model_create(&tr->model, &cfg->model, t->micro_batch, t->seq_len, e))) return rc;
+    /* On a GPU the host keeps only the parameters (a mirror), not the CPU
+     * model's activations and gradients. */
+    if (gpu) {
+        tr->model.cfg = cfg->model;
+        rl_param_layout_init(&tr->model.lay, &cfg->model);
+        tr->model.params = malloc(tr->model.lay.total * sizeof(float));
+        if (!tr->model.params)
+            return rl_errf(e, RL_ENOMEM, "trainer: out of memory for the parameters' host copy");
+    } else if ((rc = rl_model_create(&tr->model, &cfg->model, t->micro_batch, t->seq_len, e))) {
+        return rc;
+    }
     rl_model_init_params(&cfg->model, tr->model.params, t->seed);
     size_t n = tr->model.lay.total;
     tr->opt = calloc(2 * n, sizeof(float));
@@ -55,6 +68,10 @@ int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dis
         rl_trainer_free(tr);
         return rl_errf(e, RL_ENOMEM, "trainer: out of memory for optimizer state (%zu MiB)",
                        2 * n * sizeof(float) >> 20);
+    }
+    if (gpu && (rc = rl_train_gpu_open(tr, dist ? dist->local_rank : 0, e))) {
+        rl_trainer_free(tr);
+        return rc;
     }
     if ((rc = rl_dataset_open(cfg->data.train, cfg->model.vocab_size, &tr->train_ds, e)) ||
         (cfg->data.val[0] &&
@@ -84,6 +101,7 @@ int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dis
             return rc;
         }
     }
+    rl_train_log_device(cfg, dist ? dist->local_rank : 0);
     tr->tty = rank == 0 && isatty(STDERR_FILENO) && !getenv("RL_NO_PROGRESS");
     tr->t_start = rl_now();
     tr->last_save_t = tr->t_start;
@@ -106,6 +124,7 @@ void rl_trainer_free(rl_trainer *tr) {
     if (tr->loader) rl_loader_close(tr->loader);
     if (tr->train_ds) rl_dataset_close(tr->train_ds);
     if (tr->val_ds) rl_dataset_close(tr->val_ds);
+    rl_train_gpu_close(tr);
     rl_model_destroy(&tr->model);
     free(tr->opt);
     free(tr->inputs);
@@ -134,17 +153,26 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     rl_model *m = &tr->model;
     double t0 = rl_now(), loss_sum = 0;
     int rc;
-    rl_model_zero_grad(m);
+    if (tr->gpu) {
+        if ((rc = rl_train_gpu_zero_grad(tr, e))) return rc;
+    } else {
+        rl_model_zero_grad(m);
+    }
     for (int k = 0; k < tr->accum; k++) {
         if ((rc = rl_loader_next(tr->loader, tr->inputs, tr->targets, e))) return rc;
-        float loss;
-        if ((rc = rl_model_forward(m, tr->inputs, tr->targets, t->micro_batch, t->seq_len, &loss, e)))
-            return rc;
-        loss_sum += loss;
         /* no_sync: only the last micro-step's backward triggers reduction */
         bool last = k == tr->accum - 1;
-        rl_model_backward(m, 1.0f / (float)tr->accum, last && tr->dist ? tr->dist->grad_ready : NULL,
-                          tr->dist ? tr->dist->ctx : NULL);
+        rl_grad_ready_fn hook = last && tr->dist ? tr->dist->grad_ready : NULL;
+        void *hctx = tr->dist ? tr->dist->ctx : NULL;
+        float scale = 1.0f / (float)tr->accum, loss;
+        if (tr->gpu) {
+            if ((rc = rl_train_gpu_micro(tr, scale, hook, hctx, &loss, e))) return rc;
+        } else {
+            if ((rc = rl_model_forward(m, tr->inputs, tr->targets, t->micro_batch, t->seq_len, &loss, e)))
+                return rc;
+            rl_model_backward(m, scale, hook, hctx);
+        }
+        loss_sum += loss;
     }
     double loss = loss_sum / tr->accum;
     /* A signal reaches ranks at different times; riding on the loss
@@ -161,12 +189,15 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     }
     loss = agreed[0];
     tr->stop_agreed = agreed[1] > 0;
-    double norm = rl_grad_norm(m->grads, m->lay.total);
+    double norm;
+    if (!tr->gpu) norm = rl_grad_norm(m->grads, m->lay.total);
+    else if ((rc = rl_train_gpu_norm(tr, &norm, e))) return rc;
     if (!isfinite(norm) || !isfinite(loss))
         return rl_errf(e, RL_EINTERNAL, "step %lld: loss %g, gradient norm %g are not finite "
                        "(lower train.lr?)", tr->step + 1, loss, norm);
-    double lr = rl_lr_at(t, tr->step);
-    optimizer_step(tr, lr, rl_clip_factor(norm, t->grad_clip));
+    double lr = rl_lr_at(t, tr->step), clip = rl_clip_factor(norm, t->grad_clip);
+    if (!tr->gpu) optimizer_step(tr, lr, clip);
+    else if ((rc = rl_train_gpu_adamw(tr, lr, clip, e))) return rc;
     tr->step++;
     tr->sample += (uint64_t)(t->global_batch_tokens / t->seq_len);
     tr->tokens_seen += (uint64_t)t->global_batch_tokens;
@@ -216,7 +247,9 @@ int rl_trainer_eval_loss(rl_trainer *tr, double *loss, rl_err *e) {
             memcpy(tr->targets + (size_t)b * T, buf + 1, sizeof(int32_t) * T);
         }
         float l;
-        if ((rc = rl_model_forward(&tr->model, tr->inputs, tr->targets, B, T, &l, e))) goto out;
+        rc = tr->gpu ? rl_train_gpu_eval(tr, B, T, &l, e)
+                     : rl_model_forward(&tr->model, tr->inputs, tr->targets, B, T, &l, e);
+        if (rc) goto out;
         acc[0] += l, acc[1] += 1;
     }
     if (tr->dist && (rc = tr->dist->average(tr->dist->ctx, acc, 2, e))) goto out;
@@ -298,10 +331,13 @@ static rl_ckpt_data ckpt_data(rl_trainer *tr, char *config_json) {
 }
 
 static int save(rl_trainer *tr, bool sync, double deadline, rl_err *e) {
+    /* the saver snapshots the host mirror: bring it up to date first */
+    int rc = rl_trainer_sync_host(tr, true, e);
+    if (rc) return rl_err_wrap(e, "checkpoint step %lld", tr->step);
     char *cj = rl_job_config_to_json(&tr->cfg);
     rl_ckpt_data d = ckpt_data(tr, cj);
     bool started;
-    int rc = rl_ckpt_saver_save(tr->saver, &d, sync, deadline, &started, e);
+    rc = rl_ckpt_saver_save(tr->saver, &d, sync, deadline, &started, e);
     free(cj);
     tr->last_save_t = rl_now();
     if (!rc && sync && started) tr->committed_step = tr->step;
@@ -428,6 +464,10 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
         rl_ckpt_loaded_free(&ld);
         return rc;
     }
+    if (tr->gpu && (rc = rl_train_gpu_upload(tr, true, e))) {
+        rl_ckpt_loaded_free(&ld);
+        return rl_err_wrap(e, "uploading the resumed state to the GPU");
+    }
     tr->step = w.step;
     tr->tokens_seen = w.tokens;
     tr->sample = tr->start_sample = w.sample;
@@ -495,15 +535,29 @@ static int preempt(rl_trainer *tr, rl_err *e) {
     return rl_errf(e, RL_EABORT, "preempted: stopped by signal after step %lld, checkpoint committed", tr->step);
 }
 
+/* The greedy completions run on the CPU model: on a GPU run a CPU copy
+ * of the current weights is made for them (eval tasks use small models). */
+static int eval_arith(rl_trainer *tr, rl_arith_result *r, rl_err *e) {
+    const rl_train_config *t = &tr->cfg.train;
+    if (!tr->gpu) return rl_eval_arith(&tr->model, tr->val_ds, tr->cfg.data.eval_examples, r, e);
+    rl_model cpu;
+    int rc = rl_trainer_sync_host(tr, false, e);
+    if (rc || (rc = rl_model_create(&cpu, &tr->cfg.model, t->micro_batch, t->seq_len, e))) return rc;
+    memcpy(cpu.params, tr->model.params, tr->model.lay.total * sizeof(float));
+    rc = rl_eval_arith(&cpu, tr->val_ds, tr->cfg.data.eval_examples, r, e);
+    rl_model_destroy(&cpu);
+    return rc;
+}
+
 int rl_trainer_run(rl_trainer *tr, rl_err *e) {
     const rl_train_config *t = &tr->cfg.train;
     int rc, rank = rank_of(tr);
     if (rank == 0)
         rl_log(RL_LOG_INFO, "train_start",
-               "\"params\":%zu,\"steps\":%lld,\"global_batch_tokens\":%lld,\"micro_batch\":%d,"
-               "\"seq_len\":%d,\"accum\":%d,\"world\":%d,\"train_tokens\":%llu,"
+               "\"params\":%zu,\"device\":\"%s\",\"steps\":%lld,\"global_batch_tokens\":%lld,"
+               "\"micro_batch\":%d,\"seq_len\":%d,\"accum\":%d,\"world\":%d,\"train_tokens\":%llu,"
                "\"unigram_entropy\":%.4f",
-               tr->model.lay.total, t->steps, t->global_batch_tokens, t->micro_batch, t->seq_len,
+               tr->model.lay.total, t->device, t->steps, t->global_batch_tokens, t->micro_batch, t->seq_len,
                tr->accum, world_of(tr), (unsigned long long)rl_dataset_tokens(tr->train_ds),
                tr->summary.unigram_entropy);
     if ((rc = rl_trainer_resume(tr, e))) return rc;
@@ -554,8 +608,7 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
     s->tokens_per_s = (double)(tr->step - first) * (double)t->global_batch_tokens / s->elapsed_s;
     if ((rc = evaluate(tr, "eval_final", e))) return rc;
     if (rank == 0 && strcmp(tr->cfg.data.eval_task, "arith") == 0) {
-        if ((rc = rl_eval_arith(&tr->model, tr->val_ds, tr->cfg.data.eval_examples, &s->arith, e)))
-            return rc;
+        if ((rc = eval_arith(tr, &s->arith, e))) return rc;
         s->has_arith = true;
         rl_log(RL_LOG_INFO, "eval_arith", "\"step\":%lld,\"correct\":%d,\"total\":%d,\"accuracy\":%.4f",
                tr->step, s->arith.correct, s->arith.total,
@@ -569,6 +622,22 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
     return RL_OK;
 }
 
-int rl_trainer_save_params(const rl_trainer *tr, const char *path, rl_err *e) {
-    return rl_write_file_atomic(path, tr->model.params, tr->model.lay.total * sizeof(float), e);
+int rl_trainer_save_params(rl_trainer *tr, const char *path, rl_err *e) {
+    int rc = rl_trainer_sync_host(tr, false, e);
+    return rc ? rc : rl_write_file_atomic(path, tr->model.params, tr->model.lay.total * sizeof(float), e);
+}
+
+float *rl_trainer_grads(rl_trainer *tr) { return tr->gpu ? rl_train_gpu_grads(tr) : tr->model.grads; }
+void *rl_trainer_stream(rl_trainer *tr) { return tr->gpu ? rl_train_gpu_stream(tr) : NULL; }
+
+int rl_trainer_sync_host(rl_trainer *tr, bool opt, rl_err *e) {
+    return tr->gpu ? rl_train_gpu_download(tr, opt, e) : RL_OK;
+}
+
+int rl_trainer_broadcast_params(rl_trainer *tr, rl_err *e) {
+    if (world_of(tr) == 1) return RL_OK;
+    size_t bytes = tr->model.lay.total * sizeof(float);
+    int rc = tr->dist->broadcast(tr->dist->ctx, tr->model.params, bytes, e);
+    if (!rc && tr->gpu) rc = rl_train_gpu_upload(tr, false, e);
+    return rc;
 }

@@ -42,6 +42,7 @@
 #include "model/cpu.h"
 #include "model/model.h"
 #include "train/train.h"
+#include "tests/gpu/check.h"
 
 static int n_pass, n_fail;
 static const char *filter;
@@ -51,18 +52,16 @@ static rl_rng rng;
 /* A fresh stream of random numbers for each check, from the run's seed and
  * the check's name: a run repeated with RL_TEST_SEED and a name filter sees
  * the same inputs as the full run did. */
-static void reseed(const char *name) {
+void reseed(const char *name) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     check_seed = seed_base * 1000003ull ^ h;
     rl_rng_seed(&rng, check_seed);
 }
 
-static int selected(const char *name) { return !filter || strstr(name, filter); }
+int selected(const char *name) { return !filter || strstr(name, filter); }
 
-static void report(const char *name, int ok, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void report(const char *name, int ok, const char *fmt, ...) {
+void report(const char *name, int ok, const char *fmt, ...) {
     char detail[512];
     va_list ap;
     va_start(ap, fmt);
@@ -76,7 +75,7 @@ static void report(const char *name, int ok, const char *fmt, ...) {
         n_fail++;
 }
 
-static void fail_err(const char *name, const rl_err *e) { report(name, 0, "error: %s", e->msg); }
+void fail_err(const char *name, const rl_err *e) { report(name, 0, "error: %s", e->msg); }
 
 /* ---- data ------------------------------------------------------------------ */
 static float *randn(size_t n, double std) {
@@ -839,6 +838,12 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_step(&cases[i], 0);
     test_step(&cases[2], 1);
     test_train_curve();
+#ifndef RL_GPU_TEST_KERNELS_ONLY
+    test_gpu_train();
+#else
+    printf("test-gpu: the trainer-level checks are not in the portable binary (it carries the "
+           "kernels only); make test-gpu runs them\n");
+#endif
 
     printf("test-gpu: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

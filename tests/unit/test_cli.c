@@ -98,6 +98,47 @@ Test(cli, unreadable_paths) {
     cr_expect(strstr(err, "--digits") != NULL, "%s", err);
 }
 
+/* The device line: a CUDA build on a machine without a GPU says so once
+ * and trains on the CPU (the start line names the device); asking for
+ * "cuda" there is one error line naming train.device. A build without CUDA
+ * says nothing about GPUs. */
+Test(cli, no_gpu_says_so_once_and_trains_on_cpu) {
+    char dir[64], path[128], cmd[512], out[16384];
+    rl_test_arith_dir(dir, sizeof dir, 20000);
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    char cfg[512];
+    snprintf(cfg, sizeof cfg,
+             "{\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"train\":{\"steps\":2,\"warmup_steps\":1}}", dir);
+    rl_test_write(path, cfg, strlen(cfg));
+    snprintf(cmd, sizeof cmd, "RL_NO_PROGRESS=1 %s/ringleader-worker --config %s", rl_test_bindir(), path);
+    int st = rl_test_run(cmd, out, sizeof out);
+    cr_assert_eq(st, 0, "%s", out);
+    if (strstr(out, "\"device\":\"cuda\"")) { /* a GPU host: make test-gpu covers it */
+        rl_test_rmdir(dir);
+        return;
+    }
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, "\"event\":\"device\"")); p++) n++;
+#ifdef RL_CUDA
+    cr_expect_eq(n, 1, "expected one device line: %s", out);
+    cr_expect(strstr(out, "no GPU is visible") != NULL, "%s", out);
+#else
+    cr_expect_eq(n, 0, "a build without CUDA has nothing to say about GPUs: %s", out);
+#endif
+    cr_expect(strstr(out, "\"device\":\"cpu\"") != NULL, "train_start names the device: %s", out);
+    snprintf(cfg, sizeof cfg,
+             "{\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"train\":{\"steps\":2,\"warmup_steps\":1,\"device\":\"cuda\"}}", dir);
+    rl_test_write(path, cfg, strlen(cfg));
+    snprintf(cmd, sizeof cmd, "%s/ringleader-worker --config %s", rl_test_bindir(), path);
+    st = rl_test_run(cmd, out, sizeof out);
+    cr_expect_eq(st, 2, "%s", out);
+    cr_expect_eq(count_lines(out), 1, "%s", out);
+    cr_expect(strstr(out, "train.device") != NULL, "%s", out);
+    rl_test_rmdir(dir);
+}
+
 /* The embedded default learns: after 150 of its 800 steps (same schedule as
  * `make run`) the training loss is below 1.75 nats, and at least 0.5 below
  * the corpus's unigram entropy (2.52): the model uses context. At step 0

@@ -104,6 +104,30 @@ Test(train_config, rejects_bad_configs_naming_the_field) {
     EXPECT_BAD("{\"train\":{\"min_lr\":1}}", "min_lr");
     EXPECT_BAD("[1,2]", "object");
     EXPECT_BAD("{\"train\": {\"steps\": 10,}", "invalid JSON");
+    EXPECT_BAD("{\"train\":{\"device\":\"tpu\"}}", "train.device");
+    EXPECT_BAD("{\"dist\":{\"backend\":\"mpi\"}}", "dist.backend");
+    EXPECT_BAD("{\"train\":{\"device\":\"cpu\"},\"dist\":{\"backend\":\"nccl\"}}", "train.device");
+    EXPECT_BAD("{\"train\":{\"device\":\"cuda\"},\"dist\":{\"backend\":\"tcp\"}}", "dist.backend");
+}
+
+/* "auto" settles to what this process can use: without a visible GPU (the
+ * machines make test runs on) the CPU and the tcp ring; "cuda" there is a
+ * clear error naming train.device, never a crash or a silent CPU run. */
+Test(train_config, device_auto_settles_and_cuda_without_gpu_is_refused) {
+    rl_job_config c;
+    rl_err e;
+    rl_job_config_default(&c);
+    cr_expect_str_eq(c.train.device, "auto");
+    cr_expect_str_eq(c.dist.backend, "auto");
+    cr_assert_eq(rl_train_pick_device(&c, &e), 0, "%s", e.msg);
+    if (getenv("CUDA_VISIBLE_DEVICES") || strcmp(c.train.device, "cuda") == 0) return; /* a GPU host */
+    cr_expect_str_eq(c.train.device, "cpu");
+    cr_expect_str_eq(c.dist.backend, "tcp");
+    cr_expect(c.train.device_picked);
+    rl_job_config_default(&c);
+    snprintf(c.train.device, sizeof c.train.device, "cuda");
+    cr_expect_eq(rl_train_pick_device(&c, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "train.device") != NULL, "%s", e.msg);
 }
 
 Test(train_config, accepts_and_round_trips) {

@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "tests/gpu/emu/emu.h"
 
@@ -28,6 +30,20 @@ void st_elem(void *p, cudaDataType_t t, size_t i, float v) {
         ((float *)p)[i] = v;
     else
         ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+}
+// Which "device" and pinned allocations exist, so cudaPointerGetAttributes
+// classifies pointers as the real runtime does (pkg/comm/nccl.c stages host
+// buffers and refuses them elsewhere; the fake NCCL rejects host memory as
+// NCCL would fault on it). The DDP communication thread calls in too: locked.
+std::mutex alloc_mu;
+std::map<const char *, std::pair<size_t, cudaMemoryType>> allocs;
+void track(void *p, size_t n, cudaMemoryType t) {
+    std::lock_guard<std::mutex> g(alloc_mu);
+    allocs[(const char *)p] = {n, t};
+}
+void untrack(void *p) {
+    std::lock_guard<std::mutex> g(alloc_mu);
+    allocs.erase((const char *)p);
 }
 struct fake_desc {
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -69,19 +85,39 @@ const char *cudaGetErrorName(cudaError_t e) {
 const char *cudaGetErrorString(cudaError_t e) {
     return e == cudaSuccess ? "no error" : "error (emulated)";
 }
-cudaError_t cudaMalloc(void **p, size_t n) {
+static cudaError_t alloc(void **p, size_t n, cudaMemoryType t) {
     *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
     if (!*p) return cudaErrorMemoryAllocation;
     memset(*p, 0xa5, n); // not zero: cudaMalloc gives garbage, code must not rely on zeros
+    track(*p, n, t);
     return cudaSuccess;
 }
+cudaError_t cudaMalloc(void **p, size_t n) { return alloc(p, n, cudaMemoryTypeDevice); }
 cudaError_t cudaFree(void *p) {
+    untrack(p);
     free(p);
     return cudaSuccess;
 }
-cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return cudaMalloc(p, n); }
-cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return alloc(p, n, cudaMemoryTypeHost); }
+cudaError_t cudaMallocHost(void **p, size_t n) { return alloc(p, n, cudaMemoryTypeHost); }
 cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
+    memset(a, 0, sizeof *a);
+    a->type = cudaMemoryTypeUnregistered;
+    std::lock_guard<std::mutex> g(alloc_mu);
+    auto it = allocs.upper_bound((const char *)p);
+    if (it != allocs.begin()) {
+        --it;
+        if ((const char *)p < it->first + it->second.first) {
+            a->type = it->second.second;
+            a->devicePointer = a->type == cudaMemoryTypeDevice ? (void *)p : nullptr;
+            a->hostPointer = a->type == cudaMemoryTypeHost ? (void *)p : nullptr;
+        }
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; } // everything ran when queued
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
     memmove(d, s, n);
     return cudaSuccess;

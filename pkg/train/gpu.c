@@ -1,0 +1,170 @@
+/* The trainer on a CUDA device: thin glue between the step structure of
+ * trainer.c and the model of kernels/llama_gpu.h.
+ *
+ * Why a separate file: trainer.c stays one readable loop for both devices
+ * (it branches on tr->gpu at each stage of a step), and everything that
+ * needs the CUDA headers stays here and in kernels/.
+ *
+ * Synchronisation per optimizer step: the host waits for each micro-batch's
+ * forward (its loss; the backward is already queued behind it), for the
+ * gradient reduction (DDP's finish), and for the global gradient norm (the
+ * non-finite check and the log need it on the host). AdamW is queued with
+ * the clip factor computed on the host from that norm, exactly as the CPU
+ * path does, so both devices clip identically. */
+#include <stdio.h>
+#include <string.h>
+
+#include "train_gpu.h"
+
+#ifdef RL_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/gpu.h"
+#include "kernels/llama_gpu.h"
+
+int rl_train_gpu_count(char *name, size_t n) { return rl_gpu_device_count(name, n); }
+
+int rl_train_gpu_open(rl_trainer *tr, int device, rl_err *e) {
+    const rl_train_config *t = &tr->cfg.train;
+    cudaError_t ce = cudaSetDevice(device);
+    if (ce != cudaSuccess)
+        return rl_errf(e, RL_EIO, "train.device cuda: cudaSetDevice(%d) (LOCAL_RANK): %s", device,
+                       cudaGetErrorString(ce));
+    cudaStream_t s;
+    if ((ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
+        return rl_errf(e, RL_EIO, "train.device cuda: cudaStreamCreate: %s", cudaGetErrorString(ce));
+    tr->gpu_stream = s;
+    rl_gpu_model *m;
+    int rc = rl_gpu_model_create(&m, &tr->cfg.model, t->micro_batch, t->seq_len, NULL, s, e);
+    if (rc) return rl_err_wrap(e, "building the model on GPU %d", device);
+    tr->gpu = m;
+    tr->gpu_device = device;
+    return rl_train_gpu_upload(tr, false, e);
+}
+
+void rl_train_gpu_close(rl_trainer *tr) {
+    if (tr->gpu) rl_gpu_model_free(tr->gpu);
+    if (tr->gpu_stream) cudaStreamDestroy((cudaStream_t)tr->gpu_stream);
+    tr->gpu = NULL, tr->gpu_stream = NULL;
+}
+
+int rl_train_gpu_zero_grad(rl_trainer *tr, rl_err *e) { return rl_gpu_model_zero_grad(tr->gpu, e); }
+
+int rl_train_gpu_micro(rl_trainer *tr, float scale, rl_grad_ready_fn hook, void *hook_ctx,
+                       float *loss, rl_err *e) {
+    const rl_train_config *t = &tr->cfg.train;
+    int rc = rl_gpu_model_forward(tr->gpu, tr->inputs, tr->targets, t->micro_batch, t->seq_len,
+                                  NULL, e);
+    if (!rc) rc = rl_gpu_model_backward(tr->gpu, scale, hook, hook_ctx, e);
+    /* after the backward is queued: the GPU runs it while we wait for the loss */
+    if (!rc) rc = rl_gpu_model_loss(tr->gpu, loss, e);
+    return rc;
+}
+
+int rl_train_gpu_norm(rl_trainer *tr, double *norm, rl_err *e) {
+    float n;
+    int rc = rl_gpu_model_grad_norm(tr->gpu, &n, e);
+    *norm = n;
+    return rc;
+}
+
+int rl_train_gpu_adamw(rl_trainer *tr, double lr, double grad_scale, rl_err *e) {
+    const rl_train_config *t = &tr->cfg.train;
+    rl_gpu_adamw a = {.lr = lr,
+                      .beta1 = t->beta1,
+                      .beta2 = t->beta2,
+                      .eps = t->eps,
+                      .weight_decay = t->weight_decay,
+                      .t = tr->step + 1,
+                      .grad_scale = grad_scale};
+    return rl_gpu_model_adamw(tr->gpu, &a, e);
+}
+
+int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e) {
+    return rl_gpu_model_forward(tr->gpu, tr->inputs, tr->targets, B, T, loss, e);
+}
+
+int rl_train_gpu_download(rl_trainer *tr, bool opt, rl_err *e) {
+    int rc = rl_gpu_model_download_params(tr->gpu, tr->model.params, e);
+    if (!rc && opt) rc = rl_gpu_model_download_opt(tr->gpu, tr->opt, e);
+    return rc;
+}
+
+int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e) {
+    int rc = rl_gpu_model_upload_params(tr->gpu, tr->model.params, e);
+    if (!rc && opt) rc = rl_gpu_model_upload_opt(tr->gpu, tr->opt, e);
+    return rc;
+}
+
+float *rl_train_gpu_grads(rl_trainer *tr) { return rl_gpu_model_grads(tr->gpu); }
+void *rl_train_gpu_stream(rl_trainer *tr) { return tr->gpu_stream; }
+
+#else /* no CUDA in this build */
+
+static int none(rl_err *e) {
+    return rl_errf(e, RL_EINTERNAL, "train.device cuda: this build has no CUDA");
+}
+int rl_train_gpu_count(char *name, size_t n) {
+    if (name && n) name[0] = '\0';
+    return 0;
+}
+int rl_train_gpu_open(rl_trainer *tr, int device, rl_err *e) { return (void)tr, (void)device, none(e); }
+void rl_train_gpu_close(rl_trainer *tr) { (void)tr; }
+int rl_train_gpu_zero_grad(rl_trainer *tr, rl_err *e) { return (void)tr, none(e); }
+int rl_train_gpu_micro(rl_trainer *tr, float scale, rl_grad_ready_fn hook, void *hook_ctx,
+                       float *loss, rl_err *e) {
+    (void)tr, (void)scale, (void)hook, (void)hook_ctx, (void)loss;
+    return none(e);
+}
+int rl_train_gpu_norm(rl_trainer *tr, double *norm, rl_err *e) { return (void)tr, (void)norm, none(e); }
+int rl_train_gpu_adamw(rl_trainer *tr, double lr, double grad_scale, rl_err *e) {
+    return (void)tr, (void)lr, (void)grad_scale, none(e);
+}
+int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e) {
+    return (void)tr, (void)B, (void)T, (void)loss, none(e);
+}
+int rl_train_gpu_download(rl_trainer *tr, bool opt, rl_err *e) { return (void)tr, (void)opt, none(e); }
+int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e) { return (void)tr, (void)opt, none(e); }
+float *rl_train_gpu_grads(rl_trainer *tr) { return (void)tr, NULL; }
+void *rl_train_gpu_stream(rl_trainer *tr) { return (void)tr, NULL; }
+#endif
+
+/* One decision per process, before anything is built. Silent: a run that
+ * then fails on bad input prints its one error line and nothing else; the
+ * trainer announces a device it picked once it is built (log_device). */
+int rl_train_pick_device(rl_job_config *c, rl_err *e) {
+    char *dev = c->train.device, *be = c->dist.backend;
+    if (!strcmp(dev, "auto") || !strcmp(dev, "cuda")) {
+        int n = rl_train_gpu_count(NULL, 0);
+        if (n == 0 && !strcmp(dev, "cuda")) {
+#ifdef RL_CUDA
+            return rl_errf(e, RL_EINPUT, "train.device is \"cuda\" but no GPU is visible to this process");
+#else
+            return rl_errf(e, RL_EINPUT, "train.device is \"cuda\" but this build has no CUDA "
+                           "(nvcc and nccl.h were not found when it was built)");
+#endif
+        }
+        if (!strcmp(dev, "auto")) c->train.device_picked = true;
+        snprintf(dev, sizeof c->train.device, "%s", n > 0 ? "cuda" : "cpu");
+    }
+    bool cuda = !strcmp(dev, "cuda");
+    if (!strcmp(be, "auto")) snprintf(be, sizeof c->dist.backend, "%s", cuda ? "nccl" : "tcp");
+    if (cuda != !strcmp(be, "nccl"))
+        return rl_errf(e, RL_EINPUT, "dist.backend \"%s\" cannot reduce gradients on train.device \"%s\" "
+                       "(cpu takes tcp, cuda takes nccl; auto picks)", be, dev);
+    return RL_OK;
+}
+
+void rl_train_log_device(const rl_job_config *c, int local_rank) {
+    if (!c->train.device_picked) return;
+    if (!strcmp(c->train.device, "cpu")) {
+#ifdef RL_CUDA
+        rl_log_msg(RL_LOG_INFO, "device", "CUDA build, but no GPU is visible: training on the CPU");
+#endif
+        return;
+    }
+    char name[128] = "", esc[160];
+    int n = rl_train_gpu_count(name, sizeof name);
+    rl_log(RL_LOG_INFO, "device", "\"device\":\"cuda\",\"gpu\":%d,\"gpus\":%d,\"name\":\"%s\"",
+           local_rank, n, rl_json_escape(esc, sizeof esc, name));
+}

@@ -1,0 +1,35 @@
+/* The trainer's GPU half (gpu.c), internal to pkg/train: the model on a
+ * CUDA device behind the same step structure as the CPU path. In a build
+ * without CUDA every function but the first reports that, and the trainer
+ * never calls them (rl_train_pick_device refuses "cuda" first). */
+#ifndef RL_TRAIN_GPU_H
+#define RL_TRAIN_GPU_H
+
+#include "train.h"
+
+/* Visible CUDA devices (0 without CUDA or a driver); the first's name to name[n]. */
+int rl_train_gpu_count(char *name, size_t n);
+/* Select `device`, make a stream, build the model for micro_batch x seq_len
+ * and upload tr->model.params (the host mirror) into it. */
+int rl_train_gpu_open(rl_trainer *tr, int device, rl_err *e);
+void rl_train_gpu_close(rl_trainer *tr);
+int rl_train_gpu_zero_grad(rl_trainer *tr, rl_err *e);
+/* Forward over tr->inputs/targets, backward with grads += d(loss * scale);
+ * *loss is this micro-batch's mean loss (waits for the forward only). */
+int rl_train_gpu_micro(rl_trainer *tr, float scale, rl_grad_ready_fn hook, void *hook_ctx,
+                       float *loss, rl_err *e);
+int rl_train_gpu_norm(rl_trainer *tr, double *norm, rl_err *e);
+int rl_train_gpu_adamw(rl_trainer *tr, double lr, double grad_scale, rl_err *e);
+/* Mean loss of one forward over tr->inputs/targets (B x T). */
+int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e);
+/* Master parameters (and with opt the AdamW moments) device -> host
+ * mirror (tr->model.params, tr->opt), or host mirror -> device. */
+int rl_train_gpu_download(rl_trainer *tr, bool opt, rl_err *e);
+int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e);
+float *rl_train_gpu_grads(rl_trainer *tr);
+/* One line saying which device rl_train_pick_device chose for "auto" (and
+ * that a CUDA build found no GPU); nothing for a device named outright. */
+void rl_train_log_device(const rl_job_config *c, int local_rank);
+void *rl_train_gpu_stream(rl_trainer *tr);
+
+#endif
