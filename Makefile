@@ -232,7 +232,7 @@ PORT_LIBS := -Wl,--as-needed -static-libgcc -Wl,-Bstatic -lopenblas -lgfortran -
 $(PORT_DIR)/ringleader-gpu: tests/gpu/portable_main.c tests/gpu/test_gpu.c bench/gpu/bench_gpu.c $(LIB)
 	@mkdir -p $(PORT_DIR)/lib
 	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_test_main -DRL_GPU_TEST_KERNELS_ONLY -c tests/gpu/test_gpu.c -o $(PORT_DIR)/test_gpu.o
-	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_bench_main -c bench/gpu/bench_gpu.c -o $(PORT_DIR)/bench_gpu.o
+	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_bench_main -DRL_GPU_BENCH_NO_DDP -c bench/gpu/bench_gpu.c -o $(PORT_DIR)/bench_gpu.o
 	$(CC) $(ALL_CFLAGS) $< $(PORT_DIR)/test_gpu.o $(PORT_DIR)/bench_gpu.o $(LIB) -o $@ $(PORT_LIBS)
 	strip $@
 	cp -L $$(ldd $@ | awk '/libcjson/ {print $$3}') $(PORT_DIR)/lib/

@@ -3,7 +3,7 @@
  * two can be put side by side (bench/gpu/run.sh runs both).
  *
  *   gpu_bench --config a|b [--batch N] [--seq T] [--steps 30] [--warmup 10]
- *             [--recompute] [--profile-steps 5]
+ *             [--recompute] [--profile-steps 5] [--ddp-rounds 3]
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
  *
  * A step is what the baseline's step is: forward with the loss, backward,
@@ -25,7 +25,15 @@
  * line gains ms_<category> per step and the attention kernels' achieved
  * TFLOP/s: forward 4 B H hd T(T+1)/2 per layer (the causal half, as
  * FlashAttention's benchmarks count it), backward 2.5 x that (their
- * convention; these kernels do 3.5 x, recomputing P for dQ). */
+ * convention; these kernels do 3.5 x, recomputing P for dQ).
+ *
+ * Then the cost of DDP at world size 1 (--ddp-rounds, default 3; 0: none):
+ * the same step with and without pkg/ddp over the nccl backend (buckets
+ * and their CUDA events, the communication thread, ncclAllReduce of every
+ * bucket on the communicator's stream, the optimizer ordered after the last
+ * bucket), alternating `rounds` blocks of --steps steps of each so drift in
+ * the GPU's clocks hits both alike; a ringleader-ddp line with both step
+ * times and the overhead. Not in the portable binary (no NCCL there). */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +42,10 @@
 #include "kernels/gpu.h"
 #include "kernels/llama_gpu.h"
 #include "util/util.h"
+#ifndef RL_GPU_BENCH_NO_DDP
+#include "comm/comm.h"
+#include "ddp/ddp.h"
+#endif
 
 static double peak_tflops(const char *name) {
     const char *env = getenv("RL_PEAK_TFLOPS");
@@ -59,9 +71,71 @@ static double peak_tflops(const char *name) {
         }                                                                                          \
     } while (0)
 
+#ifndef RL_GPU_BENCH_NO_DDP
+/* `steps` training steps queued back to back (the host never waits inside),
+ * timed by events on the model's stream; with ddp, every gradient bucket is
+ * reduced as a trainer's DDP step does it. */
+static int timed_steps(rl_gpu_model *m, rl_ddp *ddp, const int32_t *x, const int32_t *y, int B,
+                       int T, rl_gpu_adamw *a, int steps, double *ms, rl_err *e) {
+    cudaStream_t s = rl_gpu_model_stream(m);
+    cudaEvent_t t0, t1;
+    int rc = cudaEventCreate(&t0) != cudaSuccess || cudaEventCreate(&t1) != cudaSuccess;
+    if (rc) return rl_errf(e, RL_EIO, "cudaEventCreate failed");
+    if (cudaStreamSynchronize(s) != cudaSuccess || cudaEventRecord(t0, s) != cudaSuccess)
+        rc = rl_errf(e, RL_EIO, "timing events failed");
+    for (int it = 0; it < steps && !rc; it++) {
+        a->t++;
+        rc = rl_gpu_model_zero_grad(m, e) || rl_gpu_model_forward(m, x, y, B, T, NULL, e) ||
+             rl_gpu_model_backward(m, 1.0f, ddp ? rl_ddp_grad_ready : NULL, ddp, e);
+        if (!rc && ddp) rc = rl_ddp_finish(ddp, e);
+        if (!rc) rc = rl_gpu_model_grad_norm(m, NULL, e) || rl_gpu_model_adamw(m, a, e);
+    }
+    float f = 0;
+    if (!rc && (cudaEventRecord(t1, s) != cudaSuccess || cudaEventSynchronize(t1) != cudaSuccess ||
+                cudaEventElapsedTime(&f, t0, t1) != cudaSuccess))
+        rc = rl_errf(e, RL_EIO, "timing events failed");
+    *ms = f;
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    return rc ? (e->code ? e->code : RL_EIO) : RL_OK;
+}
+
+static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, const int32_t *y,
+                        int B, int T, rl_gpu_adamw *a, int steps, int rounds, rl_err *e) {
+    rl_comm *comm = NULL;
+    rl_ddp *ddp = NULL;
+    rl_comm_opts co = {.backend = "nccl", .rank = 0, .world = 1, .prefix = "bench", .timeout_s = 60};
+    rl_ddp_opts o = {.grad_stream = rl_gpu_model_stream(m)};
+    int rc = rl_comm_init(&co, &comm, e);
+    if (!rc)
+        rc = rl_ddp_create(comm, rl_gpu_model_grads(m), rl_gpu_model_layout(m)->total, &o, &ddp, e);
+    double off = 0, on = 0, ms;
+    /* one untimed step with DDP: the communicator's first launch */
+    if (!rc) rc = timed_steps(m, ddp, x, y, B, T, a, 1, &ms, e);
+    for (int r = 0; r < rounds && !rc; r++) {
+        if (!(rc = timed_steps(m, NULL, x, y, B, T, a, steps, &ms, e))) off += ms;
+        if (!rc && !(rc = timed_steps(m, ddp, x, y, B, T, a, steps, &ms, e))) on += ms;
+    }
+    double exposed = 0, busy = 0;
+    if (!rc) rl_ddp_step_timing(ddp, &exposed, &busy);
+    if (!rc) {
+        int n = steps * rounds;
+        printf("{\"impl\":\"ringleader-ddp\",\"config\":\"%s\",\"world\":1,\"backend\":\"nccl\","
+               "\"buckets\":%d,\"steps\":%d,\"ms_per_step_off\":%.3f,\"ms_per_step_on\":%.3f,"
+               "\"overhead\":%.4f,\"ms_allreduce_busy\":%.3f,\"ms_allreduce_exposed\":%.3f}\n",
+               config, rl_ddp_nbuckets(ddp), n, off / n, on / n, on / off - 1, busy * 1e3,
+               exposed * 1e3);
+    }
+    rl_ddp_destroy(ddp);
+    rl_comm_destroy(comm);
+    return rc;
+}
+#endif
+
 int main(int argc, char **argv) {
     const char *config = "a";
     int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 0, prof_steps = 5;
+    int ddp_rounds = 3;
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -84,7 +158,7 @@ int main(int argc, char **argv) {
         INTARG("--seq", seq) INTARG("--steps", steps) INTARG("--warmup", warmup)
             INTARG("--vocab", vocab) INTARG("--hidden", hidden) INTARG("--ffn", ffn)
                 INTARG("--layers", layers) INTARG("--heads", heads) INTARG("--kv-heads", kv)
-                    INTARG("--profile-steps", prof_steps)
+                    INTARG("--profile-steps", prof_steps) INTARG("--ddp-rounds", ddp_rounds)
                         fprintf(stderr,
                                 "gpu_bench: unknown argument %s (see the comment at the top of "
                                 "bench/gpu/bench_gpu.c)\n",
@@ -256,6 +330,17 @@ int main(int argc, char **argv) {
                             (tg / 1e3) / 1e12
                       : 0.0);
     }
+#ifndef RL_GPU_BENCH_NO_DDP
+    if (ddp_rounds > 0) {
+        fflush(stdout);
+        rl_gpu_adamw ad = a;
+        if (ddp_overhead(m, config, x, y, B, T, &ad, steps, ddp_rounds, &e)) {
+            fprintf(stderr, "gpu_bench: ddp: %s\n", e.msg);
+            rl_gpu_model_free(m);
+            return 1;
+        }
+    }
+#endif
     rl_gpu_model_free(m);
     cudaStreamDestroy(s);
     free(x), free(y), free(ev);

@@ -4,7 +4,8 @@
 Per config: tokens/s, model TFLOP/s, MFU (the PyTorch lines get the same
 peak as ringleader's line, which names it), peak memory; then
 ringleader / torch.compile tokens/s (target >= 1.1), MFU on b (target >= 0.5)
-and memory against PyTorch's (target: no higher).
+and memory against PyTorch's (target: no higher); the DDP overhead at world
+size 1, NCCL on vs off (target < 1%).
 
   python3 bench/gpu/summary.py build/bench/gpu_bench.jsonl
 """
@@ -31,7 +32,7 @@ def main(path):
         print(f"config {cfg} on {gpu} (dense bf16 peak {peak} TFLOP/s)")
         print(f"  {'impl':<22}{'tokens/s':>12}{'ms/step':>10}{'TFLOP/s':>10}{'MFU':>8}{'mem GiB':>9}")
         for r in rs:
-            if r.get("impl") == "ringleader-profile":
+            if r.get("impl") in ("ringleader-profile", "ringleader-ddp"):
                 continue
             if "error" in r or "skipped" in r:
                 print(f"  {r.get('impl', '?'):<22}  {r.get('error') or r.get('skipped')}")
@@ -49,6 +50,13 @@ def main(path):
                   ", ".join(f"{k} {v:.1f} ms ({100 * v / total:.0f}%)" for k, v in cats))
             print(f"  attention fwd {prof.get('attn_fwd_tflops')} TFLOP/s, bwd {prof.get('attn_bwd_tflops')} "
                   f"TFLOP/s (FlashAttention's counting); GEMMs {prof.get('gemm_tflops')} TFLOP/s")
+        ddp = next((r for r in rs if r.get("impl") == "ringleader-ddp"), None)
+        if ddp:
+            ov = ddp["overhead"]
+            print(f"  DDP at world size 1, nccl on vs off: {ddp['ms_per_step_on']} vs {ddp['ms_per_step_off']} ms/step, "
+                  f"overhead {ov * 100:.2f}% (target < 1%) {'MET' if ov < 0.01 else 'NOT MET'}; "
+                  f"{ddp['buckets']} buckets, allreduce {ddp['ms_allreduce_busy']} ms busy, "
+                  f"{ddp['ms_allreduce_exposed']} ms exposed")
         ours = next((r for r in rs if r.get("impl") == "ringleader" and "tokens_per_s" in r), None)
         comp = next((r for r in rs if r.get("impl") == "pytorch-compile" and "tokens_per_s" in r), None)
         eager = next((r for r in rs if r.get("impl") == "pytorch-eager" and "tokens_per_s" in r), None)

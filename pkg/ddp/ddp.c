@@ -89,6 +89,12 @@ static int dev_bucket(rl_ddp *d, int b, rl_err *e) {
         rc = cuda_fail(ce, "cudaEventRecord (bucket done)", e);
     return rc;
 }
+/* training thread, at finish: later work on the backward's stream (the
+ * optimizer) waits on the GPU for the last bucket, not the host */
+static int dev_join(rl_ddp *d, rl_err *e) {
+    cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)d->gs, (cudaEvent_t)d->ev_done[d->nb - 1], 0);
+    return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "ordering the optimizer after the last bucket", e);
+}
 static double dev_elapsed(void *a, void *b) {
     float ms = 0;
     return cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b) == cudaSuccess ? ms / 1e3 : 0;
@@ -99,6 +105,7 @@ static int dev_events_create(rl_ddp *d, rl_err *e) { return (void)d, no_cuda(e);
 static void dev_events_destroy(rl_ddp *d) { (void)d; }
 static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
 static int dev_bucket(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
+static int dev_join(rl_ddp *d, rl_err *e) { return (void)d, no_cuda(e); }
 static double dev_elapsed(void *a, void *b) { return (void)a, (void)b, 0; }
 #endif
 
@@ -128,7 +135,9 @@ static void *comm_thread(void *arg) {
             case JOB_SUM_U64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_I64, RL_SUM, &e); break;
             case JOB_BCAST_F32: rc = rl_comm_broadcast(d->comm, j.buf, j.count, RL_F32, 0, &e); break;
             }
-            if (!rc) rc = rl_comm_wait(d->comm, &e);
+            /* device buckets are stream-ordered: queued is enough here,
+             * finish orders the optimizer after the last one on the GPU */
+            if (!rc && !(j.kind == JOB_BUCKET && d->gs)) rc = rl_comm_wait(d->comm, &e);
         }
         pthread_mutex_lock(&d->mu);
         if (rc && !d->rc) d->rc = rc, d->err = e;
@@ -275,7 +284,8 @@ int rl_ddp_finish(void *ctx, rl_err *e) {
      * end) still gets every bucket reduced */
     if (d->next_launch < d->nb) rl_ddp_grad_ready(d, 0);
     d->next_launch = 0;
-    return drain(d, e);
+    int rc = drain(d, e);
+    return !rc && d->gs && d->nb > 0 ? dev_join(d, e) : rc;
 }
 
 int rl_ddp_average(void *ctx, double *v, int n, rl_err *e) {

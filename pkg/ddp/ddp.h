@@ -38,7 +38,11 @@ typedef struct rl_ddp_opts {
      * CUDA event on this stream, and the bucket's allreduce is queued on
      * the communicator's stream behind a wait for that event, so the
      * reduction of late layers runs while the GPU computes earlier ones.
-     * The step timings come from CUDA events too. NULL: host gradients. */
+     * finish then returns once every bucket is queued, with the backward's
+     * stream made to wait for the last one: the optimizer queued next
+     * waits on the GPU, the host does not. The step timings come from CUDA
+     * events, complete once anything waited for the communicator (the
+     * metric average does). NULL: host gradients. */
     void *grad_stream;
 } rl_ddp_opts;
 

@@ -182,10 +182,11 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     double ar_exposed = -1, ar_busy = -1;
     if (tr->dist) {
         if ((rc = tr->dist->finish(tr->dist->ctx, e))) return rc;
-        /* before the average below: that op would not change the buckets'
-         * record, but the timing belongs to the gradients alone */
-        if (tr->dist->timing) tr->dist->timing(tr->dist->ctx, &ar_exposed, &ar_busy);
         if ((rc = tr->dist->average(tr->dist->ctx, agreed, 2, e))) return rc;
+        /* after the average: on a GPU finish only queued the reduction, and
+         * its timing events are complete once the average (behind it on the
+         * communicator) is; the average itself is not a bucket */
+        if (tr->dist->timing) tr->dist->timing(tr->dist->ctx, &ar_exposed, &ar_busy);
     }
     loss = agreed[0];
     tr->stop_agreed = agreed[1] > 0;

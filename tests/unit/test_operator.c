@@ -85,6 +85,10 @@ Test(operator, refusals_name_the_field) {
         {"{\"image\":\"x\",\"s3\":{\"credentialsSecret\":{}}}", "spec.s3.credentialsSecret.name: required"},
         {"{\"image\":\"x\",\"s3\":{\"endpoint\":\"rgw:7480\"}}", "spec.s3.endpoint"},
         {"{\"image\":\"x\",\"suspend\":\"yes\"}", "spec.suspend"},
+        {"{\"image\":\"x\",\"gpusPerNode\":1,\"training\":{\"dist\":{\"backend\":\"tcp\"}}}",
+         "spec.training.dist.backend: \"tcp\" on a job with gpusPerNode 1"},
+        {"{\"image\":\"x\",\"gpusPerNode\":1,\"training\":{\"train\":{\"device\":\"cpu\"}}}",
+         "spec.training.train.device: \"cpu\" on a job with gpusPerNode 1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cJSON *o = job(cases[i][0]);
