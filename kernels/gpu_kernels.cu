@@ -185,6 +185,14 @@ int rl_k_bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t s, rl_e
     return RL_OK;
 }
 
+// the C entry points (llama_gpu.h) DDP's bf16 reduction uses
+int rl_gpu_cast_f32_to_bf16(void *dst, const float *src, size_t n, cudaStream_t s, rl_err *e) {
+    return rl_k_f32_to_bf16((bf16 *)dst, src, n, s, e);
+}
+int rl_gpu_cast_bf16_to_f32(float *dst, const void *src, size_t n, cudaStream_t s, rl_err *e) {
+    return rl_k_bf16_to_f32(dst, (const bf16 *)src, n, s, e);
+}
+
 int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, uint64_t seed,
                      float std, cudaStream_t s, rl_err *e) {
     RL_LAUNCH(init_random_kernel, region_grid(lay, L, 1), 256, 0, s, master, make_layout(lay, L, D),

@@ -126,6 +126,11 @@ typedef struct rl_gpu_adamw {
 int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e);
 int rl_gpu_model_sync(rl_gpu_model *m, rl_err *e);
 
+/* Casts on a stream, for DDP's bf16 gradient reduction: fp32 -> bf16
+ * (round to nearest even) and back (exact). dst/src are device memory. */
+int rl_gpu_cast_f32_to_bf16(void *dst, const float *src, size_t n, cudaStream_t s, rl_err *e);
+int rl_gpu_cast_bf16_to_f32(float *dst, const void *src, size_t n, cudaStream_t s, rl_err *e);
+
 /* ---- profile (tuning): device time per kind of kernel ------------------------
  * While on, every launch the model makes is bracketed by two CUDA events
  * (a few microseconds each: turn it off for timings you report). read waits

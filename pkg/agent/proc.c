@@ -101,6 +101,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
         .min_buckets = cfg->dist.min_buckets,
         .timeout_s = cfg->dist.timeout_s * 4,
         .grad_stream = rl_trainer_stream(&tr),
+        .reduce_bf16 = strcmp(cfg->dist.reduce_dtype, "bf16") == 0,
     };
     if ((rc = rl_ddp_create(comm, rl_trainer_grads(&tr), tr.model.lay.total, &dopt, &ddp, e))) goto out;
     rl_ddp_attach(ddp, &dist);

@@ -30,6 +30,10 @@
 typedef enum { RL_F32 = 0, RL_F64 = 1, RL_BF16 = 2, RL_I64 = 3 } rl_dtype;
 typedef enum { RL_SUM = 0, RL_AVG = 1 } rl_redop;
 size_t rl_dtype_size(rl_dtype t);
+/* bf16 as the backends compute it: round to nearest even (NaN kept NaN),
+ * and back (exact). */
+uint16_t rl_comm_f32_to_bf16(float f);
+float rl_comm_bf16_to_f32(uint16_t h);
 
 typedef struct rl_comm_opts {
     const char *backend; /* "tcp" | "nccl" */

@@ -65,7 +65,5 @@ int rl_comm_nccl_init(const rl_comm_opts *o, rl_comm *c, rl_err *e);
 void rl_comm_reduce_sum(void *dst, const void *a, const void *b, size_t n, rl_dtype t);
 /* x[i] /= div (f32/f64/bf16; bf16 via f32). */
 void rl_comm_divide(void *x, size_t n, rl_dtype t, int div);
-float rl_comm_bf16_to_f32(uint16_t h);
-uint16_t rl_comm_f32_to_bf16(float f);
 
 #endif

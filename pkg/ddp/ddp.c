@@ -9,6 +9,8 @@
 
 #ifdef RL_CUDA
 #include <cuda_runtime_api.h>
+
+#include "kernels/llama_gpu.h"
 #endif
 
 /* A unit of work for the communication thread. Buckets are jobs too, so
@@ -38,6 +40,9 @@ struct rl_ddp {
     void *gs;
     int device;
     void **ev_ready, **ev_start, **ev_done;
+    /* reduce_bf16: one bucket's bf16 copy (host, or device with gs) */
+    bool bf16;
+    void *half;
 
     pthread_t thread;
     bool thread_started;
@@ -56,9 +61,11 @@ struct rl_ddp {
 static int cuda_fail(cudaError_t ce, const char *what, rl_err *e) {
     return rl_errf(e, RL_EIO, "ddp: %s: %s", what, cudaGetErrorString(ce));
 }
-static int dev_events_create(rl_ddp *d, rl_err *e) {
+static int dev_events_create(rl_ddp *d, size_t most, rl_err *e) {
     cudaError_t ce = cudaGetDevice(&d->device);
     if (ce != cudaSuccess) return cuda_fail(ce, "cudaGetDevice", e);
+    if (d->bf16 && (ce = cudaMalloc(&d->half, most * sizeof(uint16_t))) != cudaSuccess)
+        return cuda_fail(ce, "cudaMalloc (bf16 bucket)", e);
     void **sets[3] = {d->ev_ready, d->ev_start, d->ev_done};
     for (int k = 0; k < 3; k++)
         for (int b = 0; b < d->nb; b++)
@@ -71,6 +78,8 @@ static void dev_events_destroy(rl_ddp *d) {
     for (int k = 0; k < 3; k++)
         for (int b = 0; sets[k] && b < d->nb; b++)
             if (sets[k][b]) cudaEventDestroy((cudaEvent_t)sets[k][b]);
+    if (d->half) cudaFree(d->half);
+    d->half = NULL;
 }
 /* training thread: bucket b's gradients are the kernels queued so far */
 static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) {
@@ -84,7 +93,17 @@ static int dev_bucket(rl_ddp *d, int b, rl_err *e) {
     if (ce == cudaSuccess) ce = cudaStreamWaitEvent(cs, (cudaEvent_t)d->ev_ready[b], 0);
     if (ce == cudaSuccess) ce = cudaEventRecord((cudaEvent_t)d->ev_start[b], cs);
     if (ce != cudaSuccess) return cuda_fail(ce, "ordering a bucket after its gradients", e);
-    int rc = rl_comm_allreduce(d->comm, d->grads + d->boff[b], d->blen[b], RL_F32, RL_AVG, e);
+    float *g = d->grads + d->boff[b];
+    size_t n = d->blen[b];
+    int rc;
+    if (d->bf16) /* one scratch serves every bucket: the stream runs them in turn */
+        rc = rl_gpu_cast_f32_to_bf16(d->half, g, n, cs, e) ||
+                     rl_comm_allreduce(d->comm, d->half, n, RL_BF16, RL_AVG, e) ||
+                     rl_gpu_cast_bf16_to_f32(g, d->half, n, cs, e)
+                 ? (e->code ? e->code : RL_EIO)
+                 : RL_OK;
+    else
+        rc = rl_comm_allreduce(d->comm, g, n, RL_F32, RL_AVG, e);
     if (!rc && (ce = cudaEventRecord((cudaEvent_t)d->ev_done[b], cs)) != cudaSuccess)
         rc = cuda_fail(ce, "cudaEventRecord (bucket done)", e);
     return rc;
@@ -101,13 +120,26 @@ static double dev_elapsed(void *a, void *b) {
 }
 #else
 static int no_cuda(rl_err *e) { return rl_errf(e, RL_EINTERNAL, "ddp: device gradients in a build without CUDA"); }
-static int dev_events_create(rl_ddp *d, rl_err *e) { return (void)d, no_cuda(e); }
+static int dev_events_create(rl_ddp *d, size_t most, rl_err *e) { return (void)d, (void)most, no_cuda(e); }
 static void dev_events_destroy(rl_ddp *d) { (void)d; }
 static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
 static int dev_bucket(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
 static int dev_join(rl_ddp *d, rl_err *e) { return (void)d, no_cuda(e); }
 static double dev_elapsed(void *a, void *b) { return (void)a, (void)b, 0; }
 #endif
+
+/* comm thread: one bucket of host gradients */
+static int host_bucket(rl_ddp *d, int b, rl_err *e) {
+    float *g = d->grads + d->boff[b];
+    size_t n = d->blen[b];
+    if (!d->bf16) return rl_comm_allreduce(d->comm, g, n, RL_F32, RL_AVG, e);
+    uint16_t *h = d->half;
+    for (size_t i = 0; i < n; i++) h[i] = rl_comm_f32_to_bf16(g[i]);
+    int rc = rl_comm_allreduce(d->comm, h, n, RL_BF16, RL_AVG, e);
+    if (!rc) rc = rl_comm_wait(d->comm, e);
+    for (size_t i = 0; !rc && i < n; i++) g[i] = rl_comm_bf16_to_f32(h[i]);
+    return rc;
+}
 
 static void *comm_thread(void *arg) {
     rl_ddp *d = arg;
@@ -127,8 +159,7 @@ static void *comm_thread(void *arg) {
             switch (j.kind) {
             case JOB_BUCKET:
                 d->ev[j.bucket].t_start = t0;
-                rc = d->gs ? dev_bucket(d, j.bucket, &e)
-                           : rl_comm_allreduce(d->comm, j.buf, j.count, RL_F32, RL_AVG, &e);
+                rc = d->gs ? dev_bucket(d, j.bucket, &e) : host_bucket(d, j.bucket, &e);
                 d->ev[j.bucket].t_done = rl_now();
                 break;
             case JOB_AVG_F64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_F64, RL_AVG, &e); break;
@@ -229,7 +260,11 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
         return rl_errf(e, RL_EINPUT, "ddp: gradients on a GPU need a communicator with a stream "
                        "(the nccl backend), not %s", rl_comm_backend(comm));
     }
-    int rc = d->gs ? dev_events_create(d, e) : RL_OK;
+    d->bf16 = o && o->reduce_bf16;
+    size_t widest = first > rest ? first : rest;
+    int rc = d->gs ? dev_events_create(d, widest, e) : RL_OK;
+    if (!rc && d->bf16 && !d->gs && !(d->half = malloc(widest * sizeof(uint16_t))))
+        rc = rl_errf(e, RL_ENOMEM, "ddp: out of memory for the bf16 bucket");
     if (rc) {
         rl_ddp_destroy(d);
         return rc;
@@ -367,6 +402,7 @@ void rl_ddp_destroy(rl_ddp *d) {
         pthread_cond_destroy(&d->cv);
     }
     if (d->gs) dev_events_destroy(d);
+    else free(d->half);
     free(d->ev_ready);
     free(d->ev_start);
     free(d->ev_done);

@@ -44,6 +44,14 @@ typedef struct rl_ddp_opts {
      * events, complete once anything waited for the communicator (the
      * metric average does). NULL: host gradients. */
     void *grad_stream;
+    /* Reduce in bf16: each bucket is rounded to bf16, averaged as bf16 (half
+     * the bytes on the wire), and widened back. Default 0: fp32, the
+     * gradients' own type, as PyTorch DDP does: the average is then exact up
+     * to summation order and the run matches a single process's; within a
+     * node the reduction hides behind backward anyway (see the overlap
+     * figures), so halving its bytes matters only where the network is the
+     * bottleneck (dist.reduce_dtype). */
+    int reduce_bf16;
 } rl_ddp_opts;
 
 /* One bucket's life in the last step (for the overlap test and logs). */

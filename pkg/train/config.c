@@ -37,18 +37,26 @@ void rl_job_config_default(rl_job_config *c) {
     c->dist.timeout_s = 60;
     c->dist.bucket_mb = 25, c->dist.first_bucket_mb = 1; /* PyTorch DDP's defaults */
     c->dist.min_buckets = 8; /* lets small models overlap too (see ddp.h) */
+    snprintf(c->dist.reduce_dtype, sizeof c->dist.reduce_dtype, "fp32"); /* why: ddp.h */
     rl_ckpt_config_default(&c->ckpt);
     rl_rdzv_config_default(&c->rdzv);
 }
 
 static int parse_dist(const cJSON *o, const char *w, rl_dist_config *d, rl_err *e) {
-    static const char *const keys[] = {"backend", "timeout_s", "bucket_mb", "first_bucket_mb", "min_buckets", NULL};
+    static const char *const keys[] = {"backend", "timeout_s", "bucket_mb", "first_bucket_mb", "min_buckets",
+                                       "reduce_dtype", NULL};
     int rc = rl_cfg_check_keys(o, w, keys, e);
     if (rc || (rc = rl_cfg_str(o, w, "backend", d->backend, sizeof d->backend, e)) ||
         (rc = rl_cfg_num(o, w, "timeout_s", 0.1, 86400, &d->timeout_s, e)) ||
         (rc = rl_cfg_num(o, w, "bucket_mb", 1e-6, 4096, &d->bucket_mb, e)) ||
-        (rc = rl_cfg_num(o, w, "first_bucket_mb", 1e-6, 4096, &d->first_bucket_mb, e)))
+        (rc = rl_cfg_num(o, w, "first_bucket_mb", 1e-6, 4096, &d->first_bucket_mb, e)) ||
+        (rc = rl_cfg_str(o, w, "reduce_dtype", d->reduce_dtype, sizeof d->reduce_dtype, e)))
         return rc;
+    if (strcmp(d->reduce_dtype, "fp32") != 0 && strcmp(d->reduce_dtype, "bf16") != 0) {
+        char esc[64];
+        return rl_errf(e, RL_EINPUT, "%s.reduce_dtype: \"%s\" (fp32 or bf16)", w,
+                       rl_json_escape(esc, sizeof esc, d->reduce_dtype));
+    }
     long long mb = d->min_buckets;
     if ((rc = rl_cfg_int(o, w, "min_buckets", 1, 1 << 16, &mb, e))) return rc;
     d->min_buckets = (int)mb;
@@ -247,6 +255,7 @@ char *rl_job_config_to_json(const rl_job_config *c) {
     cJSON_AddNumberToObject(ds, "bucket_mb", c->dist.bucket_mb);
     cJSON_AddNumberToObject(ds, "first_bucket_mb", c->dist.first_bucket_mb);
     cJSON_AddNumberToObject(ds, "min_buckets", c->dist.min_buckets);
+    cJSON_AddStringToObject(ds, "reduce_dtype", c->dist.reduce_dtype);
     rl_ckpt_config_add_json(&c->ckpt, cJSON_AddObjectToObject(r, "checkpoint"));
     rl_rdzv_config_add_json(&c->rdzv, cJSON_AddObjectToObject(r, "rdzv"));
     char *s = cJSON_PrintUnformatted(r);

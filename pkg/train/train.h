@@ -58,6 +58,7 @@ typedef struct rl_dist_config {
     double timeout_s;       /* every collective and peer wait */
     double bucket_mb, first_bucket_mb;
     int min_buckets;        /* no bucket above 1/min_buckets of the gradients */
+    char reduce_dtype[8];   /* "fp32" (default: exact average, as PyTorch DDP) | "bf16" */
 } rl_dist_config;
 
 typedef struct rl_job_config {

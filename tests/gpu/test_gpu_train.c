@@ -109,9 +109,11 @@ static void check_curve(void) {
 /* The nccl backend under DDP at world size 1 changes nothing: an average
  * over one rank is the value itself, and the bucket hooks, events and
  * stream ordering must not reorder or drop work. Bit-identical losses and
- * parameters after 6 steps with 2 micro-steps each (no_sync on the first). */
-static void check_ddp_world1(void) {
-    const char *name = "trainer: nccl ddp at world 1 = no ddp";
+ * parameters after 6 steps with 2 micro-steps each (no_sync on the first).
+ * With bf16 reduction the gradients are rounded to bf16 on the way, so the
+ * run must differ, but only by that rounding: losses within 1%. */
+static void check_ddp_world1(bool bf16) {
+    const char *name = bf16 ? "trainer: nccl ddp bf16 at world 1 ~ no ddp" : "trainer: nccl ddp at world 1 = no ddp";
     if (!selected(name)) return;
     rl_job_config c;
     job(&c, "cuda", 6, 2);
@@ -132,7 +134,8 @@ static void check_ddp_world1(void) {
     b_ok = true;
     memset(&cb, 0, sizeof cb);
     b.observer = (rl_train_observer){.ud = &cb, .on_step = on_step};
-    rl_ddp_opts o = {.min_buckets = c.dist.min_buckets, .grad_stream = rl_trainer_stream(&b)};
+    rl_ddp_opts o = {.min_buckets = c.dist.min_buckets, .grad_stream = rl_trainer_stream(&b),
+                     .reduce_bf16 = bf16};
     if (rl_ddp_create(comm, rl_trainer_grads(&b), b.model.lay.total, &o, &ddp, &e)) goto fail;
     rl_ddp_attach(ddp, &dist);
     if (rl_trainer_broadcast_params(&b, &e) || rl_trainer_run(&b, &e)) goto fail;
@@ -141,10 +144,20 @@ static void check_ddp_world1(void) {
         size_t n = 3 * a.model.lay.total;
         bool same_loss = ca.n == 6 && cb.n == 6 && !memcmp(ca.loss, cb.loss, sizeof(double) * 6);
         bool same_state = !memcmp(pa, pb, n * sizeof(float));
-        report(name, same_loss && same_state && rl_ddp_nbuckets(ddp) >= 4 && cb.allreduce_s >= 0,
-               "%d buckets; losses %s, params and moments %s; last step's exposed reduction %.2e s",
-               rl_ddp_nbuckets(ddp), same_loss ? "identical" : "DIFFER",
-               same_state ? "identical" : "DIFFER", cb.allreduce_s);
+        double worst = 0;
+        for (int i = 0; i < ca.n && i < cb.n; i++) worst = fmax(worst, fabs(cb.loss[i] - ca.loss[i]) / ca.loss[i]);
+        bool ok = bf16 ? cb.n == 6 && !same_state && worst <= 0.01 : same_loss && same_state;
+        if (bf16)
+            report(name, ok && rl_ddp_nbuckets(ddp) >= 4,
+                   "%d buckets; params %s (bf16-rounded gradients); worst loss difference %.2e "
+                   "relative",
+                   rl_ddp_nbuckets(ddp), same_state ? "IDENTICAL" : "differ", worst);
+        else
+            report(name, ok && rl_ddp_nbuckets(ddp) >= 4 && cb.allreduce_s >= 0,
+                   "%d buckets; losses %s, params and moments %s; last step's exposed reduction "
+                   "%.2e s",
+                   rl_ddp_nbuckets(ddp), same_loss ? "identical" : "DIFFER",
+                   same_state ? "identical" : "DIFFER", cb.allreduce_s);
     }
     goto done;
 fail:
@@ -213,7 +226,8 @@ void test_gpu_train(void) {
         return;
     }
     check_curve();
-    check_ddp_world1();
+    check_ddp_world1(false);
+    check_ddp_world1(true);
     check_cross_resume("cuda", "cpu");
     check_cross_resume("cpu", "cuda");
     char cmd[128];

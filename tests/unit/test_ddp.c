@@ -229,6 +229,74 @@ Test(ddp, buckets_reduce_during_backward_in_the_same_order, .timeout = 120) {
     rl_test_rmdir(dir);
 }
 
+/* ---- dist.reduce_dtype bf16 --------------------------------------------------------- */
+static float grad_of(int rank, size_t i) { return (float)(rank + 1) * sinf(0.37f * (float)i) * 3.1f + 1e-3f * (float)i; }
+
+/* Exit status: 0 if every reduced element is a bf16 value (low 16 bits
+ * zero: it travelled as bf16) within bf16 rounding of the exact average of
+ * the two ranks' bf16-rounded gradients, and the buckets tiled the buffer. */
+static int bf16_rank(int rank, int port) {
+    rl_err e;
+    rl_store *s;
+    if (rl_store_connect("127.0.0.1", port, 20, &s, &e)) return 10;
+    rl_comm_opts co = {.backend = "tcp", .rank = rank, .world = 2, .store = s, .prefix = "bf", .timeout_s = 20};
+    rl_comm *comm;
+    if (rl_comm_init(&co, &comm, &e)) return 11;
+    size_t n = 5000;
+    float *g = malloc(n * sizeof *g);
+    for (size_t i = 0; i < n; i++) g[i] = grad_of(rank, i);
+    rl_ddp_opts o = {.first_bucket_bytes = 1024, .bucket_bytes = 4096, .reduce_bf16 = 1};
+    rl_ddp *d;
+    if (rl_ddp_create(comm, g, n, &o, &d, &e)) return 12;
+    rl_ddp_grad_ready(d, n / 2); /* half the buffer first, as a backward would */
+    rl_ddp_grad_ready(d, 0);
+    if (rl_ddp_finish(d, &e)) return 13;
+    int bad = rl_ddp_nbuckets(d) < 4 ? 1 : 0;
+    for (size_t i = 0; i < n; i++) {
+        float a = rl_comm_bf16_to_f32(rl_comm_f32_to_bf16(grad_of(0, i)));
+        float b = rl_comm_bf16_to_f32(rl_comm_f32_to_bf16(grad_of(1, i)));
+        double want = ((double)a + b) / 2;
+        uint32_t bits;
+        memcpy(&bits, &g[i], 4);
+        if ((bits & 0xffffu) != 0 || fabs(g[i] - want) > fabs(want) / 256 + 1e-30) bad++;
+    }
+    rl_comm_barrier(comm, &e);
+    rl_ddp_destroy(d);
+    rl_comm_destroy(comm);
+    rl_store_close(s);
+    free(g);
+    return bad ? 20 : 0;
+}
+
+Test(ddp, bf16_reduction_travels_as_bf16, .timeout = 60) {
+    pid_t pid[2];
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    for (int r = 0; r < 2; r++) {
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            int port = 0;
+            close(pfd[1]);
+            if (read(pfd[0], &port, sizeof port) != sizeof port) _exit(9);
+            _exit(bf16_rank(r, port));
+        }
+    }
+    close(pfd[0]);
+    rl_store_server *srv;
+    rl_err e;
+    cr_assert_eq(rl_store_server_start("127.0.0.1", 0, &srv, &e), 0, "%s", e.msg);
+    int port = rl_store_server_port(srv);
+    for (int r = 0; r < 2; r++) cr_assert_eq(write(pfd[1], &port, sizeof port), (ssize_t)sizeof port);
+    close(pfd[1]);
+    for (int r = 0; r < 2; r++) {
+        int st;
+        waitpid(pid[r], &st, 0);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d: exit %d (20: values not bf16 averages)", r,
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    }
+    rl_store_server_stop(srv);
+}
+
 /* ---- faults ---------------------------------------------------------------------- */
 static int free_port(void) {
     rl_store_server *s;

@@ -106,6 +106,7 @@ Test(train_config, rejects_bad_configs_naming_the_field) {
     EXPECT_BAD("{\"train\": {\"steps\": 10,}", "invalid JSON");
     EXPECT_BAD("{\"train\":{\"device\":\"tpu\"}}", "train.device");
     EXPECT_BAD("{\"dist\":{\"backend\":\"mpi\"}}", "dist.backend");
+    EXPECT_BAD("{\"dist\":{\"reduce_dtype\":\"fp8\"}}", "dist.reduce_dtype");
     EXPECT_BAD("{\"train\":{\"device\":\"cpu\"},\"dist\":{\"backend\":\"nccl\"}}", "train.device");
     EXPECT_BAD("{\"train\":{\"device\":\"cuda\"},\"dist\":{\"backend\":\"tcp\"}}", "dist.backend");
 }

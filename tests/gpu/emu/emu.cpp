@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 rl_emu_dim3 threadIdx, blockIdx, gridDim, blockDim;
@@ -232,6 +233,11 @@ void rl_emu_cp_async_wait(int n) {
 }
 
 void rl_emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn) {
+    // One emulated GPU: launches from several host threads (DDP's
+    // communication thread casts buckets while the trainer's thread runs
+    // backward) take turns, as whole kernels -- the fiber state is global.
+    static std::mutex gpu;
+    std::lock_guard<std::mutex> hold(gpu);
     unsigned threads = block.x * block.y * block.z;
     if (threads < 1 || threads > (unsigned)MAXT || block.y != 1 || block.z != 1 ||
         smem_bytes > sizeof smem) {
