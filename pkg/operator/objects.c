@@ -259,5 +259,24 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
         put_str(lim, "nvidia.com/gpu", buf);
     }
     cJSON_AddItemToObject(c, "resources", r);
+
+    /* the user's volumes and mounts, then the memory-backed /dev/shm */
+    cJSON *vols = cJSON_AddArrayToObject(spec, "volumes"), *mounts = cJSON_AddArrayToObject(c, "volumeMounts");
+    const cJSON *uv = cJSON_GetObjectItemCaseSensitive(j->spec, "volumes"),
+                *um = cJSON_GetObjectItemCaseSensitive(j->spec, "volumeMounts");
+    for (const cJSON *it = cJSON_IsArray(uv) ? uv->child : NULL; it; it = it->next)
+        cJSON_AddItemToArray(vols, cJSON_Duplicate(it, 1));
+    for (const cJSON *it = cJSON_IsArray(um) ? um->child : NULL; it; it = it->next)
+        cJSON_AddItemToArray(mounts, cJSON_Duplicate(it, 1));
+    cJSON *shm = cJSON_CreateObject(), *ed = cJSON_CreateObject();
+    put_str(shm, "name", RL_OP_SHM_VOLUME);
+    put_str(ed, "medium", "Memory");
+    if (j->shm_size[0]) put_str(ed, "sizeLimit", j->shm_size);
+    cJSON_AddItemToObject(shm, "emptyDir", ed);
+    cJSON_AddItemToArray(vols, shm);
+    cJSON *sm = cJSON_CreateObject();
+    put_str(sm, "name", RL_OP_SHM_VOLUME);
+    put_str(sm, "mountPath", "/dev/shm");
+    cJSON_AddItemToArray(mounts, sm);
     return o;
 }

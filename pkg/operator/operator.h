@@ -43,8 +43,14 @@ typedef struct rl_op_job {
     /* spec.s3 */
     char s3_endpoint[512], s3_region[64], s3_addressing[16];
     char s3_secret[254], s3_key_id[254], s3_key_secret[254], s3_key_token[254];
+    char shm_size[32];       /* spec.shmSize: sizeLimit of the /dev/shm emptyDir ("" none) */
     const struct cJSON *spec; /* the object's spec (borrowed): passthrough fields */
 } rl_op_job;
+
+/* The memory-backed emptyDir every worker pod gets at /dev/shm: NCCL's
+ * intra-node transport and the tcp backend's same-host links live there,
+ * and a container runtime's default /dev/shm is 64 MiB. */
+#define RL_OP_SHM_VOLUME "ringleader-shm"
 
 /* Reads and checks a TrainingJob object. Whatever the CRD schema cannot
  * say (min <= max, the training config, the global batch dividing every

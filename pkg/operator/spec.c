@@ -94,6 +94,52 @@ static int parse_s3(const cJSON *spec, rl_op_job *j, rl_err *e) {
     return RL_OK;
 }
 
+/* spec.volumes (core Volumes, passed through: the API server validates the
+ * pod) and spec.volumeMounts for the worker container: what the schema
+ * cannot say is checked here -- a mount names a volume of the list, and
+ * neither takes the operator's own /dev/shm. */
+static int parse_volumes(const cJSON *spec, rl_op_job *j, rl_err *e) {
+    int rc = get_str(spec, "spec", "shmSize", "", j->shm_size, sizeof j->shm_size, e);
+    if (rc) return rc;
+    /* a quantity in bytes: digits, then an optional binary or decimal suffix */
+    const char *q = j->shm_size;
+    size_t nd = strspn(q, "0123456789");
+    static const char *const sfx[] = {"", "Ki", "Mi", "Gi", "Ti", "k", "M", "G", "T", NULL};
+    bool ok = !q[0];
+    for (const char *const *x = sfx; !ok && *x; x++) ok = nd > 0 && !strcmp(q + nd, *x);
+    if (!ok) return rl_errf(e, RL_EINPUT, "spec.shmSize: \"%s\" is not a byte quantity (e.g. 16Gi)", q);
+    const cJSON *vols = member(spec, "volumes"), *mounts = member(spec, "volumeMounts");
+    if (vols && !cJSON_IsNull(vols) && !cJSON_IsArray(vols))
+        return rl_errf(e, RL_EINPUT, "spec.volumes: must be a list");
+    if (mounts && !cJSON_IsNull(mounts) && !cJSON_IsArray(mounts))
+        return rl_errf(e, RL_EINPUT, "spec.volumeMounts: must be a list");
+    int i = 0;
+    for (const cJSON *v = cJSON_IsArray(vols) ? vols->child : NULL; v; v = v->next, i++) {
+        const cJSON *n = member(v, "name");
+        if (!cJSON_IsString(n) || !n->valuestring[0])
+            return rl_errf(e, RL_EINPUT, "spec.volumes[%d].name: required", i);
+        if (!strcmp(n->valuestring, RL_OP_SHM_VOLUME))
+            return rl_errf(e, RL_EINPUT, "spec.volumes[%d].name: \"%s\" is the operator's own /dev/shm volume "
+                           "(size it with spec.shmSize)", i, RL_OP_SHM_VOLUME);
+    }
+    i = 0;
+    for (const cJSON *m = cJSON_IsArray(mounts) ? mounts->child : NULL; m; m = m->next, i++) {
+        const cJSON *n = member(m, "name"), *p = member(m, "mountPath");
+        if (!cJSON_IsString(n) || !cJSON_IsString(p) || !p->valuestring[0])
+            return rl_errf(e, RL_EINPUT, "spec.volumeMounts[%d]: name and mountPath are required", i);
+        if (!strcmp(p->valuestring, "/dev/shm"))
+            return rl_errf(e, RL_EINPUT, "spec.volumeMounts[%d].mountPath: /dev/shm is mounted by the operator "
+                           "(size it with spec.shmSize)", i);
+        bool found = false;
+        for (const cJSON *v = cJSON_IsArray(vols) ? vols->child : NULL; v && !found; v = v->next)
+            found = !strcmp(member(v, "name")->valuestring, n->valuestring);
+        if (!found)
+            return rl_errf(e, RL_EINPUT, "spec.volumeMounts[%d].name: no volume \"%.64s\" in spec.volumes", i,
+                           n->valuestring);
+    }
+    return RL_OK;
+}
+
 /* spec.training -> the worker's config JSON, with the job's rendezvous port
  * folded in, checked by the worker's own parser for every world size. */
 static int parse_training(const cJSON *spec, rl_op_job *j, rl_err *e) {
@@ -197,7 +243,7 @@ int rl_op_job_parse(const cJSON *obj, rl_op_job *j, rl_err *e) {
         if (replicas < 1) return rl_errf(e, RL_EINPUT, "spec.replicas: a job needs at least 1 node");
         j->min_nodes = j->max_nodes = j->replicas;
     }
-    if ((rc = parse_s3(spec, j, e))) return rc;
+    if ((rc = parse_s3(spec, j, e)) || (rc = parse_volumes(spec, j, e))) return rc;
     return parse_training(spec, j, e);
 }
 

@@ -13,6 +13,7 @@
 
 #include "comm/comm.h"
 #include "ddp/ddp.h"
+#include "rdzv/rdzv.h"
 #include "tests/gpu/check.h"
 #include "train/train.h"
 
@@ -217,6 +218,38 @@ done:
     free(pw), free(pr);
 }
 
+/* No hang when a peer never comes: rank 0 of a world of 2 alone (its id
+ * published to a real store, nobody to take it) must give up within
+ * dist.timeout_s, with an error naming itself, instead of waiting in
+ * ncclCommInitRankConfig forever. (In emulation the one-rank NCCL refuses a
+ * world of 2 at once: the check then shows only that the refusal surfaces as
+ * an error.) */
+static void check_nccl_missing_peer(void) {
+    const char *name = "nccl: a missing peer times out at init";
+    if (!selected(name)) return;
+    rl_err e = {0};
+    rl_store_server *srv = NULL;
+    rl_store *st = NULL;
+    if (rl_store_server_start("127.0.0.1", 0, &srv, &e) ||
+        rl_store_connect("127.0.0.1", rl_store_server_port(srv), 10, &st, &e)) {
+        fail_err(name, &e);
+        rl_store_server_stop(srv);
+        return;
+    }
+    const double limit = 5;
+    rl_comm_opts co = {.backend = "nccl", .rank = 0, .world = 2, .store = st, .prefix = "lonely",
+                       .timeout_s = limit};
+    rl_comm *comm = NULL;
+    double t0 = rl_now();
+    int rc = rl_comm_init(&co, &comm, &e);
+    double dt = rl_now() - t0;
+    report(name, rc != 0 && dt < limit + 10 && strstr(e.msg, "rank 0") != NULL,
+           "returned %d after %.1f s (limit %.0f s): %s", rc, dt, limit, rc ? e.msg : "no error");
+    if (!rc) rl_comm_destroy(comm);
+    rl_store_close(st);
+    rl_store_server_stop(srv);
+}
+
 void test_gpu_train(void) {
     snprintf(dir, sizeof dir, "/tmp/rl-gpu-train-XXXXXX");
     rl_err e = {0};
@@ -230,6 +263,7 @@ void test_gpu_train(void) {
     check_ddp_world1(true);
     check_cross_resume("cuda", "cpu");
     check_cross_resume("cpu", "cuda");
+    check_nccl_missing_peer();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "test-gpu: could not remove %s\n", dir);

@@ -58,7 +58,9 @@ CORE_TYPES = [("spec.resources", "io.k8s.api.core.v1.ResourceRequirements"),
               ("spec.tolerations[]", "io.k8s.api.core.v1.Toleration"),
               ("spec.env[]", "io.k8s.api.core.v1.EnvVar"),
               ("spec.env[].valueFrom", "io.k8s.api.core.v1.EnvVarSource"),
-              ("spec.imagePullSecrets[]", "io.k8s.api.core.v1.LocalObjectReference")]
+              ("spec.imagePullSecrets[]", "io.k8s.api.core.v1.LocalObjectReference"),
+              ("spec.volumes[]", "io.k8s.api.core.v1.Volume"),
+              ("spec.volumeMounts[]", "io.k8s.api.core.v1.VolumeMount")]
 # what the operator does (docs/trainingjob.md): (apiGroup, resource, verbs)
 OPERATOR_NEEDS = [("ringleader.dev", "trainingjobs", "get list watch"),
                   ("ringleader.dev", "trainingjobs/status", "patch"),
@@ -214,9 +216,15 @@ def to_jsonschema(node, path=""):
 
 
 def schema_at(schema, dotted):
-    """The schema node of a path like spec.env[].valueFrom (None: absent)."""
+    """The schema node of a path like spec.env[].valueFrom (None: absent).
+    Below a node that keeps unknown fields (x-kubernetes-preserve-unknown-
+    fields: a core object passed through, like spec.volumes[]) every path
+    is that node."""
     node = schema
     for part in re.findall(r"[^.\[\]]+|\[\]", dotted):
+        if (node or {}).get("x-kubernetes-preserve-unknown-fields") and part != "[]" and \
+                part not in (node.get("properties") or {}):
+            return node
         if part == "[]":
             node = node.get("items") if node else None
         else:

@@ -85,6 +85,12 @@ Test(operator, refusals_name_the_field) {
         {"{\"image\":\"x\",\"s3\":{\"credentialsSecret\":{}}}", "spec.s3.credentialsSecret.name: required"},
         {"{\"image\":\"x\",\"s3\":{\"endpoint\":\"rgw:7480\"}}", "spec.s3.endpoint"},
         {"{\"image\":\"x\",\"suspend\":\"yes\"}", "spec.suspend"},
+        {"{\"image\":\"x\",\"volumeMounts\":[{\"name\":\"data\",\"mountPath\":\"/data\"}]}",
+         "spec.volumeMounts[0].name: no volume \"data\" in spec.volumes"},
+        {"{\"image\":\"x\",\"volumes\":[{\"name\":\"d\",\"emptyDir\":{}}],\"volumeMounts\":[{\"name\":\"d\",\"mountPath\":\"/dev/shm\"}]}",
+         "spec.volumeMounts[0].mountPath: /dev/shm is mounted by the operator"},
+        {"{\"image\":\"x\",\"volumes\":[{\"name\":\"ringleader-shm\",\"emptyDir\":{}}]}", "spec.volumes[0].name"},
+        {"{\"image\":\"x\",\"shmSize\":\"lots\"}", "spec.shmSize"},
         {"{\"image\":\"x\",\"gpusPerNode\":1,\"training\":{\"dist\":{\"backend\":\"tcp\"}}}",
          "spec.training.dist.backend: \"tcp\" on a job with gpusPerNode 1"},
         {"{\"image\":\"x\",\"gpusPerNode\":1,\"training\":{\"train\":{\"device\":\"cpu\"}}}",
@@ -126,7 +132,9 @@ Test(operator, the_pod_a_job_wants) {
     cJSON *o = job("{\"image\":\"rl:1\",\"nprocPerNode\":2,\"gpusPerNode\":8,\"terminationGracePeriodSeconds\":45,"
                    "\"elastic\":{\"minReplicas\":2,\"maxReplicas\":4},\"replicas\":3,"
                    "\"resources\":{\"limits\":{\"memory\":\"8Gi\"}},\"nodeSelector\":{\"pool\":\"gpu\"},"
-                   "\"env\":[{\"name\":\"RL_LOG_LEVEL\",\"value\":\"debug\"}],"
+                   "\"env\":[{\"name\":\"RL_LOG_LEVEL\",\"value\":\"debug\"}],\"shmSize\":\"16Gi\","
+                   "\"volumes\":[{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"corpus\"}}],"
+                   "\"volumeMounts\":[{\"name\":\"data\",\"mountPath\":\"/data\",\"readOnly\":true}],"
                    "\"training\":{\"dist\":{\"backend\":\"nccl\"},\"train\":{\"seq_len\":64,\"micro_batch\":1,\"global_batch_tokens\":1536}},"
                    "\"s3\":{\"endpoint\":\"http://rgw:7480\",\"region\":\"eu-1\",\"credentialsSecret\":{\"name\":\"s3c\"}}}");
     rl_op_job j;
@@ -160,6 +168,15 @@ Test(operator, the_pod_a_job_wants) {
     cr_expect(strstr(env_of(pod, "POD_IP"), "status.podIP"));
     cr_expect_str_eq(env_of(pod, "RL_LOG_LEVEL"), "debug");
     cr_expect(strstr(env_of(pod, "RINGLEADER_CONFIG"), "\"nccl\""));
+    /* the user's data volume, and /dev/shm in memory for NCCL */
+    char *pt = cJSON_PrintUnformatted(pod);
+    cr_expect(strstr(pt, "\"volumes\":[{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"corpus\"}},"
+                         "{\"name\":\"ringleader-shm\",\"emptyDir\":{\"medium\":\"Memory\",\"sizeLimit\":\"16Gi\"}}]"),
+              "%s", pt);
+    cr_expect(strstr(pt, "\"volumeMounts\":[{\"name\":\"data\",\"mountPath\":\"/data\",\"readOnly\":true},"
+                         "{\"name\":\"ringleader-shm\",\"mountPath\":\"/dev/shm\"}]"),
+              "%s", pt);
+    cJSON_free(pt);
     cJSON_Delete(pod);
 
     /* the Role: named Leases for get/update/patch, create unnamed, slices read-only */
