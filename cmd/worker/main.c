@@ -42,7 +42,8 @@ static void usage(FILE *f) {
             "  JSON in RINGLEADER_CONFIG when set (the operator passes spec.training so),\n"
             "  else the embedded default: a small model on the arithmetic corpus that\n"
             "  `ringleader-prepare arith --out data/arith` writes (see `make run`).\n"
-            "  --nproc-per-node N forks N trainer processes (data parallel, like torchrun);\n"
+            "  --nproc-per-node N forks N trainer processes (data parallel, like torchrun;\n"
+            "  auto or gpu: one per visible GPU, one without);\n"
             "  a process started with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun)\n"
             "  or SLURM_PROCID/SLURM_NTASKS (srun) joins that job. PET_NNODES,\n"
             "  PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR/PORT are read too.\n"
@@ -143,6 +144,16 @@ static int run_single(const rl_job_config *cfg, const char *config_path, const c
     return 0;
 }
 
+/* --nproc-per-node auto / gpu (or PET_NPROC_PER_NODE=auto): one trainer per
+ * visible GPU, as torchrun; one on a machine without, where OpenMP already
+ * uses every core. Other values pass through. */
+static int procs_per_node(int n) {
+    if (n != RL_NPROC_AUTO) return n;
+    int g = rl_train_visible_gpus();
+    rl_log(RL_LOG_INFO, "nproc_per_node", "\"auto\":%d,\"gpus\":%d", g > 0 ? g : 1, g);
+    return g > 0 ? g : 1;
+}
+
 int main(int argc, char **argv) {
     rl_err e = {0};
     rl_job_config cfg;
@@ -153,6 +164,10 @@ int main(int argc, char **argv) {
     int print_config = 0, rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--nproc-per-node") && v && (!strcmp(v, "auto") || !strcmp(v, "gpu"))) {
+            nproc = RL_NPROC_AUTO, i++;
+            continue;
+        }
         struct { const char *flag; long long lo, hi, *dst; } ints[] = {
             {"--steps", 0, 1ll << 40, &steps},         {"--seed", 0, 1ll << 53, &seed},
             {"--nproc-per-node", 1, 1024, &nproc},
@@ -243,7 +258,8 @@ int main(int argc, char **argv) {
         if ((rc = rl_node_env_read(&ne, &e))) return fail("", &e);
         rl_elastic_env ee;
         rl_elastic_opts eo;
-        if ((rc = rl_elastic_setup(&cfg, nproc > 0 ? (int)nproc : ne.nproc_per_node, &ee, &eo, &e)))
+        if ((rc = rl_elastic_setup(&cfg, procs_per_node(nproc != -1 ? (int)nproc : ne.nproc_per_node), &ee,
+                                   &eo, &e)))
             return fail("", &e);
         bool preempted = false;
         eo.argv = argv, eo.stop = &g_stop, eo.stop_sig = &g_stop_sig, eo.preempted = &preempted;
@@ -266,7 +282,8 @@ int main(int argc, char **argv) {
     rl_node_env node;
     if (!is_child) {
         if ((rc = rl_node_env_read(&node, &e))) return fail("", &e);
-        if (nproc > 0) node.nproc_per_node = (int)nproc;
+        if (nproc != -1) node.nproc_per_node = (int)nproc;
+        node.nproc_per_node = procs_per_node(node.nproc_per_node);
         if (nnodes > 0) node.nnodes = (int)nnodes;
         if (node_rank >= 0) node.node_rank = (int)node_rank;
         if (mport >= 0) node.master_port = (int)mport;

@@ -221,6 +221,11 @@ int rl_op_job_parse(const cJSON *obj, rl_op_job *j, rl_err *e) {
     j->replicas = (int)replicas, j->nproc = (int)nproc, j->gpus = (int)gpus;
     j->restart_limit = (int)limit, j->metrics_port = (int)mport, j->rdzv_port = (int)rport;
     if (mport == rport) return rl_errf(e, RL_EINPUT, "spec.metricsPort: %lld is also spec.rdzvPort", mport);
+    /* one trainer per GPU (LOCAL_RANK picks it): more processes than GPUs
+     * would leave some without a device */
+    if (gpus > 0 && nproc > gpus)
+        return rl_errf(e, RL_EINPUT, "spec.nprocPerNode: %lld trainer processes but gpusPerNode %lld "
+                       "(one process per GPU)", nproc, gpus);
     const cJSON *s = member(spec, "suspend");
     if (s && !cJSON_IsNull(s) && !cJSON_IsBool(s)) return rl_errf(e, RL_EINPUT, "spec.suspend: must be a boolean");
     j->suspend = cJSON_IsTrue(s);

@@ -181,8 +181,12 @@ typedef struct rl_static_env {
  * is present. */
 int rl_static_env_read(rl_static_env *env, bool *found, rl_err *e);
 
+/* torchrun's --nproc-per-node auto / gpu: one trainer per visible GPU (one
+ * on a machine without), settled by the launcher (rl_train_visible_gpus). */
+#define RL_NPROC_AUTO (-2)
+
 typedef struct rl_node_env {
-    int nnodes, node_rank, nproc_per_node; /* nproc_per_node 0: not given */
+    int nnodes, node_rank, nproc_per_node; /* nproc_per_node 0: not given; RL_NPROC_AUTO */
     char master_addr[256];
     int master_port;
 } rl_node_env;

@@ -333,7 +333,7 @@ int rl_node_env_read(rl_node_env *out, rl_err *e) {
         return rc;
     if ((v = pet("NPROC_PER_NODE", np_name, sizeof np_name))) {
         /* torchrun's "auto"/"gpu": one per local GPU, decided by the caller. */
-        if (strcmp(v, "auto") == 0 || strcmp(v, "gpu") == 0) x.nproc_per_node = 0;
+        if (strcmp(v, "auto") == 0 || strcmp(v, "gpu") == 0) x.nproc_per_node = RL_NPROC_AUTO;
         else if ((rc = parse_int(np_name, v, 1, INT_MAX, &x.nproc_per_node, e))) return rc;
     }
     if ((v = pet("MASTER_ADDR", ma_name, sizeof ma_name)) &&

@@ -129,6 +129,8 @@ float *rl_train_gpu_grads(rl_trainer *tr) { return (void)tr, NULL; }
 void *rl_train_gpu_stream(rl_trainer *tr) { return (void)tr, NULL; }
 #endif
 
+int rl_train_visible_gpus(void) { return rl_train_gpu_count(NULL, 0); }
+
 /* One decision per process, before anything is built. Silent: a run that
  * then fails on bad input prints its one error line and nothing else; the
  * trainer announces a device it picked once it is built (log_device). */

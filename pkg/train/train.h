@@ -87,6 +87,9 @@ int rl_job_config_check_world(const rl_job_config *c, int world, const char *nam
  * "cuda" that cannot be had, or a backend that cannot reduce on the
  * device, is RL_EINPUT naming the field. rl_trainer_init calls it. */
 int rl_train_pick_device(rl_job_config *c, rl_err *e);
+/* CUDA devices this process sees (0 in a build without CUDA): what
+ * --nproc-per-node auto / gpu starts one trainer per. */
+int rl_train_visible_gpus(void);
 /* The config as JSON (for logs and checkpoints); caller frees. */
 char *rl_job_config_to_json(const rl_job_config *c);
 

@@ -127,6 +127,13 @@ Test(cli, no_gpu_says_so_once_and_trains_on_cpu) {
     cr_expect_eq(n, 0, "a build without CUDA has nothing to say about GPUs: %s", out);
 #endif
     cr_expect(strstr(out, "\"device\":\"cpu\"") != NULL, "train_start names the device: %s", out);
+    /* torchrun's --nproc-per-node auto: one trainer per GPU, one without */
+    snprintf(cmd, sizeof cmd, "RL_NO_PROGRESS=1 %s/ringleader-worker --config %s --nproc-per-node auto",
+             rl_test_bindir(), path);
+    st = rl_test_run(cmd, out, sizeof out);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "\"event\":\"nproc_per_node\",\"auto\":1,\"gpus\":0") != NULL, "%s", out);
+    cr_expect(strstr(out, "\"world\":1") != NULL, "%s", out);
     snprintf(cfg, sizeof cfg,
              "{\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
              "\"train\":{\"steps\":2,\"warmup_steps\":1,\"device\":\"cuda\"}}", dir);

@@ -166,23 +166,21 @@ static int overlap_rank(int rank, int port, const char *dir, const char *report)
     return 0;
 }
 
-Test(ddp, buckets_reduce_during_backward_in_the_same_order, .timeout = 120) {
-    char dir[64];
-    rl_test_arith_dir(dir, sizeof dir, 300000);
-    /* Fork first, then start the store thread: a child forked from a
-     * threaded parent can inherit a held allocator lock (seen under ASan). */
-    char rep[2][128];
+/* Two ranks in forked processes around one rendezvous store; each child's
+ * exit status (-1: killed) to status[]. Fork first, then start the store
+ * thread: a child forked from a threaded parent can inherit a held
+ * allocator lock (seen under ASan). */
+static void two_ranks(int (*rank_main)(int rank, int port, void *arg), void *arg, int status[2]) {
     pid_t pid[2];
     int pfd[2];
     cr_assert_eq(pipe(pfd), 0);
     for (int r = 0; r < 2; r++) {
-        snprintf(rep[r], sizeof rep[r], "%s/events.%d", dir, r);
         pid[r] = fork();
         if (pid[r] == 0) {
             int port = 0;
             close(pfd[1]);
             if (read(pfd[0], &port, sizeof port) != sizeof port) _exit(9);
-            _exit(overlap_rank(r, port, dir, rep[r]));
+            _exit(rank_main(r, port, arg));
         }
     }
     close(pfd[0]);
@@ -195,9 +193,30 @@ Test(ddp, buckets_reduce_during_backward_in_the_same_order, .timeout = 120) {
     for (int r = 0; r < 2; r++) {
         int st;
         waitpid(pid[r], &st, 0);
-        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d failed: %d", r, st);
+        status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     }
     rl_store_server_stop(srv);
+}
+
+typedef struct {
+    const char *dir;
+    char (*rep)[128];
+} overlap_args;
+
+static int overlap_main(int rank, int port, void *arg) {
+    overlap_args *a = arg;
+    return overlap_rank(rank, port, a->dir, a->rep[rank]);
+}
+
+Test(ddp, buckets_reduce_during_backward_in_the_same_order, .timeout = 120) {
+    char dir[64];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    char rep[2][128];
+    for (int r = 0; r < 2; r++) snprintf(rep[r], sizeof rep[r], "%s/events.%d", dir, r);
+    overlap_args args = {dir, rep};
+    int st[2];
+    two_ranks(overlap_main, &args, st);
+    for (int r = 0; r < 2; r++) cr_assert_eq(st[r], 0, "rank %d failed: %d", r, st[r]);
     size_t off[2][64], len[2][64];
     int nb[2] = {0, 0}, started = 0, finished = 0;
     for (int r = 0; r < 2; r++) {
@@ -268,33 +287,12 @@ static int bf16_rank(int rank, int port) {
     return bad ? 20 : 0;
 }
 
+static int bf16_main(int rank, int port, void *arg) { return (void)arg, bf16_rank(rank, port); }
+
 Test(ddp, bf16_reduction_travels_as_bf16, .timeout = 60) {
-    pid_t pid[2];
-    int pfd[2];
-    cr_assert_eq(pipe(pfd), 0);
-    for (int r = 0; r < 2; r++) {
-        pid[r] = fork();
-        if (pid[r] == 0) {
-            int port = 0;
-            close(pfd[1]);
-            if (read(pfd[0], &port, sizeof port) != sizeof port) _exit(9);
-            _exit(bf16_rank(r, port));
-        }
-    }
-    close(pfd[0]);
-    rl_store_server *srv;
-    rl_err e;
-    cr_assert_eq(rl_store_server_start("127.0.0.1", 0, &srv, &e), 0, "%s", e.msg);
-    int port = rl_store_server_port(srv);
-    for (int r = 0; r < 2; r++) cr_assert_eq(write(pfd[1], &port, sizeof port), (ssize_t)sizeof port);
-    close(pfd[1]);
-    for (int r = 0; r < 2; r++) {
-        int st;
-        waitpid(pid[r], &st, 0);
-        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d: exit %d (20: values not bf16 averages)", r,
-                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-    }
-    rl_store_server_stop(srv);
+    int st[2];
+    two_ranks(bf16_main, NULL, st);
+    for (int r = 0; r < 2; r++) cr_expect_eq(st[r], 0, "rank %d: exit %d (20: values not bf16 averages)", r, st[r]);
 }
 
 /* ---- faults ---------------------------------------------------------------------- */

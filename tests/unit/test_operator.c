@@ -91,6 +91,7 @@ Test(operator, refusals_name_the_field) {
          "spec.volumeMounts[0].mountPath: /dev/shm is mounted by the operator"},
         {"{\"image\":\"x\",\"volumes\":[{\"name\":\"ringleader-shm\",\"emptyDir\":{}}]}", "spec.volumes[0].name"},
         {"{\"image\":\"x\",\"shmSize\":\"lots\"}", "spec.shmSize"},
+        {"{\"image\":\"x\",\"nprocPerNode\":4,\"gpusPerNode\":2}", "spec.nprocPerNode: 4 trainer processes but gpusPerNode 2"},
         {"{\"image\":\"x\",\"gpusPerNode\":1,\"training\":{\"dist\":{\"backend\":\"tcp\"}}}",
          "spec.training.dist.backend: \"tcp\" on a job with gpusPerNode 1"},
         {"{\"image\":\"x\",\"gpusPerNode\":1,\"training\":{\"train\":{\"device\":\"cpu\"}}}",

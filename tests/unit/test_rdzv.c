@@ -1246,7 +1246,7 @@ Test(rdzv_env, node_env_defaults_and_forms) {
     setenv("PET_MASTER_ADDR", "job-master-0", 1);
     setenv("PET_MASTER_PORT", "23456", 1);
     cr_assert_eq(rl_node_env_read(&x, &e), RL_OK, "%s", e.msg);
-    cr_expect(x.nnodes == 4 && x.node_rank == 3 && x.nproc_per_node == 0);
+    cr_expect(x.nnodes == 4 && x.node_rank == 3 && x.nproc_per_node == RL_NPROC_AUTO);
     cr_expect_str_eq(x.master_addr, "job-master-0");
     cr_expect_eq(x.master_port, 23456);
 }
