@@ -200,6 +200,11 @@ typedef struct rl_ckpt_data {
     const float *params, *m, *v;
     rl_ckpt_state state;
     const char *config_json;
+    /* Optional, for the saver: fill its snapshot (n floats each) instead of
+     * it copying params/m/v -- a GPU trainer downloads straight into it,
+     * one device-to-host copy in the pause instead of two copies. */
+    int (*fill)(void *ctx, float *params, float *m, float *v, rl_err *e);
+    void *fill_ctx;
 } rl_ckpt_data;
 
 /* "step-00000005" */

@@ -189,9 +189,19 @@ int rl_ckpt_saver_save(rl_ckpt_saver *s, const rl_ckpt_data *d, bool sync, doubl
 
     double t0 = rl_now();
     size_t n = s->n;
-    memcpy(s->snap, d->params, n * sizeof(float));
-    memcpy(s->snap + n, d->m, n * sizeof(float));
-    memcpy(s->snap + 2 * n, d->v, n * sizeof(float));
+    if (d->fill) {
+        if ((rc = d->fill(d->fill_ctx, s->snap, s->snap + n, s->snap + 2 * n, e))) {
+            pthread_mutex_lock(&s->mu);
+            s->busy = false; /* nothing started: the buffers are free again */
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            return rl_err_wrap(e, "checkpoint step %lld: snapshot", d->state.step);
+        }
+    } else {
+        memcpy(s->snap, d->params, n * sizeof(float));
+        memcpy(s->snap + n, d->m, n * sizeof(float));
+        memcpy(s->snap + 2 * n, d->v, n * sizeof(float));
+    }
     double t1 = rl_now();
     char *cj = d->config_json ? strdup(d->config_json) : NULL;
     free(s->config_json);

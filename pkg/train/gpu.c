@@ -96,6 +96,21 @@ int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e) {
     return rc;
 }
 
+int rl_train_gpu_snapshot(void *ctx, float *params, float *m, float *v, rl_err *e) {
+    rl_trainer *tr = ctx;
+    size_t n = tr->model.lay.total;
+    int rc = rl_gpu_model_download_params(tr->gpu, params, e);
+    if (rc) return rc;
+    /* the device keeps m then v in one allocation: one copy when the
+     * snapshot lays them out the same way (the saver does), else through
+     * the host mirror */
+    if (v == m + n) return rl_gpu_model_download_opt(tr->gpu, m, e);
+    if ((rc = rl_gpu_model_download_opt(tr->gpu, tr->opt, e))) return rc;
+    memcpy(m, tr->opt, n * sizeof(float));
+    memcpy(v, tr->opt + n, n * sizeof(float));
+    return RL_OK;
+}
+
 float *rl_train_gpu_grads(rl_trainer *tr) { return rl_gpu_model_grads(tr->gpu); }
 void *rl_train_gpu_stream(rl_trainer *tr) { return tr->gpu_stream; }
 
@@ -125,6 +140,9 @@ int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e) {
 }
 int rl_train_gpu_download(rl_trainer *tr, bool opt, rl_err *e) { return (void)tr, (void)opt, none(e); }
 int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e) { return (void)tr, (void)opt, none(e); }
+int rl_train_gpu_snapshot(void *ctx, float *params, float *m, float *v, rl_err *e) {
+    return (void)ctx, (void)params, (void)m, (void)v, none(e);
+}
 float *rl_train_gpu_grads(rl_trainer *tr) { return (void)tr, NULL; }
 void *rl_train_gpu_stream(rl_trainer *tr) { return (void)tr, NULL; }
 #endif

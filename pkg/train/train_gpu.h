@@ -26,6 +26,9 @@ int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e);
  * mirror (tr->model.params, tr->opt), or host mirror -> device. */
 int rl_train_gpu_download(rl_trainer *tr, bool opt, rl_err *e);
 int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e);
+/* The checkpoint saver's fill (rl_ckpt_data.fill; ctx is the trainer):
+ * master weights and moments from the device into its snapshot. */
+int rl_train_gpu_snapshot(void *ctx, float *params, float *m, float *v, rl_err *e);
 float *rl_train_gpu_grads(rl_trainer *tr);
 /* One line saying which device rl_train_pick_device chose for "auto" (and
  * that a CUDA build found no GPU); nothing for a device named outright. */

@@ -332,13 +332,12 @@ static rl_ckpt_data ckpt_data(rl_trainer *tr, char *config_json) {
 }
 
 static int save(rl_trainer *tr, bool sync, double deadline, rl_err *e) {
-    /* the saver snapshots the host mirror: bring it up to date first */
-    int rc = rl_trainer_sync_host(tr, true, e);
-    if (rc) return rl_err_wrap(e, "checkpoint step %lld", tr->step);
     char *cj = rl_job_config_to_json(&tr->cfg);
     rl_ckpt_data d = ckpt_data(tr, cj);
+    /* on a GPU the saver's snapshot comes straight from the device */
+    if (tr->gpu) d.fill = rl_train_gpu_snapshot, d.fill_ctx = tr;
     bool started;
-    rc = rl_ckpt_saver_save(tr->saver, &d, sync, deadline, &started, e);
+    int rc = rl_ckpt_saver_save(tr->saver, &d, sync, deadline, &started, e);
     free(cj);
     tr->last_save_t = rl_now();
     if (!rc && sync && started) tr->committed_step = tr->step;
