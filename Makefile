@@ -225,23 +225,35 @@ $(EMU_DIR)/gpu_bench: bench/gpu/bench_gpu.c $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
 # cannot build the project: carry build/portable, run build/portable/gpu_test
 # or bench/gpu/run.sh build/portable/gpu_bench.
 PORT_DIR := $(BUILD)/portable
+# OpenBLAS and the C++/OpenMP runtimes static; cudart static; NCCL and
+# cuBLASLt from the GPU machine (its PyTorch's pip wheels carry both); every
+# other library the binary needs (libcurl, OpenSSL, expat, libmicrohttpd,
+# cJSON and theirs) copied into lib/ beside it.
 PORT_LIBS := -Wl,--as-needed -static-libgcc -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -lgomp -lstdc++ \
-             -Wl,-Bdynamic -lcjson -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt \
+             -Wl,-Bdynamic -lcjson -lcurl -lssl -lcrypto -lexpat -lmicrohttpd \
+             -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl \
              -Wl,-rpath,$(CUDA_HOME)/lib64 -lpthread -ldl -lrt -lm
+PORT_SYSLIBS := linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libresolv|libstdc|libgcc_s|libnccl|libcublas
 .PHONY: gpu-portable
-$(PORT_DIR)/ringleader-gpu: tests/gpu/portable_main.c tests/gpu/test_gpu.c bench/gpu/bench_gpu.c $(LIB)
-	@mkdir -p $(PORT_DIR)/lib
-	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_test_main -DRL_GPU_TEST_KERNELS_ONLY -c tests/gpu/test_gpu.c -o $(PORT_DIR)/test_gpu.o
-	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_bench_main -DRL_GPU_BENCH_NO_DDP -c bench/gpu/bench_gpu.c -o $(PORT_DIR)/bench_gpu.o
-	$(CC) $(ALL_CFLAGS) $< $(PORT_DIR)/test_gpu.o $(PORT_DIR)/bench_gpu.o $(LIB) -o $@ $(PORT_LIBS)
+$(PORT_DIR)/ringleader-gpu: tests/gpu/portable_main.c $(GPU_TEST_SRCS) tests/gpu/check.h bench/gpu/bench_gpu.c $(LIB)
+	@rm -rf $(PORT_DIR) && mkdir -p $(PORT_DIR)/lib
+	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_test_main -c tests/gpu/test_gpu.c -o $(PORT_DIR)/test_gpu.o
+	$(CC) $(ALL_CFLAGS) -c tests/gpu/test_gpu_train.c -o $(PORT_DIR)/test_gpu_train.o
+	$(CC) $(ALL_CFLAGS) -Dmain=rl_gpu_bench_main -c bench/gpu/bench_gpu.c -o $(PORT_DIR)/bench_gpu.o
+	$(CC) $(ALL_CFLAGS) $< $(PORT_DIR)/test_gpu.o $(PORT_DIR)/test_gpu_train.o $(PORT_DIR)/bench_gpu.o $(LIB) \
+	  -o $@ $(PORT_LIBS)
 	strip $@
-	cp -L $$(ldd $@ | awk '/libcjson/ {print $$3}') $(PORT_DIR)/lib/
+	cp -L $$(ldd $@ | awk '$$3 ~ /^\// {print $$3}' | grep -Ev '$(PORT_SYSLIBS)') $(PORT_DIR)/lib/
 	for t in test bench; do printf '%s\n' '#!/bin/sh' \
-	  '# built by make gpu-portable: the multi-call binary beside it, with its libraries' \
+	  '# built by make gpu-portable: the multi-call binary beside it, with its libraries; NCCL and' \
+	  '# cuBLASLt from the CUDA toolkit where there is one, else from the nvidia-* pip wheels' \
 	  'd=$$(cd "$$(dirname "$$0")" && pwd); p=$$d/lib' \
-	  '[ -e $(CUDA_HOME)/lib64/libcublasLt.so.13 ] || p=$$p:$$(python3 -c "import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + \"/lib\")" 2>/dev/null)' \
-	  "LD_LIBRARY_PATH=\"\$$p\$${LD_LIBRARY_PATH:+:\$$LD_LIBRARY_PATH}\" exec \"\$$d/ringleader-gpu\" $$t \"\$$@\"" \
+	  'w=$$(python3 -c "import nvidia, os; r = list(nvidia.__path__)[0]; print(r + \"/nccl/lib:\" + r + \"/cublas/lib\")" 2>/dev/null)' \
+	  '[ -e $(CUDA_HOME)/lib64/libnccl.so.2 ] && [ -e $(CUDA_HOME)/lib64/libcublasLt.so.13 ] || p=$$p:$$w' \
+	  '# RL_GPU_WRAP: a command to run it under (compute-sanitizer ...)' \
+	  "LD_LIBRARY_PATH=\"\$$p\$${LD_LIBRARY_PATH:+:\$$LD_LIBRARY_PATH}\" exec \$${RL_GPU_WRAP:-} \"\$$d/ringleader-gpu\" $$t \"\$$@\"" \
 	  >$(PORT_DIR)/gpu_$$t; chmod +x $(PORT_DIR)/gpu_$$t; done
+	@du -sh $(PORT_DIR)
 gpu-portable: $(PORT_DIR)/ringleader-gpu
 
 ifeq ($(USE_CUDA),1)

@@ -33,7 +33,7 @@
  * bucket on the communicator's stream, the optimizer ordered after the last
  * bucket), alternating `rounds` blocks of --steps steps of each so drift in
  * the GPU's clocks hits both alike; a ringleader-ddp line with both step
- * times and the overhead. Not in the portable binary (no NCCL there). */
+ * times and the overhead. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,10 +42,8 @@
 #include "kernels/gpu.h"
 #include "kernels/llama_gpu.h"
 #include "util/util.h"
-#ifndef RL_GPU_BENCH_NO_DDP
 #include "comm/comm.h"
 #include "ddp/ddp.h"
-#endif
 
 static double peak_tflops(const char *name) {
     const char *env = getenv("RL_PEAK_TFLOPS");
@@ -71,7 +69,6 @@ static double peak_tflops(const char *name) {
         }                                                                                          \
     } while (0)
 
-#ifndef RL_GPU_BENCH_NO_DDP
 /* `steps` training steps queued back to back (the host never waits inside),
  * timed by events on the model's stream; with ddp, every gradient bucket is
  * reduced as a trainer's DDP step does it. */
@@ -130,7 +127,6 @@ static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, c
     rl_comm_destroy(comm);
     return rc;
 }
-#endif
 
 int main(int argc, char **argv) {
     const char *config = "a";
@@ -330,7 +326,6 @@ int main(int argc, char **argv) {
                             (tg / 1e3) / 1e12
                       : 0.0);
     }
-#ifndef RL_GPU_BENCH_NO_DDP
     if (ddp_rounds > 0) {
         fflush(stdout);
         rl_gpu_adamw ad = a;
@@ -340,7 +335,6 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-#endif
     rl_gpu_model_free(m);
     cudaStreamDestroy(s);
     free(x), free(y), free(ev);

@@ -838,12 +838,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_step(&cases[i], 0);
     test_step(&cases[2], 1);
     test_train_curve();
-#ifndef RL_GPU_TEST_KERNELS_ONLY
     test_gpu_train();
-#else
-    printf("test-gpu: the trainer-level checks are not in the portable binary (it carries the "
-           "kernels only); make test-gpu runs them\n");
-#endif
 
     printf("test-gpu: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

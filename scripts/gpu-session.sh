@@ -1,0 +1,48 @@
+#!/bin/sh
+# A GPU session in a few device calls, for a GPU machine that cannot build
+# the project (the lent ones have nvcc and PyTorch but not libcurl, cJSON,
+# OpenBLAS... and nothing can be installed there). Here, first:
+#
+#   make gpu-portable                                   # build/portable, ~47 MB
+#   cp ../shared/bench/torch_baseline.py bench/gpu/     # git ignores it
+#
+# then one device call per phase, each well inside 10 minutes, carrying
+# build/portable and bench/gpu/torch_baseline.py:
+#
+#   scripts/gpu-session.sh test      # every test-gpu check, then memcheck of a
+#                                    # whole step and racecheck of attention
+#   scripts/gpu-session.sh bench-a   # config a beside PyTorch eager + compile
+#   scripts/gpu-session.sh bench-b   # config b likewise
+#
+# Logs and JSON lines go to $OUT (the device tool brings that folder back),
+# else build/gpu-session. Every step is bounded by timeout so a hang costs
+# minutes, not the lease.
+set -u
+O=${OUT:-build/gpu-session}
+mkdir -p "$O"
+P=build/portable
+[ -x $P/gpu_test ] || { echo "gpu-session: $P is missing (make gpu-portable here, then carry it)" >&2; exit 2; }
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  nvcc --version 2>/dev/null | tail -1; python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null
+} >"$O/gpu.txt" 2>&1
+cat "$O/gpu.txt"
+case ${1:-} in
+test)
+    timeout 300 $P/gpu_test >"$O/test-gpu.log" 2>&1
+    echo "test-gpu exit $?"; grep -E '^(FAIL|test-gpu)' "$O/test-gpu.log"
+    if command -v compute-sanitizer >/dev/null; then
+        RL_GPU_WRAP="compute-sanitizer --tool memcheck --error-exitcode 9" \
+            timeout 150 $P/gpu_test "step gqa-hd32 B=2 T=7" >"$O/memcheck.log" 2>&1
+        echo "memcheck exit $?"; tail -3 "$O/memcheck.log"
+        RL_GPU_WRAP="compute-sanitizer --tool racecheck --error-exitcode 9" \
+            timeout 150 $P/gpu_test "attention" >"$O/racecheck.log" 2>&1
+        echo "racecheck exit $?"; tail -3 "$O/racecheck.log"
+    fi ;;
+bench-a | bench-b)
+    cfg=${1#bench-}
+    STEPS=${STEPS:-20} WARMUP=${WARMUP:-5} RL_BENCH_OUT="$O/bench-$cfg.jsonl" \
+        timeout 540 bench/gpu/run.sh $P/gpu_bench "$cfg" >"$O/bench-$cfg.log" 2>&1
+    echo "bench $cfg exit $?"; cat "$O/bench-$cfg.log" | grep -v '^{' | tail -20 ;;
+*)
+    echo "usage: $0 test | bench-a | bench-b" >&2; exit 2 ;;
+esac
