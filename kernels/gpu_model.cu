@@ -299,6 +299,7 @@ cudaStream_t rl_gpu_model_stream(const rl_gpu_model *m) { return m->s; }
 size_t rl_gpu_model_device_bytes(const rl_gpu_model *m) { return m->bytes; }
 float *rl_gpu_model_grads(rl_gpu_model *m) { return m->grads; }
 float *rl_gpu_model_master(rl_gpu_model *m) { return m->master; }
+float *rl_gpu_model_opt(rl_gpu_model *m) { return m->opt; }
 
 // ---- host <-> device ----------------------------------------------------------------------------
 static int copy_sync(rl_gpu_model *m, void *dst, const void *src, size_t bytes, cudaMemcpyKind k,

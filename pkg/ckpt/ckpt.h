@@ -200,11 +200,16 @@ typedef struct rl_ckpt_data {
     const float *params, *m, *v;
     rl_ckpt_state state;
     const char *config_json;
-    /* Optional, for the saver: fill its snapshot (n floats each) instead of
-     * it copying params/m/v -- a GPU trainer downloads straight into it,
-     * one device-to-host copy in the pause instead of two copies. */
+    /* Optional, for the saver: the snapshot from somewhere else than
+     * params/m/v (a GPU). take() runs in the pause: it either fills the
+     * host snapshot (n floats each) itself, or stages the state privately
+     * (a copy within the GPU, milliseconds) and sets *later, and then
+     * fill() completes the host snapshot on the saver's thread, off the
+     * training loop's path. The saver calls take() only when idle, so a
+     * staging area is never overwritten while fill() reads it. */
+    int (*take)(void *ctx, float *params, float *m, float *v, bool *later, rl_err *e);
     int (*fill)(void *ctx, float *params, float *m, float *v, rl_err *e);
-    void *fill_ctx;
+    void *snap_ctx;
 } rl_ckpt_data;
 
 /* "step-00000005" */

@@ -47,7 +47,11 @@ static void *saver_thread(void *arg) {
 
         rl_ckpt_write_info info = {0};
         rl_err e = {0};
-        int rc = rl_ckpt_write(s->store, &s->job, &wo, &info, &e);
+        rl_ckpt_data *j = &s->job;
+        /* a staged snapshot is completed here, off the training loop */
+        int rc = j->fill ? j->fill(j->snap_ctx, s->snap, s->snap + s->n, s->snap + 2 * s->n, &e) : RL_OK;
+        if (rc) rl_err_wrap(&e, "checkpoint step %lld: snapshot", j->state.step);
+        if (!rc) rc = rl_ckpt_write(s->store, j, &wo, &info, &e);
         double t = rl_now();
 
         pthread_mutex_lock(&s->mu);
@@ -189,8 +193,9 @@ int rl_ckpt_saver_save(rl_ckpt_saver *s, const rl_ckpt_data *d, bool sync, doubl
 
     double t0 = rl_now();
     size_t n = s->n;
-    if (d->fill) {
-        if ((rc = d->fill(d->fill_ctx, s->snap, s->snap + n, s->snap + 2 * n, e))) {
+    bool later = false;
+    if (d->take) {
+        if ((rc = d->take(d->snap_ctx, s->snap, s->snap + n, s->snap + 2 * n, &later, e))) {
             pthread_mutex_lock(&s->mu);
             s->busy = false; /* nothing started: the buffers are free again */
             pthread_cond_broadcast(&s->cv);
@@ -209,6 +214,7 @@ int rl_ckpt_saver_save(rl_ckpt_saver *s, const rl_ckpt_data *d, bool sync, doubl
     s->job = *d;
     s->job.params = s->snap, s->job.m = s->snap + n, s->job.v = s->snap + 2 * n;
     s->job.config_json = cj;
+    if (!later) s->job.fill = NULL; /* the snapshot is complete */
 
     pthread_mutex_lock(&s->mu);
     s->deadline = deadline;

@@ -12,6 +12,7 @@
  * the clip factor computed on the host from that norm, exactly as the CPU
  * path does, so both devices clip identically. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "train_gpu.h"
@@ -43,6 +44,9 @@ int rl_train_gpu_open(rl_trainer *tr, int device, rl_err *e) {
 }
 
 void rl_train_gpu_close(rl_trainer *tr) {
+    if (tr->gpu_ckpt) cudaFree(tr->gpu_ckpt);
+    if (tr->gpu_ckpt_ready) cudaEventDestroy((cudaEvent_t)tr->gpu_ckpt_ready);
+    tr->gpu_ckpt = NULL, tr->gpu_ckpt_ready = NULL;
     if (tr->gpu) rl_gpu_model_free(tr->gpu);
     if (tr->gpu_stream) cudaStreamDestroy((cudaStream_t)tr->gpu_stream);
     tr->gpu = NULL, tr->gpu_stream = NULL;
@@ -96,19 +100,63 @@ int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e) {
     return rc;
 }
 
-int rl_train_gpu_snapshot(void *ctx, float *params, float *m, float *v, rl_err *e) {
+/* Straight to the host: the fallback, and the staged path's second half. */
+static int to_host(rl_trainer *tr, const float *master, const float *mv, float *params, float *m,
+                   float *v, rl_err *e) {
+    size_t n = tr->model.lay.total * sizeof(float);
+    cudaError_t ce = cudaSetDevice(tr->gpu_device);
+    if (ce == cudaSuccess) ce = cudaMemcpy(params, master, n, cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess) ce = cudaMemcpy(m, mv, n, cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess) ce = cudaMemcpy(v, (const char *)mv + n, n, cudaMemcpyDeviceToHost);
+    return ce == cudaSuccess ? RL_OK
+                             : rl_errf(e, RL_EIO, "checkpoint: device-to-host copy: %s", cudaGetErrorString(ce));
+}
+
+int rl_train_gpu_take(void *ctx, float *params, float *m, float *v, bool *later, rl_err *e) {
     rl_trainer *tr = ctx;
     size_t n = tr->model.lay.total;
-    int rc = rl_gpu_model_download_params(tr->gpu, params, e);
-    if (rc) return rc;
-    /* the device keeps m then v in one allocation: one copy when the
-     * snapshot lays them out the same way (the saver does), else through
-     * the host mirror */
-    if (v == m + n) return rl_gpu_model_download_opt(tr->gpu, m, e);
-    if ((rc = rl_gpu_model_download_opt(tr->gpu, tr->opt, e))) return rc;
-    memcpy(m, tr->opt, n * sizeof(float));
-    memcpy(v, tr->opt + n, n * sizeof(float));
+    cudaStream_t s = (cudaStream_t)tr->gpu_stream;
+    *later = false;
+    const char *stage = getenv("RL_GPU_CKPT_STAGE");
+    if (!tr->gpu_ckpt && !tr->gpu_ckpt_off) {
+        cudaEvent_t ev;
+        if ((stage && !strcmp(stage, "0")) ||
+            cudaMalloc((void **)&tr->gpu_ckpt, 3 * n * sizeof(float)) != cudaSuccess) {
+            (void)cudaGetLastError(); /* an out-of-memory here is not the run's error */
+            tr->gpu_ckpt = NULL, tr->gpu_ckpt_off = true;
+            rl_log(RL_LOG_INFO, "checkpoint_staging", "\"on_gpu\":false,\"bytes\":%zu,\"msg\":\"copying "
+                   "checkpoints to the host in the pause\"", 3 * n * sizeof(float));
+        } else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+            return rl_errf(e, RL_EIO, "checkpoint: cudaEventCreate failed");
+        } else {
+            tr->gpu_ckpt_ready = ev;
+        }
+    }
+    float *master = rl_gpu_model_master(tr->gpu), *mv = rl_gpu_model_opt(tr->gpu);
+    cudaError_t ce;
+    if (!tr->gpu_ckpt) {
+        /* the host copies wait for the step's AdamW, queued on the model's stream */
+        if ((ce = cudaStreamSynchronize(s)) != cudaSuccess)
+            return rl_errf(e, RL_EIO, "checkpoint: %s", cudaGetErrorString(ce));
+        return to_host(tr, master, mv, params, m, v, e);
+    }
+    /* queued behind the step's AdamW and ahead of the next step: no wait */
+    ce = cudaMemcpyAsync(tr->gpu_ckpt, master, n * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpyAsync(tr->gpu_ckpt + n, mv, 2 * n * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    if (ce == cudaSuccess) ce = cudaEventRecord((cudaEvent_t)tr->gpu_ckpt_ready, s);
+    if (ce != cudaSuccess) return rl_errf(e, RL_EIO, "checkpoint: staging copy: %s", cudaGetErrorString(ce));
+    *later = true;
     return RL_OK;
+}
+
+int rl_train_gpu_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
+    rl_trainer *tr = ctx;
+    size_t n = tr->model.lay.total;
+    cudaError_t ce = cudaSetDevice(tr->gpu_device);
+    if (ce == cudaSuccess) ce = cudaEventSynchronize((cudaEvent_t)tr->gpu_ckpt_ready);
+    if (ce != cudaSuccess) return rl_errf(e, RL_EIO, "checkpoint: staging copy: %s", cudaGetErrorString(ce));
+    return to_host(tr, tr->gpu_ckpt, tr->gpu_ckpt + n, params, m, v, e);
 }
 
 float *rl_train_gpu_grads(rl_trainer *tr) { return rl_gpu_model_grads(tr->gpu); }
@@ -140,7 +188,10 @@ int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e) {
 }
 int rl_train_gpu_download(rl_trainer *tr, bool opt, rl_err *e) { return (void)tr, (void)opt, none(e); }
 int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e) { return (void)tr, (void)opt, none(e); }
-int rl_train_gpu_snapshot(void *ctx, float *params, float *m, float *v, rl_err *e) {
+int rl_train_gpu_take(void *ctx, float *params, float *m, float *v, bool *later, rl_err *e) {
+    return (void)ctx, (void)params, (void)m, (void)v, (void)later, none(e);
+}
+int rl_train_gpu_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
     return (void)ctx, (void)params, (void)m, (void)v, none(e);
 }
 float *rl_train_gpu_grads(rl_trainer *tr) { return (void)tr, NULL; }

@@ -196,6 +196,9 @@ typedef struct rl_trainer {
     struct rl_gpu_model *gpu; /* train.device cuda; NULL on the CPU */
     void *gpu_stream;         /* cudaStream_t everything of the model runs on */
     int gpu_device;
+    float *gpu_ckpt;          /* device staging of a checkpoint (3 x params), or NULL */
+    void *gpu_ckpt_ready;     /* cudaEvent_t: the staging copy is done */
+    bool gpu_ckpt_off;        /* no staging: no room on the GPU, or RL_GPU_CKPT_STAGE=0 */
     float *opt;            /* one allocation: m then v */
     rl_dataset *train_ds, *val_ds;
     rl_loader *loader;

@@ -26,9 +26,16 @@ int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e);
  * mirror (tr->model.params, tr->opt), or host mirror -> device. */
 int rl_train_gpu_download(rl_trainer *tr, bool opt, rl_err *e);
 int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e);
-/* The checkpoint saver's fill (rl_ckpt_data.fill; ctx is the trainer):
- * master weights and moments from the device into its snapshot. */
-int rl_train_gpu_snapshot(void *ctx, float *params, float *m, float *v, rl_err *e);
+/* The checkpoint saver's take and fill (rl_ckpt_data; ctx is the trainer).
+ * take, in the pause: master weights and moments copied within the GPU to
+ * a staging buffer (12 bytes a parameter, allocated at the first
+ * checkpoint) and queued on the model's stream, so the next step's
+ * optimizer runs after the copy without the host waiting; fill, on the
+ * saver's thread: staging -> the host snapshot. Where the GPU has no room
+ * for the staging buffer (or RL_GPU_CKPT_STAGE=0), take copies to the host
+ * itself, in the pause. */
+int rl_train_gpu_take(void *ctx, float *params, float *m, float *v, bool *later, rl_err *e);
+int rl_train_gpu_fill(void *ctx, float *params, float *m, float *v, rl_err *e);
 float *rl_train_gpu_grads(rl_trainer *tr);
 /* One line saying which device rl_train_pick_device chose for "auto" (and
  * that a CUDA build found no GPU); nothing for a device named outright. */

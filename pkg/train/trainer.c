@@ -335,7 +335,7 @@ static int save(rl_trainer *tr, bool sync, double deadline, rl_err *e) {
     char *cj = rl_job_config_to_json(&tr->cfg);
     rl_ckpt_data d = ckpt_data(tr, cj);
     /* on a GPU the saver's snapshot comes straight from the device */
-    if (tr->gpu) d.fill = rl_train_gpu_snapshot, d.fill_ctx = tr;
+    if (tr->gpu) d.take = rl_train_gpu_take, d.fill = rl_train_gpu_fill, d.snap_ctx = tr;
     bool started;
     int rc = rl_ckpt_saver_save(tr->saver, &d, sync, deadline, &started, e);
     free(cj);

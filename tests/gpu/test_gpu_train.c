@@ -174,12 +174,18 @@ done:
 /* A checkpoint written by a run on one device resumes on the other: the
  * resumed parameters and AdamW moments are the writer's, bit for bit, the
  * step and data position carry over, and the next step's loss on the new
- * device is within 1% of the writer's own next step (the same batch). */
-static void check_cross_resume(const char *from, const char *to) {
-    char name[64], uri[128];
-    snprintf(name, sizeof name, "checkpoint: %s run resumes on %s", from, to);
+ * device is within 1% of the writer's own next step (the same batch). A GPU
+ * writer's snapshot goes through a staging copy in GPU memory by default,
+ * straight to the host without one (unstaged): both are checked. */
+static void check_cross_resume(const char *from, const char *to, bool staged) {
+    char name[80], uri[128];
+    snprintf(name, sizeof name, "checkpoint: %s run resumes on %s%s", from, to,
+             staged ? "" : " (unstaged)");
     if (!selected(name)) return;
-    snprintf(uri, sizeof uri, "%s/ckpt-%s", dir, from);
+    snprintf(uri, sizeof uri, "%s/ckpt-%s%s", dir, from, staged ? "" : "-unstaged");
+    /* a GPU writer stages in GPU memory unless told not to (the fallback) */
+    if (staged) unsetenv("RL_GPU_CKPT_STAGE");
+    else setenv("RL_GPU_CKPT_STAGE", "0", 1);
     rl_job_config cw, cr;
     job(&cw, from, 8, 1);
     job(&cr, to, 9, 1);
@@ -261,8 +267,9 @@ void test_gpu_train(void) {
     check_curve();
     check_ddp_world1(false);
     check_ddp_world1(true);
-    check_cross_resume("cuda", "cpu");
-    check_cross_resume("cpu", "cuda");
+    check_cross_resume("cuda", "cpu", true);
+    check_cross_resume("cuda", "cpu", false);
+    check_cross_resume("cpu", "cuda", true);
     check_nccl_missing_peer();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
