@@ -61,7 +61,8 @@ struct rl_ddp {
 static int cuda_fail(cudaError_t ce, const char *what, rl_err *e) {
     return rl_errf(e, RL_EIO, "ddp: %s: %s", what, cudaGetErrorString(ce));
 }
-static int dev_events_create(rl_ddp *d, size_t most, rl_err *e) {
+/* the bucket events, and the bf16 scratch when reducing in bf16 */
+static int dev_create(rl_ddp *d, size_t most, rl_err *e) {
     cudaError_t ce = cudaGetDevice(&d->device);
     if (ce != cudaSuccess) return cuda_fail(ce, "cudaGetDevice", e);
     if (d->bf16 && (ce = cudaMalloc(&d->half, most * sizeof(uint16_t))) != cudaSuccess)
@@ -73,7 +74,7 @@ static int dev_events_create(rl_ddp *d, size_t most, rl_err *e) {
                 return cuda_fail(ce, "cudaEventCreate", e);
     return RL_OK;
 }
-static void dev_events_destroy(rl_ddp *d) {
+static void dev_destroy(rl_ddp *d) {
     void **sets[3] = {d->ev_ready, d->ev_start, d->ev_done};
     for (int k = 0; k < 3; k++)
         for (int b = 0; sets[k] && b < d->nb; b++)
@@ -120,8 +121,8 @@ static double dev_elapsed(void *a, void *b) {
 }
 #else
 static int no_cuda(rl_err *e) { return rl_errf(e, RL_EINTERNAL, "ddp: device gradients in a build without CUDA"); }
-static int dev_events_create(rl_ddp *d, size_t most, rl_err *e) { return (void)d, (void)most, no_cuda(e); }
-static void dev_events_destroy(rl_ddp *d) { (void)d; }
+static int dev_create(rl_ddp *d, size_t most, rl_err *e) { return (void)d, (void)most, no_cuda(e); }
+static void dev_destroy(rl_ddp *d) { (void)d; }
 static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
 static int dev_bucket(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
 static int dev_join(rl_ddp *d, rl_err *e) { return (void)d, no_cuda(e); }
@@ -262,7 +263,7 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
     }
     d->bf16 = o && o->reduce_bf16;
     size_t widest = first > rest ? first : rest;
-    int rc = d->gs ? dev_events_create(d, widest, e) : RL_OK;
+    int rc = d->gs ? dev_create(d, widest, e) : RL_OK;
     if (!rc && d->bf16 && !d->gs && !(d->half = malloc(widest * sizeof(uint16_t))))
         rc = rl_errf(e, RL_ENOMEM, "ddp: out of memory for the bf16 bucket");
     if (rc) {
@@ -401,7 +402,7 @@ void rl_ddp_destroy(rl_ddp *d) {
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->cv);
     }
-    if (d->gs) dev_events_destroy(d);
+    if (d->gs) dev_destroy(d);
     else free(d->half);
     free(d->ev_ready);
     free(d->ev_start);
