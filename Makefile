@@ -218,17 +218,13 @@ $(EMU_DIR)/gpu_test: $(GPU_TEST_SRCS) tests/gpu/check.h $(EMU_KOBJS) $(EMU_ROBJS
 $(EMU_DIR)/gpu_bench: bench/gpu/bench_gpu.c $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
 	$(CC) $(ALL_CFLAGS) $< $(EMU_KOBJS) $(EMU_ROBJS) $(LIB) -o $@ $(EMU_LIBS) -lstdc++
 
-# gpu-portable: test-gpu and gpu_bench as one binary that needs nothing on a
-# GPU machine but glibc, the driver and CUDA's libcublasLt: OpenBLAS,
-# gfortran, OpenMP, libstdc++ and cudart linked statically, libcjson (no
-# static archive on Debian) copied beside it. For a device image that
-# cannot build the project: carry build/portable, run build/portable/gpu_test
-# or bench/gpu/run.sh build/portable/gpu_bench.
+# gpu-portable: test-gpu and gpu_bench as one binary for a GPU machine that
+# cannot build the project (scripts/gpu-session.sh runs it there). OpenBLAS,
+# gfortran, OpenMP and cudart linked statically; NCCL and cuBLASLt from that
+# machine (its PyTorch's nvidia-* pip wheels carry both); every other library
+# the binary needs (libcurl, OpenSSL, expat, libmicrohttpd, cJSON and
+# theirs) copied into lib/ beside it; glibc and libstdc++ from the machine.
 PORT_DIR := $(BUILD)/portable
-# OpenBLAS and the C++/OpenMP runtimes static; cudart static; NCCL and
-# cuBLASLt from the GPU machine (its PyTorch's pip wheels carry both); every
-# other library the binary needs (libcurl, OpenSSL, expat, libmicrohttpd,
-# cJSON and theirs) copied into lib/ beside it.
 PORT_LIBS := -Wl,--as-needed -static-libgcc -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -lgomp -lstdc++ \
              -Wl,-Bdynamic -lcjson -lcurl -lssl -lcrypto -lexpat -lmicrohttpd \
              -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl \

@@ -369,6 +369,25 @@ struct adamw_layout {
     int L, D;
 };
 
+// [base, base + len): region reg (blockIdx.y) of the parameters.
+static __device__ __forceinline__ void region_of(const adamw_layout &lay, int reg, size_t *base,
+                                                 size_t *len) {
+    if (reg == 0)
+        *base = 0, *len = lay.layers;
+    else if (reg <= lay.L)
+        *base = lay.layers + (size_t)(reg - 1) * lay.layer_size, *len = lay.layer_size;
+    else
+        *base = lay.final_norm, *len = lay.total - lay.final_norm;
+}
+
+// Whether offset r of region reg is an RMSNorm weight (no decay; init 1).
+static __device__ __forceinline__ bool is_norm(const adamw_layout &lay, int reg, size_t r) {
+    if (reg == 0) return false;
+    if (reg <= lay.L)
+        return (r >= lay.ln1 && r < lay.ln1 + lay.D) || (r >= lay.ln2 && r < lay.ln2 + lay.D);
+    return r < (size_t)lay.D;
+}
+
 // V = 4 when every region starts and ends on a multiple of 4 elements
 // (then every access below is 16-byte aligned, 8 for the bf16 copy).
 template <int V>
@@ -377,12 +396,7 @@ static __global__ void adamw_kernel(float *master, bf16 *params, float *mom, flo
                                     rl_k_adamw_args a) {
     int reg = blockIdx.y;
     size_t base, len;
-    if (reg == 0)
-        base = 0, len = lay.layers;
-    else if (reg <= lay.L)
-        base = lay.layers + (size_t)(reg - 1) * lay.layer_size, len = lay.layer_size;
-    else
-        base = lay.final_norm, len = lay.total - lay.final_norm;
+    region_of(lay, reg, &base, &len);
     float gs = a.grad_scale;
     if (a.clip_max > 0.0f) gs *= fminf(1.0f, a.clip_max / (norm[0] + 1e-6f));
     for (size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V; r < len;
@@ -393,14 +407,7 @@ static __global__ void adamw_kernel(float *master, bf16 *params, float *mom, flo
 #pragma unroll
         for (int k = 0; k < V; k++) {
             size_t rk = r + k;
-            bool nodecay;
-            if (reg == 0)
-                nodecay = false;
-            else if (reg <= lay.L)
-                nodecay = (rk >= lay.ln1 && rk < lay.ln1 + lay.D) ||
-                          (rk >= lay.ln2 && rk < lay.ln2 + lay.D);
-            else
-                nodecay = rk < (size_t)lay.D;
+            bool nodecay = is_norm(lay, reg, rk);
             float gk = g.v[k] * gs;
             m.v[k] = a.b1 * m.v[k] + a.c1 * gk;
             v.v[k] = a.b2 * v.v[k] + a.c2 * gk * gk;
@@ -447,23 +454,11 @@ static __global__ void init_random_kernel(float *master, adamw_layout lay, uint6
                                           float std) {
     int reg = blockIdx.y;
     size_t base, len;
-    if (reg == 0)
-        base = 0, len = lay.layers;
-    else if (reg <= lay.L)
-        base = lay.layers + (size_t)(reg - 1) * lay.layer_size, len = lay.layer_size;
-    else
-        base = lay.final_norm, len = lay.total - lay.final_norm;
+    region_of(lay, reg, &base, &len);
     for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < len;
          r += (size_t)gridDim.x * blockDim.x) {
-        bool norm;
-        if (reg == 0)
-            norm = false;
-        else if (reg <= lay.L)
-            norm = (r >= lay.ln1 && r < lay.ln1 + lay.D) || (r >= lay.ln2 && r < lay.ln2 + lay.D);
-        else
-            norm = r < (size_t)lay.D;
         size_t i = base + r;
-        if (norm) {
+        if (is_norm(lay, reg, r)) {
             master[i] = 1.0f;
             continue;
         }

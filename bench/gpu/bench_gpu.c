@@ -260,13 +260,9 @@ int main(int argc, char **argv) {
     /* the profiled steps, after the timed ones */
     double prof[RL_GPU_PROF_N] = {0};
     if (prof_steps > 0) {
+        double ms;
         rc = rl_gpu_model_profile(m, 1, &e);
-        for (int it = 0; it < prof_steps && !rc; it++) {
-            a.t = warmup + steps + it + 1;
-            rc = rl_gpu_model_zero_grad(m, &e) || rl_gpu_model_forward(m, x, y, B, T, NULL, &e) ||
-                 rl_gpu_model_backward(m, 1.0f, NULL, NULL, &e) ||
-                 rl_gpu_model_grad_norm(m, NULL, &e) || rl_gpu_model_adamw(m, &a, &e);
-        }
+        if (!rc) rc = timed_steps(m, NULL, x, y, B, T, &a, prof_steps, &ms, &e);
         if (!rc) rc = rl_gpu_model_profile_read(m, prof, &e) || rl_gpu_model_profile(m, 0, &e);
         if (rc) {
             fprintf(stderr, "gpu_bench: %s\n", e.msg);

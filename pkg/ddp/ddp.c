@@ -97,14 +97,13 @@ static int dev_bucket(rl_ddp *d, int b, rl_err *e) {
     float *g = d->grads + d->boff[b];
     size_t n = d->blen[b];
     int rc;
-    if (d->bf16) /* one scratch serves every bucket: the stream runs them in turn */
-        rc = rl_gpu_cast_f32_to_bf16(d->half, g, n, cs, e) ||
-                     rl_comm_allreduce(d->comm, d->half, n, RL_BF16, RL_AVG, e) ||
-                     rl_gpu_cast_bf16_to_f32(g, d->half, n, cs, e)
-                 ? (e->code ? e->code : RL_EIO)
-                 : RL_OK;
-    else
+    if (!d->bf16) {
         rc = rl_comm_allreduce(d->comm, g, n, RL_F32, RL_AVG, e);
+    } else { /* one scratch serves every bucket: the stream runs them in turn */
+        rc = rl_gpu_cast_f32_to_bf16(d->half, g, n, cs, e);
+        if (!rc) rc = rl_comm_allreduce(d->comm, d->half, n, RL_BF16, RL_AVG, e);
+        if (!rc) rc = rl_gpu_cast_bf16_to_f32(g, d->half, n, cs, e);
+    }
     if (!rc && (ce = cudaEventRecord((cudaEvent_t)d->ev_done[b], cs)) != cudaSuccess)
         rc = cuda_fail(ce, "cudaEventRecord (bucket done)", e);
     return rc;

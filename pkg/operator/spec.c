@@ -173,12 +173,13 @@ static int parse_training(const cJSON *spec, rl_op_job *j, rl_err *e) {
     rl_job_config_default(&jc);
     int rc = rl_job_config_parse(j->training_json, strlen(j->training_json), "spec.training", &jc, e);
     if (rc) return rc;
-    /* a GPU pod reduces on the GPU: the CPU ring cannot take device buffers */
-    if (j->gpus > 0 && (!strcmp(jc.dist.backend, "tcp") || !strcmp(jc.train.device, "cpu")))
-        return rl_errf(e, RL_EINPUT, "spec.training.%s: \"%s\" on a job with gpusPerNode %d (use auto, or %s)",
-                       !strcmp(jc.dist.backend, "tcp") ? "dist.backend" : "train.device",
-                       !strcmp(jc.dist.backend, "tcp") ? jc.dist.backend : jc.train.device, j->gpus,
-                       !strcmp(jc.dist.backend, "tcp") ? "nccl" : "cuda");
+    /* a GPU pod trains and reduces on its GPUs: the CPU and its ring cannot */
+    if (j->gpus > 0 && !strcmp(jc.dist.backend, "tcp"))
+        return rl_errf(e, RL_EINPUT, "spec.training.dist.backend: \"tcp\" on a job with gpusPerNode %d "
+                       "(use auto, or nccl)", j->gpus);
+    if (j->gpus > 0 && !strcmp(jc.train.device, "cpu"))
+        return rl_errf(e, RL_EINPUT, "spec.training.train.device: \"cpu\" on a job with gpusPerNode %d "
+                       "(use auto, or cuda)", j->gpus);
     for (int n = j->min_nodes; n <= j->max_nodes; n++)
         if ((rc = rl_job_config_check_world(&jc, n * j->nproc, "spec.training", e))) {
             return rl_err_wrap(e, "with %d node%s x %d process%s", n, n == 1 ? "" : "s", j->nproc,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "train.h"
+#include "train_gpu.h"
 
 void rl_job_config_default(rl_job_config *c) {
     memset(c, 0, sizeof *c);
@@ -118,6 +119,14 @@ static int parse_data(const cJSON *o, const char *w, rl_data_config *d, rl_err *
     return RL_OK;
 }
 
+/* the tcp ring reduces host buffers, NCCL device buffers */
+int rl_train_check_pair(const char *dev, const char *be, rl_err *e) {
+    if ((!strcmp(dev, "cpu") && !strcmp(be, "nccl")) || (!strcmp(dev, "cuda") && !strcmp(be, "tcp")))
+        return rl_errf(e, RL_EINPUT, "dist.backend \"%s\" cannot reduce gradients on train.device \"%s\" "
+                       "(cpu takes tcp, cuda takes nccl; auto picks)", be, dev);
+    return RL_OK;
+}
+
 static int check(const rl_job_config *c, const char *name, rl_err *e) {
     const rl_train_config *t = &c->train;
     int rc = rl_model_config_validate(&c->model, name, e);
@@ -125,11 +134,7 @@ static int check(const rl_job_config *c, const char *name, rl_err *e) {
     if (t->seq_len > c->model.max_position_embeddings)
         return rl_errf(e, RL_EINPUT, "%s: train.seq_len %d exceeds model.max_position_embeddings %d",
                        name, t->seq_len, c->model.max_position_embeddings);
-    /* the tcp ring reduces host buffers, NCCL device buffers */
-    const char *dev = t->device, *be = c->dist.backend;
-    if ((!strcmp(dev, "cpu") && !strcmp(be, "nccl")) || (!strcmp(dev, "cuda") && !strcmp(be, "tcp")))
-        return rl_errf(e, RL_EINPUT, "%s: dist.backend \"%s\" cannot reduce gradients on train.device \"%s\" "
-                       "(cpu takes tcp, cuda takes nccl; auto picks)", name, be, dev);
+    if ((rc = rl_train_check_pair(t->device, c->dist.backend, e))) return rl_err_wrap(e, "%s", name);
     if (t->global_batch_tokens % t->seq_len != 0)
         return rl_errf(e, RL_EINPUT,
                        "%s: train.global_batch_tokens %lld is not a multiple of train.seq_len %d",

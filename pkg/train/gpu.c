@@ -218,12 +218,8 @@ int rl_train_pick_device(rl_job_config *c, rl_err *e) {
         if (!strcmp(dev, "auto")) c->train.device_picked = true;
         snprintf(dev, sizeof c->train.device, "%s", n > 0 ? "cuda" : "cpu");
     }
-    bool cuda = !strcmp(dev, "cuda");
-    if (!strcmp(be, "auto")) snprintf(be, sizeof c->dist.backend, "%s", cuda ? "nccl" : "tcp");
-    if (cuda != !strcmp(be, "nccl"))
-        return rl_errf(e, RL_EINPUT, "dist.backend \"%s\" cannot reduce gradients on train.device \"%s\" "
-                       "(cpu takes tcp, cuda takes nccl; auto picks)", be, dev);
-    return RL_OK;
+    if (!strcmp(be, "auto")) snprintf(be, sizeof c->dist.backend, "%s", !strcmp(dev, "cuda") ? "nccl" : "tcp");
+    return rl_train_check_pair(dev, be, e);
 }
 
 void rl_train_log_device(const rl_job_config *c, int local_rank) {

@@ -81,11 +81,11 @@ int rl_job_config_parse(const char *text, size_t len, const char *name, rl_job_c
 /* Checks that depend on the world size (accumulation count must be whole). */
 int rl_job_config_check_world(const rl_job_config *c, int world, const char *name, rl_err *e);
 /* Settle train.device "auto" (cuda when this build has CUDA and a GPU is
- * visible, else cpu, which a CUDA build says in one log line) and
- * dist.backend "auto" (nccl on cuda, tcp on cpu); silent (the trainer logs
- * the device once it is built). A
- * "cuda" that cannot be had, or a backend that cannot reduce on the
- * device, is RL_EINPUT naming the field. rl_trainer_init calls it. */
+ * visible, else cpu) and dist.backend "auto" (nccl on cuda, tcp on cpu).
+ * Silent: the trainer logs the device once it is built (and that a CUDA
+ * build found no GPU). A "cuda" that cannot be had, or a backend that
+ * cannot reduce on the device, is RL_EINPUT naming the field.
+ * rl_trainer_init calls it. */
 int rl_train_pick_device(rl_job_config *c, rl_err *e);
 /* CUDA devices this process sees (0 in a build without CUDA): what
  * --nproc-per-node auto / gpu starts one trainer per. */
