@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "train_gpu.h"
 
@@ -153,8 +154,17 @@ int rl_train_gpu_take(void *ctx, float *params, float *m, float *v, bool *later,
 int rl_train_gpu_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
     rl_trainer *tr = ctx;
     size_t n = tr->model.lay.total;
+    /* polled with a bound, not cudaEventSynchronize: the copy sits on the
+     * model's stream behind the step, and a wedged stream must end this
+     * save with an error instead of holding the saver's thread forever */
     cudaError_t ce = cudaSetDevice(tr->gpu_device);
-    if (ce == cudaSuccess) ce = cudaEventSynchronize((cudaEvent_t)tr->gpu_ckpt_ready);
+    double deadline = rl_now() + 300;
+    while (ce == cudaSuccess && (ce = cudaEventQuery((cudaEvent_t)tr->gpu_ckpt_ready)) == cudaErrorNotReady) {
+        if (rl_now() > deadline)
+            return rl_errf(e, RL_ETIMEOUT, "checkpoint: the staging copy on the GPU is not done after 300 s");
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+        ce = cudaSuccess;
+    }
     if (ce != cudaSuccess) return rl_errf(e, RL_EIO, "checkpoint: staging copy: %s", cudaGetErrorString(ce));
     return to_host(tr, tr->gpu_ckpt, tr->gpu_ckpt + n, params, m, v, e);
 }

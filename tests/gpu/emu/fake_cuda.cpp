@@ -167,6 +167,7 @@ cudaError_t cudaRuntimeGetVersion(int *v) {
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; } // done when queued
 
 // ---- cuBLASLt -------------------------------------------------------------------------
 const char *cublasLtGetStatusName(cublasStatus_t s) {
