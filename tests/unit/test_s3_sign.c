@@ -229,10 +229,12 @@ static void *sts_serve(void *arg) {
                          "</AssumeRoleWithWebIdentityResponse>", k, k, k, exp);
         int m = snprintf(resp, sizeof resp, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: %d\r\n"
                          "Connection: close\r\n\r\n%s", n, xml);
+        /* counted before the answer goes out: the client may check the
+         * count as soon as it has read the answer */
+        __atomic_add_fetch(&s->served, 1, __ATOMIC_SEQ_CST);
         ssize_t w = send(fd, resp, (size_t)m, MSG_NOSIGNAL);
         (void)w;
         close(fd);
-        __atomic_add_fetch(&s->served, 1, __ATOMIC_SEQ_CST);
     }
     return NULL;
 }
