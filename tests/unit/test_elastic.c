@@ -48,6 +48,16 @@ static int count_event(rl_test_job *j, const char *event) {
     return n;
 }
 
+/* Until the first checkpoint is on disk. Rank 0 saves in the background,
+ * so reaching a step past EVERY does not mean step EVERY is saved yet: a
+ * test that kills or adds a node to force a resume waits for this first,
+ * or on a loaded machine the next round rightly starts from scratch. */
+static void wait_saved(rl_test_job *j, double timeout) {
+    double end = rl_now() + timeout;
+    while (count_event(j, "checkpoint_saved") == 0 && rl_now() < end) usleep(200000);
+    cr_assert(count_event(j, "checkpoint_saved") > 0, "no checkpoint saved in %.0f s", timeout);
+}
+
 /* A settled job: its last round holds `nodes` nodes and trains on
  * without another round for a few steps (an elastic job may need more
  * than one round to gather everyone). */
@@ -143,6 +153,7 @@ static void kill_and_recover(int net, bool kill_leader, bool use_etcd) {
     int nproc[4] = {2, 1, 1, 1};
     for (int i = 0; i < 4; i++) start(&j, i, nproc[i], "s3cret");
     wait_step(&j, EVERY + 10, 120);
+    wait_saved(&j, 60);
     int l = leader_index(&j);
     cr_assert(l >= 0, "no leader elected");
     rl_test_job_kill(&j, kill_leader ? l : (l == 3 ? 2 : 3));
@@ -218,6 +229,7 @@ Test(elastic, fifth_agent_joins_at_the_next_round, .timeout = 300) {
     setup(&j, 33, false);
     for (int i = 0; i < 4; i++) start(&j, i, 1, "s3cret");
     wait_step(&j, EVERY + 5, 120);
+    wait_saved(&j, 60);
     start(&j, 4, 1, "s3cret");
     wait_done(&j, 180);
     int n = rl_test_job_events(&j, "round_closed", g_ev, 16384);
