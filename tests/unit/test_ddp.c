@@ -128,6 +128,7 @@ Test(ddp, equivalence_1_2_4_processes, .timeout = 300) {
 }
 
 /* ---- overlap: two ranks in forked processes, bucket timestamps --------------- */
+#define OVERLAP_STEPS 5
 static int overlap_rank(int rank, int port, const char *dir, const char *report) {
     omp_set_num_threads(1); /* two ranks on this node's cores, as the launcher sets it */
     rl_err e;
@@ -148,15 +149,16 @@ static int overlap_rank(int rank, int port, const char *dir, const char *report)
     if (rl_ddp_create(comm, tr.model.grads, tr.model.lay.total, &o, &d, &e)) return 13;
     rl_ddp_attach(d, &dist);
     rl_step_stats st;
-    for (int i = 0; i < 3; i++)
-        if (rl_trainer_step(&tr, &st, &e)) return 14;
-    double t_end;
-    const rl_ddp_event *ev = rl_ddp_events(d, &t_end);
     FILE *f = fopen(report, "w");
     if (!f) return 15;
-    for (int b = 0; b < rl_ddp_nbuckets(d); b++)
-        fprintf(f, "%zu %zu %.9f %.9f %.9f %.9f\n", ev[b].off, ev[b].len, ev[b].t_ready, ev[b].t_start,
-                ev[b].t_done, t_end);
+    for (int i = 0; i < OVERLAP_STEPS; i++) {
+        if (rl_trainer_step(&tr, &st, &e)) return fclose(f), 14;
+        double t_end;
+        const rl_ddp_event *ev = rl_ddp_events(d, &t_end);
+        for (int b = 0; b < rl_ddp_nbuckets(d); b++)
+            fprintf(f, "%d %zu %zu %.9f %.9f %.9f %.9f\n", i, ev[b].off, ev[b].len, ev[b].t_ready, ev[b].t_start,
+                    ev[b].t_done, t_end);
+    }
     fclose(f);
     rl_comm_barrier(comm, &e);
     rl_ddp_destroy(d);
@@ -208,6 +210,13 @@ static int overlap_main(int rank, int port, void *arg) {
     return overlap_rank(rank, port, a->dir, a->rep[rank]);
 }
 
+/* Every step, on both ranks: buckets are handed to the comm thread
+ * during backward (ready before it ends), in the same order, from the end
+ * of the buffer backwards, tiling it. Whether the comm thread then runs
+ * before backward ends is up to the scheduler: on a 2-core machine busy
+ * with other tests it can be starved for a whole (short) backward. So the
+ * overlap itself is judged on the best of the steps -- a DDP that reduced
+ * only after backward would show none in any of them. */
 Test(ddp, buckets_reduce_during_backward_in_the_same_order, .timeout = 120) {
     char dir[64];
     rl_test_arith_dir(dir, sizeof dir, 300000);
@@ -217,34 +226,50 @@ Test(ddp, buckets_reduce_during_backward_in_the_same_order, .timeout = 120) {
     int st[2];
     two_ranks(overlap_main, &args, st);
     for (int r = 0; r < 2; r++) cr_assert_eq(st[r], 0, "rank %d failed: %d", r, st[r]);
-    size_t off[2][64], len[2][64];
-    int nb[2] = {0, 0}, started = 0, finished = 0;
+    enum { MAXB = 64 };
+    static size_t off[2][OVERLAP_STEPS][MAXB], len[2][OVERLAP_STEPS][MAXB];
+    int nb[2][OVERLAP_STEPS] = {{0}}, ready[OVERLAP_STEPS] = {0}, started[OVERLAP_STEPS] = {0},
+        finished[OVERLAP_STEPS] = {0};
     for (int r = 0; r < 2; r++) {
         FILE *f = fopen(rep[r], "r");
         cr_assert(f);
+        int i;
+        size_t o, l;
         double tr_, ts, td, te;
-        while (nb[r] < 64 && fscanf(f, "%zu %zu %lf %lf %lf %lf", &off[r][nb[r]], &len[r][nb[r]], &tr_, &ts, &td, &te) == 6) {
-            cr_expect(ts >= tr_ && td >= ts, "bucket %d timestamps out of order", nb[r]);
-            /* launched, and reduced, before backward reached the embedding */
-            if (r == 0 && ts < te) started++;
-            if (r == 0 && td < te) finished++;
-            nb[r]++;
+        while (fscanf(f, "%d %zu %zu %lf %lf %lf %lf", &i, &o, &l, &tr_, &ts, &td, &te) == 7) {
+            cr_assert(i >= 0 && i < OVERLAP_STEPS && nb[r][i] < MAXB, "bad report line: step %d", i);
+            int b = nb[r][i]++;
+            off[r][i][b] = o, len[r][i][b] = l;
+            cr_expect(ts >= tr_ && td >= ts, "step %d bucket %d timestamps out of order", i, b);
+            if (r == 0) ready[i] += tr_ < te, started[i] += ts < te, finished[i] += td < te;
         }
         fclose(f);
     }
-    cr_expect(nb[0] > 4, "only %d buckets", nb[0]);
-    cr_expect_eq(nb[0], nb[1]);
-    for (int b = 0; b < nb[0] && b < nb[1]; b++)
-        cr_expect(off[0][b] == off[1][b] && len[0][b] == len[1][b], "bucket %d differs between ranks", b);
-    /* buckets come from the end of the buffer backwards and tile it */
-    for (int b = 1; b < nb[0]; b++) cr_expect_eq(off[0][b] + len[0][b], off[0][b - 1]);
-    cr_expect_eq(off[0][nb[0] - 1], 0);
-    cr_log_info("%d buckets: %d started and %d finished reducing before backward ended", nb[0],
-                started, finished);
-    /* layer 0's buckets and the embedding's are ready only as backward ends,
-     * and a busy 2-core machine delays the rest: a quarter is a safe floor */
-    cr_expect(started >= nb[0] / 4, "only %d of %d buckets started before backward ended", started, nb[0]);
-    cr_expect(finished >= 1, "no bucket finished reducing before backward ended");
+    int best = 0;
+    for (int i = 0; i < OVERLAP_STEPS; i++) {
+        int n = nb[0][i];
+        cr_expect(n > 4, "step %d: only %d buckets", i, n);
+        cr_expect_eq(n, nb[1][i], "step %d: ranks made different buckets", i);
+        for (int b = 0; b < n && b < nb[1][i]; b++)
+            cr_expect(off[0][i][b] == off[1][i][b] && len[0][i][b] == len[1][i][b],
+                      "step %d: bucket %d differs between ranks", i, b);
+        for (int b = 1; b < n; b++) cr_expect_eq(off[0][i][b] + len[0][i][b], off[0][i][b - 1]);
+        cr_expect(n == 0 || off[0][i][n - 1] == 0, "step %d: the buckets do not reach offset 0", i);
+        /* all but the last two buckets (layer 0's tail and the embedding,
+         * ready only as backward ends) are handed over while it still runs */
+        cr_expect(ready[i] >= n - 2, "step %d: only %d of %d buckets ready before backward ended", i, ready[i], n);
+        if (started[i] > started[best]) best = i;
+    }
+    int n = nb[0][best];
+    cr_log_info("%d buckets; best of %d steps: %d started and %d finished reducing before backward ended", n,
+                OVERLAP_STEPS, started[best], finished[best]);
+    /* layer 0's buckets and the embedding's are ready only as backward
+     * ends, and a busy machine delays the rest: a quarter is a safe floor */
+    cr_expect(started[best] >= n / 4, "best step: only %d of %d buckets started before backward ended",
+              started[best], n);
+    int fin = 0;
+    for (int i = 0; i < OVERLAP_STEPS; i++) fin = finished[i] > fin ? finished[i] : fin;
+    cr_expect(fin >= 1, "no bucket finished reducing before backward ended in any step");
     rl_test_rmdir(dir);
 }
 
