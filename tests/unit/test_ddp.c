@@ -245,7 +245,7 @@ Test(ddp, buckets_reduce_during_backward_in_the_same_order, .timeout = 120) {
         }
         fclose(f);
     }
-    int best = 0;
+    int best = 0, fin = 0;
     for (int i = 0; i < OVERLAP_STEPS; i++) {
         int n = nb[0][i];
         cr_expect(n > 4, "step %d: only %d buckets", i, n);
@@ -259,16 +259,15 @@ Test(ddp, buckets_reduce_during_backward_in_the_same_order, .timeout = 120) {
          * ready only as backward ends) are handed over while it still runs */
         cr_expect(ready[i] >= n - 2, "step %d: only %d of %d buckets ready before backward ended", i, ready[i], n);
         if (started[i] > started[best]) best = i;
+        if (finished[i] > fin) fin = finished[i];
     }
     int n = nb[0][best];
     cr_log_info("%d buckets; best of %d steps: %d started and %d finished reducing before backward ended", n,
                 OVERLAP_STEPS, started[best], finished[best]);
-    /* layer 0's buckets and the embedding's are ready only as backward
-     * ends, and a busy machine delays the rest: a quarter is a safe floor */
+    /* the last two buckets cannot start in time, and even the best step of
+     * a busy machine delays some of the rest: a quarter is a safe floor */
     cr_expect(started[best] >= n / 4, "best step: only %d of %d buckets started before backward ended",
               started[best], n);
-    int fin = 0;
-    for (int i = 0; i < OVERLAP_STEPS; i++) fin = finished[i] > fin ? finished[i] : fin;
     cr_expect(fin >= 1, "no bucket finished reducing before backward ended in any step");
     rl_test_rmdir(dir);
 }
