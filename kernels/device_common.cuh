@@ -19,7 +19,8 @@ typedef __nv_bfloat16 bf16;
 #define RL_LAUNCH(kernel, grid, block, smem_bytes, stream, ...)                                    \
     do {                                                                                           \
         (void)(stream);                                                                            \
-        rl_emu_launch(dim3(grid), dim3(block), (smem_bytes), [&] { kernel(__VA_ARGS__); });        \
+        rl_emu_launch_kernel(reinterpret_cast<const void *>(&kernel), dim3(grid), dim3(block),     \
+                             (smem_bytes), [&] { kernel(__VA_ARGS__); });                          \
     } while (0)
 #endif
 

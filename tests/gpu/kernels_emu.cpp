@@ -21,11 +21,14 @@
 // hides, and the exact accumulation order of the tensor cores (the
 // emulation sums in fp32 in k order); tests/gpu/test_gpu.c checks those
 // kernels on a GPU.
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include <cuda_runtime.h>
 
 #include "tests/gpu/emu/emu.h" // the host runtime: fibers, barriers, mma
 
@@ -76,6 +79,47 @@ static bool check(const char *what, const std::vector<float> &got, const std::ve
            bad ? " NON-FINITE VALUES" : "");
     (ok ? n_pass : n_fail)++;
     return ok;
+}
+
+// A check with its own measure: one line, counted.
+static bool verdict(bool ok, const char *what, const char *fmt, ...) {
+    char detail[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    printf("%-4s %-52s %s\n", ok ? "ok" : "FAIL", what, detail);
+    (ok ? n_pass : n_fail)++;
+    return ok;
+}
+
+// The emulated runtime refuses launches as the hardware of the emulated
+// architecture would (tests/gpu/emu/fake_cuda.cpp), so a kernel whose
+// shared memory fits one GPU and not another fails here too.
+static void emu_launch_limits() {
+    static const char kernel = 0; // any address names a kernel
+    const void *k = &kernel;
+    int optin = 0;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+    cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, 0);
+    int runs = 0;
+    auto try_launch = [&](size_t smem) {
+        rl_emu_launch_kernel(k, dim3(1), dim3(32), smem, [&] { runs += threadIdx.x == 0; });
+        return cudaGetLastError();
+    };
+    char what[64];
+    snprintf(what, sizeof what, "emu launch limits of sm_%d%d", p.major, p.minor);
+    bool ok = try_launch(48 * 1024) == cudaSuccess && runs == 1 &&
+              try_launch(48 * 1024 + 16) == cudaErrorInvalidValue && runs == 1 &&
+              cudaGetLastError() == cudaSuccess && // reported once, as by the runtime
+              cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin + 1) ==
+                  cudaErrorInvalidValue &&
+              cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) ==
+                  cudaSuccess &&
+              try_launch((size_t)optin) == cudaSuccess && runs == 2 &&
+              try_launch((size_t)optin + 16) == cudaErrorInvalidValue && runs == 2;
+    verdict(ok, what, "dynamic shared memory: 48 KiB until raised, at most %d B", optin);
 }
 
 template <int HD> static void run_case(int B, int T, int H, int KV, int hd, int vec) {
@@ -478,6 +522,7 @@ template <int VW> static void emu_adamw_init(int hidden) {
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : "";
     if (!*only || strstr("attention", only)) {
+        emu_launch_limits();
         // head dims padded to each of 32, 64, 128; T = 1, below, at and over
         // a 64-row tile; grouped (KV < H) and plain (KV = H) heads; both load paths
         run_case<32>(1, 1, 3, 1, 32, 1);

@@ -51,6 +51,14 @@ template <int N> static inline void cp_async_wait() { rl_emu_cp_async_wait(N); }
 
 // Runs fn for every thread of every block; 1-D blocks of at most 1024.
 void rl_emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn);
+// A launch of `kernel` as the runtime makes it (RL_LAUNCH, fake_cuda.cpp):
+// refused, with the error cudaGetLastError then reports, where the hardware
+// of the emulated architecture (RL_EMU_SM) would refuse it; else rl_emu_launch.
+void rl_emu_launch_kernel(const void *kernel, dim3 grid, dim3 block, size_t smem_bytes,
+                          const std::function<void()> &fn);
+// For tests, while no other thread uses the device: the opt-in shared-
+// memory maximum the device reports from now on.
+void rl_emu_set_smem_optin(int bytes);
 
 // device built-ins a host compiler lacks
 #define __launch_bounds__(...)

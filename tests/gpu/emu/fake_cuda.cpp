@@ -3,6 +3,15 @@
 // every operation completes when called (streams and events are in order
 // trivially), kernels run through tests/gpu/emu/emu.cpp.
 //
+// The device it reports is one architecture, RL_EMU_SM=80|86|89|90 (default
+// 90), with that architecture's limits (CUDA C++ Programming Guide,
+// "Technical Specifications per Compute Capability"); the limits are
+// enforced as the hardware does: cudaFuncSetAttribute(MaxDynamicShared-
+// MemorySize) above the opt-in maximum and a launch with more dynamic
+// shared memory than the kernel's limit (48 KiB unless raised) fail with
+// cudaErrorInvalidValue, reported by the next cudaGetLastError. So code that
+// fits one GPU and not another fails here under the other's RL_EMU_SM.
+//
 // cublasLtMatmul is implemented from its documented semantics -- column-
 // major D = alpha op(A) op(B) + beta C, op from the descriptor's TRANSA /
 // TRANSB, shapes and leading dimensions from the layouts -- in fp32 over
@@ -17,6 +26,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "tests/gpu/emu/emu.h"
 
@@ -45,6 +55,43 @@ void untrack(void *p) {
     std::lock_guard<std::mutex> g(alloc_mu);
     allocs.erase((const char *)p);
 }
+// One row per RL_EMU_SM value: the limits code here may ask for. sm_86
+// and sm_89 (A10, L4, L40S) allow 99 KB of shared memory per block, sm_80
+// 163 KB, sm_90 227 KB; SM counts of the A10, A100, L40S and H100.
+struct emu_arch {
+    int sm, smem_optin, smem_per_sm, threads_per_sm, sms;
+    const char *like;
+};
+const emu_arch archs[] = {
+    {80, 166912, 167936, 2048, 108, "A100"},
+    {86, 101376, 102400, 1536, 72, "A10"},
+    {89, 101376, 102400, 1536, 142, "L40S"},
+    {90, 232448, 233472, 2048, 132, "H100"},
+};
+constexpr int SMEM_DEFAULT = 48 * 1024; // a kernel's dynamic limit until raised
+
+struct emu_device {
+    emu_arch arch;
+    std::mutex mu;
+    std::map<const void *, int> max_dynamic_smem; // cudaFuncSetAttribute's, per kernel
+};
+emu_device &device() {
+    static emu_device *d = [] {
+        const char *v = getenv("RL_EMU_SM");
+        int sm = v && *v ? atoi(v) : 90;
+        for (const emu_arch &a : archs)
+            if (a.sm == sm) {
+                emu_device *n = new emu_device;
+                n->arch = a;
+                return n;
+            }
+        fprintf(stderr, "emu: RL_EMU_SM=%s is not one of 80, 86, 89, 90\n", v);
+        exit(2);
+    }();
+    return *d;
+}
+thread_local cudaError_t last_error = cudaSuccess; // as the runtime's, per host thread
+
 struct fake_desc {
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
 };
@@ -63,27 +110,75 @@ cudaError_t cudaGetDeviceCount(int *n) {
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    const emu_arch &a = device().arch;
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "host emulation (tests/gpu/emu)");
+    snprintf(p->name, sizeof p->name, "host emulation (tests/gpu/emu) of sm_%d, like the %s", a.sm,
+             a.like);
+    p->major = a.sm / 10, p->minor = a.sm % 10;
+    p->totalGlobalMem = (size_t)80 << 30; // as cudaMemGetInfo says
+    p->sharedMemPerBlock = SMEM_DEFAULT;
+    p->sharedMemPerBlockOptin = (size_t)a.smem_optin;
+    p->sharedMemPerMultiprocessor = (size_t)a.smem_per_sm;
+    p->regsPerBlock = p->regsPerMultiprocessor = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsPerMultiProcessor = a.threads_per_sm;
+    p->multiProcessorCount = a.sms;
     return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *d) {
     *d = 0;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
-    *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 227 * 1024 : 0;
+// The attributes kernels/ asks for; any other fails loudly rather than
+// answering a plausible 0.
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int) {
+    const emu_arch &a = device().arch;
+    switch (attr) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = a.smem_optin; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = SMEM_DEFAULT; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = a.smem_per_sm; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = a.sm / 10; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = a.sm % 10; break;
+    case cudaDevAttrMultiProcessorCount: *v = a.sms; break;
+    case cudaDevAttrWarpSize: *v = 32; break;
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *v = a.threads_per_sm; break;
+    default:
+        fprintf(stderr, "emu: cudaDeviceGetAttribute(%d) is not emulated; add it to fake_cuda.cpp\n",
+                (int)attr);
+        return cudaErrorInvalidValue;
+    }
     return cudaSuccess;
 }
-cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int v) {
-    return v <= 227 * 1024 ? cudaSuccess : cudaErrorInvalidValue;
+cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute attr, int v) {
+    emu_device &d = device();
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess; // carveout hints
+    if (v < 0 || v > d.arch.smem_optin) return cudaErrorInvalidValue;
+    std::lock_guard<std::mutex> g(d.mu);
+    d.max_dynamic_smem[fn] = v;
+    return cudaSuccess;
 }
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaGetLastError(void) {
+    cudaError_t r = last_error;
+    last_error = cudaSuccess;
+    return r;
+}
 const char *cudaGetErrorName(cudaError_t e) {
-    return e == cudaSuccess ? "cudaSuccess" : "cudaError (emulated)";
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    default: return "cudaError (emulated)";
+    }
 }
 const char *cudaGetErrorString(cudaError_t e) {
-    return e == cudaSuccess ? "no error" : "error (emulated)";
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    default: return "error (emulated)";
+    }
 }
 static cudaError_t alloc(void **p, size_t n, cudaMemoryType t) {
     *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
@@ -281,3 +376,30 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
 }
 
 } // extern "C"
+
+// ---- launches (RL_LAUNCH in the emulated build) ----------------------------------------
+// What the hardware refuses is refused here, before anything runs: a grid
+// or block beyond the limits (cudaErrorInvalidConfiguration), dynamic
+// shared memory above the kernel's limit (cudaErrorInvalidValue).
+void rl_emu_launch_kernel(const void *kernel, dim3 grid, dim3 block, size_t smem_bytes,
+                          const std::function<void()> &fn) {
+    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.y > 65535 || grid.z > 65535 ||
+        block.x * block.y * block.z > 1024 || block.x * block.y * block.z < 1) {
+        last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    emu_device &d = device();
+    int limit = SMEM_DEFAULT;
+    {
+        std::lock_guard<std::mutex> g(d.mu);
+        auto it = d.max_dynamic_smem.find(kernel);
+        if (it != d.max_dynamic_smem.end()) limit = it->second;
+    }
+    if (smem_bytes > (size_t)limit) {
+        last_error = cudaErrorInvalidValue;
+        return;
+    }
+    rl_emu_launch(grid, block, smem_bytes, fn);
+}
+
+void rl_emu_set_smem_optin(int bytes) { device().arch.smem_optin = bytes; }
