@@ -196,6 +196,12 @@ $(GPU_BENCH_BIN): bench/gpu/bench_gpu.c $(LIB)
 # kernel checks (tests/gpu/kernels_emu.cpp) and the whole test-gpu suite
 # on it. Needs the CUDA headers, not a GPU; slow (minutes), and no
 # substitute for test-gpu: it checks the code's logic, not the hardware.
+# The fake runtime reports one architecture's limits, RL_EMU_SM (default
+# 90), and refuses what that hardware refuses. Everything runs as sm_90;
+# first, as each of EMU_ARCHS (sm_80: 163 KB of shared memory per block,
+# sm_86 and sm_89: 99 KB), the attention checks of head_dim 128 (whose
+# backward fits 99 KB only single-buffered) and whole steps of a
+# head_dim-64 and a head_dim-128 model (~20 s each).
 EMU_DIR   := $(BUILD)/emu
 EMU_FLAGS := -std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Werror -Wno-unknown-pragmas \
              -Wno-attributes -Wno-unused-function -DRL_KERNEL_EMU -Ipkg -I. -I$(CUDA_HOME)/include
@@ -257,8 +263,11 @@ test-gpu:
 	@$(MAKE) --no-print-directory $(GPU_TEST_BIN)
 	$(GPU_TEST_BIN) $(GPU_TEST_ARGS)
 
+EMU_ARCHS ?= 80 86 89
 test-gpu-emu:
 	@$(MAKE) --no-print-directory $(GPU_EMU_BIN) $(EMU_DIR)/gpu_test $(EMU_DIR)/gpu_bench
+	for sm in $(EMU_ARCHS); do RL_EMU_SM=$$sm $(EMU_DIR)/gpu_test hd=128 && \
+	  RL_EMU_SM=$$sm $(EMU_DIR)/gpu_test "step arch-" || exit 1; done
 	$(GPU_EMU_BIN)
 	$(EMU_DIR)/gpu_bench --config a --vocab 300 --hidden 64 --ffn 96 --layers 1 --heads 2 --kv-heads 1 \
 	  --seq 32 --batch 2 --steps 2 --warmup 1

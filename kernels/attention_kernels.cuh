@@ -26,14 +26,18 @@
 // zero output columns that are not stored).
 //
 // Data movement: the tiles that stream through a CTA's loop (K and V in the
-// forward and dQ kernels, Q and dO in dK/dV) are double-buffered and filled
-// with cp.async while the previous tile is being used; the others are
-// loaded once. Shared tiles are row-major with rows padded by 8 elements
-// (16 bytes), which puts the 8 row addresses of an ldmatrix in 8 different
-// bank quads: conflict-free. Fragments come from ldmatrix.x4 -- four 8x8
-// matrices per instruction -- and, where the product wants the tile's
-// transpose (V in P.V, dO and Q in the dV/dK products, K in dS.K), from
-// ldmatrix.x4.trans on the same row-major tile. When head_dim is not a
+// forward and dQ kernels, Q and dO in dK/dV) are double-buffered (NBUF = 2)
+// and filled with cp.async while the previous tile is being used; the
+// others are loaded once. Where a device's shared memory per block is too
+// small for that (the head_dim-128 backward needs 103 KB; sm_86 and sm_89
+// allow 99 KB), the launcher runs the kernel's NBUF = 1 instance: one
+// buffer, the next tile loaded after the current one is used. Shared tiles
+// are row-major with rows padded by 8 elements (16 bytes), which puts the
+// 8 row addresses of an ldmatrix in 8 different bank quads: conflict-free.
+// Fragments come from ldmatrix.x4 -- four 8x8 matrices per instruction --
+// and, where the product wants the tile's transpose (V in P.V, dO and Q in
+// the dV/dK products, K in dS.K), from ldmatrix.x4.trans on the same
+// row-major tile. When head_dim is not a
 // multiple of 8 (rows not 16-byte aligned), tiles are loaded with plain
 // scalar copies instead.
 //
@@ -64,6 +68,18 @@
 #define ATT_BR 64 // query rows per CTA tile
 #define ATT_BC 64 // key rows per CTA tile
 #define ATT_THREADS 128
+
+// The three tiled kernels, and the dynamic shared memory each needs with
+// nbuf (NBUF: 1 or 2) buffers of its streaming tiles, head dims padded to
+// HD: tiles of [64][HD + 8] bf16 -- forward Q + nbuf (K + V); dK/dV K + V +
+// nbuf (Q + dO + lse and D of 64 rows); dQ Q + dO + nbuf (K + V).
+enum attn_kind { ATT_FWD, ATT_DKDV, ATT_DQ };
+static constexpr size_t attn_smem_bytes(int kind, int HD, int nbuf) {
+    size_t tile = (size_t)ATT_BR * (HD + 8) * sizeof(bf16), nb = (size_t)nbuf;
+    return kind == ATT_FWD    ? (1 + 2 * nb) * tile
+           : kind == ATT_DKDV ? (2 + 2 * nb) * tile + 2 * nb * ATT_BR * sizeof(float)
+                              : (2 + 2 * nb) * tile;
+}
 
 #ifndef RL_KERNEL_EMU
 static __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -164,16 +180,44 @@ static __device__ void load_tile(bf16 *tile, const bf16 *src, size_t ld, int r0,
     }
 }
 
+// The streaming loop of each kernel: tile `it` of n is in buffer it & (NBUF
+// - 1); fetch(i, buf) issues tile i into buffer buf. Before tile it is used:
+// with two buffers tile it + 1 is issued into the other one and all but
+// that group are waited for, with one everything is; the barrier then makes
+// every thread's part of tile it visible.
+template <int NBUF, class Fetch>
+static __device__ __forceinline__ void stream_acquire(int it, int n, Fetch &&fetch) {
+    if (NBUF == 2 && it + 1 < n) {
+        fetch(it + 1, (it + 1) & 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+// After tile it is used: the barrier frees its buffer (refilled by the
+// acquire of tile it + 1 with two buffers); with one buffer tile it + 1 is
+// issued only now.
+template <int NBUF, class Fetch>
+static __device__ __forceinline__ void stream_release(int it, int n, Fetch &&fetch) {
+    __syncthreads();
+    if (NBUF == 1 && it + 1 < n) {
+        fetch(it + 1, 0);
+        cp_async_commit();
+    }
+}
+
 // ---- forward -------------------------------------------------------------------------------
-template <int HD>
+template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int H, int KV, int hd,
                     float scale_log2, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [64][STR]
-    bf16 *Ks = Qs + TILE;                      // 2 x [64][STR]
-    bf16 *Vs = Ks + 2 * TILE;                  // 2 x [64][STR]
+    bf16 *Ks = Qs + TILE;                      // NBUF x [64][STR]
+    bf16 *Vs = Ks + NBUF * TILE;               // NBUF x [64][STR]
 
     const int qb = gridDim.y - 1 - blockIdx.y; // the longest rows start first
     const int bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / KV);
@@ -184,10 +228,13 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
     const int t0 = q0 + warp * 16 + gr, t1 = t0 + 8; // this thread's two query rows
 
+    auto fetch = [&](int kb, int buf) { // the K and V tiles of key block kb
+        load_tile<HD>(Ks + buf * TILE, kbase, C3, kb * ATT_BC, T, hd, vec);
+        load_tile<HD>(Vs + buf * TILE, vbase, C3, kb * ATT_BC, T, hd, vec);
+    };
     load_tile<HD>(Qs, base + (size_t)h * hd, C3, q0, T, hd, vec);
     cp_async_commit();
-    load_tile<HD>(Ks, kbase, C3, 0, T, hd, vec);
-    load_tile<HD>(Vs, vbase, C3, 0, T, hd, vec);
+    fetch(0, 0);
     cp_async_commit();
 
     uint32_t qf[HD / 16][4];
@@ -197,16 +244,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 
     for (int kb = 0; kb <= qb; kb++) {
-        const int buf = kb & 1, k0 = kb * ATT_BC;
-        if (kb < qb) { // the next tiles load while these are used
-            load_tile<HD>(Ks + (buf ^ 1) * TILE, kbase, C3, k0 + ATT_BC, T, hd, vec);
-            load_tile<HD>(Vs + (buf ^ 1) * TILE, vbase, C3, k0 + ATT_BC, T, hd, vec);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads(); // every thread's part of this tile has landed
+        const int buf = kb & (NBUF - 1), k0 = kb * ATT_BC;
+        stream_acquire<NBUF>(kb, qb + 1, fetch);
         if (kb == 0) {
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++)
@@ -280,7 +319,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 mma_bf16(o[d + 1], pa, bv[2], bv[3]);
             }
         }
-        __syncthreads(); // this buffer is refilled at the start of the next iteration but one
+        stream_release<NBUF>(kb, qb + 1, fetch);
     }
 
     float inv[2];
@@ -329,19 +368,19 @@ static __global__ void attn_dsum_kernel(float *dsum, const bf16 *dout, const bf1
 // P^T and dS^T come out as A fragments for dV += P^T dO and dK += dS^T Q.
 // The CTA walks (query head of the group, query block) pairs, the Q and dO
 // tiles of the next pair loading while the current one is used.
-template <int HD>
+template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dkdv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                          const float *dsum, int T, int H, int KV, int hd, float scale_log2,
                          float scale, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Ks = reinterpret_cast<bf16 *>(smem);               // [64][STR]
-    bf16 *Vs = Ks + TILE;                                    // [64][STR]
-    bf16 *Qs = Vs + TILE;                                    // 2 x [64][STR]
-    bf16 *Os = Qs + 2 * TILE;                                // dO, 2 x [64][STR]
-    float *lse_s = reinterpret_cast<float *>(Os + 2 * TILE); // 2 x [64]
-    float *d_s = lse_s + 2 * ATT_BR;                         // 2 x [64]
+    bf16 *Ks = reinterpret_cast<bf16 *>(smem);                  // [64][STR]
+    bf16 *Vs = Ks + TILE;                                       // [64][STR]
+    bf16 *Qs = Vs + TILE;                                       // NBUF x [64][STR]
+    bf16 *Os = Qs + NBUF * TILE;                                // dO, NBUF x [64][STR]
+    float *lse_s = reinterpret_cast<float *>(Os + NBUF * TILE); // NBUF x [64]
+    float *d_s = lse_s + NBUF * ATT_BR;                         // NBUF x [64]
 
     const int kb = blockIdx.y; // key block 0 has the most query blocks: it starts first
     const int bg = blockIdx.x, b = bg / KV, g = bg % KV, rep = H / KV;
@@ -378,15 +417,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
 
     for (int it = 0; it < n_it; it++) {
-        const int buf = it & 1, q0 = (kb + it % nq) * ATT_BR;
-        if (it + 1 < n_it) {
-            fetch(it + 1, buf ^ 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        const int buf = it & (NBUF - 1), q0 = (kb + it % nq) * ATT_BR;
+        stream_acquire<NBUF>(it, n_it, fetch);
         const bf16 *Qb = Qs + buf * TILE, *Ob = Os + buf * TILE;
         const float *lb = lse_s + buf * ATT_BR, *db = d_s + buf * ATT_BR;
 
@@ -440,7 +472,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 mma_bf16(dk[d + 1], da, bq[2], bq[3]);
             }
         }
-        __syncthreads(); // this buffer is refilled at the start of the next iteration but one
+        stream_release<NBUF>(it, n_it, fetch);
     }
 
     bf16 *dbase = dqkv + (size_t)b * T * C3;
@@ -465,7 +497,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 }
 
 // ---- backward: dQ -------------------------------------------------------------------------------
-template <int HD>
+template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                        const float *dsum, int T, int H, int KV, int hd, float scale_log2,
@@ -474,8 +506,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [64][STR]
     bf16 *Os = Qs + TILE;                      // dO [64][STR]
-    bf16 *Ks = Os + TILE;                      // 2 x [64][STR]
-    bf16 *Vs = Ks + 2 * TILE;                  // 2 x [64][STR]
+    bf16 *Ks = Os + TILE;                      // NBUF x [64][STR]
+    bf16 *Vs = Ks + NBUF * TILE;               // NBUF x [64][STR]
 
     const int qb = gridDim.y - 1 - blockIdx.y;
     const int bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / KV);
@@ -486,11 +518,14 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
     const int t0 = q0 + warp * 16 + gr, t1 = t0 + 8;
 
+    auto fetch = [&](int kb, int buf) { // the K and V tiles of key block kb
+        load_tile<HD>(Ks + buf * TILE, kbase, C3, kb * ATT_BC, T, hd, vec);
+        load_tile<HD>(Vs + buf * TILE, vbase, C3, kb * ATT_BC, T, hd, vec);
+    };
     load_tile<HD>(Qs, base + (size_t)h * hd, C3, q0, T, hd, vec);
     load_tile<HD>(Os, dout + (size_t)b * T * qd + (size_t)h * hd, qd, q0, T, hd, vec);
     cp_async_commit();
-    load_tile<HD>(Ks, kbase, C3, 0, T, hd, vec);
-    load_tile<HD>(Vs, vbase, C3, 0, T, hd, vec);
+    fetch(0, 0);
     cp_async_commit();
     const float *lse_h = lse + (size_t)bh * T, *d_h = dsum + (size_t)bh * T;
     float lr[2] = {t0 < T ? lse_h[t0] : 0.0f, t1 < T ? lse_h[t1] : 0.0f};
@@ -501,16 +536,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     for (int d = 0; d < HD / 8; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
 
     for (int kb = 0; kb <= qb; kb++) {
-        const int buf = kb & 1, k0 = kb * ATT_BC;
-        if (kb < qb) {
-            load_tile<HD>(Ks + (buf ^ 1) * TILE, kbase, C3, k0 + ATT_BC, T, hd, vec);
-            load_tile<HD>(Vs + (buf ^ 1) * TILE, vbase, C3, k0 + ATT_BC, T, hd, vec);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        const int buf = kb & (NBUF - 1), k0 = kb * ATT_BC;
+        stream_acquire<NBUF>(kb, qb + 1, fetch);
         const bf16 *Kb = Ks + buf * TILE, *Vb = Vs + buf * TILE;
 
         float s[ATT_BC / 8][4], dp[ATT_BC / 8][4];
@@ -556,7 +583,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 mma_bf16(dq[d + 1], da, bk[2], bk[3]);
             }
         }
-        __syncthreads();
+        stream_release<NBUF>(kb, qb + 1, fetch);
     }
 
     bf16 *dqb = dqkv + (size_t)b * T * C3 + (size_t)h * hd;

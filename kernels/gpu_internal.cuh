@@ -98,6 +98,14 @@ int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, ui
                      float std, cudaStream_t s, rl_err *e);
 
 // ---- attention (gpu_attention.cu) ---------------------------------------------------
+// Picks, for head_dim hd on the current device, the tile variant each
+// attention kernel runs with (double-buffered where the device's shared
+// memory per block allows, else single) and raises the kernels' shared-
+// memory limits to match; an error naming hd and the device's limit if
+// nothing fits. Optional -- every launch does the same on first use -- but
+// a model calls it at creation so that a head dim the GPU cannot run fails
+// there. Thread-safe.
+int rl_gpu_attn_prepare(int hd, rl_err *e);
 // qkv: [B*T, (H + 2 KV) * hd] rows (q heads, k heads, v heads), RoPE
 // applied; out: [B*T, H*hd]; lse: [B*H, T] (log2 domain, for the backward).
 int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, int KV, int hd,

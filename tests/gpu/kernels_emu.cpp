@@ -42,6 +42,7 @@ extern "C" {
 // gpu_model.cu's host-side grouping for the embedding backward
 int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t *uniq, int32_t *seg,
                         int32_t *pos);
+int rl_gpu_attn_prepare(int hd, rl_err *e); // gpu_attention.cu
 
 // Every thread of every block runs the kernel (sync only documents which
 // kernels use barriers: the emulator handles both kinds alike).
@@ -122,7 +123,28 @@ static void emu_launch_limits() {
     verdict(ok, what, "dynamic shared memory: 48 KiB until raised, at most %d B", optin);
 }
 
-template <int HD> static void run_case(int B, int T, int H, int KV, int hd, int vec) {
+// When no variant of a kernel fits the device's shared memory, the error
+// names the head dim and the limit. Run first, with a limit below even the
+// first kernel's smallest variant: the launchers remember what they chose
+// per device, and must not remember anything from this.
+static void emu_attn_no_fit() {
+    int optin = 0;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+    rl_emu_set_smem_optin(40 * 1024);
+    rl_err e = {};
+    int rc = rl_gpu_attn_prepare(128, &e);
+    rl_emu_set_smem_optin(optin);
+    bool ok = rc == RL_EINPUT && strstr(e.msg, "head_dim 128") && strstr(e.msg, "allows 40960");
+    verdict(ok, "emu attention: nothing fits 40 KiB: error", "\"%s\"", e.msg);
+    rl_err e2 = {};
+    rc = rl_gpu_attn_prepare(128, &e2);
+    verdict(rc == RL_OK, "emu attention: head_dim 128 fits this device", "%s",
+            rc ? e2.msg : "prepared");
+}
+
+// Each kernel in both instances: NB = 2 (double-buffered streaming tiles)
+// and 1 (the fallback for devices with less shared memory per block).
+template <int HD, int NB> static void run_case(int B, int T, int H, int KV, int hd, int vec) {
     int N = B * T, qd = H * hd, kvd = KV * hd, C3 = qd + 2 * kvd, nb = (T + 63) / 64;
     std::vector<float> q((size_t)N * qd), k((size_t)N * kvd), v((size_t)N * kvd),
         dout((size_t)N * qd);
@@ -149,18 +171,23 @@ template <int HD> static void run_case(int B, int T, int H, int KV, int hd, int 
     memset(dsum.data(), 0xff, dsum.size() * sizeof(float));
     float scale = 1.0f / sqrtf((float)hd), sl2 = scale * 1.4426950408889634f;
 
-    launch((unsigned)(B * H), (unsigned)nb, 128, [&] {
-        attn_fwd_kernel<HD>(d_out.data(), lse.data(), qkv.data(), T, H, KV, hd, sl2, vec);
+    // the shared memory the launcher gives each kernel: the emulator
+    // poisons exactly that much
+    auto tiled = [&](int kind, unsigned gx, const std::function<void()> &fn) {
+        rl_emu_launch(dim3(gx, (unsigned)nb), dim3(ATT_THREADS), attn_smem_bytes(kind, HD, NB), fn);
+    };
+    tiled(ATT_FWD, (unsigned)(B * H), [&] {
+        attn_fwd_kernel<HD, NB>(d_out.data(), lse.data(), qkv.data(), T, H, KV, hd, sl2, vec);
     });
     launch((unsigned)((N * H + 7) / 8), 1, 256,
            [&] { attn_dsum_kernel(dsum.data(), d_dout.data(), d_out.data(), N, T, H, hd); });
-    launch((unsigned)(B * KV), (unsigned)nb, 128, [&] {
-        attn_bwd_dkdv_kernel<HD>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(), dsum.data(),
-                                 T, H, KV, hd, sl2, scale, vec);
+    tiled(ATT_DKDV, (unsigned)(B * KV), [&] {
+        attn_bwd_dkdv_kernel<HD, NB>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(),
+                                     dsum.data(), T, H, KV, hd, sl2, scale, vec);
     });
-    launch((unsigned)(B * H), (unsigned)nb, 128, [&] {
-        attn_bwd_dq_kernel<HD>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(), dsum.data(), T,
-                               H, KV, hd, sl2, scale, vec);
+    tiled(ATT_DQ, (unsigned)(B * H), [&] {
+        attn_bwd_dq_kernel<HD, NB>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(),
+                                   dsum.data(), T, H, KV, hd, sl2, scale, vec);
     });
 
     // the reference: pkg/model's attention in double on the same values
@@ -185,8 +212,8 @@ template <int HD> static void run_case(int B, int T, int H, int KV, int hd, int 
         }
     }
     char name[128];
-    snprintf(name, sizeof name, "emu attention B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd,
-             vec ? " vec" : "");
+    snprintf(name, sizeof name, "emu attention B=%d T=%d H=%d KV=%d hd=%d%s, %d buffer%s", B, T, H,
+             KV, hd, vec ? " vec" : "", NB, NB > 1 ? "s" : "");
     printf("%s\n", name);
     check("  out", out, outr, 1e-2);
     check("  dq", dq, dqr, 2e-2);
@@ -523,16 +550,23 @@ int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : "";
     if (!*only || strstr("attention", only)) {
         emu_launch_limits();
+        emu_attn_no_fit();
         // head dims padded to each of 32, 64, 128; T = 1, below, at and over
-        // a 64-row tile; grouped (KV < H) and plain (KV = H) heads; both load paths
-        run_case<32>(1, 1, 3, 1, 32, 1);
-        run_case<32>(2, 7, 3, 1, 20, 0);
-        run_case<64>(1, 64, 2, 2, 64, 1);
-        run_case<64>(1, 129, 4, 2, 64, 1);
-        run_case<64>(1, 70, 2, 1, 64, 0);
-        run_case<64>(2, 65, 3, 3, 40, 1);
-        run_case<128>(1, 80, 2, 1, 96, 1);
-        run_case<128>(1, 66, 2, 2, 128, 1);
+        // a 64-row tile; grouped (KV < H) and plain (KV = H) heads; both load
+        // paths; both buffering instances
+        auto cases = [](auto NB_) {
+            constexpr int NB = decltype(NB_)::value;
+            run_case<32, NB>(1, 1, 3, 1, 32, 1);
+            run_case<32, NB>(2, 7, 3, 1, 20, 0);
+            run_case<64, NB>(1, 64, 2, 2, 64, 1);
+            run_case<64, NB>(1, 129, 4, 2, 64, 1);
+            run_case<64, NB>(1, 70, 2, 1, 64, 0);
+            run_case<64, NB>(2, 65, 3, 3, 40, 1);
+            run_case<128, NB>(1, 80, 2, 1, 96, 1);
+            run_case<128, NB>(1, 66, 2, 2, 128, 1);
+        };
+        cases(std::integral_constant<int, 2>());
+        cases(std::integral_constant<int, 1>());
     }
     if (!*only || strstr("model", only)) {
         emu_embed<1>();

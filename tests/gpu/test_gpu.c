@@ -834,6 +834,10 @@ int main(int argc, char **argv) {
          * tile loads), hidden 66 (RMSNorm), ffn 90 (SwiGLU), vocab 101
          * (classifier), parameter regions not on multiples of 4 (AdamW) */
         {"odd-hd22", 101, 66, 90, 2, 3, 1, 2, 19},
+        /* small, for make test-gpu-emu to run under every emulated
+         * architecture: the head dims whose attention tiles fit differently */
+        {"arch-hd64", 101, 128, 96, 1, 2, 1, 1, 65},
+        {"arch-hd128", 101, 256, 96, 1, 2, 1, 1, 65},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_step(&cases[i], 0);
     test_step(&cases[2], 1);
