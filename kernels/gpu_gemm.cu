@@ -1,6 +1,7 @@
 // Every GEMM of the model through cuBLASLt: bf16 operands, fp32 compute
 // (CUBLAS_COMPUTE_32F: no reduced-precision accumulation), bf16 or fp32
-// outputs.
+// outputs; weight gradients either accumulated into (beta = 1) or written
+// (beta = 0: the first micro-batch of a step, no zeroed buffer needed).
 //
 // Descriptors, layouts and the heuristic's algorithm are built once per
 // distinct call (shape, transposes, output type, whether C is read, pointer
@@ -13,7 +14,7 @@
 // its transpose. With X^T meaning "the same bytes read column-major":
 //   fwd        out = in . w^T    <=>  out^T (N x M) = op_T(w) . in^T
 //   bwd data   din = dout . w    <=>  din^T (K x M) = w^T . dout^T
-//   bwd weight dw += dout^T . in <=>  dw^T (K x N) += in^T . op_T(dout^T)
+//   bwd weight dw += dout^T . in <=>  dw^T (K x N) += in^T . op_T(dout^T)   (or =)
 // (fwd is cuBLAS's "TN" form, the one every library tunes best.)
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,7 +202,16 @@ int rl_gemm_bwd_data(rl_gemm *g, void *din, int din_f32, const bf16 *dout, const
 }
 
 int rl_gemm_bwd_weight(rl_gemm *g, float *dw, const bf16 *dout, const bf16 *in, int M, int N, int K,
-                       cudaStream_t s, rl_err *e) {
-    return gemm_lt(g, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, in, K, dout, N, dw, dw, K, CUDA_R_32F, 1,
-                   s, e);
+                       int accumulate, cudaStream_t s, rl_err *e) {
+    return gemm_lt(g, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, in, K, dout, N, dw, dw, K, CUDA_R_32F,
+                   accumulate != 0, s, e);
+}
+
+// bf16 operands read once (the tiles' re-reads hit L2), out written, C read
+rl_k_cost rl_k_gemm_cost(int M, int N, int K, int out_bytes, int c_bytes) {
+    rl_k_cost c;
+    c.flops = 2.0 * M * N * K;
+    c.bytes = 2.0 * ((double)M * K + (double)N * K) + (double)M * N * (out_bytes + c_bytes);
+    c.launches = 1;
+    return c;
 }

@@ -46,52 +46,86 @@ int rl_gpu_kernels_init(rl_err *e);
 
 // ---- kernel launchers (gpu_kernels.cu) ----------------------------------------------
 // All take the stream last but one and rl_err last; shapes are row-major.
+//
+// Beside each launcher its cost for the model's step plan: pure host
+// arithmetic (no CUDA call), FLOPs (exp, sqrt, divide count one each), the
+// DRAM bytes the launch must move at least (each operand read once, each
+// output written once) and how many kernels it launches.
+typedef struct {
+    double flops, bytes;
+    int launches;
+} rl_k_cost;
 
 // x0[n, :] = emb[tok[n], :]   (fp32 master rows: the residual stream is fp32)
 int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D, cudaStream_t s,
                    rl_err *e);
-// demb[uniq[u], :] += sum over p in [seg[u], seg[u+1]) of dres[pos[p], :]:
-// positions grouped by token id on the host, summed in ascending position
-// order, so no atomics and the same bits every run.
+rl_k_cost rl_k_embed_fwd_cost(int N, int D);
+// demb[uniq[u], :] (accumulate ? += : =) sum over p in [seg[u], seg[u+1]) of
+// dres[pos[p], :]: positions grouped by token id on the host, summed in
+// ascending position order, so no atomics and the same bits every run. Only
+// the U rows of tokens in the batch are touched (with accumulate = 0 they are
+// not read); the others are the caller's to clear.
 // The grouping rl_k_embed_bwd wants, computed on the host (gpu_model.cu):
 // uniq[U] distinct ids ascending, seg[U + 1] starts into pos[N], positions
 // ascending within an id. cnt: V + 1 ints of scratch. Returns U.
 int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t *uniq, int32_t *seg,
                         int32_t *pos);
 int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const int32_t *seg,
-                   const int32_t *pos, int U, int D, cudaStream_t s, rl_err *e);
+                   const int32_t *pos, int U, int D, int accumulate, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_embed_bwd_cost(int N, int U, int D, int accumulate);
 int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int N, int D,
                      float eps, cudaStream_t s, rl_err *e);
-// dres (=, or += when accumulate) and dres16 = bf16(dres); dw += via
-// partial sums in `partial` (rl_k_rmsnorm_partial_floats(N, D) floats).
+rl_k_cost rl_k_rmsnorm_fwd_cost(int N, int D);
+// From dout (bf16, the GEMM's output; fp32 arithmetic): dres (=, or += when
+// accumulate) and dres16 = bf16(dres); dw (accumulate_dw ? += : =, not read
+// then) via partial sums in `partial` (rl_k_rmsnorm_partial_floats(N, D)
+// floats). Two launches.
 size_t rl_k_rmsnorm_partial_floats(int N, int D);
-int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const float *dout,
+int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const bf16 *dout,
                      const float *x, const float *w, const float *rstd, int N, int D,
-                     int accumulate, cudaStream_t s, rl_err *e);
+                     int accumulate, int accumulate_dw, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D, int accumulate);
 // In place on rows of width ld: heads [0, nh) of head_dim hd starting at
 // column 0 (q heads then k heads of the fused qkv row). rope: [P, hd/2]
 // cos, then [P, hd/2] sin (fp32, the CPU model's table).
 int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, int max_pos,
               int inverse, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_rope_cost(int N, int T, int nh, int hd);
 int rl_k_swiglu_fwd(bf16 *h, const bf16 *gu, int N, int F, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_swiglu_fwd_cost(int N, int F);
 int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cudaStream_t s,
                     rl_err *e);
-// losses[n] = lse[n] - logit[n, tgt[n]] and lse[n] (fp32)
-int rl_k_xent_fwd(float *losses, float *lse, const bf16 *logits, const int32_t *tgt, int N, int V,
-                  cudaStream_t s, rl_err *e);
-// logits -> scale * (softmax - onehot), in place, from the stored lse
-int rl_k_xent_bwd(bf16 *logits, const float *lse, const int32_t *tgt, int N, int V, float scale,
-                  cudaStream_t s, rl_err *e);
-// out[0] = mean of x[0:n] (double accumulation, one block: fixed order)
+rl_k_cost rl_k_swiglu_bwd_cost(int N, int F);
+// The classifier, loss and gradient in one kernel. logits: [N, ld] bf16, the
+// vocabulary in columns [0, V), V <= ld; columns V..ld-1 are padding, left
+// out of the softmax. Writes losses[n] = lse[n] - logit[n, tgt[n]] and
+// lse[n] (fp32; lse may be NULL). With grad != 0 it then rewrites each row
+// in place: scale * (softmax - onehot(tgt)) for j < V, exactly 0 for
+// V <= j < ld; with grad = 0 the logits are only read. Targets must be in
+// [0, V) (checked on the host). 16-byte path when ld % 8 == 0 and logits is
+// 16-byte aligned, for any V.
+int rl_k_xent(bf16 *logits, float *losses, float *lse, const int32_t *tgt, int N, int V, int ld,
+              float scale, int grad, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_xent_cost(int N, int V, int ld, int grad);
+// acc[0] = (reset ? 0 : acc[0]) + weight * mean(losses[0:n]): the mean in
+// double, one block, a fixed order (bit-identical run to run); with reset
+// acc is not read. n >= 1. The micro-batch losses of a step averaged on the
+// device (weight = 1 / micro-batches), for the host to read a step later.
+int rl_k_loss_accum(float *acc, const float *losses, int n, float weight, int reset, cudaStream_t s,
+                    rl_err *e);
+rl_k_cost rl_k_loss_accum_cost(int n);
+// out[0] = mean of x[0:n]: rl_k_loss_accum(out, x, n, 1, 1, ...)
 int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e);
 // Sum of squares in fixed-size blocks, then one block over the partials:
-// out[0] = sqrt(sum g^2). partial: RL_K_NORM_BLOCKS floats.
+// out[0] = sqrt(sum g^2). partial: RL_K_NORM_BLOCKS floats. Two launches.
 #define RL_K_NORM_BLOCKS 1024
 int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_norm_cost(size_t n);
 
 int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float *grads,
                const float *norm, const rl_param_layout *lay, int L, int D,
                const rl_k_adamw_args *a, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_adamw_cost(size_t n_params);
 int rl_k_f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t s, rl_err *e);
 int rl_k_bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t s, rl_err *e);
 int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, uint64_t seed,
@@ -134,6 +168,11 @@ int rl_gemm_fwd(rl_gemm *g, void *out, int out_f32, const bf16 *in, const bf16 *
 // din[M,K] = dout[M,N] . w[N,K]
 int rl_gemm_bwd_data(rl_gemm *g, void *din, int din_f32, const bf16 *dout, const bf16 *w, int M,
                      int N, int K, cudaStream_t s, rl_err *e);
-// dw[N,K] += dout[M,N]^T . in[M,K]   (fp32 gradients)
+// dw[N,K] (accumulate ? += : =) dout[M,N]^T . in[M,K]   (fp32 gradients;
+// accumulate = 0 is beta = 0: dw is not read, so it needs no zeroing)
 int rl_gemm_bwd_weight(rl_gemm *g, float *dw, const bf16 *dout, const bf16 *in, int M, int N, int K,
-                       cudaStream_t s, rl_err *e);
+                       int accumulate, cudaStream_t s, rl_err *e);
+// A product out[M,N] = A[M,K] . B[K,N] (either transposed): 2 M N K FLOPs;
+// bf16 A and B read once, out written (out_bytes per element: 2 or 4) and C
+// read (c_bytes per element: 4 when accumulating into fp32, else 0)
+rl_k_cost rl_k_gemm_cost(int M, int N, int K, int out_bytes, int c_bytes);

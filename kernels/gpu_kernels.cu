@@ -15,6 +15,15 @@ static unsigned grid_for(size_t n, unsigned threads) {
     return b > GRID_CAP ? GRID_CAP : (unsigned)b;
 }
 
+// The cost functions beside each launcher (gpu_internal.cuh): FLOPs (exp,
+// sqrt and divide count as one each), the DRAM bytes the launch must move
+// at least (each operand read once, each output written once), launches.
+static rl_k_cost cost(double flops, double bytes, int launches) {
+    rl_k_cost c;
+    c.flops = flops, c.bytes = bytes, c.launches = launches;
+    return c;
+}
+
 // ---- embedding -----------------------------------------------------------------------
 int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D, cudaStream_t s,
                    rl_err *e) {
@@ -26,13 +35,24 @@ int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D
     return RL_OK;
 }
 
+// token ids and N gathered rows read (a repeated token's row may come from
+// L2: an upper bound there), N rows written
+rl_k_cost rl_k_embed_fwd_cost(int N, int D) { return cost(0, (double)N * 4 + 2.0 * N * D * 4, 1); }
+
 int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const int32_t *seg,
-                   const int32_t *pos, int U, int D, cudaStream_t s, rl_err *e) {
+                   const int32_t *pos, int U, int D, int accumulate, cudaStream_t s, rl_err *e) {
     if (U == 0) return RL_OK;
     dim3 grid(U, rl_cdiv(D, 256));
-    RL_LAUNCH(embed_bwd_kernel, grid, 256, 0, s, demb, dres, uniq, seg, pos, D);
+    RL_LAUNCH(embed_bwd_kernel, grid, 256, 0, s, demb, dres, uniq, seg, pos, D, accumulate);
     LAUNCH_CHECK();
     return RL_OK;
+}
+
+// N rows of dres summed into U rows (read too when accumulating), the grouping's ints
+rl_k_cost rl_k_embed_bwd_cost(int N, int U, int D, int accumulate) {
+    return cost((double)N * D,
+                (double)N * D * 4 + (accumulate ? 2.0 : 1.0) * U * D * 4 + (2.0 * U + 1 + N) * 4,
+                U > 0);
 }
 
 // ---- RMSNorm ----------------------------------------------------------------------------
@@ -47,14 +67,19 @@ int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int
     return RL_OK;
 }
 
+// x (fp32) and w read, out (bf16) and rstd written; sum of squares + scale
+rl_k_cost rl_k_rmsnorm_fwd_cost(int N, int D) {
+    return cost(4.0 * N * D, (double)N * D * (4 + 2) + (double)D * 4 + (double)N * 4, 1);
+}
+
 size_t rl_k_rmsnorm_partial_floats(int N, int D) { return (size_t)rms_blocks(N) * D; }
 
-int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const float *dout,
+int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const bf16 *dout,
                      const float *x, const float *w, const float *rstd, int N, int D,
-                     int accumulate, cudaStream_t s, rl_err *e) {
+                     int accumulate, int accumulate_dw, cudaStream_t s, rl_err *e) {
     int nw = rms_warps(D), nblk = rms_blocks(N);
     size_t smem = (size_t)nw * D * sizeof(float);
-    if (D % 4 == 0 && vec_ok(dres, 4, 4) && vec_ok(dres16, 4, 2) && vec_ok(dout, 4, 4) &&
+    if (D % 4 == 0 && vec_ok(dres, 4, 4) && vec_ok(dres16, 4, 2) && vec_ok(dout, 4, 2) &&
         vec_ok(x, 4, 4) && vec_ok(w, 4, 4))
         RL_LAUNCH(rmsnorm_bwd_kernel<4>, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w,
                   rstd, N, D, rms_rows_per_block(N), accumulate);
@@ -62,9 +87,20 @@ int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const
         RL_LAUNCH(rmsnorm_bwd_kernel<1>, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w,
                   rstd, N, D, rms_rows_per_block(N), accumulate);
     LAUNCH_CHECK();
-    RL_LAUNCH(rmsnorm_dw_kernel, rl_cdiv(D, 256), 256, 0, s, dw, partial, nblk, D);
+    RL_LAUNCH(rmsnorm_dw_kernel, rl_cdiv(D, 256), 256, 0, s, dw, partial, nblk, D, accumulate_dw);
     LAUNCH_CHECK();
     return RL_OK;
+}
+
+// dout (bf16), x, w, rstd read; dres (read too when accumulating) and dres16
+// written; the per-block dw partials written and read back, dw read and
+// written (D floats each way whether or not it accumulates: noise)
+rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D, int accumulate) {
+    double nd = (double)N * D, part = (double)rms_blocks(N) * D;
+    return cost(10.0 * nd + part,
+                nd * (2 + 4 + 4 + 2 + (accumulate ? 4 : 0)) + (double)D * 4 * 3 + (double)N * 4 +
+                    part * 4 * 2,
+                2);
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------
@@ -78,6 +114,13 @@ int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, 
     return RL_OK;
 }
 
+// nh heads of hd bf16 read and written in place; the cos and sin rows of T
+// positions read once (fp32); 6 FLOPs per rotated pair
+rl_k_cost rl_k_rope_cost(int N, int T, int nh, int hd) {
+    double el = (double)N * nh * hd;
+    return cost(3.0 * el, el * 2 * 2 + (double)T * hd * 4, 1);
+}
+
 // ---- SwiGLU ----------------------------------------------------------------------------------
 
 int rl_k_swiglu_fwd(bf16 *h, const bf16 *gu, int N, int F, cudaStream_t s, rl_err *e) {
@@ -87,6 +130,12 @@ int rl_k_swiglu_fwd(bf16 *h, const bf16 *gu, int N, int F, cudaStream_t s, rl_er
         RL_LAUNCH(swiglu_fwd_kernel<1>, grid_for((size_t)N * F, 256), 256, 0, s, h, gu, N, F);
     LAUNCH_CHECK();
     return RL_OK;
+}
+
+// gate | up read, h written (bf16)
+rl_k_cost rl_k_swiglu_fwd_cost(int N, int F) {
+    double nf = (double)N * F;
+    return cost(6.0 * nf, nf * 2 * 3, 1);
 }
 
 int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cudaStream_t s,
@@ -100,34 +149,57 @@ int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cud
     return RL_OK;
 }
 
+// gate | up and dh read, dgate | dup written (bf16)
+rl_k_cost rl_k_swiglu_bwd_cost(int N, int F) {
+    double nf = (double)N * F;
+    return cost(14.0 * nf, nf * 2 * 5, 1);
+}
+
 // ---- classifier ---------------------------------------------------------------------------------
 
-int rl_k_xent_fwd(float *losses, float *lse, const bf16 *logits, const int32_t *tgt, int N, int V,
-                  cudaStream_t s, rl_err *e) {
-    if (V % 8 == 0 && vec_ok(logits, 8, 2))
-        RL_LAUNCH(xent_fwd_kernel<8>, N, XENT_THREADS, 0, s, losses, lse, logits, tgt, V);
+int rl_k_xent(bf16 *logits, float *losses, float *lse, const int32_t *tgt, int N, int V, int ld,
+              float scale, int grad, cudaStream_t s, rl_err *e) {
+    if (V < 1 || ld < V)
+        return rl_errf(e, RL_EINTERNAL,
+                       "xent: vocabulary V %d and row length ld %d (need 1 <= V <= ld)", V, ld);
+    if (N < 1) return RL_OK;
+    if (ld % 8 == 0 && vec_ok(logits, 8, 2))
+        RL_LAUNCH(xent_kernel<8>, N, XENT_THREADS, 0, s, logits, losses, lse, tgt, V, ld, scale,
+                  grad);
     else
-        RL_LAUNCH(xent_fwd_kernel<1>, N, XENT_THREADS, 0, s, losses, lse, logits, tgt, V);
+        RL_LAUNCH(xent_kernel<1>, N, XENT_THREADS, 0, s, logits, losses, lse, tgt, V, ld, scale,
+                  grad);
     LAUNCH_CHECK();
     return RL_OK;
 }
 
-int rl_k_xent_bwd(bf16 *logits, const float *lse, const int32_t *tgt, int N, int V, float scale,
-                  cudaStream_t s, rl_err *e) {
-    if (V % 8 == 0 && vec_ok(logits, 8, 2))
-        RL_LAUNCH(xent_bwd_kernel<8>, N, XENT_THREADS, 0, s, logits, lse, tgt, V, scale);
-    else
-        RL_LAUNCH(xent_bwd_kernel<1>, N, XENT_THREADS, 0, s, logits, lse, tgt, V, scale);
-    LAUNCH_CHECK();
-    return RL_OK;
+// The V logits of each row read once; targets read, losses and lse written;
+// with grad the whole row (ld) written. Pass 2's second read of the row is
+// not counted: the block re-reads the row it has just read, from L2 -- but
+// with ld * 2 bytes per block (100 KB at V = 50k) and a few blocks per SM in
+// flight, that is about an H100's whole L2, so some of it may come from DRAM:
+// this is the floor, not a promise.
+rl_k_cost rl_k_xent_cost(int N, int V, int ld, int grad) {
+    double nv = (double)N * V;
+    return cost(nv * (grad ? 8 : 4), nv * 2 + (double)N * 4 * 3 + (grad ? (double)N * ld * 2 : 0),
+                1);
 }
 
 // ---- reductions ---------------------------------------------------------------------------------
 
-int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e) {
-    RL_LAUNCH(mean_kernel, 1, 1024, 0, s, out, x, n);
+int rl_k_loss_accum(float *acc, const float *losses, int n, float weight, int reset, cudaStream_t s,
+                    rl_err *e) {
+    if (n < 1) return rl_errf(e, RL_EINTERNAL, "loss_accum: n %d losses (need at least 1)", n);
+    RL_LAUNCH(loss_accum_kernel, 1, 1024, 0, s, acc, losses, n, weight, reset);
     LAUNCH_CHECK();
     return RL_OK;
+}
+
+// n losses read, the accumulator read and written
+rl_k_cost rl_k_loss_accum_cost(int n) { return cost((double)n + 2, (double)n * 4 + 8, 1); }
+
+int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e) {
+    return rl_k_loss_accum(out, x, n, 1.0f, 1, s, e);
 }
 
 int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t s, rl_err *e) {
@@ -139,6 +211,11 @@ int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t
     RL_LAUNCH(sqrt_sum_kernel, 1, 1024, 0, s, out, partial, RL_K_NORM_BLOCKS);
     LAUNCH_CHECK();
     return RL_OK;
+}
+
+// n fp32 read once; the block partials written and read back, the norm written
+rl_k_cost rl_k_norm_cost(size_t n) {
+    return cost(2.0 * n + RL_K_NORM_BLOCKS, (double)n * 4 + RL_K_NORM_BLOCKS * 4.0 * 2 + 4, 2);
 }
 
 // ---- AdamW --------------------------------------------------------------------------------------
@@ -169,6 +246,10 @@ int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float 
     LAUNCH_CHECK();
     return RL_OK;
 }
+
+// per parameter: grad, master, m, v read (fp32); master, m, v written (fp32)
+// and the bf16 copy: 30 bytes
+rl_k_cost rl_k_adamw_cost(size_t n_params) { return cost(16.0 * n_params, 30.0 * n_params, 1); }
 
 // ---- casts and init -----------------------------------------------------------------------------
 int rl_k_f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t s, rl_err *e) {

@@ -62,8 +62,8 @@ struct rl_gpu_model {
     float *res, *res_mid, *rstd1, *rstd2, *att_lse, *rstdf, *lse_cls, *losses, *rope;
     bf16 *ln1, *qkv, *atty, *ln2, *gu, *hm, *lnf, *logits;
     // scratch
-    float *dres, *dln, *dsum, *rms_partial, *norm_partial, *scalars; // scalars: loss, grad norm
-    bf16 *dres16, *datty, *dqkv, *dh, *dgu;
+    float *dres, *dsum, *rms_partial, *norm_partial, *scalars; // scalars: loss, grad norm
+    bf16 *dres16, *dln, *datty, *dqkv, *dh, *dgu;
     int32_t *io; // tokens, targets, uniq, seg, pos (5 cap + 1)
     void *ws;
 
@@ -167,7 +167,7 @@ static size_t layout_scratch(rl_gpu_model *m, unsigned char *base) {
     size_t off = 0;
     A(dres, float, N * D);
     A(dres16, bf16, N * D);
-    A(dln, float, N * D);
+    A(dln, bf16, N * D);
     A(datty, bf16, N * m->qd);
     A(dqkv, bf16, N * m->C3);
     A(dh, bf16, N * F);
@@ -458,7 +458,7 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
         return RL_OK;
     }
     PROF(RL_GPU_PROF_CLASSIFIER,
-         rl_k_xent_fwd(m->losses, m->lse_cls, m->logits, d_tgt, N, V, s, e));
+         rl_k_xent(m->logits, m->losses, m->lse_cls, d_tgt, N, V, V, 0.0f, 0, s, e));
     PROF(RL_GPU_PROF_CLASSIFIER, rl_k_mean(m->scalars, m->losses, N, s, e));
     CUDA_CHECK(
         cudaMemcpyAsync(m->pinned_scalars, m->scalars, sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -490,17 +490,17 @@ int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn ho
                   *d_pos = m->io + 4 * cap + 1;
 
     // classifier: the mean over N tokens, times the caller's scale
-    PROF(RL_GPU_PROF_CLASSIFIER,
-         rl_k_xent_bwd(m->logits, m->lse_cls, d_tgt, N, V, loss_scale / (float)N, s, e));
+    PROF(RL_GPU_PROF_CLASSIFIER, rl_k_xent(m->logits, m->losses, m->lse_cls, d_tgt, N, V, V,
+                                           loss_scale / (float)N, 1, s, e));
     PROF(RL_GPU_PROF_GEMM,
-         rl_gemm_bwd_data(g, m->dln, 1, m->logits, m->params + p->lm_head, N, V, D, s, e));
+         rl_gemm_bwd_data(g, m->dln, 0, m->logits, m->params + p->lm_head, N, V, D, s, e));
     PROF(RL_GPU_PROF_GEMM,
-         rl_gemm_bwd_weight(g, m->grads + p->lm_head, m->logits, m->lnf, N, V, D, s, e));
+         rl_gemm_bwd_weight(g, m->grads + p->lm_head, m->logits, m->lnf, N, V, D, 1, s, e));
     if (hook) hook(hook_ctx, p->lm_head);
     PROF(RL_GPU_PROF_NORM,
          rl_k_rmsnorm_bwd(m->dres, m->dres16, m->grads + p->final_norm, m->rms_partial, m->dln,
                           m->res + (size_t)m->L * m->s_btd, m->master + p->final_norm, m->rstdf, N,
-                          D, 0, s, e));
+                          D, 0, 1, s, e));
     if (hook) hook(hook_ctx, p->final_norm);
 
     for (int l = m->L - 1; l >= 0; l--) {
@@ -520,32 +520,35 @@ int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn ho
             PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd(hm, gu, N, F, s, e));
         PROF(RL_GPU_PROF_GEMM,
              rl_gemm_bwd_data(g, m->dh, 0, m->dres16, w + o->wdown, N, D, F, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, gw + o->wdown, m->dres16, hm, N, D, F, s, e));
+        PROF(RL_GPU_PROF_GEMM,
+             rl_gemm_bwd_weight(g, gw + o->wdown, m->dres16, hm, N, D, F, 1, s, e));
         PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_bwd(m->dgu, m->dh, gu, N, F, s, e));
         PROF(RL_GPU_PROF_GEMM,
-             rl_gemm_bwd_data(g, m->dln, 1, m->dgu, w + o->wgate, N, 2 * F, D, s, e));
+             rl_gemm_bwd_data(g, m->dln, 0, m->dgu, w + o->wgate, N, 2 * F, D, s, e));
         PROF(RL_GPU_PROF_GEMM,
-             rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, s, e));
-        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln2, m->rms_partial,
-                                                m->dln, xmid, w32 + o->ln2, rstd2, N, D, 1, s, e));
+             rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, 1, s, e));
+        PROF(RL_GPU_PROF_NORM,
+             rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln2, m->rms_partial, m->dln, xmid,
+                              w32 + o->ln2, rstd2, N, D, 1, 1, s, e));
         // attention; dres is now d xmid
         PROF(RL_GPU_PROF_GEMM,
              rl_gemm_bwd_data(g, m->datty, 0, m->dres16, w + o->wo, N, D, m->qd, s, e));
         PROF(RL_GPU_PROF_GEMM,
-             rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, s, e));
+             rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, 1, s, e));
         PROF(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, B, T,
                                                  m->H, m->KV, m->hd, s, e));
         PROF(RL_GPU_PROF_ELEMWISE, rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
                                              m->cfg.max_position_embeddings, 1, s, e));
         PROF(RL_GPU_PROF_GEMM,
-             rl_gemm_bwd_data(g, m->dln, 1, m->dqkv, w + o->wq, N, m->C3, D, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_bwd_weight(g, gw + o->wq, m->dqkv, ln1, N, m->C3, D, s, e));
+             rl_gemm_bwd_data(g, m->dln, 0, m->dqkv, w + o->wq, N, m->C3, D, s, e));
+        PROF(RL_GPU_PROF_GEMM,
+             rl_gemm_bwd_weight(g, gw + o->wq, m->dqkv, ln1, N, m->C3, D, 1, s, e));
         PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln1, m->rms_partial,
-                                                m->dln, x, w32 + o->ln1, rstd1, N, D, 1, s, e));
+                                                m->dln, x, w32 + o->ln1, rstd1, N, D, 1, 1, s, e));
         if (hook) hook(hook_ctx, wl);
     }
     PROF(RL_GPU_PROF_ELEMWISE,
-         rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, m->n_uniq, D, s, e));
+         rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, m->n_uniq, D, 1, s, e));
     if (hook) hook(hook_ctx, p->embed);
     return RL_OK;
 }

@@ -124,7 +124,7 @@ extern "C" int rl_gpu_op_embed_fwd(float *out, const float *emb, const int32_t *
 }
 
 extern "C" int rl_gpu_op_embed_bwd(float *demb, const float *dout, const int32_t *tok, int N, int V,
-                                   int D, rl_err *e) {
+                                   int D, int accumulate, rl_err *e) {
     op_ctx c;
     int32_t *h = (int32_t *)malloc(sizeof(int32_t) * ((size_t)V + 1 + 3 * (size_t)N + 1));
     if (!h) return rl_errf(e, RL_ENOMEM, "gpu op: host staging");
@@ -141,7 +141,8 @@ extern "C" int rl_gpu_op_embed_bwd(float *demb, const float *dout, const int32_t
     if (!rc) rc = up_i32(c, d_idx, uniq, 3 * (size_t)N + 1, e); // uniq, seg, pos are contiguous
     free(h);
     RL_TRY(rc);
-    RL_TRY(rl_k_embed_bwd(d_demb, d_dout, d_idx, d_idx + N, d_idx + 2 * N + 1, U, D, c.s, e));
+    RL_TRY(rl_k_embed_bwd(d_demb, d_dout, d_idx, d_idx + N, d_idx + 2 * N + 1, U, D, accumulate,
+                          c.s, e));
     return down_f32(c, demb, d_demb, (size_t)V * D, e);
 }
 
@@ -166,10 +167,10 @@ extern "C" int rl_gpu_op_rmsnorm_fwd(float *out, float *rstd, const float *x, co
 
 extern "C" int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const float *dout,
                                      const float *x, const float *w, const float *rstd, int N,
-                                     int D, int accumulate, rl_err *e) {
+                                     int D, int accumulate, int accumulate_dw, rl_err *e) {
     op_ctx c;
-    float *d_dx, *d_dw, *d_dout, *d_x, *d_w, *d_rstd, *d_part;
-    bf16 *d_dx16;
+    float *d_dx, *d_dw, *d_x, *d_w, *d_rstd, *d_part;
+    bf16 *d_dx16, *d_dout;
     size_t nd = (size_t)N * D;
     RL_TRY(op_begin(c, e));
     RL_TRY(op_alloc(c, &d_dx, nd, e));
@@ -186,13 +187,16 @@ extern "C" int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const fl
         RL_TRY(poison(c, d_dx, nd, e));
     RL_TRY(poison(c, d_dx16, nd, e));
     RL_TRY(poison(c, d_part, rl_k_rmsnorm_partial_floats(N, D), e));
-    RL_TRY(up_f32(c, d_dw, dw, (size_t)D, e));
-    RL_TRY(up_f32(c, d_dout, dout, nd, e));
+    if (accumulate_dw)
+        RL_TRY(up_f32(c, d_dw, dw, (size_t)D, e));
+    else
+        RL_TRY(poison(c, d_dw, (size_t)D, e));
+    RL_TRY(up_bf16(c, d_dout, dout, nd, e));
     RL_TRY(up_f32(c, d_x, x, nd, e));
     RL_TRY(up_f32(c, d_w, w, (size_t)D, e));
     RL_TRY(up_f32(c, d_rstd, rstd, (size_t)N, e));
     RL_TRY(rl_k_rmsnorm_bwd(d_dx, d_dx16, d_dw, d_part, d_dout, d_x, d_w, d_rstd, N, D, accumulate,
-                            c.s, e));
+                            accumulate_dw, c.s, e));
     RL_TRY(down_f32(c, dx, d_dx, nd, e));
     RL_TRY(down_bf16(c, dx16, d_dx16, nd, e));
     return down_f32(c, dw, d_dw, (size_t)D, e);
@@ -317,26 +321,45 @@ extern "C" int rl_gpu_op_swiglu_bwd(float *dgu, const float *dh, const float *gu
     return down_bf16(c, dgu, d_dgu, (size_t)N * 2 * F, e);
 }
 
-extern "C" int rl_gpu_op_xent(float *losses, float *dlogits, const float *logits,
-                              const int32_t *targets, int N, int V, float scale, rl_err *e) {
+extern "C" int rl_gpu_op_xent(float *losses, float *lse, float *dlogits, const float *logits,
+                              const int32_t *targets, int N, int V, int ld, float scale,
+                              rl_err *e) {
     op_ctx c;
     bf16 *d_l;
-    float *d_loss, *d_lse;
+    float *d_loss, *d_lse = nullptr;
     int32_t *d_t;
-    size_t nv = (size_t)N * V;
+    size_t nl = (size_t)N * ld;
     RL_TRY(op_begin(c, e));
-    RL_TRY(op_alloc(c, &d_l, nv, e));
+    RL_TRY(op_alloc(c, &d_l, nl, e));
     RL_TRY(op_alloc(c, &d_loss, (size_t)N, e));
-    RL_TRY(op_alloc(c, &d_lse, (size_t)N, e));
     RL_TRY(op_alloc(c, &d_t, (size_t)N, e));
-    RL_TRY(up_bf16(c, d_l, logits, nv, e));
+    RL_TRY(up_bf16(c, d_l, logits, nl, e));
     RL_TRY(up_i32(c, d_t, targets, (size_t)N, e));
     RL_TRY(poison(c, d_loss, (size_t)N, e));
-    RL_TRY(poison(c, d_lse, (size_t)N, e));
-    RL_TRY(rl_k_xent_fwd(d_loss, d_lse, d_l, d_t, N, V, c.s, e));
-    RL_TRY(rl_k_xent_bwd(d_l, d_lse, d_t, N, V, scale, c.s, e));
-    RL_TRY(down_f32(c, losses, d_loss, (size_t)N, e));
-    return down_bf16(c, dlogits, d_l, nv, e);
+    if (lse) {
+        RL_TRY(op_alloc(c, &d_lse, (size_t)N, e));
+        RL_TRY(poison(c, d_lse, (size_t)N, e));
+    }
+    RL_TRY(rl_k_xent(d_l, d_loss, d_lse, d_t, N, V, ld, scale, dlogits != NULL, c.s, e));
+    if (lse) RL_TRY(down_f32(c, lse, d_lse, (size_t)N, e));
+    if (dlogits) RL_TRY(down_bf16(c, dlogits, d_l, nl, e));
+    return down_f32(c, losses, d_loss, (size_t)N, e);
+}
+
+extern "C" int rl_gpu_op_loss_accum(float *acc, const float *losses, int n, float weight, int reset,
+                                    rl_err *e) {
+    op_ctx c;
+    float *d_acc, *d_loss;
+    RL_TRY(op_begin(c, e));
+    RL_TRY(op_alloc(c, &d_acc, 1, e));
+    RL_TRY(op_alloc(c, &d_loss, (size_t)n, e));
+    RL_TRY(up_f32(c, d_loss, losses, (size_t)n, e));
+    if (reset)
+        RL_TRY(poison(c, d_acc, 1, e));
+    else
+        RL_TRY(up_f32(c, d_acc, acc, 1, e));
+    RL_TRY(rl_k_loss_accum(d_acc, d_loss, n, weight, reset, c.s, e));
+    return down_f32(c, acc, d_acc, 1, e);
 }
 
 extern "C" int rl_gpu_op_gemm(int kind, float *out, int out_f32, const float *a, const float *b,
@@ -355,7 +378,7 @@ extern "C" int rl_gpu_op_gemm(int kind, float *out, int out_f32, const float *a,
         na = (size_t)M * K, nb = (size_t)N * K, no = (size_t)M * N;
     else if (kind == RL_GPU_GEMM_BWD_DATA)
         na = (size_t)M * N, nb = (size_t)N * K, no = (size_t)M * K;
-    else if (kind == RL_GPU_GEMM_BWD_W)
+    else if (kind == RL_GPU_GEMM_BWD_W || kind == RL_GPU_GEMM_BWD_W_SET)
         na = (size_t)M * N, nb = (size_t)M * K, no = (size_t)N * K, out_f32 = 1;
     else
         return rl_errf(e, RL_EINTERNAL, "gpu op: gemm kind %d", kind);
@@ -385,7 +408,7 @@ extern "C" int rl_gpu_op_gemm(int kind, float *out, int out_f32, const float *a,
     else if (kind == RL_GPU_GEMM_BWD_DATA)
         RL_TRY(rl_gemm_bwd_data(&g, d_out, out_f32, d_a, d_b, M, N, K, c.s, e));
     else
-        RL_TRY(rl_gemm_bwd_weight(&g, d_o32, d_a, d_b, M, N, K, c.s, e));
+        RL_TRY(rl_gemm_bwd_weight(&g, d_o32, d_a, d_b, M, N, K, kind == RL_GPU_GEMM_BWD_W, c.s, e));
     return out_f32 ? down_f32(c, out, d_o32, no, e) : down_bf16(c, out, d_o16, no, e);
 }
 

@@ -165,17 +165,19 @@ float rl_gpu_bf16_round(float x);
 /* out[n, :] = emb[tok[n], :] (fp32) */
 int rl_gpu_op_embed_fwd(float *out, const float *emb, const int32_t *tok, int N, int V, int D,
                         rl_err *e);
-/* demb[tok[n], :] += dout[n, :] (demb is read and written) */
+/* demb[t, :] (accumulate ? += : =) sum of dout[n, :] over the n with
+ * tok[n] = t, for the tokens t in tok; the other rows of demb come back as
+ * given (demb is read and written) */
 int rl_gpu_op_embed_bwd(float *demb, const float *dout, const int32_t *tok, int N, int V, int D,
-                        rl_err *e);
+                        int accumulate, rl_err *e);
 /* out (bf16) = x * rstd * w; x, w fp32 */
 int rl_gpu_op_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int N, int D,
                           float eps, rl_err *e);
-/* dx (fp32, accumulate ? += : =) and its bf16 copy dx16; dw += (fp32).
- * dout, x, w, rstd fp32. */
+/* dx (fp32, accumulate ? += : =) and its bf16 copy dx16; dw (fp32,
+ * accumulate_dw ? += : =, not read then). dout bf16; x, w, rstd fp32. */
 int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const float *dout, const float *x,
                           const float *w, const float *rstd, int N, int D, int accumulate,
-                          rl_err *e);
+                          int accumulate_dw, rl_err *e);
 /* In place on x[B, T, nh, hd] (bf16), rotate-half; inverse = 1: backward. */
 int rl_gpu_op_rope(float *x, const rl_model_config *c, int B, int T, int nh, int inverse, rl_err *e);
 /* q [B,T,H,hd], k, v [B,T,KV,hd] (bf16) -> out [B,T,H,hd] (bf16) */
@@ -190,18 +192,27 @@ int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const
 int rl_gpu_op_swiglu_fwd(float *h, const float *gu, int N, int F, rl_err *e);
 /* dh [N, F], gu [N, 2F] (bf16) -> dgu [N, 2F] (bf16) */
 int rl_gpu_op_swiglu_bwd(float *dgu, const float *dh, const float *gu, int N, int F, rl_err *e);
-/* logits [N, V] (bf16) -> losses [N] (fp32) and, in place, dlogits =
- * scale * (softmax - onehot) (bf16) */
-int rl_gpu_op_xent(float *losses, float *dlogits, const float *logits, const int32_t *targets,
-                   int N, int V, float scale, rl_err *e);
+/* logits [N, ld] (bf16; the vocabulary in columns [0, V), V <= ld, the
+ * rest padding, uploaded as given) -> losses [N] and lse [N] (fp32; lse may
+ * be NULL) and, with dlogits non-NULL, the kernel's in-place gradient
+ * dlogits [N, ld] = scale * (softmax - onehot) (bf16), 0 in the padding;
+ * dlogits NULL: loss only (no gradient pass). */
+int rl_gpu_op_xent(float *losses, float *lse, float *dlogits, const float *logits,
+                   const int32_t *targets, int N, int V, int ld, float scale, rl_err *e);
+/* acc = (reset ? 0 : acc) + weight * mean(losses[0:n]) (acc read and written) */
+int rl_gpu_op_loss_accum(float *acc, const float *losses, int n, float weight, int reset,
+                         rl_err *e);
 /* GEMMs through cuBLASLt (bf16 in, fp32 compute), row-major:
  *   RL_GPU_GEMM_FWD:      out[M,N] = in[M,K] . w[N,K]^T (+ res[M,N] if res)
  *   RL_GPU_GEMM_BWD_DATA: out[M,K] = dout[M,N] . w[N,K]
- *   RL_GPU_GEMM_BWD_W:    out[N,K] += dout[M,N]^T . in[M,K]   (fp32 out) */
-enum { RL_GPU_GEMM_FWD = 0, RL_GPU_GEMM_BWD_DATA = 1, RL_GPU_GEMM_BWD_W = 2 };
+ *   RL_GPU_GEMM_BWD_W:    out[N,K] += dout[M,N]^T . in[M,K]   (fp32 out)
+ *   RL_GPU_GEMM_BWD_W_SET: out[N,K] = dout[M,N]^T . in[M,K]   (fp32, beta 0) */
+enum { RL_GPU_GEMM_FWD = 0, RL_GPU_GEMM_BWD_DATA = 1, RL_GPU_GEMM_BWD_W = 2,
+       RL_GPU_GEMM_BWD_W_SET = 3 };
 /* a, b: the two bf16 operands in the order of the formulas above (in/dout,
- * then w/in); out_f32: 1 fp32 output, 0 bf16 (ignored for BWD_W); res: fp32
- * residual for FWD with fp32 output, or NULL. out is read for BWD_W. */
+ * then w/in); out_f32: 1 fp32 output, 0 bf16 (ignored for the BWD_Ws); res:
+ * fp32 residual for FWD with fp32 output, or NULL. out is read for BWD_W
+ * only (BWD_W_SET poisons it on the device first: it must not be read). */
 int rl_gpu_op_gemm(int kind, float *out, int out_f32, const float *a, const float *b,
                    const float *res, int M, int N, int K, rl_err *e);
 /* sqrt(sum g^2) with the model's reduction, on a plain array */

@@ -5,9 +5,8 @@
 // format); no atomics: every output element is owned by one thread, and every
 // reduction runs in an order fixed by the shapes alone, so two runs on the
 // same inputs give the same bits. Most of these kernels are memory-bound:
-// the plan is one pass over each operand, coalesced (consecutive threads,
-// consecutive addresses); vectorising the loads is left for the tuning pass
-// on a GPU, with the tests below as the safety net.
+// one pass over each operand, coalesced (consecutive threads, consecutive
+// addresses), 16-byte accesses where shapes and alignment allow.
 //
 // The device code lives in this header and the launchers in gpu_kernels.cu,
 // so that tests/gpu/kernels_emu.cpp can run these very kernels on the host.
@@ -32,14 +31,17 @@ static __global__ void embed_fwd_kernel(float *x0, const float *emb, const int32
 
 // One block row per distinct token, threads across channels: the rows of
 // one token are summed in ascending position order (the CPU model's order),
-// then added once.
+// then added once (accumulate) or stored (the first micro-batch of a step:
+// the row is not read, so it needs no clearing beforehand).
 static __global__ void embed_bwd_kernel(float *demb, const float *dres, const int32_t *uniq,
-                                        const int32_t *seg, const int32_t *pos, int D) {
+                                        const int32_t *seg, const int32_t *pos, int D,
+                                        int accumulate) {
     int u = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= D) return;
     float acc = 0.0f;
     for (int p = seg[u]; p < seg[u + 1]; p++) acc += dres[(size_t)pos[p] * D + j];
-    demb[(size_t)uniq[u] * D + j] += acc;
+    float *d = demb + (size_t)uniq[u] * D + j;
+    *d = accumulate ? *d + acc : acc;
 }
 
 // ---- RMSNorm ----------------------------------------------------------------------------
@@ -73,12 +75,15 @@ static __global__ void rmsnorm_fwd_kernel(bf16 *out, float *rstd, const float *x
     }
 }
 
-// Backward. With g = dout * w and y = w * x * r:
+// Backward. dout is bf16 (the GEMM before it writes half the bytes; the
+// arithmetic is fp32). With g = dout * w and y = w * x * r:
 //   dx = r g - (r^3 / D) x sum_k(g_k x_k)      dw = sum over rows of dout * x * r
 // dw is a reduction over all N rows. Deterministically: each warp keeps its
 // own partial row of dw in shared memory (no two lanes share an element),
 // the block adds its warps in order into partial[block], and a second
-// kernel adds the blocks in order. The block count depends on N only.
+// kernel adds the blocks in order, onto dw or (accumulate_dw = 0, the first
+// micro-batch) in place of it, without reading it. The block count depends
+// on N only.
 static int rms_rows_per_block(int N) {
     int r = (N + 1023) / 1024;
     return r < 8 ? 8 : r;
@@ -97,7 +102,7 @@ static int rms_warps(int D) {
 
 template <int V>
 static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *partial,
-                                          const float *dout, const float *x, const float *w,
+                                          const bf16 *dout, const float *x, const float *w,
                                           const float *rstd, int N, int D, int rows_per_block,
                                           int accumulate) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -109,10 +114,11 @@ static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *part
     for (int j = lane * V; j < D; j += 32 * V) st_f32<V>(mine + j, fvec<V>{});
     int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
     for (int row = r0 + warp; row < r1; row += nw) {
-        const float *g = dout + (size_t)row * D, *xr = x + (size_t)row * D;
+        const bf16 *g = dout + (size_t)row * D;
+        const float *xr = x + (size_t)row * D;
         float dot = 0.0f;
         for (int j = lane * V; j < D; j += 32 * V) {
-            fvec<V> gv = ld_f32<V>(g + j), wv = ld_f32<V>(w + j), xv = ld_f32<V>(xr + j);
+            fvec<V> gv = ld_bf16<V>(g + j), wv = ld_f32<V>(w + j), xv = ld_f32<V>(xr + j);
 #pragma unroll
             for (int k = 0; k < V; k++) dot += gv.v[k] * wv.v[k] * xv.v[k];
         }
@@ -122,7 +128,7 @@ static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *part
         float *dr = dres + (size_t)row * D;
         bf16 *d16 = dres16 + (size_t)row * D;
         for (int j = lane * V; j < D; j += 32 * V) {
-            fvec<V> gv = ld_f32<V>(g + j), wv = ld_f32<V>(w + j), xv = ld_f32<V>(xr + j), v;
+            fvec<V> gv = ld_bf16<V>(g + j), wv = ld_f32<V>(w + j), xv = ld_f32<V>(xr + j), v;
             fvec<V> old = accumulate ? ld_f32<V>(dr + j) : fvec<V>{};
             fvec<V> mv = ld_f32<V>(mine + j);
 #pragma unroll
@@ -144,12 +150,13 @@ static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *part
     }
 }
 
-static __global__ void rmsnorm_dw_kernel(float *dw, const float *partial, int nblk, int D) {
+static __global__ void rmsnorm_dw_kernel(float *dw, const float *partial, int nblk, int D,
+                                         int accumulate_dw) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= D) return;
     float sum = 0.0f;
     for (int b = 0; b < nblk; b++) sum += partial[(size_t)b * D + j];
-    dw[j] += sum;
+    dw[j] = accumulate_dw ? dw[j] + sum : sum;
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------
@@ -226,34 +233,46 @@ static __global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dh, const bf16 *
 
 // ---- classifier ---------------------------------------------------------------------------------
 
-// Forward: one block per row, an online (max, sum of exp) per thread over
-// the bf16 logits, merged in a fixed tree. Only the row's log-sum-exp is
-// kept (4 bytes), never the probabilities. Backward rewrites the logits in
-// place as scale * (softmax - onehot) from that lse: one read, one write.
+// One block per row of logits [N, ld] (bf16). The vocabulary is columns
+// [0, V); columns V..ld-1 only pad the row (the model rounds the lm_head up
+// to a multiple of 64 rows, zero beyond V, for the GEMMs and the 16-byte
+// paths) and take no part in the softmax. Pass 1 reads the row once: an
+// online (max, sum of exp) per thread, merged in a fixed tree -> the row's
+// log-sum-exp (4 bytes kept, never the probabilities) and its loss. With
+// grad, pass 2 reads the same row again -- the block's own, just read, so
+// mostly from L2 -- and rewrites it in place as scale * (softmax - onehot),
+// the padding as exact zeros (the lm_head's backward GEMMs then run over ld
+// columns and the padded rows of its gradient come out zero). Loss and
+// gradient in one kernel: one DRAM read and one write of the logits,
+// instead of a read, then another read and a write in a second kernel.
 #define XENT_THREADS 512
 
 static __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2) {
     float M = fmaxf(m, m2);
-    if (M == -INFINITY) { // both empty
-        s = 0.0f;
+    if (M == -INFINITY) { // neither has a value yet; a NaN one of them saw is in s or s2
+        s += s2;
         return;
     }
     s = s * expf(m - M) + s2 * expf(m2 - M);
     m = M;
 }
 
-// V logits per thread per step (V = 8: 16-byte loads when the vocabulary
-// is a multiple of 8, as 50000 and 32000 are).
-template <int V>
+// VW logits per thread per step: VW = 8 (16-byte accesses) when ld % 8 == 0
+// and the row pointer is aligned, whatever V is: the columns at and past V
+// in the last vector are masked one by one.
+template <int VW>
 static __global__ void __launch_bounds__(XENT_THREADS)
-    xent_fwd_kernel(float *losses, float *lse_out, const bf16 *logits, const int32_t *tgt, int nv) {
-    RL_SMEM_STATIC float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
-    const bf16 *l = logits + (size_t)blockIdx.x * nv;
+    xent_kernel(bf16 *logits, float *losses, float *lse_out, const int32_t *tgt, int V, int ld,
+                float scale, int grad) {
+    RL_SMEM_STATIC float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32], row_lse;
+    bf16 *l = logits + (size_t)blockIdx.x * ld;
     float m = -INFINITY, s = 0.0f;
-    for (int j = threadIdx.x * V; j < nv; j += blockDim.x * V) {
-        fvec<V> x = ld_bf16<V>(l + j);
+    // j < V <= ld and ld % VW == 0: the VW-wide access at j stays in the row
+    for (int j = threadIdx.x * VW; j < V; j += blockDim.x * VW) {
+        fvec<VW> x = ld_bf16<VW>(l + j);
 #pragma unroll
-        for (int k = 0; k < V; k++) {
+        for (int k = 0; k < VW; k++) {
+            if (VW > 1 && j + k >= V) continue; // padding
             float v = x.v[k];
             if (v > m) {
                 s = s * expf(m - v) + 1.0f;
@@ -274,43 +293,51 @@ static __global__ void __launch_bounds__(XENT_THREADS)
     if (threadIdx.x == 0) {
         float M = sm[0], S = ss[0];
         for (int k = 1; k < (int)(blockDim.x >> 5); k++) lse_merge(M, S, sm[k], ss[k]);
-        float lse = M + logf(S);
-        lse_out[blockIdx.x] = lse;
-        if (losses) losses[blockIdx.x] = lse - bf2f(l[tgt[blockIdx.x]]);
+        float L = M + logf(S);
+        if (lse_out) lse_out[blockIdx.x] = L;
+        // read before the barrier below: pass 2 overwrites the target's logit
+        losses[blockIdx.x] = L - bf2f(l[tgt[blockIdx.x]]);
+        row_lse = L;
     }
-}
-
-template <int V>
-static __global__ void __launch_bounds__(XENT_THREADS)
-    xent_bwd_kernel(bf16 *logits, const float *lse, const int32_t *tgt, int nv, float scale) {
-    bf16 *l = logits + (size_t)blockIdx.x * nv;
-    float L = lse[blockIdx.x];
+    if (!grad) return; // the same for the whole block
+    __syncthreads();
+    float L = row_lse;
     int t = tgt[blockIdx.x];
-    for (int j = threadIdx.x * V; j < nv; j += blockDim.x * V) {
-        fvec<V> x = ld_bf16<V>(l + j);
+    for (int j = threadIdx.x * VW; j < ld; j += blockDim.x * VW) {
+        fvec<VW> x = j < V ? ld_bf16<VW>(l + j) : fvec<VW>{};
 #pragma unroll
-        for (int k = 0; k < V; k++)
-            x.v[k] = (expf(x.v[k] - L) - (j + k == t ? 1.0f : 0.0f)) * scale;
-        st_bf16<V>(l + j, x);
+        for (int k = 0; k < VW; k++)
+            x.v[k] = j + k < V ? (expf(x.v[k] - L) - (j + k == t ? 1.0f : 0.0f)) * scale : 0.0f;
+        st_bf16<VW>(l + j, x);
     }
 }
 
 // ---- reductions ---------------------------------------------------------------------------------
 
-// One block of 1024 threads: each thread a strided slice in double, then a
-// fixed tree. For the loss (N values) this is a few microseconds.
-static __global__ void __launch_bounds__(1024) mean_kernel(float *out, const float *x, int n) {
+// x[0:n] summed in double by one block (a multiple of 32 threads, at most
+// 1024): each thread a strided slice, a fixed butterfly per warp, then the
+// warps in order. The order depends on n and the block size alone. The
+// total is valid in thread 0 only.
+static __device__ double block_sum_d(const float *x, int n) {
     RL_SMEM_STATIC double part[32];
     double acc = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
     acc = warp_sum_d(acc);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
+    double t = 0.0;
+    if (threadIdx.x == 0)
         for (int k = 0; k < (int)(blockDim.x >> 5); k++) t += part[k];
-        out[0] = (float)(t / n);
-    }
+    return t;
+}
+
+// acc[0] = (reset ? 0 : acc[0]) + weight * mean(losses[0:n]), in double,
+// one block of 1024 threads: the micro-batches' losses averaged on the
+// device (a few microseconds), read by the host a step later.
+static __global__ void __launch_bounds__(1024)
+    loss_accum_kernel(float *acc, const float *losses, int n, float weight, int reset) {
+    double t = block_sum_d(losses, n);
+    if (threadIdx.x == 0) acc[0] = (float)((reset ? 0.0 : (double)acc[0]) + weight * (t / n));
 }
 
 // Sum of squares: RL_K_NORM_BLOCKS blocks, block b owns the contiguous
@@ -345,17 +372,8 @@ static __global__ void __launch_bounds__(256)
 
 static __global__ void __launch_bounds__(1024)
     sqrt_sum_kernel(float *out, const float *partial, int nb) {
-    RL_SMEM_STATIC double part[32];
-    double acc = 0.0;
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) acc += partial[i];
-    acc = warp_sum_d(acc);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int k = 0; k < 32; k++) t += part[k];
-        out[0] = (float)sqrt(t);
-    }
+    double t = block_sum_d(partial, nb);
+    if (threadIdx.x == 0) out[0] = (float)sqrt(t);
 }
 
 // ---- AdamW --------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@
 #include "tests/gpu/emu/emu.h" // the host runtime: fibers, barriers, mma
 
 #include "kernels/attention_kernels.cuh"
+#include "kernels/gpu_internal.cuh" // the launchers' cost functions
 #include "kernels/model_kernels.cuh"
 
 extern "C" {
@@ -267,17 +268,29 @@ template <int VW> static void emu_embed() {
     check(VW > 1 ? "emu embed fwd N=129 V=13 D=60 (x4)" : "emu embed fwd N=129 V=13 D=60", x0, ref,
           0);
 
-    auto demb = randv((size_t)V * D, 1, false), dres = randv((size_t)N * D, 1, false);
+    if (VW > 1) return; // the backward has no vector variant
     std::vector<int32_t> cnt(V + 1), uniq(N), seg(N + 1), pos(N);
     int U = rl_gpu_group_tokens(tok.data(), N, V, cnt.data(), uniq.data(), seg.data(), pos.data());
-    std::vector<double> r2 = tod(demb);
-    for (int n = 0; n < N; n++)
-        for (int j = 0; j < D; j++) r2[(size_t)tok[n] * D + j] += dres[(size_t)n * D + j];
-    launch(
-        U, cdiv(D, 256), 256,
-        [&] { embed_bwd_kernel(demb.data(), dres.data(), uniq.data(), seg.data(), pos.data(), D); },
-        false);
-    if (VW == 1) check("emu embed bwd (grouped by token) N=129 V=13 D=60", demb, r2, 1e-6);
+    for (int acc = 0; acc < 2; acc++) {
+        auto demb = randv((size_t)V * D, 1, false), dres = randv((size_t)N * D, 1, false);
+        std::vector<double> r2 = tod(demb);
+        // written, not read, without accumulate: NaN in the batch's rows must not show
+        for (int n = 0; !acc && n < N; n++)
+            for (int j = 0; j < D; j++)
+                demb[(size_t)tok[n] * D + j] = NAN, r2[(size_t)tok[n] * D + j] = 0;
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < D; j++) r2[(size_t)tok[n] * D + j] += dres[(size_t)n * D + j];
+        launch(
+            U, cdiv(D, 256), 256,
+            [&] {
+                embed_bwd_kernel(demb.data(), dres.data(), uniq.data(), seg.data(), pos.data(), D,
+                                 acc);
+            },
+            false);
+        check(acc ? "emu embed bwd (grouped by token) N=129 V=13 D=60 +="
+                  : "emu embed bwd (grouped by token) N=129 V=13 D=60 =",
+              demb, r2, 1e-6);
+    }
 }
 
 template <int VW> static void emu_rmsnorm(int N, int D) {
@@ -296,29 +309,34 @@ template <int VW> static void emu_rmsnorm(int N, int D) {
     snprintf(name, sizeof name, "emu rmsnorm fwd N=%d D=%d (x%d)", N, D, VW);
     check(name, from_bf(out), ro, 4e-3);
     check("  rstd", rstd, rr, 1e-5);
+    // dx accumulated and dw written, then the other way round
     for (int acc = 0; acc < 2; acc++) {
-        auto dout = randv((size_t)N * D, 1, false), dx = randv((size_t)N * D, 1, false),
+        int acc_dw = !acc;
+        // dout bf16, as the GEMM before the backward writes it
+        auto dout = randv((size_t)N * D, 1, true), dx = randv((size_t)N * D, 1, false),
              dw = randv(D, 1, false);
+        auto dout16 = to_bf(dout);
         std::vector<double> dxr = acc ? tod(dx) : std::vector<double>((size_t)N * D, 0.0),
-                            dwr = tod(dw);
+                            dwr = acc_dw ? tod(dw) : std::vector<double>(D, 0.0);
         std::vector<double> rd(rstd.begin(), rstd.end()), gd = tod(dout);
         rl_cpu_rmsnorm_bwd_f64(dxr.data(), dwr.data(), gd.data(), xd.data(), wd.data(), rd.data(),
                                N, D);
         if (!acc) poison(dx);
+        if (!acc_dw) poison(dw);
         std::vector<bf16> dx16((size_t)N * D);
         poison(dx16);
         int nw = rms_warps(D), nblk = rms_blocks(N), rpb = rms_rows_per_block(N);
         std::vector<float> partial((size_t)nblk * D);
         poison(partial);
         launch(nblk, 1, nw * 32, [&] {
-            rmsnorm_bwd_kernel<VW>(dx.data(), dx16.data(), partial.data(), dout.data(), x.data(),
+            rmsnorm_bwd_kernel<VW>(dx.data(), dx16.data(), partial.data(), dout16.data(), x.data(),
                                    w.data(), rstd.data(), N, D, rpb, acc);
         });
         launch(
-            cdiv(D, 256), 1, 256, [&] { rmsnorm_dw_kernel(dw.data(), partial.data(), nblk, D); },
-            false);
-        snprintf(name, sizeof name, "emu rmsnorm bwd N=%d D=%d%s (x%d, %d warps, %d blocks)", N, D,
-                 acc ? " accumulate" : "", VW, nw, nblk);
+            cdiv(D, 256), 1, 256,
+            [&] { rmsnorm_dw_kernel(dw.data(), partial.data(), nblk, D, acc_dw); }, false);
+        snprintf(name, sizeof name, "emu rmsnorm bwd N=%d D=%d %s (x%d, %d warps, %d blocks)", N, D,
+                 acc ? "dx +=" : "dw +=", VW, nw, nblk);
         check(name, dx, dxr, 1e-4);
         check("  dx bf16 copy", from_bf(dx16), dxr, 4e-3);
         check("  dw", dw, dwr, 1e-4);
@@ -404,29 +422,90 @@ template <int VW> static void emu_swiglu(int N, int F) {
     check(name, from_bf(dgu), dref, 4e-3);
 }
 
-template <int VW> static void emu_xent(int N, int V) {
-    auto logits = randv((size_t)N * V, 2, true);
+// The fused classifier on rows of ld >= V: padding that would dominate the
+// softmax (1e4) or poison it (NaN) if read as vocabulary; loss only (the
+// logits must come back untouched), loss and gradient (padding exactly 0),
+// and a NaN logit at column V - 1 of one row (the last, partial vector). Then
+// the device-side loss accumulation over the losses.
+template <int VW> static void emu_xent(int N, int V, int ld) {
+    auto logits = randv((size_t)N * ld, 2, true);
+    for (int n = 0; n < N; n++)
+        for (int j = V; j < ld; j++) logits[(size_t)n * ld + j] = j == V ? NAN : 1e4f;
     auto tgt = rand_tok(N, V);
-    std::vector<double> ld = tod(logits), lr(N);
+    std::vector<double> ref((size_t)N * V), lr(N), lser(N);
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++) ref[(size_t)n * V + j] = logits[(size_t)n * ld + j];
     float scale = 1.0f / N;
-    rl_cpu_xent_fwd_f64(lr.data(), ld.data(), tgt.data(), N, V);
-    rl_cpu_xent_bwd_f64(ld.data(), tgt.data(), N, V, scale);
-    auto lb = to_bf(logits);
-    std::vector<float> losses(N), lse(N), mean(1);
-    poison(losses), poison(lse), poison(mean);
-    launch(N, 1, XENT_THREADS,
-           [&] { xent_fwd_kernel<VW>(losses.data(), lse.data(), lb.data(), tgt.data(), V); });
-    launch(
-        N, 1, XENT_THREADS,
-        [&] { xent_bwd_kernel<VW>(lb.data(), lse.data(), tgt.data(), V, scale); }, false);
-    launch(1, 1, 1024, [&] { mean_kernel(mean.data(), losses.data(), N); });
+    rl_cpu_xent_fwd_f64(lr.data(), ref.data(), tgt.data(), N, V);
+    for (int n = 0; n < N; n++) lser[n] = lr[n] + ref[(size_t)n * V + tgt[n]];
+    rl_cpu_xent_bwd_f64(ref.data(), tgt.data(), N, V, scale);
     char name[96];
-    snprintf(name, sizeof name, "emu classifier N=%d V=%d (x%d)", N, V, VW);
-    check(name, losses, lr, 1e-5);
-    check("  dlogits in place", from_bf(lb), ld, 4e-3);
+    static const char *modes[] = {"loss", "loss+grad", "NaN logit"};
+    for (int mode = 0; mode < 3; mode++) {
+        auto lb = to_bf(logits);
+        int bad = mode == 2 ? N / 2 : -1;
+        if (bad >= 0) lb[(size_t)bad * ld + V - 1] = __float2bfloat16_rn(NAN);
+        auto in = lb;
+        std::vector<float> losses(N), lse(N);
+        poison(losses), poison(lse);
+        launch(N, 1, XENT_THREADS, [&] {
+            xent_kernel<VW>(lb.data(), losses.data(), lse.data(), tgt.data(), V, ld, scale,
+                            mode > 0);
+        });
+        snprintf(name, sizeof name, "emu classifier %s N=%d V=%d ld=%d (x%d)", modes[mode], N, V,
+                 ld, VW);
+        auto got = from_bf(lb);
+        if (mode < 2) {
+            check(name, losses, lr, 1e-5);
+            check("  lse", lse, lser, 1e-5);
+        }
+        if (mode == 0) {
+            bool same = memcmp(lb.data(), in.data(), lb.size() * sizeof(bf16)) == 0;
+            printf("%-4s %-52s\n", same ? "ok" : "FAIL", "  logits untouched without grad");
+            (same ? n_pass : n_fail)++;
+            continue;
+        }
+        size_t pad_bad = 0, row_ok = 0;
+        std::vector<float> dl((size_t)N * V);
+        for (int n = 0; n < N; n++) {
+            for (int j = V; j < ld; j++) pad_bad += got[(size_t)n * ld + j] != 0.0f;
+            for (int j = 0; j < V; j++) dl[(size_t)n * V + j] = got[(size_t)n * ld + j];
+        }
+        if (mode == 1)
+            check("  dlogits in place", dl, ref, 4e-3);
+        else {
+            // the NaN row: loss, lse and every gradient NaN; the others finite
+            row_ok += std::isnan(losses[bad]) && std::isnan(lse[bad]);
+            for (int j = 0; j < V; j++) row_ok += std::isnan(dl[(size_t)bad * V + j]);
+            size_t others = 0;
+            for (int n = 0; n < N; n++) {
+                if (n == bad) continue;
+                others += !std::isfinite(losses[n]);
+                for (int j = 0; j < V; j++) others += !std::isfinite(dl[(size_t)n * V + j]);
+            }
+            bool ok = row_ok == (size_t)V + 1 && others == 0;
+            printf("%-4s %-52s %zu of %d NaN, %zu non-finite elsewhere\n", ok ? "ok" : "FAIL", name,
+                   row_ok, V + 1, others);
+            (ok ? n_pass : n_fail)++;
+        }
+        bool ok = pad_bad == 0;
+        printf("%-4s %-52s %zu not exactly 0\n", ok ? "ok" : "FAIL", "  padding columns", pad_bad);
+        (ok ? n_pass : n_fail)++;
+    }
+
+    std::vector<float> losses(lr.begin(), lr.end()), acc(1);
     double m = 0;
-    for (int i = 0; i < N; i++) m += lr[i];
-    check("  mean loss", mean, std::vector<double>{m / N}, 1e-6);
+    for (float v : losses) m += v;
+    for (int reset = 0; reset < 2; reset++) {
+        if (reset)
+            poison(acc);
+        else
+            acc[0] = 0.75f;
+        double want = (reset ? 0.0 : 0.75) + 0.25 * (m / N);
+        launch(1, 1, 1024, [&] { loss_accum_kernel(acc.data(), losses.data(), N, 0.25f, reset); });
+        snprintf(name, sizeof name, "  loss accum n=%d%s", N, reset ? " reset" : "");
+        check(name, acc, std::vector<double>{want}, 1e-6);
+    }
 }
 
 template <int VW> static void emu_norm(size_t n) {
@@ -546,6 +625,38 @@ template <int VW> static void emu_adamw_init(int hidden) {
     (bad ? n_fail : n_pass)++;
 }
 
+// The step plan's cost functions (host arithmetic beside the launchers):
+// the figures they must agree on, worked out by hand for one shape each.
+static void emu_costs() {
+    struct {
+        const char *what;
+        rl_k_cost got;
+        double flops, bytes;
+        int launches;
+    } c[] = {
+        // 2 M N K; bf16 A [M,K] and B [K,N], fp32 out read and written
+        {"gemm 3x5x7 fp32 +=", rl_k_gemm_cost(3, 5, 7, 4, 4), 210, 2 * (21 + 35) + 15 * 8, 1},
+        // 5 x 1000 bf16 logits read, tgt/loss/lse 3 x 5 x 4, the 5 x 1024 row written
+        {"xent N=5 V=1000 ld=1024 grad", rl_k_xent_cost(5, 1000, 1024, 1), 5000 * 8,
+         10000 + 60 + 10240, 1},
+        {"xent N=5 V=1000 ld=1024 loss", rl_k_xent_cost(5, 1000, 1024, 0), 5000 * 4, 10000 + 60, 1},
+        // 30 bytes and 16 FLOPs a parameter
+        {"adamw n=10", rl_k_adamw_cost(10), 160, 300, 1},
+        // 8 x 16 dout bf16, x fp32, dres fp32 read and written, dres16; w, dw in
+        // and out (3 D fp32), rstd 8, the one block's partial row out and in
+        {"rmsnorm bwd N=8 D=16 +=", rl_k_rmsnorm_bwd_cost(8, 16, 1), 10 * 128 + 16,
+         128 * 16.0 + 16 * 12 + 32 + 16 * 8, 2},
+        {"embed bwd U=0", rl_k_embed_bwd_cost(4, 0, 8, 0), 32, 4 * 8 * 4 + (1 + 4) * 4, 0},
+        {"loss accum n=9", rl_k_loss_accum_cost(9), 11, 44, 1},
+    };
+    for (auto &x : c) {
+        bool ok = x.got.flops == x.flops && x.got.bytes == x.bytes && x.got.launches == x.launches;
+        printf("%-4s cost %-47s flops %.0f bytes %.0f launches %d\n", ok ? "ok" : "FAIL", x.what,
+               x.got.flops, x.got.bytes, x.got.launches);
+        (ok ? n_pass : n_fail)++;
+    }
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : "";
     if (!*only || strstr("attention", only)) {
@@ -581,9 +692,12 @@ int main(int argc, char **argv) {
         emu_swiglu<1>(7, 100);
         emu_swiglu<1>(3, 352);
         emu_swiglu<8>(3, 352);
-        emu_xent<1>(5, 1000);
-        emu_xent<8>(5, 1000);
-        emu_xent<1>(3, 32001);
+        emu_xent<1>(1, 257, 257); // V - 1 alone in its thread: a NaN must survive the merges
+        emu_xent<8>(5, 1000, 1000);
+        emu_xent<1>(3, 1000, 1003);
+        emu_xent<8>(3, 1001, 1024);
+        emu_xent<8>(2, 50257, 50304);
+        emu_xent<1>(2, 32001, 32064);
         emu_norm<1>(1);
         emu_norm<4>(1);
         emu_norm<1>(100003);
@@ -591,6 +705,7 @@ int main(int argc, char **argv) {
         emu_adamw_init<1>(96);
         emu_adamw_init<4>(96);
         emu_adamw_init<1>(66); // regions not on multiples of 4
+        emu_costs();
     }
     printf("kernel emulation: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -151,16 +151,23 @@ static void test_embed(void) {
         }
         free(emb), free(out), free(tok);
     }
-    snprintf(name, sizeof name, "embed bwd N=%d V=%d D=%d", N, V, D);
-    if (selected(name)) {
+    for (int acc = 0; acc < 2; acc++) {
+        snprintf(name, sizeof name, "embed bwd N=%d V=%d D=%d%s", N, V, D,
+                 acc ? " accumulate" : "");
+        if (!selected(name)) continue;
         reseed(name);
         rl_err e = {0};
         float *demb = randn((size_t)V * D, 1), *dout = randn((size_t)N * D, 1);
         int32_t *tok = rand_tokens(N, V);
         double *ref = to_d(demb, (size_t)V * D);
+        /* without accumulate the batch's rows are written, not read: NaN
+         * there must not show; the other rows stay as they are */
+        for (int i = 0; !acc && i < N; i++)
+            for (int j = 0; j < D; j++)
+                demb[(size_t)tok[i] * D + j] = NAN, ref[(size_t)tok[i] * D + j] = 0;
         for (int i = 0; i < N; i++)
             for (int j = 0; j < D; j++) ref[(size_t)tok[i] * D + j] += dout[(size_t)i * D + j];
-        if (rl_gpu_op_embed_bwd(demb, dout, tok, N, V, D, &e))
+        if (rl_gpu_op_embed_bwd(demb, dout, tok, N, V, D, acc, &e))
             fail_err(name, &e);
         else
             check_cmp(name, demb, ref, (size_t)V * D, 1e-6);
@@ -190,22 +197,28 @@ static void test_rmsnorm(void) {
                 check_cmp("  rstd", rstd, rr, (size_t)N, 1e-5);
             free(x), free(w), free(out), free(rstd), free(xd), free(wd), free(ro), free(rr);
         }
+        /* dx accumulated and dw written, then the other way round: each flag
+         * both ways, and a swap of the two would fail both */
         for (int acc = 0; acc < 2; acc++) {
-            snprintf(name, sizeof name, "rmsnorm bwd N=%d D=%d%s", N, D, acc ? " accumulate" : "");
+            int acc_dw = !acc;
+            snprintf(name, sizeof name, "rmsnorm bwd N=%d D=%d%s", N, D,
+                     acc ? " accumulate dx" : " accumulate dw");
             if (!selected(name)) continue;
             reseed(name);
             rl_err e = {0};
-            float *x = randn(nd, 2), *w = randn((size_t)D, 0.2), *dout = randn(nd, 1);
+            /* dout is bf16 on the device (the GEMM before writes it so) */
+            float *x = randn(nd, 2), *w = randn((size_t)D, 0.2), *dout = randn_bf16(nd, 1);
             float *dx = randn(nd, 1), *dw = randn((size_t)D, 1), *dx16 = malloc(nd * sizeof(float));
             for (int j = 0; j < D; j++) w[j] += 1.0f;
             double *xd = to_d(x, nd), *wd = to_d(w, D), *gd = to_d(dout, nd);
-            double *dxr = acc ? to_d(dx, nd) : calloc(nd, sizeof(double)), *dwr = to_d(dw, D);
+            double *dxr = acc ? to_d(dx, nd) : calloc(nd, sizeof(double));
+            double *dwr = acc_dw ? to_d(dw, D) : calloc(D, sizeof(double));
             double *tmp = malloc(nd * sizeof(double)), *rd = malloc(N * sizeof(double));
             rl_cpu_rmsnorm_fwd_f64(tmp, rd, xd, wd, N, D, 1e-5);
             float *rstd = malloc(N * sizeof(float));
             for (int i = 0; i < N; i++) rstd[i] = (float)rd[i], rd[i] = rstd[i];
             rl_cpu_rmsnorm_bwd_f64(dxr, dwr, gd, xd, wd, rd, N, D);
-            if (rl_gpu_op_rmsnorm_bwd(dx, dx16, dw, dout, x, w, rstd, N, D, acc, &e))
+            if (rl_gpu_op_rmsnorm_bwd(dx, dx16, dw, dout, x, w, rstd, N, D, acc, acc_dw, &e))
                 fail_err(name, &e);
             else if (check_cmp(name, dx, dxr, nd, 1e-4) &&
                      check_cmp("  dx bf16 copy", dx16, dxr, nd, 4e-3))
@@ -355,40 +368,125 @@ static void test_swiglu(void) {
     }
 }
 
+/* The fused classifier on rows of ld >= V columns: V = ld on both paths,
+ * padding off the 16-byte path (ld % 8 != 0), and the model's padding to a
+ * multiple of 64 with V % 8 == 0 and != 0 (50257: GPT-2's vocabulary). The
+ * padding holds values that would dominate the softmax (1e4) or poison it
+ * (NaN) if it were read as vocabulary. Each shape also without the gradient,
+ * and with a NaN logit at column V - 1 of one row (the last, partial vector;
+ * in the scalar path of V = 257 a thread whose only value is that NaN): that
+ * row's loss and gradient must be NaN, the others untouched. Then the
+ * device-side loss accumulation. */
 static void test_xent(void) {
-    static const int shapes[][2] = {{1, 257}, {7, 1000}, {129, 50000}, {3, 32001}};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        int N = shapes[si][0], V = shapes[si][1];
-        size_t nv = (size_t)N * V;
-        char name[64];
-        snprintf(name, sizeof name, "classifier N=%d V=%d", N, V);
-        if (!selected(name)) continue;
-        reseed(name);
-        rl_err e = {0};
-        float *logits = randn_bf16(nv, 2), *losses = malloc(N * sizeof(float));
-        float *dl = malloc(nv * sizeof(float));
-        int32_t *tgt = rand_tokens(N, V);
-        double *ld = to_d(logits, nv), *lr = malloc(N * sizeof(double));
-        float scale = 1.0f / (float)N;
-        rl_cpu_xent_fwd_f64(lr, ld, tgt, N, V);
-        rl_cpu_xent_bwd_f64(ld, tgt, N, V, scale);
-        if (rl_gpu_op_xent(losses, dl, logits, tgt, N, V, scale, &e))
-            fail_err(name, &e);
-        else if (check_cmp(name, losses, lr, (size_t)N, 1e-5))
-            check_cmp("  dlogits", dl, ld, nv, 4e-3);
-        free(logits), free(losses), free(dl), free(tgt), free(ld), free(lr);
-    }
+    static const int shapes[][3] = {/* N, V, ld */
+                                    {1, 257, 257},       {7, 1000, 1000},   {5, 1000, 1003},
+                                    {129, 50000, 50048}, {3, 50257, 50304}, {3, 32001, 32064}};
+    static const char *modes[] = {"", " loss only", " NaN logit"};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int mode = 0; mode < 3; mode++) {
+            int N = shapes[si][0], V = shapes[si][1], ld = shapes[si][2];
+            size_t nl = (size_t)N * ld, nv = (size_t)N * V;
+            if (mode && nl > 1000000) continue; /* the big shape once: slow when emulated */
+            char name[80];
+            snprintf(name, sizeof name, "classifier%s N=%d V=%d ld=%d", modes[mode], N, V, ld);
+            if (!selected(name)) continue;
+            reseed(name);
+            rl_err e = {0};
+            float *logits = randn_bf16(nl, 2);
+            for (int n = 0; n < N; n++)
+                for (int j = V; j < ld; j++) logits[(size_t)n * ld + j] = j == V ? NAN : 1e4f;
+            int bad = mode == 2 ? N / 2 : -1;
+            if (bad >= 0) logits[(size_t)bad * ld + V - 1] = NAN;
+            int32_t *tgt = rand_tokens(N, V);
+            double *ref = malloc(nv * sizeof(double)), *lr = malloc(N * sizeof(double)),
+                   *lser = malloc(N * sizeof(double));
+            for (int n = 0; n < N; n++)
+                for (int j = 0; j < V; j++) ref[(size_t)n * V + j] = logits[(size_t)n * ld + j];
+            float scale = 1.0f / (float)N;
+            rl_cpu_xent_fwd_f64(lr, ref, tgt, N, V);
+            for (int n = 0; n < N; n++) lser[n] = lr[n] + ref[(size_t)n * V + tgt[n]];
+            rl_cpu_xent_bwd_f64(ref, tgt, N, V, scale);
+            float *losses = malloc(N * sizeof(float)), *lse = malloc(N * sizeof(float));
+            float *dl = mode == 1 ? NULL : malloc(nl * sizeof(float));
+            if (rl_gpu_op_xent(losses, lse, dl, logits, tgt, N, V, ld, scale, &e)) {
+                fail_err(name, &e);
+            } else {
+                /* the NaN row checked apart; the rest (all rows otherwise)
+                 * compacted to [rows, V] against the reference */
+                size_t bad_nan = 0, pad_bad = 0;
+                int rows = 0;
+                float *gl = malloc(N * sizeof(float)), *gs = malloc(N * sizeof(float)),
+                      *gd = malloc(nv * sizeof(float));
+                double *rl = malloc(N * sizeof(double)), *rs = malloc(N * sizeof(double)),
+                       *rd = malloc(nv * sizeof(double));
+                for (int n = 0; n < N; n++) {
+                    for (int j = V; dl && j < ld; j++) pad_bad += dl[(size_t)n * ld + j] != 0.0f;
+                    if (n == bad) {
+                        bad_nan += !isnan(losses[n]) + !isnan(lse[n]);
+                        for (int j = 0; dl && j < V; j++) bad_nan += !isnan(dl[(size_t)n * ld + j]);
+                        continue;
+                    }
+                    gl[rows] = losses[n], gs[rows] = lse[n], rl[rows] = lr[n], rs[rows] = lser[n];
+                    for (int j = 0; dl && j < V; j++) {
+                        gd[(size_t)rows * V + j] = dl[(size_t)n * ld + j];
+                        rd[(size_t)rows * V + j] = ref[(size_t)n * V + j];
+                    }
+                    rows++;
+                }
+                if (check_cmp(name, gl, rl, (size_t)rows, 1e-5) &&
+                    check_cmp("  lse", gs, rs, (size_t)rows, 1e-5) &&
+                    (!dl || check_cmp("  dlogits", gd, rd, (size_t)rows * V, 4e-3))) {
+                    if (dl && ld > V)
+                        report("  padding columns", pad_bad == 0, "%zu of %zu not exactly 0",
+                               pad_bad, (size_t)N * (ld - V));
+                    if (bad >= 0)
+                        report("  the NaN row", bad_nan == 0,
+                               "%zu of loss, lse and %d gradients not NaN", bad_nan, dl ? V : 0);
+                }
+                free(gl), free(gs), free(gd), free(rl), free(rs), free(rd);
+            }
+            free(logits), free(tgt), free(ref), free(lr), free(lser), free(losses), free(lse),
+                free(dl);
+        }
+
+    static const int counts[] = {1, 1000, 100003};
+    for (size_t si = 0; si < sizeof counts / sizeof counts[0]; si++)
+        for (int reset = 0; reset < 2; reset++) {
+            int n = counts[si];
+            char name[64];
+            snprintf(name, sizeof name, "loss accum n=%d%s", n, reset ? " reset" : "");
+            if (!selected(name)) continue;
+            reseed(name);
+            rl_err e = {0};
+            float *x = randn((size_t)n, 3);
+            for (int i = 0; i < n; i++) x[i] = fabsf(x[i]);
+            double m = 0;
+            for (int i = 0; i < n; i++) m += x[i];
+            float a = 0.75f, b = 0.75f, weight = 0.25f;
+            double ref = (reset ? 0.0 : (double)a) + weight * (m / n);
+            if (rl_gpu_op_loss_accum(&a, x, n, weight, reset, &e) ||
+                rl_gpu_op_loss_accum(&b, x, n, weight, reset, &e))
+                fail_err(name, &e);
+            else {
+                double rel = fabs(a - ref) / ref;
+                report(name, isfinite(a) && rel <= 1e-6 && memcmp(&a, &b, sizeof a) == 0,
+                       "rel %.2e (tol 1e-06), two runs %s", rel,
+                       memcmp(&a, &b, sizeof a) ? "DIFFER" : "bit-identical");
+            }
+            free(x);
+        }
 }
 
 /* out = a . b with a [M, K] and b given by element accessors: plain double loops. */
 static void test_gemm(void) {
     static const int shapes[][3] = {
         /* M, N, K */ {1, 7, 16}, {7, 129, 60}, {129, 96, 770}, {300, 257, 64}, {64, 2560, 512}};
-    static const char *kinds[] = {"fwd", "bwd-data", "bwd-weight"};
+    static const char *kinds[] = {"fwd", "bwd-data", "bwd-weight", "bwd-weight-set"};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int kind = 0; kind < 3; kind++)
+        for (int kind = 0; kind < 4; kind++)
             for (int f32 = 0; f32 < 2; f32++) {
-                if (kind == RL_GPU_GEMM_BWD_W && !f32) continue; /* always fp32 */
+                int bwd_w = kind == RL_GPU_GEMM_BWD_W || kind == RL_GPU_GEMM_BWD_W_SET;
+                if (bwd_w && !f32) continue; /* always fp32 */
                 for (int res = 0; res < (kind == RL_GPU_GEMM_FWD && f32 ? 2 : 1); res++) {
                     int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
                     char name[80];
@@ -426,7 +524,8 @@ static void test_gemm(void) {
                     else
                         for (int j = 0; j < N; j++)
                             for (int kk = 0; kk < K; kk++) {
-                                double s = out[(size_t)j * K + kk];
+                                /* BWD_W_SET: out is not read (NaN on the device) */
+                                double s = kind == RL_GPU_GEMM_BWD_W ? out[(size_t)j * K + kk] : 0;
                                 for (int i = 0; i < M; i++)
                                     s += (double)a[(size_t)i * N + j] * b[(size_t)i * K + kk];
                                 ref[(size_t)j * K + kk] = s;
