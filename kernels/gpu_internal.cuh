@@ -72,7 +72,7 @@ int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t 
                         int32_t *pos);
 int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const int32_t *seg,
                    const int32_t *pos, int U, int D, int accumulate, cudaStream_t s, rl_err *e);
-rl_k_cost rl_k_embed_bwd_cost(int N, int U, int D, int accumulate);
+rl_k_cost rl_k_embed_bwd_cost(int N, int U, int D);
 int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int N, int D,
                      float eps, cudaStream_t s, rl_err *e);
 rl_k_cost rl_k_rmsnorm_fwd_cost(int N, int D);
@@ -84,13 +84,13 @@ size_t rl_k_rmsnorm_partial_floats(int N, int D);
 int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const bf16 *dout,
                      const float *x, const float *w, const float *rstd, int N, int D,
                      int accumulate, int accumulate_dw, cudaStream_t s, rl_err *e);
-rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D, int accumulate);
+rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D);
 // In place on rows of width ld: heads [0, nh) of head_dim hd starting at
 // column 0 (q heads then k heads of the fused qkv row). rope: [P, hd/2]
 // cos, then [P, hd/2] sin (fp32, the CPU model's table).
 int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, int max_pos,
               int inverse, cudaStream_t s, rl_err *e);
-rl_k_cost rl_k_rope_cost(int N, int T, int nh, int hd);
+rl_k_cost rl_k_rope_cost(int N, int nh, int hd);
 int rl_k_swiglu_fwd(bf16 *h, const bf16 *gu, int N, int F, cudaStream_t s, rl_err *e);
 rl_k_cost rl_k_swiglu_fwd_cost(int N, int F);
 int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cudaStream_t s,

@@ -644,9 +644,9 @@ static void emu_costs() {
         {"adamw n=10", rl_k_adamw_cost(10), 160, 300, 1},
         // 8 x 16 dout bf16, x fp32, dres fp32 read and written, dres16; w, dw in
         // and out (3 D fp32), rstd 8, the one block's partial row out and in
-        {"rmsnorm bwd N=8 D=16 +=", rl_k_rmsnorm_bwd_cost(8, 16, 1), 10 * 128 + 16,
+        {"rmsnorm bwd N=8 D=16", rl_k_rmsnorm_bwd_cost(8, 16), 10 * 128 + 16,
          128 * 16.0 + 16 * 12 + 32 + 16 * 8, 2},
-        {"embed bwd U=0", rl_k_embed_bwd_cost(4, 0, 8, 0), 32, 4 * 8 * 4 + (1 + 4) * 4, 0},
+        {"embed bwd U=0", rl_k_embed_bwd_cost(4, 0, 8), 32, 4 * 8 * 4 + (1 + 4) * 4, 0},
         {"loss accum n=9", rl_k_loss_accum_cost(9), 11, 44, 1},
     };
     for (auto &x : c) {
