@@ -429,7 +429,13 @@ int rl_comm_nccl_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
     if (o->stream) {
         N->stream = (cudaStream_t)o->stream;
     } else {
-        if ((ce = cudaStreamCreateWithFlags(&N->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        /* the highest priority the device has: a reduction's kernels are
+         * scheduled ahead of backward's queued work as SMs free up, so the
+         * last buckets do not wait behind the whole remaining backward */
+        int least = 0, greatest = 0;
+        if ((ce = cudaDeviceGetStreamPriorityRange(&least, &greatest)) == cudaSuccess)
+            ce = cudaStreamCreateWithPriority(&N->stream, cudaStreamNonBlocking, greatest);
+        if (ce != cudaSuccess) {
             rc = rl_errf(e, RL_EIO, "rank %d: nccl init: cudaStreamCreate: %s", c->rank,
                          cudaGetErrorString(ce));
             goto fail;

@@ -229,6 +229,16 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
     *s = (cudaStream_t)malloc(1);
     return cudaSuccess;
 }
+// Priorities as CUDA reports them: lower numbers are higher priority
+// (0 least, -5 greatest on the GPUs of this era); streams run when queued.
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    *least = 0, *greatest = -5;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int priority) {
+    if (priority < -5 || priority > 0) return cudaErrorInvalidValue;
+    return cudaStreamCreateWithFlags(s, flags);
+}
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     free((void *)s);
     return cudaSuccess;
