@@ -7,6 +7,7 @@
 #   make fuzz       run every libFuzzer target for FUZZ_SECONDS each
 #   make bench      CPU throughput benchmarks, JSON lines on stdout
 #   make test-gpu / bench-gpu   GPU kernels vs the CPU reference / GPU benchmark beside PyTorch
+#   make bench-gpu-plan   the GPU step's FLOPs, bytes, launches and roofline, without a GPU
 #   make test-gpu-emu   the same GPU checks with the CUDA code emulated on the CPU (kernels/README.md)
 
 BUILD   ?= build
@@ -53,7 +54,7 @@ FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps run test test-unit test-ref asan fuzz fuzz-smoke bench test-gpu bench-gpu clean
+.PHONY: all deps run test test-unit test-ref asan fuzz fuzz-smoke bench test-gpu bench-gpu bench-gpu-plan clean
 all: $(BINS)
 
 deps:
@@ -276,8 +277,14 @@ test-gpu-emu:
 bench-gpu:
 	@$(MAKE) --no-print-directory $(GPU_BENCH_BIN)
 	bench/gpu/run.sh $(GPU_BENCH_BIN)
+
+# bench-gpu-plan: no GPU needed; the step's plan for configs a and b (one
+# JSON line each) from the model's own launch list (gpu_bench --plan)
+bench-gpu-plan:
+	@$(MAKE) --no-print-directory $(GPU_BENCH_BIN)
+	@$(GPU_BENCH_BIN) --plan --config a && $(GPU_BENCH_BIN) --plan --config b
 else
-test-gpu test-gpu-emu bench-gpu:
+test-gpu test-gpu-emu bench-gpu bench-gpu-plan:
 	@echo "$@: skipped: this build has no CUDA (nvcc or nccl.h not found); nothing was run"
 endif
 

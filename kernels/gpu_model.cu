@@ -28,6 +28,24 @@
 //   sort of the batch, done while the forward is enqueued). cuBLASLt is
 //   deterministic for a fixed algorithm on a given GPU; its algorithm
 //   choice is cached per shape, so a run keeps one choice throughout.
+// * Padded vocabulary. The device's lm_head has Vp = V rounded up to 64
+//   rows, the extra ones zero in the bf16 copy and never updated (AdamW and
+//   the norm see the layout's `total` only), so logit rows are 128-byte
+//   multiples (cuBLASLt's fast paths, the classifier's vector loads) and
+//   the padding columns are masked in the loss and get exactly zero
+//   gradient. Checkpoints and uploads keep the unpadded layout.
+// * The classifier in chunks of rows, its backward inside the forward.
+//   Logits for a whole batch are the largest activation (3.1 GiB on bench
+//   config a); chunks of at most RL_CLS_CHUNK_BYTES each go logits -> loss
+//   and dlogits in one kernel -> d(final norm output) and the lm_head
+//   gradient, while the next chunk reuses the buffer. Hence a training
+//   forward and its backward are one call (train_micro).
+// * No host waits in a training step. zero_grad only marks the gradients
+//   stale: the first micro-batch's weight-gradient GEMMs and norm
+//   reductions write instead of adding (only the embedding's rows, touched
+//   sparsely, are cleared). The loss accumulates on the device; step_end
+//   queues it with the gradient norm into a pinned ring of two steps, so a
+//   trainer reads step k's figures while step k+1 runs.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,21 +56,32 @@ extern "C" {
 #include "model/cpu.h" // rl_cpu_rope_table_f32: the very table the CPU model uses
 }
 
+// Logits are made and consumed in chunks of rows of at most this many bytes
+// (bf16): 1 GiB keeps config a's classifier at 4 chunks (each chunk re-reads
+// and re-writes the fp32 lm_head gradient, 154 MB there) for a quarter of
+// the whole-batch logits' memory.
+#define RL_CLS_CHUNK_BYTES ((size_t)1 << 30)
+// Pinned staging slots for the batch: the host may queue this many
+// micro-batches ahead of the GPU before it waits for a slot's copy.
+#define RL_IO_SLOTS 3
+
 struct rl_gpu_model {
     rl_model_config cfg;
     rl_param_layout lay;
     rl_gpu_options options;
     int B, T;         // capacity
     int cur_B, cur_T; // last forward
-    int has_targets;
-    int D, F, V, L, H, KV, hd, qd, kvd, C3;
+    int D, F, V, Vp, L, H, KV, hd, qd, kvd, C3;
+    int crows;       // classifier rows per chunk
+    size_t pad;      // (Vp - V) * D: zero lm_head rows after `total` (bf16 params, grads)
     cudaStream_t s;
+    rl_gpu_plan *plan; // a dry model (rl_gpu_model_plan): launches are counted, not made
 
     // the allocations, one per kind
-    bf16 *params;           // [total] compute copy
+    bf16 *params;           // [total + pad] compute copy
     float *master;          // [total]
     float *opt;             // [2 total]: m, then v
-    float *grads;           // [total]
+    float *grads;           // [total + pad]
     unsigned char *acts;    // activations (+ the RoPE table)
     unsigned char *scratch; // backward temporaries, reductions, batch, cuBLASLt workspace
     size_t bytes;
@@ -62,18 +91,23 @@ struct rl_gpu_model {
     float *res, *res_mid, *rstd1, *rstd2, *att_lse, *rstdf, *lse_cls, *losses, *rope;
     bf16 *ln1, *qkv, *atty, *ln2, *gu, *hm, *lnf, *logits;
     // scratch
-    float *dres, *dsum, *rms_partial, *norm_partial, *scalars; // scalars: loss, grad norm
+    float *dres, *dsum, *rms_partial, *norm_partial;
+    float *scalars; // [0] the step's loss accumulator, [1] grad norm, [2] the last forward's loss
     bf16 *dres16, *dln, *datty, *dqkv, *dh, *dgu;
-    int32_t *io; // tokens, targets, uniq, seg, pos (5 cap + 1)
+    int32_t *io; // tokens, targets, uniq, seg, pos
     void *ws;
 
     // host side
-    int32_t *pinned_io;
-    float *pinned_scalars;
-    int32_t *counts; // [V + 1], for the counting sort
+    int32_t *pinned_io[RL_IO_SLOTS];
+    cudaEvent_t io_done[RL_IO_SLOTS];
+    int io_next, io_used[RL_IO_SLOTS];
+    float *pinned_scalars; // [0] the forward's loss; [2 + 2k], [3 + 2k]: step ring slot k
+    int32_t *counts;       // [V + 1], for the counting sort
     int n_uniq;
-    cudaEvent_t io_done, loss_ready, norm_ready;
-    int io_pending, loss_valid;
+    cudaEvent_t loss_ready, norm_ready, stats_ready[2];
+    int loss_valid, logits_valid;
+    int fresh;             // zero_grad since the last micro-batch: write the gradients, not add
+    long long steps_ended; // step_end calls
     rl_gemm gemm;
     // optional per-category kernel timing (rl_gpu_model_profile)
     int prof_on, prof_used, prof_cap;
@@ -108,14 +142,49 @@ static cudaEvent_t *prof_next(rl_gpu_model *m, int cat) {
     return r->ev;
 }
 
-// A launcher call, timed by category when profiling is on.
-#define PROF(cat, call)                                                                            \
+static void plan_add(rl_gpu_plan *p, int cat, rl_k_cost c) {
+    p->flops[cat] += c.flops, p->bytes[cat] += c.bytes, p->launches[cat] += c.launches;
+    p->calls++;
+    p->roof_s[cat] += fmax(c.flops / p->peak_flops, c.bytes / p->peak_bytes_per_s);
+}
+
+// One launcher call of the step: a dry model adds its cost to the plan;
+// a real one runs it, timed by category when profiling is on.
+#define STEP(cat, cost, call)                                                                      \
     do {                                                                                           \
+        if (m->plan) {                                                                             \
+            plan_add(m->plan, (cat), (cost));                                                      \
+            break;                                                                                 \
+        }                                                                                          \
         cudaEvent_t *pe_ = m->prof_on ? prof_next(m, (cat)) : NULL;                                \
         if (pe_) CUDA_CHECK(cudaEventRecord(pe_[0], m->s));                                        \
         RL_TRY(call);                                                                              \
         if (pe_) CUDA_CHECK(cudaEventRecord(pe_[1], m->s));                                        \
     } while (0)
+
+// The host waits for the GPU: counted by a plan (a sync inside the step).
+static int host_wait(rl_gpu_model *m, cudaEvent_t ev, rl_err *e) {
+    if (m->plan) return m->plan->host_syncs++, RL_OK;
+    CUDA_CHECK(cudaEventSynchronize(ev));
+    return RL_OK;
+}
+
+// Attention forward: Q K^T and P V over the causal half (4 B H hd T(T+1)/2
+// FLOPs, FlashAttention's count); q, k, v read once, out and lse written.
+static rl_k_cost rl_k_attn_fwd_cost(int B, int T, int H, int KV, int hd) {
+    double N = (double)B * T, causal = (double)T * (T + 1) / 2;
+    return rl_k_cost{4.0 * B * H * hd * causal, N * ((H + 2.0 * KV) * hd * 2 + H * hd * 2 + H * 4.0),
+                     1};
+}
+// Backward: D = rowsum(dO o O) (reads dO, O; writes D), then dK/dV and dQ,
+// which both recompute P and dP: 3.5 x the forward's FLOPs. q, k, v, dO,
+// lse and D read once, dq|dk|dv written.
+static rl_k_cost rl_k_attn_bwd_cost(int B, int T, int H, int KV, int hd) {
+    double N = (double)B * T, causal = (double)T * (T + 1) / 2, qd = (double)H * hd;
+    double qkv = N * (H + 2.0 * KV) * hd * 2;
+    return rl_k_cost{3.5 * 4.0 * B * H * hd * causal + 2 * N * qd,
+                     (N * qd * 4 + N * H * 4) + (2 * qkv + N * qd * 2 + N * H * 8), 3};
+}
 
 // ---- buffer carving -----------------------------------------------------------------------------
 // 256-byte alignment for every sub-buffer: the 16-byte vector paths and
@@ -126,12 +195,13 @@ static size_t carve(size_t *off, size_t bytes) {
     return o;
 }
 
-static int io_ints(const rl_gpu_model *m) { return 5 * m->B * m->T + 1; }
+// tokens, targets, the embedding backward's uniq, seg (cap + 1) and pos
+static size_t io_ints(const rl_gpu_model *m) { return 5 * (size_t)m->B * m->T + 1; }
 
 // Activation and scratch layouts: first pass (base NULL) sizes, second
 // pass assigns pointers.
 static size_t layout_acts(rl_gpu_model *m, unsigned char *base) {
-    size_t N = (size_t)m->B * m->T, L = m->L, D = m->D, F = m->F, V = m->V;
+    size_t N = (size_t)m->B * m->T, L = m->L, D = m->D, F = m->F;
     m->s_btd = N * D, m->s_bt = N, m->s_qkv = N * m->C3, m->s_att = N * m->qd, m->s_bh = N * m->H,
     m->s_gu = N * 2 * F;
     m->s_hm = m->options.recompute_swiglu ? 0 : N * F;
@@ -155,7 +225,7 @@ static size_t layout_acts(rl_gpu_model *m, unsigned char *base) {
     A(hm, bf16, nhm * N * F);
     A(lnf, bf16, N * D);
     A(rstdf, float, N);
-    A(logits, bf16, N * V);
+    A(logits, bf16, (size_t)m->crows * m->Vp);
     A(lse_cls, float, N);
     A(losses, float, N);
     A(rope, float, (size_t)m->cfg.max_position_embeddings * m->hd);
@@ -176,7 +246,7 @@ static size_t layout_scratch(rl_gpu_model *m, unsigned char *base) {
     A(rms_partial, float, rl_k_rmsnorm_partial_floats((int)N, (int)D));
     A(norm_partial, float, RL_K_NORM_BLOCKS);
     A(scalars, float, 4);
-    A(io, int32_t, (size_t)io_ints(m));
+    A(io, int32_t, io_ints(m));
     size_t o = carve(&off, RL_GEMM_WORKSPACE);
     if (base) m->ws = base + o;
 #undef A
@@ -186,6 +256,10 @@ static size_t layout_scratch(rl_gpu_model *m, unsigned char *base) {
 // ---- create / free ------------------------------------------------------------------------------
 void rl_gpu_model_free(rl_gpu_model *m) {
     if (!m) return;
+    if (m->plan) { // a dry model owns nothing on the device
+        free(m);
+        return;
+    }
     // nothing may still run on the buffers we free
     if (m->s || m->params) cudaStreamSynchronize(m->s);
     rl_gemm_free(&m->gemm);
@@ -195,11 +269,14 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     cudaFree(m->grads);
     cudaFree(m->acts);
     cudaFree(m->scratch);
-    if (m->pinned_io) cudaFreeHost(m->pinned_io);
+    for (int k = 0; k < RL_IO_SLOTS; k++) {
+        if (m->pinned_io[k]) cudaFreeHost(m->pinned_io[k]);
+        if (m->io_done[k]) cudaEventDestroy(m->io_done[k]);
+    }
     if (m->pinned_scalars) cudaFreeHost(m->pinned_scalars);
-    if (m->io_done) cudaEventDestroy(m->io_done);
-    if (m->loss_ready) cudaEventDestroy(m->loss_ready);
-    if (m->norm_ready) cudaEventDestroy(m->norm_ready);
+    cudaEvent_t evs[] = {m->loss_ready, m->norm_ready, m->stats_ready[0], m->stats_ready[1]};
+    for (cudaEvent_t ev : evs)
+        if (ev) cudaEventDestroy(ev);
     free(m->counts);
     for (int i = 0; i < m->prof_cap; i++) {
         if (m->prof[i].ev[0]) cudaEventDestroy(m->prof[i].ev[0]);
@@ -209,19 +286,27 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     free(m);
 }
 
-static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err *e) {
+// Shapes, the padded vocabulary, the classifier's chunk and the buffer
+// sizes: everything about a model that needs no device (a plan stops here).
+static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err *e) {
     RL_TRY(rl_model_config_validate(c, "model", e));
     if (B < 1 || T < 1)
         return rl_errf(e, RL_EINPUT, "gpu model: batch %d x sequence %d must be positive", B, T);
     if (T > c->max_position_embeddings)
         return rl_errf(e, RL_EINPUT, "seq_len %d exceeds model.max_position_embeddings %d", T,
                        c->max_position_embeddings);
-    if ((long long)B * T > (1ll << 30))
-        return rl_errf(e, RL_EINPUT, "gpu model: %d x %d tokens per forward is too many", B, T);
+    // B*T rows index every activation as int (kernels: row * width in
+    // size_t); 5 B T + 1 batch ints and N x heads statistics stay far
+    // below 2^31 under this bound.
+    if ((long long)B * T > (1ll << 28))
+        return rl_errf(e, RL_EINPUT, "gpu model: %d x %d tokens per forward is too many (at most 2^28)",
+                       B, T);
     m->cfg = *c;
     rl_param_layout_init(&m->lay, c);
     m->B = B, m->T = T;
     m->D = c->hidden_size, m->F = c->intermediate_size, m->V = c->vocab_size;
+    m->Vp = (m->V + 63) / 64 * 64;
+    m->pad = (size_t)(m->Vp - m->V) * m->D;
     m->L = c->num_hidden_layers, m->H = c->num_attention_heads, m->KV = c->num_key_value_heads;
     m->hd = rl_model_head_dim(c), m->qd = m->H * m->hd, m->kvd = m->KV * m->hd;
     m->C3 = m->qd + 2 * m->kvd;
@@ -230,6 +315,22 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
                        "model: head dim %d (hidden_size / num_attention_heads) is above the GPU "
                        "kernels' %d",
                        m->hd, RL_GPU_MAX_HEAD_DIM);
+    // chunks of equal size, rows a multiple of 128 (GEMM tiles) unless one
+    // chunk holds the whole batch
+    size_t N = (size_t)B * T, row = (size_t)m->Vp * sizeof(bf16);
+    size_t nch = (N * row + RL_CLS_CHUNK_BYTES - 1) / RL_CLS_CHUNK_BYTES;
+    size_t rows = (N + nch - 1) / nch;
+    if (nch > 1) rows = (rows + 127) / 128 * 128;
+    if (m->options.classifier_rows > 0) rows = (size_t)m->options.classifier_rows;
+    m->crows = (int)(rows < N ? rows : N);
+    size_t P = m->lay.total;
+    m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + 3 * P * sizeof(float) +
+               layout_acts(m, NULL) + layout_scratch(m, NULL);
+    return RL_OK;
+}
+
+static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err *e) {
+    RL_TRY(shape(m, c, B, T, e));
     int dev, optin;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -237,33 +338,38 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
         return rl_errf(e, RL_EINPUT, "model.hidden_size %d is too large for the GPU RMSNorm kernel",
                        m->D);
     RL_TRY(rl_gpu_kernels_init(e));
+    RL_TRY(rl_gpu_attn_prepare(m->hd, e)); // a head dim this GPU cannot run fails here
 
-    size_t P = m->lay.total;
+    size_t P = m->lay.total, Pp = P + m->pad;
     size_t nacts = layout_acts(m, NULL), nscratch = layout_scratch(m, NULL);
-    m->bytes = P * (sizeof(bf16) + 4 * sizeof(float)) + nacts + nscratch;
-    CUDA_CHECK(cudaMalloc(&m->params, P * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&m->params, Pp * sizeof(bf16)));
     CUDA_CHECK(cudaMalloc(&m->master, P * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->opt, 2 * P * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&m->grads, P * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&m->grads, Pp * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->acts, nacts));
     CUDA_CHECK(cudaMalloc(&m->scratch, nscratch));
     layout_acts(m, m->acts);
     layout_scratch(m, m->scratch);
-    CUDA_CHECK(cudaMallocHost(&m->pinned_io, sizeof(int32_t) * (size_t)io_ints(m)));
-    CUDA_CHECK(cudaMallocHost(&m->pinned_scalars, 4 * sizeof(float)));
+    for (int k = 0; k < RL_IO_SLOTS; k++) {
+        CUDA_CHECK(cudaMallocHost(&m->pinned_io[k], sizeof(int32_t) * io_ints(m)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&m->io_done[k], cudaEventDisableTiming));
+    }
+    CUDA_CHECK(cudaMallocHost(&m->pinned_scalars, 8 * sizeof(float)));
     m->counts = (int32_t *)malloc(sizeof(int32_t) * ((size_t)m->V + 1));
     if (!m->counts) return rl_errf(e, RL_ENOMEM, "gpu model: host buffers");
-    CUDA_CHECK(cudaEventCreateWithFlags(&m->io_done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&m->loss_ready, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&m->norm_ready, cudaEventDisableTiming));
+    for (int k = 0; k < 2; k++)
+        CUDA_CHECK(cudaEventCreateWithFlags(&m->stats_ready[k], cudaEventDisableTiming));
     RL_TRY(rl_gemm_init(&m->gemm, m->ws, RL_GEMM_WORKSPACE, e));
 
-    // zero state: parameters, gradients, moments; the scalars too (a grad
-    // norm read before any was computed is 0, not garbage)
-    CUDA_CHECK(cudaMemsetAsync(m->params, 0, P * sizeof(bf16), m->s));
+    // zero state: parameters (the padded lm_head rows stay zero for good),
+    // gradients, moments; the scalars too (a grad norm read before any was
+    // computed is 0, not garbage)
+    CUDA_CHECK(cudaMemsetAsync(m->params, 0, Pp * sizeof(bf16), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->master, 0, P * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->opt, 0, 2 * P * sizeof(float), m->s));
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, P * sizeof(float), m->s));
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, Pp * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->scalars, 0, 4 * sizeof(float), m->s));
 
     size_t nrope = (size_t)c->max_position_embeddings * m->hd;
@@ -345,6 +451,7 @@ int rl_gpu_model_download_params_bf16(rl_gpu_model *m, float *host, rl_err *e) {
 }
 
 int rl_gpu_model_upload_grads(rl_gpu_model *m, const float *host, rl_err *e) {
+    m->fresh = 0; // the gradients are these now: a next micro-batch adds to them
     return copy_sync(m, m->grads, host, m->lay.total * sizeof(float), cudaMemcpyHostToDevice, e);
 }
 int rl_gpu_model_download_grads(rl_gpu_model *m, float *host, rl_err *e) {
@@ -365,8 +472,18 @@ int rl_gpu_model_init_random(rl_gpu_model *m, uint64_t seed, float std, rl_err *
 }
 
 int rl_gpu_model_download_logits(rl_gpu_model *m, float *host, rl_err *e) {
-    if (!m->cur_B) return rl_errf(e, RL_EINTERNAL, "gpu model: no forward yet");
-    return download_bf16(m, host, m->logits, (size_t)m->cur_B * m->cur_T * m->V, e);
+    if (!m->logits_valid)
+        return rl_errf(e, RL_EINPUT,
+                       "gpu model: no logits kept (the last call was not a forward, or its %d rows "
+                       "did not fit one classifier chunk of %d)",
+                       m->cur_B * m->cur_T, m->crows);
+    size_t N = (size_t)m->cur_B * m->cur_T, V = m->V, Vp = m->Vp;
+    float *rows = (float *)malloc(N * Vp * sizeof(float));
+    if (!rows) return rl_errf(e, RL_ENOMEM, "gpu model: host staging of %zu logits", N * Vp);
+    int rc = download_bf16(m, rows, m->logits, N * Vp, e);
+    for (size_t n = 0; !rc && n < N; n++) memcpy(host + n * V, rows + n * Vp, V * sizeof(float));
+    free(rows);
+    return rc;
 }
 
 // ---- the batch ----------------------------------------------------------------------------------
@@ -386,46 +503,55 @@ int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t 
     return U;
 }
 
-// Tokens and targets go up in one copy from pinned memory, together with
-// the embedding backward's grouping: positions sorted by token id (stable,
-// so ascending within a token), the distinct ids, and segment starts.
-static int upload_batch(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int N,
-                        rl_err *e) {
-    int cap = m->B * m->T, V = m->V;
+// Checks a forward's shape and token ids, and queues the batch: tokens and
+// targets go up in one copy from a pinned slot, together with the embedding
+// backward's grouping (positions sorted by token id, stable; the distinct
+// ids; segment starts). A plan has no batch: every row a distinct token.
+static int begin_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                         int T, rl_err *e) {
+    if (B < 1 || T < 1 || (long long)B * T > (long long)m->B * m->T || T > m->T)
+        return rl_errf(e, RL_EINTERNAL, "gpu model: forward of %dx%d exceeds capacity %dx%d", B, T,
+                       m->B, m->T);
+    m->cur_B = B, m->cur_T = T, m->loss_valid = 0, m->logits_valid = 0;
+    int N = B * T, V = m->V;
+    size_t cap = (size_t)m->B * m->T;
+    if (m->plan) {
+        m->n_uniq = N < V ? N : V;
+        return RL_OK;
+    }
     for (int i = 0; i < N; i++)
         if (tokens[i] < 0 || tokens[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
             return rl_errf(e, RL_EINPUT, "model: token id %d at position %d is outside [0, %d)",
                            tokens[i] < 0 || tokens[i] >= V ? tokens[i] : targets[i], i, V);
-    // the previous batch's copy must be done before its pinned source is reused
-    if (m->io_pending) CUDA_CHECK(cudaEventSynchronize(m->io_done));
-    int32_t *tok = m->pinned_io, *tgt = tok + cap, *uniq = tgt + cap, *seg = uniq + cap,
+    // a slot is reused RL_IO_SLOTS batches later; its copy is long done
+    // unless the host ran that far ahead (then this wait is the queue bound)
+    int k = m->io_next;
+    m->io_next = (k + 1) % RL_IO_SLOTS;
+    if (m->io_used[k]) CUDA_CHECK(cudaEventSynchronize(m->io_done[k]));
+    int32_t *tok = m->pinned_io[k], *tgt = tok + cap, *uniq = tgt + cap, *seg = uniq + cap,
             *pos = seg + cap + 1;
     memcpy(tok, tokens, sizeof(int32_t) * N);
     if (targets) memcpy(tgt, targets, sizeof(int32_t) * N);
     m->n_uniq = rl_gpu_group_tokens(tokens, N, V, m->counts, uniq, seg, pos);
-    CUDA_CHECK(cudaMemcpyAsync(m->io, m->pinned_io, sizeof(int32_t) * (size_t)io_ints(m),
-                               cudaMemcpyHostToDevice, m->s));
-    CUDA_CHECK(cudaEventRecord(m->io_done, m->s));
-    m->io_pending = 1;
+    CUDA_CHECK(cudaMemcpyAsync(m->io, tok, sizeof(int32_t) * io_ints(m), cudaMemcpyHostToDevice,
+                               m->s));
+    CUDA_CHECK(cudaEventRecord(m->io_done[k], m->s));
+    m->io_used[k] = 1;
     return RL_OK;
 }
 
 // ---- forward ------------------------------------------------------------------------------------
-int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int B,
-                         int T, float *loss, rl_err *e) {
-    if (B < 1 || T < 1 || (long long)B * T > (long long)m->B * m->T || T > m->T)
-        return rl_errf(e, RL_EINTERNAL, "gpu model: forward of %dx%d exceeds capacity %dx%d", B, T,
-                       m->B, m->T);
-    const int N = B * T, D = m->D, F = m->F, V = m->V, cap = m->B * m->T;
+// The decoder layers: embedding to the last layer's output res[L].
+static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
+    const int N = B * T, D = m->D, F = m->F;
     cudaStream_t s = m->s;
     rl_gemm *g = &m->gemm;
     const rl_layer_offsets *o = &m->lay.in_layer;
     const float eps = (float)m->cfg.rms_norm_eps;
-    RL_TRY(upload_batch(m, tokens, targets, N, e));
-    m->cur_B = B, m->cur_T = T, m->has_targets = targets != NULL, m->loss_valid = 0;
-    const int32_t *d_tok = m->io, *d_tgt = m->io + cap;
+    const int32_t *d_tok = m->io;
 
-    PROF(RL_GPU_PROF_ELEMWISE, rl_k_embed_fwd(m->res, m->master + m->lay.embed, d_tok, N, D, s, e));
+    STEP(RL_GPU_PROF_ELEMWISE, rl_k_embed_fwd_cost(N, D),
+         rl_k_embed_fwd(m->res, m->master + m->lay.embed, d_tok, N, D, s, e));
     for (int l = 0; l < m->L; l++) {
         size_t wl = m->lay.layers + (size_t)l * m->lay.layer_size;
         const bf16 *w = m->params + wl;
@@ -437,70 +563,113 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
         float *rstd1 = m->rstd1 + l * m->s_bt, *rstd2 = m->rstd2 + l * m->s_bt;
         float *lse = m->att_lse + l * m->s_bh;
 
-        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd(ln1, rstd1, x, w32 + o->ln1, N, D, eps, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, qkv, 0, ln1, w + o->wq, NULL, N, m->C3, D, s, e));
-        PROF(RL_GPU_PROF_ELEMWISE, rl_k_rope(qkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
-                                             m->cfg.max_position_embeddings, 0, s, e));
-        PROF(RL_GPU_PROF_ATTN_FWD, rl_k_attn_fwd(atty, lse, qkv, B, T, m->H, m->KV, m->hd, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
-        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd(ln2, rstd2, xmid, w32 + o->ln2, N, D, eps, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, gu, 0, ln2, w + o->wgate, NULL, N, 2 * F, D, s, e));
-        PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd(hm, gu, N, F, s, e));
-        PROF(RL_GPU_PROF_GEMM, rl_gemm_fwd(g, xnext, 1, hm, w + o->wdown, xmid, N, D, F, s, e));
+        STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
+             rl_k_rmsnorm_fwd(ln1, rstd1, x, w32 + o->ln1, N, D, eps, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, m->C3, D, 2, 0),
+             rl_gemm_fwd(g, qkv, 0, ln1, w + o->wq, NULL, N, m->C3, D, s, e));
+        STEP(RL_GPU_PROF_ELEMWISE, rl_k_rope_cost(N, m->H + m->KV, m->hd),
+             rl_k_rope(qkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
+                       m->cfg.max_position_embeddings, 0, s, e));
+        STEP(RL_GPU_PROF_ATTN_FWD, rl_k_attn_fwd_cost(B, T, m->H, m->KV, m->hd),
+             rl_k_attn_fwd(atty, lse, qkv, B, T, m->H, m->KV, m->hd, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->qd, 4, 4),
+             rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
+        STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
+             rl_k_rmsnorm_fwd(ln2, rstd2, xmid, w32 + o->ln2, N, D, eps, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, 2 * F, D, 2, 0),
+             rl_gemm_fwd(g, gu, 0, ln2, w + o->wgate, NULL, N, 2 * F, D, s, e));
+        STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd_cost(N, F), rl_k_swiglu_fwd(hm, gu, N, F, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, F, 4, 4),
+             rl_gemm_fwd(g, xnext, 1, hm, w + o->wdown, xmid, N, D, F, s, e));
     }
     float *xL = m->res + (size_t)m->L * m->s_btd;
-    PROF(RL_GPU_PROF_NORM,
+    STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
          rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->master + m->lay.final_norm, N, D, eps, s, e));
-    PROF(RL_GPU_PROF_GEMM,
-         rl_gemm_fwd(g, m->logits, 0, m->lnf, m->params + m->lay.lm_head, NULL, N, V, D, s, e));
+    return RL_OK;
+}
+
+// The classifier over rows [0, N) in chunks of crows: logits (bf16, rows of
+// Vp) -> per-row losses; with grad, the same kernel turns each chunk into
+// loss_scale / N * (softmax - onehot) in place, and the chunk's share of
+// d(final norm output) (bf16, into dln) and of the lm_head gradient follow
+// before the next chunk overwrites the buffer. fresh: the lm_head gradient
+// is written by the first chunk instead of added to.
+static int classifier(rl_gpu_model *m, int N, const int32_t *d_tgt, int grad, float loss_scale,
+                      int fresh, rl_err *e) {
+    const int D = m->D, V = m->V, Vp = m->Vp;
+    cudaStream_t s = m->s;
+    rl_gemm *g = &m->gemm;
+    const bf16 *wlm = m->params + m->lay.lm_head;
+    float *dwlm = m->grads + m->lay.lm_head;
+    for (int r0 = 0; r0 < N; r0 += m->crows) {
+        int nc = N - r0 < m->crows ? N - r0 : m->crows;
+        const bf16 *x = m->lnf + (size_t)r0 * D;
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(nc, Vp, D, 2, 0),
+             rl_gemm_fwd(g, m->logits, 0, x, wlm, NULL, nc, Vp, D, s, e));
+        if (!d_tgt) continue;
+        STEP(RL_GPU_PROF_CLASSIFIER, rl_k_xent_cost(nc, V, Vp, grad),
+             rl_k_xent(m->logits, m->losses + r0, m->lse_cls + r0, d_tgt + r0, nc, V, Vp,
+                       loss_scale / (float)N, grad, s, e));
+        if (!grad) continue;
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(nc, D, Vp, 2, 0),
+             rl_gemm_bwd_data(g, m->dln + (size_t)r0 * D, 0, m->logits, wlm, nc, Vp, D, s, e));
+        int acc = !fresh || r0 > 0;
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(Vp, D, nc, 4, acc ? 4 : 0),
+             rl_gemm_bwd_weight(g, dwlm, m->logits, x, nc, Vp, D, acc, s, e));
+    }
+    return RL_OK;
+}
+
+int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                         int T, float *loss, rl_err *e) {
+    RL_TRY(begin_forward(m, tokens, targets, B, T, e));
+    const int N = B * T;
+    RL_TRY(layers_fwd(m, B, T, e));
+    RL_TRY(classifier(m, N, targets ? m->io + (size_t)m->B * m->T : NULL, 0, 1.0f, 0, e));
+    m->logits_valid = N <= m->crows;
     if (!targets) {
         if (loss) *loss = 0.0f;
         return RL_OK;
     }
-    PROF(RL_GPU_PROF_CLASSIFIER,
-         rl_k_xent(m->logits, m->losses, m->lse_cls, d_tgt, N, V, V, 0.0f, 0, s, e));
-    PROF(RL_GPU_PROF_CLASSIFIER, rl_k_mean(m->scalars, m->losses, N, s, e));
-    CUDA_CHECK(
-        cudaMemcpyAsync(m->pinned_scalars, m->scalars, sizeof(float), cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaEventRecord(m->loss_ready, s));
+    STEP(RL_GPU_PROF_CLASSIFIER, rl_k_loss_accum_cost(N),
+         rl_k_loss_accum(m->scalars + 2, m->losses, N, 1.0f, 1, m->s, e));
+    if (!m->plan) {
+        CUDA_CHECK(cudaMemcpyAsync(m->pinned_scalars, m->scalars + 2, sizeof(float),
+                                   cudaMemcpyDeviceToHost, m->s));
+        CUDA_CHECK(cudaEventRecord(m->loss_ready, m->s));
+    }
     m->loss_valid = 1;
-    if (loss) return rl_gpu_model_loss(m, loss, e);
+    if (!loss) return RL_OK;
+    RL_TRY(host_wait(m, m->loss_ready, e));
+    *loss = m->plan ? 0.0f : m->pinned_scalars[0];
     return RL_OK;
 }
 
-int rl_gpu_model_loss(rl_gpu_model *m, float *loss, rl_err *e) {
-    if (!m->loss_valid) return rl_errf(e, RL_EINTERNAL, "gpu model: no forward with targets yet");
-    CUDA_CHECK(cudaEventSynchronize(m->loss_ready));
-    *loss = m->pinned_scalars[0];
+// ---- backward ----------------------------------------------------------------------------------
+static int zero_async(void *p, size_t bytes, cudaStream_t s, rl_err *e) {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, s));
     return RL_OK;
 }
+static rl_k_cost memset_cost(size_t bytes) { return rl_k_cost{0, (double)bytes, 1}; }
 
-// ---- backward -----------------------------------------------------------------------------------
-int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx,
-                          rl_err *e) {
-    if (!m->cur_B || !m->has_targets)
-        return rl_errf(e, RL_EINTERNAL, "gpu model: backward needs a forward with targets first");
-    const int B = m->cur_B, T = m->cur_T, N = B * T, D = m->D, F = m->F, V = m->V;
-    const int cap = m->B * m->T;
+// ---- backward (layers) ----------------------------------------------------------------------------
+// From d(final norm output) in dln back through the layers to the
+// embedding; hook as train_micro's. fresh: write the gradients (=).
+static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn hook,
+                      void *hook_ctx, rl_err *e) {
+    const int N = B * T, D = m->D, F = m->F;
+    const size_t cap = (size_t)m->B * m->T;
     cudaStream_t s = m->s;
     rl_gemm *g = &m->gemm;
     const rl_layer_offsets *o = &m->lay.in_layer;
     const rl_param_layout *p = &m->lay;
-    const int32_t *d_tgt = m->io + cap, *d_uniq = m->io + 2 * cap, *d_seg = m->io + 3 * cap,
-                  *d_pos = m->io + 4 * cap + 1;
+    const int32_t *d_uniq = m->io + 2 * cap, *d_seg = m->io + 3 * cap, *d_pos = m->io + 4 * cap + 1;
+    const int acc = !fresh;
 
-    // classifier: the mean over N tokens, times the caller's scale
-    PROF(RL_GPU_PROF_CLASSIFIER, rl_k_xent(m->logits, m->losses, m->lse_cls, d_tgt, N, V, V,
-                                           loss_scale / (float)N, 1, s, e));
-    PROF(RL_GPU_PROF_GEMM,
-         rl_gemm_bwd_data(g, m->dln, 0, m->logits, m->params + p->lm_head, N, V, D, s, e));
-    PROF(RL_GPU_PROF_GEMM,
-         rl_gemm_bwd_weight(g, m->grads + p->lm_head, m->logits, m->lnf, N, V, D, 1, s, e));
-    if (hook) hook(hook_ctx, p->lm_head);
-    PROF(RL_GPU_PROF_NORM,
+    STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D),
          rl_k_rmsnorm_bwd(m->dres, m->dres16, m->grads + p->final_norm, m->rms_partial, m->dln,
                           m->res + (size_t)m->L * m->s_btd, m->master + p->final_norm, m->rstdf, N,
-                          D, 0, 1, s, e));
+                          D, 0, acc, s, e));
     if (hook) hook(hook_ctx, p->final_norm);
 
     for (int l = m->L - 1; l >= 0; l--) {
@@ -514,60 +683,91 @@ int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn ho
         bf16 *gu = m->gu + l * m->s_gu, *hm = m->hm + l * m->s_hm;
         float *rstd1 = m->rstd1 + l * m->s_bt, *rstd2 = m->rstd2 + l * m->s_bt;
         float *lse = m->att_lse + l * m->s_bh;
+        const int cb = acc ? 4 : 0; // a weight gradient read before it is added to
 
         // mlp; dres holds d x_{l+1} (fp32) and dres16 its bf16 copy
         if (m->options.recompute_swiglu)
-            PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd(hm, gu, N, F, s, e));
-        PROF(RL_GPU_PROF_GEMM,
+            STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd_cost(N, F),
+                 rl_k_swiglu_fwd(hm, gu, N, F, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, F, D, 2, 0),
              rl_gemm_bwd_data(g, m->dh, 0, m->dres16, w + o->wdown, N, D, F, s, e));
-        PROF(RL_GPU_PROF_GEMM,
-             rl_gemm_bwd_weight(g, gw + o->wdown, m->dres16, hm, N, D, F, 1, s, e));
-        PROF(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_bwd(m->dgu, m->dh, gu, N, F, s, e));
-        PROF(RL_GPU_PROF_GEMM,
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(D, F, N, 4, cb),
+             rl_gemm_bwd_weight(g, gw + o->wdown, m->dres16, hm, N, D, F, acc, s, e));
+        STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_bwd_cost(N, F),
+             rl_k_swiglu_bwd(m->dgu, m->dh, gu, N, F, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, 2 * F, 2, 0),
              rl_gemm_bwd_data(g, m->dln, 0, m->dgu, w + o->wgate, N, 2 * F, D, s, e));
-        PROF(RL_GPU_PROF_GEMM,
-             rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, 1, s, e));
-        PROF(RL_GPU_PROF_NORM,
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(2 * F, D, N, 4, cb),
+             rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, acc, s, e));
+        STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D),
              rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln2, m->rms_partial, m->dln, xmid,
-                              w32 + o->ln2, rstd2, N, D, 1, 1, s, e));
+                              w32 + o->ln2, rstd2, N, D, 1, acc, s, e));
         // attention; dres is now d xmid
-        PROF(RL_GPU_PROF_GEMM,
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, m->qd, D, 2, 0),
              rl_gemm_bwd_data(g, m->datty, 0, m->dres16, w + o->wo, N, D, m->qd, s, e));
-        PROF(RL_GPU_PROF_GEMM,
-             rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, 1, s, e));
-        PROF(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, B, T,
-                                                 m->H, m->KV, m->hd, s, e));
-        PROF(RL_GPU_PROF_ELEMWISE, rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
-                                             m->cfg.max_position_embeddings, 1, s, e));
-        PROF(RL_GPU_PROF_GEMM,
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(D, m->qd, N, 4, cb),
+             rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, acc, s, e));
+        STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd_cost(B, T, m->H, m->KV, m->hd),
+             rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, B, T, m->H, m->KV, m->hd, s,
+                           e));
+        STEP(RL_GPU_PROF_ELEMWISE, rl_k_rope_cost(N, m->H + m->KV, m->hd),
+             rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
+                       m->cfg.max_position_embeddings, 1, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->C3, 2, 0),
              rl_gemm_bwd_data(g, m->dln, 0, m->dqkv, w + o->wq, N, m->C3, D, s, e));
-        PROF(RL_GPU_PROF_GEMM,
-             rl_gemm_bwd_weight(g, gw + o->wq, m->dqkv, ln1, N, m->C3, D, 1, s, e));
-        PROF(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln1, m->rms_partial,
-                                                m->dln, x, w32 + o->ln1, rstd1, N, D, 1, 1, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(m->C3, D, N, 4, cb),
+             rl_gemm_bwd_weight(g, gw + o->wq, m->dqkv, ln1, N, m->C3, D, acc, s, e));
+        STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D),
+             rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln1, m->rms_partial, m->dln, x,
+                              w32 + o->ln1, rstd1, N, D, 1, acc, s, e));
         if (hook) hook(hook_ctx, wl);
     }
-    PROF(RL_GPU_PROF_ELEMWISE,
+    // the embedding's gradient rows are touched only for tokens in the
+    // batch: the rest are cleared here on a step's first micro-batch
+    if (fresh)
+        STEP(RL_GPU_PROF_OPTIMIZER, memset_cost((size_t)m->V * D * sizeof(float)),
+             zero_async(m->grads + p->embed, (size_t)m->V * D * sizeof(float), s, e));
+    STEP(RL_GPU_PROF_ELEMWISE, rl_k_embed_bwd_cost(N, m->n_uniq, D),
          rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, m->n_uniq, D, 1, s, e));
     if (hook) hook(hook_ctx, p->embed);
     return RL_OK;
 }
 
+int rl_gpu_model_train_micro(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                             int T, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx,
+                             rl_err *e) {
+    if (!targets && !m->plan) return rl_errf(e, RL_EINTERNAL, "gpu model: training needs targets");
+    RL_TRY(begin_forward(m, tokens, targets, B, T, e));
+    const int N = B * T, fresh = m->fresh;
+    RL_TRY(layers_fwd(m, B, T, e));
+    RL_TRY(classifier(m, N, m->io + (size_t)m->B * m->T, 1, loss_scale, fresh, e));
+    if (hook) hook(hook_ctx, m->lay.lm_head);
+    STEP(RL_GPU_PROF_CLASSIFIER, rl_k_loss_accum_cost(N),
+         rl_k_loss_accum(m->scalars, m->losses, N, loss_scale, fresh, m->s, e));
+    RL_TRY(layers_bwd(m, B, T, fresh, hook, hook_ctx, e));
+    m->fresh = 0;
+    return RL_OK;
+}
+
 int rl_gpu_model_zero_grad(rl_gpu_model *m, rl_err *e) {
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->lay.total * sizeof(float), m->s));
+    (void)e;
+    m->fresh = 1;
     return RL_OK;
 }
 
 // ---- optimizer ----------------------------------------------------------------------------------
 int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e) {
-    PROF(RL_GPU_PROF_OPTIMIZER,
+    if (m->fresh) return rl_errf(e, RL_EINTERNAL, "gpu model: gradient norm of a step with no micro-batch");
+    STEP(RL_GPU_PROF_OPTIMIZER, rl_k_norm_cost(m->lay.total),
          rl_k_norm(m->scalars + 1, m->norm_partial, m->grads, m->lay.total, m->s, e));
     if (!norm) return RL_OK;
-    CUDA_CHECK(cudaMemcpyAsync(m->pinned_scalars + 1, m->scalars + 1, sizeof(float),
-                               cudaMemcpyDeviceToHost, m->s));
-    CUDA_CHECK(cudaEventRecord(m->norm_ready, m->s));
-    CUDA_CHECK(cudaEventSynchronize(m->norm_ready));
-    *norm = m->pinned_scalars[1];
+    if (!m->plan) {
+        CUDA_CHECK(cudaMemcpyAsync(m->pinned_scalars + 1, m->scalars + 1, sizeof(float),
+                                   cudaMemcpyDeviceToHost, m->s));
+        CUDA_CHECK(cudaEventRecord(m->norm_ready, m->s));
+    }
+    RL_TRY(host_wait(m, m->norm_ready, e));
+    *norm = m->plan ? 0.0f : m->pinned_scalars[1];
     return RL_OK;
 }
 
@@ -584,10 +784,66 @@ int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e) {
     k.decay = (float)(1.0 - a->lr * a->weight_decay);
     k.grad_scale = (float)a->grad_scale;
     k.clip_max = (float)a->clip_max_norm;
-    PROF(RL_GPU_PROF_OPTIMIZER,
+    STEP(RL_GPU_PROF_OPTIMIZER, rl_k_adamw_cost(m->lay.total),
          rl_k_adamw(m->master, m->params, m->opt, m->opt + m->lay.total, m->grads, m->scalars + 1,
                     &m->lay, m->L, m->D, &k, m->s, e));
     return RL_OK;
+}
+
+// ---- the step's figures, read late --------------------------------------------------------------
+int rl_gpu_model_step_end(rl_gpu_model *m, rl_err *e) {
+    int k = (int)(m->steps_ended % 2);
+    m->steps_ended++;
+    if (m->plan) return RL_OK;
+    CUDA_CHECK(cudaMemcpyAsync(m->pinned_scalars + 2 + 2 * k, m->scalars, 2 * sizeof(float),
+                               cudaMemcpyDeviceToHost, m->s));
+    CUDA_CHECK(cudaEventRecord(m->stats_ready[k], m->s));
+    return RL_OK;
+}
+
+int rl_gpu_model_step_stats(rl_gpu_model *m, int ago, float *loss, float *norm, rl_err *e) {
+    if (ago < 0 || ago > 1 || m->steps_ended <= ago)
+        return rl_errf(e, RL_EINTERNAL, "gpu model: no step %d back (%lld ended)", ago,
+                       m->steps_ended);
+    int k = (int)((m->steps_ended - 1 - ago) % 2);
+    RL_TRY(host_wait(m, m->stats_ready[k], e));
+    if (m->plan) return *loss = 0, *norm = 0, RL_OK;
+    *loss = m->pinned_scalars[2 + 2 * k], *norm = m->pinned_scalars[3 + 2 * k];
+    return RL_OK;
+}
+
+// ---- the plan -----------------------------------------------------------------------------------
+int rl_gpu_model_plan(const rl_model_config *c, int B, int T, const rl_gpu_options *opt, int accum,
+                      double peak_flops, double peak_bytes_per_s, rl_gpu_plan *out, rl_err *e) {
+    memset(out, 0, sizeof *out);
+    if (accum < 1 || !(peak_flops > 0) || !(peak_bytes_per_s > 0))
+        return rl_errf(e, RL_EINPUT, "gpu plan: accum %d and the peaks must be positive", accum);
+    out->peak_flops = peak_flops, out->peak_bytes_per_s = peak_bytes_per_s;
+    rl_gpu_model *m = (rl_gpu_model *)calloc(1, sizeof *m);
+    if (!m) return rl_errf(e, RL_ENOMEM, "gpu plan: out of host memory");
+    if (opt) m->options = *opt;
+    m->plan = out;
+    int rc = shape(m, c, B, T, e);
+    if (!rc) {
+        // addresses for the plan's arithmetic only (nothing is dereferenced):
+        // 256-byte aligned as the real carving makes them
+        m->params = (bf16 *)(uintptr_t)0x10000000, m->master = (float *)(uintptr_t)0x20000000;
+        m->opt = (float *)(uintptr_t)0x30000000, m->grads = (float *)(uintptr_t)0x40000000;
+        layout_acts(m, (unsigned char *)(uintptr_t)0x50000000);
+        layout_scratch(m, (unsigned char *)(uintptr_t)0x60000000);
+        out->device_bytes = m->bytes;
+        rl_gpu_adamw a = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                          .weight_decay = 0.1, .t = 1, .grad_scale = 1.0, .clip_max_norm = 1.0};
+        rc = rl_gpu_model_zero_grad(m, e);
+        for (int k = 0; k < accum && !rc; k++)
+            rc = rl_gpu_model_train_micro(m, NULL, NULL, B, T, 1.0f / accum, NULL, NULL, e);
+        if (!rc) rc = rl_gpu_model_grad_norm(m, NULL, e);
+        if (!rc) rc = rl_gpu_model_adamw(m, &a, e);
+        // (a trainer then reads the step before this one, complete by now)
+        if (!rc) rc = rl_gpu_model_step_end(m, e);
+    }
+    rl_gpu_model_free(m);
+    return rc;
 }
 
 // ---- profile ------------------------------------------------------------------------------------
@@ -604,7 +860,7 @@ int rl_gpu_model_profile(rl_gpu_model *m, int on, rl_err *e) {
     return RL_OK;
 }
 
-int rl_gpu_model_profile_read(rl_gpu_model *m, double ms[RL_GPU_PROF_N], rl_err *e) {
+int rl_gpu_model_profile_read(rl_gpu_model *m, double ms[RL_GPU_PROF_N], int *calls, rl_err *e) {
     for (int c = 0; c < RL_GPU_PROF_N; c++) ms[c] = 0;
     CUDA_CHECK(cudaStreamSynchronize(m->s));
     for (int i = 0; i < m->prof_used; i++) {
@@ -612,6 +868,7 @@ int rl_gpu_model_profile_read(rl_gpu_model *m, double ms[RL_GPU_PROF_N], rl_err 
         CUDA_CHECK(cudaEventElapsedTime(&t, m->prof[i].ev[0], m->prof[i].ev[1]));
         ms[m->prof[i].cat] += t;
     }
+    if (calls) *calls = m->prof_used;
     m->prof_used = 0;
     return RL_OK;
 }

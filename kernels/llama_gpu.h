@@ -48,6 +48,9 @@ typedef struct rl_gpu_options {
      * every layer: saves L x B x T x intermediate_size x 2 bytes (4 GiB on
      * the 1B config at 8 x 2048 tokens) for one elementwise pass per layer. */
     int recompute_swiglu;
+    /* Rows per classifier chunk (0: chunks of at most 1 GiB of logits).
+     * Tests set it small to cover several chunks on small batches. */
+    int classifier_rows;
 } rl_gpu_options;
 
 /* Head dims the attention kernels are compiled for (head_dim is padded up
@@ -87,31 +90,48 @@ int rl_gpu_model_download_opt(rl_gpu_model *m, float *host, rl_err *e);
  * seed (a hash per element; not the CPU's sequence): for benchmarks of big
  * models, where a host-side init would take tens of seconds. */
 int rl_gpu_model_init_random(rl_gpu_model *m, uint64_t seed, float std, rl_err *e);
-/* Logits of the last forward, [B*T, vocab], widened to fp32. Valid until
- * the next backward (which turns them into dlogits in place). */
+/* Logits of the last rl_gpu_model_forward, [B*T, vocab], widened to fp32:
+ * only when its B*T rows fit one classifier chunk (small batches: tests);
+ * RL_EINPUT otherwise. Valid until the next forward or train_micro. */
 int rl_gpu_model_download_logits(rl_gpu_model *m, float *host, rl_err *e);
 
-/* ---- training ---------------------------------------------------------- */
-/* Forward over host tokens[B*T] (and targets, or NULL). Token ids are
- * checked on the host (RL_EINPUT). With loss non-NULL it waits for the mean
- * cross-entropy; with NULL nothing waits, and rl_gpu_model_loss reads it
- * later. */
+/* ---- training ----------------------------------------------------------
+ * A step is: zero_grad, then per micro-batch train_micro, then grad_norm,
+ * adamw, step_end. Nothing in it waits for the GPU: the loss is averaged on
+ * the device and, with the gradient norm, read back by step_stats once the
+ * step is done (a trainer reads step k's while step k+1 is queued). */
+
+/* Loss only (evaluation): forward over host tokens[B*T] and targets, the
+ * classifier in chunks of rows without gradients. Token ids are checked on
+ * the host (RL_EINPUT). Waits for and returns the mean cross-entropy when
+ * loss is non-NULL; targets NULL computes the logits only (tests). */
 int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int B,
                          int T, float *loss, rl_err *e);
-/* Waits for and returns the last forward's mean loss. */
-int rl_gpu_model_loss(rl_gpu_model *m, float *loss, rl_err *e);
-/* grads += d(loss * loss_scale)/dparams; call after a forward with targets.
- * hook (may be NULL) is called on the host as soon as the kernels that
- * finish grads[offset:] have been enqueued on the model's stream (the same
- * watermark offsets as the CPU model): record a CUDA event on
- * rl_gpu_model_stream() there to start a reduction when they complete. */
-int rl_gpu_model_backward(rl_gpu_model *m, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx,
-                          rl_err *e);
+/* One micro-batch of training: forward, then grads (+)= d(loss *
+ * loss_scale)/dparams. The classifier's gradient is made chunk by chunk
+ * inside the forward (the whole batch's logits never exist), so a forward
+ * and its backward are one call. hook (may be NULL) is called on the host
+ * as soon as the kernels that finish grads[offset:] have been enqueued on
+ * the model's stream (the same watermark offsets as the CPU model): record
+ * a CUDA event on rl_gpu_model_stream() there to start a reduction when
+ * they complete. The step's loss accumulator gains loss_scale x this
+ * micro-batch's mean loss (on the device). */
+int rl_gpu_model_train_micro(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                             int T, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx,
+                             rl_err *e);
+/* Starts a step: the next train_micro writes the gradients instead of
+ * adding to them (no memset of the whole buffer) and resets the loss
+ * accumulator. */
 int rl_gpu_model_zero_grad(rl_gpu_model *m, rl_err *e);
 /* sqrt(sum g^2) over all gradients, fp32 accumulation in a fixed reduction
  * order (bit-identical run to run). Kept on the device for AdamW's clipping;
  * norm may be NULL (nothing waits) or receives the value (waits). */
 int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e);
+/* Queues the copy of this step's loss accumulator and gradient norm to the
+ * host (a ring of two steps); step_stats waits for and reads the newest
+ * (ago 0) or the one before it (ago 1: done while this one runs). */
+int rl_gpu_model_step_end(rl_gpu_model *m, rl_err *e);
+int rl_gpu_model_step_stats(rl_gpu_model *m, int ago, float *loss, float *norm, rl_err *e);
 
 typedef struct rl_gpu_adamw {
     double lr, beta1, beta2, eps, weight_decay; /* decay on matrices only, not norms */
@@ -149,7 +169,28 @@ enum {
 };
 const char *rl_gpu_prof_name(int cat);
 int rl_gpu_model_profile(rl_gpu_model *m, int on, rl_err *e);
-int rl_gpu_model_profile_read(rl_gpu_model *m, double ms[RL_GPU_PROF_N], rl_err *e);
+/* calls (may be NULL): how many launcher calls were timed */
+int rl_gpu_model_profile_read(rl_gpu_model *m, double ms[RL_GPU_PROF_N], int *calls, rl_err *e);
+
+/* ---- the plan of a step, without a GPU --------------------------------------
+ * rl_gpu_model_plan builds a model that allocates nothing and launches
+ * nothing, runs a training step through the very code a real model runs
+ * (zero_grad, accum x train_micro, grad_norm, adamw with device clipping,
+ * step_end), and records every launch it would make: per category (the
+ * profile's), FLOPs, the DRAM bytes it must move at least, and the time a
+ * roofline at the given peak allows (max of the two, per launch). Host
+ * syncs are waits on the step's own work inside the step. It is how a
+ * change is judged while no GPU is at hand (bench/gpu: gpu_bench --plan). */
+typedef struct rl_gpu_plan {
+    double flops[RL_GPU_PROF_N], bytes[RL_GPU_PROF_N], roof_s[RL_GPU_PROF_N]; /* per category, RL_GPU_PROF_* */
+    int launches[RL_GPU_PROF_N];
+    int calls;           /* launcher calls (a profiled step times each one) */
+    int host_syncs;      /* waits for the step's own results inside the step */
+    size_t device_bytes; /* what the model allocates (all of it, at creation) */
+    double peak_flops, peak_bytes_per_s; /* the roofline's figures */
+} rl_gpu_plan;
+int rl_gpu_model_plan(const rl_model_config *c, int B, int T, const rl_gpu_options *opt, int accum,
+                      double peak_flops, double peak_bytes_per_s, rl_gpu_plan *out, rl_err *e);
 
 /* ---- single kernels on host arrays (tests: each call allocates, uploads,
  * runs on a private stream, downloads, frees) -----------------------------

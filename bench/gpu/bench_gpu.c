@@ -3,8 +3,16 @@
  * two can be put side by side (bench/gpu/run.sh runs both).
  *
  *   gpu_bench --config a|b [--batch N] [--seq T] [--steps 30] [--warmup 10]
- *             [--recompute] [--profile-steps 5] [--ddp-rounds 3]
+ *             [--recompute] [--profile-steps 5] [--ddp-rounds 3] [--plan] [--accum 1]
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
+ *
+ * --plan needs no GPU: one JSON line with the step's plan from the model's
+ * own launch list (rl_gpu_model_plan): FLOPs, bytes and launches per kernel
+ * category, host syncs in the step, the model's device memory, and the
+ * roofline step time at H100 SXM figures (989.4 TFLOP/s dense bf16, 3.35
+ * TB/s; RL_PEAK_TFLOPS / RL_PEAK_TBPS override), each launch costing the
+ * larger of its FLOPs and its bytes at those rates. memory_bound_bytes is
+ * what the kernels that are neither GEMMs nor attention move.
  *
  * A step is what the baseline's step is: forward with the loss, backward,
  * global gradient norm and clipping at 1.0, fused AdamW (lr 3e-4, betas
@@ -82,10 +90,12 @@ static int timed_steps(rl_gpu_model *m, rl_ddp *ddp, const int32_t *x, const int
         rc = rl_errf(e, RL_EIO, "timing events failed");
     for (int it = 0; it < steps && !rc; it++) {
         a->t++;
-        rc = rl_gpu_model_zero_grad(m, e) || rl_gpu_model_forward(m, x, y, B, T, NULL, e) ||
-             rl_gpu_model_backward(m, 1.0f, ddp ? rl_ddp_grad_ready : NULL, ddp, e);
+        rc = rl_gpu_model_zero_grad(m, e) ||
+             rl_gpu_model_train_micro(m, x, y, B, T, 1.0f, ddp ? rl_ddp_grad_ready : NULL, ddp, e);
         if (!rc && ddp) rc = rl_ddp_finish(ddp, e);
-        if (!rc) rc = rl_gpu_model_grad_norm(m, NULL, e) || rl_gpu_model_adamw(m, a, e);
+        if (!rc)
+            rc = rl_gpu_model_grad_norm(m, NULL, e) || rl_gpu_model_adamw(m, a, e) ||
+                 rl_gpu_model_step_end(m, e);
     }
     float f = 0;
     if (!rc && (cudaEventRecord(t1, s) != cudaSuccess || cudaEventSynchronize(t1) != cudaSuccess ||
@@ -128,10 +138,45 @@ static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, c
     return rc;
 }
 
+static double env_or(const char *name, double dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atof(v) : dflt;
+}
+
+/* --plan: the step as rl_gpu_model_plan counts it; no CUDA call is made */
+static int print_plan(const char *config, const rl_model_config *c, int B, int T,
+                      const rl_gpu_options *opt, int accum) {
+    double tf = env_or("RL_PEAK_TFLOPS", 989.4), tb = env_or("RL_PEAK_TBPS", 3.35);
+    rl_gpu_plan p;
+    rl_err e = {0};
+    if (rl_gpu_model_plan(c, B, T, opt, accum, tf * 1e12, tb * 1e12, &p, &e)) {
+        fprintf(stderr, "gpu_bench: %s\n", e.msg);
+        return 1;
+    }
+    double flops = 0, membound = 0, roof = 0;
+    int launches = 0;
+    for (int k = 0; k < RL_GPU_PROF_N; k++) {
+        flops += p.flops[k], roof += p.roof_s[k], launches += p.launches[k];
+        if (k != RL_GPU_PROF_GEMM && k != RL_GPU_PROF_ATTN_FWD && k != RL_GPU_PROF_ATTN_BWD)
+            membound += p.bytes[k];
+    }
+    printf("{\"impl\":\"ringleader-plan\",\"config\":\"%s\",\"batch\":%d,\"seq\":%d,\"accum\":%d,"
+           "\"flops_per_step\":%.6g,\"memory_bound_bytes\":%.6g,\"launches_per_step\":%d,"
+           "\"host_syncs_per_step\":%d,\"peak_device_bytes\":%zu,\"roofline_ms\":%.3f,"
+           "\"peak_tflops\":%.1f,\"peak_tbps\":%.2f",
+           config, B, T, accum, flops, membound, launches, p.host_syncs, p.device_bytes,
+           roof * 1e3, tf, tb);
+    for (int k = 0; k < RL_GPU_PROF_N; k++)
+        printf(",\"%s\":{\"flops\":%.6g,\"bytes\":%.6g,\"launches\":%d,\"roofline_ms\":%.3f}",
+               rl_gpu_prof_name(k), p.flops[k], p.bytes[k], p.launches[k], p.roof_s[k] * 1e3);
+    printf("}\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *config = "a";
     int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 0, prof_steps = 5;
-    int ddp_rounds = 3;
+    int ddp_rounds = 3, plan = 0, accum = 1;
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -150,11 +195,16 @@ int main(int argc, char **argv) {
             recompute = 1;
             continue;
         }
+        if (!strcmp(a, "--plan")) {
+            plan = 1;
+            continue;
+        }
         INTARG("--batch", batch)
         INTARG("--seq", seq) INTARG("--steps", steps) INTARG("--warmup", warmup)
             INTARG("--vocab", vocab) INTARG("--hidden", hidden) INTARG("--ffn", ffn)
                 INTARG("--layers", layers) INTARG("--heads", heads) INTARG("--kv-heads", kv)
                     INTARG("--profile-steps", prof_steps) INTARG("--ddp-rounds", ddp_rounds)
+                        INTARG("--accum", accum)
                         fprintf(stderr,
                                 "gpu_bench: unknown argument %s (see the comment at the top of "
                                 "bench/gpu/bench_gpu.c)\n",
@@ -187,6 +237,8 @@ int main(int argc, char **argv) {
     c.max_position_embeddings = T;
     c.rms_norm_eps = 1e-5, c.rope_theta = 10000.0, c.initializer_range = 0.02;
 
+    rl_gpu_options opt = {.recompute_swiglu = recompute};
+    if (plan) return print_plan(config, &c, B, T, &opt, accum);
     char gpu[256] = "";
     if (rl_gpu_device_count(gpu, sizeof gpu) == 0) {
         printf("{\"impl\":\"ringleader\",\"config\":\"%s\",\"skipped\":\"no GPU visible\"}\n",
@@ -200,7 +252,6 @@ int main(int argc, char **argv) {
     CK(cudaMemGetInfo(&free0, &total));
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    rl_gpu_options opt = {.recompute_swiglu = recompute};
     rl_gpu_model *m = NULL;
     if (rl_gpu_model_create(&m, &c, B, T, &opt, s, &e) ||
         rl_gpu_model_init_random(m, 1337, 0.02f, &e)) {
@@ -226,31 +277,33 @@ int main(int argc, char **argv) {
     /* events around each phase of each timed step, read after the run (no
      * synchronisation inside the timed loop: the host queues ahead as a
      * trainer does), so a tuning session sees where the step goes */
-    cudaEvent_t *ev = malloc(sizeof(cudaEvent_t) * 4 * (size_t)steps), t0, t1;
-    for (int k = 0; k < 4 * steps; k++) CK(cudaEventCreate(&ev[k]));
+    cudaEvent_t *ev = malloc(sizeof(cudaEvent_t) * 3 * (size_t)steps), t0, t1;
+    for (int k = 0; k < 3 * steps; k++) CK(cudaEventCreate(&ev[k]));
     CK(cudaEventCreate(&t0));
     CK(cudaEventCreate(&t1));
     float loss = 0;
     int rc = 0;
     for (int it = 0; it < warmup + steps && !rc; it++) {
-        cudaEvent_t *E = it >= warmup ? ev + 4 * (it - warmup) : NULL;
+        cudaEvent_t *E = it >= warmup ? ev + 3 * (it - warmup) : NULL;
         if (it == warmup) {
             CK(cudaStreamSynchronize(s));
             CK(cudaEventRecord(t0, s));
         }
         a.t = it + 1;
         if (E) CK(cudaEventRecord(E[0], s));
-        rc = rl_gpu_model_zero_grad(m, &e) || rl_gpu_model_forward(m, x, y, B, T, NULL, &e);
+        rc = rl_gpu_model_zero_grad(m, &e) ||
+             rl_gpu_model_train_micro(m, x, y, B, T, 1.0f, NULL, NULL, &e);
         if (!rc && E) CK(cudaEventRecord(E[1], s));
-        if (!rc) rc = rl_gpu_model_backward(m, 1.0f, NULL, NULL, &e);
+        if (!rc)
+            rc = rl_gpu_model_grad_norm(m, NULL, &e) || rl_gpu_model_adamw(m, &a, &e) ||
+                 rl_gpu_model_step_end(m, &e);
         if (!rc && E) CK(cudaEventRecord(E[2], s));
-        if (!rc) rc = rl_gpu_model_grad_norm(m, NULL, &e) || rl_gpu_model_adamw(m, &a, &e);
-        if (!rc && E) CK(cudaEventRecord(E[3], s));
     }
     if (!rc) {
         CK(cudaEventRecord(t1, s));
         CK(cudaEventSynchronize(t1));
-        rc = rl_gpu_model_loss(m, &loss, &e);
+        float norm;
+        rc = rl_gpu_model_step_stats(m, 0, &loss, &norm, &e);
     }
     if (rc) {
         fprintf(stderr, "gpu_bench: %s\n", e.msg);
@@ -263,18 +316,18 @@ int main(int argc, char **argv) {
         double ms;
         rc = rl_gpu_model_profile(m, 1, &e);
         if (!rc) rc = timed_steps(m, NULL, x, y, B, T, &a, prof_steps, &ms, &e);
-        if (!rc) rc = rl_gpu_model_profile_read(m, prof, &e) || rl_gpu_model_profile(m, 0, &e);
+        if (!rc) rc = rl_gpu_model_profile_read(m, prof, NULL, &e) || rl_gpu_model_profile(m, 0, &e);
         if (rc) {
             fprintf(stderr, "gpu_bench: %s\n", e.msg);
             rl_gpu_model_free(m);
             return 1;
         }
     }
-    double ph[3] = {0, 0, 0};
+    double ph[2] = {0, 0};
     for (int it = 0; it < steps; it++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 2; k++) {
             float ms;
-            CK(cudaEventElapsedTime(&ms, ev[4 * it + k], ev[4 * it + k + 1]));
+            CK(cudaEventElapsedTime(&ms, ev[3 * it + k], ev[3 * it + k + 1]));
             ph[k] += ms;
         }
     float ms_total;
@@ -298,11 +351,10 @@ int main(int argc, char **argv) {
            "\"params\":%zu,\"batch\":%d,\"seq\":%d,\"tokens_per_step\":%d,\"ms_per_step\":%.2f,"
            "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"peak_tflops\":%.1f,\"mfu\":%s,"
            "\"peak_mem_gib\":%.2f,\"device_used_gib\":%.2f,\"final_loss\":%.4f,"
-           "\"ms_forward\":%.2f,\"ms_backward\":%.2f,\"ms_optimizer\":%.2f}\n",
+           "\"ms_forward_backward\":%.2f,\"ms_optimizer\":%.2f}\n",
            recompute ? "-recompute" : "", config, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
            tflops, peak, mfu, rl_gpu_model_device_bytes(m) / 1073741824.0,
-           (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps,
-           ph[2] / steps);
+           (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps);
     if (prof_steps > 0) {
         int hd = c.hidden_size / c.num_attention_heads;
         double attn_fwd =

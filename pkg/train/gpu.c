@@ -5,12 +5,12 @@
  * (it branches on tr->gpu at each stage of a step), and everything that
  * needs the CUDA headers stays here and in kernels/.
  *
- * Synchronisation per optimizer step: the host waits for each micro-batch's
- * forward (its loss; the backward is already queued behind it), for the
- * gradient reduction (DDP's finish), and for the global gradient norm (the
- * non-finite check and the log need it on the host). AdamW is queued with
- * the clip factor computed on the host from that norm, exactly as the CPU
- * path does, so both devices clip identically. */
+ * Synchronisation per optimizer step: one wait, after AdamW is queued, for
+ * the step's loss and gradient norm (the log, the ranks' agreement and the
+ * non-finite check need them on the host). Clipping is computed on the
+ * device from the norm there (torch.nn.utils.clip_grad_norm_'s factor, in
+ * fp32), and a non-finite norm makes the AdamW kernel leave the weights
+ * alone, so the check that follows stops a run whose weights are intact. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,24 +56,14 @@ void rl_train_gpu_close(rl_trainer *tr) {
 int rl_train_gpu_zero_grad(rl_trainer *tr, rl_err *e) { return rl_gpu_model_zero_grad(tr->gpu, e); }
 
 int rl_train_gpu_micro(rl_trainer *tr, float scale, rl_grad_ready_fn hook, void *hook_ctx,
-                       float *loss, rl_err *e) {
+                       rl_err *e) {
     const rl_train_config *t = &tr->cfg.train;
-    int rc = rl_gpu_model_forward(tr->gpu, tr->inputs, tr->targets, t->micro_batch, t->seq_len,
-                                  NULL, e);
-    if (!rc) rc = rl_gpu_model_backward(tr->gpu, scale, hook, hook_ctx, e);
-    /* after the backward is queued: the GPU runs it while we wait for the loss */
-    if (!rc) rc = rl_gpu_model_loss(tr->gpu, loss, e);
-    return rc;
+    return rl_gpu_model_train_micro(tr->gpu, tr->inputs, tr->targets, t->micro_batch, t->seq_len,
+                                    scale, hook, hook_ctx, e);
 }
 
-int rl_train_gpu_norm(rl_trainer *tr, double *norm, rl_err *e) {
-    float n;
-    int rc = rl_gpu_model_grad_norm(tr->gpu, &n, e);
-    *norm = n;
-    return rc;
-}
-
-int rl_train_gpu_adamw(rl_trainer *tr, double lr, double grad_scale, rl_err *e) {
+int rl_train_gpu_update(rl_trainer *tr, double lr, double clip_max, double *loss, double *norm,
+                        rl_err *e) {
     const rl_train_config *t = &tr->cfg.train;
     rl_gpu_adamw a = {.lr = lr,
                       .beta1 = t->beta1,
@@ -81,8 +71,15 @@ int rl_train_gpu_adamw(rl_trainer *tr, double lr, double grad_scale, rl_err *e) 
                       .eps = t->eps,
                       .weight_decay = t->weight_decay,
                       .t = tr->step + 1,
-                      .grad_scale = grad_scale};
-    return rl_gpu_model_adamw(tr->gpu, &a, e);
+                      .grad_scale = 1.0,
+                      .clip_max_norm = clip_max};
+    float l = 0, n = 0;
+    int rc = rl_gpu_model_grad_norm(tr->gpu, NULL, e);
+    if (!rc) rc = rl_gpu_model_adamw(tr->gpu, &a, e);
+    if (!rc) rc = rl_gpu_model_step_end(tr->gpu, e);
+    if (!rc) rc = rl_gpu_model_step_stats(tr->gpu, 0, &l, &n, e);
+    *loss = l, *norm = n;
+    return rc;
 }
 
 int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e) {
@@ -185,13 +182,12 @@ int rl_train_gpu_open(rl_trainer *tr, int device, rl_err *e) { return (void)tr, 
 void rl_train_gpu_close(rl_trainer *tr) { (void)tr; }
 int rl_train_gpu_zero_grad(rl_trainer *tr, rl_err *e) { return (void)tr, none(e); }
 int rl_train_gpu_micro(rl_trainer *tr, float scale, rl_grad_ready_fn hook, void *hook_ctx,
-                       float *loss, rl_err *e) {
-    (void)tr, (void)scale, (void)hook, (void)hook_ctx, (void)loss;
-    return none(e);
+                       rl_err *e) {
+    return (void)tr, (void)scale, (void)hook, (void)hook_ctx, none(e);
 }
-int rl_train_gpu_norm(rl_trainer *tr, double *norm, rl_err *e) { return (void)tr, (void)norm, none(e); }
-int rl_train_gpu_adamw(rl_trainer *tr, double lr, double grad_scale, rl_err *e) {
-    return (void)tr, (void)lr, (void)grad_scale, none(e);
+int rl_train_gpu_update(rl_trainer *tr, double lr, double clip_max, double *loss, double *norm,
+                        rl_err *e) {
+    return (void)tr, (void)lr, (void)clip_max, (void)loss, (void)norm, none(e);
 }
 int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e) {
     return (void)tr, (void)B, (void)T, (void)loss, none(e);

@@ -18,12 +18,15 @@ int rl_train_gpu_count(char *name, size_t n);
 int rl_train_gpu_open(rl_trainer *tr, int device, rl_err *e);
 void rl_train_gpu_close(rl_trainer *tr);
 int rl_train_gpu_zero_grad(rl_trainer *tr, rl_err *e);
-/* Forward over tr->inputs/targets, backward with grads += d(loss * scale);
- * *loss is this micro-batch's mean loss (waits for the forward only). */
+/* Forward over tr->inputs/targets, backward with grads (+)= d(loss *
+ * scale); the loss stays on the device (nothing waits). */
 int rl_train_gpu_micro(rl_trainer *tr, float scale, rl_grad_ready_fn hook, void *hook_ctx,
-                       float *loss, rl_err *e);
-int rl_train_gpu_norm(rl_trainer *tr, double *norm, rl_err *e);
-int rl_train_gpu_adamw(rl_trainer *tr, double lr, double grad_scale, rl_err *e);
+                       rl_err *e);
+/* The step's end on the device: gradient norm, clipping to clip_max
+ * (<= 0: none) and AdamW at lr, all queued; then the one wait of the step,
+ * for its loss (the micro-batches' scaled sum) and gradient norm. */
+int rl_train_gpu_update(rl_trainer *tr, double lr, double clip_max, double *loss, double *norm,
+                        rl_err *e);
 /* Mean loss of one forward over tr->inputs/targets (B x T). */
 int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e);
 /* Master parameters (and with opt the AdamW moments) device -> host

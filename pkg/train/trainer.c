@@ -166,22 +166,25 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
         void *hctx = tr->dist ? tr->dist->ctx : NULL;
         float scale = 1.0f / (float)tr->accum, loss;
         if (tr->gpu) {
-            if ((rc = rl_train_gpu_micro(tr, scale, hook, hctx, &loss, e))) return rc;
-        } else {
-            if ((rc = rl_model_forward(m, tr->inputs, tr->targets, t->micro_batch, t->seq_len, &loss, e)))
-                return rc;
-            rl_model_backward(m, scale, hook, hctx);
+            if ((rc = rl_train_gpu_micro(tr, scale, hook, hctx, e))) return rc;
+            continue;
         }
+        if ((rc = rl_model_forward(m, tr->inputs, tr->targets, t->micro_batch, t->seq_len, &loss, e)))
+            return rc;
+        rl_model_backward(m, scale, hook, hctx);
         loss_sum += loss;
     }
-    double loss = loss_sum / tr->accum;
+    double loss = loss_sum / tr->accum, norm = 0, lr = rl_lr_at(t, tr->step);
+    double ar_exposed = -1, ar_busy = -1;
+    if (tr->dist && (rc = tr->dist->finish(tr->dist->ctx, e))) return rc;
+    /* on a GPU the whole update is queued behind the reduction and the
+     * step's one wait returns its loss and norm */
+    if (tr->gpu && (rc = rl_train_gpu_update(tr, lr, t->grad_clip, &loss, &norm, e))) return rc;
     /* A signal reaches ranks at different times; riding on the loss
      * average, "someone was asked to stop" becomes one decision that every
      * rank takes after the same step. */
     double agreed[2] = {loss, tr->stop && *tr->stop ? 1.0 : 0.0};
-    double ar_exposed = -1, ar_busy = -1;
     if (tr->dist) {
-        if ((rc = tr->dist->finish(tr->dist->ctx, e))) return rc;
         if ((rc = tr->dist->average(tr->dist->ctx, agreed, 2, e))) return rc;
         /* after the average: on a GPU finish only queued the reduction, and
          * its timing events are complete once the average (behind it on the
@@ -190,15 +193,11 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     }
     loss = agreed[0];
     tr->stop_agreed = agreed[1] > 0;
-    double norm;
     if (!tr->gpu) norm = rl_grad_norm(m->grads, m->lay.total);
-    else if ((rc = rl_train_gpu_norm(tr, &norm, e))) return rc;
     if (!isfinite(norm) || !isfinite(loss))
         return rl_errf(e, RL_EINTERNAL, "step %lld: loss %g, gradient norm %g are not finite "
                        "(lower train.lr?)", tr->step + 1, loss, norm);
-    double lr = rl_lr_at(t, tr->step), clip = rl_clip_factor(norm, t->grad_clip);
-    if (!tr->gpu) optimizer_step(tr, lr, clip);
-    else if ((rc = rl_train_gpu_adamw(tr, lr, clip, e))) return rc;
+    if (!tr->gpu) optimizer_step(tr, lr, rl_clip_factor(norm, t->grad_clip));
     tr->step++;
     tr->sample += (uint64_t)(t->global_batch_tokens / t->seq_len);
     tr->tokens_seen += (uint64_t)t->global_batch_tokens;

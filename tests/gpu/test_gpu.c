@@ -592,12 +592,16 @@ static double cosine(const float *a, const float *b, size_t n, double *na, doubl
 
 /* One forward + backward on CPU fp32 and GPU from the same parameters and
  * batch: loss within 1%, every tensor's gradient cosine > 0.999. Then the
- * GPU alone: bit-identical on a repeat, exactly twice the gradients after a
- * second accumulated micro-step. */
-static void test_step(const model_case *mc, int recompute) {
+ * GPU alone: the training call's loss is the forward's, bit-identical on a
+ * repeat, exactly twice the gradients after a second accumulated
+ * micro-step, and zero_grad (which clears nothing, the next micro-batch
+ * writing instead of adding) gives the first gradients again. crows > 0
+ * splits the classifier into chunks of that many rows (the logits are then
+ * not kept, and not compared). */
+static void test_step(const model_case *mc, int recompute, int crows) {
     char name[96];
-    snprintf(name, sizeof name, "step %s B=%d T=%d%s", mc->label, mc->B, mc->T,
-             recompute ? " recompute" : "");
+    snprintf(name, sizeof name, "step %s B=%d T=%d%s%s", mc->label, mc->B, mc->T,
+             recompute ? " recompute" : "", crows ? " chunked" : "");
     if (!selected(name)) return;
     reseed(name);
     rl_model_config c;
@@ -615,8 +619,8 @@ static void test_step(const model_case *mc, int recompute) {
     int32_t *tok = rand_tokens(N, c.vocab_size), *tgt = rand_tokens(N, c.vocab_size);
     float *g1 = malloc(P * sizeof(float)), *g2 = malloc(P * sizeof(float));
     float *logits = malloc((size_t)N * c.vocab_size * sizeof(float));
-    float lc, lg, lg2;
-    rl_gpu_options opt = {.recompute_swiglu = recompute};
+    float lc, lg, lt, lg2, norm;
+    rl_gpu_options opt = {.recompute_swiglu = recompute, .classifier_rows = crows};
     if (rl_model_forward(&cpu, tok, tgt, B, T, &lc, &e)) goto err;
     memcpy(logits, rl_model_logits(&cpu), (size_t)N * c.vocab_size * sizeof(float));
     rl_model_zero_grad(&cpu);
@@ -625,7 +629,7 @@ static void test_step(const model_case *mc, int recompute) {
         rl_gpu_model_upload_params(gpu, cpu.params, &e) ||
         rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg, &e))
         goto err;
-    {
+    if (!crows) {
         float *gl = malloc((size_t)N * c.vocab_size * sizeof(float));
         double *ld = to_d(logits, (size_t)N * c.vocab_size);
         int rc = rl_gpu_model_download_logits(gpu, gl, &e);
@@ -637,9 +641,13 @@ static void test_step(const model_case *mc, int recompute) {
         free(gl), free(ld);
         if (rc) goto err;
     }
-    if (rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) ||
+    if (rl_gpu_model_zero_grad(gpu, &e) ||
+        rl_gpu_model_train_micro(gpu, tok, tgt, B, T, 1.0f, NULL, NULL, &e) ||
+        rl_gpu_model_step_end(gpu, &e) || rl_gpu_model_step_stats(gpu, 0, &lt, &norm, &e) ||
         rl_gpu_model_download_grads(gpu, g1, &e))
         goto err;
+    report("  training loss == forward loss", memcmp(&lt, &lg, sizeof lt) == 0,
+           "train_micro %.9g, forward %.9g", lt, lg);
     double rel = fabs(lg - lc) / fabs(lc);
     report(name, isfinite(lg) && rel <= 0.01, "loss gpu %.6f cpu %.6f rel %.2e (tol 1e-02)", lg, lc,
            rel);
@@ -678,24 +686,40 @@ static void test_step(const model_case *mc, int recompute) {
                zero ? "; tensors with a zero exact gradient: negligible on the GPU too" : "");
     }
     /* determinism and accumulation */
-    if (rl_gpu_model_zero_grad(gpu, &e) || rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg2, &e) ||
-        rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) ||
+    if (rl_gpu_model_zero_grad(gpu, &e) ||
+        rl_gpu_model_train_micro(gpu, tok, tgt, B, T, 1.0f, NULL, NULL, &e) ||
+        rl_gpu_model_step_end(gpu, &e) || rl_gpu_model_step_stats(gpu, 0, &lg2, &norm, &e) ||
         rl_gpu_model_download_grads(gpu, g2, &e))
         goto err;
     report("  repeat is bit-identical",
            memcmp(&lg, &lg2, sizeof lg) == 0 && memcmp(g1, g2, P * sizeof(float)) == 0,
            "loss %s, gradients %s", memcmp(&lg, &lg2, sizeof lg) ? "differ" : "same",
            memcmp(g1, g2, P * sizeof(float)) ? "differ" : "same");
-    if (rl_gpu_model_forward(gpu, tok, tgt, B, T, NULL, &e) ||
-        rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) ||
+    if (rl_gpu_model_train_micro(gpu, tok, tgt, B, T, 1.0f, NULL, NULL, &e) ||
         rl_gpu_model_download_grads(gpu, g2, &e))
         goto err;
     {
-        size_t off = 0;
-        for (size_t i = 0; i < P; i++) off += g2[i] != 2.0f * g1[i];
-        report("  second micro-step accumulates", off == 0, "%zu of %zu gradients != 2x the first",
-               off, P);
+        /* exact, but for lm_head in chunks: its gradient is a sum over the
+         * chunks, so the second micro-step's is ((g + c1) + c2) + ..., not
+         * 2 (c1 + c2 + ...) bit for bit -- there within 1e-6 of the
+         * tensor's largest value */
+        size_t off = 0, lm = cpu.lay.lm_head;
+        double mx = 0;
+        for (size_t i = lm; i < P; i++) mx = fmax(mx, fabs(2.0 * g1[i]));
+        for (size_t i = 0; i < P; i++)
+            off += crows && i >= lm ? !(fabs(g2[i] - 2.0 * g1[i]) <= 1e-6 * mx)
+                                    : g2[i] != 2.0f * g1[i];
+        report("  second micro-step accumulates", off == 0,
+               "%zu of %zu gradients != 2x the first (exactly%s)", off, P,
+               crows ? "; lm_head in chunks: within 1e-6 of its largest" : "");
     }
+    if (rl_gpu_model_zero_grad(gpu, &e) ||
+        rl_gpu_model_train_micro(gpu, tok, tgt, B, T, 1.0f, NULL, NULL, &e) ||
+        rl_gpu_model_download_grads(gpu, g2, &e))
+        goto err;
+    report("  zero_grad: the next micro-step writes, stale sums ignored",
+           memcmp(g1, g2, P * sizeof(float)) == 0, "gradients %s the first step's",
+           memcmp(g1, g2, P * sizeof(float)) ? "differ from" : "equal");
     goto done;
 err:
     fail_err(name, &e);
@@ -844,9 +868,11 @@ static void test_train_curve(void) {
                           .t = s,
                           .grad_scale = 1.0,
                           .clip_max_norm = 1.0};
-        if (rl_gpu_model_zero_grad(gpu, &e) || rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg, &e) ||
-            rl_gpu_model_backward(gpu, 1.0f, NULL, NULL, &e) ||
-            rl_gpu_model_grad_norm(gpu, NULL, &e) || rl_gpu_model_adamw(gpu, &a, &e))
+        float gn;
+        if (rl_gpu_model_zero_grad(gpu, &e) ||
+            rl_gpu_model_train_micro(gpu, tok, tgt, B, T, 1.0f, NULL, NULL, &e) ||
+            rl_gpu_model_grad_norm(gpu, NULL, &e) || rl_gpu_model_adamw(gpu, &a, &e) ||
+            rl_gpu_model_step_end(gpu, &e) || rl_gpu_model_step_stats(gpu, 0, &lg, &gn, &e))
             goto err;
         double d = fabs(lg - lc), band = fmax(0.05, 0.05 * lc);
         if (!(d <= band)) bad++;
@@ -869,6 +895,58 @@ done:
     rl_gpu_model_free(gpu);
     rl_model_destroy(&cpu);
     free(mv), free(tok), free(tgt);
+}
+
+/* The plan (rl_gpu_model_plan) against a real step of the same model: the
+ * same launcher calls (a profiled step times each), the same device
+ * memory, no host sync inside the step, and GEMM FLOPs equal to six times
+ * the matrix parameters (lm_head padded) per token, counted here from the
+ * shapes alone. */
+static void test_plan(void) {
+    const char *name = "plan matches a real step";
+    if (!selected(name)) return;
+    reseed(name);
+    model_case mc = {"plan", 1000, 128, 352, 3, 2, 1, 2, 40};
+    rl_model_config c;
+    case_cfg(&mc, &c);
+    int B = mc.B, T = mc.T, N = B * T, accum = 2;
+    rl_gpu_options opt = {.classifier_rows = 32};
+    rl_gpu_plan p;
+    rl_gpu_model *m = NULL;
+    rl_err e = {0};
+    int32_t *tok = rand_tokens(N, c.vocab_size), *tgt = rand_tokens(N, c.vocab_size);
+    double ms[RL_GPU_PROF_N];
+    int calls = 0;
+    rl_gpu_adamw a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                      .t = 1, .grad_scale = 1.0, .clip_max_norm = 1.0};
+    int rc = rl_gpu_model_plan(&c, B, T, &opt, accum, 989e12, 3.35e12, &p, &e) ||
+             rl_gpu_model_create(&m, &c, B, T, &opt, 0, &e) ||
+             rl_gpu_model_profile(m, 1, &e) || rl_gpu_model_zero_grad(m, &e);
+    for (int k = 0; k < accum && !rc; k++)
+        rc = rl_gpu_model_train_micro(m, tok, tgt, B, T, 0.5f, NULL, NULL, &e);
+    if (!rc)
+        rc = rl_gpu_model_grad_norm(m, NULL, &e) || rl_gpu_model_adamw(m, &a, &e) ||
+             rl_gpu_model_step_end(m, &e) || rl_gpu_model_profile_read(m, ms, &calls, &e);
+    if (rc) {
+        fail_err(name, &e);
+    } else {
+        int hd = c.hidden_size / c.num_attention_heads, D = c.hidden_size,
+            F = c.intermediate_size, Vp = (c.vocab_size + 63) / 64 * 64;
+        int C3 = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd;
+        double mat = (double)c.num_hidden_layers *
+                         ((double)D * C3 + (double)c.num_attention_heads * hd * D + 3.0 * F * D) +
+                     (double)Vp * D;
+        double want = 6.0 * mat * N * accum, got = p.flops[RL_GPU_PROF_GEMM];
+        report(name,
+               p.calls == calls && p.device_bytes == rl_gpu_model_device_bytes(m) &&
+                   p.host_syncs == 0 && fabs(got - want) <= 1e-9 * want,
+               "calls plan %d, real %d; device bytes plan %zu, real %zu; host syncs %d; GEMM "
+               "FLOPs %.6g, from the shapes %.6g",
+               p.calls, calls, p.device_bytes, rl_gpu_model_device_bytes(m), p.host_syncs, got,
+               want);
+    }
+    rl_gpu_model_free(m);
+    free(tok), free(tgt);
 }
 
 /* Parameters and moments survive a round trip bit for bit: a checkpoint
@@ -938,8 +1016,11 @@ int main(int argc, char **argv) {
         {"arch-hd64", 101, 128, 96, 1, 2, 1, 1, 65},
         {"arch-hd128", 101, 256, 96, 1, 2, 1, 1, 65},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_step(&cases[i], 0);
-    test_step(&cases[2], 1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_step(&cases[i], 0, 0);
+    test_step(&cases[2], 1, 0);
+    test_step(&cases[2], 0, 64);  /* 258 rows: chunks of 64 and a ragged 2 */
+    test_step(&cases[5], 0, 16);  /* odd shapes, 38 rows: 16 + 16 + 6 */
+    test_plan();
     test_train_curve();
     test_gpu_train();
 
