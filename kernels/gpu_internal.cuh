@@ -114,8 +114,6 @@ rl_k_cost rl_k_xent_cost(int N, int V, int ld, int grad);
 int rl_k_loss_accum(float *acc, const float *losses, int n, float weight, int reset, cudaStream_t s,
                     rl_err *e);
 rl_k_cost rl_k_loss_accum_cost(int n);
-// out[0] = mean of x[0:n]: rl_k_loss_accum(out, x, n, 1, 1, ...)
-int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e);
 // Sum of squares in fixed-size blocks, then one block over the partials:
 // out[0] = sqrt(sum g^2). partial: RL_K_NORM_BLOCKS floats. Two launches.
 #define RL_K_NORM_BLOCKS 1024

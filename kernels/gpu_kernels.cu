@@ -199,9 +199,6 @@ int rl_k_loss_accum(float *acc, const float *losses, int n, float weight, int re
 // n losses read, the accumulator read and written
 rl_k_cost rl_k_loss_accum_cost(int n) { return cost((double)n + 2, (double)n * 4 + 8, 1); }
 
-int rl_k_mean(float *out, const float *x, int n, cudaStream_t s, rl_err *e) {
-    return rl_k_loss_accum(out, x, n, 1.0f, 1, s, e);
-}
 
 int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t s, rl_err *e) {
     if (vec_ok(g, 4, 4))
