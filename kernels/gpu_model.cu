@@ -295,12 +295,12 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
     if (T > c->max_position_embeddings)
         return rl_errf(e, RL_EINPUT, "seq_len %d exceeds model.max_position_embeddings %d", T,
                        c->max_position_embeddings);
-    // B*T rows index every activation as int (kernels: row * width in
-    // size_t); 5 B T + 1 batch ints and N x heads statistics stay far
-    // below 2^31 under this bound.
-    if ((long long)B * T > (1ll << 28))
-        return rl_errf(e, RL_EINPUT, "gpu model: %d x %d tokens per forward is too many (at most 2^28)",
-                       B, T);
+    // Kernels index rows (and attention's per-head statistics, rows x
+    // heads) as int and elements as size_t; every size here is size_t.
+    if ((long long)B * T * c->num_attention_heads >= (1ll << 31))
+        return rl_errf(e, RL_EINPUT,
+                       "gpu model: %d x %d tokens x %d heads per forward is too many (below 2^31)",
+                       B, T, c->num_attention_heads);
     m->cfg = *c;
     rl_param_layout_init(&m->lay, c);
     m->B = B, m->T = T;

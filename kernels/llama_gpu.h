@@ -143,7 +143,9 @@ typedef struct rl_gpu_adamw {
     double clip_max_norm;
 } rl_gpu_adamw;
 /* One AdamW step over the fp32 masters (PyTorch semantics, as
- * rl_adamw_update) that also writes the bf16 compute copy. */
+ * rl_adamw_update) that also writes the bf16 compute copy. When the last
+ * rl_gpu_model_grad_norm is not finite it changes nothing (the caller,
+ * reading that norm afterwards, stops with its weights intact). */
 int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e);
 int rl_gpu_model_sync(rl_gpu_model *m, rl_err *e);
 

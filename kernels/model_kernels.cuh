@@ -415,6 +415,10 @@ static __global__ void adamw_kernel(float *master, bf16 *params, float *mom, flo
     int reg = blockIdx.y;
     size_t base, len;
     region_of(lay, reg, &base, &len);
+    // A non-finite gradient norm (a NaN or inf gradient anywhere) leaves
+    // the weights and moments as they are: the host reads the norm after
+    // this step is queued and stops the run, whose weights are then intact.
+    if (!isfinite(norm[0])) return;
     float gs = a.grad_scale;
     if (a.clip_max > 0.0f) gs *= fminf(1.0f, a.clip_max / (norm[0] + 1e-6f));
     for (size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V; r < len;

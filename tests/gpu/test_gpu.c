@@ -806,6 +806,26 @@ static void test_adamw(void) {
                "%.6g vs %.6g",
                bad, worst, bad16, gnorm, norm);
     }
+    /* a NaN gradient: the norm is NaN and the step changes nothing */
+    if (m) {
+        const char *sub = "  a non-finite norm leaves weights and moments";
+        rl_gpu_adamw a = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .t = 4,
+                          .grad_scale = 1.0, .clip_max_norm = 1.0};
+        float gnorm = 0;
+        g[P / 2] = NAN;
+        if (rl_gpu_model_upload_params(m, p, &e) || rl_gpu_model_upload_grads(m, g, &e) ||
+            rl_gpu_model_upload_opt(m, mv, &e) || rl_gpu_model_grad_norm(m, &gnorm, &e) ||
+            rl_gpu_model_adamw(m, &a, &e) || rl_gpu_model_download_params(m, gp, &e) ||
+            rl_gpu_model_download_opt(m, gmv, &e))
+            fail_err(sub, &e);
+        else
+            report(sub,
+                   isnan(gnorm) && !memcmp(gp, p, P * sizeof(float)) &&
+                       !memcmp(gmv, mv, 2 * P * sizeof(float)),
+                   "norm %g; parameters %s, moments %s", gnorm,
+                   memcmp(gp, p, P * sizeof(float)) ? "changed" : "unchanged",
+                   memcmp(gmv, mv, 2 * P * sizeof(float)) ? "changed" : "unchanged");
+    }
     rl_gpu_model_free(m);
     free(p), free(g), free(mv), free(cp), free(cmv), free(gp), free(gmv), free(g16);
 }
