@@ -3,11 +3,22 @@
 // outputs; weight gradients either accumulated into (beta = 1) or written
 // (beta = 0: the first micro-batch of a step, no zeroed buffer needed).
 //
-// Descriptors, layouts and the heuristic's algorithm are built once per
-// distinct call (shape, transposes, output type, whether C is read, pointer
-// alignments) and kept in a small table: a training step repeats the same
-// dozen-odd shapes, so after the first step a GEMM costs one table lookup
-// and the cublasLtMatmul call. The workspace is the owner's, allocated once.
+// Descriptors, layouts and the algorithm are built once per distinct call
+// (shape, transposes, output type, whether C is read, pointer alignments)
+// and kept in a small table: a training step repeats the same dozen-odd
+// shapes, so after the first step a GEMM costs one table lookup and the
+// cublasLtMatmul call. The workspace is the owner's, allocated once.
+//
+// The algorithm: the heuristic's top RL_GEMM_CANDIDATES are timed on the
+// first call of a shape (two runs each on the caller's own operands, the
+// output rewritten by the winner last) and the fastest kept; the heuristic's
+// first choice is not always the fastest, least of all for odd shapes such
+// as lm_head's. A product that adds into its own output (C == D, weight
+// gradients after the first micro-batch) cannot run twice, so it takes the
+// winner of its beta = 0 twin (same shape, output written: the first
+// micro-batch's), which keeps the accumulated sum bit-equal to a sum of the
+// written products. An SM count target (rl_gemm.sm_count, 0: all) leaves
+// SMs to NCCL's kernels that overlap the backward.
 //
 // Row-major to column-major: a row-major [R, C] matrix is the column-major
 // [C, R] matrix with the same bytes, so each row-major product is written as
@@ -33,6 +44,8 @@ struct rl_gemm_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t cand[RL_GEMM_CANDIDATES];
+    int ncand, chosen; // chosen: algo is final (timed, adopted, or the only one)
 };
 
 #define RL_GEMM_PLANS 128
@@ -96,6 +109,11 @@ static int plan_build(rl_gemm *g, rl_gemm_plan *p, rl_err *e) {
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta, sizeof p->ta));
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb, sizeof p->tb));
+    if (g->sm_count > 0) {
+        int32_t sms = g->sm_count;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                                    &sms, sizeof sms));
+    }
     // Layouts describe the stored matrices (before the op is applied).
     int ar = p->ta == CUBLAS_OP_N ? p->m : p->k, ac = p->ta == CUBLAS_OP_N ? p->k : p->m;
     int br = p->tb == CUBLAS_OP_N ? p->k : p->n, bc = p->tb == CUBLAS_OP_N ? p->n : p->k;
@@ -127,15 +145,15 @@ static int plan_build(rl_gemm *g, rl_gemm_plan *p, rl_err *e) {
     };
     for (size_t i = 0; i < sizeof prefs / sizeof prefs[0] && st == CUBLAS_STATUS_SUCCESS; i++)
         st = cublasLtMatmulPreferenceSetAttribute(pref, prefs[i].attr, prefs[i].v, prefs[i].n);
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[RL_GEMM_CANDIDATES];
     int count = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
-                                            &count);
+        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc, p->lc, pref,
+                                            RL_GEMM_CANDIDATES, res, &count);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS)
         return rl_gpu_cublas_fail(e, st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-    if (count < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+    if (count < 1 || res[0].state != CUBLAS_STATUS_SUCCESS)
         return rl_errf(e, RL_EINTERNAL,
                        "gemm: cuBLASLt has no algorithm for m=%d n=%d k=%d (op %c%c, ld %d/%d/%d, "
                        "%s out, align %u/%u/%u/%u)",
@@ -143,8 +161,60 @@ static int plan_build(rl_gemm *g, rl_gemm_plan *p, rl_err *e) {
                        p->tb == CUBLAS_OP_N ? 'N' : 'T', p->lda, p->ldb, p->ldc,
                        p->ctype == CUDA_R_32F ? "fp32" : "bf16", p->al_a, p->al_b, p->al_c,
                        p->al_d);
-    p->algo = res.algo;
+    for (int i = 0; i < count; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS) p->cand[p->ncand++] = res[i].algo;
+    p->algo = p->cand[0];
+    p->chosen = p->ncand == 1;
     return RL_OK;
+}
+
+static int run(rl_gemm *g, const rl_gemm_plan *p, const cublasLtMatmulAlgo_t *algo, const bf16 *A,
+               const bf16 *B, const void *C, void *D, cudaStream_t s, rl_err *e) {
+    const float alpha = 1.0f, beta = p->read_c ? 1.0f : 0.0f;
+    CUBLAS_CHECK(cublasLtMatmul(g->lt, p->op, &alpha, A, p->la, B, p->lb, &beta,
+                                p->read_c ? C : D, p->lc, D, p->lc, algo, g->ws, g->ws_bytes, s));
+    return RL_OK;
+}
+
+// Times each candidate twice on the stream (after what is queued there; the
+// host waits, once per shape, on the first step) and keeps the fastest. A
+// candidate that fails to run is skipped; the first one always runs.
+static int tune(rl_gemm *g, rl_gemm_plan *p, const bf16 *A, const bf16 *B, const void *C, void *D,
+                cudaStream_t s, rl_err *e) {
+    cudaEvent_t ev[2];
+    cudaError_t ce = cudaEventCreate(&ev[0]);
+    if (ce == cudaSuccess && (ce = cudaEventCreate(&ev[1])) != cudaSuccess) cudaEventDestroy(ev[0]);
+    if (ce != cudaSuccess) return rl_gpu_cuda_fail(e, ce, "cudaEventCreate", __FILE__, __LINE__);
+    float best = -1;
+    int rc = RL_OK;
+    for (int i = 0; i < p->ncand && !rc; i++) {
+        float ms = 0;
+        ce = cudaEventRecord(ev[0], s);
+        int bad = ce != cudaSuccess || run(g, p, &p->cand[i], A, B, C, D, s, e) ||
+                  run(g, p, &p->cand[i], A, B, C, D, s, e);
+        if (!bad) ce = cudaEventRecord(ev[1], s);
+        if (!bad && ce == cudaSuccess) ce = cudaEventSynchronize(ev[1]);
+        if (!bad && ce == cudaSuccess) ce = cudaEventElapsedTime(&ms, ev[0], ev[1]);
+        if (i == 0 && (bad || ce != cudaSuccess))
+            rc = bad ? e->code : rl_gpu_cuda_fail(e, ce, "gemm tuning", __FILE__, __LINE__);
+        else if (!bad && ce == cudaSuccess && (best < 0 || ms < best))
+            best = ms, p->algo = p->cand[i];
+        cudaGetLastError(); // a refused candidate leaves no sticky error behind
+    }
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    p->chosen = 1;
+    return rc;
+}
+
+// The written (beta = 0) twin of an accumulating plan, if it has chosen.
+static const rl_gemm_plan *twin(const rl_gemm *g, const rl_gemm_plan *p) {
+    rl_gemm_plan k = *p;
+    k.read_c = 0;
+    k.al_c = k.al_d;
+    for (int i = 0; i < g->n_plans; i++)
+        if (same_key(&g->plans[i], &k) && g->plans[i].chosen) return &g->plans[i];
+    return NULL;
 }
 
 // Column-major D[m,n] = opA(A) . opB(B) + beta C, with C read only when
@@ -182,10 +252,13 @@ static int gemm_lt(rl_gemm *g, cublasOperation_t ta, cublasOperation_t tb, int m
             return rc;
         }
     }
-    const float alpha = 1.0f, beta = read_c ? 1.0f : 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(g->lt, p->op, &alpha, A, p->la, B, p->lb, &beta, read_c ? C : D,
-                                p->lc, D, p->lc, &p->algo, g->ws, g->ws_bytes, s));
-    return RL_OK;
+    if (!p->chosen && read_c && C == D) {
+        const rl_gemm_plan *t = twin(g, p);
+        if (t) p->algo = t->algo, p->chosen = 1;
+    } else if (!p->chosen) {
+        RL_TRY(tune(g, p, A, B, C, D, s, e));
+    }
+    return run(g, p, &p->algo, A, B, C, D, s, e);
 }
 
 int rl_gemm_fwd(rl_gemm *g, void *out, int out_f32, const bf16 *in, const bf16 *w, const float *res,

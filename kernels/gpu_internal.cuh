@@ -152,9 +152,11 @@ typedef struct rl_gemm {
     cublasLtHandle_t lt;
     void *ws; // workspace, allocated once by the owner
     size_t ws_bytes;
-    struct rl_gemm_plan *plans; // descriptors + heuristic algorithm per shape
+    struct rl_gemm_plan *plans; // descriptors + the chosen algorithm per shape
     int n_plans, cap, evict;
+    int sm_count; // > 0: cuBLASLt's SM count target for every product (set before the first)
 } rl_gemm;
+#define RL_GEMM_CANDIDATES 4 // heuristic algorithms timed per shape
 #define RL_GEMM_WORKSPACE (32u << 20) // what cuBLAS asks for on Hopper
 int rl_gemm_init(rl_gemm *g, void *ws, size_t ws_bytes, rl_err *e);
 void rl_gemm_free(rl_gemm *g);

@@ -362,6 +362,7 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     for (int k = 0; k < 2; k++)
         CUDA_CHECK(cudaEventCreateWithFlags(&m->stats_ready[k], cudaEventDisableTiming));
     RL_TRY(rl_gemm_init(&m->gemm, m->ws, RL_GEMM_WORKSPACE, e));
+    m->gemm.sm_count = m->options.gemm_sm_count;
 
     // zero state: parameters (the padded lm_head rows stay zero for good),
     // gradients, moments; the scalars too (a grad norm read before any was

@@ -51,6 +51,9 @@ typedef struct rl_gpu_options {
     /* Rows per classifier chunk (0: chunks of at most 1 GiB of logits).
      * Tests set it small to cover several chunks on small batches. */
     int classifier_rows;
+    /* SMs each GEMM may use (0: all; cuBLASLt's SM count target): leaves
+     * the rest to NCCL's kernels while a reduction overlaps the backward. */
+    int gemm_sm_count;
 } rl_gpu_options;
 
 /* Head dims the attention kernels are compiled for (head_dim is padded up

@@ -930,7 +930,7 @@ static void test_plan(void) {
     rl_model_config c;
     case_cfg(&mc, &c);
     int B = mc.B, T = mc.T, N = B * T, accum = 2;
-    rl_gpu_options opt = {.classifier_rows = 32};
+    rl_gpu_options opt = {.classifier_rows = 32, .gemm_sm_count = 100};
     rl_gpu_plan p;
     rl_gpu_model *m = NULL;
     rl_err e = {0};

@@ -304,10 +304,13 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
                                               size_t n) {
     fake_desc *f = (fake_desc *)d;
     if (n != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    int32_t sms;
     if (a == CUBLASLT_MATMUL_DESC_TRANSA)
         memcpy(&f->ta, buf, n);
     else if (a == CUBLASLT_MATMUL_DESC_TRANSB)
         memcpy(&f->tb, buf, n);
+    else if (a == CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET) // int32_t, > 0 (a hint: nothing to emulate)
+        return memcpy(&sms, buf, n), sms > 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
     else
         return CUBLAS_STATUS_NOT_SUPPORTED;
     return CUBLAS_STATUS_SUCCESS;
@@ -340,10 +343,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatmulPreference_t, int requested,
                                               cublasLtMatmulHeuristicResult_t *res, int *count) {
+    // Up to three "algorithms" (all the same reference product here), so the
+    // caller's choice among several runs in emulation too.
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
-    memset(res, 0, sizeof *res);
-    res->state = CUBLAS_STATUS_SUCCESS;
-    *count = 1;
+    *count = requested < 3 ? requested : 3;
+    memset(res, 0, sizeof *res * (size_t)*count);
+    for (int i = 0; i < *count; i++) res[i].state = CUBLAS_STATUS_SUCCESS;
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void *alpha,
