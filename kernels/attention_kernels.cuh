@@ -6,7 +6,16 @@
 // Layout (the model's fused projections): qkv rows are [q heads | k heads |
 // v heads] of head_dim hd each, row n = b*T + t; out / dout rows are the H q
 // heads; query head h reads kv head h / (H / KV) (transformers' repeat_kv).
-// RoPE is applied before these kernels run.
+//
+// RoPE happens inside (rope != NULL; the CPU model's rotate-half table,
+// [max_pos, hd/2] cos then sin, position t): q and k in global memory are
+// un-rotated; every Q and K tile is rotated in shared memory once its
+// cp.async copy has landed (so the double buffering is untouched), in fp32
+// and rounded to bf16 as the separate RoPE pass did. The backward rotates
+// its Q and K tiles the same way -- the very bits the forward used -- and
+// gives dQ and dK the inverse rotation before they are stored, so dqkv is
+// the gradient with respect to the un-rotated q | k | v. That saves the two
+// passes over q and k per layer that a separate RoPE kernel costs.
 //
 // Three kernels, no atomics anywhere (the same bits every run):
 //   fwd    one CTA per (query block, b, h): loop over key blocks <= the
@@ -208,11 +217,99 @@ static __device__ __forceinline__ void stream_release(int it, int n, Fetch &&fet
     }
 }
 
+// ---- RoPE ---------------------------------------------------------------------------------------
+// The rotate-half pair (x1, x2) = (x[i], x[i + hd/2]) by the angle of
+// (cos, sin); inverse: by its negative (the transpose, for gradients).
+static __device__ __forceinline__ void rope_pair(float &x1, float &x2, float c, float sn,
+                                                 bool inverse) {
+    float a = x1, b = x2;
+    if (!inverse) {
+        x1 = a * c - b * sn;
+        x2 = b * c + a * sn;
+    } else {
+        x1 = a * c + b * sn;
+        x2 = b * c - a * sn;
+    }
+}
+
+// In place on a landed [64][HD + 8] tile whose row r is position r0 + r:
+// rows >= rmax (zero) and the padding columns are left alone. Visible to
+// other threads after the caller's next __syncthreads.
+template <int HD>
+static __device__ void rope_tile(bf16 *tile, const float *rope, int max_pos, int r0, int rmax,
+                                 int hd) {
+    constexpr int STR = HD + 8, HALF = HD / 2;
+    const int half = hd / 2;
+    const float *sn = rope + (size_t)max_pos * half;
+#pragma unroll 1
+    for (int c = threadIdx.x; c < ATT_BR * HALF; c += ATT_THREADS) {
+        int r = c / HALF, i = c % HALF;
+        if (i >= half || r0 + r >= rmax) continue;
+        size_t at = (size_t)(r0 + r) * half + i;
+        bf16 *p = tile + r * STR + i;
+        float x1 = bf2f(p[0]), x2 = bf2f(p[half]);
+        rope_pair(x1, x2, rope[at], sn[at], false);
+        p[0] = f2bf(x1), p[half] = f2bf(x2);
+    }
+}
+
+// The tile loaded once before the loop, in the first of the two groups the
+// prologue commits: waits for that group alone (the first streaming tile
+// keeps loading) and rotates it; visible after the loop's first barrier.
+template <int HD>
+static __device__ void rope_resident(bf16 *tile, const float *rope, int max_pos, int r0, int rmax,
+                                     int hd) {
+    cp_async_wait<1>();
+    __syncthreads();
+    rope_tile<HD>(tile, rope, max_pos, r0, rmax, hd);
+}
+
+// ---- gradient rows out through shared memory ---------------------------------------------------
+// The backward's dQ, dK, dV leave as fp32 C fragments (rows warp * 16 + gr
+// and + 8, columns d * 8 + 2 tq, + 1); the inverse RoPE pairs column i with
+// i + hd/2, which another thread holds. So: each thread puts its fragments,
+// times scale, into a [64][HD + 8] fp32 tile of shared memory (the stride
+// keeps a half-warp's 8-byte stores on 32 distinct banks); after a barrier,
+// rows go out whole -- rotated back with rope != NULL -- rounded once to
+// bf16, consecutive threads on consecutive columns.
+template <int HD>
+static __device__ __forceinline__ void stage_frags(float *stage, const float (&acc)[HD / 8][4],
+                                                   float scale) {
+    constexpr int SST = HD + 8;
+    const int lane = threadIdx.x & 31, row = (threadIdx.x >> 5) * 16 + (lane >> 2);
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) {
+        float *p = stage + row * SST + d * 8 + 2 * (lane & 3);
+        float2 *lo = reinterpret_cast<float2 *>(p), *hi = reinterpret_cast<float2 *>(p + 8 * SST);
+        *lo = make_float2(acc[d][0] * scale, acc[d][1] * scale);
+        *hi = make_float2(acc[d][2] * scale, acc[d][3] * scale);
+    }
+}
+// Rows [r0, min(r0 + 64, rmax)) of dst (row stride ld), columns [0, hd).
+template <int HD>
+static __device__ void store_staged(bf16 *dst, size_t ld, const float *stage, int r0, int rmax,
+                                    int hd, const float *rope, int max_pos) {
+    constexpr int SST = HD + 8, HALF = HD / 2;
+    const int half = hd / 2;
+#pragma unroll 1
+    for (int c = threadIdx.x; c < ATT_BR * HALF; c += ATT_THREADS) {
+        int r = c / HALF, i = c % HALF;
+        if (i >= half || r0 + r >= rmax) continue;
+        float x1 = stage[r * SST + i], x2 = stage[r * SST + i + half];
+        if (rope) {
+            size_t at = (size_t)(r0 + r) * half + i;
+            rope_pair(x1, x2, rope[at], rope[(size_t)max_pos * half + at], true);
+        }
+        bf16 *p = dst + (size_t)(r0 + r) * ld + i;
+        p[0] = f2bf(x1), p[half] = f2bf(x2);
+    }
+}
+
 // ---- forward -------------------------------------------------------------------------------
 template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS)
-    attn_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int H, int KV, int hd,
-                    float scale_log2, int vec) {
+    attn_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int max_pos, int T,
+                    int H, int KV, int hd, float scale_log2, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [64][STR]
@@ -236,6 +333,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     cp_async_commit();
     fetch(0, 0);
     cp_async_commit();
+    if (rope) rope_resident<HD>(Qs, rope, max_pos, q0, T, hd);
 
     uint32_t qf[HD / 16][4];
     float o[HD / 8][4];
@@ -246,12 +344,16 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     for (int kb = 0; kb <= qb; kb++) {
         const int buf = kb & (NBUF - 1), k0 = kb * ATT_BC;
         stream_acquire<NBUF>(kb, qb + 1, fetch);
+        bf16 *Kb = Ks + buf * TILE, *Vb = Vs + buf * TILE;
+        if (rope) {
+            rope_tile<HD>(Kb, rope, max_pos, k0, T, hd);
+            __syncthreads();
+        }
         if (kb == 0) {
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++)
                 ldsm_x4(qf[kk], a_frag_addr(Qs, STR, warp * 16, kk * 16, lane));
         }
-        const bf16 *Kb = Ks + buf * TILE, *Vb = Vs + buf * TILE;
 
         float sc[ATT_BC / 8][4];
 #pragma unroll
@@ -371,8 +473,8 @@ static __global__ void attn_dsum_kernel(float *dsum, const bf16 *dout, const bf1
 template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dkdv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                         const float *dsum, int T, int H, int KV, int hd, float scale_log2,
-                         float scale, int vec) {
+                         const float *dsum, const float *rope, int max_pos, int T, int H, int KV,
+                         int hd, float scale_log2, float scale, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem);                  // [64][STR]
@@ -409,6 +511,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     };
     fetch(0, 0);
     cp_async_commit();
+    if (rope) rope_resident<HD>(Ks, rope, max_pos, k0, T, hd);
 
     float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
@@ -419,8 +522,13 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     for (int it = 0; it < n_it; it++) {
         const int buf = it & (NBUF - 1), q0 = (kb + it % nq) * ATT_BR;
         stream_acquire<NBUF>(it, n_it, fetch);
-        const bf16 *Qb = Qs + buf * TILE, *Ob = Os + buf * TILE;
+        bf16 *Qb = Qs + buf * TILE;
+        const bf16 *Ob = Os + buf * TILE;
         const float *lb = lse_s + buf * ATT_BR, *db = d_s + buf * ATT_BR;
+        if (rope) {
+            rope_tile<HD>(Qb, rope, max_pos, q0, T, hd);
+            __syncthreads();
+        }
 
         float st[ATT_BR / 8][4], dpt[ATT_BR / 8][4];
 #pragma unroll
@@ -475,33 +583,23 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         stream_release<NBUF>(it, n_it, fetch);
     }
 
+    // the loop's last barrier freed shared memory: two fp32 tiles fit in
+    // the four bf16 tiles there are at least
+    float *dk_s = reinterpret_cast<float *>(smem), *dv_s = dk_s + ATT_BC * (HD + 8);
+    stage_frags<HD>(dk_s, dk, scale);
+    stage_frags<HD>(dv_s, dv, 1.0f);
+    __syncthreads();
     bf16 *dbase = dqkv + (size_t)b * T * C3;
-    bf16 *dkb = dbase + qd + (size_t)g * hd, *dvb = dbase + qd + kvd + (size_t)g * hd;
-#pragma unroll
-    for (int d = 0; d < HD / 8; d++) {
-        int col = d * 8 + 2 * tq;
-        if (col >= hd) continue;
-        if (key0 < T) {
-            *reinterpret_cast<__nv_bfloat162 *>(dkb + (size_t)key0 * C3 + col) =
-                __floats2bfloat162_rn(dk[d][0] * scale, dk[d][1] * scale);
-            *reinterpret_cast<__nv_bfloat162 *>(dvb + (size_t)key0 * C3 + col) =
-                __floats2bfloat162_rn(dv[d][0], dv[d][1]);
-        }
-        if (key1 < T) {
-            *reinterpret_cast<__nv_bfloat162 *>(dkb + (size_t)key1 * C3 + col) =
-                __floats2bfloat162_rn(dk[d][2] * scale, dk[d][3] * scale);
-            *reinterpret_cast<__nv_bfloat162 *>(dvb + (size_t)key1 * C3 + col) =
-                __floats2bfloat162_rn(dv[d][2], dv[d][3]);
-        }
-    }
+    store_staged<HD>(dbase + qd + (size_t)g * hd, C3, dk_s, k0, T, hd, rope, max_pos);
+    store_staged<HD>(dbase + qd + kvd + (size_t)g * hd, C3, dv_s, k0, T, hd, nullptr, 0);
 }
 
 // ---- backward: dQ -------------------------------------------------------------------------------
 template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                       const float *dsum, int T, int H, int KV, int hd, float scale_log2,
-                       float scale, int vec) {
+                       const float *dsum, const float *rope, int max_pos, int T, int H, int KV,
+                       int hd, float scale_log2, float scale, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [64][STR]
@@ -527,6 +625,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     cp_async_commit();
     fetch(0, 0);
     cp_async_commit();
+    if (rope) rope_resident<HD>(Qs, rope, max_pos, q0, T, hd);
     const float *lse_h = lse + (size_t)bh * T, *d_h = dsum + (size_t)bh * T;
     float lr[2] = {t0 < T ? lse_h[t0] : 0.0f, t1 < T ? lse_h[t1] : 0.0f};
     float dr[2] = {t0 < T ? d_h[t0] : 0.0f, t1 < T ? d_h[t1] : 0.0f};
@@ -538,7 +637,12 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     for (int kb = 0; kb <= qb; kb++) {
         const int buf = kb & (NBUF - 1), k0 = kb * ATT_BC;
         stream_acquire<NBUF>(kb, qb + 1, fetch);
-        const bf16 *Kb = Ks + buf * TILE, *Vb = Vs + buf * TILE;
+        bf16 *Kb = Ks + buf * TILE;
+        const bf16 *Vb = Vs + buf * TILE;
+        if (rope) {
+            rope_tile<HD>(Kb, rope, max_pos, k0, T, hd);
+            __syncthreads();
+        }
 
         float s[ATT_BC / 8][4], dp[ATT_BC / 8][4];
 #pragma unroll
@@ -586,16 +690,9 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         stream_release<NBUF>(kb, qb + 1, fetch);
     }
 
-    bf16 *dqb = dqkv + (size_t)b * T * C3 + (size_t)h * hd;
-#pragma unroll
-    for (int d = 0; d < HD / 8; d++) {
-        int col = d * 8 + 2 * tq;
-        if (col >= hd) continue;
-        if (t0 < T)
-            *reinterpret_cast<__nv_bfloat162 *>(dqb + (size_t)t0 * C3 + col) =
-                __floats2bfloat162_rn(dq[d][0] * scale, dq[d][1] * scale);
-        if (t1 < T)
-            *reinterpret_cast<__nv_bfloat162 *>(dqb + (size_t)t1 * C3 + col) =
-                __floats2bfloat162_rn(dq[d][2] * scale, dq[d][3] * scale);
-    }
+    float *dq_s = reinterpret_cast<float *>(smem); // free since the loop's last barrier
+    stage_frags<HD>(dq_s, dq, scale);
+    __syncthreads();
+    store_staged<HD>(dqkv + (size_t)b * T * C3 + (size_t)h * hd, C3, dq_s, q0, T, hd, rope,
+                     max_pos);
 }

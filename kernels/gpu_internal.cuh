@@ -138,13 +138,31 @@ int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, ui
 // a model calls it at creation so that a head dim the GPU cannot run fails
 // there. Thread-safe.
 int rl_gpu_attn_prepare(int hd, rl_err *e);
-// qkv: [B*T, (H + 2 KV) * hd] rows (q heads, k heads, v heads), RoPE
-// applied; out: [B*T, H*hd]; lse: [B*H, T] (log2 domain, for the backward).
-int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, int KV, int hd,
-                  cudaStream_t s, rl_err *e);
+// qkv: [B*T, (H + 2 KV) * hd] rows (q heads, k heads, v heads), q and k
+// NOT rotated: with rope != NULL the kernels apply RoPE as they load them
+// (rope: [max_pos, hd/2] cos, then [max_pos, hd/2] sin, fp32, the CPU
+// model's table; position t of row n = b*T + t; T <= max_pos); rope == NULL:
+// plain attention. out: [B*T, H*hd]; lse: [B*H, T] (log2 domain, for the
+// backward).
+int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int max_pos, int B,
+                  int T, int H, int KV, int hd, cudaStream_t s, rl_err *e);
 // dqkv (same layout as qkv) from dout [B*T, H*hd]; dsum: [B*H, T] scratch.
+// qkv, rope and max_pos as the forward had them; dqkv is the gradient with
+// respect to the un-rotated q | k | v (the inverse rotation applied inside).
 int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv, const bf16 *out,
-                  const float *lse, int B, int T, int H, int KV, int hd, cudaStream_t s, rl_err *e);
+                  const float *lse, const float *rope, int max_pos, int B, int T, int H, int KV,
+                  int hd, cudaStream_t s, rl_err *e);
+// Transitional, for callers not yet passing the table (gpu_model.cu, with
+// its separate rl_k_rope passes): plain attention. To be deleted with them.
+static inline int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, int KV,
+                                int hd, cudaStream_t s, rl_err *e) {
+    return rl_k_attn_fwd(out, lse, qkv, NULL, 0, B, T, H, KV, hd, s, e);
+}
+static inline int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv,
+                                const bf16 *out, const float *lse, int B, int T, int H, int KV,
+                                int hd, cudaStream_t s, rl_err *e) {
+    return rl_k_attn_bwd(dqkv, dsum, dout, qkv, out, lse, NULL, 0, B, T, H, KV, hd, s, e);
+}
 
 // ---- GEMM through cuBLASLt (gpu_gemm.cu) ------------------------------------------------
 struct rl_gemm_plan;

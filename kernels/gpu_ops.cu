@@ -202,25 +202,33 @@ extern "C" int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const fl
     return down_f32(c, dw, d_dw, (size_t)D, e);
 }
 
-extern "C" int rl_gpu_op_rope(float *x, const rl_model_config *cfg, int B, int T, int nh,
-                              int inverse, rl_err *e) {
-    op_ctx c;
+// The model's RoPE table for cfg on the device ([P, hd/2] cos, then sin)
+static int rope_table(op_ctx &c, float **d_tab, const rl_model_config *cfg, int T, rl_err *e) {
     int hd = rl_model_head_dim(cfg), P = cfg->max_position_embeddings;
     if (T > P) return rl_errf(e, RL_EINPUT, "rope: T %d above max_position_embeddings %d", T, P);
-    size_t n = (size_t)B * T * nh * hd, nt = (size_t)P * hd;
+    size_t nt = (size_t)P * hd;
     float *tab = (float *)malloc(nt * sizeof(float));
     if (!tab) return rl_errf(e, RL_ENOMEM, "gpu op: rope table");
     rl_cpu_rope_table_f32(cfg, tab);
+    int rc = op_alloc(c, d_tab, nt, e);
+    if (!rc) rc = up_f32(c, *d_tab, tab, nt, e);
+    free(tab);
+    return rc;
+}
+
+extern "C" int rl_gpu_op_rope(float *x, const rl_model_config *cfg, int B, int T, int nh,
+                              int inverse, rl_err *e) {
+    op_ctx c;
+    int hd = rl_model_head_dim(cfg);
+    size_t n = (size_t)B * T * nh * hd;
     bf16 *d_x;
     float *d_tab;
-    int rc = op_begin(c, e);
-    if (!rc) rc = op_alloc(c, &d_x, n, e);
-    if (!rc) rc = op_alloc(c, &d_tab, nt, e);
-    if (!rc) rc = up_f32(c, d_tab, tab, nt, e);
-    free(tab);
-    RL_TRY(rc);
+    RL_TRY(op_begin(c, e));
+    RL_TRY(rope_table(c, &d_tab, cfg, T, e));
+    RL_TRY(op_alloc(c, &d_x, n, e));
     RL_TRY(up_bf16(c, d_x, x, n, e));
-    RL_TRY(rl_k_rope(d_x, d_tab, B * T, T, nh, hd, nh * hd, P, inverse, c.s, e));
+    RL_TRY(rl_k_rope(d_x, d_tab, B * T, T, nh, hd, nh * hd, cfg->max_position_embeddings, inverse,
+                     c.s, e));
     return down_bf16(c, x, d_x, n, e);
 }
 
@@ -235,11 +243,18 @@ static void pack_qkv(float *qkv, const float *q, const float *k, const float *v,
     }
 }
 
-static int attn_common(op_ctx &c, bf16 **d_qkv, bf16 **d_out, float **d_lse, const float *q,
-                       const float *k, const float *v, int B, int T, int H, int KV, int hd,
-                       rl_err *e) {
+// The forward, leaving its inputs and outputs on the device for the
+// backward; *d_tab: rope's table, or NULL without rope.
+static int attn_common(op_ctx &c, bf16 **d_qkv, bf16 **d_out, float **d_lse, float **d_tab,
+                       const float *q, const float *k, const float *v, const rl_model_config *rope,
+                       int B, int T, int H, int KV, int hd, rl_err *e) {
     int N = B * T, qd = H * hd, kvd = KV * hd;
     size_t C3 = (size_t)qd + 2 * (size_t)kvd;
+    *d_tab = NULL;
+    if (rope && rl_model_head_dim(rope) != hd)
+        return rl_errf(e, RL_EINPUT, "gpu op: attention head_dim %d, the RoPE config's %d", hd,
+                       rl_model_head_dim(rope));
+    if (rope) RL_TRY(rope_table(c, d_tab, rope, T, e));
     float *h = (float *)malloc(sizeof(float) * (size_t)N * C3);
     if (!h) return rl_errf(e, RL_ENOMEM, "gpu op: host staging");
     pack_qkv(h, q, k, v, N, qd, kvd);
@@ -251,36 +266,40 @@ static int attn_common(op_ctx &c, bf16 **d_qkv, bf16 **d_out, float **d_lse, con
     RL_TRY(op_alloc(c, d_lse, (size_t)N * H, e));
     RL_TRY(poison(c, *d_out, (size_t)N * qd, e));
     RL_TRY(poison(c, *d_lse, (size_t)N * H, e));
-    return rl_k_attn_fwd(*d_out, *d_lse, *d_qkv, B, T, H, KV, hd, c.s, e);
+    int max_pos = rope ? rope->max_position_embeddings : 0;
+    return rl_k_attn_fwd(*d_out, *d_lse, *d_qkv, *d_tab, max_pos, B, T, H, KV, hd, c.s, e);
 }
 
-extern "C" int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, const float *v, int B,
-                                  int T, int H, int KV, int hd, rl_err *e) {
+extern "C" int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, const float *v,
+                                  const rl_model_config *rope, int B, int T, int H, int KV, int hd,
+                                  rl_err *e) {
     op_ctx c;
     bf16 *d_qkv, *d_out;
-    float *d_lse;
+    float *d_lse, *d_tab;
     RL_TRY(op_begin(c, e));
-    RL_TRY(attn_common(c, &d_qkv, &d_out, &d_lse, q, k, v, B, T, H, KV, hd, e));
+    RL_TRY(attn_common(c, &d_qkv, &d_out, &d_lse, &d_tab, q, k, v, rope, B, T, H, KV, hd, e));
     return down_bf16(c, out, d_out, (size_t)B * T * H * hd, e);
 }
 
 extern "C" int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout,
-                                  const float *q, const float *k, const float *v, int B, int T,
-                                  int H, int KV, int hd, rl_err *e) {
+                                  const float *q, const float *k, const float *v,
+                                  const rl_model_config *rope, int B, int T, int H, int KV, int hd,
+                                  rl_err *e) {
     op_ctx c;
     bf16 *d_qkv, *d_out, *d_dout, *d_dqkv;
-    float *d_lse, *d_dsum;
+    float *d_lse, *d_dsum, *d_tab;
     int N = B * T, qd = H * hd, kvd = KV * hd;
     size_t C3 = (size_t)qd + 2 * (size_t)kvd;
     RL_TRY(op_begin(c, e));
-    RL_TRY(attn_common(c, &d_qkv, &d_out, &d_lse, q, k, v, B, T, H, KV, hd, e));
+    RL_TRY(attn_common(c, &d_qkv, &d_out, &d_lse, &d_tab, q, k, v, rope, B, T, H, KV, hd, e));
     RL_TRY(op_alloc(c, &d_dout, (size_t)N * qd, e));
     RL_TRY(op_alloc(c, &d_dqkv, (size_t)N * C3, e));
     RL_TRY(op_alloc(c, &d_dsum, (size_t)N * H, e));
     RL_TRY(up_bf16(c, d_dout, dout, (size_t)N * qd, e));
     RL_TRY(poison(c, d_dqkv, (size_t)N * C3, e));
     RL_TRY(poison(c, d_dsum, (size_t)N * H, e));
-    RL_TRY(rl_k_attn_bwd(d_dqkv, d_dsum, d_dout, d_qkv, d_out, d_lse, B, T, H, KV, hd, c.s, e));
+    RL_TRY(rl_k_attn_bwd(d_dqkv, d_dsum, d_dout, d_qkv, d_out, d_lse, d_tab,
+                         rope ? rope->max_position_embeddings : 0, B, T, H, KV, hd, c.s, e));
     float *h = (float *)malloc(sizeof(float) * (size_t)N * C3);
     if (!h) return rl_errf(e, RL_ENOMEM, "gpu op: host staging");
     int rc = down_bf16(c, h, d_dqkv, (size_t)N * C3, e);

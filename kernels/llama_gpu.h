@@ -226,14 +226,17 @@ int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const float *dout, 
                           int accumulate_dw, rl_err *e);
 /* In place on x[B, T, nh, hd] (bf16), rotate-half; inverse = 1: backward. */
 int rl_gpu_op_rope(float *x, const rl_model_config *c, int B, int T, int nh, int inverse, rl_err *e);
-/* q [B,T,H,hd], k, v [B,T,KV,hd] (bf16) -> out [B,T,H,hd] (bf16) */
-int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, const float *v, int B, int T,
-                       int H, int KV, int hd, rl_err *e);
+/* q [B,T,H,hd], k, v [B,T,KV,hd] (bf16) -> out [B,T,H,hd] (bf16). rope:
+ * NULL, plain attention; else the config whose RoPE table (head_dim hd,
+ * T <= max_position_embeddings) the kernels apply to q and k as they load
+ * them, as the model runs them. */
+int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, const float *v,
+                       const rl_model_config *rope, int B, int T, int H, int KV, int hd, rl_err *e);
 /* Runs the forward then the backward; dq, dk, dv (bf16) in the layouts of
- * q, k, v; dout bf16. */
+ * q, k, v (with rope: with respect to the un-rotated q, k); dout bf16. */
 int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                       const float *k, const float *v, int B, int T, int H, int KV, int hd,
-                       rl_err *e);
+                       const float *k, const float *v, const rl_model_config *rope, int B, int T,
+                       int H, int KV, int hd, rl_err *e);
 /* gu [N, 2F] (gate | up, bf16) -> h [N, F] (bf16) */
 int rl_gpu_op_swiglu_fwd(float *h, const float *gu, int N, int F, rl_err *e);
 /* dh [N, F], gu [N, 2F] (bf16) -> dgu [N, 2F] (bf16) */

@@ -83,6 +83,39 @@ static bool check(const char *what, const std::vector<float> &got, const std::ve
     return ok;
 }
 
+// ---- test data -------------------------------------------------------------------------
+static std::vector<float> randv(size_t n, double std, bool bf) {
+    std::vector<float> x(n);
+    for (auto &e : x) {
+        e = (float)(randn() * std);
+        if (bf) e = __bfloat162float(__float2bfloat16_rn(e));
+    }
+    return x;
+}
+static std::vector<bf16> to_bf(const std::vector<float> &x) {
+    std::vector<bf16> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16_rn(x[i]);
+    return y;
+}
+static std::vector<float> from_bf(const std::vector<bf16> &x) {
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = __bfloat162float(x[i]);
+    return y;
+}
+static std::vector<double> tod(const std::vector<float> &x) {
+    return std::vector<double>(x.begin(), x.end());
+}
+template <class T> static void poison(std::vector<T> &x) {
+    memset((void *)x.data(), 0xff, x.size() * sizeof(T));
+}
+static std::vector<int32_t> rand_tok(int n, int V) {
+    std::vector<int32_t> t(n);
+    for (auto &e : t) e = (int32_t)(fabs(randn()) * 1e6) % V;
+    return t;
+}
+static unsigned cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+// ---- attention ------------------------------------------------------------------------
 // A check with its own measure: one line, counted.
 static bool verdict(bool ok, const char *what, const char *fmt, ...) {
     char detail[160];
@@ -143,10 +176,41 @@ static void emu_attn_no_fit() {
             rc ? e2.msg : "prepared");
 }
 
+// pkg/model's attention in double on the values the kernels saw; with a
+// RoPE table (tab != nullptr, P positions) q and k are rotated first, and
+// dq, dk rotated back: the chain rule through the (orthogonal) rotation.
+struct attn_ref {
+    std::vector<double> out, dq, dk, dv;
+};
+static attn_ref attn_reference(const std::vector<float> &q, const std::vector<float> &k,
+                               const std::vector<float> &v, const std::vector<float> &dout,
+                               const double *tab, int P, int B, int T, int H, int KV, int hd) {
+    std::vector<double> qr(q.begin(), q.end()), kr(k.begin(), k.end()), vr(v.begin(), v.end());
+    std::vector<double> dor(dout.begin(), dout.end()), att((size_t)B * H * T * T),
+        scr((size_t)B * KV * T * T);
+    attn_ref r{std::vector<double>(q.size()), std::vector<double>(q.size()),
+               std::vector<double>(k.size()), std::vector<double>(k.size())};
+    if (tab) {
+        rl_cpu_rope_fwd_f64(qr.data(), tab, B, T, H, hd, P);
+        rl_cpu_rope_fwd_f64(kr.data(), tab, B, T, KV, hd, P);
+    }
+    rl_cpu_attn_fwd_f64(r.out.data(), att.data(), qr.data(), kr.data(), vr.data(), B, T, H, KV, hd);
+    rl_cpu_attn_bwd_f64(r.dq.data(), r.dk.data(), r.dv.data(), scr.data(), dor.data(), att.data(),
+                        qr.data(), kr.data(), vr.data(), B, T, H, KV, hd);
+    if (tab) {
+        rl_cpu_rope_bwd_f64(r.dq.data(), tab, B, T, H, hd, P);
+        rl_cpu_rope_bwd_f64(r.dk.data(), tab, B, T, KV, hd, P);
+    }
+    return r;
+}
+
 // Each kernel in both instances: NB = 2 (double-buffered streaming tiles)
-// and 1 (the fallback for devices with less shared memory per block).
-template <int HD, int NB> static void run_case(int B, int T, int H, int KV, int hd, int vec) {
+// and 1 (the fallback for devices with less shared memory per block); with
+// RoPE inside (rope) and without.
+template <int HD, int NB>
+static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
     int N = B * T, qd = H * hd, kvd = KV * hd, C3 = qd + 2 * kvd, nb = (T + 63) / 64;
+    int P = T + 5; // table rows beyond T: the sin half starts at P, not T
     std::vector<float> q((size_t)N * qd), k((size_t)N * kvd), v((size_t)N * kvd),
         dout((size_t)N * qd);
     auto rnd = [](std::vector<float> &x) {
@@ -165,45 +229,43 @@ template <int HD, int NB> static void run_case(int B, int T, int H, int KV, int 
         for (int j = 0; j < qd; j++)
             d_dout[(size_t)n * qd + j] = __float2bfloat16_rn(dout[(size_t)n * qd + j]);
     }
-    std::vector<float> lse((size_t)N * H), dsum((size_t)N * H);
-    memset((void *)d_out.data(), 0xff, d_out.size() * sizeof(bf16));
-    memset((void *)d_dqkv.data(), 0xff, d_dqkv.size() * sizeof(bf16));
-    memset(lse.data(), 0xff, lse.size() * sizeof(float));
-    memset(dsum.data(), 0xff, dsum.size() * sizeof(float));
-    float scale = 1.0f / sqrtf((float)hd), sl2 = scale * 1.4426950408889634f;
+    rl_model_config c;
+    rl_model_config_default(&c);
+    c.hidden_size = H * hd, c.num_attention_heads = H, c.num_key_value_heads = KV,
+    c.max_position_embeddings = P;
+    std::vector<float> tab32((size_t)P * hd);
+    std::vector<double> tab64((size_t)P * hd);
+    rl_cpu_rope_table_f32(&c, tab32.data());
+    rl_cpu_rope_table_f64(&c, tab64.data());
+    const float *tab = rope ? tab32.data() : nullptr;
 
+    std::vector<float> lse((size_t)N * H), dsum((size_t)N * H);
+    poison(d_out), poison(d_dqkv), poison(lse), poison(dsum);
+    float scale = 1.0f / sqrtf((float)hd), sl2 = scale * 1.4426950408889634f;
     // the shared memory the launcher gives each kernel: the emulator
     // poisons exactly that much
     auto tiled = [&](int kind, unsigned gx, const std::function<void()> &fn) {
         rl_emu_launch(dim3(gx, (unsigned)nb), dim3(ATT_THREADS), attn_smem_bytes(kind, HD, NB), fn);
     };
-    tiled(ATT_FWD, (unsigned)(B * H), [&] {
-        attn_fwd_kernel<HD, NB>(d_out.data(), lse.data(), qkv.data(), T, H, KV, hd, sl2, vec);
-    });
+    auto forward = [&](std::vector<bf16> &o, const std::vector<bf16> &in, const float *t) {
+        tiled(ATT_FWD, (unsigned)(B * H), [&] {
+            attn_fwd_kernel<HD, NB>(o.data(), lse.data(), in.data(), t, P, T, H, KV, hd, sl2, vec);
+        });
+    };
+    forward(d_out, qkv, tab);
     launch((unsigned)((N * H + 7) / 8), 1, 256,
            [&] { attn_dsum_kernel(dsum.data(), d_dout.data(), d_out.data(), N, T, H, hd); });
     tiled(ATT_DKDV, (unsigned)(B * KV), [&] {
         attn_bwd_dkdv_kernel<HD, NB>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(),
-                                     dsum.data(), T, H, KV, hd, sl2, scale, vec);
+                                     dsum.data(), tab, P, T, H, KV, hd, sl2, scale, vec);
     });
     tiled(ATT_DQ, (unsigned)(B * H), [&] {
         attn_bwd_dq_kernel<HD, NB>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(),
-                                   dsum.data(), T, H, KV, hd, sl2, scale, vec);
+                                   dsum.data(), tab, P, T, H, KV, hd, sl2, scale, vec);
     });
 
-    // the reference: pkg/model's attention in double on the same values
-    std::vector<double> qd_(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
-    std::vector<double> dod(dout.begin(), dout.end()), outr((size_t)N * qd),
-        att((size_t)B * H * T * T);
-    std::vector<double> dqr((size_t)N * qd), dkr((size_t)N * kvd), dvr((size_t)N * kvd),
-        scr((size_t)B * KV * T * T);
-    rl_cpu_attn_fwd_f64(outr.data(), att.data(), qd_.data(), kd.data(), vd.data(), B, T, H, KV, hd);
-    rl_cpu_attn_bwd_f64(dqr.data(), dkr.data(), dvr.data(), scr.data(), dod.data(), att.data(),
-                        qd_.data(), kd.data(), vd.data(), B, T, H, KV, hd);
-
-    std::vector<float> out(d_out.size()), dq((size_t)N * qd), dk((size_t)N * kvd),
-        dv((size_t)N * kvd);
-    for (size_t i = 0; i < out.size(); i++) out[i] = __bfloat162float(d_out[i]);
+    attn_ref r = attn_reference(q, k, v, dout, rope ? tab64.data() : nullptr, P, B, T, H, KV, hd);
+    std::vector<float> dq((size_t)N * qd), dk((size_t)N * kvd), dv((size_t)N * kvd);
     for (int n = 0; n < N; n++) {
         for (int j = 0; j < qd; j++)
             dq[(size_t)n * qd + j] = __bfloat162float(d_dqkv[(size_t)n * C3 + j]);
@@ -212,48 +274,33 @@ template <int HD, int NB> static void run_case(int B, int T, int H, int KV, int 
             dv[(size_t)n * kvd + j] = __bfloat162float(d_dqkv[(size_t)n * C3 + qd + kvd + j]);
         }
     }
-    char name[128];
-    snprintf(name, sizeof name, "emu attention B=%d T=%d H=%d KV=%d hd=%d%s, %d buffer%s", B, T, H,
-             KV, hd, vec ? " vec" : "", NB, NB > 1 ? "s" : "");
-    printf("%s\n", name);
-    check("  out", out, outr, 1e-2);
-    check("  dq", dq, dqr, 2e-2);
-    check("  dk", dk, dkr, 2e-2);
-    check("  dv", dv, dvr, 2e-2);
+    printf("emu attention B=%d T=%d H=%d KV=%d hd=%d%s%s, %d buffer%s\n", B, T, H, KV, hd,
+           vec ? " vec" : "", rope ? " rope" : "", NB, NB > 1 ? "s" : "");
+    check("  out", from_bf(d_out), r.out, 1e-2);
+    check("  dq", dq, r.dq, 2e-2);
+    check("  dk", dk, r.dk, 2e-2);
+    check("  dv", dv, r.dv, 2e-2);
+    if (!rope) return;
+    // the separate RoPE pass the model ran before, then plain attention:
+    // the same rotated bits, so the same output bit for bit
+    std::vector<bf16> rotated = qkv, out2((size_t)N * qd);
+    launch(
+        cdiv((size_t)N * (H + KV) * (hd / 2), 256), 1, 256,
+        [&] {
+            rope_kernel(rotated.data(), tab32.data(), tab32.data() + (size_t)P * (hd / 2), N, T,
+                        H + KV, hd, C3, 0);
+        },
+        false);
+    poison(out2);
+    forward(out2, rotated, nullptr);
+    size_t differ = 0;
+    for (size_t i = 0; i < out2.size(); i++)
+        differ += memcmp(&out2[i], &d_out[i], sizeof(bf16)) != 0;
+    verdict(differ == 0, "  out = rl_k_rope pass, then attention", "%zu of %zu differ", differ,
+            out2.size());
 }
 
 // ---- the model's other kernels -----------------------------------------------------
-static std::vector<float> randv(size_t n, double std, bool bf) {
-    std::vector<float> x(n);
-    for (auto &e : x) {
-        e = (float)(randn() * std);
-        if (bf) e = __bfloat162float(__float2bfloat16_rn(e));
-    }
-    return x;
-}
-static std::vector<bf16> to_bf(const std::vector<float> &x) {
-    std::vector<bf16> y(x.size());
-    for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16_rn(x[i]);
-    return y;
-}
-static std::vector<float> from_bf(const std::vector<bf16> &x) {
-    std::vector<float> y(x.size());
-    for (size_t i = 0; i < x.size(); i++) y[i] = __bfloat162float(x[i]);
-    return y;
-}
-static std::vector<double> tod(const std::vector<float> &x) {
-    return std::vector<double>(x.begin(), x.end());
-}
-template <class T> static void poison(std::vector<T> &x) {
-    memset((void *)x.data(), 0xff, x.size() * sizeof(T));
-}
-static std::vector<int32_t> rand_tok(int n, int V) {
-    std::vector<int32_t> t(n);
-    for (auto &e : t) e = (int32_t)(fabs(randn()) * 1e6) % V;
-    return t;
-}
-static unsigned cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
-
 template <int VW> static void emu_embed() {
     int N = 129, V = 13, D = 60;
     auto emb = randv((size_t)V * D, 1, false);
@@ -664,20 +711,22 @@ int main(int argc, char **argv) {
         emu_attn_no_fit();
         // head dims padded to each of 32, 64, 128; T = 1, below, at and over
         // a 64-row tile; grouped (KV < H) and plain (KV = H) heads; both load
-        // paths; both buffering instances
-        auto cases = [](auto NB_) {
+        // paths; both buffering instances; RoPE inside and not
+        auto cases = [](auto NB_, bool rope) {
             constexpr int NB = decltype(NB_)::value;
-            run_case<32, NB>(1, 1, 3, 1, 32, 1);
-            run_case<32, NB>(2, 7, 3, 1, 20, 0);
-            run_case<64, NB>(1, 64, 2, 2, 64, 1);
-            run_case<64, NB>(1, 129, 4, 2, 64, 1);
-            run_case<64, NB>(1, 70, 2, 1, 64, 0);
-            run_case<64, NB>(2, 65, 3, 3, 40, 1);
-            run_case<128, NB>(1, 80, 2, 1, 96, 1);
-            run_case<128, NB>(1, 66, 2, 2, 128, 1);
+            run_case<32, NB>(1, 1, 3, 1, 32, 1, rope);
+            run_case<32, NB>(2, 7, 3, 1, 20, 0, rope);
+            run_case<64, NB>(1, 64, 2, 2, 64, 1, rope);
+            run_case<64, NB>(1, 129, 4, 2, 64, 1, rope);
+            run_case<64, NB>(1, 70, 2, 1, 64, 0, rope);
+            run_case<64, NB>(2, 65, 3, 3, 40, 1, rope);
+            run_case<128, NB>(1, 80, 2, 1, 96, 1, rope);
+            run_case<128, NB>(1, 66, 2, 2, 128, 1, rope);
         };
-        cases(std::integral_constant<int, 2>());
-        cases(std::integral_constant<int, 1>());
+        for (bool rope : {false, true}) {
+            cases(std::integral_constant<int, 2>(), rope);
+            cases(std::integral_constant<int, 1>(), rope);
+        }
     }
     if (!*only || strstr("model", only)) {
         emu_embed<1>();

@@ -276,48 +276,66 @@ static const int attn_shapes[][5] = {
     {2, 65, 6, 3, 40}, {1, 200, 2, 1, 128}, {2, 130, 4, 1, 96}, {1, 300, 12, 3, 64},
 };
 
-static void test_attention(void) {
-    for (size_t si = 0; si < sizeof attn_shapes / sizeof attn_shapes[0]; si++) {
-        int B = attn_shapes[si][0], T = attn_shapes[si][1], H = attn_shapes[si][2];
-        int KV = attn_shapes[si][3], hd = attn_shapes[si][4];
-        size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd;
-        size_t natt = (size_t)B * H * T * T;
-        for (int bwd = 0; bwd < 2; bwd++) {
-            char name[80];
-            snprintf(name, sizeof name, "attention %s B=%d T=%d H=%d KV=%d hd=%d",
-                     bwd ? "bwd" : "fwd", B, T, H, KV, hd);
-            if (!selected(name)) continue;
-            reseed(name);
-            rl_err e = {0};
-            float *q = randn_bf16(nq, 1), *k = randn_bf16(nk, 1), *v = randn_bf16(nk, 1);
-            double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk);
-            double *outr = malloc(nq * sizeof(double)), *att = malloc(natt * sizeof(double));
-            rl_cpu_attn_fwd_f64(outr, att, qd, kd, vd, B, T, H, KV, hd);
-            if (!bwd) {
-                float *out = malloc(nq * sizeof(float));
-                if (rl_gpu_op_attn_fwd(out, q, k, v, B, T, H, KV, hd, &e))
-                    fail_err(name, &e);
-                else
-                    check_cmp(name, out, outr, nq, 1e-2);
-                free(out);
-            } else {
-                float *dout = randn_bf16(nq, 1);
-                double *dod = to_d(dout, nq), *dqr = malloc(nq * sizeof(double));
-                double *dkr = malloc(nk * sizeof(double)), *dvr = malloc(nk * sizeof(double));
-                double *scr = malloc((size_t)B * KV * T * T * sizeof(double));
-                rl_cpu_attn_bwd_f64(dqr, dkr, dvr, scr, dod, att, qd, kd, vd, B, T, H, KV, hd);
-                float *dq = malloc(nq * sizeof(float)), *dk = malloc(nk * sizeof(float)),
-                      *dv = malloc(nk * sizeof(float));
-                if (rl_gpu_op_attn_bwd(dq, dk, dv, dout, q, k, v, B, T, H, KV, hd, &e))
-                    fail_err(name, &e);
-                else if (check_cmp(name, dq, dqr, nq, 2e-2) && check_cmp("  dk", dk, dkr, nk, 2e-2))
-                    check_cmp("  dv", dv, dvr, nk, 2e-2);
-                free(dout), free(dod), free(dqr), free(dkr), free(dvr), free(scr), free(dq),
-                    free(dk), free(dv);
-            }
-            free(q), free(k), free(v), free(qd), free(kd), free(vd), free(outr), free(att);
-        }
+/* One shape, forward or backward, RoPE inside the kernels or not. The
+ * reference with RoPE: the CPU model's rotation of q and k, then attention;
+ * for the backward its dq, dk rotated back (the chain rule through the
+ * orthogonal rotation), which is what the kernels return. */
+static void attn_case(const int *shape, int use_rope, int bwd) {
+    int B = shape[0], T = shape[1], H = shape[2], KV = shape[3], hd = shape[4], P = T + 5;
+    size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd;
+    char name[96];
+    snprintf(name, sizeof name, "attention %s B=%d T=%d H=%d KV=%d hd=%d%s", bwd ? "bwd" : "fwd",
+             B, T, H, KV, hd, use_rope ? " rope" : "");
+    if (!selected(name)) return;
+    reseed(name);
+    rl_err e = {0};
+    rl_model_config c; /* the table's rows beyond T: its sin half starts at P, not T */
+    base_cfg(&c, H * hd, H, KV, P);
+    const rl_model_config *rope = use_rope ? &c : NULL;
+    double *tab = malloc(sizeof(double) * P * hd);
+    rl_cpu_rope_table_f64(&c, tab);
+    float *q = randn_bf16(nq, 1), *k = randn_bf16(nk, 1), *v = randn_bf16(nk, 1);
+    double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk);
+    if (rope) {
+        rl_cpu_rope_fwd_f64(qd, tab, B, T, H, hd, P);
+        rl_cpu_rope_fwd_f64(kd, tab, B, T, KV, hd, P);
     }
+    double *outr = malloc(nq * sizeof(double));
+    double *att = malloc((size_t)B * H * T * T * sizeof(double));
+    rl_cpu_attn_fwd_f64(outr, att, qd, kd, vd, B, T, H, KV, hd);
+    if (!bwd) {
+        float *out = malloc(nq * sizeof(float));
+        if (rl_gpu_op_attn_fwd(out, q, k, v, rope, B, T, H, KV, hd, &e))
+            fail_err(name, &e);
+        else
+            check_cmp(name, out, outr, nq, 1e-2);
+        free(out);
+    } else {
+        float *dout = randn_bf16(nq, 1);
+        double *dod = to_d(dout, nq), *dqr = malloc(nq * sizeof(double));
+        double *dkr = malloc(nk * sizeof(double)), *dvr = malloc(nk * sizeof(double));
+        double *scr = malloc((size_t)B * KV * T * T * sizeof(double));
+        rl_cpu_attn_bwd_f64(dqr, dkr, dvr, scr, dod, att, qd, kd, vd, B, T, H, KV, hd);
+        if (rope) {
+            rl_cpu_rope_bwd_f64(dqr, tab, B, T, H, hd, P);
+            rl_cpu_rope_bwd_f64(dkr, tab, B, T, KV, hd, P);
+        }
+        float *dq = malloc(nq * sizeof(float)), *dk = malloc(nk * sizeof(float)),
+              *dv = malloc(nk * sizeof(float));
+        if (rl_gpu_op_attn_bwd(dq, dk, dv, dout, q, k, v, rope, B, T, H, KV, hd, &e))
+            fail_err(name, &e);
+        else if (check_cmp(name, dq, dqr, nq, 2e-2) && check_cmp("  dk", dk, dkr, nk, 2e-2))
+            check_cmp("  dv", dv, dvr, nk, 2e-2);
+        free(dout), free(dod), free(dqr), free(dkr), free(dvr), free(scr), free(dq), free(dk),
+            free(dv);
+    }
+    free(tab), free(q), free(k), free(v), free(qd), free(kd), free(vd), free(outr), free(att);
+}
+
+static void test_attention(void) {
+    for (size_t si = 0; si < sizeof attn_shapes / sizeof attn_shapes[0]; si++)
+        for (int rope = 0; rope < 2; rope++)
+            for (int bwd = 0; bwd < 2; bwd++) attn_case(attn_shapes[si], rope, bwd);
 }
 
 static void test_swiglu(void) {
