@@ -158,3 +158,22 @@ int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv, co
         return (int)RL_OK;
     });
 }
+
+rl_k_cost rl_k_attn_fwd_cost(int B, int T, int H, int KV, int hd) {
+    double N = (double)B * T, causal = (double)T * (T + 1) / 2;
+    rl_k_cost c;
+    c.flops = 4.0 * B * H * hd * causal;
+    c.bytes = N * ((H + 2.0 * KV) * hd * 2 + (double)H * hd * 2 + H * 4.0);
+    c.launches = 1;
+    return c;
+}
+
+rl_k_cost rl_k_attn_bwd_cost(int B, int T, int H, int KV, int hd) {
+    double N = (double)B * T, causal = (double)T * (T + 1) / 2, qd = (double)H * hd;
+    double qkv = N * (H + 2.0 * KV) * hd * 2;
+    rl_k_cost c;
+    c.flops = 3.5 * 4.0 * B * H * hd * causal + 2 * N * qd;
+    c.bytes = (N * qd * 4 + N * H * 4) + (2 * qkv + N * qd * 2 + N * H * 8);
+    c.launches = 3;
+    return c;
+}

@@ -152,17 +152,14 @@ int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int
 int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv, const bf16 *out,
                   const float *lse, const float *rope, int max_pos, int B, int T, int H, int KV,
                   int hd, cudaStream_t s, rl_err *e);
-// Transitional, for callers not yet passing the table (gpu_model.cu, with
-// its separate rl_k_rope passes): plain attention. To be deleted with them.
-static inline int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, int KV,
-                                int hd, cudaStream_t s, rl_err *e) {
-    return rl_k_attn_fwd(out, lse, qkv, NULL, 0, B, T, H, KV, hd, s, e);
-}
-static inline int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv,
-                                const bf16 *out, const float *lse, int B, int T, int H, int KV,
-                                int hd, cudaStream_t s, rl_err *e) {
-    return rl_k_attn_bwd(dqkv, dsum, dout, qkv, out, lse, NULL, 0, B, T, H, KV, hd, s, e);
-}
+// Forward: Q K^T and P V over the causal half (4 B H hd T(T+1)/2 FLOPs,
+// FlashAttention's count); q, k, v read once, out and lse written (the
+// RoPE table, L2-resident, left out).
+rl_k_cost rl_k_attn_fwd_cost(int B, int T, int H, int KV, int hd);
+// Backward: D = rowsum(dO o O), then dK/dV and dQ, which both recompute P
+// and dP (3.5 x the forward's FLOPs); q, k, v, dO, O, lse, D read once,
+// D and dq|dk|dv written.
+rl_k_cost rl_k_attn_bwd_cost(int B, int T, int H, int KV, int hd);
 
 // ---- GEMM through cuBLASLt (gpu_gemm.cu) ------------------------------------------------
 struct rl_gemm_plan;

@@ -169,23 +169,6 @@ static int host_wait(rl_gpu_model *m, cudaEvent_t ev, rl_err *e) {
     return RL_OK;
 }
 
-// Attention forward: Q K^T and P V over the causal half (4 B H hd T(T+1)/2
-// FLOPs, FlashAttention's count); q, k, v read once, out and lse written.
-static rl_k_cost rl_k_attn_fwd_cost(int B, int T, int H, int KV, int hd) {
-    double N = (double)B * T, causal = (double)T * (T + 1) / 2;
-    return rl_k_cost{4.0 * B * H * hd * causal, N * ((H + 2.0 * KV) * hd * 2 + H * hd * 2 + H * 4.0),
-                     1};
-}
-// Backward: D = rowsum(dO o O) (reads dO, O; writes D), then dK/dV and dQ,
-// which both recompute P and dP: 3.5 x the forward's FLOPs. q, k, v, dO,
-// lse and D read once, dq|dk|dv written.
-static rl_k_cost rl_k_attn_bwd_cost(int B, int T, int H, int KV, int hd) {
-    double N = (double)B * T, causal = (double)T * (T + 1) / 2, qd = (double)H * hd;
-    double qkv = N * (H + 2.0 * KV) * hd * 2;
-    return rl_k_cost{3.5 * 4.0 * B * H * hd * causal + 2 * N * qd,
-                     (N * qd * 4 + N * H * 4) + (2 * qkv + N * qd * 2 + N * H * 8), 3};
-}
-
 // ---- buffer carving -----------------------------------------------------------------------------
 // 256-byte alignment for every sub-buffer: the 16-byte vector paths and
 // cuBLASLt's fastest kernels want at least that, and it costs nothing.
@@ -568,11 +551,10 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
              rl_k_rmsnorm_fwd(ln1, rstd1, x, w32 + o->ln1, N, D, eps, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, m->C3, D, 2, 0),
              rl_gemm_fwd(g, qkv, 0, ln1, w + o->wq, NULL, N, m->C3, D, s, e));
-        STEP(RL_GPU_PROF_ELEMWISE, rl_k_rope_cost(N, m->H + m->KV, m->hd),
-             rl_k_rope(qkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
-                       m->cfg.max_position_embeddings, 0, s, e));
+        // q and k stay un-rotated in qkv: attention applies RoPE as it loads them
         STEP(RL_GPU_PROF_ATTN_FWD, rl_k_attn_fwd_cost(B, T, m->H, m->KV, m->hd),
-             rl_k_attn_fwd(atty, lse, qkv, B, T, m->H, m->KV, m->hd, s, e));
+             rl_k_attn_fwd(atty, lse, qkv, m->rope, m->cfg.max_position_embeddings, B, T, m->H,
+                           m->KV, m->hd, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->qd, 4, 4),
              rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
         STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
@@ -709,11 +691,8 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(D, m->qd, N, 4, cb),
              rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, acc, s, e));
         STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd_cost(B, T, m->H, m->KV, m->hd),
-             rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, B, T, m->H, m->KV, m->hd, s,
-                           e));
-        STEP(RL_GPU_PROF_ELEMWISE, rl_k_rope_cost(N, m->H + m->KV, m->hd),
-             rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
-                       m->cfg.max_position_embeddings, 1, s, e));
+             rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, m->rope,
+                           m->cfg.max_position_embeddings, B, T, m->H, m->KV, m->hd, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->C3, 2, 0),
              rl_gemm_bwd_data(g, m->dln, 0, m->dqkv, w + o->wq, N, m->C3, D, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(m->C3, D, N, 4, cb),
