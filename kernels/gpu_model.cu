@@ -105,7 +105,7 @@ struct rl_gpu_model {
     int32_t *counts;       // [V + 1], for the counting sort
     int n_uniq;
     cudaEvent_t loss_ready, norm_ready, stats_ready[2];
-    int loss_valid, logits_valid;
+    int logits_valid;
     int fresh;             // zero_grad since the last micro-batch: write the gradients, not add
     long long steps_ended; // step_end calls
     rl_gemm gemm;
@@ -496,7 +496,7 @@ static int begin_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
     if (B < 1 || T < 1 || (long long)B * T > (long long)m->B * m->T || T > m->T)
         return rl_errf(e, RL_EINTERNAL, "gpu model: forward of %dx%d exceeds capacity %dx%d", B, T,
                        m->B, m->T);
-    m->cur_B = B, m->cur_T = T, m->loss_valid = 0, m->logits_valid = 0;
+    m->cur_B = B, m->cur_T = T, m->logits_valid = 0;
     int N = B * T, V = m->V;
     size_t cap = (size_t)m->B * m->T;
     if (m->plan) {
@@ -621,7 +621,6 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
                                    cudaMemcpyDeviceToHost, m->s));
         CUDA_CHECK(cudaEventRecord(m->loss_ready, m->s));
     }
-    m->loss_valid = 1;
     if (!loss) return RL_OK;
     RL_TRY(host_wait(m, m->loss_ready, e));
     *loss = m->plan ? 0.0f : m->pinned_scalars[0];
@@ -629,13 +628,13 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
 }
 
 // ---- backward ----------------------------------------------------------------------------------
+// A memset as a step launch: what the embedding's gradient rows need
 static int zero_async(void *p, size_t bytes, cudaStream_t s, rl_err *e) {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, s));
     return RL_OK;
 }
 static rl_k_cost memset_cost(size_t bytes) { return rl_k_cost{0, (double)bytes, 1}; }
 
-// ---- backward (layers) ----------------------------------------------------------------------------
 // From d(final norm output) in dln back through the layers to the
 // embedding; hook as train_micro's. fresh: write the gradients (=).
 static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn hook,
