@@ -15,8 +15,9 @@
 //   does too (the stream stays fp32, only matmul inputs are bf16), and it
 //   keeps the CPU fp32 reference close.
 // * Gradients in fp32 (default, and for now the only choice). Weight
-//   gradients accumulate in the GEMM (beta = 1) straight into the fp32
-//   buffer: accumulation over micro-batches costs nothing extra and loses
+//   gradients go from the GEMM straight into the fp32 buffer (beta = 0 on
+//   a step's first micro-batch, beta = 1 after): accumulation over
+//   micro-batches costs nothing extra and loses
 //   nothing, and the DDP layer can all-reduce fp32 (exact averaging) or
 //   cast to bf16 for half the bytes. bf16 gradient storage would save 2
 //   bytes/param but round every micro-batch's sum.

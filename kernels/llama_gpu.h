@@ -7,8 +7,10 @@
  *   - parameters: fp32 master copy (what AdamW updates, what checkpoints
  *     hold) plus a bf16 compute copy that every GEMM reads; same element
  *     layout as rl_param_layout, so a checkpoint or a CPU buffer maps 1:1;
- *   - gradients: fp32, same layout. Weight-gradient GEMMs accumulate into
- *     them directly (beta = 1), so gradient accumulation over micro-batches
+ *   - gradients: fp32, same layout (plus zero rows for the padded
+ *     vocabulary). Weight-gradient GEMMs write a step's first micro-batch
+ *     into them (beta = 0) and accumulate the rest (beta = 1), so gradient
+ *     accumulation over micro-batches
  *     and the all-reduce see fp32 values (default; see DESIGN notes in
  *     gpu_model.cu for why not bf16);
  *   - AdamW moments m and v: fp32, one allocation (m then v);
@@ -21,7 +23,7 @@
  * m+v, fp32 grads, activations, scratch); every kernel and cuBLASLt call
  * runs on the stream given at creation. Nothing synchronises the host except
  * where a caller asks for a value (the loss, the grad norm) or a copy to
- * host memory.
+ * host memory, and a shape's first GEMM (its algorithms are timed once).
  *
  * Errors: every function returns RL_OK or an rl_err code and fills *e with
  * one line naming the CUDA/cuBLAS call, the file and the line. CUDA errors
