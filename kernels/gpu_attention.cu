@@ -98,13 +98,6 @@ int rl_gpu_attn_prepare(int hd, rl_err *e) {
     return RL_OK;
 }
 
-// Nothing to set up ahead any more: rl_gpu_attn_prepare, or each launch,
-// raises what the head dim in use needs. Kept while gpu_kernels.cu calls it.
-int rl_gpu_attn_init(rl_err *e) {
-    (void)e;
-    return RL_OK;
-}
-
 // ---- launches -----------------------------------------------------------------------------------
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 

@@ -281,8 +281,6 @@ int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, ui
 }
 
 // ---- one-time setup -----------------------------------------------------------------------------
-int rl_gpu_attn_init(rl_err *e); // gpu_attention.cu
-
 int rl_gpu_kernels_init(rl_err *e) {
     // Per process and device; the model and the tests call it before their
     // first launch. Not thread-safe by design: one trainer thread drives a GPU.
@@ -296,7 +294,6 @@ int rl_gpu_kernels_init(rl_err *e) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&rmsnorm_bwd_kernel<4>),
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    RL_TRY(rl_gpu_attn_init(e));
-    done_for = dev;
+    done_for = dev; // attention's limits: per head dim, rl_gpu_attn_prepare
     return RL_OK;
 }
