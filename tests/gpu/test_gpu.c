@@ -386,6 +386,15 @@ static void test_swiglu(void) {
     }
 }
 
+/* A reduction to one value: within tol of the f64 reference and the same
+ * bits on a second run. */
+static void report_scalar(const char *name, float a, float b, double ref, double tol) {
+    double rel = fabs(a - ref) / ref;
+    report(name, isfinite(a) && rel <= tol && memcmp(&a, &b, sizeof a) == 0,
+           "rel %.2e (tol %.0e), two runs %s", rel, tol,
+           memcmp(&a, &b, sizeof a) ? "DIFFER" : "bit-identical");
+}
+
 /* The fused classifier on rows of ld >= V columns: V = ld on both paths,
  * padding off the 16-byte path (ld % 8 != 0), and the model's padding to a
  * multiple of 64 with V % 8 == 0 and != 0 (50257: GPT-2's vocabulary). The
@@ -485,12 +494,8 @@ static void test_xent(void) {
             if (rl_gpu_op_loss_accum(&a, x, n, weight, reset, &e) ||
                 rl_gpu_op_loss_accum(&b, x, n, weight, reset, &e))
                 fail_err(name, &e);
-            else {
-                double rel = fabs(a - ref) / ref;
-                report(name, isfinite(a) && rel <= 1e-6 && memcmp(&a, &b, sizeof a) == 0,
-                       "rel %.2e (tol 1e-06), two runs %s", rel,
-                       memcmp(&a, &b, sizeof a) ? "DIFFER" : "bit-identical");
-            }
+            else
+                report_scalar(name, a, b, ref, 1e-6);
             free(x);
         }
 }
@@ -573,12 +578,8 @@ static void test_norm(void) {
         float a, b;
         if (rl_gpu_op_sumsq_norm(&a, g, n, &e) || rl_gpu_op_sumsq_norm(&b, g, n, &e))
             fail_err(name, &e);
-        else {
-            double rel = fabs(a - ref) / ref;
-            report(name, isfinite(a) && rel <= 1e-5 && memcmp(&a, &b, sizeof a) == 0,
-                   "rel %.2e (tol 1e-05), two runs %s", rel,
-                   memcmp(&a, &b, sizeof a) ? "DIFFER" : "bit-identical");
-        }
+        else
+            report_scalar(name, a, b, ref, 1e-5);
         free(g);
     }
 }
