@@ -64,6 +64,18 @@ static double randn() {
 
 static int n_pass, n_fail;
 
+// A check with its own measure: one line, counted.
+static bool verdict(bool ok, const char *what, const char *fmt, ...) {
+    char detail[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    printf("%-4s %-52s %s\n", ok ? "ok" : "FAIL", what, detail);
+    (ok ? n_pass : n_fail)++;
+    return ok;
+}
+
 static bool check(const char *what, const std::vector<float> &got, const std::vector<double> &ref,
                   double tol) {
     double num = 0, den = 0;
@@ -76,11 +88,8 @@ static bool check(const char *what, const std::vector<float> &got, const std::ve
         num += (got[i] - ref[i]) * (got[i] - ref[i]), den += ref[i] * ref[i];
     }
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    bool ok = bad == 0 && rel <= tol;
-    printf("%-4s %-52s rel %.2e (tol %.0e)%s\n", ok ? "ok" : "FAIL", what, rel, tol,
-           bad ? " NON-FINITE VALUES" : "");
-    (ok ? n_pass : n_fail)++;
-    return ok;
+    return verdict(bad == 0 && rel <= tol, what, "rel %.2e (tol %.0e)%s", rel, tol,
+                   bad ? " NON-FINITE VALUES" : "");
 }
 
 // ---- test data -------------------------------------------------------------------------
@@ -116,17 +125,6 @@ static std::vector<int32_t> rand_tok(int n, int V) {
 static unsigned cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
 // ---- attention ------------------------------------------------------------------------
-// A check with its own measure: one line, counted.
-static bool verdict(bool ok, const char *what, const char *fmt, ...) {
-    char detail[160];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-    printf("%-4s %-52s %s\n", ok ? "ok" : "FAIL", what, detail);
-    (ok ? n_pass : n_fail)++;
-    return ok;
-}
 
 // The emulated runtime refuses launches as the hardware of the emulated
 // architecture would (tests/gpu/emu/fake_cuda.cpp), so a kernel whose
@@ -431,10 +429,8 @@ static void emu_rope(int B, int T, int hidden, int heads) {
         snprintf(name, sizeof name, "emu rope %s B=%d T=%d heads=%d hd=%d", inv ? "bwd" : "fwd", B,
                  T, nh, hd);
         check(name, g2, ref, 4e-3);
-        bool ok = touched == 0;
-        printf("%-4s %-52s %zu elements of the v head changed\n", ok ? "ok" : "FAIL",
-               "  heads beyond nh untouched", touched);
-        (ok ? n_pass : n_fail)++;
+        verdict(touched == 0, "  heads beyond nh untouched", "%zu elements of the v head changed",
+                touched);
     }
 }
 
@@ -508,8 +504,7 @@ template <int VW> static void emu_xent(int N, int V, int ld) {
         }
         if (mode == 0) {
             bool same = memcmp(lb.data(), in.data(), lb.size() * sizeof(bf16)) == 0;
-            printf("%-4s %-52s\n", same ? "ok" : "FAIL", "  logits untouched without grad");
-            (same ? n_pass : n_fail)++;
+            verdict(same, "  logits untouched without grad", "%s", "");
             continue;
         }
         size_t pad_bad = 0, row_ok = 0;
@@ -530,14 +525,10 @@ template <int VW> static void emu_xent(int N, int V, int ld) {
                 others += !std::isfinite(losses[n]);
                 for (int j = 0; j < V; j++) others += !std::isfinite(dl[(size_t)n * V + j]);
             }
-            bool ok = row_ok == (size_t)V + 1 && others == 0;
-            printf("%-4s %-52s %zu of %d NaN, %zu non-finite elsewhere\n", ok ? "ok" : "FAIL", name,
-                   row_ok, V + 1, others);
-            (ok ? n_pass : n_fail)++;
+            verdict(row_ok == (size_t)V + 1 && others == 0, name,
+                    "%zu of %d NaN, %zu non-finite elsewhere", row_ok, V + 1, others);
         }
-        bool ok = pad_bad == 0;
-        printf("%-4s %-52s %zu not exactly 0\n", ok ? "ok" : "FAIL", "  padding columns", pad_bad);
-        (ok ? n_pass : n_fail)++;
+        verdict(pad_bad == 0, "  padding columns", "%zu not exactly 0", pad_bad);
     }
 
     std::vector<float> losses(lr.begin(), lr.end()), acc(1);
@@ -582,8 +573,7 @@ template <int VW> static void emu_adamw_init(int hidden) {
     unsigned gx = std::min(cdiv(mx, 256u * VW), 2048u);
     if (VW > 1 &&
         (lay.layers % VW || lay.layer_size % VW || lay.final_norm % VW || lay.total % VW)) {
-        printf("FAIL emu adamw: hidden %d does not give whole %d-vectors\n", hidden, VW);
-        n_fail++;
+        verdict(false, "emu adamw", "hidden %d does not give whole %d-vectors", hidden, VW);
         return;
     }
     adamw_layout al = make_layout(&lay, L, D);
@@ -629,9 +619,7 @@ template <int VW> static void emu_adamw_init(int hidden) {
         size_t bad = 0;
         for (size_t i = 0; i < P; i++)
             bad += __bfloat162float(p16[i]) != __bfloat162float(__float2bfloat16_rn(p[i]));
-        printf("%-4s %-52s %zu of %zu differ\n", bad ? "FAIL" : "ok", "  bf16 copy = round(master)",
-               bad, P);
-        (bad ? n_fail : n_pass)++;
+        verdict(bad == 0, "  bf16 copy = round(master)", "%zu of %zu differ", bad, P);
     }
 
     if (VW > 1) return; // init and casts have no vector variant
@@ -654,10 +642,9 @@ template <int VW> static void emu_adamw_init(int hidden) {
         }
     }
     double mean = s1 / nm, sd = sqrt(s2 / nm - mean * mean);
-    bool ok = bad_norm == 0 && fabs(mean) < 1e-3 && fabs(sd - 0.02) < 0.02 * 0.02;
-    printf("%-4s %-52s norms %s, matrices mean %.2e std %.5f (want 0.02)\n", ok ? "ok" : "FAIL",
-           "emu init_random", bad_norm ? "WRONG" : "all 1", mean, sd);
-    (ok ? n_pass : n_fail)++;
+    verdict(bad_norm == 0 && fabs(mean) < 1e-3 && fabs(sd - 0.02) < 0.02 * 0.02, "emu init_random",
+            "norms %s, matrices mean %.2e std %.5f (want 0.02)", bad_norm ? "WRONG" : "all 1",
+            mean, sd);
 
     auto x = randv(1000, 3, false);
     std::vector<bf16> xb(1000);
@@ -667,9 +654,7 @@ template <int VW> static void emu_adamw_init(int hidden) {
     size_t bad = 0;
     for (size_t i = 0; i < x.size(); i++)
         bad += __bfloat162float(xb[i]) != __bfloat162float(__float2bfloat16_rn(x[i]));
-    printf("%-4s %-52s %zu differ\n", bad ? "FAIL" : "ok",
-           "emu f32 -> bf16 (round to nearest even)", bad);
-    (bad ? n_fail : n_pass)++;
+    verdict(bad == 0, "emu f32 -> bf16 (round to nearest even)", "%zu differ", bad);
 }
 
 // The step plan's cost functions (host arithmetic beside the launchers):
@@ -697,10 +682,11 @@ static void emu_costs() {
         {"loss accum n=9", rl_k_loss_accum_cost(9), 11, 44, 1},
     };
     for (auto &x : c) {
-        bool ok = x.got.flops == x.flops && x.got.bytes == x.bytes && x.got.launches == x.launches;
-        printf("%-4s cost %-47s flops %.0f bytes %.0f launches %d\n", ok ? "ok" : "FAIL", x.what,
-               x.got.flops, x.got.bytes, x.got.launches);
-        (ok ? n_pass : n_fail)++;
+        char what[96];
+        snprintf(what, sizeof what, "cost %s", x.what);
+        verdict(x.got.flops == x.flops && x.got.bytes == x.bytes && x.got.launches == x.launches,
+                what, "flops %.0f bytes %.0f launches %d", x.got.flops, x.got.bytes,
+                x.got.launches);
     }
 }
 
