@@ -43,6 +43,7 @@
  * the GPU's clocks hits both alike; a ringleader-ddp line with both step
  * times and the overhead. */
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +54,14 @@
 #include "comm/comm.h"
 #include "ddp/ddp.h"
 
+static double env_or(const char *name, double dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atof(v) : dflt;
+}
+
 static double peak_tflops(const char *name) {
-    const char *env = getenv("RL_PEAK_TFLOPS");
-    if (env && *env) return atof(env);
+    double env = env_or("RL_PEAK_TFLOPS", NAN); /* set: taken as it is */
+    if (!isnan(env)) return env;
     /* dense bf16 tensor-core peaks from the datasheets (no sparsity) */
     if (strstr(name, "H100") && (strstr(name, "PCIe") || strstr(name, "PCIE"))) return 756.0;
     if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "H800") ||
@@ -136,11 +142,6 @@ static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, c
     rl_ddp_destroy(ddp);
     rl_comm_destroy(comm);
     return rc;
-}
-
-static double env_or(const char *name, double dflt) {
-    const char *v = getenv(name);
-    return v && *v ? atof(v) : dflt;
 }
 
 /* --plan: the step as rl_gpu_model_plan counts it; no CUDA call is made */
