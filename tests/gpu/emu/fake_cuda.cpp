@@ -1,7 +1,11 @@
 // Host stand-ins for the CUDA runtime and cuBLASLt calls kernels/ makes, for
 // the emulated build (make test-gpu-emu): "device" memory is host memory,
 // every operation completes when called (streams and events are in order
-// trivially), kernels run through tests/gpu/emu/emu.cpp.
+// trivially), kernels run through tests/gpu/emu/emu.cpp. There are
+// RL_EMU_DEVICES devices (default 1), alike; each host thread has its
+// current one and every allocation remembers its device (the fake NCCL of
+// fake_nccl.cpp checks buffers against its communicator's device). Kernels
+// of all devices take turns on the one fiber scheduler.
 //
 // The device it reports is one architecture, RL_EMU_SM=80|86|89|90 (default
 // 90), with that architecture's limits (CUDA C++ Programming Guide,
@@ -41,15 +45,33 @@ void st_elem(void *p, cudaDataType_t t, size_t i, float v) {
     else
         ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
 }
-// Which "device" and pinned allocations exist, so cudaPointerGetAttributes
-// classifies pointers as the real runtime does (pkg/comm/nccl.c stages host
-// buffers and refuses them elsewhere; the fake NCCL rejects host memory as
-// NCCL would fault on it). The DDP communication thread calls in too: locked.
+// The emulated devices: RL_EMU_DEVICES of them (default 1; the two-rank
+// NCCL checks of tests/gpu/test_gpu_train.c ask for 2), all of the one
+// architecture below, and each host thread's current device, as the
+// runtime keeps it (per thread, 0 until cudaSetDevice). Read at every call,
+// so a test may set the variable before it starts its ranks.
+int device_count() {
+    const char *v = getenv("RL_EMU_DEVICES");
+    int n = v && *v ? atoi(v) : 1;
+    return n >= 1 && n <= 16 ? n : 1;
+}
+thread_local int current_device = 0;
+
+// Which "device" and pinned allocations exist, and on which device, so
+// cudaPointerGetAttributes classifies pointers as the real runtime does
+// (pkg/comm/nccl.c stages host buffers and refuses them elsewhere; the fake
+// NCCL rejects host memory and another device's memory, as NCCL would fault
+// on them). The DDP communication thread calls in too: locked.
+struct alloc_info {
+    size_t bytes;
+    cudaMemoryType type;
+    int device; // current at allocation, as the runtime records it
+};
 std::mutex alloc_mu;
-std::map<const char *, std::pair<size_t, cudaMemoryType>> allocs;
+std::map<const char *, alloc_info> allocs;
 void track(void *p, size_t n, cudaMemoryType t) {
     std::lock_guard<std::mutex> g(alloc_mu);
-    allocs[(const char *)p] = {n, t};
+    allocs[(const char *)p] = {n, t, current_device};
 }
 void untrack(void *p) {
     std::lock_guard<std::mutex> g(alloc_mu);
@@ -106,7 +128,7 @@ extern "C" {
 
 // ---- runtime -------------------------------------------------------------------------
 cudaError_t cudaGetDeviceCount(int *n) {
-    *n = 1;
+    *n = device_count();
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
@@ -127,7 +149,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *d) {
-    *d = 0;
+    *d = current_device;
     return cudaSuccess;
 }
 // The attributes kernels/ asks for; any other fails loudly rather than
@@ -169,6 +191,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     default: return "cudaError (emulated)";
     }
 }
@@ -177,6 +200,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
     default: return "error (emulated)";
     }
 }
@@ -203,8 +227,9 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
     auto it = allocs.upper_bound((const char *)p);
     if (it != allocs.begin()) {
         --it;
-        if ((const char *)p < it->first + it->second.first) {
-            a->type = it->second.second;
+        if ((const char *)p < it->first + it->second.bytes) {
+            a->type = it->second.type;
+            a->device = it->second.device;
             a->devicePointer = a->type == cudaMemoryTypeDevice ? (void *)p : nullptr;
             a->hostPointer = a->type == cudaMemoryTypeHost ? (void *)p : nullptr;
         }
@@ -258,7 +283,11 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) {
     *ms = 1.0f; // no clock on an emulated device: a fixed, plausible number
     return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= device_count()) return cudaErrorInvalidDevice;
+    current_device = d;
+    return cudaSuccess;
+}
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
     *free_b = (size_t)64 << 30, *total = (size_t)80 << 30;
     return cudaSuccess;
