@@ -7,12 +7,16 @@
  * temporary directory; the model is small so that make test-gpu-emu can run
  * the same checks on the CPU. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime_api.h>
+
 #include "comm/comm.h"
 #include "ddp/ddp.h"
+#include "kernels/gpu.h"
 #include "rdzv/rdzv.h"
 #include "tests/gpu/check.h"
 #include "train/train.h"
@@ -225,11 +229,10 @@ done:
 }
 
 /* No hang when a peer never comes: rank 0 of a world of 2 alone (its id
- * published to a real store, nobody to take it) must give up within
- * dist.timeout_s, with an error naming itself, instead of waiting in
- * ncclCommInitRankConfig forever. (In emulation the one-rank NCCL refuses a
- * world of 2 at once: the check then shows only that the refusal surfaces as
- * an error.) */
+ * published to a real store, nobody to take it) must give up after
+ * timeout_s (and not much later), with RL_ETIMEOUT naming itself, instead
+ * of waiting in ncclCommInitRankConfig forever. In emulation the fake NCCL
+ * keeps the init in progress as NCCL does, so the same deadline ends it. */
 static void check_nccl_missing_peer(void) {
     const char *name = "nccl: a missing peer times out at init";
     if (!selected(name)) return;
@@ -242,17 +245,442 @@ static void check_nccl_missing_peer(void) {
         rl_store_server_stop(srv);
         return;
     }
-    const double limit = 5;
+    const double limit = 3;
     rl_comm_opts co = {.backend = "nccl", .rank = 0, .world = 2, .store = st, .prefix = "lonely",
                        .timeout_s = limit};
     rl_comm *comm = NULL;
     double t0 = rl_now();
     int rc = rl_comm_init(&co, &comm, &e);
     double dt = rl_now() - t0;
-    report(name, rc != 0 && dt < limit + 10 && strstr(e.msg, "rank 0") != NULL,
+    report(name, rc == RL_ETIMEOUT && dt >= limit && dt < limit + 10 && strstr(e.msg, "rank 0") != NULL,
            "returned %d after %.1f s (limit %.0f s): %s", rc, dt, limit, rc ? e.msg : "no error");
     if (!rc) rl_comm_destroy(comm);
     rl_store_close(st);
+    rl_store_server_stop(srv);
+}
+
+/* ---- two ranks ------------------------------------------------------------------------
+ * Two ranks of the nccl backend need two GPUs. On a machine with fewer the
+ * checks say so and count as neither passed nor failed; in emulation
+ * (make test-gpu-emu) RL_EMU_DEVICES=2 gives the fake runtime two devices
+ * and the ranks are threads of this process, meeting in the fake NCCL
+ * (tests/gpu/emu/fake_nccl.cpp). A real runtime ignores the variable. */
+static bool two_devices(const char *name) {
+    setenv("RL_EMU_DEVICES", "2", 0);
+    int n = rl_gpu_device_count(NULL, 0);
+    if (n >= 2) return true;
+    printf("%-4s %-44s needs 2 GPUs, %d visible: NCCL at world size 2 is checked only by make "
+           "test-gpu-emu's emulated NCCL\n",
+           "skip", name, n);
+    fflush(stdout);
+    return false;
+}
+
+/* One rank of a two-rank check: its own store connection and communicator. */
+typedef struct peer {
+    int rank, device, port;
+    double timeout_s;
+    const char *prefix;
+    rl_comm *comm;
+    rl_err e;
+    int rc;
+} peer;
+
+static void *peer_init(void *arg) {
+    peer *p = arg;
+    rl_store *st = NULL;
+    p->rc = rl_store_connect("127.0.0.1", p->port, 10, &st, &p->e);
+    rl_comm_opts co = {.backend = "nccl", .rank = p->rank, .world = 2, .store = st,
+                       .prefix = p->prefix, .device = p->device, .timeout_s = p->timeout_s};
+    if (!p->rc) p->rc = rl_comm_init(&co, &p->comm, &p->e);
+    rl_store_close(st); /* only init exchanges anything through the store */
+    return NULL;
+}
+
+/* Both ranks' communicators, formed at once (each init waits for the
+ * other), rank r on device dev[r]. Returns 0 when both formed; else the
+ * first error is in *e and whatever formed is destroyed. */
+static int form_pair(peer p[2], rl_store_server *srv, const char *prefix, const int dev[2],
+                     double timeout_s, rl_err *e) {
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) {
+        p[r] = (peer){.rank = r, .device = dev[r], .port = rl_store_server_port(srv),
+                      .timeout_s = timeout_s, .prefix = prefix};
+        pthread_create(&t[r], NULL, peer_init, &p[r]);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    if (!p[0].rc && !p[1].rc) return 0;
+    *e = p[p[0].rc ? 0 : 1].e;
+    for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm), p[r].comm = NULL;
+    return p[0].rc ? p[0].rc : p[1].rc;
+}
+
+static rl_store_server *server(const char *name) {
+    rl_err e = {0};
+    rl_store_server *srv = NULL;
+    if (rl_store_server_start("127.0.0.1", 0, &srv, &e)) fail_err(name, &e);
+    return srv;
+}
+
+/* device memory of `dev` holding n floats set to v[i] */
+static float *dev_floats(int dev, const float *v, size_t n) {
+    void *p = NULL;
+    if (cudaSetDevice(dev) != cudaSuccess || cudaMalloc(&p, n * sizeof(float)) != cudaSuccess)
+        return NULL;
+    if (v) cudaMemcpy(p, v, n * sizeof(float), cudaMemcpyHostToDevice);
+    return p;
+}
+static void host_floats(float *h, const float *d, size_t n) {
+    cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost);
+}
+
+/* ---- the collectives, each rank in its own thread ---- */
+#define NC 6 /* elements per rank */
+typedef struct coll_run {
+    peer *p;
+    float got[5][2 * NC]; /* allreduce sum, avg, broadcast from 1, allgather, reduce_scatter */
+    double avg_host;      /* a host buffer's average (the staged path) */
+    int rc;
+    rl_err e;
+} coll_run;
+
+static float in_val(int rank, int i) { return (float)(rank + 1) * 0.75f + (float)i * 0.125f; }
+
+static void *coll_rank(void *arg) {
+    coll_run *c = arg;
+    peer *p = c->p;
+    float v[2 * NC];
+    for (int i = 0; i < 2 * NC; i++) v[i] = in_val(p->rank, i);
+    float *a = dev_floats(p->device, v, NC), *b = dev_floats(p->device, v, NC),
+          *s = dev_floats(p->device, v, NC), *g = dev_floats(p->device, NULL, 2 * NC),
+          *x = dev_floats(p->device, v, 2 * NC), *y = dev_floats(p->device, NULL, NC);
+    c->avg_host = p->rank + 1.0;
+    rl_err *e = &c->e;
+    int rc = !a || !b || !s || !g || !x || !y ? rl_errf(e, RL_ENOMEM, "cudaMalloc") : 0;
+    if (!rc) rc = rl_comm_allreduce(p->comm, a, NC, RL_F32, RL_SUM, e);
+    if (!rc) rc = rl_comm_allreduce(p->comm, b, NC, RL_F32, RL_AVG, e);
+    if (!rc) rc = rl_comm_broadcast(p->comm, s, NC, RL_F32, 1, e);
+    if (!rc) rc = rl_comm_allgather(p->comm, a, g, NC, RL_F32, e);
+    if (!rc) rc = rl_comm_reduce_scatter(p->comm, x, y, NC, RL_F32, RL_SUM, e);
+    if (!rc) rc = rl_comm_allreduce(p->comm, &c->avg_host, 1, RL_F64, RL_AVG, e);
+    if (!rc) rc = rl_comm_wait(p->comm, e);
+    if (!rc) {
+        host_floats(c->got[0], a, NC), host_floats(c->got[1], b, NC);
+        host_floats(c->got[2], s, NC), host_floats(c->got[3], g, 2 * NC);
+        host_floats(c->got[4], y, NC);
+    }
+    float *all[] = {a, b, s, g, x, y};
+    for (int i = 0; i < 6; i++) cudaFree(all[i]);
+    c->rc = rc;
+    return NULL;
+}
+
+/* Each collective the nccl backend offers, on two ranks at once, against
+ * the values computed here (sums of two floats: exact in any order). */
+static void check_nccl_two_rank_collectives(void) {
+    const char *name = "nccl: 2 ranks' collectives";
+    if (!selected(name) || !two_devices(name)) return;
+    rl_store_server *srv = server(name);
+    if (!srv) return;
+    peer p[2];
+    rl_err e = {0};
+    const int dev[2] = {0, 1};
+    if (form_pair(p, srv, "coll", dev, 30, &e)) {
+        fail_err(name, &e);
+        rl_store_server_stop(srv);
+        return;
+    }
+    coll_run c[2] = {{.p = &p[0]}, {.p = &p[1]}};
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, coll_rank, &c[r]);
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    int bad = 0;
+    for (int r = 0; r < 2 && !c[0].rc && !c[1].rc; r++) {
+        for (int i = 0; i < NC; i++) {
+            float sum = in_val(0, i) + in_val(1, i);
+            bad += c[r].got[0][i] != sum;
+            bad += c[r].got[1][i] != sum / 2;
+            bad += c[r].got[2][i] != in_val(1, i);
+            bad += c[r].got[3][i] != sum || c[r].got[3][NC + i] != sum;
+            bad += c[r].got[4][i] != in_val(0, r * NC + i) + in_val(1, r * NC + i);
+        }
+        bad += c[r].avg_host != 1.5;
+    }
+    if (c[0].rc || c[1].rc)
+        fail_err(name, c[0].rc ? &c[0].e : &c[1].e);
+    else
+        report(name, bad == 0,
+               "allreduce sum and avg, broadcast, allgather, reduce_scatter on device buffers, "
+               "avg of a host buffer: %d wrong values",
+               bad);
+    for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
+    rl_store_server_stop(srv);
+}
+
+/* What NCCL refuses, at two ranks: two ranks on one device (every rank's
+ * init fails), ranks whose n-th calls differ (both fail; NCCL itself would
+ * hang or corrupt: the emulation makes it loud), and a buffer on the other
+ * rank's device. Each failure must name the call and leave the comm dead. */
+typedef struct mismatch_run {
+    peer *p;
+    size_t count;
+    int rc;
+    rl_err e;
+} mismatch_run;
+static void *mismatch_rank(void *arg) {
+    mismatch_run *m = arg;
+    float *d = dev_floats(m->p->device, NULL, 8);
+    m->rc = d ? rl_comm_allreduce(m->p->comm, d, m->count, RL_F32, RL_SUM, &m->e) : RL_ENOMEM;
+    cudaFree(d);
+    return NULL;
+}
+static void check_nccl_two_rank_refusals(void) {
+    const char *name = "nccl: 2 ranks refuse what NCCL refuses";
+    if (!selected(name) || !two_devices(name)) return;
+    rl_store_server *srv = server(name);
+    if (!srv) return;
+    peer p[2];
+    rl_err e = {0}, e2 = {0};
+    const int same[2] = {0, 0}, dev[2] = {0, 1};
+    /* one device for both: both inits fail (the pair reports one error) */
+    int dup = form_pair(p, srv, "dup", same, 10, &e);
+    bool dup_ok = dup == RL_EIO && strstr(e.msg, "init") && p[0].rc && p[1].rc;
+    rl_err dup_e = e;
+    /* counts that differ: both ranks' allreduce fails, then the comm is dead */
+    bool mis_ok = false, dead_ok = false, other_ok = false;
+    if (form_pair(p, srv, "mis", dev, 10, &e)) {
+        fail_err(name, &e);
+    } else {
+        mismatch_run m[2] = {{.p = &p[0], .count = 8}, {.p = &p[1], .count = 6}};
+        pthread_t t[2];
+        for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, mismatch_rank, &m[r]);
+        for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+        mis_ok = m[0].rc && m[1].rc && (strstr(m[0].e.msg, "must match") || strstr(m[1].e.msg, "must match"));
+        e = m[0].e;
+        float *d = dev_floats(0, NULL, 1);
+        int rc = rl_comm_allreduce(p[0].comm, d, 1, RL_F32, RL_SUM, &e2);
+        dead_ok = rc == m[0].rc && strstr(e2.msg, "failed earlier");
+        cudaFree(d);
+        for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
+    }
+    /* rank 0 hands over rank 1's memory */
+    if (form_pair(p, srv, "other", dev, 10, &e2)) {
+        fail_err(name, &e2);
+    } else {
+        float *d1 = dev_floats(1, NULL, 4);
+        int rc = rl_comm_allgather(p[0].comm, d1, d1, 2, RL_F32, &e2);
+        other_ok = rc != 0 && strstr(e2.msg, "allgather") && strstr(e2.msg, "device 0");
+        cudaFree(d1);
+        for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
+    }
+    report(name, dup_ok && mis_ok && dead_ok && other_ok,
+           "same device: %s [%.150s]; mismatched counts: %s [%.150s], then dead: %s; another "
+           "device's buffer: %s [%.150s]",
+           dup_ok ? "refused" : "NOT REFUSED", dup_e.msg, mis_ok ? "refused" : "NOT REFUSED", e.msg,
+           dead_ok ? "yes" : "NO", other_ok ? "refused" : "NOT REFUSED", e2.msg);
+    rl_store_server_stop(srv);
+}
+
+/* ---- a rank that never comes, an abort from another thread ---- */
+typedef struct waiter {
+    rl_comm *comm;
+    int device;
+    int rc;
+    double dt;
+    rl_err e;
+} waiter;
+static void *wait_in_allreduce(void *arg) {
+    waiter *w = arg;
+    float *d = dev_floats(w->device, NULL, 1024);
+    double t0 = rl_now();
+    w->rc = d ? rl_comm_allreduce(w->comm, d, 1024, RL_F32, RL_AVG, &w->e) : RL_ENOMEM;
+    w->dt = rl_now() - t0;
+    cudaFree(d);
+    return NULL;
+}
+
+/* Rank 1 never enters the collective rank 0 is in: rank 0's allreduce must
+ * end after the comm's timeout_s (3 s; at most 10 s more on a loaded
+ * machine) with RL_ETIMEOUT, its own poll having aborted the communicator,
+ * and the comm is dead: the next op fails at once with the same error.
+ * Then rank 1 enters late: its peer is gone, so it times out too rather
+ * than hang. */
+static void check_nccl_peer_never_enters(void) {
+    const char *name = "nccl: a peer never entering times out";
+    if (!selected(name) || !two_devices(name)) return;
+    rl_store_server *srv = server(name);
+    if (!srv) return;
+    const double limit = 3;
+    peer p[2];
+    rl_err e = {0};
+    const int dev[2] = {0, 1};
+    if (form_pair(p, srv, "never", dev, limit, &e)) {
+        fail_err(name, &e);
+        rl_store_server_stop(srv);
+        return;
+    }
+    waiter w0 = {.comm = p[0].comm, .device = 0}, w1 = {.comm = p[1].comm, .device = 1};
+    wait_in_allreduce(&w0);
+    float *d = dev_floats(0, NULL, 1);
+    double t0 = rl_now();
+    int again = rl_comm_allreduce(p[0].comm, d, 1, RL_F32, RL_SUM, &e);
+    double again_dt = rl_now() - t0;
+    cudaFree(d);
+    wait_in_allreduce(&w1);
+    bool first = w0.rc == RL_ETIMEOUT && w0.dt >= limit && w0.dt < limit + 10 &&
+                 strstr(w0.e.msg, "aborted") != NULL;
+    bool dead = again == RL_ETIMEOUT && again_dt < 0.5 && strstr(e.msg, "failed earlier") != NULL;
+    bool late = w1.rc == RL_ETIMEOUT && w1.dt >= limit && w1.dt < limit + 10;
+    report(name, first && dead && late,
+           "rank 0: %s after %.2f s (timeout %.0f s) [%.160s]; next op: %s after %.3f s; rank 1 "
+           "entering late: %s after %.2f s",
+           rl_err_name(w0.rc), w0.dt, limit, w0.e.msg, rl_err_name(again), again_dt,
+           rl_err_name(w1.rc), w1.dt);
+    for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
+    rl_store_server_stop(srv);
+    cudaSetDevice(0); /* this thread's device, as the checks before left it */
+}
+
+/* rl_comm_abort from another thread while rank 0 waits in an allreduce
+ * its peer never joins: the wait ends promptly with RL_EABORT -- long
+ * before the 30 s timeout -- and the comm stays dead. */
+static void check_nccl_abort_while_waiting(void) {
+    const char *name = "nccl: abort from another thread ends a wait";
+    if (!selected(name) || !two_devices(name)) return;
+    rl_store_server *srv = server(name);
+    if (!srv) return;
+    const double limit = 30, after = 0.5;
+    peer p[2];
+    rl_err e = {0};
+    const int dev[2] = {0, 1};
+    if (form_pair(p, srv, "abort", dev, limit, &e)) {
+        fail_err(name, &e);
+        rl_store_server_stop(srv);
+        return;
+    }
+    waiter w = {.comm = p[0].comm, .device = 0};
+    pthread_t t;
+    pthread_create(&t, NULL, wait_in_allreduce, &w);
+    struct timespec ts = {0, (long)(after * 1e9)};
+    nanosleep(&ts, NULL);
+    rl_comm_abort(p[0].comm);
+    pthread_join(t, NULL);
+    float *d = dev_floats(0, NULL, 1);
+    int again = rl_comm_allreduce(p[0].comm, d, 1, RL_F32, RL_SUM, &e);
+    cudaFree(d);
+    report(name, w.rc == RL_EABORT && w.dt >= after && w.dt < after + 5 && again == RL_EABORT,
+           "the allreduce: %s after %.2f s (abort at %.1f s, timeout %.0f s) [%.160s]; next op: %s",
+           rl_err_name(w.rc), w.dt, after, limit, w.e.msg, rl_err_name(again));
+    for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
+    rl_store_server_stop(srv);
+}
+
+/* ---- DDP over two ranks ---- */
+typedef struct ddp_rank {
+    int rank, port;
+    const rl_job_config *c;
+    curve cv;
+    float *state; /* params and moments after the run */
+    int buckets;
+    int rc;
+    rl_err e;
+} ddp_rank;
+
+static void *ddp_rank_main(void *arg) {
+    ddp_rank *d = arg;
+    rl_err *e = &d->e;
+    rl_store *st = NULL;
+    rl_comm *comm = NULL;
+    rl_ddp *ddp = NULL;
+    rl_trainer tr;
+    bool tr_ok = false;
+    rl_comm_opts co = {.backend = "nccl", .rank = d->rank, .world = 2, .prefix = "ddp2",
+                       .device = d->rank, .timeout_s = 60};
+    rl_train_dist dist = {.rank = d->rank, .world = 2, .local_rank = d->rank};
+    if ((d->rc = rl_store_connect("127.0.0.1", d->port, 10, &st, e))) goto done;
+    co.store = st;
+    if ((d->rc = rl_comm_init(&co, &comm, e)) || (d->rc = rl_trainer_init(&tr, d->c, &dist, e)))
+        goto done;
+    tr_ok = true;
+    tr.observer = (rl_train_observer){.ud = &d->cv, .on_step = on_step};
+    rl_ddp_opts o = {.min_buckets = d->c->dist.min_buckets, .grad_stream = rl_trainer_stream(&tr)};
+    if ((d->rc = rl_ddp_create(comm, rl_trainer_grads(&tr), tr.model.lay.total, &o, &ddp, e)))
+        goto done;
+    d->buckets = rl_ddp_nbuckets(ddp);
+    rl_ddp_attach(ddp, &dist);
+    if ((d->rc = rl_trainer_broadcast_params(&tr, e)) || (d->rc = rl_trainer_run(&tr, e))) goto done;
+    if (!(d->state = host_copy(&tr, true, e))) d->rc = e->code ? e->code : RL_ENOMEM;
+done:
+    /* a failed rank aborts its comm, so the other fails within its timeout */
+    if (d->rc && comm) rl_comm_abort(comm);
+    if (tr_ok) rl_trainer_free(&tr);
+    rl_ddp_destroy(ddp);
+    rl_comm_destroy(comm);
+    rl_store_close(st);
+    return NULL;
+}
+
+/* Two ranks, each on half of every global batch, averaging gradients
+ * through the nccl backend, train exactly as one process on the whole
+ * batch: 6 steps of 2 micro-batches of 4 sequences in one process against
+ * 1 micro-batch each on two ranks. The average of two ranks' fp32
+ * gradients, (g0 + g1) / 2, is the single process's accumulation of the
+ * two halves scaled by 1/2, bit for bit (halving is exact), so the losses
+ * and the parameters and AdamW moments of both ranks must be identical to
+ * the single process's. */
+static void check_ddp_two_ranks(void) {
+    const char *name = "trainer: nccl ddp on 2 ranks = 1 rank";
+    if (!selected(name) || !two_devices(name)) return;
+    rl_store_server *srv = server(name);
+    if (!srv) return;
+    rl_job_config c;
+    job(&c, "cuda", 6, 2);
+    c.dist.min_buckets = 5; /* several buckets, so overlap paths run */
+    rl_trainer a;
+    curve ca;
+    rl_err e = {0};
+    float *pa = NULL;
+    ddp_rank d[2] = {{.rank = 0, .c = &c}, {.rank = 1, .c = &c}};
+    if (run(&a, &c, NULL, &ca, &e)) {
+        fail_err(name, &e);
+        rl_store_server_stop(srv);
+        return;
+    }
+    pa = host_copy(&a, true, &e);
+    size_t n = 3 * a.model.lay.total;
+    rl_trainer_free(&a);
+    if (!pa) {
+        fail_err(name, &e);
+        rl_store_server_stop(srv);
+        return;
+    }
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) {
+        d[r].port = rl_store_server_port(srv);
+        pthread_create(&t[r], NULL, ddp_rank_main, &d[r]);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    if (d[0].rc || d[1].rc) {
+        fail_err(name, d[0].rc ? &d[0].e : &d[1].e);
+    } else {
+        bool same_loss = true, same_state = true;
+        double worst = 0;
+        size_t differ = 0;
+        for (int r = 0; r < 2; r++) {
+            same_loss = same_loss && d[r].cv.n == 6 && ca.n == 6 &&
+                        !memcmp(ca.loss, d[r].cv.loss, sizeof(double) * 6);
+            for (int i = 0; i < ca.n && i < d[r].cv.n; i++)
+                worst = fmax(worst, fabs(d[r].cv.loss[i] - ca.loss[i]) / ca.loss[i]);
+            for (size_t i = 0; i < n; i++) differ += pa[i] != d[r].state[i];
+        }
+        same_state = differ == 0;
+        report(name, same_loss && same_state && d[0].buckets >= 4,
+               "%d buckets; losses %s (worst rel %.2e), params and moments of both ranks %s "
+               "(%zu of 2 x %zu values differ); loss %.4f -> %.4f",
+               d[0].buckets, same_loss ? "identical" : "DIFFER", worst,
+               same_state ? "identical" : "DIFFER", differ, n, ca.loss[0], ca.loss[5]);
+    }
+    free(pa), free(d[0].state), free(d[1].state);
     rl_store_server_stop(srv);
 }
 
@@ -271,6 +699,11 @@ void test_gpu_train(void) {
     check_cross_resume("cuda", "cpu", false);
     check_cross_resume("cpu", "cuda", true);
     check_nccl_missing_peer();
+    check_nccl_two_rank_collectives();
+    check_nccl_two_rank_refusals();
+    check_nccl_peer_never_enters();
+    check_nccl_abort_while_waiting();
+    check_ddp_two_ranks();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "test-gpu: could not remove %s\n", dir);
