@@ -193,7 +193,8 @@ $(GPU_BENCH_BIN): bench/gpu/bench_gpu.c $(LIB)
 # test-gpu-emu: the GPU code compiled for the host with g++ -- kernels/*.cu
 # and *.cuh as they are, kernel launches turned into a fiber per CUDA thread
 # (tests/gpu/emu/emu.cpp, mma emulated), the CUDA runtime and cuBLASLt
-# replaced by host stand-ins (tests/gpu/emu/fake_cuda.cpp) -- then the
+# replaced by host stand-ins (tests/gpu/emu/fake_cuda.cpp), NCCL by one
+# whose ranks are threads on emulated devices (fake_nccl.cpp) -- then the
 # kernel checks (tests/gpu/kernels_emu.cpp) and the whole test-gpu suite
 # on it. Needs the CUDA headers, not a GPU; slow (minutes), and no
 # substitute for test-gpu: it checks the code's logic, not the hardware.

@@ -6,11 +6,13 @@
  * loss falls well below the unigram entropy within 50 steps), written to a
  * temporary directory; the model is small so that make test-gpu-emu can run
  * the same checks on the CPU. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -486,15 +488,15 @@ typedef struct waiter {
     rl_comm *comm;
     int device;
     int rc;
-    double dt;
+    double t0, dt; /* when the allreduce was called, how long it took */
     rl_err e;
 } waiter;
 static void *wait_in_allreduce(void *arg) {
     waiter *w = arg;
     float *d = dev_floats(w->device, NULL, 1024);
-    double t0 = rl_now();
+    w->t0 = rl_now();
     w->rc = d ? rl_comm_allreduce(w->comm, d, 1024, RL_F32, RL_AVG, &w->e) : RL_ENOMEM;
-    w->dt = rl_now() - t0;
+    w->dt = rl_now() - w->t0;
     cudaFree(d);
     return NULL;
 }
@@ -542,14 +544,16 @@ static void check_nccl_peer_never_enters(void) {
 }
 
 /* rl_comm_abort from another thread while rank 0 waits in an allreduce
- * its peer never joins: the wait ends promptly with RL_EABORT -- long
- * before the 30 s timeout -- and the comm stays dead. */
+ * its peer never joins: the wait in the backend ("nccl allreduce: aborted",
+ * not the dispatcher's refusal of an op on an aborted comm) ends with
+ * RL_EABORT within 5 s of the abort -- long before the 30 s timeout -- and
+ * the comm stays dead. The abort comes 1 s after the waiter started. */
 static void check_nccl_abort_while_waiting(void) {
     const char *name = "nccl: abort from another thread ends a wait";
     if (!selected(name) || !two_devices(name)) return;
     rl_store_server *srv = server(name);
     if (!srv) return;
-    const double limit = 30, after = 0.5;
+    const double limit = 30, after = 1;
     peer p[2];
     rl_err e = {0};
     const int dev[2] = {0, 1};
@@ -561,16 +565,21 @@ static void check_nccl_abort_while_waiting(void) {
     waiter w = {.comm = p[0].comm, .device = 0};
     pthread_t t;
     pthread_create(&t, NULL, wait_in_allreduce, &w);
-    struct timespec ts = {0, (long)(after * 1e9)};
+    struct timespec ts = {(time_t)after, (long)((after - (double)(time_t)after) * 1e9)};
     nanosleep(&ts, NULL);
+    double t_abort = rl_now();
     rl_comm_abort(p[0].comm);
     pthread_join(t, NULL);
+    double late = w.t0 + w.dt - t_abort; /* from the abort to the op's return */
     float *d = dev_floats(0, NULL, 1);
     int again = rl_comm_allreduce(p[0].comm, d, 1, RL_F32, RL_SUM, &e);
     cudaFree(d);
-    report(name, w.rc == RL_EABORT && w.dt >= after && w.dt < after + 5 && again == RL_EABORT,
-           "the allreduce: %s after %.2f s (abort at %.1f s, timeout %.0f s) [%.160s]; next op: %s",
-           rl_err_name(w.rc), w.dt, after, limit, w.e.msg, rl_err_name(again));
+    report(name,
+           w.rc == RL_EABORT && w.t0 < t_abort && late < 5 && strstr(w.e.msg, "nccl allreduce") &&
+               again == RL_EABORT,
+           "the allreduce: %s %.3f s after the abort, %.2f s after it began (timeout %.0f s) "
+           "[%.160s]; next op: %s",
+           rl_err_name(w.rc), late, w.dt, limit, w.e.msg, rl_err_name(again));
     for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
     rl_store_server_stop(srv);
 }
@@ -625,9 +634,12 @@ done:
  * batch: 6 steps of 2 micro-batches of 4 sequences in one process against
  * 1 micro-batch each on two ranks. The average of two ranks' fp32
  * gradients, (g0 + g1) / 2, is the single process's accumulation of the
- * two halves scaled by 1/2, bit for bit (halving is exact), so the losses
- * and the parameters and AdamW moments of both ranks must be identical to
- * the single process's. */
+ * two halves scaled by 1/2, bit for bit (halving is exact), so the
+ * parameters and AdamW moments of both ranks must be identical to the
+ * single process's. The logged loss may differ in its last bit: the single
+ * process adds its two halves' losses in fp32 on the GPU (one rounding,
+ * <= 2^-24 relative), the ranks average theirs in double; so losses within
+ * FLT_EPSILON (2^-23) relative. */
 static void check_ddp_two_ranks(void) {
     const char *name = "trainer: nccl ddp on 2 ranks = 1 rank";
     if (!selected(name) || !two_devices(name)) return;
@@ -663,22 +675,19 @@ static void check_ddp_two_ranks(void) {
     if (d[0].rc || d[1].rc) {
         fail_err(name, d[0].rc ? &d[0].e : &d[1].e);
     } else {
-        bool same_loss = true, same_state = true;
+        bool steps = ca.n == 6 && d[0].cv.n == 6 && d[1].cv.n == 6;
         double worst = 0;
         size_t differ = 0;
         for (int r = 0; r < 2; r++) {
-            same_loss = same_loss && d[r].cv.n == 6 && ca.n == 6 &&
-                        !memcmp(ca.loss, d[r].cv.loss, sizeof(double) * 6);
             for (int i = 0; i < ca.n && i < d[r].cv.n; i++)
                 worst = fmax(worst, fabs(d[r].cv.loss[i] - ca.loss[i]) / ca.loss[i]);
             for (size_t i = 0; i < n; i++) differ += pa[i] != d[r].state[i];
         }
-        same_state = differ == 0;
-        report(name, same_loss && same_state && d[0].buckets >= 4,
-               "%d buckets; losses %s (worst rel %.2e), params and moments of both ranks %s "
-               "(%zu of 2 x %zu values differ); loss %.4f -> %.4f",
-               d[0].buckets, same_loss ? "identical" : "DIFFER", worst,
-               same_state ? "identical" : "DIFFER", differ, n, ca.loss[0], ca.loss[5]);
+        report(name, steps && worst <= FLT_EPSILON && differ == 0 && d[0].buckets >= 4,
+               "%d buckets; params and moments of both ranks %s (%zu of 2 x %zu values differ); "
+               "losses within %.2e relative (bound %.2e); loss %.4f -> %.4f",
+               d[0].buckets, differ == 0 ? "identical" : "DIFFER", differ, n, worst,
+               (double)FLT_EPSILON, ca.loss[0], ca.loss[5]);
     }
     free(pa), free(d[0].state), free(d[1].state);
     rl_store_server_stop(srv);
