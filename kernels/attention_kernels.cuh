@@ -17,17 +17,27 @@
 // the gradient with respect to the un-rotated q | k | v. That saves the two
 // passes over q and k per layer that a separate RoPE kernel costs.
 //
-// Three kernels, no atomics anywhere (the same bits every run):
+// Three kernels, and dQ two ways:
 //   fwd    one CTA per (query block, b, h): loop over key blocks <= the
 //          diagonal; writes out (bf16) and the row log-sum-exp (fp32, log2
 //          domain) for the backward.
 //   dkdv   one CTA per (key block, b, kv head): loops over the group's
 //          query heads and the query blocks at or below the diagonal; owns
 //          its dK, dV rows outright, so the GQA sum over heads needs no
-//          atomics.
-//   dq     one CTA per (query block, b, h): recomputes P and dP for its rows
-//          (two more small GEMMs than an atomic-add dQ, for determinism).
-// plus a small one for D_i = rowsum(dO_i * O_i).
+//          atomics. With a dQ accumulator (dq_acc != NULL) it also puts dS
+//          in shared memory and adds dS K, this key block's part of dQ,
+//          into fp32 dq_acc [B*T, H*hd] with atomicAdd: five products per
+//          tile pair, 2.5x the forward's matrix work for the whole backward.
+//          The additions to one dQ element arrive in whatever order the
+//          CTAs of the key blocks run, so dQ's last bits (and everything
+//          upstream of it) vary from run to run.
+//   dq     the deterministic dQ (dq_acc == NULL): one CTA per (query block,
+//          b, h) recomputes P and dP for its rows and owns its dQ rows, so
+//          the same bits come out every run, for two more products per tile
+//          pair (3.5x the forward's matrix work).
+// plus two small ones: D_i = rowsum(dO_i * O_i) (which also zeroes the dQ
+// accumulator's rows), and the accumulator's rows out to dqkv (scaled,
+// rotated back, rounded to bf16 once).
 //
 // Warp tiling: 4 warps, each owns 16 rows of the CTA's 64; the other
 // dimension is a 64-wide tile. Head dims are padded to 32, 64 or 128 in
@@ -81,12 +91,17 @@
 // The three tiled kernels, and the dynamic shared memory each needs with
 // nbuf (NBUF: 1 or 2) buffers of its streaming tiles, head dims padded to
 // HD: tiles of [64][HD + 8] bf16 -- forward Q + nbuf (K + V); dK/dV K + V +
-// nbuf (Q + dO + lse and D of 64 rows); dQ Q + dO + nbuf (K + V).
+// nbuf (Q + dO + lse and D of 64 rows) + the dS tile [64][64 + 8] of the
+// accumulating dQ (unused by the deterministic one, which keeps one
+// instance of the kernel and 9 KB is not worth a second); dQ Q + dO + nbuf
+// (K + V).
 enum attn_kind { ATT_FWD, ATT_DKDV, ATT_DQ };
+#define ATT_DS_STR (ATT_BR + 8) // the dS tile's row stride (its rows are keys, columns queries)
 static constexpr size_t attn_smem_bytes(int kind, int HD, int nbuf) {
     size_t tile = (size_t)ATT_BR * (HD + 8) * sizeof(bf16), nb = (size_t)nbuf;
     return kind == ATT_FWD    ? (1 + 2 * nb) * tile
-           : kind == ATT_DKDV ? (2 + 2 * nb) * tile + 2 * nb * ATT_BR * sizeof(float)
+           : kind == ATT_DKDV ? (2 + 2 * nb) * tile + 2 * nb * ATT_BR * sizeof(float) +
+                                    (size_t)ATT_BC * ATT_DS_STR * sizeof(bf16)
                               : (2 + 2 * nb) * tile;
 }
 
@@ -161,6 +176,13 @@ static __device__ __forceinline__ const bf16 *b_frag_addr_nk(const bf16 *tile, i
 static __device__ __forceinline__ const bf16 *b_frag_addr_kn(const bf16 *tile, int stride, int k0,
                                                              int n0, int lane) {
     return tile + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * stride + n0 + (lane >> 4) * 8;
+}
+// the A fragment of rows [r0, r0+16) x cols [c0, c0+16) from a tile stored
+// transposed, [col][row], read with ldsm_x4_t: matrix i is rows + 8 (i & 1),
+// cols + 8 (i >> 1), and its 8 stored rows are the 8 columns.
+static __device__ __forceinline__ const bf16 *a_frag_addr_t(const bf16 *tile, int stride, int r0,
+                                                            int c0, int lane) {
+    return tile + (c0 + (lane >> 4) * 8 + (lane & 7)) * stride + r0 + ((lane >> 3) & 1) * 8;
 }
 
 // Rows [r0, r0 + 64) of a global matrix (row stride ld elements, starting
@@ -450,14 +472,19 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 }
 
 // ---- backward: D_i = dO_i . O_i -------------------------------------------------------------
-static __global__ void attn_dsum_kernel(float *dsum, const bf16 *dout, const bf16 *out, int N,
-                                        int T, int H, int hd) {
+// One warp per (row, head); dq_acc (the accumulating dQ's fp32 rows, same
+// layout as dout) is zeroed here: the same rows, no launch of its own.
+static __global__ void attn_dsum_kernel(float *dsum, float *dq_acc, const bf16 *dout,
+                                        const bf16 *out, int N, int T, int H, int hd) {
     int idx = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (idx >= N * H) return;
     int n = idx / H, h = idx % H;
     size_t off = (size_t)n * H * hd + (size_t)h * hd;
     float acc = 0.0f;
-    for (int d = lane; d < hd; d += 32) acc += bf2f(dout[off + d]) * bf2f(out[off + d]);
+    for (int d = lane; d < hd; d += 32) {
+        acc += bf2f(dout[off + d]) * bf2f(out[off + d]);
+        if (dq_acc) dq_acc[off + d] = 0.0f;
+    }
     acc = warp_sum(acc);
     if (lane == 0) {
         int b = n / T, t = n % T;
@@ -465,16 +492,61 @@ static __global__ void attn_dsum_kernel(float *dsum, const bf16 *dout, const bf1
     }
 }
 
-// ---- backward: dK, dV -------------------------------------------------------------------------
+// ---- backward: dK, dV (and dQ's parts) --------------------------------------------------------
+// This key block's part of dQ for one (head, query block) pair, dS K, added
+// into acc (fp32 rows of row stride ld, the head's column 0; rows q0..):
+// dS^T is in Ss ([key][query], bf16, the very values dK used) and K in Ks
+// ([key][HD + 8], rotated), both complete (after a barrier). Warp w takes
+// query rows 16w..16w+15 over all 64 keys; its 4 A fragments come through
+// ldmatrix.trans, and the output goes out 16 columns at a time (8
+// accumulators live, not HD / 2: the dK and dV accumulators hold the
+// registers). Rows >= T and columns >= hd (all zero) are not added.
+template <int HD>
+static __device__ __forceinline__ void dq_add_part(float *acc, size_t ld, const bf16 *Ss,
+                                                   const bf16 *Ks, int q0, int T, int hd) {
+    constexpr int STR = HD + 8;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+    const int t0 = q0 + warp * 16 + gr, t1 = t0 + 8;
+    uint32_t da[ATT_BC / 16][4];
+#pragma unroll
+    for (int j = 0; j < ATT_BC / 16; j++)
+        ldsm_x4_t(da[j], a_frag_addr_t(Ss, ATT_DS_STR, warp * 16, j * 16, lane));
+#pragma unroll
+    for (int d = 0; d < HD / 8; d += 2) {
+        float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int j = 0; j < ATT_BC / 16; j++) {
+            uint32_t bk[4];
+            ldsm_x4_t(bk, b_frag_addr_kn(Ks, STR, j * 16, d * 8, lane));
+            mma_bf16(c[0], da[j], bk[0], bk[1]);
+            mma_bf16(c[1], da[j], bk[2], bk[3]);
+        }
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            int col = (d + x) * 8 + 2 * tq; // hd is even: col < hd means col + 1 < hd
+            if (col >= hd) continue;
+            if (t0 < T) {
+                atomicAdd(acc + (size_t)t0 * ld + col, c[x][0]);
+                atomicAdd(acc + (size_t)t0 * ld + col + 1, c[x][1]);
+            }
+            if (t1 < T) {
+                atomicAdd(acc + (size_t)t1 * ld + col, c[x][2]);
+                atomicAdd(acc + (size_t)t1 * ld + col + 1, c[x][3]);
+            }
+        }
+    }
+}
+
 // Rows of the warp tiles are keys here: S^T = K Q^T and dP^T = V dO^T, so
 // P^T and dS^T come out as A fragments for dV += P^T dO and dK += dS^T Q.
 // The CTA walks (query head of the group, query block) pairs, the Q and dO
-// tiles of the next pair loading while the current one is used.
+// tiles of the next pair loading while the current one is used. dq_acc:
+// see dq_add_part (NULL: dQ is attn_bwd_dq_kernel's).
 template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS)
-    attn_bwd_dkdv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                         const float *dsum, const float *rope, int max_pos, int T, int H, int KV,
-                         int hd, float scale_log2, float scale, int vec) {
+    attn_bwd_dkdv_kernel(bf16 *dqkv, float *dq_acc, const bf16 *dout, const bf16 *qkv,
+                         const float *lse, const float *dsum, const float *rope, int max_pos,
+                         int T, int H, int KV, int hd, float scale_log2, float scale, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem);                  // [64][STR]
@@ -483,6 +555,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     bf16 *Os = Qs + NBUF * TILE;                                // dO, NBUF x [64][STR]
     float *lse_s = reinterpret_cast<float *>(Os + NBUF * TILE); // NBUF x [64]
     float *d_s = lse_s + NBUF * ATT_BR;                         // NBUF x [64]
+    bf16 *Ss = reinterpret_cast<bf16 *>(d_s + NBUF * ATT_BR);   // dS^T [64 keys][ATT_DS_STR]
 
     const int kb = blockIdx.y; // key block 0 has the most query blocks: it starts first
     const int bg = blockIdx.x, b = bg / KV, g = bg % KV, rep = H / KV;
@@ -569,6 +642,12 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             uint32_t pa[4], da[4];
             c_to_a(pa, st[2 * j], st[2 * j + 1]);
             c_to_a(da, dpt[2 * j], dpt[2 * j + 1]);
+            if (dq_acc) { // dS^T for dQ: rows key0 / key1, query columns 16 j + 2 tq (+ 8)
+                uint32_t *s0 = reinterpret_cast<uint32_t *>(Ss + (key0 - k0) * ATT_DS_STR);
+                uint32_t *s1 = reinterpret_cast<uint32_t *>(Ss + (key1 - k0) * ATT_DS_STR);
+                s0[8 * j + tq] = da[0], s1[8 * j + tq] = da[1];
+                s0[8 * j + 4 + tq] = da[2], s1[8 * j + 4 + tq] = da[3];
+            }
 #pragma unroll
             for (int d = 0; d < HD / 8; d += 2) {
                 uint32_t bo[4], bq[4];
@@ -579,6 +658,11 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 mma_bf16(dk[d], da, bq[0], bq[1]);
                 mma_bf16(dk[d + 1], da, bq[2], bq[3]);
             }
+        }
+        if (dq_acc) {
+            __syncthreads(); // every warp's dS^T rows are in Ss
+            int h = g * rep + it / nq;
+            dq_add_part<HD>(dq_acc + (size_t)b * T * qd + (size_t)h * hd, qd, Ss, Ks, q0, T, hd);
         }
         stream_release<NBUF>(it, n_it, fetch);
     }
@@ -592,6 +676,32 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     bf16 *dbase = dqkv + (size_t)b * T * C3;
     store_staged<HD>(dbase + qd + (size_t)g * hd, C3, dk_s, k0, T, hd, rope, max_pos);
     store_staged<HD>(dbase + qd + kvd + (size_t)g * hd, C3, dv_s, k0, T, hd, nullptr, 0);
+}
+
+// ---- backward: the accumulated dQ out ---------------------------------------------------------
+// dq_acc [N, H*hd] fp32 (sums of dS K) -> dqkv's q columns: times scale,
+// rotated back by position t = n % T (rope != NULL), rounded to bf16 once.
+// One thread per rotate-half pair (i, i + hd/2), consecutive threads on
+// consecutive i.
+static __global__ void attn_dq_store_kernel(bf16 *dqkv, const float *dq_acc, const float *rope,
+                                            int max_pos, int N, int T, int H, int KV, int hd,
+                                            float scale) {
+    const int half = hd / 2;
+    const size_t C3 = (size_t)(H + 2 * KV) * hd, total = (size_t)N * H * half;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t nh = idx / half;
+        int i = (int)(idx % half), h = (int)(nh % H);
+        size_t n = nh / H;
+        const float *a = dq_acc + nh * hd + i;
+        float x1 = a[0] * scale, x2 = a[half] * scale;
+        if (rope) {
+            size_t at = (size_t)(n % T) * half + i;
+            rope_pair(x1, x2, rope[at], rope[(size_t)max_pos * half + at], true);
+        }
+        bf16 *p = dqkv + n * C3 + (size_t)h * hd + i;
+        p[0] = f2bf(x1), p[half] = f2bf(x2);
+    }
 }
 
 // ---- backward: dQ -------------------------------------------------------------------------------

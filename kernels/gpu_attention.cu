@@ -121,27 +121,36 @@ int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int
     });
 }
 
-int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv, const bf16 *out,
-                  const float *lse, const float *rope, int max_pos, int B, int T, int H, int KV,
-                  int hd, cudaStream_t s, rl_err *e) {
-    int nbuf_kv, nbuf_q;
+int rl_k_attn_bwd(bf16 *dqkv, float *dsum, float *dq_acc, const bf16 *dout, const bf16 *qkv,
+                  const bf16 *out, const float *lse, const float *rope, int max_pos, int B, int T,
+                  int H, int KV, int hd, cudaStream_t s, rl_err *e) {
+    int nbuf_kv, nbuf_q = 0;
     RL_TRY(attn_check(B, T, H, KV, hd, e));
     RL_TRY(attn_check_rope(rope, max_pos, T, e));
     RL_TRY(attn_pick(ATT_DKDV, hd, &nbuf_kv, e));
-    RL_TRY(attn_pick(ATT_DQ, hd, &nbuf_q, e));
+    if (!dq_acc) RL_TRY(attn_pick(ATT_DQ, hd, &nbuf_q, e));
     int N = B * T, nb = (T + ATT_BR - 1) / ATT_BR;
-    RL_LAUNCH(attn_dsum_kernel, rl_cdiv((size_t)N * H, 8), 256, 0, s, dsum, dout, out, N, T, H, hd);
+    RL_LAUNCH(attn_dsum_kernel, rl_cdiv((size_t)N * H, 8), 256, 0, s, dsum, dq_acc, dout, out, N,
+              T, H, hd);
     LAUNCH_CHECK();
     float scale = 1.0f / sqrtf((float)hd), sl2 = scale * 1.4426950408889634f;
     int vec = hd % 8 == 0 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv);
     RL_TRY(attn_variant(hd, nbuf_kv, [&](auto HD_, auto NB_) {
         constexpr int HD = decltype(HD_)::value, NB = decltype(NB_)::value;
         RL_LAUNCH((attn_bwd_dkdv_kernel<HD, NB>), dim3(B * KV, nb), ATT_THREADS,
-                  attn_smem_bytes(ATT_DKDV, HD, NB), s, dqkv, dout, qkv, lse, dsum, rope, max_pos,
-                  T, H, KV, hd, sl2, scale, vec);
+                  attn_smem_bytes(ATT_DKDV, HD, NB), s, dqkv, dq_acc, dout, qkv, lse, dsum, rope,
+                  max_pos, T, H, KV, hd, sl2, scale, vec);
         LAUNCH_CHECK();
         return (int)RL_OK;
     }));
+    if (dq_acc) { // a pair per thread, a few waves of 256-thread blocks
+        size_t pairs = (size_t)N * H * (hd / 2);
+        unsigned blocks = (unsigned)(pairs / 256 + 1 < 65536 ? pairs / 256 + 1 : 65536);
+        RL_LAUNCH(attn_dq_store_kernel, blocks, 256, 0, s, dqkv, dq_acc, rope, max_pos, N, T, H,
+                  KV, hd, scale);
+        LAUNCH_CHECK();
+        return RL_OK;
+    }
     return attn_variant(hd, nbuf_q, [&](auto HD_, auto NB_) {
         constexpr int HD = decltype(HD_)::value, NB = decltype(NB_)::value;
         RL_LAUNCH((attn_bwd_dq_kernel<HD, NB>), dim3(B * H, nb), ATT_THREADS,
@@ -161,12 +170,13 @@ rl_k_cost rl_k_attn_fwd_cost(int B, int T, int H, int KV, int hd) {
     return c;
 }
 
-rl_k_cost rl_k_attn_bwd_cost(int B, int T, int H, int KV, int hd) {
+rl_k_cost rl_k_attn_bwd_cost(int B, int T, int H, int KV, int hd, int dq_atomic) {
     double N = (double)B * T, causal = (double)T * (T + 1) / 2, qd = (double)H * hd;
     double qkv = N * (H + 2.0 * KV) * hd * 2;
     rl_k_cost c;
-    c.flops = 3.5 * 4.0 * B * H * hd * causal + 2 * N * qd;
+    c.flops = (dq_atomic ? 2.5 : 3.5) * 4.0 * B * H * hd * causal + 2 * N * qd;
     c.bytes = (N * qd * 4 + N * H * 4) + (2 * qkv + N * qd * 2 + N * H * 8);
+    if (dq_atomic) c.bytes += N * qd * 8; // the accumulator zeroed, then read back
     c.launches = 3;
     return c;
 }

@@ -149,17 +149,24 @@ int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int
 // dqkv (same layout as qkv) from dout [B*T, H*hd]; dsum: [B*H, T] scratch.
 // qkv, rope and max_pos as the forward had them; dqkv is the gradient with
 // respect to the un-rotated q | k | v (the inverse rotation applied inside).
-int rl_k_attn_bwd(bf16 *dqkv, float *dsum, const bf16 *dout, const bf16 *qkv, const bf16 *out,
-                  const float *lse, const float *rope, int max_pos, int B, int T, int H, int KV,
-                  int hd, cudaStream_t s, rl_err *e);
+// dq_acc: NULL, dQ by a kernel of its own that recomputes P and dP (the
+// same bits every run); else fp32 [B*T, H*hd] scratch (no initial value
+// needed) into which the dK/dV kernel adds dQ's parts with atomics: less
+// work, but dQ's last bits depend on the order the CTAs run in.
+int rl_k_attn_bwd(bf16 *dqkv, float *dsum, float *dq_acc, const bf16 *dout, const bf16 *qkv,
+                  const bf16 *out, const float *lse, const float *rope, int max_pos, int B, int T,
+                  int H, int KV, int hd, cudaStream_t s, rl_err *e);
 // Forward: Q K^T and P V over the causal half (4 B H hd T(T+1)/2 FLOPs,
 // FlashAttention's count); q, k, v read once, out and lse written (the
 // RoPE table, L2-resident, left out).
 rl_k_cost rl_k_attn_fwd_cost(int B, int T, int H, int KV, int hd);
 // Backward: D = rowsum(dO o O), then dK/dV and dQ, which both recompute P
 // and dP (3.5 x the forward's FLOPs); q, k, v, dO, O, lse, D read once,
-// D and dq|dk|dv written.
-rl_k_cost rl_k_attn_bwd_cost(int B, int T, int H, int KV, int hd);
+// D and dq|dk|dv written. dq_atomic (rl_k_attn_bwd with dq_acc): dQ's
+// parts come from the dK/dV kernel (2.5 x the forward's FLOPs), and the
+// fp32 accumulator is zeroed and read back once more (a lower bound: its
+// atomic additions are left out, as if L2 absorbed them).
+rl_k_cost rl_k_attn_bwd_cost(int B, int T, int H, int KV, int hd, int dq_atomic);
 
 // ---- GEMM through cuBLASLt (gpu_gemm.cu) ------------------------------------------------
 struct rl_gemm_plan;

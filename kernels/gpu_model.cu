@@ -92,7 +92,7 @@ struct rl_gpu_model {
     float *res, *res_mid, *rstd1, *rstd2, *att_lse, *rstdf, *lse_cls, *losses, *rope;
     bf16 *ln1, *qkv, *atty, *ln2, *gu, *hm, *lnf, *logits;
     // scratch
-    float *dres, *dsum, *rms_partial, *norm_partial;
+    float *dres, *dsum, *dq_acc, *rms_partial, *norm_partial;
     float *scalars; // [0] the step's loss accumulator, [1] grad norm, [2] the last forward's loss
     bf16 *dres16, *dln, *datty, *dqkv, *dh, *dgu;
     int32_t *io; // tokens, targets, uniq, seg, pos
@@ -227,6 +227,7 @@ static size_t layout_scratch(rl_gpu_model *m, unsigned char *base) {
     A(dh, bf16, N * F);
     A(dgu, bf16, N * 2 * F);
     A(dsum, float, N * m->H);
+    if (m->options.attn_dq_atomic) A(dq_acc, float, N * m->qd); // else NULL: the dQ kernel
     A(rms_partial, float, rl_k_rmsnorm_partial_floats((int)N, (int)D));
     A(norm_partial, float, RL_K_NORM_BLOCKS);
     A(scalars, float, 4);
@@ -690,8 +691,8 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
              rl_gemm_bwd_data(g, m->datty, 0, m->dres16, w + o->wo, N, D, m->qd, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(D, m->qd, N, 4, cb),
              rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, acc, s, e));
-        STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd_cost(B, T, m->H, m->KV, m->hd),
-             rl_k_attn_bwd(m->dqkv, m->dsum, m->datty, qkv, atty, lse, m->rope,
+        STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd_cost(B, T, m->H, m->KV, m->hd, !!m->dq_acc),
+             rl_k_attn_bwd(m->dqkv, m->dsum, m->dq_acc, m->datty, qkv, atty, lse, m->rope,
                            m->cfg.max_position_embeddings, B, T, m->H, m->KV, m->hd, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->C3, 2, 0),
              rl_gemm_bwd_data(g, m->dln, 0, m->dqkv, w + o->wq, N, m->C3, D, s, e));

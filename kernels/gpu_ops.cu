@@ -284,10 +284,10 @@ extern "C" int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, co
 extern "C" int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout,
                                   const float *q, const float *k, const float *v,
                                   const rl_model_config *rope, int B, int T, int H, int KV, int hd,
-                                  rl_err *e) {
+                                  int dq_atomic, rl_err *e) {
     op_ctx c;
     bf16 *d_qkv, *d_out, *d_dout, *d_dqkv;
-    float *d_lse, *d_dsum, *d_tab;
+    float *d_lse, *d_dsum, *d_tab, *d_acc = NULL;
     int N = B * T, qd = H * hd, kvd = KV * hd;
     size_t C3 = (size_t)qd + 2 * (size_t)kvd;
     RL_TRY(op_begin(c, e));
@@ -298,7 +298,11 @@ extern "C" int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *
     RL_TRY(up_bf16(c, d_dout, dout, (size_t)N * qd, e));
     RL_TRY(poison(c, d_dqkv, (size_t)N * C3, e));
     RL_TRY(poison(c, d_dsum, (size_t)N * H, e));
-    RL_TRY(rl_k_attn_bwd(d_dqkv, d_dsum, d_dout, d_qkv, d_out, d_lse, d_tab,
+    if (dq_atomic) { // poisoned: the backward must zero it itself
+        RL_TRY(op_alloc(c, &d_acc, (size_t)N * qd, e));
+        RL_TRY(poison(c, d_acc, (size_t)N * qd, e));
+    }
+    RL_TRY(rl_k_attn_bwd(d_dqkv, d_dsum, d_acc, d_dout, d_qkv, d_out, d_lse, d_tab,
                          rope ? rope->max_position_embeddings : 0, B, T, H, KV, hd, c.s, e));
     float *h = (float *)malloc(sizeof(float) * (size_t)N * C3);
     if (!h) return rl_errf(e, RL_ENOMEM, "gpu op: host staging");

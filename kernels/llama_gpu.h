@@ -56,6 +56,13 @@ typedef struct rl_gpu_options {
     /* SMs each GEMM may use (0: all; cuBLASLt's SM count target): leaves
      * the rest to NCCL's kernels while a reduction overlaps the backward. */
     int gemm_sm_count;
+    /* dQ of the attention backward accumulated with fp32 atomics by the
+     * dK/dV kernel (2.5x the forward's attention matrix work) instead of by
+     * its own kernel, which recomputes P and dP (3.5x). Costs an fp32
+     * [B*T, heads*head_dim] scratch, and determinism: the additions come in
+     * the order the GPU runs the CTAs, so a repeated step is no longer
+     * bit-identical (0, the default: it is). */
+    int attn_dq_atomic;
 } rl_gpu_options;
 
 /* Head dims the attention kernels are compiled for (head_dim is padded up
@@ -235,10 +242,11 @@ int rl_gpu_op_rope(float *x, const rl_model_config *c, int B, int T, int nh, int
 int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, const float *v,
                        const rl_model_config *rope, int B, int T, int H, int KV, int hd, rl_err *e);
 /* Runs the forward then the backward; dq, dk, dv (bf16) in the layouts of
- * q, k, v (with rope: with respect to the un-rotated q, k); dout bf16. */
+ * q, k, v (with rope: with respect to the un-rotated q, k); dout bf16.
+ * dq_atomic: dQ as rl_gpu_options.attn_dq_atomic makes it. */
 int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                        const float *k, const float *v, const rl_model_config *rope, int B, int T,
-                       int H, int KV, int hd, rl_err *e);
+                       int H, int KV, int hd, int dq_atomic, rl_err *e);
 /* gu [N, 2F] (gate | up, bf16) -> h [N, F] (bf16) */
 int rl_gpu_op_swiglu_fwd(float *h, const float *gu, int N, int F, rl_err *e);
 /* dh [N, F], gu [N, 2F] (bf16) -> dgu [N, 2F] (bf16) */

@@ -251,11 +251,13 @@ static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
         });
     };
     forward(d_out, qkv, tab);
-    launch((unsigned)((N * H + 7) / 8), 1, 256,
-           [&] { attn_dsum_kernel(dsum.data(), d_dout.data(), d_out.data(), N, T, H, hd); });
+    launch((unsigned)((N * H + 7) / 8), 1, 256, [&] {
+        attn_dsum_kernel(dsum.data(), nullptr, d_dout.data(), d_out.data(), N, T, H, hd);
+    });
     tiled(ATT_DKDV, (unsigned)(B * KV), [&] {
-        attn_bwd_dkdv_kernel<HD, NB>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(),
-                                     dsum.data(), tab, P, T, H, KV, hd, sl2, scale, vec);
+        attn_bwd_dkdv_kernel<HD, NB>(d_dqkv.data(), nullptr, d_dout.data(), qkv.data(),
+                                     lse.data(), dsum.data(), tab, P, T, H, KV, hd, sl2, scale,
+                                     vec);
     });
     tiled(ATT_DQ, (unsigned)(B * H), [&] {
         attn_bwd_dq_kernel<HD, NB>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(),
@@ -278,6 +280,42 @@ static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
     check("  dq", dq, r.dq, 2e-2);
     check("  dk", dk, r.dk, 2e-2);
     check("  dv", dv, r.dv, 2e-2);
+
+    // dQ accumulated by the dK/dV kernel's atomics, every launch's blocks
+    // in reverse order (another order of the additions, as a GPU may take):
+    // dK and dV bit for bit as above, dQ against the reference. The
+    // accumulator starts poisoned: the D kernel must zero it.
+    std::vector<bf16> a_dqkv((size_t)N * C3);
+    std::vector<float> acc((size_t)N * qd), dsum2((size_t)N * H);
+    poison(a_dqkv), poison(acc), poison(dsum2);
+    rl_emu_set_block_order(true);
+    launch((unsigned)((N * H + 7) / 8), 1, 256, [&] {
+        attn_dsum_kernel(dsum2.data(), acc.data(), d_dout.data(), d_out.data(), N, T, H, hd);
+    });
+    tiled(ATT_DKDV, (unsigned)(B * KV), [&] {
+        attn_bwd_dkdv_kernel<HD, NB>(a_dqkv.data(), acc.data(), d_dout.data(), qkv.data(),
+                                     lse.data(), dsum2.data(), tab, P, T, H, KV, hd, sl2, scale,
+                                     vec);
+    });
+    launch(
+        (unsigned)cdiv((size_t)N * H * (hd / 2), 256), 1, 256,
+        [&] {
+            attn_dq_store_kernel(a_dqkv.data(), acc.data(), tab, P, N, T, H, KV, hd, scale);
+        },
+        false);
+    rl_emu_set_block_order(false);
+    std::vector<float> dq2((size_t)N * qd);
+    size_t kv_differ = 0;
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < qd; j++)
+            dq2[(size_t)n * qd + j] = __bfloat162float(a_dqkv[(size_t)n * C3 + j]);
+        for (int j = qd; j < C3; j++)
+            kv_differ += memcmp(&a_dqkv[(size_t)n * C3 + j], &d_dqkv[(size_t)n * C3 + j],
+                                sizeof(bf16)) != 0;
+    }
+    check("  dq by atomics, blocks reversed", dq2, r.dq, 2e-2);
+    verdict(kv_differ == 0, "  dk, dv the same bits with the dq accumulator", "%zu of %zu differ",
+            kv_differ, (size_t)N * 2 * kvd);
     if (!rope) return;
     // the separate RoPE pass the model ran before, then plain attention:
     // the same rotated bits, so the same output bit for bit

@@ -276,7 +276,7 @@ static const int attn_shapes[][5] = {
     {2, 65, 6, 3, 40}, {1, 200, 2, 1, 128}, {2, 130, 4, 1, 96}, {1, 300, 12, 3, 64},
 };
 
-/* One shape, forward or backward, RoPE inside the kernels or not. The
+/* One shape, forward or backward (bwd 2: dQ by atomics), RoPE inside the kernels or not. The
  * reference with RoPE: the CPU model's rotation of q and k, then attention;
  * for the backward its dq, dk rotated back (the chain rule through the
  * orthogonal rotation), which is what the kernels return. */
@@ -284,8 +284,9 @@ static void attn_case(const int *shape, int use_rope, int bwd) {
     int B = shape[0], T = shape[1], H = shape[2], KV = shape[3], hd = shape[4], P = T + 5;
     size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd;
     char name[96];
-    snprintf(name, sizeof name, "attention %s B=%d T=%d H=%d KV=%d hd=%d%s", bwd ? "bwd" : "fwd",
-             B, T, H, KV, hd, use_rope ? " rope" : "");
+    snprintf(name, sizeof name, "attention %s B=%d T=%d H=%d KV=%d hd=%d%s",
+             bwd == 2 ? "bwd dq-atomic" : bwd ? "bwd" : "fwd", B, T, H, KV, hd,
+             use_rope ? " rope" : "");
     if (!selected(name)) return;
     reseed(name);
     rl_err e = {0};
@@ -322,7 +323,7 @@ static void attn_case(const int *shape, int use_rope, int bwd) {
         }
         float *dq = malloc(nq * sizeof(float)), *dk = malloc(nk * sizeof(float)),
               *dv = malloc(nk * sizeof(float));
-        if (rl_gpu_op_attn_bwd(dq, dk, dv, dout, q, k, v, rope, B, T, H, KV, hd, &e))
+        if (rl_gpu_op_attn_bwd(dq, dk, dv, dout, q, k, v, rope, B, T, H, KV, hd, bwd == 2, &e))
             fail_err(name, &e);
         else if (check_cmp(name, dq, dqr, nq, 2e-2) && check_cmp("  dk", dk, dkr, nk, 2e-2))
             check_cmp("  dv", dv, dvr, nk, 2e-2);
@@ -335,7 +336,7 @@ static void attn_case(const int *shape, int use_rope, int bwd) {
 static void test_attention(void) {
     for (size_t si = 0; si < sizeof attn_shapes / sizeof attn_shapes[0]; si++)
         for (int rope = 0; rope < 2; rope++)
-            for (int bwd = 0; bwd < 2; bwd++) attn_case(attn_shapes[si], rope, bwd);
+            for (int bwd = 0; bwd < 3; bwd++) attn_case(attn_shapes[si], rope, bwd);
 }
 
 static void test_swiglu(void) {

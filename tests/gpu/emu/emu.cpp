@@ -38,6 +38,7 @@ int arrived[33], alive[33];
 double xch[32][32];
 const __nv_bfloat16 *ldsm_rows[32][32];
 uint32_t stage_a[32][32][4], stage_b[32][32][2];
+bool reverse_blocks;
 
 void release(int target) {
     arrived[target] = 0;
@@ -249,11 +250,14 @@ void rl_emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function
     gridDim = {grid.x, grid.y, grid.z};
     blockDim = {block.x, 1, 1};
     job = &fn;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                blockIdx = {x, y, z};
-                memset(smem, 0xff, smem_bytes); // NaN bits in bf16 and fp32
-                run_block(threads);
-            }
+    size_t nblocks = (size_t)grid.x * grid.y * grid.z;
+    for (size_t i = 0; i < nblocks; i++) {
+        size_t k = reverse_blocks ? nblocks - 1 - i : i; // x fastest, then y, then z
+        blockIdx = {(unsigned)(k % grid.x), (unsigned)(k / grid.x % grid.y),
+                    (unsigned)(k / grid.x / grid.y)};
+        memset(smem, 0xff, smem_bytes); // NaN bits in bf16 and fp32
+        run_block(threads);
+    }
 }
+
+void rl_emu_set_block_order(bool reverse) { reverse_blocks = reverse; }

@@ -60,6 +60,18 @@ void rl_emu_launch_kernel(const void *kernel, dim3 grid, dim3 block, size_t smem
 // memory maximum the device reports from now on.
 void rl_emu_set_smem_optin(int bytes);
 
+// fp32 atomicAdd: blocks run one at a time and a fiber yields only at a
+// barrier, so the read-modify-write is atomic as written. The additions
+// come in the launch's block order, one of the many orders a GPU may take;
+// rl_emu_set_block_order(true) runs the blocks in reverse, for tests of a
+// kernel's independence of that order.
+static inline float atomicAdd(float *p, float v) {
+    float old = *p;
+    *p = old + v;
+    return old;
+}
+void rl_emu_set_block_order(bool reverse);
+
 // device built-ins a host compiler lacks
 #define __launch_bounds__(...)
 using std::max;
