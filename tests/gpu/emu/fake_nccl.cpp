@@ -31,8 +31,9 @@
 //  - sum and avg of float32/64, bf16 and integers: the sum in rank order in
 //    the type's arithmetic (bf16 rounded to nearest even after each
 //    addition), avg that sum divided by nranks -- as the tcp backend
-//    computes. At two ranks that is NCCL's result too (a + b does not
-//    depend on the order, and NCCL's avg multiplies each input by 1/2).
+//    computes. At two ranks that is NCCL's result too, subnormals aside
+//    (a + b does not depend on the order, and NCCL's avg of floating
+//    types multiplies each input by 1/nranks before summing).
 //    Other reductions and types are refused as not emulated.
 //
 // Where the wait is. The fake CUDA runtime runs everything when it is
