@@ -208,7 +208,7 @@ EMU_DIR   := $(BUILD)/emu
 EMU_FLAGS := -std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Werror -Wno-unknown-pragmas \
              -Wno-attributes -Wno-unused-function -DRL_KERNEL_EMU -Ipkg -I. -I$(CUDA_HOME)/include
 EMU_KOBJS := $(KERNEL_SRCS:kernels/%.cu=$(EMU_DIR)/kernels/%.o)
-EMU_ROBJS := $(EMU_DIR)/emu.o $(EMU_DIR)/fake_cuda.o $(EMU_DIR)/fake_nccl.o
+EMU_ROBJS := $(EMU_DIR)/emu.o $(EMU_DIR)/fake_cuda.o $(EMU_DIR)/fake_nccl.o $(EMU_DIR)/fake_graph.o $(EMU_DIR)/fake_cudnn.o
 EMU_LIBS  := $(filter-out -lcudart -lnccl -lcublasLt,$(LDLIBS))
 GPU_EMU_BIN := $(EMU_DIR)/kernels_emu
 CXX ?= g++
@@ -254,6 +254,8 @@ $(PORT_DIR)/ringleader-gpu: tests/gpu/portable_main.c $(GPU_TEST_SRCS) tests/gpu
 	  'd=$$(cd "$$(dirname "$$0")" && pwd); p=$$d/lib' \
 	  'w=$$(python3 -c "import nvidia, os; r = list(nvidia.__path__)[0]; print(r + \"/nccl/lib:\" + r + \"/cublas/lib\")" 2>/dev/null)' \
 	  '[ -e $(CUDA_HOME)/lib64/libnccl.so.2 ] && [ -e $(CUDA_HOME)/lib64/libcublasLt.so.13 ] || p=$$p:$$w' \
+	  '# cuDNN (dlopen libcudnn.so.9, train.attention) from the toolkit, else the nvidia-cudnn wheel' \
+	  '[ -e $(CUDA_HOME)/lib64/libcudnn.so.9 ] || p=$$p:$$(python3 -c "import nvidia; print(list(nvidia.__path__)[0] + \"/cudnn/lib\")" 2>/dev/null)' \
 	  '# RL_GPU_WRAP: a command to run it under (compute-sanitizer ...)' \
 	  "LD_LIBRARY_PATH=\"\$$p\$${LD_LIBRARY_PATH:+:\$$LD_LIBRARY_PATH}\" exec \$${RL_GPU_WRAP:-} \"\$$d/ringleader-gpu\" $$t \"\$$@\"" \
 	  >$(PORT_DIR)/gpu_$$t; chmod +x $(PORT_DIR)/gpu_$$t; done

@@ -110,6 +110,7 @@ struct rl_gpu_model {
     int fresh;             // zero_grad since the last micro-batch: write the gradients, not add
     long long steps_ended; // step_end calls
     rl_gemm gemm;
+    rl_cudnn_attn *cudnn; // train.attention's choice: cuDNN, or NULL for our kernels
     // optional per-category kernel timing (rl_gpu_model_profile)
     int prof_on, prof_used, prof_cap;
     struct prof_rec *prof;
@@ -163,6 +164,15 @@ static void plan_add(rl_gpu_plan *p, int cat, rl_k_cost c) {
         if (pe_) CUDA_CHECK(cudaEventRecord(pe_[1], m->s));                                        \
     } while (0)
 
+// Attention through cuDNN: the model's choice; a plan has none and counts
+// cuDNN when the options ask for it outright.
+static bool attn_cudnn(const rl_gpu_model *m) {
+    return m->cudnn || (m->plan && m->options.attention == RL_GPU_ATTN_CUDNN);
+}
+int rl_gpu_model_attention(const rl_gpu_model *m) {
+    return attn_cudnn(m) ? RL_GPU_ATTN_CUDNN : RL_GPU_ATTN_OWN;
+}
+
 // The host waits for the GPU: counted by a plan (a sync inside the step).
 static int host_wait(rl_gpu_model *m, cudaEvent_t ev, rl_err *e) {
     if (m->plan) return m->plan->host_syncs++, RL_OK;
@@ -186,9 +196,12 @@ static size_t io_ints(const rl_gpu_model *m) { return 5 * (size_t)m->B * m->T + 
 // pass assigns pointers.
 static size_t layout_acts(rl_gpu_model *m, unsigned char *base) {
     size_t N = (size_t)m->B * m->T, L = m->L, D = m->D, F = m->F;
-    m->s_btd = N * D, m->s_bt = N, m->s_qkv = N * m->C3, m->s_att = N * m->qd, m->s_bh = N * m->H,
+    m->s_btd = N * D, m->s_bt = N, m->s_qkv = N * m->C3, m->s_att = N * m->qd,
     m->s_gu = N * 2 * F;
     m->s_hm = m->options.recompute_swiglu ? 0 : N * F;
+    // each layer's lse 256-byte aligned: cuDNN's stats tensor is declared
+    // 16-byte aligned (gpu_attn_cudnn.cu), and N x heads floats need not be
+    m->s_bh = (N * m->H + 63) / 64 * 64;
     size_t nhm = m->options.recompute_swiglu ? 1 : L;
     size_t off = 0;
 #define A(ptr, type, n)                                                                            \
@@ -201,7 +214,7 @@ static size_t layout_acts(rl_gpu_model *m, unsigned char *base) {
     A(ln1, bf16, L * N * D);
     A(rstd1, float, L * N);
     A(qkv, bf16, L * N * m->C3);
-    A(att_lse, float, L * N * m->H);
+    A(att_lse, float, L * m->s_bh);
     A(atty, bf16, L * N * m->qd);
     A(ln2, bf16, L * N * D);
     A(rstd2, float, L * N);
@@ -248,6 +261,7 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     // nothing may still run on the buffers we free
     if (m->s || m->params) cudaStreamSynchronize(m->s);
     rl_gemm_free(&m->gemm);
+    rl_cudnn_attn_free(m->cudnn);
     cudaFree(m->params);
     cudaFree(m->master);
     cudaFree(m->opt);
@@ -367,6 +381,10 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     if (ce == cudaSuccess) ce = cudaStreamSynchronize(m->s); // rope is pageable: wait before free
     free(rope);
     CUDA_CHECK(ce);
+    // last: auto runs both attention backends on the model's shapes
+    RL_TRY(rl_gpu_attn_select(&m->cudnn, m->options.attention, B, T, m->H, m->KV, m->hd, m->rope,
+                              c->max_position_embeddings, m->s, e));
+    m->bytes += rl_cudnn_attn_device_bytes(m->cudnn);
     return RL_OK;
 }
 
@@ -554,9 +572,14 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, m->C3, D, 2, 0),
              rl_gemm_fwd(g, qkv, 0, ln1, w + o->wq, NULL, N, m->C3, D, s, e));
         // q and k stay un-rotated in qkv: attention applies RoPE as it loads them
-        STEP(RL_GPU_PROF_ATTN_FWD, rl_k_attn_fwd_cost(B, T, m->H, m->KV, m->hd),
-             rl_k_attn_fwd(atty, lse, qkv, m->rope, m->cfg.max_position_embeddings, B, T, m->H,
-                           m->KV, m->hd, s, e));
+        if (attn_cudnn(m))
+            STEP(RL_GPU_PROF_ATTN_FWD, rl_k_attn_cudnn_fwd_cost(B, T, m->H, m->KV, m->hd),
+                 rl_k_attn_cudnn_fwd(m->cudnn, atty, lse, qkv, m->rope,
+                                     m->cfg.max_position_embeddings, B, T, s, e));
+        else
+            STEP(RL_GPU_PROF_ATTN_FWD, rl_k_attn_fwd_cost(B, T, m->H, m->KV, m->hd),
+                 rl_k_attn_fwd(atty, lse, qkv, m->rope, m->cfg.max_position_embeddings, B, T, m->H,
+                               m->KV, m->hd, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->qd, 4, 4),
              rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
         STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
@@ -691,9 +714,14 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
              rl_gemm_bwd_data(g, m->datty, 0, m->dres16, w + o->wo, N, D, m->qd, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(D, m->qd, N, 4, cb),
              rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, acc, s, e));
-        STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd_cost(B, T, m->H, m->KV, m->hd, !!m->dq_acc),
-             rl_k_attn_bwd(m->dqkv, m->dsum, m->dq_acc, m->datty, qkv, atty, lse, m->rope,
-                           m->cfg.max_position_embeddings, B, T, m->H, m->KV, m->hd, s, e));
+        if (attn_cudnn(m))
+            STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_cudnn_bwd_cost(B, T, m->H, m->KV, m->hd),
+                 rl_k_attn_cudnn_bwd(m->cudnn, m->dqkv, m->dsum, m->datty, qkv, atty, lse, m->rope,
+                                     m->cfg.max_position_embeddings, B, T, s, e));
+        else
+            STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd_cost(B, T, m->H, m->KV, m->hd, !!m->dq_acc),
+                 rl_k_attn_bwd(m->dqkv, m->dsum, m->dq_acc, m->datty, qkv, atty, lse, m->rope,
+                               m->cfg.max_position_embeddings, B, T, m->H, m->KV, m->hd, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->C3, 2, 0),
              rl_gemm_bwd_data(g, m->dln, 0, m->dqkv, w + o->wq, N, m->C3, D, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(m->C3, D, N, 4, cb),

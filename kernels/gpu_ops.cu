@@ -447,3 +447,49 @@ extern "C" int rl_gpu_op_sumsq_norm(float *norm, const float *g, size_t n, rl_er
     RL_TRY(rl_k_norm(d_out, d_part, d_g, n, c.s, e));
     return down_f32(c, norm, d_out, 1, e);
 }
+
+// The cuDNN backend (gpu_attn_cudnn.cu) on host arrays: forward, then with
+// dout the backward. Poisoned outputs, as the other attention ops.
+extern "C" int rl_gpu_op_attn_cudnn(float *out, float *dq, float *dk, float *dv, const float *dout,
+                                    const float *q, const float *k, const float *v,
+                                    const rl_model_config *rope, int B, int T, int H, int KV,
+                                    int hd, rl_err *e) {
+    op_ctx c;
+    bf16 *d_qkv, *d_out, *d_dout, *d_dqkv;
+    float *d_lse, *d_dsum, *d_tab = NULL;
+    int N = B * T, qd = H * hd, kvd = KV * hd, max_pos = rope ? rope->max_position_embeddings : 0;
+    size_t C3 = (size_t)qd + 2 * (size_t)kvd;
+    RL_TRY(op_begin(c, e));
+    if (rope) RL_TRY(rope_table(c, &d_tab, rope, T, e));
+    float *h = (float *)malloc(sizeof(float) * (size_t)N * C3);
+    if (!h) return rl_errf(e, RL_ENOMEM, "gpu op: host staging");
+    pack_qkv(h, q, k, v, N, qd, kvd);
+    rl_cudnn_attn *a = NULL;
+    int rc = op_alloc(c, &d_qkv, (size_t)N * C3, e);
+    if (!rc) rc = up_bf16(c, d_qkv, h, (size_t)N * C3, e);
+    if (!rc) rc = op_alloc(c, &d_out, (size_t)N * qd, e);
+    if (!rc) rc = op_alloc(c, &d_lse, (size_t)N * H, e);
+    if (!rc) rc = op_alloc(c, &d_dout, (size_t)N * qd, e);
+    if (!rc) rc = op_alloc(c, &d_dqkv, (size_t)N * C3, e);
+    if (!rc) rc = op_alloc(c, &d_dsum, (size_t)N * H, e);
+    if (!rc) rc = poison(c, d_out, (size_t)N * qd, e);
+    if (!rc) rc = poison(c, d_dqkv, (size_t)N * C3, e);
+    if (!rc) rc = rl_cudnn_attn_create(&a, B, T, H, KV, hd, c.s, e);
+    if (!rc) rc = rl_k_attn_cudnn_fwd(a, d_out, d_lse, d_qkv, d_tab, max_pos, B, T, c.s, e);
+    if (!rc) rc = down_bf16(c, out, d_out, (size_t)N * qd, e);
+    if (!rc && dout) {
+        rc = up_bf16(c, d_dout, dout, (size_t)N * qd, e);
+        if (!rc)
+            rc = rl_k_attn_cudnn_bwd(a, d_dqkv, d_dsum, d_dout, d_qkv, d_out, d_lse, d_tab,
+                                     max_pos, B, T, c.s, e);
+        if (!rc) rc = down_bf16(c, h, d_dqkv, (size_t)N * C3, e);
+        for (int n = 0; n < N && !rc; n++) {
+            memcpy(dq + (size_t)n * qd, h + n * C3, sizeof(float) * qd);
+            memcpy(dk + (size_t)n * kvd, h + n * C3 + qd, sizeof(float) * kvd);
+            memcpy(dv + (size_t)n * kvd, h + n * C3 + qd + kvd, sizeof(float) * kvd);
+        }
+    }
+    free(h);
+    rl_cudnn_attn_free(a);
+    return rc;
+}

@@ -63,7 +63,22 @@ typedef struct rl_gpu_options {
      * the order the GPU runs the CTAs, so a repeated step is no longer
      * bit-identical (0, the default: it is). */
     int attn_dq_atomic;
+    /* Attention backend (train.attention): RL_GPU_ATTN_OWN (0: an options
+     * struct left zeroed, and NULL options, run our kernels -- what the
+     * tests and the plan pin), RL_GPU_ATTN_CUDNN (cuDNN 9's fused SDPA
+     * graphs; creation fails without a usable libcudnn.so.9), or
+     * RL_GPU_ATTN_AUTO (the trainer's default: both run on probe inputs of
+     * the model's shapes at creation, must agree, the faster is kept, one
+     * log line says which; no cuDNN: ours). A plan counts cuDNN only for
+     * RL_GPU_ATTN_CUDNN (auto's choice needs a GPU). */
+    int attention;
 } rl_gpu_options;
+
+#define RL_GPU_ATTN_OWN 0
+#define RL_GPU_ATTN_AUTO 1
+#define RL_GPU_ATTN_CUDNN 2
+/* The backend a model runs: RL_GPU_ATTN_OWN or RL_GPU_ATTN_CUDNN. */
+int rl_gpu_model_attention(const rl_gpu_model *m);
 
 /* Head dims the attention kernels are compiled for (head_dim is padded up
  * to the next of 32, 64, 128 inside the kernels). */
@@ -247,6 +262,12 @@ int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, const float *
 int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                        const float *k, const float *v, const rl_model_config *rope, int B, int T,
                        int H, int KV, int hd, int dq_atomic, rl_err *e);
+/* rl_gpu_op_attn_fwd then (dout != NULL) _bwd through the cuDNN backend
+ * (the error of a machine without cuDNN when it has none). */
+int rl_gpu_op_attn_cudnn(float *out, float *dq, float *dk, float *dv, const float *dout,
+                         const float *q, const float *k, const float *v,
+                         const rl_model_config *rope, int B, int T, int H, int KV, int hd,
+                         rl_err *e);
 /* gu [N, 2F] (gate | up, bf16) -> h [N, F] (bf16) */
 int rl_gpu_op_swiglu_fwd(float *h, const float *gu, int N, int F, rl_err *e);
 /* dh [N, F], gu [N, 2F] (bf16) -> dgu [N, 2F] (bf16) */

@@ -4,6 +4,7 @@
  *
  *   gpu_bench --config a|b [--batch N] [--seq T] [--steps 30] [--warmup 10]
  *             [--recompute] [--profile-steps 5] [--ddp-rounds 3] [--plan] [--accum 1]
+ *             [--attention own|auto|cudnn]  (train.attention; own by default here)
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
  *
  * --plan needs no GPU: one JSON line with the step's plan from the model's
@@ -177,7 +178,7 @@ static int print_plan(const char *config, const rl_model_config *c, int B, int T
 int main(int argc, char **argv) {
     const char *config = "a";
     int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 0, prof_steps = 5;
-    int ddp_rounds = 3, plan = 0, accum = 1;
+    int ddp_rounds = 3, plan = 0, accum = 1, attention = RL_GPU_ATTN_OWN;
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -190,6 +191,13 @@ int main(int argc, char **argv) {
     }
         if (!strcmp(a, "--config") && v) {
             config = v, i++;
+            continue;
+        }
+        if (!strcmp(a, "--attention") && v) {
+            attention = !strcmp(v, "cudnn") ? RL_GPU_ATTN_CUDNN
+                        : !strcmp(v, "auto") ? RL_GPU_ATTN_AUTO
+                                             : RL_GPU_ATTN_OWN;
+            i++;
             continue;
         }
         if (!strcmp(a, "--recompute")) {
@@ -238,7 +246,7 @@ int main(int argc, char **argv) {
     c.max_position_embeddings = T;
     c.rms_norm_eps = 1e-5, c.rope_theta = 10000.0, c.initializer_range = 0.02;
 
-    rl_gpu_options opt = {.recompute_swiglu = recompute};
+    rl_gpu_options opt = {.recompute_swiglu = recompute, .attention = attention};
     if (plan) return print_plan(config, &c, B, T, &opt, accum);
     char gpu[256] = "";
     if (rl_gpu_device_count(gpu, sizeof gpu) == 0) {

@@ -34,6 +34,7 @@ void rl_job_config_default(rl_job_config *c) {
     snprintf(c->data.val, sizeof c->data.val, "data/arith/val_*.bin");
     snprintf(c->data.eval_task, sizeof c->data.eval_task, "arith");
     snprintf(c->train.device, sizeof c->train.device, "auto");
+    snprintf(c->train.attention, sizeof c->train.attention, "auto");
     snprintf(c->dist.backend, sizeof c->dist.backend, "auto");
     c->dist.timeout_s = 60;
     c->dist.bucket_mb = 25, c->dist.first_bucket_mb = 1; /* PyTorch DDP's defaults */
@@ -74,7 +75,7 @@ static int parse_train(const cJSON *o, const char *w, rl_train_config *t, rl_err
     static const char *const keys[] = {
         "seed", "steps", "seq_len", "micro_batch", "global_batch_tokens", "lr", "min_lr",
         "warmup_steps", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "eval_every",
-        "eval_batches", "log_every", "device", NULL};
+        "eval_batches", "log_every", "device", "attention", NULL};
     int rc = rl_cfg_check_keys(o, w, keys, e);
     if (rc) return rc;
     long long seed = (long long)t->seed, seq = t->seq_len, mb = t->micro_batch, eb = t->eval_batches;
@@ -94,12 +95,19 @@ static int parse_train(const cJSON *o, const char *w, rl_train_config *t, rl_err
         (rc = rl_cfg_int(o, w, "eval_every", 0, 1ll << 40, &t->eval_every, e)) ||
         (rc = rl_cfg_int(o, w, "eval_batches", 0, 1 << 20, &eb, e)) ||
         (rc = rl_cfg_int(o, w, "log_every", 1, 1ll << 40, &t->log_every, e)) ||
-        (rc = rl_cfg_str(o, w, "device", t->device, sizeof t->device, e)))
+        (rc = rl_cfg_str(o, w, "device", t->device, sizeof t->device, e)) ||
+        (rc = rl_cfg_str(o, w, "attention", t->attention, sizeof t->attention, e)))
         return rc;
     if (strcmp(t->device, "auto") != 0 && strcmp(t->device, "cpu") != 0 && strcmp(t->device, "cuda") != 0) {
         char esc[64];
         return rl_errf(e, RL_EINPUT, "%s.device: unknown device \"%s\" (auto, cpu or cuda)", w,
                        rl_json_escape(esc, sizeof esc, t->device));
+    }
+    if (strcmp(t->attention, "auto") != 0 && strcmp(t->attention, "cudnn") != 0 &&
+        strcmp(t->attention, "own") != 0) {
+        char esc[64];
+        return rl_errf(e, RL_EINPUT, "%s.attention: unknown backend \"%s\" (auto, cudnn or own)", w,
+                       rl_json_escape(esc, sizeof esc, t->attention));
     }
     t->seed = (uint64_t)seed, t->seq_len = (int)seq, t->micro_batch = (int)mb, t->eval_batches = (int)eb;
     return RL_OK;
@@ -234,6 +242,7 @@ char *rl_job_config_to_json(const rl_job_config *c) {
     cJSON *tr = cJSON_AddObjectToObject(r, "train");
     cJSON_AddNumberToObject(tr, "seed", (double)t->seed);
     cJSON_AddStringToObject(tr, "device", t->device);
+    cJSON_AddStringToObject(tr, "attention", t->attention);
     cJSON_AddNumberToObject(tr, "steps", (double)t->steps);
     cJSON_AddNumberToObject(tr, "seq_len", t->seq_len);
     cJSON_AddNumberToObject(tr, "micro_batch", t->micro_batch);

@@ -37,7 +37,11 @@ int rl_train_gpu_open(rl_trainer *tr, int device, rl_err *e) {
         return rl_errf(e, RL_EIO, "train.device cuda: cudaStreamCreate: %s", cudaGetErrorString(ce));
     tr->gpu_stream = s;
     rl_gpu_model *m;
-    int rc = rl_gpu_model_create(&m, &tr->cfg.model, t->micro_batch, t->seq_len, NULL, s, e);
+    rl_gpu_options opt = {0};
+    opt.attention = !strcmp(t->attention, "own")     ? RL_GPU_ATTN_OWN
+                    : !strcmp(t->attention, "cudnn") ? RL_GPU_ATTN_CUDNN
+                                                     : RL_GPU_ATTN_AUTO;
+    int rc = rl_gpu_model_create(&m, &tr->cfg.model, t->micro_batch, t->seq_len, &opt, s, e);
     if (rc) return rl_err_wrap(e, "building the model on GPU %d", device);
     tr->gpu = m;
     tr->gpu_device = device;

@@ -44,6 +44,10 @@ typedef struct rl_train_config {
      * GPU). rl_train_pick_device settles it before anything is built. */
     char device[8];
     bool device_picked; /* set by rl_train_pick_device when it resolved "auto" (not JSON) */
+    /* Attention on cuda: "auto" (cuDNN when libcudnn.so.9 is there, agrees
+     * with our kernels on the model's shapes and is faster; else ours),
+     * "cudnn" (an error without it), "own" (our kernels). No effect on cpu. */
+    char attention[8];
 } rl_train_config;
 
 typedef struct rl_data_config {

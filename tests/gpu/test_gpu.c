@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/gpu.h"
 #include "kernels/llama_gpu.h"
@@ -337,6 +338,73 @@ static void test_attention(void) {
     for (size_t si = 0; si < sizeof attn_shapes / sizeof attn_shapes[0]; si++)
         for (int rope = 0; rope < 2; rope++)
             for (int bwd = 0; bwd < 3; bwd++) attn_case(attn_shapes[si], rope, bwd);
+}
+
+/* ---- attention through cuDNN (train.attention) -------------------------------- */
+/* The cuDNN backend against the CPU reference and against our kernels, at
+ * the tolerances of attn_case, RoPE on (it rotates q, k itself and rotates
+ * dq, dk back). Head dims multiples of 8: cuDNN's. */
+static void attn_cudnn_case(const int *shape) {
+    int B = shape[0], T = shape[1], H = shape[2], KV = shape[3], hd = shape[4], P = T + 5;
+    size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd;
+    char name[96], sub[120];
+    snprintf(name, sizeof name, "attention cudnn B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    if (!selected(name)) return;
+    reseed(name);
+    rl_err e = {0};
+    rl_model_config c;
+    base_cfg(&c, H * hd, H, KV, P);
+    double *tab = malloc(sizeof(double) * P * hd);
+    rl_cpu_rope_table_f64(&c, tab);
+    float *q = randn_bf16(nq, 1), *k = randn_bf16(nk, 1), *v = randn_bf16(nk, 1);
+    float *dout = randn_bf16(nq, 1);
+    double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk), *dod = to_d(dout, nq);
+    rl_cpu_rope_fwd_f64(qd, tab, B, T, H, hd, P);
+    rl_cpu_rope_fwd_f64(kd, tab, B, T, KV, hd, P);
+    double *outr = malloc(nq * sizeof(double)), *dqr = malloc(nq * sizeof(double));
+    double *att = malloc((size_t)B * H * T * T * sizeof(double));
+    double *dkr = malloc(nk * sizeof(double)), *dvr = malloc(nk * sizeof(double));
+    double *scr = malloc((size_t)B * KV * T * T * sizeof(double));
+    rl_cpu_attn_fwd_f64(outr, att, qd, kd, vd, B, T, H, KV, hd);
+    rl_cpu_attn_bwd_f64(dqr, dkr, dvr, scr, dod, att, qd, kd, vd, B, T, H, KV, hd);
+    rl_cpu_rope_bwd_f64(dqr, tab, B, T, H, hd, P);
+    rl_cpu_rope_bwd_f64(dkr, tab, B, T, KV, hd, P);
+    float *o[2], *dq[2], *dk[2], *dv[2];
+    for (int i = 0; i < 2; i++)
+        o[i] = malloc(nq * sizeof(float)), dq[i] = malloc(nq * sizeof(float)),
+        dk[i] = malloc(nk * sizeof(float)), dv[i] = malloc(nk * sizeof(float));
+    if (rl_gpu_op_attn_cudnn(o[0], dq[0], dk[0], dv[0], dout, q, k, v, &c, B, T, H, KV, hd, &e) ||
+        rl_gpu_op_attn_fwd(o[1], q, k, v, &c, B, T, H, KV, hd, &e) ||
+        rl_gpu_op_attn_bwd(dq[1], dk[1], dv[1], dout, q, k, v, &c, B, T, H, KV, hd, 0, &e)) {
+        fail_err(name, &e);
+    } else {
+        const float *got[4] = {o[0], dq[0], dk[0], dv[0]}, *own[4] = {o[1], dq[1], dk[1], dv[1]};
+        const double *ref[4] = {outr, dqr, dkr, dvr};
+        const char *what[4] = {"out", "dq", "dk", "dv"};
+        size_t n[4] = {nq, nq, nk, nk};
+        for (int i = 0; i < 4; i++) {
+            double tol = i ? 2e-2 : 1e-2, *ownd = to_d(own[i], n[i]), rn = 0;
+            snprintf(sub, sizeof sub, "%s %s vs reference", i ? "  " : name, what[i]);
+            check_cmp(sub, got[i], ref[i], n[i], tol);
+            /* an exactly-zero gradient (dq, dk at T = 1: softmax over one
+             * key) is rounding noise in both backends: the reference
+             * check above bounds it, a relative comparison cannot */
+            for (size_t j = 0; j < n[i]; j++) rn += ref[i][j] * ref[i][j];
+            snprintf(sub, sizeof sub, "  %s vs our kernels", what[i]);
+            if (rn > 0) check_cmp(sub, got[i], ownd, n[i], tol);
+            free(ownd);
+        }
+    }
+    for (int i = 0; i < 2; i++) free(o[i]), free(dq[i]), free(dk[i]), free(dv[i]);
+    free(tab), free(q), free(k), free(v), free(dout), free(qd), free(kd), free(vd), free(dod);
+    free(outr), free(dqr), free(att), free(dkr), free(dvr), free(scr);
+}
+
+static void test_attention_cudnn(void) {
+    static const int shapes[][5] = {
+        {1, 1, 3, 1, 32}, {2, 7, 3, 1, 32}, {1, 64, 2, 2, 64}, {2, 65, 6, 3, 40}, {1, 129, 4, 2, 64},
+    };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) attn_cudnn_case(shapes[si]);
 }
 
 static void test_swiglu(void) {
@@ -942,6 +1010,149 @@ done:
  * memory, no host sync inside the step, and GEMM FLOPs equal to six times
  * the matrix parameters (lm_head padded) per token, counted here from the
  * shapes alone. */
+/* ---- train.attention at the model level ------------------------------------------ */
+/* Defined by the emulated build's fake cuDNN (tests/gpu/emu/fake_cudnn.cpp),
+ * absent on hardware: the absent/refusing cases need the fake's switch. */
+extern int rl_emu_cudnn_present(void) __attribute__((weak));
+
+/* rl_gpu_model_create with attention `mode`, stderr (the JSON log lines)
+ * captured into log[n]. */
+static int create_logged(rl_gpu_model **m, const rl_model_config *c, int B, int T, int mode,
+                         char *log, size_t n, rl_err *e) {
+    rl_gpu_options opt = {.attention = mode};
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    int saved = dup(2);
+    if (tmp) dup2(fileno(tmp), 2);
+    int rc = rl_gpu_model_create(m, c, B, T, &opt, 0, e);
+    fflush(stderr);
+    if (tmp) {
+        dup2(saved, 2);
+        size_t got = 0;
+        rewind(tmp);
+        got = fread(log, 1, n - 1, tmp);
+        log[got] = 0;
+        fclose(tmp);
+        fputs(log, stdout); /* still visible in the test's output */
+    } else {
+        log[0] = 0;
+    }
+    close(saved);
+    return rc;
+}
+
+/* One micro-step on a model with attention `mode` from params: loss and
+ * gradients. */
+static int step_with(const rl_model_config *c, int mode, const float *params, const int32_t *tok,
+                     const int32_t *tgt, int B, int T, float *loss, float *grads, int *used,
+                     rl_err *e) {
+    rl_gpu_model *m = NULL;
+    char log[4096];
+    int rc = create_logged(&m, c, B, T, mode, log, sizeof log, e);
+    if (!rc) *used = rl_gpu_model_attention(m);
+    if (!rc) rc = rl_gpu_model_upload_params(m, params, e);
+    if (!rc) rc = rl_gpu_model_zero_grad(m, e);
+    if (!rc) rc = rl_gpu_model_train_micro(m, tok, tgt, B, T, 1.0f, NULL, NULL, e);
+    if (!rc) rc = rl_gpu_model_step_end(m, e);
+    float norm;
+    if (!rc) rc = rl_gpu_model_step_stats(m, 0, loss, &norm, e);
+    if (!rc) rc = rl_gpu_model_download_grads(m, grads, e);
+    rl_gpu_model_free(m);
+    return rc;
+}
+
+/* A whole step with attention cudnn against own: loss within 1e-3
+ * relative, every tensor's gradient cosine > 0.999 (the step tests' bound
+ * against the CPU), the backend actually used as asked. */
+static void test_step_cudnn(const model_case *mc) {
+    char name[96];
+    snprintf(name, sizeof name, "attention cudnn step %s B=%d T=%d", mc->label, mc->B, mc->T);
+    if (!selected(name)) return;
+    reseed(name);
+    rl_model_config c;
+    case_cfg(mc, &c);
+    rl_err e = {0};
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c);
+    size_t P = lay.total;
+    int N = mc->B * mc->T, used[2] = {-1, -1};
+    float *params = malloc(P * sizeof(float)), *g[2], loss[2];
+    g[0] = malloc(P * sizeof(float)), g[1] = malloc(P * sizeof(float));
+    rl_model_init_params(&c, params, check_seed);
+    int32_t *tok = rand_tokens(N, c.vocab_size), *tgt = rand_tokens(N, c.vocab_size);
+    if (step_with(&c, RL_GPU_ATTN_CUDNN, params, tok, tgt, mc->B, mc->T, &loss[0], g[0], &used[0], &e) ||
+        step_with(&c, RL_GPU_ATTN_OWN, params, tok, tgt, mc->B, mc->T, &loss[1], g[1], &used[1], &e)) {
+        fail_err(name, &e);
+    } else {
+        report("  backends used", used[0] == RL_GPU_ATTN_CUDNN && used[1] == RL_GPU_ATTN_OWN,
+               "cudnn model runs %d, own model %d", used[0], used[1]);
+        double rel = fabs(loss[0] - loss[1]) / fabs(loss[1]), worst = 2;
+        report(name, isfinite(loss[0]) && rel <= 1e-3, "loss cudnn %.6f own %.6f rel %.2e (tol 1e-03)",
+               loss[0], loss[1], rel);
+        int nt = rl_model_n_tensors(&c), bad = 0;
+        for (int i = 0; i < nt; i++) {
+            rl_tensor_info ti;
+            rl_model_tensor(&c, i, &ti);
+            double na, nb, cs = cosine(g[0] + ti.offset, g[1] + ti.offset, ti.numel, &na, &nb);
+            if (nb == 0 && na == 0) continue;
+            if (cs < worst) worst = cs;
+            if (!(cs > 0.999)) bad++, printf("       %s: cosine %.6f\n", ti.name, cs);
+        }
+        report("  gradients cudnn vs own", bad == 0, "worst tensor cosine %.6f (> 0.999)", worst);
+    }
+    free(params), free(g[0]), free(g[1]), free(tok), free(tgt);
+}
+
+/* auto picks one backend and says so in one line; without cuDNN (emulated:
+ * RL_EMU_CUDNN=absent, a library that is not there; =refuse, engines that
+ * refuse the graphs) auto falls back to ours with a reason and cudnn fails
+ * naming train.attention. */
+static void test_attention_select(void) {
+    const char *name = "attention select";
+    if (!selected(name)) return;
+    model_case mc = {"gqa-hd32", 101, 96, 200, 1, 3, 1, 2, 7};
+    rl_model_config c;
+    case_cfg(&mc, &c);
+    char log[8192];
+    rl_err e = {0};
+    rl_gpu_model *m = NULL;
+    int rc = create_logged(&m, &c, mc.B, mc.T, RL_GPU_ATTN_AUTO, log, sizeof log, &e);
+    int got = rc ? -1 : rl_gpu_model_attention(m);
+    rl_gpu_model_free(m), m = NULL;
+    report("attention auto picks and logs",
+           !rc && (got == RL_GPU_ATTN_OWN || got == RL_GPU_ATTN_CUDNN) &&
+               strstr(log, "\"attention_backend\"") && strstr(log, "\"requested\":\"auto\""),
+           "rc %d (%s), backend %d, log %s", rc, rc ? e.msg : "", got,
+           strstr(log, "attention_backend") ? "has the line" : "LACKS the attention_backend line");
+    if (!rc && rl_emu_cudnn_present) /* emulated: both ran, so times and differences are there */
+        report("  auto compared both", strstr(log, "\"own_ms\"") && strstr(log, "\"bwd_diff\"") &&
+                                           strstr(log, "\"agree\":true"),
+               "%s", log);
+    if (!rl_emu_cudnn_present) {
+        printf("  (hardware: the absent/refusing cuDNN cases need the emulated build)\n");
+        return;
+    }
+    static const char *const how[] = {"absent", "refuse"};
+    for (int i = 0; i < 2; i++) {
+        char sub[96];
+        setenv("RL_EMU_CUDNN", how[i], 1);
+        rc = create_logged(&m, &c, mc.B, mc.T, RL_GPU_ATTN_AUTO, log, sizeof log, &e);
+        got = rc ? -1 : rl_gpu_model_attention(m);
+        rl_gpu_model_free(m), m = NULL;
+        snprintf(sub, sizeof sub, "  cuDNN %s: auto falls back to ours", how[i]);
+        report(sub, !rc && got == RL_GPU_ATTN_OWN && strstr(log, "\"choice\":\"own\"") &&
+                        strstr(log, "\"reason\""),
+               "rc %d (%s), backend %d", rc, rc ? e.msg : "", got);
+        memset(&e, 0, sizeof e);
+        rc = create_logged(&m, &c, mc.B, mc.T, RL_GPU_ATTN_CUDNN, log, sizeof log, &e);
+        rl_gpu_model_free(m), m = NULL;
+        snprintf(sub, sizeof sub, "  cuDNN %s: cudnn fails naming train.attention", how[i]);
+        report(sub, rc != 0 && strstr(e.msg, "train.attention") && !strchr(e.msg, '\n'),
+               "rc %d: %s", rc, e.msg);
+        unsetenv("RL_EMU_CUDNN");
+    }
+}
+
 static void test_plan(void) {
     const char *name = "plan matches a real step";
     if (!selected(name)) return;
@@ -1035,6 +1246,7 @@ int main(int argc, char **argv) {
     test_rmsnorm();
     test_rope();
     test_attention();
+    test_attention_cudnn();
     test_swiglu();
     test_xent();
     test_gemm();
@@ -1060,6 +1272,9 @@ int main(int argc, char **argv) {
     test_step(&cases[2], 1, 0);
     test_step(&cases[2], 0, 64);  /* 258 rows: chunks of 64 and a ragged 2 */
     test_step(&cases[5], 0, 16);  /* odd shapes, 38 rows: 16 + 16 + 6 */
+    test_attention_select();
+    test_step_cudnn(&cases[1]); /* gqa-hd32 T=7 */
+    test_step_cudnn(&cases[6]); /* arch-hd64 T=65 */
     test_plan();
     test_train_curve();
     test_gpu_train();

@@ -105,6 +105,9 @@ Test(train_config, rejects_bad_configs_naming_the_field) {
     EXPECT_BAD("[1,2]", "object");
     EXPECT_BAD("{\"train\": {\"steps\": 10,}", "invalid JSON");
     EXPECT_BAD("{\"train\":{\"device\":\"tpu\"}}", "train.device");
+    EXPECT_BAD("{\"train\":{\"attention\":\"flash\"}}", "train.attention");
+    EXPECT_BAD("{\"train\":{\"attention\":\"flashattention\"}}", "train.attention");
+    EXPECT_BAD("{\"train\":{\"attention\":1}}", "train.attention");
     EXPECT_BAD("{\"dist\":{\"backend\":\"mpi\"}}", "dist.backend");
     EXPECT_BAD("{\"dist\":{\"reduce_dtype\":\"fp8\"}}", "dist.reduce_dtype");
     EXPECT_BAD("{\"train\":{\"device\":\"cpu\"},\"dist\":{\"backend\":\"nccl\"}}", "train.device");
@@ -140,6 +143,10 @@ Test(train_config, accepts_and_round_trips) {
     cr_assert_eq(rl_job_config_parse(js, strlen(js), "x", &a, &e), 0, "%s", e.msg);
     cr_expect_eq(a.model.hidden_size, 64);
     cr_expect_eq(a.train.steps, 7);
+    cr_expect_str_eq(a.train.attention, "auto"); /* the default */
+    const char *js2 = "{\"train\":{\"attention\":\"cudnn\"}}";
+    cr_assert_eq(rl_job_config_parse(js2, strlen(js2), "x", &a, &e), 0, "%s", e.msg);
+    cr_expect_str_eq(a.train.attention, "cudnn");
     char *s = rl_job_config_to_json(&a);
     rl_job_config_default(&b);
     cr_assert_eq(rl_job_config_parse(s, strlen(s), "x", &b, &e), 0, "%s", e.msg);
