@@ -255,7 +255,8 @@ $(PORT_DIR)/ringleader-gpu: tests/gpu/portable_main.c $(GPU_TEST_SRCS) tests/gpu
 	  'w=$$(python3 -c "import nvidia, os; r = list(nvidia.__path__)[0]; print(r + \"/nccl/lib:\" + r + \"/cublas/lib\")" 2>/dev/null)' \
 	  '[ -e $(CUDA_HOME)/lib64/libnccl.so.2 ] && [ -e $(CUDA_HOME)/lib64/libcublasLt.so.13 ] || p=$$p:$$w' \
 	  '# cuDNN (dlopen libcudnn.so.9, train.attention) from the toolkit, else the nvidia-cudnn wheel' \
-	  '[ -e $(CUDA_HOME)/lib64/libcudnn.so.9 ] || p=$$p:$$(python3 -c "import nvidia; print(list(nvidia.__path__)[0] + \"/cudnn/lib\")" 2>/dev/null)' \
+	  '# with what its runtime-fused engines load (NVRTC, cuBLASLt of its CUDA major)' \
+	  '[ -e $(CUDA_HOME)/lib64/libcudnn.so.9 ] || p=$$p:$$(python3 -c "import nvidia; r = list(nvidia.__path__)[0]; print(r + \"/cudnn/lib:\" + r + \"/cuda_nvrtc/lib:\" + r + \"/cublas/lib\")" 2>/dev/null)' \
 	  '# RL_GPU_WRAP: a command to run it under (compute-sanitizer ...)' \
 	  "LD_LIBRARY_PATH=\"\$$p\$${LD_LIBRARY_PATH:+:\$$LD_LIBRARY_PATH}\" exec \$${RL_GPU_WRAP:-} \"\$$d/ringleader-gpu\" $$t \"\$$@\"" \
 	  >$(PORT_DIR)/gpu_$$t; chmod +x $(PORT_DIR)/gpu_$$t; done
