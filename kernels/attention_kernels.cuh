@@ -18,9 +18,9 @@
 // passes over q and k per layer that a separate RoPE kernel costs.
 //
 // Three kernels, and dQ two ways:
-//   fwd    one CTA per (query block, b, h): loop over key blocks <= the
-//          diagonal; writes out (bf16) and the row log-sum-exp (fp32, log2
-//          domain) for the backward.
+//   fwd    one CTA per (block of 128 queries, b, h): loop over key blocks
+//          <= the diagonal; writes out (bf16) and the row log-sum-exp
+//          (fp32, log2 domain) for the backward.
 //   dkdv   one CTA per (key block, b, kv head): loops over the group's
 //          query heads and the query blocks at or below the diagonal; owns
 //          its dK, dV rows outright, so the GQA sum over heads needs no
@@ -39,7 +39,11 @@
 // accumulator's rows), and the accumulator's rows out to dqkv (scaled,
 // rotated back, rounded to bf16 once).
 //
-// Warp tiling: 4 warps, each owns 16 rows of the CTA's 64; the other
+// Warp tiling: each warp owns 16 rows of the CTA's -- 8 warps and 128
+// query rows in the forward (a K/V tile loaded once serves twice the rows
+// it did with 64), 4 warps and 64 rows in the backward (its CTAs hold two
+// accumulators of 64 x HD fp32; at 128 rows the head_dim-128 dK/dV kernel
+// would need 154 KB of shared memory double-buffered) -- and the other
 // dimension is a 64-wide tile. Head dims are padded to 32, 64 or 128 in
 // shared memory with zeros (the zero columns add nothing to Q.K and give
 // zero output columns that are not stored).
@@ -48,8 +52,8 @@
 // forward and dQ kernels, Q and dO in dK/dV) are double-buffered (NBUF = 2)
 // and filled with cp.async while the previous tile is being used; the
 // others are loaded once. Where a device's shared memory per block is too
-// small for that (the head_dim-128 backward needs 103 KB; sm_86 and sm_89
-// allow 99 KB), the launcher runs the kernel's NBUF = 1 instance: one
+// small for that (the head_dim-128 dK/dV kernel needs 112 KB; sm_86 and
+// sm_89 allow 99 KB), the launcher runs the kernel's NBUF = 1 instance: one
 // buffer, the next tile loaded after the current one is used. Shared tiles
 // are row-major with rows padded by 8 elements (16 bytes), which puts the
 // 8 row addresses of an ldmatrix in 8 different bank quads: conflict-free.
@@ -84,22 +88,31 @@
 
 #include "kernels/device_common.cuh"
 
-#define ATT_BR 64 // query rows per CTA tile
+#define ATT_BR 64 // query rows per CTA tile (the backward's)
 #define ATT_BC 64 // key rows per CTA tile
 #define ATT_THREADS 128
+#define ATT_FWD_BR 128      // query rows per forward CTA: 8 warps share each K/V tile
+#define ATT_FWD_THREADS 256
 
 // The three tiled kernels, and the dynamic shared memory each needs with
 // nbuf (NBUF: 1 or 2) buffers of its streaming tiles, head dims padded to
-// HD: tiles of [64][HD + 8] bf16 -- forward Q + nbuf (K + V); dK/dV K + V +
+// HD: tiles of [64][HD + 8] bf16 -- forward: Q (two tiles: 128 rows) and
+// one K + V buffer, whatever nbuf, since a second buffer takes Q's place
+// once Q is in registers; dK/dV K + V +
 // nbuf (Q + dO + lse and D of 64 rows) + the dS tile [64][64 + 8] of the
 // accumulating dQ (unused by the deterministic one, which keeps one
 // instance of the kernel and 9 KB is not worth a second); dQ Q + dO + nbuf
 // (K + V).
 enum attn_kind { ATT_FWD, ATT_DKDV, ATT_DQ };
+// query rows (key rows for dK/dV) and threads per CTA
+static constexpr int attn_rows(int kind) { return kind == ATT_FWD ? ATT_FWD_BR : ATT_BR; }
+static constexpr int attn_threads(int kind) {
+    return kind == ATT_FWD ? ATT_FWD_THREADS : ATT_THREADS;
+}
 #define ATT_DS_STR (ATT_BR + 8) // the dS tile's row stride (its rows are keys, columns queries)
 static constexpr size_t attn_smem_bytes(int kind, int HD, int nbuf) {
     size_t tile = (size_t)ATT_BR * (HD + 8) * sizeof(bf16), nb = (size_t)nbuf;
-    return kind == ATT_FWD    ? (1 + 2 * nb) * tile
+    return kind == ATT_FWD    ? 4 * tile
            : kind == ATT_DKDV ? (2 + 2 * nb) * tile + 2 * nb * ATT_BR * sizeof(float) +
                                     (size_t)ATT_BC * ATT_DS_STR * sizeof(bf16)
                               : (2 + 2 * nb) * tile;
@@ -185,24 +198,25 @@ static __device__ __forceinline__ const bf16 *a_frag_addr_t(const bf16 *tile, in
     return tile + (c0 + (lane >> 4) * 8 + (lane & 7)) * stride + r0 + ((lane >> 3) & 1) * 8;
 }
 
-// Rows [r0, r0 + 64) of a global matrix (row stride ld elements, starting
-// at column 0 of src), columns [0, hd), into a row-major tile [64][HD + 8].
+// Rows [r0, r0 + ROWS) of a global matrix (row stride ld elements, starting
+// at column 0 of src), columns [0, hd), into a row-major tile [ROWS][HD + 8],
+// by a CTA of NT threads.
 // Rows >= rmax and columns >= hd are zero. vec (hd % 8 == 0, 16-byte
 // aligned rows): cp.async, to be committed and waited for by the caller;
 // otherwise plain copies, visible after the caller's next __syncthreads.
-template <int HD>
+template <int HD, int ROWS = ATT_BR, int NT = ATT_THREADS>
 static __device__ void load_tile(bf16 *tile, const bf16 *src, size_t ld, int r0, int rmax, int hd,
                                  bool vec) {
     constexpr int STR = HD + 8;
     if (vec) {
         constexpr int CH = HD / 8;
-        for (int c = threadIdx.x; c < ATT_BR * CH; c += ATT_THREADS) {
+        for (int c = threadIdx.x; c < ROWS * CH; c += NT) {
             int r = c / CH, col = (c % CH) * 8;
             bool ok = r0 + r < rmax && col < hd;
             cp_async16(tile + r * STR + col, ok ? src + (size_t)(r0 + r) * ld + col : src, ok);
         }
     } else {
-        for (int c = threadIdx.x; c < ATT_BR * HD; c += ATT_THREADS) {
+        for (int c = threadIdx.x; c < ROWS * HD; c += NT) {
             int r = c / HD, col = c % HD;
             bf16 v = __float2bfloat16_rn(0.0f);
             if (r0 + r < rmax && col < hd) v = src[(size_t)(r0 + r) * ld + col];
@@ -254,17 +268,17 @@ static __device__ __forceinline__ void rope_pair(float &x1, float &x2, float c, 
     }
 }
 
-// In place on a landed [64][HD + 8] tile whose row r is position r0 + r:
+// In place on a landed [ROWS][HD + 8] tile whose row r is position r0 + r:
 // rows >= rmax (zero) and the padding columns are left alone. Visible to
 // other threads after the caller's next __syncthreads.
-template <int HD>
+template <int HD, int ROWS = ATT_BR, int NT = ATT_THREADS>
 static __device__ void rope_tile(bf16 *tile, const float *rope, int max_pos, int r0, int rmax,
                                  int hd) {
     constexpr int STR = HD + 8, HALF = HD / 2;
     const int half = hd / 2;
     const float *sn = rope + (size_t)max_pos * half;
 #pragma unroll 1
-    for (int c = threadIdx.x; c < ATT_BR * HALF; c += ATT_THREADS) {
+    for (int c = threadIdx.x; c < ROWS * HALF; c += NT) {
         int r = c / HALF, i = c % HALF;
         if (i >= half || r0 + r >= rmax) continue;
         size_t at = (size_t)(r0 + r) * half + i;
@@ -328,53 +342,73 @@ static __device__ void store_staged(bf16 *dst, size_t ld, const float *stage, in
 }
 
 // ---- forward -------------------------------------------------------------------------------
+// 128 query rows per CTA, 8 warps of 16: each K/V tile is read from global
+// memory once for 128 rows, and its ldmatrix loads serve 8 warps. Shared
+// memory: region 0 holds the Q tile [128][HD + 8] until every warp has its
+// Q fragments in registers, then K/V buffer 1; region 1 is K/V buffer 0.
+// So double buffering costs no more than Q and one buffer (69.6 KB at head
+// dim 128, inside sm_86/89's 99 KB).
 template <int HD, int NBUF>
-static __global__ void __launch_bounds__(ATT_THREADS)
+static __global__ void __launch_bounds__(ATT_FWD_THREADS, 1)
     attn_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int max_pos, int T,
                     int H, int KV, int hd, float scale_log2, int vec) {
-    constexpr int STR = HD + 8, TILE = ATT_BR * STR;
+    constexpr int STR = HD + 8, TILE = ATT_BC * STR;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [64][STR]
-    bf16 *Ks = Qs + TILE;                      // NBUF x [64][STR]
-    bf16 *Vs = Ks + NBUF * TILE;               // NBUF x [64][STR]
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [128][STR], region 0
+    // K/V buffer i: K then V, [64][STR] each
+    auto kv_buf = [&](int i) { return Qs + (i == 0 ? 2 : 0) * TILE; };
 
     const int qb = gridDim.y - 1 - blockIdx.y; // the longest rows start first
     const int bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / KV);
     const size_t C3 = (size_t)(H + 2 * KV) * hd, qd = (size_t)H * hd, kvd = (size_t)KV * hd;
     const bf16 *base = qkv + (size_t)b * T * C3;
     const bf16 *kbase = base + qd + (size_t)g * hd, *vbase = base + qd + kvd + (size_t)g * hd;
-    const int q0 = qb * ATT_BR;
+    const int q0 = qb * ATT_FWD_BR;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
     const int t0 = q0 + warp * 16 + gr, t1 = t0 + 8; // this thread's two query rows
+    const int wlast = q0 + warp * 16 + 15;           // the warp's last row
+    // key blocks up to the last row's (rows >= T have nothing to see)
+    const int nkb = (min(q0 + ATT_FWD_BR, T) - 1) / ATT_BC + 1;
 
     auto fetch = [&](int kb, int buf) { // the K and V tiles of key block kb
-        load_tile<HD>(Ks + buf * TILE, kbase, C3, kb * ATT_BC, T, hd, vec);
-        load_tile<HD>(Vs + buf * TILE, vbase, C3, kb * ATT_BC, T, hd, vec);
+        bf16 *kv = kv_buf(buf);
+        load_tile<HD, ATT_BC, ATT_FWD_THREADS>(kv, kbase, C3, kb * ATT_BC, T, hd, vec);
+        load_tile<HD, ATT_BC, ATT_FWD_THREADS>(kv + TILE, vbase, C3, kb * ATT_BC, T, hd, vec);
     };
-    load_tile<HD>(Qs, base + (size_t)h * hd, C3, q0, T, hd, vec);
+    load_tile<HD, ATT_FWD_BR, ATT_FWD_THREADS>(Qs, base + (size_t)h * hd, C3, q0, T, hd, vec);
     cp_async_commit();
     fetch(0, 0);
     cp_async_commit();
-    if (rope) rope_resident<HD>(Qs, rope, max_pos, q0, T, hd);
-
+    cp_async_wait<1>(); // Q's group; K/V tile 0 goes on loading
+    __syncthreads();
+    if (rope) {
+        rope_tile<HD, ATT_FWD_BR, ATT_FWD_THREADS>(Qs, rope, max_pos, q0, T, hd);
+        __syncthreads();
+    }
     uint32_t qf[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        ldsm_x4(qf[kk], a_frag_addr(Qs, STR, warp * 16, kk * 16, lane));
+    __syncthreads(); // region 0 is K/V buffer 1 from here
+
     float o[HD / 8][4];
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 
-    for (int kb = 0; kb <= qb; kb++) {
-        const int buf = kb & (NBUF - 1), k0 = kb * ATT_BC;
-        stream_acquire<NBUF>(kb, qb + 1, fetch);
-        bf16 *Kb = Ks + buf * TILE, *Vb = Vs + buf * TILE;
+    for (int kb = 0; kb < nkb; kb++) {
+        const int k0 = kb * ATT_BC;
+        stream_acquire<NBUF>(kb, nkb, fetch);
+        bf16 *Kb = kv_buf(kb & (NBUF - 1)), *Vb = Kb + TILE;
         if (rope) {
-            rope_tile<HD>(Kb, rope, max_pos, k0, T, hd);
+            rope_tile<HD, ATT_BC, ATT_FWD_THREADS>(Kb, rope, max_pos, k0, T, hd);
             __syncthreads();
         }
-        if (kb == 0) {
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++)
-                ldsm_x4(qf[kk], a_frag_addr(Qs, STR, warp * 16, kk * 16, lane));
+        // a warp whose rows all precede the tile's first key sees none of
+        // it (warp-uniform: the other warps' mma.sync are theirs alone)
+        if (k0 > wlast) {
+            stream_release<NBUF>(kb, nkb, fetch);
+            continue;
         }
 
         float sc[ATT_BC / 8][4];
@@ -443,7 +477,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 mma_bf16(o[d + 1], pa, bv[2], bv[3]);
             }
         }
-        stream_release<NBUF>(kb, qb + 1, fetch);
+        stream_release<NBUF>(kb, nkb, fetch);
     }
 
     float inv[2];

@@ -111,11 +111,12 @@ int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int
     RL_TRY(attn_pick(ATT_FWD, hd, &nbuf, e));
     float scale = 1.0f / sqrtf((float)hd), sl2 = scale * 1.4426950408889634f;
     int vec = hd % 8 == 0 && aligned16(qkv);
-    dim3 grid(B * H, (T + ATT_BR - 1) / ATT_BR);
+    dim3 grid(B * H, (T + ATT_FWD_BR - 1) / ATT_FWD_BR);
     return attn_variant(hd, nbuf, [&](auto HD_, auto NB_) {
         constexpr int HD = decltype(HD_)::value, NB = decltype(NB_)::value;
-        RL_LAUNCH((attn_fwd_kernel<HD, NB>), grid, ATT_THREADS, attn_smem_bytes(ATT_FWD, HD, NB),
-                  s, out, lse, qkv, rope, max_pos, T, H, KV, hd, sl2, vec);
+        RL_LAUNCH((attn_fwd_kernel<HD, NB>), grid, ATT_FWD_THREADS,
+                  attn_smem_bytes(ATT_FWD, HD, NB), s, out, lse, qkv, rope, max_pos, T, H, KV, hd,
+                  sl2, vec);
         LAUNCH_CHECK();
         return (int)RL_OK;
     });

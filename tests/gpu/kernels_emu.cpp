@@ -207,7 +207,7 @@ static attn_ref attn_reference(const std::vector<float> &q, const std::vector<fl
 // RoPE inside (rope) and without.
 template <int HD, int NB>
 static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
-    int N = B * T, qd = H * hd, kvd = KV * hd, C3 = qd + 2 * kvd, nb = (T + 63) / 64;
+    int N = B * T, qd = H * hd, kvd = KV * hd, C3 = qd + 2 * kvd;
     int P = T + 5; // table rows beyond T: the sin half starts at P, not T
     std::vector<float> q((size_t)N * qd), k((size_t)N * kvd), v((size_t)N * kvd),
         dout((size_t)N * qd);
@@ -243,7 +243,8 @@ static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
     // the shared memory the launcher gives each kernel: the emulator
     // poisons exactly that much
     auto tiled = [&](int kind, unsigned gx, const std::function<void()> &fn) {
-        rl_emu_launch(dim3(gx, (unsigned)nb), dim3(ATT_THREADS), attn_smem_bytes(kind, HD, NB), fn);
+        unsigned rows = (unsigned)attn_rows(kind), gy = ((unsigned)T + rows - 1) / rows;
+        rl_emu_launch(dim3(gx, gy), dim3(attn_threads(kind)), attn_smem_bytes(kind, HD, NB), fn);
     };
     auto forward = [&](std::vector<bf16> &o, const std::vector<bf16> &in, const float *t) {
         tiled(ATT_FWD, (unsigned)(B * H), [&] {
