@@ -208,7 +208,8 @@ EMU_DIR   := $(BUILD)/emu
 EMU_FLAGS := -std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Werror -Wno-unknown-pragmas \
              -Wno-attributes -Wno-unused-function -DRL_KERNEL_EMU -Ipkg -I. -I$(CUDA_HOME)/include
 EMU_KOBJS := $(KERNEL_SRCS:kernels/%.cu=$(EMU_DIR)/kernels/%.o)
-EMU_ROBJS := $(EMU_DIR)/emu.o $(EMU_DIR)/fake_cuda.o $(EMU_DIR)/fake_nccl.o $(EMU_DIR)/fake_cudnn.o
+EMU_ROBJS := $(EMU_DIR)/emu.o $(EMU_DIR)/fake_cuda.o $(EMU_DIR)/fake_nccl.o $(EMU_DIR)/fake_cudnn.o \
+             $(EMU_DIR)/fake_graph.o
 EMU_LIBS  := $(filter-out -lcudart -lnccl -lcublasLt,$(LDLIBS))
 GPU_EMU_BIN := $(EMU_DIR)/kernels_emu
 CXX ?= g++

@@ -17,11 +17,8 @@ typedef __nv_bfloat16 bf16;
     kernel<<<(grid), (block), (smem_bytes), (stream)>>>(__VA_ARGS__)
 #else
 #define RL_LAUNCH(kernel, grid, block, smem_bytes, stream, ...)                                    \
-    do {                                                                                           \
-        (void)(stream);                                                                            \
-        rl_emu_launch_kernel(reinterpret_cast<const void *>(&kernel), dim3(grid), dim3(block),     \
-                             (smem_bytes), [&] { kernel(__VA_ARGS__); });                          \
-    } while (0)
+    rl_emu_launch_kernel(reinterpret_cast<const void *>(&kernel), dim3(grid), dim3(block),         \
+                         (smem_bytes), (stream), rl_emu_bind(&kernel, __VA_ARGS__))
 #endif
 
 // Statically sized shared arrays: per block on the device; the emulator

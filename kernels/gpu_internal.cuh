@@ -70,8 +70,12 @@ rl_k_cost rl_k_embed_fwd_cost(int N, int D);
 // ascending within an id. cnt: V + 1 ints of scratch. Returns U.
 int rl_gpu_group_tokens(const int32_t *tok, int N, int V, int32_t *cnt, int32_t *uniq, int32_t *seg,
                         int32_t *pos);
+// U is read on the device from *count (it changes with every batch); the
+// grid has max_u >= U blocks of ids, those past U returning at once, so a
+// captured CUDA graph replays for any batch with max_u = min(N, V).
 int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const int32_t *seg,
-                   const int32_t *pos, int U, int D, int accumulate, cudaStream_t s, rl_err *e);
+                   const int32_t *pos, const int32_t *count, int max_u, int D, int accumulate,
+                   cudaStream_t s, rl_err *e);
 rl_k_cost rl_k_embed_bwd_cost(int N, int U, int D);
 int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int N, int D,
                      float eps, cudaStream_t s, rl_err *e);

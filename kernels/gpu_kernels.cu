@@ -40,10 +40,11 @@ int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D
 rl_k_cost rl_k_embed_fwd_cost(int N, int D) { return cost(0, (double)N * 4 + 2.0 * N * D * 4, 1); }
 
 int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const int32_t *seg,
-                   const int32_t *pos, int U, int D, int accumulate, cudaStream_t s, rl_err *e) {
-    if (U == 0) return RL_OK;
-    dim3 grid(U, rl_cdiv(D, 256));
-    RL_LAUNCH(embed_bwd_kernel, grid, 256, 0, s, demb, dres, uniq, seg, pos, D, accumulate);
+                   const int32_t *pos, const int32_t *count, int max_u, int D, int accumulate,
+                   cudaStream_t s, rl_err *e) {
+    if (max_u == 0) return RL_OK;
+    dim3 grid(max_u, rl_cdiv(D, 256));
+    RL_LAUNCH(embed_bwd_kernel, grid, 256, 0, s, demb, dres, uniq, seg, pos, count, D, accumulate);
     LAUNCH_CHECK();
     return RL_OK;
 }

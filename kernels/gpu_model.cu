@@ -47,6 +47,19 @@
 //   sparsely, are cleared). The loss accumulates on the device; step_end
 //   queues it with the gradient norm into a pinned ring of two steps, so a
 //   trainer reads step k's figures while step k+1 runs.
+// * A micro-batch as one CUDA graph. What train_micro launches after the
+//   batch's upload (some 300 kernels and GEMMs on config a) is captured
+//   once and replayed: one launch for the host instead of hundreds. That
+//   needs every launch to be the same from batch to batch, so nothing
+//   that varies is a kernel argument -- the embedding backward reads its
+//   number of distinct ids from the uploaded batch and has a block per
+//   possible id -- and the batch itself goes up before the replay, from
+//   the pinned ring as ever. A graph exists per variant (a step's first
+//   micro-batch writes the gradients, later ones add) and is captured on
+//   the variant's second use: the first runs eagerly and times the GEMMs'
+//   algorithms, which waits for the GPU and cannot be captured. Launches
+//   that carry a DDP hook (the host acts between kernels) and any other
+//   shape than the model's full B x T launch eagerly.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +78,13 @@ extern "C" {
 // Pinned staging slots for the batch: the host may queue this many
 // micro-batches ahead of the GPU before it waits for a slot's copy.
 #define RL_IO_SLOTS 3
+
+// A micro-batch variant's graph (see the design notes).
+struct micro_graph {
+    int uses;          // eager runs so far; -1: capture failed, stay eager
+    float loss_scale;  // a kernel argument: another scale is another graph
+    cudaGraphExec_t exec;
+};
 
 struct rl_gpu_model {
     rl_model_config cfg;
@@ -109,6 +129,9 @@ struct rl_gpu_model {
     int logits_valid;
     int fresh;             // zero_grad since the last micro-batch: write the gradients, not add
     long long steps_ended; // step_end calls
+    int graphs_on;         // rl_gpu_model_graphs
+    micro_graph graph[2];  // [fresh]
+    long long replays;     // micro-batches run from a graph
     rl_gemm gemm;
     rl_cudnn_attn *cudnn; // train.attention's choice: cuDNN, or NULL for our kernels
     // optional per-category kernel timing (rl_gpu_model_profile)
@@ -189,8 +212,9 @@ static size_t carve(size_t *off, size_t bytes) {
     return o;
 }
 
-// tokens, targets, the embedding backward's uniq, seg (cap + 1) and pos
-static size_t io_ints(const rl_gpu_model *m) { return 5 * (size_t)m->B * m->T + 1; }
+// tokens, targets, the embedding backward's uniq, seg (cap + 1), pos and
+// the number of distinct ids (read by its kernel on the device)
+static size_t io_ints(const rl_gpu_model *m) { return 5 * (size_t)m->B * m->T + 2; }
 
 // Activation and scratch layouts: first pass (base NULL) sizes, second
 // pass assigns pointers.
@@ -262,6 +286,8 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     if (m->s || m->params) cudaStreamSynchronize(m->s);
     rl_gemm_free(&m->gemm);
     rl_cudnn_attn_free(m->cudnn);
+    for (micro_graph &g : m->graph)
+        if (g.exec) cudaGraphExecDestroy(g.exec);
     cudaFree(m->params);
     cudaFree(m->master);
     cudaFree(m->opt);
@@ -395,6 +421,7 @@ int rl_gpu_model_create(rl_gpu_model **out, const rl_model_config *c, int B, int
     if (!m) return rl_errf(e, RL_ENOMEM, "gpu model: out of host memory");
     if (opt) m->options = *opt;
     m->s = stream;
+    m->graphs_on = 1;
     int rc = create(m, c, B, T, e);
     if (rc) {
         rl_gpu_model_free(m);
@@ -537,6 +564,7 @@ static int begin_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
     memcpy(tok, tokens, sizeof(int32_t) * N);
     if (targets) memcpy(tgt, targets, sizeof(int32_t) * N);
     m->n_uniq = rl_gpu_group_tokens(tokens, N, V, m->counts, uniq, seg, pos);
+    pos[cap] = m->n_uniq;
     CUDA_CHECK(cudaMemcpyAsync(m->io, tok, sizeof(int32_t) * io_ints(m), cudaMemcpyHostToDevice,
                                m->s));
     CUDA_CHECK(cudaEventRecord(m->io_done[k], m->s));
@@ -737,8 +765,68 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
         STEP(RL_GPU_PROF_OPTIMIZER, memset_cost((size_t)m->V * D * sizeof(float)),
              zero_async(m->grads + p->embed, (size_t)m->V * D * sizeof(float), s, e));
     STEP(RL_GPU_PROF_ELEMWISE, rl_k_embed_bwd_cost(N, m->n_uniq, D),
-         rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, m->n_uniq, D, 1, s, e));
+         rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, d_pos + cap,
+                        N < m->V ? N : m->V, D, 1, s, e));
     if (hook) hook(hook_ctx, p->embed);
+    return RL_OK;
+}
+
+// Everything a micro-batch launches once its batch is on the device.
+static int micro_launches(rl_gpu_model *m, int B, int T, float loss_scale, int fresh,
+                          rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
+    const int N = B * T;
+    RL_TRY(layers_fwd(m, B, T, e));
+    RL_TRY(classifier(m, N, m->io + (size_t)m->B * m->T, 1, loss_scale, fresh, e));
+    if (hook) hook(hook_ctx, m->lay.lm_head);
+    STEP(RL_GPU_PROF_CLASSIFIER, rl_k_loss_accum_cost(N),
+         rl_k_loss_accum(m->scalars, m->losses, N, loss_scale, fresh, m->s, e));
+    return layers_bwd(m, B, T, fresh, hook, hook_ctx, e);
+}
+
+// Captures the variant's launches into g->exec. Nothing runs while the
+// stream captures; on failure the variant stays eager for good, with one
+// log line (a capture that fails once fails every time).
+static void capture_micro(rl_gpu_model *m, micro_graph *g, float loss_scale, int fresh) {
+    cudaGraph_t graph = NULL;
+    rl_err err = {};
+    int rc = 0;
+    cudaError_t ce = cudaStreamBeginCapture(m->s, cudaStreamCaptureModeThreadLocal);
+    if (ce == cudaSuccess) {
+        rc = micro_launches(m, m->B, m->T, loss_scale, fresh, NULL, NULL, &err);
+        ce = cudaStreamEndCapture(m->s, &graph); // ends it whatever happened inside
+    }
+    if (!rc && ce == cudaSuccess) ce = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (!rc && ce == cudaSuccess) return;
+    (void)cudaGetLastError(); // the capture's error is not the step's
+    g->uses = -1, g->exec = NULL;
+    char why[320];
+    rl_json_escape(why, sizeof why, rc ? err.msg : cudaGetErrorName(ce));
+    rl_log(RL_LOG_WARN, "cuda_graph",
+           "\"captured\":false,\"msg\":\"micro-batches launch kernel by kernel: %s\"", why);
+}
+
+// The micro-batch from its variant's graph when it has one (captured on
+// the second use); else launched as it goes.
+static int micro_run(rl_gpu_model *m, int B, int T, float loss_scale, int fresh,
+                     rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
+    micro_graph *g = &m->graph[fresh ? 1 : 0];
+    // (the legacy default stream, 0, cannot capture)
+    if (m->plan || !m->graphs_on || !m->s || hook || m->prof_on || B != m->B || T != m->T ||
+        g->uses < 0)
+        return micro_launches(m, B, T, loss_scale, fresh, hook, hook_ctx, e);
+    if (g->exec && g->loss_scale != loss_scale) {
+        CUDA_CHECK(cudaGraphExecDestroy(g->exec));
+        g->exec = NULL, g->uses = 0;
+    }
+    if (!g->exec && g->uses++ == 0) {
+        g->loss_scale = loss_scale;
+        return micro_launches(m, B, T, loss_scale, fresh, NULL, NULL, e);
+    }
+    if (!g->exec) capture_micro(m, g, loss_scale, fresh);
+    if (!g->exec) return micro_launches(m, B, T, loss_scale, fresh, NULL, NULL, e);
+    CUDA_CHECK(cudaGraphLaunch(g->exec, m->s));
+    m->replays++;
     return RL_OK;
 }
 
@@ -747,16 +835,17 @@ int rl_gpu_model_train_micro(rl_gpu_model *m, const int32_t *tokens, const int32
                              rl_err *e) {
     if (!targets && !m->plan) return rl_errf(e, RL_EINTERNAL, "gpu model: training needs targets");
     RL_TRY(begin_forward(m, tokens, targets, B, T, e));
-    const int N = B * T, fresh = m->fresh;
-    RL_TRY(layers_fwd(m, B, T, e));
-    RL_TRY(classifier(m, N, m->io + (size_t)m->B * m->T, 1, loss_scale, fresh, e));
-    if (hook) hook(hook_ctx, m->lay.lm_head);
-    STEP(RL_GPU_PROF_CLASSIFIER, rl_k_loss_accum_cost(N),
-         rl_k_loss_accum(m->scalars, m->losses, N, loss_scale, fresh, m->s, e));
-    RL_TRY(layers_bwd(m, B, T, fresh, hook, hook_ctx, e));
+    RL_TRY(micro_run(m, B, T, loss_scale, m->fresh, hook, hook_ctx, e));
     m->fresh = 0;
     return RL_OK;
 }
+
+int rl_gpu_model_graphs(rl_gpu_model *m, int on) {
+    int was = m->graphs_on;
+    m->graphs_on = on;
+    return was;
+}
+long long rl_gpu_model_graph_replays(const rl_gpu_model *m) { return m->replays; }
 
 int rl_gpu_model_zero_grad(rl_gpu_model *m, rl_err *e) {
     (void)e;

@@ -126,23 +126,25 @@ extern "C" int rl_gpu_op_embed_fwd(float *out, const float *emb, const int32_t *
 extern "C" int rl_gpu_op_embed_bwd(float *demb, const float *dout, const int32_t *tok, int N, int V,
                                    int D, int accumulate, rl_err *e) {
     op_ctx c;
-    int32_t *h = (int32_t *)malloc(sizeof(int32_t) * ((size_t)V + 1 + 3 * (size_t)N + 1));
+    int32_t *h = (int32_t *)malloc(sizeof(int32_t) * ((size_t)V + 1 + 3 * (size_t)N + 2));
     if (!h) return rl_errf(e, RL_ENOMEM, "gpu op: host staging");
     int32_t *cnt = h, *uniq = cnt + V + 1, *seg = uniq + N, *pos = seg + N + 1;
-    int U = rl_gpu_group_tokens(tok, N, V, cnt, uniq, seg, pos);
+    pos[N] = rl_gpu_group_tokens(tok, N, V, cnt, uniq, seg, pos); // the count, after pos
     float *d_demb, *d_dout;
     int32_t *d_idx;
     int rc = op_begin(c, e);
     if (!rc) rc = op_alloc(c, &d_demb, (size_t)V * D, e);
     if (!rc) rc = op_alloc(c, &d_dout, (size_t)N * D, e);
-    if (!rc) rc = op_alloc(c, &d_idx, 3 * (size_t)N + 1, e);
+    if (!rc) rc = op_alloc(c, &d_idx, 3 * (size_t)N + 2, e);
     if (!rc) rc = up_f32(c, d_demb, demb, (size_t)V * D, e);
     if (!rc) rc = up_f32(c, d_dout, dout, (size_t)N * D, e);
-    if (!rc) rc = up_i32(c, d_idx, uniq, 3 * (size_t)N + 1, e); // uniq, seg, pos are contiguous
+    // uniq, seg, pos and the count are contiguous; the grid has a block per
+    // possible id, as the model's
+    if (!rc) rc = up_i32(c, d_idx, uniq, 3 * (size_t)N + 2, e);
     free(h);
     RL_TRY(rc);
-    RL_TRY(rl_k_embed_bwd(d_demb, d_dout, d_idx, d_idx + N, d_idx + 2 * N + 1, U, D, accumulate,
-                          c.s, e));
+    RL_TRY(rl_k_embed_bwd(d_demb, d_dout, d_idx, d_idx + N, d_idx + 2 * N + 1, d_idx + 3 * N + 1,
+                          N < V ? N : V, D, accumulate, c.s, e));
     return down_f32(c, demb, d_demb, (size_t)V * D, e);
 }
 

@@ -146,6 +146,15 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
 int rl_gpu_model_train_micro(rl_gpu_model *m, const int32_t *tokens, const int32_t *targets, int B,
                              int T, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx,
                              rl_err *e);
+/* CUDA graphs (on from creation): a micro-batch of the model's full B x T
+ * without a hook, on a stream other than the legacy default, is captured as one graph on its second use (per variant:
+ * a step's first micro-batch, the later ones) and replayed from then on;
+ * the host's cost is then one launch, not hundreds. Off: every kernel is
+ * launched each time (the comparison, in tests and gpu_bench). A capture
+ * that fails leaves that variant eager, with one log line. Returns the
+ * previous setting. replays: micro-batches run from a graph so far. */
+int rl_gpu_model_graphs(rl_gpu_model *m, int on);
+long long rl_gpu_model_graph_replays(const rl_gpu_model *m);
 /* Starts a step: the next train_micro writes the gradients instead of
  * adding to them (no memset of the whole buffer) and resets the loss
  * accumulator. */

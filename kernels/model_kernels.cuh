@@ -34,10 +34,10 @@ static __global__ void embed_fwd_kernel(float *x0, const float *emb, const int32
 // then added once (accumulate) or stored (the first micro-batch of a step:
 // the row is not read, so it needs no clearing beforehand).
 static __global__ void embed_bwd_kernel(float *demb, const float *dres, const int32_t *uniq,
-                                        const int32_t *seg, const int32_t *pos, int D,
-                                        int accumulate) {
+                                        const int32_t *seg, const int32_t *pos,
+                                        const int32_t *count, int D, int accumulate) {
     int u = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
-    if (j >= D) return;
+    if (u >= *count || j >= D) return;
     float acc = 0.0f;
     for (int p = seg[u]; p < seg[u + 1]; p++) acc += dres[(size_t)pos[p] * D + j];
     float *d = demb + (size_t)uniq[u] * D + j;

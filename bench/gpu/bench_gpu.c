@@ -3,9 +3,12 @@
  * two can be put side by side (bench/gpu/run.sh runs both).
  *
  *   gpu_bench --config a|b [--batch N] [--seq T] [--steps 30] [--warmup 10]
- *             [--recompute] [--profile-steps 5] [--ddp-rounds 3] [--plan] [--accum 1]
+ *             [--recompute] [--profile-steps 5] [--ddp-rounds 3] [--plan] [--accum 1] [--eager]
  *             [--attention own|auto|cudnn]  (train.attention; own by default here)
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
+ *
+ * --eager launches every kernel of every step (no CUDA graphs): the
+ * difference graphs make, on the same model (impl "ringleader-eager").
  *
  * --plan needs no GPU: one JSON line with the step's plan from the model's
  * own launch list (rl_gpu_model_plan): FLOPs, bytes and launches per kernel
@@ -178,7 +181,7 @@ static int print_plan(const char *config, const rl_model_config *c, int B, int T
 int main(int argc, char **argv) {
     const char *config = "a";
     int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 0, prof_steps = 5;
-    int ddp_rounds = 3, plan = 0, accum = 1, attention = RL_GPU_ATTN_OWN;
+    int ddp_rounds = 3, plan = 0, accum = 1, attention = RL_GPU_ATTN_OWN, eager = 0;
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -202,6 +205,10 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--recompute")) {
             recompute = 1;
+            continue;
+        }
+        if (!strcmp(a, "--eager")) {
+            eager = 1;
             continue;
         }
         if (!strcmp(a, "--plan")) {
@@ -268,6 +275,7 @@ int main(int argc, char **argv) {
         rl_gpu_model_free(m);
         return 1;
     }
+    rl_gpu_model_graphs(m, !eager);
     int N = B * T;
     int32_t *x = malloc(sizeof(int32_t) * N), *y = malloc(sizeof(int32_t) * N);
     rl_rng rng;
@@ -360,10 +368,11 @@ int main(int argc, char **argv) {
            "\"params\":%zu,\"batch\":%d,\"seq\":%d,\"tokens_per_step\":%d,\"ms_per_step\":%.2f,"
            "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"peak_tflops\":%.1f,\"mfu\":%s,"
            "\"peak_mem_gib\":%.2f,\"device_used_gib\":%.2f,\"final_loss\":%.4f,"
-           "\"ms_forward_backward\":%.2f,\"ms_optimizer\":%.2f}\n",
-           recompute ? "-recompute" : "", config, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
+           "\"ms_forward_backward\":%.2f,\"ms_optimizer\":%.2f,\"graph_replays\":%lld}\n",
+           recompute ? "-recompute" : eager ? "-eager" : "", config, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
            tflops, peak, mfu, rl_gpu_model_device_bytes(m) / 1073741824.0,
-           (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps);
+           (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps,
+           rl_gpu_model_graph_replays(m));
     if (prof_steps > 0) {
         int hd = c.hidden_size / c.num_attention_heads;
         double attn_fwd =

@@ -101,6 +101,9 @@ for cfg in $CONFIGS; do
     res=$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP")
     emit "$cfg" ringleader "$res"
     case $res in *'"skipped"'*) continue ;; esac # no GPU: nothing to compare with
+    # the same step launched kernel by kernel: what the CUDA graphs save
+    emit "$cfg" ringleader-eager \
+        "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --eager --profile-steps 0 --ddp-rounds 0)"
     setup_torch
     if [ -n "$py" ]; then
         emit "$cfg" pytorch-eager "$(PYTHONUNBUFFERED=1 "$py" "$baseline" $targs --steps "$STEPS" --warmup "$WARMUP")"

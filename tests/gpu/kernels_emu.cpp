@@ -17,6 +17,9 @@
 // before each launch, so a read of an unwritten element or an unwritten
 // output shows.
 //
+// The argument picks a group: attention, runtime (the emulated runtime's
+// stream capture), model; none runs all.
+//
 // What it cannot show: timing, races that the barriers' memory ordering
 // hides, and the exact accumulation order of the tensor cores (the
 // emulation sums in fp32 in k order); tests/gpu/test_gpu.c checks those
@@ -138,7 +141,7 @@ static void emu_launch_limits() {
     cudaGetDeviceProperties(&p, 0);
     int runs = 0;
     auto try_launch = [&](size_t smem) {
-        rl_emu_launch_kernel(k, dim3(1), dim3(32), smem, [&] { runs += threadIdx.x == 0; });
+        rl_emu_launch_kernel(k, dim3(1), dim3(32), smem, nullptr, [&] { runs += threadIdx.x == 0; });
         return cudaGetLastError();
     };
     char what[64];
@@ -153,6 +156,59 @@ static void emu_launch_limits() {
               try_launch((size_t)optin) == cudaSuccess && runs == 2 &&
               try_launch((size_t)optin + 16) == cudaErrorInvalidValue && runs == 2;
     verdict(ok, what, "dynamic shared memory: 48 KiB until raised, at most %d B", optin);
+}
+
+// Stream capture keeps the real runtime's rules (tests/gpu/emu/
+// fake_graph.cpp), which the model's CUDA graphs rely on: nothing runs while
+// capturing; a kernel's arguments are the values at capture, a copy from
+// host memory reads it at each replay; a sync inside a capture fails and
+// spoils it; an event recorded inside one is no host event; pageable
+// memory cannot be captured.
+static void graph_probe(int v, int *out) {
+    if (threadIdx.x == 0) *out = v;
+}
+static void emu_graph_capture() {
+    cudaStream_t s;
+    cudaEvent_t ev;
+    int *dev, *pin, arg = 1;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaEventCreate(&ev);
+    cudaMalloc((void **)&dev, 2 * sizeof(int));
+    cudaMallocHost((void **)&pin, sizeof(int));
+    std::vector<int> pageable(1, 9);
+    dev[0] = dev[1] = 0, *pin = 5;
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t x = nullptr;
+    bool ok = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    rl_emu_launch_kernel(reinterpret_cast<const void *>(&graph_probe), dim3(1), dim3(32), 0, s,
+                         rl_emu_bind(&graph_probe, arg, dev));
+    ok = ok && cudaMemcpyAsync(dev + 1, pin, sizeof(int), cudaMemcpyHostToDevice, s) == cudaSuccess;
+    ok = ok && dev[0] == 0 && dev[1] == 0; // nothing ran
+    ok = ok && cudaStreamEndCapture(s, &g) == cudaSuccess && cudaGraphInstantiate(&x, g, 0) == 0;
+    arg = 2, *pin = 7;
+    ok = ok && cudaGraphLaunch(x, s) == cudaSuccess && dev[0] == 1 && dev[1] == 7;
+    cudaGraphExecDestroy(x), cudaGraphDestroy(g);
+    // a sync inside a capture
+    bool sync = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess &&
+                cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported &&
+                cudaMalloc((void **)&x, 4) == cudaErrorStreamCaptureUnsupported &&
+                cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated && !g;
+    // an event recorded inside a capture, then outside
+    bool event = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess &&
+                 cudaEventRecord(ev, s) == cudaSuccess && cudaStreamEndCapture(s, &g) == 0 &&
+                 cudaEventSynchronize(ev) == cudaErrorCapturedEvent &&
+                 cudaEventRecord(ev, s) == cudaSuccess && cudaEventSynchronize(ev) == cudaSuccess;
+    cudaGraphDestroy(g);
+    // pageable memory
+    bool page = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess &&
+                cudaMemcpyAsync(dev, pageable.data(), sizeof(int), cudaMemcpyHostToDevice, s) ==
+                    cudaErrorStreamCaptureUnsupported &&
+                cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated;
+    verdict(ok && sync && event && page, "emu stream capture: the runtime's rules",
+            "replay %s, sync in capture %s, captured event %s, pageable copy %s",
+            ok ? "ok" : "wrong", sync ? "refused" : "wrong", event ? "refused" : "wrong",
+            page ? "refused" : "wrong");
+    cudaFree(dev), cudaFreeHost(pin), cudaEventDestroy(ev), cudaStreamDestroy(s);
 }
 
 // When no variant of a kernel fits the device's shared memory, the error
@@ -364,11 +420,13 @@ template <int VW> static void emu_embed() {
                 demb[(size_t)tok[n] * D + j] = NAN, r2[(size_t)tok[n] * D + j] = 0;
         for (int n = 0; n < N; n++)
             for (int j = 0; j < D; j++) r2[(size_t)tok[n] * D + j] += dres[(size_t)n * D + j];
+        // a block per possible id (V here), those past U returning at once
+        const int32_t count = U;
         launch(
-            U, cdiv(D, 256), 256,
+            V, cdiv(D, 256), 256,
             [&] {
-                embed_bwd_kernel(demb.data(), dres.data(), uniq.data(), seg.data(), pos.data(), D,
-                                 acc);
+                embed_bwd_kernel(demb.data(), dres.data(), uniq.data(), seg.data(), pos.data(),
+                                 &count, D, acc);
             },
             false);
         check(acc ? "emu embed bwd (grouped by token) N=129 V=13 D=60 +="
@@ -753,6 +811,7 @@ int main(int argc, char **argv) {
             cases(std::integral_constant<int, 1>(), rope);
         }
     }
+    if (!*only || strstr("runtime", only)) emu_graph_capture();
     if (!*only || strstr("model", only)) {
         emu_embed<1>();
         emu_embed<4>();

@@ -1005,6 +1005,91 @@ done:
     free(mv), free(tok), free(tgt);
 }
 
+/* K steps of one model through train_micro (a new batch per micro-batch,
+ * two per step, the learning rate changing every step) from a start
+ * state; losses[K], then the parameters and moments in p and mv. */
+static int graph_run(rl_gpu_model *m, int graphs, const float *p0, const int32_t *tok,
+                     const int32_t *tgt, int B, int T, int K, float *losses, float *p, float *mv,
+                     rl_err *e) {
+    size_t P = rl_gpu_model_layout(m)->total, N = (size_t)B * T;
+    memset(mv, 0, 2 * P * sizeof(float));
+    rl_gpu_model_graphs(m, graphs);
+    int rc = rl_gpu_model_upload_params(m, p0, e) || rl_gpu_model_upload_opt(m, mv, e);
+    for (int s = 1; s <= K && !rc; s++) {
+        rl_gpu_adamw a = {.lr = 1e-3 * s, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                          .weight_decay = 0.1, .t = s, .grad_scale = 1.0, .clip_max_norm = 1.0};
+        float norm;
+        rc = rl_gpu_model_zero_grad(m, e);
+        for (int k = 0; k < 2 && !rc; k++) {
+            size_t at = (size_t)(2 * (s - 1) + k) * N;
+            rc = rl_gpu_model_train_micro(m, tok + at, tgt + at, B, T, 0.5f, NULL, NULL, e);
+        }
+        if (!rc)
+            rc = rl_gpu_model_grad_norm(m, NULL, e) || rl_gpu_model_adamw(m, &a, e) ||
+                 rl_gpu_model_step_end(m, e) ||
+                 rl_gpu_model_step_stats(m, 0, &losses[s - 1], &norm, e);
+    }
+    if (!rc) rc = rl_gpu_model_download_params(m, p, e) || rl_gpu_model_download_opt(m, mv, e);
+    return rc;
+}
+
+/* CUDA graphs change nothing but the launching: the same steps with every
+ * kernel launched and with the micro-batches replayed from graphs give
+ * bit-identical losses, parameters and moments (one model: the same GEMM
+ * algorithms), and the graphs did run -- every micro-batch but each
+ * variant's first (a step's first micro-batch and the later one). With
+ * each attention backend: cuDNN's executions are captured too. */
+static void test_graphs(int attention) {
+    char name[96];
+    snprintf(name, sizeof name, "cuda graphs: replayed steps = launched steps (%s attention)",
+             attention == RL_GPU_ATTN_CUDNN ? "cudnn" : "own");
+    if (!selected(name)) return;
+    reseed(name);
+    model_case mc = {"graphs", 101, 96, 200, 2, 3, 1, 2, 33};
+    rl_model_config c;
+    case_cfg(&mc, &c);
+    enum { K = 4 };
+    int B = mc.B, T = mc.T, N = B * T;
+    rl_err e = {0};
+    rl_gpu_model *m = NULL;
+    cudaStream_t s = NULL;
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c);
+    size_t P = lay.total;
+    float *p0 = malloc(P * sizeof(float)), *pa = malloc(P * sizeof(float)),
+          *pb = malloc(P * sizeof(float)), *ma = malloc(2 * P * sizeof(float)),
+          *mb = malloc(2 * P * sizeof(float)), la[K], lb[K];
+    int32_t *tok = rand_tokens(2 * K * N, c.vocab_size), *tgt = rand_tokens(2 * K * N, c.vocab_size);
+    rl_model_init_params(&c, p0, check_seed);
+    long long before = 0, replays = 0;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        report(name, 0, "cudaStreamCreateWithFlags failed");
+        goto done;
+    }
+    rl_gpu_options opt = {.attention = attention};
+    if (rl_gpu_model_create(&m, &c, B, T, &opt, s, &e) ||
+        graph_run(m, 0, p0, tok, tgt, B, T, K, la, pa, ma, &e))
+        goto err;
+    before = rl_gpu_model_graph_replays(m);
+    if (graph_run(m, 1, p0, tok, tgt, B, T, K, lb, pb, mb, &e)) goto err;
+    replays = rl_gpu_model_graph_replays(m) - before;
+    report(name,
+           before == 0 && replays == 2 * K - 2 && !memcmp(la, lb, sizeof la) &&
+               !memcmp(pa, pb, P * sizeof(float)) && !memcmp(ma, mb, 2 * P * sizeof(float)),
+           "%lld of %d micro-batches replayed (want %d, and none while off); losses %s, "
+           "parameters %s, moments %s",
+           replays, 2 * K, 2 * K - 2, memcmp(la, lb, sizeof la) ? "differ" : "same",
+           memcmp(pa, pb, P * sizeof(float)) ? "differ" : "same",
+           memcmp(ma, mb, 2 * P * sizeof(float)) ? "differ" : "same");
+    goto done;
+err:
+    fail_err(name, &e);
+done:
+    rl_gpu_model_free(m);
+    if (s) cudaStreamDestroy(s);
+    free(p0), free(pa), free(pb), free(ma), free(mb), free(tok), free(tgt);
+}
+
 /* The plan (rl_gpu_model_plan) against a real step of the same model: the
  * same launcher calls (a profiled step times each), the same device
  * memory, no host sync inside the step, and GEMM FLOPs equal to six times
@@ -1253,6 +1338,8 @@ int main(int argc, char **argv) {
     test_norm();
     test_adamw();
     test_roundtrip();
+    test_graphs(RL_GPU_ATTN_OWN);
+    test_graphs(RL_GPU_ATTN_CUDNN);
     static const model_case cases[] = {
         {"gqa-hd32", 101, 96, 200, 2, 3, 1, 2, 1},
         {"gqa-hd32", 101, 96, 200, 2, 3, 1, 2, 7},

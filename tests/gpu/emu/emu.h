@@ -22,6 +22,7 @@
 #include <functional>
 
 #include <cuda_bf16.h>
+#include <driver_types.h>
 #include <vector_types.h>
 
 struct rl_emu_dim3 {
@@ -51,11 +52,32 @@ template <int N> static inline void cp_async_wait() { rl_emu_cp_async_wait(N); }
 
 // Runs fn for every thread of every block; 1-D blocks of at most 1024.
 void rl_emu_launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn);
-// A launch of `kernel` as the runtime makes it (RL_LAUNCH, fake_cuda.cpp):
-// refused, with the error cudaGetLastError then reports, where the hardware
-// of the emulated architecture (RL_EMU_SM) would refuse it; else rl_emu_launch.
+// A launch of `kernel` on `stream` as the runtime makes it (RL_LAUNCH,
+// fake_cuda.cpp): refused, with the error cudaGetLastError then reports,
+// where the hardware of the emulated architecture (RL_EMU_SM) would refuse
+// it; else rl_emu_launch, now or, on a capturing stream, at each replay of
+// the graph (fn must hold the kernel's arguments by value).
 void rl_emu_launch_kernel(const void *kernel, dim3 grid, dim3 block, size_t smem_bytes,
-                          const std::function<void()> &fn);
+                          cudaStream_t stream, const std::function<void()> &fn);
+
+// A kernel call with its arguments evaluated now, as a launch evaluates
+// them (a replayed graph reuses these values; `*args` is read once, here).
+template <class K, class... A> std::function<void()> rl_emu_bind(K *kernel, A... args) {
+    return [=] { kernel(args...); };
+}
+
+// Stream capture (fake_graph.cpp). rl_emu_enqueue runs fn now, or records
+// it when s is capturing (returns true then). The checks return the error
+// the runtime gives, and invalidate the capture they break: an unsafe call
+// (one that may synchronise) while a capture restricts this thread, or on
+// capturing stream s (s may be NULL); a copy from or to pageable memory on
+// a capturing stream; an event recorded inside a capture used by the host.
+bool rl_emu_enqueue(cudaStream_t s, const std::function<void()> &fn);
+cudaError_t rl_emu_capture_unsafe(cudaStream_t s);
+cudaError_t rl_emu_capture_copy(cudaStream_t s, bool pageable);
+void rl_emu_capture_fail(cudaStream_t s, cudaError_t err);
+cudaError_t rl_emu_event_record(cudaEvent_t ev, cudaStream_t s);
+cudaError_t rl_emu_event_usable(cudaEvent_t ev);
 // For tests, while no other thread uses the device: the opt-in shared-
 // memory maximum the device reports from now on.
 void rl_emu_set_smem_optin(int bytes);

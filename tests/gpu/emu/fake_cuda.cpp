@@ -1,7 +1,8 @@
 // Host stand-ins for the CUDA runtime and cuBLASLt calls kernels/ makes, for
 // the emulated build (make test-gpu-emu): "device" memory is host memory,
 // every operation completes when called (streams and events are in order
-// trivially), kernels run through tests/gpu/emu/emu.cpp. There are
+// trivially) unless its stream is capturing a CUDA graph (fake_graph.cpp:
+// then it runs at each replay), kernels run through tests/gpu/emu/emu.cpp. There are
 // RL_EMU_DEVICES devices (default 1), alike; each host thread has its
 // current one and every allocation remembers its device (the fake NCCL of
 // fake_nccl.cpp checks buffers against its communicator's device). Kernels
@@ -192,6 +193,9 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
     default: return "cudaError (emulated)";
     }
 }
@@ -201,6 +205,12 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture";
+    case cudaErrorCapturedEvent:
+        return "operation not permitted on an event last recorded in a capturing stream";
     default: return "error (emulated)";
     }
 }
@@ -211,8 +221,12 @@ static cudaError_t alloc(void **p, size_t n, cudaMemoryType t) {
     track(*p, n, t);
     return cudaSuccess;
 }
-cudaError_t cudaMalloc(void **p, size_t n) { return alloc(p, n, cudaMemoryTypeDevice); }
+cudaError_t cudaMalloc(void **p, size_t n) {
+    if (cudaError_t c = rl_emu_capture_unsafe(nullptr)) return c;
+    return alloc(p, n, cudaMemoryTypeDevice);
+}
 cudaError_t cudaFree(void *p) {
+    if (cudaError_t c = rl_emu_capture_unsafe(nullptr)) return c;
     untrack(p);
     free(p);
     return cudaSuccess;
@@ -236,18 +250,25 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
     }
     return cudaSuccess;
 }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; } // everything ran when queued
+// everything ran when queued
+cudaError_t cudaStreamQuery(cudaStream_t s) { return rl_emu_capture_unsafe(s); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
+    if (cudaError_t c = rl_emu_capture_unsafe(nullptr)) return c;
     memmove(d, s, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t) {
-    memmove(d, s, n);
+static bool pageable(const void *p) {
+    cudaPointerAttributes a;
+    return cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeUnregistered;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) {
+    if (cudaError_t c = rl_emu_capture_copy(st, pageable(d) || pageable(s))) return c;
+    rl_emu_enqueue(st, [=] { memmove(d, s, n); });
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) {
-    memset(d, v, n);
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
+    rl_emu_enqueue(st, [=] { memset(d, v, n); });
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
@@ -268,7 +289,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     free((void *)s);
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return rl_emu_capture_unsafe(s); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
     *e = (cudaEvent_t)malloc(1);
     return cudaSuccess;
@@ -278,7 +299,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) { return rl_emu_event_record(ev, s); }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) {
     *ms = 1.0f; // no clock on an emulated device: a fixed, plausible number
     return cudaSuccess;
@@ -300,8 +321,8 @@ cudaError_t cudaRuntimeGetVersion(int *v) {
     *v = CUDART_VERSION;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; } // done when queued
+cudaError_t cudaEventSynchronize(cudaEvent_t ev) { return rl_emu_event_usable(ev); }
+cudaError_t cudaEventQuery(cudaEvent_t ev) { return rl_emu_event_usable(ev); } // done when queued
 
 // ---- cuBLASLt -------------------------------------------------------------------------
 const char *cublasLtGetStatusName(cublasStatus_t s) {
@@ -384,38 +405,40 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
                               cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
                               cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
-                              const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
-    const fake_desc *f = (const fake_desc *)desc;
-    const fake_layout *la = (const fake_layout *)Adesc, *lb = (const fake_layout *)Bdesc;
-    const fake_layout *lc = (const fake_layout *)Cdesc, *ld = (const fake_layout *)Ddesc;
-    uint64_t m = ld->rows, n = ld->cols;
-    uint64_t am = f->ta == CUBLAS_OP_N ? la->rows : la->cols,
-             k = f->ta == CUBLAS_OP_N ? la->cols : la->rows;
-    uint64_t bk = f->tb == CUBLAS_OP_N ? lb->rows : lb->cols,
-             bn = f->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
-    if (am != m || bk != k || bn != n || lc->rows != m || lc->cols != n || lc->type != ld->type) {
+                              const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t st) {
+    // descriptors and alpha/beta (host pointer mode) are read now; the
+    // product runs now or at each replay of a captured graph
+    const fake_desc f = *(const fake_desc *)desc;
+    const fake_layout la = *(const fake_layout *)Adesc, lb = *(const fake_layout *)Bdesc;
+    const fake_layout lc = *(const fake_layout *)Cdesc, ld = *(const fake_layout *)Ddesc;
+    uint64_t m = ld.rows, n = ld.cols;
+    uint64_t am = f.ta == CUBLAS_OP_N ? la.rows : la.cols, k = f.ta == CUBLAS_OP_N ? la.cols : la.rows;
+    uint64_t bk = f.tb == CUBLAS_OP_N ? lb.rows : lb.cols, bn = f.tb == CUBLAS_OP_N ? lb.cols : lb.rows;
+    if (am != m || bk != k || bn != n || lc.rows != m || lc.cols != n || lc.type != ld.type) {
         fprintf(stderr,
                 "emu cublasLtMatmul: shapes disagree: D %llux%llu, op(A) %llux%llu, op(B) "
                 "%llux%llu, C %llux%llu\n",
                 (unsigned long long)m, (unsigned long long)n, (unsigned long long)am,
                 (unsigned long long)k, (unsigned long long)bk, (unsigned long long)bn,
-                (unsigned long long)lc->rows, (unsigned long long)lc->cols);
+                (unsigned long long)lc.rows, (unsigned long long)lc.cols);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     float al = *(const float *)alpha, be = *(const float *)beta;
-    for (uint64_t j = 0; j < n; j++)
-        for (uint64_t i = 0; i < m; i++) {
-            float acc = 0.0f;
-            for (uint64_t p = 0; p < k; p++) {
-                float a = f->ta == CUBLAS_OP_N ? ld_elem(A, la->type, i + p * la->ld)
-                                               : ld_elem(A, la->type, p + i * la->ld);
-                float b = f->tb == CUBLAS_OP_N ? ld_elem(B, lb->type, p + j * lb->ld)
-                                               : ld_elem(B, lb->type, j + p * lb->ld);
-                acc += a * b;
+    rl_emu_enqueue(st, [=] {
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) {
+                float acc = 0.0f;
+                for (uint64_t p = 0; p < k; p++) {
+                    float a = f.ta == CUBLAS_OP_N ? ld_elem(A, la.type, i + p * la.ld)
+                                                  : ld_elem(A, la.type, p + i * la.ld);
+                    float b = f.tb == CUBLAS_OP_N ? ld_elem(B, lb.type, p + j * lb.ld)
+                                                  : ld_elem(B, lb.type, j + p * lb.ld);
+                    acc += a * b;
+                }
+                float c = be != 0.0f ? ld_elem(C, lc.type, i + j * lc.ld) : 0.0f;
+                st_elem(D, ld.type, i + j * ld.ld, al * acc + be * c);
             }
-            float c = be != 0.0f ? ld_elem(C, lc->type, i + j * lc->ld) : 0.0f;
-            st_elem(D, ld->type, i + j * ld->ld, al * acc + be * c);
-        }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -426,10 +449,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
 // or block beyond the limits (cudaErrorInvalidConfiguration), dynamic
 // shared memory above the kernel's limit (cudaErrorInvalidValue).
 void rl_emu_launch_kernel(const void *kernel, dim3 grid, dim3 block, size_t smem_bytes,
-                          const std::function<void()> &fn) {
+                          cudaStream_t stream, const std::function<void()> &fn) {
     if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.y > 65535 || grid.z > 65535 ||
         block.x * block.y * block.z > 1024 || block.x * block.y * block.z < 1) {
         last_error = cudaErrorInvalidConfiguration;
+        rl_emu_capture_fail(stream, last_error);
         return;
     }
     emu_device &d = device();
@@ -441,9 +465,10 @@ void rl_emu_launch_kernel(const void *kernel, dim3 grid, dim3 block, size_t smem
     }
     if (smem_bytes > (size_t)limit) {
         last_error = cudaErrorInvalidValue;
+        rl_emu_capture_fail(stream, last_error);
         return;
     }
-    rl_emu_launch(grid, block, smem_bytes, fn);
+    rl_emu_enqueue(stream, [=] { rl_emu_launch(grid, block, smem_bytes, fn); });
 }
 
 void rl_emu_set_smem_optin(int bytes) { device().arch.smem_optin = bytes; }

@@ -20,7 +20,9 @@
 // graphs compute real attention, so `auto` compares and picks for real and
 // the backend can be checked against our kernels and the CPU reference.
 // The fake runtime is synchronous, so execution at the call is in stream
-// order.
+// order; on a capturing stream (cudnnSetStream's) the execution is
+// recorded and runs at each replay of the graph, as a captured cuDNN
+// kernel would.
 //
 // RL_EMU_CUDNN=absent: rl_emu_cudnn_present() says no (the loader reports
 // libcudnn missing); RL_EMU_CUDNN=refuse: every execution plan's Finalize
@@ -29,14 +31,19 @@
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <vector>
+
+#include "tests/gpu/emu/emu.h"
 
 namespace {
 
@@ -72,6 +79,7 @@ struct Desc {
 std::mutex mu;
 std::set<Desc *> live;
 std::set<void *> handles;
+std::map<void *, cudaStream_t> streams; // cudnnSetStream's, per handle
 
 const char *env_mode() {
     const char *m = getenv("RL_EMU_CUDNN");
@@ -654,9 +662,11 @@ cudnnStatus_t cudnnDestroy(cudnnHandle_t h) {
     free(h);
     return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t) {
+cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
     std::lock_guard<std::mutex> g(mu);
-    return handles.count(h) ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+    if (!handles.count(h)) return CUDNN_STATUS_BAD_PARAM;
+    streams[h] = s;
+    return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t t,
@@ -766,5 +776,33 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
         return CUDNN_STATUS_BAD_PARAM;
     if (!p->final || !v->final) return CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED;
     if (!v->ws) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER; // the plan asked for 4096 bytes
-    return execute(p, v);
+    cudaStream_t s = streams.count(h) ? streams[h] : nullptr;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (s) cudaStreamIsCapturing(s, &cs);
+    if (cs == cudaStreamCaptureStatusNone) return execute(p, v);
+    // captured: as real captured kernels hold the pack's pointers and its
+    // by-value scalars as they were at the call, the graph keeps a copy of
+    // the pack and of those scalars (the caller may free both now); the
+    // plan must outlive the graph. A failure at replay is a bug in the
+    // emulated run, and stops it loudly.
+    auto pack = std::make_shared<Desc>(*v);
+    auto scalars = std::make_shared<std::deque<double>>(); // stable addresses
+    for (Desc *op : p->graph->ops)
+        for (Desc *t : {op->x, op->b, op->t, op->y}) {
+            auto it = t && t->byval ? pack->ptr.find(t->uid) : pack->ptr.end();
+            if (it == pack->ptr.end() || !it->second) continue;
+            scalars->push_back(0);
+            memcpy(&scalars->back(), it->second, t->dt == CUDNN_DATA_DOUBLE ? 8 : 4);
+            it->second = &scalars->back();
+        }
+    rl_emu_enqueue(s, [p, pack, scalars] {
+        std::lock_guard<std::mutex> g2(mu);
+        cudnnStatus_t st = execute(p, pack.get());
+        if (st != CUDNN_STATUS_SUCCESS) {
+            fprintf(stderr, "emu cudnnBackendExecute: a captured execution failed at replay (%d)\n",
+                    (int)st);
+            abort();
+        }
+    });
+    return CUDNN_STATUS_SUCCESS;
 }
