@@ -823,6 +823,7 @@ static int micro_run(rl_gpu_model *m, int B, int T, float loss_scale, int fresh,
         g->loss_scale = loss_scale;
         return micro_launches(m, B, T, loss_scale, fresh, NULL, NULL, e);
     }
+    g->loss_scale = loss_scale; // the scale the graph (if captured now) holds
     if (!g->exec) capture_micro(m, g, loss_scale, fresh);
     if (!g->exec) return micro_launches(m, B, T, loss_scale, fresh, NULL, NULL, e);
     CUDA_CHECK(cudaGraphLaunch(g->exec, m->s));
