@@ -43,7 +43,7 @@
 // query rows in the forward (a K/V tile loaded once serves twice the rows
 // it did with 64), 4 warps and 64 rows in the backward (its CTAs hold two
 // accumulators of 64 x HD fp32; at 128 rows the head_dim-128 dK/dV kernel
-// would need 154 KB of shared memory double-buffered) -- and the other
+// would need about 155 KB of shared memory double-buffered) -- and the other
 // dimension is a 64-wide tile. Head dims are padded to 32, 64 or 128 in
 // shared memory with zeros (the zero columns add nothing to Q.K and give
 // zero output columns that are not stored).
@@ -91,8 +91,15 @@
 #define ATT_BR 64 // query rows per CTA tile (the backward's)
 #define ATT_BC 64 // key rows per CTA tile
 #define ATT_THREADS 128
-#define ATT_FWD_BR 128      // query rows per forward CTA: 8 warps share each K/V tile
+#define ATT_FWD_BR 128 // query rows per forward CTA: 8 warps share each K/V tile
 #define ATT_FWD_THREADS 256
+// CTAs per SM the compiler must leave registers for (__launch_bounds__'s
+// second argument), where ptxas spills nothing on sm_80 and sm_90 with it
+// (kernels/README.md has the figures): one forward CTA of 8 warps, two dQ
+// CTAs; more at head dim 32 spilled. The dK/dV kernel has none: at head
+// dim 128 ptxas spilled with a stated minimum of 1 or 2, not without one.
+#define ATT_FWD_MIN_CTAS 1
+#define ATT_DQ_MIN_CTAS 2
 
 // The three tiled kernels, and the dynamic shared memory each needs with
 // nbuf (NBUF: 1 or 2) buffers of its streaming tiles, head dims padded to
@@ -346,10 +353,10 @@ static __device__ void store_staged(bf16 *dst, size_t ld, const float *stage, in
 // memory once for 128 rows, and its ldmatrix loads serve 8 warps. Shared
 // memory: region 0 holds the Q tile [128][HD + 8] until every warp has its
 // Q fragments in registers, then K/V buffer 1; region 1 is K/V buffer 0.
-// So double buffering costs no more than Q and one buffer (69.6 KB at head
+// So double buffering costs no more than Q and one buffer (68 KB at head
 // dim 128, inside sm_86/89's 99 KB).
 template <int HD, int NBUF>
-static __global__ void __launch_bounds__(ATT_FWD_THREADS, 1)
+static __global__ void __launch_bounds__(ATT_FWD_THREADS, ATT_FWD_MIN_CTAS)
     attn_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int max_pos, int T,
                     int H, int KV, int hd, float scale_log2, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BC * STR;
@@ -508,8 +515,9 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS, 1)
 // ---- backward: D_i = dO_i . O_i -------------------------------------------------------------
 // One warp per (row, head); dq_acc (the accumulating dQ's fp32 rows, same
 // layout as dout) is zeroed here: the same rows, no launch of its own.
-static __global__ void attn_dsum_kernel(float *dsum, float *dq_acc, const bf16 *dout,
-                                        const bf16 *out, int N, int T, int H, int hd) {
+static __global__ void __launch_bounds__(256)
+    attn_dsum_kernel(float *dsum, float *dq_acc, const bf16 *dout, const bf16 *out, int N, int T,
+                     int H, int hd) {
     int idx = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (idx >= N * H) return;
     int n = idx / H, h = idx % H;
@@ -637,60 +645,68 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             __syncthreads();
         }
 
-        float st[ATT_BR / 8][4], dpt[ATT_BR / 8][4];
+        // the query tile in passes of QW columns: at head dim 128 two of 32,
+        // so that the score registers (2 x QW / 2 per thread) and the dK, dV
+        // accumulators (HD per thread) fit without spilling
+        constexpr int QW = HD > 64 ? 32 : ATT_BR;
+#pragma unroll 1
+        for (int c0 = 0; c0 < ATT_BR; c0 += QW) {
+            float st[QW / 8][4], dpt[QW / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < ATT_BR / 8; nt++)
+            for (int nt = 0; nt < QW / 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
+                for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t ka[4], va[4];
-            ldsm_x4(ka, a_frag_addr(Ks, STR, warp * 16, kk * 16, lane));
-            ldsm_x4(va, a_frag_addr(Vs, STR, warp * 16, kk * 16, lane));
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t ka[4], va[4];
+                ldsm_x4(ka, a_frag_addr(Ks, STR, warp * 16, kk * 16, lane));
+                ldsm_x4(va, a_frag_addr(Vs, STR, warp * 16, kk * 16, lane));
 #pragma unroll
-            for (int nt = 0; nt < ATT_BR / 8; nt += 2) {
-                uint32_t bq[4], bo[4];
-                ldsm_x4(bq, b_frag_addr_nk(Qb, STR, nt * 8, kk * 16, lane));
-                ldsm_x4(bo, b_frag_addr_nk(Ob, STR, nt * 8, kk * 16, lane));
-                mma_bf16(st[nt], ka, bq[0], bq[1]);
-                mma_bf16(st[nt + 1], ka, bq[2], bq[3]);
-                mma_bf16(dpt[nt], va, bo[0], bo[1]);
-                mma_bf16(dpt[nt + 1], va, bo[2], bo[3]);
+                for (int nt = 0; nt < QW / 8; nt += 2) {
+                    uint32_t bq[4], bo[4];
+                    ldsm_x4(bq, b_frag_addr_nk(Qb, STR, c0 + nt * 8, kk * 16, lane));
+                    ldsm_x4(bo, b_frag_addr_nk(Ob, STR, c0 + nt * 8, kk * 16, lane));
+                    mma_bf16(st[nt], ka, bq[0], bq[1]);
+                    mma_bf16(st[nt + 1], ka, bq[2], bq[3]);
+                    mma_bf16(dpt[nt], va, bo[0], bo[1]);
+                    mma_bf16(dpt[nt + 1], va, bo[2], bo[3]);
+                }
             }
-        }
-        // P^T = exp2(S^T * scale_log2 - lse[query]); dS^T = P^T (dP^T - D[query])
+            // P^T = exp2(S^T * scale_log2 - lse[query]); dS^T = P^T (dP^T - D[query])
 #pragma unroll
-        for (int nt = 0; nt < ATT_BR / 8; nt++)
+            for (int nt = 0; nt < QW / 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int qi = nt * 8 + 2 * tq + (e & 1), query = q0 + qi;
-                int key = e < 2 ? key0 : key1;
-                bool ok = key <= query && query < T;
-                float p = ok ? exp2f(st[nt][e] * scale_log2 - lb[qi]) : 0.0f;
-                st[nt][e] = p;
-                dpt[nt][e] = p * (dpt[nt][e] - db[qi]);
-            }
+                for (int e = 0; e < 4; e++) {
+                    int qi = c0 + nt * 8 + 2 * tq + (e & 1), query = q0 + qi;
+                    int key = e < 2 ? key0 : key1;
+                    bool ok = key <= query && query < T;
+                    float p = ok ? exp2f(st[nt][e] * scale_log2 - lb[qi]) : 0.0f;
+                    st[nt][e] = p;
+                    dpt[nt][e] = p * (dpt[nt][e] - db[qi]);
+                }
             // dV += P^T dO ; dK += dS^T Q   (the k dimension is the query)
 #pragma unroll
-        for (int j = 0; j < ATT_BR / 16; j++) {
-            uint32_t pa[4], da[4];
-            c_to_a(pa, st[2 * j], st[2 * j + 1]);
-            c_to_a(da, dpt[2 * j], dpt[2 * j + 1]);
-            if (dq_acc) { // dS^T for dQ: rows key0 / key1, query columns 16 j + 2 tq (+ 8)
-                uint32_t *s0 = reinterpret_cast<uint32_t *>(Ss + (key0 - k0) * ATT_DS_STR);
-                uint32_t *s1 = reinterpret_cast<uint32_t *>(Ss + (key1 - k0) * ATT_DS_STR);
-                s0[8 * j + tq] = da[0], s1[8 * j + tq] = da[1];
-                s0[8 * j + 4 + tq] = da[2], s1[8 * j + 4 + tq] = da[3];
-            }
+            for (int j = 0; j < QW / 16; j++) {
+                const int q16 = c0 + j * 16; // the 16 queries of this k step
+                uint32_t pa[4], da[4];
+                c_to_a(pa, st[2 * j], st[2 * j + 1]);
+                c_to_a(da, dpt[2 * j], dpt[2 * j + 1]);
+                if (dq_acc) { // dS^T for dQ: rows key0 / key1, query columns q16 + 2 tq (+ 8)
+                    uint32_t *s0 = reinterpret_cast<uint32_t *>(Ss + (key0 - k0) * ATT_DS_STR);
+                    uint32_t *s1 = reinterpret_cast<uint32_t *>(Ss + (key1 - k0) * ATT_DS_STR);
+                    s0[q16 / 2 + tq] = da[0], s1[q16 / 2 + tq] = da[1];
+                    s0[q16 / 2 + 4 + tq] = da[2], s1[q16 / 2 + 4 + tq] = da[3];
+                }
 #pragma unroll
-            for (int d = 0; d < HD / 8; d += 2) {
-                uint32_t bo[4], bq[4];
-                ldsm_x4_t(bo, b_frag_addr_kn(Ob, STR, j * 16, d * 8, lane));
-                ldsm_x4_t(bq, b_frag_addr_kn(Qb, STR, j * 16, d * 8, lane));
-                mma_bf16(dv[d], pa, bo[0], bo[1]);
-                mma_bf16(dv[d + 1], pa, bo[2], bo[3]);
-                mma_bf16(dk[d], da, bq[0], bq[1]);
-                mma_bf16(dk[d + 1], da, bq[2], bq[3]);
+                for (int d = 0; d < HD / 8; d += 2) {
+                    uint32_t bo[4], bq[4];
+                    ldsm_x4_t(bo, b_frag_addr_kn(Ob, STR, q16, d * 8, lane));
+                    ldsm_x4_t(bq, b_frag_addr_kn(Qb, STR, q16, d * 8, lane));
+                    mma_bf16(dv[d], pa, bo[0], bo[1]);
+                    mma_bf16(dv[d + 1], pa, bo[2], bo[3]);
+                    mma_bf16(dk[d], da, bq[0], bq[1]);
+                    mma_bf16(dk[d + 1], da, bq[2], bq[3]);
+                }
             }
         }
         if (dq_acc) {
@@ -717,9 +733,9 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 // rotated back by position t = n % T (rope != NULL), rounded to bf16 once.
 // One thread per rotate-half pair (i, i + hd/2), consecutive threads on
 // consecutive i.
-static __global__ void attn_dq_store_kernel(bf16 *dqkv, const float *dq_acc, const float *rope,
-                                            int max_pos, int N, int T, int H, int KV, int hd,
-                                            float scale) {
+static __global__ void __launch_bounds__(256)
+    attn_dq_store_kernel(bf16 *dqkv, const float *dq_acc, const float *rope, int max_pos, int N,
+                         int T, int H, int KV, int hd, float scale) {
     const int half = hd / 2;
     const size_t C3 = (size_t)(H + 2 * KV) * hd, total = (size_t)N * H * half;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
@@ -740,7 +756,7 @@ static __global__ void attn_dq_store_kernel(bf16 *dqkv, const float *dq_acc, con
 
 // ---- backward: dQ -------------------------------------------------------------------------------
 template <int HD, int NBUF>
-static __global__ void __launch_bounds__(ATT_THREADS)
+static __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_CTAS)
     attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                        const float *dsum, const float *rope, int max_pos, int T, int H, int KV,
                        int hd, float scale_log2, float scale, int vec) {

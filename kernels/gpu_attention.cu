@@ -12,13 +12,13 @@
 // Each kernel runs double-buffered where the device allows the shared
 // memory per block, single-buffered otherwise: sm_80 and sm_90 (163 and
 // 227 KB) fit every head-dim class double-buffered, sm_86 and sm_89 (99 KB)
-// not the head_dim-128 backward (103 KB). The choice is made per device,
-// kernel and head-dim class on first use, and the kernel's limit raised to
-// what that variant needs -- only then, and only as far: raising it above
-// the device's maximum is an error, not a no-op. Several host threads may
-// get here at once (one per model): each finds the same variant and sets
-// the same limit, so a race only repeats the work, and the choice is
-// published after its limit is set.
+// not the head_dim-128 backward (dK/dV 112 KB, dQ 102 KB). The choice is
+// made per device, kernel and head-dim class on first use, and the
+// kernel's limit raised to what that variant needs -- only then, and only
+// as far: raising it above the device's maximum is an error, not a no-op.
+// Several host threads may get here at once (one per model): each finds
+// the same variant and sets the same limit, so a race only repeats the
+// work, and the choice is published after its limit is set.
 #define ATT_MAX_DEVICES 64
 static std::atomic<int> attn_nbuf[ATT_MAX_DEVICES][3][3]; // [device][kind][HD class]; 0: not yet
 static const char *const attn_kind_name[3] = {"forward", "dK/dV backward", "dQ backward"};

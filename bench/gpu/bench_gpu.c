@@ -4,6 +4,7 @@
  *
  *   gpu_bench --config a|b [--batch N] [--seq T] [--steps 30] [--warmup 10]
  *             [--recompute] [--profile-steps 5] [--ddp-rounds 3] [--plan] [--accum 1] [--eager]
+ *             [--dq-atomic 1 (0: the deterministic dQ kernel)]
  *             [--attention own|auto|cudnn]  (train.attention; own by default here)
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
  *
@@ -182,6 +183,7 @@ int main(int argc, char **argv) {
     const char *config = "a";
     int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 0, prof_steps = 5;
     int ddp_rounds = 3, plan = 0, accum = 1, attention = RL_GPU_ATTN_OWN, eager = 0;
+    int dq_atomic = 1; /* our attention's dQ by atomics, as PyTorch's flash backward */
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -220,7 +222,7 @@ int main(int argc, char **argv) {
             INTARG("--vocab", vocab) INTARG("--hidden", hidden) INTARG("--ffn", ffn)
                 INTARG("--layers", layers) INTARG("--heads", heads) INTARG("--kv-heads", kv)
                     INTARG("--profile-steps", prof_steps) INTARG("--ddp-rounds", ddp_rounds)
-                        INTARG("--accum", accum)
+                        INTARG("--accum", accum) INTARG("--dq-atomic", dq_atomic)
                         fprintf(stderr,
                                 "gpu_bench: unknown argument %s (see the comment at the top of "
                                 "bench/gpu/bench_gpu.c)\n",
@@ -253,7 +255,8 @@ int main(int argc, char **argv) {
     c.max_position_embeddings = T;
     c.rms_norm_eps = 1e-5, c.rope_theta = 10000.0, c.initializer_range = 0.02;
 
-    rl_gpu_options opt = {.recompute_swiglu = recompute, .attention = attention};
+    rl_gpu_options opt = {
+        .recompute_swiglu = recompute, .attention = attention, .attn_dq_atomic = dq_atomic};
     if (plan) return print_plan(config, &c, B, T, &opt, accum);
     char gpu[256] = "";
     if (rl_gpu_device_count(gpu, sizeof gpu) == 0) {

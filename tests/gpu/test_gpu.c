@@ -686,10 +686,11 @@ static double cosine(const float *a, const float *b, size_t n, double *na, doubl
  * writing instead of adding) gives the first gradients again. crows > 0
  * splits the classifier into chunks of that many rows (the logits are then
  * not kept, and not compared). */
-static void test_step(const model_case *mc, int recompute, int crows) {
+static void test_step(const model_case *mc, int recompute, int crows, int dq_atomic) {
     char name[96];
-    snprintf(name, sizeof name, "step %s B=%d T=%d%s%s", mc->label, mc->B, mc->T,
-             recompute ? " recompute" : "", crows ? " chunked" : "");
+    snprintf(name, sizeof name, "step %s B=%d T=%d%s%s%s", mc->label, mc->B, mc->T,
+             recompute ? " recompute" : "", crows ? " chunked" : "",
+             dq_atomic ? " dq-atomic" : "");
     if (!selected(name)) return;
     reseed(name);
     rl_model_config c;
@@ -708,7 +709,8 @@ static void test_step(const model_case *mc, int recompute, int crows) {
     float *g1 = malloc(P * sizeof(float)), *g2 = malloc(P * sizeof(float));
     float *logits = malloc((size_t)N * c.vocab_size * sizeof(float));
     float lc, lg, lt, lg2, norm;
-    rl_gpu_options opt = {.recompute_swiglu = recompute, .classifier_rows = crows};
+    rl_gpu_options opt = {
+        .recompute_swiglu = recompute, .classifier_rows = crows, .attn_dq_atomic = dq_atomic};
     if (rl_model_forward(&cpu, tok, tgt, B, T, &lc, &e)) goto err;
     memcpy(logits, rl_model_logits(&cpu), (size_t)N * c.vocab_size * sizeof(float));
     rl_model_zero_grad(&cpu);
@@ -773,6 +775,7 @@ static void test_step(const model_case *mc, int recompute, int crows) {
                "%d of %d tensors below 0.999; lowest %.6f (%s)%s", bad, nt, worst, worst_name,
                zero ? "; tensors with a zero exact gradient: negligible on the GPU too" : "");
     }
+    if (dq_atomic) goto done; /* dQ's atomics: no exact repeat or sum on a GPU */
     /* determinism and accumulation */
     if (rl_gpu_model_zero_grad(gpu, &e) ||
         rl_gpu_model_train_micro(gpu, tok, tgt, B, T, 1.0f, NULL, NULL, &e) ||
@@ -1246,7 +1249,7 @@ static void test_plan(void) {
     rl_model_config c;
     case_cfg(&mc, &c);
     int B = mc.B, T = mc.T, N = B * T, accum = 2;
-    rl_gpu_options opt = {.classifier_rows = 32, .gemm_sm_count = 100};
+    rl_gpu_options opt = {.classifier_rows = 32, .gemm_sm_count = 100, .attn_dq_atomic = 1};
     rl_gpu_plan p;
     rl_gpu_model *m = NULL;
     rl_err e = {0};
@@ -1355,10 +1358,15 @@ int main(int argc, char **argv) {
         {"arch-hd64", 101, 128, 96, 1, 2, 1, 1, 65},
         {"arch-hd128", 101, 256, 96, 1, 2, 1, 1, 65},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_step(&cases[i], 0, 0);
-    test_step(&cases[2], 1, 0);
-    test_step(&cases[2], 0, 64);  /* 258 rows: chunks of 64 and a ragged 2 */
-    test_step(&cases[5], 0, 16);  /* odd shapes, 38 rows: 16 + 16 + 6 */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_step(&cases[i], 0, 0, 0);
+    test_step(&cases[2], 1, 0, 0);
+    test_step(&cases[2], 0, 64, 0); /* 258 rows: chunks of 64 and a ragged 2 */
+    test_step(&cases[5], 0, 16, 0); /* odd shapes, 38 rows: 16 + 16 + 6 */
+    /* dQ by the dK/dV kernel's atomics: three key blocks, T not a multiple
+     * of 64; and under each emulated architecture (head dims 64, 128) */
+    test_step(&cases[2], 0, 0, 1);
+    test_step(&cases[6], 0, 0, 1);
+    test_step(&cases[7], 0, 0, 1);
     test_attention_select();
     test_step_cudnn(&cases[1]); /* gqa-hd32 T=7 */
     test_step_cudnn(&cases[6]); /* arch-hd64 T=65 */
