@@ -527,10 +527,9 @@ int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int h
 
 size_t rl_cudnn_attn_device_bytes(const rl_cudnn_attn *a) { return a ? a->bytes : 0; }
 
-// ---- launches
-// ------------------------------------------------------------------------------------ dst rows [(H
-// + KV) hd] = RoPE(q|k columns of the qkv rows), rotate-half on pairs (i, i + hd/2) as rope_kernel
-// does; cs == NULL copies.
+// ---- launches ----------------------------------------------------------------------------------
+// dst rows [(H + KV) hd] = RoPE(q|k columns of the qkv rows), rotate-half on
+// pairs (i, i + hd/2) as rope_kernel does; cs == NULL copies.
 static __global__ void rope_pack_kernel(bf16 *dst, const bf16 *qkv, const float *cs,
                                         const float *sn, int N, int T, int nh, int hd, int ld) {
     int half = hd / 2;
