@@ -665,10 +665,10 @@ rl_k_cost rl_k_attn_cudnn_bwd_cost(int B, int T, int H, int KV, int hd) {
     return c;
 }
 
-// ---- the choice (train.attention)
-// ---------------------------------------------------------------- auto: both backends on probe
-// inputs of the model's shapes must agree -- max |difference| / max |own output| at most
-// RL_ATTN_AGREE_FWD for out, RL_ATTN_AGREE_BWD for dq|dk|dv. bf16 outputs carry 2^-9 relative
+// ---- the choice (train.attention) ---------------------------------------------------------------
+// auto: both backends on probe inputs of the model's shapes must agree --
+// max |difference| / max |own output| at most RL_ATTN_AGREE_FWD for out,
+// RL_ATTN_AGREE_BWD for dq|dk|dv. bf16 outputs carry 2^-9 relative
 // rounding; the backends differ in summation order and in where P and dS
 // are rounded to bf16 (test-gpu sees ~2e-3 between our kernels and an f64
 // reference), so 1e-2 and 3e-2 leave room for that and none for a wrong
