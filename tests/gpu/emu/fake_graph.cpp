@@ -54,6 +54,18 @@ capture *restricting_capture() {
             return &kv.second;
     return nullptr;
 }
+
+// Must hold mu. The call fails with err and, if it is the first failure,
+// invalidates capture c (NULL: no capture is involved, the call succeeds).
+cudaError_t spoil(capture *c, cudaError_t err) {
+    if (!c) return cudaSuccess;
+    if (c->invalid == cudaSuccess) c->invalid = err;
+    return err;
+}
+capture *capture_of(cudaStream_t s) {
+    auto it = s ? captures.find(s) : captures.end();
+    return it == captures.end() ? nullptr : &it->second;
+}
 } // namespace
 
 bool rl_emu_enqueue(cudaStream_t s, const std::function<void()> &fn) {
@@ -71,27 +83,18 @@ bool rl_emu_enqueue(cudaStream_t s, const std::function<void()> &fn) {
 
 cudaError_t rl_emu_capture_unsafe(cudaStream_t s) {
     std::lock_guard<std::mutex> g(mu);
-    capture *c = nullptr;
-    auto it = s ? captures.find(s) : captures.end();
-    if (it != captures.end()) c = &it->second;
-    if (!c) c = restricting_capture();
-    if (!c) return cudaSuccess;
-    if (c->invalid == cudaSuccess) c->invalid = cudaErrorStreamCaptureUnsupported;
-    return cudaErrorStreamCaptureUnsupported;
+    capture *c = capture_of(s);
+    return spoil(c ? c : restricting_capture(), cudaErrorStreamCaptureUnsupported);
 }
 
 cudaError_t rl_emu_capture_copy(cudaStream_t s, bool pageable) {
     std::lock_guard<std::mutex> g(mu);
-    auto it = captures.find(s);
-    if (it == captures.end() || !pageable) return cudaSuccess;
-    if (it->second.invalid == cudaSuccess) it->second.invalid = cudaErrorStreamCaptureUnsupported;
-    return cudaErrorStreamCaptureUnsupported;
+    return spoil(pageable ? capture_of(s) : nullptr, cudaErrorStreamCaptureUnsupported);
 }
 
 void rl_emu_capture_fail(cudaStream_t s, cudaError_t err) {
     std::lock_guard<std::mutex> g(mu);
-    auto it = captures.find(s);
-    if (it != captures.end() && it->second.invalid == cudaSuccess) it->second.invalid = err;
+    spoil(capture_of(s), err);
 }
 
 cudaError_t rl_emu_event_record(cudaEvent_t ev, cudaStream_t s) {
@@ -106,7 +109,8 @@ cudaError_t rl_emu_event_record(cudaEvent_t ev, cudaStream_t s) {
 cudaError_t rl_emu_event_usable(cudaEvent_t ev) {
     std::lock_guard<std::mutex> g(mu);
     if (captured_events.count(ev)) return cudaErrorCapturedEvent;
-    return restricting_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    // an event wait or query is an unsafe call like any other
+    return spoil(restricting_capture(), cudaErrorStreamCaptureUnsupported);
 }
 
 extern "C" {
