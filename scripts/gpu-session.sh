@@ -14,6 +14,10 @@
 #   scripts/gpu-session.sh bench-a   # config a beside PyTorch eager + compile
 #   scripts/gpu-session.sh bench-b   # config b likewise
 #
+# Several phases may go in one call (scripts/gpu-session.sh test bench-a):
+# a lease is short and each call may have to start a machine. T_TEST,
+# T_SAN and T_BENCH (seconds) bound each step.
+#
 # Logs and JSON lines go to $OUT (the device tool brings that folder back),
 # else build/gpu-session. Every step is bounded by timeout so a hang costs
 # minutes, not the lease.
@@ -26,23 +30,30 @@ P=build/portable
   nvcc --version 2>/dev/null | tail -1; python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null
 } >"$O/gpu.txt" 2>&1
 cat "$O/gpu.txt"
-case ${1:-} in
+[ $# -gt 0 ] || { echo "usage: $0 test | bench-a | bench-b ..." >&2; exit 2; }
+for phase in "$@"; do
+case $phase in
 test)
-    timeout 300 $P/gpu_test >"$O/test-gpu.log" 2>&1
+    timeout ${T_TEST:-300} $P/gpu_test >"$O/test-gpu.log" 2>&1
     echo "test-gpu exit $?"; grep -E '^(FAIL|test-gpu)' "$O/test-gpu.log"
     if command -v compute-sanitizer >/dev/null; then
         RL_GPU_WRAP="compute-sanitizer --tool memcheck --error-exitcode 9" \
-            timeout 150 $P/gpu_test "step gqa-hd32 B=2 T=7" >"$O/memcheck.log" 2>&1
+            timeout ${T_SAN:-150} $P/gpu_test "step gqa-hd32 B=2 T=7" >"$O/memcheck.log" 2>&1
         echo "memcheck exit $?"; tail -3 "$O/memcheck.log"
-        RL_GPU_WRAP="compute-sanitizer --tool racecheck --error-exitcode 9" \
-            timeout 150 $P/gpu_test "attention" >"$O/racecheck.log" 2>&1
-        echo "racecheck exit $?"; tail -3 "$O/racecheck.log"
+        # our attention kernels only ("attention" alone would take in cuDNN's
+        # and whole trainer steps, far too slow under racecheck)
+        for k in fwd bwd; do
+            RL_GPU_WRAP="compute-sanitizer --tool racecheck --error-exitcode 9" \
+                timeout ${T_SAN:-150} $P/gpu_test "attention $k" >>"$O/racecheck.log" 2>&1
+            echo "racecheck $k exit $?"; tail -2 "$O/racecheck.log"
+        done
     fi ;;
 bench-a | bench-b)
-    cfg=${1#bench-}
+    cfg=${phase#bench-}
     STEPS=${STEPS:-20} WARMUP=${WARMUP:-5} RL_BENCH_OUT="$O/bench-$cfg.jsonl" \
-        timeout 540 bench/gpu/run.sh $P/gpu_bench "$cfg" >"$O/bench-$cfg.log" 2>&1
-    echo "bench $cfg exit $?"; cat "$O/bench-$cfg.log" | grep -v '^{' | tail -20 ;;
+        timeout ${T_BENCH:-540} bench/gpu/run.sh $P/gpu_bench "$cfg" >"$O/bench-$cfg.log" 2>&1
+    echo "bench $cfg exit $?"; grep -v '^{' "$O/bench-$cfg.log" | tail -20 ;;
 *)
-    echo "usage: $0 test | bench-a | bench-b" >&2; exit 2 ;;
+    echo "usage: $0 test | bench-a | bench-b ..." >&2; exit 2 ;;
 esac
+done

@@ -19,6 +19,10 @@
 #   STEPS, WARMUP   timed and warm-up steps (default 30 and 10, the baseline's)
 #   BATCH_B         sequences per step for config b (default 8: 16384 tokens;
 #                   the baseline's own default of 64 would need ~4x the memory)
+#   TORCH_ATTN      the baseline's attention variants (default "gqa expand":
+#                   SDPA with enable_gqa, and K/V repeated to every head; which
+#                   is faster depends on the PyTorch build, and we compare
+#                   with the faster)
 #   SKIP_TORCH=1    ringleader only;  SKIP_COMPILE=1  no torch.compile run
 set -u
 BIN=${1:-build/bench/gpu_bench}
@@ -27,6 +31,7 @@ CONFIGS=${*:-a b}
 STEPS=${STEPS:-30}
 WARMUP=${WARMUP:-10}
 BATCH_B=${BATCH_B:-8}
+TORCH_ATTN=${TORCH_ATTN:-gqa expand}
 OUTF=${RL_BENCH_OUT:-build/bench/gpu_bench.jsonl}
 mkdir -p "$(dirname "$OUTF")"
 : >"$OUTF"
@@ -105,13 +110,15 @@ for cfg in $CONFIGS; do
     emit "$cfg" ringleader-eager \
         "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --eager --profile-steps 0 --ddp-rounds 0)"
     setup_torch
-    if [ -n "$py" ]; then
-        emit "$cfg" pytorch-eager "$(PYTHONUNBUFFERED=1 "$py" "$baseline" $targs --steps "$STEPS" --warmup "$WARMUP")"
+    [ -n "$py" ] || continue
+    for attn in $TORCH_ATTN; do
+        emit "$cfg" pytorch-eager \
+            "$(PYTHONUNBUFFERED=1 "$py" "$baseline" $targs --steps "$STEPS" --warmup "$WARMUP" --attn "$attn")"
         if [ "${SKIP_COMPILE:-0}" != 1 ]; then
             emit "$cfg" pytorch-compile \
-                "$(PYTHONUNBUFFERED=1 "$py" "$baseline" $targs --steps "$STEPS" --warmup "$WARMUP" --compile)"
+                "$(PYTHONUNBUFFERED=1 "$py" "$baseline" $targs --steps "$STEPS" --warmup "$WARMUP" --attn "$attn" --compile)"
         fi
-    fi
+    done
 done
 
 python3 "$(dirname "$0")/summary.py" "$OUTF" >&2 || true
