@@ -7,15 +7,12 @@
 // v heads] of head_dim hd each, row n = b*T + t; out / dout rows are the H q
 // heads; query head h reads kv head h / (H / KV) (transformers' repeat_kv).
 //
-// RoPE happens inside (rope != NULL; the CPU model's rotate-half table,
-// [max_pos, hd/2] cos then sin, position t): q and k in global memory are
-// un-rotated; every Q and K tile is rotated in shared memory once its
-// cp.async copy has landed (so the double buffering is untouched), in fp32
-// and rounded to bf16 as the separate RoPE pass did. The backward rotates
-// its Q and K tiles the same way -- the very bits the forward used -- and
-// gives dQ and dK the inverse rotation before they are stored, so dqkv is
-// the gradient with respect to the un-rotated q | k | v. That saves the two
-// passes over q and k per layer that a separate RoPE kernel costs.
+// RoPE is not in here: q and k come rotated (the model rotates them in
+// place in qkv after the projection, one pass, and gives dq, dk the inverse
+// rotation after the backward). Rotating tiles as they were loaded cost
+// more than those two passes, measured on an H200 (2026-11-26): every CTA
+// rotated every K (or Q) tile it streamed -- a K tile once per query block
+// and per head of its group -- about a fifth of the kernels' instructions.
 //
 // Three kernels, and dQ two ways:
 //   fwd    one CTA per (block of 128 queries, b, h): loop over key blocks
@@ -94,11 +91,13 @@
 #define ATT_FWD_BR 128 // query rows per forward CTA: 8 warps share each K/V tile
 #define ATT_FWD_THREADS 256
 // CTAs per SM the compiler must leave registers for (__launch_bounds__'s
-// second argument), where ptxas spills nothing on sm_80 and sm_90 with it
-// (kernels/README.md has the figures): one forward CTA of 8 warps, two dQ
-// CTAs; more at head dim 32 spilled. The dK/dV kernel has none: at head
-// dim 128 ptxas spilled with a stated minimum of 1 or 2, not without one.
-#define ATT_FWD_MIN_CTAS 1
+// second argument; kernels/README.md has the figures). The forward at head
+// dims up to 64: two CTAs of 8 warps (128 registers; at 64 ptxas spills 12
+// bytes on sm_90, none on sm_80): the H200 profile showed one CTA's 8 warps
+// leaving the schedulers idle two cycles in three. At 128, one. Two dQ
+// CTAs. The dK/dV kernel has none: at head dim 128 ptxas spilled with a
+// stated minimum of 1 or 2, not without one.
+static constexpr int attn_fwd_min_ctas(int HD) { return HD <= 64 ? 2 : 1; }
 #define ATT_DQ_MIN_CTAS 2
 
 // The three tiled kernels, and the dynamic shared memory each needs with
@@ -161,6 +160,19 @@ template <int N> static __device__ __forceinline__ void cp_async_wait() {
 }
 #endif // else tests/gpu/emu/emu.h defines them (and __syncthreads, __shfl_xor_sync)
 
+// 2^x on the special-function unit, denormal results flushed to zero (the
+// probabilities they would be are below bf16's reach in P V anyway); exp2f
+// adds range handling around the same instruction.
+#ifndef RL_KERNEL_EMU
+static __device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#else
+static inline float ex2(float x) { return exp2f(x); }
+#endif
+
 // low half = lo (the lower column), as the fragments want
 static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -216,11 +228,18 @@ static __device__ void load_tile(bf16 *tile, const bf16 *src, size_t ld, int r0,
                                  bool vec) {
     constexpr int STR = HD + 8;
     if (vec) {
-        constexpr int CH = HD / 8;
-        for (int c = threadIdx.x; c < ROWS * CH; c += NT) {
-            int r = c / CH, col = (c % CH) * 8;
-            bool ok = r0 + r < rmax && col < hd;
-            cp_async16(tile + r * STR + col, ok ? src + (size_t)(r0 + r) * ld + col : src, ok);
+        // a thread's 16-byte chunk: one column, rows STEP apart; the addresses
+        // computed once and stepped (this runs for every streamed tile)
+        constexpr int CH = HD / 8, STEP = NT / CH;
+        static_assert(NT % CH == 0 && ROWS % STEP == 0, "whole passes of the CTA's threads");
+        const int r = threadIdx.x / CH, col = (threadIdx.x % CH) * 8;
+        const bool col_ok = col < hd;
+        const bf16 *s = src + (size_t)(r0 + r) * ld + col;
+        bf16 *d = tile + r * STR + col;
+#pragma unroll
+        for (int i = 0; i < ROWS / STEP; i++) {
+            bool ok = col_ok && r0 + r + i * STEP < rmax;
+            cp_async16(d + i * STEP * STR, ok ? s + (size_t)i * STEP * ld : src, ok);
         }
     } else {
         for (int c = threadIdx.x; c < ROWS * HD; c += NT) {
@@ -260,92 +279,40 @@ static __device__ __forceinline__ void stream_release(int it, int n, Fetch &&fet
     }
 }
 
-// ---- RoPE ---------------------------------------------------------------------------------------
-// The rotate-half pair (x1, x2) = (x[i], x[i + hd/2]) by the angle of
-// (cos, sin); inverse: by its negative (the transpose, for gradients).
-static __device__ __forceinline__ void rope_pair(float &x1, float &x2, float c, float sn,
-                                                 bool inverse) {
-    float a = x1, b = x2;
-    if (!inverse) {
-        x1 = a * c - b * sn;
-        x2 = b * c + a * sn;
-    } else {
-        x1 = a * c + b * sn;
-        x2 = b * c - a * sn;
-    }
-}
-
-// In place on a landed [ROWS][HD + 8] tile whose row r is position r0 + r:
-// rows >= rmax (zero) and the padding columns are left alone. Visible to
-// other threads after the caller's next __syncthreads.
-template <int HD, int ROWS = ATT_BR, int NT = ATT_THREADS>
-static __device__ void rope_tile(bf16 *tile, const float *rope, int max_pos, int r0, int rmax,
-                                 int hd) {
-    constexpr int STR = HD + 8, HALF = HD / 2;
-    const int half = hd / 2;
-    const float *sn = rope + (size_t)max_pos * half;
-#pragma unroll 1
-    for (int c = threadIdx.x; c < ROWS * HALF; c += NT) {
-        int r = c / HALF, i = c % HALF;
-        if (i >= half || r0 + r >= rmax) continue;
-        size_t at = (size_t)(r0 + r) * half + i;
-        bf16 *p = tile + r * STR + i;
-        float x1 = bf2f(p[0]), x2 = bf2f(p[half]);
-        rope_pair(x1, x2, rope[at], sn[at], false);
-        p[0] = f2bf(x1), p[half] = f2bf(x2);
-    }
-}
-
-// The tile loaded once before the loop, in the first of the two groups the
-// prologue commits: waits for that group alone (the first streaming tile
-// keeps loading) and rotates it; visible after the loop's first barrier.
+// ---- gradient rows out -----------------------------------------------------------------------
+// The backward's dQ, dK, dV leave as fp32 C fragments: rows warp * 16 + gr
+// and + 8 of the CTA's 64, columns d * 8 + 2 tq, + 1; times scale, rounded
+// once to bf16, a pair per store. Rows >= rmax and columns >= hd are not
+// stored (hd is even: col < hd means col + 1 < hd).
 template <int HD>
-static __device__ void rope_resident(bf16 *tile, const float *rope, int max_pos, int r0, int rmax,
-                                     int hd) {
-    cp_async_wait<1>();
-    __syncthreads();
-    rope_tile<HD>(tile, rope, max_pos, r0, rmax, hd);
-}
-
-// ---- gradient rows out through shared memory ---------------------------------------------------
-// The backward's dQ, dK, dV leave as fp32 C fragments (rows warp * 16 + gr
-// and + 8, columns d * 8 + 2 tq, + 1); the inverse RoPE pairs column i with
-// i + hd/2, which another thread holds. So: each thread puts its fragments,
-// times scale, into a [64][HD + 8] fp32 tile of shared memory (the stride
-// keeps a half-warp's 8-byte stores on 32 distinct banks); after a barrier,
-// rows go out whole -- rotated back with rope != NULL -- rounded once to
-// bf16, consecutive threads on consecutive columns.
-template <int HD>
-static __device__ __forceinline__ void stage_frags(float *stage, const float (&acc)[HD / 8][4],
-                                                   float scale) {
-    constexpr int SST = HD + 8;
-    const int lane = threadIdx.x & 31, row = (threadIdx.x >> 5) * 16 + (lane >> 2);
+static __device__ __forceinline__ void store_frags(bf16 *dst, size_t ld,
+                                                   const float (&acc)[HD / 8][4], int r0, int rmax,
+                                                   int hd, float scale) {
+    const int lane = threadIdx.x & 31;
+    const int t0 = r0 + (threadIdx.x >> 5) * 16 + (lane >> 2), t1 = t0 + 8;
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) {
-        float *p = stage + row * SST + d * 8 + 2 * (lane & 3);
-        float2 *lo = reinterpret_cast<float2 *>(p), *hi = reinterpret_cast<float2 *>(p + 8 * SST);
-        *lo = make_float2(acc[d][0] * scale, acc[d][1] * scale);
-        *hi = make_float2(acc[d][2] * scale, acc[d][3] * scale);
+        int col = d * 8 + 2 * (lane & 3);
+        if (col >= hd) continue;
+        if (t0 < rmax)
+            *reinterpret_cast<__nv_bfloat162 *>(dst + (size_t)t0 * ld + col) =
+                __floats2bfloat162_rn(acc[d][0] * scale, acc[d][1] * scale);
+        if (t1 < rmax)
+            *reinterpret_cast<__nv_bfloat162 *>(dst + (size_t)t1 * ld + col) =
+                __floats2bfloat162_rn(acc[d][2] * scale, acc[d][3] * scale);
     }
 }
-// Rows [r0, min(r0 + 64, rmax)) of dst (row stride ld), columns [0, hd).
-template <int HD>
-static __device__ void store_staged(bf16 *dst, size_t ld, const float *stage, int r0, int rmax,
-                                    int hd, const float *rope, int max_pos) {
-    constexpr int SST = HD + 8, HALF = HD / 2;
-    const int half = hd / 2;
-#pragma unroll 1
-    for (int c = threadIdx.x; c < ATT_BR * HALF; c += ATT_THREADS) {
-        int r = c / HALF, i = c % HALF;
-        if (i >= half || r0 + r >= rmax) continue;
-        float x1 = stage[r * SST + i], x2 = stage[r * SST + i + half];
-        if (rope) {
-            size_t at = (size_t)(r0 + r) * half + i;
-            rope_pair(x1, x2, rope[at], rope[(size_t)max_pos * half + at], true);
-        }
-        bf16 *p = dst + (size_t)(r0 + r) * ld + i;
-        p[0] = f2bf(x1), p[half] = f2bf(x2);
-    }
+
+// Keys after the query to -inf in a warp's 16 x 64 score tile (rows t0,
+// t1; key0: the thread's first column's key). Only the tiles that cross
+// the diagonal need it: the others skip the index arithmetic altogether.
+static __device__ __forceinline__ void causal_mask(float (&sc)[ATT_BC / 8][4], int key0, int t0,
+                                                   int t1) {
+#pragma unroll
+    for (int nt = 0; nt < ATT_BC / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (key0 + nt * 8 + (e & 1) > (e < 2 ? t0 : t1)) sc[nt][e] = -INFINITY;
 }
 
 // ---- forward -------------------------------------------------------------------------------
@@ -356,9 +323,9 @@ static __device__ void store_staged(bf16 *dst, size_t ld, const float *stage, in
 // So double buffering costs no more than Q and one buffer (68 KB at head
 // dim 128, inside sm_86/89's 99 KB).
 template <int HD, int NBUF>
-static __global__ void __launch_bounds__(ATT_FWD_THREADS, ATT_FWD_MIN_CTAS)
-    attn_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int max_pos, int T,
-                    int H, int KV, int hd, float scale_log2, int vec) {
+static __global__ void __launch_bounds__(ATT_FWD_THREADS, attn_fwd_min_ctas(HD))
+    attn_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int H, int KV, int hd,
+                    float scale_log2, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BC * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [128][STR], region 0
@@ -388,10 +355,6 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS, ATT_FWD_MIN_CTAS)
     cp_async_commit();
     cp_async_wait<1>(); // Q's group; K/V tile 0 goes on loading
     __syncthreads();
-    if (rope) {
-        rope_tile<HD, ATT_FWD_BR, ATT_FWD_THREADS>(Qs, rope, max_pos, q0, T, hd);
-        __syncthreads();
-    }
     uint32_t qf[HD / 16][4];
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
@@ -407,10 +370,6 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS, ATT_FWD_MIN_CTAS)
         const int k0 = kb * ATT_BC;
         stream_acquire<NBUF>(kb, nkb, fetch);
         bf16 *Kb = kv_buf(kb & (NBUF - 1)), *Vb = Kb + TILE;
-        if (rope) {
-            rope_tile<HD, ATT_BC, ATT_FWD_THREADS>(Kb, rope, max_pos, k0, T, hd);
-            __syncthreads();
-        }
         // a warp whose rows all precede the tile's first key sees none of
         // it (warp-uniform: the other warps' mma.sync are theirs alone)
         if (k0 > wlast) {
@@ -432,26 +391,25 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS, ATT_FWD_MIN_CTAS)
                 mma_bf16(sc[nt + 1], qf[kk], bk[2], bk[3]);
             }
 
-        // scale into the log2 domain, mask (key > query; keys past T are
-        // past every valid query), row maxima over the quad of lanes
+        // the mask (key > query) where the tile crosses the warp's rows'
+        // diagonal (keys past T are past every valid query), then row maxima
+        // of the raw scores over the quad of lanes: the scale is positive,
+        // so it is applied after, folded into one FFMA per score with the
+        // maximum's subtraction (mrow is in the scaled log2 domain)
+        if (k0 + ATT_BC - 1 > q0 + warp * 16) causal_mask(sc, k0 + 2 * tq, t0, t1);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nt = 0; nt < ATT_BC / 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int key = k0 + nt * 8 + 2 * tq + (e & 1), row = e < 2 ? t0 : t1;
-                float v = key > row ? -INFINITY : sc[nt][e] * scale_log2;
-                sc[nt][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
+            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], sc[nt][e]);
         float sub[2], alpha[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float mnew = fmaxf(mrow[r], mx[r]);
+            float mnew = fmaxf(mrow[r], mx[r] * scale_log2);
             sub[r] = mnew == -INFINITY ? 0.0f : mnew; // a row with nothing visible yet: no NaN
-            alpha[r] = exp2f(mrow[r] - sub[r]);
+            alpha[r] = ex2(mrow[r] - sub[r]);
             mrow[r] = mnew;
         }
         float ls[2] = {0.0f, 0.0f};
@@ -459,7 +417,7 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS, ATT_FWD_MIN_CTAS)
         for (int nt = 0; nt < ATT_BC / 8; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float p = exp2f(sc[nt][e] - sub[e >> 1]);
+                float p = ex2(fmaf(sc[nt][e], scale_log2, -sub[e >> 1]));
                 sc[nt][e] = p;
                 ls[e >> 1] += p;
             }
@@ -587,8 +545,8 @@ static __device__ __forceinline__ void dq_add_part(float *acc, size_t ld, const 
 template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dkdv_kernel(bf16 *dqkv, float *dq_acc, const bf16 *dout, const bf16 *qkv,
-                         const float *lse, const float *dsum, const float *rope, int max_pos,
-                         int T, int H, int KV, int hd, float scale_log2, float scale, int vec) {
+                         const float *lse, const float *dsum, int T, int H, int KV, int hd,
+                         float scale_log2, float scale, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem);                  // [64][STR]
@@ -626,7 +584,6 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     };
     fetch(0, 0);
     cp_async_commit();
-    if (rope) rope_resident<HD>(Ks, rope, max_pos, k0, T, hd);
 
     float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
@@ -640,10 +597,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         bf16 *Qb = Qs + buf * TILE;
         const bf16 *Ob = Os + buf * TILE;
         const float *lb = lse_s + buf * ATT_BR, *db = d_s + buf * ATT_BR;
-        if (rope) {
-            rope_tile<HD>(Qb, rope, max_pos, q0, T, hd);
-            __syncthreads();
-        }
+        const bool diag = q0 == k0; // the one query block with keys after some of its queries
 
         // the query tile in passes of QW columns: at head dim 128 two of 32,
         // so that the score registers (2 x QW / 2 per thread) and the dK, dV
@@ -672,18 +626,23 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                     mma_bf16(dpt[nt + 1], va, bo[2], bo[3]);
                 }
             }
-            // P^T = exp2(S^T * scale_log2 - lse[query]); dS^T = P^T (dP^T - D[query])
+            // P^T = exp2(S^T * scale_log2 - lse[query]); dS^T = P^T (dP^T - D[query]).
+            // Masked: keys after the query, on the diagonal block only. Queries
+            // past T need none: their Q and dO rows, lse and D are zero, so
+            // they add 0 to dV and dK (and are not added to dQ).
 #pragma unroll
-            for (int nt = 0; nt < QW / 8; nt++)
+            for (int nt = 0; nt < QW / 8; nt++) {
+                const int qi = c0 + nt * 8 + 2 * tq; // this thread's two queries: qi, qi + 1
+                const float2 l2 = *reinterpret_cast<const float2 *>(lb + qi);
+                const float2 d2 = *reinterpret_cast<const float2 *>(db + qi);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int qi = c0 + nt * 8 + 2 * tq + (e & 1), query = q0 + qi;
-                    int key = e < 2 ? key0 : key1;
-                    bool ok = key <= query && query < T;
-                    float p = ok ? exp2f(st[nt][e] * scale_log2 - lb[qi]) : 0.0f;
+                    float p = ex2(fmaf(st[nt][e], scale_log2, -(e & 1 ? l2.y : l2.x)));
+                    if (diag && (e < 2 ? key0 : key1) > q0 + qi + (e & 1)) p = 0.0f;
                     st[nt][e] = p;
-                    dpt[nt][e] = p * (dpt[nt][e] - db[qi]);
+                    dpt[nt][e] = p * (dpt[nt][e] - (e & 1 ? d2.y : d2.x));
                 }
+            }
             // dV += P^T dO ; dK += dS^T Q   (the k dimension is the query)
 #pragma unroll
             for (int j = 0; j < QW / 16; j++) {
@@ -717,40 +676,24 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         stream_release<NBUF>(it, n_it, fetch);
     }
 
-    // the loop's last barrier freed shared memory: two fp32 tiles fit in
-    // the four bf16 tiles there are at least
-    float *dk_s = reinterpret_cast<float *>(smem), *dv_s = dk_s + ATT_BC * (HD + 8);
-    stage_frags<HD>(dk_s, dk, scale);
-    stage_frags<HD>(dv_s, dv, 1.0f);
-    __syncthreads();
     bf16 *dbase = dqkv + (size_t)b * T * C3;
-    store_staged<HD>(dbase + qd + (size_t)g * hd, C3, dk_s, k0, T, hd, rope, max_pos);
-    store_staged<HD>(dbase + qd + kvd + (size_t)g * hd, C3, dv_s, k0, T, hd, nullptr, 0);
+    store_frags<HD>(dbase + qd + (size_t)g * hd, C3, dk, k0, T, hd, scale);
+    store_frags<HD>(dbase + qd + kvd + (size_t)g * hd, C3, dv, k0, T, hd, 1.0f);
 }
 
 // ---- backward: the accumulated dQ out ---------------------------------------------------------
 // dq_acc [N, H*hd] fp32 (sums of dS K) -> dqkv's q columns: times scale,
-// rotated back by position t = n % T (rope != NULL), rounded to bf16 once.
-// One thread per rotate-half pair (i, i + hd/2), consecutive threads on
-// consecutive i.
+// rounded to bf16 once. One thread per pair of columns (hd is even).
 static __global__ void __launch_bounds__(256)
-    attn_dq_store_kernel(bf16 *dqkv, const float *dq_acc, const float *rope, int max_pos, int N,
-                         int T, int H, int KV, int hd, float scale) {
-    const int half = hd / 2;
-    const size_t C3 = (size_t)(H + 2 * KV) * hd, total = (size_t)N * H * half;
+    attn_dq_store_kernel(bf16 *dqkv, const float *dq_acc, int N, int H, int KV, int hd,
+                         float scale) {
+    const size_t qd = (size_t)H * hd, C3 = (size_t)(H + 2 * KV) * hd, total = (size_t)N * qd / 2;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
-        size_t nh = idx / half;
-        int i = (int)(idx % half), h = (int)(nh % H);
-        size_t n = nh / H;
-        const float *a = dq_acc + nh * hd + i;
-        float x1 = a[0] * scale, x2 = a[half] * scale;
-        if (rope) {
-            size_t at = (size_t)(n % T) * half + i;
-            rope_pair(x1, x2, rope[at], rope[(size_t)max_pos * half + at], true);
-        }
-        bf16 *p = dqkv + n * C3 + (size_t)h * hd + i;
-        p[0] = f2bf(x1), p[half] = f2bf(x2);
+        size_t n = 2 * idx / qd, c = 2 * idx % qd;
+        float2 a = *reinterpret_cast<const float2 *>(dq_acc + 2 * idx);
+        *reinterpret_cast<__nv_bfloat162 *>(dqkv + n * C3 + c) =
+            __floats2bfloat162_rn(a.x * scale, a.y * scale);
     }
 }
 
@@ -758,8 +701,8 @@ static __global__ void __launch_bounds__(256)
 template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_CTAS)
     attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                       const float *dsum, const float *rope, int max_pos, int T, int H, int KV,
-                       int hd, float scale_log2, float scale, int vec) {
+                       const float *dsum, int T, int H, int KV, int hd, float scale_log2,
+                       float scale, int vec) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [64][STR]
@@ -785,7 +728,6 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_CTAS)
     cp_async_commit();
     fetch(0, 0);
     cp_async_commit();
-    if (rope) rope_resident<HD>(Qs, rope, max_pos, q0, T, hd);
     const float *lse_h = lse + (size_t)bh * T, *d_h = dsum + (size_t)bh * T;
     float lr[2] = {t0 < T ? lse_h[t0] : 0.0f, t1 < T ? lse_h[t1] : 0.0f};
     float dr[2] = {t0 < T ? d_h[t0] : 0.0f, t1 < T ? d_h[t1] : 0.0f};
@@ -799,10 +741,6 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_CTAS)
         stream_acquire<NBUF>(kb, qb + 1, fetch);
         bf16 *Kb = Ks + buf * TILE;
         const bf16 *Vb = Vs + buf * TILE;
-        if (rope) {
-            rope_tile<HD>(Kb, rope, max_pos, k0, T, hd);
-            __syncthreads();
-        }
 
         float s[ATT_BC / 8][4], dp[ATT_BC / 8][4];
 #pragma unroll
@@ -825,16 +763,18 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_CTAS)
                 mma_bf16(dp[nt + 1], oa, bv[2], bv[3]);
             }
         }
+        // the mask on the diagonal block only; rows past T need none (their
+        // Q and dO rows, lse and D are zero, and they are not stored)
+        if (kb == qb) causal_mask(s, k0 + 2 * tq, t0, t1);
 #pragma unroll
         for (int nt = 0; nt < ATT_BC / 8; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int key = k0 + nt * 8 + 2 * tq + (e & 1), r = e >> 1, row = r ? t1 : t0;
-                bool ok = key <= row && row < T;
-                float p = ok ? exp2f(s[nt][e] * scale_log2 - lr[r]) : 0.0f;
-                s[nt][e] = p * (dp[nt][e] - dr[r]); // dS
+                const int r = e >> 1;
+                float p = ex2(fmaf(s[nt][e], scale_log2, -lr[r])); // -inf (masked) gives 0
+                s[nt][e] = p * (dp[nt][e] - dr[r]);                // dS
             }
-            // dQ += dS K   (k dimension: the key; K through .trans)
+        // dQ += dS K   (k dimension: the key; K through .trans)
 #pragma unroll
         for (int j = 0; j < ATT_BC / 16; j++) {
             uint32_t da[4];
@@ -850,9 +790,5 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_CTAS)
         stream_release<NBUF>(kb, qb + 1, fetch);
     }
 
-    float *dq_s = reinterpret_cast<float *>(smem); // free since the loop's last barrier
-    stage_frags<HD>(dq_s, dq, scale);
-    __syncthreads();
-    store_staged<HD>(dqkv + (size_t)b * T * C3 + (size_t)h * hd, C3, dq_s, q0, T, hd, rope,
-                     max_pos);
+    store_frags<HD>(dqkv + (size_t)b * T * C3 + (size_t)h * hd, C3, dq, q0, T, hd, scale);
 }

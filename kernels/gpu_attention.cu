@@ -81,16 +81,6 @@ static int attn_check(int B, int T, int H, int KV, int hd, rl_err *e) {
         return rl_errf(e, RL_EINPUT, "attention: grid too large for B=%d T=%d heads=%d", B, T, H);
     return RL_OK;
 }
-// RoPE inside the kernels reads table rows 0..T-1
-static int attn_check_rope(const float *rope, int max_pos, int T, rl_err *e) {
-    if (rope && T > max_pos)
-        return rl_errf(e, RL_EINPUT,
-                       "attention: sequence length %d exceeds the RoPE table's %d positions "
-                       "(max_position_embeddings)",
-                       T, max_pos);
-    return RL_OK;
-}
-
 int rl_gpu_attn_prepare(int hd, rl_err *e) {
     RL_TRY(attn_check(1, 1, 1, 1, hd, e));
     int nbuf;
@@ -103,11 +93,10 @@ static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 // The kernels are named in parentheses in RL_LAUNCH: the comma between
 // their template arguments would split the macro's arguments otherwise.
-int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int max_pos, int B,
-                  int T, int H, int KV, int hd, cudaStream_t s, rl_err *e) {
+int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, int KV, int hd,
+                  cudaStream_t s, rl_err *e) {
     int nbuf;
     RL_TRY(attn_check(B, T, H, KV, hd, e));
-    RL_TRY(attn_check_rope(rope, max_pos, T, e));
     RL_TRY(attn_pick(ATT_FWD, hd, &nbuf, e));
     float scale = 1.0f / sqrtf((float)hd), sl2 = scale * 1.4426950408889634f;
     int vec = hd % 8 == 0 && aligned16(qkv);
@@ -115,19 +104,17 @@ int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int
     return attn_variant(hd, nbuf, [&](auto HD_, auto NB_) {
         constexpr int HD = decltype(HD_)::value, NB = decltype(NB_)::value;
         RL_LAUNCH((attn_fwd_kernel<HD, NB>), grid, ATT_FWD_THREADS,
-                  attn_smem_bytes(ATT_FWD, HD, NB), s, out, lse, qkv, rope, max_pos, T, H, KV, hd,
-                  sl2, vec);
+                  attn_smem_bytes(ATT_FWD, HD, NB), s, out, lse, qkv, T, H, KV, hd, sl2, vec);
         LAUNCH_CHECK();
         return (int)RL_OK;
     });
 }
 
 int rl_k_attn_bwd(bf16 *dqkv, float *dsum, float *dq_acc, const bf16 *dout, const bf16 *qkv,
-                  const bf16 *out, const float *lse, const float *rope, int max_pos, int B, int T,
-                  int H, int KV, int hd, cudaStream_t s, rl_err *e) {
+                  const bf16 *out, const float *lse, int B, int T, int H, int KV, int hd,
+                  cudaStream_t s, rl_err *e) {
     int nbuf_kv, nbuf_q = 0;
     RL_TRY(attn_check(B, T, H, KV, hd, e));
-    RL_TRY(attn_check_rope(rope, max_pos, T, e));
     RL_TRY(attn_pick(ATT_DKDV, hd, &nbuf_kv, e));
     if (!dq_acc) RL_TRY(attn_pick(ATT_DQ, hd, &nbuf_q, e));
     int N = B * T, nb = (T + ATT_BR - 1) / ATT_BR;
@@ -139,24 +126,23 @@ int rl_k_attn_bwd(bf16 *dqkv, float *dsum, float *dq_acc, const bf16 *dout, cons
     RL_TRY(attn_variant(hd, nbuf_kv, [&](auto HD_, auto NB_) {
         constexpr int HD = decltype(HD_)::value, NB = decltype(NB_)::value;
         RL_LAUNCH((attn_bwd_dkdv_kernel<HD, NB>), dim3(B * KV, nb), ATT_THREADS,
-                  attn_smem_bytes(ATT_DKDV, HD, NB), s, dqkv, dq_acc, dout, qkv, lse, dsum, rope,
-                  max_pos, T, H, KV, hd, sl2, scale, vec);
+                  attn_smem_bytes(ATT_DKDV, HD, NB), s, dqkv, dq_acc, dout, qkv, lse, dsum, T, H,
+                  KV, hd, sl2, scale, vec);
         LAUNCH_CHECK();
         return (int)RL_OK;
     }));
     if (dq_acc) { // a pair per thread, a few waves of 256-thread blocks
         size_t pairs = (size_t)N * H * (hd / 2);
         unsigned blocks = (unsigned)(pairs / 256 + 1 < 65536 ? pairs / 256 + 1 : 65536);
-        RL_LAUNCH(attn_dq_store_kernel, blocks, 256, 0, s, dqkv, dq_acc, rope, max_pos, N, T, H,
-                  KV, hd, scale);
+        RL_LAUNCH(attn_dq_store_kernel, blocks, 256, 0, s, dqkv, dq_acc, N, H, KV, hd, scale);
         LAUNCH_CHECK();
         return RL_OK;
     }
     return attn_variant(hd, nbuf_q, [&](auto HD_, auto NB_) {
         constexpr int HD = decltype(HD_)::value, NB = decltype(NB_)::value;
         RL_LAUNCH((attn_bwd_dq_kernel<HD, NB>), dim3(B * H, nb), ATT_THREADS,
-                  attn_smem_bytes(ATT_DQ, HD, NB), s, dqkv, dout, qkv, lse, dsum, rope, max_pos, T,
-                  H, KV, hd, sl2, scale, vec);
+                  attn_smem_bytes(ATT_DQ, HD, NB), s, dqkv, dout, qkv, lse, dsum, T, H, KV, hd, sl2,
+                  scale, vec);
         LAUNCH_CHECK();
         return (int)RL_OK;
     });

@@ -19,6 +19,10 @@
 // scale included) go into the model's lse buffer [B*H, T]: the same size as
 // our kernels' log2 lse, read only by the same backend's backward.
 //
+// The backward exists in three arrangements (fe, ext, split: "the
+// backward" below); creation checks them against our kernels in that order
+// and keeps the first that agrees (rl_gpu_attn_select).
+//
 // libcudnn.so.9 is dlopen'ed, so a machine without cuDNN still runs (our
 // kernels); the emulated build links tests/gpu/emu/fake_cudnn.cpp instead.
 #include <math.h>
@@ -113,7 +117,8 @@ struct graph_b {
     cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
     const char *failed = "";
     char failed_buf[64];
-    int64_t vuid = 1000; // virtual tensors' ids, above the variant pack's
+    int64_t vuid = 1000;       // virtual tensors' ids, above the variant pack's
+    std::vector<int64_t> uids; // the non-virtual tensors': exactly the variant pack's
 
     desc_t make(cudnnBackendDescriptorType_t t) {
         desc_t d = NULL;
@@ -128,7 +133,8 @@ struct graph_b {
     void set(desc_t d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n,
              const void *v) {
         if (!st && (st = dnn.cudnnBackendSetAttribute(d, a, t, n, v))) {
-            snprintf(failed_buf, sizeof failed_buf, "cudnnBackendSetAttribute(attribute %d)", (int)a);
+            snprintf(failed_buf, sizeof failed_buf, "cudnnBackendSetAttribute(attribute %d)",
+                     (int)a);
             failed = failed_buf;
         }
     }
@@ -150,6 +156,7 @@ struct graph_b {
         if (virt) set(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
         if (by_value) set(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
         fin(d);
+        if (!virt) uids.push_back(uid);
         return d;
     }
     // A virtual intermediate, packed row-major (strides are a layout hint
@@ -159,7 +166,10 @@ struct graph_b {
         for (int i = (int)dim.size() - 2; i >= 0; i--) str[i] = str[i + 1] * dim[i + 1];
         return tensor(vuid++, dt, dim, str, true);
     }
-    void matmul(desc_t a, desc_t b, desc_t c) {
+    // C = A B; m, n, k: optional per-batch extents (INT32 [B,1,1,1]) that
+    // the SDPA engines read as the sequence lengths of a padding mask
+    void matmul(desc_t a, desc_t b, desc_t c, desc_t m_ov = NULL, desc_t n_ov = NULL,
+                desc_t k_ov = NULL) {
         desc_t m = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
         cudnnDataType_t f = CUDNN_DATA_FLOAT;
         set(m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f);
@@ -169,14 +179,18 @@ struct graph_b {
         setd(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
         setd(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
         setd(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, m);
+        if (m_ov) setd(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, m_ov);
+        if (n_ov) setd(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, n_ov);
+        if (k_ov) setd(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, k_ov);
         fin(op);
         ops.push_back(op);
     }
-    // y = mode(x[, b]); t: BINARY_SELECT's condition; axis: GEN_INDEX's.
+    // y = mode(x[, b]); t: BINARY_SELECT's condition; axis: GEN_INDEX's;
+    // f: the math precision (the frontend's: INT32 for a padding mask's
+    // indices, BOOLEAN for comparisons and AND)
     void pw(cudnnPointwiseMode_t mode, desc_t x, desc_t b, desc_t y, desc_t t = NULL,
-            int64_t axis = -1) {
+            int64_t axis = -1, cudnnDataType_t f = CUDNN_DATA_FLOAT) {
         desc_t p = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-        cudnnDataType_t f = CUDNN_DATA_FLOAT;
         set(p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
         set(p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f);
         if (axis >= 0) set(p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
@@ -215,7 +229,7 @@ struct graph_b {
     }
     void destroy() {
         for (desc_t d : keep) dnn.cudnnBackendDestroyDescriptor(d);
-        keep.clear(), ops.clear();
+        keep.clear(), ops.clear(), uids.clear();
     }
 };
 
@@ -229,10 +243,12 @@ enum {
     U_STATS,
     U_SCALE,
     U_NEG, // forward
-    U_K,
     U_VT,
     U_DO,
     U_DSUM,
+    U_ONE,
+    U_SEQQ,
+    U_SEQKV,
     U_DQ,
     U_DK,
     U_DV, // backward (+ the above)
@@ -245,8 +261,8 @@ struct attn_shape {
 // [b, h, t, d] of a head block in rows of ld elements
 static dims_t bhsd(const attn_shape &s, int64_t ld) { return {s.T * ld, s.hd, ld, 1}; }
 
-// S = scale Q K^T with the causal mask: the part forward and backward
-// share. *scale: the by-value scale tensor, for the backward's dS.
+// S = scale Q K^T with the causal mask: the forward's.
+// *scale: the by-value scale tensor.
 static desc_t scores(graph_b &g, const attn_shape &s, desc_t q, desc_t kt, desc_t *scale_out) {
     const dims_t bhtt = {s.B, s.H, s.T, s.T}, one = {1, 1, 1, 1};
     desc_t scale = g.tensor(U_SCALE, CUDNN_DATA_FLOAT, one, one, false, true);
@@ -288,56 +304,176 @@ static void fwd_graph(graph_b &g, const attn_shape &s) {
     g.matmul(p, v, o);
 }
 
-// dP = dO V^T, D = rowsum(dO o O), dS = scale P (dP - D); dQ = dS K,
-// dK = dS^T Q, dV = P^T dO, each of dK, dV summed over the GQA group
-// (a reduction H -> KV) when H > KV.
-static void bwd_graph(graph_b &g, const attn_shape &s) {
-    const dims_t bhtt = {s.B, s.H, s.T, s.T}, bhts = bhtt, bht1 = {s.B, s.H, s.T, 1};
-    const dims_t bhtd = {s.B, s.H, s.T, s.hd}, bktd = {s.B, s.KV, s.T, s.hd};
-    const int64_t ldo = s.H * s.hd;
-    desc_t q = g.tensor(U_Q, CUDNN_DATA_BFLOAT16, bhtd, bhsd(s, s.ldq));
-    desc_t kt =
+// ---- the backward -------------------------------------------------------------------------------
+// cuDNN's fused SDPA backward engines recognise the graph cudnn-frontend
+// composes, and a graph of the same maths in another arrangement finalized
+// on H200 (cuDNN 9, CUDA 13) and ran without error but gave wrong dQ, dK
+// (and, with GQA, uninitialised dK, dV). So the backward follows the
+// frontend's composition: op order, operand order, P and dS kept in fp32
+// and cast to bf16 by the reshapes that transpose them, K as a reshape of
+// the K^T input, dQ straight from dS K (the frontend's deterministic
+// form), per-query-head dK/dV as bf16 before the GQA sum, and -- the
+// frontend's workaround for cuDNN <= 9.15, whose backward is wrong when the
+// key length is not a multiple of 128 without one -- a padding mask with
+// every sequence full (seq_len tensors = T, also the matmuls' M/N/K
+// overrides). Three arrangements of it, tried in this order (the first
+// whose results agree with our kernels is kept, rl_gpu_attn_select):
+//   fe     the frontend's graph whole: D = rowsum(dO o O) inside it (into
+//          the non-virtual dsum, through a multiply by 1 as the frontend
+//          has it), the GQA sum a reduction H -> KV inside it;
+//   ext    D from a kernel of ours, read by the graph; with GQA, dK and dV
+//          per query head into a scratch buffer, summed per group by a
+//          kernel of ours (no reduction in the graph at all);
+//   split  ext as two graphs, dQ, then dK and dV (one contraction direction
+//          over S each).
+enum { V_FE, V_EXT, V_SPLIT, V_COUNT };
+static const char *const variant_names[V_COUNT] = {"fe", "ext", "split"};
+
+// the parts one backward graph computes
+enum { PART_DQ = 1, PART_DKDV = 2 };
+
+struct bwd_in {
+    desc_t q, kt, vt, o, dO, stats, dsum, scale, neg, one, seqq, seqkv;
+};
+
+// The tensors a backward graph reads (D too where own_dsum)
+static bwd_in bwd_inputs(graph_b &g, const attn_shape &s, bool own_dsum) {
+    const dims_t bht1 = {s.B, s.H, s.T, 1}, bhtd = {s.B, s.H, s.T, s.hd}, one = {1, 1, 1, 1};
+    const dims_t b111 = {s.B, 1, 1, 1}, ldo = {s.T * s.H * s.hd, s.hd, s.H * s.hd, 1};
+    bwd_in in;
+    in.q = g.tensor(U_Q, CUDNN_DATA_BFLOAT16, bhtd, bhsd(s, s.ldq));
+    in.kt =
         g.tensor(U_KT, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.hd, s.T}, {s.T * s.ldq, s.hd, 1, s.ldq});
-    desc_t k = g.tensor(U_K, CUDNN_DATA_BFLOAT16, bktd, bhsd(s, s.ldq));
-    desc_t vt =
+    in.vt =
         g.tensor(U_VT, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.hd, s.T}, {s.T * s.ldv, s.hd, 1, s.ldv});
-    desc_t o = g.tensor(U_O, CUDNN_DATA_BFLOAT16, bhtd, {s.T * ldo, s.hd, ldo, 1});
-    desc_t dO = g.tensor(U_DO, CUDNN_DATA_BFLOAT16, bhtd, {s.T * ldo, s.hd, ldo, 1});
-    desc_t stats = g.tensor(U_STATS, CUDNN_DATA_FLOAT, bht1, {s.H * s.T, s.T, 1, 1});
-    desc_t dsum = g.tensor(U_DSUM, CUDNN_DATA_FLOAT, bht1, {s.H * s.T, s.T, 1, 1});
-    desc_t dq = g.tensor(U_DQ, CUDNN_DATA_BFLOAT16, bhtd, bhsd(s, s.ldv));
-    desc_t dk = g.tensor(U_DK, CUDNN_DATA_BFLOAT16, bktd, bhsd(s, s.ldv));
-    desc_t dv = g.tensor(U_DV, CUDNN_DATA_BFLOAT16, bktd, bhsd(s, s.ldv));
-    desc_t sc;
-    desc_t sm = scores(g, s, q, kt, &sc);
-    desc_t d0 = g.virt(CUDNN_DATA_FLOAT, bhtt), p = g.virt(CUDNN_DATA_FLOAT, bhtt);
-    desc_t pb = g.virt(CUDNN_DATA_BFLOAT16, bhtt);
-    desc_t pt =
-        g.tensor(g.vuid++, CUDNN_DATA_BFLOAT16, bhts, {s.H * s.T * s.T, s.T * s.T, 1, s.T}, true);
-    g.pw(CUDNN_POINTWISE_SUB, sm, stats, d0);
-    g.pw(CUDNN_POINTWISE_EXP, d0, NULL, p); // the forward's P, from its lse
-    g.pw(CUDNN_POINTWISE_IDENTITY, p, NULL, pb);
-    g.reshape(pb, pt);
-    bool group = s.H != s.KV; // dK, dV per query head first, then summed per group
-    desc_t dvh = group ? g.virt(CUDNN_DATA_FLOAT, bhtd) : dv;
-    g.matmul(pt, dO, dvh);
-    if (group) g.reduce(CUDNN_REDUCE_TENSOR_ADD, dvh, dv);
-    desc_t dp = g.virt(CUDNN_DATA_FLOAT, bhtt), oo = g.virt(CUDNN_DATA_FLOAT, bhtd);
-    g.matmul(dO, vt, dp);
-    g.pw(CUDNN_POINTWISE_MUL, dO, o, oo);
-    g.reduce(CUDNN_REDUCE_TENSOR_ADD, oo, dsum);
-    desc_t t0 = g.virt(CUDNN_DATA_FLOAT, bhtt), t1 = g.virt(CUDNN_DATA_FLOAT, bhtt);
-    desc_t ds = g.virt(CUDNN_DATA_BFLOAT16, bhtt);
+    in.o = g.tensor(U_O, CUDNN_DATA_BFLOAT16, bhtd, ldo);
+    in.dO = g.tensor(U_DO, CUDNN_DATA_BFLOAT16, bhtd, ldo);
+    in.stats = g.tensor(U_STATS, CUDNN_DATA_FLOAT, bht1, {s.H * s.T, s.T, 1, 1});
+    in.dsum = own_dsum ? g.tensor(U_DSUM, CUDNN_DATA_FLOAT, bht1, {s.H * s.T, s.T, 1, 1}) : NULL;
+    in.scale = g.tensor(U_SCALE, CUDNN_DATA_FLOAT, one, one, false, true);
+    in.neg = g.tensor(U_NEG, CUDNN_DATA_FLOAT, one, one, false, true);
+    in.one = own_dsum ? NULL : g.tensor(U_ONE, CUDNN_DATA_FLOAT, one, one, false, true);
+    in.seqq = g.tensor(U_SEQQ, CUDNN_DATA_INT32, b111, one);
+    in.seqkv = g.tensor(U_SEQKV, CUDNN_DATA_INT32, b111, one);
+    return in;
+}
+
+// D = rowsum(dO o O) (x 1: where the frontend scales by dropout) into the
+// non-virtual dsum [B, H, T]: the frontend's first operations.
+static desc_t graph_dsum(graph_b &g, const attn_shape &s, const bwd_in &in) {
+    const dims_t bht1 = {s.B, s.H, s.T, 1};
+    // dO o O with the strides the frontend gives it (those of dO's rows, as
+    // if [B, T, H, hd]: a hint for a virtual, kept as the engines saw it)
+    desc_t oo = g.tensor(g.vuid++, CUDNN_DATA_FLOAT, {s.B, s.H, s.T, s.hd},
+                         {s.H * s.T * s.hd, s.T * s.hd, s.H * s.hd, 1}, true);
+    desc_t r = g.virt(CUDNN_DATA_FLOAT, bht1);
+    desc_t d = g.tensor(U_DSUM, CUDNN_DATA_FLOAT, bht1, {s.H * s.T, s.T, 1, 1});
+    g.pw(CUDNN_POINTWISE_MUL, in.dO, in.o, oo);
+    g.reduce(CUDNN_REDUCE_TENSOR_ADD, oo, r);
+    g.pw(CUDNN_POINTWISE_MUL, r, in.one, d);
+    return d;
+}
+
+// x where row < seq_len_q and column < seq_len_kv, else neg
+static desc_t padding_mask(graph_b &g, const attn_shape &s, const bwd_in &in, desc_t x) {
+    const dims_t bhtt = {s.B, s.H, s.T, s.T};
+    desc_t row = g.virt(CUDNN_DATA_INT32, bhtt), col = g.virt(CUDNN_DATA_INT32, bhtt);
+    desc_t rk = g.virt(CUDNN_DATA_BOOLEAN, bhtt), ck = g.virt(CUDNN_DATA_BOOLEAN, bhtt);
+    desc_t keep = g.virt(CUDNN_DATA_BOOLEAN, bhtt), y = g.virt(CUDNN_DATA_FLOAT, bhtt);
+    g.pw(CUDNN_POINTWISE_GEN_INDEX, x, NULL, row, NULL, 2, CUDNN_DATA_INT32);
+    g.pw(CUDNN_POINTWISE_GEN_INDEX, x, NULL, col, NULL, 3, CUDNN_DATA_INT32);
+    g.pw(CUDNN_POINTWISE_CMP_LT, row, in.seqq, rk, NULL, -1, CUDNN_DATA_BOOLEAN);
+    g.pw(CUDNN_POINTWISE_CMP_LT, col, in.seqkv, ck, NULL, -1, CUDNN_DATA_BOOLEAN);
+    g.pw(CUDNN_POINTWISE_LOGICAL_AND, rk, ck, keep, NULL, -1, CUDNN_DATA_BOOLEAN);
+    g.pw(CUDNN_POINTWISE_BINARY_SELECT, x, in.neg, y, keep);
+    return y;
+}
+
+// x where key position <= query position, else neg
+static desc_t causal_mask(graph_b &g, const attn_shape &s, const bwd_in &in, desc_t x) {
+    const dims_t bhtt = {s.B, s.H, s.T, s.T};
+    desc_t row = g.virt(CUDNN_DATA_INT32, bhtt), col = g.virt(CUDNN_DATA_INT32, bhtt);
+    desc_t keep = g.virt(CUDNN_DATA_BOOLEAN, bhtt), y = g.virt(CUDNN_DATA_FLOAT, bhtt);
+    g.pw(CUDNN_POINTWISE_GEN_INDEX, x, NULL, row, NULL, 2);
+    g.pw(CUDNN_POINTWISE_GEN_INDEX, x, NULL, col, NULL, 3);
+    g.pw(CUDNN_POINTWISE_CMP_GE, row, col, keep, NULL, -1, CUDNN_DATA_BOOLEAN);
+    g.pw(CUDNN_POINTWISE_BINARY_SELECT, x, in.neg, y, keep);
+    return y;
+}
+
+// P = exp(mask(scale Q K^T) - stats), fp32: the forward's, from its lse.
+// The causal mask goes after the subtraction, where the frontend puts it
+// (and, for 9.0 <= cuDNN < 9.10, the padding mask a second time there).
+static desc_t bwd_probs(graph_b &g, const attn_shape &s, const bwd_in &in, size_t version) {
+    const dims_t bhtt = {s.B, s.H, s.T, s.T};
+    desc_t s0 = g.virt(CUDNN_DATA_FLOAT, bhtt), s1 = g.virt(CUDNN_DATA_FLOAT, bhtt);
+    desc_t s3 = g.virt(CUDNN_DATA_FLOAT, bhtt), p = g.virt(CUDNN_DATA_FLOAT, bhtt);
+    g.matmul(in.q, in.kt, s0, in.seqq, in.seqkv);
+    g.pw(CUDNN_POINTWISE_MUL, s0, in.scale, s1);
+    desc_t s2 = padding_mask(g, s, in, s1);
+    g.pw(CUDNN_POINTWISE_SUB, s2, in.stats, s3);
+    if (version >= 90000 && version < 91000) s3 = padding_mask(g, s, in, s3);
+    g.pw(CUDNN_POINTWISE_EXP, causal_mask(g, s, in, s3), NULL, p);
+    return p;
+}
+
+// dS = (dO V^T - D) o P o scale, fp32
+static desc_t bwd_ds(graph_b &g, const attn_shape &s, const bwd_in &in, desc_t dsum, desc_t p) {
+    const dims_t bhtt = {s.B, s.H, s.T, s.T};
+    desc_t dp = g.virt(CUDNN_DATA_FLOAT, bhtt), t0 = g.virt(CUDNN_DATA_FLOAT, bhtt);
+    desc_t t1 = g.virt(CUDNN_DATA_FLOAT, bhtt), ds = g.virt(CUDNN_DATA_FLOAT, bhtt);
+    g.matmul(in.dO, in.vt, dp, in.seqq, in.seqkv);
     g.pw(CUDNN_POINTWISE_SUB, dp, dsum, t0);
-    g.pw(CUDNN_POINTWISE_MUL, p, t0, t1);
-    g.pw(CUDNN_POINTWISE_MUL, t1, sc, ds);
-    g.matmul(ds, k, dq);
-    desc_t dst =
-        g.tensor(g.vuid++, CUDNN_DATA_BFLOAT16, bhts, {s.H * s.T * s.T, s.T * s.T, 1, s.T}, true);
-    g.reshape(ds, dst);
-    desc_t dkh = group ? g.virt(CUDNN_DATA_FLOAT, bhtd) : dk;
-    g.matmul(dst, q, dkh);
-    if (group) g.reduce(CUDNN_REDUCE_TENSOR_ADD, dkh, dk);
+    g.pw(CUDNN_POINTWISE_MUL, t0, p, t1);
+    g.pw(CUDNN_POINTWISE_MUL, t1, in.scale, ds);
+    return ds;
+}
+
+// x^T in bf16: a [T, T] matrix read key-major, the cast in the reshape
+static desc_t transposed(graph_b &g, const attn_shape &s, desc_t x) {
+    desc_t y = g.tensor(g.vuid++, CUDNN_DATA_BFLOAT16, {s.B, s.H, s.T, s.T},
+                        {s.H * s.T * s.T, s.T * s.T, 1, s.T}, true);
+    g.reshape(x, y);
+    return y;
+}
+
+// out = at b over the query positions: dV (at = P^T, b = dO) or dK
+// (dS^T, Q). With GQA in the graph, per query head into a bf16 virtual
+// and a reduction H -> KV; else (H == KV, or per-head scratch) directly.
+static void kv_grad(graph_b &g, const attn_shape &s, const bwd_in &in, desc_t at, desc_t b,
+                    desc_t out, bool reduce) {
+    if (!reduce) return g.matmul(at, b, out, in.seqkv, NULL, in.seqq);
+    desc_t full = g.virt(CUDNN_DATA_BFLOAT16, {s.B, s.H, s.T, s.hd});
+    g.matmul(at, b, full, in.seqkv, NULL, in.seqq);
+    g.reduce(CUDNN_REDUCE_TENSOR_ADD, full, out);
+}
+
+// One backward graph: `parts` of it (PART_*), D in the graph unless
+// own_dsum, per-head dK/dV (in rows of 2 H hd: the scratch) where
+// scratch and H > KV.
+static void bwd_graph(graph_b &g, const attn_shape &s, int parts, bool own_dsum, bool scratch,
+                      size_t version) {
+    bwd_in in = bwd_inputs(g, s, own_dsum);
+    bool group = s.H != s.KV, per_head = group && scratch;
+    int64_t nh = per_head ? s.H : s.KV, ld = per_head ? 2 * s.H * s.hd : s.ldv;
+    desc_t dsum = own_dsum ? in.dsum : graph_dsum(g, s, in);
+    desc_t p = bwd_probs(g, s, in, version);
+    if (parts & PART_DKDV) {
+        desc_t dv = g.tensor(U_DV, CUDNN_DATA_BFLOAT16, {s.B, nh, s.T, s.hd}, bhsd(s, ld));
+        kv_grad(g, s, in, transposed(g, s, p), in.dO, dv, group && !per_head);
+    }
+    desc_t ds = bwd_ds(g, s, in, dsum, p);
+    if (parts & PART_DKDV) {
+        desc_t dk = g.tensor(U_DK, CUDNN_DATA_BFLOAT16, {s.B, nh, s.T, s.hd}, bhsd(s, ld));
+        kv_grad(g, s, in, transposed(g, s, ds), in.q, dk, group && !per_head);
+    }
+    if (parts & PART_DQ) {
+        desc_t k =
+            g.tensor(g.vuid++, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.T, s.hd}, bhsd(s, s.ldq), true);
+        desc_t dq = g.tensor(U_DQ, CUDNN_DATA_BFLOAT16, {s.B, s.H, s.T, s.hd}, bhsd(s, s.ldv));
+        g.reshape(in.kt, k);
+        g.matmul(ds, k, dq, in.seqq, NULL, in.seqkv);
+    }
 }
 
 // ---- plans --------------------------------------------------------------------------------------
@@ -414,21 +550,64 @@ static int finish_plan(graph_b &g, cudnnHandle_t h, bool deterministic, const ch
 
 struct cudnn_plan {
     int B, T;
-    desc_t fwd, bwd;
-    graph_b gf, gb; // own the descriptors the plans were made from
+    desc_t fwd, bwd[2]; // bwd[1]: split's dK/dV graph
+    graph_b gf, gb[2];  // own the descriptors the plans were made from
+    int *seqlen;        // [B] of T: the padding mask's sequence lengths
 };
 
 #define RL_CUDNN_MAX_PLANS 8
 struct rl_cudnn_attn {
     int B, T, H, KV, hd; // capacity and heads
+    int variant;         // V_*: the backward's arrangement
     cudnnHandle_t h;
     cudaStream_t s; // the handle's stream
     bf16 *qk;       // rotated q|k rows [B*T, (H + KV) hd]
+    bf16 *scr;      // ext, split with GQA: per-query-head dK | dV rows [B*T, 2 H hd]
     void *ws;       // the plans' workspace, the largest of them
     size_t ws_bytes, bytes;
     int n_plans;
     cudnn_plan *plans[RL_CUDNN_MAX_PLANS];
 };
+
+static void plan_free(cudnn_plan *p) {
+    p->gf.destroy(), p->gb[0].destroy(), p->gb[1].destroy();
+    cudaFree(p->seqlen);
+    delete p;
+}
+
+// The forward's plan and the variant's backward plan(s) for B x T
+static int make_plans(rl_cudnn_attn *a, cudnn_plan *p, int64_t *ws, rl_err *e) {
+    attn_shape sh = {p->B,
+                     p->T,
+                     a->H,
+                     a->KV,
+                     a->hd,
+                     (int64_t)(a->H + a->KV) * a->hd,
+                     (int64_t)(a->H + 2 * a->KV) * a->hd};
+    char what[128];
+    int64_t w[3] = {0, 0, 0};
+    snprintf(what, sizeof what, "attention forward B=%d T=%d H=%d KV=%d hd=%d", p->B, p->T, a->H,
+             a->KV, a->hd);
+    fwd_graph(p->gf, sh);
+    RL_TRY(finish_plan(p->gf, a->h, false, what, &p->fwd, &w[0], e));
+    size_t version = dnn.cudnnGetVersion();
+    bool own = a->variant != V_FE, split = a->variant == V_SPLIT;
+    for (int i = 0; i < 1 + split; i++) {
+        int parts = !split ? PART_DQ | PART_DKDV : i ? PART_DKDV : PART_DQ;
+        const char *part = !split ? "" : i ? ", dK dV" : ", dQ";
+        snprintf(what, sizeof what, "attention backward (%s%s) B=%d T=%d H=%d KV=%d hd=%d",
+                 variant_names[a->variant], part, p->B, p->T, a->H, a->KV, a->hd);
+        bwd_graph(p->gb[i], sh, parts, own, own, version);
+        RL_TRY(finish_plan(p->gb[i], a->h, true, what, &p->bwd[i], &w[1 + i], e));
+    }
+    *ws = w[0] > w[1] ? w[0] : w[1];
+    if (w[2] > *ws) *ws = w[2];
+    // the padding mask's lengths: every sequence full
+    std::vector<int> len(p->B, p->T);
+    CUDA_CHECK(cudaMalloc(&p->seqlen, len.size() * sizeof(int)));
+    CUDA_CHECK(cudaMemcpy(p->seqlen, len.data(), len.size() * sizeof(int), cudaMemcpyHostToDevice));
+    return RL_OK;
+}
 
 static int plan_for(rl_cudnn_attn *a, int B, int T, cudnn_plan **out, rl_err *e) {
     for (int i = 0; i < a->n_plans; i++)
@@ -438,26 +617,9 @@ static int plan_for(rl_cudnn_attn *a, int B, int T, cudnn_plan **out, rl_err *e)
                        RL_CUDNN_MAX_PLANS, B, T);
     cudnn_plan *p = new cudnn_plan();
     p->B = B, p->T = T;
-    attn_shape sh = {B,
-                     T,
-                     a->H,
-                     a->KV,
-                     a->hd,
-                     (int64_t)(a->H + a->KV) * a->hd,
-                     (int64_t)(a->H + 2 * a->KV) * a->hd};
-    char what[96];
-    int64_t wf = 0, wb = 0;
-    snprintf(what, sizeof what, "attention forward B=%d T=%d H=%d KV=%d hd=%d", B, T, a->H, a->KV,
-             a->hd);
-    fwd_graph(p->gf, sh);
-    int rc = finish_plan(p->gf, a->h, false, what, &p->fwd, &wf, e);
-    if (!rc) {
-        snprintf(what, sizeof what, "attention backward B=%d T=%d H=%d KV=%d hd=%d", B, T, a->H,
-                 a->KV, a->hd);
-        bwd_graph(p->gb, sh);
-        rc = finish_plan(p->gb, a->h, true, what, &p->bwd, &wb, e);
-    }
-    size_t need = (size_t)(wf > wb ? wf : wb);
+    int64_t wsn = 0;
+    int rc = make_plans(a, p, &wsn, e);
+    size_t need = (size_t)wsn;
     if (!rc && need > a->ws_bytes) { // a later, larger shape: grow once, nothing queued uses it
         cudaError_t ce = cudaStreamSynchronize(a->s);
         if (ce == cudaSuccess) ce = cudaFree(a->ws);
@@ -469,8 +631,7 @@ static int plan_for(rl_cudnn_attn *a, int B, int T, cudnn_plan **out, rl_err *e)
             a->ws_bytes = need, a->bytes += need;
     }
     if (rc) {
-        p->gf.destroy(), p->gb.destroy();
-        delete p;
+        plan_free(p);
         return rc;
     }
     a->plans[a->n_plans++] = p;
@@ -481,18 +642,27 @@ static int plan_for(rl_cudnn_attn *a, int B, int T, cudnn_plan **out, rl_err *e)
 void rl_cudnn_attn_free(rl_cudnn_attn *a) {
     if (!a) return;
     if (a->s || a->qk) cudaStreamSynchronize(a->s);
-    for (int i = 0; i < a->n_plans; i++) {
-        a->plans[i]->gf.destroy(), a->plans[i]->gb.destroy();
-        delete a->plans[i];
-    }
+    for (int i = 0; i < a->n_plans; i++) plan_free(a->plans[i]);
     if (a->h) dnn.cudnnDestroy(a->h);
     cudaFree(a->qk);
+    cudaFree(a->scr);
     cudaFree(a->ws);
     free(a);
 }
 
-int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int hd, cudaStream_t s,
-                         rl_err *e) {
+// A test's choice of backward variant for every later creation (-1: none)
+static int pinned_variant = -1;
+
+extern "C" int rl_cudnn_attn_pin_variant(const char *name) {
+    pinned_variant = -1;
+    if (!name) return RL_OK;
+    for (int v = 0; v < V_COUNT; v++)
+        if (!strcmp(name, variant_names[v])) return pinned_variant = v, RL_OK;
+    return RL_EINPUT;
+}
+
+static int create_variant(rl_cudnn_attn **out, int variant, int B, int T, int H, int KV, int hd,
+                          cudaStream_t s, rl_err *e) {
     *out = NULL;
     RL_TRY(cudnn_load(e));
     if (B < 1 || T < 1 || H < 1 || KV < 1 || H % KV || hd < 2 || hd % 2)
@@ -505,17 +675,19 @@ int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int h
         return rl_errf(e, RL_EINPUT, "cuDNN attention: head_dim %d is not a multiple of 8", hd);
     rl_cudnn_attn *a = (rl_cudnn_attn *)calloc(1, sizeof *a);
     if (!a) return rl_errf(e, RL_ENOMEM, "cuDNN attention: out of host memory");
-    a->B = B, a->T = T, a->H = H, a->KV = KV, a->hd = hd, a->s = s;
+    a->B = B, a->T = T, a->H = H, a->KV = KV, a->hd = hd, a->s = s, a->variant = variant;
     cudnn_plan *p;
     size_t nqk = (size_t)B * T * (H + KV) * hd * sizeof(bf16);
+    size_t nscr = variant != V_FE && H > KV ? (size_t)B * T * 2 * H * hd * sizeof(bf16) : 0;
     cudnnStatus_t st = dnn.cudnnCreate(&a->h);
     int rc = st ? dnn_fail(e, st, "cudnnCreate", "attention") : RL_OK;
     if (!rc && (st = dnn.cudnnSetStream(a->h, s)))
         rc = dnn_fail(e, st, "cudnnSetStream", "attention");
     cudaError_t ce = rc ? cudaSuccess : cudaMalloc(&a->qk, nqk);
+    if (ce == cudaSuccess && !rc && nscr) ce = cudaMalloc(&a->scr, nscr);
     if (ce != cudaSuccess)
         rc = rl_gpu_cuda_fail(e, ce, "cudaMalloc(cuDNN q|k)", __FILE__, __LINE__);
-    a->bytes = nqk;
+    a->bytes = nqk + nscr;
     if (!rc) rc = plan_for(a, B, T, &p, e);
     if (rc) {
         rl_cudnn_attn_free(a);
@@ -523,6 +695,12 @@ int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int h
     }
     *out = a;
     return RL_OK;
+}
+
+// The pinned variant (a test's), else the first
+int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int hd, cudaStream_t s,
+                         rl_err *e) {
+    return create_variant(out, pinned_variant >= 0 ? pinned_variant : V_FE, B, T, H, KV, hd, s, e);
 }
 
 size_t rl_cudnn_attn_device_bytes(const rl_cudnn_attn *a) { return a ? a->bytes : 0; }
@@ -582,13 +760,19 @@ static int check_call(rl_cudnn_attn *a, const float *rope, int max_pos, int B, i
     return RL_OK;
 }
 
-static int execute(rl_cudnn_attn *a, desc_t plan, void *const ptr[U_N], const char *what,
-                   rl_err *e) {
+// Binds the graph's non-virtual tensors (gb.uids: exactly those, as the
+// frontend's variant packs have them) to ptr[uid] and runs the plan.
+static int execute(rl_cudnn_attn *a, desc_t plan, const graph_b &gb, void *const ptr[U_N],
+                   const char *what, rl_err *e) {
     int64_t uids[U_N];
     void *ptrs[U_N];
     int n = 0;
-    for (int u = 1; u < U_N; u++)
-        if (ptr[u]) uids[n] = u, ptrs[n++] = ptr[u];
+    for (int64_t u : gb.uids) {
+        if (u <= 0 || u >= U_N || !ptr[u])
+            return rl_errf(e, RL_EINPUT, "cuDNN: %s: no pointer for tensor uid %lld", what,
+                           (long long)u);
+        uids[n] = u, ptrs[n++] = ptr[u];
+    }
     graph_b g;
     desc_t vp = g.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     g.set(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
@@ -612,7 +796,55 @@ int rl_k_attn_cudnn_fwd(rl_cudnn_attn *a, bf16 *out, float *stats, const bf16 *q
     ptr[U_Q] = a->qk, ptr[U_KT] = a->qk + (size_t)a->H * a->hd;
     ptr[U_V] = (void *)(qkv + (size_t)(a->H + a->KV) * a->hd);
     ptr[U_O] = out, ptr[U_STATS] = stats, ptr[U_SCALE] = &scale, ptr[U_NEG] = &neg;
-    return execute(a, p->fwd, ptr, "attention forward", e);
+    return execute(a, p->fwd, p->gf, ptr, "attention forward", e);
+}
+
+// D[b, h, t] = sum_d dO o O: what the fe graph computes itself, for ext and
+// split (attn_dsum_kernel's sum, same layout; one warp per row and head).
+static __global__ void dsum_kernel(float *dsum, const bf16 *dout, const bf16 *out, int N, int T,
+                                   int H, int hd) {
+    int idx = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (idx >= N * H) return;
+    int n = idx / H, h = idx % H;
+    size_t off = (size_t)n * H * hd + (size_t)h * hd;
+    float acc = 0.0f;
+    for (int d = lane; d < hd; d += 32) acc += bf2f(dout[off + d]) * bf2f(out[off + d]);
+    acc = warp_sum(acc);
+    if (lane == 0) dsum[((size_t)(n / T) * H + h) * T + n % T] = acc;
+}
+
+// dK, dV of kv head j = the sum over its group's query heads (G = H / KV
+// consecutive) of the per-head rows in scr [N, 2 H hd], into dqkv's k | v
+// columns; fp32 sums, rounded once.
+static __global__ void group_sum_kernel(bf16 *dqkv, const bf16 *scr, int N, int H, int KV, int hd) {
+    int G = H / KV, kvd = KV * hd;
+    size_t total = (size_t)N * 2 * kvd;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(idx % (2 * kvd)), n = (int)(idx / (2 * kvd));
+        int half = c / kvd, j = (c % kvd) / hd, d = c % hd; // half 0: dK, 1: dV
+        const bf16 *x = scr + (size_t)n * 2 * H * hd + (size_t)half * H * hd + (size_t)j * G * hd;
+        float acc = 0.0f;
+        for (int g = 0; g < G; g++) acc += bf2f(x[(size_t)g * hd + d]);
+        dqkv[(size_t)n * (H + 2 * KV) * hd + (size_t)H * hd + c] = f2bf(acc);
+    }
+}
+
+// ext, split: D by dsum_kernel before the graphs
+static int own_dsum(rl_cudnn_attn *a, float *dsum, const bf16 *dout, const bf16 *out, int N, int T,
+                    cudaStream_t s, rl_err *e) {
+    RL_LAUNCH(dsum_kernel, rl_cdiv((size_t)N * a->H, 8), 256, 0, s, dsum, dout, out, N, T, a->H,
+              a->hd);
+    LAUNCH_CHECK();
+    return RL_OK;
+}
+
+static int group_sum(rl_cudnn_attn *a, bf16 *dqkv, int N, cudaStream_t s, rl_err *e) {
+    unsigned blocks = rl_cdiv((size_t)N * 2 * a->KV * a->hd, 256);
+    if (blocks > 65535u * 16) blocks = 65535u * 16;
+    RL_LAUNCH(group_sum_kernel, blocks, 256, 0, s, dqkv, a->scr, N, a->H, a->KV, a->hd);
+    LAUNCH_CHECK();
+    return RL_OK;
 }
 
 int rl_k_attn_cudnn_bwd(rl_cudnn_attn *a, bf16 *dqkv, float *dsum, const bf16 *dout,
@@ -622,15 +854,25 @@ int rl_k_attn_cudnn_bwd(rl_cudnn_attn *a, bf16 *dqkv, float *dsum, const bf16 *d
     RL_TRY(check_call(a, rope, max_pos, B, T, s, e));
     RL_TRY(plan_for(a, B, T, &p, e));
     RL_TRY(rope_pack(a, qkv, rope, max_pos, B * T, T, s, e)); // the forward's, recomputed
-    float scale = 1.0f / sqrtf((float)a->hd), neg = -1e30f;
+    bool ours = a->variant != V_FE, per_head = ours && a->H > a->KV;
+    if (ours) RL_TRY(own_dsum(a, dsum, dout, out, B * T, T, s, e));
+    // masked scores: -inf from cuDNN 9.10, the lowest float before (the frontend's values)
+    float scale = 1.0f / sqrtf((float)a->hd), one = 1.0f;
+    float neg = dnn.cudnnGetVersion() < 91000 ? -3.402823466e38f : -INFINITY;
     size_t qd = (size_t)a->H * a->hd, kvd = (size_t)a->KV * a->hd;
     void *ptr[U_N] = {0};
-    ptr[U_Q] = a->qk, ptr[U_KT] = ptr[U_K] = a->qk + qd;
+    ptr[U_Q] = a->qk, ptr[U_KT] = a->qk + qd;
     ptr[U_VT] = (void *)(qkv + qd + kvd);
     ptr[U_O] = (void *)out, ptr[U_DO] = (void *)dout, ptr[U_STATS] = (void *)stats;
-    ptr[U_DSUM] = dsum, ptr[U_SCALE] = &scale, ptr[U_NEG] = &neg;
-    ptr[U_DQ] = dqkv, ptr[U_DK] = dqkv + qd, ptr[U_DV] = dqkv + qd + kvd;
-    RL_TRY(execute(a, p->bwd, ptr, "attention backward", e));
+    ptr[U_DSUM] = dsum, ptr[U_SCALE] = &scale, ptr[U_NEG] = &neg, ptr[U_ONE] = &one;
+    ptr[U_SEQQ] = ptr[U_SEQKV] = p->seqlen;
+    ptr[U_DQ] = dqkv;
+    ptr[U_DK] = per_head ? (void *)a->scr : dqkv + qd;
+    ptr[U_DV] = per_head ? (void *)(a->scr + qd) : dqkv + qd + kvd;
+    RL_TRY(execute(a, p->bwd[0], p->gb[0], ptr, "attention backward", e));
+    if (a->variant == V_SPLIT)
+        RL_TRY(execute(a, p->bwd[1], p->gb[1], ptr, "attention backward dK dV", e));
+    if (per_head) RL_TRY(group_sum(a, dqkv, B * T, s, e));
     if (!rope) return RL_OK;
     // dq, dk back to the un-rotated q, k: the transposed rotation
     return rl_k_rope(dqkv, rope, B * T, T, a->H + a->KV, a->hd, (int)(qd + 2 * kvd), max_pos, 1, s,
@@ -654,7 +896,9 @@ rl_k_cost rl_k_attn_cudnn_fwd_cost(int B, int T, int H, int KV, int hd) {
 
 // Backward: the rotation again (not kept from the forward: L x q|k of
 // memory), five products over the causal half (2.5 x the forward's), D, and
-// the inverse rotation of dq|dk in place.
+// the inverse rotation of dq|dk in place. The fe variant's launches: ext
+// adds one for D and, with GQA, one for the group sum, split one more
+// graph; which variant a model gets is known only at its creation.
 rl_k_cost rl_k_attn_cudnn_bwd_cost(int B, int T, int H, int KV, int hd) {
     double N = (double)B * T, causal = (double)T * (T + 1) / 2, qd = (double)H * hd;
     double qkv = N * (H + 2.0 * KV) * hd * 2;
@@ -666,18 +910,23 @@ rl_k_cost rl_k_attn_cudnn_bwd_cost(int B, int T, int H, int KV, int hd) {
 }
 
 // ---- the choice (train.attention) ---------------------------------------------------------------
-// auto: both backends on probe inputs of the model's shapes must agree --
-// max |difference| / max |own output| at most RL_ATTN_AGREE_FWD for out,
-// RL_ATTN_AGREE_BWD for dq|dk|dv. bf16 outputs carry 2^-9 relative
-// rounding; the backends differ in summation order and in where P and dS
-// are rounded to bf16 (test-gpu sees ~2e-3 between our kernels and an f64
-// reference), so 1e-2 and 3e-2 leave room for that and none for a wrong
-// mask, layout or scale, which errs by O(1).
+// auto and cudnn alike: both backends on probe inputs of the model's shapes
+// must agree -- max |difference| / max |own output| at most
+// RL_ATTN_AGREE_FWD for out, RL_ATTN_AGREE_BWD for dq|dk|dv. bf16 outputs
+// carry 2^-9 relative rounding; the backends differ in summation order and
+// in where P and dS are rounded to bf16 (test-gpu sees ~2e-3 between our
+// kernels and an f64 reference), so 1e-2 and 3e-2 leave room for that and
+// none for a wrong mask, layout or scale, which errs by O(1). A cuDNN that
+// finalizes a graph and runs it may still compute it wrong (H200, cuDNN 9:
+// dQ, dK off by 1e2, GQA's dK, dV uninitialised, no error), so the backward
+// variants are tried in order and the first that agrees is kept; cudnn
+// without one fails rather than train on wrong gradients.
 #define RL_ATTN_AGREE_FWD 1e-2
 #define RL_ATTN_AGREE_BWD 3e-2
 #define RL_ATTN_REPS 3
 
 struct probe_bufs {
+    int B, T, H, KV, hd;
     bf16 *qkv, *out[2], *dout, *dqkv[2];
     float *lse[2], *dsum;
 };
@@ -698,18 +947,21 @@ static double max_rel_diff(const bf16 *d_a, const bf16 *d_b, size_t n, rl_err *e
     return dmax / (amax > 0 ? amax : 1);
 }
 
-// One forward and backward of backend k (0 own, 1 cuDNN) into its buffers.
+// One forward and backward of backend k (0 own, 1 cuDNN a) into its buffers.
 static int run_one(int k, rl_cudnn_attn *a, probe_bufs *p, const float *rope, int max_pos,
                    cudaStream_t s, rl_err *e) {
-    int B = a->B, T = a->T, H = a->H, KV = a->KV, hd = a->hd;
+    int B = p->B, T = p->T, H = p->H, KV = p->KV, hd = p->hd;
+    // RoPE is the model's own pass before attention (rl_k_rope), for either
+    // backend: not part of what is compared
+    (void)rope, (void)max_pos;
     if (k == 0) {
-        RL_TRY(rl_k_attn_fwd(p->out[0], p->lse[0], p->qkv, rope, max_pos, B, T, H, KV, hd, s, e));
-        return rl_k_attn_bwd(p->dqkv[0], p->dsum, NULL, p->dout, p->qkv, p->out[0], p->lse[0], rope,
-                             max_pos, B, T, H, KV, hd, s, e);
+        RL_TRY(rl_k_attn_fwd(p->out[0], p->lse[0], p->qkv, B, T, H, KV, hd, s, e));
+        return rl_k_attn_bwd(p->dqkv[0], p->dsum, NULL, p->dout, p->qkv, p->out[0], p->lse[0], B,
+                             T, H, KV, hd, s, e);
     }
-    RL_TRY(rl_k_attn_cudnn_fwd(a, p->out[1], p->lse[1], p->qkv, rope, max_pos, B, T, s, e));
-    return rl_k_attn_cudnn_bwd(a, p->dqkv[1], p->dsum, p->dout, p->qkv, p->out[1], p->lse[1], rope,
-                               max_pos, B, T, s, e);
+    RL_TRY(rl_k_attn_cudnn_fwd(a, p->out[1], p->lse[1], p->qkv, NULL, 0, B, T, s, e));
+    return rl_k_attn_cudnn_bwd(a, p->dqkv[1], p->dsum, p->dout, p->qkv, p->out[1], p->lse[1], NULL,
+                               0, B, T, s, e);
 }
 
 // Milliseconds per forward + backward of backend k, RL_ATTN_REPS timed.
@@ -733,15 +985,16 @@ static int time_one(int k, rl_cudnn_attn *a, probe_bufs *p, const float *rope, i
 
 // Probe inputs: q, k, v, dO uniform in [-2, 2) from a fixed hash (the same
 // bits every run), uploaded once.
-static int probe_alloc(probe_bufs *p, int N, int H, int KV, int hd, cudaStream_t s, rl_err *e) {
-    size_t C3 = (size_t)(H + 2 * KV) * hd, qd = (size_t)H * hd, n = (size_t)N * C3;
+static int probe_alloc(probe_bufs *p, cudaStream_t s, rl_err *e) {
+    int N = p->B * p->T;
+    size_t C3 = (size_t)(p->H + 2 * p->KV) * p->hd, qd = (size_t)p->H * p->hd, n = (size_t)N * C3;
     CUDA_CHECK(cudaMalloc(&p->qkv, n * sizeof(bf16)));
     CUDA_CHECK(cudaMalloc(&p->dout, (size_t)N * qd * sizeof(bf16)));
-    CUDA_CHECK(cudaMalloc(&p->dsum, (size_t)N * H * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&p->dsum, (size_t)N * p->H * sizeof(float)));
     for (int k = 0; k < 2; k++) {
         CUDA_CHECK(cudaMalloc(&p->out[k], (size_t)N * qd * sizeof(bf16)));
         CUDA_CHECK(cudaMalloc(&p->dqkv[k], n * sizeof(bf16)));
-        CUDA_CHECK(cudaMalloc(&p->lse[k], (size_t)N * H * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&p->lse[k], (size_t)N * p->H * sizeof(float)));
     }
     std::vector<bf16> h((n > (size_t)N * qd ? n : (size_t)N * qd) + 7);
     uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -762,38 +1015,74 @@ static void probe_free(probe_bufs *p) {
     for (void *q : ptrs) cudaFree(q);
 }
 
-// auto's measurement: agreement, then the time of each. *pick 1: cuDNN.
-static int probe(rl_cudnn_attn *a, const float *rope, int max_pos, cudaStream_t s, int *pick,
-                 rl_err *e) {
-    probe_bufs p;
-    memset(&p, 0, sizeof p);
-    int N = a->B * a->T, rc = probe_alloc(&p, N, a->H, a->KV, a->hd, s, e);
-    size_t C3 = (size_t)(a->H + 2 * a->KV) * a->hd, qd = (size_t)a->H * a->hd;
-    float ms[2] = {0, 0};
-    double df = 0, db = 0;
-    for (int k = 0; k < 2 && !rc; k++) rc = run_one(k, a, &p, rope, max_pos, s, e);
-    if (!rc) df = max_rel_diff(p.out[0], p.out[1], (size_t)N * qd, e, &rc);
-    if (!rc) db = max_rel_diff(p.dqkv[0], p.dqkv[1], (size_t)N * C3, e, &rc);
-    for (int k = 0; k < 2 && !rc; k++) rc = time_one(k, a, &p, rope, max_pos, s, &ms[k], e);
-    probe_free(&p);
-    if (rc) return rc;
-    bool agree = df <= RL_ATTN_AGREE_FWD && db <= RL_ATTN_AGREE_BWD;
-    *pick = agree && ms[1] < ms[0]; // a tie keeps our kernels
-    rl_log(RL_LOG_INFO, "attention_backend",
-           "\"requested\":\"auto\",\"choice\":\"%s\",\"own_ms\":%.3f,\"cudnn_ms\":%.3f,"
-           "\"fwd_diff\":%.2e,\"bwd_diff\":%.2e,\"agree\":%s,\"B\":%d,\"T\":%d",
-           *pick ? "cudnn" : "own", ms[0], ms[1], df, db, agree ? "true" : "false", a->B, a->T);
+// Variant v made and run on the probe inputs (our kernels' results already
+// in the buffers): *a set when its out and dq|dk|dv agree with ours, else
+// why not appended to `why` (a refusal or a failure of cuDNN's, or the
+// differences). An error returned is a CUDA one, the model's to report.
+static int try_variant(int v, rl_cudnn_attn **a, probe_bufs *p, const float *rope, int max_pos,
+                       cudaStream_t s, double diff[2], char *why, size_t nwhy, rl_err *e) {
+    int N = p->B * p->T, rc;
+    size_t C3 = (size_t)(p->H + 2 * p->KV) * p->hd, qd = (size_t)p->H * p->hd;
+    rl_err ce = {0, {0}};
+    rl_cudnn_attn *c = NULL;
+    diff[0] = diff[1] = INFINITY;
+    rc = create_variant(&c, v, p->B, p->T, p->H, p->KV, p->hd, s, &ce);
+    if (!rc) rc = run_one(1, c, p, rope, max_pos, s, &ce);
+    if (!rc) diff[0] = max_rel_diff(p->out[0], p->out[1], (size_t)N * qd, &ce, &rc);
+    if (!rc) diff[1] = max_rel_diff(p->dqkv[0], p->dqkv[1], (size_t)N * C3, &ce, &rc);
+    if (rc && strncmp(ce.msg, "cuDNN", 5) != 0) {
+        rl_cudnn_attn_free(c);
+        return rl_errf(e, rc, "%s", ce.msg);
+    }
+    size_t len = strlen(why), n = strlen(ce.msg), tail = n > 110 ? n - 40 : n > 70 ? 70 : n;
+    if (!rc && diff[0] <= RL_ATTN_AGREE_FWD && diff[1] <= RL_ATTN_AGREE_BWD) return *a = c, RL_OK;
+    if (rc) // the head (the call, the graph) and the tail (the status) of a long message
+        snprintf(why + len, nwhy - len, "%s%s: %.70s%s%.40s", len ? "; " : "", variant_names[v],
+                 ce.msg, n > 110 ? " ... " : "", ce.msg + tail);
+    else
+        snprintf(why + len, nwhy - len, "%s%s: fwd_diff %.2e bwd_diff %.2e", len ? "; " : "",
+                 variant_names[v], diff[0], diff[1]);
+    rl_cudnn_attn_free(c);
     return RL_OK;
 }
 
-// auto without cuDNN (absent, refusing the graphs, failing to run them):
-// our kernels, and one line saying why.
-static int fall_back(const rl_err *why) {
+// The first variant (the pinned one only, where a test pinned one) that
+// agrees with our kernels: *a, or NULL and `why` says why none did.
+static int first_agreeing(rl_cudnn_attn **a, probe_bufs *p, const float *rope, int max_pos,
+                          cudaStream_t s, double diff[2], char *why, size_t nwhy, rl_err *e) {
+    *a = NULL;
+    why[0] = 0;
+    RL_TRY(run_one(0, NULL, p, rope, max_pos, s, e));
+    for (int v = 0; v < V_COUNT && !*a; v++)
+        if (pinned_variant < 0 || v == pinned_variant)
+            RL_TRY(try_variant(v, a, p, rope, max_pos, s, diff, why, nwhy, e));
+    return RL_OK;
+}
+
+// auto without cuDNN (absent, refusing the graphs, failing to run them or
+// running them wrong): our kernels, and one line saying why.
+static int fall_back(const char *why) {
     char msg[600];
     rl_log(RL_LOG_INFO, "attention_backend",
            "\"requested\":\"auto\",\"choice\":\"own\",\"reason\":\"%s\"",
-           rl_json_escape(msg, sizeof msg, why->msg));
+           rl_json_escape(msg, sizeof msg, why));
     return RL_OK;
+}
+
+// One line for a choice of cuDNN variant a (auto: *pick says whether it
+// also ran faster than ours); `why`: the variants passed over.
+static void log_choice(int mode, const rl_cudnn_attn *a, int pick, const float ms[2],
+                       const double diff[2], const char *why) {
+    char msg[600], t[96] = "";
+    if (mode == RL_GPU_ATTN_AUTO)
+        snprintf(t, sizeof t, ",\"own_ms\":%.3f,\"cudnn_ms\":%.3f", ms[0], ms[1]);
+    rl_log(RL_LOG_INFO, "attention_backend",
+           "\"requested\":\"%s\",\"choice\":\"%s\",\"variant\":\"%s\",\"cudnn_version\":%zu%s,"
+           "\"fwd_diff\":%.2e,\"bwd_diff\":%.2e,\"agree\":true,\"passed_over\":\"%s\","
+           "\"B\":%d,\"T\":%d",
+           mode == RL_GPU_ATTN_AUTO ? "auto" : "cudnn", pick ? "cudnn" : "own",
+           variant_names[a->variant], dnn.cudnnGetVersion(), t, diff[0], diff[1],
+           rl_json_escape(msg, sizeof msg, why), a->B, a->T);
 }
 
 int rl_gpu_attn_select(rl_cudnn_attn **out, int mode, int B, int T, int H, int KV, int hd,
@@ -802,25 +1091,38 @@ int rl_gpu_attn_select(rl_cudnn_attn **out, int mode, int B, int T, int H, int K
     if (mode == RL_GPU_ATTN_OWN) return RL_OK;
     if (mode != RL_GPU_ATTN_AUTO && mode != RL_GPU_ATTN_CUDNN)
         return rl_errf(e, RL_EINPUT, "train.attention: unknown backend %d", mode);
+    bool forced = mode == RL_GPU_ATTN_CUDNN;
     rl_err ce = {0, {0}};
-    rl_cudnn_attn *a;
-    int rc = rl_cudnn_attn_create(&a, B, T, H, KV, hd, s, &ce);
-    if (rc && mode == RL_GPU_ATTN_CUDNN)
-        return rl_errf(e, rc, "train.attention cudnn: %s (auto or own run without it)", ce.msg);
-    if (rc) return fall_back(&ce); // auto without a usable cuDNN
-    if (mode == RL_GPU_ATTN_CUDNN) {
-        rl_log(RL_LOG_INFO, "attention_backend", "\"requested\":\"cudnn\",\"choice\":\"cudnn\"");
-        *out = a;
-        return RL_OK;
+    if (cudnn_load(&ce)) {
+        if (forced)
+            return rl_errf(e, ce.code, "train.attention cudnn: %s (auto or own run without it)",
+                           ce.msg);
+        return fall_back(ce.msg);
     }
-    int pick = 0;
-    if ((rc = probe(a, rope, max_pos, s, &pick, &ce))) {
-        // a CUDA error in our own kernels is the model's to report; a
-        // refusal at execution is cuDNN's: fall back
+    probe_bufs p;
+    memset(&p, 0, sizeof p);
+    p.B = B, p.T = T, p.H = H, p.KV = KV, p.hd = hd;
+    rl_cudnn_attn *a = NULL;
+    char why[400];
+    double diff[2] = {0, 0};
+    float ms[2] = {0, 0};
+    int rc = probe_alloc(&p, s, e);
+    if (!rc) rc = first_agreeing(&a, &p, rope, max_pos, s, diff, why, sizeof why, e);
+    if (!rc && a && !forced)
+        for (int k = 0; k < 2 && !rc; k++) rc = time_one(k, a, &p, rope, max_pos, s, &ms[k], e);
+    probe_free(&p);
+    if (rc || !a) {
         rl_cudnn_attn_free(a);
-        if (strncmp(ce.msg, "cuDNN", 5) != 0) return rl_errf(e, rc, "%s", ce.msg);
-        return fall_back(&ce);
+        if (rc) return rc;
+        if (forced)
+            return rl_errf(e, RL_EIO,
+                           "train.attention cudnn: no cuDNN backward agrees with our kernels "
+                           "(%s) (auto or own run without it)",
+                           why);
+        return fall_back(why);
     }
+    int pick = forced || ms[1] < ms[0]; // a tie keeps our kernels
+    log_choice(mode, a, pick, ms, diff, why);
     if (pick)
         *out = a;
     else

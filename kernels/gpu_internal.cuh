@@ -142,24 +142,20 @@ int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, ui
 // a model calls it at creation so that a head dim the GPU cannot run fails
 // there. Thread-safe.
 int rl_gpu_attn_prepare(int hd, rl_err *e);
-// qkv: [B*T, (H + 2 KV) * hd] rows (q heads, k heads, v heads), q and k
-// NOT rotated: with rope != NULL the kernels apply RoPE as they load them
-// (rope: [max_pos, hd/2] cos, then [max_pos, hd/2] sin, fp32, the CPU
-// model's table; position t of row n = b*T + t; T <= max_pos); rope == NULL:
-// plain attention. out: [B*T, H*hd]; lse: [B*H, T] (log2 domain, for the
-// backward).
-int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, const float *rope, int max_pos, int B,
-                  int T, int H, int KV, int hd, cudaStream_t s, rl_err *e);
-// dqkv (same layout as qkv) from dout [B*T, H*hd]; dsum: [B*H, T] scratch.
-// qkv, rope and max_pos as the forward had them; dqkv is the gradient with
-// respect to the un-rotated q | k | v (the inverse rotation applied inside).
-// dq_acc: NULL, dQ by a kernel of its own that recomputes P and dP (the
+// qkv: [B*T, (H + 2 KV) * hd] rows (q heads, k heads, v heads), q and k as
+// attention sees them (with RoPE: already rotated, rl_k_rope). out:
+// [B*T, H*hd]; lse: [B*H, T] (log2 domain, for the backward).
+int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, int KV, int hd,
+                  cudaStream_t s, rl_err *e);
+// dqkv (same layout as qkv) from dout [B*T, H*hd]; dsum: [B*H, T] scratch;
+// qkv as the forward had it, so dq, dk are with respect to the rotated q, k
+// (rl_k_rope's inverse takes them back). dq_acc: NULL, dQ by a kernel of its own that recomputes P and dP (the
 // same bits every run); else fp32 [B*T, H*hd] scratch (no initial value
 // needed) into which the dK/dV kernel adds dQ's parts with atomics: less
 // work, but dQ's last bits depend on the order the CTAs run in.
 int rl_k_attn_bwd(bf16 *dqkv, float *dsum, float *dq_acc, const bf16 *dout, const bf16 *qkv,
-                  const bf16 *out, const float *lse, const float *rope, int max_pos, int B, int T,
-                  int H, int KV, int hd, cudaStream_t s, rl_err *e);
+                  const bf16 *out, const float *lse, int B, int T, int H, int KV, int hd,
+                  cudaStream_t s, rl_err *e);
 // Forward: Q K^T and P V over the causal half (4 B H hd T(T+1)/2 FLOPs,
 // FlashAttention's count); q, k, v read once, out and lse written (the
 // RoPE table, L2-resident, left out).

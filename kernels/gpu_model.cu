@@ -599,15 +599,16 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
              rl_k_rmsnorm_fwd(ln1, rstd1, x, w32 + o->ln1, N, D, eps, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, m->C3, D, 2, 0),
              rl_gemm_fwd(g, qkv, 0, ln1, w + o->wq, NULL, N, m->C3, D, s, e));
-        // q and k stay un-rotated in qkv: attention applies RoPE as it loads them
+        // q and k rotated in place: qkv keeps them so for the backward
+        STEP(RL_GPU_PROF_ELEMWISE, rl_k_rope_cost(N, m->H + m->KV, m->hd),
+             rl_k_rope(qkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
+                       m->cfg.max_position_embeddings, 0, s, e));
         if (attn_cudnn(m))
             STEP(RL_GPU_PROF_ATTN_FWD, rl_k_attn_cudnn_fwd_cost(B, T, m->H, m->KV, m->hd),
-                 rl_k_attn_cudnn_fwd(m->cudnn, atty, lse, qkv, m->rope,
-                                     m->cfg.max_position_embeddings, B, T, s, e));
+                 rl_k_attn_cudnn_fwd(m->cudnn, atty, lse, qkv, NULL, 0, B, T, s, e));
         else
             STEP(RL_GPU_PROF_ATTN_FWD, rl_k_attn_fwd_cost(B, T, m->H, m->KV, m->hd),
-                 rl_k_attn_fwd(atty, lse, qkv, m->rope, m->cfg.max_position_embeddings, B, T, m->H,
-                               m->KV, m->hd, s, e));
+                 rl_k_attn_fwd(atty, lse, qkv, B, T, m->H, m->KV, m->hd, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->qd, 4, 4),
              rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
         STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
@@ -744,12 +745,16 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
              rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, acc, s, e));
         if (attn_cudnn(m))
             STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_cudnn_bwd_cost(B, T, m->H, m->KV, m->hd),
-                 rl_k_attn_cudnn_bwd(m->cudnn, m->dqkv, m->dsum, m->datty, qkv, atty, lse, m->rope,
-                                     m->cfg.max_position_embeddings, B, T, s, e));
+                 rl_k_attn_cudnn_bwd(m->cudnn, m->dqkv, m->dsum, m->datty, qkv, atty, lse, NULL, 0,
+                                     B, T, s, e));
         else
             STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd_cost(B, T, m->H, m->KV, m->hd, !!m->dq_acc),
-                 rl_k_attn_bwd(m->dqkv, m->dsum, m->dq_acc, m->datty, qkv, atty, lse, m->rope,
-                               m->cfg.max_position_embeddings, B, T, m->H, m->KV, m->hd, s, e));
+                 rl_k_attn_bwd(m->dqkv, m->dsum, m->dq_acc, m->datty, qkv, atty, lse, B, T, m->H,
+                               m->KV, m->hd, s, e));
+        // dq, dk back to the un-rotated q, k: the transposed rotation
+        STEP(RL_GPU_PROF_ELEMWISE, rl_k_rope_cost(N, m->H + m->KV, m->hd),
+             rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
+                       m->cfg.max_position_embeddings, 1, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->C3, 2, 0),
              rl_gemm_bwd_data(g, m->dln, 0, m->dqkv, w + o->wq, N, m->C3, D, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(m->C3, D, N, 4, cb),

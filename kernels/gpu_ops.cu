@@ -268,8 +268,10 @@ static int attn_common(op_ctx &c, bf16 **d_qkv, bf16 **d_out, float **d_lse, flo
     RL_TRY(op_alloc(c, d_lse, (size_t)N * H, e));
     RL_TRY(poison(c, *d_out, (size_t)N * qd, e));
     RL_TRY(poison(c, *d_lse, (size_t)N * H, e));
-    int max_pos = rope ? rope->max_position_embeddings : 0;
-    return rl_k_attn_fwd(*d_out, *d_lse, *d_qkv, *d_tab, max_pos, B, T, H, KV, hd, c.s, e);
+    if (rope) // as the model does it: q and k rotated in place before attention
+        RL_TRY(rl_k_rope(*d_qkv, *d_tab, N, T, H + KV, hd, (int)C3, rope->max_position_embeddings,
+                         0, c.s, e));
+    return rl_k_attn_fwd(*d_out, *d_lse, *d_qkv, B, T, H, KV, hd, c.s, e);
 }
 
 extern "C" int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, const float *v,
@@ -304,8 +306,11 @@ extern "C" int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *
         RL_TRY(op_alloc(c, &d_acc, (size_t)N * qd, e));
         RL_TRY(poison(c, d_acc, (size_t)N * qd, e));
     }
-    RL_TRY(rl_k_attn_bwd(d_dqkv, d_dsum, d_acc, d_dout, d_qkv, d_out, d_lse, d_tab,
-                         rope ? rope->max_position_embeddings : 0, B, T, H, KV, hd, c.s, e));
+    RL_TRY(rl_k_attn_bwd(d_dqkv, d_dsum, d_acc, d_dout, d_qkv, d_out, d_lse, B, T, H, KV, hd, c.s,
+                         e));
+    if (rope) // dq, dk back to the un-rotated q, k
+        RL_TRY(rl_k_rope(d_dqkv, d_tab, N, T, H + KV, hd, (int)C3, rope->max_position_embeddings,
+                         1, c.s, e));
     float *h = (float *)malloc(sizeof(float) * (size_t)N * C3);
     if (!h) return rl_errf(e, RL_ENOMEM, "gpu op: host staging");
     int rc = down_bf16(c, h, d_dqkv, (size_t)N * C3, e);

@@ -261,8 +261,8 @@ int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const float *dout, 
 int rl_gpu_op_rope(float *x, const rl_model_config *c, int B, int T, int nh, int inverse, rl_err *e);
 /* q [B,T,H,hd], k, v [B,T,KV,hd] (bf16) -> out [B,T,H,hd] (bf16). rope:
  * NULL, plain attention; else the config whose RoPE table (head_dim hd,
- * T <= max_position_embeddings) the kernels apply to q and k as they load
- * them, as the model runs them. */
+ * T <= max_position_embeddings) rotates q and k first (rl_k_rope, in
+ * place), as the model runs them. */
 int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, const float *v,
                        const rl_model_config *rope, int B, int T, int H, int KV, int hd, rl_err *e);
 /* Runs the forward then the backward; dq, dk, dv (bf16) in the layouts of
@@ -277,6 +277,10 @@ int rl_gpu_op_attn_cudnn(float *out, float *dq, float *dk, float *dv, const floa
                          const float *q, const float *k, const float *v,
                          const rl_model_config *rope, int B, int T, int H, int KV, int hd,
                          rl_err *e);
+/* Test hook of the cuDNN backend: every later cuDNN attention is made
+ * with its backward variant `name` alone ("fe", "ext", "split"; NULL: all,
+ * in auto's order). Process-wide; RL_EINPUT for an unknown name. */
+int rl_cudnn_attn_pin_variant(const char *name);
 /* gu [N, 2F] (gate | up, bf16) -> h [N, F] (bf16) */
 int rl_gpu_op_swiglu_fwd(float *h, const float *gu, int N, int F, rl_err *e);
 /* dh [N, F], gu [N, 2F] (bf16) -> dgu [N, 2F] (bf16) */

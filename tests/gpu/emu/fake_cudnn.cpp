@@ -24,10 +24,23 @@
 // recorded and runs at each replay of the graph, as a captured cuDNN
 // kernel would.
 //
+// What real cuDNN gets wrong, where we know it, it gets wrong too: it
+// reports 9.1, and cuDNN <= 9.15 computes an attention backward wrongly,
+// with no error, when a sequence length is not a multiple of 128 and the
+// graph has no padding mask (cudnn-frontend adds one with full lengths as
+// its workaround; H200 showed the symptom) -- here a backward graph (one
+// with a reshape: the transposes of P, dS, K) whose matmuls carry no M/N/K
+// override and have an extent not a multiple of 128 writes NaN to every
+// output.
+//
 // RL_EMU_CUDNN=absent: rl_emu_cudnn_present() says no (the loader reports
 // libcudnn missing); RL_EMU_CUDNN=refuse: every execution plan's Finalize
 // returns CUDNN_STATUS_NOT_SUPPORTED (a cuDNN whose engines refuse the
-// graph). Read at each call, so tests switch it between models.
+// graph); RL_EMU_CUDNN=bwd-wrong: every backward graph runs without error
+// and writes NaN (a cuDNN that computes the backward wrong, as H200's
+// did); RL_EMU_CUDNN=graph-dsum-wrong: only backward graphs in which a
+// reduction feeds a matmul (D = rowsum(dO o O) computed inside) do so.
+// Read at each call, so tests switch it between models.
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
 #include <math.h>
@@ -66,10 +79,12 @@ struct Desc {
     bool virt = false, byval = false;
     // operations (matmul: x = A, b = B, y = C) and their settings
     Desc *x = nullptr, *b = nullptr, *y = nullptr, *t = nullptr;
+    Desc *ov[3] = {nullptr, nullptr, nullptr}; // matmul: M, N, K overrides
     int mode = 0;
     int64_t axis = -1;
     // graph, heuristics, engine config / engine, plan, variant pack
     std::vector<Desc *> ops;
+    bool bwd = false, padded = false, odd = false, red_mm = false; // graph features
     Desc *graph = nullptr, *cfg = nullptr;
     int engine = 0;
     std::map<int64_t, void *> ptr;
@@ -120,6 +135,12 @@ const Rule rules[] = {
     {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_CDESC,
      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
     {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_DESC,
+     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
+    {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC,
+     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
+    {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC,
+     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
+    {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC,
      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
     {CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1},
     {CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1},
@@ -196,6 +217,10 @@ Desc *ref(Desc *d, int a) {
     const void *const *p = val<void *>(d, a);
     return p ? (Desc *)*p : nullptr;
 }
+// an operation's input tensors (x, b, t, the matmul overrides), present or not
+std::vector<Desc *> inputs(Desc *op) {
+    return {op->x, op->b, op->t, op->ov[0], op->ov[1], op->ov[2]};
+}
 int64_t count(const dims_t &d) {
     int64_t n = 1;
     for (int64_t x : d) n *= x;
@@ -258,6 +283,17 @@ cudnnStatus_t fin_op(Desc *d) {
             return CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH;
         if (a->dt == CUDNN_DATA_BOOLEAN || b->dt == CUDNN_DATA_BOOLEAN)
             return CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE;
+        // overrides: INT32 per-batch extents, [B, 1, ..., 1] under C's batch dims
+        static const int ova[3] = {CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC,
+                                   CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC,
+                                   CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC};
+        for (int i = 0; i < 3; i++) {
+            Desc *o = d->ov[i] = ref(d, ova[i]);
+            if (!o) continue;
+            if (o->dt != CUDNN_DATA_INT32 || o->byval || o->dim.size() != n || o->dim[n - 1] != 1 ||
+                o->dim[n - 2] != 1 || !bcast(o->dim, c->dim, false))
+                return CUDNN_STATUS_BAD_PARAM;
+        }
         d->x = a, d->b = b, d->y = c;
         return CUDNN_STATUS_SUCCESS;
     }
@@ -269,15 +305,16 @@ cudnnStatus_t fin_op(Desc *d) {
         d->t = ref(d, CUDNN_ATTR_OPERATION_POINTWISE_TDESC);
         if (!p || !d->x || !d->y) return CUDNN_STATUS_BAD_PARAM;
         d->mode = p->mode, d->axis = p->axis;
+        bool cmp = d->mode == CUDNN_POINTWISE_CMP_GE || d->mode == CUDNN_POINTWISE_CMP_LT ||
+                   d->mode == CUDNN_POINTWISE_LOGICAL_AND;
         bool binary = d->mode == CUDNN_POINTWISE_ADD || d->mode == CUDNN_POINTWISE_MUL ||
-                      d->mode == CUDNN_POINTWISE_SUB || d->mode == CUDNN_POINTWISE_DIV ||
-                      d->mode == CUDNN_POINTWISE_CMP_GE || d->mode == CUDNN_POINTWISE_BINARY_SELECT;
+                      d->mode == CUDNN_POINTWISE_SUB || d->mode == CUDNN_POINTWISE_DIV || cmp ||
+                      d->mode == CUDNN_POINTWISE_BINARY_SELECT;
         if (binary != (d->b != nullptr)) return CUDNN_STATUS_BAD_PARAM;
         if ((d->mode == CUDNN_POINTWISE_BINARY_SELECT) != (d->t != nullptr))
             return CUDNN_STATUS_BAD_PARAM;
         if (d->t && d->t->dt != CUDNN_DATA_BOOLEAN) return CUDNN_STATUS_BAD_PARAM;
-        if (d->mode == CUDNN_POINTWISE_CMP_GE && d->y->dt != CUDNN_DATA_BOOLEAN)
-            return CUDNN_STATUS_BAD_PARAM;
+        if (cmp && d->y->dt != CUDNN_DATA_BOOLEAN) return CUDNN_STATUS_BAD_PARAM;
         if (d->mode == CUDNN_POINTWISE_GEN_INDEX &&
             (d->axis < 0 || d->axis >= (int64_t)d->y->dim.size() || d->x->dim != d->y->dim))
             return CUDNN_STATUS_BAD_PARAM;
@@ -303,7 +340,8 @@ cudnnStatus_t fin_op(Desc *d) {
     case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR: {
         d->x = ref(d, CUDNN_ATTR_OPERATION_RESHAPE_XDESC),
         d->y = ref(d, CUDNN_ATTR_OPERATION_RESHAPE_YDESC);
-        if (!d->x || !d->y || count(d->x->dim) != count(d->y->dim) || d->x->dt != d->y->dt)
+        // a cast may come with it (the frontend's fp32 P, dS to bf16 P^T, dS^T)
+        if (!d->x || !d->y || count(d->x->dim) != count(d->y->dim))
             return CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH;
         auto span = [](Desc *t) {
             int64_t s = 1;
@@ -314,6 +352,24 @@ cudnnStatus_t fin_op(Desc *d) {
                                         : CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH;
     }
     default: return CUDNN_STATUS_BAD_PARAM;
+    }
+}
+
+// What the fault models look at: a backward graph (a reshape in it), a
+// padding mask (matmul overrides), an extent not a multiple of 128 among
+// the matmuls', a reduction feeding a matmul (through anything).
+void features(Desc *g) {
+    std::set<Desc *> from_red;
+    for (Desc *op : g->ops) {
+        bool red = op->type == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR;
+        for (Desc *t : inputs(op)) red |= t && from_red.count(t);
+        if (red) from_red.insert(op->y);
+        g->bwd |= op->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR;
+        if (op->type != CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) continue;
+        size_t n = op->y->dim.size();
+        g->padded |= op->ov[0] || op->ov[1] || op->ov[2];
+        g->odd |= op->y->dim[n - 1] % 128 || op->y->dim[n - 2] % 128 || op->x->dim[n - 1] % 128;
+        g->red_mm |= (op->x && from_red.count(op->x)) || (op->b && from_red.count(op->b));
     }
 }
 
@@ -328,7 +384,9 @@ cudnnStatus_t fin_graph(Desc *g) {
     std::map<Desc *, int> made, read;
     for (Desc *op : g->ops) {
         if (!is_op(op->type)) return CUDNN_STATUS_BAD_PARAM;
-        for (Desc *t : {op->x, op->b, op->t, op->y}) {
+        std::vector<Desc *> ts = inputs(op);
+        ts.push_back(op->y);
+        for (Desc *t : ts) {
             if (!t) continue;
             auto it = byuid.find(t->uid);
             if (it != byuid.end() && it->second != t)
@@ -355,7 +413,7 @@ cudnnStatus_t fin_graph(Desc *g) {
         for (size_t i = 0; i < left.size();) {
             Desc *op = left[i];
             bool ok = true;
-            for (Desc *t : {op->x, op->b, op->t}) ok &= !t || ready.count(t);
+            for (Desc *t : inputs(op)) ok &= !t || ready.count(t);
             if (!ok) {
                 i++;
                 continue;
@@ -365,6 +423,7 @@ cudnnStatus_t fin_graph(Desc *g) {
         if (left.size() == before) return CUDNN_STATUS_BAD_PARAM; // a cycle
     }
     g->ops = order; // executed in this order
+    features(g);
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -380,11 +439,11 @@ cudnnStatus_t finalize(Desc *d) {
         const cudnnPointwiseMode_t *m = val<cudnnPointwiseMode_t>(d, CUDNN_ATTR_POINTWISE_MODE);
         const int64_t *ax = val<int64_t>(d, CUDNN_ATTR_POINTWISE_AXIS);
         if (!m) return CUDNN_STATUS_BAD_PARAM;
-        static const int known[] = {CUDNN_POINTWISE_ADD,       CUDNN_POINTWISE_MUL,
-                                    CUDNN_POINTWISE_SUB,       CUDNN_POINTWISE_DIV,
-                                    CUDNN_POINTWISE_EXP,       CUDNN_POINTWISE_LOG,
-                                    CUDNN_POINTWISE_IDENTITY,  CUDNN_POINTWISE_CMP_GE,
-                                    CUDNN_POINTWISE_GEN_INDEX, CUDNN_POINTWISE_BINARY_SELECT};
+        static const int known[] = {
+            CUDNN_POINTWISE_ADD,         CUDNN_POINTWISE_MUL,       CUDNN_POINTWISE_SUB,
+            CUDNN_POINTWISE_DIV,         CUDNN_POINTWISE_EXP,       CUDNN_POINTWISE_LOG,
+            CUDNN_POINTWISE_IDENTITY,    CUDNN_POINTWISE_CMP_GE,    CUDNN_POINTWISE_CMP_LT,
+            CUDNN_POINTWISE_LOGICAL_AND, CUDNN_POINTWISE_GEN_INDEX, CUDNN_POINTWISE_BINARY_SELECT};
         bool ok = false;
         for (int k : known) ok |= *m == k;
         if (!ok) return CUDNN_STATUS_NOT_SUPPORTED;
@@ -505,6 +564,15 @@ void store(Desc *t, void *p, const std::vector<float> &v) {
     }
 }
 
+// A matmul override's extent for C's batch z (none: full)
+int64_t extent(Desc *ov, const dims_t &cb, int64_t z, int64_t full, values &V) {
+    if (!ov) return full;
+    dims_t ob(ov->dim.begin(), ov->dim.end() - 2);
+    int64_t e = (int64_t)V[ov][bindex(ob, cb, z)];
+    return e < full ? e : full;
+}
+
+// C = A B within the overrides' extents (rows and columns beyond: 0)
 void run_matmul(Desc *op, values &V) {
     Desc *a = op->x, *b = op->b, *c = op->y;
     size_t n = c->dim.size();
@@ -517,10 +585,12 @@ void run_matmul(Desc *op, values &V) {
     C.assign(count(c->dim), 0.0f);
     for (int64_t z = 0; z < batches; z++) {
         const float *pa = &A[bindex(ab, cb, z) * M * K], *pb = &B[bindex(bb, cb, z) * K * N];
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) {
+        int64_t m = extent(op->ov[0], cb, z, M, V), nn = extent(op->ov[1], cb, z, N, V),
+                kk = extent(op->ov[2], cb, z, K, V);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < nn; j++) {
                 double acc = 0;
-                for (int64_t k = 0; k < K; k++) acc += (double)pa[i * K + k] * pb[k * N + j];
+                for (int64_t k = 0; k < kk; k++) acc += (double)pa[i * K + k] * pb[k * N + j];
                 C[(z * M + i) * N + j] = store_round((float)acc, c->dt);
             }
     }
@@ -544,6 +614,8 @@ void run_pointwise(Desc *op, values &V) {
         case CUDNN_POINTWISE_EXP: r = expf(x); break;
         case CUDNN_POINTWISE_LOG: r = logf(x); break;
         case CUDNN_POINTWISE_CMP_GE: r = x >= b; break;
+        case CUDNN_POINTWISE_CMP_LT: r = x < b; break;
+        case CUDNN_POINTWISE_LOGICAL_AND: r = x != 0 && b != 0; break;
         case CUDNN_POINTWISE_GEN_INDEX: {
             int64_t lin = i;
             for (int64_t k = (int64_t)y->dim.size() - 1; k > op->axis; k--) lin /= y->dim[k];
@@ -583,7 +655,16 @@ void run_reshape(Desc *op, values &V) {
     std::vector<float> mem(span), &Y = V[y];
     for (int64_t i = 0; i < (int64_t)X.size(); i++) mem[offset(x->dim, x->str, i)] = X[i];
     Y.resize(X.size());
-    for (int64_t i = 0; i < (int64_t)Y.size(); i++) Y[i] = mem[offset(y->dim, y->str, i)];
+    for (int64_t i = 0; i < (int64_t)Y.size(); i++)
+        Y[i] = store_round(mem[offset(y->dim, y->str, i)], y->dt);
+}
+
+// The fault models (the file's head): does this graph run wrong?
+bool runs_wrong(Desc *g) {
+    if (!g->bwd) return false;
+    if (!strcmp(env_mode(), "bwd-wrong")) return true;
+    if (!strcmp(env_mode(), "graph-dsum-wrong") && g->red_mm) return true;
+    return !g->padded && g->odd; // cuDNN <= 9.15's, which this one reports itself as
 }
 
 cudnnStatus_t execute(Desc *plan, Desc *vp) {
@@ -593,8 +674,10 @@ cudnnStatus_t execute(Desc *plan, Desc *vp) {
     for (Desc *op : g->ops) outs.insert(op->y);
     // bind and check every non-virtual tensor
     std::map<Desc *, void *> bound;
-    for (Desc *op : g->ops)
-        for (Desc *t : {op->x, op->b, op->t, op->y}) {
+    for (Desc *op : g->ops) {
+        std::vector<Desc *> ts = inputs(op);
+        ts.push_back(op->y);
+        for (Desc *t : ts) {
             if (!t || t->virt || bound.count(t)) continue;
             auto it = vp->ptr.find(t->uid);
             if (it == vp->ptr.end() || !it->second) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
@@ -609,6 +692,8 @@ cudnnStatus_t execute(Desc *plan, Desc *vp) {
             bound[t] = it->second;
             if (!outs.count(t)) load(t, it->second, V[t]);
         }
+    }
+    bool wrong = runs_wrong(g);
     for (Desc *op : g->ops) {
         switch (op->type) {
         case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: run_matmul(op, V); break;
@@ -616,7 +701,10 @@ cudnnStatus_t execute(Desc *plan, Desc *vp) {
         case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: run_reduction(op, V); break;
         default: run_reshape(op, V);
         }
-        if (!op->y->virt) store(op->y, bound[op->y], V[op->y]);
+        if (!op->y->virt && wrong)
+            store(op->y, bound[op->y], std::vector<float>(V[op->y].size(), NAN));
+        else if (!op->y->virt)
+            store(op->y, bound[op->y], V[op->y]);
     }
     return CUDNN_STATUS_SUCCESS;
 }
@@ -788,7 +876,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
     auto pack = std::make_shared<Desc>(*v);
     auto scalars = std::make_shared<std::deque<double>>(); // stable addresses
     for (Desc *op : p->graph->ops)
-        for (Desc *t : {op->x, op->b, op->t, op->y}) {
+        for (Desc *t : inputs(op)) {
             auto it = t && t->byval ? pack->ptr.find(t->uid) : pack->ptr.end();
             if (it == pack->ptr.end() || !it->second) continue;
             scalars->push_back(0);
