@@ -48,14 +48,17 @@ static __device__ __forceinline__ double warp_sum_d(double v) {
 // ---- V-wide loads and stores for the memory-bound kernels ------------------
 // fvec<V> is V floats in registers. V = 1 is the plain scalar path; V = 4
 // moves fp32 as one 16-byte float4 and bf16 as one 8-byte access; V = 8
-// moves bf16 as one 16-byte access. Callers check alignment before they
-// pick V > 1 (see the launchers).
+// moves bf16 as one 16-byte access and fp32 as two. Callers check
+// alignment before they pick V > 1 (see the launchers).
 template <int V> struct fvec { float v[V]; };
 template <int V> static __device__ __forceinline__ fvec<V> ld_f32(const float *p) {
     fvec<V> r;
-    if constexpr (V == 4) {
-        float4 t = *reinterpret_cast<const float4 *>(p);
-        r.v[0] = t.x, r.v[1] = t.y, r.v[2] = t.z, r.v[3] = t.w;
+    if constexpr (V == 4 || V == 8) {
+#pragma unroll
+        for (int h = 0; h < V; h += 4) {
+            float4 t = *reinterpret_cast<const float4 *>(p + h);
+            r.v[h] = t.x, r.v[h + 1] = t.y, r.v[h + 2] = t.z, r.v[h + 3] = t.w;
+        }
     } else {
 #pragma unroll
         for (int k = 0; k < V; k++) r.v[k] = p[k];

@@ -107,9 +107,15 @@ rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D) {
 
 int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, int max_pos,
               int inverse, cudaStream_t s, rl_err *e) {
-    size_t total = (size_t)N * nh * (hd / 2);
-    const float *sn = rope + (size_t)max_pos * (hd / 2);
-    RL_LAUNCH(rope_kernel, grid_for(total, 256), 256, 0, s, x, rope, sn, N, T, nh, hd, ld, inverse);
+    int half = hd / 2;
+    size_t total = (size_t)N * nh * half;
+    const float *sn = rope + (size_t)max_pos * half;
+    if (half % 8 == 0 && ld % 8 == 0 && vec_ok(x, 8, 2) && vec_ok(rope, 4, 4) && vec_ok(sn, 4, 4))
+        RL_LAUNCH(rope_kernel<8>, grid_for(total / 8, 256), 256, 0, s, x, rope, sn, N, T, nh, hd,
+                  ld, inverse);
+    else
+        RL_LAUNCH(rope_kernel<1>, grid_for(total, 256), 256, 0, s, x, rope, sn, N, T, nh, hd, ld,
+                  inverse);
     LAUNCH_CHECK();
     return RL_OK;
 }

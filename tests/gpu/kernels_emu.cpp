@@ -297,8 +297,8 @@ static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
         launch(
             cdiv((size_t)N * (H + KV) * (hd / 2), 256), 1, 256,
             [&] {
-                rope_kernel(x.data(), tab32.data(), tab32.data() + (size_t)P * (hd / 2), N, T,
-                            H + KV, hd, C3, inverse);
+                rope_kernel<1>(x.data(), tab32.data(), tab32.data() + (size_t)P * (hd / 2), N, T,
+                               H + KV, hd, C3, inverse);
             },
             false);
     };
@@ -493,12 +493,17 @@ static void emu_rope(int B, int T, int hidden, int heads) {
         else
             rl_cpu_rope_fwd_f64(ref.data(), tab64.data(), B, T, nh, hd, 256);
         auto xb = to_bf(x);
-        size_t total = (size_t)N * nh * (hd / 2);
+        // the launcher's choice: 8 pairs per thread where hd/2 and the rows allow
+        bool v8 = hd / 2 % 8 == 0 && ld % 8 == 0;
+        size_t total = (size_t)N * nh * (hd / 2) / (v8 ? 8 : 1);
+        const float *cs = tab32.data(), *sn = cs + (size_t)256 * (hd / 2);
         launch(
             std::min(cdiv(total, 256), 3u), 1, 256,
             [&] {
-                rope_kernel(xb.data(), tab32.data(), tab32.data() + (size_t)256 * (hd / 2), N, T,
-                            nh, hd, ld, inv);
+                if (v8)
+                    rope_kernel<8>(xb.data(), cs, sn, N, T, nh, hd, ld, inv);
+                else
+                    rope_kernel<1>(xb.data(), cs, sn, N, T, nh, hd, ld, inv);
             },
             false);
         auto got = from_bf(xb);
@@ -509,9 +514,9 @@ static void emu_rope(int B, int T, int hidden, int heads) {
             for (int j = nh * hd; j < ld; j++)
                 touched += got[(size_t)n * ld + j] != x[(size_t)n * ld + j];
         }
-        char name[96];
-        snprintf(name, sizeof name, "emu rope %s B=%d T=%d heads=%d hd=%d", inv ? "bwd" : "fwd", B,
-                 T, nh, hd);
+        char name[128];
+        snprintf(name, sizeof name, "emu rope %s B=%d T=%d heads=%d hd=%d, %d per thread",
+                 inv ? "bwd" : "fwd", B, T, nh, hd, v8 ? 8 : 1);
         check(name, g2, ref, 4e-3);
         verdict(touched == 0, "  heads beyond nh untouched", "%zu elements of the v head changed",
                 touched);
