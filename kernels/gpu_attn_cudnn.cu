@@ -9,19 +9,15 @@
 // cuDNN that PyTorch's wheels ship predates it; the composed graph is what
 // every cuDNN 9 runs.
 //
-// Layout. qkv rows are [q heads | k heads | v heads], un-rotated. cuDNN does
-// not apply our RoPE, so q and k are rotated into `qk` (rows of (H + KV) hd)
-// first; V is read in place from qkv. Tensors are BHSD in logical dims with
-// the strides of the packed rows, so nothing else is copied: O goes straight
-// into out [B*T, H*hd], dQ|dK|dV straight into dqkv, then dq and dk are
-// rotated back (the inverse rotation is the transpose: the chain rule
-// through an orthogonal map). Stats (the softmax's log-sum-exp, natural log,
-// scale included) go into the model's lse buffer [B*H, T]: the same size as
-// our kernels' log2 lse, read only by the same backend's backward.
-//
-// The backward exists in three arrangements (fe, ext, split: "the
-// backward" below); creation checks them against our kernels in that order
-// and keeps the first that agrees (rl_gpu_attn_select).
+// Layout. qkv rows are [q heads | k heads | v heads], q and k already
+// rotated by the model's RoPE pass (rl_k_rope, in place, before attention;
+// it rotates dq|dk back after the backward), so cuDNN sees plain attention.
+// Tensors are BHSD in logical dims with the strides of the packed rows, so
+// nothing is copied: Q, K and V are read from qkv in place, O goes straight
+// into out [B*T, H*hd], dQ|dK|dV straight into dqkv. Stats (the softmax's
+// log-sum-exp, natural log, scale included) go into the model's lse buffer
+// [B*H, T]: the same size as our kernels' log2 lse, read only by the same
+// backend's backward.
 //
 // libcudnn.so.9 is dlopen'ed, so a machine without cuDNN still runs (our
 // kernels); the emulated build links tests/gpu/emu/fake_cudnn.cpp instead.
@@ -256,10 +252,12 @@ enum {
 };
 
 struct attn_shape {
-    int64_t B, T, H, KV, hd, ldq, ldv; // ldq: rotated q|k rows; ldv: qkv rows
+    int64_t B, T, H, KV, hd, ld; // ld: qkv's rows, (H + 2 KV) hd
 };
-// [b, h, t, d] of a head block in rows of ld elements
-static dims_t bhsd(const attn_shape &s, int64_t ld) { return {s.T * ld, s.hd, ld, 1}; }
+// [b, h, t, d] of a head block in qkv's (or dqkv's) rows
+static dims_t bhsd(const attn_shape &s) { return {s.T * s.ld, s.hd, s.ld, 1}; }
+// [b, h, d, t]: K^T (V^T) read from the same rows
+static dims_t bhds(const attn_shape &s) { return {s.T * s.ld, s.hd, 1, s.ld}; }
 
 // S = scale Q K^T with the causal mask: the forward's.
 // *scale: the by-value scale tensor.
@@ -282,10 +280,9 @@ static desc_t scores(graph_b &g, const attn_shape &s, desc_t q, desc_t kt, desc_
 
 static void fwd_graph(graph_b &g, const attn_shape &s) {
     const dims_t bhtt = {s.B, s.H, s.T, s.T}, bht1 = {s.B, s.H, s.T, 1};
-    desc_t q = g.tensor(U_Q, CUDNN_DATA_BFLOAT16, {s.B, s.H, s.T, s.hd}, bhsd(s, s.ldq));
-    desc_t kt =
-        g.tensor(U_KT, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.hd, s.T}, {s.T * s.ldq, s.hd, 1, s.ldq});
-    desc_t v = g.tensor(U_V, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.T, s.hd}, bhsd(s, s.ldv));
+    desc_t q = g.tensor(U_Q, CUDNN_DATA_BFLOAT16, {s.B, s.H, s.T, s.hd}, bhsd(s));
+    desc_t kt = g.tensor(U_KT, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.hd, s.T}, bhds(s));
+    desc_t v = g.tensor(U_V, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.T, s.hd}, bhsd(s));
     desc_t o = g.tensor(U_O, CUDNN_DATA_BFLOAT16, {s.B, s.H, s.T, s.hd},
                         {s.T * s.H * s.hd, s.hd, s.H * s.hd, 1});
     desc_t stats = g.tensor(U_STATS, CUDNN_DATA_FLOAT, bht1, {s.H * s.T, s.T, 1, 1});
@@ -306,53 +303,39 @@ static void fwd_graph(graph_b &g, const attn_shape &s) {
 
 // ---- the backward -------------------------------------------------------------------------------
 // cuDNN's fused SDPA backward engines recognise the graph cudnn-frontend
-// composes, and a graph of the same maths in another arrangement finalized
-// on H200 (cuDNN 9, CUDA 13) and ran without error but gave wrong dQ, dK
-// (and, with GQA, uninitialised dK, dV). So the backward follows the
-// frontend's composition: op order, operand order, P and dS kept in fp32
-// and cast to bf16 by the reshapes that transpose them, K as a reshape of
-// the K^T input, dQ straight from dS K (the frontend's deterministic
-// form), per-query-head dK/dV as bf16 before the GQA sum, and -- the
-// frontend's workaround for cuDNN <= 9.15, whose backward is wrong when the
-// key length is not a multiple of 128 without one -- a padding mask with
-// every sequence full (seq_len tensors = T, also the matmuls' M/N/K
-// overrides). Three arrangements of it, tried in this order (the first
-// whose results agree with our kernels is kept, rl_gpu_attn_select):
-//   fe     the frontend's graph whole: D = rowsum(dO o O) inside it (into
-//          the non-virtual dsum, through a multiply by 1 as the frontend
-//          has it), the GQA sum a reduction H -> KV inside it;
-//   ext    D from a kernel of ours, read by the graph; with GQA, dK and dV
-//          per query head into a scratch buffer, summed per group by a
-//          kernel of ours (no reduction in the graph at all);
-//   split  ext as two graphs, dQ, then dK and dV (one contraction direction
-//          over S each).
-enum { V_FE, V_EXT, V_SPLIT, V_COUNT };
-static const char *const variant_names[V_COUNT] = {"fe", "ext", "split"};
-
-// the parts one backward graph computes
-enum { PART_DQ = 1, PART_DKDV = 2 };
-
+// composes, and nothing else we tried: on H200 (CUDA 13) a graph of the
+// same maths in another arrangement finalized and ran without error but
+// gave wrong dQ, dK (and, with GQA, uninitialised dK, dV), and two more
+// (D = rowsum(dO o O) by a kernel of ours, read by the graph; that split
+// into a dQ graph and a dK dV graph) got no engine at all from cuDNN 9.19.
+// So the backward follows the frontend's composition: op order, operand
+// order, D inside the graph (into the non-virtual dsum, through a multiply
+// by 1 as the frontend has it), P and dS kept in fp32 and cast to bf16 by
+// the reshapes that transpose them, K as a reshape of the K^T input, dQ
+// straight from dS K (the frontend's deterministic form), per-query-head
+// dK/dV as bf16 before the GQA sum (a reduction H -> KV), and -- the
+// frontend's workaround for cuDNN <= 9.15, whose backward is wrong when
+// the key length is not a multiple of 128 without one -- a padding mask
+// with every sequence full (seq_len tensors = T, also the matmuls' M/N/K
+// overrides).
 struct bwd_in {
-    desc_t q, kt, vt, o, dO, stats, dsum, scale, neg, one, seqq, seqkv;
+    desc_t q, kt, vt, o, dO, stats, scale, neg, one, seqq, seqkv;
 };
 
-// The tensors a backward graph reads (D too where own_dsum)
-static bwd_in bwd_inputs(graph_b &g, const attn_shape &s, bool own_dsum) {
+// The tensors the backward graph reads
+static bwd_in bwd_inputs(graph_b &g, const attn_shape &s) {
     const dims_t bht1 = {s.B, s.H, s.T, 1}, bhtd = {s.B, s.H, s.T, s.hd}, one = {1, 1, 1, 1};
     const dims_t b111 = {s.B, 1, 1, 1}, ldo = {s.T * s.H * s.hd, s.hd, s.H * s.hd, 1};
     bwd_in in;
-    in.q = g.tensor(U_Q, CUDNN_DATA_BFLOAT16, bhtd, bhsd(s, s.ldq));
-    in.kt =
-        g.tensor(U_KT, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.hd, s.T}, {s.T * s.ldq, s.hd, 1, s.ldq});
-    in.vt =
-        g.tensor(U_VT, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.hd, s.T}, {s.T * s.ldv, s.hd, 1, s.ldv});
+    in.q = g.tensor(U_Q, CUDNN_DATA_BFLOAT16, bhtd, bhsd(s));
+    in.kt = g.tensor(U_KT, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.hd, s.T}, bhds(s));
+    in.vt = g.tensor(U_VT, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.hd, s.T}, bhds(s));
     in.o = g.tensor(U_O, CUDNN_DATA_BFLOAT16, bhtd, ldo);
     in.dO = g.tensor(U_DO, CUDNN_DATA_BFLOAT16, bhtd, ldo);
     in.stats = g.tensor(U_STATS, CUDNN_DATA_FLOAT, bht1, {s.H * s.T, s.T, 1, 1});
-    in.dsum = own_dsum ? g.tensor(U_DSUM, CUDNN_DATA_FLOAT, bht1, {s.H * s.T, s.T, 1, 1}) : NULL;
     in.scale = g.tensor(U_SCALE, CUDNN_DATA_FLOAT, one, one, false, true);
     in.neg = g.tensor(U_NEG, CUDNN_DATA_FLOAT, one, one, false, true);
-    in.one = own_dsum ? NULL : g.tensor(U_ONE, CUDNN_DATA_FLOAT, one, one, false, true);
+    in.one = g.tensor(U_ONE, CUDNN_DATA_FLOAT, one, one, false, true);
     in.seqq = g.tensor(U_SEQQ, CUDNN_DATA_INT32, b111, one);
     in.seqkv = g.tensor(U_SEQKV, CUDNN_DATA_INT32, b111, one);
     return in;
@@ -438,42 +421,31 @@ static desc_t transposed(graph_b &g, const attn_shape &s, desc_t x) {
 }
 
 // out = at b over the query positions: dV (at = P^T, b = dO) or dK
-// (dS^T, Q). With GQA in the graph, per query head into a bf16 virtual
-// and a reduction H -> KV; else (H == KV, or per-head scratch) directly.
+// (dS^T, Q). With GQA, per query head into a bf16 virtual and a reduction
+// H -> KV; else directly.
 static void kv_grad(graph_b &g, const attn_shape &s, const bwd_in &in, desc_t at, desc_t b,
-                    desc_t out, bool reduce) {
-    if (!reduce) return g.matmul(at, b, out, in.seqkv, NULL, in.seqq);
+                    desc_t out) {
+    if (s.H == s.KV) return g.matmul(at, b, out, in.seqkv, NULL, in.seqq);
     desc_t full = g.virt(CUDNN_DATA_BFLOAT16, {s.B, s.H, s.T, s.hd});
     g.matmul(at, b, full, in.seqkv, NULL, in.seqq);
     g.reduce(CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
 
-// One backward graph: `parts` of it (PART_*), D in the graph unless
-// own_dsum, per-head dK/dV (in rows of 2 H hd: the scratch) where
-// scratch and H > KV.
-static void bwd_graph(graph_b &g, const attn_shape &s, int parts, bool own_dsum, bool scratch,
-                      size_t version) {
-    bwd_in in = bwd_inputs(g, s, own_dsum);
-    bool group = s.H != s.KV, per_head = group && scratch;
-    int64_t nh = per_head ? s.H : s.KV, ld = per_head ? 2 * s.H * s.hd : s.ldv;
-    desc_t dsum = own_dsum ? in.dsum : graph_dsum(g, s, in);
+// The backward graph, in the frontend's order: D, P, dV, dS, dK, dQ
+static void bwd_graph(graph_b &g, const attn_shape &s, size_t version) {
+    const dims_t bhtd = {s.B, s.H, s.T, s.hd}, bktd = {s.B, s.KV, s.T, s.hd};
+    bwd_in in = bwd_inputs(g, s);
+    desc_t dsum = graph_dsum(g, s, in);
     desc_t p = bwd_probs(g, s, in, version);
-    if (parts & PART_DKDV) {
-        desc_t dv = g.tensor(U_DV, CUDNN_DATA_BFLOAT16, {s.B, nh, s.T, s.hd}, bhsd(s, ld));
-        kv_grad(g, s, in, transposed(g, s, p), in.dO, dv, group && !per_head);
-    }
+    desc_t dv = g.tensor(U_DV, CUDNN_DATA_BFLOAT16, bktd, bhsd(s));
+    kv_grad(g, s, in, transposed(g, s, p), in.dO, dv);
     desc_t ds = bwd_ds(g, s, in, dsum, p);
-    if (parts & PART_DKDV) {
-        desc_t dk = g.tensor(U_DK, CUDNN_DATA_BFLOAT16, {s.B, nh, s.T, s.hd}, bhsd(s, ld));
-        kv_grad(g, s, in, transposed(g, s, ds), in.q, dk, group && !per_head);
-    }
-    if (parts & PART_DQ) {
-        desc_t k =
-            g.tensor(g.vuid++, CUDNN_DATA_BFLOAT16, {s.B, s.KV, s.T, s.hd}, bhsd(s, s.ldq), true);
-        desc_t dq = g.tensor(U_DQ, CUDNN_DATA_BFLOAT16, {s.B, s.H, s.T, s.hd}, bhsd(s, s.ldv));
-        g.reshape(in.kt, k);
-        g.matmul(ds, k, dq, in.seqq, NULL, in.seqkv);
-    }
+    desc_t dk = g.tensor(U_DK, CUDNN_DATA_BFLOAT16, bktd, bhsd(s));
+    kv_grad(g, s, in, transposed(g, s, ds), in.q, dk);
+    desc_t k = g.tensor(g.vuid++, CUDNN_DATA_BFLOAT16, bktd, bhsd(s), true);
+    desc_t dq = g.tensor(U_DQ, CUDNN_DATA_BFLOAT16, bhtd, bhsd(s));
+    g.reshape(in.kt, k);
+    g.matmul(ds, k, dq, in.seqq, NULL, in.seqkv);
 }
 
 // ---- plans --------------------------------------------------------------------------------------
@@ -550,58 +522,42 @@ static int finish_plan(graph_b &g, cudnnHandle_t h, bool deterministic, const ch
 
 struct cudnn_plan {
     int B, T;
-    desc_t fwd, bwd[2]; // bwd[1]: split's dK/dV graph
-    graph_b gf, gb[2];  // own the descriptors the plans were made from
-    int *seqlen;        // [B] of T: the padding mask's sequence lengths
+    desc_t fwd, bwd;
+    graph_b gf, gb; // own the descriptors the plans were made from
+    int *seqlen;    // [B] of T: the padding mask's sequence lengths
 };
 
 #define RL_CUDNN_MAX_PLANS 8
 struct rl_cudnn_attn {
     int B, T, H, KV, hd; // capacity and heads
-    int variant;         // V_*: the backward's arrangement
     cudnnHandle_t h;
     cudaStream_t s; // the handle's stream
-    bf16 *qk;       // rotated q|k rows [B*T, (H + KV) hd]
-    bf16 *scr;      // ext, split with GQA: per-query-head dK | dV rows [B*T, 2 H hd]
     void *ws;       // the plans' workspace, the largest of them
-    size_t ws_bytes, bytes;
+    size_t ws_bytes;
     int n_plans;
     cudnn_plan *plans[RL_CUDNN_MAX_PLANS];
 };
 
 static void plan_free(cudnn_plan *p) {
-    p->gf.destroy(), p->gb[0].destroy(), p->gb[1].destroy();
+    p->gf.destroy(), p->gb.destroy();
     cudaFree(p->seqlen);
     delete p;
 }
 
-// The forward's plan and the variant's backward plan(s) for B x T
+// The forward's and the backward's plans for B x T
 static int make_plans(rl_cudnn_attn *a, cudnn_plan *p, int64_t *ws, rl_err *e) {
-    attn_shape sh = {p->B,
-                     p->T,
-                     a->H,
-                     a->KV,
-                     a->hd,
-                     (int64_t)(a->H + a->KV) * a->hd,
-                     (int64_t)(a->H + 2 * a->KV) * a->hd};
+    attn_shape sh = {p->B, p->T, a->H, a->KV, a->hd, (int64_t)(a->H + 2 * a->KV) * a->hd};
     char what[128];
-    int64_t w[3] = {0, 0, 0};
+    int64_t w[2] = {0, 0};
     snprintf(what, sizeof what, "attention forward B=%d T=%d H=%d KV=%d hd=%d", p->B, p->T, a->H,
              a->KV, a->hd);
     fwd_graph(p->gf, sh);
     RL_TRY(finish_plan(p->gf, a->h, false, what, &p->fwd, &w[0], e));
-    size_t version = dnn.cudnnGetVersion();
-    bool own = a->variant != V_FE, split = a->variant == V_SPLIT;
-    for (int i = 0; i < 1 + split; i++) {
-        int parts = !split ? PART_DQ | PART_DKDV : i ? PART_DKDV : PART_DQ;
-        const char *part = !split ? "" : i ? ", dK dV" : ", dQ";
-        snprintf(what, sizeof what, "attention backward (%s%s) B=%d T=%d H=%d KV=%d hd=%d",
-                 variant_names[a->variant], part, p->B, p->T, a->H, a->KV, a->hd);
-        bwd_graph(p->gb[i], sh, parts, own, own, version);
-        RL_TRY(finish_plan(p->gb[i], a->h, true, what, &p->bwd[i], &w[1 + i], e));
-    }
+    snprintf(what, sizeof what, "attention backward B=%d T=%d H=%d KV=%d hd=%d", p->B, p->T, a->H,
+             a->KV, a->hd);
+    bwd_graph(p->gb, sh, dnn.cudnnGetVersion());
+    RL_TRY(finish_plan(p->gb, a->h, true, what, &p->bwd, &w[1], e));
     *ws = w[0] > w[1] ? w[0] : w[1];
-    if (w[2] > *ws) *ws = w[2];
     // the padding mask's lengths: every sequence full
     std::vector<int> len(p->B, p->T);
     CUDA_CHECK(cudaMalloc(&p->seqlen, len.size() * sizeof(int)));
@@ -623,12 +579,12 @@ static int plan_for(rl_cudnn_attn *a, int B, int T, cudnn_plan **out, rl_err *e)
     if (!rc && need > a->ws_bytes) { // a later, larger shape: grow once, nothing queued uses it
         cudaError_t ce = cudaStreamSynchronize(a->s);
         if (ce == cudaSuccess) ce = cudaFree(a->ws);
-        a->ws = NULL, a->bytes -= a->ws_bytes, a->ws_bytes = 0;
+        a->ws = NULL, a->ws_bytes = 0;
         if (ce == cudaSuccess) ce = cudaMalloc(&a->ws, need);
         if (ce != cudaSuccess)
             rc = rl_gpu_cuda_fail(e, ce, "cudaMalloc(cuDNN workspace)", __FILE__, __LINE__);
         else
-            a->ws_bytes = need, a->bytes += need;
+            a->ws_bytes = need;
     }
     if (rc) {
         plan_free(p);
@@ -641,28 +597,15 @@ static int plan_for(rl_cudnn_attn *a, int B, int T, cudnn_plan **out, rl_err *e)
 
 void rl_cudnn_attn_free(rl_cudnn_attn *a) {
     if (!a) return;
-    if (a->s || a->qk) cudaStreamSynchronize(a->s);
+    cudaStreamSynchronize(a->s); // nothing queued may still use the plans or the workspace
     for (int i = 0; i < a->n_plans; i++) plan_free(a->plans[i]);
     if (a->h) dnn.cudnnDestroy(a->h);
-    cudaFree(a->qk);
-    cudaFree(a->scr);
     cudaFree(a->ws);
     free(a);
 }
 
-// A test's choice of backward variant for every later creation (-1: none)
-static int pinned_variant = -1;
-
-extern "C" int rl_cudnn_attn_pin_variant(const char *name) {
-    pinned_variant = -1;
-    if (!name) return RL_OK;
-    for (int v = 0; v < V_COUNT; v++)
-        if (!strcmp(name, variant_names[v])) return pinned_variant = v, RL_OK;
-    return RL_EINPUT;
-}
-
-static int create_variant(rl_cudnn_attn **out, int variant, int B, int T, int H, int KV, int hd,
-                          cudaStream_t s, rl_err *e) {
+int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int hd, cudaStream_t s,
+                         rl_err *e) {
     *out = NULL;
     RL_TRY(cudnn_load(e));
     if (B < 1 || T < 1 || H < 1 || KV < 1 || H % KV || hd < 2 || hd % 2)
@@ -670,24 +613,17 @@ static int create_variant(rl_cudnn_attn **out, int variant, int B, int T, int H,
                        "cuDNN attention: unsupported shape B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV,
                        hd);
     // cuDNN's fused attention engines take head dims that are a multiple of
-    // 8, and our packed rows are 16-byte aligned only then
+    // 8, and our packed rows' heads are 16-byte aligned only then
     if (hd % 8)
         return rl_errf(e, RL_EINPUT, "cuDNN attention: head_dim %d is not a multiple of 8", hd);
     rl_cudnn_attn *a = (rl_cudnn_attn *)calloc(1, sizeof *a);
     if (!a) return rl_errf(e, RL_ENOMEM, "cuDNN attention: out of host memory");
-    a->B = B, a->T = T, a->H = H, a->KV = KV, a->hd = hd, a->s = s, a->variant = variant;
+    a->B = B, a->T = T, a->H = H, a->KV = KV, a->hd = hd, a->s = s;
     cudnn_plan *p;
-    size_t nqk = (size_t)B * T * (H + KV) * hd * sizeof(bf16);
-    size_t nscr = variant != V_FE && H > KV ? (size_t)B * T * 2 * H * hd * sizeof(bf16) : 0;
     cudnnStatus_t st = dnn.cudnnCreate(&a->h);
     int rc = st ? dnn_fail(e, st, "cudnnCreate", "attention") : RL_OK;
     if (!rc && (st = dnn.cudnnSetStream(a->h, s)))
         rc = dnn_fail(e, st, "cudnnSetStream", "attention");
-    cudaError_t ce = rc ? cudaSuccess : cudaMalloc(&a->qk, nqk);
-    if (ce == cudaSuccess && !rc && nscr) ce = cudaMalloc(&a->scr, nscr);
-    if (ce != cudaSuccess)
-        rc = rl_gpu_cuda_fail(e, ce, "cudaMalloc(cuDNN q|k)", __FILE__, __LINE__);
-    a->bytes = nqk + nscr;
     if (!rc) rc = plan_for(a, B, T, &p, e);
     if (rc) {
         rl_cudnn_attn_free(a);
@@ -697,61 +633,14 @@ static int create_variant(rl_cudnn_attn **out, int variant, int B, int T, int H,
     return RL_OK;
 }
 
-// The pinned variant (a test's), else the first
-int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int hd, cudaStream_t s,
-                         rl_err *e) {
-    return create_variant(out, pinned_variant >= 0 ? pinned_variant : V_FE, B, T, H, KV, hd, s, e);
-}
-
-size_t rl_cudnn_attn_device_bytes(const rl_cudnn_attn *a) { return a ? a->bytes : 0; }
+size_t rl_cudnn_attn_device_bytes(const rl_cudnn_attn *a) { return a ? a->ws_bytes : 0; }
 
 // ---- launches ----------------------------------------------------------------------------------
-// dst rows [(H + KV) hd] = RoPE(q|k columns of the qkv rows), rotate-half on
-// pairs (i, i + hd/2) as rope_kernel does; cs == NULL copies.
-static __global__ void rope_pack_kernel(bf16 *dst, const bf16 *qkv, const float *cs,
-                                        const float *sn, int N, int T, int nh, int hd, int ld) {
-    int half = hd / 2;
-    size_t total = (size_t)N * nh * half;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (size_t)gridDim.x * blockDim.x) {
-        int i = (int)(idx % half);
-        size_t rest = idx / half;
-        int hh = (int)(rest % nh), n = (int)(rest / nh), t = n % T;
-        const bf16 *x = qkv + (size_t)n * ld + (size_t)hh * hd;
-        bf16 *y = dst + ((size_t)n * nh + hh) * hd;
-        float x1 = bf2f(x[i]), x2 = bf2f(x[i + half]);
-        if (!cs) {
-            y[i] = x[i], y[i + half] = x[i + half];
-            continue;
-        }
-        float c = cs[(size_t)t * half + i], sv = sn[(size_t)t * half + i];
-        y[i] = f2bf(x1 * c - x2 * sv);
-        y[i + half] = f2bf(x2 * c + x1 * sv);
-    }
-}
-
-static int rope_pack(rl_cudnn_attn *a, const bf16 *qkv, const float *rope, int max_pos, int N,
-                     int T, cudaStream_t s, rl_err *e) {
-    int nh = a->H + a->KV, half = a->hd / 2;
-    size_t total = (size_t)N * nh * half;
-    unsigned blocks = rl_cdiv(total, 256);
-    if (blocks > 65535u * 16) blocks = 65535u * 16;
-    const float *sn = rope ? rope + (size_t)max_pos * half : NULL;
-    RL_LAUNCH(rope_pack_kernel, blocks, 256, 0, s, a->qk, qkv, rope, sn, N, T, nh, a->hd,
-              (a->H + 2 * a->KV) * a->hd);
-    LAUNCH_CHECK();
-    return RL_OK;
-}
-
-static int check_call(rl_cudnn_attn *a, const float *rope, int max_pos, int B, int T,
-                      cudaStream_t s, rl_err *e) {
+static int check_call(rl_cudnn_attn *a, int B, int T, cudaStream_t s, rl_err *e) {
     if (B < 1 || T < 1 || B * T > a->B * a->T)
         return rl_errf(e, RL_EINPUT,
                        "cuDNN attention: B=%d T=%d beyond the %d x %d it was made for", B, T, a->B,
                        a->T);
-    if (rope && T > max_pos)
-        return rl_errf(e, RL_EINPUT, "attention: sequence length %d exceeds the RoPE table's %d", T,
-                       max_pos);
     if (s != a->s) {
         cudnnStatus_t st = dnn.cudnnSetStream(a->h, s);
         if (st) return dnn_fail(e, st, "cudnnSetStream", "attention");
@@ -785,127 +674,55 @@ static int execute(rl_cudnn_attn *a, desc_t plan, const graph_b &gb, void *const
     return st ? dnn_fail(e, st, call, what) : RL_OK;
 }
 
-int rl_k_attn_cudnn_fwd(rl_cudnn_attn *a, bf16 *out, float *stats, const bf16 *qkv,
-                        const float *rope, int max_pos, int B, int T, cudaStream_t s, rl_err *e) {
+int rl_k_attn_cudnn_fwd(rl_cudnn_attn *a, bf16 *out, float *stats, const bf16 *qkv, int B, int T,
+                        cudaStream_t s, rl_err *e) {
     cudnn_plan *p;
-    RL_TRY(check_call(a, rope, max_pos, B, T, s, e));
+    RL_TRY(check_call(a, B, T, s, e));
     RL_TRY(plan_for(a, B, T, &p, e));
-    RL_TRY(rope_pack(a, qkv, rope, max_pos, B * T, T, s, e));
     float scale = 1.0f / sqrtf((float)a->hd), neg = -1e30f; // masked scores: exp() gives 0
     void *ptr[U_N] = {0};
-    ptr[U_Q] = a->qk, ptr[U_KT] = a->qk + (size_t)a->H * a->hd;
+    ptr[U_Q] = (void *)qkv, ptr[U_KT] = (void *)(qkv + (size_t)a->H * a->hd);
     ptr[U_V] = (void *)(qkv + (size_t)(a->H + a->KV) * a->hd);
     ptr[U_O] = out, ptr[U_STATS] = stats, ptr[U_SCALE] = &scale, ptr[U_NEG] = &neg;
     return execute(a, p->fwd, p->gf, ptr, "attention forward", e);
 }
 
-// D[b, h, t] = sum_d dO o O: what the fe graph computes itself, for ext and
-// split (attn_dsum_kernel's sum, same layout; one warp per row and head).
-static __global__ void dsum_kernel(float *dsum, const bf16 *dout, const bf16 *out, int N, int T,
-                                   int H, int hd) {
-    int idx = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (idx >= N * H) return;
-    int n = idx / H, h = idx % H;
-    size_t off = (size_t)n * H * hd + (size_t)h * hd;
-    float acc = 0.0f;
-    for (int d = lane; d < hd; d += 32) acc += bf2f(dout[off + d]) * bf2f(out[off + d]);
-    acc = warp_sum(acc);
-    if (lane == 0) dsum[((size_t)(n / T) * H + h) * T + n % T] = acc;
-}
-
-// dK, dV of kv head j = the sum over its group's query heads (G = H / KV
-// consecutive) of the per-head rows in scr [N, 2 H hd], into dqkv's k | v
-// columns; fp32 sums, rounded once.
-static __global__ void group_sum_kernel(bf16 *dqkv, const bf16 *scr, int N, int H, int KV, int hd) {
-    int G = H / KV, kvd = KV * hd;
-    size_t total = (size_t)N * 2 * kvd;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (size_t)gridDim.x * blockDim.x) {
-        int c = (int)(idx % (2 * kvd)), n = (int)(idx / (2 * kvd));
-        int half = c / kvd, j = (c % kvd) / hd, d = c % hd; // half 0: dK, 1: dV
-        const bf16 *x = scr + (size_t)n * 2 * H * hd + (size_t)half * H * hd + (size_t)j * G * hd;
-        float acc = 0.0f;
-        for (int g = 0; g < G; g++) acc += bf2f(x[(size_t)g * hd + d]);
-        dqkv[(size_t)n * (H + 2 * KV) * hd + (size_t)H * hd + c] = f2bf(acc);
-    }
-}
-
-// ext, split: D by dsum_kernel before the graphs
-static int own_dsum(rl_cudnn_attn *a, float *dsum, const bf16 *dout, const bf16 *out, int N, int T,
-                    cudaStream_t s, rl_err *e) {
-    RL_LAUNCH(dsum_kernel, rl_cdiv((size_t)N * a->H, 8), 256, 0, s, dsum, dout, out, N, T, a->H,
-              a->hd);
-    LAUNCH_CHECK();
-    return RL_OK;
-}
-
-static int group_sum(rl_cudnn_attn *a, bf16 *dqkv, int N, cudaStream_t s, rl_err *e) {
-    unsigned blocks = rl_cdiv((size_t)N * 2 * a->KV * a->hd, 256);
-    if (blocks > 65535u * 16) blocks = 65535u * 16;
-    RL_LAUNCH(group_sum_kernel, blocks, 256, 0, s, dqkv, a->scr, N, a->H, a->KV, a->hd);
-    LAUNCH_CHECK();
-    return RL_OK;
-}
-
 int rl_k_attn_cudnn_bwd(rl_cudnn_attn *a, bf16 *dqkv, float *dsum, const bf16 *dout,
-                        const bf16 *qkv, const bf16 *out, const float *stats, const float *rope,
-                        int max_pos, int B, int T, cudaStream_t s, rl_err *e) {
+                        const bf16 *qkv, const bf16 *out, const float *stats, int B, int T,
+                        cudaStream_t s, rl_err *e) {
     cudnn_plan *p;
-    RL_TRY(check_call(a, rope, max_pos, B, T, s, e));
+    RL_TRY(check_call(a, B, T, s, e));
     RL_TRY(plan_for(a, B, T, &p, e));
-    RL_TRY(rope_pack(a, qkv, rope, max_pos, B * T, T, s, e)); // the forward's, recomputed
-    bool ours = a->variant != V_FE, per_head = ours && a->H > a->KV;
-    if (ours) RL_TRY(own_dsum(a, dsum, dout, out, B * T, T, s, e));
     // masked scores: -inf from cuDNN 9.10, the lowest float before (the frontend's values)
     float scale = 1.0f / sqrtf((float)a->hd), one = 1.0f;
     float neg = dnn.cudnnGetVersion() < 91000 ? -3.402823466e38f : -INFINITY;
     size_t qd = (size_t)a->H * a->hd, kvd = (size_t)a->KV * a->hd;
     void *ptr[U_N] = {0};
-    ptr[U_Q] = a->qk, ptr[U_KT] = a->qk + qd;
-    ptr[U_VT] = (void *)(qkv + qd + kvd);
+    ptr[U_Q] = (void *)qkv, ptr[U_KT] = (void *)(qkv + qd), ptr[U_VT] = (void *)(qkv + qd + kvd);
     ptr[U_O] = (void *)out, ptr[U_DO] = (void *)dout, ptr[U_STATS] = (void *)stats;
     ptr[U_DSUM] = dsum, ptr[U_SCALE] = &scale, ptr[U_NEG] = &neg, ptr[U_ONE] = &one;
     ptr[U_SEQQ] = ptr[U_SEQKV] = p->seqlen;
-    ptr[U_DQ] = dqkv;
-    ptr[U_DK] = per_head ? (void *)a->scr : dqkv + qd;
-    ptr[U_DV] = per_head ? (void *)(a->scr + qd) : dqkv + qd + kvd;
-    RL_TRY(execute(a, p->bwd[0], p->gb[0], ptr, "attention backward", e));
-    if (a->variant == V_SPLIT)
-        RL_TRY(execute(a, p->bwd[1], p->gb[1], ptr, "attention backward dK dV", e));
-    if (per_head) RL_TRY(group_sum(a, dqkv, B * T, s, e));
-    if (!rope) return RL_OK;
-    // dq, dk back to the un-rotated q, k: the transposed rotation
-    return rl_k_rope(dqkv, rope, B * T, T, a->H + a->KV, a->hd, (int)(qd + 2 * kvd), max_pos, 1, s,
-                     e);
+    ptr[U_DQ] = dqkv, ptr[U_DK] = dqkv + qd, ptr[U_DV] = dqkv + qd + kvd;
+    return execute(a, p->bwd, p->gb, ptr, "attention backward", e);
 }
 
-// The rotation pass: q|k read from qkv, written rotated (6 FLOPs a pair).
-static rl_k_cost pack_cost(int B, int T, int H, int KV, int hd) {
-    double n = (double)B * T * (H + KV) * hd;
-    return rl_k_cost{3.0 * n, 4.0 * n, 1};
-}
-
-// Forward: the rotation, then the attention's FLOPs counted as our
-// kernels' (FlashAttention's causal count; cuDNN's masked tiles on the
-// diagonal are left out) and its bytes: q|k, v, out, stats.
+// Forward: counted as our kernels' (FlashAttention's causal FLOPs, cuDNN's
+// masked tiles on the diagonal left out; q|k|v, out and stats read and
+// written once), one graph.
 rl_k_cost rl_k_attn_cudnn_fwd_cost(int B, int T, int H, int KV, int hd) {
-    rl_k_cost c = pack_cost(B, T, H, KV, hd), f = rl_k_attn_fwd_cost(B, T, H, KV, hd);
-    c.flops += f.flops, c.bytes += f.bytes, c.launches += 1;
-    return c;
+    return rl_k_attn_fwd_cost(B, T, H, KV, hd);
 }
 
-// Backward: the rotation again (not kept from the forward: L x q|k of
-// memory), five products over the causal half (2.5 x the forward's), D, and
-// the inverse rotation of dq|dk in place. The fe variant's launches: ext
-// adds one for D and, with GQA, one for the group sum, split one more
-// graph; which variant a model gets is known only at its creation.
+// Backward: five products over the causal half (2.5 x the forward's), D,
+// and the bytes of our kernels' backward (dO and O for D, q|k|v, dq|dk|dv,
+// dO, stats and D), one graph.
 rl_k_cost rl_k_attn_cudnn_bwd_cost(int B, int T, int H, int KV, int hd) {
     double N = (double)B * T, causal = (double)T * (T + 1) / 2, qd = (double)H * hd;
     double qkv = N * (H + 2.0 * KV) * hd * 2;
-    rl_k_cost c = pack_cost(B, T, H, KV, hd), r = rl_k_rope_cost(B * T, H + KV, hd);
-    c.flops += 2.5 * 4.0 * B * H * hd * causal + 2 * N * qd + r.flops;
-    c.bytes += (N * qd * 4 + N * H * 4) + (2 * qkv + N * qd * 2 + N * H * 8) + r.bytes;
-    c.launches += 1 + r.launches;
+    rl_k_cost c;
+    c.flops = 2.5 * 4.0 * B * H * hd * causal + 2 * N * qd;
+    c.bytes = (N * qd * 4 + N * H * 4) + (2 * qkv + N * qd * 2 + N * H * 8);
+    c.launches = 1;
     return c;
 }
 
@@ -918,9 +735,8 @@ rl_k_cost rl_k_attn_cudnn_bwd_cost(int B, int T, int H, int KV, int hd) {
 // kernels and an f64 reference), so 1e-2 and 3e-2 leave room for that and
 // none for a wrong mask, layout or scale, which errs by O(1). A cuDNN that
 // finalizes a graph and runs it may still compute it wrong (H200, cuDNN 9:
-// dQ, dK off by 1e2, GQA's dK, dV uninitialised, no error), so the backward
-// variants are tried in order and the first that agrees is kept; cudnn
-// without one fails rather than train on wrong gradients.
+// dQ, dK off by 1e2, GQA's dK, dV uninitialised, no error), so cudnn
+// without agreement fails rather than train on wrong gradients.
 #define RL_ATTN_AGREE_FWD 1e-2
 #define RL_ATTN_AGREE_BWD 3e-2
 #define RL_ATTN_REPS 3
@@ -947,33 +763,29 @@ static double max_rel_diff(const bf16 *d_a, const bf16 *d_b, size_t n, rl_err *e
     return dmax / (amax > 0 ? amax : 1);
 }
 
-// One forward and backward of backend k (0 own, 1 cuDNN a) into its buffers.
-static int run_one(int k, rl_cudnn_attn *a, probe_bufs *p, const float *rope, int max_pos,
-                   cudaStream_t s, rl_err *e) {
+// One forward and backward of backend k (0 own, 1 cuDNN a) into its
+// buffers. RoPE is the model's own pass around attention, for either
+// backend: not part of what is compared.
+static int run_one(int k, rl_cudnn_attn *a, probe_bufs *p, cudaStream_t s, rl_err *e) {
     int B = p->B, T = p->T, H = p->H, KV = p->KV, hd = p->hd;
-    // RoPE is the model's own pass before attention (rl_k_rope), for either
-    // backend: not part of what is compared
-    (void)rope, (void)max_pos;
     if (k == 0) {
         RL_TRY(rl_k_attn_fwd(p->out[0], p->lse[0], p->qkv, B, T, H, KV, hd, s, e));
         return rl_k_attn_bwd(p->dqkv[0], p->dsum, NULL, p->dout, p->qkv, p->out[0], p->lse[0], B,
                              T, H, KV, hd, s, e);
     }
-    RL_TRY(rl_k_attn_cudnn_fwd(a, p->out[1], p->lse[1], p->qkv, NULL, 0, B, T, s, e));
-    return rl_k_attn_cudnn_bwd(a, p->dqkv[1], p->dsum, p->dout, p->qkv, p->out[1], p->lse[1], NULL,
-                               0, B, T, s, e);
+    RL_TRY(rl_k_attn_cudnn_fwd(a, p->out[1], p->lse[1], p->qkv, B, T, s, e));
+    return rl_k_attn_cudnn_bwd(a, p->dqkv[1], p->dsum, p->dout, p->qkv, p->out[1], p->lse[1], B, T,
+                               s, e);
 }
 
 // Milliseconds per forward + backward of backend k, RL_ATTN_REPS timed.
-static int time_one(int k, rl_cudnn_attn *a, probe_bufs *p, const float *rope, int max_pos,
-                    cudaStream_t s, float *ms, rl_err *e) {
+static int time_one(int k, rl_cudnn_attn *a, probe_bufs *p, cudaStream_t s, float *ms, rl_err *e) {
     cudaEvent_t ev[2];
     CUDA_CHECK(cudaEventCreate(&ev[0]));
     CUDA_CHECK(cudaEventCreate(&ev[1]));
     int rc = RL_OK;
     cudaError_t ce = cudaEventRecord(ev[0], s);
-    for (int r = 0; r < RL_ATTN_REPS && !rc && ce == cudaSuccess; r++)
-        rc = run_one(k, a, p, rope, max_pos, s, e);
+    for (int r = 0; r < RL_ATTN_REPS && !rc && ce == cudaSuccess; r++) rc = run_one(k, a, p, s, e);
     if (!rc && ce == cudaSuccess) ce = cudaEventRecord(ev[1], s);
     if (!rc && ce == cudaSuccess) ce = cudaEventSynchronize(ev[1]);
     if (!rc && ce == cudaSuccess) ce = cudaEventElapsedTime(ms, ev[0], ev[1]);
@@ -1015,78 +827,63 @@ static void probe_free(probe_bufs *p) {
     for (void *q : ptrs) cudaFree(q);
 }
 
-// Variant v made and run on the probe inputs (our kernels' results already
-// in the buffers): *a set when its out and dq|dk|dv agree with ours, else
-// why not appended to `why` (a refusal or a failure of cuDNN's, or the
-// differences). An error returned is a CUDA one, the model's to report.
-static int try_variant(int v, rl_cudnn_attn **a, probe_bufs *p, const float *rope, int max_pos,
-                       cudaStream_t s, double diff[2], char *why, size_t nwhy, rl_err *e) {
+// Both backends on the probe inputs: *a the cuDNN backend when its out and
+// dq|dk|dv agree with ours, else NULL and `why` says why not (cuDNN's
+// refusal or failure, or the differences). An error returned is a CUDA
+// one, the model's to report.
+static int agreeing(rl_cudnn_attn **a, probe_bufs *p, cudaStream_t s, double diff[2], char *why,
+                    size_t nwhy, rl_err *e) {
     int N = p->B * p->T, rc;
     size_t C3 = (size_t)(p->H + 2 * p->KV) * p->hd, qd = (size_t)p->H * p->hd;
     rl_err ce = {0, {0}};
     rl_cudnn_attn *c = NULL;
+    *a = NULL;
     diff[0] = diff[1] = INFINITY;
-    rc = create_variant(&c, v, p->B, p->T, p->H, p->KV, p->hd, s, &ce);
-    if (!rc) rc = run_one(1, c, p, rope, max_pos, s, &ce);
+    RL_TRY(run_one(0, NULL, p, s, e));
+    rc = rl_cudnn_attn_create(&c, p->B, p->T, p->H, p->KV, p->hd, s, &ce);
+    if (!rc) rc = run_one(1, c, p, s, &ce);
     if (!rc) diff[0] = max_rel_diff(p->out[0], p->out[1], (size_t)N * qd, &ce, &rc);
     if (!rc) diff[1] = max_rel_diff(p->dqkv[0], p->dqkv[1], (size_t)N * C3, &ce, &rc);
     if (rc && strncmp(ce.msg, "cuDNN", 5) != 0) {
         rl_cudnn_attn_free(c);
         return rl_errf(e, rc, "%s", ce.msg);
     }
-    size_t len = strlen(why), n = strlen(ce.msg), tail = n > 110 ? n - 40 : n > 70 ? 70 : n;
     if (!rc && diff[0] <= RL_ATTN_AGREE_FWD && diff[1] <= RL_ATTN_AGREE_BWD) return *a = c, RL_OK;
-    if (rc) // the head (the call, the graph) and the tail (the status) of a long message
-        snprintf(why + len, nwhy - len, "%s%s: %.70s%s%.40s", len ? "; " : "", variant_names[v],
-                 ce.msg, n > 110 ? " ... " : "", ce.msg + tail);
+    if (rc)
+        snprintf(why, nwhy, "%s", ce.msg);
     else
-        snprintf(why + len, nwhy - len, "%s%s: fwd_diff %.2e bwd_diff %.2e", len ? "; " : "",
-                 variant_names[v], diff[0], diff[1]);
+        snprintf(why, nwhy, "cuDNN disagrees with our kernels: fwd_diff %.2e bwd_diff %.2e",
+                 diff[0], diff[1]);
     rl_cudnn_attn_free(c);
-    return RL_OK;
-}
-
-// The first variant (the pinned one only, where a test pinned one) that
-// agrees with our kernels: *a, or NULL and `why` says why none did.
-static int first_agreeing(rl_cudnn_attn **a, probe_bufs *p, const float *rope, int max_pos,
-                          cudaStream_t s, double diff[2], char *why, size_t nwhy, rl_err *e) {
-    *a = NULL;
-    why[0] = 0;
-    RL_TRY(run_one(0, NULL, p, rope, max_pos, s, e));
-    for (int v = 0; v < V_COUNT && !*a; v++)
-        if (pinned_variant < 0 || v == pinned_variant)
-            RL_TRY(try_variant(v, a, p, rope, max_pos, s, diff, why, nwhy, e));
     return RL_OK;
 }
 
 // auto without cuDNN (absent, refusing the graphs, failing to run them or
 // running them wrong): our kernels, and one line saying why.
 static int fall_back(const char *why) {
-    char msg[600];
+    char msg[1100];
     rl_log(RL_LOG_INFO, "attention_backend",
            "\"requested\":\"auto\",\"choice\":\"own\",\"reason\":\"%s\"",
            rl_json_escape(msg, sizeof msg, why));
     return RL_OK;
 }
 
-// One line for a choice of cuDNN variant a (auto: *pick says whether it
-// also ran faster than ours); `why`: the variants passed over.
+// One line for cuDNN's agreement (auto: pick says whether it also ran
+// faster than ours)
 static void log_choice(int mode, const rl_cudnn_attn *a, int pick, const float ms[2],
-                       const double diff[2], const char *why) {
-    char msg[600], t[96] = "";
+                       const double diff[2]) {
+    char t[96] = "";
     if (mode == RL_GPU_ATTN_AUTO)
         snprintf(t, sizeof t, ",\"own_ms\":%.3f,\"cudnn_ms\":%.3f", ms[0], ms[1]);
     rl_log(RL_LOG_INFO, "attention_backend",
-           "\"requested\":\"%s\",\"choice\":\"%s\",\"variant\":\"%s\",\"cudnn_version\":%zu%s,"
-           "\"fwd_diff\":%.2e,\"bwd_diff\":%.2e,\"agree\":true,\"passed_over\":\"%s\","
-           "\"B\":%d,\"T\":%d",
+           "\"requested\":\"%s\",\"choice\":\"%s\",\"cudnn_version\":%zu%s,"
+           "\"fwd_diff\":%.2e,\"bwd_diff\":%.2e,\"agree\":true,\"B\":%d,\"T\":%d",
            mode == RL_GPU_ATTN_AUTO ? "auto" : "cudnn", pick ? "cudnn" : "own",
-           variant_names[a->variant], dnn.cudnnGetVersion(), t, diff[0], diff[1],
-           rl_json_escape(msg, sizeof msg, why), a->B, a->T);
+           dnn.cudnnGetVersion(), t, diff[0], diff[1], a->B, a->T);
 }
 
 int rl_gpu_attn_select(rl_cudnn_attn **out, int mode, int B, int T, int H, int KV, int hd,
-                       const float *rope, int max_pos, cudaStream_t s, rl_err *e) {
+                       cudaStream_t s, rl_err *e) {
     *out = NULL;
     if (mode == RL_GPU_ATTN_OWN) return RL_OK;
     if (mode != RL_GPU_ATTN_AUTO && mode != RL_GPU_ATTN_CUDNN)
@@ -1103,26 +900,24 @@ int rl_gpu_attn_select(rl_cudnn_attn **out, int mode, int B, int T, int H, int K
     memset(&p, 0, sizeof p);
     p.B = B, p.T = T, p.H = H, p.KV = KV, p.hd = hd;
     rl_cudnn_attn *a = NULL;
-    char why[400];
+    char why[sizeof ce.msg];
     double diff[2] = {0, 0};
     float ms[2] = {0, 0};
     int rc = probe_alloc(&p, s, e);
-    if (!rc) rc = first_agreeing(&a, &p, rope, max_pos, s, diff, why, sizeof why, e);
+    if (!rc) rc = agreeing(&a, &p, s, diff, why, sizeof why, e);
     if (!rc && a && !forced)
-        for (int k = 0; k < 2 && !rc; k++) rc = time_one(k, a, &p, rope, max_pos, s, &ms[k], e);
+        for (int k = 0; k < 2 && !rc; k++) rc = time_one(k, a, &p, s, &ms[k], e);
     probe_free(&p);
     if (rc || !a) {
         rl_cudnn_attn_free(a);
         if (rc) return rc;
         if (forced)
-            return rl_errf(e, RL_EIO,
-                           "train.attention cudnn: no cuDNN backward agrees with our kernels "
-                           "(%s) (auto or own run without it)",
+            return rl_errf(e, RL_EIO, "train.attention cudnn: %s (auto or own run without it)",
                            why);
         return fall_back(why);
     }
     int pick = forced || ms[1] < ms[0]; // a tie keeps our kernels
-    log_choice(mode, a, pick, ms, diff, why);
+    log_choice(mode, a, pick, ms, diff);
     if (pick)
         *out = a;
     else

@@ -169,29 +169,29 @@ rl_k_cost rl_k_attn_fwd_cost(int B, int T, int H, int KV, int hd);
 rl_k_cost rl_k_attn_bwd_cost(int B, int T, int H, int KV, int hd, int dq_atomic);
 
 // ---- attention through cuDNN (gpu_attn_cudnn.cu) ----------------------------------------
-// The same computation as rl_k_attn_fwd/bwd on the same buffers, through
+// The same computation as rl_k_attn_fwd/bwd on the same buffers (q|k in
+// qkv already rotated, dq|dk with respect to the rotated q|k), through
 // cuDNN 9's backend graph API (libcudnn.so.9 dlopen'ed on first use). One
-// object per model: a handle, the rotated q|k scratch [B*T, (H + KV) hd]
-// bf16, plans per (B, T) built on first use (the creation's at creation)
-// and one workspace. stats: [B*H, T], natural log (not our kernels' log2):
-// only this backend's backward reads them. Deterministic backward (engines
-// noted non-deterministic are skipped).
+// object per model: a handle, plans per (B, T) built on first use (the
+// creation's at creation) and one workspace. stats: [B*H, T], natural log
+// (not our kernels' log2): only this backend's backward reads them.
+// Deterministic backward (engines noted non-deterministic are skipped).
 typedef struct rl_cudnn_attn rl_cudnn_attn;
 int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int hd, cudaStream_t s,
                          rl_err *e);
 void rl_cudnn_attn_free(rl_cudnn_attn *a);
 size_t rl_cudnn_attn_device_bytes(const rl_cudnn_attn *a);
-int rl_k_attn_cudnn_fwd(rl_cudnn_attn *a, bf16 *out, float *stats, const bf16 *qkv,
-                        const float *rope, int max_pos, int B, int T, cudaStream_t s, rl_err *e);
+int rl_k_attn_cudnn_fwd(rl_cudnn_attn *a, bf16 *out, float *stats, const bf16 *qkv, int B, int T,
+                        cudaStream_t s, rl_err *e);
 int rl_k_attn_cudnn_bwd(rl_cudnn_attn *a, bf16 *dqkv, float *dsum, const bf16 *dout,
-                        const bf16 *qkv, const bf16 *out, const float *stats, const float *rope,
-                        int max_pos, int B, int T, cudaStream_t s, rl_err *e);
+                        const bf16 *qkv, const bf16 *out, const float *stats, int B, int T,
+                        cudaStream_t s, rl_err *e);
 rl_k_cost rl_k_attn_cudnn_fwd_cost(int B, int T, int H, int KV, int hd);
 rl_k_cost rl_k_attn_cudnn_bwd_cost(int B, int T, int H, int KV, int hd);
 // train.attention: *out NULL for our kernels, else the cuDNN backend to
 // use (mode RL_GPU_ATTN_*; auto probes, compares, times and logs).
 int rl_gpu_attn_select(rl_cudnn_attn **out, int mode, int B, int T, int H, int KV, int hd,
-                       const float *rope, int max_pos, cudaStream_t s, rl_err *e);
+                       cudaStream_t s, rl_err *e);
 
 // ---- GEMM through cuBLASLt (gpu_gemm.cu) ------------------------------------------------
 struct rl_gemm_plan;

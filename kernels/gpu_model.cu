@@ -408,8 +408,7 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     free(rope);
     CUDA_CHECK(ce);
     // last: auto runs both attention backends on the model's shapes
-    RL_TRY(rl_gpu_attn_select(&m->cudnn, m->options.attention, B, T, m->H, m->KV, m->hd, m->rope,
-                              c->max_position_embeddings, m->s, e));
+    RL_TRY(rl_gpu_attn_select(&m->cudnn, m->options.attention, B, T, m->H, m->KV, m->hd, m->s, e));
     m->bytes += rl_cudnn_attn_device_bytes(m->cudnn);
     return RL_OK;
 }
@@ -605,7 +604,7 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
                        m->cfg.max_position_embeddings, 0, s, e));
         if (attn_cudnn(m))
             STEP(RL_GPU_PROF_ATTN_FWD, rl_k_attn_cudnn_fwd_cost(B, T, m->H, m->KV, m->hd),
-                 rl_k_attn_cudnn_fwd(m->cudnn, atty, lse, qkv, NULL, 0, B, T, s, e));
+                 rl_k_attn_cudnn_fwd(m->cudnn, atty, lse, qkv, B, T, s, e));
         else
             STEP(RL_GPU_PROF_ATTN_FWD, rl_k_attn_fwd_cost(B, T, m->H, m->KV, m->hd),
                  rl_k_attn_fwd(atty, lse, qkv, B, T, m->H, m->KV, m->hd, s, e));
@@ -745,8 +744,8 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
              rl_gemm_bwd_weight(g, gw + o->wo, m->dres16, atty, N, D, m->qd, acc, s, e));
         if (attn_cudnn(m))
             STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_cudnn_bwd_cost(B, T, m->H, m->KV, m->hd),
-                 rl_k_attn_cudnn_bwd(m->cudnn, m->dqkv, m->dsum, m->datty, qkv, atty, lse, NULL, 0,
-                                     B, T, s, e));
+                 rl_k_attn_cudnn_bwd(m->cudnn, m->dqkv, m->dsum, m->datty, qkv, atty, lse, B, T, s,
+                                     e));
         else
             STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd_cost(B, T, m->H, m->KV, m->hd, !!m->dq_acc),
                  rl_k_attn_bwd(m->dqkv, m->dsum, m->dq_acc, m->datty, qkv, atty, lse, B, T, m->H,

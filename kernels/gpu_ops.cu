@@ -245,11 +245,13 @@ static void pack_qkv(float *qkv, const float *q, const float *k, const float *v,
     }
 }
 
-// The forward, leaving its inputs and outputs on the device for the
-// backward; *d_tab: rope's table, or NULL without rope.
-static int attn_common(op_ctx &c, bf16 **d_qkv, bf16 **d_out, float **d_lse, float **d_tab,
-                       const float *q, const float *k, const float *v, const rl_model_config *rope,
-                       int B, int T, int H, int KV, int hd, rl_err *e) {
+// The forward through our kernels (cudnn NULL) or the cuDNN backend,
+// leaving its inputs and outputs on the device for the backward; *d_tab:
+// rope's table, or NULL without rope.
+static int attn_common(op_ctx &c, rl_cudnn_attn *cudnn, bf16 **d_qkv, bf16 **d_out, float **d_lse,
+                       float **d_tab, const float *q, const float *k, const float *v,
+                       const rl_model_config *rope, int B, int T, int H, int KV, int hd,
+                       rl_err *e) {
     int N = B * T, qd = H * hd, kvd = KV * hd;
     size_t C3 = (size_t)qd + 2 * (size_t)kvd;
     *d_tab = NULL;
@@ -271,6 +273,7 @@ static int attn_common(op_ctx &c, bf16 **d_qkv, bf16 **d_out, float **d_lse, flo
     if (rope) // as the model does it: q and k rotated in place before attention
         RL_TRY(rl_k_rope(*d_qkv, *d_tab, N, T, H + KV, hd, (int)C3, rope->max_position_embeddings,
                          0, c.s, e));
+    if (cudnn) return rl_k_attn_cudnn_fwd(cudnn, *d_out, *d_lse, *d_qkv, B, T, c.s, e);
     return rl_k_attn_fwd(*d_out, *d_lse, *d_qkv, B, T, H, KV, hd, c.s, e);
 }
 
@@ -281,21 +284,20 @@ extern "C" int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, co
     bf16 *d_qkv, *d_out;
     float *d_lse, *d_tab;
     RL_TRY(op_begin(c, e));
-    RL_TRY(attn_common(c, &d_qkv, &d_out, &d_lse, &d_tab, q, k, v, rope, B, T, H, KV, hd, e));
+    RL_TRY(attn_common(c, NULL, &d_qkv, &d_out, &d_lse, &d_tab, q, k, v, rope, B, T, H, KV, hd, e));
     return down_bf16(c, out, d_out, (size_t)B * T * H * hd, e);
 }
 
-extern "C" int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout,
-                                  const float *q, const float *k, const float *v,
-                                  const rl_model_config *rope, int B, int T, int H, int KV, int hd,
-                                  int dq_atomic, rl_err *e) {
-    op_ctx c;
-    bf16 *d_qkv, *d_out, *d_dout, *d_dqkv;
-    float *d_lse, *d_dsum, *d_tab, *d_acc = NULL;
+// The backward after attn_common's forward, on the same backend, into dq,
+// dk, dv on the host (with rope: with respect to the un-rotated q, k).
+static int attn_grads(op_ctx &c, rl_cudnn_attn *cudnn, float *dq, float *dk, float *dv,
+                      const float *dout, const bf16 *d_qkv, const bf16 *d_out, const float *d_lse,
+                      const float *d_tab, const rl_model_config *rope, int B, int T, int H, int KV,
+                      int hd, int dq_atomic, rl_err *e) {
+    bf16 *d_dout, *d_dqkv;
+    float *d_dsum, *d_acc = NULL;
     int N = B * T, qd = H * hd, kvd = KV * hd;
     size_t C3 = (size_t)qd + 2 * (size_t)kvd;
-    RL_TRY(op_begin(c, e));
-    RL_TRY(attn_common(c, &d_qkv, &d_out, &d_lse, &d_tab, q, k, v, rope, B, T, H, KV, hd, e));
     RL_TRY(op_alloc(c, &d_dout, (size_t)N * qd, e));
     RL_TRY(op_alloc(c, &d_dqkv, (size_t)N * C3, e));
     RL_TRY(op_alloc(c, &d_dsum, (size_t)N * H, e));
@@ -306,8 +308,12 @@ extern "C" int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *
         RL_TRY(op_alloc(c, &d_acc, (size_t)N * qd, e));
         RL_TRY(poison(c, d_acc, (size_t)N * qd, e));
     }
-    RL_TRY(rl_k_attn_bwd(d_dqkv, d_dsum, d_acc, d_dout, d_qkv, d_out, d_lse, B, T, H, KV, hd, c.s,
-                         e));
+    if (cudnn)
+        RL_TRY(rl_k_attn_cudnn_bwd(cudnn, d_dqkv, d_dsum, d_dout, d_qkv, d_out, d_lse, B, T, c.s,
+                                   e));
+    else
+        RL_TRY(rl_k_attn_bwd(d_dqkv, d_dsum, d_acc, d_dout, d_qkv, d_out, d_lse, B, T, H, KV, hd,
+                             c.s, e));
     if (rope) // dq, dk back to the un-rotated q, k
         RL_TRY(rl_k_rope(d_dqkv, d_tab, N, T, H + KV, hd, (int)C3, rope->max_position_embeddings,
                          1, c.s, e));
@@ -322,6 +328,19 @@ extern "C" int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *
         }
     free(h);
     return rc;
+}
+
+extern "C" int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout,
+                                  const float *q, const float *k, const float *v,
+                                  const rl_model_config *rope, int B, int T, int H, int KV, int hd,
+                                  int dq_atomic, rl_err *e) {
+    op_ctx c;
+    bf16 *d_qkv, *d_out;
+    float *d_lse, *d_tab;
+    RL_TRY(op_begin(c, e));
+    RL_TRY(attn_common(c, NULL, &d_qkv, &d_out, &d_lse, &d_tab, q, k, v, rope, B, T, H, KV, hd, e));
+    return attn_grads(c, NULL, dq, dk, dv, dout, d_qkv, d_out, d_lse, d_tab, rope, B, T, H, KV, hd,
+                      dq_atomic, e);
 }
 
 extern "C" int rl_gpu_op_swiglu_fwd(float *h, const float *gu, int N, int F, rl_err *e) {
@@ -456,47 +475,24 @@ extern "C" int rl_gpu_op_sumsq_norm(float *norm, const float *g, size_t n, rl_er
 }
 
 // The cuDNN backend (gpu_attn_cudnn.cu) on host arrays: forward, then with
-// dout the backward. Poisoned outputs, as the other attention ops.
+// dout the backward, RoPE around them as for our kernels. Poisoned
+// outputs, as the other attention ops.
 extern "C" int rl_gpu_op_attn_cudnn(float *out, float *dq, float *dk, float *dv, const float *dout,
                                     const float *q, const float *k, const float *v,
                                     const rl_model_config *rope, int B, int T, int H, int KV,
                                     int hd, rl_err *e) {
     op_ctx c;
-    bf16 *d_qkv, *d_out, *d_dout, *d_dqkv;
-    float *d_lse, *d_dsum, *d_tab = NULL;
-    int N = B * T, qd = H * hd, kvd = KV * hd, max_pos = rope ? rope->max_position_embeddings : 0;
-    size_t C3 = (size_t)qd + 2 * (size_t)kvd;
-    RL_TRY(op_begin(c, e));
-    if (rope) RL_TRY(rope_table(c, &d_tab, rope, T, e));
-    float *h = (float *)malloc(sizeof(float) * (size_t)N * C3);
-    if (!h) return rl_errf(e, RL_ENOMEM, "gpu op: host staging");
-    pack_qkv(h, q, k, v, N, qd, kvd);
+    bf16 *d_qkv, *d_out;
+    float *d_lse, *d_tab;
     rl_cudnn_attn *a = NULL;
-    int rc = op_alloc(c, &d_qkv, (size_t)N * C3, e);
-    if (!rc) rc = up_bf16(c, d_qkv, h, (size_t)N * C3, e);
-    if (!rc) rc = op_alloc(c, &d_out, (size_t)N * qd, e);
-    if (!rc) rc = op_alloc(c, &d_lse, (size_t)N * H, e);
-    if (!rc) rc = op_alloc(c, &d_dout, (size_t)N * qd, e);
-    if (!rc) rc = op_alloc(c, &d_dqkv, (size_t)N * C3, e);
-    if (!rc) rc = op_alloc(c, &d_dsum, (size_t)N * H, e);
-    if (!rc) rc = poison(c, d_out, (size_t)N * qd, e);
-    if (!rc) rc = poison(c, d_dqkv, (size_t)N * C3, e);
-    if (!rc) rc = rl_cudnn_attn_create(&a, B, T, H, KV, hd, c.s, e);
-    if (!rc) rc = rl_k_attn_cudnn_fwd(a, d_out, d_lse, d_qkv, d_tab, max_pos, B, T, c.s, e);
-    if (!rc) rc = down_bf16(c, out, d_out, (size_t)N * qd, e);
-    if (!rc && dout) {
-        rc = up_bf16(c, d_dout, dout, (size_t)N * qd, e);
-        if (!rc)
-            rc = rl_k_attn_cudnn_bwd(a, d_dqkv, d_dsum, d_dout, d_qkv, d_out, d_lse, d_tab,
-                                     max_pos, B, T, c.s, e);
-        if (!rc) rc = down_bf16(c, h, d_dqkv, (size_t)N * C3, e);
-        for (int n = 0; n < N && !rc; n++) {
-            memcpy(dq + (size_t)n * qd, h + n * C3, sizeof(float) * qd);
-            memcpy(dk + (size_t)n * kvd, h + n * C3 + qd, sizeof(float) * kvd);
-            memcpy(dv + (size_t)n * kvd, h + n * C3 + qd + kvd, sizeof(float) * kvd);
-        }
-    }
-    free(h);
+    RL_TRY(op_begin(c, e));
+    int rc = rl_cudnn_attn_create(&a, B, T, H, KV, hd, c.s, e);
+    if (!rc)
+        rc = attn_common(c, a, &d_qkv, &d_out, &d_lse, &d_tab, q, k, v, rope, B, T, H, KV, hd, e);
+    if (!rc) rc = down_bf16(c, out, d_out, (size_t)B * T * H * hd, e);
+    if (!rc && dout)
+        rc = attn_grads(c, a, dq, dk, dv, dout, d_qkv, d_out, d_lse, d_tab, rope, B, T, H, KV, hd,
+                        0, e);
     rl_cudnn_attn_free(a);
     return rc;
 }

@@ -271,16 +271,13 @@ int rl_gpu_op_attn_fwd(float *out, const float *q, const float *k, const float *
 int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                        const float *k, const float *v, const rl_model_config *rope, int B, int T,
                        int H, int KV, int hd, int dq_atomic, rl_err *e);
-/* rl_gpu_op_attn_fwd then (dout != NULL) _bwd through the cuDNN backend
+/* rl_gpu_op_attn_fwd then (dout != NULL) _bwd through the cuDNN backend,
+ * rope as there: q and k rotated before it, dq and dk rotated back after
  * (the error of a machine without cuDNN when it has none). */
 int rl_gpu_op_attn_cudnn(float *out, float *dq, float *dk, float *dv, const float *dout,
                          const float *q, const float *k, const float *v,
                          const rl_model_config *rope, int B, int T, int H, int KV, int hd,
                          rl_err *e);
-/* Test hook of the cuDNN backend: every later cuDNN attention is made
- * with its backward variant `name` alone ("fe", "ext", "split"; NULL: all,
- * in auto's order). Process-wide; RL_EINPUT for an unknown name. */
-int rl_cudnn_attn_pin_variant(const char *name);
 /* gu [N, 2F] (gate | up, bf16) -> h [N, F] (bf16) */
 int rl_gpu_op_swiglu_fwd(float *h, const float *gu, int N, int F, rl_err *e);
 /* dh [N, F], gu [N, 2F] (bf16) -> dgu [N, 2F] (bf16) */

@@ -38,9 +38,7 @@
 // returns CUDNN_STATUS_NOT_SUPPORTED (a cuDNN whose engines refuse the
 // graph); RL_EMU_CUDNN=bwd-wrong: every backward graph runs without error
 // and writes NaN (a cuDNN that computes the backward wrong, as H200's
-// did); RL_EMU_CUDNN=graph-dsum-wrong: only backward graphs in which a
-// reduction feeds a matmul (D = rowsum(dO o O) computed inside) do so.
-// Read at each call, so tests switch it between models.
+// did). Read at each call, so tests switch it between models.
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
 #include <math.h>
@@ -84,7 +82,7 @@ struct Desc {
     int64_t axis = -1;
     // graph, heuristics, engine config / engine, plan, variant pack
     std::vector<Desc *> ops;
-    bool bwd = false, padded = false, odd = false, red_mm = false; // graph features
+    bool bwd = false, padded = false, odd = false; // graph features
     Desc *graph = nullptr, *cfg = nullptr;
     int engine = 0;
     std::map<int64_t, void *> ptr;
@@ -357,19 +355,14 @@ cudnnStatus_t fin_op(Desc *d) {
 
 // What the fault models look at: a backward graph (a reshape in it), a
 // padding mask (matmul overrides), an extent not a multiple of 128 among
-// the matmuls', a reduction feeding a matmul (through anything).
+// the matmuls'.
 void features(Desc *g) {
-    std::set<Desc *> from_red;
     for (Desc *op : g->ops) {
-        bool red = op->type == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR;
-        for (Desc *t : inputs(op)) red |= t && from_red.count(t);
-        if (red) from_red.insert(op->y);
         g->bwd |= op->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR;
         if (op->type != CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) continue;
         size_t n = op->y->dim.size();
         g->padded |= op->ov[0] || op->ov[1] || op->ov[2];
         g->odd |= op->y->dim[n - 1] % 128 || op->y->dim[n - 2] % 128 || op->x->dim[n - 1] % 128;
-        g->red_mm |= (op->x && from_red.count(op->x)) || (op->b && from_red.count(op->b));
     }
 }
 
@@ -663,7 +656,6 @@ void run_reshape(Desc *op, values &V) {
 bool runs_wrong(Desc *g) {
     if (!g->bwd) return false;
     if (!strcmp(env_mode(), "bwd-wrong")) return true;
-    if (!strcmp(env_mode(), "graph-dsum-wrong") && g->red_mm) return true;
     return !g->padded && g->odd; // cuDNN <= 9.15's, which this one reports itself as
 }
 
