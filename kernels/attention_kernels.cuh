@@ -34,7 +34,7 @@
 //          pair (3.5x the forward's matrix work).
 // plus two small ones: D_i = rowsum(dO_i * O_i) (which also zeroes the dQ
 // accumulator's rows), and the accumulator's rows out to dqkv (scaled,
-// rotated back, rounded to bf16 once).
+// rounded to bf16 once).
 //
 // Warp tiling: each warp owns 16 rows of the CTA's -- 8 warps and 128
 // query rows in the forward (a K/V tile loaded once serves twice the rows
