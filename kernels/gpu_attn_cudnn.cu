@@ -259,6 +259,28 @@ static dims_t bhsd(const attn_shape &s) { return {s.T * s.ld, s.hd, s.ld, 1}; }
 // [b, h, d, t]: K^T (V^T) read from the same rows
 static dims_t bhds(const attn_shape &s) { return {s.T * s.ld, s.hd, 1, s.ld}; }
 
+// The row (query) and column (key) positions of the [B, H, T, T] scores
+// x, GEN_INDEX in math precision f.
+static void positions(graph_b &g, const dims_t &bhtt, desc_t x, cudnnDataType_t f, desc_t *row,
+                      desc_t *col) {
+    *row = g.virt(CUDNN_DATA_INT32, bhtt), *col = g.virt(CUDNN_DATA_INT32, bhtt);
+    g.pw(CUDNN_POINTWISE_GEN_INDEX, x, NULL, *row, NULL, 2, f);
+    g.pw(CUDNN_POINTWISE_GEN_INDEX, x, NULL, *col, NULL, 3, f);
+}
+
+// x where key position <= query position, else neg. cmp: the comparison's
+// math precision -- FLOAT in the forward, BOOLEAN (the frontend's) in the
+// backward, each as it agreed with our kernels on the H200.
+static desc_t causal_mask(graph_b &g, const dims_t &bhtt, desc_t x, desc_t neg,
+                          cudnnDataType_t cmp) {
+    desc_t row, col;
+    positions(g, bhtt, x, CUDNN_DATA_FLOAT, &row, &col);
+    desc_t keep = g.virt(CUDNN_DATA_BOOLEAN, bhtt), y = g.virt(CUDNN_DATA_FLOAT, bhtt);
+    g.pw(CUDNN_POINTWISE_CMP_GE, row, col, keep, NULL, -1, cmp);
+    g.pw(CUDNN_POINTWISE_BINARY_SELECT, x, neg, y, keep);
+    return y;
+}
+
 // S = scale Q K^T with the causal mask: the forward's.
 // *scale: the by-value scale tensor.
 static desc_t scores(graph_b &g, const attn_shape &s, desc_t q, desc_t kt, desc_t *scale_out) {
@@ -267,15 +289,9 @@ static desc_t scores(graph_b &g, const attn_shape &s, desc_t q, desc_t kt, desc_
     *scale_out = scale;
     desc_t neg = g.tensor(U_NEG, CUDNN_DATA_FLOAT, one, one, false, true);
     desc_t s0 = g.virt(CUDNN_DATA_FLOAT, bhtt), s1 = g.virt(CUDNN_DATA_FLOAT, bhtt);
-    desc_t row = g.virt(CUDNN_DATA_INT32, bhtt), col = g.virt(CUDNN_DATA_INT32, bhtt);
-    desc_t keep = g.virt(CUDNN_DATA_BOOLEAN, bhtt), s2 = g.virt(CUDNN_DATA_FLOAT, bhtt);
     g.matmul(q, kt, s0);
     g.pw(CUDNN_POINTWISE_MUL, s0, scale, s1);
-    g.pw(CUDNN_POINTWISE_GEN_INDEX, s1, NULL, row, NULL, 2);
-    g.pw(CUDNN_POINTWISE_GEN_INDEX, s1, NULL, col, NULL, 3);
-    g.pw(CUDNN_POINTWISE_CMP_GE, row, col, keep); // key position <= query position
-    g.pw(CUDNN_POINTWISE_BINARY_SELECT, s1, neg, s2, keep);
-    return s2;
+    return causal_mask(g, bhtt, s1, neg, CUDNN_DATA_FLOAT);
 }
 
 static void fwd_graph(graph_b &g, const attn_shape &s) {
@@ -360,26 +376,13 @@ static desc_t graph_dsum(graph_b &g, const attn_shape &s, const bwd_in &in) {
 // x where row < seq_len_q and column < seq_len_kv, else neg
 static desc_t padding_mask(graph_b &g, const attn_shape &s, const bwd_in &in, desc_t x) {
     const dims_t bhtt = {s.B, s.H, s.T, s.T};
-    desc_t row = g.virt(CUDNN_DATA_INT32, bhtt), col = g.virt(CUDNN_DATA_INT32, bhtt);
+    desc_t row, col;
+    positions(g, bhtt, x, CUDNN_DATA_INT32, &row, &col);
     desc_t rk = g.virt(CUDNN_DATA_BOOLEAN, bhtt), ck = g.virt(CUDNN_DATA_BOOLEAN, bhtt);
     desc_t keep = g.virt(CUDNN_DATA_BOOLEAN, bhtt), y = g.virt(CUDNN_DATA_FLOAT, bhtt);
-    g.pw(CUDNN_POINTWISE_GEN_INDEX, x, NULL, row, NULL, 2, CUDNN_DATA_INT32);
-    g.pw(CUDNN_POINTWISE_GEN_INDEX, x, NULL, col, NULL, 3, CUDNN_DATA_INT32);
     g.pw(CUDNN_POINTWISE_CMP_LT, row, in.seqq, rk, NULL, -1, CUDNN_DATA_BOOLEAN);
     g.pw(CUDNN_POINTWISE_CMP_LT, col, in.seqkv, ck, NULL, -1, CUDNN_DATA_BOOLEAN);
     g.pw(CUDNN_POINTWISE_LOGICAL_AND, rk, ck, keep, NULL, -1, CUDNN_DATA_BOOLEAN);
-    g.pw(CUDNN_POINTWISE_BINARY_SELECT, x, in.neg, y, keep);
-    return y;
-}
-
-// x where key position <= query position, else neg
-static desc_t causal_mask(graph_b &g, const attn_shape &s, const bwd_in &in, desc_t x) {
-    const dims_t bhtt = {s.B, s.H, s.T, s.T};
-    desc_t row = g.virt(CUDNN_DATA_INT32, bhtt), col = g.virt(CUDNN_DATA_INT32, bhtt);
-    desc_t keep = g.virt(CUDNN_DATA_BOOLEAN, bhtt), y = g.virt(CUDNN_DATA_FLOAT, bhtt);
-    g.pw(CUDNN_POINTWISE_GEN_INDEX, x, NULL, row, NULL, 2);
-    g.pw(CUDNN_POINTWISE_GEN_INDEX, x, NULL, col, NULL, 3);
-    g.pw(CUDNN_POINTWISE_CMP_GE, row, col, keep, NULL, -1, CUDNN_DATA_BOOLEAN);
     g.pw(CUDNN_POINTWISE_BINARY_SELECT, x, in.neg, y, keep);
     return y;
 }
@@ -396,7 +399,7 @@ static desc_t bwd_probs(graph_b &g, const attn_shape &s, const bwd_in &in, size_
     desc_t s2 = padding_mask(g, s, in, s1);
     g.pw(CUDNN_POINTWISE_SUB, s2, in.stats, s3);
     if (version >= 90000 && version < 91000) s3 = padding_mask(g, s, in, s3);
-    g.pw(CUDNN_POINTWISE_EXP, causal_mask(g, s, in, s3), NULL, p);
+    g.pw(CUDNN_POINTWISE_EXP, causal_mask(g, bhtt, s3, in.neg, CUDNN_DATA_BOOLEAN), NULL, p);
     return p;
 }
 
@@ -713,15 +716,13 @@ rl_k_cost rl_k_attn_cudnn_fwd_cost(int B, int T, int H, int KV, int hd) {
     return rl_k_attn_fwd_cost(B, T, H, KV, hd);
 }
 
-// Backward: five products over the causal half (2.5 x the forward's), D,
-// and the bytes of our kernels' backward (dO and O for D, q|k|v, dq|dk|dv,
-// dO, stats and D), one graph.
+// Backward: our kernels' with dQ from the dK/dV pass -- five products
+// over the causal half (2.5 x the forward's), D, and the bytes of dO and O
+// for D, q|k|v, dq|dk|dv, dO, stats and D -- without the fp32 dQ
+// accumulator's traffic, in one graph.
 rl_k_cost rl_k_attn_cudnn_bwd_cost(int B, int T, int H, int KV, int hd) {
-    double N = (double)B * T, causal = (double)T * (T + 1) / 2, qd = (double)H * hd;
-    double qkv = N * (H + 2.0 * KV) * hd * 2;
-    rl_k_cost c;
-    c.flops = 2.5 * 4.0 * B * H * hd * causal + 2 * N * qd;
-    c.bytes = (N * qd * 4 + N * H * 4) + (2 * qkv + N * qd * 2 + N * H * 8);
+    rl_k_cost c = rl_k_attn_bwd_cost(B, T, H, KV, hd, 1);
+    c.bytes -= (double)B * T * H * hd * 8; // the accumulator zeroed, then read back
     c.launches = 1;
     return c;
 }
