@@ -5,7 +5,7 @@
  *   gpu_bench --config a|b [--batch N] [--seq T] [--steps 30] [--warmup 10]
  *             [--recompute] [--profile-steps 5] [--ddp-rounds 3] [--plan] [--accum 1] [--eager]
  *             [--dq-atomic 1 (0: the deterministic dQ kernel)]
- *             [--attention own|auto|cudnn]  (train.attention; own by default here)
+ *             [--attention auto|own|cudnn]  (train.attention; auto, the trainer's default)
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
  *
  * --eager launches every kernel of every step (no CUDA graphs): the
@@ -182,7 +182,7 @@ static int print_plan(const char *config, const rl_model_config *c, int B, int T
 int main(int argc, char **argv) {
     const char *config = "a";
     int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 0, prof_steps = 5;
-    int ddp_rounds = 3, plan = 0, accum = 1, attention = RL_GPU_ATTN_OWN, eager = 0;
+    int ddp_rounds = 3, plan = 0, accum = 1, attention = RL_GPU_ATTN_AUTO, eager = 0;
     int dq_atomic = 1; /* our attention's dQ by atomics, as PyTorch's flash backward */
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
     for (int i = 1; i < argc; i++) {
@@ -201,7 +201,12 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--attention") && v) {
             attention = !strcmp(v, "cudnn") ? RL_GPU_ATTN_CUDNN
                         : !strcmp(v, "auto") ? RL_GPU_ATTN_AUTO
-                                             : RL_GPU_ATTN_OWN;
+                        : !strcmp(v, "own")  ? RL_GPU_ATTN_OWN
+                                             : -1;
+            if (attention < 0) {
+                fprintf(stderr, "gpu_bench: --attention is auto, own or cudnn, not %s\n", v);
+                return 2;
+            }
             i++;
             continue;
         }
@@ -366,13 +371,15 @@ int main(int argc, char **argv) {
     int drv = 0, rtv = 0;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rtv);
-    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_"
+    /* which attention ran (auto's choice): summary.py names the row by it */
+    const char *attn = rl_gpu_model_attention(m) == RL_GPU_ATTN_CUDNN ? "cudnn" : "own";
+    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"attn\":\"%s\",\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_"
            "runtime\":%d,"
            "\"params\":%zu,\"batch\":%d,\"seq\":%d,\"tokens_per_step\":%d,\"ms_per_step\":%.2f,"
            "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"peak_tflops\":%.1f,\"mfu\":%s,"
            "\"peak_mem_gib\":%.2f,\"device_used_gib\":%.2f,\"final_loss\":%.4f,"
            "\"ms_forward_backward\":%.2f,\"ms_optimizer\":%.2f,\"graph_replays\":%lld}\n",
-           recompute ? "-recompute" : eager ? "-eager" : "", config, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
+           recompute ? "-recompute" : eager ? "-eager" : "", config, attn, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
            tflops, peak, mfu, rl_gpu_model_device_bytes(m) / 1073741824.0,
            (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps,
            rl_gpu_model_graph_replays(m));
@@ -380,8 +387,8 @@ int main(int argc, char **argv) {
         int hd = c.hidden_size / c.num_attention_heads;
         double attn_fwd =
             4.0 * B * c.num_attention_heads * hd * ((double)T * (T + 1) / 2) * c.num_hidden_layers;
-        printf("{\"impl\":\"ringleader-profile\",\"config\":\"%s\",\"profile_steps\":%d", config,
-               prof_steps);
+        printf("{\"impl\":\"ringleader-profile\",\"config\":\"%s\",\"attn\":\"%s\",\"profile_steps\":%d",
+               config, attn, prof_steps);
         for (int k = 0; k < RL_GPU_PROF_N; k++)
             printf(",\"ms_%s\":%.3f", rl_gpu_prof_name(k), prof[k] / prof_steps);
         double tf = prof[RL_GPU_PROF_ATTN_FWD] / prof_steps,

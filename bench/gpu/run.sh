@@ -106,6 +106,11 @@ for cfg in $CONFIGS; do
     res=$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP")
     emit "$cfg" ringleader "$res"
     case $res in *'"skipped"'*) continue ;; esac # no GPU: nothing to compare with
+    # auto took cuDNN: our own kernels' step and profile too, for their tuning
+    case $res in *'"attn":"cudnn"'*)
+        emit "$cfg" ringleader \
+            "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --attention own --ddp-rounds 0)" ;;
+    esac
     # the same step launched kernel by kernel: what the CUDA graphs save
     emit "$cfg" ringleader-eager \
         "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --eager --profile-steps 0 --ddp-rounds 0)"

@@ -48,11 +48,10 @@ def main(path):
             name = r["impl"] + (f" ({r['attn']})" if r.get("attn") else "")
             print(f"  {name:<22}{r['tokens_per_s']:>12,}{r['ms_per_step']:>10}{r['model_tflops']:>10}"
                   f"{(mfu or 0) * 100:>7.1f}%{r['peak_mem_gib']:>9}")
-        prof = next((r for r in rs if r.get("impl") == "ringleader-profile"), None)
-        if prof:
+        for prof in (r for r in rs if r.get("impl") == "ringleader-profile"):
             cats = [(k[3:], v) for k, v in prof.items() if k.startswith("ms_")]
             total = sum(v for _, v in cats) or 1.0
-            print("  ringleader kernel time per step: " +
+            print(f"  ringleader ({prof.get('attn', '?')}) kernel time per step: " +
                   ", ".join(f"{k} {v:.1f} ms ({100 * v / total:.0f}%)" for k, v in cats))
             print(f"  attention fwd {prof.get('attn_fwd_tflops')} TFLOP/s, bwd {prof.get('attn_bwd_tflops')} "
                   f"TFLOP/s (FlashAttention's counting); GEMMs {prof.get('gemm_tflops')} TFLOP/s")
@@ -63,6 +62,8 @@ def main(path):
                   f"overhead {ov * 100:.2f}% (target < 1%) {'MET' if ov < 0.01 else 'NOT MET'}; "
                   f"{ddp['buckets']} buckets, allreduce {ddp['ms_allreduce_busy']} ms busy, "
                   f"{ddp['ms_allreduce_exposed']} ms exposed")
+        # the first ringleader line: the default (auto) attention's; a second,
+        # our own kernels', follows when auto took cuDNN
         ours = next((r for r in rs if r.get("impl") == "ringleader" and "tokens_per_s" in r), None)
         comp = fastest(rs, "pytorch-compile")  # the faster attention variant
         eager = fastest(rs, "pytorch-eager")
