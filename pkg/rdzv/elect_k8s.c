@@ -7,6 +7,12 @@
  * resourceVersion read), so of two candidates racing for an expired lease
  * the API server lets exactly one win (the other gets 409).
  *
+ * A write is never retried by the HTTP layer: a PUT the server applied but
+ * whose answer was lost (503, a reset, a timeout) would be sent again with
+ * the resourceVersion it has just made stale, and its 409 would read as a
+ * rival's win. The retry period is the retry (client-go's rule), and a 409
+ * on our own renewal is checked against the record before it counts.
+ *
  * The leader's rendezvous address rides on the Lease as annotations. A
  * Lease edited by hand into nonsense is logged and treated as held by
  * nobody valid: once it stays unchanged for a lease duration, it is taken
@@ -140,6 +146,40 @@ static int create_lease(k8s_el *k, const char *coll, bool *leading, rl_leader *l
     return rc;
 }
 
+/* Our renewal got 409: the record changed since we read it. Most often it
+ * was our own previous write, applied though its answer never came; or
+ * someone edited the Lease's labels. If we still hold it, renew again on
+ * the record as it is now; if someone else does, we lost it. An error
+ * leaves the elector leading until its renew deadline, as any failed
+ * renewal does. */
+static int renew_after_conflict(k8s_el *k, const char *path, bool *leading, rl_leader *leader,
+                                rl_err *e) {
+    long st = 0;
+    cJSON *obj = NULL, *got = NULL;
+    rl_k8s_lease l;
+    int rc = rl_k8s_get(k->c, path, &st, &obj, e);
+    if (rc == RL_OK) rc = rl_k8s_lease_read(obj, &l, e);
+    if (rc == RL_OK && strcmp(l.holder, k->id) != 0) { /* taken: follow the new holder */
+        observe(k, obj, l.duration_s > 0 ? (double)l.duration_s : k->lease_s);
+        *leading = false;
+        leader_of(obj, l.holder, leader);
+        k->last = *leader;
+    } else if (rc == RL_OK) {
+        if (set_record(k, obj, &l, true, true) != 0)
+            rc = rl_errf(e, RL_ENOMEM, "Lease %s/%s: out of memory", k->ns, k->name);
+        else if ((rc = rl_k8s_replace(k->c, path, obj, &st, &got, e)) == RL_OK) {
+            rl_log(RL_LOG_INFO, "lease_renewed_after_conflict", "\"lease\":\"%s\"", k->name);
+            observe(k, got, k->lease_s);
+            *leading = true;
+            leader_of(got, k->id, leader);
+            k->last = *leader;
+        }
+    }
+    cJSON_Delete(obj);
+    cJSON_Delete(got);
+    return rc;
+}
+
 static int attempt(void *ctx, bool *leading, rl_leader *leader, rl_err *e) {
     k8s_el *k = ctx;
     char coll[600], path[900];
@@ -193,6 +233,8 @@ static int attempt(void *ctx, bool *leading, rl_leader *leader, rl_err *e) {
         observe(k, got, k->lease_s);
         *leading = true;
         leader_of(got, k->id, leader);
+    } else if (st == 409 && mine) {
+        rc = renew_after_conflict(k, path, leading, leader, e);
     } else if (st == 409) {
         /* Someone wrote it since we read it -- most likely a rival that
          * took the expired lease a moment before us. Look again at once, so
@@ -278,7 +320,9 @@ int rl_elect_k8s_new(const rl_elector_opts *o, const rl_elect_backend **vt, void
     /* One call (retries inside included) must end well within the renew
      * deadline, or a slow API server could carry a leader past it. */
     double call = deadline / 2 < 2 * retry ? deadline / 2 : 2 * retry;
-    rl_k8s_opts ko = {.timeout_s = call, .connect_timeout_s = call < 5 ? call : 5};
+    /* one try per call: see the top of this file */
+    rl_k8s_opts ko = {.timeout_s = call, .connect_timeout_s = call < 5 ? call : 5,
+                      .backoff = {.attempts = 1}};
     int rc = rl_k8s_connect(o->kubeconfig, &ko, &k->c, e);
     if (rc) {
         free(k);

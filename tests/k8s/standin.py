@@ -17,6 +17,12 @@ HTTPS with bearer tokens (the admin's is system:masters; service-account
 tokens are authorized by RBAC). The admin API is plain HTTP on 127.0.0.1
 for the tests only:
   POST /outage {"mode": refuse|503|none, "seconds"}    POST /compact
+  POST /faults {"method", "resource", "count", "answer": 503|drop|conflict}:
+       the next count requests of that method on that resource are applied,
+       then their answer is lost (a 503 Status instead, or the connection
+       cut); conflict: another writer changes the object (an annotation)
+       just before a PUT is applied, so it meets a real 409
+  GET /faults: {"left": armed requests not met yet}
   POST /tokens {"token", "user", "groups", "deny": ["res[:verb]"], "rbac"}
   POST /tokens/revoke {"token"}   POST /tokens/serviceaccount {"namespace", "name"}
   GET /history?resource=&namespace=&name=              GET /state
@@ -27,6 +33,7 @@ top of tests/unit/test_standin.c."""
 
 import argparse
 import base64
+import copy
 import json
 import os
 import random
@@ -134,6 +141,7 @@ class App:
         self.conns = set()
         self.conns_lock = threading.Lock()
         self.outage_mode, self.outage_until = "none", 0.0
+        self.faults, self.faults_lock = [], threading.Lock()
         self.reopen_timer = None
         self.server = None
         self.port = 0
@@ -221,6 +229,18 @@ class App:
         self.outage_mode = "none"
         log({"msg": "api listening again", "port": self.port})
 
+    def take_fault(self, method, path):
+        """The answer to lose for this request (None: answer it): the first
+        armed fault whose method matches and whose resource is a segment of
+        the path, counted down."""
+        segs = [s for s in path.split("/") if s]
+        with self.faults_lock:
+            for f in self.faults:
+                if f["method"] == method and f["resource"] in segs and f["count"] > 0:
+                    f["count"] -= 1
+                    return f["answer"]
+        return None
+
     def in_503(self):
         if self.outage_mode == "503" and time.time() < self.outage_until:
             return True
@@ -288,6 +308,8 @@ class APIHandler(BaseHTTPRequestHandler):
 
     # -- plumbing
     def send_json(self, code, body, headers=None):
+        if getattr(self, "lose", None) in ("503", "drop") and 200 <= code <= 299:
+            return self.lose_answer(code)
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -301,6 +323,28 @@ class APIHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.code = code
+
+    def concurrent_write(self, t, ns, name):
+        """A fault: someone else's write to the object, as kubectl annotate."""
+        st = self.app.store
+        with st.lock:
+            cur = copy.deepcopy(st.get(t, ns, name))
+            ann = cur["metadata"].setdefault("annotations", {})
+            ann["standin.test/concurrent-write"] = str(int(ann.get("standin.test/concurrent-write", "0")) + 1)
+            st.update(t, ns, name, cur)
+        log({"fault": "conflict", "path": self.path})
+
+    def lose_answer(self, code):
+        """For an armed fault (POST /faults): the request has been applied;
+        its success answer becomes a 503 Status or is never sent."""
+        how, self.lose = self.lose, None
+        log({"fault": how, "lost_code": code, "path": self.path})
+        if how == "drop":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.send_json(503, status_body(503, "ServiceUnavailable", "the server is currently unable "
+                                        "to handle the request"))
 
     def read_body(self):
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -363,6 +407,7 @@ class APIHandler(BaseHTTPRequestHandler):
         self.user = "-"
         self.warnings = []
         url = urllib.parse.urlsplit(self.path)
+        self.lose = self.app.take_fault(method, url.path)
         try:
             raw = self.read_body()
             self.route(method, url, _qs(url), raw)
@@ -646,6 +691,9 @@ class APIHandler(BaseHTTPRequestHandler):
                 return self.send_json(200, st.scale_of(t, st.set_scale(t, ns, name, body)))
             if t.key == ("apiextensions.k8s.io", "customresourcedefinitions") and sub is None:
                 st.validate_crd(body)
+            if self.lose == "conflict":
+                self.lose = None
+                self.concurrent_write(t, ns, name)
             return self.send_json(200, st.out(t, st.update(t, ns, name, body, sub=sub, dry_run=dry,
                                                            fv=fv, warnings=self.warnings)))
         if method == "PATCH":
@@ -1158,6 +1206,18 @@ class AdminHandler(BaseHTTPRequestHandler):
                     app.refuse(secs)
                 return self.reply(200, {"mode": "refuse", "seconds": secs, "port": app.port})
             return self.reply(400, {"error": "mode must be refuse, 503 or none"})
+        if method == "POST" and p == "/faults":
+            how = body.get("answer", "503")
+            if how not in ("503", "drop", "conflict") or not body.get("method") or not body.get("resource"):
+                return self.reply(400, {"error": "faults need method, resource and answer 503, drop or "
+                                                 "conflict"})
+            with app.faults_lock:
+                app.faults.append({"method": str(body["method"]).upper(), "resource": str(body["resource"]),
+                                   "count": int(body.get("count", 1)), "answer": how})
+            return self.reply(200, {"armed": len(app.faults)})
+        if method == "GET" and p == "/faults":  # how many armed requests are still to come
+            with app.faults_lock:
+                return self.reply(200, {"left": sum(f["count"] for f in app.faults)})
         if method == "POST" and p == "/compact":
             st.compact()
             return self.reply(200, {"compacted_at": str(st.rv)})

@@ -316,3 +316,57 @@ Test(elect, hand_edited_lease_is_survived_then_taken_over, .timeout = 60) {
     rl_elector_stop(a, true);
     rl_test_standin_stop(&s);
 }
+
+/* A leader's renewal that goes wrong on the way back: the server applied it
+ * but the answer was a 503 or a cut connection (so a retry would carry a
+ * resourceVersion it had just made stale), or someone else wrote the Lease
+ * between our read and our write (kubectl label). None of these is a rival
+ * taking the lease: the leader must keep leading without a blip -- no
+ * leader_lost, no change the elector publishes -- and go on renewing. The
+ * stand-in's /faults make each happen on the next Lease PUT. */
+Test(elect, lost_renewal_answers_and_conflicts_keep_the_leader, .timeout = 60) {
+    rl_test_standin s;
+    cr_assert_eq(rl_test_standin_start(&s, NULL), 0);
+    rl_log_set_level(RL_LOG_ERROR);
+    rl_elector_opts o = {.backend = "k8s", .id = "a", .addr = "10.0.0.1", .port = 29400,
+                         .lease_s = LEASE, .renew_deadline_s = DEADLINE, .retry_s = RETRY,
+                         .kubeconfig = s.kubeconfig, .lease_name = "keep"};
+    rl_elector *a;
+    rl_err e = {0};
+    cr_assert_eq(rl_elector_start(&o, &a, &e), RL_OK, "%s", e.msg);
+    rl_elect_state st = {0};
+    for (int i = 0; i < 50 && !st.leading; i++) rl_elector_wait(a, st.gen, 0.2, &st);
+    cr_assert(st.leading);
+    const char *faults[] = {"503", "drop", "conflict"};
+    for (int f = 0; f < 3; f++) {
+        char body[200], out[256], path[200];
+        snprintf(body, sizeof body, "{\"method\":\"PUT\",\"resource\":\"leases\",\"count\":1,\"answer\":\"%s\"}",
+                 faults[f]);
+        cr_assert_eq(rl_test_standin_admin(&s, "POST", "/faults", body, out, sizeof out), 200, "%s", out);
+        /* the faulty renewal, then ordinary ones (the deadline is 4 retries) */
+        rl_elect_state now;
+        rl_elector_wait(a, st.gen, 4 * RETRY + 0.5, &now);
+        cr_expect(now.leading && now.gen == st.gen, "fault %s: the leader lost its lease (gen %llu -> %llu)",
+                  faults[f], (unsigned long long)st.gen, (unsigned long long)now.gen);
+        /* the faults were met (the stand-in applied and then lost the
+         * writes, or made them conflict), and renewals went on after */
+        static char hist[1 << 20];
+        snprintf(path, sizeof path, "/history?resource=leases&namespace=default&name=keep");
+        cr_assert_eq(rl_test_standin_admin(&s, "GET", path, NULL, hist, sizeof hist), 200);
+        cJSON *h = cJSON_Parse(hist);
+        int n = cJSON_GetArraySize(h);
+        const cJSON *last = cJSON_GetObjectItem(cJSON_GetArrayItem(h, n - 1), "object");
+        const cJSON *sp = cJSON_GetObjectItem(last, "spec");
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(sp, "holderIdentity")), "a");
+        double renew = 0;
+        rl_k8s_time_parse(cJSON_GetStringValue(cJSON_GetObjectItem(sp, "renewTime")), &renew);
+        cr_expect(rl_wall_now() - renew < 2 * RETRY + 0.5, "fault %s: no renewal for %.2f s", faults[f],
+                  rl_wall_now() - renew);
+        cJSON_Delete(h);
+        cr_assert_eq(rl_test_standin_admin(&s, "GET", "/faults", NULL, out, sizeof out), 200, "%s", out);
+        cr_expect(strstr(out, "\"left\": 0") != NULL, "fault %s not met: %s", faults[f], out);
+        st = now;
+    }
+    rl_elector_stop(a, true);
+    rl_test_standin_stop(&s);
+}
