@@ -16,8 +16,29 @@
 
 #include "operator.h"
 
+/* An Event waits in `pending` for the status write that records what it
+ * announces: posted before it, a failed write would leave an Event for a
+ * change that never happened (and the next pass would post it again).
+ * `recent` folds repeats of one Event (same job, type, reason, message)
+ * into its count and lastTimestamp, as client-go's event recorder does. */
+typedef struct op_event {
+    char ns[254], job[254], uid[128], reason[64], msg[1024];
+    bool warning;
+} op_event;
+
+#define RECENT_EVENTS 256
+typedef struct recent_event {
+    uint64_t key; /* 0: free */
+    char ns[254], name[128];
+    long count;
+} recent_event;
+
 struct rl_op {
     rl_k8s *k;
+    op_event *pending;
+    int npending, cap;
+    recent_event recent[RECENT_EVENTS];
+    int next_recent; /* the slot the next new Event takes (oldest first) */
 };
 
 int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e) {
@@ -28,7 +49,10 @@ int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e) {
     return RL_OK;
 }
 
-void rl_op_free(rl_op *op) { free(op); }
+void rl_op_free(rl_op *op) {
+    if (op) free(op->pending);
+    free(op);
+}
 
 /* ---- small JSON helpers ------------------------------------------------------------------- */
 static const char *jstr(const cJSON *o, const char *k) {
@@ -98,49 +122,110 @@ static long long st_int(const cJSON *st, const char *k) {
 }
 
 /* ---- events ------------------------------------------------------------------------------------ */
+/* Queue an Event; write_status posts it once the status is written. */
 static void event(rl_op *op, const rl_op_job *j, bool warning, const char *reason, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static void event(rl_op *op, const rl_op_job *j, bool warning, const char *reason, const char *fmt, ...) {
-    char msg[1024], name[128], ts[32], path[512];
+    if (op->npending == op->cap) {
+        int cap = op->cap ? 2 * op->cap : 8;
+        op_event *v = realloc(op->pending, (size_t)cap * sizeof *v);
+        if (!v) return; /* an Event is worth less than the reconcile */
+        op->pending = v, op->cap = cap;
+    }
+    op_event *ev = &op->pending[op->npending++];
+    snprintf(ev->ns, sizeof ev->ns, "%s", j->ns);
+    snprintf(ev->job, sizeof ev->job, "%s", j->name);
+    snprintf(ev->uid, sizeof ev->uid, "%s", j->uid);
+    snprintf(ev->reason, sizeof ev->reason, "%s", reason);
+    ev->warning = warning;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(ev->msg, sizeof ev->msg, fmt, ap);
     va_end(ap);
+}
+
+static uint64_t event_key(const op_event *ev) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the fields that make two Events one */
+    const char *parts[] = {ev->ns, ev->uid, ev->reason, ev->msg, ev->warning ? "W" : "N"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        for (const char *c = parts[i];; c++) {
+            h = (h ^ (unsigned char)*c) * 1099511628211ull;
+            if (!*c) break;
+        }
+    return h ? h : 1;
+}
+
+/* A repeat of a recent Event: count + 1 and lastTimestamp on it. False when
+ * it is not recent or is gone (Events expire after an hour): post anew. */
+static bool fold_event(rl_op *op, recent_event *r) {
+    char path[512], ts[32];
+    rfc3339(ts, sizeof ts);
+    rl_err e = {0};
+    if (rl_k8s_path(path, sizeof path, "v1", r->ns, "events", r->name, &e)) return false;
+    cJSON *patch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(patch, "count", (double)(r->count + 1));
+    cJSON_AddStringToObject(patch, "lastTimestamp", ts);
+    long code = 0;
+    int rc = rl_k8s_merge_patch(op->k, path, patch, &code, NULL, &e);
+    cJSON_Delete(patch);
+    if (rc == RL_OK) r->count++;
+    else r->key = 0;
+    return rc == RL_OK;
+}
+
+static void post_event(rl_op *op, const op_event *ev) {
+    char esc[1100];
+    rl_log(ev->warning ? RL_LOG_WARN : RL_LOG_INFO, "job_event", "\"job\":\"%s/%s\",\"reason\":\"%s\",\"msg\":\"%s\"",
+           ev->ns, ev->job, ev->reason, rl_json_escape(esc, sizeof esc, ev->msg));
+    uint64_t key = event_key(ev);
+    for (int i = 0; i < RECENT_EVENTS; i++)
+        if (op->recent[i].key == key && fold_event(op, &op->recent[i])) return;
+    char name[128], ts[32], path[512];
     unsigned char rnd[8];
     if (RAND_bytes(rnd, sizeof rnd) != 1) memset(rnd, 0, sizeof rnd);
-    snprintf(name, sizeof name, "%s.%02x%02x%02x%02x%02x%02x%02x%02x", j->name, rnd[0], rnd[1], rnd[2],
+    snprintf(name, sizeof name, "%.100s.%02x%02x%02x%02x%02x%02x%02x%02x", ev->job, rnd[0], rnd[1], rnd[2],
              rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     rfc3339(ts, sizeof ts);
-    cJSON *ev = cJSON_CreateObject();
-    cJSON_AddStringToObject(ev, "apiVersion", "v1");
-    cJSON_AddStringToObject(ev, "kind", "Event");
-    cJSON *md = cJSON_AddObjectToObject(ev, "metadata");
+    cJSON *obj = cJSON_CreateObject();
+    cJSON_AddStringToObject(obj, "apiVersion", "v1");
+    cJSON_AddStringToObject(obj, "kind", "Event");
+    cJSON *md = cJSON_AddObjectToObject(obj, "metadata");
     cJSON_AddStringToObject(md, "name", name);
-    cJSON_AddStringToObject(md, "namespace", j->ns);
-    cJSON *io = cJSON_AddObjectToObject(ev, "involvedObject");
+    cJSON_AddStringToObject(md, "namespace", ev->ns);
+    cJSON *io = cJSON_AddObjectToObject(obj, "involvedObject");
     cJSON_AddStringToObject(io, "apiVersion", RL_OP_GV);
     cJSON_AddStringToObject(io, "kind", "TrainingJob");
-    cJSON_AddStringToObject(io, "name", j->name);
-    cJSON_AddStringToObject(io, "namespace", j->ns);
-    cJSON_AddStringToObject(io, "uid", j->uid);
-    cJSON_AddStringToObject(ev, "reason", reason);
-    cJSON_AddStringToObject(ev, "message", msg);
-    cJSON_AddStringToObject(ev, "type", warning ? "Warning" : "Normal");
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(ev, "source"), "component", "ringleader-operator");
-    cJSON_AddStringToObject(ev, "reportingComponent", "ringleader-operator");
-    cJSON_AddStringToObject(ev, "firstTimestamp", ts);
-    cJSON_AddStringToObject(ev, "lastTimestamp", ts);
-    cJSON_AddNumberToObject(ev, "count", 1);
+    cJSON_AddStringToObject(io, "name", ev->job);
+    cJSON_AddStringToObject(io, "namespace", ev->ns);
+    cJSON_AddStringToObject(io, "uid", ev->uid);
+    cJSON_AddStringToObject(obj, "reason", ev->reason);
+    cJSON_AddStringToObject(obj, "message", ev->msg);
+    cJSON_AddStringToObject(obj, "type", ev->warning ? "Warning" : "Normal");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(obj, "source"), "component", "ringleader-operator");
+    cJSON_AddStringToObject(obj, "reportingComponent", "ringleader-operator");
+    cJSON_AddStringToObject(obj, "firstTimestamp", ts);
+    cJSON_AddStringToObject(obj, "lastTimestamp", ts);
+    cJSON_AddNumberToObject(obj, "count", 1);
     rl_err e = {0};
     long code = 0;
-    char esc[1100];
-    if (rl_k8s_path(path, sizeof path, "v1", j->ns, "events", NULL, &e) == RL_OK &&
-        rl_k8s_create(op->k, path, ev, &code, NULL, &e) != RL_OK)
-        rl_log(RL_LOG_WARN, "event", "\"job\":\"%s/%s\",\"error\":\"%s\"", j->ns, j->name,
+    if (rl_k8s_path(path, sizeof path, "v1", ev->ns, "events", NULL, &e) == RL_OK &&
+        rl_k8s_create(op->k, path, obj, &code, NULL, &e) == RL_OK) {
+        recent_event *r = &op->recent[op->next_recent];
+        op->next_recent = (op->next_recent + 1) % RECENT_EVENTS;
+        r->key = key, r->count = 1;
+        snprintf(r->ns, sizeof r->ns, "%s", ev->ns);
+        snprintf(r->name, sizeof r->name, "%s", name);
+    } else {
+        rl_log(RL_LOG_WARN, "event", "\"job\":\"%s/%s\",\"error\":\"%s\"", ev->ns, ev->job,
                rl_json_escape(esc, sizeof esc, e.msg));
-    rl_log(warning ? RL_LOG_WARN : RL_LOG_INFO, "job_event", "\"job\":\"%s/%s\",\"reason\":\"%s\",\"msg\":\"%s\"",
-           j->ns, j->name, reason, rl_json_escape(esc, sizeof esc, msg));
-    cJSON_Delete(ev);
+    }
+    cJSON_Delete(obj);
+}
+
+/* After a status write: what it recorded may now be announced. */
+static void post_pending(rl_op *op) {
+    for (int i = 0; i < op->npending; i++) post_event(op, &op->pending[i]);
+    op->npending = 0;
 }
 
 /* ---- owned objects ------------------------------------------------------------------------------ */
@@ -290,8 +375,12 @@ static void mirror_progress(rl_op *op, const rl_op_job *j, cJSON *st) {
 }
 
 /* ---- status ------------------------------------------------------------------------------------------ */
+/* Write the status if it changed; then post the Events queued for it. */
 static int write_status(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e) {
-    if (old && cJSON_Compare(old, st, 1)) return RL_OK; /* nothing changed: no write, no watch event */
+    if (old && cJSON_Compare(old, st, 1)) { /* nothing changed: no write, no watch event */
+        post_pending(op);
+        return RL_OK;
+    }
     char path[600];
     int rc = rl_k8s_path(path, sizeof path - 8, RL_OP_GV, j->ns, "trainingjobs", j->name, e);
     if (rc) return rc;
@@ -302,6 +391,7 @@ static int write_status(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *
     long code = 0;
     rc = rl_k8s_merge_patch(op->k, path, patch, &code, NULL, e);
     cJSON_Delete(patch);
+    if (rc == RL_OK) post_pending(op);
     return rc;
 }
 
@@ -428,22 +518,36 @@ int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e) {
             set_condition(st, "SpecRejected", false, "SpecValid", "the spec is valid again");
         rc = reconcile_job(op, &j, old, st, e);
     }
+    /* Events whose status write never happened: the next pass sees the
+     * same change unrecorded and queues them again. */
+    op->npending = 0;
     rl_op_job_free(&j);
     cJSON_Delete(st);
     cJSON_Delete(obj);
     return rc;
 }
 
-static int create_pod(rl_op *op, const rl_op_job *j, int index, rl_err *e) {
+/* Create pod `index`. Admission refusing it (PodSecurity, a ResourceQuota
+ * or LimitRange, a validating webhook: 400, 403, 422) is no error of the
+ * reconcile but the job's state: the API's message goes to *refused (when
+ * still empty) for the status, and the next pass tries again. */
+static int create_pod(rl_op *op, const rl_op_job *j, int index, char *refused, size_t rn, rl_err *e) {
     char coll[512];
     int rc = rl_k8s_path(coll, sizeof coll, "v1", j->ns, "pods", NULL, e);
     if (rc) return rc;
-    cJSON *pod = rl_op_pod(j, index);
+    cJSON *pod = rl_op_pod(j, index), *status = NULL;
     long code = 0;
-    rc = rl_k8s_create(op->k, coll, pod, &code, NULL, e);
+    rc = rl_k8s_create(op->k, coll, pod, &code, &status, e);
     cJSON_Delete(pod);
-    if (rc && code == 409) return RL_OK; /* the old one is still going away */
-    if (!rc) rl_log(RL_LOG_INFO, "created", "\"job\":\"%s/%s\",\"pod\":\"%s-%d\"", j->ns, j->name, j->name, index);
+    if (rc && code == 409) rc = RL_OK; /* the old one is still going away */
+    else if (rc && (code == 400 || code == 403 || code == 422)) {
+        const char *m = jstr(status, "message");
+        if (!refused[0]) snprintf(refused, rn, "pod %s-%d: %s", j->name, index, *m ? m : e->msg);
+        rc = RL_OK;
+    } else if (!rc) {
+        rl_log(RL_LOG_INFO, "created", "\"job\":\"%s/%s\",\"pod\":\"%s-%d\"", j->ns, j->name, j->name, index);
+    }
+    cJSON_Delete(status);
     return rc;
 }
 
@@ -489,8 +593,8 @@ static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
             jset(st, "phase", cJSON_CreateString("Succeeded"));
             jset(st, "completionTime", cJSON_CreateString(ts));
             mirror_progress(op, j, st);
-            if ((rc = write_status(op, j, old, st, e))) goto out;
             event(op, j, false, "Succeeded", "training completed (pod %s exited 0)", pods[i].name);
+            if ((rc = write_status(op, j, old, st, e))) goto out;
             rc = cleanup(op, j, pods, n, e);
             goto out;
         }
@@ -549,8 +653,8 @@ static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
         char ts[32];
         rfc3339(ts, sizeof ts);
         jset(st, "completionTime", cJSON_CreateString(ts));
-        if ((rc = write_status(op, j, old, st, e))) goto out;
         event(op, j, true, "Failed", "%s", msg);
+        if ((rc = write_status(op, j, old, st, e))) goto out;
         rc = cleanup(op, j, pods, n, e);
         goto out;
     }
@@ -572,17 +676,22 @@ static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
     if (rc) goto out;
 
     /* Create what is missing (a name still held by a terminating pod waits). */
+    char refused[1024] = "";
     if (!conflict[0]) {
         int created = 0;
         for (int idx = 0; idx < j->replicas && !rc; idx++) {
             bool have = false;
             for (int i = 0; i < n && !have; i++) have = pods[i].index == idx;
             if (have) continue;
-            if (!(rc = create_pod(op, j, idx, e))) created++;
+            char no[sizeof refused] = "";
+            if (!(rc = create_pod(op, j, idx, no, sizeof no, e)) && !no[0]) created++;
+            if (no[0] && !refused[0]) snprintf(refused, sizeof refused, "%s", no);
         }
         if (rc) goto out;
         if (created)
             event(op, j, false, "CreatedPods", "created %d pod(s) for %d node(s)", created, j->replicas);
+        /* every refused pass, folded into one Event's count */
+        if (refused[0]) event(op, j, true, "PodCreateFailed", "%s", refused);
     }
 
     /* Phase */
@@ -597,6 +706,9 @@ static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
         if (set_condition(st, "Running", false, "ResourceConflict", conflict))
             event(op, j, true, "ResourceConflict", "%s", conflict);
         snprintf(phase, sizeof phase, "Pending");
+    } else if (refused[0] && ready < need) {
+        set_condition(st, "Running", false, "PodCreateFailed", refused);
+        snprintf(phase, sizeof phase, "%s", condition_on(st, "Restarting") ? "Restarting" : "Pending");
     } else if (ready >= need && ready > 0) {
         if (condition_on(st, "Restarting") && ready >= j->replicas)
             set_condition(st, "Restarting", false, "Recovered", "every pod is running again");

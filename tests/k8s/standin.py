@@ -23,6 +23,11 @@ for the tests only:
        cut); conflict: another writer changes the object (an annotation)
        just before a PUT is applied, so it meets a real 409
   GET /faults: {"left": armed requests not met yet}
+  POST /admission {"resource", "namespace"?, "kind": quota|webhook, "message",
+       "webhook"?, "code"?} | {"clear": true}: creates of that resource are
+       refused as a ResourceQuota (403 "exceeded quota: ...") or a validating
+       webhook (its code, default 400: "admission webhook ... denied the
+       request: ...") refuses them, until cleared
   POST /tokens {"token", "user", "groups", "deny": ["res[:verb]"], "rbac"}
   POST /tokens/revoke {"token"}   POST /tokens/serviceaccount {"namespace", "name"}
   GET /history?resource=&namespace=&name=              GET /state
@@ -142,6 +147,7 @@ class App:
         self.conns_lock = threading.Lock()
         self.outage_mode, self.outage_until = "none", 0.0
         self.faults, self.faults_lock = [], threading.Lock()
+        self.admission = []  # refusals armed by POST /admission
         self.reopen_timer = None
         self.server = None
         self.port = 0
@@ -323,6 +329,23 @@ class APIHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.code = code
+
+    def admit(self, t, ns, body):
+        """Admission refusals armed by POST /admission, in the real API
+        server's words: a ResourceQuota's 403, or a validating webhook's
+        denial (its code; 400 when it gives none)."""
+        md = body.get("metadata") if isinstance(body, dict) else None
+        name = (md or {}).get("name") or (md or {}).get("generateName") or ""
+        for r in list(self.app.admission):
+            if r["resource"] != t.plural or r.get("namespace") not in (None, ns):
+                continue
+            if r["kind"] == "quota":
+                raise APIError(403, "Forbidden", '%s "%s" is forbidden: exceeded quota: %s'
+                               % (t.plural, name, r["message"]), {"name": name, "kind": t.plural})
+            code = int(r.get("code") or 400)
+            raise APIError(code, {400: "BadRequest", 403: "Forbidden", 422: "Invalid"}.get(code, ""),
+                           'admission webhook "%s" denied the request: %s'
+                           % (r.get("webhook") or "validate.example.com", r["message"]))
 
     def concurrent_write(self, t, ns, name):
         """A fault: someone else's write to the object, as kubectl annotate."""
@@ -680,6 +703,7 @@ class APIHandler(BaseHTTPRequestHandler):
             body = self.json_body(raw, protobuf=True)
             if t.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 st.validate_crd(body)
+            self.admit(t, ns, body)
             return self.send_json(201, st.out(t, st.create(t, ns, body, dry_run=dry, fv=fv,
                                                            warnings=self.warnings)))
         if method == "PUT":
@@ -1215,6 +1239,15 @@ class AdminHandler(BaseHTTPRequestHandler):
                 app.faults.append({"method": str(body["method"]).upper(), "resource": str(body["resource"]),
                                    "count": int(body.get("count", 1)), "answer": how})
             return self.reply(200, {"armed": len(app.faults)})
+        if method == "POST" and p == "/admission":
+            if body.get("clear"):
+                app.admission = []
+                return self.reply(200, {"rules": 0})
+            if body.get("kind") not in ("quota", "webhook") or not body.get("resource") or \
+                    not isinstance(body.get("message"), str):
+                return self.reply(400, {"error": "admission needs resource, kind quota or webhook, message"})
+            app.admission = app.admission + [body]
+            return self.reply(200, {"rules": len(app.admission)})
         if method == "GET" and p == "/faults":  # how many armed requests are still to come
             with app.faults_lock:
                 return self.reply(200, {"left": sum(f["count"] for f in app.faults)})

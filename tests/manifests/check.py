@@ -70,7 +70,7 @@ OPERATOR_NEEDS = [("ringleader.dev", "trainingjobs", "get list watch"),
                   ("rbac.authorization.k8s.io", "roles", "get create"),
                   ("rbac.authorization.k8s.io", "rolebindings", "get create"),
                   ("coordination.k8s.io", "leases", "get create update"),
-                  ("", "events", "create")]
+                  ("", "events", "create patch")]
 # what the per-job Role grants the workers: the operator must hold it all
 WORKER_ROLE = [("coordination.k8s.io", "leases", "get create update patch"),
                ("discovery.k8s.io", "endpointslices", "get list watch")]
