@@ -21,11 +21,12 @@ static void usage(FILE *f) {
             "                           [--lease-namespace NS] [--metrics-port PORT]\n"
             "                           [--log-level debug|info|warn|error] [--resync-seconds S]\n"
             "                           [--leader-elect-lease-duration S] [--leader-elect-renew-deadline S]\n"
-            "                           [--leader-elect-retry-period S]\n"
+            "                           [--leader-elect-retry-period S] [--stuck-terminating-seconds S]\n"
             "  Reconciles TrainingJobs (ringleader.dev/v1alpha1) into pods, a headless Service,\n"
             "  RBAC and a rendezvous Secret. In a pod it uses the service account; elsewhere the\n"
             "  kubeconfig. --namespace limits it to those namespaces (default: all). Only the\n"
-            "  holder of the Lease (POD_NAMESPACE/ringleader-operator) acts.\n");
+            "  holder of the Lease (POD_NAMESPACE/ringleader-operator) acts. A pod still there S\n"
+            "  seconds (60) after its grace period shows in its job's status as stuck.\n");
 }
 
 static int bad(const char *flag, const char *why) {
@@ -49,7 +50,7 @@ int main(int argc, char **argv) {
     const char *kubeconfig = NULL, *lease_name = "ringleader-operator", *lease_ns = getenv("POD_NAMESPACE");
     const char *level = NULL;
     bool elect = true;
-    double metrics_port = 8080, resync = 5, lease_s = 15, renew_s = 10, retry_s = 2;
+    double metrics_port = 8080, resync = 5, lease_s = 15, renew_s = 10, retry_s = 2, stuck = 60;
     char *nsbuf[64];
     int nns = 0;
     for (int i = 1; i < argc; i++) {
@@ -57,6 +58,7 @@ int main(int argc, char **argv) {
         struct { const char *flag; double lo, hi, *dst; } nums[] = {
             {"--metrics-port", 0, 65535, &metrics_port},
             {"--resync-seconds", 0.1, 3600, &resync},
+            {"--stuck-terminating-seconds", 1, 86400, &stuck},
             {"--leader-elect-lease-duration", 1, 3600, &lease_s},
             {"--leader-elect-renew-deadline", 0.5, 3600, &renew_s},
             {"--leader-elect-retry-period", 0.1, 3600, &retry_s},
@@ -115,7 +117,7 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
 
     rl_op_opts o = {.kubeconfig = kubeconfig, .namespaces = (const char *const *)nsbuf, .leader_elect = elect,
-                    .lease_name = lease_name, .lease_ns = lease_ns, .id = id, .resync_s = resync,
+                    .lease_name = lease_name, .lease_ns = lease_ns, .id = id, .resync_s = resync, .stuck_s = stuck,
                     .lease_s = lease_s, .renew_deadline_s = renew_s, .retry_s = retry_s,
                     .metrics_port = (int)metrics_port, .stop = &g_stop};
     rl_err e = {0};

@@ -190,6 +190,7 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
     if (!ws) return rl_errf(e, RL_ENOMEM, "out of memory");
     rl_k8s_opts ko = {.timeout_s = 30, .connect_timeout_s = 5};
     if ((rc = rl_k8s_connect(o->kubeconfig, &ko, &c.k, e)) || (rc = rl_op_new(c.k, &c.op, e))) goto out;
+    rl_op_set_stuck_after(c.op, o->stuck_s);
     /* served before the election, so a standby replica answers /healthz too */
     if ((rc = rl_metrics_new(&c.m, e)) ||
         (rc = rl_metrics_define(c.m, RL_METRIC_GAUGE, "ringleader_operator_leading",

@@ -86,6 +86,8 @@ typedef struct rl_pod_info {
     char name[254], uid[128];
     char reason[64];     /* Evicted, Error, ErrImagePull, Unschedulable, ... */
     char message[512];
+    double deleting_s;   /* terminating: seconds since the delete was asked for */
+    double overdue_s;    /* terminating: seconds past its deletionTimestamp (grace over) */
 } rl_pod_info;
 
 void rl_op_pod_classify(const struct cJSON *pod, rl_pod_info *p);
@@ -99,6 +101,7 @@ typedef struct rl_op_opts {
     const char *lease_name, *lease_ns; /* the operator's own Lease */
     const char *id;              /* this replica (POD_NAME) */
     double resync_s;             /* every job reconciled at least this often (5) */
+    double stuck_s;              /* a pod this long past its deletionTimestamp is stuck (60) */
     double lease_s, renew_deadline_s, retry_s; /* 15, 10, 2 */
     int metrics_port;            /* /metrics and /healthz; 0: none */
     const volatile int *stop;
@@ -111,6 +114,8 @@ int rl_op_run(const rl_op_opts *o, rl_err *e);
 /* One reconcile of ns/name against the API (public for tests). */
 typedef struct rl_op rl_op;
 int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e);
+/* When a terminating pod counts as stuck (default 60 s past its grace). */
+void rl_op_set_stuck_after(rl_op *op, double seconds);
 int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e);
 void rl_op_free(rl_op *op);
 

@@ -39,14 +39,20 @@ struct rl_op {
     int npending, cap;
     recent_event recent[RECENT_EVENTS];
     int next_recent; /* the slot the next new Event takes (oldest first) */
+    double stuck_s;  /* rl_op_set_stuck_after */
 };
 
 int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e) {
     rl_op *op = calloc(1, sizeof *op);
     if (!op) return rl_errf(e, RL_ENOMEM, "out of memory");
     op->k = k;
+    op->stuck_s = 60;
     *out = op;
     return RL_OK;
+}
+
+void rl_op_set_stuck_after(rl_op *op, double seconds) {
+    if (seconds > 0) op->stuck_s = seconds;
 }
 
 void rl_op_free(rl_op *op) {
@@ -446,10 +452,20 @@ static int list_pods(rl_op *op, const rl_op_job *j, rl_pod_info **out, int *n, r
         cJSON_Delete(list);
         return rl_errf(e, RL_ENOMEM, "out of memory");
     }
+    double now = rl_wall_now();
     for (const cJSON *it = cap ? items->child : NULL; it; it = it->next) {
         if (!owned_by(it, j->uid)) continue; /* a previous job of the same name: the GC takes it */
-        rl_op_pod_classify(it, &pods[*n]);
-        (*n)++;
+        rl_pod_info *p = &pods[(*n)++];
+        rl_op_pod_classify(it, p);
+        /* deletionTimestamp is when the grace period ends: the delete was
+         * asked for deletionGracePeriodSeconds before it */
+        const cJSON *md = jobj((cJSON *)it, "metadata");
+        double at;
+        if (p->state == RL_POD_TERMINATING && rl_k8s_time_parse(jstr(md, "deletionTimestamp"), &at) == RL_OK) {
+            const cJSON *g = cJSON_GetObjectItemCaseSensitive(md, "deletionGracePeriodSeconds");
+            p->overdue_s = now - at;
+            p->deleting_s = p->overdue_s + (cJSON_IsNumber(g) ? g->valuedouble : 0);
+        }
     }
     cJSON_Delete(list);
     *out = pods;
@@ -549,6 +565,32 @@ static int create_pod(rl_op *op, const rl_op_job *j, int index, char *refused, s
     }
     cJSON_Delete(status);
     return rc;
+}
+
+/* A pod that outlives its grace period by stuck_s: only the kubelet ends a
+ * graceful delete, so its node is most likely unreachable, and the pod's
+ * fixed name stays taken (its replacement cannot be created) until the node
+ * comes back or someone force-deletes it. Name the longest-stuck pod and
+ * how long, in whole minutes so the status does not change every pass. */
+static void note_stuck(rl_op *op, const rl_op_job *j, const rl_pod_info *pods, int n, cJSON *st) {
+    const rl_pod_info *worst = NULL;
+    for (int i = 0; i < n; i++)
+        if (pods[i].state == RL_POD_TERMINATING && pods[i].overdue_s >= op->stuck_s &&
+            (!worst || pods[i].overdue_s > worst->overdue_s))
+            worst = &pods[i];
+    if (!worst) {
+        if (condition_on(st, "PodStuckTerminating"))
+            set_condition(st, "PodStuckTerminating", false, "NoneStuck", "no pod is stuck terminating");
+        return;
+    }
+    char msg[900];
+    snprintf(msg, sizeof msg,
+             "pod %s has been terminating for %.0f min (its grace period ended %.0f min ago): its node may be "
+             "unreachable, and its replacement waits for the name; if the node is gone: kubectl delete pod %s "
+             "--force --grace-period=0",
+             worst->name, floor(worst->deleting_s / 60), floor(worst->overdue_s / 60), worst->name);
+    if (set_condition(st, "PodStuckTerminating", true, "StuckTerminating", msg))
+        event(op, j, true, "PodStuckTerminating", "%s", msg);
 }
 
 static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e) {
@@ -725,6 +767,7 @@ static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
         snprintf(phase, sizeof phase, "%s", condition_on(st, "Restarting") ? "Restarting" : "Pending");
     }
     jset(st, "phase", cJSON_CreateString(phase));
+    note_stuck(op, j, pods, n, st);
     mirror_progress(op, j, st);
     prune_counted(st, pods, n);
     rc = write_status(op, j, old, st, e);

@@ -1,11 +1,17 @@
-/* The operator against admission that refuses its pods: a ResourceQuota's
- * 403, a validating webhook's 400 and RBAC's 403 (the stand-in's POST
- * /admission and token deny rules, in the real API server's words). The
- * refusal must reach the TrainingJob's status (Running=False, reason
- * PodCreateFailed, the API's message, phase Pending), as one Warning Event
- * whose count grows with every refused pass, and every Event must come
- * after the status write that records it. Real kubectl reads what a user
- * would; the stand-in's write history orders status writes and Events. */
+/* What the cluster refuses or holds back must reach the TrainingJob's
+ * status, where users look (the operator binary against the stand-in; real
+ * kubectl reads what a user would; the stand-in's write history orders
+ * status writes and Events).
+ *
+ * Admission refusing the pods: a ResourceQuota's 403, a validating
+ * webhook's 400 and RBAC's 403 (the stand-in's POST /admission and token
+ * deny rules, in the real API server's words) give Running=False, reason
+ * PodCreateFailed, the API's message, phase Pending, as one Warning Event
+ * whose count grows with every refused pass; every Event comes after the
+ * status write that records it.
+ *
+ * A pod stuck terminating (its node unreachable: here a finalizer holds
+ * it, the same API picture) is named in a PodStuckTerminating condition. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -60,7 +66,7 @@ static void up(void) {
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         dup2(fd, 1), dup2(fd, 2);
         execl(bin, bin, "--kubeconfig", path, "--leader-elect=false", "--resync-seconds", "0.5", "--metrics-port",
-              "0", (char *)NULL);
+              "0", "--stuck-terminating-seconds", "1", (char *)NULL);
         _exit(127);
     }
 }
@@ -174,7 +180,7 @@ static int one_event(const char *job, const char *reason, char *name, size_t nn)
     return count;
 }
 
-Test(admission, refused_pods_reach_the_status_as_one_event, .init = up, .fini = down, .timeout = 180) {
+Test(job_status, refused_pods_reach_the_status_as_one_event, .init = up, .fini = down, .timeout = 180) {
     char out[4096];
     /* a ResourceQuota's 403 */
     cr_assert_eq(rl_test_standin_admin(&s, "POST", "/admission",
@@ -230,4 +236,51 @@ Test(admission, refused_pods_reach_the_status_as_one_event, .init = up, .fini = 
     apply_job("rbac", 1);
     cJSON_Delete(await_running("rbac", "PodCreateFailed", "cannot create resource \"pods\"", 30));
     cr_expect_eq(waitpid(op, NULL, WNOHANG), 0, "the operator exited");
+}
+
+/* The condition PodStuckTerminating of a job (NULL: none); caller frees tj. */
+static const cJSON *stuck_condition(const char *name, cJSON **tj) {
+    char args[128];
+    snprintf(args, sizeof args, "tj %s", name);
+    *tj = get_json(args);
+    return condition(*tj, "PodStuckTerminating");
+}
+
+Test(job_status, a_pod_stuck_terminating_is_named, .init = up, .fini = down, .timeout = 120) {
+    char out[4096];
+    apply_job("held", 1);
+    cJSON_Delete(await_running("held", "PodsNotReady", "ready", 30));
+    /* a node that never answers: nothing finishes the pod's delete */
+    cr_assert_eq(kubectl("patch pod held-0 --type=merge -p '{\"metadata\":{\"finalizers\":[\"test.ringleader.dev/hold\"]}}'",
+                         NULL, out, sizeof out),
+                 0, "%s", out);
+    cr_assert_eq(kubectl("delete pod held-0 --grace-period=1 --wait=false", NULL, out, sizeof out), 0, "%s", out);
+    /* a second past its grace (the operator runs with --stuck-terminating-seconds 1) */
+    double end = rl_now() + 30;
+    cJSON *tj = NULL;
+    const cJSON *c = NULL;
+    while (!(c = stuck_condition("held", &tj)) || strcmp(str_at(c, "status"), "True") != 0) {
+        cJSON_Delete(tj);
+        cr_assert(rl_now() < end, "no PodStuckTerminating condition");
+        usleep(300000);
+    }
+    cr_expect_str_eq(str_at(c, "reason"), "StuckTerminating");
+    cr_expect(strstr(str_at(c, "message"), "pod held-0 has been terminating for 0 min") &&
+                  strstr(str_at(c, "message"), "kubectl delete pod held-0 --force --grace-period=0"),
+              "%s", str_at(c, "message"));
+    cJSON_Delete(tj);
+    cr_expect_eq(one_event("held", "PodStuckTerminating", NULL, 0), 1);
+    /* the node back (the finalizer gone): the pod goes, the replacement
+     * comes, the condition clears */
+    cr_assert_eq(kubectl("patch pod held-0 --type=merge -p '{\"metadata\":{\"finalizers\":null}}'", NULL, out,
+                         sizeof out),
+                 0, "%s", out);
+    end = rl_now() + 30;
+    while ((c = stuck_condition("held", &tj)) && strcmp(str_at(c, "status"), "False") != 0) {
+        cJSON_Delete(tj);
+        cr_assert(rl_now() < end, "the condition stayed");
+        usleep(300000);
+    }
+    cr_expect(c != NULL, "the condition vanished instead of turning False");
+    cJSON_Delete(tj);
 }
