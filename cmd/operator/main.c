@@ -22,6 +22,7 @@ static void usage(FILE *f) {
             "                           [--log-level debug|info|warn|error] [--resync-seconds S]\n"
             "                           [--leader-elect-lease-duration S] [--leader-elect-renew-deadline S]\n"
             "                           [--leader-elect-retry-period S] [--stuck-terminating-seconds S]\n"
+            "       ringleader-operator render -f FILE [--namespace NS]   (see render --help)\n"
             "  Reconciles TrainingJobs (ringleader.dev/v1alpha1) into pods, a headless Service,\n"
             "  RBAC and a rendezvous Secret. In a pod it uses the service account; elsewhere the\n"
             "  kubeconfig. --namespace limits it to those namespaces (default: all). Only the\n"
@@ -46,7 +47,43 @@ static int parse_num(const char *flag, const char *v, double lo, double hi, doub
     return 0;
 }
 
+/* ringleader-operator render -f FILE [--namespace NS]: the objects the
+ * operator would create for that TrainingJob, as a YAML List on stdout. */
+static int render_main(int argc, char **argv) {
+    const char *file = NULL, *ns = "default";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if ((!strcmp(a, "-f") || !strcmp(a, "--filename")) && v) file = v, i++;
+        else if ((!strcmp(a, "-n") || !strcmp(a, "--namespace")) && v) ns = v, i++;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: ringleader-operator render -f FILE [--namespace NS]\n"
+                   "  Prints, as a YAML List, the objects the operator would create for the TrainingJob\n"
+                   "  in FILE (YAML or JSON), without a cluster: its uid and rendezvous secret are\n"
+                   "  placeholders. NS (default: default) where the job names none.\n");
+            return 0;
+        } else {
+            fprintf(stderr, "ringleader-operator render: error: unknown or incomplete flag '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!file) {
+        fprintf(stderr, "ringleader-operator render: error: -f FILE is required\n");
+        return 2;
+    }
+    rl_err e = {0};
+    char *text = NULL, *yaml = NULL;
+    size_t len = 0;
+    int rc = rl_read_file(file, &text, &len, &e);
+    if (!rc) rc = rl_op_render(text, len, file, ns, &yaml, &e);
+    if (!rc) fputs(yaml, stdout);
+    else fprintf(stderr, "ringleader-operator render: error: %s\n", e.msg);
+    free(text);
+    free(yaml);
+    return rl_err_exit_status(rc);
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "render")) return render_main(argc - 1, argv + 1);
     const char *kubeconfig = NULL, *lease_name = "ringleader-operator", *lease_ns = getenv("POD_NAMESPACE");
     const char *level = NULL;
     bool elect = true;

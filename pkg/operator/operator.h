@@ -116,6 +116,14 @@ typedef struct rl_op rl_op;
 int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e);
 /* When a terminating pod counts as stuck (default 60 s past its grace). */
 void rl_op_set_stuck_after(rl_op *op, double seconds);
+
+/* `ringleader-operator render`: the objects a reconcile would create for
+ * each TrainingJob in text (YAML or JSON, documents split by "---"; other
+ * kinds skipped; namespace ns where a job names none), as one YAML List
+ * (*yaml, malloc'd), without a cluster; each job's uid and rendezvous
+ * secret are placeholders. Refuses what the running operator refuses,
+ * naming `where` and the field. */
+int rl_op_render(const char *text, size_t len, const char *where, const char *ns, char **yaml, rl_err *e);
 int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e);
 void rl_op_free(rl_op *op);
 

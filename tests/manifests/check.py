@@ -20,6 +20,11 @@ through tests/unit/test_manifests.c).
 - --json-out DIR: every example TrainingJob (defaulted) and every file
   under tests/manifests/operator-rejects/ as JSON for the C test, which
   feeds them to the operator's own spec parser (rl_op_job_parse).
+- --operator BIN: `BIN render -f` of every example file: what it prints
+  is a List of built-in objects valid against Kubernetes' schemas
+  (strict), its pods pass the "restricted" Pod Security Standard; every
+  file under tests/manifests/operator-rejects/ is refused (exit 2, one
+  line naming the field its "# expect:" line names).
 - The operator's RBAC: covers what the operator creates and what the
   per-job Role grants (RBAC lets nobody grant what it lacks), no
   wildcards; the Deployment's flags exist in cmd/operator/main.c.
@@ -435,6 +440,38 @@ def check_rules(rules, where):
                   (v, g, res))
 
 
+def render_job(operator, path):
+    """`operator render -f path`: (exit status, stdout, stderr)."""
+    p = subprocess.run([operator, "render", "-f", path], capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check_render(operator, path, jobs):
+    """An example rendered: every object a valid built-in, every pod
+    admitted by the restricted Pod Security Standard; jobs x (5 + replicas)
+    objects."""
+    where = "render -f " + rel(path)
+    rc, out, err = render_job(operator, path)
+    check(rc == 0, where, "exit %d: %s" % (rc, err.strip()))
+    if rc:
+        return
+    docs = docs_of_text(out)
+    check(len(docs) == 1 and docs[0].get("kind") == "List", where, "not one List")
+    items = docs[0].get("items") or []
+    want = sum(5 + (j.get("spec") or {}).get("replicas", 1) for j in jobs)
+    check(len(items) == want, where, "%d objects, want %d" % (len(items), want))
+    for o in items:
+        validate_builtin(o, "%s: %s" % (where, ident(o)))
+
+
+def check_render_refuses(operator, path, want):
+    where = "render -f " + rel(path)
+    rc, out, err = render_job(operator, path)
+    lines = err.strip().splitlines()
+    check(rc == 2 and not out and len(lines) == 1 and want in lines[0], where,
+          "want exit 2 and one line naming %s, got exit %d: %r" % (want, rc, err))
+
+
 def operator_flags_exist(args, where):
     src = open(os.path.join(ROOT, "cmd/operator/main.c")).read()
     for a in args:
@@ -568,6 +605,7 @@ def main():
     ap.add_argument("--helm", required=True)
     ap.add_argument("--hadolint", required=True)
     ap.add_argument("--json-out", help="write TrainingJobs for the operator's parser here")
+    ap.add_argument("--operator", help="ringleader-operator, to check what `render` prints")
     a = ap.parse_args()
 
     crd_path = os.path.join(ROOT, "manifests/crd.yaml")
@@ -639,6 +677,12 @@ def main():
         if out:
             with open(os.path.join(out, "reject-" + os.path.basename(path)[:-5] + ".json"), "w") as f:
                 json.dump({"expect": want, "object": obj}, f)
+        if a.operator:
+            check_render_refuses(a.operator, path, want)
+
+    if a.operator:
+        for path in sorted(set(p for p, _ in jobs)):
+            check_render(a.operator, path, [d for p, d in jobs if p == path])
 
     check_helm(a.helm, crd, operator_docs)
     check_dockerfile(a.hadolint)

@@ -1,0 +1,173 @@
+/* `ringleader-operator render`: the objects the operator would create for
+ * a TrainingJob, without a cluster, as a YAML List -- for review, as
+ * `helm template` is. They come from the same spec parser (so the same
+ * refusals) and the same builders as a reconcile; what only a cluster can
+ * give is a placeholder: the job's uid (owner references) and the
+ * rendezvous secret, which the operator draws at creation. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "operator.h"
+
+#define PLACEHOLDER_UID "00000000-0000-0000-0000-000000000000"
+/* 64 hex digits, as the real one: the Secret validates the same */
+#define PLACEHOLDER_SECRET "0000000000000000000000000000000000000000000000000000000000000000"
+
+/* ---- YAML out: block style; strings double-quoted (JSON's escapes are
+ * YAML's), so no value can be misread as another type. ---------------- */
+static bool plain_key(const char *k) {
+    if (!*k) return false;
+    for (const char *c = k; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+              *c == '-' || *c == '.' || *c == '/'))
+            return false;
+    return true;
+}
+
+static void scalar(FILE *f, const cJSON *v) {
+    char *s = cJSON_PrintUnformatted(v); /* strings quoted and escaped, numbers as JSON has them */
+    fputs(s ? s : "null", f);
+    free(s);
+}
+
+static bool empty_container(const cJSON *v) {
+    return (cJSON_IsObject(v) || cJSON_IsArray(v)) && !v->child;
+}
+
+static void value(FILE *f, const cJSON *v, int indent);
+
+/* The members of an object, the first one's indentation already written
+ * when `first_inline` (a sequence item's "- "). */
+static void members(FILE *f, const cJSON *o, int indent, bool first_inline) {
+    for (const cJSON *m = o->child; m; m = m->next) {
+        if (m != o->child || !first_inline) fprintf(f, "%*s", indent, "");
+        if (plain_key(m->string)) fputs(m->string, f);
+        else scalar(f, &(cJSON){.type = cJSON_String, .valuestring = m->string});
+        fputc(':', f);
+        value(f, m, indent);
+    }
+}
+
+/* After "key:" or "-": the value and its newline. */
+static void value(FILE *f, const cJSON *v, int indent) {
+    if (empty_container(v) || !(cJSON_IsObject(v) || cJSON_IsArray(v))) {
+        fputc(' ', f);
+        if (empty_container(v)) fputs(cJSON_IsObject(v) ? "{}" : "[]", f);
+        else scalar(f, v);
+        fputc('\n', f);
+    } else if (cJSON_IsObject(v)) {
+        fputc('\n', f);
+        members(f, v, indent + 2, false);
+    } else {
+        fputc('\n', f);
+        for (const cJSON *it = v->child; it; it = it->next) {
+            fprintf(f, "%*s-", indent, "");
+            if (cJSON_IsObject(it) && it->child) {
+                fputc(' ', f);
+                members(f, it, indent + 2, true);
+            } else {
+                value(f, it, indent);
+            }
+        }
+    }
+}
+
+/* ---- the objects --------------------------------------------------------- */
+/* One TrainingJob's objects onto items. */
+static int render_job(const cJSON *obj, const char *ns, cJSON *items, rl_err *e) {
+    cJSON *copy = cJSON_Duplicate(obj, 1);
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(copy, "metadata");
+    if (copy && cJSON_IsObject(md)) {
+        /* as the API server would fill them in */
+        if (ns && *ns && !cJSON_GetObjectItemCaseSensitive(md, "namespace"))
+            cJSON_AddStringToObject(md, "namespace", ns);
+        if (!cJSON_GetObjectItemCaseSensitive(md, "uid")) cJSON_AddStringToObject(md, "uid", PLACEHOLDER_UID);
+        if (!cJSON_GetObjectItemCaseSensitive(md, "generation")) cJSON_AddNumberToObject(md, "generation", 1);
+    }
+    rl_op_job j;
+    int rc = rl_op_job_parse(copy, &j, e);
+    if (rc) {
+        cJSON_Delete(copy);
+        return rc;
+    }
+    /* the order ensure_all and the pod loop create them in */
+    cJSON_AddItemToArray(items, rl_op_service(&j));
+    cJSON_AddItemToArray(items, rl_op_secret(&j, PLACEHOLDER_SECRET));
+    cJSON_AddItemToArray(items, rl_op_service_account(&j));
+    cJSON_AddItemToArray(items, rl_op_role(&j));
+    cJSON_AddItemToArray(items, rl_op_role_binding(&j));
+    for (int i = 0; i < j.replicas; i++) cJSON_AddItemToArray(items, rl_op_pod(&j, i));
+    rl_op_job_free(&j);
+    cJSON_Delete(copy);
+    return RL_OK;
+}
+
+/* The next YAML document of text[*at..len): up to a line "---" (which may
+ * carry a comment) or the end. False when none is left. */
+static bool next_document(const char *text, size_t len, size_t *at, size_t *start, size_t *end) {
+    if (*at > len) return false;
+    *start = *at;
+    for (size_t i = *at; i <= len; i++) {
+        bool bol = i == *at || text[i - 1] == '\n';
+        if (i == len || (bol && len - i >= 3 && !strncmp(text + i, "---", 3) &&
+                         (i + 3 == len || strchr(" \t\r\n#", text[i + 3])))) {
+            *end = i;
+            const char *nl = i < len ? memchr(text + i, '\n', len - i) : NULL;
+            *at = nl ? (size_t)(nl - text) + 1 : len + 1;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Only blank lines and comments (what a leading or trailing "---" leaves). */
+static bool blank_document(const char *s, size_t n) {
+    bool comment = false;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\n') comment = false;
+        else if (s[i] == '#') comment = true;
+        else if (!comment && !strchr(" \t\r", s[i])) return false;
+    }
+    return true;
+}
+
+int rl_op_render(const char *text, size_t len, const char *where, const char *ns, char **yaml, rl_err *e) {
+    *yaml = NULL;
+    cJSON *list = cJSON_CreateObject();
+    cJSON_AddStringToObject(list, "apiVersion", "v1");
+    cJSON_AddStringToObject(list, "kind", "List");
+    cJSON *items = cJSON_AddArrayToObject(list, "items");
+    int rc = RL_OK, jobs = 0, doc = 0;
+    size_t at = 0, start, end;
+    while (!rc && next_document(text, len, &at, &start, &end)) {
+        doc++;
+        char w[600];
+        snprintf(w, sizeof w, doc > 1 || at <= len ? "%s (document %d)" : "%s", where, doc);
+        cJSON *obj = NULL;
+        if (blank_document(text + start, end - start)) continue;
+        if ((rc = rl_k8s_yaml_parse(text + start, end - start, w, &obj, e)) == RL_OK && obj) {
+            const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "kind"));
+            if (kind && !strcmp(kind, "TrainingJob")) {
+                if ((rc = render_job(obj, ns, items, e))) rl_err_wrap(e, "%s", w);
+                jobs++;
+            }
+        }
+        cJSON_Delete(obj);
+    }
+    if (!rc && !jobs) rc = rl_errf(e, RL_EINPUT, "%s: no TrainingJob (kind TrainingJob, " RL_OP_GV ") in it", where);
+    size_t n = 0;
+    FILE *f = rc ? NULL : open_memstream(yaml, &n);
+    if (!rc && !f) rc = rl_errf(e, RL_ENOMEM, "out of memory");
+    if (f) {
+        members(f, list, 0, false);
+        if (fclose(f) != 0) rc = rl_errf(e, RL_ENOMEM, "out of memory");
+    }
+    if (rc) {
+        free(*yaml);
+        *yaml = NULL;
+    }
+    cJSON_Delete(list);
+    return rc;
+}
