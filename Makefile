@@ -168,6 +168,11 @@ $(BUILD)/bench/rdzv: bench/rdzv.c tests/unit/jobtest.c tests/unit/standin.c test
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 
+# the operator bench counts ringleader-operator's requests to the stand-in
+$(BUILD)/bench/operator: bench/operator.c tests/unit/standin.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
+
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(sort $(wildcard bench/*.c)))
 # the rendezvous and checkpoint benches start etcd, the stand-in and radosgw
 bench:

@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
     const char *kubeconfig = NULL, *lease_name = "ringleader-operator", *lease_ns = getenv("POD_NAMESPACE");
     const char *level = NULL;
     bool elect = true;
-    double metrics_port = 8080, resync = 5, lease_s = 15, renew_s = 10, retry_s = 2, stuck = 60;
+    double metrics_port = 8080, resync = 600, lease_s = 15, renew_s = 10, retry_s = 2, stuck = 60;
     char *nsbuf[64];
     int nns = 0;
     for (int i = 1; i < argc; i++) {

@@ -1,10 +1,13 @@
 /* The controller around rl_op_reconcile: leader election on a Lease (one
- * active replica), LIST+WATCH of TrainingJobs and of the pods they own
- * (each event only names a job to look at), a de-duplicated work queue,
- * and a periodic resync so progress reported by the workers reaches the
- * status even when nothing else changes. Reconciles run on one thread:
- * jobs are independent and each pass is a handful of API calls, so one
- * thread keeps the reasoning simple at the scale of training jobs. */
+ * active replica), LIST+WATCH of TrainingJobs, of the pods they own and of
+ * their progress Leases into an informer cache (cache.h) that reconciles
+ * read instead of the API server, a de-duplicated work queue (each event
+ * names a job to look at), per-job exponential back-off after a failed
+ * reconcile (client-go's workqueue: 5 ms doubling to 1000 s), and a
+ * resync (10 minutes) that looks at every job again. Reconciles run on one
+ * thread: jobs are independent and each pass is a handful of API calls at
+ * most, so one thread keeps the reasoning simple at the scale of training
+ * jobs. */
 #include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 
 #include "metrics/metrics.h"
 #include "operator.h"
+#include "operator/cache.h"
 #include "rdzv/rdzv.h"
 
 typedef struct job_key {
@@ -25,6 +29,14 @@ typedef struct keyset {
     int n, cap;
 } keyset;
 
+/* A job to look at later: after a back-off, or when something it is
+ * waiting for is due (rl_op_requeue_after). */
+typedef struct later {
+    job_key k;
+    double at;
+    int failures; /* consecutive failed reconciles: the back-off's exponent */
+} later;
+
 typedef struct ctl {
     rl_k8s *k;
     rl_op *op;
@@ -32,6 +44,9 @@ typedef struct ctl {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     keyset queue, known;
+    later *later;
+    int nlater, caplater;
+    rl_op_cache *cache;
     volatile int halt; /* watches end within ~1 s of this */
     rl_metrics *m;
     int m_leading, m_jobs, m_reconciles, m_errors, m_seconds;
@@ -41,7 +56,7 @@ typedef struct watcher {
     ctl *c;
     char path[512];
     const char *ns; /* NULL: every namespace */
-    bool pods;      /* else trainingjobs */
+    rl_opc_kind kind;
     pthread_t th;
     bool started;
 } watcher;
@@ -90,12 +105,61 @@ static void enqueue_locked(ctl *c, const cJSON *obj, bool pod) {
     keyset_add(&c->queue, meta_str(obj, "namespace"), pod ? job_of_pod(obj) : meta_str(obj, "name"));
 }
 
+/* ---- later: back-off and due times -------------------------------------------------------- */
+static int later_find(const ctl *c, const job_key *k) {
+    for (int i = 0; i < c->nlater; i++)
+        if (!strcmp(c->later[i].k.ns, k->ns) && !strcmp(c->later[i].k.name, k->name)) return i;
+    return -1;
+}
+
+/* After a reconcile of k (c->mu held): failed, back off (5 ms doubling per
+ * consecutive failure to 1000 s); else forget its failures, and come back
+ * in `due` seconds if the reconcile asked for it (0: not). */
+static void after_reconcile_locked(ctl *c, const job_key *k, bool failed, double due) {
+    int i = later_find(c, k);
+    int failures = failed ? (i >= 0 ? c->later[i].failures : 0) + 1 : 0;
+    double delay = failed ? 0.005 * (double)(1ull << (failures < 20 ? failures - 1 : 19)) : due;
+    if (delay > 1000) delay = 1000;
+    if (!failed && due <= 0) {
+        if (i >= 0) c->later[i] = c->later[--c->nlater];
+        return;
+    }
+    if (i < 0) {
+        if (c->nlater == c->caplater) {
+            int cap = c->caplater ? 2 * c->caplater : 16;
+            later *v = realloc(c->later, (size_t)cap * sizeof *v);
+            if (!v) return; /* the resync comes back to it */
+            c->later = v, c->caplater = cap;
+        }
+        i = c->nlater++;
+        c->later[i].k = *k;
+    }
+    c->later[i].failures = failures;
+    c->later[i].at = rl_now() + delay;
+}
+
+/* Queue what is due (c->mu held); the seconds until the next one (<= 0.5). */
+static double queue_due_locked(ctl *c) {
+    double now = rl_now(), wait = 0.5;
+    for (int i = 0; i < c->nlater; i++) {
+        if (c->later[i].at <= now) {
+            keyset_add(&c->queue, c->later[i].k.ns, c->later[i].k.name);
+            c->later[i].at = now + 1e9; /* queued; its failures stay until a success */
+        } else if (c->later[i].at - now < wait) {
+            wait = c->later[i].at - now;
+        }
+    }
+    return wait;
+}
+
 static int on_event(void *ud, rl_k8s_event_type type, const cJSON *obj) {
     watcher *w = ud;
     ctl *c = w->c;
+    rl_op_cache_apply(c->cache, w->kind, w->ns, type, obj);
+    bool owned = w->kind != RL_OPC_JOBS; /* pods and Leases name their job in a label */
     pthread_mutex_lock(&c->mu);
     if (type == RL_K8S_SYNC) {
-        if (!w->pods) {
+        if (!owned) {
             /* the whole set of jobs in this watch's scope: drop those gone */
             for (int i = c->known.n - 1; i >= 0; i--) {
                 bool in_scope = !w->ns || !strcmp(w->ns, c->known.v[i].ns);
@@ -107,10 +171,10 @@ static int on_event(void *ud, rl_k8s_event_type type, const cJSON *obj) {
             }
         }
         for (const cJSON *it = obj->child; it; it = it->next) {
-            enqueue_locked(c, it, w->pods);
-            if (!w->pods) keyset_add(&c->known, meta_str(it, "namespace"), meta_str(it, "name"));
+            enqueue_locked(c, it, owned);
+            if (!owned) keyset_add(&c->known, meta_str(it, "namespace"), meta_str(it, "name"));
         }
-    } else if (w->pods) {
+    } else if (owned) {
         enqueue_locked(c, obj, true);
     } else if (type == RL_K8S_DELETED) {
         keyset_del(&c->known, keyset_find(&c->known, meta_str(obj, "namespace"), meta_str(obj, "name")));
@@ -128,7 +192,7 @@ static int on_event(void *ud, rl_k8s_event_type type, const cJSON *obj) {
  * crash-loop through an install. */
 static void *watch_main(void *arg) {
     watcher *w = arg;
-    rl_k8s_watch_opts wo = {.path = w->path, .label_selector = w->pods ? RL_OP_LABEL_JOB : NULL,
+    rl_k8s_watch_opts wo = {.path = w->path, .label_selector = w->kind != RL_OPC_JOBS ? RL_OP_LABEL_JOB : NULL,
                             .stop = &w->c->halt};
     char last[512] = "";
     while (!w->c->halt) {
@@ -149,14 +213,19 @@ static void *watch_main(void *arg) {
 static int start_watchers(ctl *c, watcher *ws, int *nw, rl_err *e) {
     const char *const all[] = {NULL, NULL};
     const char *const *nss = c->o->namespaces && c->o->namespaces[0] ? c->o->namespaces : all;
-    int count = 0;
-    for (const char *const *ns = nss; count == 0 || *ns; ns++) {
-        for (int pods = 0; pods < 2; pods++) {
+    static const struct { const char *gv, *resource; } what[RL_OPC_KINDS] = {
+        [RL_OPC_JOBS] = {RL_OP_GV, "trainingjobs"},
+        [RL_OPC_PODS] = {"v1", "pods"},
+        [RL_OPC_LEASES] = {"coordination.k8s.io/v1", "leases"},
+    };
+    int count = 0, scopes = 0;
+    for (const char *const *ns = nss; scopes == 0 || *ns; ns++) {
+        scopes++;
+        for (int k = 0; k < RL_OPC_KINDS; k++) {
             watcher *w = &ws[count];
             memset(w, 0, sizeof *w);
-            w->c = c, w->pods = pods, w->ns = *ns;
-            int rc = pods ? rl_k8s_path(w->path, sizeof w->path, "v1", *ns, "pods", NULL, e)
-                          : rl_k8s_path(w->path, sizeof w->path, RL_OP_GV, *ns, "trainingjobs", NULL, e);
+            w->c = c, w->kind = (rl_opc_kind)k, w->ns = *ns;
+            int rc = rl_k8s_path(w->path, sizeof w->path, what[k].gv, *ns, what[k].resource, NULL, e);
             if (rc) return rc;
             if (pthread_create(&w->th, NULL, watch_main, w) != 0)
                 return rl_errf(e, RL_EINTERNAL, "cannot start a watch thread");
@@ -165,6 +234,7 @@ static int start_watchers(ctl *c, watcher *ws, int *nw, rl_err *e) {
         }
         if (!*ns) break;
     }
+    for (int k = 0; k < RL_OPC_KINDS; k++) rl_op_cache_expect(c->cache, (rl_opc_kind)k, scopes);
     return RL_OK;
 }
 
@@ -184,13 +254,19 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
     rl_elector *el = NULL;
     int nns = 0;
     while (o->namespaces && o->namespaces[nns]) nns++;
-    watcher *ws = calloc((size_t)(nns ? nns : 1) * 2, sizeof *ws);
+    watcher *ws = calloc((size_t)(nns ? nns : 1) * RL_OPC_KINDS, sizeof *ws);
     int nw = 0, rc;
     rl_metrics_server *ms = NULL;
-    if (!ws) return rl_errf(e, RL_ENOMEM, "out of memory");
+    c.cache = rl_op_cache_new();
+    if (!ws || !c.cache) {
+        free(ws);
+        rl_op_cache_free(c.cache);
+        return rl_errf(e, RL_ENOMEM, "out of memory");
+    }
     rl_k8s_opts ko = {.timeout_s = 30, .connect_timeout_s = 5};
     if ((rc = rl_k8s_connect(o->kubeconfig, &ko, &c.k, e)) || (rc = rl_op_new(c.k, &c.op, e))) goto out;
     rl_op_set_stuck_after(c.op, o->stuck_s);
+    rl_op_use_cache(c.op, c.cache);
     /* served before the election, so a standby replica answers /healthz too */
     if ((rc = rl_metrics_new(&c.m, e)) ||
         (rc = rl_metrics_define(c.m, RL_METRIC_GAUGE, "ringleader_operator_leading",
@@ -223,7 +299,7 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
     rl_metrics_set(c.m, c.m_leading, 1);
     if ((rc = start_watchers(&c, ws, &nw, e))) goto out;
 
-    double resync = o->resync_s > 0 ? o->resync_s : 5, next_resync = rl_now() + resync;
+    double resync = o->resync_s > 0 ? o->resync_s : 600, next_resync = rl_now() + resync;
     while (!*o->stop) {
         if (leadership_lost(el)) {
             rc = rl_errf(e, RL_EPEER, "lost the leader Lease %s/%s: stopping so another replica takes over",
@@ -237,11 +313,13 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
             for (int i = 0; i < c.known.n; i++) keyset_add(&c.queue, c.known.v[i].ns, c.known.v[i].name);
             next_resync = rl_now() + resync;
         }
+        double wait = queue_due_locked(&c);
         if (c.queue.n == 0) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 500 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            double t = (double)ts.tv_nsec * 1e-9 + wait;
+            ts.tv_sec += (time_t)t;
+            ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
             pthread_cond_timedwait(&c.cv, &c.mu, &ts);
         }
         rl_metrics_set(c.m, c.m_jobs, c.known.n);
@@ -263,8 +341,10 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
             char esc[600];
             rl_log(RL_LOG_WARN, "reconcile_failed", "\"job\":\"%s/%s\",\"error\":\"%s\"", k.ns, k.name,
                    rl_json_escape(esc, sizeof esc, re.msg));
-            /* the resync brings it back; no hot loop against a sick API */
         }
+        pthread_mutex_lock(&c.mu);
+        after_reconcile_locked(&c, &k, rrc != RL_OK, rl_op_requeue_after(c.op));
+        pthread_mutex_unlock(&c.mu);
     }
 out:
     c.halt = 1;
@@ -275,6 +355,8 @@ out:
     rl_metrics_stop(ms);
     if (c.m) rl_metrics_free(c.m);
     if (c.op) rl_op_free(c.op);
+    rl_op_cache_free(c.cache);
+    free(c.later);
     if (c.k) rl_k8s_free(c.k);
     free(c.queue.v);
     free(c.known.v);

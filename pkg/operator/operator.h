@@ -100,7 +100,7 @@ typedef struct rl_op_opts {
     bool leader_elect;
     const char *lease_name, *lease_ns; /* the operator's own Lease */
     const char *id;              /* this replica (POD_NAME) */
-    double resync_s;             /* every job reconciled at least this often (5) */
+    double resync_s;             /* every job reconciled at least this often (600) */
     double stuck_s;              /* a pod this long past its deletionTimestamp is stuck (60) */
     double lease_s, renew_deadline_s, retry_s; /* 15, 10, 2 */
     int metrics_port;            /* /metrics and /healthz; 0: none */

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "operator/cache.h"
 #include "operator.h"
 
 /* An Event waits in `pending` for the status write that records what it
@@ -27,6 +28,9 @@ typedef struct op_event {
 } op_event;
 
 #define RECENT_EVENTS 256
+#define ENSURED_JOBS 1024
+#define ENSURE_EVERY_S 600.0
+#define REFUSED_RETRY_S 30.0
 typedef struct recent_event {
     uint64_t key; /* 0: free */
     char ns[254], name[128];
@@ -40,6 +44,13 @@ struct rl_op {
     recent_event recent[RECENT_EVENTS];
     int next_recent; /* the slot the next new Event takes (oldest first) */
     double stuck_s;  /* rl_op_set_stuck_after */
+    rl_op_cache *cache; /* rl_op_use_cache: reads from memory, else the API */
+    char job_rv[64];    /* the job as read: status writes are conditional on it */
+    double requeue_s;   /* rl_op_requeue_after: when the last job wants a look again */
+    /* jobs whose owned objects were ensured (uid, when): looked up again
+     * only after ENSURE_EVERY_S, not on every pass */
+    struct { char uid[128]; double at; } ensured[ENSURED_JOBS];
+    int next_ensured;
 };
 
 int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e) {
@@ -54,6 +65,17 @@ int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e) {
 void rl_op_set_stuck_after(rl_op *op, double seconds) {
     if (seconds > 0) op->stuck_s = seconds;
 }
+
+void rl_op_use_cache(rl_op *op, rl_op_cache *c) { op->cache = c; }
+
+double rl_op_requeue_after(const rl_op *op) { return op->requeue_s; }
+
+/* The last reconcile's job wants another look in s seconds at the latest. */
+static void requeue_within(rl_op *op, double s) {
+    if (s > 0 && (op->requeue_s <= 0 || s < op->requeue_s)) op->requeue_s = s;
+}
+
+static bool cached(const rl_op *op, rl_opc_kind k) { return op->cache && rl_op_cache_synced(op->cache, k); }
 
 void rl_op_free(rl_op *op) {
     if (op) free(op->pending);
@@ -286,7 +308,29 @@ static void random_hex(char *out, size_t bytes) {
     for (size_t i = 0; i < bytes; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
+static int ensure_each(rl_op *op, const rl_op_job *j, char *conflict, size_t cn, rl_err *e);
+
+/* The ensured-slot of a job that was ensured lately, or -1. */
+static int ensured_lately(const rl_op *op, const char *uid) {
+    for (int i = 0; i < ENSURED_JOBS; i++)
+        if (!strcmp(op->ensured[i].uid, uid) && rl_now() - op->ensured[i].at < ENSURE_EVERY_S) return i;
+    return -1;
+}
+
 static int ensure_all(rl_op *op, const rl_op_job *j, char *conflict, size_t cn, rl_err *e) {
+    /* made or found lately: no GETs; the next look comes within minutes */
+    if (ensured_lately(op, j->uid) >= 0) return RL_OK;
+    int rc = ensure_each(op, j, conflict, cn, e);
+    if (rc == RL_OK && !conflict[0]) {
+        int i = op->next_ensured;
+        op->next_ensured = (i + 1) % ENSURED_JOBS;
+        snprintf(op->ensured[i].uid, sizeof op->ensured[i].uid, "%s", j->uid);
+        op->ensured[i].at = rl_now();
+    }
+    return rc;
+}
+
+static int ensure_each(rl_op *op, const rl_op_job *j, char *conflict, size_t cn, rl_err *e) {
     char hex[129];
     random_hex(hex, 32);
     if (!hex[0]) return rl_errf(e, RL_EINTERNAL, "no randomness for the rendezvous secret");
@@ -350,8 +394,10 @@ static void mirror_progress(rl_op *op, const rl_op_job *j, cJSON *st) {
     rl_err e = {0};
     long code = 0;
     cJSON *lease = NULL;
-    if (rl_k8s_path(path, sizeof path, "coordination.k8s.io/v1", j->ns, "leases", name, &e) ||
-        rl_k8s_get(op->k, path, &code, &lease, &e)) {
+    if (cached(op, RL_OPC_LEASES)) {
+        if (!(lease = rl_op_cache_get(op->cache, RL_OPC_LEASES, j->ns, name))) return;
+    } else if (rl_k8s_path(path, sizeof path, "coordination.k8s.io/v1", j->ns, "leases", name, &e) ||
+               rl_k8s_get(op->k, path, &code, &lease, &e)) {
         cJSON_Delete(lease);
         return;
     }
@@ -391,13 +437,20 @@ static int write_status(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *
     int rc = rl_k8s_path(path, sizeof path - 8, RL_OP_GV, j->ns, "trainingjobs", j->name, e);
     if (rc) return rc;
     strcat(path, "/status");
-    cJSON *patch = cJSON_CreateObject();
-    /* merge-patch replaces each member we send; send them all */
+    cJSON *patch = cJSON_CreateObject(), *got = NULL;
+    /* merge-patch replaces each member we send; send them all. On the job
+     * as read: a read that lagged (the cache) meets 409, never overwrites
+     * a count written since. */
     cJSON_AddItemToObject(patch, "status", cJSON_Duplicate(st, 1));
+    if (op->job_rv[0]) cJSON_AddStringToObject(cJSON_AddObjectToObject(patch, "metadata"), "resourceVersion", op->job_rv);
     long code = 0;
-    rc = rl_k8s_merge_patch(op->k, path, patch, &code, NULL, e);
+    rc = rl_k8s_merge_patch(op->k, path, patch, &code, &got, e);
     cJSON_Delete(patch);
-    if (rc == RL_OK) post_pending(op);
+    if (rc == RL_OK) {
+        snprintf(op->job_rv, sizeof op->job_rv, "%s", jstr(jobj(got, "metadata"), "resourceVersion"));
+        post_pending(op);
+    }
+    cJSON_Delete(got);
     return rc;
 }
 
@@ -444,8 +497,13 @@ static int list_pods(rl_op *op, const rl_op_job *j, rl_pod_info **out, int *n, r
     snprintf(path, sizeof path, "%s?labelSelector=" RL_OP_LABEL_JOB "%%3D%s", coll, j->name);
     cJSON *list = NULL;
     long code = 0;
-    if ((rc = rl_k8s_get(op->k, path, &code, &list, e))) return rc;
-    const cJSON *items = cJSON_GetObjectItemCaseSensitive(list, "items");
+    const cJSON *items;
+    if (cached(op, RL_OPC_PODS)) {
+        items = list = rl_op_cache_list(op->cache, RL_OPC_PODS, j->ns, j->name);
+    } else {
+        if ((rc = rl_k8s_get(op->k, path, &code, &list, e))) return rc;
+        items = cJSON_GetObjectItemCaseSensitive(list, "items");
+    }
     int cap = cJSON_IsArray(items) ? cJSON_GetArraySize(items) : 0;
     rl_pod_info *pods = calloc(cap > 0 ? (size_t)cap : 1, sizeof *pods);
     if (!pods) {
@@ -476,17 +534,20 @@ static int list_pods(rl_op *op, const rl_op_job *j, rl_pod_info **out, int *n, r
 static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e);
 
 int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e) {
+    op->requeue_s = 0;
     char path[512];
     int rc = rl_k8s_path(path, sizeof path, RL_OP_GV, ns, "trainingjobs", name, e);
     if (rc) return rc;
     long code = 0;
     cJSON *obj = NULL;
-    rc = rl_k8s_get(op->k, path, &code, &obj, e);
-    if (rc) {
+    if (cached(op, RL_OPC_JOBS)) {
+        if (!(obj = rl_op_cache_get(op->cache, RL_OPC_JOBS, ns, name))) return RL_OK; /* gone */
+    } else if ((rc = rl_k8s_get(op->k, path, &code, &obj, e))) {
         cJSON_Delete(obj);
         return code == 404 ? RL_OK : rc; /* gone: the garbage collector removes what it owned */
     }
     cJSON *md = jobj(obj, "metadata");
+    snprintf(op->job_rv, sizeof op->job_rv, "%s", jstr(md, "resourceVersion"));
     if (*jstr(md, "deletionTimestamp")) {
         cJSON_Delete(obj);
         return RL_OK;
@@ -574,10 +635,13 @@ static int create_pod(rl_op *op, const rl_op_job *j, int index, char *refused, s
  * how long, in whole minutes so the status does not change every pass. */
 static void note_stuck(rl_op *op, const rl_op_job *j, const rl_pod_info *pods, int n, cJSON *st) {
     const rl_pod_info *worst = NULL;
-    for (int i = 0; i < n; i++)
-        if (pods[i].state == RL_POD_TERMINATING && pods[i].overdue_s >= op->stuck_s &&
-            (!worst || pods[i].overdue_s > worst->overdue_s))
+    for (int i = 0; i < n; i++) {
+        if (pods[i].state != RL_POD_TERMINATING) continue;
+        if (pods[i].overdue_s < op->stuck_s) /* no event will say when it is due: look then */
+            requeue_within(op, op->stuck_s - pods[i].overdue_s + 0.1);
+        else if (!worst || pods[i].overdue_s > worst->overdue_s)
             worst = &pods[i];
+    }
     if (!worst) {
         if (condition_on(st, "PodStuckTerminating"))
             set_condition(st, "PodStuckTerminating", false, "NoneStuck", "no pod is stuck terminating");
@@ -732,8 +796,12 @@ static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
         if (rc) goto out;
         if (created)
             event(op, j, false, "CreatedPods", "created %d pod(s) for %d node(s)", created, j->replicas);
-        /* every refused pass, folded into one Event's count */
-        if (refused[0]) event(op, j, true, "PodCreateFailed", "%s", refused);
+        /* every refused pass, folded into one Event's count; no watch event
+         * tells when the refusal goes (a quota freed): try again soon */
+        if (refused[0]) {
+            event(op, j, true, "PodCreateFailed", "%s", refused);
+            requeue_within(op, REFUSED_RETRY_S);
+        }
     }
 
     /* Phase */

@@ -74,7 +74,7 @@ OPERATOR_NEEDS = [("ringleader.dev", "trainingjobs", "get list watch"),
                   ("", "serviceaccounts", "get create"),
                   ("rbac.authorization.k8s.io", "roles", "get create"),
                   ("rbac.authorization.k8s.io", "rolebindings", "get create"),
-                  ("coordination.k8s.io", "leases", "get create update"),
+                  ("coordination.k8s.io", "leases", "get list watch create update"),
                   ("", "events", "create patch")]
 # what the per-job Role grants the workers: the operator must hold it all
 WORKER_ROLE = [("coordination.k8s.io", "leases", "get create update patch"),

@@ -66,7 +66,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
   verbs: [get, create]
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
-  verbs: [get, create, update, patch]
+  verbs: [get, list, watch, create, update, patch]
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [get, list, watch]
