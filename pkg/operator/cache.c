@@ -32,7 +32,7 @@ static const char *md_str(const cJSON *o, const char *k) {
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-static const char *job_label(const cJSON *o) {
+const char *rl_op_job_label(const cJSON *o) {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
     const cJSON *l = cJSON_IsObject(md) ? cJSON_GetObjectItemCaseSensitive(md, "labels") : NULL;
     const cJSON *v = cJSON_IsObject(l) ? cJSON_GetObjectItemCaseSensitive(l, RL_OP_LABEL_JOB) : NULL;
@@ -90,7 +90,7 @@ static void put(store *s, const cJSON *obj) {
     } else {
         cJSON_Delete(s->v[i].obj);
     }
-    snprintf(s->v[i].job, sizeof s->v[i].job, "%s", job_label(obj));
+    snprintf(s->v[i].job, sizeof s->v[i].job, "%s", rl_op_job_label(obj));
     s->v[i].obj = copy;
 }
 

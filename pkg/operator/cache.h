@@ -31,6 +31,9 @@ void rl_op_cache_apply(rl_op_cache *c, rl_opc_kind k, const char *ns, rl_k8s_eve
 bool rl_op_cache_synced(rl_op_cache *c, rl_opc_kind k);
 void rl_op_cache_expect(rl_op_cache *c, rl_opc_kind k, int watches); /* how many scopes to wait for */
 
+/* The job an object belongs to: its label ringleader.dev/job ("" none). */
+const char *rl_op_job_label(const struct cJSON *obj);
+
 /* A copy of ns/name (caller frees), or NULL when absent. */
 struct cJSON *rl_op_cache_get(rl_op_cache *c, rl_opc_kind k, const char *ns, const char *name);
 /* A copy of every object of ns labelled ringleader.dev/job=job, as a JSON

@@ -93,16 +93,9 @@ static const char *meta_str(const cJSON *obj, const char *k) {
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-static const char *job_of_pod(const cJSON *pod) {
-    const cJSON *md = cJSON_GetObjectItemCaseSensitive(pod, "metadata");
-    const cJSON *l = cJSON_IsObject(md) ? cJSON_GetObjectItemCaseSensitive(md, "labels") : NULL;
-    const cJSON *v = cJSON_IsObject(l) ? cJSON_GetObjectItemCaseSensitive(l, RL_OP_LABEL_JOB) : NULL;
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
 /* Called with c->mu held. */
 static void enqueue_locked(ctl *c, const cJSON *obj, bool pod) {
-    keyset_add(&c->queue, meta_str(obj, "namespace"), pod ? job_of_pod(obj) : meta_str(obj, "name"));
+    keyset_add(&c->queue, meta_str(obj, "namespace"), pod ? rl_op_job_label(obj) : meta_str(obj, "name"));
 }
 
 /* ---- later: back-off and due times -------------------------------------------------------- */
