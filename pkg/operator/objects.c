@@ -175,6 +175,42 @@ static void copy_field(cJSON *dst, const char *dst_key, const cJSON *spec, const
     cJSON_AddItemToObject(dst, dst_key, cJSON_Duplicate(v, 1));
 }
 
+/* The "restricted" Pod Security Standard (kubernetes.io, Pod Security
+ * Standards), as the operator's own Deployment has it: namespaces that
+ * enforce it admit the pods, and nothing in them runs as root. */
+static void pod_security(cJSON *spec) {
+    cJSON *sc = cJSON_AddObjectToObject(spec, "securityContext");
+    cJSON_AddBoolToObject(sc, "runAsNonRoot", 1);
+    cJSON_AddNumberToObject(sc, "runAsUser", RL_OP_WORKER_UID);
+    cJSON_AddNumberToObject(sc, "runAsGroup", RL_OP_WORKER_UID);
+    /* emptyDirs and the user's volumes writable by the worker's group */
+    cJSON_AddNumberToObject(sc, "fsGroup", RL_OP_WORKER_UID);
+    put_str(cJSON_AddObjectToObject(sc, "seccompProfile"), "type", "RuntimeDefault");
+}
+
+static void container_security(cJSON *c) {
+    cJSON *sc = cJSON_AddObjectToObject(c, "securityContext");
+    cJSON_AddBoolToObject(sc, "allowPrivilegeEscalation", 0);
+    cJSON *drop = cJSON_AddArrayToObject(cJSON_AddObjectToObject(sc, "capabilities"), "drop");
+    cJSON_AddItemToArray(drop, cJSON_CreateString("ALL"));
+    cJSON_AddBoolToObject(sc, "readOnlyRootFilesystem", 1);
+}
+
+/* An emptyDir volume (medium "" or Memory, size_limit "" for none) and its mount. */
+static void empty_dir(cJSON *vols, cJSON *mounts, const char *name, const char *path, const char *medium,
+                      const char *size_limit) {
+    cJSON *v = cJSON_CreateObject(), *ed = cJSON_CreateObject();
+    put_str(v, "name", name);
+    if (medium[0]) put_str(ed, "medium", medium);
+    if (size_limit[0]) put_str(ed, "sizeLimit", size_limit);
+    cJSON_AddItemToObject(v, "emptyDir", ed);
+    cJSON_AddItemToArray(vols, v);
+    cJSON *m = cJSON_CreateObject();
+    put_str(m, "name", name);
+    put_str(m, "mountPath", path);
+    cJSON_AddItemToArray(mounts, m);
+}
+
 cJSON *rl_op_pod(const rl_op_job *j, int index) {
     char name[128], idx[16], buf[64], secret[128], sa[128];
     snprintf(name, sizeof name, "%s-%d", j->name, index);
@@ -202,10 +238,11 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
     copy_field(spec, "priorityClassName", j->spec, "priorityClassName");
     copy_field(spec, "schedulerName", j->spec, "schedulerName");
     copy_field(spec, "imagePullSecrets", j->spec, "imagePullSecrets");
+    pod_security(spec);
 
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(cJSON_AddArrayToObject(spec, "containers"), c);
-    put_str(c, "name", "worker");
+    put_str(c, "name", RL_OP_CONTAINER);
     put_str(c, "image", j->image);
     put_str(c, "imagePullPolicy", j->pull_policy);
     /* a failed worker's last log lines become its termination message,
@@ -259,8 +296,10 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
         put_str(lim, "nvidia.com/gpu", buf);
     }
     cJSON_AddItemToObject(c, "resources", r);
+    container_security(c);
 
-    /* the user's volumes and mounts, then the memory-backed /dev/shm */
+    /* the user's volumes and mounts, then the memory-backed /dev/shm and
+     * /tmp (the root filesystem is read-only) */
     cJSON *vols = cJSON_AddArrayToObject(spec, "volumes"), *mounts = cJSON_AddArrayToObject(c, "volumeMounts");
     const cJSON *uv = cJSON_GetObjectItemCaseSensitive(j->spec, "volumes"),
                 *um = cJSON_GetObjectItemCaseSensitive(j->spec, "volumeMounts");
@@ -268,15 +307,7 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
         cJSON_AddItemToArray(vols, cJSON_Duplicate(it, 1));
     for (const cJSON *it = cJSON_IsArray(um) ? um->child : NULL; it; it = it->next)
         cJSON_AddItemToArray(mounts, cJSON_Duplicate(it, 1));
-    cJSON *shm = cJSON_CreateObject(), *ed = cJSON_CreateObject();
-    put_str(shm, "name", RL_OP_SHM_VOLUME);
-    put_str(ed, "medium", "Memory");
-    if (j->shm_size[0]) put_str(ed, "sizeLimit", j->shm_size);
-    cJSON_AddItemToObject(shm, "emptyDir", ed);
-    cJSON_AddItemToArray(vols, shm);
-    cJSON *sm = cJSON_CreateObject();
-    put_str(sm, "name", RL_OP_SHM_VOLUME);
-    put_str(sm, "mountPath", "/dev/shm");
-    cJSON_AddItemToArray(mounts, sm);
+    empty_dir(vols, mounts, RL_OP_SHM_VOLUME, RL_OP_SHM_PATH, "Memory", j->shm_size);
+    empty_dir(vols, mounts, RL_OP_TMP_VOLUME, RL_OP_TMP_PATH, "", "");
     return o;
 }

@@ -51,6 +51,20 @@ typedef struct rl_op_job {
  * intra-node transport and the tcp backend's same-host links live there,
  * and a container runtime's default /dev/shm is 64 MiB. */
 #define RL_OP_SHM_VOLUME "ringleader-shm"
+#define RL_OP_SHM_PATH "/dev/shm"
+
+/* The pods pass the "restricted" Pod Security Standard, with a read-only
+ * root filesystem: the one writable place besides /dev/shm is an emptyDir
+ * at /tmp (temp files; checkpoints go to S3 or to the user's volumes).
+ * The user and group are the image's (Dockerfile: USER 65532:65532). */
+#define RL_OP_TMP_VOLUME "ringleader-tmp"
+#define RL_OP_TMP_PATH "/tmp"
+#define RL_OP_WORKER_UID 65532
+
+/* The worker's container. The kubelet sorts containerStatuses by name and
+ * service meshes inject their own containers (istio-proxy, linkerd-proxy),
+ * so it is always found by this name, never by position. */
+#define RL_OP_CONTAINER "worker"
 
 /* Reads and checks a TrainingJob object. Whatever the CRD schema cannot
  * say (min <= max, the training config, the global batch dividing every

@@ -43,13 +43,23 @@ static void set(rl_pod_info *p, const char *reason, const char *message) {
     snprintf(p->message, sizeof p->message, "%s", message);
 }
 
-/* The first container's terminated state (ours have one container). */
+/* The worker's state `which` (waiting, running, terminated), or NULL. Its
+ * status is found by name: the kubelet sorts containerStatuses by name,
+ * and a service mesh's injected proxy (istio-proxy, linkerd-proxy) may
+ * sort before it. Native sidecars report in initContainerStatuses. */
+static const cJSON *worker_state(const cJSON *status, const char *which) {
+    const cJSON *cs = cJSON_IsObject(status) ? cJSON_GetObjectItemCaseSensitive(status, "containerStatuses") : NULL;
+    for (const cJSON *c = cJSON_IsArray(cs) ? cs->child : NULL; c; c = c->next)
+        if (!strcmp(str(c, "name"), RL_OP_CONTAINER)) return obj(obj(c, "state"), which);
+    return NULL;
+}
+
+/* How the pod ended, from the worker container's terminated state. */
 static void ended(const cJSON *status, rl_pod_info *p) {
     const char *reason = str(status, "reason"); /* pod-level: Evicted, Shutdown, NodeLost, ... */
     const cJSON *dt = condition(status, "DisruptionTarget");
     bool disrupted = dt && !strcmp(str(dt, "status"), "True");
-    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(status, "containerStatuses");
-    const cJSON *term = cJSON_IsArray(cs) && cs->child ? obj(obj(cs->child, "state"), "terminated") : NULL;
+    const cJSON *term = worker_state(status, "terminated");
     const cJSON *code = term ? cJSON_GetObjectItemCaseSensitive(term, "exitCode") : NULL;
     int exit_code = cJSON_IsNumber(code) ? code->valueint : -1;
     if (*reason || disrupted) {
@@ -83,6 +93,17 @@ static void ended(const cJSON *status, rl_pod_info *p) {
     set(p, "Failed", str(status, "message"));
 }
 
+/* The first init container (a native sidecar, or one that runs to
+ * completion) that waits for a reason worth reporting, or NULL. */
+static const cJSON *waiting_init_container(const cJSON *status) {
+    const cJSON *cs = cJSON_IsObject(status) ? cJSON_GetObjectItemCaseSensitive(status, "initContainerStatuses") : NULL;
+    for (const cJSON *c = cJSON_IsArray(cs) ? cs->child : NULL; c; c = c->next) {
+        const char *r = str(obj(obj(c, "state"), "waiting"), "reason");
+        if (*r && strcmp(r, "PodInitializing") != 0 && strcmp(r, "ContainerCreating") != 0) return c;
+    }
+    return NULL;
+}
+
 void rl_op_pod_classify(const cJSON *pod, rl_pod_info *p) {
     memset(p, 0, sizeof *p);
     const cJSON *md = obj(pod, "metadata"), *status = obj(pod, "status");
@@ -98,7 +119,11 @@ void rl_op_pod_classify(const cJSON *pod, rl_pod_info *p) {
         set(p, "Completed", "");
         return;
     }
-    if (!strcmp(phase, "Failed")) {
+    /* Failed, or the worker ended while a sidecar keeps the pod Running: a
+     * mesh's proxy as a plain container never exits by itself, so with
+     * restartPolicy Never (the operator's pods) the worker's own ending is
+     * the pod's. */
+    if (!strcmp(phase, "Failed") || worker_state(status, "terminated")) {
         ended(status, p);
         /* Deleted, then ended: whatever its exit status, the deletion
          * stopped it (a worker SIGTERMed before its first checkpoint exits
@@ -127,8 +152,17 @@ void rl_op_pod_classify(const cJSON *pod, rl_pod_info *p) {
         set(p, *str(sched, "reason") ? str(sched, "reason") : "Unschedulable", str(sched, "message"));
         return;
     }
-    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(status, "containerStatuses");
-    const cJSON *waiting = cJSON_IsArray(cs) && cs->child ? obj(obj(cs->child, "state"), "waiting") : NULL;
+    const cJSON *waiting = worker_state(status, "waiting");
+    const cJSON *init = waiting_init_container(status);
+    if (init && (!waiting || !strcmp(str(waiting, "reason"), "PodInitializing"))) {
+        /* the worker waits for an init container (a native sidecar that
+         * cannot start): that one says why */
+        const cJSON *w = obj(obj(init, "state"), "waiting");
+        char msg[sizeof p->message];
+        snprintf(msg, sizeof msg, "init container %s: %s", str(init, "name"), str(w, "message"));
+        set(p, str(w, "reason"), msg);
+        return;
+    }
     if (waiting) {
         set(p, str(waiting, "reason"), str(waiting, "message"));
         return;

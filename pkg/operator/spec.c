@@ -97,7 +97,26 @@ static int parse_s3(const cJSON *spec, rl_op_job *j, rl_err *e) {
 /* spec.volumes (core Volumes, passed through: the API server validates the
  * pod) and spec.volumeMounts for the worker container: what the schema
  * cannot say is checked here -- a mount names a volume of the list, and
- * neither takes the operator's own /dev/shm. */
+ * neither takes one of the operator's own (/dev/shm, and /tmp, the one
+ * writable place of a read-only root filesystem). */
+typedef struct own_vol {
+    const char *name, *path, *hint;
+} own_vol;
+
+/* The volumes every worker pod gets from the operator (objects.c). */
+static const own_vol own_volumes[] = {
+    {RL_OP_SHM_VOLUME, RL_OP_SHM_PATH, " (size it with spec.shmSize)"},
+    {RL_OP_TMP_VOLUME, RL_OP_TMP_PATH, ""},
+};
+
+/* The operator's volume of that name, or mounted at that path; NULL if none. */
+static const own_vol *own_volume(const char *name, const char *path) {
+    for (size_t i = 0; i < sizeof own_volumes / sizeof own_volumes[0]; i++)
+        if ((name && !strcmp(name, own_volumes[i].name)) || (path && !strcmp(path, own_volumes[i].path)))
+            return &own_volumes[i];
+    return NULL;
+}
+
 static int parse_volumes(const cJSON *spec, rl_op_job *j, rl_err *e) {
     int rc = get_str(spec, "spec", "shmSize", "", j->shm_size, sizeof j->shm_size, e);
     if (rc) return rc;
@@ -118,18 +137,20 @@ static int parse_volumes(const cJSON *spec, rl_op_job *j, rl_err *e) {
         const cJSON *n = member(v, "name");
         if (!cJSON_IsString(n) || !n->valuestring[0])
             return rl_errf(e, RL_EINPUT, "spec.volumes[%d].name: required", i);
-        if (!strcmp(n->valuestring, RL_OP_SHM_VOLUME))
-            return rl_errf(e, RL_EINPUT, "spec.volumes[%d].name: \"%s\" is the operator's own /dev/shm volume "
-                           "(size it with spec.shmSize)", i, RL_OP_SHM_VOLUME);
+        const own_vol *own = own_volume(n->valuestring, NULL);
+        if (own)
+            return rl_errf(e, RL_EINPUT, "spec.volumes[%d].name: \"%s\" is the operator's own %s volume%s", i,
+                           own->name, own->path, own->hint);
     }
     i = 0;
     for (const cJSON *m = cJSON_IsArray(mounts) ? mounts->child : NULL; m; m = m->next, i++) {
         const cJSON *n = member(m, "name"), *p = member(m, "mountPath");
         if (!cJSON_IsString(n) || !cJSON_IsString(p) || !p->valuestring[0])
             return rl_errf(e, RL_EINPUT, "spec.volumeMounts[%d]: name and mountPath are required", i);
-        if (!strcmp(p->valuestring, "/dev/shm"))
-            return rl_errf(e, RL_EINPUT, "spec.volumeMounts[%d].mountPath: /dev/shm is mounted by the operator "
-                           "(size it with spec.shmSize)", i);
+        const own_vol *own = own_volume(NULL, p->valuestring);
+        if (own)
+            return rl_errf(e, RL_EINPUT, "spec.volumeMounts[%d].mountPath: %s is mounted by the operator%s", i,
+                           own->path, own->hint);
         bool found = false;
         for (const cJSON *v = cJSON_IsArray(vols) ? vols->child : NULL; v && !found; v = v->next)
             found = !strcmp(member(v, "name")->valuestring, n->valuestring);

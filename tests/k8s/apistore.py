@@ -15,6 +15,7 @@ import time
 import re
 import uuid
 
+import podsecurity
 import schema
 from k8slib import (APIError, DNS1123_SUB, bad_request, human_duration, jsonpath,
                     now_rfc3339, parse_rfc3339)
@@ -100,8 +101,13 @@ def _age(o):
 
 
 def _pod_ready(o):
-    cs = (o.get("status") or {}).get("containerStatuses") or []
-    n = len((o.get("spec") or {}).get("containers") or [])
+    """READY: the containers and (1.29+) the native sidecars among the init containers."""
+    st, spec = o.get("status") or {}, o.get("spec") or {}
+    sidecars = {c.get("name") for c in spec.get("initContainers") or []
+                if isinstance(c, dict) and c.get("restartPolicy") == "Always"}
+    cs = (st.get("containerStatuses") or []) + [c for c in st.get("initContainerStatuses") or []
+                                                if c.get("name") in sidecars]
+    n = len(spec.get("containers") or []) + len(sidecars)
     return "%d/%d" % (sum(1 for c in cs if c.get("ready")), n)
 
 
@@ -239,6 +245,29 @@ class Event:
 
     def __init__(self, rv, typ, key, obj, prev):
         self.rv, self.type, self.key, self.obj, self.prev = rv, typ, key, obj, prev
+
+
+ISTIO_PROXY = "istio-proxy"
+ISTIO_INJECT = "sidecar.istio.io/inject"
+ISTIO_IMAGE = "docker.io/istio/proxyv2:1.24.2"  # the kubelet runs it as a built-in (kubelet.py)
+
+
+def istio_proxy_container():
+    """The container Istio's injection template adds (reduced): pilot-agent
+    running Envoy, as user 1337 with nothing privileged."""
+    env = [{"name": n, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": f}}}
+           for n, f in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"),
+                        ("INSTANCE_IP", "status.podIP"))]
+    return {"name": ISTIO_PROXY, "image": ISTIO_IMAGE, "imagePullPolicy": "IfNotPresent",
+            "args": ["proxy", "sidecar", "--domain", "$(POD_NAMESPACE).svc.cluster.local"],
+            "env": env,
+            "ports": [{"name": "http-envoy-prom", "containerPort": 15090, "protocol": "TCP"}],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                          "limits": {"cpu": "2", "memory": "1Gi"}},
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                "privileged": False, "readOnlyRootFilesystem": True, "runAsGroup": 1337,
+                                "runAsNonRoot": True, "runAsUser": 1337},
+            "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}
 
 
 class Store:
@@ -524,6 +553,8 @@ class Store:
             self._validate_typed(t, obj)
             self._schema_check(t, obj)
             self._defaults_create(t, obj)
+            if t.key == ("", "pods"):
+                self._pod_security(obj, warnings)
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
                 return copy.deepcopy(obj)
@@ -547,6 +578,7 @@ class Store:
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
         elif key == ("", "pods"):
             self._admit_pod(obj)
+            self._inject_sidecar(obj)
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("terminationGracePeriodSeconds", 30)
             spec.setdefault("dnsPolicy", "ClusterFirst")
@@ -687,6 +719,50 @@ class Store:
                 for c in spec["containers"]:
                     c.setdefault("volumeMounts", []).append({"name": vol, "readOnly": True,
                                                              "mountPath": mp})
+
+    def _inject_sidecar(self, pod):
+        """Istio's sidecar injector, a mutating webhook (after the built-in
+        mutating plugins, before validation): pods of a namespace labelled
+        istio-injection=enabled get the istio-proxy container, unless the
+        pod's label (or annotation) sidecar.istio.io/inject is "false" or
+        it uses the host's network. Istio CNI mode: no istio-init (which
+        needs NET_ADMIN), so the pod can still pass "restricted". With the
+        annotation sidecar.istio.io/nativeSidecar "true" it is a native
+        sidecar: the first init container, restartPolicy Always."""
+        m, spec = pod["metadata"], pod["spec"]
+        labels = self.objs[("", "namespaces")][("", m["namespace"])]["metadata"].get("labels") or {}
+        ann = m.get("annotations") or {}
+        opt = (m.get("labels") or {}).get(ISTIO_INJECT, ann.get(ISTIO_INJECT, "true"))
+        if labels.get("istio-injection") != "enabled" or opt == "false" or spec.get("hostNetwork"):
+            return
+        if any(isinstance(c, dict) and c.get("name") == ISTIO_PROXY
+               for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])):
+            return  # injected already (istioctl kube-inject)
+        proxy = istio_proxy_container()
+        native = ann.get("sidecar.istio.io/nativeSidecar") == "true"
+        if native:
+            proxy["restartPolicy"] = "Always"
+            spec["initContainers"] = [proxy] + (spec.get("initContainers") or [])
+        else:
+            spec["containers"].append(proxy)
+        m.setdefault("annotations", {})["sidecar.istio.io/status"] = json.dumps(
+            {"initContainers": [ISTIO_PROXY] if native else None,
+             "containers": None if native else [ISTIO_PROXY], "volumes": [], "imagePullSecrets": None},
+            separators=(",", ":"))
+        m.setdefault("labels", {}).setdefault("security.istio.io/tlsMode", "istio")
+
+    def _pod_security(self, pod, warnings):
+        """The PodSecurity admission plugin (podsecurity.py): validating, so it
+        sees the pod as the mutating plugins and webhooks left it."""
+        m = pod["metadata"]
+        labels = self.objs[("", "namespaces")][("", m["namespace"])]["metadata"].get("labels") or {}
+        warn = podsecurity.verdict(labels, pod.get("spec"), podsecurity.WARN)
+        if warn and warnings is not None:
+            warnings.append("would violate " + warn)
+        deny = podsecurity.verdict(labels, pod.get("spec"), podsecurity.ENFORCE)
+        if deny:
+            raise APIError(403, "Forbidden", 'pods "%s" is forbidden: violates %s' % (m["name"], deny),
+                           {"name": m["name"], "kind": "pods"})
 
     def update(self, t, ns, name, body, sub=None, dry_run=False, require_rv=None, fv=None,
                warnings=None):

@@ -30,7 +30,14 @@ tests/unit/test_standin.c lists what is checked):
     soon as the main process is gone (the PID namespace ending); then the
     terminal phase (1.27+) and the final delete of the pod object;
   - kubelet eviction (admin API) with reason Evicted and condition
-    DisruptionTarget (TerminationByKubelet).
+    DisruptionTarget (TerminationByKubelet);
+  - native sidecars (initContainers with restartPolicy Always, 1.29+):
+    started first, the other containers once every one runs (Initialized
+    False until then, PodInitializing), restarted whatever the pod's
+    restartPolicy, stopped with SIGTERM after the other containers ended
+    (the pod's phase is theirs) or at a delete, reported in
+    initContainerStatuses (spec order; containerStatuses sorted by name);
+  - the service mesh's proxy image (docker.io/istio/proxyv2) is built in.
 
 Processes never outlive the stand-in: its shutdown kills every group;
 each child gets PR_SET_PDEATHSIG (SIGKILL) from a preexec_fn; a reaper
@@ -159,10 +166,24 @@ class ImageMap:
 
     def resolve(self, image):
         norm = normalize_image(image)
-        for pat, d, ep in self.rules:
+        for pat, d, ep in self.rules + BUILTIN_IMAGES:
             if fnmatch.fnmatchcase(image, pat) or fnmatch.fnmatchcase(norm, pat):
                 return d, ep
         return None
+
+
+# Images every node "has", after the --image rules: the service mesh's
+# proxy that the stand-in's injection adds (apistore.py), played by this
+# file in --proxy mode: it runs until SIGTERM, then exits 0, as pilot-agent
+# does after draining.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+BUILTIN_IMAGES = [("docker.io/istio/proxyv2:*", _HERE, [sys.executable, os.path.abspath(__file__), "--proxy"])]
+
+
+def proxy_main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        signal.pause()
 
 
 # ---- addresses -----------------------------------------------------------------------
@@ -282,6 +303,10 @@ class Container:
         self.log = None            # current instance's log file
         self.prev_log = None
         self.term_sent = False
+        self.stop_sent = False     # stopping it began (SIGTERM if it has a grace period)
+        # a native sidecar (1.29+): an init container with restartPolicy
+        # Always -- restarted whatever the pod's policy, stopped after the rest
+        self.sidecar = spec.get("restartPolicy") == "Always"
 
     def running(self):
         return self.proc is not None
@@ -296,9 +321,15 @@ class PodRT:
         self.ip = ip
         self.sa_dir = None
         self.start_time = now_rfc3339()
+        spec = pod.get("spec") or {}
+        self.sidecars = {c["name"]: Container(c) for c in spec.get("initContainers") or []
+                         if isinstance(c, dict) and c.get("restartPolicy") == "Always"}
+        self.initialized = not self.sidecars  # every sidecar started once: the others may start
         self.containers = {}
-        for c in (pod.get("spec") or {}).get("containers") or []:
+        for c in spec.get("containers") or []:
             self.containers[c["name"]] = Container(c)
+            if self.sidecars:
+                self.containers[c["name"]].state = {"waiting": {"reason": "PodInitializing"}}
         self.kill_at = None        # monotonic time of the SIGKILL when stopping
         self.grace = None          # the grace period it is stopping with
         self.ip_owned = True
@@ -306,7 +337,14 @@ class PodRT:
         self.finished = False      # its terminal status is written
         self.conds = {}            # type -> (status, reason, message, lastTransitionTime)
 
+    def every(self):
+        """Sidecars first: the order they start in."""
+        return list(self.sidecars.values()) + list(self.containers.values())
+
     def any_running(self):
+        return any(c.running() for c in self.every())
+
+    def main_running(self):
         return any(c.running() for c in self.containers.values())
 
 
@@ -408,7 +446,7 @@ class Kubelet(LocalNode):
                 continue
             if rt.kill_at is not None:
                 nap = min(nap, rt.kill_at - now)
-            for c in list(rt.containers.values()):
+            for c in rt.every():
                 if c.proc is not None:
                     nap = min(nap, 0.05)
                 elif not c.done:
@@ -422,14 +460,14 @@ class Kubelet(LocalNode):
         self.stopping = True
         self.wake.set()
         for rt in list(self.pods.values()):
-            for c in rt.containers.values():
+            for c in rt.every():
                 if c.proc is not None:
                     try:
                         os.killpg(c.proc.pid, signal.SIGKILL)
                     except OSError:
                         pass
         for rt in list(self.pods.values()):
-            for c in rt.containers.values():
+            for c in rt.every():
                 if c.proc is not None:
                     try:
                         c.proc.wait(timeout=2)
@@ -574,7 +612,7 @@ class Kubelet(LocalNode):
             self.sync(pod)
 
     def _forget(self, rt):
-        for c in rt.containers.values():
+        for c in rt.every():
             if c.proc is not None:
                 self._kill_group(c, signal.SIGKILL)
                 try:
@@ -617,7 +655,7 @@ class Kubelet(LocalNode):
             return
         now = time.monotonic()
         stopping = rt.evicted is not None or bool(m.get("deletionTimestamp"))
-        for c in rt.containers.values():
+        for c in rt.every():
             self._reap(rt, c, pod, stopping)
         if stopping:
             grace = rt.evicted[1] if rt.evicted is not None else int(m.get("deletionGracePeriodSeconds") or 0)
@@ -627,25 +665,9 @@ class Kubelet(LocalNode):
                 rt.kill_at, rt.grace = now + grace, grace
                 if rt.evicted is not None:
                     self.event(pod, "Evicted", rt.evicted[0], "Warning")
-                for c in rt.containers.values():
+                for c in rt.every():
                     c.done = True
-                    if c.proc is not None and grace > 0:
-                        # A container's main process is its PID 1: a signal it
-                        # has no handler for is not delivered at all.
-                        if catches_sigterm(c.proc.pid):
-                            try:
-                                os.kill(c.proc.pid, signal.SIGTERM)
-                            except OSError:
-                                pass
-                        c.term_sent = True
-                        self.log({"msg": "kubelet: SIGTERM", "pod": "%s/%s" % (rt.ns, rt.name),
-                                  "container": c.name, "grace": grace})
-                    if c.proc is not None:
-                        self.event(pod, "Killing", "Stopping container %s" % c.name, container=c.name)
-            if now >= rt.kill_at:
-                for c in rt.containers.values():
-                    if c.proc is not None:
-                        self._kill_group(c, signal.SIGKILL)
+            self._stop_in_order(rt, pod, now)
             if rt.any_running():
                 self._write_status(pod, rt)
                 return
@@ -655,13 +677,51 @@ class Kubelet(LocalNode):
             if rt.evicted is None:
                 self._final_delete(pod)
             return
-        for c in rt.containers.values():
+        for c in rt.sidecars.values():
             self._advance(rt, c, pod, now)
-        terminal = all(c.done for c in rt.containers.values()) and not rt.any_running()
+        rt.initialized = rt.initialized or all(c.running() for c in rt.sidecars.values())
+        if rt.initialized:
+            for c in rt.containers.values():
+                self._advance(rt, c, pod, now)
+        if rt.sidecars and all(c.done for c in rt.containers.values()) and not rt.main_running():
+            # the pod's work is over: its sidecars are stopped, as at a delete
+            if rt.kill_at is None:
+                rt.grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+                rt.kill_at = now + rt.grace
+                for c in rt.sidecars.values():
+                    c.done = True
+            self._stop_in_order(rt, pod, now)
+        terminal = all(c.done for c in rt.every()) and not rt.any_running()
         if terminal:
             rt.finished = True
             self._teardown(rt)
         self._write_status(pod, rt, terminal=terminal)
+
+    def _stop_in_order(self, rt, pod, now):
+        """A stopping pod's containers get SIGTERM, its sidecars only once
+        the others are gone (1.29+); SIGKILL for all at rt.kill_at."""
+        for c in rt.every() if not rt.main_running() else rt.containers.values():
+            if c.proc is not None and not c.stop_sent:
+                self._stop(rt, pod, c, rt.grace)
+        if now >= rt.kill_at:
+            for c in rt.every():
+                if c.proc is not None:
+                    self._kill_group(c, signal.SIGKILL)
+
+    def _stop(self, rt, pod, c, grace):
+        c.stop_sent = True
+        if grace > 0:
+            # A container's main process is its PID 1: a signal it has no
+            # handler for is not delivered at all.
+            if catches_sigterm(c.proc.pid):
+                try:
+                    os.kill(c.proc.pid, signal.SIGTERM)
+                except OSError:
+                    pass
+            c.term_sent = True
+            self.log({"msg": "kubelet: SIGTERM", "pod": "%s/%s" % (rt.ns, rt.name),
+                      "container": c.name, "grace": grace})
+        self.event(pod, "Killing", "Stopping container %s" % c.name, container=c.name)
 
     def _teardown(self, rt):
         """The sandbox goes once the pod is terminal; its address stays in the
@@ -732,8 +792,8 @@ class Kubelet(LocalNode):
         self._terminated(c, code, "Completed" if code == 0 else "Error", msg)
         self.log({"msg": "kubelet: container exited", "pod": "%s/%s" % (rt.ns, rt.name),
                   "container": c.name, "exitCode": code})
-        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
-        if stopping or policy == "Never" or (policy == "OnFailure" and code == 0):
+        policy = "Always" if c.sidecar else (pod.get("spec") or {}).get("restartPolicy", "Always")
+        if c.done or stopping or policy == "Never" or (policy == "OnFailure" and code == 0):
             c.done = True
         else:
             self._plan_restart(rt, c)
@@ -876,7 +936,7 @@ class Kubelet(LocalNode):
         return {"metadata": {"namespace": rt.ns, "name": rt.name, "uid": rt.uid}}
 
     def _after_start_failure(self, rt, c, pod):
-        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+        policy = "Always" if c.sidecar else (pod.get("spec") or {}).get("restartPolicy", "Always")
         if policy == "Never":
             c.done = True
         else:
@@ -1051,16 +1111,9 @@ class Kubelet(LocalNode):
                 phase = "Running"
         else:
             phase = "Pending"
-        statuses = []
-        for c in cs:
-            st = {"name": c.name, "state": copy.deepcopy(c.state), "lastState": copy.deepcopy(c.last),
-                  "ready": c.running() and not terminal, "restartCount": c.restarts,
-                  "image": normalize_image(c.image) if c.image_id else c.image,
-                  "imageID": c.image_id, "started": c.running()}
-            if c.cid:
-                st["containerID"] = c.cid
-            statuses.append(st)
-        unready = [c.name for c in cs if not (c.running() and not terminal)]
+        statuses = [self._container_status(c, terminal) for c in cs]
+        statuses.sort(key=lambda x: x["name"])  # as the kubelet's status manager orders them
+        unready = [c.name for c in rt.every() if not (c.running() and not terminal)]
         conds = []
         if terminal:
             conds.append(self._cond(rt, "PodReadyToStartContainers", "False"))
@@ -1069,7 +1122,12 @@ class Kubelet(LocalNode):
             conds.append(self._cond(rt, "ContainersReady", "False", "PodCompleted"))
         else:
             conds.append(self._cond(rt, "PodReadyToStartContainers", "True"))
-            conds.append(self._cond(rt, "Initialized", "True"))
+            if rt.initialized:
+                conds.append(self._cond(rt, "Initialized", "True"))
+            else:
+                conds.append(self._cond(rt, "Initialized", "False", "ContainersNotInitialized",
+                                        "containers with incomplete status: [%s]" % " ".join(
+                                            c.name for c in rt.sidecars.values() if not c.running())))
             if unready:
                 msg = "containers with unready status: [%s]" % " ".join(unready)
                 conds.append(self._cond(rt, "Ready", "False", "ContainersNotReady", msg))
@@ -1082,9 +1140,22 @@ class Kubelet(LocalNode):
         status = {"phase": phase, "conditions": conds, "hostIP": HOST_IP, "hostIPs": [{"ip": HOST_IP}],
                   "podIP": rt.ip, "podIPs": [{"ip": rt.ip}], "startTime": rt.start_time,
                   "containerStatuses": statuses}
+        if rt.sidecars:  # in the spec's order, not sorted
+            status["initContainerStatuses"] = [self._container_status(c, terminal)
+                                               for c in rt.sidecars.values()]
         if rt.evicted is not None:
             status["reason"], status["message"] = "Evicted", rt.evicted[0]
         return status
+
+    @staticmethod
+    def _container_status(c, terminal):
+        st = {"name": c.name, "state": copy.deepcopy(c.state), "lastState": copy.deepcopy(c.last),
+              "ready": c.running() and not terminal, "restartCount": c.restarts,
+              "image": normalize_image(c.image) if c.image_id else c.image,
+              "imageID": c.image_id, "started": c.running()}
+        if c.cid:
+            st["containerID"] = c.cid
+        return st
 
     def _write_status(self, pod, rt, terminal=False):
         status = self._status(pod, rt, terminal)
@@ -1126,17 +1197,18 @@ class Kubelet(LocalNode):
     def log_source(self, pod, container, previous):
         """What GET pods/<name>/log reads (kubectl logs), or the real 400."""
         m = pod["metadata"]
-        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        spec = pod.get("spec") or {}
+        names = [c.get("name") for c in spec.get("containers") or []]
         if not container:
             if len(names) != 1:
                 raise bad_request("a container name must be specified for pod %s, choose one of: [%s]"
                                   % (m["name"], " ".join(names)))
             container = names[0]
-        if container not in names:
+        if container not in names + [c.get("name") for c in spec.get("initContainers") or []]:
             raise bad_request("container %s is not valid for pod %s" % (container, m["name"]))
         with self.mu:
             rt = self.pods.get(m["uid"])
-            c = rt.containers.get(container) if rt else None
+            c = (rt.containers.get(container) or rt.sidecars.get(container)) if rt else None
             if c is None or (c.log is None and not previous):
                 reason = (c.state.get("waiting") or {}).get("reason", "ContainerCreating") if c \
                     else "ContainerCreating"
@@ -1158,9 +1230,11 @@ class Kubelet(LocalNode):
             return {"maxPods": self.max_pods, "podCIDR": "127.%d.0.0/16" % self.ips.r,
                     "pods": {"%s/%s" % (rt.ns, rt.name): {
                         "ip": rt.ip, "dir": rt.dir, "saDir": rt.sa_dir,
-                        "pids": {c.name: c.proc.pid for c in rt.containers.values() if c.proc}}
+                        "pids": {c.name: c.proc.pid for c in rt.every() if c.proc}}
                         for rt in self.pods.values()}}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--reaper"]:
     reaper_main()
+elif __name__ == "__main__" and sys.argv[1:2] == ["--proxy"]:
+    proxy_main()

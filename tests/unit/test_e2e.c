@@ -107,6 +107,12 @@ static void up(void) {
     cr_assert_eq(rl_test_standin_start_opts(&g.s, &so), 0, "the Kubernetes stand-in did not start");
     char out[8192];
     cr_assert_eq(kubectl("apply -f manifests/crd.yaml", NULL, out, sizeof out), 0, "%s", out);
+    /* the jobs' namespace enforces the "restricted" Pod Security Standard,
+     * as hardened clusters do: PodSecurity admission refuses any worker pod
+     * that does not pass it (the stand-in checks at admission; its kubelet
+     * runs the processes as its own user) */
+    cr_assert_eq(kubectl("label ns default pod-security.kubernetes.io/enforce=restricted", NULL, out, sizeof out), 0,
+                 "%s", out);
     char secret[512];
     snprintf(secret, sizeof secret,
              "create secret generic s3-creds --from-literal=AWS_ACCESS_KEY_ID=%s --from-literal=AWS_SECRET_ACCESS_KEY=%s",

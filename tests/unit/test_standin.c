@@ -101,6 +101,24 @@
  *   validated, main endpoint ignores status; scale through
  *   specReplicasPath/statusReplicasPath/labelSelectorPath obeys the
  *   schema; printer columns; ratcheting; CEL rules logged, not run   crd_schema_prune_default_validate
+ * PodSecurity admission: namespace label pod-security.kubernetes.io/
+ *   enforce (restricted, baseline; privileged or none: no checks;
+ *   -version, default latest) refuses a violating pod create with
+ *   the real 403 and message, each failed check in the plugin's
+ *   order (allowPrivilegeEscalation, capabilities, host namespaces,
+ *   hostPath, hostPort, privileged, volume types, runAsNonRoot,
+ *   runAsUser=0, seccompProfile); a compliant pod is admitted; warn
+ *   admits with a Warning; checked after the mutating admission     pod_security_admission
+ * Istio's sidecar injector: namespace label istio-injection=enabled
+ *   adds the istio-proxy container (it passes restricted; CNI mode,
+ *   no istio-init), pod label sidecar.istio.io/inject=false opts out;
+ *   the kubelet sorts containerStatuses by name; a plain sidecar keeps
+ *   the pod Running (READY 1/2, STATUS Error) after the main one ended, and
+ *   stops on SIGTERM when the pod is deleted                         sidecar_injection_and_sorted_statuses
+ * native sidecars (initContainers with restartPolicy Always; Istio's
+ *   annotation sidecar.istio.io/nativeSidecar): started before the
+ *   other containers, in initContainerStatuses and READY, SIGTERM once
+ *   the others ended, so the pod completes with their phase           native_sidecar_stopped_after_the_worker
  *
  * Deliberately not reproduced: protobuf request bodies beyond the kinds kubectl's typed commands
  * need (Secret, ConfigMap, Namespace, ServiceAccount, Role/ClusterRole and their bindings,
@@ -111,7 +129,9 @@
  * allOf/anyOf/oneOf/not, string formats, list-type/map-keys (lists are atomic), embedded resources
  * (integer formats are not range-checked, as by the real server); structural-schema checks of a
  * CRD beyond "schemas are required" and types present; server-side apply field ownership
- * (apply-patch is a merge patch) and managedFields; admission other than ServiceAccount; RBAC
+ * (apply-patch is a merge patch) and managedFields; admission other than ServiceAccount,
+ * PodSecurity (pod creates only: not pod updates, workload resources, exemptions or audit; no
+ * AppArmor, SELinux, procMount, sysctls or Windows checks) and the Istio injection above; RBAC
  * nonResourceURLs (allowed to anyone authenticated), aggregationRule, escalation checks, bootstrap
  * roles (the admin token is system:masters; everyone may create SelfSubjectAccessReviews);
  * service-account tokens are opaque (not JWTs) and no kube-root-ca.crt ConfigMap is published;
@@ -126,12 +146,16 @@
  * the node: one node, "standin-node"; the scheduler checks pod count, nodeSelector against the
  * node's labels and nvidia.com/gpu (--gpus), not cpu/memory, affinity, taints or preemption;
  * containers share the host's filesystem, users and PID namespace (a process group stands for the
- * container), get no volumes but the service-account files (in RL_K8S_SA_DIR instead of
+ * container; securityContext is admitted but not applied: runAsUser, readOnlyRootFilesystem,
+ * capabilities and seccomp change nothing, so PodSecurity is checked at admission only), get no
+ * volumes but the service-account files (in RL_K8S_SA_DIR instead of
  * /var/run/secrets/kubernetes.io/serviceaccount), no resource limits, a per-pod dir as cwd and
- * HOME (workingDir when set); images have no ENTRYPOINT/CMD unless --image PATTERN=DIR=ENTRYPOINT;
- * only the kubernetes service's variables are injected (no other service links); RL_*, the
- * sanitizers' *_OPTIONS and --pass-env names pass from the stand-in; no probes (Ready = running),
- * no init or ephemeral containers, activeDeadlineSeconds or image changes of a running pod, no
+ * HOME (workingDir when set); images have no ENTRYPOINT/CMD unless --image PATTERN=DIR=ENTRYPOINT
+ * (the mesh proxy's docker.io/istio/proxyv2 is built in); only the kubernetes service's variables
+ * are injected (no other service links); RL_*, the sanitizers' *_OPTIONS and --pass-env names pass
+ * from the stand-in; no probes (Ready = running), no init containers but native sidecars (their
+ * startup order is start-then-next, without startupProbe; their Events name spec.containers), no
+ * ephemeral containers, activeDeadlineSeconds or image changes of a running pod, no
  * termination-message file (terminationMessagePath; FallbackToLogsOnError works); a missing Secret/ConfigMap is retried every 2 s (or the back-off, if
  * shorter); the crash back-off is not reset after a long run; back-offs scale with --backoff;
  * terminated.signal is not set (the real kubelet leaves it empty too); pod addresses come from a
@@ -2000,6 +2024,200 @@ Test(standin, kubelet_no_orphans, .timeout = 40) {
         if (round == 1) rl_test_standin_stop(&s); /* the dir */
         fini();
     }
+}
+
+/* ---- Pod Security admission -------------------------------------------------------- */
+#define PSA_BARE "apiVersion: v1\nkind: Pod\nmetadata: {name: bare}\nspec: {containers: [{name: c, image: i}]}\n"
+#define PSA_OK                                                                                                  \
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: good}\nspec:\n"                                                \
+    "  securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}\n"      \
+    "  volumes: [{name: t, emptyDir: {}}]\n"                                                                    \
+    "  containers: [{name: c, image: i, volumeMounts: [{name: t, mountPath: /tmp}], securityContext:\n"        \
+    "    {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true,\n"                                      \
+    "     capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}}}]\n"
+#define PSA_HOSTILE                                                                                              \
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: hostile}\nspec:\n  hostNetwork: true\n  hostPID: true\n"      \
+    "  securityContext: {runAsUser: 0, seccompProfile: {type: Unconfined}}\n"                                   \
+    "  volumes: [{name: h, hostPath: {path: /}}, {name: nf, nfs: {server: nfs, path: /}}]\n"                     \
+    "  containers:\n  - {name: a, image: i, ports: [{containerPort: 80, hostPort: 80}], securityContext:\n"    \
+    "      {privileged: true, runAsNonRoot: false, capabilities: {add: [NET_ADMIN, CHOWN]}}}\n"                   \
+    "  - {name: b, image: i, securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}}\n"
+
+/* The 403 of a pod create in namespace ns (kubectl apply prints the API's message). */
+static void psa_refused(rl_test_standin *s, const char *ns, const char *yaml, const char *want) {
+    char args[128];
+    static char out[8192];
+    snprintf(args, sizeof args, "apply -n %s -f -", ns);
+    cr_assert_neq(rl_test_kubectl(s, args, yaml, out, sizeof out), 0, "admitted in %s: %s", ns, out);
+    cr_assert(strstr(out, "Error from server (Forbidden)") && strstr(out, want), "in %s:\n%s\nwant:\n%s", ns, out,
+              want);
+}
+
+static void psa_admitted(rl_test_standin *s, const char *ns, const char *yaml) {
+    char args[128];
+    static char out[8192];
+    snprintf(args, sizeof args, "apply -n %s -f -", ns);
+    kubectl_ok(s, args, yaml, out, sizeof out);
+    cr_assert_null(strstr(out, "Warning"), "%s", out);
+}
+
+/* PodSecurity at enforce=restricted / baseline / privileged and warn: the
+ * real 403 messages, check by check in the plugin's order; a compliant
+ * pod (the operator's securityContext) admitted. */
+Test(standin, pod_security_admission, .timeout = 60) {
+    static rl_test_standin s;
+    start(&s, NULL);
+    static char out[8192];
+    kubectl_ok(&s, "create ns r", NULL, out, sizeof out);
+    kubectl_ok(&s, "label ns r pod-security.kubernetes.io/enforce=restricted", NULL, out, sizeof out);
+    psa_refused(&s, "r", PSA_BARE,
+                "pods \"bare\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != "
+                "false (container \"c\" must set securityContext.allowPrivilegeEscalation=false), unrestricted "
+                "capabilities (container \"c\" must set securityContext.capabilities.drop=[\"ALL\"]), runAsNonRoot != "
+                "true (pod or container \"c\" must set securityContext.runAsNonRoot=true), seccompProfile (pod or "
+                "container \"c\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")\n");
+    psa_refused(&s, "r", PSA_HOSTILE,
+                "violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"a\" must "
+                "set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container \"a\" must "
+                "set securityContext.capabilities.drop=[\"ALL\"]; container \"a\" must not include \"NET_ADMIN\", "
+                "\"CHOWN\" in securityContext.capabilities.add), host namespaces (hostNetwork=true, hostPID=true), "
+                "hostPath volumes (volume \"h\"), hostPort (container \"a\" uses hostPort 80), privileged (container "
+                "\"a\" must not set securityContext.privileged=true), restricted volume types (volumes \"h\", \"nf\" "
+                "use restricted volume types \"hostPath\", \"nfs\"), runAsNonRoot != true (container \"a\" must not set "
+                "securityContext.runAsNonRoot=false; pod or container \"b\" must set securityContext.runAsNonRoot=true), "
+                "runAsUser=0 (pod must not set runAsUser=0), seccompProfile (pod "
+                "must not set securityContext.seccompProfile.type to \"Unconfined\")\n");
+    psa_admitted(&s, "r", PSA_OK);
+    /* the wire: 403 Forbidden Status naming the pod */
+    cJSON *j;
+    cr_assert_eq(api(&s, "POST", "/api/v1/namespaces/r/pods", NULL,
+                     "{\"metadata\":{\"name\":\"raw\"},\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"i\"}]}}", &j),
+                 403);
+    assert_status(j, 403, "Forbidden");
+    cr_assert_str_eq(jstr(j, "details.name"), "raw");
+    cr_assert_str_eq(jstr(j, "details.kind"), "pods");
+    cJSON_Delete(j);
+    /* a pinned version names it; baseline allows what restricted adds */
+    kubectl_ok(&s, "create ns b", NULL, out, sizeof out);
+    kubectl_ok(&s, "label ns b pod-security.kubernetes.io/enforce=baseline pod-security.kubernetes.io/enforce-version=v1.30",
+               NULL, out, sizeof out);
+    psa_admitted(&s, "b", PSA_BARE);
+    psa_refused(&s, "b", PSA_HOSTILE,
+                "pods \"hostile\" is forbidden: violates PodSecurity \"baseline:v1.30\": non-default capabilities "
+                "(container \"a\" must not include \"NET_ADMIN\" in securityContext.capabilities.add), host namespaces "
+                "(hostNetwork=true, hostPID=true), hostPath volumes (volume \"h\"), hostPort (container \"a\" uses "
+                "hostPort 80), privileged (container \"a\" must not set securityContext.privileged=true), seccompProfile "
+                "(pod must not set securityContext.seccompProfile.type to \"Unconfined\")\n");
+    /* privileged, and no label at all: no checks */
+    kubectl_ok(&s, "create ns p", NULL, out, sizeof out);
+    kubectl_ok(&s, "label ns p pod-security.kubernetes.io/enforce=privileged", NULL, out, sizeof out);
+    psa_admitted(&s, "p", PSA_HOSTILE);
+    psa_admitted(&s, "default", PSA_HOSTILE);
+    /* warn: admitted, with kubectl's Warning line */
+    kubectl_ok(&s, "create ns w", NULL, out, sizeof out);
+    kubectl_ok(&s, "label ns w pod-security.kubernetes.io/warn=restricted", NULL, out, sizeof out);
+    kubectl_ok(&s, "apply -n w -f -", PSA_BARE, out, sizeof out);
+    cr_assert(strstr(out, "Warning: would violate PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false"),
+              "%s", out);
+    cr_assert(strstr(out, "pod/bare created"), "%s", out);
+    /* a label added later applies to the next create */
+    kubectl_ok(&s, "label ns w pod-security.kubernetes.io/enforce=restricted", NULL, out, sizeof out);
+    psa_refused(&s, "w", "apiVersion: v1\nkind: Pod\nmetadata: {name: late}\nspec: {containers: [{name: c, image: i}]}\n",
+                "pods \"late\" is forbidden: violates PodSecurity \"restricted:latest\"");
+    rl_test_standin_stop(&s);
+}
+
+/* ---- sidecars: Istio's injection, statuses sorted by name ----------------------------- */
+#define MESHED(name, labels, cmd)                                                                                \
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: " name ", labels: {" labels "}}\nspec:\n"                     \
+    "  restartPolicy: Never\n"                                                                                  \
+    "  securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}\n"      \
+    "  containers: [{name: worker, image: busybox:1.36, command: [sh, -c, '" cmd "'], securityContext:\n"      \
+    "    {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}}]\n"
+
+static void pod_jsonpath(rl_test_standin *s, const char *ns, const char *pod, const char *path, char *out, size_t n) {
+    char args[512];
+    snprintf(args, sizeof args, "get pod %s -n %s -o jsonpath='%s'", pod, ns, path);
+    kubectl_ok(s, args, NULL, out, n);
+}
+
+/* A namespace labelled istio-injection=enabled: pods get the istio-proxy
+ * container (it passes restricted), unless they opt out; the kubelet runs
+ * it (a built-in image that waits for SIGTERM) and sorts containerStatuses
+ * by name, so istio-proxy comes before worker; the worker's exit leaves the
+ * pod Running while the proxy runs; a delete stops both. */
+Test(standin, sidecar_injection_and_sorted_statuses, .timeout = 90) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[16384];
+    kubectl_ok(&s, "create ns mesh", NULL, out, sizeof out);
+    kubectl_ok(&s, "label ns mesh istio-injection=enabled pod-security.kubernetes.io/enforce=restricted", NULL, out,
+               sizeof out);
+    kubectl_ok(&s, "apply -n mesh -f -", MESHED("meshed", "app: x", "sleep 1; exit 3"), out, sizeof out);
+    kubectl_ok(&s, "apply -n mesh -f -", MESHED("optout", "sidecar.istio.io/inject: 'false'", "exit 0"), out,
+               sizeof out);
+    kubectl_ok(&s, "apply -f -", MESHED("plain", "app: x", "exit 0"), out, sizeof out);
+    pod_jsonpath(&s, "mesh", "meshed", "{.spec.containers[*].name}", out, sizeof out);
+    cr_assert_str_eq(out, "worker istio-proxy");
+    pod_jsonpath(&s, "mesh", "meshed", "{.metadata.annotations.sidecar\\.istio\\.io/status}", out, sizeof out);
+    cr_assert(strstr(out, "\"containers\":[\"istio-proxy\"]"), "%s", out);
+    pod_jsonpath(&s, "mesh", "optout", "{.spec.containers[*].name}", out, sizeof out);
+    cr_assert_str_eq(out, "worker");
+    pod_jsonpath(&s, "default", "plain", "{.spec.containers[*].name}", out, sizeof out);
+    cr_assert_str_eq(out, "worker");
+    /* the worker ends, the proxy runs on: the pod stays Running */
+    rl_test_pod p;
+    int rc = rl_test_standin_await_pod(&s, "mesh", "meshed", "worker", "Error", 30, &p);
+    cr_assert_eq(rc, 0, "worker never ended: %s %s", p.state, p.c_reason);
+    cr_assert_eq(p.exit_code, 3);
+    cr_assert_str_eq(p.phase, "Running");
+    cr_assert(!p.ready);
+    cr_assert_eq(rl_test_standin_pod(&s, "mesh", "meshed", "istio-proxy", &p), 0);
+    cr_assert_str_eq(p.state, "running");
+    pod_jsonpath(&s, "mesh", "meshed", "{.status.containerStatuses[*].name}", out, sizeof out);
+    cr_assert_str_eq(out, "istio-proxy worker", "sorted by name as the kubelet does");
+    kubectl_ok(&s, "get pod meshed -n mesh", NULL, out, sizeof out);
+    cr_assert(strstr(out, "1/2") && strstr(out, "Error"), "the printer shows the ended container: %s", out);
+    /* deleted: SIGTERM to the proxy, which exits 0, and the pod goes */
+    kubectl_ok(&s, "delete pod meshed -n mesh --wait=false", NULL, out, sizeof out);
+    rc = rl_test_standin_await_pod(&s, "mesh", "meshed", NULL, "gone", 30, &p);
+    cr_assert_eq(rc, 0, "the proxy kept the pod: %s %s", p.phase, p.state);
+    rl_test_standin_stop(&s);
+}
+
+/* Istio's native-sidecar mode (annotation sidecar.istio.io/nativeSidecar):
+ * istio-proxy is an init container with restartPolicy Always; the kubelet
+ * starts it first, reports it in initContainerStatuses, counts it in
+ * READY, and stops it once the worker ended, so the pod completes with the
+ * worker's phase. */
+Test(standin, native_sidecar_stopped_after_the_worker, .timeout = 90) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[16384];
+    kubectl_ok(&s, "create ns mesh", NULL, out, sizeof out);
+    kubectl_ok(&s, "label ns mesh istio-injection=enabled", NULL, out, sizeof out);
+    kubectl_ok(&s, "apply -n mesh -f -",
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: native, annotations: {sidecar.istio.io/nativeSidecar: 'true'}}\n"
+               "spec:\n  restartPolicy: Never\n"
+               "  containers: [{name: worker, image: busybox:1.36, command: [sh, -c, 'sleep 2; exit 0']}]\n",
+               out, sizeof out);
+    pod_jsonpath(&s, "mesh", "native", "{.spec.containers[*].name} {.spec.initContainers[0].name} "
+                 "{.spec.initContainers[0].restartPolicy}", out, sizeof out);
+    cr_assert_str_eq(out, "worker istio-proxy Always");
+    rl_test_pod p;
+    int rc = rl_test_standin_await_pod(&s, "mesh", "native", "worker", "Running", 30, &p);
+    cr_assert_eq(rc, 0, "never Running: %s %s", p.phase, p.c_reason);
+    pod_jsonpath(&s, "mesh", "native", "{.status.initContainerStatuses[0].name} {.status.initContainerStatuses[0].started}",
+                 out, sizeof out);
+    cr_assert_str_eq(out, "istio-proxy true");
+    rc = rl_test_standin_await_pod(&s, "mesh", "native", "worker", "Succeeded", 30, &p);
+    cr_assert_eq(rc, 0, "the sidecar kept the pod from completing: %s %s", p.phase, p.state);
+    cr_assert_eq(p.exit_code, 0);
+    pod_jsonpath(&s, "mesh", "native", "{.status.initContainerStatuses[0].state.terminated.exitCode}", out, sizeof out);
+    cr_assert_str_eq(out, "0", "the proxy got SIGTERM and exited 0");
+    kubectl_ok(&s, "get pod native -n mesh", NULL, out, sizeof out);
+    cr_assert(strstr(out, "0/2") && strstr(out, "Completed"), "%s", out);
+    rl_test_standin_stop(&s);
 }
 
 /* ---- RBAC for service accounts --------------------------------------------------------- */
