@@ -38,7 +38,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     apt-get update && \
     apt-get install -y --no-install-recommends \
       build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev \
-      libopenblas-dev libmicrohttpd-dev libnccl-dev
+      libopenblas-dev libmicrohttpd-dev libnccl-dev libyaml-dev
 
 WORKDIR /src
 COPY Makefile ./
@@ -71,7 +71,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     apt-get update && \
     apt-get install -y --no-install-recommends \
       ca-certificates libcurl4t64 libcjson1 libssl3t64 libexpat1 libopenblas0 libgomp1 \
-      libmicrohttpd12t64 libnccl2
+      libmicrohttpd12t64 libnccl2 libyaml-0-2
 
 COPY --from=build /out/bin/ /usr/local/bin/
 # the arithmetic corpus, where the embedded default config looks for it

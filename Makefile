@@ -15,7 +15,7 @@ BIN     ?= bin
 CC      ?= gcc
 OPT     ?= -O3 -g
 SAN     ?=
-PKGS    := libcjson openblas libcurl openssl expat libmicrohttpd
+PKGS    := libcjson openblas libcurl openssl expat libmicrohttpd yaml-0.1
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wvla -fopenmp \
                  -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS  ?=

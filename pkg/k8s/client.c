@@ -1,7 +1,9 @@
 /* Requests to the API server: auth, retries, Status errors.
  *
  * Thread safety: the mutex guards the token cache, the handle pool and the
- * jitter state; it is never held during network I/O. */
+ * jitter state; it is never held during network I/O or a plugin's run.
+ * exec_mu lets one thread at a time run an exec plugin; the others that
+ * need its token wait for it (lock order: exec_mu, then mu). */
 #include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,9 +18,11 @@ struct rl_k8s {
     rl_k8s_config cfg;
     rl_k8s_opts opts;
     rl_http_tls tls;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu, exec_mu;
     char *token;          /* current bearer token (may be NULL: anonymous) */
     double token_read_at; /* rl_now() of the last file read */
+    double token_expiry;  /* exec: unix seconds it expires (0: when refused) */
+    unsigned token_gen;   /* bumped by every new exec token */
     rl_http *pool[POOL_MAX];
     int npool;
     uint64_t rng;
@@ -71,8 +75,10 @@ int rl_k8s_new(const rl_k8s_config *cfg, const rl_k8s_opts *opts, rl_k8s **out, 
     c->cfg.cert_pem = dup_mem(cfg->cert_pem, cfg->cert_pem_len);
     c->cfg.key_pem = dup_mem(cfg->key_pem, cfg->key_pem_len);
     c->cfg.token = cfg->token ? strdup(cfg->token) : NULL;
+    c->cfg.exec = rl_k8s__exec_dup(cfg->exec);
     if ((cfg->ca_pem && !c->cfg.ca_pem) || (cfg->cert_pem && !c->cfg.cert_pem) ||
-        (cfg->key_pem && !c->cfg.key_pem) || (cfg->token && !c->cfg.token)) {
+        (cfg->key_pem && !c->cfg.key_pem) || (cfg->token && !c->cfg.token) ||
+        (cfg->exec && !c->cfg.exec)) {
         rl_k8s_config_free(&c->cfg);
         free(c);
         return rl_errf(e, RL_ENOMEM, "out of memory creating the Kubernetes client");
@@ -81,6 +87,7 @@ int rl_k8s_new(const rl_k8s_config *cfg, const rl_k8s_opts *opts, rl_k8s **out, 
     if (c->opts.timeout_s <= 0) c->opts.timeout_s = 30;
     if (c->opts.connect_timeout_s <= 0) c->opts.connect_timeout_s = 5;
     if (c->opts.token_refresh_s <= 0) c->opts.token_refresh_s = 60;
+    if (c->opts.exec_timeout_s <= 0) c->opts.exec_timeout_s = 30;
     c->tls = (rl_http_tls){
         .ca_file = c->cfg.ca_file[0] ? c->cfg.ca_file : NULL,
         .ca_pem = c->cfg.ca_pem, .ca_pem_len = c->cfg.ca_pem_len,
@@ -90,6 +97,7 @@ int rl_k8s_new(const rl_k8s_config *cfg, const rl_k8s_opts *opts, rl_k8s **out, 
         .key_pem = c->cfg.key_pem, .key_pem_len = c->cfg.key_pem_len,
     };
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->exec_mu, NULL);
     c->rng = rl_http_jitter_seed();
     if (c->cfg.token_file[0]) {
         int rc = read_token(c->cfg.token_file, &c->token, e);
@@ -111,15 +119,52 @@ void rl_k8s_free(rl_k8s *c) {
     free_token(c->token);
     rl_k8s_config_free(&c->cfg);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->exec_mu);
     free(c);
 }
 
 const char *rl_k8s_namespace(const rl_k8s *c) { return c->cfg.ns; }
 
-/* "Authorization: Bearer ..." for this request (malloc'd), or NULL when
- * anonymous. A token file is re-read when stale or when forced (after a
- * 401); if the re-read fails the previous token is kept. */
-static char *auth_header(rl_k8s *c, bool force) {
+/* The exec plugin runs (client-go's rule) when there is no token yet, when
+ * it has expired, or when the server refused it -- force, with the
+ * generation the refused request carried, so that requests refused
+ * together run the plugin once. Its failure fails the request. */
+static int exec_refresh(rl_k8s *c, bool force, unsigned refused_gen, rl_err *e) {
+    pthread_mutex_lock(&c->exec_mu);
+    pthread_mutex_lock(&c->mu);
+    bool stale = !c->token || (c->token_expiry > 0 && rl_wall_now() >= c->token_expiry) ||
+                 (force && c->token_gen == refused_gen);
+    pthread_mutex_unlock(&c->mu);
+    int rc = RL_OK;
+    if (stale) {
+        char *t = NULL;
+        double exp = 0;
+        rc = rl_k8s_exec_token(&c->cfg, c->opts.exec_timeout_s, &t, &exp, e);
+        if (rc == RL_OK) {
+            pthread_mutex_lock(&c->mu);
+            free_token(c->token);
+            c->token = t;
+            c->token_expiry = exp;
+            c->token_gen++;
+            pthread_mutex_unlock(&c->mu);
+            rl_log(RL_LOG_DEBUG, "k8s_exec_token", "\"expires_in_s\":%.0f",
+                   exp > 0 ? exp - rl_wall_now() : -1.0);
+        }
+    }
+    pthread_mutex_unlock(&c->exec_mu);
+    return rc;
+}
+
+/* "Authorization: Bearer ..." for this request (*out malloc'd), or NULL
+ * when anonymous; *gen gets the token's generation (in: the refused one
+ * when forced). A token file is re-read when stale or when forced (after
+ * a 401); if the re-read fails the previous token is kept. */
+static int auth_header(rl_k8s *c, bool force, unsigned *gen, char **out, rl_err *e) {
+    *out = NULL;
+    if (c->cfg.exec) {
+        int rc = exec_refresh(c, force, *gen, e);
+        if (rc) return rc;
+    }
     pthread_mutex_lock(&c->mu);
     if (c->cfg.token_file[0] &&
         (force || rl_now() - c->token_read_at >= c->opts.token_refresh_s)) {
@@ -133,15 +178,18 @@ static char *auth_header(rl_k8s *c, bool force) {
         }
         c->token_read_at = rl_now();
     }
-    char *h = NULL;
     if (c->token) {
         size_t n = strlen(c->token) + 32;
-        h = malloc(n);
-        if (h) snprintf(h, n, "Authorization: Bearer %s", c->token);
+        if ((*out = malloc(n))) snprintf(*out, n, "Authorization: Bearer %s", c->token);
     }
+    *gen = c->token_gen;
+    bool oom = c->token && !*out;
     pthread_mutex_unlock(&c->mu);
-    return h;
+    return oom ? rl_errf(e, RL_ENOMEM, "out of memory") : RL_OK;
 }
+
+/* A 401 is worth one more try when the credential can change under us. */
+static bool token_can_change(const rl_k8s *c) { return c->cfg.token_file[0] || c->cfg.exec; }
 
 static rl_http *take_handle(rl_k8s *c, rl_err *e) {
     rl_http *h = NULL;
@@ -224,17 +272,24 @@ void rl_k8s_status_message(const char *method, const char *path, long code,
         if (*q == '\n' || *q == '\r') *q = ' ';
 }
 
-/* One HTTP exchange. */
+/* One HTTP exchange. The credential comes first: when it cannot be had
+ * (an exec plugin failed) the request is not sent, nor retried (client-go
+ * does neither); *auth_failed tells the caller. */
 static int attempt(rl_k8s *c, const char *method, const char *path, const char *ctype,
                    const char *body, double timeout_s, double idle_s, rl_http_data_fn fn,
-                   void *ud, const volatile int *abort_flag, bool force_token,
-                   rl_http_resp *resp, rl_err *e) {
+                   void *ud, const volatile int *abort_flag, bool force_token, unsigned *gen,
+                   bool *auth_failed, rl_http_resp *resp, rl_err *e) {
     memset(resp, 0, sizeof *resp);
+    char *auth = NULL;
+    int rc = auth_header(c, force_token, gen, &auth, e);
+    if ((*auth_failed = rc != RL_OK)) return rc;
     size_t ul = strlen(c->cfg.server) + strlen(path) + 1;
     char *url = malloc(ul);
-    if (!url) return rl_errf(e, RL_ENOMEM, "out of memory");
+    if (!url) {
+        free_token(auth);
+        return rl_errf(e, RL_ENOMEM, "out of memory");
+    }
     snprintf(url, ul, "%s%s", c->cfg.server, path);
-    char *auth = auth_header(c, force_token);
     char ct[128];
     snprintf(ct, sizeof ct, "Content-Type: %s", ctype ? ctype : "application/json");
     const char *hdrs[5];
@@ -250,7 +305,6 @@ static int attempt(rl_k8s *c, const char *method, const char *path, const char *
         .connect_timeout_s = c->opts.connect_timeout_s, .timeout_s = timeout_s,
         .idle_timeout_s = idle_s, .abort_flag = abort_flag, .on_data = fn, .data_ud = ud,
     };
-    int rc;
     rl_http *h = take_handle(c, e);
     if (!h) {
         rc = e ? e->code : RL_ENOMEM;
@@ -302,15 +356,17 @@ int rl_k8s__request(rl_k8s *c, const char *method, const char *path, const char 
     if (!path || path[0] != '/') return rl_errf(e, RL_EINTERNAL, "API path must start with '/'");
     double deadline = rl_now() + c->opts.timeout_s;
     int attempts = c->opts.backoff.attempts > 0 ? c->opts.backoff.attempts : 8;
-    bool token_retried = false, force_token = false;
+    bool token_retried = false, force_token = false, auth_failed;
+    unsigned gen = 0;
     rl_http_resp resp;
     int rc;
     for (int k = 0;; k++) {
         double left = deadline - rl_now();
         if (left < 0.05) left = 0.05;
         rc = attempt(c, method, path, content_type, body, left, 0, NULL, NULL, abort_flag,
-                     force_token, &resp, e);
+                     force_token, &gen, &auth_failed, &resp, e);
         force_token = false;
+        if (auth_failed) return rc; /* *http_status: the 401 that led here, if any */
         *http_status = resp.status;
         if (rc == RL_OK && resp.status >= 200 && resp.status <= 299) {
             if (out && resp.body_len) {
@@ -326,8 +382,9 @@ int rl_k8s__request(rl_k8s *c, const char *method, const char *path, const char 
             rl_http_resp_free(&resp);
             return RL_OK;
         }
-        if (rc == RL_OK && resp.status == 401 && !token_retried && c->cfg.token_file[0]) {
-            /* client-go: the token may have rotated under us; re-read, retry once */
+        if (rc == RL_OK && resp.status == 401 && !token_retried && token_can_change(c)) {
+            /* client-go: the token may have rotated under us (file) or
+             * been revoked (exec): re-read or re-run, retry once */
             token_retried = force_token = true;
             rl_http_resp_free(&resp);
             continue;
@@ -361,11 +418,14 @@ int rl_k8s__stream(rl_k8s *c, const char *path, rl_http_data_fn fn, void *ud, do
     rl_http_resp resp;
     *stopped = false;
     int rc = RL_OK;
+    unsigned gen = 0;
+    bool auth_failed;
     for (int k = 0; k < 2; k++) {
-        rc = attempt(c, "GET", path, NULL, NULL, timeout_s, idle_s, fn, ud, stop, k > 0, &resp,
-                     e);
+        rc = attempt(c, "GET", path, NULL, NULL, timeout_s, idle_s, fn, ud, stop, k > 0, &gen,
+                     &auth_failed, &resp, e);
+        if (auth_failed) return rc;
         *http_status = resp.status;
-        if (rc == RL_OK && resp.status == 401 && k == 0 && c->cfg.token_file[0]) {
+        if (rc == RL_OK && resp.status == 401 && k == 0 && token_can_change(c)) {
             rl_http_resp_free(&resp);
             continue;
         }

@@ -1,16 +1,20 @@
 /* k8s: a small Kubernetes API client over pkg/http.
  *
  * Config comes from inside a pod (service-account token, CA and namespace)
- * or from a kubeconfig file (YAML subset or JSON). TLS is always verified;
- * a kubeconfig asking for insecure-skip-tls-verify is refused.
+ * or from kubeconfig files (YAML read by libyaml, or JSON; a KUBECONFIG
+ * list merged as kubectl merges it). TLS is always verified; a kubeconfig
+ * asking for insecure-skip-tls-verify is refused.
  *
  * The client is thread-safe: several threads may issue requests and run
  * watches on one rl_k8s at once (each request takes an HTTP handle from a
  * small pool, so connections are reused without being shared mid-request).
  *
  * Bearer tokens follow client-go: the token file is re-read every 60 s and
- * right after a 401, and the request is then retried once. Tokens never
- * appear in logs or error messages.
+ * right after a 401, and the request is then retried once. An exec
+ * credential plugin (GKE, EKS, AKS) is run when a token is first needed,
+ * its token kept until its expirationTimestamp, and the plugin run again
+ * after a 401 (then the request is retried once). Tokens never appear in
+ * logs or error messages.
  *
  * Requests return RL_OK only for a 2xx answer. Any other answer sets
  * *http_status so callers can branch (404, 409 and 410 are ordinary
@@ -35,6 +39,22 @@
 struct cJSON;
 
 /* ---- configuration -------------------------------------------------------------- */
+/* A user's `exec` credential plugin (client.authentication.k8s.io/v1 or
+ * v1beta1), as kubectl runs it: no shell, our environment plus env,
+ * stdin not a terminal, KUBERNETES_EXEC_INFO describing the request. */
+typedef struct rl_k8s_exec {
+    char where[400];        /* "kubeconfig F: users[name=U].user.exec", for messages */
+    char api_version[48];   /* client.authentication.k8s.io/v1 or .../v1beta1 */
+    char **argv;            /* command (resolved against the kubeconfig's directory when
+                             * it contains a '/', else looked up in PATH), then args;
+                             * NULL-terminated */
+    char **env;             /* "NAME=value" set for the plugin; NULL-terminated */
+    char *install_hint;     /* installHint, or NULL */
+    bool provide_cluster_info;
+    char *cluster_config;   /* JSON of the cluster's client.authentication.k8s.io/exec
+                             * extension (sent when provide_cluster_info), or NULL */
+} rl_k8s_exec;
+
 typedef struct rl_k8s_config {
     char server[512];     /* "https://host:port" (no trailing slash) */
     char ns[254];         /* namespace; "default" when none is given */
@@ -50,6 +70,8 @@ typedef struct rl_k8s_config {
     char *cert_pem, *key_pem;
     size_t cert_pem_len, key_pem_len;
     char cert_file[1024], key_file[1024];
+    /* Exec credential plugin (instead of a token), or NULL. */
+    rl_k8s_exec *exec;
 } rl_k8s_config;
 
 /* Inside a pod: KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT and the
@@ -58,27 +80,59 @@ typedef struct rl_k8s_config {
  * file must exist and be non-empty; ca.crt must exist; a missing
  * namespace file means "default". RL_EINPUT naming the variable or file. */
 int rl_k8s_config_in_cluster(rl_k8s_config *c, rl_err *e);
-/* From a kubeconfig: path NULL means $KUBECONFIG (its first entry) or
- * ~/.kube/config; context NULL means current-context. Relative file
- * references are relative to the kubeconfig's directory, as in kubectl. */
+/* From kubeconfigs: path is one file or a list of files separated by ':'
+ * (as KUBECONFIG is); NULL means $KUBECONFIG or ~/.kube/config. context
+ * NULL means current-context. A list is merged as kubectl merges it: the
+ * first file naming a cluster, context or user wins that name, the first
+ * file setting current-context wins it, files of the list that do not
+ * exist are skipped (a single named file must exist), and every file must
+ * parse. Relative file references (certificate-authority, client-
+ * certificate, client-key, tokenFile, an exec command containing '/') are
+ * relative to the directory of the file that holds them. */
 int rl_k8s_config_kubeconfig(const char *path, const char *context, rl_k8s_config *c,
                              rl_err *e);
-/* The same from text already in memory (`path` names it in messages and
- * anchors relative paths). Reads no other file. Fuzzed. */
+/* The same from one text already in memory (`path` names it in messages
+ * and anchors relative paths). Reads no other file. Fuzzed. */
 int rl_k8s_config_parse(const char *text, size_t len, const char *path, const char *context,
                         rl_k8s_config *c, rl_err *e);
+/* The same from n texts (a KUBECONFIG list in memory, in its order). */
+int rl_k8s_config_parse_list(int n, const char *const *texts, const size_t *lens,
+                             const char *const *paths, const char *context, rl_k8s_config *c,
+                             rl_err *e);
 /* In-cluster when KUBERNETES_SERVICE_HOST is set, else the kubeconfig. */
 int rl_k8s_config_auto(rl_k8s_config *c, rl_err *e);
 void rl_k8s_config_free(rl_k8s_config *c);
 
-/* The YAML subset kubeconfigs use, as JSON: block mappings and sequences
- * (also "- " at the parent key's indentation), plain, 'single' and
- * "double" quoted scalars, comments, "---", and the empty flow forms {} and
- * []. Scalars become strings (null, ~ and empty become JSON null); anchors,
- * tags, block scalars and other flow collections are refused. Text
- * starting with '{' is read as JSON. Messages name `where` and the line. */
+/* One YAML document (libyaml: block and flow style, block scalars, quoted
+ * scalars and keys, comments, anchors and aliases) as JSON. Scalars become
+ * strings, except the plain null forms (empty, ~, null) which become JSON
+ * null. Refused, with the line: several documents, merge keys (<<),
+ * non-scalar or duplicate keys, tags other than YAML's own (!!str ...),
+ * nesting deeper than 64, aliases copying more than 100000 nodes, an
+ * empty document. Text that is valid JSON keeps JSON's types. Messages
+ * name `where` and the line. Fuzzed (through the kubeconfig reader). */
 int rl_k8s_yaml_parse(const char *text, size_t len, const char *where, struct cJSON **out,
                       rl_err *e);
+/* The same, plain scalars typed by YAML 1.2's core schema as kubectl types a
+ * manifest: true/false, integers (decimal, 0o, 0x) and floats become JSON
+ * booleans and numbers; quoted scalars and everything else stay strings. */
+int rl_k8s_yaml_parse_typed(const char *text, size_t len, const char *where, struct cJSON **out,
+                            rl_err *e);
+
+/* Run the config's exec plugin once (c->exec must be set): *token gets
+ * status.token (malloc'd), *expiry its expirationTimestamp in unix seconds
+ * (0: none given). Killed after timeout_s (RL_ETIMEOUT); a plugin that
+ * fails, is missing or prints something else is RL_EINPUT. Messages name
+ * the user entry and the command, never the token; the plugin's stderr
+ * is not passed through, its last line ends the message of a failure. */
+int rl_k8s_exec_token(const rl_k8s_config *c, double timeout_s, char **token, double *expiry,
+                      rl_err *e);
+/* The plugin's stdout: an ExecCredential of api_version with status.token
+ * (and optionally status.expirationTimestamp, RFC 3339). A client
+ * certificate instead of a token is refused. `where` prefixes messages,
+ * which never contain the token. Fuzzed. */
+int rl_k8s_exec_credential_parse(const char *text, size_t len, const char *api_version,
+                                 const char *where, char **token, double *expiry, rl_err *e);
 
 /* ---- the client ------------------------------------------------------------------------ */
 typedef struct rl_k8s_opts {
@@ -86,6 +140,7 @@ typedef struct rl_k8s_opts {
     double connect_timeout_s; /* 0: 5 s */
     rl_http_backoff backoff;  /* retries of 429/5xx/transport failures; {0}: defaults */
     double token_refresh_s;   /* 0: 60 s */
+    double exec_timeout_s;    /* an exec credential plugin's run; 0: 30 s */
     const volatile int *abort_flag; /* optional: cancels every call of this client */
 } rl_k8s_opts;
 

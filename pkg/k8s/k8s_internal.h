@@ -1,4 +1,4 @@
-/* Shared between client.c and watch.c; not part of the public API. */
+/* Shared between the files of pkg/k8s; not part of the public API. */
 #ifndef RL_K8S_INTERNAL_H
 #define RL_K8S_INTERNAL_H
 
@@ -19,5 +19,14 @@ int rl_k8s__request(rl_k8s *c, const char *method, const char *path, const char 
 double rl_k8s__backoff(rl_k8s *c, int attempt, double retry_after_s);
 /* "leases/x" from "/apis/.../namespaces/ns/leases/x?..." for messages. */
 void rl_k8s__short_path(const char *path, char *out, size_t n);
+
+/* Text from a file or a plugin as it may appear in a one-line message:
+ * control characters become '?', truncated to n - 1 bytes. Returns out. */
+const char *rl_k8s__printable(const char *s, char *out, size_t n);
+
+/* Exec plugin configs (exec.c): a deep copy (NULL on out of memory, or
+ * when x is NULL) and its release (NULL is fine). */
+rl_k8s_exec *rl_k8s__exec_dup(const rl_k8s_exec *x);
+void rl_k8s__exec_free(rl_k8s_exec *x);
 
 #endif

@@ -1,454 +1,313 @@
-/* The YAML subset that kubectl writes for kubeconfigs, read into cJSON.
+/* YAML into cJSON, read by libyaml: kubeconfigs as gcloud, aws, az and
+ * kubectl write them (block and flow style, block scalars, comments,
+ * quoted keys, anchors and aliases).
  *
- * Line-oriented: the text is cut into lines with their indentation, and a
- * recursive descent walks them. A sequence item's inline content ("- key:
- * v") is handled by rewriting that line in place as if it started at the
- * item's content column, so "- " items and nested mappings share one code
- * path. Anything outside the subset is refused with the line number rather
- * than guessed at: a misread credential file is worse than a clear error. */
+ * libyaml's event parser drives a small builder: a stack of open
+ * collections, each mapping remembering the key whose value comes next.
+ * Every scalar stays a string (the kubeconfig reader decides what a field
+ * means), except the plain null forms. What a kubeconfig never needs and
+ * a misreading would hide is refused with the line: several documents,
+ * merge keys, non-scalar keys, duplicate keys, application tags. Aliases
+ * are copies, bounded so that a "billion laughs" file fails instead of
+ * eating memory; depth is bounded too. */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <yaml.h>
 
-#include "k8s.h"
+#include "k8s_internal.h"
 
 #define MAX_DEPTH 64
+#define MAX_ANCHORS 256
+#define MAX_ALIAS_NODES 100000 /* nodes all aliases together may copy */
 
-typedef struct yline {
-    int indent, lineno;
-    char *text; /* content after the indentation, NUL-terminated, right-trimmed */
-} yline;
+typedef struct anchor {
+    char *name;
+    cJSON *node;     /* owned by the tree */
+    long nodes;      /* its size once complete; -1 while still open */
+    long start;      /* yb.nodes when it opened */
+} anchor;
 
-typedef struct yp {
-    yline *ln;
-    int n, i;
+typedef struct frame {
+    cJSON *node;
+    char *key;       /* a mapping's pending key (NULL: a key comes next) */
+    int anchor;      /* index into yb.an, or -1 */
+} frame;
+
+typedef struct yb {
     const char *where;
     rl_err *e;
-} yp;
+    frame st[MAX_DEPTH];
+    int depth;
+    anchor an[MAX_ANCHORS];
+    int nan;
+    long nodes, copied;
+    cJSON *root;
+    int docs;
+    bool typed; /* plain scalars resolved to JSON types (rl_k8s_yaml_parse_typed) */
+} yb;
 
-static int fail(yp *p, int lineno, const char *what) {
-    return rl_errf(p->e, RL_EINPUT, "%s: line %d: %s", p->where, lineno, what);
+static int fail(yb *b, const yaml_event_t *ev, const char *what) {
+    return rl_errf(b->e, RL_EINPUT, "%s: line %zu: %s", b->where, ev->start_mark.line + 1, what);
 }
 
-static bool is_seq_item(const char *t) { return t[0] == '-' && (t[1] == ' ' || t[1] == '\0'); }
+static int oom(yb *b) { return rl_errf(b->e, RL_ENOMEM, "%s: out of memory", b->where); }
 
-/* A value that is empty or only a comment. */
-static bool is_empty(const char *t) {
-    while (*t == ' ') t++;
-    return *t == '\0' || *t == '#';
+
+/* Standard tags only: "!!str" and friends change nothing here (every
+ * scalar is a string), an application's "!thing" would need its meaning. */
+static int check_tag(yb *b, const yaml_event_t *ev, const yaml_char_t *tag) {
+    if (!tag) return RL_OK;
+    const char *t = (const char *)tag;
+    if (strncmp(t, "tag:yaml.org,2002:", 18) == 0 && strcmp(t + 18, "binary") != 0) return RL_OK;
+    char msg[160], pt[80];
+    rl_k8s__printable(t, pt, sizeof pt);
+    snprintf(msg, sizeof msg, "tag %s is not supported", pt);
+    return fail(b, ev, msg);
 }
 
-static void put_utf8(char **o, unsigned long cp) {
-    unsigned char *q = (unsigned char *)*o;
-    if (cp < 0x80) {
-        *q++ = (unsigned char)cp;
-    } else if (cp < 0x800) {
-        *q++ = (unsigned char)(0xC0 | (cp >> 6));
-        *q++ = (unsigned char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        *q++ = (unsigned char)(0xE0 | (cp >> 12));
-        *q++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        *q++ = (unsigned char)(0x80 | (cp & 0x3F));
-    } else {
-        *q++ = (unsigned char)(0xF0 | (cp >> 18));
-        *q++ = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-        *q++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        *q++ = (unsigned char)(0x80 | (cp & 0x3F));
-    }
-    *o = (char *)q;
-}
-
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Parse a quoted scalar at t (t[0] is the quote). On success *out is a
- * malloc'd string and *end points just past the closing quote. */
-static int parse_quoted(yp *p, int lineno, const char *t, char **out, const char **end) {
-    char q = t[0];
-    size_t n = strlen(t);
-    char *buf = malloc(n + 1), *o = buf;
-    if (!buf) return rl_errf(p->e, RL_ENOMEM, "%s: out of memory", p->where);
-    const char *s = t + 1;
-    for (;;) {
-        if (*s == '\0') {
-            free(buf);
-            return fail(p, lineno, "unterminated quoted string (multi-line quoted scalars are not supported)");
-        }
-        if (*s == q) {
-            if (q == '\'' && s[1] == '\'') { /* '' is a literal quote */
-                *o++ = '\'';
-                s += 2;
-                continue;
-            }
-            s++;
-            break;
-        }
-        if (q == '"' && *s == '\\') {
-            char c = s[1];
-            int digits = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : 0;
-            if (digits) {
-                unsigned long cp = 0;
-                for (int k = 0; k < digits; k++) {
-                    int h = hexval(s[2 + k]);
-                    if (h < 0) {
-                        free(buf);
-                        return fail(p, lineno, "bad hex escape in a double-quoted string");
-                    }
-                    cp = cp * 16 + (unsigned long)h;
-                }
-                if (cp == 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-                    free(buf);
-                    return fail(p, lineno, "escape is not a usable character");
-                }
-                put_utf8(&o, cp);
-                s += 2 + digits;
-                continue;
-            }
-            char r;
-            switch (c) {
-            case '\\': r = '\\'; break;
-            case '"': r = '"'; break;
-            case '/': r = '/'; break;
-            case 'n': r = '\n'; break;
-            case 't': r = '\t'; break;
-            case 'r': r = '\r'; break;
-            case 'b': r = '\b'; break;
-            case 'f': r = '\f'; break;
-            case ' ': r = ' '; break;
-            default:
-                free(buf);
-                return fail(p, lineno, "unknown escape in a double-quoted string");
-            }
-            *o++ = r;
-            s += 2;
-            continue;
-        }
-        *o++ = *s++;
-    }
-    *o = '\0';
-    *out = buf;
-    *end = s;
+static int open_anchor(yb *b, const yaml_event_t *ev, const yaml_char_t *name, cJSON *node,
+                       int *idx) {
+    *idx = -1;
+    if (!name) return RL_OK;
+    if (b->nan == MAX_ANCHORS) return fail(b, ev, "too many anchors");
+    char *n = strdup((const char *)name);
+    if (!n) return oom(b);
+    /* a later anchor of the same name shadows the earlier one (YAML 1.1) */
+    b->an[b->nan] = (anchor){.name = n, .node = node, .nodes = -1, .start = b->nodes};
+    *idx = b->nan++;
     return RL_OK;
 }
 
-/* An inline value: quoted, {} / [], or plain (to a " #" comment). */
-static int parse_scalar(yp *p, int lineno, const char *t, cJSON **out) {
-    while (*t == ' ') t++;
-    if (*t == '"' || *t == '\'') {
-        char *s;
-        const char *end;
-        int rc = parse_quoted(p, lineno, t, &s, &end);
-        if (rc) return rc;
-        if (!is_empty(end) || (*end && *end != ' ')) {
-            free(s);
-            return fail(p, lineno, "text after a quoted string");
-        }
-        *out = cJSON_CreateString(s);
-        free(s);
-        return *out ? RL_OK : rl_errf(p->e, RL_ENOMEM, "%s: out of memory", p->where);
-    }
-    if (*t == '{' || *t == '[') {
-        bool obj = *t == '{';
-        const char *r = t + 1;
-        while (*r == ' ') r++;
-        if (*r != (obj ? '}' : ']') || !is_empty(r + 1) || (r[1] && r[1] != ' '))
-            return fail(p, lineno, "flow collections other than {} and [] are not supported");
-        *out = obj ? cJSON_CreateObject() : cJSON_CreateArray();
-        return *out ? RL_OK : rl_errf(p->e, RL_ENOMEM, "%s: out of memory", p->where);
-    }
-    if (strchr("&*!|>%@`?", *t) && *t)
-        return fail(p, lineno,
-                    "anchors, aliases, tags, block scalars and complex keys are not supported");
-    size_t len = strlen(t);
-    const char *hash = t;
-    while ((hash = strchr(hash, '#')) != NULL) {
-        if (hash == t || hash[-1] == ' ' || hash[-1] == '\t') {
-            len = (size_t)(hash - t);
-            break;
-        }
-        hash++;
-    }
-    while (len && (t[len - 1] == ' ' || t[len - 1] == '\t')) len--;
-    if (len == 0 || (len == 1 && t[0] == '~') ||
-        (len == 4 && (!strncmp(t, "null", 4) || !strncmp(t, "Null", 4) || !strncmp(t, "NULL", 4)))) {
-        *out = cJSON_CreateNull();
-    } else {
-        char *s = malloc(len + 1);
-        if (!s) return rl_errf(p->e, RL_ENOMEM, "%s: out of memory", p->where);
-        memcpy(s, t, len);
-        s[len] = '\0';
-        *out = cJSON_CreateString(s);
-        free(s);
-    }
-    return *out ? RL_OK : rl_errf(p->e, RL_ENOMEM, "%s: out of memory", p->where);
+static void close_anchor(yb *b, int idx) {
+    if (idx >= 0) b->an[idx].nodes = b->nodes - b->an[idx].start + 1;
 }
 
-/* Where the key of a "key: value" line ends: the ':' followed by a space
- * or the end; NULL when the line is not a mapping entry. */
-static const char *plain_key_colon(const char *t) {
-    for (const char *c = t; *c; c++) {
-        if (*c == ':' && (c[1] == ' ' || c[1] == '\0')) return c;
-        if (*c == '#' && c > t && c[-1] == ' ') return NULL;
+/* Hang a finished node under the open collection (or make it the root).
+ * Takes ownership of v in every case. */
+static int attach(yb *b, const yaml_event_t *ev, cJSON *v) {
+    if (b->depth == 0) {
+        b->root = v;
+        return RL_OK;
     }
-    return NULL;
-}
-
-static bool is_map_entry(const char *t) {
-    if (*t == '"' || *t == '\'') {
-        /* a quoted key: find the matching quote, then ':' */
-        char q = *t;
-        const char *s = t + 1;
-        while (*s) {
-            if (*s == '\\' && q == '"' && s[1]) {
-                s += 2;
-                continue;
-            }
-            if (*s == q) {
-                if (q == '\'' && s[1] == '\'') {
-                    s += 2;
-                    continue;
-                }
-                break;
-            }
-            s++;
-        }
-        if (*s != q) return false;
-        s++;
-        while (*s == ' ') s++;
-        return *s == ':' && (s[1] == ' ' || s[1] == '\0');
+    frame *f = &b->st[b->depth - 1];
+    if (cJSON_IsArray(f->node)) {
+        cJSON_AddItemToArray(f->node, v);
+        return RL_OK;
     }
-    return plain_key_colon(t) != NULL;
-}
-
-static int parse_block(yp *p, int indent, int depth, cJSON **out);
-static int parse_seq(yp *p, int indent, int depth, cJSON **out);
-
-static int parse_map(yp *p, int indent, int depth, cJSON **out) {
-    cJSON *obj = cJSON_CreateObject();
-    if (!obj) return rl_errf(p->e, RL_ENOMEM, "%s: out of memory", p->where);
-    int rc = RL_OK;
-    while (p->i < p->n && p->ln[p->i].indent >= indent) {
-        yline *l = &p->ln[p->i];
-        if (l->indent > indent) {
-            rc = fail(p, l->lineno, "unexpected indentation");
-            goto bad;
-        }
-        const char *t = l->text, *rest;
-        char *key = NULL;
-        if (is_seq_item(t)) {
-            rc = fail(p, l->lineno, "a sequence item where a mapping key was expected");
-            goto bad;
-        }
-        if (*t == '"' || *t == '\'') {
-            const char *end;
-            if ((rc = parse_quoted(p, l->lineno, t, &key, &end))) goto bad;
-            while (*end == ' ') end++;
-            if (*end != ':' || (end[1] != ' ' && end[1] != '\0')) {
-                free(key);
-                rc = fail(p, l->lineno, "expected ':' after a quoted key");
-                goto bad;
-            }
-            rest = end + 1;
-        } else {
-            const char *colon = plain_key_colon(t);
-            if (!colon) {
-                rc = fail(p, l->lineno, "expected 'key: value'");
-                goto bad;
-            }
-            if (strchr("&*!|>%@`?{[", *t)) {
-                rc = fail(p, l->lineno, "this kind of mapping key is not supported");
-                goto bad;
-            }
-            size_t kl = (size_t)(colon - t);
-            while (kl && t[kl - 1] == ' ') kl--;
-            key = malloc(kl + 1);
-            if (!key) {
-                rc = rl_errf(p->e, RL_ENOMEM, "%s: out of memory", p->where);
-                goto bad;
-            }
-            memcpy(key, t, kl);
-            key[kl] = '\0';
-            rest = colon + 1;
-        }
-        int lineno = l->lineno;
-        if (cJSON_GetObjectItemCaseSensitive(obj, key)) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "duplicate key \"%.100s\"", key);
-            for (char *q = msg; *q; q++)
-                if ((unsigned char)*q < 0x20) *q = '?';
-            free(key);
-            rc = fail(p, lineno, msg);
-            goto bad;
-        }
-        cJSON *child = NULL;
-        p->i++;
-        if (is_empty(rest)) {
-            if (p->i < p->n && p->ln[p->i].indent > indent) {
-                rc = parse_block(p, p->ln[p->i].indent, depth + 1, &child);
-            } else if (p->i < p->n && p->ln[p->i].indent == indent &&
-                       is_seq_item(p->ln[p->i].text)) {
-                /* kubectl writes "key:\n- item" with the dash at the key's column */
-                rc = parse_seq(p, indent, depth + 1, &child);
-            } else {
-                child = cJSON_CreateNull();
-                if (!child) rc = rl_errf(p->e, RL_ENOMEM, "%s: out of memory", p->where);
-            }
-        } else {
-            rc = parse_scalar(p, lineno, rest, &child);
-            if (!rc && p->i < p->n && p->ln[p->i].indent > indent) {
-                cJSON_Delete(child);
-                child = NULL;
-                rc = fail(p, p->ln[p->i].lineno,
-                          "unexpected indentation (multi-line scalars are not supported)");
-            }
-        }
-        if (rc) {
-            free(key);
-            goto bad;
-        }
-        cJSON_AddItemToObject(obj, key, child);
-        free(key);
+    if (!f->key) {
+        cJSON_Delete(v);
+        return fail(b, ev, "a mapping key must be a plain or quoted scalar");
     }
-    *out = obj;
+    cJSON_AddItemToObject(f->node, f->key, v);
+    free(f->key);
+    f->key = NULL;
     return RL_OK;
-bad:
-    cJSON_Delete(obj);
-    return rc;
 }
 
-static int parse_seq(yp *p, int indent, int depth, cJSON **out) {
-    if (depth > MAX_DEPTH) return fail(p, p->ln[p->i].lineno, "nested too deeply");
-    cJSON *arr = cJSON_CreateArray();
-    if (!arr) return rl_errf(p->e, RL_ENOMEM, "%s: out of memory", p->where);
-    int rc = RL_OK;
-    while (p->i < p->n && p->ln[p->i].indent >= indent) {
-        yline *l = &p->ln[p->i];
-        if (l->indent > indent) {
-            rc = fail(p, l->lineno, "unexpected indentation");
-            goto bad;
-        }
-        if (!is_seq_item(l->text)) break; /* the parent mapping's next key */
-        char *rest = l->text + 1;
-        int k = 0;
-        while (rest[k] == ' ') k++;
-        cJSON *child = NULL;
-        if (is_empty(rest)) {
-            p->i++;
-            if (p->i < p->n && p->ln[p->i].indent > indent) {
-                rc = parse_block(p, p->ln[p->i].indent, depth + 1, &child);
-            } else {
-                child = cJSON_CreateNull();
-                if (!child) rc = rl_errf(p->e, RL_ENOMEM, "%s: out of memory", p->where);
-            }
-        } else {
-            /* The item's content becomes a line of its own at its column. */
-            l->indent = indent + 1 + k;
-            l->text = rest + k;
-            rc = parse_block(p, l->indent, depth + 1, &child);
-        }
-        if (rc) goto bad;
-        cJSON_AddItemToArray(arr, child);
+/* A scalar where a mapping expects its key. */
+static int take_key(yb *b, const yaml_event_t *ev, const char *s) {
+    frame *f = &b->st[b->depth - 1];
+    char pk[120], msg[200];
+    if (ev->data.scalar.plain_implicit && strcmp(s, "<<") == 0)
+        return fail(b, ev, "merge keys (<<) are not supported");
+    if (cJSON_GetObjectItemCaseSensitive(f->node, s)) {
+        rl_k8s__printable(s, pk, sizeof pk);
+        snprintf(msg, sizeof msg, "duplicate key \"%s\"", pk);
+        return fail(b, ev, msg);
     }
-    *out = arr;
+    if (!(f->key = strdup(s))) return oom(b);
     return RL_OK;
-bad:
-    cJSON_Delete(arr);
-    return rc;
 }
 
-static int parse_block(yp *p, int indent, int depth, cJSON **out) {
-    yline *l = &p->ln[p->i];
-    if (depth > MAX_DEPTH) return fail(p, l->lineno, "nested too deeply");
-    if (is_seq_item(l->text)) return parse_seq(p, indent, depth, out);
-    if (is_map_entry(l->text)) return parse_map(p, indent, depth, out);
-    int rc = parse_scalar(p, l->lineno, l->text, out);
+static bool expects_key(const yb *b) {
+    return b->depth > 0 && cJSON_IsObject(b->st[b->depth - 1].node) && !b->st[b->depth - 1].key;
+}
+
+/* A plain scalar by YAML 1.2's core schema, as kubectl turns manifests
+ * into JSON: true/false, integers (decimal, 0o, 0x), floats; anything
+ * else (.inf and .nan included, which JSON cannot hold) a string. */
+static cJSON *core_scalar(const char *s) {
+    if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE")) return cJSON_CreateTrue();
+    if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE")) return cJSON_CreateFalse();
+    const char *d = s + (*s == '-' || *s == '+');
+    char *end = NULL;
+    if (d == s && d[0] == '0' && (d[1] == 'o' || d[1] == 'x') && isxdigit((unsigned char)d[2])) {
+        unsigned long long v = strtoull(d + 2, &end, d[1] == 'o' ? 8 : 16); /* 0o17, 0x1F */
+        if (!*end) return cJSON_CreateNumber((double)v);
+    } else if ((*d >= '0' && *d <= '9') || (*d == '.' && d[1] >= '0' && d[1] <= '9')) {
+        double v = strtod(s, &end); /* which also reads hex floats, inf, nan: not the core schema's */
+        if (!*end && !strpbrk(s, "xXnNiI")) return cJSON_CreateNumber(v);
+    }
+    return cJSON_CreateString(s);
+}
+
+static int on_scalar(yb *b, const yaml_event_t *ev) {
+    const char *s = (const char *)ev->data.scalar.value;
+    size_t len = ev->data.scalar.length;
+    int rc = check_tag(b, ev, ev->data.scalar.tag);
     if (rc) return rc;
-    p->i++;
-    if (p->i < p->n && p->ln[p->i].indent > indent) {
-        cJSON_Delete(*out);
-        *out = NULL;
-        return fail(p, p->ln[p->i].lineno, "unexpected indentation (multi-line scalars are not supported)");
+    if (strlen(s) != len) return fail(b, ev, "a NUL character in a string");
+    if (expects_key(b)) {
+        if (ev->data.scalar.anchor) return fail(b, ev, "anchors on mapping keys are not supported");
+        return take_key(b, ev, s);
     }
+    const char *tag = (const char *)ev->data.scalar.tag;
+    bool null = (tag && strcmp(tag, "tag:yaml.org,2002:null") == 0) ||
+                (ev->data.scalar.plain_implicit &&
+                 (!*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
+                  !strcmp(s, "NULL")));
+    cJSON *v = null                                               ? cJSON_CreateNull()
+               : b->typed && ev->data.scalar.plain_implicit && !tag ? core_scalar(s)
+                                                                    : cJSON_CreateString(s);
+    if (!v) return oom(b);
+    b->nodes++;
+    int idx;
+    if ((rc = open_anchor(b, ev, ev->data.scalar.anchor, v, &idx))) {
+        cJSON_Delete(v);
+        return rc;
+    }
+    close_anchor(b, idx);
+    return attach(b, ev, v);
+}
+
+static int on_open(yb *b, const yaml_event_t *ev, bool map) {
+    const yaml_char_t *tag = map ? ev->data.mapping_start.tag : ev->data.sequence_start.tag;
+    const yaml_char_t *an = map ? ev->data.mapping_start.anchor : ev->data.sequence_start.anchor;
+    int rc = check_tag(b, ev, tag);
+    if (rc) return rc;
+    if (expects_key(b)) return fail(b, ev, "a mapping key must be a plain or quoted scalar");
+    if (b->depth == MAX_DEPTH) return fail(b, ev, "nested too deeply");
+    cJSON *v = map ? cJSON_CreateObject() : cJSON_CreateArray();
+    if (!v) return oom(b);
+    b->nodes++;
+    int idx;
+    if ((rc = open_anchor(b, ev, an, v, &idx))) {
+        cJSON_Delete(v);
+        return rc;
+    }
+    b->st[b->depth++] = (frame){.node = v, .anchor = idx};
     return RL_OK;
 }
 
-int rl_k8s_yaml_parse(const char *text, size_t len, const char *where, cJSON **out, rl_err *e) {
+static int on_close(yb *b, const yaml_event_t *ev) {
+    frame f = b->st[--b->depth];
+    free(f.key); /* libyaml pairs every key with a value; defensive */
+    close_anchor(b, f.anchor);
+    return attach(b, ev, f.node);
+}
+
+static int on_alias(yb *b, const yaml_event_t *ev) {
+    if (expects_key(b)) return fail(b, ev, "aliases as mapping keys are not supported");
+    const char *name = (const char *)ev->data.alias.anchor;
+    for (int i = b->nan - 1; i >= 0; i--) {
+        if (strcmp(b->an[i].name, name) != 0) continue;
+        if (b->an[i].nodes < 0) return fail(b, ev, "an alias inside the node it names");
+        if (b->copied + b->an[i].nodes > MAX_ALIAS_NODES)
+            return fail(b, ev, "aliases expand to too many nodes");
+        cJSON *v = cJSON_Duplicate(b->an[i].node, true);
+        if (!v) return oom(b);
+        b->copied += b->an[i].nodes;
+        b->nodes += b->an[i].nodes;
+        return attach(b, ev, v);
+    }
+    char pn[80], msg[160];
+    rl_k8s__printable(name, pn, sizeof pn);
+    snprintf(msg, sizeof msg, "alias *%s names no anchor before it", pn);
+    return fail(b, ev, msg);
+}
+
+static int on_event(yb *b, const yaml_event_t *ev) {
+    switch (ev->type) {
+    case YAML_DOCUMENT_START_EVENT:
+        if (++b->docs > 1) return fail(b, ev, "only one YAML document is supported");
+        return RL_OK;
+    case YAML_SCALAR_EVENT: return on_scalar(b, ev);
+    case YAML_SEQUENCE_START_EVENT: return on_open(b, ev, false);
+    case YAML_MAPPING_START_EVENT: return on_open(b, ev, true);
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT: return on_close(b, ev);
+    case YAML_ALIAS_EVENT: return on_alias(b, ev);
+    default: return RL_OK;
+    }
+}
+
+static int parser_error(yb *b, const yaml_parser_t *p) {
+    if (p->error == YAML_MEMORY_ERROR) return oom(b);
+    const yaml_mark_t *m = p->problem ? &p->problem_mark : &p->context_mark;
+    return rl_errf(b->e, RL_EINPUT, "%s: line %zu: %s%s%s", b->where, m->line + 1,
+                   p->problem ? p->problem : "not valid YAML", p->context ? " " : "",
+                   p->context ? p->context : "");
+}
+
+static void builder_free(yb *b) {
+    for (int i = 0; i < b->nan; i++) free(b->an[i].name);
+    /* open collections are attached to their parents only when they close */
+    for (int i = 0; i < b->depth; i++) {
+        free(b->st[i].key);
+        cJSON_Delete(b->st[i].node);
+    }
+    cJSON_Delete(b->root);
+}
+
+static int parse_yaml(const char *text, size_t len, yb *b) {
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p)) return oom(b);
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    int rc = RL_OK;
+    for (bool done = false; !done && rc == RL_OK;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&p, &ev)) {
+            rc = parser_error(b, &p);
+            break;
+        }
+        done = ev.type == YAML_STREAM_END_EVENT;
+        rc = on_event(b, &ev);
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+static int yaml_parse(const char *text, size_t len, const char *where, bool typed, cJSON **out, rl_err *e) {
     *out = NULL;
     if (!where) where = "yaml";
     if (memchr(text, '\0', len)) return rl_errf(e, RL_EINPUT, "%s: contains a NUL byte", where);
+    /* JSON (what `kubectl config view -o json` writes) keeps its types;
+     * anything cJSON refuses gets libyaml's reading and line numbers. */
     size_t s = 0;
     while (s < len && (text[s] == ' ' || text[s] == '\t' || text[s] == '\r' || text[s] == '\n'))
         s++;
     if (s < len && text[s] == '{') {
-        const char *end = NULL;
-        cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, false);
-        if (!j)
-            return rl_errf(e, RL_EINPUT, "%s: not valid JSON (near byte %zu)", where,
-                           end ? (size_t)(end - text) : 0);
-        *out = j;
-        return RL_OK;
-    }
-    char *buf = malloc(len + 1);
-    if (!buf) return rl_errf(e, RL_ENOMEM, "%s: out of memory", where);
-    memcpy(buf, text, len);
-    buf[len] = '\0';
-    size_t maxlines = 1;
-    for (size_t i = 0; i < len; i++) maxlines += buf[i] == '\n';
-    yline *ln = calloc(maxlines, sizeof *ln);
-    if (!ln) {
-        free(buf);
-        return rl_errf(e, RL_ENOMEM, "%s: out of memory", where);
-    }
-    yp p = {.ln = ln, .where = where, .e = e};
-    int rc = RL_OK, lineno = 0;
-    bool seen_content = false;
-    for (char *line = buf; line;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = '\0';
-        lineno++;
-        size_t l = strlen(line);
-        while (l && (line[l - 1] == '\r' || line[l - 1] == ' ' || line[l - 1] == '\t'))
-            line[--l] = '\0';
-        int ind = 0;
-        while (line[ind] == ' ') ind++;
-        char *t = line + ind;
-        if (*t == '\t') {
-            rc = fail(&p, lineno, "tab in indentation");
-            goto out;
+        cJSON *j = cJSON_ParseWithLength(text, len);
+        if (j) {
+            *out = j;
+            return RL_OK;
         }
-        bool skip = *t == '\0' || *t == '#';
-        if (ind == 0 && (!strcmp(t, "---") || !strncmp(t, "--- ", 4))) {
-            if (seen_content) {
-                rc = fail(&p, lineno, "only one YAML document is supported");
-                goto out;
-            }
-            skip = true;
-        }
-        if (ind == 0 && !strcmp(t, "...")) skip = true;
-        if (ind == 0 && *t == '%' && !seen_content) skip = true; /* %YAML directive */
-        if (!skip) {
-            ln[p.n++] = (yline){.indent = ind, .lineno = lineno, .text = t};
-            seen_content = true;
-        }
-        line = nl ? nl + 1 : NULL;
     }
-    if (p.n == 0) {
+    yb *b = calloc(1, sizeof *b);
+    if (!b) return rl_errf(e, RL_ENOMEM, "%s: out of memory", where);
+    b->where = where;
+    b->e = e;
+    b->typed = typed;
+    int rc = parse_yaml(text, len, b);
+    if (rc == RL_OK && (!b->root || cJSON_IsNull(b->root)))
         rc = rl_errf(e, RL_EINPUT, "%s: empty document", where);
-        goto out;
+    if (rc == RL_OK) {
+        *out = b->root;
+        b->root = NULL;
     }
-    rc = parse_block(&p, ln[0].indent, 0, out);
-    if (!rc && p.i < p.n) {
-        cJSON_Delete(*out);
-        *out = NULL;
-        rc = fail(&p, ln[p.i].lineno, "unexpected indentation");
-    }
-out:
-    free(ln);
-    free(buf);
+    builder_free(b);
+    free(b);
     return rc;
+}
+
+int rl_k8s_yaml_parse(const char *text, size_t len, const char *where, cJSON **out, rl_err *e) {
+    return yaml_parse(text, len, where, false, out, e);
+}
+
+int rl_k8s_yaml_parse_typed(const char *text, size_t len, const char *where, cJSON **out, rl_err *e) {
+    return yaml_parse(text, len, where, true, out, e);
 }

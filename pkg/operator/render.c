@@ -89,6 +89,7 @@ static int render_job(const cJSON *obj, const char *ns, cJSON *items, rl_err *e)
     rl_op_job j;
     int rc = rl_op_job_parse(copy, &j, e);
     if (rc) {
+        rl_op_job_free(&j); /* a refusal may leave the training config behind */
         cJSON_Delete(copy);
         return rc;
     }
@@ -122,6 +123,28 @@ static bool next_document(const char *text, size_t len, size_t *at, size_t *star
     return false;
 }
 
+/* The offset of the first byte that is not well-formed UTF-8 (no overlong
+ * forms, surrogates or code points past U+10FFFF), or n. Manifests are
+ * UTF-8 (JSON's, and the API server's, rule), and a string that is not
+ * could not be printed back as YAML. */
+static size_t utf8_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t k = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : 9;
+        if (k == 9 || (k && i + k >= n)) return i; /* a bad lead byte, or cut short */
+        unsigned lo = 0x80, hi = 0xBF; /* the second byte's range */
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+        for (size_t j = 1; j <= k; j++)
+            if (s[i + j] < (j == 1 ? lo : 0x80) || s[i + j] > (j == 1 ? hi : 0xBF)) return i;
+        i += k + 1;
+    }
+    return n;
+}
+
 /* Only blank lines and comments (what a leading or trailing "---" leaves). */
 static bool blank_document(const char *s, size_t n) {
     bool comment = false;
@@ -135,6 +158,12 @@ static bool blank_document(const char *s, size_t n) {
 
 int rl_op_render(const char *text, size_t len, const char *where, const char *ns, char **yaml, rl_err *e) {
     *yaml = NULL;
+    size_t bad = utf8_prefix((const unsigned char *)text, len);
+    if (bad < len) {
+        int line = 1;
+        for (size_t i = 0; i < bad; i++) line += text[i] == '\n';
+        return rl_errf(e, RL_EINPUT, "%s: line %d: not UTF-8", where, line);
+    }
     cJSON *list = cJSON_CreateObject();
     cJSON_AddStringToObject(list, "apiVersion", "v1");
     cJSON_AddStringToObject(list, "kind", "List");
@@ -147,7 +176,7 @@ int rl_op_render(const char *text, size_t len, const char *where, const char *ns
         snprintf(w, sizeof w, doc > 1 || at <= len ? "%s (document %d)" : "%s", where, doc);
         cJSON *obj = NULL;
         if (blank_document(text + start, end - start)) continue;
-        if ((rc = rl_k8s_yaml_parse(text + start, end - start, w, &obj, e)) == RL_OK && obj) {
+        if ((rc = rl_k8s_yaml_parse_typed(text + start, end - start, w, &obj, e)) == RL_OK && obj) {
             const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "kind"));
             if (kind && !strcmp(kind, "TrainingJob")) {
                 if ((rc = render_job(obj, ns, items, e))) rl_err_wrap(e, "%s", w);

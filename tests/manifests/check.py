@@ -20,7 +20,8 @@ through tests/unit/test_manifests.c).
 - --json-out DIR: every example TrainingJob (defaulted) and every file
   under tests/manifests/operator-rejects/ as JSON for the C test, which
   feeds them to the operator's own spec parser (rl_op_job_parse).
-- --operator BIN: `BIN render -f` of every example file: what it prints
+- --operator BIN: `BIN render -f` of every example file (make test passes
+  it): what it prints
   is a List of built-in objects valid against Kubernetes' schemas
   (strict), its pods pass the "restricted" Pod Security Standard; every
   file under tests/manifests/operator-rejects/ is refused (exit 2, one
@@ -49,6 +50,8 @@ import yaml
 from kubernetes_validate import utils as kvu
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "k8s"))
+import podsecurity  # noqa: E402  (the stand-in's admission: the Pod Security Standards' checks)
 K8S_MIN = "1.30.0"
 
 # docs/trainingjob.md's defaults (none under spec.training: the worker has its own)
@@ -462,6 +465,9 @@ def check_render(operator, path, jobs):
     check(len(items) == want, where, "%d objects, want %d" % (len(items), want))
     for o in items:
         validate_builtin(o, "%s: %s" % (where, ident(o)))
+        if o.get("kind") == "Pod":
+            bad = podsecurity.violations(o.get("spec") or {}, "restricted")
+            check(not bad, "%s: %s" % (where, ident(o)), "violates restricted: %s" % "; ".join(bad))
 
 
 def check_render_refuses(operator, path, want):

@@ -1,10 +1,14 @@
-/* k8s: the parsers on their own (YAML subset, kubeconfig, Status lines,
+/* k8s: the parsers on their own (YAML, kubeconfig and KUBECONFIG lists
+ * checked against the real kubectl, exec plugin configs and their
+ * ExecCredential answers, Status lines,
  * watch lines and events, times, Lease and EndpointSlice views), then the
  * client against the local API stand-in (tests/k8s/standin.py): CA
  * verification, 401 and token re-read, 403 not retried, 404/409 outcomes,
  * Lease create/update with conflicts, LIST+WATCH in order, relist after
  * compaction (ERROR 410 in a 200 stream), retries through 503 and refused
- * connections, and the stop flag. Each integration test starts its own
+ * connections, the stop flag, and exec credential plugins (run once per
+ * token lifetime, again after expiry and after a 401, killed at their
+ * timeout, their failures one line without the token). Each integration test starts its own
  * stand-in on ephemeral ports. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
@@ -12,13 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "k8s/k8s.h"
 #include "standin.h"
 #include "testutil.h"
 
-/* ---- YAML subset ------------------------------------------------------------------ */
+/* ---- YAML ----------------------------------------------------------------------------- */
 static const char *KUBECTL_STYLE =
     "apiVersion: v1\n"
     "clusters:\n"
@@ -93,19 +98,25 @@ Test(k8s_yaml, refusals_name_the_line) {
     struct {
         const char *doc, *want;
     } bad[] = {
-        {"a: 1\n\tb: 2\n", "line 2: tab in indentation"},
-        {"a:\n  b: 1\n c: 2\n", "line 3: unexpected indentation"},
-        {"a: &x 1\n", "line 1: anchors"},
-        {"a: |\n  text\n", "line 1: anchors, aliases, tags, block scalars"},
+        {"a: 1\n\tb: 2\n", "line 2: "},
+        {"a:\n  b: 1\n c: 2\n", "line 3: "},
         {"a: 1\na: 2\n", "line 2: duplicate key \"a\""},
-        {"a: \"open\n", "line 1: unterminated"},
-        {"a: {b: 1}\n", "line 1: flow collections"},
-        {"a: b\n  c\n", "line 2: unexpected indentation"},
+        {"a: {b: 1, \"b\": 2}\n", "line 1: duplicate key \"b\""},
+        {"a: \"open\n", "line 2: found unexpected end of stream"},
         {"- a\nb: 1\n", "line 2"},
         {"a: 1\n---\nb: 2\n", "line 2: only one YAML document"},
-        {"a: \"\\q\"\n", "line 1: unknown escape"},
+        {"a: \"\\q\"\n", "line 1: found unknown escape character"},
+        {"a: \"x\\0y\"\n", "line 1: a NUL character in a string"},
+        {"a: *x\n", "line 1: alias *x names no anchor before it"},
+        {"a: &x [1, *x]\n", "line 1: an alias inside the node it names"},
+        {"a: !vault secret\n", "line 1: tag !vault is not supported"},
+        {"a: !!binary aGk=\n", "tag tag:yaml.org,2002:binary is not supported"},
+        {"base: &b {x: 1}\nmore:\n  <<: *b\n", "line 3: merge keys (<<) are not supported"},
+        {"? [a, b]\n: c\n", "line 1: a mapping key must be a plain or quoted scalar"},
         {"", "empty document"},
-        {"{\"a\":", "not valid JSON"},
+        {"# only a comment\n", "empty document"},
+        {"---\n", "empty document"},
+        {"{\"a\":", "did not find expected node content"},
         {NULL, NULL}};
     for (int i = 0; bad[i].doc; i++) {
         cJSON *j = NULL;
@@ -113,7 +124,8 @@ Test(k8s_yaml, refusals_name_the_line) {
         cr_assert_eq(rl_k8s_yaml_parse(bad[i].doc, strlen(bad[i].doc), "f.yaml", &j, &e),
                      RL_EINPUT, "case %d accepted", i);
         cr_assert_null(j);
-        cr_assert(strstr(e.msg, "f.yaml") && strstr(e.msg, bad[i].want), "case %d: %s", i, e.msg);
+        cr_assert(strstr(e.msg, "f.yaml: ") && strstr(e.msg, bad[i].want) && !strchr(e.msg, '\n'),
+                  "case %d: %s", i, e.msg);
     }
     /* depth is bounded, not a stack overflow */
     char deep[8000] = "";
@@ -123,6 +135,66 @@ Test(k8s_yaml, refusals_name_the_line) {
     rl_err e = {0};
     cr_assert_eq(rl_k8s_yaml_parse(deep, strlen(deep), "d", &j, &e), RL_EINPUT);
     cr_assert(strstr(e.msg, "nested too deeply"), "%s", e.msg);
+    /* aliases are copies: a "billion laughs" is refused, not expanded */
+    char laughs[4096] = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+    for (char c = 'b'; c <= 'j'; c++) {
+        char line[128];
+        snprintf(line, sizeof line, "%c: &%c [*%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c, *%c]\n",
+                 c, c, c - 1, c - 1, c - 1, c - 1, c - 1, c - 1, c - 1, c - 1, c - 1, c - 1);
+        strcat(laughs, line);
+    }
+    cr_assert_eq(rl_k8s_yaml_parse(laughs, strlen(laughs), "l", &j, &e), RL_EINPUT);
+    cr_assert(strstr(e.msg, "aliases expand to too many nodes"), "%s", e.msg);
+}
+
+/* What gcloud, aws and az write beyond kubectl's own block style. */
+Test(k8s_yaml, cloud_cli_forms) {
+    const char *y =
+        "%YAML 1.1\n"
+        "---\n"
+        "# written by a cloud CLI\n"
+        "\"apiVersion\": v1\n"
+        "clusters: [{name: gke_p_z_c, cluster: {server: 'https://34.1.2.3', "
+        "certificate-authority-data: \"QUJD\"}}]\n"
+        "users:\n"
+        "- name: aks\n"
+        "  user:\n"
+        "    exec: &ex\n"
+        "      command: kubelogin   # in PATH\n"
+        "      args:\n"
+        "        - get-token\n"
+        "        - --server-id\n"
+        "        - '6dae42f8-4368-4678-94ff-3960e28e3630'\n"
+        "      env: null\n"
+        "      installHint: |\n"
+        "        kubelogin is not installed.\n"
+        "          See https://aka.ms/aks/kubelogin\n"
+        "      note: >\n"
+        "        folded\n"
+        "        text\n"
+        "- name: copy\n"
+        "  user: {exec: *ex}\n"
+        "'quoted key': !!str 007\n"
+        "...\n";
+    cJSON *j = NULL;
+    rl_err e = {0};
+    cr_assert_eq(rl_k8s_yaml_parse(y, strlen(y), "cloud", &j, &e), RL_OK, "%s", e.msg);
+    cr_assert_str_eq(rl_test_json_path(j, "apiVersion")->valuestring, "v1");
+    const cJSON *cl = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "clusters"), 0);
+    cr_assert_str_eq(rl_test_json_path(cl, "cluster.server")->valuestring, "https://34.1.2.3");
+    const cJSON *u = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "users"), 0);
+    cr_assert_str_eq(rl_test_json_path(u, "user.exec.command")->valuestring, "kubelogin");
+    cr_assert_str_eq(cJSON_GetArrayItem(rl_test_json_path(u, "user.exec.args"), 2)->valuestring,
+                     "6dae42f8-4368-4678-94ff-3960e28e3630");
+    cr_assert(cJSON_IsNull(rl_test_json_path(u, "user.exec.env")));
+    cr_assert_str_eq(rl_test_json_path(u, "user.exec.installHint")->valuestring,
+                     "kubelogin is not installed.\n  See https://aka.ms/aks/kubelogin\n");
+    cr_assert_str_eq(rl_test_json_path(u, "user.exec.note")->valuestring, "folded text\n");
+    const cJSON *u2 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "users"), 1);
+    cr_assert(cJSON_Compare(rl_test_json_path(u, "user.exec"), rl_test_json_path(u2, "user.exec"), true),
+              "the alias is a copy of the anchored node");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "quoted key")->valuestring, "007");
+    cJSON_Delete(j);
 }
 
 /* ---- kubeconfig ------------------------------------------------------------------- */
@@ -153,8 +225,9 @@ Test(k8s_config, bad_kubeconfigs_name_file_and_field) {
     struct {
         const char *tail, *want;
     } bad[] = {
-        {"    insecure-skip-tls-verify: true\ncontexts:\n- name: x\n  context: {cluster: c}\n",
-         "flow collections"},
+        {"    insecure-skip-tls-verify: yes\ncontexts:\n- name: x\n  context: {cluster: c}\n"
+         "current-context: x\n",
+         "clusters[name=c].cluster.insecure-skip-tls-verify: refused"},
         {"    insecure-skip-tls-verify: true\ncontexts:\n- name: x\n  context:\n    cluster: c\n"
          "current-context: x\n",
          "clusters[name=c].cluster.insecure-skip-tls-verify: refused"},
@@ -164,8 +237,11 @@ Test(k8s_config, bad_kubeconfigs_name_file_and_field) {
         {"contexts:\n- name: x\n  context:\n    cluster: c\ncurrent-context: y\n",
          "contexts: no entry named \"y\""},
         {"contexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n"
-         "users:\n- name: u\n  user:\n    exec:\n      command: aws\n",
-         "users[name=u].user.exec: not supported"},
+         "users:\n- name: u\n  user:\n    auth-provider: {name: gcp}\n",
+         "users[name=u].user.auth-provider: not supported"},
+        {"contexts:\n- name: x\n  context: {cluster: c}\n- name: x\n  context: {cluster: c}\n",
+         "contexts: duplicate name \"x\""},
+        {"contexts: [7]\n", "contexts[0]: must be a mapping"},
         {"contexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n"
          "users:\n- name: u\n  user:\n    client-certificate: a.crt\n",
          "client-certificate given without client-key"},
@@ -829,4 +905,485 @@ Test(k8s_standin, watch_survives_an_outage) {
     pthread_join(th, NULL);
     cr_assert_eq(w.rc, RL_OK, "%s", w.e.msg);
     rl_k8s_free(c);
+}
+
+/* ---- KUBECONFIG lists, with the real kubectl as the oracle ------------------------------- */
+static void put(const char *dir, const char *name, const char *text) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    rl_test_write(p, text, strlen(text));
+}
+
+static char *slurp(const char *path) {
+    char *t = NULL;
+    rl_err e = {0};
+    cr_assert_eq(rl_read_file(path, &t, NULL, &e), RL_OK, "%s", e.msg);
+    return t;
+}
+
+/* `kubectl config view --flatten -o json` of a KUBECONFIG list. */
+static cJSON *kubectl_view(const char *list) {
+    char cmd[2048], buf[65536];
+    snprintf(cmd, sizeof cmd, "cd / && KUBECONFIG='%s' timeout 60 kubectl config view --flatten -o json 2>&1",
+             list);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = '\0';
+    cr_assert_eq(pclose(p), 0, "kubectl: %s", buf);
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert_not_null(j, "kubectl printed: %s", buf);
+    return j;
+}
+
+static const cJSON *named(const cJSON *root, const char *list, const char *inner, const char *name) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, list))
+        if (!strcmp(cJSON_GetObjectItem(it, "name")->valuestring, name))
+            return cJSON_GetObjectItem(it, inner);
+    cr_assert_fail("kubectl has no %s named %s", list, name);
+    return NULL;
+}
+
+/* A file our config names holds what kubectl inlined as base64. */
+static void same_file_data(const char *file, const cJSON *b64, const char *what) {
+    cr_assert(file[0] && cJSON_IsString(b64), "%s: ours %s, kubectl %s", what, file,
+              b64 ? "data" : "none");
+    char *want = NULL, *got = slurp(file);
+    size_t wl = 0;
+    cr_assert_eq(rl_base64_decode(b64->valuestring, strlen(b64->valuestring), false, &want, &wl), 0);
+    cr_assert_str_eq(got, want, "%s: %s", what, file);
+    free(want);
+    free(got);
+}
+
+static void check_context_as_kubectl(const char *list, const cJSON *kv, const char *ctx) {
+    const cJSON *cx = named(kv, "contexts", "context", ctx);
+    const cJSON *cl = named(kv, "clusters", "cluster", cJSON_GetObjectItem(cx, "cluster")->valuestring);
+    const cJSON *us = named(kv, "users", "user", cJSON_GetObjectItem(cx, "user")->valuestring);
+    rl_k8s_config c;
+    rl_err e = {0};
+    cr_assert_eq(rl_k8s_config_kubeconfig(list, ctx, &c, &e), RL_OK, "%s", e.msg);
+    cr_assert_str_eq(c.server, cJSON_GetObjectItem(cl, "server")->valuestring, "context %s", ctx);
+    const cJSON *ns = cJSON_GetObjectItem(cx, "namespace");
+    cr_assert_str_eq(c.ns, ns ? ns->valuestring : "default", "context %s", ctx);
+    same_file_data(c.ca_file, cJSON_GetObjectItem(cl, "certificate-authority-data"), ctx);
+    const cJSON *tok = cJSON_GetObjectItem(us, "token");
+    cr_assert_str_eq(c.token ? c.token : "", tok ? tok->valuestring : "", "context %s", ctx);
+    const cJSON *cert = cJSON_GetObjectItem(us, "client-certificate-data");
+    if (cert) {
+        same_file_data(c.cert_file, cert, ctx);
+        same_file_data(c.key_file, cJSON_GetObjectItem(us, "client-key-data"), ctx);
+    } else {
+        cr_assert_eq(c.cert_file[0], '\0');
+    }
+    const cJSON *tf = cJSON_GetObjectItem(us, "tokenFile");
+    if (tf) {
+        char suffix[300];
+        snprintf(suffix, sizeof suffix, "/%s", tf->valuestring);
+        size_t l = strlen(c.token_file), sl = strlen(suffix);
+        cr_assert(l > sl && !strcmp(c.token_file + l - sl, suffix) && access(c.token_file, R_OK) == 0,
+                  "tokenFile %s vs kubectl's %s", c.token_file, tf->valuestring);
+    }
+    rl_k8s_config_free(&c);
+}
+
+Test(k8s_config, kubeconfig_list_merged_as_kubectl_merges_it) {
+    char root[] = "/tmp/rlk8s-list-XXXXXX", a[300], b[300], sub[320];
+    cr_assert(mkdtemp(root));
+    snprintf(a, sizeof a, "%s/A", root);
+    snprintf(b, sizeof b, "%s/B", root);
+    snprintf(sub, sizeof sub, "%s/sub", b);
+    cr_assert(mkdir(a, 0700) == 0 && mkdir(b, 0700) == 0 && mkdir(sub, 0700) == 0);
+    put(a, "ca.crt", "CA of A\n");
+    put(b, "ca.crt", "CA of B\n");
+    put(b, "sub/ca.crt", "CA of B2\n");
+    put(b, "u2.crt", "CERT of u2\n");
+    put(b, "u2.key", "KEY of u2\n");
+    put(b, "u2.token", "tok2\n");
+    /* the first file wins c1, u1 and x but sets no current-context */
+    put(a, "config",
+        "apiVersion: v1\nkind: Config\n"
+        "clusters:\n- {name: c1, cluster: {server: \"https://a.example:6443\", certificate-authority: ca.crt}}\n"
+        "users:\n- name: u1\n  user: {token: token-from-a}\n"
+        "contexts:\n- name: x\n  context: {cluster: c1, user: u1, namespace: from-a}\n");
+    put(b, "config",
+        "apiVersion: v1\nkind: Config\ncurrent-context: only-b\n"
+        "clusters:\n- name: c1\n  cluster:\n    server: https://b.example:6443\n    certificate-authority: ca.crt\n"
+        "- name: c2\n  cluster: {server: 'https://b2.example', certificate-authority: sub/ca.crt}\n"
+        "users:\n- name: u1\n  user: {token: token-from-b}\n"
+        "- name: u2\n  user:\n    client-certificate: u2.crt\n    client-key: u2.key\n    tokenFile: u2.token\n"
+        "contexts:\n- name: x\n  context: {cluster: c2, user: u2}\n"
+        "- name: only-b\n  context: {cluster: c1, user: u2, namespace: ns-b}\n"
+        "- name: mixed\n  context: {cluster: c2, user: u1}\n");
+    char list[1100];
+    snprintf(list, sizeof list, "%s/config::%s/missing:%s/config:%s/config", a, root, b, a);
+    cJSON *kv = kubectl_view(list);
+    const char *ctxs[] = {"x", "only-b", "mixed"};
+    for (int i = 0; i < 3; i++) check_context_as_kubectl(list, kv, ctxs[i]);
+    /* current-context: the first file that sets one */
+    cr_assert_str_eq(cJSON_GetObjectItem(kv, "current-context")->valuestring, "only-b");
+    rl_k8s_config c;
+    rl_err e = {0};
+    setenv("KUBECONFIG", list, 1);
+    unsetenv("KUBERNETES_SERVICE_HOST");
+    cr_assert_eq(rl_k8s_config_auto(&c, &e), RL_OK, "%s", e.msg);
+    cr_assert(strstr(c.source, "(context only-b)") && strstr(c.source, b), "%s", c.source);
+    cr_assert_str_eq(c.server, "https://a.example:6443");
+    rl_k8s_config_free(&c);
+    cJSON_Delete(kv);
+
+    /* every file of the list must parse, and the message names the bad one */
+    put(b, "bad", "clusters:\n- name: c1\n  cluster: {server: https://x}\n- name: c1\n");
+    snprintf(list, sizeof list, "%s/config:%s/bad", a, b);
+    cr_assert_eq(rl_k8s_config_kubeconfig(list, NULL, &c, &e), RL_EINPUT);
+    cr_assert(strstr(e.msg, "/B/bad: clusters: duplicate name \"c1\""), "%s", e.msg);
+    char out[1400];
+    snprintf(out, sizeof out, "cd / && KUBECONFIG='%s' timeout 60 kubectl config view >/dev/null 2>&1", list);
+    cr_assert_neq(system(out), 0, "kubectl refuses it too");
+    snprintf(list, sizeof list, "%s/nope:%s/nope2", root, root);
+    cr_assert_eq(rl_k8s_config_kubeconfig(list, NULL, &c, &e), RL_EINPUT);
+    cr_assert(strstr(e.msg, "none of the 2 files"), "%s", e.msg);
+    snprintf(list, sizeof list, "%s/nope", root);
+    cr_assert_neq(rl_k8s_config_kubeconfig(list, NULL, &c, &e), RL_OK, "a single file must exist");
+    cr_assert(strstr(e.msg, "/nope"), "%s", e.msg);
+    rl_test_rmdir(root);
+}
+
+/* ---- exec credential configs and answers ------------------------------------------------- */
+#define EXEC_HEAD                                                                                  \
+    "clusters:\n- name: c\n  cluster:\n    server: https://h:1\n    extensions:\n"               \
+    "    - name: client.authentication.k8s.io/exec\n      extension: {audience: x}\n"            \
+    "contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"              \
+    "users:\n- name: u\n  user:\n    exec:\n"
+
+Test(k8s_config, exec_sections) {
+    const char *ok = EXEC_HEAD
+        "      apiVersion: client.authentication.k8s.io/v1\n"
+        "      command: bin/plugin\n"
+        "      args: [get-token, --cluster, \"c 1\"]\n"
+        "      env:\n      - {name: A, value: one}\n      - name: B\n"
+        "      interactiveMode: IfAvailable\n"
+        "      provideClusterInfo: true\n"
+        "      installHint: install it\n";
+    rl_k8s_config c;
+    rl_err e = {0};
+    cr_assert_eq(rl_k8s_config_parse(ok, strlen(ok), "/etc/kube/config", NULL, &c, &e), RL_OK, "%s", e.msg);
+    cr_assert_not_null(c.exec);
+    cr_assert_str_eq(c.exec->argv[0], "/etc/kube/bin/plugin", "a command with '/' is relative to the file");
+    cr_assert_str_eq(c.exec->argv[3], "c 1");
+    cr_assert_null(c.exec->argv[4]);
+    cr_assert_str_eq(c.exec->env[0], "A=one");
+    cr_assert_str_eq(c.exec->env[1], "B=");
+    cr_assert(c.exec->provide_cluster_info);
+    cr_assert_str_eq(c.exec->cluster_config, "{\"audience\":\"x\"}");
+    cr_assert_str_eq(c.exec->where, "kubeconfig /etc/kube/config: users[name=u].user.exec");
+    cr_assert_null(c.token);
+    rl_k8s_config_free(&c);
+    const char *bare = EXEC_HEAD "      apiVersion: client.authentication.k8s.io/v1beta1\n      command: aws\n";
+    cr_assert_eq(rl_k8s_config_parse(bare, strlen(bare), "/etc/kube/config", NULL, &c, &e), RL_OK, "%s", e.msg);
+    cr_assert_str_eq(c.exec->argv[0], "aws", "a bare name is looked up in PATH");
+    rl_k8s_config_free(&c);
+
+    struct {
+        const char *tail, *want;
+    } bad[] = {
+        {"      apiVersion: client.authentication.k8s.io/v1\n      command: p\n      interactiveMode: Always\n",
+         "users[name=u].user.exec.interactiveMode: Always needs a terminal"},
+        {"      apiVersion: client.authentication.k8s.io/v1\n      command: p\n",
+         "users[name=u].user.exec.interactiveMode: missing"},
+        {"      apiVersion: client.authentication.k8s.io/v1alpha1\n      command: p\n",
+         "users[name=u].user.exec.apiVersion: must be"},
+        {"      apiVersion: client.authentication.k8s.io/v1beta1\n", "users[name=u].user.exec.command: missing"},
+        {"      apiVersion: client.authentication.k8s.io/v1beta1\n      command: p\n      args: [a, [b]]\n",
+         "users[name=u].user.exec.args[1]: must be a string"},
+        {"      apiVersion: client.authentication.k8s.io/v1beta1\n      command: p\n      env: [{value: v}]\n",
+         "users[name=u].user.exec.env[0].name: must be a variable name"},
+        {"      apiVersion: client.authentication.k8s.io/v1beta1\n      command: p\n    token: t\n",
+         "users[name=u].user.exec: cannot be combined with token"},
+        {"      apiVersion: client.authentication.k8s.io/v1beta1\n      command: p\n      interactiveMode: Sometimes\n",
+         "interactiveMode: must be Never, IfAvailable or Always"},
+        {NULL, NULL}};
+    for (int i = 0; bad[i].tail; i++) {
+        char doc[2048];
+        snprintf(doc, sizeof doc, "%s%s", EXEC_HEAD, bad[i].tail);
+        cr_assert_eq(rl_k8s_config_parse(doc, strlen(doc), "/etc/kc", NULL, &c, &e), RL_EINPUT, "case %d", i);
+        cr_assert(strstr(e.msg, "kubeconfig /etc/kc: ") && strstr(e.msg, bad[i].want) && !strchr(e.msg, '\n'),
+                  "case %d: %s", i, e.msg);
+        cr_assert_null(c.exec);
+    }
+}
+
+Test(k8s_config, exec_credential_answers) {
+    const char *v1 = "client.authentication.k8s.io/v1";
+    const char *good = "{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+                       "\"status\":{\"token\":\"s3cr3t-tok\",\"expirationTimestamp\":\"2030-01-02T03:04:05Z\"}}";
+    char *tok = NULL;
+    double exp = 0;
+    rl_err e = {0};
+    cr_assert_eq(rl_k8s_exec_credential_parse(good, strlen(good), v1, "w", &tok, &exp, &e), RL_OK, "%s", e.msg);
+    cr_assert_str_eq(tok, "s3cr3t-tok");
+    cr_assert_float_eq(exp, 1893553445.0, 1e-6);
+    free(tok);
+    struct {
+        const char *doc, *want;
+    } bad[] = {
+        {"s3cr3t-tok", "not an ExecCredential"},
+        {"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\","
+         "\"status\":{\"token\":\"s3cr3t-tok\"}}", "apiVersion: not client.authentication.k8s.io/v1, which"},
+        {"{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"Secret\",\"status\":{\"token\":\"s3cr3t-tok\"}}",
+         "kind: must be ExecCredential"},
+        {"{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\"}", "status: missing"},
+        {"{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{}}",
+         "status.token: missing"},
+        {"{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+         "\"status\":{\"token\":\"s3cr3t-tok \\n\"}}", "status.token: not a single printable token"},
+        {"{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+         "\"status\":{\"token\":\"s3cr3t-tok\",\"expirationTimestamp\":\"soon\"}}",
+         "status.expirationTimestamp: not an RFC 3339 time"},
+        {"{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+         "\"status\":{\"clientCertificateData\":\"-----BEGIN\",\"clientKeyData\":\"s3cr3t-tok\"}}",
+         "client certificates from plugins are not supported"},
+        {NULL, NULL}};
+    for (int i = 0; bad[i].doc; i++) {
+        cr_assert_eq(rl_k8s_exec_credential_parse(bad[i].doc, strlen(bad[i].doc), v1, "kubeconfig k: users[name=u].user.exec",
+                                                  &tok, &exp, &e), RL_EINPUT, "case %d", i);
+        cr_assert_null(tok);
+        cr_assert(strstr(e.msg, "kubeconfig k: users[name=u].user.exec: ") && strstr(e.msg, bad[i].want),
+                  "case %d: %s", i, e.msg);
+        cr_assert_null(strstr(e.msg, "s3cr3t"), "case %d: the token leaked: %s", i, e.msg);
+    }
+}
+
+/* ---- exec plugins against the stand-in --------------------------------------------------- */
+/* A plugin in the style of aws/gcloud/kubelogin: counts its runs, records
+ * its args and env, prints DIR/token (with DIR/expiry when present), and
+ * on cue hangs (with a child, as a CLI's helper) or fails with stderr. */
+static const char *PLUGIN =
+    "#!/bin/sh\n"
+    "d=$(dirname \"$0\")/..\n"
+    "echo run >> \"$d/runs\"\n"
+    "printf '%s|%s|%s|%s\\n' \"$1\" \"$2\" \"$PLUGIN_VAR\" \"$KUBERNETES_EXEC_INFO\" > \"$d/seen\"\n"
+    "if [ -f \"$d/hang\" ]; then sleep 60 & echo $! > \"$d/child\"; wait; fi\n"
+    "if [ -f \"$d/fail\" ]; then echo 'some progress' >&2; echo \"error: login expired ($PLUGIN_VAR)\" >&2; exit 1; fi\n"
+    "exp=''\n"
+    "[ -f \"$d/expiry\" ] && exp=\",\\\"expirationTimestamp\\\":\\\"$(cat \"$d/expiry\")\\\"\"\n"
+    "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+    "\"status\":{\"token\":\"%s\"%s}}\\n' \"$(cat \"$d/token\")\" \"$exp\"\n";
+
+typedef struct plug {
+    char dir[64], kubeconfig[128];
+} plug;
+
+/* DIR/bin/plugin and DIR/config, a kubeconfig whose user runs it (by a
+ * path relative to the kubeconfig, as kubectl resolves it). */
+static void plugin_setup(plug *p) {
+    snprintf(p->dir, sizeof p->dir, "/tmp/rlk8s-exec-XXXXXX");
+    cr_assert(mkdtemp(p->dir));
+    char bin[128], path[160];
+    snprintf(bin, sizeof bin, "%s/bin", p->dir);
+    cr_assert_eq(mkdir(bin, 0700), 0);
+    snprintf(path, sizeof path, "%s/plugin", bin);
+    rl_test_write(path, PLUGIN, strlen(PLUGIN));
+    cr_assert_eq(chmod(path, 0700), 0);
+    char kc[2048];
+    snprintf(kc, sizeof kc,
+             "apiVersion: v1\nkind: Config\ncurrent-context: e\n"
+             "clusters:\n- name: s\n  cluster: {server: 'https://%s:%d', certificate-authority: %s}\n"
+             "contexts:\n- name: e\n  context: {cluster: s, user: exec-user}\n"
+             "users:\n- name: exec-user\n  user:\n    exec:\n"
+             "      apiVersion: client.authentication.k8s.io/v1\n"
+             "      command: ./bin/plugin\n      args: [get-token, --cluster=s]\n"
+             "      env: [{name: PLUGIN_VAR, value: from-kubeconfig}]\n"
+             "      interactiveMode: Never\n      provideClusterInfo: true\n",
+             g_s.host, g_s.port, g_s.ca_file);
+    snprintf(p->kubeconfig, sizeof p->kubeconfig, "%s/config", p->dir);
+    rl_test_write(p->kubeconfig, kc, strlen(kc));
+}
+
+static int plugin_runs(const plug *p) {
+    char path[160], line[64];
+    snprintf(path, sizeof path, "%s/runs", p->dir);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n++;
+    if (f) fclose(f);
+    return n;
+}
+
+/* The plugin will print tok (registered with the stand-in first) expiring
+ * in_s from now (in_s <= 0: no expirationTimestamp). */
+static void plugin_token(const plug *p, const char *tok, double in_s) {
+    char body[256], path[160], ts[64];
+    snprintf(body, sizeof body, "{\"token\":\"%s\",\"user\":\"exec-user\"}", tok);
+    admin("POST", "/tokens", body);
+    snprintf(path, sizeof path, "%s/token", p->dir);
+    write_token(path, tok);
+    snprintf(path, sizeof path, "%s/expiry", p->dir);
+    if (in_s > 0) {
+        rl_k8s_microtime_format(rl_wall_now() + in_s, ts, sizeof ts);
+        write_token(path, ts);
+    } else {
+        unlink(path);
+    }
+}
+
+static rl_k8s *exec_client(const plug *p, double exec_timeout_s) {
+    rl_k8s_config cfg;
+    rl_err e = {0};
+    cr_assert_eq(rl_k8s_config_kubeconfig(p->kubeconfig, NULL, &cfg, &e), RL_OK, "%s", e.msg);
+    rl_k8s_opts o = fast_opts();
+    o.exec_timeout_s = exec_timeout_s;
+    rl_k8s *c = NULL;
+    cr_assert_eq(rl_k8s_new(&cfg, &o, &c, &e), RL_OK, "%s", e.msg);
+    rl_k8s_config_free(&cfg);
+    return c;
+}
+
+static const char *LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+
+Test(k8s_standin, exec_token_cached_until_expiry_and_rerun_after_401) {
+    plug p;
+    plugin_setup(&p);
+    plugin_token(&p, "exec-tok-one", 2.5);
+    rl_k8s *c = exec_client(&p, 10);
+    cr_assert_eq(plugin_runs(&p), 0, "the plugin runs when a token is first needed");
+    long st = 0;
+    rl_err e = {0};
+    double t0 = rl_wall_now();
+    for (int i = 0; i < 5; i++) cr_assert_eq(rl_k8s_get(c, LEASES, &st, NULL, &e), RL_OK, "%s", e.msg);
+    cr_assert_lt(rl_wall_now() - t0, 2.0, "the requests were meant to fit in the token's life");
+    cr_assert_eq(plugin_runs(&p), 1, "one run for many requests while the token is valid");
+    /* what it was given: args, the kubeconfig's env, the request with the cluster */
+    char seen_path[160];
+    snprintf(seen_path, sizeof seen_path, "%s/seen", p.dir);
+    char *args = slurp(seen_path);
+    cr_assert(strstr(args, "get-token|--cluster=s|from-kubeconfig|{"), "%s", args);
+    cJSON *info = cJSON_Parse(strchr(args, '{'));
+    cr_assert_str_eq(rl_test_json_path(info, "apiVersion")->valuestring, "client.authentication.k8s.io/v1");
+    cr_assert_str_eq(rl_test_json_path(info, "kind")->valuestring, "ExecCredential");
+    cr_assert(cJSON_IsFalse(rl_test_json_path(info, "spec.interactive")));
+    char server[128];
+    snprintf(server, sizeof server, "https://%s:%d", g_s.host, g_s.port);
+    cr_assert_str_eq(rl_test_json_path(info, "spec.cluster.server")->valuestring, server);
+    char *ca = slurp(g_s.ca_file), *b64 = rl_base64_encode(ca, strlen(ca));
+    cr_assert_str_eq(rl_test_json_path(info, "spec.cluster.certificate-authority-data")->valuestring, b64);
+    free(ca);
+    free(b64);
+    cJSON_Delete(info);
+    free(args);
+
+    /* expired: the next request runs it again */
+    while (rl_wall_now() < t0 + 2.7) usleep(50 * 1000);
+    plugin_token(&p, "exec-tok-two", 0);
+    cr_assert_eq(rl_k8s_get(c, LEASES, &st, NULL, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(plugin_runs(&p), 2);
+    for (int i = 0; i < 3; i++) cr_assert_eq(rl_k8s_get(c, LEASES, &st, NULL, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(plugin_runs(&p), 2, "no expirationTimestamp: kept until refused");
+
+    /* revoked: the 401 runs the plugin again and the request is retried once */
+    admin("POST", "/tokens/revoke", "{\"token\":\"exec-tok-two\"}");
+    plugin_token(&p, "exec-tok-three", 0);
+    cr_assert_eq(rl_k8s_get(c, LEASES, &st, NULL, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(st, 200);
+    cr_assert_eq(plugin_runs(&p), 3);
+    /* a plugin still printing a revoked token: the 401 comes back, once */
+    admin("POST", "/tokens/revoke", "{\"token\":\"exec-tok-three\"}");
+    double t1 = rl_now();
+    cr_assert_eq(rl_k8s_get(c, LEASES, &st, NULL, &e), RL_EINPUT);
+    cr_assert_lt(rl_now() - t1, 5.0);
+    cr_assert_eq(st, 401);
+    cr_assert_eq(plugin_runs(&p), 4);
+    cr_assert(strstr(e.msg, "GET leases: 401 Unauthorized"), "%s", e.msg);
+    cr_assert_null(strstr(e.msg, "exec-tok"), "token leaked: %s", e.msg);
+    /* the stand-in saw our requests as the plugin's user */
+    char log[400];
+    snprintf(log, sizeof log, "%s/standin.log", g_s.dir);
+    cr_assert(rl_test_file_has(log, "\"user\": \"exec-user\"") || rl_test_file_has(log, "\"user\":\"exec-user\""));
+    rl_k8s_free(c);
+    rl_test_rmdir(p.dir);
+}
+
+Test(k8s_standin, exec_plugin_hang_and_failure_are_one_line) {
+    plug p;
+    plugin_setup(&p);
+    plugin_token(&p, "exec-tok-hang", 0);
+    char flag[160];
+    snprintf(flag, sizeof flag, "%s/hang", p.dir);
+    rl_test_write(flag, "", 0);
+    rl_k8s *c = exec_client(&p, 1.0);
+    long st = -1;
+    rl_err e = {0};
+    double t0 = rl_now();
+    cr_assert_eq(rl_k8s_get(c, LEASES, &st, NULL, &e), RL_ETIMEOUT, "%s", e.msg);
+    double dt = rl_now() - t0;
+    cr_assert(dt >= 0.9 && dt < 4.0, "took %.2f s", dt);
+    cr_assert_eq(st, 0, "nothing was sent");
+    cr_assert_eq(plugin_runs(&p), 1, "a credential failure is not retried");
+    cr_assert(strstr(e.msg, "users[name=exec-user].user.exec: ") && strstr(e.msg, "/bin/plugin did not finish "
+              "within 1 s (killed)") && !strchr(e.msg, '\n'), "%s", e.msg);
+    /* what it started was killed with it (its own process group) */
+    snprintf(flag, sizeof flag, "%s/child", p.dir);
+    char *child = slurp(flag), stat_path[64], *stat = NULL;
+    snprintf(stat_path, sizeof stat_path, "/proc/%d/stat", atoi(child));
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; i++) {
+        rl_err e2 = {0};
+        gone = rl_read_file(stat_path, &stat, NULL, &e2) != RL_OK || strstr(stat, ") Z ");
+        free(stat);
+        stat = NULL;
+        if (!gone) usleep(20 * 1000);
+    }
+    cr_assert(gone, "the plugin's child %s is still running", child);
+    free(child);
+    snprintf(flag, sizeof flag, "%s/hang", p.dir);
+    unlink(flag);
+
+    /* a failing plugin: its last stderr line, the user entry and the command */
+    snprintf(flag, sizeof flag, "%s/fail", p.dir);
+    rl_test_write(flag, "", 0);
+    cr_assert_eq(rl_k8s_get(c, LEASES, &st, NULL, &e), RL_EINPUT);
+    char want[400];
+    snprintf(want, sizeof want, "kubeconfig %s: users[name=exec-user].user.exec: %s/./bin/plugin exited with "
+             "status 1: error: login expired (from-kubeconfig)", p.kubeconfig, p.dir);
+    cr_assert_str_eq(e.msg, want);
+    unlink(flag);
+    /* and the next request runs it again, now successfully */
+    cr_assert_eq(rl_k8s_get(c, LEASES, &st, NULL, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(plugin_runs(&p), 3);
+    rl_k8s_free(c);
+
+    /* a plugin that is not there names the command and the installHint */
+    rl_k8s_config cfg;
+    cr_assert_eq(rl_k8s_config_kubeconfig(p.kubeconfig, NULL, &cfg, &e), RL_OK, "%s", e.msg);
+    free(cfg.exec->argv[0]);
+    cfg.exec->argv[0] = strdup("ringleader-no-such-plugin");
+    cfg.exec->install_hint = strdup("install it from the cloud CLI");
+    char *tok = NULL;
+    double exp;
+    cr_assert_eq(rl_k8s_exec_token(&cfg, 5, &tok, &exp, &e), RL_EINPUT);
+    cr_assert(strstr(e.msg, "cannot run ringleader-no-such-plugin: No such file or directory; install it "
+                            "from the cloud CLI"), "%s", e.msg);
+    rl_k8s_config_free(&cfg);
+    rl_test_rmdir(p.dir);
+}
+
+/* Manifests typed as kubectl types them (YAML 1.2's core schema), for
+ * `ringleader-operator render`: plain scalars become booleans and numbers,
+ * quoted ones and everything else stay strings. */
+Test(k8s_yaml, typed_plain_scalars) {
+    const char *y = "a: 2\nb: -1.5e3\nc: true\nd: False\ne: 0x1F\nf: 0o17\ng: \"3\"\nh: 1Gi\ni: .inf\nj: ~\n"
+                    "k: 0x\nl: yes\nm: .5\nn: 12abc\n";
+    cJSON *o = NULL;
+    rl_err e = {0};
+    cr_assert_eq(rl_k8s_yaml_parse_typed(y, strlen(y), "t.yaml", &o, &e), RL_OK, "%s", e.msg);
+    char *s = cJSON_PrintUnformatted(o);
+    cr_expect_str_eq(s, "{\"a\":2,\"b\":-1500,\"c\":true,\"d\":false,\"e\":31,\"f\":15,\"g\":\"3\",\"h\":\"1Gi\","
+                        "\"i\":\".inf\",\"j\":null,\"k\":\"0x\",\"l\":\"yes\",\"m\":0.5,\"n\":\"12abc\"}");
+    free(s);
+    cJSON_Delete(o);
+    /* the untyped reader, the kubeconfig's: strings */
+    cr_assert_eq(rl_k8s_yaml_parse(y, strlen(y), "t.yaml", &o, &e), RL_OK, "%s", e.msg);
+    cr_expect(cJSON_IsString(cJSON_GetObjectItem(o, "a")) && cJSON_IsString(cJSON_GetObjectItem(o, "c")));
+    cJSON_Delete(o);
 }

@@ -1,7 +1,8 @@
 /* The deployment files: manifests/, the Helm chart, the Dockerfile, checked
  * by tests/manifests/check.sh with Kubernetes' own schemas, the CRD's
  * schema, a real Helm and hadolint (its tools live in .venv-manifests,
- * created from PyPI on first use). Then the example TrainingJobs, defaulted
+ * created from PyPI on first use), and what `ringleader-operator render`
+ * makes of the examples. Then the example TrainingJobs, defaulted
  * as the API server would, go through the operator's own spec parser: an
  * example the operator refuses is a broken example; and specs the schema
  * cannot refuse (rules across fields) must be refused by it. */
@@ -40,11 +41,13 @@ static char *run(const char *cmd, int *status) {
     return out;
 }
 
-/* check.sh into a fresh directory of JSON files; asserts it passed. */
+/* check.sh into a fresh directory of JSON files, with the operator binary
+ * for its render checks; asserts it passed. */
 static void run_check(char *dir) {
     cr_assert(mkdtemp(dir) != NULL);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "tests/manifests/check.sh %s --json-out %s 2>&1", VENV, dir);
+    char cmd[4608];
+    snprintf(cmd, sizeof cmd, "tests/manifests/check.sh %s --json-out %s --operator %s/ringleader-operator 2>&1", VENV,
+             dir, rl_test_bindir());
     int st;
     char *out = run(cmd, &st);
     cr_assert_eq(st, 0, "tests/manifests/check.sh failed (exit %d):\n%s", st, out);

@@ -125,6 +125,9 @@ Test(render, refusals_name_the_file_and_field) {
     const char *none = "---\n# only a comment\n---\n{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"s\"}}\n";
     cr_expect_eq(rl_op_render(none, strlen(none), "none.yaml", NULL, &yaml, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "none.yaml: no TrainingJob"), "%s", e.msg);
+    const char *latin1 = "kind: TrainingJob\nmetadata: {name: caf\xe9}\n";
+    cr_expect_eq(rl_op_render(latin1, strlen(latin1), "l1.yaml", NULL, &yaml, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "l1.yaml: line 2: not UTF-8"), "%s", e.msg);
     /* several documents: the TrainingJobs among them, in one List */
     char two[2048];
     snprintf(two, sizeof two, "%s\n---\n%s\n", none, JOB);
