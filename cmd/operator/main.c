@@ -22,12 +22,14 @@ static void usage(FILE *f) {
             "                           [--log-level debug|info|warn|error] [--resync-seconds S]\n"
             "                           [--leader-elect-lease-duration S] [--leader-elect-renew-deadline S]\n"
             "                           [--leader-elect-retry-period S] [--stuck-terminating-seconds S]\n"
+            "                           [--kube-api-qps 20] [--kube-api-burst 30]\n"
             "       ringleader-operator render -f FILE [--namespace NS]   (see render --help)\n"
             "  Reconciles TrainingJobs (ringleader.dev/v1alpha1) into pods, a headless Service,\n"
             "  RBAC and a rendezvous Secret. In a pod it uses the service account; elsewhere the\n"
             "  kubeconfig. --namespace limits it to those namespaces (default: all). Only the\n"
             "  holder of the Lease (POD_NAMESPACE/ringleader-operator) acts. A pod still there S\n"
-            "  seconds (60) after its grace period shows in its job's status as stuck.\n");
+            "  seconds (60) after its grace period shows in its job's status as stuck. Its API\n"
+            "  requests are rate-limited client-side (--kube-api-qps/-burst, as client-go's).\n");
 }
 
 static int bad(const char *flag, const char *why) {
@@ -87,7 +89,7 @@ int main(int argc, char **argv) {
     const char *kubeconfig = NULL, *lease_name = "ringleader-operator", *lease_ns = getenv("POD_NAMESPACE");
     const char *level = NULL;
     bool elect = true;
-    double metrics_port = 8080, resync = 600, lease_s = 15, renew_s = 10, retry_s = 2, stuck = 60;
+    double metrics_port = 8080, resync = 600, lease_s = 15, renew_s = 10, retry_s = 2, stuck = 60, qps = 20, burst = 30;
     char *nsbuf[64];
     int nns = 0;
     for (int i = 1; i < argc; i++) {
@@ -96,6 +98,8 @@ int main(int argc, char **argv) {
             {"--metrics-port", 0, 65535, &metrics_port},
             {"--resync-seconds", 0.1, 3600, &resync},
             {"--stuck-terminating-seconds", 1, 86400, &stuck},
+            {"--kube-api-qps", 0.1, 10000, &qps},
+            {"--kube-api-burst", 1, 10000, &burst},
             {"--leader-elect-lease-duration", 1, 3600, &lease_s},
             {"--leader-elect-renew-deadline", 0.5, 3600, &renew_s},
             {"--leader-elect-retry-period", 0.1, 3600, &retry_s},
@@ -155,6 +159,7 @@ int main(int argc, char **argv) {
 
     rl_op_opts o = {.kubeconfig = kubeconfig, .namespaces = (const char *const *)nsbuf, .leader_elect = elect,
                     .lease_name = lease_name, .lease_ns = lease_ns, .id = id, .resync_s = resync, .stuck_s = stuck,
+                    .qps = qps, .burst = (int)burst,
                     .lease_s = lease_s, .renew_deadline_s = renew_s, .retry_s = retry_s,
                     .metrics_port = (int)metrics_port, .stop = &g_stop};
     rl_err e = {0};

@@ -23,6 +23,7 @@ struct rl_k8s {
     double token_read_at; /* rl_now() of the last file read */
     double token_expiry;  /* exec: unix seconds it expires (0: when refused) */
     unsigned token_gen;   /* bumped by every new exec token */
+    double tokens, tokens_at; /* the rate limit's bucket, and when it was filled (rl_now) */
     rl_http *pool[POOL_MAX];
     int npool;
     uint64_t rng;
@@ -346,6 +347,37 @@ int rl_k8s_request(rl_k8s *c, const char *method, const char *path, const char *
                            out, e);
 }
 
+/* Wait for the rate limit's next token (opts.qps): tokens refill at qps up
+ * to burst, and a request takes one, reserving it ahead when none is left.
+ * A wait that would end past the call's deadline fails at once. */
+static int rate_wait(rl_k8s *c, const char *method, const char *path, double deadline,
+                     const volatile int *abort_flag, rl_err *e) {
+    double qps = c->opts.qps;
+    if (qps <= 0) return RL_OK;
+    double burst = c->opts.burst > 0 ? c->opts.burst : (qps > 1 ? qps : 1);
+    pthread_mutex_lock(&c->mu);
+    double now = rl_now();
+    if (c->tokens_at == 0) c->tokens = burst; /* a new client starts full */
+    else c->tokens += (now - c->tokens_at) * qps;
+    if (c->tokens > burst) c->tokens = burst;
+    c->tokens_at = now;
+    double wait = c->tokens >= 1 ? 0 : (1 - c->tokens) / qps;
+    bool late = now + wait > deadline;
+    if (!late) c->tokens -= 1;
+    pthread_mutex_unlock(&c->mu);
+    char sp[200];
+    if (late) {
+        rl_k8s__short_path(path, sp, sizeof sp);
+        return rl_errf(e, RL_ETIMEOUT, "%s %s: the client-side rate limit (%.3g requests/s) would hold it past "
+                       "its deadline", method, sp, qps);
+    }
+    if (wait > 0 && rl_http_sleep(wait, abort_flag) != RL_OK) {
+        rl_k8s__short_path(path, sp, sizeof sp);
+        return rl_errf(e, RL_EABORT, "%s %s: cancelled", method, sp);
+    }
+    return RL_OK;
+}
+
 int rl_k8s__request(rl_k8s *c, const char *method, const char *path, const char *content_type,
                     const char *body, const volatile int *abort_flag, long *http_status,
                     cJSON **out, rl_err *e) {
@@ -361,6 +393,7 @@ int rl_k8s__request(rl_k8s *c, const char *method, const char *path, const char 
     rl_http_resp resp;
     int rc;
     for (int k = 0;; k++) {
+        if ((rc = rate_wait(c, method, path, deadline, abort_flag, e))) return rc;
         double left = deadline - rl_now();
         if (left < 0.05) left = 0.05;
         rc = attempt(c, method, path, content_type, body, left, 0, NULL, NULL, abort_flag,
@@ -421,6 +454,11 @@ int rl_k8s__stream(rl_k8s *c, const char *path, rl_http_data_fn fn, void *ud, do
     unsigned gen = 0;
     bool auth_failed;
     for (int k = 0; k < 2; k++) {
+        /* a stream with no overall timeout (0) waits for its token as long as it takes */
+        if ((rc = rate_wait(c, "WATCH", path, rl_now() + (timeout_s > 0 ? timeout_s : 1e9), stop, e))) {
+            *http_status = 0;
+            return rc;
+        }
         rc = attempt(c, "GET", path, NULL, NULL, timeout_s, idle_s, fn, ud, stop, k > 0, &gen,
                      &auth_failed, &resp, e);
         if (auth_failed) return rc;

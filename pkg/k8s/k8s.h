@@ -142,6 +142,11 @@ typedef struct rl_k8s_opts {
     double token_refresh_s;   /* 0: 60 s */
     double exec_timeout_s;    /* an exec credential plugin's run; 0: 30 s */
     const volatile int *abort_flag; /* optional: cancels every call of this client */
+    /* client-side rate limit, client-go's token bucket: qps requests per
+     * second on average, bursts of up to burst (each try of a request and
+     * each watch start takes a token). qps 0: none; burst 0: max(1, qps). */
+    double qps;
+    int burst;
 } rl_k8s_opts;
 
 typedef struct rl_k8s rl_k8s;

@@ -256,7 +256,8 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
         rl_op_cache_free(c.cache);
         return rl_errf(e, RL_ENOMEM, "out of memory");
     }
-    rl_k8s_opts ko = {.timeout_s = 30, .connect_timeout_s = 5};
+    rl_k8s_opts ko = {.timeout_s = 30, .connect_timeout_s = 5, .qps = o->qps > 0 ? o->qps : 20,
+                      .burst = o->burst > 0 ? o->burst : 30};
     if ((rc = rl_k8s_connect(o->kubeconfig, &ko, &c.k, e)) || (rc = rl_op_new(c.k, &c.op, e))) goto out;
     rl_op_set_stuck_after(c.op, o->stuck_s);
     rl_op_use_cache(c.op, c.cache);

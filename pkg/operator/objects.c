@@ -116,6 +116,21 @@ cJSON *rl_op_role(const rl_op_job *j) {
     return o;
 }
 
+cJSON *rl_op_pdb(const rl_op_job *j) {
+    cJSON *o = object(j, "policy/v1", "PodDisruptionBudget", j->name);
+    cJSON *spec = cJSON_AddObjectToObject(o, "spec");
+    /* maxUnavailable 0, not minAvailable = replicas: stays right when the
+     * job is scaled */
+    if (j->elastic) cJSON_AddNumberToObject(spec, "minAvailable", j->min_nodes);
+    else cJSON_AddNumberToObject(spec, "maxUnavailable", 0);
+    put_str(cJSON_AddObjectToObject(cJSON_AddObjectToObject(spec, "selector"), "matchLabels"), RL_OP_LABEL_JOB,
+            j->name);
+    /* a pod that is not ready (crash-looping, pulling) must not block a
+     * drain: evicting it loses nothing */
+    put_str(spec, "unhealthyPodEvictionPolicy", "AlwaysAllow");
+    return o;
+}
+
 cJSON *rl_op_role_binding(const rl_op_job *j) {
     char name[128];
     suffixed(name, sizeof name, j, "-worker");
@@ -223,6 +238,13 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
     cJSON *ann = cJSON_AddObjectToObject(md, "annotations");
     snprintf(buf, sizeof buf, "%lld", j->generation);
     put_str(ann, "ringleader.dev/generation", buf);
+    if (!j->disruptible) {
+        /* a node scale-down would kill a training round for a few idle
+         * CPU cycles: the cluster autoscaler and Karpenter leave the node
+         * (spot reclaims and the operator's own replacement still work) */
+        put_str(ann, "cluster-autoscaler.kubernetes.io/safe-to-evict", "false");
+        put_str(ann, "karpenter.sh/do-not-disrupt", "true");
+    }
 
     cJSON *spec = cJSON_AddObjectToObject(o, "spec");
     put_str(spec, "hostname", name);

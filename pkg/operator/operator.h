@@ -38,6 +38,7 @@ typedef struct rl_op_job {
     int restart_limit;
     long long grace_s;
     bool suspend;
+    bool disruptible;        /* spec.disruptible: autoscalers may evict the pods to move them */
     int metrics_port, rdzv_port;
     char *training_json;     /* spec.training with rdzv.port set: RINGLEADER_CONFIG */
     /* spec.s3 */
@@ -82,6 +83,10 @@ struct cJSON *rl_op_service_account(const rl_op_job *j);
 struct cJSON *rl_op_role(const rl_op_job *j);
 struct cJSON *rl_op_role_binding(const rl_op_job *j);
 struct cJSON *rl_op_pod(const rl_op_job *j, int index);
+/* Voluntary disruptions (a drain by the cluster autoscaler or Karpenter, a
+ * node upgrade) may take pods only down to the elastic minimum, and none
+ * of a fixed-size job's. */
+struct cJSON *rl_op_pdb(const rl_op_job *j);
 
 /* ---- how a pod stands ---------------------------------------------------------------- */
 typedef enum {
@@ -116,6 +121,8 @@ typedef struct rl_op_opts {
     const char *id;              /* this replica (POD_NAME) */
     double resync_s;             /* every job reconciled at least this often (600) */
     double stuck_s;              /* a pod this long past its deletionTimestamp is stuck (60) */
+    double qps;                  /* its API client's rate limit: requests/s (20), */
+    int burst;                   /* in bursts of up to (30) */
     double lease_s, renew_deadline_s, retry_s; /* 15, 10, 2 */
     int metrics_port;            /* /metrics and /healthz; 0: none */
     const volatile int *stop;

@@ -339,7 +339,8 @@ static int ensure_each(rl_op *op, const rl_op_job *j, char *conflict, size_t cn,
         (rc = ensure(op, j, "v1", "secrets", rl_op_secret(j, hex), conflict, cn, e)) ||
         (rc = ensure(op, j, "v1", "serviceaccounts", rl_op_service_account(j), conflict, cn, e)) ||
         (rc = ensure(op, j, "rbac.authorization.k8s.io/v1", "roles", rl_op_role(j), conflict, cn, e)) ||
-        (rc = ensure(op, j, "rbac.authorization.k8s.io/v1", "rolebindings", rl_op_role_binding(j), conflict, cn, e)))
+        (rc = ensure(op, j, "rbac.authorization.k8s.io/v1", "rolebindings", rl_op_role_binding(j), conflict, cn, e)) ||
+        (rc = ensure(op, j, "policy/v1", "poddisruptionbudgets", rl_op_pdb(j), conflict, cn, e)))
         return rc;
     return RL_OK;
 }

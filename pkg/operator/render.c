@@ -99,6 +99,7 @@ static int render_job(const cJSON *obj, const char *ns, cJSON *items, rl_err *e)
     cJSON_AddItemToArray(items, rl_op_service_account(&j));
     cJSON_AddItemToArray(items, rl_op_role(&j));
     cJSON_AddItemToArray(items, rl_op_role_binding(&j));
+    cJSON_AddItemToArray(items, rl_op_pdb(&j));
     for (int i = 0; i < j.replicas; i++) cJSON_AddItemToArray(items, rl_op_pod(&j, i));
     rl_op_job_free(&j);
     cJSON_Delete(copy);

@@ -209,6 +209,14 @@ static int parse_training(const cJSON *spec, rl_op_job *j, rl_err *e) {
     return RL_OK;
 }
 
+/* spec.<field>: a boolean, absent or null false. */
+static int get_flag(const cJSON *spec, const char *field, bool *out, rl_err *e) {
+    const cJSON *s = member(spec, field);
+    if (s && !cJSON_IsNull(s) && !cJSON_IsBool(s)) return rl_errf(e, RL_EINPUT, "spec.%s: must be a boolean", field);
+    *out = cJSON_IsTrue(s);
+    return RL_OK;
+}
+
 int rl_op_job_parse(const cJSON *obj, rl_op_job *j, rl_err *e) {
     memset(j, 0, sizeof *j);
     const cJSON *md = member(obj, "metadata");
@@ -248,9 +256,8 @@ int rl_op_job_parse(const cJSON *obj, rl_op_job *j, rl_err *e) {
     if (gpus > 0 && nproc > gpus)
         return rl_errf(e, RL_EINPUT, "spec.nprocPerNode: %lld trainer processes but gpusPerNode %lld "
                        "(one process per GPU)", nproc, gpus);
-    const cJSON *s = member(spec, "suspend");
-    if (s && !cJSON_IsNull(s) && !cJSON_IsBool(s)) return rl_errf(e, RL_EINPUT, "spec.suspend: must be a boolean");
-    j->suspend = cJSON_IsTrue(s);
+    if ((rc = get_flag(spec, "suspend", &j->suspend, e)) || (rc = get_flag(spec, "disruptible", &j->disruptible, e)))
+        return rc;
 
     /* nodes: a fixed-size job is min = max = replicas; an elastic one keeps
      * replicas (what `kubectl scale` sets) inside its range. */

@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         rl_err pe = {0};
         if (!yaml || rl_k8s_yaml_parse(yaml, strlen(yaml), "rendered", &back, &pe) != RL_OK) abort();
         const cJSON *items = cJSON_GetObjectItemCaseSensitive(back, "items");
-        if (!cJSON_IsArray(items) || cJSON_GetArraySize(items) < 6) abort(); /* 5 objects + pods */
+        if (!cJSON_IsArray(items) || cJSON_GetArraySize(items) < 7) abort(); /* 6 objects + pods */
         cJSON_Delete(back);
     } else {
         if (yaml || (rc != RL_EINPUT && rc != RL_ENOMEM) || !strstr(e.msg, "fuzz.yaml") || strchr(e.msg, '\n'))

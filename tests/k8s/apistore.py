@@ -77,6 +77,8 @@ BUILTINS = [
     ResType("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ["sa"]),
     ResType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
     ResType("discovery.k8s.io", "v1", "endpointslices", "endpointslice", "EndpointSlice", True),
+    ResType("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True, ["pdb"],
+            status=True),
     ResType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True),
     ResType("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True),
     ResType("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),

@@ -56,7 +56,7 @@ K8S_MIN = "1.30.0"
 
 # docs/trainingjob.md's defaults (none under spec.training: the worker has its own)
 SPEC_DEFAULTS = {"imagePullPolicy": "IfNotPresent", "replicas": 1, "nprocPerNode": 1, "gpusPerNode": 0,
-                 "restartLimit": 3, "terminationGracePeriodSeconds": 60, "suspend": False,
+                 "restartLimit": 3, "terminationGracePeriodSeconds": 60, "suspend": False, "disruptible": False,
                  "cleanPodPolicy": "All", "metricsPort": 9090, "rdzvPort": 29400}
 PRINTER_COLUMNS = [("Phase", "string", ".status.phase"), ("Ready", "integer", ".status.readyReplicas"),
                    ("Desired", "integer", ".spec.replicas"), ("Step", "integer", ".status.step"),
@@ -77,6 +77,7 @@ OPERATOR_NEEDS = [("ringleader.dev", "trainingjobs", "get list watch"),
                   ("", "serviceaccounts", "get create"),
                   ("rbac.authorization.k8s.io", "roles", "get create"),
                   ("rbac.authorization.k8s.io", "rolebindings", "get create"),
+                  ("policy", "poddisruptionbudgets", "get create"),
                   ("coordination.k8s.io", "leases", "get list watch create update"),
                   ("", "events", "create patch")]
 # what the per-job Role grants the workers: the operator must hold it all
@@ -451,7 +452,7 @@ def render_job(operator, path):
 
 def check_render(operator, path, jobs):
     """An example rendered: every object a valid built-in, every pod
-    admitted by the restricted Pod Security Standard; jobs x (5 + replicas)
+    admitted by the restricted Pod Security Standard; jobs x (6 + replicas)
     objects."""
     where = "render -f " + rel(path)
     rc, out, err = render_job(operator, path)
@@ -461,7 +462,7 @@ def check_render(operator, path, jobs):
     docs = docs_of_text(out)
     check(len(docs) == 1 and docs[0].get("kind") == "List", where, "not one List")
     items = docs[0].get("items") or []
-    want = sum(5 + (j.get("spec") or {}).get("replicas", 1) for j in jobs)
+    want = sum(6 + (j.get("spec") or {}).get("replicas", 1) for j in jobs)
     check(len(items) == want, where, "%d objects, want %d" % (len(items), want))
     for o in items:
         validate_builtin(o, "%s: %s" % (where, ident(o)))

@@ -626,6 +626,34 @@ Test(k8s_standin, forbidden_is_clear_and_not_retried) {
     rl_test_rmdir(dir);
 }
 
+/* The client-side rate limit: a burst goes at once, the rest at qps (a
+ * lower bound on the time, which load cannot break); a wait that would
+ * outlast the call's deadline fails at once, naming the limit. */
+Test(k8s_standin, client_side_rate_limit) {
+    rl_k8s_config cfg;
+    rl_err e = {0};
+    cr_assert_eq(rl_k8s_config_kubeconfig(g_s.kubeconfig, NULL, &cfg, &e), RL_OK, "%s", e.msg);
+    rl_k8s_opts o = fast_opts();
+    o.qps = 20, o.burst = 5;
+    rl_k8s *c = NULL;
+    cr_assert_eq(rl_k8s_new(&cfg, &o, &c, &e), RL_OK, "%s", e.msg);
+    long st = 0;
+    double t0 = rl_now();
+    for (int i = 0; i < 25; i++) cr_assert_eq(rl_k8s_get(c, "/api/v1/namespaces/default/pods", &st, NULL, &e), RL_OK, "%s", e.msg);
+    cr_expect_geq(rl_now() - t0, (25 - 5) / 20.0 - 0.05, "25 requests at 20/s after a burst of 5 took %.2f s",
+                  rl_now() - t0);
+    rl_k8s_free(c);
+    o.qps = 0.5, o.burst = 1, o.timeout_s = 1;
+    cr_assert_eq(rl_k8s_new(&cfg, &o, &c, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_k8s_get(c, "/api/v1/namespaces/default/pods", &st, NULL, &e), RL_OK, "%s", e.msg);
+    t0 = rl_now();
+    cr_expect_eq(rl_k8s_get(c, "/api/v1/namespaces/default/pods", &st, NULL, &e), RL_ETIMEOUT);
+    cr_expect_lt(rl_now() - t0, 0.5, "it waited instead of failing at once");
+    cr_expect(strstr(e.msg, "client-side rate limit"), "%s", e.msg);
+    rl_k8s_free(c);
+    rl_k8s_config_free(&cfg);
+}
+
 Test(k8s_standin, lease_create_update_conflict) {
     rl_k8s *c = client_for(NULL);
     rl_k8s_lease got, made, upd;

@@ -140,6 +140,48 @@ Test(operator, elastic_replicas_clamped_into_the_range) {
     cJSON_Delete(o);
 }
 
+/* Autoscaled pools: the pods keep their nodes through a scale-down unless
+ * the job says it may be moved; a PodDisruptionBudget keeps drains above
+ * the elastic minimum, and takes no pod of a fixed-size job. */
+Test(operator, autoscalers_and_drains) {
+    static const char *const specs[] = {"{\"image\":\"rl:1\",\"replicas\":3,\"elastic\":{\"minReplicas\":2,\"maxReplicas\":4},"
+                                        "\"training\":{\"train\":{\"seq_len\":64,\"micro_batch\":1,\"global_batch_tokens\":768}}}",
+                                        "{\"image\":\"rl:1\",\"replicas\":2,\"disruptible\":true}"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *o = job(specs[k]);
+        rl_op_job j;
+        rl_err e = {0};
+        cr_assert_eq(rl_op_job_parse(o, &j, &e), RL_OK, "%s", e.msg);
+        cJSON *pod = rl_op_pod(&j, 0), *pdb = rl_op_pdb(&j);
+        const cJSON *ann = rl_test_json_path(pod, "metadata.annotations");
+        const char *evict = cJSON_GetStringValue(cJSON_GetObjectItem(ann, "cluster-autoscaler.kubernetes.io/safe-to-evict"));
+        const char *keep = cJSON_GetStringValue(cJSON_GetObjectItem(ann, "karpenter.sh/do-not-disrupt"));
+        if (k == 0) {
+            cr_expect(evict && !strcmp(evict, "false") && keep && !strcmp(keep, "true"));
+            cr_expect_eq(cJSON_GetNumberValue(rl_test_json_path(pdb, "spec.minAvailable")), 2);
+        } else {
+            cr_expect(!evict && !keep, "disruptible: true lifts both annotations");
+            cr_expect(!rl_test_json_path(pdb, "spec.minAvailable"));
+            cr_expect_eq(cJSON_GetNumberValue(rl_test_json_path(pdb, "spec.maxUnavailable")), 0);
+        }
+        const cJSON *sel = rl_test_json_path(pdb, "spec.selector.matchLabels");
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(sel, RL_OP_LABEL_JOB)), "llama");
+        const cJSON *refs = rl_test_json_path(pdb, "metadata.ownerReferences");
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(refs, 0), "uid")), "u-1");
+        cJSON_Delete(pdb);
+        cJSON_Delete(pod);
+        rl_op_job_free(&j);
+        cJSON_Delete(o);
+    }
+    cJSON *o = job("{\"image\":\"rl:1\",\"disruptible\":\"yes\"}");
+    rl_op_job j;
+    rl_err e = {0};
+    cr_expect_eq(rl_op_job_parse(o, &j, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "spec.disruptible: must be a boolean"), "%s", e.msg);
+    rl_op_job_free(&j);
+    cJSON_Delete(o);
+}
+
 Test(operator, the_pod_a_job_wants) {
     cJSON *o = job("{\"image\":\"rl:1\",\"nprocPerNode\":2,\"gpusPerNode\":8,\"terminationGracePeriodSeconds\":45,"
                    "\"elastic\":{\"minReplicas\":2,\"maxReplicas\":4},\"replicas\":3,"

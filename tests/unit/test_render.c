@@ -63,7 +63,8 @@ static void subset(const cJSON *want, const cJSON *got, const char *path) {
 static const char *resource_of(const char *kind) {
     static const char *const map[][2] = {{"Service", "services"},          {"Secret", "secrets"},
                                          {"ServiceAccount", "serviceaccounts"}, {"Role", "roles"},
-                                         {"RoleBinding", "rolebindings"},  {"Pod", "pods"}};
+                                         {"RoleBinding", "rolebindings"},  {"Pod", "pods"},
+                                         {"PodDisruptionBudget", "poddisruptionbudgets"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(map[i][0], kind)) return map[i][1];
     return NULL;
@@ -76,7 +77,7 @@ Test(render, what_render_prints_the_operator_creates, .timeout = 60) {
     cJSON *list = NULL;
     cr_assert_eq(rl_k8s_yaml_parse(yaml, strlen(yaml), "render", &list, &e), RL_OK, "%s\n%s", e.msg, yaml);
     const cJSON *items = cJSON_GetObjectItem(list, "items");
-    cr_assert_eq(cJSON_GetArraySize(items), 5 + 2, "%s", yaml);
+    cr_assert_eq(cJSON_GetArraySize(items), 6 + 2, "%s", yaml);
 
     rl_test_standin s;
     cr_assert_eq(rl_test_standin_start(&s, NULL), 0);
