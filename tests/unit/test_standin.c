@@ -52,6 +52,14 @@
  *   port back), 503 + Retry-After + Status body, early end         outage_modes
  * 403 Forbidden with the real RBAC message; revoked token -> 401  tokens_forbidden_and_revoked
  * write history of one object, in order (admin /history)          tokens_forbidden_and_revoked
+ * lost answers (admin /faults): a write applied, then its answer a
+ *   503 or a cut connection; another writer's change just before a
+ *   PUT, which meets the real 409                                   elect::lost_renewal_answers_and_
+ *                                                                    conflicts_keep_the_leader
+ * admission refusing creates (admin /admission): a ResourceQuota's
+ *   403 "exceeded quota: ...", a validating webhook's 400 "admission
+ *   webhook ... denied the request: ..."                            job_status::refused_pods_reach_
+ *                                                                    the_status_as_one_event
  * kubelet (--kubelet, implied by --image PATTERN=DIR): bound pods'
  *   containers run as local processes: command replaces the
  *   entrypoint, args, $(VAR) expansion ($$ escapes, unknown kept);
@@ -129,7 +137,8 @@
  * allOf/anyOf/oneOf/not, string formats, list-type/map-keys (lists are atomic), embedded resources
  * (integer formats are not range-checked, as by the real server); structural-schema checks of a
  * CRD beyond "schemas are required" and types present; server-side apply field ownership
- * (apply-patch is a merge patch) and managedFields; admission other than ServiceAccount,
+ * (apply-patch is a merge patch) and managedFields; PodDisruptionBudgets are stored, their status
+ * is not computed and evictions do not consult them; admission other than ServiceAccount,
  * PodSecurity (pod creates only: not pod updates, workload resources, exemptions or audit; no
  * AppArmor, SELinux, procMount, sysctls or Windows checks) and the Istio injection above; RBAC
  * nonResourceURLs (allowed to anyone authenticated), aggregationRule, escalation checks, bootstrap
