@@ -15,8 +15,10 @@
 /* 64 hex digits, as the real one: the Secret validates the same */
 #define PLACEHOLDER_SECRET "0000000000000000000000000000000000000000000000000000000000000000"
 
-/* ---- YAML out: block style; strings double-quoted (JSON's escapes are
- * YAML's), so no value can be misread as another type. ---------------- */
+/* ---- YAML out: block style; strings double-quoted, so no value can be
+ * misread as another type, with everything outside YAML's printable set
+ * escaped (JSON's printer leaves DEL, C1 controls and U+FFFE/U+FFFF raw,
+ * which a YAML reader refuses). ---------------------------------------- */
 static bool plain_key(const char *k) {
     if (!*k) return false;
     for (const char *c = k; *c; c++)
@@ -26,8 +28,39 @@ static bool plain_key(const char *k) {
     return true;
 }
 
+/* The code point of the UTF-8 sequence at s, and its length in *n; a
+ * broken sequence (none should reach here: the input was checked) is one
+ * byte of U+FFFD. */
+static unsigned code_point(const unsigned char *s, int *n) {
+    if (s[0] < 0x80) return *n = 1, s[0];
+    int len = s[0] < 0xE0 ? 2 : s[0] < 0xF0 ? 3 : 4;
+    for (int i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80) return *n = 1, 0xFFFD;
+    if (s[0] < 0xE0) return *n = 2, (s[0] & 0x1Fu) << 6 | (s[1] & 0x3Fu);
+    if (s[0] < 0xF0) return *n = 3, (s[0] & 0x0Fu) << 12 | (s[1] & 0x3Fu) << 6 | (s[2] & 0x3Fu);
+    return *n = 4, (s[0] & 0x07u) << 18 | (s[1] & 0x3Fu) << 12 | (s[2] & 0x3Fu) << 6 | (s[3] & 0x3Fu);
+}
+
+static void quoted(FILE *f, const char *str) {
+    fputc('"', f);
+    for (const unsigned char *s = (const unsigned char *)str; *s;) {
+        int n;
+        unsigned c = code_point(s, &n);
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", (int)c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c < 0x20 || c == 0x7F) fprintf(f, "\\x%02X", c);
+        else if ((c >= 0x80 && c <= 0x9F) || c == 0xFEFF || c == 0xFFFD || c == 0xFFFE || c == 0xFFFF)
+            fprintf(f, "\\u%04X", c);
+        else fwrite(s, 1, (size_t)n, f);
+        s += n;
+    }
+    fputc('"', f);
+}
+
 static void scalar(FILE *f, const cJSON *v) {
-    char *s = cJSON_PrintUnformatted(v); /* strings quoted and escaped, numbers as JSON has them */
+    if (cJSON_IsString(v)) return quoted(f, v->valuestring);
+    char *s = cJSON_PrintUnformatted(v); /* numbers as JSON has them, true, false, null */
     fputs(s ? s : "null", f);
     free(s);
 }
@@ -44,7 +77,7 @@ static void members(FILE *f, const cJSON *o, int indent, bool first_inline) {
     for (const cJSON *m = o->child; m; m = m->next) {
         if (m != o->child || !first_inline) fprintf(f, "%*s", indent, "");
         if (plain_key(m->string)) fputs(m->string, f);
-        else scalar(f, &(cJSON){.type = cJSON_String, .valuestring = m->string});
+        else quoted(f, m->string);
         fputc(':', f);
         value(f, m, indent);
     }

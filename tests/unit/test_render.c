@@ -129,6 +129,18 @@ Test(render, refusals_name_the_file_and_field) {
     const char *latin1 = "kind: TrainingJob\nmetadata: {name: caf\xe9}\n";
     cr_expect_eq(rl_op_render(latin1, strlen(latin1), "l1.yaml", NULL, &yaml, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "l1.yaml: line 2: not UTF-8"), "%s", e.msg);
+    /* what JSON's printer leaves raw but YAML refuses (DEL, a C1 control,
+     * U+FFFE) is escaped, and reads back the same */
+    const char *odd = "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"x\"},"
+                      "\"spec\":{\"image\":\"a\\u007fb\\u0085c\\ufffed\\\"e\",\"replicas\":1}}";
+    cr_assert_eq(rl_op_render(odd, strlen(odd), "odd.json", NULL, &yaml, &e), RL_OK, "%s", e.msg);
+    cJSON *back = NULL;
+    cr_assert_eq(rl_k8s_yaml_parse(yaml, strlen(yaml), "rendered", &back, &e), RL_OK, "%s\n%s", e.msg, yaml);
+    const cJSON *pod = cJSON_GetArrayItem(cJSON_GetObjectItem(back, "items"), 6);
+    const cJSON *c0 = cJSON_GetArrayItem(rl_test_json_path(pod, "spec.containers"), 0);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(c0, "image")), "a\x7f" "b\xc2\x85" "c\xef\xbf\xbe" "d\"e");
+    cJSON_Delete(back);
+    free(yaml);
     /* several documents: the TrainingJobs among them, in one List */
     char two[2048];
     snprintf(two, sizeof two, "%s\n---\n%s\n", none, JOB);
