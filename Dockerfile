@@ -20,25 +20,35 @@
 
 ARG CUDA_VERSION=12.6.3
 ARG UBUNTU=ubuntu24.04
+# The two bases: NVIDIA's CUDA images by default. With USE_CUDA=0 (a
+# CPU-only build: no nvcc, no NCCL) a Debian 12 or Ubuntu 24.04 base will do;
+# `make image-test` builds this file on a Debian 12 base it makes with
+# mmdebstrap (scripts/image-test.sh).
+ARG BUILD_BASE=nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU}
+ARG RUNTIME_BASE=nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}
+ARG USE_CUDA=1
 
 # ---- build ------------------------------------------------------------------------
-FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build
+FROM ${BUILD_BASE} AS build
+ARG USE_CUDA
 ENV DEBIAN_FRONTEND=noninteractive
 # keep downloaded .debs in the cache mount (the image's docker-clean hook
 # would delete them after each install)
 RUN rm -f /etc/apt/apt.conf.d/docker-clean && \
     echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >/etc/apt/apt.conf.d/keep-cache
-# libnccl-dev comes from the CUDA apt repository the image has configured;
-# the devel image already ships it (held), so this pins nothing new.
+# libnccl-dev (USE_CUDA=1 only) comes from the CUDA apt repository the
+# image has configured; the devel image already ships it (held), so this
+# pins nothing new.
 # Versions are not pinned (DL3008): they are the base image's Ubuntu
 # release's, and pinned versions break when its archive moves on.
 # hadolint ignore=DL3008
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt,sharing=locked \
+    nccl= && if [ "$USE_CUDA" = 1 ]; then nccl=libnccl-dev; fi && \
     apt-get update && \
-    apt-get install -y --no-install-recommends \
+    apt-get install -y --no-install-recommends ${nccl:+"$nccl"} \
       build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev \
-      libopenblas-dev libmicrohttpd-dev libnccl-dev libyaml-dev
+      libopenblas-dev libmicrohttpd-dev libyaml-dev
 
 WORKDIR /src
 COPY Makefile ./
@@ -51,27 +61,32 @@ COPY kernels kernels
 ARG CUDA_ARCHS=
 ARG EXTRA_CFLAGS=-Wno-error
 RUN --network=none \
-    make -j"$(nproc)" USE_CUDA=1 CFLAGS="$EXTRA_CFLAGS" ${CUDA_ARCHS:+CUDA_ARCHS="$CUDA_ARCHS"} \
+    make -j"$(nproc)" USE_CUDA="$USE_CUDA" CFLAGS="$EXTRA_CFLAGS" ${CUDA_ARCHS:+CUDA_ARCHS="$CUDA_ARCHS"} \
       bin/ringleader-worker bin/ringleader-prepare bin/ringleader-operator && \
     mkdir -p /out/bin /out/data && \
     cp bin/ringleader-worker bin/ringleader-prepare bin/ringleader-operator /out/bin/ && \
     bin/ringleader-prepare arith --out /out/data/arith
 
 # ---- runtime ----------------------------------------------------------------------
-FROM nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}
+FROM ${RUNTIME_BASE}
+ARG USE_CUDA
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 RUN rm -f /etc/apt/apt.conf.d/docker-clean && \
     echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >/etc/apt/apt.conf.d/keep-cache
 # the shared libraries the binaries link, nothing else (libnccl2 and
-# cuBLAS are in the CUDA runtime image already)
+# cuBLAS are in the CUDA runtime image already). The names are Ubuntu
+# 24.04's; on a base whose archive has no 64-bit time_t renames (Debian 12)
+# a name's "t64" suffix is dropped.
 # hadolint ignore=DL3008
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt,sharing=locked \
     apt-get update && \
-    apt-get install -y --no-install-recommends \
-      ca-certificates libcurl4t64 libcjson1 libssl3t64 libexpat1 libopenblas0 libgomp1 \
-      libmicrohttpd12t64 libnccl2 libyaml-0-2
+    set -- ca-certificates libcurl4t64 libcjson1 libssl3t64 libexpat1 libopenblas0 libgomp1 \
+      libmicrohttpd12t64 libyaml-0-2 && \
+    if [ "$USE_CUDA" = 1 ]; then set -- "$@" libnccl2; fi && \
+    for p; do shift; apt-cache show "$p" >/dev/null 2>&1 || p=${p%t64}; set -- "$@" "$p"; done && \
+    apt-get install -y --no-install-recommends "$@"
 
 COPY --from=build /out/bin/ /usr/local/bin/
 # the arithmetic corpus, where the embedded default config looks for it

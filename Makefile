@@ -9,6 +9,7 @@
 #   make test-gpu / bench-gpu   GPU kernels vs the CPU reference / GPU benchmark beside PyTorch
 #   make bench-gpu-plan   the GPU step's FLOPs, bytes, launches and roofline, without a GPU
 #   make test-gpu-emu   the same GPU checks with the CUDA code emulated on the CPU (kernels/README.md)
+#   make image-test the Dockerfile built with buildah on a Debian 12 base (CPU) and run in it (root)
 
 BUILD   ?= build
 BIN     ?= bin
@@ -86,6 +87,12 @@ run:
 	@$(MAKE) --no-print-directory all
 	@test -f $(RUN_DATA)/.done || (bin/ringleader-prepare arith --out $(RUN_DATA) && touch $(RUN_DATA)/.done)
 	bin/ringleader-worker $(ARGS)
+
+# ---- the image: built with buildah on a Debian 12 base made by mmdebstrap, then run ----
+# (no Docker engine needed; root; scripts/image-test.sh says what it checks)
+.PHONY: image-test
+image-test:
+	@scripts/image-test.sh
 
 # ---- tests ---------------------------------------------------------------------
 $(TEST_BIN): $(TEST_SRCS) $(LIB) $(wildcard tests/unit/*.h)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing ringleader needs on Debian 12, once.
 # Idempotent: when every package is already present it only checks and exits.
-# Usage: scripts/deps.sh [build|test|ref]
+# Usage: scripts/deps.sh [build|test|ref|image]
+# (image: buildah and mmdebstrap, for make image-test; nothing else)
 set -euo pipefail
 what=${1:-build}
 pkgs=(build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev
@@ -11,7 +12,8 @@ case "$what" in
               radosgw ceph-mon ceph-osd ceph-common curl) ;;
   ref)  pkgs+=(libcriterion-dev python3 python3-venv radosgw ceph-mon ceph-osd ceph-common) ;;
   build) ;;
-  *) echo "deps.sh: unknown target '$what' (build|test|ref)" >&2; exit 2 ;;
+  image) pkgs=(buildah mmdebstrap) ;;
+  *) echo "deps.sh: unknown target '$what' (build|test|ref|image)" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${pkgs[@]}"; do
