@@ -53,17 +53,11 @@ static long operator_requests(void) {
 }
 
 static void start_operator(void) {
-    char body[256], kc[2048], path[400], bin[1200], log[400];
+    char body[256], path[400], bin[1200], log[400];
     snprintf(body, sizeof body, "{\"token\":\"" TOKEN "\",\"user\":\"" USER "\"}");
     if (rl_test_standin_admin(&s, "POST", "/tokens", body, NULL, 0) != 200) die("cannot register a token");
-    snprintf(kc, sizeof kc,
-             "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    certificate-authority: %s\n"
-             "    server: https://%s:%d\ncontexts:\n- name: op\n  context:\n    cluster: standin\n    user: op\n"
-             "current-context: op\nusers:\n- name: op\n  user:\n    token: " TOKEN "\n",
-             s.ca_file, s.host, s.port);
     snprintf(path, sizeof path, "%s/operator.kubeconfig", s.dir);
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(kc, f) < 0 || fclose(f) != 0) die("cannot write a kubeconfig");
+    if (rl_test_standin_write_kubeconfig(&s, TOKEN, NULL, path) != 0) die("cannot write a kubeconfig");
     const char *b = getenv("RL_TEST_BIN");
     snprintf(bin, sizeof bin, "%s/ringleader-operator", b && *b ? b : "bin");
     snprintf(log, sizeof log, "%s/operator.log", s.dir);

@@ -454,3 +454,14 @@ int rl_test_standin_sa_token(const rl_test_standin *s, const char *ns, const cha
     cJSON_Delete(j);
     return rc;
 }
+
+int rl_test_standin_write_kubeconfig(const rl_test_standin *s, const char *token, const char *ns, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int n = fprintf(f,
+                    "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    certificate-authority: %s\n"
+                    "    server: https://%s:%d\ncontexts:\n- name: op\n  context:\n    cluster: standin\n    user: op\n"
+                    "%s%s%scurrent-context: op\nusers:\n- name: op\n  user:\n    token: %s\n",
+                    s->ca_file, s->host, s->port, ns ? "    namespace: " : "", ns ? ns : "", ns ? "\n" : "", token);
+    return fclose(f) == 0 && n > 0 ? 0 : -1;
+}

@@ -88,5 +88,8 @@ int rl_test_standin_evict(const rl_test_standin *s, const char *ns, const char *
 int rl_test_standin_set_max_pods(const rl_test_standin *s, int n);
 /* A token of service account ns/sa (RBAC applies to it). 0 or -1. */
 int rl_test_standin_sa_token(const rl_test_standin *s, const char *ns, const char *sa, char *tok, size_t n);
+/* A kubeconfig at path for the stand-in with a bearer token (and a context
+ * namespace; NULL: none), for a client that must not be the admin. 0 or -1. */
+int rl_test_standin_write_kubeconfig(const rl_test_standin *s, const char *token, const char *ns, const char *path);
 
 #endif

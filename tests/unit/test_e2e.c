@@ -122,15 +122,10 @@ static void up(void) {
      * bound to its ClusterRole: the stand-in enforces RBAC for
      * service-account tokens, so a permission missing there fails here. */
     cr_assert_eq(kubectl("apply -f manifests/operator.yaml", NULL, out, sizeof out), 0, "%s", out);
-    char tok[2048], kc[4096];
+    char tok[2048];
     cr_assert_eq(rl_test_standin_sa_token(&g.s, "ringleader-system", "ringleader-operator", tok, sizeof tok), 0);
     snprintf(g.op_kubeconfig, sizeof g.op_kubeconfig, "%s/operator.kubeconfig", g.dir);
-    snprintf(kc, sizeof kc,
-             "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    certificate-authority: %s\n"
-             "    server: https://%s:%d\ncontexts:\n- name: op\n  context:\n    cluster: standin\n    user: op\n"
-             "    namespace: ringleader-system\ncurrent-context: op\nusers:\n- name: op\n  user:\n    token: %s\n",
-             g.s.ca_file, g.s.host, g.s.port, tok);
-    rl_test_write(g.op_kubeconfig, kc, strlen(kc));
+    cr_assert_eq(rl_test_standin_write_kubeconfig(&g.s, tok, "ringleader-system", g.op_kubeconfig), 0);
     start_operator();
 }
 

@@ -46,16 +46,11 @@ static void set_token(const char *deny) {
 static void up(void) {
     cr_assert(rl_test_bindir(), "binaries not found (RL_TEST_BIN or bin/)");
     cr_assert_eq(rl_test_standin_start(&s, NULL), 0, "the Kubernetes stand-in did not start");
-    char out[8192], kc[2048], path[400], bin[1200];
+    char out[8192], path[400], bin[1200];
     cr_assert_eq(kubectl("apply -f manifests/crd.yaml", NULL, out, sizeof out), 0, "%s", out);
     set_token("");
-    snprintf(kc, sizeof kc,
-             "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    certificate-authority: %s\n"
-             "    server: https://%s:%d\ncontexts:\n- name: op\n  context:\n    cluster: standin\n    user: op\n"
-             "current-context: op\nusers:\n- name: op\n  user:\n    token: " TOKEN "\n",
-             s.ca_file, s.host, s.port);
     snprintf(path, sizeof path, "%s/operator.kubeconfig", s.dir);
-    rl_test_write(path, kc, strlen(kc));
+    cr_assert_eq(rl_test_standin_write_kubeconfig(&s, TOKEN, NULL, path), 0);
     snprintf(bin, sizeof bin, "%s/ringleader-operator", rl_test_bindir());
     char log[400];
     snprintf(log, sizeof log, "%s/operator.log", s.dir);
