@@ -26,7 +26,7 @@ struct rl_op_cache {
     store s[RL_OPC_KINDS];
 };
 
-static const char *md_str(const cJSON *o, const char *k) {
+const char *rl_op_meta_str(const cJSON *o, const char *k) {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
     const cJSON *v = cJSON_IsObject(md) ? cJSON_GetObjectItemCaseSensitive(md, k) : NULL;
     return cJSON_IsString(v) ? v->valuestring : "";
@@ -69,7 +69,7 @@ static void drop(store *s, int i) {
 /* Insert or replace; an object that cannot be stored is left out (the next
  * SYNC or event brings it back, and reads fall back to absent). */
 static void put(store *s, const cJSON *obj) {
-    const char *ns = md_str(obj, "namespace"), *name = md_str(obj, "name");
+    const char *ns = rl_op_meta_str(obj, "namespace"), *name = rl_op_meta_str(obj, "name");
     if (!*name || strlen(ns) >= sizeof s->v->ns || strlen(name) >= sizeof s->v->name) return;
     cJSON *copy = cJSON_Duplicate(obj, 1);
     if (!copy) return;
@@ -103,7 +103,7 @@ void rl_op_cache_apply(rl_op_cache *c, rl_opc_kind k, const char *ns, rl_k8s_eve
         for (const cJSON *it = obj->child; it; it = it->next) put(s, it);
         s->synced++; /* a relist after a 410 counts again: harmless, never fewer */
     } else if (type == RL_K8S_DELETED) {
-        int i = find(s, md_str(obj, "namespace"), md_str(obj, "name"));
+        int i = find(s, rl_op_meta_str(obj, "namespace"), rl_op_meta_str(obj, "name"));
         if (i >= 0) drop(s, i);
     } else if (type == RL_K8S_ADDED || type == RL_K8S_MODIFIED) {
         put(s, obj);

@@ -31,6 +31,8 @@ void rl_op_cache_apply(rl_op_cache *c, rl_opc_kind k, const char *ns, rl_k8s_eve
 bool rl_op_cache_synced(rl_op_cache *c, rl_opc_kind k);
 void rl_op_cache_expect(rl_op_cache *c, rl_opc_kind k, int watches); /* how many scopes to wait for */
 
+/* metadata.<k> of an object as a string ("" when absent). */
+const char *rl_op_meta_str(const struct cJSON *obj, const char *k);
 /* The job an object belongs to: its label ringleader.dev/job ("" none). */
 const char *rl_op_job_label(const struct cJSON *obj);
 

@@ -87,15 +87,9 @@ static void keyset_del(keyset *s, int i) {
     s->v[i] = s->v[--s->n];
 }
 
-static const char *meta_str(const cJSON *obj, const char *k) {
-    const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
-    const cJSON *v = cJSON_IsObject(md) ? cJSON_GetObjectItemCaseSensitive(md, k) : NULL;
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
 /* Called with c->mu held. */
 static void enqueue_locked(ctl *c, const cJSON *obj, bool pod) {
-    keyset_add(&c->queue, meta_str(obj, "namespace"), pod ? rl_op_job_label(obj) : meta_str(obj, "name"));
+    keyset_add(&c->queue, rl_op_meta_str(obj, "namespace"), pod ? rl_op_job_label(obj) : rl_op_meta_str(obj, "name"));
 }
 
 /* ---- later: back-off and due times -------------------------------------------------------- */
@@ -158,22 +152,22 @@ static int on_event(void *ud, rl_k8s_event_type type, const cJSON *obj) {
                 bool in_scope = !w->ns || !strcmp(w->ns, c->known.v[i].ns);
                 bool present = false;
                 for (const cJSON *it = obj->child; it && !present; it = it->next)
-                    present = !strcmp(meta_str(it, "namespace"), c->known.v[i].ns) &&
-                              !strcmp(meta_str(it, "name"), c->known.v[i].name);
+                    present = !strcmp(rl_op_meta_str(it, "namespace"), c->known.v[i].ns) &&
+                              !strcmp(rl_op_meta_str(it, "name"), c->known.v[i].name);
                 if (in_scope && !present) keyset_del(&c->known, i);
             }
         }
         for (const cJSON *it = obj->child; it; it = it->next) {
             enqueue_locked(c, it, owned);
-            if (!owned) keyset_add(&c->known, meta_str(it, "namespace"), meta_str(it, "name"));
+            if (!owned) keyset_add(&c->known, rl_op_meta_str(it, "namespace"), rl_op_meta_str(it, "name"));
         }
     } else if (owned) {
         enqueue_locked(c, obj, true);
     } else if (type == RL_K8S_DELETED) {
-        keyset_del(&c->known, keyset_find(&c->known, meta_str(obj, "namespace"), meta_str(obj, "name")));
+        keyset_del(&c->known, keyset_find(&c->known, rl_op_meta_str(obj, "namespace"), rl_op_meta_str(obj, "name")));
     } else {
         enqueue_locked(c, obj, false);
-        keyset_add(&c->known, meta_str(obj, "namespace"), meta_str(obj, "name"));
+        keyset_add(&c->known, rl_op_meta_str(obj, "namespace"), rl_op_meta_str(obj, "name"));
     }
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
