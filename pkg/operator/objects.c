@@ -21,7 +21,7 @@ static cJSON *object(const rl_op_job *j, const char *api_version, const char *ki
     put_str(md, "namespace", j->ns);
     cJSON *labels = cJSON_AddObjectToObject(md, "labels");
     put_str(labels, RL_OP_LABEL_JOB, j->name);
-    put_str(labels, "app.kubernetes.io/managed-by", "ringleader-operator");
+    put_str(labels, RL_OP_LABEL_MANAGED_BY, "ringleader-operator");
     cJSON *refs = cJSON_AddArrayToObject(md, "ownerReferences");
     cJSON *ref = cJSON_CreateObject();
     put_str(ref, "apiVersion", RL_OP_GV);
@@ -190,6 +190,12 @@ static void copy_field(cJSON *dst, const char *dst_key, const cJSON *spec, const
     cJSON_AddItemToObject(dst, dst_key, cJSON_Duplicate(v, 1));
 }
 
+/* every string entry of src (an object, or NULL) into dst */
+static void copy_entries(cJSON *dst, const cJSON *src) {
+    for (const cJSON *it = cJSON_IsObject(src) ? src->child : NULL; it; it = it->next)
+        if (cJSON_IsString(it)) put_str(dst, it->string, it->valuestring);
+}
+
 /* The "restricted" Pod Security Standard (kubernetes.io, Pod Security
  * Standards), as the operator's own Deployment has it: namespaces that
  * enforce it admit the pods, and nothing in them runs as root. */
@@ -236,14 +242,19 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
     cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
     put_str(cJSON_GetObjectItemCaseSensitive(md, "labels"), RL_OP_LABEL_INDEX, idx);
     cJSON *ann = cJSON_AddObjectToObject(md, "annotations");
+    /* the user's (Kueue's pod-group keys, cost labels); spec.c refused the
+     * operator's own keys, so nothing below is overwritten */
+    const cJSON *pm = cJSON_GetObjectItemCaseSensitive(j->spec, "podMetadata");
+    copy_entries(cJSON_GetObjectItemCaseSensitive(md, "labels"), cJSON_GetObjectItemCaseSensitive(pm, "labels"));
+    copy_entries(ann, cJSON_GetObjectItemCaseSensitive(pm, "annotations"));
     snprintf(buf, sizeof buf, "%lld", j->generation);
-    put_str(ann, "ringleader.dev/generation", buf);
+    put_str(ann, RL_OP_KEY_PREFIX "generation", buf);
     if (!j->disruptible) {
         /* a node scale-down would kill a training round for a few idle
          * CPU cycles: the cluster autoscaler and Karpenter leave the node
          * (spot reclaims and the operator's own replacement still work) */
-        put_str(ann, "cluster-autoscaler.kubernetes.io/safe-to-evict", "false");
-        put_str(ann, "karpenter.sh/do-not-disrupt", "true");
+        put_str(ann, RL_OP_ANN_SAFE_TO_EVICT, "false");
+        put_str(ann, RL_OP_ANN_DO_NOT_DISRUPT, "true");
     }
 
     cJSON *spec = cJSON_AddObjectToObject(o, "spec");
@@ -260,6 +271,9 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
     copy_field(spec, "priorityClassName", j->spec, "priorityClassName");
     copy_field(spec, "schedulerName", j->spec, "schedulerName");
     copy_field(spec, "imagePullSecrets", j->spec, "imagePullSecrets");
+    /* one pod per node, one zone for NCCL: the scheduler's own terms */
+    copy_field(spec, "affinity", j->spec, "affinity");
+    copy_field(spec, "topologySpreadConstraints", j->spec, "topologySpreadConstraints");
     pod_security(spec);
 
     cJSON *c = cJSON_CreateObject();

@@ -25,6 +25,14 @@ struct cJSON;
 #define RL_OP_GV RL_OP_GROUP "/" RL_OP_VERSION
 #define RL_OP_LABEL_JOB "ringleader.dev/job"
 #define RL_OP_LABEL_INDEX "ringleader.dev/index"
+/* Keys under this prefix, on labels and annotations, are the operator's:
+ * spec.podMetadata may not set them. */
+#define RL_OP_KEY_PREFIX RL_OP_GROUP "/"
+#define RL_OP_LABEL_MANAGED_BY "app.kubernetes.io/managed-by"
+/* What cluster-autoscaler and Karpenter read before they move a pod; set
+ * from spec.disruptible, so spec.podMetadata may not set them either. */
+#define RL_OP_ANN_SAFE_TO_EVICT "cluster-autoscaler.kubernetes.io/safe-to-evict"
+#define RL_OP_ANN_DO_NOT_DISRUPT "karpenter.sh/do-not-disrupt"
 
 /* ---- the spec, validated ---------------------------------------------------------- */
 typedef struct rl_op_job {
@@ -45,7 +53,9 @@ typedef struct rl_op_job {
     char s3_endpoint[512], s3_region[64], s3_addressing[16];
     char s3_secret[254], s3_key_id[254], s3_key_secret[254], s3_key_token[254];
     char shm_size[32];       /* spec.shmSize: sizeLimit of the /dev/shm emptyDir ("" none) */
-    const struct cJSON *spec; /* the object's spec (borrowed): passthrough fields */
+    /* the object's spec (borrowed): fields passed through to the pods as
+     * written -- podMetadata, affinity, topologySpreadConstraints, ... */
+    const struct cJSON *spec;
 } rl_op_job;
 
 /* The memory-backed emptyDir every worker pod gets at /dev/shm: NCCL's

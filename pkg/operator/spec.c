@@ -5,6 +5,7 @@
  * operator refuses exactly what the worker would refuse -- before any pod
  * exists, with the field named. */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,88 @@ static int parse_volumes(const cJSON *spec, rl_op_job *j, rl_err *e) {
     return RL_OK;
 }
 
+/* A Kubernetes name part: at most 63 characters, alphanumeric at both
+ * ends, '-', '_' and '.' inside (a label value may also be empty). */
+static bool name_part_ok(const char *s, size_t n) {
+    if (n == 0 || n > 63 || !isalnum((unsigned char)s[0]) || !isalnum((unsigned char)s[n - 1])) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("-_.", s[i])) return false;
+    return true;
+}
+
+/* A label or annotation key: [DNS-1123 subdomain "/"] name part. */
+static bool qualified_name_ok(const char *k) {
+    const char *slash = strchr(k, '/');
+    const char *name = slash ? slash + 1 : k;
+    if (slash) {
+        size_t n = (size_t)(slash - k);
+        bool ok = n > 0 && n <= 253 && isalnum((unsigned char)k[0]) && isalnum((unsigned char)k[n - 1]);
+        for (size_t i = 0; ok && i < n; i++)
+            ok = islower((unsigned char)k[i]) || isdigit((unsigned char)k[i]) || k[i] == '-' || k[i] == '.';
+        if (!ok) return false;
+    }
+    return name_part_ok(name, strlen(name));
+}
+
+/* The keys the operator writes itself: the selectors of the Service, the
+ * PDB and the operator's own caches depend on its labels, and
+ * spec.disruptible is the one switch for the autoscalers' annotations. */
+static const char *owned_key(const char *k, bool label) {
+    if (!strncmp(k, RL_OP_KEY_PREFIX, strlen(RL_OP_KEY_PREFIX))) return "set by the operator";
+    if (label && !strcmp(k, RL_OP_LABEL_MANAGED_BY)) return "set by the operator";
+    if (!label && (!strcmp(k, RL_OP_ANN_SAFE_TO_EVICT) || !strcmp(k, RL_OP_ANN_DO_NOT_DISRUPT)))
+        return "set by the operator from spec.disruptible";
+    return NULL;
+}
+
+/* spec.podMetadata.{labels,annotations}: string maps for every worker pod,
+ * checked as the API server checks a pod's metadata, so a bad key is
+ * refused here (and by `render`) rather than at each pod create. */
+static int parse_pod_map(const cJSON *pm, const char *field, bool label, rl_err *e) {
+    const cJSON *m = member(pm, field);
+    if (!m || cJSON_IsNull(m)) return RL_OK;
+    if (!cJSON_IsObject(m)) return rl_errf(e, RL_EINPUT, "spec.podMetadata.%s: must be an object", field);
+    size_t total = 0;
+    char esc[96];
+    for (const cJSON *it = m->child; it; it = it->next) {
+        const char *k = it->string, *why = owned_key(k, label);
+        if (!qualified_name_ok(k))
+            return rl_errf(e, RL_EINPUT, "spec.podMetadata.%s: key \"%s\" is not a qualified name "
+                           "([prefix/]name, name at most 63 characters)", field, rl_json_escape(esc, sizeof esc, k));
+        if (why) return rl_errf(e, RL_EINPUT, "spec.podMetadata.%s.%s: %s", field, k, why);
+        if (!cJSON_IsString(it)) return rl_errf(e, RL_EINPUT, "spec.podMetadata.%s.%s: must be a string", field, k);
+        size_t n = strlen(it->valuestring);
+        if (label && n && !name_part_ok(it->valuestring, n))
+            return rl_errf(e, RL_EINPUT, "spec.podMetadata.labels.%s: \"%s\" is not a label value (at most 63 "
+                           "characters, alphanumeric at both ends)", k, rl_json_escape(esc, sizeof esc, it->valuestring));
+        total += strlen(k) + n;
+    }
+    /* the API server's limit on a pod's annotations, keys and values together */
+    if (!label && total > 256 * 1024)
+        return rl_errf(e, RL_EINPUT, "spec.podMetadata.annotations: %zu bytes, over the 262144 a pod may carry", total);
+    return RL_OK;
+}
+
+/* What the schema leaves to the API server is checked when the pod is made
+ * (a refused create is the PodCreateFailed condition); the shapes are
+ * checked here so the pod builder can copy them without looking. */
+static int parse_pod_passthrough(const cJSON *spec, rl_err *e) {
+    const cJSON *pm = member(spec, "podMetadata"), *aff = member(spec, "affinity"),
+                *tsc = member(spec, "topologySpreadConstraints");
+    int rc;
+    if (pm && !cJSON_IsNull(pm) && !cJSON_IsObject(pm))
+        return rl_errf(e, RL_EINPUT, "spec.podMetadata: must be an object");
+    if ((rc = parse_pod_map(pm, "labels", true, e)) || (rc = parse_pod_map(pm, "annotations", false, e)))
+        return rc;
+    if (aff && !cJSON_IsNull(aff) && !cJSON_IsObject(aff)) return rl_errf(e, RL_EINPUT, "spec.affinity: must be an object");
+    if (tsc && !cJSON_IsNull(tsc) && !cJSON_IsArray(tsc))
+        return rl_errf(e, RL_EINPUT, "spec.topologySpreadConstraints: must be a list");
+    int i = 0;
+    for (const cJSON *c = cJSON_IsArray(tsc) ? tsc->child : NULL; c; c = c->next, i++)
+        if (!cJSON_IsObject(c)) return rl_errf(e, RL_EINPUT, "spec.topologySpreadConstraints[%d]: must be an object", i);
+    return RL_OK;
+}
+
 /* spec.training -> the worker's config JSON, with the job's rendezvous port
  * folded in, checked by the worker's own parser for every world size. */
 static int parse_training(const cJSON *spec, rl_op_job *j, rl_err *e) {
@@ -277,7 +360,8 @@ int rl_op_job_parse(const cJSON *obj, rl_op_job *j, rl_err *e) {
         if (replicas < 1) return rl_errf(e, RL_EINPUT, "spec.replicas: a job needs at least 1 node");
         j->min_nodes = j->max_nodes = j->replicas;
     }
-    if ((rc = parse_s3(spec, j, e)) || (rc = parse_volumes(spec, j, e))) return rc;
+    if ((rc = parse_s3(spec, j, e)) || (rc = parse_volumes(spec, j, e)) || (rc = parse_pod_passthrough(spec, e)))
+        return rc;
     return parse_training(spec, j, e);
 }
 

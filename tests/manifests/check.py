@@ -68,7 +68,10 @@ CORE_TYPES = [("spec.resources", "io.k8s.api.core.v1.ResourceRequirements"),
               ("spec.env[].valueFrom", "io.k8s.api.core.v1.EnvVarSource"),
               ("spec.imagePullSecrets[]", "io.k8s.api.core.v1.LocalObjectReference"),
               ("spec.volumes[]", "io.k8s.api.core.v1.Volume"),
-              ("spec.volumeMounts[]", "io.k8s.api.core.v1.VolumeMount")]
+              ("spec.volumeMounts[]", "io.k8s.api.core.v1.VolumeMount"),
+              ("spec.podMetadata", "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+              ("spec.affinity", "io.k8s.api.core.v1.Affinity"),
+              ("spec.topologySpreadConstraints[]", "io.k8s.api.core.v1.TopologySpreadConstraint")]
 # what the operator does (docs/trainingjob.md): (apiGroup, resource, verbs)
 OPERATOR_NEEDS = [("ringleader.dev", "trainingjobs", "get list watch"),
                   ("ringleader.dev", "trainingjobs/status", "patch"),
@@ -230,7 +233,7 @@ def schema_at(schema, dotted):
     fields: a core object passed through, like spec.volumes[]) every path
     is that node."""
     node = schema
-    for part in re.findall(r"[^.\[\]]+|\[\]", dotted):
+    for part in path_parts(dotted):
         if (node or {}).get("x-kubernetes-preserve-unknown-fields") and part != "[]" and \
                 part not in (node.get("properties") or {}):
             return node
@@ -249,9 +252,16 @@ def schema_at(schema, dotted):
     return node
 
 
+def path_parts(dotted):
+    """spec.env[].name -> [spec, env, [], name]; a dot inside a key (a
+    label key such as kueue.x-k8s.io/queue-name) is written \\."""
+    return [p.replace("\\.", ".") for p in re.findall(r"(?:\\.|[^.\[\]\\])+|\[\]", dotted)]
+
+
 def leaves(obj, prefix=""):
     if isinstance(obj, dict) and obj:
         for k, v in obj.items():
+            k = k.replace(".", "\\.")
             yield from leaves(v, "%s.%s" % (prefix, k) if prefix else k)
     elif isinstance(obj, list) and obj and all(isinstance(x, (dict, list)) for x in obj):
         for x in obj:
@@ -406,7 +416,7 @@ def check_trainingjob(job, crd_schema, validator, where):
 
 def values_at(obj, dotted):
     cur = [obj]
-    for part in re.findall(r"[^.\[\]]+|\[\]", dotted):
+    for part in path_parts(dotted):
         nxt = []
         for c in cur:
             if part == "[]":

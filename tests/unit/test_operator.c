@@ -182,6 +182,64 @@ Test(operator, autoscalers_and_drains) {
     cJSON_Delete(o);
 }
 
+/* Pod labels and annotations (Kueue, cost labels), affinity and spread
+ * reach every pod as written, beside the operator's own keys, which the
+ * user cannot take over. */
+Test(operator, pod_metadata_affinity_and_spread_pass_through) {
+    cJSON *o = job("{\"image\":\"rl:1\",\"replicas\":2,"
+                   "\"podMetadata\":{\"labels\":{\"kueue.x-k8s.io/queue-name\":\"gpu\",\"team\":\"\"},"
+                   "\"annotations\":{\"example.com/cost\":\"ml 42\"}},"
+                   "\"affinity\":{\"podAntiAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":"
+                   "[{\"topologyKey\":\"kubernetes.io/hostname\"}]}},"
+                   "\"topologySpreadConstraints\":[{\"maxSkew\":1,\"topologyKey\":\"topology.kubernetes.io/zone\","
+                   "\"whenUnsatisfiable\":\"DoNotSchedule\"}]}");
+    rl_op_job j;
+    rl_err e = {0};
+    cr_assert_eq(rl_op_job_parse(o, &j, &e), RL_OK, "%s", e.msg);
+    cJSON *pod = rl_op_pod(&j, 1);
+    const cJSON *labels = rl_test_json_path(pod, "metadata.labels"), *ann = rl_test_json_path(pod, "metadata.annotations");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(labels, "kueue.x-k8s.io/queue-name")), "gpu");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(labels, "team")), "");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(labels, RL_OP_LABEL_JOB)), "llama");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(labels, RL_OP_LABEL_INDEX)), "1");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(ann, "example.com/cost")), "ml 42");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(ann, RL_OP_ANN_SAFE_TO_EVICT)), "false");
+    const cJSON *terms = rl_test_json_path(pod, "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(terms, 0), "topologyKey")),
+                     "kubernetes.io/hostname");
+    const cJSON *tsc = rl_test_json_path(pod, "spec.topologySpreadConstraints");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(tsc, 0), "whenUnsatisfiable")),
+                     "DoNotSchedule");
+    cJSON_Delete(pod);
+    rl_op_job_free(&j);
+    cJSON_Delete(o);
+
+    static const struct {
+        const char *spec, *want;
+    } bad[] = {
+        {"\"podMetadata\":{\"labels\":{\"ringleader.dev/job\":\"other\"}}", "spec.podMetadata.labels.ringleader.dev/job: set by the operator"},
+        {"\"podMetadata\":{\"labels\":{\"app.kubernetes.io/managed-by\":\"me\"}}", "labels.app.kubernetes.io/managed-by: set by"},
+        {"\"podMetadata\":{\"annotations\":{\"cluster-autoscaler.kubernetes.io/safe-to-evict\":\"true\"}}",
+         "safe-to-evict: set by the operator from spec.disruptible"},
+        {"\"podMetadata\":{\"labels\":{\"Team/x\":\"a\"}}", "spec.podMetadata.labels: key \"Team/x\" is not a qualified name"},
+        {"\"podMetadata\":{\"labels\":{\"team\":\"a b\"}}", "spec.podMetadata.labels.team: \"a b\" is not a label value"},
+        {"\"podMetadata\":{\"labels\":{\"team\":7}}", "spec.podMetadata.labels.team: must be a string"},
+        {"\"podMetadata\":[]", "spec.podMetadata: must be an object"},
+        {"\"affinity\":[]", "spec.affinity: must be an object"},
+        {"\"topologySpreadConstraints\":[1]", "spec.topologySpreadConstraints[0]: must be an object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, "{\"image\":\"rl:1\",%s}", bad[i].spec);
+        o = job(spec);
+        e = (rl_err){0};
+        cr_expect_eq(rl_op_job_parse(o, &j, &e), RL_EINPUT, "%s", spec);
+        cr_expect(strstr(e.msg, bad[i].want), "%s: got %s", spec, e.msg);
+        rl_op_job_free(&j);
+        cJSON_Delete(o);
+    }
+}
+
 Test(operator, the_pod_a_job_wants) {
     cJSON *o = job("{\"image\":\"rl:1\",\"nprocPerNode\":2,\"gpusPerNode\":8,\"terminationGracePeriodSeconds\":45,"
                    "\"elastic\":{\"minReplicas\":2,\"maxReplicas\":4},\"replicas\":3,"
