@@ -63,19 +63,16 @@ void rl_http_url_redact(const char *url, char *out, size_t n) {
     if (n == 0) return;
     const char *p = url ? url : "";
     size_t o = 0;
+    /* a value without a scheme ("user:pw@host") is an authority too */
     const char *scheme = strstr(p, "://");
-    const char *auth = p;
-    if (scheme) {
-        size_t sl = (size_t)(scheme - p) + 3;
-        for (size_t i = 0; i < sl && o + 1 < n; i++) out[o++] = p[i];
-        auth = p + sl;
-        /* user info ends at the last '@' before the path */
-        const char *end = auth + strcspn(auth, "/?#");
-        const char *at = NULL;
-        for (const char *q = auth; q < end; q++)
-            if (*q == '@') at = q;
-        if (at) auth = at + 1;
-    }
+    const char *auth = scheme ? scheme + 3 : p;
+    for (const char *q = p; q < auth && o + 1 < n; q++) out[o++] = *q;
+    /* user info ends at the last '@' before the path */
+    const char *end = auth + strcspn(auth, "/?#");
+    const char *at = NULL;
+    for (const char *q = auth; q < end; q++)
+        if (*q == '@') at = q;
+    if (at) auth = at + 1;
     for (const char *q = auth; *q && *q != '?' && *q != '#' && o + 1 < n; q++) out[o++] = *q;
     out[o] = '\0';
 }

@@ -54,10 +54,12 @@ int rl_s3_open(const rl_s3_config *c, rl_s3 **out, rl_err *e) {
         aws = !ep;
     }
     int rc = RL_OK;
-    /* scheme://host[:port][/base] */
+    /* scheme://host[:port][/base]; messages show it without user info */
     const char *ep = s->cfg.endpoint, *hs = strstr(ep, "://");
+    char shown[sizeof s->cfg.endpoint];
+    rl_http_url_redact(ep, shown, sizeof shown);
     if (!hs || (strncmp(ep, "http://", 7) != 0 && strncmp(ep, "https://", 8) != 0)) {
-        rc = rl_errf(e, RL_EINPUT, "s3: endpoint %s: must start with http:// or https://", ep);
+        rc = rl_errf(e, RL_EINPUT, "s3: endpoint %s: must start with http:// or https://", shown);
         goto fail;
     }
     snprintf(s->scheme, sizeof s->scheme, "%.*s", (int)(hs - ep), ep);
@@ -65,7 +67,7 @@ int rl_s3_open(const rl_s3_config *c, rl_s3 **out, rl_err *e) {
     const char *slash = strchr(hs, '/');
     size_t hl = slash ? (size_t)(slash - hs) : strlen(hs);
     if (hl == 0 || hl >= sizeof s->host || strchr(hs, '@')) {
-        rc = rl_errf(e, RL_EINPUT, "s3: endpoint %s: no host, or user info in it", ep);
+        rc = rl_errf(e, RL_EINPUT, "s3: endpoint %s: no host, or user info in it", shown);
         goto fail;
     }
     snprintf(s->host, sizeof s->host, "%.*s", (int)hl, hs);

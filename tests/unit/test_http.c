@@ -612,4 +612,6 @@ Test(http_retry, sleep_is_cancellable_and_escape) {
     cr_assert_str_eq(r, "https://h:1/a/b");
     rl_http_url_redact("http://h/p@q?a@b", r, sizeof r);
     cr_assert_str_eq(r, "http://h/p@q");
+    rl_http_url_redact("user:hunter2@h:9000/x", r, sizeof r); /* no scheme: still an authority */
+    cr_assert_str_eq(r, "h:9000/x");
 }

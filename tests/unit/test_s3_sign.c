@@ -325,4 +325,13 @@ Test(s3_sign, addressing_and_endpoints) {
     rl_s3 *s;
     cr_expect_eq(rl_s3_open(&bad, &s, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "ftp://x"), "%s", e.msg);
+    /* an endpoint with user info is refused without echoing the password */
+    static const char *const secretive[] = {"http://user:hunter2@rgw:7480", "ftp://user:hunter2@rgw", "user:hunter2@rgw:7480"};
+    for (size_t i = 0; i < sizeof secretive / sizeof secretive[0]; i++) {
+        rl_s3_config u = {0};
+        snprintf(u.endpoint, sizeof u.endpoint, "%s", secretive[i]);
+        cr_assert_eq(rl_s3_creds_static("AK", "SK", NULL, &u.creds, &e), 0);
+        cr_expect_eq(rl_s3_open(&u, &s, &e), RL_EINPUT, "%s", secretive[i]);
+        cr_expect(strstr(e.msg, "rgw") && !strstr(e.msg, "hunter2"), "%s", e.msg);
+    }
 }
