@@ -365,12 +365,13 @@ static int read_step(rl_ckpt_store *s, long long step, const rl_model_config *wa
     }
     snprintf(where, sizeof where, "%s/%s/model.safetensors", s->uri, dir);
     static const char *const none[] = {""};
-    if ((rc = rl_ckpt_st_parse(buf[0], len[0], len[0], where, &st, e)) ||
+    int nt = rl_model_n_tensors(want);
+    if ((rc = rl_ckpt_st_parse(buf[0], len[0], len[0], nt, where, &st, e)) ||
         (rc = check_tensors(st, want, 1, none, where, e)))
         goto out;
     rl_ckpt_st_free(st), st = NULL;
     snprintf(where, sizeof where, "%s/%s/optimizer.safetensors", s->uri, dir);
-    if ((rc = rl_ckpt_st_parse(buf[1], len[1], len[1], where, &st, e)) ||
+    if ((rc = rl_ckpt_st_parse(buf[1], len[1], len[1], 3 * nt, where, &st, e)) ||
         (rc = check_tensors(st, want, 3, opt_prefix, where, e)))
         goto out;
     rl_param_layout lay;
@@ -380,7 +381,6 @@ static int read_step(rl_ckpt_store *s, long long step, const rl_model_config *wa
         goto out;
     }
     float *dst[3] = {params, mo, vo};
-    int nt = rl_model_n_tensors(want);
     for (int k = 0; k < 3; k++) {
         if (!dst[k]) continue;
         for (int i = 0; i < nt; i++) {

@@ -158,8 +158,11 @@ typedef struct rl_ckpt_st {
  * dtypes, shapes of non-negative integers, offsets in range, contiguous from
  * 0 to the end of the file with no gap or overlap, numel x dtype size equal
  * to each byte range, no duplicate names, metadata values strings. Errors
- * are RL_EINPUT naming `name` (the file) and the tensor. Fuzzed. */
-int rl_ckpt_st_parse(const void *buf, size_t len, uint64_t file_size, const char *name,
+ * are RL_EINPUT naming `name` (the file) and the tensor. Fuzzed.
+ * max_tensors > 0: more entries than that (what the model has) are refused
+ * from a count of the header's keys, before its JSON is parsed -- a hostile
+ * header of millions of empty tensors costs neither time nor memory. */
+int rl_ckpt_st_parse(const void *buf, size_t len, uint64_t file_size, int max_tensors, const char *name,
                      rl_ckpt_st **out, rl_err *e);
 const rl_ckpt_st_tensor *rl_ckpt_st_find(const rl_ckpt_st *st, const char *name);
 const char *rl_ckpt_st_meta(const rl_ckpt_st *st, const char *key);

@@ -41,6 +41,40 @@ static int cmp_begin(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(((const rl_ckpt_st_tensor *)a)->name, ((const rl_ckpt_st_tensor *)b)->name);
+}
+
+/* The keys of the top-level object of JSON text h[0..n), counted without
+ * parsing (a string at depth 1 right after '{' or ','); stops counting
+ * past `stop`. Malformed text gives some count: cJSON refuses it after. */
+static long top_level_keys(const char *h, size_t n, long stop) {
+    int depth = 0;
+    bool in_str = false, esc = false, want_key = false;
+    long keys = 0;
+    for (size_t i = 0; i < n && keys <= stop; i++) {
+        char c = h[i];
+        if (in_str) {
+            if (esc) esc = false;
+            else if (c == '\\') esc = true;
+            else if (c == '"') in_str = false;
+            continue;
+        }
+        if (c == '"') {
+            in_str = true;
+            if (depth == 1 && want_key) keys++;
+            want_key = false;
+        } else if (c == '{' || c == '[') {
+            want_key = ++depth == 1;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',') {
+            want_key = depth == 1;
+        }
+    }
+    return keys;
+}
+
 /* A JSON number that is a non-negative integer exactly representable. */
 static bool as_u64(const cJSON *j, uint64_t *out) {
     if (!cJSON_IsNumber(j)) return false;
@@ -50,7 +84,7 @@ static bool as_u64(const cJSON *j, uint64_t *out) {
     return true;
 }
 
-int rl_ckpt_st_parse(const void *buf, size_t len, uint64_t file_size, const char *name,
+int rl_ckpt_st_parse(const void *buf, size_t len, uint64_t file_size, int max_tensors, const char *name,
                      rl_ckpt_st **out, rl_err *e) {
     const unsigned char *p = buf;
     *out = NULL;
@@ -70,6 +104,9 @@ int rl_ckpt_st_parse(const void *buf, size_t len, uint64_t file_size, const char
                        (unsigned long long)(8 + hn));
     const char *h = (const char *)p + 8;
     if (h[0] != '{') return rl_errf(e, RL_EINPUT, "%s: header does not start with '{'", name);
+    /* + 1: __metadata__ is a key too */
+    if (max_tensors > 0 && top_level_keys(h, (size_t)hn, (long)max_tensors + 1) > (long)max_tensors + 1)
+        return rl_errf(e, RL_EINPUT, "%s: more than the %d tensors this model has", name, max_tensors);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(h, (size_t)hn, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
@@ -126,11 +163,6 @@ int rl_ckpt_st_parse(const void *buf, size_t len, uint64_t file_size, const char
                          RL_CKPT_ST_MAX_NAME);
             goto out;
         }
-        for (int j = 0; j < st->n; j++)
-            if (strcmp(st->t[j].name, k) == 0) {
-                rc = rl_errf(e, RL_EINPUT, "%s: tensor \"%s\" appears twice", name, esc);
-                goto out;
-            }
         if (!cJSON_IsObject(it)) {
             rc = rl_errf(e, RL_EINPUT, "%s: tensor \"%s\": entry is not an object", name, esc);
             goto out;
@@ -196,6 +228,14 @@ int rl_ckpt_st_parse(const void *buf, size_t len, uint64_t file_size, const char
         }
         st->n++;
     }
+    /* duplicates side by side once sorted by name: n log n, not n^2 */
+    qsort(st->t, (size_t)st->n, sizeof *st->t, cmp_name);
+    for (int i = 1; i < st->n; i++)
+        if (strcmp(st->t[i - 1].name, st->t[i].name) == 0) {
+            rc = rl_errf(e, RL_EINPUT, "%s: tensor \"%s\" appears twice", name,
+                         rl_json_escape(esc, sizeof esc, st->t[i].name));
+            goto out;
+        }
     qsort(st->t, (size_t)st->n, sizeof *st->t, cmp_begin);
     uint64_t at = 0;
     for (int i = 0; i < st->n; i++) {

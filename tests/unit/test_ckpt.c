@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -176,7 +177,7 @@ static char *with_header(const char *js, size_t data_len, size_t *len) {
         char *f_ = with_header(js, data_len, &l_);                                                     \
         rl_ckpt_st *s_ = NULL;                                                                         \
         rl_err e_ = {0};                                                                               \
-        cr_expect_eq(rl_ckpt_st_parse(f_, l_, l_, "x.safetensors", &s_, &e_), RL_EINPUT, "accepted %s", js); \
+        cr_expect_eq(rl_ckpt_st_parse(f_, l_, l_, 0, "x.safetensors", &s_, &e_), RL_EINPUT, "accepted %s", js); \
         cr_expect(strstr(e_.msg, needle) && strstr(e_.msg, "x.safetensors"), "'%s' lacks '%s'", e_.msg, needle); \
         cr_expect(s_ == NULL);                                                                         \
         free(f_);                                                                                      \
@@ -195,7 +196,7 @@ Test(ckpt, safetensors_round_trip_and_strict_reader) {
     cr_expect_eq(hn % 8, 0, "header not padded to 8 bytes");
     rl_ckpt_st *st;
     rl_err e;
-    cr_assert_eq(rl_ckpt_st_parse(f, len, len, "ok.safetensors", &st, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_ckpt_st_parse(f, len, len, 2, "ok.safetensors", &st, &e), 0, "%s", e.msg);
     cr_assert_eq(st->n, 2);
     const rl_ckpt_st_tensor *w = rl_ckpt_st_find(st, "w");
     cr_assert(w && w->ndim == 2 && w->shape[0] == 2 && w->shape[1] == 3 && !strcmp(w->dtype, "F32"));
@@ -203,7 +204,7 @@ Test(ckpt, safetensors_round_trip_and_strict_reader) {
     cr_expect_str_eq(rl_ckpt_st_meta(st, "format"), "pt");
     rl_ckpt_st_free(st);
     /* truncated by one byte: named, and said so */
-    cr_expect_eq(rl_ckpt_st_parse(f, len - 1, len - 1, "t.safetensors", &st, &e), RL_EINPUT);
+    cr_expect_eq(rl_ckpt_st_parse(f, len - 1, len - 1, 0, "t.safetensors", &st, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "t.safetensors") && strstr(e.msg, "truncated"), "%s", e.msg);
     free(f);
 
@@ -224,8 +225,68 @@ Test(ckpt, safetensors_round_trip_and_strict_reader) {
     /* an absurd header length is refused before anything is read */
     char huge[16] = {0};
     huge[5] = 0x10; /* 2^44 */
-    cr_expect_eq(rl_ckpt_st_parse(huge, sizeof huge, sizeof huge, "h.safetensors", &st, &e), RL_EINPUT);
+    cr_expect_eq(rl_ckpt_st_parse(huge, sizeof huge, sizeof huge, 0, "h.safetensors", &st, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "out of range"), "%s", e.msg);
+}
+
+/* A header of n entries, each `entry` with %d for its index, as a file with no data. */
+static char *many_entries(const char *entry, long n, size_t *len) {
+    size_t cap = (size_t)n * (strlen(entry) + 12) + 16, at = 0;
+    char *js = malloc(cap);
+    cr_assert(js);
+    js[at++] = '{';
+    for (long i = 0; i < n; i++) {
+        if (i) js[at++] = ',';
+        at += (size_t)snprintf(js + at, cap - at, entry, (int)i);
+    }
+    js[at++] = '}', js[at] = '\0';
+    char *f = with_header(js, 0, len);
+    free(js);
+    return f;
+}
+
+static long max_rss_kb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* Hostile headers from a storage we do not control: 200k zero-size tensors
+ * (took 129 s to refuse with a quadratic duplicate check) and 2M entries
+ * (1.5 GB of parse tree and tensor table) are refused from a count of the
+ * keys, before any parsing, in well under a second and with no memory to
+ * speak of; a file that a model could hold still parses. */
+Test(ckpt, safetensors_hostile_entry_counts_are_refused_at_once) {
+    static const struct {
+        const char *entry;
+        long n;
+    } files[] = {{"\"t%d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}", 200000},
+                 {"\"%d\":0", 2000000}};
+    for (size_t k = 0; k < 2; k++) {
+        size_t len;
+        char *f = many_entries(files[k].entry, files[k].n, &len);
+        long rss0 = max_rss_kb();
+        double t0 = rl_now();
+        rl_ckpt_st *st = NULL;
+        rl_err e = {0};
+        cr_expect_eq(rl_ckpt_st_parse(f, len, len, 291, "evil.safetensors", &st, &e), RL_EINPUT);
+        double dt = rl_now() - t0;
+        cr_expect(strstr(e.msg, "evil.safetensors: more than the 291 tensors"), "%s", e.msg);
+        cr_expect_lt(dt, 1.0, "%ld entries took %.3f s to refuse", files[k].n, dt);
+        cr_expect_lt(max_rss_kb() - rss0, 16 * 1024, "refusing %ld entries grew the peak RSS by %ld KiB", files[k].n,
+                     max_rss_kb() - rss0);
+        free(f);
+    }
+    /* duplicates among many are found in n log n (no cap given) */
+    size_t len;
+    char *f = many_entries("\"t\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}", 20000, &len);
+    rl_ckpt_st *st = NULL;
+    rl_err e = {0};
+    double t0 = rl_now();
+    cr_expect_eq(rl_ckpt_st_parse(f, len, len, 0, "dup.safetensors", &st, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "\"t\" appears twice"), "%s", e.msg);
+    cr_expect_lt(rl_now() - t0, 5.0);
+    free(f);
 }
 
 /* ---- a step's files -------------------------------------------------------------------------- */
@@ -272,7 +333,7 @@ Test(ckpt, round_trip_of_every_file) {
     path_of(p, sizeof p, uri + 7, 7, "model.safetensors");
     cr_assert_eq(rl_read_file(p, &text, &len, &e), 0);
     rl_ckpt_st *st;
-    cr_assert_eq(rl_ckpt_st_parse(text, len, len, p, &st, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_ckpt_st_parse(text, len, len, 0, p, &st, &e), 0, "%s", e.msg);
     cr_expect_eq(st->n, rl_model_n_tensors(&f.mc));
     for (int i = 0; i < rl_model_n_tensors(&f.mc); i++) {
         rl_tensor_info ti;
