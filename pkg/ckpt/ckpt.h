@@ -39,6 +39,11 @@ struct cJSON;
 #define RL_CKPT_ST_MAX_HEADER 100000000ull
 #define RL_CKPT_ST_MAX_NAME 256
 #define RL_CKPT_ST_MAX_DIMS 8
+/* A file:// checkpoint holds the model and the training state: the owner
+ * writes, its group (the pods' fsGroup on a shared volume) reads, others
+ * nothing. The process umask can only take more away. */
+#define RL_CKPT_FILE_MODE 0640
+#define RL_CKPT_DIR_MODE 0750
 
 /* ---- job config section "checkpoint" ------------------------------------------ */
 /* "checkpoint.s3": where an s3:// URI's server is and how to talk to it.

@@ -83,10 +83,10 @@ static int file_put(void *ctx, const char *key, const rl_ckpt_part *parts, int n
     if (rc) return rc;
     char *slash = strrchr(path, '/');
     *slash = '\0';
-    if (strcmp(path, c->root) != 0 && (rc = rl_mkdirs(path, e))) return rc;
+    if (strcmp(path, c->root) != 0 && (rc = rl_mkdirs(path, RL_CKPT_DIR_MODE, e))) return rc;
     *slash = '/';
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&tmp_counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, RL_CKPT_FILE_MODE);
     if (fd < 0) return rl_errf(e, RL_EIO, "%s/%s: cannot create: %s", c->uri, key, strerror(errno));
     for (int i = 0; i < nparts; i++) {
         const char *p = parts[i].data;
@@ -286,7 +286,7 @@ static int open_file(const char *path, rl_ckpt_store **out, rl_err *e) {
     int rc = RL_OK;
     struct stat st;
     if (stat(c->root, &st) != 0) {
-        if (mkdir(c->root, 0755) != 0) {
+        if (mkdir(c->root, RL_CKPT_DIR_MODE) != 0) {
             /* the parent must exist: a typo in the path should not grow a tree */
             rc = rl_errf(e, RL_EINPUT, "checkpoint.uri %s: cannot create the directory: %s", c->uri,
                          strerror(errno));
@@ -298,7 +298,7 @@ static int open_file(const char *path, rl_ckpt_store **out, rl_err *e) {
     }
     char probe[RL_CKPT_URI_MAX + 64];
     snprintf(probe, sizeof probe, "%s/.rl-probe.%ld", c->root, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, RL_CKPT_FILE_MODE);
     if (fd < 0) {
         rc = rl_errf(e, RL_EINPUT, "checkpoint.uri %s: directory is not writable: %s", c->uri,
                      strerror(errno));

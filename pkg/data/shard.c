@@ -214,7 +214,7 @@ int rl_shard_writer_open(const char *dir, const char *prefix, uint64_t shard_tok
         strlen(prefix) >= sizeof((rl_shard_writer *)0)->prefix || strchr(prefix, '/'))
         return rl_errf(e, RL_EINPUT, "%s: bad output directory or shard prefix '%s'", dir,
                        prefix);
-    int rc = rl_mkdirs(dir, e);
+    int rc = rl_mkdirs(dir, 0755, e);
     if (rc) return rc;
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))

@@ -50,7 +50,7 @@ int rl_read_file(const char *path, char **out, size_t *len, rl_err *e) {
     return RL_OK;
 }
 
-int rl_mkdirs(const char *path, rl_err *e) {
+int rl_mkdirs(const char *path, mode_t mode, rl_err *e) {
     char tmp[4096];
     size_t n = strlen(path);
     if (n == 0 || n >= sizeof tmp) return rl_errf(e, RL_EINPUT, "bad directory path '%s'", path);
@@ -58,11 +58,11 @@ int rl_mkdirs(const char *path, rl_err *e) {
     for (char *p = tmp + 1; *p; p++) {
         if (*p != '/') continue;
         *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
             return rl_errf(e, RL_EIO, "%s: mkdir: %s", tmp, strerror(errno));
         *p = '/';
     }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+    if (mkdir(tmp, mode) != 0 && errno != EEXIST)
         return rl_errf(e, RL_EIO, "%s: mkdir: %s", tmp, strerror(errno));
     return RL_OK;
 }

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* ---- errors --------------------------------------------------------------
  * Every fallible function returns 0 or one of these codes and, on failure,
@@ -102,7 +103,8 @@ int rl_base64_decode(const char *s, size_t n, bool skip_space, char **out, size_
 int rl_read_file(const char *path, char **out, size_t *len, rl_err *e);
 /* Write atomically: temp file in the same directory, fsync, rename. */
 int rl_write_file_atomic(const char *path, const void *data, size_t len, rl_err *e);
-int rl_mkdirs(const char *path, rl_err *e);
+/* Every missing directory of path, with mode (less the umask). */
+int rl_mkdirs(const char *path, mode_t mode, rl_err *e);
 
 /* ---- strict JSON config readers -------------------------------------------
  * Config objects are read field by field; every field is optional (the

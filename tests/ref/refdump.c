@@ -232,7 +232,7 @@ static int run(const args *a, rl_err *e) {
     }
 
     size_t P = m.lay.total;
-    if (!rc) rc = rl_mkdirs(a->out, e);
+    if (!rc) rc = rl_mkdirs(a->out, 0755, e);
     if (!rc) rc = write_json(a->out, "config.json", config_json(&c), e);
     if (!rc) rc = write_json(a->out, "tensors.json", tensors_json(&c), e);
     if (!rc) rc = write_json(a->out, "meta.json", meta_json(B, T, loss, a->seed), e);

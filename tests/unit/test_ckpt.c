@@ -317,7 +317,19 @@ Test(ckpt, round_trip_of_every_file) {
         path_of(p, sizeof p, uri + 7, 7, m.files[i].name);
         cr_assert_eq(stat(p, &sb), 0, "%s missing", p);
         cr_expect_eq((uint64_t)sb.st_size, m.files[i].size, "%s size", p);
+        /* the weights and optimizer state: no one outside the group reads them */
+        mode_t um = umask(0);
+        umask(um);
+        cr_expect_eq(sb.st_mode & 07777, 0640 & ~um, "%s mode %o", p, sb.st_mode & 07777);
+        cr_expect_eq(sb.st_mode & 007, 0, "%s is readable by others: %o", p, sb.st_mode & 07777);
     }
+    struct stat db;
+    snprintf(p, sizeof p, "%s/ck/step-00000007", dir);
+    cr_assert_eq(stat(p, &db), 0);
+    cr_expect_eq(db.st_mode & 007, 0, "%s is open to others: %o", p, db.st_mode & 07777);
+    snprintf(p, sizeof p, "%s/ck", dir);
+    cr_assert_eq(stat(p, &db), 0);
+    cr_expect_eq(db.st_mode & 007, 0, "%s is open to others: %o", p, db.st_mode & 07777);
     /* config.json: a LlamaConfig for this model */
     path_of(p, sizeof p, uri + 7, 7, "config.json");
     cr_assert_eq(rl_read_file(p, &text, &len, &e), 0);
