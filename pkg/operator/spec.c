@@ -118,6 +118,95 @@ static const own_vol *own_volume(const char *name, const char *path) {
     return NULL;
 }
 
+/* The volume sources a TrainingJob may use: storage and configuration of
+ * its own namespace. hostPath (the node's files), nfs/iscsi (any server the
+ * node reaches) and the rest would hand whoever may create a TrainingJob
+ * more than a worker pod needs. */
+static const char *const volume_sources[] = {"persistentVolumeClaim", "configMap", "secret", "emptyDir",
+                                             "csi", "ephemeral", "projected", NULL};
+
+/* Whether the job may read Secret `name`: the S3 credentials Secret or one
+ * listed in spec.secretRefs. Anything else in the namespace stays out of
+ * reach of whoever can create a TrainingJob but not read Secrets. */
+static int check_secret_ref(const cJSON *spec, const rl_op_job *j, const cJSON *name, const char *where,
+                            rl_err *e) {
+    if (!cJSON_IsString(name)) return rl_errf(e, RL_EINPUT, "%s: must be a Secret's name", where);
+    if (j->s3_secret[0] && !strcmp(name->valuestring, j->s3_secret)) return RL_OK;
+    const cJSON *refs = member(spec, "secretRefs");
+    for (const cJSON *r = cJSON_IsArray(refs) ? refs->child : NULL; r; r = r->next) {
+        const cJSON *n = member(r, "name");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, name->valuestring)) return RL_OK;
+    }
+    char esc[96];
+    return rl_errf(e, RL_EINPUT, "%s: Secret \"%s\" is not in spec.secretRefs (nor spec.s3.credentialsSecret)", where,
+                   rl_json_escape(esc, sizeof esc, name->valuestring));
+}
+
+/* spec.secretRefs: [{name}], the Secrets env and volumes may use. */
+static int parse_secret_refs(const cJSON *spec, rl_err *e) {
+    const cJSON *refs = member(spec, "secretRefs");
+    if (!refs || cJSON_IsNull(refs)) return RL_OK;
+    if (!cJSON_IsArray(refs)) return rl_errf(e, RL_EINPUT, "spec.secretRefs: must be a list");
+    int i = 0;
+    for (const cJSON *r = refs->child; r; r = r->next, i++) {
+        const cJSON *n = member(r, "name");
+        if (!cJSON_IsString(n) || !n->valuestring[0])
+            return rl_errf(e, RL_EINPUT, "spec.secretRefs[%d].name: required", i);
+    }
+    return RL_OK;
+}
+
+/* One volume: exactly one source of the allowed ones, and the Secrets it
+ * names (secret, csi's nodePublishSecretRef, projected sources) allowed. */
+static int check_volume_source(const cJSON *spec, const rl_op_job *j, const cJSON *v, int i, rl_err *e) {
+    char where[128], esc[64];
+    int sources = 0, rc;
+    for (const cJSON *f = v->child; f; f = f->next) {
+        if (!strcmp(f->string, "name")) continue;
+        const char *const *ok = volume_sources;
+        while (*ok && strcmp(*ok, f->string)) ok++;
+        if (!*ok)
+            return rl_errf(e, RL_EINPUT, "spec.volumes[%d].%s: not an allowed volume source (persistentVolumeClaim, "
+                           "configMap, secret, emptyDir, csi, ephemeral, projected)", i,
+                           rl_json_escape(esc, sizeof esc, f->string));
+        sources++;
+    }
+    if (sources != 1) return rl_errf(e, RL_EINPUT, "spec.volumes[%d]: needs exactly one volume source", i);
+    const cJSON *sec = member(v, "secret"), *csi = member(v, "csi"), *proj = member(v, "projected");
+    if (sec) {
+        snprintf(where, sizeof where, "spec.volumes[%d].secret.secretName", i);
+        if ((rc = check_secret_ref(spec, j, member(sec, "secretName"), where, e))) return rc;
+    }
+    const cJSON *npsr = member(csi, "nodePublishSecretRef");
+    if (npsr) {
+        snprintf(where, sizeof where, "spec.volumes[%d].csi.nodePublishSecretRef.name", i);
+        if ((rc = check_secret_ref(spec, j, member(npsr, "name"), where, e))) return rc;
+    }
+    const cJSON *srcs = member(proj, "sources");
+    int k = 0;
+    for (const cJSON *s = cJSON_IsArray(srcs) ? srcs->child : NULL; s; s = s->next, k++) {
+        const cJSON *ps = member(s, "secret");
+        if (!ps) continue;
+        snprintf(where, sizeof where, "spec.volumes[%d].projected.sources[%d].secret.name", i, k);
+        if ((rc = check_secret_ref(spec, j, member(ps, "name"), where, e))) return rc;
+    }
+    return RL_OK;
+}
+
+/* spec.env: a secretKeyRef only to an allowed Secret. */
+static int check_env_secrets(const cJSON *spec, const rl_op_job *j, rl_err *e) {
+    const cJSON *env = member(spec, "env");
+    int i = 0, rc;
+    for (const cJSON *v = cJSON_IsArray(env) ? env->child : NULL; v; v = v->next, i++) {
+        const cJSON *ref = member(member(v, "valueFrom"), "secretKeyRef");
+        if (!ref) continue;
+        char where[96];
+        snprintf(where, sizeof where, "spec.env[%d].valueFrom.secretKeyRef.name", i);
+        if ((rc = check_secret_ref(spec, j, member(ref, "name"), where, e))) return rc;
+    }
+    return RL_OK;
+}
+
 static int parse_volumes(const cJSON *spec, rl_op_job *j, rl_err *e) {
     int rc = get_str(spec, "spec", "shmSize", "", j->shm_size, sizeof j->shm_size, e);
     if (rc) return rc;
@@ -142,6 +231,7 @@ static int parse_volumes(const cJSON *spec, rl_op_job *j, rl_err *e) {
         if (own)
             return rl_errf(e, RL_EINPUT, "spec.volumes[%d].name: \"%s\" is the operator's own %s volume%s", i,
                            own->name, own->path, own->hint);
+        if ((rc = check_volume_source(spec, j, v, i, e))) return rc;
     }
     i = 0;
     for (const cJSON *m = cJSON_IsArray(mounts) ? mounts->child : NULL; m; m = m->next, i++) {
@@ -360,7 +450,8 @@ int rl_op_job_parse(const cJSON *obj, rl_op_job *j, rl_err *e) {
         if (replicas < 1) return rl_errf(e, RL_EINPUT, "spec.replicas: a job needs at least 1 node");
         j->min_nodes = j->max_nodes = j->replicas;
     }
-    if ((rc = parse_s3(spec, j, e)) || (rc = parse_volumes(spec, j, e)) || (rc = parse_pod_passthrough(spec, e)))
+    if ((rc = parse_s3(spec, j, e)) || (rc = parse_secret_refs(spec, e)) || (rc = parse_volumes(spec, j, e)) ||
+        (rc = check_env_secrets(spec, j, e)) || (rc = parse_pod_passthrough(spec, e)))
         return rc;
     return parse_training(spec, j, e);
 }

@@ -97,6 +97,21 @@ Test(operator, refusals_name_the_field) {
         {"{\"image\":\"x\",\"volumes\":[{\"name\":\"d\",\"emptyDir\":{}}],\"volumeMounts\":[{\"name\":\"d\",\"mountPath\":\"/dev/shm\"}]}",
          "spec.volumeMounts[0].mountPath: /dev/shm is mounted by the operator"},
         {"{\"image\":\"x\",\"volumes\":[{\"name\":\"ringleader-shm\",\"emptyDir\":{}}]}", "spec.volumes[0].name"},
+        /* what a TrainingJob may not hand its pods: the node's files, other Secrets */
+        {"{\"image\":\"x\",\"volumes\":[{\"name\":\"root\",\"hostPath\":{\"path\":\"/\"}}]}",
+         "spec.volumes[0].hostPath: not an allowed volume source"},
+        {"{\"image\":\"x\",\"volumes\":[{\"name\":\"d\",\"emptyDir\":{},\"configMap\":{\"name\":\"c\"}}]}",
+         "spec.volumes[0]: needs exactly one volume source"},
+        {"{\"image\":\"x\",\"volumes\":[{\"name\":\"s\",\"secret\":{\"secretName\":\"db-admin\"}}]}",
+         "spec.volumes[0].secret.secretName: Secret \"db-admin\" is not in spec.secretRefs"},
+        {"{\"image\":\"x\",\"secretRefs\":[{\"name\":\"a\"}],\"volumes\":[{\"name\":\"p\",\"projected\":{\"sources\":"
+         "[{\"secret\":{\"name\":\"a\"}},{\"secret\":{\"name\":\"b\"}}]}}]}",
+         "spec.volumes[0].projected.sources[1].secret.name: Secret \"b\""},
+        {"{\"image\":\"x\",\"volumes\":[{\"name\":\"c\",\"csi\":{\"driver\":\"d\",\"nodePublishSecretRef\":{\"name\":\"k\"}}}]}",
+         "spec.volumes[0].csi.nodePublishSecretRef.name: Secret \"k\""},
+        {"{\"image\":\"x\",\"env\":[{\"name\":\"P\",\"valueFrom\":{\"secretKeyRef\":{\"name\":\"db\",\"key\":\"p\"}}}]}",
+         "spec.env[0].valueFrom.secretKeyRef.name: Secret \"db\" is not in spec.secretRefs"},
+        {"{\"image\":\"x\",\"secretRefs\":[{}]}", "spec.secretRefs[0].name: required"},
         {"{\"image\":\"x\",\"volumes\":[{\"name\":\"ringleader-tmp\",\"emptyDir\":{}}]}",
          "spec.volumes[0].name: \"ringleader-tmp\" is the operator's own /tmp volume"},
         {"{\"image\":\"x\",\"volumes\":[{\"name\":\"d\",\"emptyDir\":{}}],\"volumeMounts\":[{\"name\":\"d\",\"mountPath\":\"/tmp\"}]}",
@@ -211,6 +226,16 @@ Test(operator, pod_metadata_affinity_and_spread_pass_through) {
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(tsc, 0), "whenUnsatisfiable")),
                      "DoNotSchedule");
     cJSON_Delete(pod);
+    rl_op_job_free(&j);
+    cJSON_Delete(o);
+
+    /* Secrets the job names may be used: secretRefs and the S3 credentials */
+    o = job("{\"image\":\"rl:1\",\"secretRefs\":[{\"name\":\"hf\"}],\"s3\":{\"credentialsSecret\":{\"name\":\"s3c\"}},"
+            "\"env\":[{\"name\":\"HF_TOKEN\",\"valueFrom\":{\"secretKeyRef\":{\"name\":\"hf\",\"key\":\"t\"}}},"
+            "{\"name\":\"K\",\"valueFrom\":{\"secretKeyRef\":{\"name\":\"s3c\",\"key\":\"k\"}}}],"
+            "\"volumes\":[{\"name\":\"tok\",\"secret\":{\"secretName\":\"hf\"}},{\"name\":\"c\",\"csi\":{\"driver\":\"d\"}}]}");
+    e = (rl_err){0};
+    cr_expect_eq(rl_op_job_parse(o, &j, &e), RL_OK, "%s", e.msg);
     rl_op_job_free(&j);
     cJSON_Delete(o);
 
