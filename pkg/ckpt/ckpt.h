@@ -56,6 +56,7 @@ typedef struct rl_ckpt_s3_config {
     char addressing[16]; /* "path" | "virtual" | "" (auto) */
     long long part_mb;   /* multipart part size, MiB (>= 5); 0: default */
     long long parallel;  /* parts in flight; 0: default */
+    bool allow_http;     /* session / web identity tokens to an http:// endpoint off this machine */
 } rl_ckpt_s3_config;
 
 typedef struct rl_ckpt_config {

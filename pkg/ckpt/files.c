@@ -49,7 +49,7 @@ int rl_ckpt_config_from_json(const cJSON *o, const char *w, rl_ckpt_config *c, r
     const cJSON *s3;
     if ((rc = rl_cfg_obj(o, w, "s3", &s3, e))) return rc;
     if (!s3) return RL_OK;
-    static const char *const s3keys[] = {"endpoint", "region", "addressing", "part_mb", "parallel", NULL};
+    static const char *const s3keys[] = {"endpoint", "region", "addressing", "part_mb", "parallel", "allow_http", NULL};
     rl_ckpt_s3_config *k = &c->s3;
     snprintf(where, sizeof where, "%s.s3", w);
     if ((rc = rl_cfg_check_keys(s3, where, s3keys, e)) ||
@@ -57,7 +57,8 @@ int rl_ckpt_config_from_json(const cJSON *o, const char *w, rl_ckpt_config *c, r
         (rc = rl_cfg_str(s3, where, "region", k->region, sizeof k->region, e)) ||
         (rc = rl_cfg_str(s3, where, "addressing", k->addressing, sizeof k->addressing, e)) ||
         (rc = rl_cfg_int(s3, where, "part_mb", 0, 5120, &k->part_mb, e)) ||
-        (rc = rl_cfg_int(s3, where, "parallel", 0, 64, &k->parallel, e)))
+        (rc = rl_cfg_int(s3, where, "parallel", 0, 64, &k->parallel, e)) ||
+        (rc = rl_cfg_bool(s3, where, "allow_http", &k->allow_http, e)))
         return rc;
     /* S3 refuses parts under 5 MiB (all but the last) */
     if (k->part_mb > 0 && k->part_mb < 5)
@@ -86,6 +87,7 @@ void rl_ckpt_config_add_json(const rl_ckpt_config *c, cJSON *o) {
     cJSON_AddStringToObject(s3, "addressing", c->s3.addressing);
     cJSON_AddNumberToObject(s3, "part_mb", (double)c->s3.part_mb);
     cJSON_AddNumberToObject(s3, "parallel", (double)c->s3.parallel);
+    cJSON_AddBoolToObject(s3, "allow_http", c->s3.allow_http);
 }
 
 int rl_ckpt_s3_uri_parse(const char *uri, const char *where, char *bucket, size_t bn, char *prefix, size_t pn,

@@ -116,6 +116,7 @@ int rl_ckpt_store_open_s3(const rl_ckpt_config *cfg, rl_ckpt_store **out, rl_err
     /* a part size set in the job means: anything bigger goes in parts */
     sc.multipart_threshold = sc.part_size;
     sc.parallel = (int)cfg->s3.parallel;
+    sc.allow_http = cfg->s3.allow_http;
     if (!rc) rc = rl_s3_open(&sc, &c->s3, e);
     snprintf(s->uri, sizeof s->uri, "s3://%s/%.*s", c->bucket, (int)(strlen(c->prefix) ? strlen(c->prefix) - 1 : 0),
              c->prefix);

@@ -77,6 +77,27 @@ void rl_http_url_redact(const char *url, char *out, size_t n) {
     out[o] = '\0';
 }
 
+bool rl_http_url_cleartext_remote(const char *url) {
+    if (strncasecmp(url, "http://", 7) != 0) return false;
+    char shown[512];
+    rl_http_url_redact(url, shown, sizeof shown); /* drops the user info */
+    const char *h = shown + 7;
+    size_t n = h[0] == '[' ? strcspn(h, "]") + 1 : strcspn(h, ":/");
+    if ((n == 9 && !strncasecmp(h, "localhost", 9)) || (n == 5 && !strncmp(h, "[::1]", 5))) return false;
+    /* 127.a.b.c, digits and dots only */
+    bool v4 = n >= 7 && !strncmp(h, "127.", 4);
+    for (size_t i = 4; v4 && i < n; i++) v4 = (h[i] >= '0' && h[i] <= '9') || h[i] == '.';
+    return !v4;
+}
+
+int rl_http_cleartext_check(const char *url, bool allowed, const char *what, const char *optin, rl_err *e) {
+    if (allowed || !rl_http_url_cleartext_remote(url)) return RL_OK;
+    char shown[512];
+    rl_http_url_redact(url, shown, sizeof shown);
+    return rl_errf(e, RL_EINPUT, "%s: http:// would send %s in clear (use https://, or set %s: true)", shown, what,
+                   optin);
+}
+
 /* ---- callbacks ----------------------------------------------------------------- */
 typedef struct xfer {
     CURL *curl;

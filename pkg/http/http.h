@@ -104,6 +104,13 @@ const char *rl_http_resp_header(const rl_http_resp *r, const char *name);
  * fragment; truncated to fit. */
 void rl_http_url_redact(const char *url, char *out, size_t n);
 
+/* Whether an http:// URL would carry a secret in clear past this machine:
+ * http:// to a host other than localhost, 127.0.0.0/8 or [::1]. Secrets
+ * bound for such a URL need an explicit opt-in (RL_EINPUT otherwise, with
+ * `what` naming the secret and `optin` the setting that allows it). */
+bool rl_http_url_cleartext_remote(const char *url);
+int rl_http_cleartext_check(const char *url, bool allowed, const char *what, const char *optin, rl_err *e);
+
 /* ---- retry policy (shared by k8s, etcd and s3) ---------------------------------
  * Exponential backoff with full jitter: attempt k (0-based) waits a uniform
  * time in [0, min(cap, base * 2^k)). A Retry-After the server sent replaces

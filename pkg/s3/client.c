@@ -94,7 +94,15 @@ int rl_s3_open(const rl_s3_config *c, rl_s3 **out, rl_err *e) {
     s->cfg.ca_file = NULL;
     s->seed = rl_http_jitter_seed();
     if ((rc = rl_http_new(&s->h, e))) goto fail;
-    if (!s->creds && (rc = rl_s3_creds_from_env(s->cfg.region, &s->tls, &s->creds, e))) goto fail;
+    if (!s->creds && (rc = rl_s3_creds_from_env(s->cfg.region, &s->tls, c->allow_http, &s->creds, e))) goto fail;
+    /* a session token (STS, or AWS_SESSION_TOKEN) rides in a header */
+    rl_s3_creds now;
+    if ((rc = rl_s3_creds_get(s->creds, &now, e))) goto fail;
+    if (now.token[0] &&
+        (rc = rl_http_cleartext_check(s->cfg.endpoint, c->allow_http, "the session token", RL_S3_HTTP_OPTIN, e))) {
+        rl_err_wrap(e, "s3: endpoint");
+        goto fail;
+    }
     *out = s;
     return RL_OK;
 fail:

@@ -140,7 +140,8 @@ out:
     return rc;
 }
 
-int rl_s3_creds_from_env(const char *region, const rl_http_tls *tls, rl_s3_cred_provider **out, rl_err *e) {
+int rl_s3_creds_from_env(const char *region, const rl_http_tls *tls, bool allow_http, rl_s3_cred_provider **out,
+                         rl_err *e) {
     *out = NULL;
     const char *ak = getenv("AWS_ACCESS_KEY_ID"), *sk = getenv("AWS_SECRET_ACCESS_KEY");
     const char *arn = getenv("AWS_ROLE_ARN"), *tf = getenv("AWS_WEB_IDENTITY_TOKEN_FILE");
@@ -167,6 +168,10 @@ int rl_s3_creds_from_env(const char *region, const rl_http_tls *tls, rl_s3_cred_
     const char *sts = getenv("AWS_ENDPOINT_URL_STS");
     if (sts && *sts) snprintf(p->sts_url, sizeof p->sts_url, "%s", sts);
     else snprintf(p->sts_url, sizeof p->sts_url, "https://sts.%s.amazonaws.com/", region && *region ? region : "us-east-1");
+    if ((rc = rl_http_cleartext_check(p->sts_url, allow_http, "the web identity token", RL_S3_HTTP_OPTIN, e))) {
+        rl_s3_creds_free(p);
+        return rl_err_wrap(e, "s3: AWS_ENDPOINT_URL_STS");
+    }
     if (tls && tls->ca_file) {
         snprintf(p->ca_file, sizeof p->ca_file, "%s", tls->ca_file);
         p->tls.ca_file = p->ca_file;

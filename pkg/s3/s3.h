@@ -44,7 +44,10 @@ typedef struct rl_s3_creds {
  *   credentials renewed when less than 5 minutes of them remain.
  * Thread-safe: the multipart workers share one provider. */
 typedef struct rl_s3_cred_provider rl_s3_cred_provider;
-int rl_s3_creds_from_env(const char *region, const rl_http_tls *tls, rl_s3_cred_provider **out, rl_err *e);
+/* allow_http: the web identity token may go to an http:// STS endpoint
+ * that is not loopback (else refused: it would travel in clear). */
+int rl_s3_creds_from_env(const char *region, const rl_http_tls *tls, bool allow_http, rl_s3_cred_provider **out,
+                         rl_err *e);
 /* Fixed keys (tests, benches). */
 int rl_s3_creds_static(const char *access_key, const char *secret_key, const char *token,
                        rl_s3_cred_provider **out, rl_err *e);
@@ -88,6 +91,10 @@ typedef struct rl_s3_config {
     rl_http_backoff retry;/* zeroes: the pkg/http defaults */
     const char *ca_file;  /* NULL: system store */
     rl_s3_cred_provider *creds; /* NULL: rl_s3_creds_from_env at open; owned by the client either way */
+    /* Session and web identity tokens are sent as they are (SigV4 protects
+     * only the secret key): to an http:// endpoint off this machine only
+     * with this set (checkpoint.s3.allow_http). */
+    bool allow_http;
 } rl_s3_config;
 
 typedef struct rl_s3 rl_s3;

@@ -4,6 +4,9 @@
 
 #include "s3/s3.h"
 
+/* The setting that lets a token go to an http:// endpoint (named in the refusal). */
+#define RL_S3_HTTP_OPTIN "checkpoint.s3.allow_http"
+
 void rl_s3_hex(const unsigned char *b, size_t n, char *out);
 void rl_s3_sha256_hex(const void *data, size_t len, char out[65]);
 /* "20130524T000000Z" for the given Unix time. */

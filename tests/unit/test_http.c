@@ -614,4 +614,17 @@ Test(http_retry, sleep_is_cancellable_and_escape) {
     cr_assert_str_eq(r, "http://h/p@q");
     rl_http_url_redact("user:hunter2@h:9000/x", r, sizeof r); /* no scheme: still an authority */
     cr_assert_str_eq(r, "h:9000/x");
+    /* where a token would travel in clear: http:// off this machine */
+    static const struct {
+        const char *url;
+        bool remote;
+    } ct[] = {{"http://rgw:7480", true},          {"HTTP://rgw.storage/", true},   {"http://127.evil.example/", true},
+              {"http://10.0.0.1:9000", true},     {"https://rgw:7480", false},     {"http://127.0.0.1:9000/b", false},
+              {"http://localhost", false},        {"http://[::1]:80/", false},     {"http://u:p@127.0.0.1:1/", false}};
+    for (size_t i = 0; i < sizeof ct / sizeof ct[0]; i++)
+        cr_expect_eq(rl_http_url_cleartext_remote(ct[i].url), ct[i].remote, "%s", ct[i].url);
+    rl_err ce = {0};
+    cr_expect_eq(rl_http_cleartext_check("http://u:pw@rgw:7480/x?y", false, "the token", "a.b", &ce), RL_EINPUT);
+    cr_expect_str_eq(ce.msg, "http://rgw:7480/x: http:// would send the token in clear (use https://, or set a.b: true)");
+    cr_expect_eq(rl_http_cleartext_check("http://rgw:7480", true, "the token", "a.b", &ce), RL_OK);
 }

@@ -158,11 +158,11 @@ Test(s3_sign, credentials_from_the_environment) {
     unsetenv("AWS_ROLE_ARN"), unsetenv("AWS_WEB_IDENTITY_TOKEN_FILE"), unsetenv("AWS_SESSION_TOKEN");
     setenv("AWS_ACCESS_KEY_ID", "AK", 1);
     unsetenv("AWS_SECRET_ACCESS_KEY");
-    cr_expect_eq(rl_s3_creds_from_env("us-east-1", NULL, &p, &e), RL_EINPUT);
+    cr_expect_eq(rl_s3_creds_from_env("us-east-1", NULL, false, &p, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "AWS_SECRET_ACCESS_KEY"), "%s", e.msg);
     setenv("AWS_SECRET_ACCESS_KEY", "very-secret", 1);
     setenv("AWS_SESSION_TOKEN", "session", 1);
-    cr_assert_eq(rl_s3_creds_from_env("us-east-1", NULL, &p, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_s3_creds_from_env("us-east-1", NULL, false, &p, &e), 0, "%s", e.msg);
     rl_s3_creds c;
     cr_assert_eq(rl_s3_creds_get(p, &c, &e), 0);
     cr_expect_str_eq(c.secret_key, "very-secret");
@@ -170,10 +170,10 @@ Test(s3_sign, credentials_from_the_environment) {
     rl_s3_creds_free(p);
     unsetenv("AWS_ACCESS_KEY_ID"), unsetenv("AWS_SECRET_ACCESS_KEY");
     setenv("AWS_ROLE_ARN", "arn:aws:iam::1:role/r", 1);
-    cr_expect_eq(rl_s3_creds_from_env("us-east-1", NULL, &p, &e), RL_EINPUT);
+    cr_expect_eq(rl_s3_creds_from_env("us-east-1", NULL, false, &p, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "AWS_WEB_IDENTITY_TOKEN_FILE"), "%s", e.msg);
     unsetenv("AWS_ROLE_ARN");
-    cr_expect_eq(rl_s3_creds_from_env("us-east-1", NULL, &p, &e), RL_EINPUT);
+    cr_expect_eq(rl_s3_creds_from_env("us-east-1", NULL, false, &p, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "no credentials"), "%s", e.msg);
 }
 
@@ -259,7 +259,7 @@ Test(s3_sign, web_identity_through_sts_renewed_before_expiry) {
     setenv("AWS_ENDPOINT_URL_STS", url, 1);
     rl_s3_cred_provider *p;
     rl_err e = {0};
-    cr_assert_eq(rl_s3_creds_from_env("us-east-1", NULL, &p, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_s3_creds_from_env("us-east-1", NULL, false, &p, &e), 0, "%s", e.msg);
     cr_expect(strstr(s.bodies[0], "Action=AssumeRoleWithWebIdentity") &&
                   strstr(s.bodies[0], "RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Ftrainer") &&
                   strstr(s.bodies[0], "WebIdentityToken=token%2Fone%2B1") && strstr(s.bodies[0], "Version=2011-06-15"),
@@ -278,6 +278,12 @@ Test(s3_sign, web_identity_through_sts_renewed_before_expiry) {
     cr_expect_str_eq(c.access_key, "ASIA1");
     cr_expect_eq(__atomic_load_n(&s.served, __ATOMIC_SEQ_CST), 2);
     rl_s3_creds_free(p);
+    /* the web identity token never goes to an http:// STS off this machine */
+    setenv("AWS_ENDPOINT_URL_STS", "http://sts.example:8080/", 1);
+    cr_expect_eq(rl_s3_creds_from_env("us-east-1", NULL, false, &p, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "AWS_ENDPOINT_URL_STS: http://sts.example:8080/: http:// would send the web identity token"),
+              "%s", e.msg);
+    cr_expect_eq(__atomic_load_n(&s.served, __ATOMIC_SEQ_CST), 2, "the stub was called");
     unsetenv("AWS_ROLE_ARN"), unsetenv("AWS_WEB_IDENTITY_TOKEN_FILE"), unsetenv("AWS_ENDPOINT_URL_STS");
     unlink(tf);
     shutdown(s.lfd, SHUT_RDWR);
@@ -325,6 +331,23 @@ Test(s3_sign, addressing_and_endpoints) {
     rl_s3 *s;
     cr_expect_eq(rl_s3_open(&bad, &s, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "ftp://x"), "%s", e.msg);
+    /* a session token goes to an http:// endpoint off this machine only when allowed */
+    static const struct {
+        const char *endpoint, *token;
+        bool allow, ok;
+    } clear[] = {{"http://rgw.storage:7480", "session", false, false}, {"http://rgw.storage:7480", "session", true, true},
+                 {"http://rgw.storage:7480", NULL, false, true},       {"http://127.0.0.1:7480", "session", false, true},
+                 {"https://rgw.storage", "session", false, true}};
+    for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++) {
+        rl_s3_config u = {.allow_http = clear[i].allow};
+        snprintf(u.endpoint, sizeof u.endpoint, "%s", clear[i].endpoint);
+        cr_assert_eq(rl_s3_creds_static("AK", "SK", clear[i].token, &u.creds, &e), 0);
+        int rc = rl_s3_open(&u, &s, &e);
+        cr_expect_eq(rc, clear[i].ok ? RL_OK : RL_EINPUT, "case %zu: %s", i, e.msg);
+        if (rc == RL_OK) rl_s3_close(s);
+        else cr_expect(strstr(e.msg, "the session token in clear") && strstr(e.msg, "checkpoint.s3.allow_http"), "%s",
+                       e.msg);
+    }
     /* an endpoint with user info is refused without echoing the password */
     static const char *const secretive[] = {"http://user:hunter2@rgw:7480", "ftp://user:hunter2@rgw", "user:hunter2@rgw:7480"};
     for (size_t i = 0; i < sizeof secretive / sizeof secretive[0]; i++) {
