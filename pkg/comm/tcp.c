@@ -81,6 +81,8 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1307,6 +1309,24 @@ static bool shm_name_ok(const char *name) {
     return true;
 }
 
+int rl_comm_tcp_shm_sweep(void) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    int removed = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        char name[SHM_NAME_LEN];
+        if ((size_t)snprintf(name, sizeof name, "/%s", de->d_name) >= sizeof name || !shm_name_ok(name)) continue;
+        char *end = NULL;
+        long pid = strtol(name + 9, &end, 10);
+        /* a live pid keeps its names, even if it is another process now:
+         * the next sweep after it ends takes them */
+        if (pid <= 0 || *end != '-' || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (shm_unlink(name) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
+}
+
 /* Create and map the ring we send into. Best effort: -1 means "use TCP".
  * posix_fallocate reserves the pages now, so a small /dev/shm fails here
  * instead of with SIGBUS in the middle of a collective. */
@@ -1404,6 +1424,7 @@ static int shm_setup(rl_comm *c, tcp *T, const rl_comm_opts *o, double deadline,
     char me[SHM_HOST_LEN] = "", name[SHM_NAME_LEN] = "";
     if (on) host_identity(me, sizeof me);
     if (!me[0]) on = false;
+    if (on) (void)rl_comm_tcp_shm_sweep();
     uint64_t cookie = 0;
     bool offered = on && shm_create(T, c->rank, name, sizeof name, &cookie) == 0;
     uint8_t offer[SHM_OFFER_BYTES] = {0}, theirs[SHM_OFFER_BYTES], ack[8], their_ack[8];

@@ -67,4 +67,10 @@ int rl_comm_tcp_parse_record(const char *rec, const char *key, char *host, size_
 struct rl_comm;
 int rl_comm_tcp_shm_links(const struct rl_comm *c);
 
+/* Unlink the ring names (/dev/shm/rl-comm-<pid>-...) whose creating pid is
+ * gone: a rank killed between making a ring and both sides unlinking its
+ * name would otherwise leave its memory in /dev/shm until the pod ends.
+ * Run before each ring setup; returns how many it removed. */
+int rl_comm_tcp_shm_sweep(void);
+
 #endif

@@ -10,6 +10,8 @@
  * its own store and key prefix, so tests are independent of each other and
  * of their order. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -556,6 +558,40 @@ Test(comm_collectives, env_turns_shm_off, .timeout = 60) {
     shared *sh = run_group(&g);
     expect_all_ok(sh, 2, -1);
     munmap(sh, sizeof *sh);
+}
+
+/* A ring whose maker was killed before either side unlinked its name: the
+ * next ring setup on the host removes it; a live maker's ring stays. */
+Test(comm_collectives, stale_shm_rings_of_dead_ranks_are_swept, .timeout = 60) {
+    pid_t dead = fork();
+    cr_assert(dead >= 0);
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    char gone[96], live[96], path[128];
+    snprintf(gone, sizeof gone, "/rl-comm-%d-0-00000000000000ab", (int)dead);
+    snprintf(live, sizeof live, "/rl-comm-%d-0-00000000000000cd", (int)getpid());
+    for (int k = 0; k < 2; k++) {
+        int fd = shm_open(k ? live : gone, O_CREAT | O_RDWR, 0600);
+        cr_assert(fd >= 0, "shm_open: %s", strerror(errno));
+        close(fd);
+    }
+    cr_expect_geq(rl_comm_tcp_shm_sweep(), 1);
+    snprintf(path, sizeof path, "/dev/shm%s", gone);
+    cr_expect_neq(access(path, F_OK), 0, "%s survived its maker", path);
+    snprintf(path, sizeof path, "/dev/shm%s", live);
+    cr_expect_eq(access(path, F_OK), 0, "%s of a live maker was removed", path);
+    shm_unlink(live);
+    /* and a real 2-rank setup sweeps too: a stale name is gone after it */
+    int fd = shm_open(gone, O_CREAT | O_RDWR, 0600);
+    cr_assert(fd >= 0);
+    close(fd);
+    ar_args args = {0};
+    group g = {.world = 2, .timeout = 20, .fn = child_allreduce, .arg = &args, .limit_s = 30};
+    shared *sh = run_group(&g);
+    expect_all_ok(sh, 2, -1);
+    munmap(sh, sizeof *sh);
+    snprintf(path, sizeof path, "/dev/shm%s", gone);
+    cr_expect_neq(access(path, F_OK), 0, "a ring setup left %s", path);
 }
 
 /* IPv6 hosts are published in brackets and parsed back. */
