@@ -378,16 +378,25 @@ static int rate_wait(rl_k8s *c, const char *method, const char *path, double dea
     return RL_OK;
 }
 
+/* attempts <= 0: the client's retry policy */
+static int request_n(rl_k8s *c, const char *method, const char *path, const char *content_type, const char *body,
+                     const volatile int *abort_flag, int attempts, long *http_status, cJSON **out, rl_err *e);
+
 int rl_k8s__request(rl_k8s *c, const char *method, const char *path, const char *content_type,
                     const char *body, const volatile int *abort_flag, long *http_status,
                     cJSON **out, rl_err *e) {
+    return request_n(c, method, path, content_type, body, abort_flag, 0, http_status, out, e);
+}
+
+static int request_n(rl_k8s *c, const char *method, const char *path, const char *content_type, const char *body,
+                     const volatile int *abort_flag, int attempts, long *http_status, cJSON **out, rl_err *e) {
     long dummy;
     if (!http_status) http_status = &dummy;
     *http_status = 0;
     if (out) *out = NULL;
     if (!path || path[0] != '/') return rl_errf(e, RL_EINTERNAL, "API path must start with '/'");
     double deadline = rl_now() + c->opts.timeout_s;
-    int attempts = c->opts.backoff.attempts > 0 ? c->opts.backoff.attempts : 8;
+    if (attempts <= 0) attempts = c->opts.backoff.attempts > 0 ? c->opts.backoff.attempts : 8;
     bool token_retried = false, force_token = false, auth_failed;
     unsigned gen = 0;
     rl_http_resp resp;
@@ -480,26 +489,30 @@ int rl_k8s_get(rl_k8s *c, const char *path, long *http_status, cJSON **out, rl_e
     return rl_k8s_request(c, "GET", path, NULL, NULL, http_status, out, e);
 }
 
-static int with_body(rl_k8s *c, const char *method, const char *ctype, const char *path,
-                     const cJSON *obj, long *http_status, cJSON **out, rl_err *e) {
+static int with_body(rl_k8s *c, const char *method, const char *ctype, const char *path, const cJSON *obj,
+                     int attempts, long *http_status, cJSON **out, rl_err *e) {
     char *body = cJSON_PrintUnformatted(obj);
     if (!body) return rl_errf(e, RL_ENOMEM, "out of memory encoding a request body");
-    int rc = rl_k8s_request(c, method, path, ctype, body, http_status, out, e);
+    int rc = request_n(c, method, path, ctype, body, c->opts.abort_flag, attempts, http_status, out, e);
     free(body);
     return rc;
 }
 
 int rl_k8s_create(rl_k8s *c, const char *path, const cJSON *obj, long *http_status,
                   cJSON **out, rl_err *e) {
-    return with_body(c, "POST", "application/json", path, obj, http_status, out, e);
+    return with_body(c, "POST", "application/json", path, obj, 0, http_status, out, e);
 }
+int rl_k8s_create_once(rl_k8s *c, const char *path, const cJSON *obj, long *http_status, cJSON **out, rl_err *e) {
+    return with_body(c, "POST", "application/json", path, obj, 1, http_status, out, e);
+}
+
 int rl_k8s_replace(rl_k8s *c, const char *path, const cJSON *obj, long *http_status,
                    cJSON **out, rl_err *e) {
-    return with_body(c, "PUT", "application/json", path, obj, http_status, out, e);
+    return with_body(c, "PUT", "application/json", path, obj, 0, http_status, out, e);
 }
 int rl_k8s_merge_patch(rl_k8s *c, const char *path, const cJSON *patch, long *http_status,
                        cJSON **out, rl_err *e) {
-    return with_body(c, "PATCH", "application/merge-patch+json", path, patch, http_status, out,
+    return with_body(c, "PATCH", "application/merge-patch+json", path, patch, 0, http_status, out,
                      e);
 }
 int rl_k8s_delete(rl_k8s *c, const char *path, long *http_status, rl_err *e) {

@@ -171,6 +171,10 @@ int rl_k8s_get(rl_k8s *c, const char *path, long *http_status, struct cJSON **ou
  * optimistic update, 409 if stale), PATCH with application/merge-patch+json. */
 int rl_k8s_create(rl_k8s *c, const char *path, const struct cJSON *obj, long *http_status,
                   struct cJSON **out, rl_err *e);
+/* POST sent once: a create whose answer is lost is not resent (its retry
+ * would meet itself as 409 AlreadyExists); the caller decides. */
+int rl_k8s_create_once(rl_k8s *c, const char *path, const struct cJSON *obj, long *http_status,
+                       struct cJSON **out, rl_err *e);
 int rl_k8s_replace(rl_k8s *c, const char *path, const struct cJSON *obj, long *http_status,
                    struct cJSON **out, rl_err *e);
 int rl_k8s_merge_patch(rl_k8s *c, const char *path, const struct cJSON *patch,

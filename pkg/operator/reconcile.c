@@ -308,7 +308,8 @@ static void random_hex(char *out, size_t bytes) {
     for (size_t i = 0; i < bytes; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
-static int ensure_each(rl_op *op, const rl_op_job *j, char *conflict, size_t cn, rl_err *e);
+static int ensure_each(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, char *conflict, size_t cn,
+                       rl_err *e);
 
 /* The ensured-slot of a job that was ensured lately, or -1. */
 static int ensured_lately(const rl_op *op, const char *uid) {
@@ -317,10 +318,11 @@ static int ensured_lately(const rl_op *op, const char *uid) {
     return -1;
 }
 
-static int ensure_all(rl_op *op, const rl_op_job *j, char *conflict, size_t cn, rl_err *e) {
+static int ensure_all(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, char *conflict, size_t cn,
+                      rl_err *e) {
     /* made or found lately: no GETs; the next look comes within minutes */
     if (ensured_lately(op, j->uid) >= 0) return RL_OK;
-    int rc = ensure_each(op, j, conflict, cn, e);
+    int rc = ensure_each(op, j, old, st, conflict, cn, e);
     if (rc == RL_OK && !conflict[0]) {
         int i = op->next_ensured;
         op->next_ensured = (i + 1) % ENSURED_JOBS;
@@ -330,13 +332,52 @@ static int ensure_all(rl_op *op, const rl_op_job *j, char *conflict, size_t cn, 
     return rc;
 }
 
-static int ensure_each(rl_op *op, const rl_op_job *j, char *conflict, size_t cn, rl_err *e) {
-    char hex[129];
+/* The rendezvous Secret is created, never read: the operator holds no
+ * `get` on Secrets (reading every Secret of the cluster is close to
+ * cluster-admin). status.rdzvSecret records whose it is: "Pending" is
+ * written before the first create, so a 409 then means someone else's
+ * Secret (a conflict to report, "Conflict"), while a 409 after a "Pending"
+ * found in the status (an answer lost, the operator restarted in between)
+ * is our own create. The create is sent once: a transport retry would
+ * meet itself as 409. */
+#define SECRET_FIELD "rdzvSecret"
+static int write_status(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e);
+static int ensure_secret(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, char *conflict, size_t cn,
+                         rl_err *e) {
+    char hex[129], rec[16], path[512];
     random_hex(hex, 32);
     if (!hex[0]) return rl_errf(e, RL_EINTERNAL, "no randomness for the rendezvous secret");
+    snprintf(rec, sizeof rec, "%s", jstr(st, SECRET_FIELD));
+    int rc;
+    if (!rec[0]) {
+        jset(st, SECRET_FIELD, cJSON_CreateString("Pending"));
+        if ((rc = write_status(op, j, old, st, e))) return rc;
+    }
+    cJSON *want = rl_op_secret(j, hex);
+    long code = 0;
+    rc = rl_k8s_path(path, sizeof path, "v1", j->ns, "secrets", NULL, e);
+    if (!rc) rc = rl_k8s_create_once(op->k, path, want, &code, NULL, e);
+    const char *name = jstr(jobj(want, "metadata"), "name");
+    if (rc == RL_OK || (code == 409 && strcmp(rec, "") && strcmp(rec, "Conflict"))) {
+        if (rc == RL_OK)
+            rl_log(RL_LOG_INFO, "created", "\"job\":\"%s/%s\",\"kind\":\"secrets\",\"name\":\"%s\"", j->ns, j->name,
+                   name);
+        jset(st, SECRET_FIELD, cJSON_CreateString("Created"));
+        rc = RL_OK;
+    } else if (code == 409) {
+        jset(st, SECRET_FIELD, cJSON_CreateString("Conflict"));
+        if (!conflict[0]) snprintf(conflict, cn, "secrets %s exists and was not created for this TrainingJob", name);
+        rc = RL_OK;
+    }
+    cJSON_Delete(want);
+    return rc;
+}
+
+static int ensure_each(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, char *conflict, size_t cn,
+                       rl_err *e) {
     int rc;
     if ((rc = ensure(op, j, "v1", "services", rl_op_service(j), conflict, cn, e)) ||
-        (rc = ensure(op, j, "v1", "secrets", rl_op_secret(j, hex), conflict, cn, e)) ||
+        (rc = ensure_secret(op, j, old, st, conflict, cn, e)) ||
         (rc = ensure(op, j, "v1", "serviceaccounts", rl_op_service_account(j), conflict, cn, e)) ||
         (rc = ensure(op, j, "rbac.authorization.k8s.io/v1", "roles", rl_op_role(j), conflict, cn, e)) ||
         (rc = ensure(op, j, "rbac.authorization.k8s.io/v1", "rolebindings", rl_op_role_binding(j), conflict, cn, e)) ||
@@ -679,7 +720,7 @@ static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
         return rc;
     }
     char conflict[512] = "";
-    if ((rc = ensure_all(op, j, conflict, sizeof conflict, e))) goto out;
+    if ((rc = ensure_all(op, j, old, st, conflict, sizeof conflict, e))) goto out;
     if (set_condition(st, "Created", true, "Created", "service, secret, RBAC and pods are managed"))
         event(op, j, false, "Created", "created the headless Service %s, its rendezvous Secret and RBAC", j->name);
     if (!jstr(st, "startTime")[0]) {

@@ -279,3 +279,65 @@ Test(job_status, a_pod_stuck_terminating_is_named, .init = up, .fini = down, .ti
     cr_expect(c != NULL, "the condition vanished instead of turning False");
     cJSON_Delete(tj);
 }
+
+/* status.rdzvSecret of a job ("" when absent) */
+static void secret_record(const char *name, char *out, size_t n) {
+    char args[128];
+    snprintf(args, sizeof args, "tj %s", name);
+    cJSON *tj = get_json(args);
+    snprintf(out, n, "%s", str_at(cJSON_GetObjectItem(tj, "status"), "rdzvSecret"));
+    cJSON_Delete(tj);
+}
+
+static void await_secret_record(const char *name, const char *want, double timeout) {
+    char got[32];
+    double end = rl_now() + timeout;
+    do {
+        secret_record(name, got, sizeof got);
+        if (!strcmp(got, want)) return;
+        usleep(300000);
+    } while (rl_now() < end);
+    cr_assert_fail("%s: status.rdzvSecret is \"%s\", want %s", name, got, want);
+}
+
+/* The operator never reads a Secret (its identity here may not get, list
+ * or watch them): it creates <job>-rdzv and records that in the status; a
+ * Secret of that name it did not make is a ResourceConflict found without
+ * reading it; a create whose answer was lost is still its own. */
+Test(job_status, the_rendezvous_secret_is_created_never_read, .init = up, .fini = down, .timeout = 120) {
+    char out[4096];
+    set_token("\"secrets:get\",\"secrets:list\",\"secrets:watch\"");
+    apply_job("mine", 1);
+    await_secret_record("mine", "Created", 30);
+    cJSON_Delete(await_running("mine", "PodsNotReady", "ready", 30));
+    cr_assert_eq(kubectl("get secret mine-rdzv -o jsonpath='{.metadata.ownerReferences[0].kind}'", NULL, out,
+                         sizeof out), 0, "%s", out);
+    cr_expect_str_eq(out, "TrainingJob");
+
+    /* someone else's Secret of the job's name: a conflict, no pods */
+    cr_assert_eq(kubectl("create secret generic clash-rdzv --from-literal=secret=known-to-them", NULL, out, sizeof out),
+                 0, "%s", out);
+    apply_job("clash", 1);
+    cJSON_Delete(await_running("clash", "ResourceConflict", "secrets clash-rdzv exists and was not created for this", 30));
+    secret_record("clash", out, sizeof out);
+    cr_expect_str_eq(out, "Conflict");
+    cJSON *pods = get_json("pods -l ringleader.dev/job=clash");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(pods, "items")), 0, "pods of a job whose Secret is not its own");
+    cJSON_Delete(pods);
+    /* the user removes theirs: the operator makes its own and goes on */
+    cr_assert_eq(kubectl("delete secret clash-rdzv", NULL, out, sizeof out), 0, "%s", out);
+    await_secret_record("clash", "Created", 30);
+    cJSON_Delete(await_running("clash", "PodsNotReady", "ready", 30));
+
+    /* the create applied, its answer lost (a 503 instead): the next pass
+     * meets its own Secret (409) and takes it as made */
+    cr_assert_eq(rl_test_standin_admin(&s, "POST", "/faults",
+                                       "{\"method\":\"POST\",\"resource\":\"secrets\",\"count\":1,\"answer\":\"503\"}", out,
+                                       sizeof out),
+                 200, "%s", out);
+    apply_job("lost", 1);
+    await_secret_record("lost", "Created", 30);
+    cJSON_Delete(await_running("lost", "PodsNotReady", "ready", 30));
+    cr_assert_eq(rl_test_standin_admin(&s, "GET", "/faults", NULL, out, sizeof out), 200);
+    cr_expect(strstr(out, "\"left\": 0") || strstr(out, "\"left\":0"), "the fault was never met: %s", out);
+}
