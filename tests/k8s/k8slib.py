@@ -334,6 +334,87 @@ def label_match(reqs, labels):
     return True
 
 
+def selector_match(sel, labels):
+    """A metav1.LabelSelector object (matchLabels, matchExpressions In/
+    NotIn/Exists/DoesNotExist) against labels: None matches nothing, {}
+    everything, as LabelSelectorAsSelector makes them."""
+    if not isinstance(sel, dict):
+        return False
+    labels = labels or {}
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in sel.get("matchExpressions") or []:
+        if not _expr_match(e, labels):
+            return False
+    return True
+
+
+def _expr_match(e, labels):
+    """One matchExpressions requirement (also a NodeSelectorRequirement,
+    with Gt/Lt comparing integers)."""
+    key, op, vals = e.get("key"), e.get("operator"), e.get("values") or []
+    has, v = key in labels, labels.get(key)
+    if op == "In":
+        return has and v in vals
+    if op == "NotIn":
+        return not has or v not in vals
+    if op == "Exists":
+        return has
+    if op == "DoesNotExist":
+        return not has
+    if op in ("Gt", "Lt") and has and len(vals) == 1:
+        try:
+            a, b = int(v), int(vals[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def node_selector_term_match(term, node):
+    """A NodeSelectorTerm: its matchExpressions on the node's labels and
+    matchFields (metadata.name) all hold; an empty term matches nothing."""
+    if not isinstance(term, dict):
+        return False
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    labels = node["metadata"].get("labels") or {}
+    if not all(isinstance(e, dict) and _expr_match(e, labels) for e in exprs):
+        return False
+    own = {"metadata.name": node["metadata"]["name"]}
+    return all(isinstance(e, dict) and e.get("key") == "metadata.name" and _expr_match(e, own)
+               for e in fields)
+
+
+def tolerates(tolerations, taint):
+    """Whether one of the pod's tolerations tolerates the taint
+    (v1.Toleration.ToleratesTaint)."""
+    for t in tolerations or []:
+        if not isinstance(t, dict):
+            continue
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if (t.get("operator") or "Equal") == "Exists":
+            if not t.get("key") or t["key"] == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def scaled_value(v, total, round_up):
+    """intstr.GetScaledValueFromIntOrPercent: an int as it is, "N%" of
+    total rounded up or down; ValueError for anything else."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.endswith("%") and v[:-1].isdigit():
+        n = int(v[:-1]) * total
+        return -(-n // 100) if round_up else n // 100
+    raise ValueError("invalid value for IntOrString: invalid value %r" % (v,))
+
+
 def parse_field_selector(s, allowed):
     """Returns [(path, op, value)]; a field outside `allowed` is a 400 as in
     the real server."""
@@ -436,7 +517,7 @@ def _pb_varint(b, i):
 
 # Field numbers of k8s.io/api's generated.proto for the kinds kubectl's
 # typed commands (create secret/configmap/namespace/serviceaccount/role/
-# rolebinding/token, auth can-i) send as protobuf. Value kinds: s string,
+# rolebinding/token, auth can-i, drain's evictions) send as protobuf. Value kinds: s string,
 # i varint, b bool, rs repeated string, map string->string, mapb
 # string->bytes (base64 in JSON), m:T message, rm:T repeated message.
 _META = (1, "metadata", "m:ObjectMeta")
@@ -468,6 +549,11 @@ _PB = {
                            (4, "version", "s"), (5, "resource", "s"), (6, "subresource", "s"),
                            (7, "name", "s")],
     "NonResourceAttributes": [(1, "path", "s"), (2, "verb", "s")],
+    # policy/v1 Eviction (kubectl drain's typed client)
+    "Eviction": [_META, (2, "deleteOptions", "m:DeleteOptions")],
+    "DeleteOptions": [(1, "gracePeriodSeconds", "i"), (2, "preconditions", "m:Preconditions"),
+                      (3, "orphanDependents", "b"), (4, "propagationPolicy", "s"), (5, "dryRun", "rs")],
+    "Preconditions": [(1, "uid", "s"), (2, "resourceVersion", "s")],
 }
 
 
