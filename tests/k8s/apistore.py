@@ -65,6 +65,7 @@ BUILTINS = [
             fields=("spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
                     "spec.serviceAccountName", "spec.hostNetwork", "status.phase",
                     "status.podIP", "status.nominatedNodeName")),
+    ResType("", "v1", "nodes", "node", "Node", False, ["no"], status=True, fields=("spec.unschedulable",)),
     ResType("", "v1", "services", "service", "Service", True, ["svc"], status=True,
             categories=["all"], fields=("spec.clusterIP", "spec.type")),
     ResType("", "v1", "secrets", "secret", "Secret", True, fields=("type",)),
@@ -169,6 +170,30 @@ def _pod_restarts(o):
     return str(n)
 
 
+def _node_status(o):
+    """STATUS of the real node printer: the Ready condition, then
+    SchedulingDisabled when cordoned."""
+    ready = next((c.get("status") for c in (o.get("status") or {}).get("conditions") or []
+                  if c.get("type") == "Ready"), None)
+    out = {"True": "Ready", "False": "NotReady"}.get(ready, "Unknown")
+    return out + (",SchedulingDisabled" if (o.get("spec") or {}).get("unschedulable") else "")
+
+
+def _node_roles(o):
+    roles = sorted(k.split("/", 1)[1] for k in (o["metadata"].get("labels") or {})
+                   if k.startswith("node-role.kubernetes.io/") and k.split("/", 1)[1])
+    return ",".join(roles) or "<none>"
+
+
+def _node_ip(o):
+    return next((a.get("address") for a in (o.get("status") or {}).get("addresses") or []
+                 if a.get("type") == "InternalIP"), "<none>")
+
+
+def _node_info(key):
+    return lambda o: ((o.get("status") or {}).get("nodeInfo") or {}).get(key) or "<unknown>"
+
+
 def _svc_ports(o):
     ps = (o.get("spec") or {}).get("ports") or []
     return ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP")) for p in ps) or "<none>"
@@ -195,6 +220,12 @@ BUILTIN_COLUMNS = {
                        ("Cluster-IP", "string", lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>"),
                        ("External-IP", "string", lambda o: "<none>"),
                        ("Port(s)", "string", _svc_ports), ("Age", "string", _age)],
+    ("", "nodes"): [("Status", "string", _node_status), ("Roles", "string", _node_roles),
+                    ("Age", "string", _age), ("Version", "string", _node_info("kubeletVersion")),
+                    ("Internal-IP", "string", _node_ip, 1), ("External-IP", "string", lambda o: "<none>", 1),
+                    ("OS-Image", "string", _node_info("osImage"), 1),
+                    ("Kernel-Version", "string", _node_info("kernelVersion"), 1),
+                    ("Container-Runtime", "string", _node_info("containerRuntimeVersion"), 1)],
     ("coordination.k8s.io", "leases"): [
         ("Holder", "string", lambda o: (o.get("spec") or {}).get("holderIdentity") or ""),
         ("Age", "string", _age)],
@@ -550,8 +581,8 @@ class Store:
                 m["generation"] = 1
             else:
                 m.pop("generation", None)
-            if t.status and t.key != ("", "namespaces"):
-                obj.pop("status", None)
+            if t.status and t.key not in (("", "namespaces"), ("", "nodes")):
+                obj.pop("status", None)  # (a kubelet registers its Node with status)
             self._validate_typed(t, obj)
             self._schema_check(t, obj)
             self._defaults_create(t, obj)

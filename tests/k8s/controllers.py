@@ -1,8 +1,9 @@
 """What runs beside the API server in a real cluster, reduced to what the
-tests need: the scheduler+kubelet of one node (LocalNode: the only place
-that decides how pods are bound and when a deleted pod is finally gone,
-so a real local kubelet can take it over later), the EndpointSlice
-controller and the garbage collector."""
+tests need: without --kubelet, the binding and final deletion of pods
+(LocalNode: every pod bound to the first node at creation, a graceful
+delete finished by a timer; the kubelet (kubelet.py) takes both over with
+--kubelet), the EndpointSlice controller and the garbage collector (the
+node lifecycle controller and PodGC: nodes.py)."""
 
 import copy
 import json

@@ -1,14 +1,25 @@
-"""The stand-in's node when it runs pods (--kubelet, implied by --image):
-the default scheduler's binding for one node and the kubelet of that node,
-running each container of a bound pod as a local process group.
+"""The stand-in's nodes when they run pods (--kubelet, implied by --image):
+one kubelet for every Node object (nodes.py), running each container of a
+pod bound to any of them as a local process group, and the default
+scheduler's loop (scheduler.py) on the same thread.
 
 What it does as the real ones do (the table at the top of
 tests/unit/test_standin.c lists what is checked):
-  - scheduling: a pod without spec.nodeName is bound in a separate write
-    (spec.nodeName + condition PodScheduled True), or left Pending with
-    PodScheduled False, reason Unschedulable and the scheduler's message
-    (max pods, nodeSelector against the node's labels, nvidia.com/gpu),
-    and bound when room frees up; terminal pods do not count;
+  - scheduling (scheduler.py): a pod without spec.nodeName is bound to a
+    node that fits in a separate write (spec.nodeName + condition
+    PodScheduled True), or left Pending with PodScheduled False, reason
+    Unschedulable and the scheduler's message, and bound when room frees
+    up; terminal pods do not count;
+  - per node: the pod's hostIP (the node's InternalIP: 127.0.0.1 for the
+    first, 127.0.0.(K+1) for standin-node-K), spec.nodeName in the
+    downward API, the node as the Events' source host; a Node deleted is
+    a machine gone: its containers are killed at once, its pods left to
+    PodGC;
+  - graceful node shutdown (admin reclaim, nodes.py): the node's pods get
+    SIGTERM with the notice left as their grace period at most, phase
+    Failed, reason Terminated, "Pod was terminated in response to
+    imminent node shutdown.", DisruptionTarget True TerminationByKubelet;
+    a pod bound meanwhile is rejected (Failed, NodeShutdown);
   - images: --image PATTERN=DIR[=ENTRYPOINT] maps image references
     (fnmatch) to a directory put first on the container's PATH; an image
     matching no pattern fails to "pull": ErrImagePull, then ImagePullBackOff,
@@ -19,9 +30,11 @@ tests/unit/test_standin.c lists what is checked):
     a missing Secret/ConfigMap/key -> waiting CreateContainerConfigError
     with the kubelet's message, retried every 2 s; the service-account
     token, ca.crt and namespace written to a per-pod dir (RL_K8S_SA_DIR);
-  - status through the API store on every change: phase, conditions,
-    containerStatuses (state, lastState, restartCount, ready, started),
-    podIP (one 127.R.x.y per pod, not reused for a long while), hostIP;
+  - status through the API store on every change: phase, conditions
+    (others' conditions kept, as PodScheduled and the eviction API's
+    DisruptionTarget), containerStatuses (state, lastState, restartCount,
+    ready, started), podIP (one 127.R.x.y per pod, not reused for a long
+    while), hostIP;
     restartPolicy with CrashLoopBackOff back-off; logs per container
     instance, served by GET pods/<name>/log;
   - termination: SIGTERM to the container's main process -- only when it
@@ -64,14 +77,18 @@ import time
 
 from controllers import NODE_NAME, LocalNode
 from k8slib import APIError, bad_request, now_rfc3339
+from scheduler import Scheduler
 
 PODS = ("", "pods")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-HOST_IP = "127.0.0.1"
+NODES = ("", "nodes")
 SANITIZER_ENV = ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS")
-NODE_LABELS = {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
-               "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-               "beta.kubernetes.io/arch": "amd64"}
+# The kubelet's graceful node shutdown (GracefulNodeShutdown, on by default)
+SHUTDOWN_REASON = "Terminated"
+SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+# What the conditions the kubelet writes are; others (PodScheduled, an
+# eviction's DisruptionTarget, readiness gates) it keeps as it finds them.
+KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
 
 
 # ---- pure helpers ------------------------------------------------------------------
@@ -313,9 +330,10 @@ class Container:
 
 
 class PodRT:
-    def __init__(self, pod, root, ip):
+    def __init__(self, pod, root, ip, host_ip):
         m = pod["metadata"]
         self.uid, self.ns, self.name = m["uid"], m["namespace"], m["name"]
+        self.node, self.host_ip = pod["spec"]["nodeName"], host_ip
         self.dir = os.path.join(root, "pods", "%s_%s_%s" % (self.ns, self.name, self.uid))
         os.makedirs(self.dir, exist_ok=True)
         self.ip = ip
@@ -333,7 +351,8 @@ class PodRT:
         self.kill_at = None        # monotonic time of the SIGKILL when stopping
         self.grace = None          # the grace period it is stopping with
         self.ip_owned = True
-        self.evicted = None        # (message, grace) once the kubelet evicts it
+        self.evicted = None        # (reason, message, grace) once the kubelet stops it itself:
+                                   # an eviction (Evicted) or the node's shutdown (Terminated)
         self.finished = False      # its terminal status is written
         self.conds = {}            # type -> (status, reason, message, lastTransitionTime)
 
@@ -363,15 +382,12 @@ class Kubelet(LocalNode):
         self.app, self.log = app, log
         self.root = args.dir
         self.images = ImageMap(args.image)
-        self.max_pods = args.max_pods
+        self.cluster = app.cluster
+        self.scheduler = Scheduler(store, self.event)
         self.backoff = args.backoff
         self.backoff_max = args.backoff_max
         self.config_retry = min(2.0, args.backoff)
-        self.gpus = args.gpus
-        self.labels = dict(NODE_LABELS)
-        for kv in args.node_label or []:
-            k, _, v = kv.partition("=")
-            self.labels[k] = v
+        self.shutting_down = {}    # node name -> monotonic deadline of its graceful shutdown
         second = None
         if args.pod_cidr:
             m = re.match(r"^127\.(\d+)\.0\.0/16$", args.pod_cidr)
@@ -396,7 +412,8 @@ class Kubelet(LocalNode):
         pass  # the scheduler binds it in a separate write
 
     def graceful_delete(self, t, cur, grace):
-        if (cur.get("spec") or {}).get("nodeName") not in (None, "", NODE_NAME):
+        node = (cur.get("spec") or {}).get("nodeName")
+        if node and ("", node) not in self.store.objs[NODES]:
             return super().graceful_delete(t, cur, grace)  # no kubelet: the grace timer
         st = self.store
         m = cur["metadata"]
@@ -416,7 +433,7 @@ class Kubelet(LocalNode):
         return copy.deepcopy(new), False
 
     def _on_event(self, ev):
-        if ev.key in (PODS, ("", "secrets"), ("", "configmaps"), ("", "serviceaccounts")):
+        if ev.key in (PODS, NODES, ("", "secrets"), ("", "configmaps"), ("", "serviceaccounts")):
             self.wake.set()
 
     # -- the loop ----------------------------------------------------------------------
@@ -485,77 +502,9 @@ class Kubelet(LocalNode):
         except (OSError, ValueError):
             pass
 
-    # -- scheduler -----------------------------------------------------------------------
+    # -- scheduler (scheduler.py) ---------------------------------------------------------
     def schedule(self):
-        st = self.store
-        t = st.types[("", "v1", "pods")]
-        with st.lock:
-            pods = list(st.objs[PODS].values())
-            bound = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName") == NODE_NAME
-                        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
-            gpus_used = sum(self._gpus(p) for p in pods
-                            if (p.get("spec") or {}).get("nodeName") == NODE_NAME
-                            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
-            waiting = [p for p in pods if not (p.get("spec") or {}).get("nodeName")
-                       and not p["metadata"].get("deletionTimestamp")
-                       and (p.get("spec") or {}).get("schedulerName", "default-scheduler")
-                       == "default-scheduler"]
-            waiting.sort(key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
-                                        p["metadata"].get("creationTimestamp", ""),
-                                        int(p["metadata"]["resourceVersion"])))
-            for p in waiting:
-                reasons, hopeless = [], False
-                sel = (p.get("spec") or {}).get("nodeSelector") or {}
-                if any(self.labels.get(k) != v for k, v in sel.items()):
-                    reasons, hopeless = ["node(s) didn't match Pod's node affinity/selector"], True
-                else:
-                    g = self._gpus(p)
-                    if g and gpus_used + g > self.gpus:
-                        reasons.append("Insufficient nvidia.com/gpu")
-                    if self.max_pods is not None and bound >= self.max_pods:
-                        reasons.append("Too many pods")
-                cur = st.objs[PODS].get((p["metadata"]["namespace"], p["metadata"]["name"]))
-                new = copy.deepcopy(cur)
-                conds = [c for c in (new.get("status") or {}).get("conditions") or []
-                         if c.get("type") != "PodScheduled"]
-                old = next((c for c in (cur.get("status") or {}).get("conditions") or []
-                            if c.get("type") == "PodScheduled"), None)
-                if reasons:
-                    msg = "0/1 nodes are available: %s. preemption: 0/1 nodes are available: 1 %s." % (
-                        ", ".join("1 " + r for r in sorted(reasons)),
-                        "Preemption is not helpful for scheduling" if hopeless
-                        else "No preemption victims found for incoming pod")
-                    if old and old.get("status") == "False" and old.get("message") == msg:
-                        continue
-                    conds.append({"type": "PodScheduled", "status": "False", "lastProbeTime": None,
-                                  "lastTransitionTime": now_rfc3339(), "reason": "Unschedulable",
-                                  "message": msg})
-                    new.setdefault("status", {})["conditions"] = conds
-                    st._finish_update(t, cur, new, False)
-                    self.event(cur, "FailedScheduling", msg, "Warning", "default-scheduler")
-                    continue
-                new["spec"]["nodeName"] = NODE_NAME
-                conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                              "lastTransitionTime": now_rfc3339()})
-                new.setdefault("status", {})["conditions"] = conds
-                st._finish_update(t, cur, new, False)
-                self.event(cur, "Scheduled", "Successfully assigned %s/%s to %s"
-                           % (cur["metadata"]["namespace"], cur["metadata"]["name"], NODE_NAME),
-                           component="default-scheduler")
-                bound += 1
-                gpus_used += self._gpus(p)
-
-    @staticmethod
-    def _gpus(pod):
-        n = 0
-        for c in (pod.get("spec") or {}).get("containers") or []:
-            r = (c.get("resources") or {})
-            v = (r.get("limits") or {}).get("nvidia.com/gpu") or (r.get("requests") or {}).get("nvidia.com/gpu")
-            try:
-                n += int(v or 0)
-            except (TypeError, ValueError):
-                pass
-        return n
+        self.scheduler.schedule()
 
     # -- events -------------------------------------------------------------------------
     def event(self, pod, reason, message, typ="Normal", component="kubelet", container=None):
@@ -571,6 +520,8 @@ class Kubelet(LocalNode):
             ref["fieldPath"] = "spec.containers{%s}" % container
         key = (m["uid"], reason, message, container)
         now = now_rfc3339()
+        rt = self.pods.get(m["uid"])
+        host = (pod.get("spec") or {}).get("nodeName") or (rt.node if rt else NODE_NAME)
         with st.lock:
             name = self.events.get(key)
             cur = st.objs[("", "events")].get((m["namespace"], name)) if name else None
@@ -586,28 +537,39 @@ class Kubelet(LocalNode):
                     "metadata": {"name": name, "namespace": m["namespace"]},
                     "involvedObject": ref, "reason": reason, "message": message,
                     "source": {"component": component} if component != "kubelet"
-                    else {"component": "kubelet", "host": NODE_NAME},
+                    else {"component": "kubelet", "host": host},
                     "firstTimestamp": now, "lastTimestamp": now, "count": 1, "type": typ,
                     "eventTime": None, "reportingComponent": component,
-                    "reportingInstance": NODE_NAME if component == "kubelet" else ""})
+                    "reportingInstance": host if component == "kubelet" else ""})
             except APIError:
                 return  # the namespace is going away
             self.events[key] = name
 
     def set_max_pods(self, n):
-        self.max_pods = n
+        """Admin POST /node: the first node's pod capacity (None: 110)."""
+        self.cluster.set_max_pods(NODE_NAME, n)
+        self.wake.set()
+
+    def shutdown_node(self, node, notice):
+        """Graceful node shutdown: the node's pods get SIGTERM now and at
+        most `notice` seconds before SIGKILL; none is admitted any more."""
+        with self.mu:  # a second notice does not extend the first
+            deadline = time.monotonic() + notice
+            self.shutting_down[node] = min(deadline, self.shutting_down.get(node, deadline))
         self.wake.set()
 
     # -- the kubelet: one pass over this node's pods ---------------------------------------
     def step(self):
         st = self.store
         with st.lock:
+            nodes = {n for _, n in st.objs[NODES]}
             mine = [copy.deepcopy(p) for p in st.objs[PODS].values()
-                    if (p.get("spec") or {}).get("nodeName") == NODE_NAME]
+                    if (p.get("spec") or {}).get("nodeName") in nodes]
         present = {p["metadata"]["uid"] for p in mine}
         for uid, rt in list(self.pods.items()):
             if uid not in present:
-                self._forget(rt)  # deleted at once (grace 0): kill what runs
+                self._forget(rt)  # deleted at once (grace 0), or its node is gone: kill what runs
+        self.shutting_down = {n: d for n, d in self.shutting_down.items() if n in nodes}
         for pod in mine:
             self.sync(pod)
 
@@ -643,8 +605,11 @@ class Kubelet(LocalNode):
                 if m.get("deletionTimestamp"):
                     self._final_delete(pod)  # deleted before it ever started here
                 return
+            if pod["spec"]["nodeName"] in self.shutting_down:
+                return self._reject(pod, "NodeShutdown", "Pod was rejected as the node is shutting down.")
             host_net = bool((pod.get("spec") or {}).get("hostNetwork"))
-            rt = PodRT(pod, self.root, HOST_IP if host_net else self.ips.take())
+            host_ip = self.cluster.host_ip(pod["spec"]["nodeName"])
+            rt = PodRT(pod, self.root, host_ip if host_net else self.ips.take(), host_ip)
             rt.ip_owned = not host_net
             self.pods[uid] = rt
             self._mount_sa(pod, rt)
@@ -654,17 +619,21 @@ class Kubelet(LocalNode):
                 self._final_delete(pod)
             return
         now = time.monotonic()
+        if rt.node in self.shutting_down and rt.evicted is None:
+            left = max(0, int(self.shutting_down[rt.node] - now))
+            grace = min(left, int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)))
+            rt.evicted = (SHUTDOWN_REASON, SHUTDOWN_MESSAGE, grace)
         stopping = rt.evicted is not None or bool(m.get("deletionTimestamp"))
         for c in rt.every():
             self._reap(rt, c, pod, stopping)
         if stopping:
-            grace = rt.evicted[1] if rt.evicted is not None else int(m.get("deletionGracePeriodSeconds") or 0)
+            grace = rt.evicted[2] if rt.evicted is not None else int(m.get("deletionGracePeriodSeconds") or 0)
             if rt.kill_at is not None and grace < rt.grace:
                 rt.kill_at, rt.grace = min(rt.kill_at, now + grace), grace  # a later, shorter delete
             if rt.kill_at is None:
                 rt.kill_at, rt.grace = now + grace, grace
-                if rt.evicted is not None:
-                    self.event(pod, "Evicted", rt.evicted[0], "Warning")
+                if rt.evicted is not None and rt.evicted[0] == "Evicted":
+                    self.event(pod, "Evicted", rt.evicted[1], "Warning")
                 for c in rt.every():
                     c.done = True
             self._stop_in_order(rt, pod, now)
@@ -729,6 +698,21 @@ class Kubelet(LocalNode):
         if rt.ip and rt.ip_owned:
             self.ips.give(rt.ip)
             rt.ip_owned = False  # given back once
+
+    def _reject(self, pod, reason, message):
+        """Admission refused (the node is shutting down): Failed at once,
+        no container started, as the kubelet's admit handlers do."""
+        st = self.store
+        t = st.types[("", "v1", "pods")]
+        m = pod["metadata"]
+        with st.lock:
+            cur = st.objs[PODS].get((m["namespace"], m["name"]))
+            if cur is None or cur["metadata"]["uid"] != m["uid"]:
+                return
+            new = copy.deepcopy(cur)
+            new.setdefault("status", {}).update(phase="Failed", reason=reason, message=message)
+            st._finish_update(t, cur, new, False)
+        self.log({"msg": "kubelet: pod rejected", "pod": "%s/%s" % (m["namespace"], m["name"]), "reason": reason})
 
     def _final_delete(self, pod):
         m = pod["metadata"]
@@ -1038,10 +1022,10 @@ class Kubelet(LocalNode):
     def _field(self, pod, rt, path):
         m = pod["metadata"]
         simple = {"metadata.name": m["name"], "metadata.namespace": m["namespace"],
-                  "metadata.uid": m["uid"], "spec.nodeName": NODE_NAME,
+                  "metadata.uid": m["uid"], "spec.nodeName": rt.node,
                   "spec.serviceAccountName": (pod.get("spec") or {}).get("serviceAccountName", ""),
-                  "status.podIP": rt.ip, "status.podIPs": rt.ip, "status.hostIP": HOST_IP,
-                  "status.hostIPs": HOST_IP}
+                  "status.podIP": rt.ip, "status.podIPs": rt.ip, "status.hostIP": rt.host_ip,
+                  "status.hostIPs": rt.host_ip}
         if path in simple:
             return simple[path]
         mm = re.match(r"^metadata\.(labels|annotations)\['([^']+)'\]$", path)
@@ -1136,15 +1120,15 @@ class Kubelet(LocalNode):
                 conds.append(self._cond(rt, "Ready", "True"))
                 conds.append(self._cond(rt, "ContainersReady", "True"))
         if rt.evicted is not None:
-            conds.append(self._cond(rt, "DisruptionTarget", "True", "TerminationByKubelet", rt.evicted[0]))
-        status = {"phase": phase, "conditions": conds, "hostIP": HOST_IP, "hostIPs": [{"ip": HOST_IP}],
+            conds.append(self._cond(rt, "DisruptionTarget", "True", "TerminationByKubelet", rt.evicted[1]))
+        status = {"phase": phase, "conditions": conds, "hostIP": rt.host_ip, "hostIPs": [{"ip": rt.host_ip}],
                   "podIP": rt.ip, "podIPs": [{"ip": rt.ip}], "startTime": rt.start_time,
                   "containerStatuses": statuses}
         if rt.sidecars:  # in the spec's order, not sorted
             status["initContainerStatuses"] = [self._container_status(c, terminal)
                                                for c in rt.sidecars.values()]
         if rt.evicted is not None:
-            status["reason"], status["message"] = "Evicted", rt.evicted[0]
+            status["reason"], status["message"] = rt.evicted[0], rt.evicted[1]
         return status
 
     @staticmethod
@@ -1170,8 +1154,13 @@ class Kubelet(LocalNode):
             for k in ("qosClass", "nominatedNodeName"):
                 if k in old:
                     new_status[k] = old[k]
-            sched = [c for c in old.get("conditions") or [] if c.get("type") == "PodScheduled"]
-            new_status["conditions"] = status["conditions"][:4] + sched + status["conditions"][4:]
+            # The status manager's merge: conditions the kubelet does not own
+            # stay (PodScheduled, the eviction API's DisruptionTarget unless
+            # the kubelet sets its own).
+            mine = {c["type"] for c in status["conditions"]}
+            kept = [c for c in old.get("conditions") or []
+                    if c.get("type") not in KUBELET_CONDITIONS and c.get("type") not in mine]
+            new_status["conditions"] = status["conditions"][:4] + kept + status["conditions"][4:]
             if new_status == old:
                 return
             new = copy.deepcopy(cur)
@@ -1189,8 +1178,9 @@ class Kubelet(LocalNode):
         with self.mu:
             rt = self.pods.get(uid)
             if rt is None or rt.finished:
-                raise APIError(409, "Conflict", 'pod "%s" is not running on %s' % (name, NODE_NAME))
-            rt.evicted = (message or "The node was low on resource: memory. ", max(0, int(grace or 0)))
+                raise APIError(409, "Conflict", 'pod "%s" is not running on %s'
+                               % (name, (pod.get("spec") or {}).get("nodeName") or NODE_NAME))
+            rt.evicted = ("Evicted", message or "The node was low on resource: memory. ", max(0, int(grace or 0)))
         self.wake.set()
         self.log({"msg": "kubelet: evicting", "pod": "%s/%s" % (ns, name)})
 
@@ -1227,7 +1217,9 @@ class Kubelet(LocalNode):
 
     def describe(self):
         with self.mu:
-            return {"maxPods": self.max_pods, "podCIDR": "127.%d.0.0/16" % self.ips.r,
+            node = self.cluster.get(NODE_NAME) or {}
+            max_pods = int(((node.get("status") or {}).get("allocatable") or {}).get("pods") or 0)
+            return {"maxPods": max_pods, "podCIDR": "127.%d.0.0/16" % self.ips.r,
                     "pods": {"%s/%s" % (rt.ns, rt.name): {
                         "ip": rt.ip, "dir": rt.dir, "saDir": rt.sa_dir,
                         "pids": {c.name: c.proc.pid for c in rt.every() if c.proc}}

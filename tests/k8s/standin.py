@@ -3,13 +3,19 @@
 
   python3 tests/k8s/standin.py --dir DIR [--host 127.0.0.1]
       [--max-endpoints-per-slice 100] [--history 1000] [--bookmark-interval 1.0]
-      [--kubelet] [--image PATTERN=DIR[=ENTRYPOINT]]... [--max-pods N]
+      [--kubelet] [--image PATTERN=DIR[=ENTRYPOINT]]... [--max-pods 110]
       [--backoff 10] [--backoff-max 300] [--gpus 0] [--node-label K=V]...
       [--pod-cidr 127.R.0.0/16] [--pass-env NAME]...
+      [--nodes 1] [--zones Z1,Z2,...]
 
-With --kubelet (implied by --image) a scheduler and kubelet (kubelet.py)
-run bound pods' containers as local processes; without, pods are bound at
-creation and nothing runs them (tests then play the kubelet themselves).
+With --kubelet (implied by --image) a scheduler (scheduler.py) and a
+kubelet (kubelet.py) run bound pods' containers as local processes;
+without, pods are bound to the first node at creation and nothing runs
+them (tests then play the kubelet themselves). Either way there are Node
+objects (nodes.py): --nodes N of them (standin-node, standin-node-1, ...),
+each with --max-pods, --gpus, the --node-label labels and a zone from
+--zones; the node lifecycle controller's taints and PodGC run too
+(nodes.py).
 
 Writes DIR/ca.crt, a server certificate, DIR/token (0600), DIR/kubeconfig
 and last, atomically, DIR/ready = {"port", "admin_port", "pid"}. The API is
@@ -32,7 +38,15 @@ for the tests only:
   POST /tokens/revoke {"token"}   POST /tokens/serviceaccount {"namespace", "name"}
   GET /history?resource=&namespace=&name=              GET /state
   GET /pods/NS/NAME (the pod)     POST /pods/NS/NAME/ready {"ready"} (no kubelet)
-  POST /pods/NS/NAME/evict {"message", "grace"}       GET|POST /node {"maxPods"}
+  POST /pods/NS/NAME/evict {"message", "grace"}: the kubelet's eviction (node pressure)
+  GET|POST /node {"maxPods"}: the first node's pod capacity (null: 110) and the
+       kubelet's pods {"maxPods", "podCIDR", "pods": {"NS/NAME": {"ip", "dir", "saDir", "pids"}}}
+  GET /nodes: {"nodes": [{"name", "hostIP", "zone", "cordoned", "ready", "taints",
+       "pods": ["NS/NAME" bound to it], "maxPods"}]}
+  POST /nodes/NAME/reclaim {"notice": seconds (default 120)}: a spot interruption:
+       cordoned, tainted karpenter.sh/disrupted:NoSchedule and NotReady at once, its
+       pods stopped by the kubelet's graceful node shutdown, the Node deleted after
+       the notice (PodGC then removes its pods); 404 unknown node, 409 no kubelet
 Standard library only. What it reproduces and what not: the table at the
 top of tests/unit/test_standin.c."""
 
@@ -60,6 +74,7 @@ import rbac  # noqa: E402
 from apistore import Store  # noqa: E402
 from controllers import EndpointSliceController, LocalNode, gc_loop  # noqa: E402
 from kubelet import Kubelet  # noqa: E402
+from nodes import Cluster, NodeLifecycle  # noqa: E402
 from k8slib import (APIError, bad_request, decode_protobuf, field_match, json_patch,  # noqa: E402
                     label_match, merge_patch, now_rfc3339, parse_field_selector, parse_label_selector,
                     status_body, strategic_merge_patch)
@@ -134,10 +149,11 @@ class App:
     def __init__(self, args):
         self.args = args
         self.store = Store(history=args.history, log=log)
+        self.cluster = Cluster(self.store, args, log)
         self.kubelet = None
         if args.kubelet or args.image:
             self.kubelet = Kubelet(self.store, self, args, log)
-            self.store.node = self.kubelet
+            self.store.node = self.cluster.kubelet = self.kubelet
         else:
             self.store.node = LocalNode(self.store)
         # token -> {"user", "groups", "deny": [(resource, verb|None)], "rbac": bool,
@@ -1317,6 +1333,13 @@ class AdminHandler(BaseHTTPRequestHandler):
             except APIError as e:
                 return self.reply(e.code, e.body())
             return self.reply(200, {"ok": True})
+        if method == "GET" and p == "/nodes":
+            return self.reply(200, {"nodes": app.cluster.describe()})
+        if method == "POST" and len(parts) == 3 and parts[0] == "nodes" and parts[2] == "reclaim":
+            try:
+                return self.reply(200, app.cluster.reclaim(parts[1], body.get("notice", 120)))
+            except APIError as e:
+                return self.reply(e.code, e.body())
         if p == "/node":
             if app.kubelet is None:
                 return self.reply(409, {"error": "no kubelet (start the stand-in with --kubelet)"})
@@ -1347,11 +1370,15 @@ def main():
     ap.add_argument("--kubelet", action="store_true", help="run bound pods as local processes")
     ap.add_argument("--image", action="append", default=[], metavar="PATTERN=DIR[=ENTRYPOINT]",
                     help="images matching PATTERN (fnmatch) run with DIR first on PATH")
-    ap.add_argument("--max-pods", type=int, default=None, help="pods the node takes (default: no limit)")
+    ap.add_argument("--max-pods", type=int, default=None,
+                    help="pods each node takes (default: 110, the kubelet's)")
+    ap.add_argument("--nodes", type=int, default=1, help="nodes at start: standin-node, standin-node-1, ...")
+    ap.add_argument("--zones", default="", metavar="Z1,Z2,...",
+                    help="topology.kubernetes.io/zone of the nodes, round-robin (default: none)")
     ap.add_argument("--backoff", "--backoff-seconds", type=float, default=10.0,
                     help="first restart and image-pull back-off in seconds (real: 10)")
     ap.add_argument("--backoff-max", type=float, default=300.0, help="back-off cap (real: 300)")
-    ap.add_argument("--gpus", type=int, default=0, help="the node's nvidia.com/gpu capacity")
+    ap.add_argument("--gpus", type=int, default=0, help="each node's nvidia.com/gpu capacity")
     ap.add_argument("--node-label", action="append", default=[], metavar="K=V")
     ap.add_argument("--pod-cidr", default=None, help="127.R.0.0/16 for pod addresses (default: a free R)")
     ap.add_argument("--pass-env", action="append", default=[], metavar="NAME",
@@ -1380,6 +1407,7 @@ def main():
     eps = EndpointSliceController(app.store, args.max_endpoints_per_slice, log)
     threading.Thread(target=eps.run, daemon=True).start()
     threading.Thread(target=gc_loop, args=(app.store,), daemon=True).start()
+    threading.Thread(target=NodeLifecycle(app.store, log).run, daemon=True, name="nodes").start()
     if app.kubelet is not None:
         threading.Thread(target=app.kubelet.run, daemon=True, name="kubelet").start()
 

@@ -443,6 +443,26 @@ int rl_test_standin_set_max_pods(const rl_test_standin *s, int n) {
     return rl_test_standin_admin(s, "POST", "/node", body, NULL, 0);
 }
 
+int rl_test_standin_node_count(const rl_test_standin *s) {
+    size_t cap = 1 << 18;
+    char *out = malloc(cap);
+    if (!out) return -1;
+    int code = rl_test_standin_admin(s, "GET", "/nodes", NULL, out, cap);
+    cJSON *j = code == 200 ? cJSON_Parse(out) : NULL;
+    free(out);
+    const cJSON *nodes = rl_test_json_path(j, "nodes");
+    int n = cJSON_IsArray(nodes) ? cJSON_GetArraySize(nodes) : -1;
+    cJSON_Delete(j);
+    return n;
+}
+
+int rl_test_standin_reclaim(const rl_test_standin *s, const char *node, double notice_s) {
+    char path[256], body[64];
+    snprintf(path, sizeof path, "/nodes/%s/reclaim", node);
+    snprintf(body, sizeof body, "{\"notice\":%g}", notice_s);
+    return rl_test_standin_admin(s, "POST", path, body, NULL, 0);
+}
+
 int rl_test_standin_sa_token(const rl_test_standin *s, const char *ns, const char *sa, char *tok, size_t n) {
     char body[512], out[1024];
     snprintf(body, sizeof body, "{\"namespace\":\"%s\",\"name\":\"%s\"}", ns ? ns : "default", sa);

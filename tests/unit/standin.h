@@ -61,7 +61,7 @@ typedef struct rl_test_pod {
     char uid[64], phase[16], ip[32], node[64];
     char reason[32], message[512];              /* pod level: Evicted */
     int scheduled;                              /* PodScheduled: 1 True, 0 False, -1 absent */
-    char sched_reason[32], sched_message[256];  /* Unschedulable, "0/1 nodes are available: ..." */
+    char sched_reason[32], sched_message[512];  /* Unschedulable, "0/1 nodes are available: ..." */
     bool ready, disruption;                     /* conditions Ready / DisruptionTarget True */
     char state[16];                             /* waiting | running | terminated | "" */
     char c_reason[64], c_message[512];          /* the state's reason and message */
@@ -84,8 +84,15 @@ int rl_test_standin_await_pod(const rl_test_standin *s, const char *ns, const ch
 /* Kubelet eviction (node pressure): processes killed, phase Failed, reason
  * Evicted, DisruptionTarget. message may be NULL. Returns the HTTP status. */
 int rl_test_standin_evict(const rl_test_standin *s, const char *ns, const char *name, const char *message);
-/* The node's pod capacity (n < 0: no limit). Returns the HTTP status. */
+/* The first node's pod capacity (n < 0: the kubelet's default, 110). Returns the HTTP status. */
 int rl_test_standin_set_max_pods(const rl_test_standin *s, int n);
+/* Nodes (--nodes N, --autoscaler MAX): how many Node objects there are, -1 when
+ * the admin API did not answer. */
+int rl_test_standin_node_count(const rl_test_standin *s);
+/* A spot interruption of the node: cordoned and tainted now, its pods stopped
+ * by the kubelet's graceful node shutdown, the node gone after notice_s
+ * (tests/k8s/nodes.py). Returns the HTTP status (404: no such node). */
+int rl_test_standin_reclaim(const rl_test_standin *s, const char *node, double notice_s);
 /* A token of service account ns/sa (RBAC applies to it). 0 or -1. */
 int rl_test_standin_sa_token(const rl_test_standin *s, const char *ns, const char *sa, char *tok, size_t n);
 /* A kubeconfig at path for the stand-in with a bearer token (and a context

@@ -92,6 +92,22 @@
  * scheduler: bound in a separate write (PodScheduled True); over
  *   --max-pods or a nodeSelector the node lacks: Pending, PodScheduled
  *   False Unschedulable with the real message; bound when room frees  kubelet_unschedulable
+ * nodes (--nodes N): Node objects standin-node, standin-node-1, ...;
+ *   kubectl get nodes (-o wide: STATUS, VERSION, INTERNAL-IP), labels
+ *   hostname and zone (--zones), allocatable pods 110, Ready; kubectl
+ *   cordon (Ready,SchedulingDisabled, the node lifecycle controller's
+ *   unschedulable taint), uncordon, taint; each node its own hostIP   nodes_scheduler_across_nodes
+ * scheduler across nodes: a node's reason is its first failing filter
+ *   (unschedulable, untolerated NoSchedule taint, nodeSelector/required
+ *   node affinity In/NotIn, pods, DoNotSchedule topology spread over
+ *   zones, required pod affinity/anti-affinity); the Unschedulable
+ *   message counts nodes per reason, then the preemption verdict per
+ *   node; among fitting nodes the fewest pods, then the name           nodes_scheduler_across_nodes
+ * spot reclaim (admin): cordoned, tainted, NotReady at once; graceful
+ *   node shutdown: SIGTERM, Failed, reason Terminated with the kubelet's
+ *   message, DisruptionTarget TerminationByKubelet; the Node deleted
+ *   after the notice; PodGC: a gone node's pods (processes killed)
+ *   Failed with DisruptionTarget DeletionByPodGC, then deleted          nodes_spot_reclaim_and_podgc
  * no process outlives the stand-in: stop kills them; after a SIGKILL
  *   PR_SET_PDEATHSIG takes the main process and a reaper the group   kubelet_no_orphans
  * RBAC for service accounts: Role/ClusterRole rules via RoleBinding/
@@ -145,19 +161,23 @@
  * roles (the admin token is system:masters; everyone may create SelfSubjectAccessReviews);
  * service-account tokens are opaque (not JWTs) and no kube-root-ca.crt ConfigMap is published;
  * "default" service accounts appear with their namespace, not moments later; conversion between
- * CRD versions; built-in Tables beyond simplified columns for pods, services, leases and
+ * CRD versions; built-in Tables beyond simplified columns for pods, services, nodes, leases and
  * endpointslices (Name/Age for the rest); controllers other than EndpointSlice, garbage collector,
- * scheduler and kubelet (deployments never get pods); HTTP/2, aggregated discovery (the plain form
- * is served, as by an older server); LIST "continue" is consistent only while its RV is in the
- * history window; a watch cache per resource (one global history window instead).
- * Without --kubelet (the default) pods are bound at creation and nothing runs them: tests set
- * status.podIP with PATCH .../status and Ready through the admin API. With it, the deviations of
- * the node: one node, "standin-node"; the scheduler checks pod count, nodeSelector against the
- * node's labels and nvidia.com/gpu (--gpus), not cpu/memory, affinity, taints or preemption;
- * containers share the host's filesystem, users and PID namespace (a process group stands for the
- * container; securityContext is admitted but not applied: runAsUser, readOnlyRootFilesystem,
- * capabilities and seccomp change nothing, so PodSecurity is checked at admission only), get no
- * volumes but the service-account files (in RL_K8S_SA_DIR instead of
+ * scheduler, kubelet, node lifecycle (taints by condition only: no NoExecute taint-based eviction,
+ * no Lease or heartbeat: node conditions are written once), and PodGC (orphans only, after 1 s
+ * instead of the 40 s quarantine); deployments never get pods; HTTP/2, aggregated discovery (the
+ * plain form is served, as by an older server); LIST "continue" is consistent only while its RV is
+ * in the history window; a watch cache per resource (one global history window instead).
+ * Without --kubelet (the default) pods are bound to standin-node at creation and nothing runs
+ * them: tests set status.podIP with PATCH .../status and Ready through the admin API. With it, the
+ * deviations of the nodes: all are this machine (a Node deleted is never re-registered); the
+ * scheduler filters on what tests/k8s/scheduler.py lists (pods, nvidia.com/gpu, not cpu/memory,
+ * host ports or volumes), does not score (fewest pods, then the name; ScheduleAnyway spread only
+ * breaks ties) and never preempts (the message says no victims were found); containers share the
+ * host's filesystem, users and PID namespace (a process group stands for the container;
+ * securityContext is admitted but not applied: runAsUser, readOnlyRootFilesystem, capabilities and
+ * seccomp change nothing, so PodSecurity is checked at admission only), get no volumes but the
+ * service-account files (in RL_K8S_SA_DIR instead of
  * /var/run/secrets/kubernetes.io/serviceaccount), no resource limits, a per-pod dir as cwd and
  * HOME (workingDir when set); images have no ENTRYPOINT/CMD unless --image PATTERN=DIR=ENTRYPOINT
  * (the mesh proxy's docker.io/istio/proxyv2 is built in); only the kubernetes service's variables
@@ -165,10 +185,10 @@
  * from the stand-in; no probes (Ready = running), no init containers but native sidecars (their
  * startup order is start-then-next, without startupProbe; their Events name spec.containers), no
  * ephemeral containers, activeDeadlineSeconds or image changes of a running pod, no
- * termination-message file (terminationMessagePath; FallbackToLogsOnError works); a missing Secret/ConfigMap is retried every 2 s (or the back-off, if
- * shorter); the crash back-off is not reset after a long run; back-offs scale with --backoff;
- * terminated.signal is not set (the real kubelet leaves it empty too); pod addresses come from a
- * 127.R.0.0/16 reserved per stand-in. */
+ * termination-message file (terminationMessagePath; FallbackToLogsOnError works); a missing
+ * Secret/ConfigMap is retried every 2 s (or the back-off, if shorter); the crash back-off is not
+ * reset after a long run; back-offs scale with --backoff; terminated.signal is not set (the real
+ * kubelet leaves it empty too); pod addresses come from a 127.R.0.0/16 reserved per stand-in. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -1601,8 +1621,8 @@ static char g_env_out[128], g_env_mark[] = "RL_TEST_MARK=42", g_env_leak[] = "NO
 static char g_image[128];
 
 /* A stand-in whose kubelet runs image busybox:* from a fresh dir holding
- * `greet` (args and environment into $RL_TEST_OUT). */
-static void start_kubelet(rl_test_standin *s, int max_pods) {
+ * `greet` (args and environment into $RL_TEST_OUT); extra: more flags. */
+static void start_kubelet_with(rl_test_standin *s, int max_pods, const char *extra) {
     snprintf(g_img, sizeof g_img, "/tmp/rl-img-XXXXXX");
     cr_assert(mkdtemp(g_img));
     char path[128];
@@ -1618,10 +1638,12 @@ static void start_kubelet(rl_test_standin *s, int max_pods) {
     snprintf(g_env_out, sizeof g_env_out, "RL_TEST_OUT=%s", g_img);
     snprintf(g_image, sizeof g_image, "busybox:*=%s", g_img);
     rl_test_standin_opts o = {.images = {g_image}, .max_pods = max_pods, .backoff_s = 0.3,
-                              .env = {g_env_out, g_env_mark, g_env_leak}};
+                              .env = {g_env_out, g_env_mark, g_env_leak}, .extra_args = extra};
     cr_assert_eq(rl_test_standin_start_opts(s, &o), 0, "the stand-in did not start");
     g_live = s;
 }
+
+static void start_kubelet(rl_test_standin *s, int max_pods) { start_kubelet_with(s, max_pods, NULL); }
 
 static void slurp(const char *path, char *buf, size_t n) {
     buf[0] = '\0';
@@ -2537,6 +2559,235 @@ Test(standin, crd_schema_prune_default_validate, .timeout = 60) {
     cr_assert_eq(api(&s, "PATCH", TJS "/x", "application/merge-patch+json", "{\"spec\":{\"image\":\"b\"}}", &j), 422);
     cr_assert_str_eq(jstr(j, "message"), "TrainingJob.ringleader.dev \"x\" is invalid: spec.image: Too long: may not be "
                                          "more than 0 bytes");
+    cJSON_Delete(j);
+    rl_test_standin_stop(&s);
+}
+
+/* ---- nodes: the scheduler across them, spot reclaims, PodGC ------------------------------ */
+#define LABEL_X "  labels: {app: x}\n"
+#define ANTI_X                                                                                                 \
+    "  affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: " \
+    "{app: x}}, topologyKey: kubernetes.io/hostname}]}}\n"
+/* A pod that runs until SIGTERM, then exits 0 (grace 5 s): more metadata and
+ * spec lines as YAML, two-space indented (NULL: none). */
+static void apply_pod(rl_test_standin *s, const char *name, const char *meta, const char *spec) {
+    char y[4096];
+    static char out[8192];
+    snprintf(y, sizeof y,
+             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\n%sspec:\n  terminationGracePeriodSeconds: 5\n%s"
+             "  containers: [{name: c, image: busybox:1.36, command: [sh, -c, 'trap \"exit 0\" TERM; "
+             "echo pid=$$$$; sleep 1000 & wait']}]\n",
+             name, meta ? meta : "", spec ? spec : "");
+    kubectl_ok(s, "apply -f -", y, out, sizeof out);
+}
+
+/* Poll until the pod's PodScheduled False message is `want` (it may pass through others). */
+static void await_unschedulable(rl_test_standin *s, const char *name, const char *want, double secs) {
+    rl_test_pod p;
+    double end = now_s() + secs;
+    do {
+        if (rl_test_standin_pod(s, "default", name, NULL, &p) == 0 && p.scheduled == 0 &&
+            !strcmp(p.sched_message, want))
+            return;
+        usleep(50000);
+    } while (now_s() < end);
+    cr_assert_fail("pod %s: PodScheduled %d \"%s\"\nwant \"%s\"", name, p.scheduled, p.sched_message, want);
+}
+
+static cJSON *get_node(rl_test_standin *s, const char *name) {
+    char path[256];
+    cJSON *j;
+    snprintf(path, sizeof path, "/api/v1/nodes/%s", name);
+    cr_assert_eq(api(s, "GET", path, NULL, NULL, &j), 200, "node %s", name);
+    return j;
+}
+
+static const char *label_of(const cJSON *o, const char *key) {
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(jget(o, "metadata.labels"), key));
+}
+
+/* The entry of a list (conditions, taints) whose `field` is `value`, or NULL. */
+static const cJSON *item_with(const cJSON *list, const char *field, const char *value) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, list) if (jstr(it, field) && !strcmp(jstr(it, field), value)) return it;
+    return NULL;
+}
+
+static int has_taint(rl_test_standin *s, const char *node, const char *key) {
+    cJSON *j = get_node(s, node);
+    int yes = item_with(jget(j, "spec.taints"), "key", key) != NULL;
+    cJSON_Delete(j);
+    return yes;
+}
+
+/* Several nodes: required anti-affinity, cordon, topology spread over zones,
+ * node affinity, taints and tolerations, pod affinity; the Unschedulable
+ * messages with a count per reason, as the real scheduler writes them. */
+Test(standin, nodes_scheduler_across_nodes, .timeout = 90) {
+    static rl_test_standin s;
+    start_kubelet_with(&s, 0, "--nodes 3 --zones a,b");
+    static char out[16384];
+    kubectl_ok(&s, "get nodes -o wide", NULL, out, sizeof out);
+    cr_assert(strstr(out, "standin-node ") && strstr(out, "standin-node-1 ") && strstr(out, "standin-node-2 "), "%s",
+              out);
+    cr_assert(strstr(out, "127.0.0.1") && strstr(out, "127.0.0.2") && strstr(out, "127.0.0.3"), "%s", out);
+    int ready = 0;
+    for (const char *at = out; (at = strstr(at, " Ready ")); at++) ready++;
+    cr_assert_eq(ready, 3, "%s", out);
+    cJSON *j = get_node(&s, "standin-node-1");
+    cr_assert_str_eq(jstr(j, "status.allocatable.pods"), "110");
+    cr_assert_str_eq(label_of(j, "kubernetes.io/hostname"), "standin-node-1");
+    cr_assert_str_eq(label_of(j, "topology.kubernetes.io/zone"), "b");
+    cr_assert_str_eq(jstr(item_with(jget(j, "status.conditions"), "type", "Ready"), "status"), "True");
+    cJSON_Delete(j);
+
+    /* required anti-affinity: one per node, a fourth nowhere */
+    const char *xs[] = {"a1", "a2", "a3", "a4"};
+    for (int i = 0; i < 4; i++) apply_pod(&s, xs[i], LABEL_X, ANTI_X);
+    rl_test_pod p;
+    const char *where[] = {"standin-node", "standin-node-1", "standin-node-2"};
+    for (int i = 0; i < 3; i++) {
+        await_pod(&s, xs[i], "Running", 20, &p);
+        cr_assert_str_eq(p.node, where[i], "fewest pods first, then the name");
+    }
+    await_unschedulable(&s, "a4",
+                        "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules. preemption: 0/3 "
+                        "nodes are available: 3 No preemption victims found for incoming pod.",
+                        15);
+    cr_assert_eq(api(&s, "GET", "/api/v1/namespaces/default/pods/a2", NULL, NULL, &j), 200);
+    cr_assert_str_eq(jstr(j, "status.hostIP"), "127.0.0.2", "each node its own host IP");
+    cJSON_Delete(j);
+
+    /* cordon: unschedulable, and the node lifecycle controller's taint */
+    kubectl_ok(&s, "cordon standin-node-1", NULL, out, sizeof out);
+    cr_assert(strstr(out, "node/standin-node-1 cordoned"), "%s", out);
+    kubectl_ok(&s, "get node standin-node-1", NULL, out, sizeof out);
+    cr_assert(strstr(out, "Ready,SchedulingDisabled"), "%s", out);
+    double end = now_s() + 10;
+    while (now_s() < end && !has_taint(&s, "standin-node-1", "node.kubernetes.io/unschedulable")) usleep(50000);
+    cr_assert(has_taint(&s, "standin-node-1", "node.kubernetes.io/unschedulable"));
+
+    /* topology spread over the zones (a: standin-node and -2, b: -1): the
+     * second pod must go to b, which is cordoned */
+    const char *spread = "  topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, "
+                         "whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: z}}}]\n";
+    apply_pod(&s, "z1", "  labels: {app: z}\n", spread);
+    await_pod(&s, "z1", "Running", 20, &p);
+    cr_assert_str_eq(p.node, "standin-node");
+    apply_pod(&s, "z2", "  labels: {app: z, nth: two}\n", spread);
+    await_unschedulable(&s, "z2",
+                        "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't match pod topology "
+                        "spread constraints. preemption: 0/3 nodes are available: 1 Preemption is not helpful for "
+                        "scheduling, 2 No preemption victims found for incoming pod.",
+                        15);
+    kubectl_ok(&s, "uncordon standin-node-1", NULL, out, sizeof out);
+    await_pod(&s, "z2", "Running", 20, &p);
+    cr_assert_str_eq(p.node, "standin-node-1");
+
+    /* required node affinity (In, NotIn) against a tainted node; a toleration */
+    kubectl_ok(&s, "taint node standin-node-2 dedicated=gpu:NoSchedule", NULL, out, sizeof out);
+    const char *aff = "  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: "
+                      "[{matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [a]}, "
+                      "{key: kubernetes.io/hostname, operator: NotIn, values: [standin-node]}]}]}}}\n";
+    apply_pod(&s, "n1", NULL, aff);
+    await_unschedulable(&s, "n1",
+                        "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 2 node(s) didn't "
+                        "match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is "
+                        "not helpful for scheduling.",
+                        15);
+    char spec[1024];
+    snprintf(spec, sizeof spec, "%s  tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]\n",
+             aff);
+    apply_pod(&s, "n2", NULL, spec);
+    await_pod(&s, "n2", "Running", 20, &p);
+    cr_assert_str_eq(p.node, "standin-node-2");
+
+    /* required pod affinity: where the pod labelled nth=two runs */
+    apply_pod(&s, "pa", NULL,
+              "  affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: "
+              "{matchLabels: {nth: two}}, topologyKey: kubernetes.io/hostname}]}}\n");
+    await_pod(&s, "pa", "Running", 20, &p);
+    cr_assert_str_eq(p.node, "standin-node-1");
+    rl_test_standin_stop(&s);
+}
+
+/* A spot interruption (admin reclaim): the node cordoned, tainted and
+ * NotReady at once, its pods stopped by the kubelet's graceful node
+ * shutdown (SIGTERM; Failed, Terminated, DisruptionTarget), the Node gone
+ * after the notice and its pods with it (PodGC). A Node deleted under a
+ * running pod: PodGC marks it Failed (DeletionByPodGC) and deletes it. */
+Test(standin, nodes_spot_reclaim_and_podgc, .timeout = 60) {
+    static rl_test_standin s;
+    start_kubelet_with(&s, 0, "--nodes 3");
+    static char out[16384];
+    char spec[128];
+    const char *names[] = {"stay", "spot", "orphan"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(spec, sizeof spec, "  nodeSelector: {kubernetes.io/hostname: %s}\n",
+                 i == 0 ? "standin-node" : i == 1 ? "standin-node-1" : "standin-node-2");
+        apply_pod(&s, names[i], NULL, spec);
+    }
+    rl_test_pod p;
+    for (int i = 0; i < 3; i++) await_pod(&s, names[i], "Running", 20, &p);
+    int pid = logged_int(&s, "spot", "pid", 10), orphan = logged_int(&s, "orphan", "pid", 10);
+    cr_assert(pid > 0 && orphan > 0);
+
+    double t0 = now_s();
+    cr_assert_eq(rl_test_standin_reclaim(&s, "standin-node-1", 4), 200);
+    cr_assert_eq(rl_test_standin_reclaim(&s, "no-such-node", 1), 404);
+    cJSON *j = get_node(&s, "standin-node-1");
+    cr_assert(cJSON_IsTrue(jget(j, "spec.unschedulable")), "cordoned at once");
+    cr_assert(item_with(jget(j, "spec.taints"), "key", "karpenter.sh/disrupted"));
+    const cJSON *rc = item_with(jget(j, "status.conditions"), "type", "Ready");
+    cr_assert_str_eq(jstr(rc, "status"), "False");
+    cr_assert_str_eq(jstr(rc, "message"), "node is shutting down");
+    cJSON_Delete(j);
+    kubectl_ok(&s, "get node standin-node-1", NULL, out, sizeof out);
+    cr_assert(strstr(out, "NotReady,SchedulingDisabled"), "%s", out);
+
+    /* the kubelet's graceful node shutdown */
+    await_pod(&s, "spot", "Completed", 10, &p); /* the container's own exit on SIGTERM */
+    cr_assert_str_eq(p.phase, "Failed");
+    cr_assert_str_eq(p.reason, "Terminated");
+    cr_assert_str_eq(p.message, "Pod was terminated in response to imminent node shutdown.");
+    cr_assert(p.disruption);
+    cr_assert_eq(api(&s, "GET", "/api/v1/namespaces/default/pods/spot", NULL, NULL, &j), 200);
+    const cJSON *dt = item_with(jget(j, "status.conditions"), "type", "DisruptionTarget");
+    cr_assert_str_eq(jstr(dt, "reason"), "TerminationByKubelet");
+    cJSON_Delete(j);
+    double end = now_s() + 5;
+    while (now_s() < end && alive(pid)) usleep(20000);
+    cr_assert(!alive(pid));
+
+    /* after the notice: no node, and PodGC took its pod */
+    end = now_s() + 15;
+    while (now_s() < end && rl_test_standin_node_count(&s) != 2) usleep(50000);
+    cr_assert_eq(rl_test_standin_node_count(&s), 2);
+    cr_assert_geq(now_s() - t0, 3.8, "the node went before the notice ran out");
+    cr_assert_neq(rl_test_kubectl(&s, "get node standin-node-1", NULL, out, sizeof out), 0);
+    cr_assert(strstr(out, "NotFound"), "%s", out);
+    await_pod(&s, "spot", "gone", 10, &p);
+    await_pod(&s, "stay", "Running", 1, &p);
+
+    /* the machine of a running pod lost: its processes die, PodGC fails and deletes it */
+    kubectl_ok(&s, "delete node standin-node-2", NULL, out, sizeof out);
+    await_pod(&s, "orphan", "gone", 10, &p);
+    end = now_s() + 5;
+    while (now_s() < end && alive(orphan)) usleep(20000);
+    cr_assert(!alive(orphan), "a deleted node's processes outlived it");
+    static char hist[1 << 16];
+    cr_assert_eq(rl_test_standin_admin(&s, "GET", "/history?resource=pods&namespace=default&name=orphan", NULL, hist,
+                                       sizeof hist),
+                 200);
+    j = cJSON_Parse(hist);
+    int n = cJSON_GetArraySize(j);
+    cr_assert_geq(n, 2);
+    cr_assert_str_eq(jstr(cJSON_GetArrayItem(j, n - 1), "type"), "DELETED");
+    const cJSON *last = jget(cJSON_GetArrayItem(j, n - 2), "object");
+    cr_assert_str_eq(jstr(last, "status.phase"), "Failed");
+    dt = item_with(jget(last, "status.conditions"), "type", "DisruptionTarget");
+    cr_assert_str_eq(jstr(dt, "reason"), "DeletionByPodGC");
+    cr_assert_str_eq(jstr(dt, "message"), "PodGC: node no longer exists");
     cJSON_Delete(j);
     rl_test_standin_stop(&s);
 }
