@@ -79,7 +79,7 @@ BUILTINS = [
     ResType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
     ResType("discovery.k8s.io", "v1", "endpointslices", "endpointslice", "EndpointSlice", True),
     ResType("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True, ["pdb"],
-            status=True),
+            status=True, generation=True),
     ResType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True),
     ResType("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True),
     ResType("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),
@@ -194,6 +194,13 @@ def _node_info(key):
     return lambda o: ((o.get("status") or {}).get("nodeInfo") or {}).get(key) or "<unknown>"
 
 
+def _pdb_field(key):
+    def get(o):
+        v = (o.get("spec") or {}).get(key)
+        return "N/A" if v is None else str(v)
+    return get
+
+
 def _svc_ports(o):
     ps = (o.get("spec") or {}).get("ports") or []
     return ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP")) for p in ps) or "<none>"
@@ -226,6 +233,12 @@ BUILTIN_COLUMNS = {
                     ("OS-Image", "string", _node_info("osImage"), 1),
                     ("Kernel-Version", "string", _node_info("kernelVersion"), 1),
                     ("Container-Runtime", "string", _node_info("containerRuntimeVersion"), 1)],
+    ("policy", "poddisruptionbudgets"): [
+        ("Min Available", "string", _pdb_field("minAvailable")),
+        ("Max Unavailable", "string", _pdb_field("maxUnavailable")),
+        ("Allowed Disruptions", "integer",
+         lambda o: int((o.get("status") or {}).get("disruptionsAllowed") or 0)),
+        ("Age", "string", _age)],
     ("coordination.k8s.io", "leases"): [
         ("Holder", "string", lambda o: (o.get("spec") or {}).get("holderIdentity") or ""),
         ("Age", "string", _age)],

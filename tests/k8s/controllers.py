@@ -2,8 +2,9 @@
 tests need: without --kubelet, the binding and final deletion of pods
 (LocalNode: every pod bound to the first node at creation, a graceful
 delete finished by a timer; the kubelet (kubelet.py) takes both over with
---kubelet), the EndpointSlice controller and the garbage collector (the
-node lifecycle controller and PodGC: nodes.py)."""
+--kubelet), the EndpointSlice controller, the garbage collector, and
+record_event for the controllers of the other modules (nodes.py: node
+lifecycle and PodGC; disruption.py)."""
 
 import copy
 import json
@@ -247,6 +248,29 @@ class EndpointSliceController:
                         st.remove(t_sl, s)
                     except APIError:
                         pass
+
+
+def record_event(store, obj, kind, reason, message, typ="Normal", component="", api_version="v1"):
+    """A core/v1 Event about obj from a controller (no counting of
+    repeats): cluster-scoped objects' Events live in "default", as the
+    real recorders put them."""
+    m = obj["metadata"]
+    ns = m.get("namespace") or "default"
+    now = now_rfc3339()
+    ref = {"kind": kind, "name": m["name"], "uid": m.get("uid", ""), "apiVersion": api_version,
+           "resourceVersion": m.get("resourceVersion", "")}
+    if m.get("namespace"):
+        ref["namespace"] = m["namespace"]
+    try:
+        with store.lock:
+            store.create(store.types[("", "v1", "events")], ns, {
+                "metadata": {"name": "%s.%x" % (m["name"], time.time_ns()), "namespace": ns},
+                "involvedObject": ref, "reason": reason, "message": message,
+                "source": {"component": component}, "firstTimestamp": now, "lastTimestamp": now,
+                "count": 1, "type": typ, "eventTime": None, "reportingComponent": component,
+                "reportingInstance": ""})
+    except APIError:
+        pass  # the namespace is going away
 
 
 def gc_loop(store):

@@ -14,8 +14,9 @@ without, pods are bound to the first node at creation and nothing runs
 them (tests then play the kubelet themselves). Either way there are Node
 objects (nodes.py): --nodes N of them (standin-node, standin-node-1, ...),
 each with --max-pods, --gpus, the --node-label labels and a zone from
---zones; the node lifecycle controller's taints and PodGC run too
-(nodes.py).
+--zones. The disruption controller keeps PDB status and pods/eviction
+honours it (disruption.py); the node lifecycle controller's taints and
+PodGC run too (nodes.py).
 
 Writes DIR/ca.crt, a server certificate, DIR/token (0600), DIR/kubeconfig
 and last, atomically, DIR/ready = {"port", "admin_port", "pid"}. The API is
@@ -73,6 +74,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rbac  # noqa: E402
 from apistore import Store  # noqa: E402
 from controllers import EndpointSliceController, LocalNode, gc_loop  # noqa: E402
+from disruption import DisruptionController, evict  # noqa: E402
 from kubelet import Kubelet  # noqa: E402
 from nodes import Cluster, NodeLifecycle  # noqa: E402
 from k8slib import (APIError, bad_request, decode_protobuf, field_match, json_patch,  # noqa: E402
@@ -644,6 +646,8 @@ class APIHandler(BaseHTTPRequestHandler):
                             "namespaced": t.namespaced, "kind": t.kind,
                             "verbs": ["get", "patch", "update"]})
             if t.key == ("", "pods"):
+                out.append({"name": "pods/eviction", "singularName": "", "namespaced": True,
+                            "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]})
                 out.append({"name": "pods/log", "singularName": "", "namespaced": True,
                             "kind": "Pod", "verbs": ["get"]})
             if t.key == ("", "serviceaccounts"):
@@ -673,9 +677,9 @@ class APIHandler(BaseHTTPRequestHandler):
         sub = tail[1] if len(tail) > 1 else None
         if t.namespaced and ns is None and name is not None:
             raise APIError(404, "NotFound", "the server could not find the requested resource")
-        extra = {("", "pods"): "log", ("", "serviceaccounts"): "token"}.get(t.key)
+        extra = {("", "pods"): ("log", "eviction"), ("", "serviceaccounts"): ("token",)}.get(t.key, ())
         if (sub == "status" and not t.status) or (sub == "scale" and not t.scale) or \
-                sub not in (None, "status", "scale", extra):
+                sub not in (None, "status", "scale") + extra:
             raise APIError(404, "NotFound", "the server could not find the requested resource")
         is_watch = watch_path or (method == "GET" and _truthy(q.get("watch")))
         fv = q.get("fieldValidation") or "Warn"
@@ -694,7 +698,7 @@ class APIHandler(BaseHTTPRequestHandler):
                     authz_name = v
         self.authorize(ent, verb, t, ns, authz_name, sub)
         dry = q.get("dryRun") == "All"
-        if sub in ("log", "token") or t.verbs:
+        if sub in ("log", "token", "eviction") or t.verbs:
             return self.special(method, q, raw, t, ns, name, sub, ent)
         if is_watch:
             if sub:
@@ -780,6 +784,12 @@ class APIHandler(BaseHTTPRequestHandler):
                 raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
                                "the requested resource")
             return self.token_request(ns, name, raw)
+        if sub == "eviction":
+            if method != "POST":
+                raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
+                               "the requested resource")
+            body = self.json_body(raw, protobuf=True)
+            return self.send_json(201, evict(st, ns, name, body, dry_run=q.get("dryRun") == "All"))
         if t.key == ("authorization.k8s.io", "selfsubjectaccessreviews"):
             if method != "POST" or name:
                 raise APIError(405, "MethodNotAllowed", "the server does not allow this method on "
@@ -1408,6 +1418,7 @@ def main():
     threading.Thread(target=eps.run, daemon=True).start()
     threading.Thread(target=gc_loop, args=(app.store,), daemon=True).start()
     threading.Thread(target=NodeLifecycle(app.store, log).run, daemon=True, name="nodes").start()
+    threading.Thread(target=DisruptionController(app.store, log).run, daemon=True, name="disruption").start()
     if app.kubelet is not None:
         threading.Thread(target=app.kubelet.run, daemon=True, name="kubelet").start()
 

@@ -108,6 +108,20 @@
  *   message, DisruptionTarget TerminationByKubelet; the Node deleted
  *   after the notice; PodGC: a gone node's pods (processes killed)
  *   Failed with DisruptionTarget DeletionByPodGC, then deleted          nodes_spot_reclaim_and_podgc
+ * disruption controller: PDB status (observedGeneration, expectedPods,
+ *   currentHealthy, desiredHealthy, disruptionsAllowed, DisruptionAllowed
+ *   SufficientPods/InsufficientPods) for minAvailable, and maxUnavailable
+ *   "50%" of the controller's /scale rounded up (following a scale
+ *   change); kubectl get pdb columns                                    eviction_api_and_pdb_status
+ * eviction (POST pods/NAME/eviction; RBAC pods/eviction create; the
+ *   discovery entry): 201 Status Success, a graceful delete with the
+ *   deleteOptions' or the pod's grace, DisruptionTarget
+ *   EvictionByEvictionAPI; over the budget 429 TooManyRequests with the
+ *   real message and DisruptionBudget cause; an unready pod under
+ *   IfHealthyBudget and AlwaysAllow; two PDBs over a pod: 500            eviction_api_and_pdb_status
+ * the real kubectl drain: cordon, pods by spec.nodeName, protobuf
+ *   Evictions retried on 429 until --timeout (the PDB's message);
+ *   drained once the budget allows                                      kubectl_drain_honours_pdbs
  * no process outlives the stand-in: stop kills them; after a SIGKILL
  *   PR_SET_PDEATHSIG takes the main process and a reaper the group   kubelet_no_orphans
  * RBAC for service accounts: Role/ClusterRole rules via RoleBinding/
@@ -148,26 +162,30 @@
  * need (Secret, ConfigMap, Namespace, ServiceAccount, Role/ClusterRole and their bindings,
  * TokenRequest, SelfSubjectAccessReview: others 415, use apply or create -f); namespace deletion
  * removes the content at once (no Terminating phase); generation exists only where 1.32 sets it
- * (Deployments, CRDs, custom resources); OpenAPI schemas of built-ins (fieldValidation matters for
- * custom resources only); in CRD schemas: x-kubernetes-validations (CEL: a warning in the log),
- * allOf/anyOf/oneOf/not, string formats, list-type/map-keys (lists are atomic), embedded resources
- * (integer formats are not range-checked, as by the real server); structural-schema checks of a
- * CRD beyond "schemas are required" and types present; server-side apply field ownership
- * (apply-patch is a merge patch) and managedFields; PodDisruptionBudgets are stored, their status
- * is not computed and evictions do not consult them; admission other than ServiceAccount,
- * PodSecurity (pod creates only: not pod updates, workload resources, exemptions or audit; no
- * AppArmor, SELinux, procMount, sysctls or Windows checks) and the Istio injection above; RBAC
- * nonResourceURLs (allowed to anyone authenticated), aggregationRule, escalation checks, bootstrap
- * roles (the admin token is system:masters; everyone may create SelfSubjectAccessReviews);
- * service-account tokens are opaque (not JWTs) and no kube-root-ca.crt ConfigMap is published;
- * "default" service accounts appear with their namespace, not moments later; conversion between
- * CRD versions; built-in Tables beyond simplified columns for pods, services, nodes, leases and
- * endpointslices (Name/Age for the rest); controllers other than EndpointSlice, garbage collector,
- * scheduler, kubelet, node lifecycle (taints by condition only: no NoExecute taint-based eviction,
- * no Lease or heartbeat: node conditions are written once), and PodGC (orphans only, after 1 s
- * instead of the 40 s quarantine); deployments never get pods; HTTP/2, aggregated discovery (the
- * plain form is served, as by an older server); LIST "continue" is consistent only while its RV is
- * in the history window; a watch cache per resource (one global history window instead).
+ * (Deployments, PodDisruptionBudgets, CRDs, custom resources); OpenAPI schemas of built-ins
+ * (fieldValidation matters for custom resources only); in CRD schemas: x-kubernetes-validations
+ * (CEL: a warning in the log), allOf/anyOf/oneOf/not, string formats, list-type/map-keys (lists
+ * are atomic), embedded resources (integer formats are not range-checked, as by the real server);
+ * structural-schema checks of a CRD beyond "schemas are required" and types present; server-side
+ * apply field ownership (apply-patch is a merge patch) and managedFields; PDBs: the disruption
+ * controller finds pods' controllers through /scale only (Deployments, custom resources with a
+ * scale subresource: a ReplicaSet, StatefulSet or ReplicationController owner is not found, so a
+ * maxUnavailable or percentage PDB over its pods fails its sync), no PDB validation (both
+ * minAvailable and maxUnavailable are accepted); the eviction's retries on conflicts; admission
+ * other than ServiceAccount, PodSecurity (pod creates only: not pod updates, workload resources,
+ * exemptions or audit; no AppArmor, SELinux, procMount, sysctls or Windows checks) and the Istio
+ * injection above; RBAC nonResourceURLs (allowed to anyone authenticated), aggregationRule,
+ * escalation checks, bootstrap roles (the admin token is system:masters; everyone may create
+ * SelfSubjectAccessReviews); service-account tokens are opaque (not JWTs) and no kube-root-ca.crt
+ * ConfigMap is published; "default" service accounts appear with their namespace, not moments
+ * later; conversion between CRD versions; built-in Tables beyond simplified columns for pods,
+ * services, nodes, PDBs, leases and endpointslices (Name/Age for the rest); controllers other than
+ * EndpointSlice, garbage collector, scheduler, kubelet, disruption, node lifecycle (taints by
+ * condition only: no NoExecute taint-based eviction, no Lease or heartbeat: node conditions are
+ * written once), and PodGC (orphans only, after 1 s instead of the 40 s quarantine); deployments
+ * never get pods, evicted pods are not replaced; HTTP/2, aggregated discovery (the plain form is
+ * served, as by an older server); LIST "continue" is consistent only while its RV is in the
+ * history window; a watch cache per resource (one global history window instead).
  * Without --kubelet (the default) pods are bound to standin-node at creation and nothing runs
  * them: tests set status.podIP with PATCH .../status and Ready through the admin API. With it, the
  * deviations of the nodes: all are this machine (a Node deleted is never re-registered); the
@@ -2563,11 +2581,16 @@ Test(standin, crd_schema_prune_default_validate, .timeout = 60) {
     rl_test_standin_stop(&s);
 }
 
-/* ---- nodes: the scheduler across them, spot reclaims, PodGC ------------------------------ */
+/* ---- nodes: the scheduler across them, evictions, PDBs ------------------------------------ */
 #define LABEL_X "  labels: {app: x}\n"
 #define ANTI_X                                                                                                 \
     "  affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: " \
     "{app: x}}, topologyKey: kubernetes.io/hostname}]}}\n"
+/* a controller for kubectl drain (no such object: nothing here needs it) */
+#define RS_OWNER                                                                                               \
+    "  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d9c, "                             \
+    "uid: 6b0c5a8e-0d7e-4c59-9e76-3f1f0e7b2a10, controller: true}]\n"
+
 /* A pod that runs until SIGTERM, then exits 0 (grace 5 s): more metadata and
  * spec lines as YAML, two-space indented (NULL: none). */
 static void apply_pod(rl_test_standin *s, const char *name, const char *meta, const char *spec) {
@@ -2789,5 +2812,235 @@ Test(standin, nodes_spot_reclaim_and_podgc, .timeout = 60) {
     cr_assert_str_eq(jstr(dt, "reason"), "DeletionByPodGC");
     cr_assert_str_eq(jstr(dt, "message"), "PodGC: node no longer exists");
     cJSON_Delete(j);
+    rl_test_standin_stop(&s);
+}
+
+/* Running and Ready, as a kubelet would report it (no kubelet here). */
+static void pod_running_ready(rl_test_standin *s, const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "/api/v1/namespaces/default/pods/%s/status", name);
+    cr_assert_eq(api(s, "PATCH", path, "application/merge-patch+json",
+                     "{\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\"}]}}",
+                     NULL),
+                 200);
+}
+
+/* The PDB once the disruption controller's status says these numbers (polled). */
+static cJSON *await_pdb(rl_test_standin *s, const char *name, int gen, int expected, int healthy, int desired,
+                        int allowed, double secs) {
+    char path[256];
+    snprintf(path, sizeof path, "/apis/policy/v1/namespaces/default/poddisruptionbudgets/%s", name);
+    double end = now_s() + secs;
+    cJSON *j = NULL;
+    do {
+        cJSON_Delete(j);
+        cr_assert_eq(api(s, "GET", path, NULL, NULL, &j), 200);
+        if (jnum(j, "status.observedGeneration") == gen && jnum(j, "status.expectedPods") == expected &&
+            jnum(j, "status.currentHealthy") == healthy && jnum(j, "status.desiredHealthy") == desired &&
+            jnum(j, "status.disruptionsAllowed") == allowed)
+            return j;
+        usleep(50000);
+    } while (now_s() < end);
+    char *txt = cJSON_PrintUnformatted(jget(j, "status"));
+    cr_assert_fail("pdb %s status %s, want generation %d expected %d healthy %d desired %d allowed %d", name, txt, gen,
+                   expected, healthy, desired, allowed);
+    return NULL;
+}
+
+/* POST pods/NAME/eviction (grace < 0: no deleteOptions) with a token (NULL: the admin's). */
+static long evict_pod(rl_test_standin *s, const char *name, const char *tok, int grace, cJSON **j) {
+    char path[256], body[512], opts[96] = "";
+    snprintf(path, sizeof path, "/api/v1/namespaces/default/pods/%s/eviction", name);
+    if (grace >= 0) snprintf(opts, sizeof opts, ",\"deleteOptions\":{\"gracePeriodSeconds\":%d}", grace);
+    snprintf(body, sizeof body,
+             "{\"apiVersion\":\"policy/v1\",\"kind\":\"Eviction\",\"metadata\":{\"name\":\"%s\",\"namespace\":"
+             "\"default\"}%s}",
+             name, opts);
+    membuf m;
+    mb_init(&m);
+    long code = api_opt(s, "POST", path, body, &m, (reqopt){.tok = tok});
+    *j = cJSON_Parse(m.buf);
+    cr_assert(*j != NULL, "eviction of %s -> %ld: %s", name, code, m.buf);
+    mb_free(&m);
+    return code;
+}
+
+static void assert_budget_refusal(const cJSON *j, const char *cause) {
+    assert_status(j, 429, "TooManyRequests");
+    cr_assert_str_eq(jstr(j, "message"), "Cannot evict pod as it would violate the pod's disruption budget.");
+    const cJSON *c = cJSON_GetArrayItem(jget(j, "details.causes"), 0);
+    cr_assert_str_eq(jstr(c, "reason"), "DisruptionBudget");
+    cr_assert_str_eq(jstr(c, "message"), cause);
+}
+
+/* The disruption controller's PDB status (minAvailable, maxUnavailable as a
+ * percentage of the controller's scale) and the eviction subresource: RBAC
+ * pods/eviction, 201 and a graceful delete with DisruptionTarget, the real
+ * 429, an unready pod under IfHealthyBudget and AlwaysAllow, two PDBs: 500. */
+Test(standin, eviction_api_and_pdb_status, .timeout = 60) {
+    static rl_test_standin s;
+    start(&s, NULL);
+    static char out[8192];
+    cJSON *j;
+    cr_assert_eq(api(&s, "POST", "/apis/apps/v1/namespaces/default/deployments", NULL,
+                     "{\"metadata\":{\"name\":\"db\"},\"spec\":{\"replicas\":3,\"selector\":{\"matchLabels\":{\"app\":"
+                     "\"db\"}},\"template\":{\"metadata\":{\"labels\":{\"app\":\"db\"}},\"spec\":{\"containers\":[{"
+                     "\"name\":\"c\",\"image\":\"i\"}]}}}}",
+                     &j),
+                 201);
+    char uid[64], body[1024], name[16];
+    snprintf(uid, sizeof uid, "%s", jstr(j, "metadata.uid"));
+    cJSON_Delete(j);
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "db-%d", i);
+        snprintf(body, sizeof body,
+                 "{\"metadata\":{\"name\":\"%s\",\"labels\":{\"app\":\"db\"},\"ownerReferences\":[{\"apiVersion\":"
+                 "\"apps/v1\",\"kind\":\"Deployment\",\"name\":\"db\",\"uid\":\"%s\",\"controller\":true}]},"
+                 "\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"i\"}]}}",
+                 name, uid);
+        cr_assert_eq(api(&s, "POST", "/api/v1/namespaces/default/pods", NULL, body, NULL), 201);
+        pod_running_ready(&s, name);
+    }
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: db}\n"
+               "spec: {minAvailable: 2, selector: {matchLabels: {app: db}}}\n",
+               out, sizeof out);
+    j = await_pdb(&s, "db", 1, 3, 3, 2, 1, 10);
+    const cJSON *c = item_with(jget(j, "status.conditions"), "type", "DisruptionAllowed");
+    cr_assert_str_eq(jstr(c, "status"), "True");
+    cr_assert_str_eq(jstr(c, "reason"), "SufficientPods");
+    cr_assert_eq(jnum(c, "observedGeneration"), 1);
+    cJSON_Delete(j);
+    kubectl_ok(&s, "get pdb db", NULL, out, sizeof out);
+    cr_assert(strstr(out, "MIN AVAILABLE") && strstr(out, "ALLOWED DISRUPTIONS") && strstr(out, "N/A"), "%s", out);
+
+    /* RBAC: the subresource pods/eviction, verb create */
+    cr_assert_eq(rl_test_standin_admin(&s, "POST", "/tokens", "{\"token\":\"evictor\",\"user\":\"evictor\",\"rbac\":true}",
+                                       NULL, 0),
+                 200);
+    cr_assert_eq(evict_pod(&s, "db-0", "evictor", 60, &j), 403);
+    cr_assert_str_eq(jstr(j, "message"), "pods \"db-0\" is forbidden: User \"evictor\" cannot create resource "
+                                         "\"pods/eviction\" in API group \"\" in the namespace \"default\"");
+    cJSON_Delete(j);
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: evict}\n"
+               "rules: [{apiGroups: [''], resources: [pods/eviction], verbs: [create]}]\n---\n"
+               "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: evict}\n"
+               "roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: evict}\n"
+               "subjects: [{kind: User, name: evictor}]\n",
+               out, sizeof out);
+
+    /* within the budget: 201 Success, a graceful delete with the Eviction's grace period */
+    cr_assert_eq(evict_pod(&s, "db-0", "evictor", 60, &j), 201);
+    cr_assert_str_eq(jstr(j, "kind"), "Status");
+    cr_assert_str_eq(jstr(j, "status"), "Success");
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "GET", "/api/v1/namespaces/default/pods/db-0", NULL, NULL, &j), 200);
+    cr_assert(jstr(j, "metadata.deletionTimestamp"));
+    cr_assert_eq(jnum(j, "metadata.deletionGracePeriodSeconds"), 60);
+    c = item_with(jget(j, "status.conditions"), "type", "DisruptionTarget");
+    cr_assert_str_eq(jstr(c, "status"), "True");
+    cr_assert_str_eq(jstr(c, "reason"), "EvictionByEvictionAPI");
+    cr_assert_str_eq(jstr(c, "message"), "Eviction API: evicting");
+    cJSON_Delete(j);
+    j = await_pdb(&s, "db", 1, 3, 2, 2, 0, 10);
+    c = item_with(jget(j, "status.conditions"), "type", "DisruptionAllowed");
+    cr_assert_str_eq(jstr(c, "status"), "False");
+    cr_assert_str_eq(jstr(c, "reason"), "InsufficientPods");
+    cJSON_Delete(j);
+
+    /* over it: the real 429 */
+    cr_assert_eq(evict_pod(&s, "db-1", NULL, -1, &j), 429);
+    assert_budget_refusal(j, "The disruption budget db needs 2 healthy pods and has 2 currently");
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "GET", "/api/v1/namespaces/default/pods/db-1", NULL, NULL, &j), 200);
+    cr_assert_null(jget(j, "metadata.deletionTimestamp"));
+    cJSON_Delete(j);
+
+    /* an unready pod: refused while the budget is short (IfHealthyBudget), let go with AlwaysAllow */
+    cr_assert_eq(rl_test_standin_admin(&s, "POST", "/pods/default/db-2/ready", "{\"ready\":false}", NULL, 0), 200);
+    cJSON_Delete(await_pdb(&s, "db", 1, 3, 1, 2, 0, 10));
+    cr_assert_eq(evict_pod(&s, "db-2", NULL, -1, &j), 429);
+    assert_budget_refusal(j, "The disruption budget db needs 2 healthy pods and has 1 currently");
+    cJSON_Delete(j);
+    kubectl_ok(&s, "patch pdb db --type=merge -p '{\"spec\":{\"unhealthyPodEvictionPolicy\":\"AlwaysAllow\"}}'", NULL,
+               out, sizeof out);
+    cJSON_Delete(await_pdb(&s, "db", 2, 3, 1, 2, 0, 10));
+    cr_assert_eq(evict_pod(&s, "db-2", NULL, -1, &j), 201);
+    cJSON_Delete(j);
+    cr_assert_eq(api(&s, "GET", "/api/v1/namespaces/default/pods/db-2", NULL, NULL, &j), 200);
+    cr_assert_eq(jnum(j, "metadata.deletionGracePeriodSeconds"), 30, "the pod's own grace period");
+    cJSON_Delete(j);
+
+    /* maxUnavailable 50% of the controller's scale, rounded up; it follows the scale */
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: pct}\n"
+               "spec: {maxUnavailable: 50%, selector: {matchLabels: {app: db}}}\n",
+               out, sizeof out);
+    cJSON_Delete(await_pdb(&s, "pct", 1, 3, 1, 1, 0, 10));
+    cr_assert_eq(api(&s, "PATCH", "/apis/apps/v1/namespaces/default/deployments/db", "application/merge-patch+json",
+                     "{\"spec\":{\"replicas\":4}}", NULL),
+                 200);
+    cJSON_Delete(await_pdb(&s, "pct", 1, 4, 1, 2, 0, 10));
+
+    /* two budgets over one pod */
+    cr_assert_eq(evict_pod(&s, "db-1", NULL, -1, &j), 500);
+    assert_status(j, 500, "InternalError");
+    cr_assert_str_eq(jstr(j, "message"), "Internal error occurred: This pod has more than one PodDisruptionBudget, "
+                                         "which the eviction subresource does not support.");
+    cJSON_Delete(j);
+
+    /* the discovery entry kubectl drain looks for */
+    cr_assert_eq(api(&s, "GET", "/api/v1", NULL, NULL, &j), 200);
+    const cJSON *ev = item_with(jget(j, "resources"), "name", "pods/eviction");
+    cr_assert(ev);
+    cr_assert_str_eq(jstr(ev, "group"), "policy");
+    cr_assert_str_eq(jstr(ev, "version"), "v1");
+    cr_assert_str_eq(jstr(ev, "kind"), "Eviction");
+    cJSON_Delete(j);
+    rl_test_standin_stop(&s);
+}
+
+/* The real kubectl drain: cordon, list by spec.nodeName, evictions (protobuf)
+ * retried on 429 until its timeout; with room in the budget, drained. */
+Test(standin, kubectl_drain_honours_pdbs, .timeout = 90) {
+    static rl_test_standin s;
+    start_kubelet_with(&s, 0, "--nodes 2");
+    static char out[16384];
+    const char *on1 = "  nodeSelector: {kubernetes.io/hostname: standin-node-1}\n";
+    apply_pod(&s, "w1", "  labels: {app: web}\n" RS_OWNER, on1);
+    apply_pod(&s, "w2", "  labels: {app: web}\n" RS_OWNER, on1);
+    apply_pod(&s, "k", NULL, "  nodeSelector: {kubernetes.io/hostname: standin-node}\n");
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web}\n"
+               "spec: {minAvailable: 2, selector: {matchLabels: {app: web}}}\n",
+               out, sizeof out);
+    rl_test_pod p;
+    const char *names[] = {"w1", "w2", "k"};
+    for (int i = 0; i < 3; i++) await_pod(&s, names[i], "Running", 20, &p);
+    cJSON_Delete(await_pdb(&s, "web", 1, 2, 2, 2, 0, 10));
+
+    int rc = rl_test_kubectl(&s, "drain standin-node-1 --ignore-daemonsets --delete-emptydir-data --timeout=2s", NULL,
+                             out, sizeof out);
+    cr_assert_neq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "node/standin-node-1 cordoned"), "%s", out);
+    cr_assert(strstr(out, "Cannot evict pod as it would violate the pod's disruption budget."), "%s", out);
+    cr_assert(strstr(out, "global timeout reached: 2s"), "%s", out);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(rl_test_standin_pod(&s, "default", names[i], NULL, &p), 0);
+        cr_assert(!strcmp(p.phase, "Running") && !p.deleting, "%s evicted against its budget", names[i]);
+    }
+    kubectl_ok(&s, "get node standin-node-1", NULL, out, sizeof out);
+    cr_assert(strstr(out, "SchedulingDisabled"), "%s", out);
+
+    kubectl_ok(&s, "patch pdb web --type=merge -p '{\"spec\":{\"minAvailable\":0}}'", NULL, out, sizeof out);
+    cJSON_Delete(await_pdb(&s, "web", 2, 2, 2, 0, 2, 10));
+    kubectl_ok(&s, "drain standin-node-1 --ignore-daemonsets --delete-emptydir-data --timeout=60s", NULL, out,
+               sizeof out);
+    cr_assert(strstr(out, "pod/w1 evicted") && strstr(out, "pod/w2 evicted") && strstr(out, "node/standin-node-1 drained"),
+              "%s", out);
+    await_pod(&s, "w1", "gone", 1, &p);
+    await_pod(&s, "w2", "gone", 1, &p);
+    await_pod(&s, "k", "Running", 1, &p);
     rl_test_standin_stop(&s);
 }
