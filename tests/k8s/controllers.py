@@ -4,7 +4,7 @@ tests need: without --kubelet, the binding and final deletion of pods
 delete finished by a timer; the kubelet (kubelet.py) takes both over with
 --kubelet), the EndpointSlice controller, the garbage collector, and
 record_event for the controllers of the other modules (nodes.py: node
-lifecycle and PodGC; disruption.py)."""
+lifecycle and PodGC; disruption.py; autoscaler.py)."""
 
 import copy
 import json

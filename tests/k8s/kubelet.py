@@ -1,7 +1,7 @@
-"""The stand-in's nodes when they run pods (--kubelet, implied by --image):
-one kubelet for every Node object (nodes.py), running each container of a
-pod bound to any of them as a local process group, and the default
-scheduler's loop (scheduler.py) on the same thread.
+"""The stand-in's nodes when they run pods (--kubelet, implied by --image
+and --autoscaler): one kubelet for every Node object (nodes.py), running
+each container of a pod bound to any of them as a local process group,
+and the default scheduler's loop (scheduler.py) on the same thread.
 
 What it does as the real ones do (the table at the top of
 tests/unit/test_standin.c lists what is checked):

@@ -9,7 +9,9 @@ act on them in a real cluster.
     --zones (round-robin), the --node-label labels; InternalIP 127.0.0.1
     for the first node and 127.0.0.(K+1) for standin-node-K. Deleting a
     Node object is losing the machine: its processes are killed and its
-    pods are left to PodGC. Node names are never reused.
+    pods are left to PodGC. Node names are never reused. With --autoscaler
+    the --nodes ones are annotated cluster-autoscaler.kubernetes.io/
+    scale-down-disabled: it removes only nodes it added.
   - reclaim (admin POST /nodes/NAME/reclaim): a spot interruption notice:
     cordoned, tainted karpenter.sh/disrupted:NoSchedule and Ready False
     ("node is shutting down") at once, its pods stopped by the kubelet's
@@ -35,6 +37,7 @@ from k8slib import APIError, now_rfc3339
 NODES, PODS = ("", "nodes"), ("", "pods")
 GPU = "nvidia.com/gpu"
 DEFAULT_MAX_PODS = 110  # the kubelet's --max-pods
+SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 NOT_READY = "node.kubernetes.io/not-ready"
 DISRUPTED = "karpenter.sh/disrupted"
@@ -66,7 +69,8 @@ def _cond(typ, status, reason, message, t):
 
 
 class NodeTemplate:
-    """What every node of the stand-in is made of."""
+    """What every node of the stand-in is made of (the autoscaler's node
+    group template too)."""
 
     def __init__(self, args):
         self.max_pods = args.max_pods if args.max_pods is not None else DEFAULT_MAX_PODS
@@ -80,7 +84,7 @@ class NodeTemplate:
     def zone(self, i):
         return self.zones[i % len(self.zones)] if self.zones else None
 
-    def build(self, i):
+    def build(self, i, static_annotation=False):
         name = node_name(i)
         labels = {"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
                   "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
@@ -90,6 +94,8 @@ class NodeTemplate:
         meta = {"name": name, "labels": labels,
                 "annotations": {"node.alpha.kubernetes.io/ttl": "0",
                                 "volumes.kubernetes.io/controller-managed-attach-detach": "true"}}
+        if static_annotation:
+            meta["annotations"][SCALE_DOWN_DISABLED] = "true"
         cap = {"cpu": str(os.cpu_count() or 1), "memory": "%dKi" % _memory_kib(),
                "ephemeral-storage": "10Gi", "pods": str(self.max_pods)}
         if self.gpus > 0:
@@ -121,21 +127,35 @@ class NodeTemplate:
 
 
 class Cluster:
-    """The machines: node objects in the store, added at start, gone when
-    deleted (by a reclaim or kubectl)."""
+    """The machines: node objects in the store, added at start, by the
+    autoscaler, gone when deleted (by the autoscaler, a reclaim or kubectl)."""
 
     def __init__(self, store, args, log):
         self.store, self.log = store, log
         self.tmpl = NodeTemplate(args)
         self.min_nodes = max(1, args.nodes)
+        self.next_index = self.min_nodes
         self.kubelet = None   # set by the App when pods run (reclaim needs it)
         for i in range(self.min_nodes):
-            self._register(self.tmpl.build(i))
+            self._register(self.tmpl.build(i, static_annotation=bool(args.autoscaler)))
 
     def _register(self, node):
         st = self.store
         st.create(st.types[("", "v1", "nodes")], None, node)
         self.log({"msg": "node registered", "node": node["metadata"]["name"]})
+
+    def add(self):
+        """A new machine from the template, as the cloud provider would
+        make it for the autoscaler. Returns its name."""
+        with self.store.lock:
+            i = self.next_index
+            self.next_index += 1
+            self._register(self.tmpl.build(i))
+        return node_name(i)
+
+    def planned(self, k):
+        """The node objects the next k add() calls would make (simulation)."""
+        return [self.tmpl.build(self.next_index + j) for j in range(k)]
 
     def get(self, name):
         with self.store.lock:

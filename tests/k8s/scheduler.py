@@ -1,6 +1,7 @@
 """kube-scheduler over the stand-in's nodes: 1.32's default profile reduced
-to the filters the tests need, as plain functions, and the scheduling
-loop (run from the kubelet's thread).
+to the filters the tests need, as plain functions that the scheduling
+loop (run from the kubelet's thread) and the cluster autoscaler's
+simulation (autoscaler.py) share.
 
 Filters, in the framework's order; a node's status is that of the first
 filter that rejects it, as RunFilterPlugins stops there:

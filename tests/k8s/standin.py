@@ -6,17 +6,19 @@
       [--kubelet] [--image PATTERN=DIR[=ENTRYPOINT]]... [--max-pods 110]
       [--backoff 10] [--backoff-max 300] [--gpus 0] [--node-label K=V]...
       [--pod-cidr 127.R.0.0/16] [--pass-env NAME]...
-      [--nodes 1] [--zones Z1,Z2,...]
+      [--nodes 1] [--zones Z1,Z2,...] [--autoscaler MAX_NODES]
+      [--scale-up-delay 10] [--scale-down-unneeded 600]
 
-With --kubelet (implied by --image) a scheduler (scheduler.py) and a
-kubelet (kubelet.py) run bound pods' containers as local processes;
-without, pods are bound to the first node at creation and nothing runs
-them (tests then play the kubelet themselves). Either way there are Node
-objects (nodes.py): --nodes N of them (standin-node, standin-node-1, ...),
-each with --max-pods, --gpus, the --node-label labels and a zone from
---zones. The disruption controller keeps PDB status and pods/eviction
-honours it (disruption.py); the node lifecycle controller's taints and
-PodGC run too (nodes.py).
+With --kubelet (implied by --image and --autoscaler) a scheduler
+(scheduler.py) and a kubelet (kubelet.py) run bound pods' containers as
+local processes; without, pods are bound to the first node at creation and
+nothing runs them (tests then play the kubelet themselves). Either way
+there are Node objects (nodes.py): --nodes N of them (standin-node,
+standin-node-1, ...), each with --max-pods, --gpus, the --node-label
+labels and a zone from --zones; --autoscaler adds and removes nodes
+between N and MAX_NODES (autoscaler.py). The disruption controller keeps
+PDB status and pods/eviction honours it (disruption.py); the node
+lifecycle controller's taints and PodGC run too (nodes.py).
 
 Writes DIR/ca.crt, a server certificate, DIR/token (0600), DIR/kubeconfig
 and last, atomically, DIR/ready = {"port", "admin_port", "pid"}. The API is
@@ -43,7 +45,8 @@ for the tests only:
   GET|POST /node {"maxPods"}: the first node's pod capacity (null: 110) and the
        kubelet's pods {"maxPods", "podCIDR", "pods": {"NS/NAME": {"ip", "dir", "saDir", "pids"}}}
   GET /nodes: {"nodes": [{"name", "hostIP", "zone", "cordoned", "ready", "taints",
-       "pods": ["NS/NAME" bound to it], "maxPods"}]}
+       "pods": ["NS/NAME" bound to it], "maxPods", "autoscaler"?: {"unneededFor": s|null,
+       "unremovable": why|null, "draining"}}]}
   POST /nodes/NAME/reclaim {"notice": seconds (default 120)}: a spot interruption:
        cordoned, tainted karpenter.sh/disrupted:NoSchedule and NotReady at once, its
        pods stopped by the kubelet's graceful node shutdown, the Node deleted after
@@ -73,6 +76,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import rbac  # noqa: E402
 from apistore import Store  # noqa: E402
+from autoscaler import Autoscaler  # noqa: E402
 from controllers import EndpointSliceController, LocalNode, gc_loop  # noqa: E402
 from disruption import DisruptionController, evict  # noqa: E402
 from kubelet import Kubelet  # noqa: E402
@@ -152,12 +156,14 @@ class App:
         self.args = args
         self.store = Store(history=args.history, log=log)
         self.cluster = Cluster(self.store, args, log)
-        self.kubelet = None
-        if args.kubelet or args.image:
+        self.kubelet = self.autoscaler = None
+        if args.kubelet or args.image or args.autoscaler:
             self.kubelet = Kubelet(self.store, self, args, log)
             self.store.node = self.cluster.kubelet = self.kubelet
         else:
             self.store.node = LocalNode(self.store)
+        if args.autoscaler:
+            self.autoscaler = Autoscaler(self.store, self.cluster, args, log)
         # token -> {"user", "groups", "deny": [(resource, verb|None)], "rbac": bool,
         #           "sa"/"pod": (ns, name, uid) it is bound to, "exp": unix time}
         self.tokens = {}
@@ -1344,7 +1350,11 @@ class AdminHandler(BaseHTTPRequestHandler):
                 return self.reply(e.code, e.body())
             return self.reply(200, {"ok": True})
         if method == "GET" and p == "/nodes":
-            return self.reply(200, {"nodes": app.cluster.describe()})
+            nodes = app.cluster.describe()
+            for n in nodes:
+                if app.autoscaler is not None:
+                    n["autoscaler"] = app.autoscaler.describe(n["name"])
+            return self.reply(200, {"nodes": nodes})
         if method == "POST" and len(parts) == 3 and parts[0] == "nodes" and parts[2] == "reclaim":
             try:
                 return self.reply(200, app.cluster.reclaim(parts[1], body.get("notice", 120)))
@@ -1385,6 +1395,12 @@ def main():
     ap.add_argument("--nodes", type=int, default=1, help="nodes at start: standin-node, standin-node-1, ...")
     ap.add_argument("--zones", default="", metavar="Z1,Z2,...",
                     help="topology.kubernetes.io/zone of the nodes, round-robin (default: none)")
+    ap.add_argument("--autoscaler", type=int, default=0, metavar="MAX_NODES",
+                    help="a cluster autoscaler between --nodes and MAX_NODES nodes (implies --kubelet)")
+    ap.add_argument("--scale-up-delay", type=float, default=10.0,
+                    help="seconds a pod stays Unschedulable before it triggers a scale-up")
+    ap.add_argument("--scale-down-unneeded", type=float, default=600.0,
+                    help="seconds a node stays unneeded before it is removed (real: 10 min)")
     ap.add_argument("--backoff", "--backoff-seconds", type=float, default=10.0,
                     help="first restart and image-pull back-off in seconds (real: 10)")
     ap.add_argument("--backoff-max", type=float, default=300.0, help="back-off cap (real: 300)")
@@ -1421,6 +1437,8 @@ def main():
     threading.Thread(target=DisruptionController(app.store, log).run, daemon=True, name="disruption").start()
     if app.kubelet is not None:
         threading.Thread(target=app.kubelet.run, daemon=True, name="kubelet").start()
+    if app.autoscaler is not None:
+        threading.Thread(target=app.autoscaler.run, daemon=True, name="autoscaler").start()
 
     stop = threading.Event()
 

@@ -122,6 +122,12 @@
  * the real kubectl drain: cordon, pods by spec.nodeName, protobuf
  *   Evictions retried on 429 until --timeout (the PDB's message);
  *   drained once the budget allows                                      kubectl_drain_honours_pdbs
+ * cluster autoscaler (--autoscaler): scale-up after --scale-up-delay,
+ *   TriggeredScaleUp from cluster-autoscaler; NotTriggerScaleUp at the
+ *   maximum; an idle node removed after --scale-down-unneeded, not one
+ *   running a safe-to-evict "false" pod (admin /nodes says why) nor a
+ *   --nodes one; a node with a pod that can move drained through the
+ *   eviction API (ScaleDown Events), then removed                        autoscaler_scale_up_and_down
  * no process outlives the stand-in: stop kills them; after a SIGKILL
  *   PR_SET_PDEATHSIG takes the main process and a reaper the group   kubelet_no_orphans
  * RBAC for service accounts: Role/ClusterRole rules via RoleBinding/
@@ -182,31 +188,36 @@
  * services, nodes, PDBs, leases and endpointslices (Name/Age for the rest); controllers other than
  * EndpointSlice, garbage collector, scheduler, kubelet, disruption, node lifecycle (taints by
  * condition only: no NoExecute taint-based eviction, no Lease or heartbeat: node conditions are
- * written once), and PodGC (orphans only, after 1 s instead of the 40 s quarantine); deployments
- * never get pods, evicted pods are not replaced; HTTP/2, aggregated discovery (the plain form is
- * served, as by an older server); LIST "continue" is consistent only while its RV is in the
- * history window; a watch cache per resource (one global history window instead).
+ * written once), PodGC (orphans only, after 1 s instead of the 40 s quarantine) and cluster
+ * autoscaler (deployments never get pods, evicted pods are not replaced); HTTP/2, aggregated
+ * discovery (the plain form is served, as by an older server); LIST "continue" is consistent only
+ * while its RV is in the history window; a watch cache per resource (one global history window
+ * instead).
  * Without --kubelet (the default) pods are bound to standin-node at creation and nothing runs
  * them: tests set status.podIP with PATCH .../status and Ready through the admin API. With it, the
  * deviations of the nodes: all are this machine (a Node deleted is never re-registered); the
  * scheduler filters on what tests/k8s/scheduler.py lists (pods, nvidia.com/gpu, not cpu/memory,
  * host ports or volumes), does not score (fewest pods, then the name; ScheduleAnyway spread only
- * breaks ties) and never preempts (the message says no victims were found); containers share the
- * host's filesystem, users and PID namespace (a process group stands for the container;
- * securityContext is admitted but not applied: runAsUser, readOnlyRootFilesystem, capabilities and
- * seccomp change nothing, so PodSecurity is checked at admission only), get no volumes but the
- * service-account files (in RL_K8S_SA_DIR instead of
- * /var/run/secrets/kubernetes.io/serviceaccount), no resource limits, a per-pod dir as cwd and
- * HOME (workingDir when set); images have no ENTRYPOINT/CMD unless --image PATTERN=DIR=ENTRYPOINT
- * (the mesh proxy's docker.io/istio/proxyv2 is built in); only the kubernetes service's variables
- * are injected (no other service links); RL_*, the sanitizers' *_OPTIONS and --pass-env names pass
- * from the stand-in; no probes (Ready = running), no init containers but native sidecars (their
- * startup order is start-then-next, without startupProbe; their Events name spec.containers), no
- * ephemeral containers, activeDeadlineSeconds or image changes of a running pod, no
- * termination-message file (terminationMessagePath; FallbackToLogsOnError works); a missing
- * Secret/ConfigMap is retried every 2 s (or the back-off, if shorter); the crash back-off is not
- * reset after a long run; back-offs scale with --backoff; terminated.signal is not set (the real
- * kubelet leaves it empty too); pod addresses come from a 127.R.0.0/16 reserved per stand-in. */
+ * breaks ties) and never preempts (the message says no victims were found); the autoscaler
+ * (tests/k8s/autoscaler.py) has one node group, loops every 0.5 s, measures utilization by pods
+ * (GPUs on GPU nodes), not cpu/memory, ignores local storage, has no delay after a scale-up before
+ * a scale-down, gives up a drain at the first refused eviction (the real one retries for 2 min)
+ * and honours Karpenter's do-not-disrupt; containers share the host's filesystem, users and PID
+ * namespace (a process group stands for the container; securityContext is admitted but not
+ * applied: runAsUser, readOnlyRootFilesystem, capabilities and seccomp change nothing, so
+ * PodSecurity is checked at admission only), get no volumes but the service-account files (in
+ * RL_K8S_SA_DIR instead of /var/run/secrets/kubernetes.io/serviceaccount), no resource limits, a
+ * per-pod dir as cwd and HOME (workingDir when set); images have no ENTRYPOINT/CMD unless --image
+ * PATTERN=DIR=ENTRYPOINT (the mesh proxy's docker.io/istio/proxyv2 is built in); only the
+ * kubernetes service's variables are injected (no other service links); RL_*, the sanitizers'
+ * *_OPTIONS and --pass-env names pass from the stand-in; no probes (Ready = running), no init
+ * containers but native sidecars (their startup order is start-then-next, without startupProbe;
+ * their Events name spec.containers), no ephemeral containers, activeDeadlineSeconds or image
+ * changes of a running pod, no termination-message file (terminationMessagePath;
+ * FallbackToLogsOnError works); a missing Secret/ConfigMap is retried every 2 s (or the back-off,
+ * if shorter); the crash back-off is not reset after a long run; back-offs scale with --backoff;
+ * terminated.signal is not set (the real kubelet leaves it empty too); pod addresses come from a
+ * 127.R.0.0/16 reserved per stand-in. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -2581,12 +2592,12 @@ Test(standin, crd_schema_prune_default_validate, .timeout = 60) {
     rl_test_standin_stop(&s);
 }
 
-/* ---- nodes: the scheduler across them, evictions, PDBs ------------------------------------ */
+/* ---- nodes: the scheduler across them, evictions, PDBs, the autoscaler ------------------ */
 #define LABEL_X "  labels: {app: x}\n"
 #define ANTI_X                                                                                                 \
     "  affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: " \
     "{app: x}}, topologyKey: kubernetes.io/hostname}]}}\n"
-/* a controller for kubectl drain (no such object: nothing here needs it) */
+/* a controller the drain and the autoscaler count as replicated (no such object: nothing here needs it) */
 #define RS_OWNER                                                                                               \
     "  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d9c, "                             \
     "uid: 6b0c5a8e-0d7e-4c59-9e76-3f1f0e7b2a10, controller: true}]\n"
@@ -3042,5 +3053,118 @@ Test(standin, kubectl_drain_honours_pdbs, .timeout = 90) {
     await_pod(&s, "w1", "gone", 1, &p);
     await_pod(&s, "w2", "gone", 1, &p);
     await_pod(&s, "k", "Running", 1, &p);
+    rl_test_standin_stop(&s);
+}
+
+/* The number of Events about a pod with this reason and message. */
+static int count_events(rl_test_standin *s, const char *pod, const char *reason, const char *want) {
+    char args[256];
+    static char out[16384];
+    snprintf(args, sizeof args,
+             "get events --field-selector involvedObject.name=%s,reason=%s "
+             "-o jsonpath='{range .items[*]}{.source.component}|{.message}{\"\\n\"}{end}'",
+             pod, reason);
+    if (rl_test_kubectl(s, args, NULL, out, sizeof out) != 0) return 0;
+    int n = 0;
+    for (const char *at = out; (at = strstr(at, want)); at++) n++;
+    return n;
+}
+
+static void await_event(rl_test_standin *s, const char *pod, const char *reason, const char *want, double secs) {
+    double end = now_s() + secs;
+    while (now_s() < end && !count_events(s, pod, reason, want)) usleep(100000);
+    cr_assert(count_events(s, pod, reason, want), "no %s Event \"%s\" for %s", reason, want, pod);
+}
+
+/* When the first Event about the pod with this reason was recorded (unix seconds; -1: none). */
+static long event_time(rl_test_standin *s, const char *pod, const char *reason) {
+    char args[256], out[4096];
+    snprintf(args, sizeof args,
+             "get events --field-selector involvedObject.name=%s,reason=%s -o jsonpath='{.items[0].firstTimestamp}'",
+             pod, reason);
+    struct tm tm = {0};
+    if (rl_test_kubectl(s, args, NULL, out, sizeof out) != 0 || !strptime(out, "%Y-%m-%dT%H:%M:%SZ", &tm)) return -1;
+    return (long)timegm(&tm);
+}
+
+static const cJSON *admin_node(const cJSON *nodes, const char *name) {
+    return item_with(jget(nodes, "nodes"), "name", name);
+}
+
+/* The cluster autoscaler: pods Unschedulable for --scale-up-delay bin-packed
+ * onto new nodes (TriggeredScaleUp), NotTriggerScaleUp at the maximum; an
+ * idle node removed after --scale-down-unneeded, never one with a
+ * safe-to-evict "false" pod, a node with a pod that can move drained through
+ * the eviction API; never below --nodes. */
+Test(standin, autoscaler_scale_up_and_down, .timeout = 120) {
+    static rl_test_standin s;
+    start_kubelet_with(&s, 4, "--autoscaler 3 --scale-up-delay 2 --scale-down-unneeded 1.5");
+    static char out[65536];
+    apply_pod(&s, "a", LABEL_X RS_OWNER, ANTI_X);
+    apply_pod(&s, "b", LABEL_X RS_OWNER "  annotations: {cluster-autoscaler.kubernetes.io/safe-to-evict: 'false'}\n",
+              ANTI_X);
+    apply_pod(&s, "c", LABEL_X RS_OWNER "  annotations: {cluster-autoscaler.kubernetes.io/safe-to-evict: 'true'}\n",
+              ANTI_X);
+    rl_test_pod p, pb, pc;
+    await_pod(&s, "a", "Running", 20, &p);
+    cr_assert_str_eq(p.node, "standin-node");
+    await_unschedulable(&s, "b",
+                        "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules. preemption: 0/1 "
+                        "nodes are available: 1 No preemption victims found for incoming pod.",
+                        15);
+    cr_assert_eq(rl_test_standin_node_count(&s), 1);
+    await_pod(&s, "b", "Running", 20, &pb);
+    /* by the server's clock (whole seconds): the scale-up came --scale-up-delay after */
+    cr_assert_geq(event_time(&s, "b", "TriggeredScaleUp") - event_time(&s, "b", "FailedScheduling"), 1,
+                  "scaled up before --scale-up-delay");
+    await_pod(&s, "c", "Running", 20, &pc);
+    cr_assert_eq(rl_test_standin_node_count(&s), 3);
+    cr_assert(strcmp(pb.node, pc.node) && strcmp(pb.node, "standin-node") && strcmp(pc.node, "standin-node"));
+    /* one scale-up to 3 when b and c came due in the same loop, else 1->2 then 2->3 */
+    cr_assert_eq(count_events(&s, "b", "TriggeredScaleUp", "cluster-autoscaler|pod triggered scale-up: [{standin-pool 1->") +
+                     count_events(&s, "c", "TriggeredScaleUp", "->3 (max: 3)}]"),
+                 2);
+    kubectl_ok(&s, "get nodes", NULL, out, sizeof out);
+    cr_assert(strstr(out, pb.node) && strstr(out, pc.node), "%s", out);
+
+    /* at the maximum */
+    apply_pod(&s, "d", LABEL_X RS_OWNER, ANTI_X);
+    await_event(&s, "d", "NotTriggerScaleUp", "cluster-autoscaler|pod didn't trigger scale-up: 1 max node group size reached",
+                15);
+    kubectl_ok(&s, "delete pod d", NULL, out, sizeof out);
+
+    /* scale-down: c's node once idle; not b's (safe-to-evict "false") nor the first (--nodes) */
+    kubectl_ok(&s, "delete pod c", NULL, out, sizeof out);
+    double end = now_s() + 20;
+    while (now_s() < end && rl_test_standin_node_count(&s) != 2) usleep(100000);
+    cr_assert_eq(rl_test_standin_node_count(&s), 2);
+    char path[256];
+    snprintf(path, sizeof path, "/api/v1/nodes/%s", pc.node);
+    cr_assert(await_code(&s, path, 404, 5));
+    usleep(2000000); /* more than --scale-down-unneeded */
+    cr_assert_eq(rl_test_standin_admin(&s, "GET", "/nodes", NULL, out, sizeof out), 200);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_eq(cJSON_GetArraySize(jget(j, "nodes")), 2, "%s", out);
+    cr_assert_str_eq(jstr(admin_node(j, pb.node), "autoscaler.unremovable"),
+                     "pod annotated as not safe to evict present: default/b");
+    cr_assert(strstr(jstr(admin_node(j, "standin-node"), "autoscaler.unremovable"), "scale-down-disabled"));
+    cJSON_Delete(j);
+
+    /* a node whose pod can move elsewhere: drained through the eviction API, then removed */
+    const char *movable = "  annotations: {cluster-autoscaler.kubernetes.io/safe-to-evict: 'true'}\n";
+    apply_pod(&s, "e", movable, NULL);
+    await_pod(&s, "e", "Running", 20, &p);
+    cr_assert_str_eq(p.node, "standin-node");
+    apply_pod(&s, "f", movable, NULL);
+    await_pod(&s, "f", "Running", 20, &p);
+    cr_assert_str_eq(p.node, pb.node);
+    kubectl_ok(&s, "delete pod b", NULL, out, sizeof out);
+    end = now_s() + 30;
+    while (now_s() < end && rl_test_standin_node_count(&s) != 1) usleep(100000);
+    cr_assert_eq(rl_test_standin_node_count(&s), 1, "never below --nodes, down to it");
+    await_pod(&s, "f", "gone", 5, &p);
+    cr_assert_eq(count_events(&s, "f", "ScaleDown", "cluster-autoscaler|deleting pod for node scale down"), 1);
+    await_pod(&s, "e", "Running", 1, &p);
+    await_pod(&s, "a", "Running", 1, &p);
     rl_test_standin_stop(&s);
 }
