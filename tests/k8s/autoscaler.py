@@ -76,6 +76,8 @@ def _stays(pod):
 
 def _untaint(node):
     node["spec"]["taints"] = [t for t in node["spec"].get("taints") or [] if t.get("key") != TO_BE_DELETED]
+    if not node["spec"]["taints"]:
+        del node["spec"]["taints"]
 
 
 class Autoscaler:
@@ -178,7 +180,7 @@ class Autoscaler:
         names = sorted(Snapshot.of(st).nodes, key=lambda n: (node_index(n) is None, node_index(n) or 0))
         budgets = {p["metadata"]["uid"]: int((p.get("status") or {}).get("disruptionsAllowed") or 0)
                    for p in st.objs[PDBS].values()}
-        self.unremovable = {}
+        before, self.unremovable = self.unremovable, {}
         for name in names:
             if name in self.draining:
                 continue
@@ -186,6 +188,8 @@ class Autoscaler:
             if why:
                 self.unneeded.pop(name, None)
                 self.unremovable[name] = why
+                if before.get(name) != why:  # as CA logs it, once per change here
+                    self.log({"msg": "autoscaler: node cannot be removed", "node": name, "reason": why})
                 continue
             since = self.unneeded.setdefault(name, now)
             if now - since >= self.unneeded_for and len(names) - len(self.draining) > self.cluster.min_nodes:

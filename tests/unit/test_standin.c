@@ -125,9 +125,9 @@
  * cluster autoscaler (--autoscaler): scale-up after --scale-up-delay,
  *   TriggeredScaleUp from cluster-autoscaler; NotTriggerScaleUp at the
  *   maximum; an idle node removed after --scale-down-unneeded, not one
- *   running a safe-to-evict "false" pod (admin /nodes says why) nor a
- *   --nodes one; a node with a pod that can move drained through the
- *   eviction API (ScaleDown Events), then removed                        autoscaler_scale_up_and_down
+ *   running a safe-to-evict "false" or a karpenter.sh/do-not-disrupt pod
+ *   (admin /nodes says why) nor a --nodes one; a node with a pod that can
+ *   move drained through the eviction API (ScaleDown Events), removed   autoscaler_scale_up_and_down
  * no process outlives the stand-in: stop kills them; after a SIGKILL
  *   PR_SET_PDEATHSIG takes the main process and a reaper the group   kubelet_no_orphans
  * RBAC for service accounts: Role/ClusterRole rules via RoleBinding/
@@ -3094,8 +3094,8 @@ static const cJSON *admin_node(const cJSON *nodes, const char *name) {
 /* The cluster autoscaler: pods Unschedulable for --scale-up-delay bin-packed
  * onto new nodes (TriggeredScaleUp), NotTriggerScaleUp at the maximum; an
  * idle node removed after --scale-down-unneeded, never one with a
- * safe-to-evict "false" pod, a node with a pod that can move drained through
- * the eviction API; never below --nodes. */
+ * safe-to-evict "false" or do-not-disrupt pod, a node with a pod that can
+ * move drained through the eviction API; never below --nodes. */
 Test(standin, autoscaler_scale_up_and_down, .timeout = 120) {
     static rl_test_standin s;
     start_kubelet_with(&s, 4, "--autoscaler 3 --scale-up-delay 2 --scale-down-unneeded 1.5");
@@ -3150,15 +3150,31 @@ Test(standin, autoscaler_scale_up_and_down, .timeout = 120) {
     cr_assert(strstr(jstr(admin_node(j, "standin-node"), "autoscaler.unremovable"), "scale-down-disabled"));
     cJSON_Delete(j);
 
-    /* a node whose pod can move elsewhere: drained through the eviction API, then removed */
-    const char *movable = "  annotations: {cluster-autoscaler.kubernetes.io/safe-to-evict: 'true'}\n";
-    apply_pod(&s, "e", movable, NULL);
+    /* Karpenter's do-not-disrupt holds a node too; without it, the pod can
+     * move elsewhere: the node is drained through the eviction API, then removed */
+    apply_pod(&s, "e", "  annotations: {cluster-autoscaler.kubernetes.io/safe-to-evict: 'true'}\n", NULL);
     await_pod(&s, "e", "Running", 20, &p);
     cr_assert_str_eq(p.node, "standin-node");
-    apply_pod(&s, "f", movable, NULL);
+    apply_pod(&s, "f",
+              "  annotations: {cluster-autoscaler.kubernetes.io/safe-to-evict: 'true', karpenter.sh/do-not-disrupt: "
+              "'true'}\n",
+              NULL);
     await_pod(&s, "f", "Running", 20, &p);
     cr_assert_str_eq(p.node, pb.node);
     kubectl_ok(&s, "delete pod b", NULL, out, sizeof out);
+    end = now_s() + 10;
+    int held = 0;
+    do {
+        usleep(100000);
+        cr_assert_eq(rl_test_standin_admin(&s, "GET", "/nodes", NULL, out, sizeof out), 200);
+        j = cJSON_Parse(out);
+        const char *why = jstr(admin_node(j, pb.node), "autoscaler.unremovable");
+        held = why && !strcmp(why, "pod annotated as not safe to evict present: default/f");
+        cJSON_Delete(j);
+    } while (!held && now_s() < end);
+    cr_assert(held, "%s", out);
+    cr_assert_eq(rl_test_standin_node_count(&s), 2, "removed under a do-not-disrupt pod");
+    kubectl_ok(&s, "annotate pod f karpenter.sh/do-not-disrupt-", NULL, out, sizeof out);
     end = now_s() + 30;
     while (now_s() < end && rl_test_standin_node_count(&s) != 1) usleep(100000);
     cr_assert_eq(rl_test_standin_node_count(&s), 1, "never below --nodes, down to it");
