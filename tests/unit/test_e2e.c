@@ -82,7 +82,8 @@ static void lease_holder(char *out, size_t n) {
         out[0] = '\0';
 }
 
-static void up(void) {
+/* standin_args: the stand-in's cluster shape (NULL: one node) */
+static void up_with(const char *standin_args) {
     cr_assert(rl_test_bindir(), "binaries not found (RL_TEST_BIN or bin/)");
     need_binary("ringleader-operator");
     need_binary("ringleader-worker");
@@ -103,7 +104,8 @@ static void up(void) {
      * from the stand-in: progress every half second */
     char image[1200];
     snprintf(image, sizeof image, "ringleader:*=%s", rl_test_bindir());
-    rl_test_standin_opts so = {.images = {image}, .backoff_s = 1, .env = {"RL_PROGRESS_INTERVAL_S=0.5"}};
+    rl_test_standin_opts so = {.images = {image}, .backoff_s = 1, .env = {"RL_PROGRESS_INTERVAL_S=0.5"},
+                               .extra_args = standin_args};
     cr_assert_eq(rl_test_standin_start_opts(&g.s, &so), 0, "the Kubernetes stand-in did not start");
     char out[8192];
     cr_assert_eq(kubectl("apply -f manifests/crd.yaml", NULL, out, sizeof out), 0, "%s", out);
@@ -129,6 +131,12 @@ static void up(void) {
     start_operator();
 }
 
+static void up(void) { up_with(NULL); }
+
+/* An autoscaled pool: 2 nodes now, up to 4; a pod Unschedulable for 15 s
+ * gets a node (long enough for a round to form on the 2 nodes first). */
+static void up_pool(void) { up_with("--nodes 2 --autoscaler 4 --scale-up-delay 15"); }
+
 static void down(void) {
     stop_operator(SIGTERM);
     stop_pid(&g.op2, SIGTERM);
@@ -138,8 +146,9 @@ static void down(void) {
     else if (g.dir[0]) rl_test_rmdir(g.dir);
 }
 
-/* A CPU TrainingJob on the tiny model. extra: more spec members ("" or ",..."). */
-static void apply_job(const char *name, int replicas, const char *extra, long long steps) {
+/* A CPU TrainingJob on the tiny model, seqs sequences of 32 tokens per
+ * step. extra: more spec members ("" or ",..."). */
+static void apply_job_seqs(const char *name, int replicas, const char *extra, long long steps, int seqs) {
     char y[8192], out[8192];
     snprintf(y, sizeof y,
              "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"%s\"},"
@@ -154,8 +163,12 @@ static void apply_job(const char *name, int replicas, const char *extra, long lo
              "\"checkpoint\":{\"uri\":\"s3://" BUCKET "/%s\",\"every_steps\":20,\"keep\":2},"
              "\"rdzv\":{\"heartbeat_s\":1,\"heartbeat_misses\":5,\"last_call_s\":2,\"lease_s\":3,"
              "\"renew_deadline_s\":2,\"retry_s\":0.5,\"stop_grace_s\":10}}%s}}",
-             name, replicas, g.rgw.endpoint, steps, 32 * SEQS, g.dir, name, extra);
+             name, replicas, g.rgw.endpoint, steps, 32 * seqs, g.dir, name, extra);
     cr_assert_eq(kubectl("apply -f -", y, out, sizeof out), 0, "%s", out);
+}
+
+static void apply_job(const char *name, int replicas, const char *extra, long long steps) {
+    apply_job_seqs(name, replicas, extra, steps, SEQS);
 }
 
 /* kubectl get tj NAME -o jsonpath=... (empty string when absent) */
@@ -446,4 +459,107 @@ Test(e2e, failures_count_against_the_limit_evictions_do_not, .init = up, .fini =
     wait_phase(job, "Running", 90);
     cr_expect_eq(tj_num(job, "{.status.restarts}"), 0);
     cr_expect_eq(tj_num(job, "{.status.preemptions}"), 1, "a suspension is not a preemption");
+}
+
+/* the node a pod is bound to ("" when none) */
+static void node_of(const char *pod, char *out, size_t n) {
+    rl_test_pod p;
+    out[0] = '\0';
+    if (rl_test_standin_pod(&g.s, "default", pod, NULL, &p) == 0 && p.exists) snprintf(out, n, "%s", p.node);
+}
+
+static int nodes_now(void) {
+    char out[4096];
+    if (kubectl("get nodes -o name", NULL, out, sizeof out) != 0) return -1;
+    return count_lines(out);
+}
+
+/* Wait until the job runs `nodes` ready pods in a round newer than `round`. */
+static long long await_round(const char *job, int nodes, long long round, double timeout) {
+    double end = rl_now() + timeout;
+    while ((tj_num(job, "{.status.readyReplicas}") != nodes || tj_num(job, "{.status.round}") <= round) &&
+           rl_now() < end)
+        usleep(300000);
+    char out[16384];
+    kubectl("get pods -o wide", NULL, out, sizeof out);
+    cr_assert_eq(tj_num(job, "{.status.readyReplicas}"), nodes, "ready pods; pods:\n%s", out);
+    cr_assert_gt(tj_num(job, "{.status.round}"), round, "no round after %lld; pods:\n%s", round, out);
+    return tj_num(job, "{.status.round}");
+}
+
+/* The autoscaled, spot path end to end: an elastic 2..4 job, one pod per
+ * node, starts on the 2 nodes that exist; the autoscaler adds nodes for the
+ * Unschedulable pods and the round grows to 4; a spot reclaim (SIGTERM
+ * with a notice, then the node gone) is a preemption: the job checkpoints,
+ * re-forms, resumes, and the replacement gets a new node; at the elastic
+ * minimum a drain is refused by the job's PodDisruptionBudget. */
+Test(e2e, an_autoscaled_spot_pool_grows_survives_a_reclaim_and_refuses_a_drain, .init = up_pool, .fini = down,
+     .timeout = 600) {
+    const char *job = "pool";
+    /* 48 sequences a step: whole micro-batches of 4 on 2, 3 and 4 nodes */
+    apply_job_seqs(job, 4,
+                   ",\"elastic\":{\"minReplicas\":2,\"maxReplicas\":4},"
+                   "\"affinity\":{\"podAntiAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":"
+                   "[{\"topologyKey\":\"kubernetes.io/hostname\",\"labelSelector\":{\"matchLabels\":{\"ringleader.dev/job\":\"pool\"}}}]}}",
+                   100000, 48);
+    char out[16384], node[64];
+    /* 2 nodes: two pods run and form a round, two wait for nodes */
+    wait_phase(job, "Running", 90);
+    wait_step(job, 3, 120);
+    cr_expect_eq(nodes_now(), 2, "the autoscaler added nodes before its delay");
+    rl_test_pod p;
+    cr_assert_eq(rl_test_standin_pod(&g.s, "default", "pool-3", NULL, &p), 0);
+    cr_expect(p.scheduled == 0 && !strcmp(p.sched_reason, "Unschedulable"), "pool-3: %s %s", p.sched_reason,
+              p.sched_message);
+    char *log = malloc(LOG_MAX);
+    cr_assert(log);
+    cr_assert_eq(kubectl("logs pool-0", NULL, log, LOG_MAX), 0, "%.2000s", log);
+    cr_expect(has_line(log, "\"event\":\"round_start\"", "\"nodes\":2"), "no 2-node round:\n%.2000s", log);
+
+    /* the autoscaler adds two nodes; the round grows to 4 */
+    long long round = await_round(job, 4, tj_num(job, "{.status.round}"), 120);
+    cr_expect_eq(nodes_now(), 4);
+    cr_assert_eq(kubectl("get events --field-selector reason=TriggeredScaleUp -o name", NULL, out, sizeof out), 0, "%s", out);
+    cr_expect_geq(count_lines(out), 1, "no TriggeredScaleUp event");
+    long long s = tj_num(job, "{.status.step}");
+    wait_step(job, s + 3, 120);
+
+    /* a spot reclaim of pool-1's node: SIGTERM now, the node gone after
+     * the notice; a preemption, not a failure */
+    node_of("pool-1", node, sizeof node);
+    cr_assert(node[0], "pool-1 is not bound");
+    char path[128];
+    snprintf(path, sizeof path, "/nodes/%s/reclaim", node);
+    cr_assert_eq(rl_test_standin_admin(&g.s, "POST", path, "{\"notice\":15}", out, sizeof out), 200, "%s", out);
+    double end = rl_now() + 60;
+    while (tj_num(job, "{.status.preemptions}") < 1 && rl_now() < end) usleep(300000);
+    cr_expect_geq(tj_num(job, "{.status.preemptions}"), 1, "the reclaim was not counted as a preemption");
+    /* the replacement waits for a node: the reclaimed one goes, a new one comes */
+    round = await_round(job, 4, round, 180);
+    node_of("pool-1", out, sizeof out);
+    cr_expect(out[0] && strcmp(out, node), "pool-1 is back on the reclaimed node %s", node);
+    cr_expect_eq(tj_num(job, "{.status.restarts}"), 0, "a reclaim is not a failure");
+    end = rl_now() + 60;
+    do {
+        kubectl("logs pool-0", NULL, log, LOG_MAX);
+        if (strstr(log, "\"found\":true")) break;
+        usleep(500000);
+    } while (rl_now() < end);
+    cr_expect(strstr(log, "\"found\":true"), "no resume from a checkpoint in pool-0's log:\n%.3000s", log);
+    s = tj_num(job, "{.status.step}");
+    wait_step(job, s + 3, 120);
+
+    /* at the elastic minimum, the PodDisruptionBudget refuses a drain */
+    cr_assert_eq(kubectl("scale tj/pool --replicas=2", NULL, out, sizeof out), 0, "%s", out);
+    await_round(job, 2, round, 120);
+    node_of("pool-0", node, sizeof node);
+    char args[256];
+    snprintf(args, sizeof args, "drain %s --ignore-daemonsets --delete-emptydir-data --timeout=8s", node);
+    cr_expect_neq(kubectl(args, NULL, out, sizeof out), 0, "the drain went through:\n%s", out);
+    cr_expect(strstr(out, "disruption budget"), "kubectl drain:\n%s", out);
+    cr_expect_eq(owned("pods", job), 2);
+    cr_expect_eq(tj_num(job, "{.status.readyReplicas}"), 2);
+    s = tj_num(job, "{.status.step}");
+    wait_step(job, s + 2, 60);
+    free(log);
 }
