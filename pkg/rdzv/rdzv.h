@@ -91,7 +91,15 @@ int rl_store_server_start(const char *host, int port, rl_store_server **out, rl_
 /* The same with a rendezvous secret (len > 0): every connection must pass
  * CHALLENGE + AUTH before any other op but PING; a wrong proof is answered
  * EAUTH, logged (warn, naming the client address and claimed id, never the
- * secret) and the connection closed. Other clients are unaffected. */
+ * secret) and the connection closed. Other clients are unaffected.
+ * Before it authenticated a connection may send only the handshake frames
+ * (connect's PING, CHALLENGE, AUTH) of their exact sizes, judged from the
+ * header before any body is read, and must be through within 5 s; such
+ * connections are capped in all and per source address. Either way an
+ * authenticated (no secret: answered) connection with nothing pending for
+ * 10 minutes is closed, and the store keeps a quarter of RLIMIT_NOFILE
+ * (at least 64) free for the rest of its process (store_server.c's
+ * limits say why). */
 int rl_store_server_start_auth(const char *host, int port, const void *secret, size_t len,
                                rl_store_server **out, rl_err *e);
 int rl_store_server_port(const rl_store_server *s);
@@ -137,7 +145,10 @@ void rl_store_close(rl_store *s);
  * the secret (an impostor at the leader's address) is refused too. The
  * nonces make every proof single-use. A wrong secret on either side is
  * RL_EINPUT "... rendezvous secret ..."; a server without a secret is
- * RL_EINPUT too (a client that has a secret never talks to an open store). */
+ * RL_EINPUT too (a client that has a secret never talks to an open store).
+ * A store that closes the connection during the handshake (its places for
+ * unauthenticated clients full) is connected to again and asked again,
+ * within the client's timeout. */
 int rl_store_auth(rl_store *s, const char *id, const void *secret, size_t len, rl_err *e);
 
 /* Wait until `count` processes have called this with the same key prefix

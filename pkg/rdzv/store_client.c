@@ -28,8 +28,10 @@ struct rl_store {
     int fd;
     int port;
     double timeout;
+    char host[256];
     char peer[300]; /* "host:port", as messages name the store */
     bool broken;
+    bool lost;      /* broken because the store closed or reset the connection */
     char broken_why[200];
 };
 
@@ -175,6 +177,7 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
     if (rc != 0 && got >= 4 && memcmp(hdr, "RLST", 4) != 0) rc = -1;
     if (rc == -1)
         return broken(s, e, RL_EINPUT, "store %s is not a ringleader store (bad magic)", s->peer);
+    s->lost = rc != 0 && rc != RL_ETIMEOUT; /* closed or reset, not just slow */
     if (rc != 0 && send_err)
         return broken(s, e, RL_EPEER, "store %s: connection lost sending %s: %s", s->peer, what,
                       strerror(send_err));
@@ -207,6 +210,7 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
         if (rc == RL_ETIMEOUT)
             return broken(s, e, RL_ETIMEOUT, "store %s: answer to %s incomplete within %.3g s",
                           s->peer, what, budget);
+        s->lost = true;
         return broken(s, e, RL_EPEER, "store %s closed the connection during %s%s%s", s->peer,
                       what, err ? ": " : "", err ? strerror(err) : "");
     }
@@ -225,6 +229,7 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
         return broken(s, e, RL_EINPUT, "store %s rejected %s: %s", s->peer, what, why);
     }
     if (send_err) { /* an answer arrived although the request did not go out whole */
+        s->lost = true;
         free(rp->val);
         rp->val = NULL;
         return broken(s, e, RL_EPEER, "store %s: connection lost sending %s: %s", s->peer,
@@ -327,6 +332,52 @@ static void tune_socket(int fd) {
 #endif
 }
 
+/* Connect and PING, retrying until `deadline` (the server may start later
+ * than its clients, or turn us away while its handshake places are full).
+ * RL_OK with s->fd open; a wrong protocol or version, or a PING that got no
+ * answer, at once; otherwise RL_ETIMEOUT naming the last failure. */
+static int dial(rl_store *s, double deadline, rl_err *e) {
+    double start = rl_now(), backoff = 0.02;
+    char why[160] = "no attempt";
+    for (int attempt = 1;; attempt++) {
+        int fd = -1;
+        if (connect_once(s->host, s->port, deadline, &fd, why, sizeof why) == 0) {
+            tune_socket(fd);
+            s->fd = fd;
+            s->broken = s->lost = false;
+            /* The handshake: proves the peer is a store speaking our version
+             * before anyone trusts it with keys. Give it at least a second
+             * even when the connect used up the budget. */
+            double pdl = fmax(deadline, rl_now() + fmin(1.0, s->timeout));
+            reply rp;
+            rl_err pe = {0};
+            int rc = request(s, RL_STORE_PING, "PING", NULL, 0, NULL, 0, NULL, 0, pdl, &rp, &pe);
+            free(rp.val);
+            if (rc == RL_OK && rp.f.status == RL_STORE_OK) {
+                if (attempt > 1)
+                    rl_log(RL_LOG_DEBUG, "store_connected", "\"attempts\":%d,\"secs\":%.3f",
+                           attempt, rl_now() - start);
+                return RL_OK;
+            }
+            if (s->fd >= 0) close(s->fd);
+            s->fd = -1;
+            s->broken = false;
+            /* A wrong protocol or version will not fix itself: say so now. */
+            if (rc == RL_EINPUT || rc == RL_ETIMEOUT) return rl_errf(e, rc, "%s", pe.msg);
+            if (rc == RL_OK) rc = rl_errf(&pe, RL_EPEER, "PING answered with status %u",
+                                          (unsigned)rp.f.status);
+            snprintf(why, sizeof why, "%.150s", pe.msg);
+        }
+        double now = rl_now();
+        if (now >= deadline) break;
+        sleep_s(fmin(backoff, deadline - now));
+        backoff = fmin(backoff * 2, 0.5);
+        if (rl_now() >= deadline) break;
+    }
+    return rl_errf(e, RL_ETIMEOUT, "store %s unreachable after %g s: %s", s->peer, s->timeout,
+                   why);
+}
+
 int rl_store_connect(const char *host, int port, double timeout_s, rl_store **out, rl_err *e) {
     *out = NULL;
     if (!host || !*host) return rl_errf(e, RL_EINPUT, "store: empty host");
@@ -339,54 +390,16 @@ int rl_store_connect(const char *host, int port, double timeout_s, rl_store **ou
     rl_store *s = calloc(1, sizeof *s);
     if (!s) return rl_errf(e, RL_ENOMEM, "store: out of memory");
     s->fd = -1, s->port = port, s->timeout = timeout_s;
+    snprintf(s->host, sizeof s->host, "%s", host);
     if (strchr(host, ':')) snprintf(s->peer, sizeof s->peer, "[%s]:%d", host, port);
     else snprintf(s->peer, sizeof s->peer, "%s:%d", host, port);
-    double start = rl_now(), deadline = start + timeout_s, backoff = 0.02;
-    char why[160] = "no attempt";
-    for (int attempt = 1;; attempt++) {
-        int fd = -1;
-        if (connect_once(host, port, deadline, &fd, why, sizeof why) == 0) {
-            tune_socket(fd);
-            s->fd = fd;
-            s->broken = false;
-            /* The handshake: proves the peer is a store speaking our version
-             * before anyone trusts it with keys. Give it at least a second
-             * even when the connect used up the budget. */
-            double pdl = fmax(deadline, rl_now() + fmin(1.0, timeout_s));
-            reply rp;
-            rl_err pe = {0};
-            int rc = request(s, RL_STORE_PING, "PING", NULL, 0, NULL, 0, NULL, 0, pdl, &rp, &pe);
-            free(rp.val);
-            if (rc == RL_OK && rp.f.status == RL_STORE_OK) {
-                if (attempt > 1)
-                    rl_log(RL_LOG_DEBUG, "store_connected", "\"attempts\":%d,\"secs\":%.3f",
-                           attempt, rl_now() - start);
-                *out = s;
-                return RL_OK;
-            }
-            if (s->fd >= 0) close(s->fd);
-            s->fd = -1;
-            s->broken = false;
-            /* A wrong protocol or version will not fix itself: say so now. */
-            if (rc == RL_EINPUT || rc == RL_ETIMEOUT) {
-                rc = rl_errf(e, rc, "%s", pe.msg);
-                free(s);
-                return rc;
-            }
-            if (rc == RL_OK) rc = rl_errf(&pe, RL_EPEER, "PING answered with status %u",
-                                          (unsigned)rp.f.status);
-            snprintf(why, sizeof why, "%.150s", pe.msg);
-        }
-        double now = rl_now();
-        if (now >= deadline) break;
-        sleep_s(fmin(backoff, deadline - now));
-        backoff = fmin(backoff * 2, 0.5);
-        if (rl_now() >= deadline) break;
+    int rc = dial(s, rl_now() + timeout_s, e);
+    if (rc != RL_OK) {
+        free(s);
+        return rc;
     }
-    int rc = rl_errf(e, RL_ETIMEOUT, "store %s unreachable after %g s: %s", s->peer, timeout_s,
-                     why);
-    free(s);
-    return rc;
+    *out = s;
+    return RL_OK;
 }
 
 void rl_store_close(rl_store *s) {
@@ -519,11 +532,11 @@ int rl_store_delete(rl_store *s, const char *key, rl_err *e) {
     return RL_OK;
 }
 
-int rl_store_auth(rl_store *s, const char *id, const void *secret, size_t slen, rl_err *e) {
-    char kd[96], what[140];
-    int rc = check_key(s, id, kd, sizeof kd, e);
-    if (rc != RL_OK) return rc;
-    if (!secret || slen == 0) return rl_errf(e, RL_EINPUT, "store %s: empty rendezvous secret", s->peer);
+/* One CHALLENGE + AUTH exchange on the current connection. */
+static int handshake(rl_store *s, const char *id, const char *kd, const void *secret, size_t slen,
+                     rl_err *e) {
+    char what[140];
+    int rc;
     uint8_t cn[32], mac[32];
     if (RAND_bytes(cn, sizeof cn) != 1)
         return rl_errf(e, RL_EINTERNAL, "store %s: no random bytes for a nonce", s->peer);
@@ -563,6 +576,26 @@ int rl_store_auth(rl_store *s, const char *id, const void *secret, size_t slen, 
         return broken(s, e, RL_EINPUT, "store %s accepted us but could not prove it knows the "
                       "rendezvous secret (an impostor at the leader's address?)", s->peer);
     return RL_OK;
+}
+
+int rl_store_auth(rl_store *s, const char *id, const void *secret, size_t slen, rl_err *e) {
+    char kd[96];
+    int rc = check_key(s, id, kd, sizeof kd, e);
+    if (rc != RL_OK) return rc;
+    if (!secret || slen == 0) return rl_errf(e, RL_EINPUT, "store %s: empty rendezvous secret", s->peer);
+    double deadline = rl_now() + s->timeout;
+    bool usable = !s->broken; /* a connection broken earlier stays broken */
+    for (int attempt = 1;; attempt++) {
+        rc = handshake(s, id, kd, secret, slen, e);
+        /* Closed before we were in: a store under a flood of
+         * unauthenticated connections gives the place of the oldest to a
+         * newcomer. Nothing was done on this connection, so connect again. */
+        if (rc != RL_EPEER || !usable || !s->lost || rl_now() >= deadline) return rc;
+        rl_log(RL_LOG_DEBUG, "store_auth_retry", "\"attempt\":%d", attempt);
+        if (s->fd >= 0) close(s->fd);
+        s->fd = -1;
+        if ((rc = dial(s, deadline, e)) != RL_OK) return rc;
+    }
 }
 
 int rl_store_barrier(rl_store *s, const char *key, int count, double timeout_s, rl_err *e) {

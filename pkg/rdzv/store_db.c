@@ -229,6 +229,34 @@ void rl_store_proof_client(const void *secret, size_t slen, const uint8_t *sn, c
     proof(secret, slen, "rl-store-client", sn, 32, cn, cnlen, id, idlen, mac);
 }
 
+rl_store_pre rl_store_judge_unauth(const rl_store_frame *f, const char *peer, rl_err *e) {
+    const char *op = rl_store_op_name(f->op);
+    if (!peer) peer = "?";
+    if (f->op != RL_STORE_PING && f->op != RL_STORE_CHALLENGE && f->op != RL_STORE_AUTH) {
+        rl_errf(e, RL_EINPUT, "store %s: %s before authentication (this store requires the job's "
+                "rendezvous secret)", peer, op);
+        return RL_STORE_PRE_REFUSED;
+    }
+    /* The exact shapes of rl_store_auth's frames and of the connect PING:
+     * every length is bounded here, so nothing larger is ever read. */
+    uint32_t kmin = f->op == RL_STORE_PING ? 0 : 1, kmax = f->op == RL_STORE_PING ? 0 : RL_STORE_MAX_KEY;
+    uint32_t vmin = f->op == RL_STORE_PING ? 0 : f->op == RL_STORE_AUTH ? 32 : RL_STORE_NONCE_MIN;
+    uint32_t vmax = f->op == RL_STORE_PING ? 0 : f->op == RL_STORE_AUTH ? 32 : RL_STORE_NONCE_MAX;
+    const char *field = NULL;
+    uint32_t got = 0, lo = 0, hi = 0;
+    if (f->klen < kmin || f->klen > kmax) field = "key (client id)", got = f->klen, lo = kmin, hi = kmax;
+    else if (f->vlen < vmin || f->vlen > vmax) field = "value", got = f->vlen, lo = vmin, hi = vmax;
+    else if (f->v2len != 0) field = "value2", got = f->v2len;
+    if (!field) return RL_STORE_PRE_OK;
+    if (lo == hi)
+        rl_errf(e, RL_EINPUT, "store %s: %s before authentication: %s is %u bytes, expected %u",
+                peer, op, field, (unsigned)got, (unsigned)lo);
+    else
+        rl_errf(e, RL_EINPUT, "store %s: %s before authentication: %s is %u bytes, expected "
+                "%u..%u", peer, op, field, (unsigned)got, (unsigned)lo, (unsigned)hi);
+    return RL_STORE_PRE_MALFORMED;
+}
+
 static entry *get(rl_store_db *db, const uint8_t *k, uint32_t klen) {
     return *find(db, k, klen, hash_key(db, k, klen));
 }
@@ -302,6 +330,14 @@ rl_store_step_result rl_store_db_step(rl_store_db *db, rl_store_session *sess,
                 (unsigned)f.status);
         return proto_error(out, f.op, e);
     }
+    /* Before authentication the header alone decides, so that a peer
+     * without the secret never gets a body buffered (a 64 MiB SET would
+     * otherwise be read whole before it is refused). */
+    if (db->secret && !sess->authed) {
+        rl_store_pre pre = rl_store_judge_unauth(&f, peer, e);
+        if (pre == RL_STORE_PRE_REFUSED) return deny(out, f.op, st, e);
+        if (pre == RL_STORE_PRE_MALFORMED) return proto_error(out, f.op, e);
+    }
     size_t total = RL_STORE_HEADER_BYTES + (size_t)f.klen + f.vlen + f.v2len;
     if (len < total) {
         st->need = total;
@@ -320,11 +356,6 @@ rl_store_step_result rl_store_db_step(rl_store_db *db, rl_store_session *sess,
         return proto_error(out, f.op, e);
     }
     char idd[96];
-    if (db->secret && !sess->authed && f.op != RL_STORE_CHALLENGE && f.op != RL_STORE_AUTH) {
-        rl_errf(e, RL_EINPUT, "store %s: %s before authentication (this store requires the job's "
-                "rendezvous secret)", peer, op);
-        return deny(out, f.op, st, e);
-    }
     if (f.op == RL_STORE_CHALLENGE && (f.vlen < RL_STORE_NONCE_MIN || f.vlen > RL_STORE_NONCE_MAX)) {
         rl_errf(e, RL_EINPUT, "store %s: CHALLENGE nonce is %u bytes, expected %u..%u", peer,
                 (unsigned)f.vlen, RL_STORE_NONCE_MIN, RL_STORE_NONCE_MAX);

@@ -48,6 +48,25 @@ void rl_store_proof_server(const void *secret, size_t slen, const uint8_t *cn, s
                            const uint8_t *sn, uint8_t mac[32]);
 void rl_store_proof_client(const void *secret, size_t slen, const uint8_t *sn, const uint8_t *cn,
                            size_t cnlen, const void *id, size_t idlen, uint8_t mac[32]);
+/* The largest frame a connection may send before it authenticated (a
+ * CHALLENGE with the longest id and nonce): all a server ever buffers for
+ * a peer that has not proved it knows the secret. */
+#define RL_STORE_HANDSHAKE_MAX (RL_STORE_HEADER_BYTES + RL_STORE_MAX_KEY + RL_STORE_NONCE_MAX)
+
+typedef enum {
+    RL_STORE_PRE_OK = 0,    /* a handshake frame of its exact shape */
+    RL_STORE_PRE_REFUSED,   /* an op that needs authentication: EAUTH */
+    RL_STORE_PRE_MALFORMED, /* a handshake op with the wrong lengths: EPROTO */
+} rl_store_pre;
+/* Judge a parsed request header from a connection that has not
+ * authenticated to a store that wants it, from the 24 header bytes alone
+ * (before any body is read): PING is the header alone, CHALLENGE an id of
+ * 1..RL_STORE_MAX_KEY bytes and a nonce of RL_STORE_NONCE_MIN..MAX, AUTH
+ * an id and a 32-byte proof, none with a second value; every other op is
+ * refused. So an unauthenticated peer can never make the server hold more
+ * than RL_STORE_HANDSHAKE_MAX bytes. e (not for OK) names the client, the
+ * op and the field. Pure; fuzzed. */
+rl_store_pre rl_store_judge_unauth(const rl_store_frame *f, const char *peer, rl_err *e);
 /* "SET", "GET", ... for messages. */
 const char *rl_store_op_name(unsigned op);
 void rl_store_db_free(rl_store_db *db);
@@ -83,6 +102,20 @@ rl_store_step_result rl_store_db_step(rl_store_db *db, rl_store_session *sess,
  * otherwise appends NOTFOUND if `expired` and returns 0; -1 on no memory. */
 int rl_store_db_answer_get(rl_store_db *db, const uint8_t *key, uint32_t klen, bool expired,
                            rl_store_buf *out);
+
+/* The server's limits on connections (store_server.c says why each
+ * default is what it is): tests shorten the clocks. */
+typedef struct rl_store_limits {
+    double handshake_s;   /* accept to authenticated (no secret: to the first answer) */
+    double idle_s;        /* nothing pending this long: closed */
+    double evict_after_s; /* a newcomer over a cap displaces handshakes older than this */
+    int unauth_max;       /* handshaking connections in all */
+    int unauth_per_addr;  /* ... from one source address */
+} rl_store_limits;
+void rl_store_limits_default(rl_store_limits *l);
+/* rl_store_server_start_auth with limits (NULL: the defaults). */
+int rl_store_server_start_limits(const char *host, int port, const void *secret, size_t slen,
+                                 const rl_store_limits *lim, rl_store_server **out, rl_err *e);
 
 /* Printable form of a (possibly binary) key for messages: at most ~80
  * characters, non-printables as \xNN. Returns dst. */

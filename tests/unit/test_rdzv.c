@@ -197,6 +197,73 @@ Test(rdzv_frame, db_step_partial_foreign_and_full) {
     rl_store_db_free(db);
 }
 
+/* Before authentication the header alone decides: nothing bigger than a
+ * handshake frame is ever waited for. */
+static rl_store_step_result step_header(rl_store_db *db, rl_store_session *sess, uint16_t op,
+                                        uint32_t klen, uint32_t vlen, uint32_t v2len,
+                                        rl_store_step *st, rl_store_frame *ans, rl_err *e) {
+    uint8_t hdr[RL_STORE_HEADER_BYTES];
+    rl_store_frame f = {.version = 1, .op = op, .klen = klen, .vlen = vlen, .v2len = v2len};
+    rl_store_frame_encode(hdr, &f);
+    rl_store_buf out = {0};
+    rl_store_step_result r = rl_store_db_step(db, sess, hdr, sizeof hdr, "client 1.2.3.4:5", &out, st, e);
+    memset(ans, 0, sizeof *ans);
+    if (out.len) cr_assert_eq(rl_store_frame_parse(out.p, out.len, "s", ans, e), RL_OK);
+    rl_store_buf_free(&out);
+    return r;
+}
+
+Test(rdzv_frame, unauthenticated_frames_are_judged_from_the_header) {
+    rl_store_db *db = rl_store_db_new(1 << 20);
+    cr_assert(db && rl_store_db_set_secret(db, "s", 1) == 0);
+    rl_store_session sess = {0};
+    rl_store_step st;
+    rl_store_frame a;
+    rl_err e = {0};
+    /* a 64 MiB SET: refused from its 24 header bytes, EAUTH */
+    cr_expect_eq(step_header(db, &sess, RL_STORE_SET, 1, RL_STORE_MAX_VALUE, 0, &st, &a, &e), RL_STORE_STEP_ERROR);
+    cr_expect(a.status == RL_STORE_EAUTH && st.auth_failed && st.used == 0);
+    cr_expect(strstr(e.msg, "client 1.2.3.4:5: SET before authentication"), "%s", e.msg);
+    cr_expect_eq(step_header(db, &sess, RL_STORE_CAS, 1, 0, 5, &st, &a, &e), RL_STORE_STEP_ERROR);
+    cr_expect_eq(a.status, RL_STORE_EAUTH);
+    /* handshake ops of the wrong size: EPROTO naming the field */
+    static const struct { uint16_t op; uint32_t k, v, v2; const char *want; } bad[] = {
+        {RL_STORE_CHALLENGE, 5, 65, 0, "CHALLENGE before authentication: value is 65 bytes, expected 16..64"},
+        {RL_STORE_CHALLENGE, 5, 15, 0, "value is 15 bytes, expected 16..64"},
+        {RL_STORE_CHALLENGE, 0, 32, 0, "key (client id) is 0 bytes, expected 1..1024"},
+        {RL_STORE_AUTH, 5, RL_STORE_MAX_VALUE, 0, "AUTH before authentication: value is 67108864 bytes, expected 32"},
+        {RL_STORE_AUTH, 5, 32, 1, "value2 is 1 bytes"},
+        {RL_STORE_PING, 5, 0, 0, "PING before authentication: key (client id) is 5 bytes, expected 0"},
+        {RL_STORE_PING, 0, 1, 0, "value is 1 bytes, expected 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(step_header(db, &sess, bad[i].op, bad[i].k, bad[i].v, bad[i].v2, &st, &a, &e),
+                     RL_STORE_STEP_ERROR, "case %zu", i);
+        cr_expect(a.status == RL_STORE_EPROTO && strstr(e.msg, bad[i].want), "case %zu: %s", i, e.msg);
+    }
+    /* the real handshake frames wait for their (small) bodies */
+    cr_expect_eq(step_header(db, &sess, RL_STORE_CHALLENGE, RL_STORE_MAX_KEY, RL_STORE_NONCE_MAX, 0, &st, &a, &e),
+                 RL_STORE_STEP_MORE);
+    cr_expect_eq(st.need, RL_STORE_HANDSHAKE_MAX);
+    cr_expect_eq(step_header(db, &sess, RL_STORE_AUTH, 9, 32, 0, &st, &a, &e), RL_STORE_STEP_MORE);
+    cr_expect_eq(step_header(db, &sess, RL_STORE_PING, 0, 0, 0, &st, &a, &e), RL_STORE_STEP_REPLY);
+    /* authenticated, or on an open store, a big value is just a big value */
+    sess.authed = true;
+    cr_expect_eq(step_header(db, &sess, RL_STORE_SET, 1, RL_STORE_MAX_VALUE, 0, &st, &a, &e), RL_STORE_STEP_MORE);
+    cr_expect_eq(st.need, RL_STORE_HEADER_BYTES + 1 + (size_t)RL_STORE_MAX_VALUE);
+    rl_store_db *open = rl_store_db_new(1 << 20);
+    rl_store_session s0 = {0};
+    cr_expect_eq(step_header(open, &s0, RL_STORE_SET, 1, RL_STORE_MAX_VALUE, 0, &st, &a, &e), RL_STORE_STEP_MORE);
+    /* the pure judge itself */
+    rl_store_frame f = {.version = 1, .op = RL_STORE_AUTH, .klen = 1, .vlen = 32};
+    cr_expect_eq(rl_store_judge_unauth(&f, NULL, &e), RL_STORE_PRE_OK);
+    f.op = RL_STORE_GET, f.vlen = 4;
+    cr_expect_eq(rl_store_judge_unauth(&f, NULL, &e), RL_STORE_PRE_REFUSED);
+    cr_expect(strstr(e.msg, "store ?: GET before authentication"), "%s", e.msg);
+    rl_store_db_free(open);
+    rl_store_db_free(db);
+}
+
 Test(rdzv_frame, key_desc_escapes_binary) {
     char d[96];
     cr_expect_str_eq(rl_store_key_desc(d, sizeof d, "a\0b'\n", 5), "a\\x00b\\x27\\x0a");
@@ -981,6 +1048,31 @@ Test(rdzv_auth, ops_before_auth_are_refused_with_a_reason) {
     cr_expect(got >= RL_STORE_HEADER_BYTES + f.vlen && memmem(buf, got, "without a CHALLENGE", 19));
     close(fd);
     rl_store_buf_free(&req);
+    rl_store_server_stop(srv);
+}
+
+Test(rdzv_auth, a_64mib_set_before_auth_is_refused_from_its_header) {
+    int port;
+    rl_store_server *srv = start_auth_server(&port, "right");
+    int fd = raw_connect(port);
+    /* the header announces 64 MiB; not one byte of it follows */
+    uint8_t req[RL_STORE_HEADER_BYTES + 1];
+    rl_store_frame f = {.version = 1, .op = RL_STORE_SET, .klen = 1, .vlen = RL_STORE_MAX_VALUE};
+    rl_store_frame_encode(req, &f);
+    req[24] = 'k';
+    cr_assert_eq(send(fd, req, sizeof req, MSG_NOSIGNAL), (ssize_t)sizeof req);
+    uint8_t buf[512];
+    size_t got = raw_read_all(fd, buf, sizeof buf); /* the answer, then EOF; 3 s at most */
+    rl_store_frame g;
+    rl_err e = {0};
+    cr_assert_eq(rl_store_frame_parse(buf, got, "t", &g, &e), RL_OK, "got %zu bytes: %s", got, e.msg);
+    cr_expect_eq(g.status, RL_STORE_EAUTH);
+    cr_expect(memmem(buf, got, "SET before authentication", 25), "%.*s", (int)got, (char *)buf);
+    close(fd);
+    /* others unaffected */
+    rl_store *c = client(port);
+    cr_expect_eq(rl_store_auth(c, "pod", "right", 5, &e), RL_OK, "%s", e.msg);
+    rl_store_close(c);
     rl_store_server_stop(srv);
 }
 
