@@ -9,7 +9,12 @@
  *    answer is exactly one valid frame with the request's op, a protocol
  *    error ends the connection with an EPROTO frame, the store never holds
  *    more than its bound, and a SET that answered OK is visible to a GET
- *    of the same key with the same bytes. */
+ *    of the same key with the same bytes;
+ *  - before authentication (rl_store_judge_unauth, and the same streams
+ *    through db_step): a header the judge lets through is PING, CHALLENGE
+ *    or AUTH of its exact shape and at most RL_STORE_HANDSHAKE_MAX bytes
+ *    in all; anything else is refused from the header alone, so the
+ *    server is never asked to wait for a bigger frame. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +50,43 @@ static void check_parse(const uint8_t *data, size_t size) {
     free(buf);
 }
 
+/* The pre-authentication judge on the first 24 bytes. */
+static void check_judge(const uint8_t *data, size_t size) {
+    rl_store_frame f;
+    rl_err e = {0};
+    if (size < RL_STORE_HEADER_BYTES || rl_store_frame_parse(data, size, "fuzz", &f, &e) != RL_OK) return;
+    rl_store_pre pre = rl_store_judge_unauth(&f, "fuzz", &e);
+    size_t total = RL_STORE_HEADER_BYTES + (size_t)f.klen + f.vlen + f.v2len;
+    bool shaped = (f.op == RL_STORE_PING && f.klen == 0 && f.vlen == 0) ||
+                  (f.op == RL_STORE_CHALLENGE && f.klen >= 1 && f.vlen >= RL_STORE_NONCE_MIN &&
+                   f.vlen <= RL_STORE_NONCE_MAX) ||
+                  (f.op == RL_STORE_AUTH && f.klen >= 1 && f.vlen == 32);
+    shaped = shaped && f.v2len == 0;
+    if ((pre == RL_STORE_PRE_OK) != shaped) abort();
+    if (pre == RL_STORE_PRE_OK && total > RL_STORE_HANDSHAKE_MAX) abort();
+    if (pre == RL_STORE_PRE_REFUSED &&
+        (f.op == RL_STORE_PING || f.op == RL_STORE_CHALLENGE || f.op == RL_STORE_AUTH))
+        abort();
+    if (pre != RL_STORE_PRE_OK && (strncmp(e.msg, "store fuzz: ", 12) != 0 || strchr(e.msg, '\n') ||
+                                   !strstr(e.msg, "before authentication")))
+        abort();
+}
+
+/* A store that wants a secret, before AUTH, seeing only the header of the
+ * next frame: either it refuses now, or what it waits for is no bigger
+ * than a handshake frame. */
+static void check_header_only(rl_store_db *db, rl_store_session *sess, const uint8_t *in, size_t len) {
+    if (sess->authed || len < RL_STORE_HEADER_BYTES) return;
+    rl_store_session copy = *sess;
+    rl_store_buf out = {0};
+    rl_store_step st;
+    rl_err e = {0};
+    rl_store_step_result r = rl_store_db_step(db, &copy, in, RL_STORE_HEADER_BYTES, "fuzz", &out, &st, &e);
+    if (r == RL_STORE_STEP_MORE && st.need > RL_STORE_HANDSHAKE_MAX) abort();
+    if (r == RL_STORE_STEP_WAIT || (r == RL_STORE_STEP_REPLY && st.op != RL_STORE_PING)) abort();
+    rl_store_buf_free(&out);
+}
+
 /* out must hold exactly one frame with this op; returns its header. */
 static rl_store_frame one_frame(const rl_store_buf *out, uint16_t op) {
     rl_store_frame f;
@@ -73,10 +115,14 @@ static void check_stream(const uint8_t *data, size_t size) {
         rl_store_step st;
         rl_err e = {0};
         out.len = out.off = 0;
+        if (size % 3 == 1) check_header_only(db, &sess, in + pos, size - pos);
+        bool was_authed = sess.authed;
         rl_store_step_result r = rl_store_db_step(db, &sess, in + pos, size - pos, "fuzz", &out, &st, &e);
         if (rl_store_db_bytes(db) > FUZZ_MAX_BYTES) abort();
         if (r == RL_STORE_STEP_MORE) {
             if (out.len != 0 || st.need <= size - pos || st.need < RL_STORE_HEADER_BYTES) abort();
+            /* before AUTH nothing bigger than a handshake frame is waited for */
+            if (size % 3 == 1 && !was_authed && st.need > RL_STORE_HANDSHAKE_MAX) abort();
             break;
         }
         if (r == RL_STORE_STEP_NOMEM) break;
@@ -90,6 +136,7 @@ static void check_stream(const uint8_t *data, size_t size) {
             break; /* the server closes the connection */
         }
         if (st.used < RL_STORE_HEADER_BYTES || st.used > size - pos) abort();
+        if (size % 3 == 1 && !was_authed && st.used > RL_STORE_HANDSHAKE_MAX) abort();
         if (r == RL_STORE_STEP_WAIT) {
             if (out.len != 0 || st.op != RL_STORE_GET || st.wait_ms == 0) abort();
             /* what the server does at the deadline */
@@ -122,6 +169,7 @@ static void check_stream(const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_parse(data, size);
+    check_judge(data, size);
     check_stream(data, size);
     return 0;
 }
