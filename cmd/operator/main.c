@@ -23,13 +23,16 @@ static void usage(FILE *f) {
             "                           [--leader-elect-lease-duration S] [--leader-elect-renew-deadline S]\n"
             "                           [--leader-elect-retry-period S] [--stuck-terminating-seconds S]\n"
             "                           [--kube-api-qps 20] [--kube-api-burst 30]\n"
+            "                           [--metrics-namespace-label KEY=VALUE]\n"
             "       ringleader-operator render -f FILE [--namespace NS]   (see render --help)\n"
             "  Reconciles TrainingJobs (ringleader.dev/v1alpha1) into pods, a headless Service,\n"
             "  RBAC and a rendezvous Secret. In a pod it uses the service account; elsewhere the\n"
             "  kubeconfig. --namespace limits it to those namespaces (default: all). Only the\n"
             "  holder of the Lease (POD_NAMESPACE/ringleader-operator) acts. A pod still there S\n"
             "  seconds (60) after its grace period shows in its job's status as stuck. Its API\n"
-            "  requests are rate-limited client-side (--kube-api-qps/-burst, as client-go's).\n");
+            "  requests are rate-limited client-side (--kube-api-qps/-burst, as client-go's).\n"
+            "  Each job's NetworkPolicy opens its pods' metrics port to the namespaces with that\n"
+            "  label (default " RL_OP_METRICS_NS_DEFAULT "; \"\": any namespace).\n");
 }
 
 static int bad(const char *flag, const char *why) {
@@ -52,13 +55,14 @@ static int parse_num(const char *flag, const char *v, double lo, double hi, doub
 /* ringleader-operator render -f FILE [--namespace NS]: the objects the
  * operator would create for that TrainingJob, as a YAML List on stdout. */
 static int render_main(int argc, char **argv) {
-    const char *file = NULL, *ns = "default";
+    const char *file = NULL, *ns = "default", *metrics_ns = RL_OP_METRICS_NS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if ((!strcmp(a, "-f") || !strcmp(a, "--filename")) && v) file = v, i++;
         else if ((!strcmp(a, "-n") || !strcmp(a, "--namespace")) && v) ns = v, i++;
+        else if (!strcmp(a, "--metrics-namespace-label") && v) metrics_ns = v, i++;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: ringleader-operator render -f FILE [--namespace NS]\n"
+            printf("usage: ringleader-operator render -f FILE [--namespace NS] [--metrics-namespace-label KEY=VALUE]\n"
                    "  Prints, as a YAML List, the objects the operator would create for the TrainingJob\n"
                    "  in FILE (YAML or JSON), without a cluster: its uid and rendezvous secret are\n"
                    "  placeholders. NS (default: default) where the job names none.\n");
@@ -75,8 +79,9 @@ static int render_main(int argc, char **argv) {
     rl_err e = {0};
     char *text = NULL, *yaml = NULL;
     size_t len = 0;
-    int rc = rl_read_file(file, &text, &len, &e);
-    if (!rc) rc = rl_op_render(text, len, file, ns, &yaml, &e);
+    int rc = rl_op_check_label_pair(metrics_ns, "--metrics-namespace-label", &e);
+    if (!rc) rc = rl_read_file(file, &text, &len, &e);
+    if (!rc) rc = rl_op_render(text, len, file, ns, metrics_ns, &yaml, &e);
     if (!rc) fputs(yaml, stdout);
     else fprintf(stderr, "ringleader-operator render: error: %s\n", e.msg);
     free(text);
@@ -87,7 +92,7 @@ static int render_main(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "render")) return render_main(argc - 1, argv + 1);
     const char *kubeconfig = NULL, *lease_name = "ringleader-operator", *lease_ns = getenv("POD_NAMESPACE");
-    const char *level = NULL;
+    const char *level = NULL, *metrics_ns = RL_OP_METRICS_NS_DEFAULT;
     bool elect = true;
     double metrics_port = 8080, resync = 600, lease_s = 15, renew_s = 10, retry_s = 2, stuck = 60, qps = 20, burst = 30;
     char *nsbuf[64];
@@ -133,6 +138,8 @@ int main(int argc, char **argv) {
             lease_ns = v, i++;
         } else if (!strcmp(a, "--log-level") && v) {
             level = v, i++;
+        } else if (!strcmp(a, "--metrics-namespace-label") && v) {
+            metrics_ns = v, i++;
         } else {
             fprintf(stderr, "ringleader-operator: error: unknown or incomplete flag '%s' (see --help)\n", a);
             return 2;
@@ -145,6 +152,11 @@ int main(int argc, char **argv) {
         setenv("RL_LOG_LEVEL", level, 1);
     }
     rl_log_init(-1);
+    rl_err e = {0};
+    if (rl_op_check_label_pair(metrics_ns, "--metrics-namespace-label", &e)) {
+        fprintf(stderr, "ringleader-operator: error: %s\n", e.msg);
+        return 2;
+    }
     if (elect && (!lease_ns || !*lease_ns))
         return bad("--lease-namespace", "needed for leader election (or POD_NAMESPACE from the downward API)");
     char host[256] = "", id[300];
@@ -161,8 +173,7 @@ int main(int argc, char **argv) {
                     .lease_name = lease_name, .lease_ns = lease_ns, .id = id, .resync_s = resync, .stuck_s = stuck,
                     .qps = qps, .burst = (int)burst,
                     .lease_s = lease_s, .renew_deadline_s = renew_s, .retry_s = retry_s,
-                    .metrics_port = (int)metrics_port, .stop = &g_stop};
-    rl_err e = {0};
+                    .metrics_port = (int)metrics_port, .metrics_ns = metrics_ns, .stop = &g_stop};
     int rc = rl_op_run(&o, &e);
     if (rc) {
         fprintf(stderr, "ringleader-operator: error: %s\n", e.msg);

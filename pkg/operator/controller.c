@@ -254,6 +254,7 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
                       .burst = o->burst > 0 ? o->burst : 30};
     if ((rc = rl_k8s_connect(o->kubeconfig, &ko, &c.k, e)) || (rc = rl_op_new(c.k, &c.op, e))) goto out;
     rl_op_set_stuck_after(c.op, o->stuck_s);
+    rl_op_set_metrics_ns(c.op, o->metrics_ns);
     rl_op_use_cache(c.op, c.cache);
     /* served before the election, so a standby replica answers /healthz too */
     if ((rc = rl_metrics_new(&c.m, e)) ||

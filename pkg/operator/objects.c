@@ -131,6 +131,38 @@ cJSON *rl_op_pdb(const rl_op_job *j) {
     return o;
 }
 
+cJSON *rl_op_network_policy(const rl_op_job *j, const char *metrics_ns) {
+    cJSON *o = object(j, "networking.k8s.io/v1", "NetworkPolicy", j->name);
+    cJSON *spec = cJSON_AddObjectToObject(o, "spec");
+    put_str(cJSON_AddObjectToObject(cJSON_AddObjectToObject(spec, "podSelector"), "matchLabels"), RL_OP_LABEL_JOB,
+            j->name);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(spec, "policyTypes"), cJSON_CreateString("Ingress"));
+    cJSON *ingress = cJSON_AddArrayToObject(spec, "ingress");
+    /* peers: every port, since the ring's and NCCL's are chosen at run time */
+    cJSON *peers = cJSON_CreateObject(), *from = cJSON_CreateObject();
+    put_str(cJSON_AddObjectToObject(cJSON_AddObjectToObject(from, "podSelector"), "matchLabels"), RL_OP_LABEL_JOB,
+            j->name);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(peers, "from"), from);
+    cJSON_AddItemToArray(ingress, peers);
+    if (j->metrics_port > 0) {
+        cJSON *scrape = cJSON_CreateObject(), *ns = cJSON_CreateObject();
+        cJSON *sel = cJSON_AddObjectToObject(ns, "namespaceSelector");
+        const char *eq = metrics_ns ? strchr(metrics_ns, '=') : NULL;
+        if (eq) {
+            char key[320];
+            snprintf(key, sizeof key, "%.*s", (int)(eq - metrics_ns), metrics_ns);
+            put_str(cJSON_AddObjectToObject(sel, "matchLabels"), key, eq + 1);
+        }
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(scrape, "from"), ns);
+        cJSON *port = cJSON_CreateObject();
+        put_str(port, "protocol", "TCP");
+        cJSON_AddNumberToObject(port, "port", j->metrics_port);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(scrape, "ports"), port);
+        cJSON_AddItemToArray(ingress, scrape);
+    }
+    return o;
+}
+
 cJSON *rl_op_role_binding(const rl_op_job *j) {
     char name[128];
     suffixed(name, sizeof name, j, "-worker");

@@ -47,6 +47,7 @@ typedef struct rl_op_job {
     long long grace_s;
     bool suspend;
     bool disruptible;        /* spec.disruptible: autoscalers may evict the pods to move them */
+    bool network_policy;     /* spec.networkPolicy (default true): the job's NetworkPolicy */
     int metrics_port, rdzv_port;
     char *training_json;     /* spec.training with rdzv.port set: RINGLEADER_CONFIG */
     /* spec.s3 */
@@ -97,6 +98,14 @@ struct cJSON *rl_op_pod(const rl_op_job *j, int index);
  * node upgrade) may take pods only down to the elastic minimum, and none
  * of a fixed-size job's. */
 struct cJSON *rl_op_pdb(const rl_op_job *j);
+/* Only the job's own pods reach its pods (the rendezvous store, the ring
+ * and NCCL, whose ports are dynamic), and the metrics port is open to the
+ * namespaces labelled metrics_ns ("key=value"; "" any namespace). */
+#define RL_OP_METRICS_NS_DEFAULT "kubernetes.io/metadata.name=monitoring"
+struct cJSON *rl_op_network_policy(const rl_op_job *j, const char *metrics_ns);
+/* metrics_ns as the operator's flag gives it: "" or key=value, a label
+ * key and value the API would take. RL_EINPUT naming `where`. */
+int rl_op_check_label_pair(const char *kv, const char *where, rl_err *e);
 
 /* ---- how a pod stands ---------------------------------------------------------------- */
 typedef enum {
@@ -135,6 +144,7 @@ typedef struct rl_op_opts {
     int burst;                   /* in bursts of up to (30) */
     double lease_s, renew_deadline_s, retry_s; /* 15, 10, 2 */
     int metrics_port;            /* /metrics and /healthz; 0: none */
+    const char *metrics_ns;      /* who may scrape the jobs' pods (RL_OP_METRICS_NS_DEFAULT) */
     const volatile int *stop;
 } rl_op_opts;
 
@@ -147,6 +157,8 @@ typedef struct rl_op rl_op;
 int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e);
 /* When a terminating pod counts as stuck (default 60 s past its grace). */
 void rl_op_set_stuck_after(rl_op *op, double seconds);
+/* The namespaces (key=value, checked) the jobs' NetworkPolicies let scrape metrics. */
+void rl_op_set_metrics_ns(rl_op *op, const char *kv);
 
 /* `ringleader-operator render`: the objects a reconcile would create for
  * each TrainingJob in text (YAML or JSON, documents split by "---"; other
@@ -154,7 +166,8 @@ void rl_op_set_stuck_after(rl_op *op, double seconds);
  * (*yaml, malloc'd), without a cluster; each job's uid and rendezvous
  * secret are placeholders. Refuses what the running operator refuses,
  * naming `where` and the field. */
-int rl_op_render(const char *text, size_t len, const char *where, const char *ns, char **yaml, rl_err *e);
+int rl_op_render(const char *text, size_t len, const char *where, const char *ns, const char *metrics_ns, char **yaml,
+                 rl_err *e);
 int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e);
 void rl_op_free(rl_op *op);
 

@@ -44,6 +44,7 @@ struct rl_op {
     recent_event recent[RECENT_EVENTS];
     int next_recent; /* the slot the next new Event takes (oldest first) */
     double stuck_s;  /* rl_op_set_stuck_after */
+    char metrics_ns[384]; /* rl_op_set_metrics_ns */
     rl_op_cache *cache; /* rl_op_use_cache: reads from memory, else the API */
     char job_rv[64];    /* the job as read: status writes are conditional on it */
     double requeue_s;   /* rl_op_requeue_after: when the last job wants a look again */
@@ -58,8 +59,13 @@ int rl_op_new(rl_k8s *k, rl_op **out, rl_err *e) {
     if (!op) return rl_errf(e, RL_ENOMEM, "out of memory");
     op->k = k;
     op->stuck_s = 60;
+    snprintf(op->metrics_ns, sizeof op->metrics_ns, "%s", RL_OP_METRICS_NS_DEFAULT);
     *out = op;
     return RL_OK;
+}
+
+void rl_op_set_metrics_ns(rl_op *op, const char *kv) {
+    if (kv) snprintf(op->metrics_ns, sizeof op->metrics_ns, "%s", kv);
 }
 
 void rl_op_set_stuck_after(rl_op *op, double seconds) {
@@ -382,6 +388,10 @@ static int ensure_each(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *s
         (rc = ensure(op, j, "rbac.authorization.k8s.io/v1", "roles", rl_op_role(j), conflict, cn, e)) ||
         (rc = ensure(op, j, "rbac.authorization.k8s.io/v1", "rolebindings", rl_op_role_binding(j), conflict, cn, e)) ||
         (rc = ensure(op, j, "policy/v1", "poddisruptionbudgets", rl_op_pdb(j), conflict, cn, e)))
+        return rc;
+    if (j->network_policy &&
+        (rc = ensure(op, j, "networking.k8s.io/v1", "networkpolicies", rl_op_network_policy(j, op->metrics_ns), conflict,
+                     cn, e)))
         return rc;
     return RL_OK;
 }

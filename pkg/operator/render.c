@@ -109,7 +109,7 @@ static void value(FILE *f, const cJSON *v, int indent) {
 
 /* ---- the objects --------------------------------------------------------- */
 /* One TrainingJob's objects onto items. */
-static int render_job(const cJSON *obj, const char *ns, cJSON *items, rl_err *e) {
+static int render_job(const cJSON *obj, const char *ns, const char *metrics_ns, cJSON *items, rl_err *e) {
     cJSON *copy = cJSON_Duplicate(obj, 1);
     cJSON *md = cJSON_GetObjectItemCaseSensitive(copy, "metadata");
     if (copy && cJSON_IsObject(md)) {
@@ -133,6 +133,7 @@ static int render_job(const cJSON *obj, const char *ns, cJSON *items, rl_err *e)
     cJSON_AddItemToArray(items, rl_op_role(&j));
     cJSON_AddItemToArray(items, rl_op_role_binding(&j));
     cJSON_AddItemToArray(items, rl_op_pdb(&j));
+    if (j.network_policy) cJSON_AddItemToArray(items, rl_op_network_policy(&j, metrics_ns));
     for (int i = 0; i < j.replicas; i++) cJSON_AddItemToArray(items, rl_op_pod(&j, i));
     rl_op_job_free(&j);
     cJSON_Delete(copy);
@@ -190,7 +191,8 @@ static bool blank_document(const char *s, size_t n) {
     return true;
 }
 
-int rl_op_render(const char *text, size_t len, const char *where, const char *ns, char **yaml, rl_err *e) {
+int rl_op_render(const char *text, size_t len, const char *where, const char *ns, const char *metrics_ns, char **yaml,
+                 rl_err *e) {
     *yaml = NULL;
     size_t bad = utf8_prefix((const unsigned char *)text, len);
     if (bad < len) {
@@ -213,7 +215,7 @@ int rl_op_render(const char *text, size_t len, const char *where, const char *ns
         if ((rc = rl_k8s_yaml_parse_typed(text + start, end - start, w, &obj, e)) == RL_OK && obj) {
             const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "kind"));
             if (kind && !strcmp(kind, "TrainingJob")) {
-                if ((rc = render_job(obj, ns, items, e))) rl_err_wrap(e, "%s", w);
+                if ((rc = render_job(obj, ns, metrics_ns, items, e))) rl_err_wrap(e, "%s", w);
                 jobs++;
             }
         }

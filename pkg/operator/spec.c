@@ -275,6 +275,21 @@ static bool qualified_name_ok(const char *k) {
     return name_part_ok(name, strlen(name));
 }
 
+int rl_op_check_label_pair(const char *kv, const char *where, rl_err *e) {
+    if (!kv[0]) return RL_OK;
+    const char *eq = strchr(kv, '=');
+    char key[320], esc[96];
+    bool ok = eq && (size_t)(eq - kv) < sizeof key;
+    if (ok) {
+        snprintf(key, sizeof key, "%.*s", (int)(eq - kv), kv);
+        ok = qualified_name_ok(key) && (!eq[1] || name_part_ok(eq + 1, strlen(eq + 1)));
+    }
+    if (!ok)
+        return rl_errf(e, RL_EINPUT, "%s: \"%s\" is not key=value with a label key and value", where,
+                       rl_json_escape(esc, sizeof esc, kv));
+    return RL_OK;
+}
+
 /* The keys the operator writes itself: the selectors of the Service, the
  * PDB and the operator's own caches depend on its labels, and
  * spec.disruptible is the one switch for the autoscalers' annotations. */
@@ -429,8 +444,11 @@ int rl_op_job_parse(const cJSON *obj, rl_op_job *j, rl_err *e) {
     if (gpus > 0 && nproc > gpus)
         return rl_errf(e, RL_EINPUT, "spec.nprocPerNode: %lld trainer processes but gpusPerNode %lld "
                        "(one process per GPU)", nproc, gpus);
-    if ((rc = get_flag(spec, "suspend", &j->suspend, e)) || (rc = get_flag(spec, "disruptible", &j->disruptible, e)))
+    if ((rc = get_flag(spec, "suspend", &j->suspend, e)) || (rc = get_flag(spec, "disruptible", &j->disruptible, e)) ||
+        (rc = get_flag(spec, "networkPolicy", &j->network_policy, e)))
         return rc;
+    /* networkPolicy defaults to true: only an explicit false turns it off */
+    j->network_policy = !cJSON_IsFalse(member(spec, "networkPolicy"));
 
     /* nodes: a fixed-size job is min = max = replicas; an elastic one keeps
      * replicas (what `kubectl scale` sets) inside its range. */

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     char *yaml = NULL;
     rl_err e = {0};
-    int rc = rl_op_render((const char *)data, size, "fuzz.yaml", "default", &yaml, &e);
+    int rc = rl_op_render((const char *)data, size, "fuzz.yaml", "default", RL_OP_METRICS_NS_DEFAULT, &yaml, &e);
     if (rc == RL_OK) {
         cJSON *back = NULL;
         rl_err pe = {0};

@@ -80,6 +80,7 @@ BUILTINS = [
     ResType("discovery.k8s.io", "v1", "endpointslices", "endpointslice", "EndpointSlice", True),
     ResType("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", True, ["pdb"],
             status=True, generation=True),
+    ResType("networking.k8s.io", "v1", "networkpolicies", "networkpolicy", "NetworkPolicy", True, ["netpol"]),
     ResType("rbac.authorization.k8s.io", "v1", "roles", "role", "Role", True),
     ResType("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", True),
     ResType("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", False),
@@ -95,7 +96,7 @@ BUILTINS = [
             False, verbs=["create"]),
 ]
 
-GROUP_ORDER = ["", "apps", "events.k8s.io", "authorization.k8s.io", "rbac.authorization.k8s.io",
+GROUP_ORDER = ["", "apps", "events.k8s.io", "authorization.k8s.io", "networking.k8s.io", "rbac.authorization.k8s.io",
                "coordination.k8s.io", "discovery.k8s.io", "apiextensions.k8s.io"]
 
 def _age(o):

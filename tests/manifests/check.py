@@ -57,6 +57,7 @@ K8S_MIN = "1.30.0"
 # docs/trainingjob.md's defaults (none under spec.training: the worker has its own)
 SPEC_DEFAULTS = {"imagePullPolicy": "IfNotPresent", "replicas": 1, "nprocPerNode": 1, "gpusPerNode": 0,
                  "restartLimit": 3, "terminationGracePeriodSeconds": 60, "suspend": False, "disruptible": False,
+                 "networkPolicy": True,
                  "cleanPodPolicy": "All", "metricsPort": 9090, "rdzvPort": 29400}
 PRINTER_COLUMNS = [("Phase", "string", ".status.phase"), ("Ready", "integer", ".status.readyReplicas"),
                    ("Desired", "integer", ".spec.replicas"), ("Step", "integer", ".status.step"),
@@ -81,6 +82,7 @@ OPERATOR_NEEDS = [("ringleader.dev", "trainingjobs", "get list watch"),
                   ("rbac.authorization.k8s.io", "roles", "get create"),
                   ("rbac.authorization.k8s.io", "rolebindings", "get create"),
                   ("policy", "poddisruptionbudgets", "get create"),
+                  ("networking.k8s.io", "networkpolicies", "get create"),
                   ("coordination.k8s.io", "leases", "get list watch create update"),
                   ("", "events", "create patch")]
 # what the per-job Role grants the workers: the operator must hold it all
@@ -472,7 +474,9 @@ def check_render(operator, path, jobs):
     docs = docs_of_text(out)
     check(len(docs) == 1 and docs[0].get("kind") == "List", where, "not one List")
     items = docs[0].get("items") or []
-    want = sum(6 + (j.get("spec") or {}).get("replicas", 1) for j in jobs)
+    # Service, Secret, ServiceAccount, Role, RoleBinding, PDB, NetworkPolicy (unless off), pods
+    want = sum(6 + ((j.get("spec") or {}).get("networkPolicy", True) is not False) +
+               (j.get("spec") or {}).get("replicas", 1) for j in jobs)
     check(len(items) == want, where, "%d objects, want %d" % (len(items), want))
     for o in items:
         validate_builtin(o, "%s: %s" % (where, ident(o)))

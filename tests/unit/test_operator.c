@@ -265,6 +265,42 @@ Test(operator, pod_metadata_affinity_and_spread_pass_through) {
     }
 }
 
+/* The job's NetworkPolicy: its own pods on every port, metrics from the
+ * operator's namespaces; spec.networkPolicy: false turns it off. */
+Test(operator, network_policy) {
+    cJSON *o = job("{\"image\":\"rl:1\",\"metricsPort\":9191}");
+    rl_op_job j;
+    rl_err e = {0};
+    cr_assert_eq(rl_op_job_parse(o, &j, &e), RL_OK, "%s", e.msg);
+    cr_expect(j.network_policy, "on by default");
+    cJSON *np = rl_op_network_policy(&j, "team=monitoring");
+    char *t = cJSON_PrintUnformatted(np);
+    cr_expect(strstr(t, "\"spec\":{\"podSelector\":{\"matchLabels\":{\"ringleader.dev/job\":\"llama\"}},"
+                        "\"policyTypes\":[\"Ingress\"],\"ingress\":[{\"from\":[{\"podSelector\":{\"matchLabels\":"
+                        "{\"ringleader.dev/job\":\"llama\"}}}]},{\"from\":[{\"namespaceSelector\":{\"matchLabels\":"
+                        "{\"team\":\"monitoring\"}}}],\"ports\":[{\"protocol\":\"TCP\",\"port\":9191}]}]}"),
+              "%s", t);
+    free(t);
+    cJSON_Delete(np);
+    np = rl_op_network_policy(&j, ""); /* any namespace */
+    t = cJSON_PrintUnformatted(np);
+    cr_expect(strstr(t, "{\"from\":[{\"namespaceSelector\":{}}],\"ports\""), "%s", t);
+    free(t);
+    cJSON_Delete(np);
+    rl_op_job_free(&j);
+    cJSON_Delete(o);
+    o = job("{\"image\":\"rl:1\",\"networkPolicy\":false}");
+    cr_assert_eq(rl_op_job_parse(o, &j, &e), RL_OK, "%s", e.msg);
+    cr_expect(!j.network_policy);
+    rl_op_job_free(&j);
+    cJSON_Delete(o);
+    cr_expect_eq(rl_op_check_label_pair("kubernetes.io/metadata.name=monitoring", "--x", &e), RL_OK);
+    cr_expect_eq(rl_op_check_label_pair("", "--x", &e), RL_OK);
+    cr_expect_eq(rl_op_check_label_pair("no-equals", "--x", &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "--x: \"no-equals\" is not key=value"), "%s", e.msg);
+    cr_expect_eq(rl_op_check_label_pair("a=b c", "--x", &e), RL_EINPUT);
+}
+
 Test(operator, the_pod_a_job_wants) {
     cJSON *o = job("{\"image\":\"rl:1\",\"nprocPerNode\":2,\"gpusPerNode\":8,\"terminationGracePeriodSeconds\":45,"
                    "\"elastic\":{\"minReplicas\":2,\"maxReplicas\":4},\"replicas\":3,"

@@ -64,7 +64,8 @@ static const char *resource_of(const char *kind) {
     static const char *const map[][2] = {{"Service", "services"},          {"Secret", "secrets"},
                                          {"ServiceAccount", "serviceaccounts"}, {"Role", "roles"},
                                          {"RoleBinding", "rolebindings"},  {"Pod", "pods"},
-                                         {"PodDisruptionBudget", "poddisruptionbudgets"}};
+                                         {"PodDisruptionBudget", "poddisruptionbudgets"},
+                                         {"NetworkPolicy", "networkpolicies"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(map[i][0], kind)) return map[i][1];
     return NULL;
@@ -73,11 +74,11 @@ static const char *resource_of(const char *kind) {
 Test(render, what_render_prints_the_operator_creates, .timeout = 60) {
     char *yaml = NULL;
     rl_err e = {0};
-    cr_assert_eq(rl_op_render(JOB, strlen(JOB), "job.json", "default", &yaml, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_op_render(JOB, strlen(JOB), "job.json", "default", RL_OP_METRICS_NS_DEFAULT, &yaml, &e), RL_OK, "%s", e.msg);
     cJSON *list = NULL;
     cr_assert_eq(rl_k8s_yaml_parse(yaml, strlen(yaml), "render", &list, &e), RL_OK, "%s\n%s", e.msg, yaml);
     const cJSON *items = cJSON_GetObjectItem(list, "items");
-    cr_assert_eq(cJSON_GetArraySize(items), 6 + 2, "%s", yaml);
+    cr_assert_eq(cJSON_GetArraySize(items), 7 + 2, "%s", yaml);
 
     rl_test_standin s;
     cr_assert_eq(rl_test_standin_start(&s, NULL), 0);
@@ -120,23 +121,23 @@ Test(render, refusals_name_the_file_and_field) {
                       "\"spec\":{\"image\":\"i\",\"replicas\":2,\"elastic\":{\"minReplicas\":3,\"maxReplicas\":2}}}";
     char *yaml = NULL;
     rl_err e = {0};
-    cr_expect_eq(rl_op_render(bad, strlen(bad), "bad.json", NULL, &yaml, &e), RL_EINPUT);
+    cr_expect_eq(rl_op_render(bad, strlen(bad), "bad.json", NULL, "", &yaml, &e), RL_EINPUT);
     cr_expect(yaml == NULL);
     cr_expect(strstr(e.msg, "bad.json") && strstr(e.msg, "spec.elastic.maxReplicas"), "%s", e.msg);
     const char *none = "---\n# only a comment\n---\n{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"s\"}}\n";
-    cr_expect_eq(rl_op_render(none, strlen(none), "none.yaml", NULL, &yaml, &e), RL_EINPUT);
+    cr_expect_eq(rl_op_render(none, strlen(none), "none.yaml", NULL, "", &yaml, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "none.yaml: no TrainingJob"), "%s", e.msg);
     const char *latin1 = "kind: TrainingJob\nmetadata: {name: caf\xe9}\n";
-    cr_expect_eq(rl_op_render(latin1, strlen(latin1), "l1.yaml", NULL, &yaml, &e), RL_EINPUT);
+    cr_expect_eq(rl_op_render(latin1, strlen(latin1), "l1.yaml", NULL, "", &yaml, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "l1.yaml: line 2: not UTF-8"), "%s", e.msg);
     /* what JSON's printer leaves raw but YAML refuses (DEL, a C1 control,
      * U+FFFE) is escaped, and reads back the same */
     const char *odd = "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"x\"},"
                       "\"spec\":{\"image\":\"a\\u007fb\\u0085c\\ufffed\\\"e\",\"replicas\":1}}";
-    cr_assert_eq(rl_op_render(odd, strlen(odd), "odd.json", NULL, &yaml, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_op_render(odd, strlen(odd), "odd.json", NULL, "", &yaml, &e), RL_OK, "%s", e.msg);
     cJSON *back = NULL;
     cr_assert_eq(rl_k8s_yaml_parse(yaml, strlen(yaml), "rendered", &back, &e), RL_OK, "%s\n%s", e.msg, yaml);
-    const cJSON *pod = cJSON_GetArrayItem(cJSON_GetObjectItem(back, "items"), 6);
+    const cJSON *pod = cJSON_GetArrayItem(cJSON_GetObjectItem(back, "items"), 7); /* after the job's 7 objects */
     const cJSON *c0 = cJSON_GetArrayItem(rl_test_json_path(pod, "spec.containers"), 0);
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(c0, "image")), "a\x7f" "b\xc2\x85" "c\xef\xbf\xbe" "d\"e");
     cJSON_Delete(back);
@@ -144,7 +145,7 @@ Test(render, refusals_name_the_file_and_field) {
     /* several documents: the TrainingJobs among them, in one List */
     char two[2048];
     snprintf(two, sizeof two, "%s\n---\n%s\n", none, JOB);
-    cr_assert_eq(rl_op_render(two, strlen(two), "two.yaml", NULL, &yaml, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_op_render(two, strlen(two), "two.yaml", NULL, "", &yaml, &e), RL_OK, "%s", e.msg);
     cr_expect(strstr(yaml, "kind: \"List\"") && strstr(yaml, "name: \"look-1\""), "%s", yaml);
     free(yaml);
 }
