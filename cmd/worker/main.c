@@ -307,6 +307,7 @@ int main(int argc, char **argv) {
         double grace = cfg.ckpt.uri[0] && cfg.ckpt.preempt_budget_s + 5 > 10 ? cfg.ckpt.preempt_budget_s + 5 : 10;
         bool preempted = false;
         rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = grace, .stop = &g_stop,
+                             .secret = getenv(RL_ENV_RDZV_SECRET),
                              .stop_sig = &g_stop_sig, .preempted = &preempted, .stats = so};
         if ((rc = rl_launch(&lo, &e))) return preempted ? RL_EXIT_PREEMPTED : fail("", &e);
         return 0;

@@ -129,6 +129,7 @@ typedef struct rl_launch_opts {
     volatile int *stop_sig;   /* which signal (SIGINT/SIGTERM) to forward */
     bool *preempted;          /* out (optional): a trainer stopped with a checkpoint */
     rl_node_stats_opts stats; /* metrics port, address, peak (the pipe is always made) */
+    const char *secret;       /* RINGLEADER_RDZV_SECRET: the store authenticates its clients; NULL none */
 } rl_launch_opts;
 
 /* Returns RL_OK when every trainer exited 0; otherwise RL_EPEER with a

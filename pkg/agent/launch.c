@@ -9,6 +9,26 @@
 
 #include "agent.h"
 
+/* Node 0's store: on loopback for one node, else on MASTER_ADDR (see
+ * rl_static_store_host); with the job's secret when one is given, and a
+ * warning when a store that other nodes reach has none. */
+static int host_store(const rl_launch_opts *o, rl_store_server **out, rl_err *e) {
+    const rl_node_env *ne = &o->node;
+    char host[256];
+    bool every = rl_static_store_host(ne->master_addr, ne->nnodes == 1, host, sizeof host);
+    bool secret = o->secret && *o->secret;
+    if (every)
+        rl_log(RL_LOG_WARN, "store_every_interface", "\"master_addr\":\"%s\",\"why\":\"it resolves to loopback "
+               "here; other nodes reach it by its real address\"", ne->master_addr);
+    if (ne->nnodes > 1 && !secret)
+        rl_log(RL_LOG_WARN, "store_without_secret", "\"nnodes\":%d,\"why\":\"anyone reaching %s:%d can read and write "
+               "the job's keys: set RINGLEADER_RDZV_SECRET on every node\"", ne->nnodes, host, ne->master_port);
+    int rc = rl_store_server_start_auth(host, ne->master_port, secret ? o->secret : NULL, secret ? strlen(o->secret) : 0,
+                                        out, e);
+    if (rc && ne->nnodes > 1) rl_err_wrap(e, "MASTER_ADDR %s (node 0 hosts the store there)", ne->master_addr);
+    return rc;
+}
+
 int rl_launch(const rl_launch_opts *o, rl_err *e) {
     const rl_node_env *ne = &o->node;
     int n = ne->nproc_per_node, world = ne->nnodes * n;
@@ -16,20 +36,23 @@ int rl_launch(const rl_launch_opts *o, rl_err *e) {
     rl_store_server *server = NULL;
     rl_node_stats *ns = NULL;
     int port = ne->master_port, rc;
+    /* one node: the trainers meet the store on loopback, where it listens */
+    char addr[256];
+    snprintf(addr, sizeof addr, "%s", ne->nnodes == 1 ? "127.0.0.1" : ne->master_addr);
     /* metrics first: a port in use is a configuration error, found before
      * anything starts */
     rl_node_stats_opts so = o->stats;
     so.pipe = true;
     if ((rc = rl_node_stats_start(&so, &ns, e))) return rc;
     if (ne->node_rank == 0) {
-        if ((rc = rl_store_server_start(NULL, ne->master_port, &server, e))) {
+        if ((rc = host_store(o, &server, e))) {
             rl_node_stats_stop(ns);
             return rc;
         }
         port = rl_store_server_port(server);
     }
     rl_group_opts go = {.argv = o->argv, .nproc = n, .rank0 = ne->node_rank * n, .world = world,
-                        .group_rank = ne->node_rank, .master_addr = ne->master_addr,
+                        .group_rank = ne->node_rank, .master_addr = addr,
                         .master_port = port, .stats_fd = rl_node_stats_fd(ns)};
     rl_group *g = NULL;
     if ((rc = rl_group_spawn(&go, &g, e))) {

@@ -56,16 +56,22 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     memset(summary, 0, sizeof *summary);
 
     if ((rc = rl_job_config_check_world(cfg, env->world, "config", e))) return rc;
-    /* Launched by SLURM or by hand, nobody hosts the store: rank 0 does. */
-    const char *hosted = getenv(RL_ENV_STORE_HOSTED);
-    if (env->rank == 0 && !(hosted && *hosted == '1') &&
-        (rc = rl_store_server_start(NULL, env->master_port, &server, e)))
-        return rc;
+    /* Launched by SLURM or by hand, nobody hosts the store: rank 0 does, on
+     * MASTER_ADDR (where the others look for it), with the job's secret. */
+    const char *hosted = getenv(RL_ENV_STORE_HOSTED), *secret = getenv(RL_ENV_RDZV_SECRET);
+    if (env->rank == 0 && !(hosted && *hosted == '1')) {
+        char host[256];
+        /* one node: MASTER_ADDR is this machine whatever it resolves to */
+        if (env->world == env->local_world) snprintf(host, sizeof host, "%s", env->master_addr);
+        else rl_static_store_host(env->master_addr, false, host, sizeof host);
+        size_t sl = secret ? strlen(secret) : 0;
+        if ((rc = rl_store_server_start_auth(host, env->master_port, sl ? secret : NULL, sl, &server, e))) return rc;
+    }
     if ((rc = rl_store_connect(env->master_addr, env->master_port, cfg->dist.timeout_s, &store, e)))
         goto out;
     /* An elastic agent runs each round's trainers under their own key
      * prefix on the leader's store, which wants the job's secret. */
-    const char *prefix = getenv(RL_ENV_STORE_PREFIX), *secret = getenv(RL_ENV_RDZV_SECRET);
+    const char *prefix = getenv(RL_ENV_STORE_PREFIX);
     if (!prefix || !*prefix) prefix = "static";
     char id[32], comm_prefix[300];
     snprintf(id, sizeof id, "rank-%d", env->rank);

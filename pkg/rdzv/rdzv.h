@@ -204,6 +204,14 @@ typedef struct rl_node_env {
 /* Defaults: 1 node, rank 0, master 127.0.0.1:29400. Same error rules. */
 int rl_node_env_read(rl_node_env *env, rl_err *e);
 
+/* Where a static job's store listens (out: a host for rl_store_server_start):
+ * loopback when the job is one node (nothing off the machine needs it),
+ * else MASTER_ADDR's own interface -- except when MASTER_ADDR resolves to
+ * a loopback address here (Debian maps the host name to 127.0.1.1), which
+ * other nodes could not reach: then every interface, and the result is
+ * true so the caller can say so. */
+bool rl_static_store_host(const char *master_addr, bool one_node, char *out, size_t n);
+
 /* First host of a SLURM node list: "node[01-04,7],gpu2" -> "node01",
  * "n[1-2]-ib,x" -> "n1-ib", "rack[1-2]-n[01-04]" -> "rack1-n01" (zero
  * padding kept). The whole list is validated: nested or unbalanced

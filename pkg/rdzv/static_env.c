@@ -2,8 +2,11 @@
  * torchrun, Kubeflow's PyTorchJob and SLURM already provide. Every message
  * names the variable, because a wrong launcher setting is the usual cause
  * and the variable is what the user will grep for. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +50,26 @@ static int copy_host(const char *name, const char *v, char *out, size_t n, rl_er
                            shown(v, b, sizeof b));
     memcpy(out, v, len + 1);
     return RL_OK;
+}
+
+static bool loopback_only(const char *host) {
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, NULL, &hints, &ai) != 0) return false; /* the bind will say why */
+    bool loop = true;
+    for (const struct addrinfo *a = ai; a && loop; a = a->ai_next) {
+        if (a->ai_family == AF_INET)
+            loop = (ntohl(((const struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+        else if (a->ai_family == AF_INET6)
+            loop = IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a->ai_addr)->sin6_addr);
+    }
+    freeaddrinfo(ai);
+    return loop;
+}
+
+bool rl_static_store_host(const char *master_addr, bool one_node, char *out, size_t n) {
+    bool every = !one_node && loopback_only(master_addr);
+    snprintf(out, n, "%s", one_node ? "127.0.0.1" : every ? "0.0.0.0" : master_addr);
+    return every;
 }
 
 /* ---- SLURM node lists ---------------------------------------------------------------- */

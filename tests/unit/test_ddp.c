@@ -483,3 +483,42 @@ Test(ddp, unreachable_master_times_out, .timeout = 60) {
     cr_expect(rl_test_file_has(log, "127.0.0.1:"), "the error does not name the master");
     rl_test_rmdir(dir);
 }
+
+/* A static two-node launch (torchrun --nnodes 2) with RINGLEADER_RDZV_SECRET:
+ * node 0's store answers only clients that prove the secret (before, it
+ * served anyone on every interface), and the job trains through it. */
+Test(ddp, static_nodes_share_a_store_only_with_the_secret, .timeout = 180) {
+    char dir[64], log0[128], log1[128], ps[16];
+    rl_test_arith_dir(dir, sizeof dir, 200000);
+    rl_test_write_job(dir, 6, 2 * 4 * 32, "", "");
+    snprintf(log0, sizeof log0, "%s/node0.log", dir);
+    snprintf(log1, sizeof log1, "%s/node1.log", dir);
+    int port = free_port();
+    snprintf(ps, sizeof ps, "%d", port);
+    setenv("RINGLEADER_RDZV_SECRET", "a-secret-for-this-test-only", 1);
+    const char *a0[] = {"--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+                        "--master-port", ps, NULL};
+    const char *a1[] = {"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+                        "--master-port", ps, NULL};
+    int p0 = rl_test_spawn_worker(dir, log0, -1, 0, 0, a0);
+    /* node 0 alone: its store is up and waits for node 1; a client without
+     * the secret gets nothing from it */
+    rl_store *st = NULL;
+    rl_err e = {0};
+    cr_assert_eq(rl_store_connect("127.0.0.1", port, 30, &st, &e), RL_OK, "%s", e.msg);
+    void *val = NULL;
+    size_t len = 0;
+    cr_expect_neq(rl_store_set(st, "static/intruder", "x", 1, &e), RL_OK, "an unauthenticated SET was taken");
+    cr_expect(strstr(e.msg, "rejected"), "%s", e.msg);
+    rl_store_close(st);
+    cr_assert_eq(rl_store_connect("127.0.0.1", port, 30, &st, &e), RL_OK, "%s", e.msg);
+    cr_expect_neq(rl_store_get(st, "static/comm/0", 0.5, &val, &len, &e), RL_OK, "an unauthenticated GET answered");
+    free(val);
+    rl_store_close(st);
+    int p1 = rl_test_spawn_worker(dir, log1, -1, 0, 0, a1);
+    cr_expect_eq(rl_test_wait_status(p0, 120), 0, "node 0 failed: see %s", log0);
+    cr_expect_eq(rl_test_wait_status(p1, 120), 0, "node 1 failed: see %s", log1);
+    cr_expect_eq(rl_test_last_step(log0), 6);
+    unsetenv("RINGLEADER_RDZV_SECRET");
+    rl_test_rmdir(dir);
+}

@@ -1313,6 +1313,23 @@ Test(rdzv_env, slurm_errors_name_the_variable) {
     expect_env_error("SLURM_LOCALID=4 is not below SLURM_TASKS_PER_NODE=4");
 }
 
+/* Where a static job's store listens: loopback for one node, MASTER_ADDR's
+ * interface for several, every interface only when MASTER_ADDR is loopback
+ * here (other nodes could not reach a loopback store). */
+Test(rdzv_env, static_store_host) {
+    char h[256];
+    cr_expect(!rl_static_store_host("10.1.2.3", true, h, sizeof h));
+    cr_expect_str_eq(h, "127.0.0.1");
+    cr_expect(!rl_static_store_host("10.1.2.3", false, h, sizeof h));
+    cr_expect_str_eq(h, "10.1.2.3");
+    cr_expect(rl_static_store_host("127.0.1.1", false, h, sizeof h));
+    cr_expect_str_eq(h, "0.0.0.0");
+    cr_expect(rl_static_store_host("localhost", false, h, sizeof h));
+    cr_expect_str_eq(h, "0.0.0.0");
+    cr_expect(!rl_static_store_host("fd00::1", false, h, sizeof h));
+    cr_expect_str_eq(h, "fd00::1");
+}
+
 Test(rdzv_env, node_env_defaults_and_forms) {
     clear_env();
     rl_node_env x;
