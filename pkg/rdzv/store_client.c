@@ -23,6 +23,7 @@
 
 #include "rdzv/rdzv.h"
 #include "rdzv/store_db.h"
+#include "rdzv/store_internal.h"
 
 struct rl_store {
     int fd;
@@ -315,14 +316,12 @@ static int connect_once(const char *host, int port, double deadline, int *fd, ch
     return rc;
 }
 
-static void tune_socket(int fd) {
+void rl_store__tune_socket(int fd) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 #ifdef SO_NOSIGPIPE
     setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
 #endif
-    /* A store host that vanishes without a FIN (node lost) should fail a
-     * long GET in seconds, not after the kernel's two hours. */
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 #if defined(TCP_KEEPIDLE) && defined(TCP_KEEPINTVL) && defined(TCP_KEEPCNT)
     int idle = 10, intvl = 5, cnt = 3;
@@ -342,7 +341,7 @@ static int dial(rl_store *s, double deadline, rl_err *e) {
     for (int attempt = 1;; attempt++) {
         int fd = -1;
         if (connect_once(s->host, s->port, deadline, &fd, why, sizeof why) == 0) {
-            tune_socket(fd);
+            rl_store__tune_socket(fd);
             s->fd = fd;
             s->broken = s->lost = false;
             /* The handshake: proves the peer is a store speaking our version

@@ -34,6 +34,7 @@
 
 #include "rdzv/rdzv.h"
 #include "rdzv/store_db.h"
+#include "rdzv/store_internal.h"
 
 #define READ_SLACK (64u << 10)  /* input read beyond the current frame */
 #define OUT_HIGH (256u << 10)   /* stop handling requests while this much is unsent */
@@ -297,24 +298,6 @@ static void log_held(ratelog *r, rl_log_level lvl, const char *event, const char
            rl_json_escape(e1, sizeof e1, peer), rl_json_escape(e2, sizeof e2, why), held);
 }
 
-static void tune_conn(int fd) {
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-#ifdef SO_NOSIGPIPE
-    setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
-#endif
-    /* A client whose host vanished without a FIN while its GET is parked
-     * (the idle clock stops then) is found out in about 25 s instead of
-     * holding its place until the GET's own deadline. */
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-#if defined(TCP_KEEPIDLE) && defined(TCP_KEEPINTVL) && defined(TCP_KEEPCNT)
-    int idle = 10, intvl = 5, cnt = 3;
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-#endif
-}
-
 /* A new connection, admitted: a handshake place and its buffers. Closes
  * fd when there is no memory for it. */
 static void conn_add(rl_store_server *s, int fd, const struct sockaddr *sa, const uint8_t key[16],
@@ -341,7 +324,7 @@ static void conn_add(rl_store_server *s, int fd, const struct sockaddr *sa, cons
     char addr[72];
     sockaddr_str(sa, addr, sizeof addr);
     snprintf(c->peer, sizeof c->peer, "client %s", addr);
-    tune_conn(fd);
+    rl_store__tune_socket(fd);
     s->conns[s->nconns++] = c;
 }
 
