@@ -70,14 +70,24 @@ static bool empty_container(const cJSON *v) {
 }
 
 static void value(FILE *f, const cJSON *v, int indent);
+#define LONG_KEY 160
 
 /* The members of an object, the first one's indentation already written
  * when `first_inline` (a sequence item's "- "). */
 static void members(FILE *f, const cJSON *o, int indent, bool first_inline) {
     for (const cJSON *m = o->child; m; m = m->next) {
         if (m != o->child || !first_inline) fprintf(f, "%*s", indent, "");
-        if (plain_key(m->string)) fputs(m->string, f);
-        else quoted(f, m->string);
+        /* YAML allows an implicit key of at most 1024 characters; a longer
+         * one (escaped, up to 6 per byte) is written as an explicit key */
+        if (strlen(m->string) > LONG_KEY) {
+            fputs("? ", f);
+            quoted(f, m->string);
+            fprintf(f, "\n%*s", indent, "");
+        } else if (plain_key(m->string)) {
+            fputs(m->string, f);
+        } else {
+            quoted(f, m->string);
+        }
         fputc(':', f);
         value(f, m, indent);
     }

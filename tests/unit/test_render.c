@@ -142,6 +142,26 @@ Test(render, refusals_name_the_file_and_field) {
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(c0, "image")), "a\x7f" "b\xc2\x85" "c\xef\xbf\xbe" "d\"e");
     cJSON_Delete(back);
     free(yaml);
+    /* keys past YAML's 1024 characters for an implicit key (fuzz_render
+     * found one) are written as explicit keys, also first in a list item */
+    char longk[1201], big[4096];
+    memset(longk, 'k', 1200);
+    longk[1200] = '\0';
+    snprintf(big, sizeof big,
+             "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"x\"},"
+             "\"spec\":{\"image\":\"i\",\"replicas\":1,\"nodeSelector\":{\"%s\":\"v\"},"
+             "\"topologySpreadConstraints\":[{\"%s\":1,\"maxSkew\":1}]}}", longk, longk);
+    cr_assert_eq(rl_op_render(big, strlen(big), "long.json", NULL, "", &yaml, &e), RL_OK, "%s", e.msg);
+    back = NULL;
+    cr_assert_eq(rl_k8s_yaml_parse(yaml, strlen(yaml), "rendered", &back, &e), RL_OK, "%s", e.msg);
+    pod = cJSON_GetArrayItem(cJSON_GetObjectItem(back, "items"), 7);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(rl_test_json_path(pod, "spec.nodeSelector"), longk)), "v");
+    const cJSON *tsc = cJSON_GetArrayItem(rl_test_json_path(pod, "spec.topologySpreadConstraints"), 0);
+    const cJSON *lk = cJSON_GetObjectItem(tsc, longk);
+    cr_expect(lk && (cJSON_GetNumberValue(lk) == 1 || !strcmp(cJSON_GetStringValue(lk) ? cJSON_GetStringValue(lk) : "", "1")),
+              "%s", yaml);
+    cJSON_Delete(back);
+    free(yaml);
     /* several documents: the TrainingJobs among them, in one List */
     char two[2048];
     snprintf(two, sizeof two, "%s\n---\n%s\n", none, JOB);
