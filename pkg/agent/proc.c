@@ -86,6 +86,8 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
         .rank = env->rank,
         .world = env->world,
         .store = store,
+        .secret = secret,
+        .secret_len = secret ? strlen(secret) : 0,
         .prefix = comm_prefix,
         .host = advertise_host(),
         .timeout_s = cfg->dist.timeout_s,

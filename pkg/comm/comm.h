@@ -39,6 +39,9 @@ typedef struct rl_comm_opts {
     const char *backend; /* "tcp" | "nccl" */
     int rank, world;
     rl_store *store;     /* to exchange addresses / the ncclUniqueId */
+    const void *secret;  /* tcp: the job's rendezvous secret; each ring link proves it
+                            both ways (NULL: links prove nothing but the round) */
+    size_t secret_len;
     const char *prefix;  /* key namespace, unique per round: "round/3/comm" */
     const char *host;    /* tcp: address peers should connect to (default 127.0.0.1) */
     double timeout_s;    /* bound on every blocking step (default 60); tcp: on the time

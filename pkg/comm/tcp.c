@@ -6,10 +6,14 @@
  * records of its two neighbours (a neighbour started with another world
  * size is refused right there), then connects to its right neighbour
  * (rank+1) and accepts its left one (rank-1) in one poll loop, so no order
- * of arrival can deadlock. Each link starts with a hello frame (see
- * tcp_internal.h): the connecting side says who it is, the accepting side
- * checks magic, version, world, rank and round nonce and answers accept or
- * reject; both sides report any difference naming the peer. Data flows one
+ * of arrival can deadlock. Each link starts with a handshake (hello.c,
+ * tcp_internal.h) in which each side proves it knows the job's rendezvous
+ * secret over nonces the other chose, and checks version, world, rank and
+ * round; the connecting side reports any difference naming the peer. The
+ * accepting side takes connections only from the left neighbour's
+ * published address, and closes any that fails its handshake or does not
+ * finish it in HANDSHAKE_S and goes on accepting: a stranger on the port
+ * cannot fail the ring, only the real neighbour's absence can. Data flows one
  * way on each link: we send on `sfd` (to the right) and receive on `rfd`
  * (from the left), so with two ranks the pair holds two connections.
  *
@@ -73,6 +77,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +93,8 @@
 
 #define OPHDR_MAGIC 0x524c4f50u /* 'RLOP' */
 #define OPHDR_BYTES 32
-#define MAX_PENDING 4            /* accepted connections still sending their hello */
+#define MAX_PENDING 8            /* accepted connections still in their handshake */
+#define HANDSHAKE_S 5.0          /* what one of them gets to finish it */
 #define ADDR_LEN 300
 
 enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER };
@@ -207,104 +213,7 @@ static void sockaddr_str(const struct sockaddr *sa, char *out, size_t n) {
     }
 }
 
-/* ---- hello frame (tcp_internal.h) ------------------------------------------- */
-
-uint64_t rl_comm_tcp_nonce(const char *prefix) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = prefix ? prefix : ""; *p; p++) {
-        h ^= (uint8_t)*p;
-        h *= 0x100000001b3ull;
-    }
-    return rl_hash64(h);
-}
-
-void rl_comm_tcp_encode_hello(void *buf, const rl_comm_hello *h) {
-    uint8_t *p = buf;
-    rl_put_be32(p, RL_COMM_HELLO_MAGIC);
-    rl_put_be16(p + 4, h->version);
-    rl_put_be16(p + 6, h->kind);
-    rl_put_be32(p + 8, h->world);
-    rl_put_be32(p + 12, h->rank);
-    rl_put_be64(p + 16, h->nonce);
-    uint32_t probe = RL_COMM_HELLO_PROBE; /* native order on purpose */
-    memcpy(p + 24, &probe, 4);
-    rl_put_be32(p + 28, 0);
-}
-
-int rl_comm_tcp_parse_hello(const void *buf, size_t len, const char *peer, rl_comm_hello *h,
-                            rl_err *e) {
-    const uint8_t *p = buf;
-    if (!peer) peer = "peer";
-    if (!p && len) return rl_errf(e, RL_EINPUT, "hello from %s: NULL buffer", peer);
-    if (len < 4)
-        return rl_errf(e, RL_EINPUT, "hello from %s: truncated (%zu of %d bytes)", peer, len,
-                       RL_COMM_HELLO_BYTES);
-    uint32_t magic = rl_get_be32(p);
-    if (magic != RL_COMM_HELLO_MAGIC)
-        return rl_errf(e, RL_EINPUT,
-                       "hello from %s: bad magic 0x%08x, expected 0x%08x: not a ringleader "
-                       "comm peer (another service on this port?)",
-                       peer, magic, RL_COMM_HELLO_MAGIC);
-    if (len < 6)
-        return rl_errf(e, RL_EINPUT, "hello from %s: truncated (%zu of %d bytes)", peer, len,
-                       RL_COMM_HELLO_BYTES);
-    uint16_t version = rl_get_be16(p + 4);
-    if (version != RL_COMM_HELLO_VERSION)
-        return rl_errf(e, RL_EINPUT,
-                       "hello from %s: comm protocol version %u, this build speaks version %d "
-                       "(different ringleader versions in one job?)",
-                       peer, version, RL_COMM_HELLO_VERSION);
-    if (len != RL_COMM_HELLO_BYTES)
-        return rl_errf(e, RL_EINPUT, "hello from %s: %zu bytes, expected %d", peer, len,
-                       RL_COMM_HELLO_BYTES);
-    uint16_t kind = rl_get_be16(p + 6);
-    if (kind > RL_COMM_HELLO_REJECT)
-        return rl_errf(e, RL_EINPUT, "hello from %s: unknown kind %u", peer, kind);
-    uint32_t world = rl_get_be32(p + 8), rank = rl_get_be32(p + 12);
-    if (world < 1 || world > RL_COMM_MAX_WORLD)
-        return rl_errf(e, RL_EINPUT, "hello from %s: world %u outside 1..%d", peer, world,
-                       RL_COMM_MAX_WORLD);
-    if (rank >= world)
-        return rl_errf(e, RL_EINPUT, "hello from %s: rank %u outside 0..%u", peer, rank,
-                       world - 1);
-    uint32_t probe;
-    memcpy(&probe, p + 24, 4);
-    if (probe != RL_COMM_HELLO_PROBE)
-        return rl_errf(e, RL_EINPUT,
-                       "hello from %s: byte-order probe 0x%08x: the peer stores numbers in "
-                       "another byte order, the ring cannot mix architectures",
-                       peer, probe);
-    if (rl_get_be32(p + 28) != 0)
-        return rl_errf(e, RL_EINPUT, "hello from %s: reserved field is 0x%08x, expected 0",
-                       peer, rl_get_be32(p + 28));
-    if (h) {
-        h->version = version;
-        h->kind = kind;
-        h->world = world;
-        h->rank = rank;
-        h->nonce = rl_get_be64(p + 16);
-    }
-    return RL_OK;
-}
-
-int rl_comm_tcp_check_hello(const rl_comm_hello *h, uint32_t world, int expect_rank,
-                            uint64_t nonce, const char *peer, rl_err *e) {
-    if (!peer) peer = "peer";
-    /* The nonce first: a peer of another round usually differs in world
-     * too, and "another round" is the real cause. */
-    if (h->nonce != nonce)
-        return rl_errf(e, RL_EPEER,
-                       "%s belongs to another job or rendezvous round (nonce %016llx, ours "
-                       "%016llx)",
-                       peer, (unsigned long long)h->nonce, (unsigned long long)nonce);
-    if (h->world != world)
-        return rl_errf(e, RL_EPEER, "%s has world size %u, this rank has %u", peer, h->world,
-                       world);
-    if (expect_rank >= 0 && h->rank != (uint32_t)expect_rank)
-        return rl_errf(e, RL_EPEER, "%s says it is rank %u, expected rank %d", peer, h->rank,
-                       expect_rank);
-    return RL_OK;
-}
+/* ---- address records (tcp_internal.h) ---------------------------------------- */
 
 /* A copy of untrusted text fit for a one-line message: at most 100 bytes,
  * anything but printable ASCII shown as '?'. */
@@ -920,8 +829,10 @@ static const rl_comm_ops tcp_ops = {
 
 /* Listen on an ephemeral port of `host` (falling back to the wildcard
  * address when host is a name of this pod that is not a local address,
- * e.g. behind NAT). */
-static int listen_on(const char *host, size_t sockbuf, int *fd_out, int *port_out, rl_err *e) {
+ * e.g. behind NAT). *src gets the address bound with port 0, for our own
+ * connection to leave from; family AF_UNSPEC after the fallback. */
+static int listen_on(const char *host, size_t sockbuf, int *fd_out, int *port_out,
+                     struct sockaddr_storage *src, rl_err *e) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     int g = getaddrinfo(host, "0", &hints, &ai);
     if (g != 0)
@@ -935,6 +846,8 @@ static int listen_on(const char *host, size_t sockbuf, int *fd_out, int *port_ou
     }
     tune_socket(fd, sockbuf); /* inherited by accepted sockets; window scale is set at SYN */
     int rc = bind(fd, ai->ai_addr, ai->ai_addrlen);
+    memset(src, 0, sizeof *src);
+    if (rc == 0) memcpy(src, ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno == EADDRNOTAVAIL) {
         struct sockaddr_storage any = {0};
         any.ss_family = (sa_family_t)ai->ai_family; /* zero address, port 0: wildcard */
@@ -958,6 +871,8 @@ static int listen_on(const char *host, size_t sockbuf, int *fd_out, int *port_ou
     }
     *port_out = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                          : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (src->ss_family == AF_INET6) ((struct sockaddr_in6 *)src)->sin6_port = 0;
+    if (src->ss_family == AF_INET) ((struct sockaddr_in *)src)->sin_port = 0;
     *fd_out = fd;
     return RL_OK;
 }
@@ -995,279 +910,321 @@ static int get_neighbour(rl_comm *c, const rl_comm_opts *o, int peer, double dea
     return RL_OK;
 }
 
-typedef struct pending {
-    int fd;
-    char peer[64];
-    uint8_t in[RL_COMM_HELLO_BYTES], out[RL_COMM_HELLO_BYTES];
-    size_t got, sent;
-    bool replying;
-} pending;
+/* ---- forming the ring: the link handshakes ------------------------------------------ */
 
-static void close_pending(pending *p) {
-    if (p->fd >= 0) close(p->fd);
-    p->fd = -1;
+/* One end of a link in its handshake (tcp_internal.h): our connection to
+ * the right neighbour, or an accepted connection that may or may not be
+ * the left one. */
+typedef struct hslink {
+    int fd; /* -1: a free slot */
+    bool connecting, up_after_send;
+    rl_comm_hs hs;
+    uint8_t in[RL_COMM_HELLO_BYTES], out[RL_COMM_HELLO_BYTES];
+    size_t got, sent, outlen; /* sent < outlen: writing */
+    double since;             /* accepted at */
+    char peer[ADDR_LEN + 40];
+} hslink;
+
+static bool again(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
+
+/* Move a link's handshake on once poll says it can. 1: the link is up;
+ * 0: not yet; -1: refused or failed, e says why (the caller closes). */
+static int hs_io(const rl_comm_link *l, hslink *L, rl_err *e) {
+    if (L->connecting) {
+        int err = 0;
+        socklen_t el = sizeof err;
+        if (getsockopt(L->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
+        if (err == EINPROGRESS) return 0;
+        if (err)
+            return rl_errf(e, RL_EPEER, "cannot connect to %s: %s%s", L->peer, strerror(err),
+                           err == ECONNREFUSED ? " (is that rank still running?)" : ""),
+                   -1;
+        L->connecting = false;
+    }
+    if (L->sent < L->outlen) {
+        ssize_t n = send(L->fd, L->out + L->sent, L->outlen - L->sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && !again(errno))
+            return rl_errf(e, RL_EPEER, "sending the handshake to %s: %s", L->peer,
+                           strerror(errno)),
+                   -1;
+        if (n > 0) L->sent += (size_t)n;
+        return L->sent == L->outlen && L->up_after_send ? 1 : 0;
+    }
+    ssize_t n = recv(L->fd, L->in + L->got, sizeof L->in - L->got, MSG_DONTWAIT);
+    if (n < 0)
+        return again(errno) ? 0
+                            : (rl_errf(e, RL_EPEER, "reading the handshake of %s: %s", L->peer,
+                                       strerror(errno)),
+                               -1);
+    if (n == 0)
+        return rl_errf(e, RL_EPEER, "%s closed the connection %s", L->peer,
+                       L->hs.accepting ? "during the handshake"
+                                       : "before the handshake ended (it refused us, or failed)"),
+               -1;
+    L->got += (size_t)n;
+    if (!rl_comm_tcp_hello_complete(L->in, L->got)) return 0;
+    size_t outlen;
+    rl_hs_action a = rl_comm_tcp_hs_step(l, &L->hs, L->in, L->got, L->peer, L->out, &outlen, e);
+    L->got = 0;
+    if (a == RL_HS_REFUSE) {
+        /* best effort: an honest peer then knows why */
+        if (outlen) (void)send(L->fd, L->out, outlen, MSG_NOSIGNAL | MSG_DONTWAIT);
+        return -1;
+    }
+    if (a == RL_HS_UP) return 1;
+    L->outlen = outlen, L->sent = 0, L->up_after_send = a == RL_HS_SEND_UP;
+    return hs_io(l, L, e);
 }
 
-/* Connect to the right neighbour and accept the left one, concurrently. */
-static int form_ring(rl_comm *c, tcp *T, int lfd, const char *rhost, int rport, uint64_t nonce,
-                     double deadline, rl_err *e) {
-    enum { C_CONNECTING, C_HELLO, C_REPLY, C_DONE } cs = C_CONNECTING;
-    uint8_t hello[RL_COMM_HELLO_BYTES], reply[RL_COMM_HELLO_BYTES];
-    size_t hsent = 0, rgot = 0;
-    rl_comm_hello me = {.version = RL_COMM_HELLO_VERSION, .kind = RL_COMM_HELLO,
-                        .world = (uint32_t)c->world, .rank = (uint32_t)c->rank, .nonce = nonce};
-    rl_comm_tcp_encode_hello(hello, &me);
-    pending pend[MAX_PENDING];
-    for (int i = 0; i < MAX_PENDING; i++) pend[i].fd = -1;
-    int rc = RL_OK, cfd = -1;
-    char peer_desc[ADDR_LEN + 40];
+/* Addresses as 16 bytes (IPv4 mapped into IPv6), to compare peers. */
+static bool addr16(const struct sockaddr *sa, uint8_t out[16]) {
+    if (sa->sa_family == AF_INET6) {
+        memcpy(out, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+        return true;
+    }
+    if (sa->sa_family != AF_INET) return false;
+    memset(out, 0, 10);
+    out[10] = out[11] = 0xff;
+    memcpy(out + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    return true;
+}
 
-    /* start the connection to the right */
+#define MAX_LEFT_ADDRS 8
+typedef struct ring_setup {
+    int lfd;
+    const char *rhost;
+    int rport;
+    const struct sockaddr_storage *src; /* bind our connection to this (NULL: any) */
+    rl_comm_link right, left;           /* our end of each link */
+    uint8_t left_ip[MAX_LEFT_ADDRS][16]; /* where the left neighbour may connect from */
+    int nleft_ip;
+    double deadline;
+} ring_setup;
+
+/* The addresses the left neighbour's published host stands for: only a
+ * connection from one of them can be the left neighbour. */
+static int resolve_left(rl_comm *c, tcp *T, const char *lhost, ring_setup *rs, rl_err *e) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int g = getaddrinfo(lhost, NULL, &hints, &ai);
+    if (g != 0)
+        return rl_errf(e, RL_EPEER, "rank %d: cannot resolve rank %d's address %s: %s", c->rank,
+                       T->left, T->left_addr, gai_strerror(g));
+    rs->nleft_ip = 0;
+    for (struct addrinfo *p = ai; p && rs->nleft_ip < MAX_LEFT_ADDRS; p = p->ai_next)
+        if (addr16(p->ai_addr, rs->left_ip[rs->nleft_ip])) rs->nleft_ip++;
+    freeaddrinfo(ai);
+    return RL_OK;
+}
+
+static bool from_left(const ring_setup *rs, const struct sockaddr *sa) {
+    uint8_t a[16];
+    if (!addr16(sa, a)) return false;
+    for (int i = 0; i < rs->nleft_ip; i++)
+        if (memcmp(a, rs->left_ip[i], 16) == 0) return true;
+    return false;
+}
+
+/* Start the connection to the right neighbour, from our published address
+ * where we have it, so the neighbour sees the address it expects. */
+static int dial_right(rl_comm *c, tcp *T, const ring_setup *rs, hslink *L, rl_err *e) {
     char portstr[16];
-    snprintf(portstr, sizeof portstr, "%d", rport);
+    snprintf(portstr, sizeof portstr, "%d", rs->rport);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICSERV},
                     *ai = NULL;
-    int g = getaddrinfo(rhost, portstr, &hints, &ai);
+    int g = getaddrinfo(rs->rhost, portstr, &hints, &ai);
     if (g != 0)
         return rl_errf(e, RL_EPEER, "rank %d: cannot resolve rank %d's address %s: %s", c->rank,
                        T->right, T->right_addr, gai_strerror(g));
-    cfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (cfd < 0) {
-        rc = rl_errf(e, RL_EIO, "rank %d: socket(): %s", c->rank, strerror(errno));
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int err = errno;
         freeaddrinfo(ai);
-        return rc;
+        return rl_errf(e, RL_EIO, "rank %d: socket(): %s", c->rank, strerror(err));
     }
-    tune_socket(cfd, T->sockbuf);
-    if (connect(cfd, ai->ai_addr, ai->ai_addrlen) == 0) {
-        cs = C_HELLO;
-    } else if (errno != EINPROGRESS) {
-        rc = rl_errf(e, RL_EPEER, "rank %d: connecting to rank %d (%s): %s", c->rank, T->right,
-                     T->right_addr, strerror(errno));
-        freeaddrinfo(ai);
-        close(cfd);
-        return rc;
-    }
+    tune_socket(fd, T->sockbuf);
+    if (rs->src && rs->src->ss_family == ai->ai_family)
+        (void)bind(fd, (const struct sockaddr *)rs->src,
+                   ai->ai_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                             : sizeof(struct sockaddr_in));
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen), err = errno;
     freeaddrinfo(ai);
-    snprintf(peer_desc, sizeof peer_desc, "rank %d (%s)", T->right, T->right_addr);
+    if (rc != 0 && err != EINPROGRESS) {
+        close(fd);
+        return rl_errf(e, RL_EPEER, "rank %d: connecting to rank %d (%s): %s", c->rank, T->right,
+                       T->right_addr, strerror(err));
+    }
+    L->fd = fd;
+    L->connecting = rc != 0;
+    snprintf(L->peer, sizeof L->peer, "rank %d (%s)", T->right, T->right_addr);
+    uint8_t cn[RL_COMM_NONCE_BYTES];
+    if (RAND_bytes(cn, sizeof cn) != 1) return rl_errf(e, RL_EINTERNAL, "rank %d: no random "
+                                                       "bytes for a nonce", c->rank);
+    rl_comm_tcp_hs_connect(&rs->right, &L->hs, cn, L->out);
+    L->outlen = RL_COMM_HELLO_BYTES;
+    return RL_OK;
+}
 
-    int afd = -1; /* the accepted, verified connection from the left */
-    while (cs != C_DONE || afd < 0) {
+/* What became of the connections that were not the left neighbour: the
+ * ring's timeout message names the last, and the first few are logged. */
+typedef struct refusals {
+    int n;
+    char last[400];
+} refusals;
+
+static void refuse(refusals *rf, hslink *L, const char *why) {
+    if (rf->n++ < 3) {
+        char esc[500];
+        rl_log(RL_LOG_WARN, "comm_connection_refused", "\"reason\":\"%s\"",
+               rl_json_escape(esc, sizeof esc, why));
+    }
+    snprintf(rf->last, sizeof rf->last, "%.399s", why);
+    if (L->fd >= 0) close(L->fd);
+    L->fd = -1;
+}
+
+/* Take one connection from the listening socket into a handshake slot. A
+ * connection from anywhere but the left neighbour's address is closed
+ * before we read a byte; with every slot taken the oldest goes, so idle
+ * connections cannot keep the real peer out. */
+static int take_connection(rl_comm *c, ring_setup *rs, hslink *pend, refusals *rf, rl_err *e) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(rs->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (again(errno) || errno == ECONNABORTED) return RL_OK;
+        return rl_errf(e, RL_EIO, "rank %d: accept: %s", c->rank, strerror(errno));
+    }
+    hslink tmp = {.fd = fd};
+    char where[64], why[200];
+    sockaddr_str((struct sockaddr *)&ss, where, sizeof where);
+    if (!from_left(rs, (struct sockaddr *)&ss)) {
+        snprintf(why, sizeof why, "a connection from %s, not from rank %u's address", where,
+                 rs->left.peer);
+        refuse(rf, &tmp, why);
+        return RL_OK;
+    }
+    hslink *slot = NULL;
+    for (int i = 0; i < MAX_PENDING && !slot; i++)
+        if (pend[i].fd < 0) slot = &pend[i];
+    if (!slot) {
+        slot = &pend[0];
+        for (int i = 1; i < MAX_PENDING; i++)
+            if (pend[i].since < slot->since) slot = &pend[i];
+        snprintf(why, sizeof why, "%.120s: closed unfinished for a newer connection (more than %d "
+                 "in their handshake)", slot->peer, MAX_PENDING);
+        refuse(rf, slot, why);
+    }
+    memset(slot, 0, sizeof *slot);
+    slot->fd = fd;
+    slot->since = rl_now();
+    snprintf(slot->peer, sizeof slot->peer, "a connection from %s", where);
+    uint8_t sn[RL_COMM_NONCE_BYTES];
+    if (RAND_bytes(sn, sizeof sn) != 1) {
+        close(fd);
+        slot->fd = -1;
+        return rl_errf(e, RL_EINTERNAL, "rank %d: no random bytes for a nonce", c->rank);
+    }
+    rl_comm_tcp_hs_accept(&slot->hs, sn);
+    return RL_OK;
+}
+
+static int ring_timeout(rl_comm *c, tcp *T, const hslink *right, bool right_up, bool left_up,
+                        const refusals *rf, rl_err *e) {
+    char a[400] = "", b[900] = "";
+    if (!right_up)
+        snprintf(a, sizeof a, "; %s rank %d (%s)",
+                 right->connecting ? "could not connect to" : "no handshake with", T->right,
+                 T->right_addr);
+    if (!left_up)
+        snprintf(b, sizeof b, "; no handshake from rank %d (%s)", T->left, T->left_addr);
+    if (!left_up && rf->n)
+        snprintf(b + strlen(b), sizeof b - strlen(b), "; refused %d other connection%s, the "
+                 "last: %s", rf->n, rf->n == 1 ? "" : "s", rf->last);
+    return rl_errf(e, RL_ETIMEOUT, "rank %d: forming the ring timed out after %.1f s%s%s",
+                   c->rank, c->timeout_s, a, b);
+}
+
+/* Connect to the right neighbour and accept the left one, concurrently.
+ * Anything wrong on our own connection fails the ring (we dialled the
+ * published address); a connection that is not the left neighbour, or
+ * does not finish its handshake within HANDSHAKE_S, is closed and
+ * accepting goes on, so the ring fails only when the real left neighbour
+ * does not come within the timeout. */
+static int form_ring(rl_comm *c, tcp *T, ring_setup *rs, rl_err *e) {
+    hslink right = {.fd = -1}, pend[MAX_PENDING];
+    for (int i = 0; i < MAX_PENDING; i++) pend[i].fd = -1;
+    refusals rf = {0};
+    int rc = dial_right(c, T, rs, &right, e), afd = -1;
+    bool right_up = false;
+    while (!rc && (!right_up || afd < 0)) {
+        double now = rl_now(), wake = rs->deadline;
+        for (int i = 0; i < MAX_PENDING; i++) {
+            if (pend[i].fd < 0) continue;
+            if (now >= pend[i].since + HANDSHAKE_S) {
+                char why[200];
+                snprintf(why, sizeof why, "%s did not finish its handshake within %.0f s",
+                         pend[i].peer, HANDSHAKE_S);
+                refuse(&rf, &pend[i], why);
+            } else if (pend[i].since + HANDSHAKE_S < wake) {
+                wake = pend[i].since + HANDSHAKE_S;
+            }
+        }
         struct pollfd p[2 + MAX_PENDING];
         int idx[MAX_PENDING];
         nfds_t np = 0;
-        int ic = -1, il = -1;
-        if (cs != C_DONE) {
-            ic = (int)np;
-            p[np++] = (struct pollfd){.fd = cfd, .events = cs == C_REPLY ? POLLIN : POLLOUT};
-        }
+        if (!right_up)
+            p[np++] = (struct pollfd){
+                .fd = right.fd,
+                .events = right.connecting || right.sent < right.outlen ? POLLOUT : POLLIN};
+        int il = -1;
         if (afd < 0) {
             il = (int)np;
-            p[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
-            for (int i = 0; i < MAX_PENDING; i++) {
-                idx[i] = -1;
-                if (pend[i].fd < 0) continue;
-                idx[i] = (int)np;
-                p[np++] = (struct pollfd){.fd = pend[i].fd,
-                                          .events = pend[i].replying ? POLLOUT : POLLIN};
-            }
+            p[np++] = (struct pollfd){.fd = rs->lfd, .events = POLLIN};
         }
-        int r = poll_until(p, np, deadline);
+        for (int i = 0; i < MAX_PENDING; i++) {
+            idx[i] = -1;
+            if (afd >= 0 || pend[i].fd < 0) continue;
+            idx[i] = (int)np;
+            p[np++] = (struct pollfd){
+                .fd = pend[i].fd, .events = pend[i].sent < pend[i].outlen ? POLLOUT : POLLIN};
+        }
+        int r = poll_until(p, np, wake);
         if (r < 0) {
             rc = rl_errf(e, RL_EIO, "rank %d: poll while forming the ring: %s", c->rank,
                          strerror(errno));
-            goto out;
+            break;
         }
         if (r == 0) {
-            char a[400] = "", b[400] = "";
-            if (cs != C_DONE)
-                snprintf(a, sizeof a, "; %s rank %d (%s)",
-                         cs == C_CONNECTING ? "could not connect to"
-                         : cs == C_HELLO    ? "could not send the hello to"
-                                            : "no hello answer from",
-                         T->right, T->right_addr);
-            if (afd < 0)
-                snprintf(b, sizeof b, "; no hello from rank %d (%s)", T->left, T->left_addr);
-            rc = rl_errf(e, RL_ETIMEOUT, "rank %d: forming the ring timed out after %.1f s%s%s",
-                         c->rank, c->timeout_s, a, b);
-            goto out;
+            if (rl_now() >= rs->deadline) rc = ring_timeout(c, T, &right, right_up, afd >= 0, &rf, e);
+            continue;
         }
-        /* --- our connection to the right --- */
-        if (ic >= 0 && p[ic].revents) {
-            if (cs == C_CONNECTING) {
-                int err = 0;
-                socklen_t el = sizeof err;
-                if (getsockopt(cfd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
-                if (err) {
-                    rc = rl_errf(e, RL_EPEER, "rank %d: cannot connect to %s: %s%s", c->rank,
-                                 peer_desc, strerror(err),
-                                 err == ECONNREFUSED ? " (is that rank still running?)" : "");
-                    goto out;
-                }
-                cs = C_HELLO;
+        if (!right_up && p[0].revents) {
+            int k = hs_io(&rs->right, &right, e);
+            if (k < 0) {
+                rc = e->code ? e->code : RL_EPEER;
+                rl_err_wrap(e, "rank %d", c->rank);
+                break;
             }
-            if (cs == C_HELLO) {
-                ssize_t n = send(cfd, hello + hsent, sizeof hello - hsent,
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (n > 0) hsent += (size_t)n;
-                else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                    rc = rl_errf(e, RL_EPEER, "rank %d: sending the hello to %s: %s", c->rank,
-                                 peer_desc, strerror(errno));
-                    goto out;
-                }
-                if (hsent == sizeof hello) cs = C_REPLY;
-            } else if (cs == C_REPLY) {
-                ssize_t n = recv(cfd, reply + rgot, sizeof reply - rgot, MSG_DONTWAIT);
-                if (n == 0) {
-                    rc = rl_errf(e, RL_EPEER, "rank %d: %s closed the connection before "
-                                 "answering our hello (it refused it, or failed)",
-                                 c->rank, peer_desc);
-                    goto out;
-                }
-                if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                    rc = rl_errf(e, RL_EPEER, "rank %d: waiting for the hello answer of %s: %s",
-                                 c->rank, peer_desc, strerror(errno));
-                    goto out;
-                }
-                if (n > 0) rgot += (size_t)n;
-                bool bad_prefix = (rgot >= 4 && rl_get_be32(reply) != RL_COMM_HELLO_MAGIC) ||
-                                  (rgot >= 6 && rl_get_be16(reply + 4) != RL_COMM_HELLO_VERSION);
-                if (rgot == sizeof reply || bad_prefix) {
-                    rl_comm_hello h;
-                    if ((rc = rl_comm_tcp_parse_hello(reply, rgot, peer_desc, &h, e))) {
-                        rl_err_wrap(e, "rank %d", c->rank);
-                        goto out;
-                    }
-                    if (h.kind == RL_COMM_HELLO) {
-                        rc = rl_errf(e, RL_EPEER, "rank %d: %s answered with a hello, not an "
-                                     "accept", c->rank, peer_desc);
-                        goto out;
-                    }
-                    if ((rc = rl_comm_tcp_check_hello(&h, (uint32_t)c->world, T->right, nonce,
-                                                      peer_desc, e))) {
-                        rl_err_wrap(e, "rank %d", c->rank);
-                        goto out;
-                    }
-                    if (h.kind == RL_COMM_HELLO_REJECT) {
-                        rc = rl_errf(e, RL_EPEER, "rank %d: %s rejected our hello", c->rank,
-                                     peer_desc);
-                        goto out;
-                    }
-                    cs = C_DONE;
-                }
-            }
-        }
-        if (afd >= 0) continue;
-        /* --- incoming connections --- */
-        if (p[il].revents) {
-            struct sockaddr_storage ss;
-            socklen_t sl = sizeof ss;
-            int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd >= 0) {
-                int slot = -1;
-                for (int i = 0; i < MAX_PENDING && slot < 0; i++)
-                    if (pend[i].fd < 0) slot = i;
-                if (slot < 0) {
-                    close(fd); /* more strangers than a ring can explain: drop */
-                } else {
-                    pending *q = &pend[slot];
-                    memset(q, 0, sizeof *q);
-                    q->fd = fd;
-                    sockaddr_str((struct sockaddr *)&ss, q->peer, sizeof q->peer);
-                }
-            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-                       errno != ECONNABORTED) {
-                rc = rl_errf(e, RL_EIO, "rank %d: accept: %s", c->rank, strerror(errno));
-                goto out;
-            }
+            right_up = k > 0;
         }
         for (int i = 0; i < MAX_PENDING && afd < 0; i++) {
-            pending *q = &pend[i];
-            if (q->fd < 0 || idx[i] < 0 || !p[idx[i]].revents) continue;
-            char who[ADDR_LEN + 80];
-            snprintf(who, sizeof who, "%s", q->peer);
-            if (q->replying) {
-                ssize_t n = send(q->fd, q->out + q->sent, sizeof q->out - q->sent,
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (n > 0) q->sent += (size_t)n;
-                else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                    rc = rl_errf(e, RL_EPEER, "rank %d: answering the hello of %s: %s",
-                                 c->rank, who, strerror(errno));
-                    goto out;
-                }
-                if (q->sent == sizeof q->out) {
-                    afd = q->fd;
-                    q->fd = -1;
-                }
-                continue;
-            }
-            ssize_t n = recv(q->fd, q->in + q->got, sizeof q->in - q->got, MSG_DONTWAIT);
-            if (n == 0 && q->got == 0) {
-                close_pending(q); /* a probe that connected and left: not a peer */
-                continue;
-            }
-            if (n == 0) {
-                rc = rl_errf(e, RL_EPEER, "rank %d: %s closed the connection after %zu of %d "
-                             "hello bytes", c->rank, who, q->got, RL_COMM_HELLO_BYTES);
-                goto out;
-            }
-            if (n < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-                rc = rl_errf(e, RL_EPEER, "rank %d: reading the hello of %s: %s", c->rank, who,
-                             strerror(errno));
-                goto out;
-            }
-            q->got += (size_t)n;
-            bool bad_prefix = (q->got >= 4 && rl_get_be32(q->in) != RL_COMM_HELLO_MAGIC) ||
-                              (q->got >= 6 && rl_get_be16(q->in + 4) != RL_COMM_HELLO_VERSION);
-            if (q->got < sizeof q->in && !bad_prefix) continue;
-            rl_comm_hello h;
-            /* Not a hello of ours: refuse the ring rather than guess. A
-             * stranger on our port means a misconfiguration to surface. */
-            if ((rc = rl_comm_tcp_parse_hello(q->in, q->got, who, &h, e))) {
-                if (bad_prefix && rl_get_be32(q->in) == RL_COMM_HELLO_MAGIC) {
-                    /* a ringleader of another version: tell it ours */
-                    rl_comm_hello rej = me;
-                    rej.kind = RL_COMM_HELLO_REJECT;
-                    rl_comm_tcp_encode_hello(q->out, &rej);
-                    (void)send(q->fd, q->out, sizeof q->out, MSG_NOSIGNAL | MSG_DONTWAIT);
-                }
-                rl_err_wrap(e, "rank %d: refusing a connection that should come from rank %d",
-                            c->rank, T->left);
-                goto out;
-            }
-            snprintf(who, sizeof who, "%s (says rank %u)", q->peer, h.rank);
-            int crc = h.kind != RL_COMM_HELLO
-                          ? rl_errf(e, RL_EPEER, "%s sent kind %u instead of a hello", who,
-                                    h.kind)
-                          : rl_comm_tcp_check_hello(&h, (uint32_t)c->world, T->left, nonce,
-                                                    who, e);
-            rl_comm_hello ans = me;
-            ans.kind = crc ? RL_COMM_HELLO_REJECT : RL_COMM_HELLO_ACCEPT;
-            rl_comm_tcp_encode_hello(q->out, &ans);
-            if (crc) {
-                /* Best effort: the peer then names the difference too. */
-                (void)send(q->fd, q->out, sizeof q->out, MSG_NOSIGNAL | MSG_DONTWAIT);
-                rc = crc;
-                rl_err_wrap(e, "rank %d: refusing a connection that should come from rank %d",
-                            c->rank, T->left);
-                goto out;
-            }
-            q->replying = true;
-            ssize_t w = send(q->fd, q->out, sizeof q->out, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (w > 0) q->sent = (size_t)w;
-            if (q->sent == sizeof q->out) {
-                afd = q->fd;
-                q->fd = -1;
-            }
+            if (idx[i] < 0 || !p[idx[i]].revents || pend[i].fd < 0) continue;
+            rl_err pe = {0};
+            int k = hs_io(&rs->left, &pend[i], &pe);
+            if (k < 0) refuse(&rf, &pend[i], pe.msg);
+            if (k > 0) afd = pend[i].fd, pend[i].fd = -1;
         }
+        if (afd < 0 && il >= 0 && p[il].revents) rc = take_connection(c, rs, pend, &rf, e);
     }
-    T->sfd = cfd;
-    T->rfd = afd;
-    cfd = -1;
-out:
-    if (cfd >= 0) close(cfd);
-    for (int i = 0; i < MAX_PENDING; i++) close_pending(&pend[i]);
+    if (!rc) {
+        T->sfd = right.fd, T->rfd = afd;
+        right.fd = afd = -1;
+    }
+    if (right.fd >= 0) close(right.fd);
+    if (afd >= 0) close(afd);
+    for (int i = 0; i < MAX_PENDING; i++)
+        if (pend[i].fd >= 0) close(pend[i].fd);
     return rc;
 }
 
@@ -1494,7 +1451,8 @@ int rl_comm_tcp_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
     double deadline = rl_now() + c->timeout_s;
     const char *host = o->host && *o->host ? o->host : "127.0.0.1";
     int port = 0;
-    if ((rc = listen_on(host, T->sockbuf, &lfd, &port, e))) {
+    struct sockaddr_storage src;
+    if ((rc = listen_on(host, T->sockbuf, &lfd, &port, &src, e))) {
         rl_err_wrap(e, "rank %d: comm init", c->rank);
         goto fail;
     }
@@ -1507,17 +1465,24 @@ int rl_comm_tcp_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
         goto fail;
     }
     char rhost[ADDR_LEN], lhost[ADDR_LEN];
-    int rport = 0, lport = 0;
+    int lport = 0;
+    ring_setup rs = {.lfd = lfd, .rhost = rhost, .deadline = deadline,
+                     .src = src.ss_family != AF_UNSPEC ? &src : NULL};
     /* Left first: its record tells whether it agrees on the world size, and
      * with a smaller world than ours our right neighbour may never exist. */
     if ((rc = get_neighbour(c, o, T->left, deadline, T->left_addr, sizeof T->left_addr, lhost,
                             sizeof lhost, &lport, e)))
         goto fail;
     if ((rc = get_neighbour(c, o, T->right, deadline, T->right_addr, sizeof T->right_addr,
-                            rhost, sizeof rhost, &rport, e)))
+                            rhost, sizeof rhost, &rs.rport, e)))
         goto fail;
-    if ((rc = form_ring(c, T, lfd, rhost, rport, rl_comm_tcp_nonce(o->prefix), deadline, e)))
-        goto fail;
+    /* our end of each link: the same secret and round, the other rank */
+    rs.right = (rl_comm_link){.secret = o->secret, .slen = o->secret ? o->secret_len : 0,
+                              .prefix = o->prefix, .world = (uint32_t)c->world,
+                              .rank = (uint32_t)c->rank, .peer = (uint32_t)T->right};
+    rs.left = rs.right;
+    rs.left.peer = (uint32_t)T->left;
+    if ((rc = resolve_left(c, T, lhost, &rs, e)) || (rc = form_ring(c, T, &rs, e))) goto fail;
     close(lfd);
     lfd = -1;
     tune_socket(T->sfd, T->sockbuf);

@@ -1,13 +1,19 @@
 /* libFuzzer target for what a tcp ring peer (or a stranger on its port)
- * controls: the 32-byte hello frame (rl_comm_tcp_parse_hello, then
- * rl_comm_tcp_check_hello) and, when the first byte is 'R', the address
- * record a rank publishes in the store (rl_comm_tcp_parse_record).
+ * controls: a 96-byte handshake frame (rl_comm_tcp_parse_hello, then
+ * rl_comm_tcp_check_hello); when the first byte is 'A' or 'C', a whole
+ * exchange: the rest, cut into frames, is what the accepting or the
+ * connecting end of a link receives (rl_comm_tcp_hs_step); when it is
+ * 'R', the address record a rank publishes in the store
+ * (rl_comm_tcp_parse_record).
  *
- * Besides memory safety it checks the contract: a hello that parses
+ * Besides memory safety it checks the contract: a frame that parses
  * re-encodes to exactly the input bytes (no field is ignored) and has
  * rank < world; a failure is RL_EINPUT with one line naming the peer and
- * leaves the output untouched; a record that parses has a port in 1..65535,
- * a world >= 1 and a non-empty host of printable characters that fits. */
+ * leaves the output untouched; neither end of a link ever comes up without
+ * the secret (which the input cannot know), each answer is a frame of ours
+ * and each refusal one line naming the peer; a record that parses has a
+ * port in 1..65535, a world >= 1 and a non-empty host of printable
+ * characters that fits. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +48,45 @@ static void fuzz_record(const uint8_t *data, size_t size) {
     free(rec);
 }
 
+/* The frames an end of a link receives, 96 bytes at a time (the last may
+ * be short), until it refuses. */
+static void fuzz_exchange(bool accepting, const uint8_t *data, size_t size) {
+    rl_comm_link l = {.secret = "fuzz secret", .slen = 11, .prefix = "round/3/comm",
+                      .world = 4, .rank = 2, .peer = accepting ? 1 : 3};
+    uint8_t nonce[RL_COMM_NONCE_BYTES] = {0x42}, out[RL_COMM_HELLO_BYTES];
+    rl_comm_hs hs;
+    if (accepting) rl_comm_tcp_hs_accept(&hs, nonce);
+    else rl_comm_tcp_hs_connect(&l, &hs, nonce, out);
+    while (size > 0) {
+        size_t n = size < RL_COMM_HELLO_BYTES ? size : RL_COMM_HELLO_BYTES;
+        uint8_t *frame = malloc(n); /* exact size: ASan sees any over-read */
+        if (!frame) return;
+        memcpy(frame, data, n);
+        data += n, size -= n;
+        rl_err e = {0};
+        size_t outlen = 99;
+        rl_hs_action a = rl_comm_tcp_hs_step(&l, &hs, frame, n, "10.0.0.9:4711", out, &outlen, &e);
+        free(frame);
+        if (a == RL_HS_UP || a == RL_HS_SEND_UP) abort(); /* up without the secret */
+        if (outlen != 0 && outlen != RL_COMM_HELLO_BYTES) abort();
+        rl_comm_hello h;
+        if (outlen && rl_comm_tcp_parse_hello(out, outlen, "self", &h, &e)) abort();
+        if (a == RL_HS_REFUSE) {
+            if (e.code != RL_EINPUT && e.code != RL_EPEER) abort();
+            one_line(&e, "10.0.0.9:4711");
+            return;
+        }
+        if (a != RL_HS_SEND || !outlen) abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 0 && data[0] == 'R') {
         fuzz_record(data + 1, size - 1);
+        return 0;
+    }
+    if (size > 0 && (data[0] == 'A' || data[0] == 'C')) {
+        fuzz_exchange(data[0] == 'A', data + 1, size - 1);
         return 0;
     }
     /* A heap copy of exactly size bytes lets ASan catch any over-read. */

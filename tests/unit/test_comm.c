@@ -59,6 +59,7 @@ typedef struct tctx {
     double timeout;
     size_t chunk;
     int shm; /* comm opts.shm: 0 same-host links use shared memory, -1 TCP only */
+    const char *secret; /* comm opts.secret (NULL: none) */
     rl_store *store;
     cres *res;
     shared *sh;
@@ -77,6 +78,7 @@ typedef struct group {
     const void *arg;
     parent_fn parent; /* runs in the parent while the children run (optional) */
     const char *host; /* comm host (NULL: the default, 127.0.0.1) */
+    const char *secret; /* every rank's comm secret (NULL: none) */
     double limit_s;   /* children still running after this are a hang */
 } group;
 
@@ -99,6 +101,7 @@ static int failf(tctx *cx, const char *fmt, ...) {
 static int tc_init_as(tctx *cx, int world, rl_comm **c, rl_err *e) {
     rl_comm_opts o = {.backend = "tcp", .rank = cx->rank, .world = world, .store = cx->store,
                       .prefix = cx->prefix, .host = cx->host, .timeout_s = cx->timeout,
+                      .secret = cx->secret, .secret_len = cx->secret ? strlen(cx->secret) : 0,
                       .chunk_bytes = cx->chunk, .shm = cx->shm};
     return rl_comm_init(&o, c, e);
 }
@@ -165,6 +168,7 @@ static shared *run_group(const group *g) {
             int port = read_port(pipes[r][0]);
             if (port <= 0) _exit(1);
             tctx cx = {.rank = r, .world = g->world, .port = port, .host = g->host,
+                       .secret = g->secret,
                        .timeout = g->timeout,
                        .chunk = g->chunk, .shm = g->shm, .res = &sh->r[r], .sh = sh, .arg = g->arg};
             snprintf(cx.prefix, sizeof cx.prefix, "%s", prefix);
@@ -831,34 +835,116 @@ Test(comm_fault, different_collectives_are_detected, .timeout = 30) {
     }
 }
 
-/* ---- a fake rank 1 speaking a broken protocol ----------------------------------- */
+/* ---- strangers and impostors during ring formation -------------------------------- */
 
-enum { SAY_HELLO, SAY_GARBAGE, SAY_V2, SAY_OTHER_ROUND, SAY_REJECT, SAY_NOTHING };
+/* A fake rank 1 beside a real rank 0 (world 2). As rank 0's left it
+ * connects and says `out`; rank 0 must close that connection and go on
+ * waiting, so its ring times out naming the refusal (a stranger cannot
+ * fail the ring quickly; the real peer never came). As rank 0's right it
+ * answers rank 0's hello with `reply`; rank 0 dialled the published
+ * address, so it fails at once naming what it got. */
+enum { SAY_HELLO, SAY_GARBAGE, SAY_V2, SAY_OTHER_ROUND, SAY_REJECT, SAY_NOTHING, SAY_FORGED,
+       SAY_IMPOSTOR };
 typedef struct fake_case {
     int out;   /* what the fake sends on its connection to rank 0 */
     int reply; /* how it answers rank 0's hello */
+    bool fast; /* rank 0 must fail within 3 s (else: at its timeout) */
+    bool rejected; /* the fake must get a REJECT on its own connection */
     const char *want[3]; /* substrings of rank 0's error */
 } fake_case;
+
+#define FAKE_SECRET "the job's secret"
+#define FAKE_WRONG "not the job's secret"
 
 static int wait_fd(int fd, short ev, double s) {
     struct pollfd p = {.fd = fd, .events = ev};
     return poll(&p, 1, (int)(s * 1000)) == 1;
 }
 
-static void fake_frame(int what, const char *prefix, uint8_t *out, size_t *len) {
-    rl_comm_hello h = {.version = RL_COMM_HELLO_VERSION, .kind = RL_COMM_HELLO, .world = 2,
-                       .rank = 1, .nonce = rl_comm_tcp_nonce(prefix)};
-    *len = RL_COMM_HELLO_BYTES;
-    switch (what) {
-    case SAY_GARBAGE:
-        *len = (size_t)snprintf((char *)out, 64, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-        return;
-    case SAY_V2: h.version = RL_COMM_HELLO_VERSION + 1; break;
-    case SAY_OTHER_ROUND: h.nonce = rl_comm_tcp_nonce("round/0/comm"); break;
-    case SAY_REJECT: h.kind = RL_COMM_HELLO_REJECT; break;
-    case SAY_NOTHING: *len = 0; return;
+/* Read one whole handshake frame (false: EOF, error or 5 s of silence). */
+static bool read_frame(int fd, uint8_t in[RL_COMM_HELLO_BYTES]) {
+    size_t got = 0;
+    while (got < RL_COMM_HELLO_BYTES && wait_fd(fd, POLLIN, 5)) {
+        ssize_t n = recv(fd, in + got, RL_COMM_HELLO_BYTES - got, 0);
+        if (n <= 0) return false;
+        got += (size_t)n;
     }
+    return got == RL_COMM_HELLO_BYTES;
+}
+
+static rl_comm_link fake_link(const char *prefix, const char *secret, uint32_t peer) {
+    return (rl_comm_link){.secret = secret, .slen = secret ? strlen(secret) : 0,
+                          .prefix = prefix, .world = 2, .rank = 1, .peer = peer};
+}
+
+/* What a forger without the secret sends after a challenge: a well-formed
+ * PROOF with a mac under its own key. */
+static void forge_proof(const rl_comm_link *l, const uint8_t cn[32], const uint8_t challenge[96],
+                        uint8_t out[96]) {
+    rl_comm_hello h = {.version = RL_COMM_HELLO_VERSION, .kind = RL_COMM_HELLO_PROOF,
+                       .world = l->world, .rank = l->rank, .round = rl_comm_tcp_round(l->prefix)};
+    memcpy(h.nonce, cn, 32);
+    rl_comm_tcp_proof(l, false, l->peer, l->rank, cn, challenge + 32, h.mac);
     rl_comm_tcp_encode_hello(out, &h);
+}
+
+/* The fake as rank 0's left: `what` on a fresh connection to rank 0.
+ * Returns the kind of rank 0's first answer, -1 for none. */
+static int fake_connect(int what, const char *prefix, int port0) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port0),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(s, (struct sockaddr *)&to, sizeof to) != 0) return close(s), -1;
+    uint8_t out[RL_COMM_HELLO_BYTES], in[RL_COMM_HELLO_BYTES], cn[32] = {7};
+    rl_comm_link l = fake_link(what == SAY_OTHER_ROUND ? "round/0/comm" : prefix,
+                               what == SAY_FORGED ? FAKE_WRONG : FAKE_SECRET, 0);
+    rl_comm_hs hs;
+    rl_comm_tcp_hs_connect(&l, &hs, cn, out);
+    size_t len = sizeof out;
+    if (what == SAY_GARBAGE)
+        len = (size_t)snprintf((char *)out, sizeof out, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    if (what == SAY_V2) rl_put_be16(out + 4, RL_COMM_HELLO_VERSION + 1);
+    if (what == SAY_NOTHING) len = 0;
+    if (len) (void)send(s, out, len, MSG_NOSIGNAL);
+    int kind = -1;
+    if (read_frame(s, in)) {
+        kind = rl_get_be16(in + 6);
+        /* a forger answers the challenge with a proof it cannot make */
+        if (what == SAY_FORGED && kind == RL_COMM_HELLO_CHALLENGE) {
+            forge_proof(&l, cn, in, out);
+            (void)send(s, out, sizeof out, MSG_NOSIGNAL);
+            if (read_frame(s, in)) kind = rl_get_be16(in + 6);
+        }
+    }
+    /* linger until rank 0 gives up on us */
+    while (wait_fd(s, POLLIN, 5) && recv(s, in, sizeof in, 0) > 0) {
+    }
+    close(s);
+    return kind;
+}
+
+/* The fake as rank 0's right: answer rank 0's hello with `reply`. */
+static void fake_answer(int reply, const char *prefix, int a) {
+    uint8_t in[RL_COMM_HELLO_BYTES], out[RL_COMM_HELLO_BYTES], sn[32] = {9};
+    if (!read_frame(a, in)) return;
+    rl_comm_link l = fake_link(prefix, reply == SAY_IMPOSTOR ? FAKE_WRONG : FAKE_SECRET, 0);
+    rl_comm_hs hs;
+    rl_comm_tcp_hs_accept(&hs, sn);
+    rl_err e;
+    size_t ol = 0;
+    if (reply == SAY_GARBAGE) {
+        ol = (size_t)snprintf((char *)out, sizeof out, "HTTP/1.1 400 Bad Request\r\n\r\n");
+    } else if (rl_comm_tcp_hs_step(&l, &hs, in, sizeof in, "rank 0", out, &ol, &e) != RL_HS_SEND) {
+        return;
+    } else if (reply == SAY_REJECT) {
+        rl_put_be16(out + 6, RL_COMM_HELLO_REJECT);
+        memset(out + 32, 0, 64);
+    }
+    (void)send(a, out, ol, MSG_NOSIGNAL);
+    /* an honest answer goes on to accept rank 0's proof */
+    if (reply == SAY_HELLO && read_frame(a, in) &&
+        rl_comm_tcp_hs_step(&l, &hs, in, sizeof in, "rank 0", out, &ol, &e) == RL_HS_SEND_UP)
+        (void)send(a, out, ol, MSG_NOSIGNAL);
 }
 
 static int child_fake(tctx *cx) {
@@ -877,7 +963,12 @@ static int child_fake(tctx *cx) {
         for (int k = 0; k < 3 && fc->want[k]; k++)
             CHECK(cx, strstr(cx->res->msg, fc->want[k]), "message lacks \"%s\": %s", fc->want[k],
                   cx->res->msg);
-        CHECK(cx, dt < 3.0, "took %.2f s to refuse (timeout %.0f s)", dt, cx->timeout);
+        CHECK(cx, !strstr(cx->res->msg, FAKE_SECRET), "the secret is in: %s", cx->res->msg);
+        if (fc->fast)
+            CHECK(cx, dt < 3.0, "took %.2f s to refuse (timeout %.0f s)", dt, cx->timeout);
+        else
+            CHECK(cx, dt >= cx->timeout - 0.5, "gave up after %.2f s, before its timeout "
+                  "(%.0f s): a stranger failed the ring", dt, cx->timeout);
         return 0;
     }
     /* the fake: listen, publish, then answer and connect like a rank would */
@@ -897,46 +988,23 @@ static int child_fake(tctx *cx) {
     CHECK(cx, rl_store_get(cx->store, key, 5, &val, &vlen, &e) == 0, "fake: %s", e.msg);
     int port0 = atoi(strrchr((char *)val, ':') + 1);
     free(val);
-    uint8_t buf[64];
-    size_t len;
-    /* 1. rank 0 connects to us (we are its right): read its hello, answer */
+    int rc = 0;
     if (wait_fd(lfd, POLLIN, 5)) {
         int a = accept(lfd, NULL, NULL);
-        uint8_t in[RL_COMM_HELLO_BYTES];
-        size_t got = 0;
-        while (got < sizeof in && wait_fd(a, POLLIN, 5)) {
-            ssize_t n = recv(a, in + got, sizeof in - got, 0);
-            if (n <= 0) break;
-            got += (size_t)n;
-        }
-        int reply = fc->reply;
-        fake_frame(reply, cx->prefix, buf, &len);
-        if (reply == SAY_HELLO) { /* a proper accept */
-            rl_comm_hello h = {.version = RL_COMM_HELLO_VERSION, .kind = RL_COMM_HELLO_ACCEPT, .world = 2, .rank = 1,
-                               .nonce = rl_comm_tcp_nonce(cx->prefix)};
-            rl_comm_tcp_encode_hello(buf, &h);
-        }
-        if (len) (void)send(a, buf, len, MSG_NOSIGNAL);
-        /* 2. connect to rank 0 (we are its left) and say our piece */
-        int s = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port0),
-                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        if (connect(s, (struct sockaddr *)&to, sizeof to) == 0) {
-            fake_frame(fc->out, cx->prefix, buf, &len);
-            if (len) (void)send(s, buf, len, MSG_NOSIGNAL);
-            /* linger until rank 0 gives up on us */
-            while (wait_fd(s, POLLIN, 5) && recv(s, buf, sizeof buf, 0) > 0) {
-            }
-        }
-        close(s);
+        fake_answer(fc->reply, cx->prefix, a);
+        int kind = fake_connect(fc->out, cx->prefix, port0);
+        if (fc->rejected && kind != RL_COMM_HELLO_REJECT)
+            rc = failf(cx, "fake: rank 0 answered kind %d, expected a reject", kind);
         close(a);
     }
     close(lfd);
-    return 0;
+    return rc;
 }
 
 static void run_fake(const fake_case *fc) {
-    group g = {.world = 2, .timeout = 8, .fn = child_fake, .arg = fc, .limit_s = 25};
+    /* secret in every rank's opts: tc_init_as passes cx->secret */
+    group g = {.world = 2, .timeout = fc->fast ? 8 : 2.5, .fn = child_fake, .arg = fc,
+               .limit_s = 25, .secret = FAKE_SECRET};
     shared *sh = run_group(&g);
     expect_all_ok(sh, 2, -1);
     cr_log_info("rank 0: %s", sh->r[0].msg);
@@ -944,24 +1012,143 @@ static void run_fake(const fake_case *fc) {
 }
 
 Test(comm_hello_wire, garbage_instead_of_hello, .timeout = 30) {
-    fake_case fc = {SAY_GARBAGE, SAY_HELLO, {"bad magic", "127.0.0.1:", "rank 0"}};
+    fake_case fc = {SAY_GARBAGE, SAY_HELLO, false, false,
+                    {"timed out", "refused 1 other connection", "bad magic"}};
     run_fake(&fc);
 }
 Test(comm_hello_wire, other_protocol_version, .timeout = 30) {
-    fake_case fc = {SAY_V2, SAY_HELLO, {"version 3", "speaks version 2", "rank 0"}};
+    fake_case fc = {SAY_V2, SAY_HELLO, false, true,
+                    {"timed out", "version 4", "speaks version 3"}};
     run_fake(&fc);
 }
 Test(comm_hello_wire, peer_of_another_round, .timeout = 30) {
-    fake_case fc = {SAY_OTHER_ROUND, SAY_HELLO, {"another job or rendezvous round", "127.0.0.1:"}};
+    fake_case fc = {SAY_OTHER_ROUND, SAY_HELLO, false, true,
+                    {"timed out", "another job or rendezvous round", "127.0.0.1:"}};
+    run_fake(&fc);
+}
+Test(comm_hello_wire, forged_hello_without_the_secret, .timeout = 30) {
+    fake_case fc = {SAY_FORGED, SAY_HELLO, false, true,
+                    {"timed out", "did not prove the job's rendezvous secret", "127.0.0.1:"}};
+    run_fake(&fc);
+}
+Test(comm_hello_wire, silent_connection, .timeout = 30) {
+    fake_case fc = {SAY_NOTHING, SAY_HELLO, false, false,
+                    {"timed out", "no handshake from rank 1", NULL}};
     run_fake(&fc);
 }
 Test(comm_hello_wire, garbage_answer_from_right_neighbour, .timeout = 30) {
-    fake_case fc = {SAY_HELLO, SAY_GARBAGE, {"bad magic", "rank 1 (127.0.0.1:", "rank 0"}};
+    fake_case fc = {SAY_HELLO, SAY_GARBAGE, true, false,
+                    {"bad magic", "rank 1 (127.0.0.1:", "rank 0"}};
     run_fake(&fc);
 }
 Test(comm_hello_wire, right_neighbour_rejects, .timeout = 30) {
-    fake_case fc = {SAY_HELLO, SAY_REJECT, {"rejected our hello", "rank 1 (127.0.0.1:"}};
+    fake_case fc = {SAY_HELLO, SAY_REJECT, true, false,
+                    {"rejected our hello", "rank 1 (127.0.0.1:", NULL}};
     run_fake(&fc);
+}
+Test(comm_hello_wire, impostor_at_the_right_neighbours_address, .timeout = 30) {
+    fake_case fc = {SAY_HELLO, SAY_IMPOSTOR, true, false,
+                    {"rank 1 (127.0.0.1:", "did not prove the job's rendezvous secret", NULL}};
+    run_fake(&fc);
+}
+
+/* Junk, forged, idle and foreign-address connections on rank 0's port while
+ * the ring forms leave the job unaffected: rank 2 of the group attacks,
+ * ranks 0 and 1 form a ring of 2 once the attack is in place (more idle
+ * connections than rank 0 has handshake slots, held open throughout) and
+ * reduce correctly. */
+static int child_attacked(tctx *cx) {
+    rl_err e;
+    if (cx->rank == 2) {
+        char key[200];
+        void *val;
+        size_t vlen;
+        snprintf(key, sizeof key, "%s/addr/0", cx->prefix);
+        CHECK(cx, rl_store_get(cx->store, key, 10, &val, &vlen, &e) == 0, "attacker: %s", e.msg);
+        int port0 = atoi(strrchr((char *)val, ':') + 1);
+        free(val);
+        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port0),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int fds[20], nfd = 0;
+        for (; nfd < 12; nfd++) { /* idle: connect and say nothing */
+            fds[nfd] = socket(AF_INET, SOCK_STREAM, 0);
+            CHECK(cx, connect(fds[nfd], (struct sockaddr *)&to, sizeof to) == 0, "connect");
+        }
+        /* a proper hello from another local address: refused unread */
+        fds[nfd] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in from = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002)};
+        if (bind(fds[nfd], (struct sockaddr *)&from, sizeof from) == 0 &&
+            connect(fds[nfd], (struct sockaddr *)&to, sizeof to) == 0) {
+            uint8_t out[RL_COMM_HELLO_BYTES], cn[32] = {1};
+            rl_comm_link l = fake_link(cx->prefix, FAKE_SECRET, 0);
+            rl_comm_hs hs;
+            rl_comm_tcp_hs_connect(&l, &hs, cn, out);
+            (void)send(fds[nfd], out, sizeof out, MSG_NOSIGNAL);
+        }
+        nfd++;
+        atomic_store(&cx->res->ready, 1); /* rank 1 may come now */
+        /* junk and a forger, while rank 1 forms the ring */
+        (void)fake_connect(SAY_GARBAGE, cx->prefix, port0);
+        (void)fake_connect(SAY_FORGED, cx->prefix, port0);
+        for (double end = rl_now() + 20; rl_now() < end;) { /* hold until both are done */
+            if (atomic_load(&cx->sh->r[0].ready) == 2 && atomic_load(&cx->sh->r[1].ready) == 2)
+                break;
+            sleep_s(0.01);
+        }
+        for (int i = 0; i < nfd; i++) close(fds[i]);
+        return 0;
+    }
+    if (cx->rank == 1)
+        for (double end = rl_now() + 10; !atomic_load(&cx->sh->r[2].ready) && rl_now() < end;)
+            sleep_s(0.005);
+    rl_comm *c = NULL;
+    if (tc_init_as(cx, 2, &c, &e)) {
+        atomic_store(&cx->res->ready, 2);
+        FAILF(cx, "init under attack: %s", e.msg);
+    }
+    double v[64];
+    for (int i = 0; i < 64; i++) v[i] = cx->rank + i;
+    int rc = rl_comm_allreduce(c, v, 64, RL_F64, RL_SUM, &e);
+    atomic_store(&cx->res->ready, 2);
+    rl_comm_destroy(c);
+    CHECK(cx, rc == 0, "allreduce under attack: %s", e.msg);
+    for (int i = 0; i < 64; i++) CHECK(cx, v[i] == 1 + 2.0 * i, "v[%d] = %g", i, v[i]);
+    return 0;
+}
+
+Test(comm_hello_wire, junk_forged_and_idle_connections_leave_the_ring_unaffected,
+     .timeout = 40) {
+    group g = {.world = 3, .timeout = 15, .fn = child_attacked, .limit_s = 30,
+               .secret = FAKE_SECRET};
+    shared *sh = run_group(&g);
+    expect_all_ok(sh, 3, -1);
+    munmap(sh, sizeof *sh);
+}
+
+/* Ranks started with different secrets fail at once, both saying so, and
+ * neither message holds a secret. */
+static int child_other_secret(tctx *cx) {
+    if (cx->rank == 1) cx->secret = FAKE_WRONG;
+    rl_comm *c = NULL;
+    rl_err e;
+    double t = rl_now();
+    if (!tc_init_as(cx, 2, &c, &e)) {
+        rl_comm_destroy(c);
+        FAILF(cx, "a ring formed across different secrets");
+    }
+    CHECK(cx, rl_now() - t < cx->timeout - 1, "took the whole timeout: %s", e.msg);
+    CHECK(cx, strstr(e.msg, "rendezvous secret"), "%s", e.msg);
+    CHECK(cx, !strstr(e.msg, FAKE_SECRET) && !strstr(e.msg, FAKE_WRONG), "secret in: %s",
+          e.msg);
+    return 0;
+}
+
+Test(comm_hello_wire, ranks_with_different_secrets_fail_at_once, .timeout = 30) {
+    group g = {.world = 2, .timeout = 8, .fn = child_other_secret, .limit_s = 20,
+               .secret = FAKE_SECRET};
+    shared *sh = run_group(&g);
+    expect_all_ok(sh, 2, -1);
+    munmap(sh, sizeof *sh);
 }
 
 /* ---- in-process: API, validation, world 1, hello parser ------------------------- */
@@ -1085,18 +1272,20 @@ Test(comm_api, bf16_arithmetic) {
 static void hello_bytes(uint8_t *b, const rl_comm_hello *h) { rl_comm_tcp_encode_hello(b, h); }
 
 Test(comm_hello, parse_roundtrip_and_errors) {
-    rl_comm_hello h = {.version = RL_COMM_HELLO_VERSION, .kind = RL_COMM_HELLO_ACCEPT, .world = 4, .rank = 3,
-                       .nonce = 0x1122334455667788ull},
+    rl_comm_hello h = {.version = RL_COMM_HELLO_VERSION, .kind = RL_COMM_HELLO_CHALLENGE,
+                       .world = 4, .rank = 3, .round = 0x1122334455667788ull, .nonce = {1, 2},
+                       .mac = {3}},
                   g;
     uint8_t b[RL_COMM_HELLO_BYTES + 1];
     rl_err e;
     hello_bytes(b, &h);
     cr_assert_eq(rl_comm_tcp_parse_hello(b, RL_COMM_HELLO_BYTES, "p:1", &g, &e), 0, "%s", e.msg);
-    cr_expect(g.kind == h.kind && g.world == 4 && g.rank == 3 && g.nonce == h.nonce);
+    cr_expect(g.kind == h.kind && g.world == 4 && g.rank == 3 && g.round == h.round &&
+              !memcmp(g.nonce, h.nonce, 32) && !memcmp(g.mac, h.mac, 32));
     cr_expect_eq(rl_comm_tcp_parse_hello(b, 3, "p:1", &g, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "truncated") && strstr(e.msg, "p:1"), "%s", e.msg);
-    cr_expect_eq(rl_comm_tcp_parse_hello(b, 31, "p:1", &g, &e), RL_EINPUT);
-    cr_expect_eq(rl_comm_tcp_parse_hello(b, 33, "p:1", &g, &e), RL_EINPUT);
+    cr_expect_eq(rl_comm_tcp_parse_hello(b, RL_COMM_HELLO_BYTES - 1, "p:1", &g, &e), RL_EINPUT);
+    cr_expect_eq(rl_comm_tcp_parse_hello(b, RL_COMM_HELLO_BYTES + 1, "p:1", &g, &e), RL_EINPUT);
     b[0] ^= 1;
     cr_expect_eq(rl_comm_tcp_parse_hello(b, 4, "p:1", &g, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "bad magic"), "%s", e.msg);
@@ -1108,20 +1297,22 @@ Test(comm_hello, parse_roundtrip_and_errors) {
         int off;
         uint8_t val;
         const char *want;
-    } bad[] = {{7, 3, "kind"}, {11, 0, "world 0"}, {15, 4, "rank 4"}, {24, 0x55, "byte-order"},
-               {31, 1, "reserved"}};
+    } bad[] = {{7, 5, "kind"}, {11, 0, "world 0"}, {15, 4, "rank 4"}, {24, 0x55, "byte-order"},
+               {31, 1, "reserved"}, {7, RL_COMM_HELLO_ACCEPT, "accept carries a nonce"},
+               {7, RL_COMM_HELLO, "hello carries a mac"}};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         hello_bytes(b, &h);
         if (bad[k].off == 11) memset(b + 8, 0, 4);
         b[bad[k].off] = bad[k].val;
-        cr_expect_eq(rl_comm_tcp_parse_hello(b, 32, "p:1", &g, &e), RL_EINPUT, "case %zu", k);
+        cr_expect_eq(rl_comm_tcp_parse_hello(b, RL_COMM_HELLO_BYTES, "p:1", &g, &e), RL_EINPUT,
+                     "case %zu", k);
         cr_expect(strstr(e.msg, bad[k].want), "case %zu: %s", k, e.msg);
     }
     cr_expect_eq(rl_comm_tcp_parse_hello(NULL, 0, NULL, &g, &e), RL_EINPUT);
 }
 
 Test(comm_hello, check_fields) {
-    rl_comm_hello h = {.version = RL_COMM_HELLO_VERSION, .kind = 0, .world = 4, .rank = 1, .nonce = 42};
+    rl_comm_hello h = {.version = RL_COMM_HELLO_VERSION, .kind = 0, .world = 4, .rank = 1, .round = 42};
     rl_err e;
     cr_expect_eq(rl_comm_tcp_check_hello(&h, 4, 1, 42, "x:1", &e), 0);
     cr_expect_eq(rl_comm_tcp_check_hello(&h, 4, -1, 42, "x:1", &e), 0);
@@ -1131,7 +1322,123 @@ Test(comm_hello, check_fields) {
     cr_expect(strstr(e.msg, "world size 4") && strstr(e.msg, "x:1"), "%s", e.msg);
     cr_expect_eq(rl_comm_tcp_check_hello(&h, 4, 1, 43, "x:1", &e), RL_EPEER);
     cr_expect(strstr(e.msg, "another job or rendezvous round"), "%s", e.msg);
-    cr_expect_neq(rl_comm_tcp_nonce("round/1/comm"), rl_comm_tcp_nonce("round/2/comm"));
+    cr_expect_neq(rl_comm_tcp_round("round/1/comm"), rl_comm_tcp_round("round/2/comm"));
+}
+
+/* Two ends of a link run against each other in memory: C is rank 2
+ * connecting to its right neighbour A, rank 3, of a world of 4. */
+typedef struct hs_run {
+    rl_hs_action last_a, last_c;
+    int frames;
+    char why[1100];
+} hs_run;
+
+static hs_run run_handshake(const char *secret_a, const char *secret_c, const char *prefix_c,
+                            uint32_t c_says) {
+    rl_comm_link a = {.secret = secret_a, .slen = strlen(secret_a), .prefix = "round/7/comm",
+                      .world = 4, .rank = 3, .peer = 2},
+                 c = {.secret = secret_c, .slen = strlen(secret_c), .prefix = prefix_c,
+                      .world = 4, .rank = c_says, .peer = 3};
+    uint8_t cn[32], sn[32], buf[RL_COMM_HELLO_BYTES], out[RL_COMM_HELLO_BYTES];
+    memset(cn, 0xc1, 32), memset(sn, 0x5e, 32);
+    rl_comm_hs ha, hc;
+    rl_comm_tcp_hs_accept(&ha, sn);
+    rl_comm_tcp_hs_connect(&c, &hc, cn, buf);
+    hs_run r = {.last_a = RL_HS_SEND, .last_c = RL_HS_SEND};
+    rl_err e = {0};
+    size_t ol;
+    for (int turn = 0; turn < 6; turn++) {
+        bool to_a = turn % 2 == 0;
+        rl_hs_action act = to_a ? rl_comm_tcp_hs_step(&a, &ha, buf, sizeof buf, "C", out, &ol, &e)
+                                : rl_comm_tcp_hs_step(&c, &hc, buf, sizeof buf, "A", out, &ol, &e);
+        *(to_a ? &r.last_a : &r.last_c) = act;
+        r.frames++;
+        if (act == RL_HS_REFUSE) {
+            snprintf(r.why, sizeof r.why, "%s", e.msg);
+            /* the other end still reads the REJECT, if one was sent */
+            if (ol) {
+                rl_hs_action o = to_a
+                    ? rl_comm_tcp_hs_step(&c, &hc, out, ol, "A", buf, &ol, &e)
+                    : rl_comm_tcp_hs_step(&a, &ha, out, ol, "C", buf, &ol, &e);
+                *(to_a ? &r.last_c : &r.last_a) = o;
+                snprintf(r.why + strlen(r.why), sizeof r.why - strlen(r.why), " | %s", e.msg);
+            }
+            break;
+        }
+        if (act == RL_HS_UP) break;
+        memcpy(buf, out, sizeof buf);
+    }
+    return r;
+}
+
+Test(comm_hello, handshake_proves_the_secret_both_ways) {
+    hs_run r = run_handshake("s3cret", "s3cret", "round/7/comm", 2);
+    cr_expect_eq(r.last_a, RL_HS_SEND_UP, "%s", r.why);
+    cr_expect_eq(r.last_c, RL_HS_UP, "%s", r.why);
+    cr_expect_eq(r.frames, 4);
+    /* different secrets: C finds A's proof wrong first, and stops */
+    r = run_handshake("s3cret", "guess", "round/7/comm", 2);
+    cr_expect(r.last_c == RL_HS_REFUSE && r.frames == 2, "%s", r.why);
+    cr_expect(strstr(r.why, "A did not prove the job's rendezvous secret") &&
+              !strstr(r.why, "s3cret") && !strstr(r.why, "guess"), "%s", r.why);
+    /* another round, or a rank that is not A's left: rejected at the hello */
+    r = run_handshake("s3cret", "s3cret", "round/6/comm", 2);
+    cr_expect(r.last_a == RL_HS_REFUSE && r.frames == 1 &&
+              strstr(r.why, "another job or rendezvous round"), "%s", r.why);
+    r = run_handshake("s3cret", "s3cret", "round/7/comm", 1);
+    cr_expect(r.last_a == RL_HS_REFUSE && strstr(r.why, "says it is rank 1"), "%s", r.why);
+}
+
+Test(comm_hello, an_impostor_or_a_replayed_proof_is_refused) {
+    rl_comm_link a = {.secret = "k", .slen = 1, .prefix = "p", .world = 2, .rank = 1, .peer = 0},
+                 c = {.secret = "k", .slen = 1, .prefix = "p", .world = 2, .rank = 0, .peer = 1},
+                 liar = a;
+    liar.secret = "x";
+    uint8_t cn[32] = {1}, sn1[32] = {2}, sn2[32] = {3}, hello[96], ch[96], proof[96], out[96],
+        scratch[96];
+    rl_comm_hs hc, ha;
+    rl_err e;
+    size_t ol;
+    /* an impostor at A's address answers with a challenge it cannot prove */
+    rl_comm_tcp_hs_connect(&c, &hc, cn, hello);
+    rl_comm_tcp_hs_accept(&ha, sn1);
+    cr_assert_eq(rl_comm_tcp_hs_step(&liar, &ha, hello, 96, "C", ch, &ol, &e), RL_HS_SEND);
+    cr_expect_eq(rl_comm_tcp_hs_step(&c, &hc, ch, 96, "rank 1 (h:1)", out, &ol, &e), RL_HS_REFUSE);
+    cr_expect(strstr(e.msg, "rank 1 (h:1) did not prove"), "%s", e.msg);
+    /* a forger sends a proof under its own key: A refuses, with a REJECT
+     * that tells an honest peer why */
+    rl_comm_link forger = c;
+    forger.secret = "x";
+    rl_comm_tcp_hs_connect(&forger, &hc, cn, hello);
+    rl_comm_tcp_hs_accept(&ha, sn1);
+    cr_assert_eq(rl_comm_tcp_hs_step(&a, &ha, hello, 96, "C", ch, &ol, &e), RL_HS_SEND);
+    forge_proof(&forger, cn, ch, proof);
+    cr_expect_eq(rl_comm_tcp_hs_step(&a, &ha, proof, 96, "C", out, &ol, &e), RL_HS_REFUSE);
+    cr_expect(strstr(e.msg, "C did not prove the job's rendezvous secret"), "%s", e.msg);
+    cr_expect(ol == 96 && rl_get_be16(out + 6) == RL_COMM_HELLO_REJECT);
+    rl_comm_tcp_hs_connect(&c, &hc, cn, hello);
+    rl_comm_tcp_hs_accept(&ha, sn1);
+    cr_assert_eq(rl_comm_tcp_hs_step(&a, &ha, hello, 96, "C", ch, &ol, &e), RL_HS_SEND);
+    cr_assert_eq(rl_comm_tcp_hs_step(&c, &hc, ch, 96, "A", proof, &ol, &e), RL_HS_SEND);
+    cr_expect_eq(rl_comm_tcp_hs_step(&c, &hc, out, 96, "A", scratch, &ol, &e), RL_HS_REFUSE);
+    cr_expect(strstr(e.msg, "A refused our proof"), "%s", e.msg);
+    /* a proof recorded from one handshake does not pass another (new nonce) */
+    rl_comm_tcp_hs_connect(&c, &hc, cn, hello);
+    rl_comm_tcp_hs_accept(&ha, sn1);
+    cr_assert_eq(rl_comm_tcp_hs_step(&a, &ha, hello, 96, "C", ch, &ol, &e), RL_HS_SEND);
+    cr_assert_eq(rl_comm_tcp_hs_step(&c, &hc, ch, 96, "A", proof, &ol, &e), RL_HS_SEND);
+    rl_comm_tcp_hs_accept(&ha, sn2);
+    cr_assert_eq(rl_comm_tcp_hs_step(&a, &ha, hello, 96, "C", ch, &ol, &e), RL_HS_SEND);
+    cr_expect_eq(rl_comm_tcp_hs_step(&a, &ha, proof, 96, "C", out, &ol, &e), RL_HS_REFUSE);
+    cr_expect(strstr(e.msg, "did not prove"), "%s", e.msg);
+    /* frames out of order: a proof first, a hello twice, a frame after the end */
+    rl_comm_tcp_hs_accept(&ha, sn1);
+    cr_expect_eq(rl_comm_tcp_hs_step(&a, &ha, proof, 96, "C", out, &ol, &e), RL_HS_REFUSE);
+    cr_expect(strstr(e.msg, "instead of a hello"), "%s", e.msg);
+    rl_comm_tcp_hs_accept(&ha, sn1);
+    cr_assert_eq(rl_comm_tcp_hs_step(&a, &ha, hello, 96, "C", ch, &ol, &e), RL_HS_SEND);
+    cr_expect_eq(rl_comm_tcp_hs_step(&a, &ha, hello, 96, "C", out, &ol, &e), RL_HS_REFUSE);
+    cr_expect(strstr(e.msg, "instead of its proof"), "%s", e.msg);
 }
 
 Test(comm_hello, address_records) {
