@@ -50,6 +50,7 @@ LIB      := $(BUILD)/libringleader.a
 CMDS     := worker prepare operator
 BINS     := $(CMDS:%=$(BIN)/ringleader-%)
 TEST_SRCS := $(sort $(wildcard tests/unit/*.c))
+TEST_OBJS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/obj/%.o)
 TEST_BIN := $(BUILD)/tests/unit
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
@@ -61,9 +62,15 @@ all: $(BINS)
 deps:
 	@scripts/deps.sh test
 
-$(BUILD)/%.o: %.c $(wildcard pkg/*/*.h pkg/*/*.inc kernels/*.h)
+# Each object depends on the headers it includes (-MMD -MP writes them
+# into a .d file beside it), so touching one header rebuilds its users only.
+DEPFLAGS = -MMD -MP
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -c $< -o $@
+$(BUILD)/tests/obj/%.o: tests/unit/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 # nvcc: host-side warnings are errors as on the C side; -lineinfo costs
 # nothing at run time and lets ncu / compute-sanitizer name source lines.
@@ -76,6 +83,8 @@ $(LIB): $(PKG_OBJS) $(KERNEL_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
+# kept, not deleted as an intermediate, so a relink does not recompile it
+.SECONDARY: $(CMDS:%=$(BUILD)/cmd/%/main.o)
 $(BIN)/ringleader-%: $(BUILD)/cmd/%/main.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
@@ -95,9 +104,9 @@ image-test:
 	@scripts/image-test.sh
 
 # ---- tests ---------------------------------------------------------------------
-$(TEST_BIN): $(TEST_SRCS) $(LIB) $(wildcard tests/unit/*.h)
+$(TEST_BIN): $(TEST_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TEST_SRCS) $(LIB) -o $@ $(LDLIBS) -lcriterion
+	$(CC) $(ALL_CFLAGS) $(TEST_OBJS) $(LIB) -o $@ $(LDLIBS) -lcriterion
 
 test:
 	@scripts/deps.sh test
@@ -114,14 +123,14 @@ FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined \
               -fno-sanitize-recover=undefined -Wno-pass-failed -fopenmp -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_OBJS := $(PKG_SRCS:%.c=$(BUILD)/fuzz/obj/%.o)
 FUZZ_LIB  := $(BUILD)/fuzz/libringleader-fuzz.a
-$(FUZZ_OBJS): $(BUILD)/fuzz/obj/%.o: %.c $(wildcard pkg/*/*.h pkg/*/*.inc)
+$(FUZZ_OBJS): $(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_LIB): $(FUZZ_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 $(FUZZ_BINS): $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ $(LDLIBS)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(DEPFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ $(LDLIBS)
 .PHONY: fuzz-build
 fuzz-build: $(FUZZ_BINS)
 
@@ -320,3 +329,6 @@ endif
 
 clean:
 	rm -rf $(BUILD) build-asan $(BIN)
+
+-include $(PKG_OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:=.d) \
+         $(CMDS:%=$(BUILD)/cmd/%/main.d)
