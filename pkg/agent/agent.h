@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "metrics/metrics.h"
+#include "elect/elect.h"
 #include "rdzv/rdzv.h"
 #include "train/train.h"
 #include "util/util.h"

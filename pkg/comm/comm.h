@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rdzv/rdzv.h"
+#include "store/store.h"
 #include "util/util.h"
 
 typedef enum { RL_F32 = 0, RL_F64 = 1, RL_BF16 = 2, RL_I64 = 3 } rl_dtype;

@@ -18,7 +18,7 @@
 #include "metrics/metrics.h"
 #include "operator.h"
 #include "operator/cache.h"
-#include "rdzv/rdzv.h"
+#include "elect/elect.h"
 
 typedef struct job_key {
     char ns[254], name[64];

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv/elect_internal.h"
+#include "rdzv/members_internal.h"
 
 struct rl_members {
     const rl_members_backend *vt;
@@ -95,7 +95,7 @@ int rl_members_snapshot(rl_members *m, rl_peer *peers, int cap, uint64_t *versio
 void rl_members_wait(rl_members *m, uint64_t seen, double timeout_s) {
     double end = rl_now() + timeout_s;
     pthread_mutex_lock(&m->mu);
-    while (m->version == seen && rl_now() < end) rl_rdzv_cond_wait(&m->cv, &m->mu, end - rl_now());
+    while (m->version == seen && rl_now() < end) rl_cond_wait_s(&m->cv, &m->mu, end - rl_now());
     pthread_mutex_unlock(&m->mu);
 }
 

@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "http/http.h"
-#include "rdzv/elect_internal.h"
-#include "rdzv/etcd_internal.h"
+#include "rdzv/members_internal.h"
+#include "etcd/etcd.h"
 
 /* Watch streams carry etcd's progress notifications only as often as the
  * server sends them (10 min by default), so an idle limit cannot tell a dead
@@ -152,7 +152,7 @@ static void upsert(peer_set *s, const rl_etcd_kv *kv) {
     rl_err e = {0};
     size_t pl = strlen(s->x->prefix);
     const char *suffix = kv->key_len >= pl ? kv->key + pl : "";
-    if (rl_etcd_parse_member(kv->key, s->x->prefix, kv->value, kv->value_len, &p, &e) != RL_OK) {
+    if (rl_members_etcd_parse(kv->key, s->x->prefix, kv->value, kv->value_len, &p, &e) != RL_OK) {
         if (s->bad_logged++ < 20) rl_log_msg(RL_LOG_WARN, "members_etcd_bad_record", e.msg);
         drop(s, suffix);
         return;
@@ -294,4 +294,27 @@ int rl_members_etcd_new(const rl_members_opts *o, const rl_members_backend **vt,
     *vt = &VT;
     *ctx = x;
     return RL_OK;
+}
+
+int rl_members_etcd_parse(const char *key, const char *prefix, const char *val, size_t len,
+                         rl_peer *out, rl_err *e) {
+    size_t pl = strlen(prefix);
+    char where[96];
+    rl_json_escape(where, sizeof where, key);
+    if (strncmp(key, prefix, pl) != 0 || key[pl] == '\0')
+        return rl_errf(e, RL_EIO, "etcd key '%s': not a member key under the prefix", where);
+    cJSON *j = rl_etcd_record(key, val, len, e);
+    if (!j) return RL_EIO;
+    rl_peer p = {0};
+    int rc = rl_etcd_record_str(j, key, "id", true, p.id, sizeof p.id, e);
+    if (!rc) rc = rl_etcd_record_str(j, key, "addr", true, p.addr, sizeof p.addr, e);
+    if (!rc && strcmp(p.id, key + pl) != 0)
+        rc = rl_errf(e, RL_EIO, "etcd key '%s': the record's 'id' differs from the key", where);
+    cJSON_Delete(j);
+    if (!rc) {
+        p.ready = true;
+        p.terminating = false;
+        *out = p;
+    }
+    return rc;
 }

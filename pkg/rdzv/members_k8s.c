@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "k8s/k8s.h"
-#include "rdzv/elect_internal.h"
+#include "rdzv/members_internal.h"
 
 #define MAX_EP_PER_SLICE 1000 /* the API's own cap on a slice */
 

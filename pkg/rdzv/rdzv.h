@@ -1,24 +1,9 @@
-/* rdzv: how processes find each other.
+/* rdzv: how a job's processes find each other and agree on rounds.
  *
- * The store is a small TCP key-value service hosted by one process (node 0
- * in static mode, the elected leader later). Everything that must be agreed
- * between ranks -- ring addresses, the ncclUniqueId, round membership --
- * goes through it. The static mode reads torchrun's (and SLURM's)
- * environment. The Kubernetes and etcd electors of later issues feed the
- * same store.
- *
- * Wire protocol: every message is one frame,
- *   u32 magic 'RLST' (0x524c5354) | u16 version (1) | u16 op | u32 status |
- *   u32 key length | u32 value length | u32 value2 length | key | value | value2
- * all integers big-endian; key <= 1 KiB, each value <= 64 MiB. A request
- * (status 0) gets exactly one response frame with the same op. Anything
- * else (bad magic, other version, oversize lengths, unknown op, a request
- * body that does not fit its op) is a protocol error: the server answers
- * with status RL_STORE_EPROTO, its one-line reason as the value, and
- * closes the connection; the client reports it naming the peer. Counters
- * (ADD) are stored as the 8-byte big-endian value, so a GET of a counter
- * key returns those 8 bytes. The server keeps at most RL_STORE_MAX_TOTAL
- * bytes of keys and values; a write beyond that is answered EFULL. */
+ * The static mode reads torchrun's (and SLURM's) environment; the elastic
+ * mode watches the job's members (Kubernetes EndpointSlices or etcd keys)
+ * and runs rounds on the elected leader's store (pkg/store, pkg/elect).
+ * The job config's "rdzv" section is parsed here. */
 #ifndef RL_RDZV_H
 #define RL_RDZV_H
 
@@ -26,137 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/store.h"
 #include "util/util.h"
-
-#define RL_STORE_MAGIC 0x524c5354u
-#define RL_STORE_VERSION 1
-#define RL_STORE_HEADER_BYTES 24
-#define RL_STORE_MAX_KEY 1024u
-#define RL_STORE_MAX_VALUE (64u << 20)
-#define RL_STORE_MAX_TOTAL (1024u << 20)
-#define RL_STORE_DEFAULT_PORT 29400
-
-enum rl_store_op {
-    RL_STORE_SET = 1,  /* key, value -> ok */
-    RL_STORE_GET = 2,  /* key, value = u32 wait_ms -> value, or status NOTFOUND after wait_ms */
-    RL_STORE_ADD = 3,  /* key, value = i64 delta -> value = i64 new (missing key counts as 0;
-                          a value that is not 8 bytes, or overflow: MISMATCH, unchanged) */
-    RL_STORE_CAS = 4,  /* key, value = expected, value2 = desired -> status OK (swapped) or
-                          MISMATCH, value = current. expected empty: only if key absent. */
-    RL_STORE_DEL = 5,  /* key -> ok (absent key is ok too) */
-    RL_STORE_PING = 6, /* -> ok (liveness, version check) */
-    /* Mutual authentication with the job's rendezvous secret (see
-     * rl_store_auth): */
-    RL_STORE_CHALLENGE = 7, /* key = client id, value = client nonce (16..64 bytes) ->
-                               value = server nonce (32) + server proof (32); empty when
-                               the server has no secret */
-    RL_STORE_AUTH = 8,      /* key = client id, value = client proof -> ok, or EAUTH and close */
-};
-
-enum rl_store_status {
-    RL_STORE_OK = 0,
-    RL_STORE_NOTFOUND = 1,
-    RL_STORE_MISMATCH = 2,
-    RL_STORE_EPROTO = 3,
-    RL_STORE_EFULL = 4, /* the write would take the store over RL_STORE_MAX_TOTAL */
-    RL_STORE_EAUTH = 5, /* not authenticated, or a wrong proof: the server closes */
-};
-
-/* A parsed frame header (the key and values follow it on the wire). */
-typedef struct rl_store_frame {
-    uint16_t version, op;
-    uint32_t status, klen, vlen, v2len;
-} rl_store_frame;
-
-/* Parse and validate a 24-byte header; `peer` names the other end in
- * messages ("127.0.0.1:29400" -> "store 127.0.0.1:29400: protocol version 2,
- * expected 1"). RL_EINPUT (protocol error) on anything malformed; *f is
- * untouched then. Fuzzed. Encode writes all fields as given (set version
- * to RL_STORE_VERSION) into 24 bytes. */
-int rl_store_frame_parse(const void *buf, size_t len, const char *peer, rl_store_frame *f,
-                         rl_err *e);
-void rl_store_frame_encode(void *buf, const rl_store_frame *f);
-
-/* ---- server ------------------------------------------------------------------------ */
-typedef struct rl_store_server rl_store_server;
-/* Listen on host:port (port 0 = any free port; host NULL = 0.0.0.0) and
- * serve from a background thread (one thread, poll() over all clients; it
- * blocks all signals). A port in use is RL_EINPUT naming it. Protocol
- * errors are logged (warn) naming the client; values are never logged.
- * The sockets are close-on-exec: host the store in a process that execs
- * its children (a fork()ed child without exec keeps the listening socket).
- * Stop closes every client connection, so clients blocked in a GET fail
- * promptly (RL_EPEER); it returns within milliseconds. NULL is a no-op. */
-int rl_store_server_start(const char *host, int port, rl_store_server **out, rl_err *e);
-/* The same with a rendezvous secret (len > 0): every connection must pass
- * CHALLENGE + AUTH before any other op but PING; a wrong proof is answered
- * EAUTH, logged (warn, naming the client address and claimed id, never the
- * secret) and the connection closed. Other clients are unaffected.
- * Before it authenticated a connection may send only the handshake frames
- * (connect's PING, CHALLENGE, AUTH) of their exact sizes, judged from the
- * header before any body is read, and must be through within 5 s; such
- * connections are capped in all and per source address. Either way an
- * authenticated (no secret: answered) connection with nothing pending for
- * 10 minutes is closed, and the store keeps a quarter of RLIMIT_NOFILE
- * (at least 64) free for the rest of its process (store_server.c's
- * limits say why). */
-int rl_store_server_start_auth(const char *host, int port, const void *secret, size_t len,
-                               rl_store_server **out, rl_err *e);
-int rl_store_server_port(const rl_store_server *s);
-void rl_store_server_stop(rl_store_server *s);
-
-/* ---- client ------------------------------------------------------------------------ */
-typedef struct rl_store rl_store;
-/* Connect, retrying until timeout_s (the server may start later than its
- * clients), then PING to check that the peer is a store of our version.
- * Every later call is bounded by the same timeout unless it takes its own.
- * Errors: an unreachable store after the timeout is RL_ETIMEOUT naming
- * host:port; a peer speaking another protocol or version, or one that
- * rejects a request, is RL_EINPUT (misconfiguration, not retried); a lost
- * connection is RL_EPEER. After a transport failure (no answer in time, a
- * lost connection) the client is unusable: every later call fails fast
- * naming the first cause; close it and connect again. (A GET whose key is
- * not set in time is not such a failure.) Not thread-safe: one client per
- * thread. */
-int rl_store_connect(const char *host, int port, double timeout_s, rl_store **out, rl_err *e);
-int rl_store_set(rl_store *s, const char *key, const void *val, size_t len, rl_err *e);
-/* Wait up to timeout_s for the key to exist (0: look once); *val is
- * malloc'd (NUL-terminated for convenience, not counted in *len).
- * RL_ETIMEOUT names the key. The wait happens in the server, so a GET costs
- * one round trip however long it waits. */
-int rl_store_get(rl_store *s, const char *key, double timeout_s, void **val, size_t *len,
-                 rl_err *e);
-/* Atomic counter (delta 0 reads it). A key holding something else, or an
- * overflow, is RL_EINPUT. */
-int rl_store_add(rl_store *s, const char *key, int64_t delta, int64_t *result, rl_err *e);
-/* Compare-and-set; expected NULL/0 means "only if absent". *swapped tells
- * the outcome; current (optional, malloc'd) receives the value after. */
-int rl_store_cas(rl_store *s, const char *key, const void *expected, size_t elen,
-                 const void *desired, size_t dlen, bool *swapped, void **current, size_t *clen,
-                 rl_err *e);
-int rl_store_delete(rl_store *s, const char *key, rl_err *e);
-void rl_store_close(rl_store *s);
-/* Authenticate this connection as `id` with the job's secret, both ways:
- *   client -> CHALLENGE(id, cn)         cn: 32 random bytes
- *   server -> sn, HMAC-SHA256(secret, "rl-store-server" 0 cn sn)
- *   client -> AUTH(id, HMAC-SHA256(secret, "rl-store-client" 0 sn cn id))
- *   server -> OK | EAUTH (and closes)
- * then the client checks the server's proof, so a store that does not know
- * the secret (an impostor at the leader's address) is refused too. The
- * nonces make every proof single-use. A wrong secret on either side is
- * RL_EINPUT "... rendezvous secret ..."; a server without a secret is
- * RL_EINPUT too (a client that has a secret never talks to an open store).
- * A store that closes the connection during the handshake (its places for
- * unauthenticated clients full) is connected to again and asked again,
- * within the client's timeout. */
-int rl_store_auth(rl_store *s, const char *id, const void *secret, size_t len, rl_err *e);
-
-/* Wait until `count` processes have called this with the same key prefix
- * (an ADD counter then a GET of a release key): a barrier through the store.
- * Uses the keys "<key>/count" and "<key>/release"; each key is good for one
- * barrier (put the round or a sequence number in it). A timeout says how
- * many arrived. */
-int rl_store_barrier(rl_store *s, const char *key, int count, double timeout_s, rl_err *e);
 
 /* ---- static rendezvous: torchrun / Kubeflow / SLURM environment ------------------
  * Two levels, as with torchrun:
@@ -219,54 +75,6 @@ bool rl_static_store_host(const char *master_addr, bool one_node, char *out, siz
  * [A-Za-z0-9._-] and a host longer than n-1 are RL_EINPUT ("SLURM node list
  * '...': why"), with out = "". Fuzzed. */
 int rl_slurm_first_host(const char *nodelist, char *out, size_t n, rl_err *e);
-
-/* ---- leader election ---------------------------------------------------------------
- * One elector per node agent, on a background thread. Backends: "k8s" (a
- * coordination.k8s.io/v1 Lease with client-go's semantics) and "etcd" (an
- * etcd v3 lease + a transaction on the leader key). The leader publishes
- * where its rendezvous store listens; followers read it from the record.
- *
- * Timing (client-go's defaults): lease 15 s, renew deadline 10 s, retry
- * 2 s. A candidate tries every retry period; a leader that has not renewed
- * successfully for the renew deadline stops leading at once (also after
- * its process was paused), before the lease can expire for the others. */
-typedef struct rl_leader {
-    char id[254];   /* holder identity (pod name); "" when nobody leads */
-    char addr[256]; /* the leader's rendezvous store host */
-    int port;
-} rl_leader;
-
-typedef struct rl_elector_opts {
-    const char *backend;         /* "k8s" | "etcd" */
-    const char *id;              /* this candidate, unique in the job (the pod name) */
-    const char *addr;            /* published while leading */
-    int port;
-    double lease_s, renew_deadline_s, retry_s; /* 0: 15, 10, 2 */
-    /* k8s: kubeconfig NULL = in-cluster (or $KUBECONFIG); the Lease ns/name */
-    const char *kubeconfig, *ns, *lease_name;
-    /* etcd: "http://host:port" and the leader key ("/ringleader/<job>/leader") */
-    const char *etcd_endpoint, *etcd_key;
-} rl_elector_opts;
-
-typedef struct rl_elect_state {
-    bool leading;     /* this candidate leads now */
-    rl_leader leader; /* the holder as last observed ("" id: none or unknown) */
-    uint64_t gen;     /* changes whenever leading or leader changes */
-    int errors;       /* consecutive failed attempts (API unreachable, 403, ...) */
-    char last_error[512];
-} rl_elect_state;
-
-typedef struct rl_elector rl_elector;
-/* Bad options are RL_EINPUT naming the field; the first attempt happens on
- * the thread, so an unreachable backend is not an error here (it shows in
- * state.errors and in warn logs, and the elector keeps trying). */
-int rl_elector_start(const rl_elector_opts *o, rl_elector **out, rl_err *e);
-void rl_elector_state(rl_elector *el, rl_elect_state *st);
-/* Wait up to timeout_s for state.gen to differ from `seen`; fills *st. */
-void rl_elector_wait(rl_elector *el, uint64_t seen, double timeout_s, rl_elect_state *st);
-/* Stop the thread; release = give the lease up if held (client-go's
- * ReleaseOnCancel: an empty holder, so others take over at once). */
-void rl_elector_stop(rl_elector *el, bool release);
 
 /* ---- membership ---------------------------------------------------------------------
  * Who the job's nodes are, watched on a background thread. "k8s": the

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rdzv/elect_internal.h"
+#include "rdzv/rdzv.h"
 
 #define MAX_NODES 4096
 

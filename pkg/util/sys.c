@@ -17,6 +17,15 @@ double rl_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void rl_cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    double t = (double)dl.tv_sec + dl.tv_nsec * 1e-9 + (s > 0 ? s : 0);
+    dl.tv_sec = (time_t)t;
+    dl.tv_nsec = (long)((t - (double)dl.tv_sec) * 1e9);
+    pthread_cond_timedwait(cv, mu, &dl);
+}
+
 double rl_wall_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -4,6 +4,7 @@
 #ifndef RL_UTIL_H
 #define RL_UTIL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -61,6 +62,9 @@ char *rl_json_escape(char *dst, size_t n, const char *src);
 /* ---- time ------------------------------------------------------------------ */
 double rl_now(void);      /* monotonic seconds */
 double rl_wall_now(void); /* unix seconds */
+/* pthread_cond_timedwait for up to s seconds (spurious wake-ups possible:
+ * callers loop on their condition and their own deadline). */
+void rl_cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s);
 
 /* ---- deterministic RNG (xoshiro256**, seeded by splitmix64) --------------- */
 typedef struct rl_rng {

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv/etcd_internal.h"
+#include "elect/elect_internal.h"
+#include "etcd/etcd.h"
+#include "rdzv/members_internal.h"
 
 static void check_msg(int rc, const rl_err *e) {
     if (rc != RL_OK && rc != RL_EIO && rc != RL_EPEER) abort();
@@ -66,7 +68,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     }
     case 4: {
         rl_leader l;
-        rc = rl_etcd_parse_leader("/k", body, len, &l, &e);
+        rc = rl_elect_etcd_parse_leader("/k", body, len, &l, &e);
         check_msg(rc, &e);
         if (rc == RL_OK && (!l.id[0] || !l.addr[0] || l.port < 0 || l.port > 65535)) abort();
         if (rc != RL_OK && !strstr(e.msg, "'/k'")) abort();
@@ -74,7 +76,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     }
     default: {
         rl_peer p;
-        rc = rl_etcd_parse_member("/m/node-1", "/m/", body, len, &p, &e);
+        rc = rl_members_etcd_parse("/m/node-1", "/m/", body, len, &p, &e);
         check_msg(rc, &e);
         if (rc == RL_OK && (strcmp(p.id, "node-1") || !p.addr[0] || !p.ready)) abort();
         break;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv/etcd_internal.h"
+#include "etcd/etcd.h"
 
 typedef struct seen {
     int msgs;

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv/rdzv.h"
-#include "rdzv/store_db.h"
+#include "store/store.h"
+#include "store/store_db.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

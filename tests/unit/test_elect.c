@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "k8s/k8s.h"
+#include "elect/elect.h"
 #include "rdzv/rdzv.h"
 #include "standin.h"
 

@@ -17,8 +17,9 @@
 
 #include "etcdtest.h"
 #include "http/http.h"
-#include "rdzv/elect_internal.h"
-#include "rdzv/etcd_internal.h"
+#include "elect/elect_internal.h"
+#include "rdzv/members_internal.h"
+#include "etcd/etcd.h"
 #include "rdzv/rdzv.h"
 
 static rl_test_etcd g_etcd;
@@ -644,7 +645,7 @@ static void key_holder(char *id, size_t n) {
     cr_assert_eq(rl_etcd_range(c, LEADER_KEY, false, &r, &e), RL_OK, "%s", e.msg);
     id[0] = '\0';
     rl_leader l;
-    if (r.n == 1 && rl_etcd_parse_leader(LEADER_KEY, r.kvs[0].value, r.kvs[0].value_len, &l, &e) == RL_OK)
+    if (r.n == 1 && rl_elect_etcd_parse_leader(LEADER_KEY, r.kvs[0].value, r.kvs[0].value_len, &l, &e) == RL_OK)
         snprintf(id, n, "%.63s", l.id);
     rl_etcd_kvs_free(&r);
     rl_etcd_free(c);

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "rdzv/rdzv.h"
-#include "rdzv/store_db.h"
+#include "store/store_db.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
 static rl_store_server *start_server(int *port) {

@@ -28,8 +28,8 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
-#include "rdzv/rdzv.h"
-#include "rdzv/store_db.h"
+#include "store/store.h"
+#include "store/store_db.h"
 #include "testutil.h"
 
 #define SECRET "attack-test-secret"

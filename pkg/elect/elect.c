@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rdzv/elect_internal.h"
+#include "elect/elect_internal.h"
 
 struct rl_elector {
     char id[254];
@@ -27,15 +27,6 @@ struct rl_elector {
     rl_elect_state st;
     double last_renew; /* monotonic time of the last successful attempt while leading */
 };
-
-void rl_rdzv_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double s) {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    double t = (double)dl.tv_sec + dl.tv_nsec * 1e-9 + (s > 0 ? s : 0);
-    dl.tv_sec = (time_t)t;
-    dl.tv_nsec = (long)((t - (double)dl.tv_sec) * 1e9);
-    pthread_cond_timedwait(cv, mu, &dl);
-}
 
 /* Caller holds mu. */
 static void publish(rl_elector *el, bool leading, const rl_leader *leader) {
@@ -99,7 +90,7 @@ static void *run(void *arg) {
             double at = el->vt->expires_at(el->ctx) - rl_now() + 0.01;
             if (at > 0 && at < wait) wait = at;
         }
-        if (!el->stop) rl_rdzv_cond_wait(&el->cv, &el->mu, wait);
+        if (!el->stop) rl_cond_wait_s(&el->cv, &el->mu, wait);
     }
     pthread_mutex_unlock(&el->mu);
     return NULL;
@@ -158,7 +149,7 @@ void rl_elector_state(rl_elector *el, rl_elect_state *st) {
 void rl_elector_wait(rl_elector *el, uint64_t seen, double timeout_s, rl_elect_state *st) {
     double end = rl_now() + timeout_s;
     pthread_mutex_lock(&el->mu);
-    while (el->st.gen == seen && !el->stop && rl_now() < end) rl_rdzv_cond_wait(&el->cv, &el->mu, end - rl_now());
+    while (el->st.gen == seen && !el->stop && rl_now() < end) rl_cond_wait_s(&el->cv, &el->mu, end - rl_now());
     pthread_mutex_unlock(&el->mu);
     rl_elector_state(el, st);
 }

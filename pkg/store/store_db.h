@@ -1,4 +1,4 @@
-/* Internal to pkg/rdzv (and its tests and fuzz targets): the store's state
+/* Internal to pkg/store (and its tests and fuzz targets): the store's state
  * and its request handling as a pure function over bytes, so that the
  * protocol logic can be unit-tested and fuzzed without sockets. The server
  * (store_server.c) only moves bytes and parks GETs. */
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rdzv/rdzv.h"
+#include "store/store.h"
 
 /* A growable byte buffer; `off` is how much of it was consumed (sent). */
 typedef struct rl_store_buf {

@@ -32,9 +32,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "rdzv/rdzv.h"
-#include "rdzv/store_db.h"
-#include "rdzv/store_internal.h"
+#include "store/store.h"
+#include "store/store_db.h"
+#include "store/store_internal.h"
 
 #define READ_SLACK (64u << 10)  /* input read beyond the current frame */
 #define OUT_HIGH (256u << 10)   /* stop handling requests while this much is unsent */

@@ -1,14 +1,9 @@
-/* Internal to pkg/rdzv: the seams between the generic elector / membership
- * threads (elect.c, members.c) and their backends (k8s, etcd). */
-#ifndef RL_RDZV_ELECT_INTERNAL_H
-#define RL_RDZV_ELECT_INTERNAL_H
+/* Internal to pkg/elect: the seam between the generic elector thread
+ * (elect.c) and its backends (k8s, etcd). */
+#ifndef RL_ELECT_INTERNAL_H
+#define RL_ELECT_INTERNAL_H
 
-#include <pthread.h>
-
-#include "rdzv/rdzv.h"
-
-/* pthread_cond_timedwait for up to s seconds (spurious wake-ups possible). */
-void rl_rdzv_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double s);
+#include "elect/elect.h"
 
 /* An elector backend. elect.c calls attempt() once at start and then every
  * retry period, from its thread only, and owns the renew deadline: when a
@@ -34,25 +29,10 @@ typedef struct rl_elect_backend {
 } rl_elect_backend;
 
 int rl_elect_k8s_new(const rl_elector_opts *o, const rl_elect_backend **vt, void **ctx, rl_err *e);
+/* The leader key's record in etcd, {"id","addr","port"} (untrusted: a
+ * missing or mistyped member is RL_EIO naming `key`). Fuzzed. */
+int rl_elect_etcd_parse_leader(const char *key, const char *val, size_t len, rl_leader *out,
+                               rl_err *e);
 int rl_elect_etcd_new(const rl_elector_opts *o, const rl_elect_backend **vt, void **ctx, rl_err *e);
-
-/* A membership backend: run() lives on the membership thread until *stop
- * is set (it must notice within about a second), publishing the whole set
- * with rl_members_set() after every change, and returns RL_OK then; an
- * error it cannot retry past (bad options) ends it early. */
-typedef struct rl_members_backend {
-    int (*run)(void *ctx, rl_members *m, const volatile int *stop, rl_err *e);
-    void (*destroy)(void *ctx);
-} rl_members_backend;
-
-int rl_members_k8s_new(const rl_members_opts *o, const rl_members_backend **vt, void **ctx,
-                       rl_err *e);
-int rl_members_etcd_new(const rl_members_opts *o, const rl_members_backend **vt, void **ctx,
-                        rl_err *e);
-
-
-/* Replace the published set (copied, sorted by id; version bumped only when
- * it differs) and mark it synced. */
-void rl_members_set(rl_members *m, const rl_peer *peers, int n);
 
 #endif

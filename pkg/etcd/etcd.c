@@ -1,5 +1,5 @@
 /* etcd v3 client over the JSON gateway; see etcd_internal.h. */
-#include "rdzv/etcd_internal.h"
+#include "etcd/etcd.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -788,9 +788,9 @@ int rl_etcd_watch(rl_etcd *c, const char *key, bool prefix, int64_t start_rev,
     return rc;
 }
 
-/* ---- rendezvous records ------------------------------------------------------------- */
-static int record_str(const cJSON *j, const char *key, const char *name, bool required, char *out,
-                      size_t n, rl_err *e) {
+/* ---- JSON records in values (etcd.h) ----------------------------------------------- */
+int rl_etcd_record_str(const cJSON *j, const char *key, const char *name, bool required,
+                       char *out, size_t n, rl_err *e) {
     char where[96];
     rl_json_escape(where, sizeof where, key);
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, name);
@@ -808,7 +808,7 @@ static int record_str(const cJSON *j, const char *key, const char *name, bool re
     return RL_OK;
 }
 
-static cJSON *record_doc(const char *key, const char *val, size_t len, rl_err *e) {
+cJSON *rl_etcd_record(const char *key, const char *val, size_t len, rl_err *e) {
     cJSON *j = parse_doc(val, len);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
@@ -819,48 +819,4 @@ static cJSON *record_doc(const char *key, const char *val, size_t len, rl_err *e
         return NULL;
     }
     return j;
-}
-
-int rl_etcd_parse_leader(const char *key, const char *val, size_t len, rl_leader *out, rl_err *e) {
-    cJSON *j = record_doc(key, val, len, e);
-    if (!j) return RL_EIO;
-    rl_leader l = {0};
-    int rc = record_str(j, key, "id", true, l.id, sizeof l.id, e);
-    if (!rc) rc = record_str(j, key, "addr", true, l.addr, sizeof l.addr, e);
-    if (!rc) {
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "port");
-        char where[96];
-        rl_json_escape(where, sizeof where, key);
-        if (!cJSON_IsNumber(p) || p->valuedouble < 0 || p->valuedouble > 65535 ||
-            p->valuedouble != (double)(int)p->valuedouble)
-            rc = rl_errf(e, RL_EIO, "etcd key '%s': the record's 'port' is not a port number", where);
-        else
-            l.port = (int)p->valuedouble;
-    }
-    cJSON_Delete(j);
-    if (!rc) *out = l;
-    return rc;
-}
-
-int rl_etcd_parse_member(const char *key, const char *prefix, const char *val, size_t len,
-                         rl_peer *out, rl_err *e) {
-    size_t pl = strlen(prefix);
-    char where[96];
-    rl_json_escape(where, sizeof where, key);
-    if (strncmp(key, prefix, pl) != 0 || key[pl] == '\0')
-        return rl_errf(e, RL_EIO, "etcd key '%s': not a member key under the prefix", where);
-    cJSON *j = record_doc(key, val, len, e);
-    if (!j) return RL_EIO;
-    rl_peer p = {0};
-    int rc = record_str(j, key, "id", true, p.id, sizeof p.id, e);
-    if (!rc) rc = record_str(j, key, "addr", true, p.addr, sizeof p.addr, e);
-    if (!rc && strcmp(p.id, key + pl) != 0)
-        rc = rl_errf(e, RL_EIO, "etcd key '%s': the record's 'id' differs from the key", where);
-    cJSON_Delete(j);
-    if (!rc) {
-        p.ready = true;
-        p.terminating = false;
-        *out = p;
-    }
-    return rc;
 }

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv/elect_internal.h"
-#include "rdzv/etcd_internal.h"
+#include "elect/elect_internal.h"
+#include "etcd/etcd.h"
 
 typedef struct etcd_elect {
     rl_etcd *c;
@@ -81,7 +81,7 @@ static int attempt(void *ctx, bool *leading, rl_leader *leader, rl_err *e) {
             /* gone but its key not yet deleted: etcd's lessor lags by up to
              * half a second; look again shortly, not in a tight loop */
             x->expires = rl_now() + (left > 0 ? (double)left : 0.25);
-        rc = rl_etcd_parse_leader(x->key, kv->value, kv->value_len, &seen, e);
+        rc = rl_elect_etcd_parse_leader(x->key, kv->value, kv->value_len, &seen, e);
         if (rc) {
             /* whoever edited it, the key is not ours any more */
             if (!ours) x->leading = false;
@@ -207,4 +207,25 @@ int rl_elect_etcd_new(const rl_elector_opts *o, const rl_elect_backend **vt, voi
     *vt = &VT;
     *ctx = x;
     return RL_OK;
+}
+
+int rl_elect_etcd_parse_leader(const char *key, const char *val, size_t len, rl_leader *out, rl_err *e) {
+    cJSON *j = rl_etcd_record(key, val, len, e);
+    if (!j) return RL_EIO;
+    rl_leader l = {0};
+    int rc = rl_etcd_record_str(j, key, "id", true, l.id, sizeof l.id, e);
+    if (!rc) rc = rl_etcd_record_str(j, key, "addr", true, l.addr, sizeof l.addr, e);
+    if (!rc) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "port");
+        char where[96];
+        rl_json_escape(where, sizeof where, key);
+        if (!cJSON_IsNumber(p) || p->valuedouble < 0 || p->valuedouble > 65535 ||
+            p->valuedouble != (double)(int)p->valuedouble)
+            rc = rl_errf(e, RL_EIO, "etcd key '%s': the record's 'port' is not a port number", where);
+        else
+            l.port = (int)p->valuedouble;
+    }
+    cJSON_Delete(j);
+    if (!rc) *out = l;
+    return rc;
 }

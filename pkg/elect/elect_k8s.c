@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "k8s/k8s.h"
-#include "rdzv/elect_internal.h"
+#include "elect/elect_internal.h"
 
 #define ANN_ADDR "ringleader.dev/leader-addr"
 #define ANN_PORT "ringleader.dev/leader-port"

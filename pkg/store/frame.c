@@ -4,8 +4,8 @@
  * claims (and it is fuzzed). */
 #include <string.h>
 
-#include "rdzv/rdzv.h"
-#include "rdzv/store_db.h"
+#include "store/store.h"
+#include "store/store_db.h"
 
 int rl_store_frame_parse(const void *buf, size_t len, const char *peer, rl_store_frame *f,
                          rl_err *e) {

@@ -1,4 +1,4 @@
-/* Internal to pkg/rdzv: a small etcd v3 client over etcd's JSON gateway
+/* etcd: a small etcd v3 client over etcd's JSON gateway
  * (the grpc-gateway under /v3/ of etcd 3.4), on pkg/http.
  *
  * The gateway speaks protobuf's JSON mapping: keys and values are base64,
@@ -26,7 +26,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rdzv/rdzv.h"
 #include "util/util.h"
 
 typedef struct rl_etcd rl_etcd;
@@ -176,14 +175,17 @@ int rl_etcd_linebuf_feed(rl_etcd_linebuf *lb, const char *data, size_t len, cons
                          rl_etcd_watch_fn fn, void *ud, bool *stop, rl_err *e);
 void rl_etcd_linebuf_free(rl_etcd_linebuf *lb);
 
-/* The records the rendezvous keeps in etcd (values are untrusted: anyone
- * with etcdctl can edit them). The leader key holds {"id","addr","port"},
- * a member key {"id","addr"}; other members are ignored (newer versions may
- * add some), a missing or mistyped one is RL_EIO naming `key`. A member's id
- * must equal the key's suffix after `prefix`. */
-int rl_etcd_parse_leader(const char *key, const char *val, size_t len, rl_leader *out, rl_err *e);
-int rl_etcd_parse_member(const char *key, const char *prefix, const char *val, size_t len,
-                         rl_peer *out, rl_err *e);
+/* Records kept as JSON objects in etcd values (untrusted: anyone with
+ * etcdctl can edit them). rl_etcd_record parses one (NULL and RL_EIO
+ * naming `key` when it is not an object; cJSON_Delete the result);
+ * rl_etcd_record_str copies a string member into out (a missing required
+ * one, a non-string, an empty required one or one of n bytes or more is
+ * RL_EIO naming the key and member). Members nobody reads are ignored
+ * (newer versions may add some). */
+struct cJSON;
+struct cJSON *rl_etcd_record(const char *key, const char *val, size_t len, rl_err *e);
+int rl_etcd_record_str(const struct cJSON *j, const char *key, const char *name, bool required,
+                       char *out, size_t n, rl_err *e);
 
 
 #endif

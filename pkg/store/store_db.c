@@ -1,7 +1,7 @@
 /* The store's state (a chained hash table of binary keys) and the handling
  * of one request frame. No sockets here: store_server.c feeds bytes in and
  * sends what lands in `out`, and the fuzz target drives the same function. */
-#include "rdzv/store_db.h"
+#include "store/store_db.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

@@ -21,9 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rdzv/rdzv.h"
-#include "rdzv/store_db.h"
-#include "rdzv/store_internal.h"
+#include "store/store.h"
+#include "store/store_db.h"
+#include "store/store_internal.h"
 
 struct rl_store {
     int fd;
