@@ -358,45 +358,28 @@ static int handle_line(const char *line, size_t n, const char *what, rl_etcd_wat
     return rc;
 }
 
-int rl_etcd_linebuf_feed(rl_etcd_linebuf *lb, const char *data, size_t len, const char *what,
-                         rl_etcd_watch_fn fn, void *ud, bool *stop, rl_err *e) {
-    size_t max = lb->max_line ? lb->max_line : (16u << 20);
-    while (len && !*stop) {
-        const char *nl = memchr(data, '\n', len);
-        size_t take = nl ? (size_t)(nl - data) : len;
-        if (lb->len + take > max)
-            return rl_errf(e, RL_EIO, "%s: a stream line is longer than %zu bytes", what, max);
-        if (lb->len == 0 && nl) {
-            /* whole line in this chunk: no copy */
-            int rc = handle_line(data, take, what, fn, ud, stop, e);
-            if (rc) return rc;
-        } else {
-            if (lb->len + take + 1 > lb->cap) {
-                size_t cap = lb->cap ? lb->cap : 4096;
-                while (cap < lb->len + take + 1) cap *= 2;
-                char *nb = realloc(lb->buf, cap);
-                if (!nb) return rl_errf(e, RL_ENOMEM, "%s: out of memory", what);
-                lb->buf = nb;
-                lb->cap = cap;
-            }
-            memcpy(lb->buf + lb->len, data, take);
-            lb->len += take;
-            if (nl) {
-                int rc = handle_line(lb->buf, lb->len, what, fn, ud, stop, e);
-                lb->len = 0;
-                if (rc) return rc;
-            }
-        }
-        if (!nl) break;
-        data += take + 1;
-        len -= take + 1;
-    }
-    return RL_OK;
+/* rl_http_lines hands each line here; STOP ends the feed without error. */
+#define STOP (-1)
+typedef struct feed {
+    const char *what;
+    rl_etcd_watch_fn fn;
+    void *ud;
+    bool *stop;
+    rl_err *e;
+} feed;
+
+static int feed_line(void *ud, const char *line, size_t n) {
+    feed *f = ud;
+    int rc = handle_line(line, n, f->what, f->fn, f->ud, f->stop, f->e);
+    return rc ? rc : *f->stop ? STOP : 0;
 }
 
-void rl_etcd_linebuf_free(rl_etcd_linebuf *lb) {
-    free(lb->buf);
-    memset(lb, 0, sizeof *lb);
+int rl_etcd_watch_feed(rl_http_lines *l, const char *data, size_t len, rl_etcd_watch_fn fn,
+                       void *ud, bool *stop, rl_err *e) {
+    if (*stop) return RL_OK;
+    feed f = {.what = l->what, .fn = fn, .ud = ud, .stop = stop, .e = e};
+    int rc = rl_http_lines_feed(l, data, len, feed_line, &f, e);
+    return rc == STOP ? RL_OK : rc;
 }
 
 /* ---- the client ---------------------------------------------------------------------- */
@@ -721,7 +704,7 @@ int rl_etcd_txn(rl_etcd *c, const rl_etcd_cmp *cmp, int ncmp, const rl_etcd_op *
 
 /* ---- watch ---------------------------------------------------------------------------- */
 typedef struct watch_ctx {
-    rl_etcd_linebuf lb;
+    rl_http_lines lines;
     rl_etcd_watch_fn fn;
     void *ud;
     bool stop;
@@ -732,7 +715,7 @@ typedef struct watch_ctx {
 
 static int on_watch_data(void *ud, const char *data, size_t len) {
     watch_ctx *w = ud;
-    w->rc = rl_etcd_linebuf_feed(&w->lb, data, len, w->what, w->fn, w->ud, &w->stop, &w->err);
+    w->rc = rl_etcd_watch_feed(&w->lines, data, len, w->fn, w->ud, &w->stop, &w->err);
     return w->rc || w->stop;
 }
 
@@ -755,7 +738,7 @@ int rl_etcd_watch(rl_etcd *c, const char *key, bool prefix, int64_t start_rev,
     snprintf(url, sizeof url, "%s/v3/watch", c->endpoint);
     static const char *const hdrs[] = {"Content-Type: application/json", NULL};
     watch_ctx w = {.fn = fn, .ud = ud, .what = "etcd /v3/watch"};
-    w.lb.max_line = 16u << 20;
+    rl_http_lines_init(&w.lines, 0, w.what);
     rl_http_req req = {
         .method = "POST",
         .url = url,
@@ -784,7 +767,7 @@ int rl_etcd_watch(rl_etcd *c, const char *key, bool prefix, int64_t start_rev,
         rc = rl_errf(e, RL_EPEER, "etcd /v3/watch at %s: the stream ended", c->endpoint);
     }
     rl_http_resp_free(&r);
-    rl_etcd_linebuf_free(&w.lb);
+    rl_http_lines_free(&w.lines);
     return rc;
 }
 

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "http/http.h"
 #include "util/util.h"
 
 typedef struct rl_etcd rl_etcd;
@@ -163,17 +164,13 @@ int rl_etcd_parse_keepalive(const char *body, size_t len, const char *what, int6
 int rl_etcd_parse_watch_msg(const char *line, size_t len, const char *what,
                             rl_etcd_watch_msg *m, rl_err *e);
 
-/* Splits a byte stream into lines (no line may exceed max_line bytes: RL_EIO)
- * and hands each non-blank one to the parser and then to fn. */
-typedef struct rl_etcd_linebuf {
-    char *buf;
-    size_t len, cap, max_line;
-} rl_etcd_linebuf;
-/* Returns RL_OK to go on; *stop set when fn asked to stop; an error from a
- * parser or a canceled watch fills e. */
-int rl_etcd_linebuf_feed(rl_etcd_linebuf *lb, const char *data, size_t len, const char *what,
-                         rl_etcd_watch_fn fn, void *ud, bool *stop, rl_err *e);
-void rl_etcd_linebuf_free(rl_etcd_linebuf *lb);
+/* Feeds watch-stream bytes through the line splitter (rl_http_lines, whose
+ * `what` names the stream in errors), each non-blank line to the parser
+ * and then to fn. Returns RL_OK to go on; *stop set when fn asked to stop
+ * (later bytes are ignored); an error from a parser or a canceled watch
+ * fills e. */
+int rl_etcd_watch_feed(rl_http_lines *l, const char *data, size_t len, rl_etcd_watch_fn fn,
+                       void *ud, bool *stop, rl_err *e);
 
 /* Records kept as JSON objects in etcd values (untrusted: anyone with
  * etcdctl can edit them). rl_etcd_record parses one (NULL and RL_EIO

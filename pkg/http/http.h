@@ -140,6 +140,23 @@ int rl_http_parse_retry_after(const char *value, double now_unix, double *out_s)
  * *abort_flag becomes non-zero (NULL: plain sleep). */
 int rl_http_sleep(double s, const volatile int *abort_flag);
 
+/* A streamed body split into lines as its bytes arrive (the watch streams
+ * of the Kubernetes API and of etcd): on_line gets each complete line
+ * without its '\n', a trailing '\r' removed; empty lines are skipped. A
+ * line longer than max_line (0: 16 MiB) is RL_EIO naming `what`, so a
+ * stream cannot grow memory without bound; on_line returning non-zero
+ * stops and that value is returned. Fuzzed through both watch targets. */
+typedef struct rl_http_lines {
+    char *buf;
+    size_t len, cap, max_line;
+    const char *what;
+} rl_http_lines;
+typedef int (*rl_http_line_fn)(void *ud, const char *line, size_t len);
+void rl_http_lines_init(rl_http_lines *l, size_t max_line, const char *what);
+int rl_http_lines_feed(rl_http_lines *l, const char *data, size_t n, rl_http_line_fn on_line,
+                       void *ud, rl_err *e);
+void rl_http_lines_free(rl_http_lines *l);
+
 /* Percent-encode src for a URL query value (RFC 3986 unreserved kept). */
 int rl_http_query_escape(const char *src, char *out, size_t n, rl_err *e);
 

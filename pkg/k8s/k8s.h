@@ -227,19 +227,8 @@ typedef struct rl_k8s_watch_opts {
 int rl_k8s_list_watch(rl_k8s *c, const rl_k8s_watch_opts *o, rl_k8s_watch_fn fn, void *ud,
                       rl_err *e);
 
-/* The stream pieces, public for tests and fuzzing. A line splitter: feed
- * it bytes as they arrive; it calls on_line for each complete line (without
- * the '\n'; a trailing '\r' removed). A line longer than max_line is an
- * error (RL_EIO). on_line returning non-zero stops and is returned. */
-typedef struct rl_k8s_lines {
-    char *buf;
-    size_t len, cap, max_line;
-} rl_k8s_lines;
-typedef int (*rl_k8s_line_fn)(void *ud, const char *line, size_t len);
-void rl_k8s_lines_init(rl_k8s_lines *l, size_t max_line); /* 0: 16 MiB */
-int rl_k8s_lines_feed(rl_k8s_lines *l, const char *data, size_t n, rl_k8s_line_fn on_line,
-                      void *ud, rl_err *e);
-void rl_k8s_lines_free(rl_k8s_lines *l);
+/* The stream pieces, public for tests and fuzzing: the body is split into
+ * lines by rl_http_lines (http.h), each line parsed here. */
 
 typedef struct rl_k8s_event {
     rl_k8s_event_type type;

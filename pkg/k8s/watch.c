@@ -10,59 +10,6 @@
 
 #include "k8s_internal.h"
 
-/* ---- line splitter ------------------------------------------------------------------ */
-void rl_k8s_lines_init(rl_k8s_lines *l, size_t max_line) {
-    memset(l, 0, sizeof *l);
-    l->max_line = max_line ? max_line : 16u << 20;
-}
-
-void rl_k8s_lines_free(rl_k8s_lines *l) {
-    free(l->buf);
-    memset(l, 0, sizeof *l);
-}
-
-static int emit(const char *p, size_t n, rl_k8s_line_fn fn, void *ud) {
-    if (n && p[n - 1] == '\r') n--;
-    if (n == 0) return 0; /* blank lines carry nothing */
-    return fn(ud, p, n);
-}
-
-int rl_k8s_lines_feed(rl_k8s_lines *l, const char *data, size_t n, rl_k8s_line_fn fn, void *ud,
-                      rl_err *e) {
-    while (n) {
-        const char *nl = memchr(data, '\n', n);
-        size_t take = nl ? (size_t)(nl - data) : n;
-        if (l->len + take > l->max_line)
-            return rl_errf(e, RL_EIO, "watch stream: a line is longer than %zu bytes", l->max_line);
-        if (nl && l->len == 0) {
-            /* the common case: a whole line inside this read, no copy */
-            int r = emit(data, take, fn, ud);
-            if (r) return r;
-        } else {
-            if (l->len + take + 1 > l->cap) {
-                size_t cap = l->cap ? l->cap : 4096;
-                while (cap < l->len + take + 1) cap *= 2;
-                char *nb = realloc(l->buf, cap);
-                if (!nb) return rl_errf(e, RL_ENOMEM, "watch stream: out of memory");
-                l->buf = nb;
-                l->cap = cap;
-            }
-            memcpy(l->buf + l->len, data, take);
-            l->len += take;
-            if (nl) {
-                size_t len = l->len;
-                l->len = 0;
-                int r = emit(l->buf, len, fn, ud);
-                if (r) return r;
-            }
-        }
-        if (!nl) break;
-        data += take + 1;
-        n -= take + 1;
-    }
-    return RL_OK;
-}
-
 /* ---- one event ---------------------------------------------------------------------- */
 void rl_k8s_event_free(rl_k8s_event *ev) {
     cJSON_Delete(ev->root);
@@ -228,7 +175,7 @@ int rl_k8s_endpointslices_list(rl_k8s *c, const char *ns, const char *service, c
 typedef struct wstate {
     rl_k8s_watch_fn fn;
     void *ud;
-    rl_k8s_lines lines;
+    rl_http_lines lines;
     char rv[128];
     bool user_stop, gone, failed;
     long events;
@@ -268,7 +215,7 @@ static int on_line(void *ud, const char *line, size_t len) {
 
 static int on_data(void *ud, const char *data, size_t n) {
     wstate *w = ud;
-    int r = rl_k8s_lines_feed(&w->lines, data, n, on_line, w, &w->err);
+    int r = rl_http_lines_feed(&w->lines, data, n, on_line, w, &w->err);
     if (r && !w->user_stop && !w->gone) w->failed = true; /* over-long line, or parse error */
     return r != 0;
 }
@@ -289,7 +236,7 @@ static bool fatal_status(long st) { return st >= 400 && st < 500 && st != 410 &&
 int rl_k8s_list_watch(rl_k8s *c, const rl_k8s_watch_opts *o, rl_k8s_watch_fn fn, void *ud,
                       rl_err *e) {
     wstate w = {.fn = fn, .ud = ud};
-    rl_k8s_lines_init(&w.lines, 0);
+    rl_http_lines_init(&w.lines, 0, "watch stream");
     bool need_list = true;
     int failures = 0;
     int wt = o->watch_timeout_s > 0 ? o->watch_timeout_s : 300;
@@ -363,7 +310,7 @@ int rl_k8s_list_watch(rl_k8s *c, const rl_k8s_watch_opts *o, rl_k8s_watch_fn fn,
     }
     rc = RL_OK;
 out:
-    rl_k8s_lines_free(&w.lines);
+    rl_http_lines_free(&w.lines);
     return rc;
 }
 

@@ -32,19 +32,20 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     size_t chunk = (size_t)(data[0] | data[1] << 8) % 97 + 1;
     const char *p = (const char *)data + 2;
     size_t n = size - 2;
-    rl_etcd_linebuf lb = {.max_line = 4096};
+    rl_http_lines lb;
+    rl_http_lines_init(&lb, 4096, "fuzz watch");
     seen s = {0};
     bool stop = false;
     rl_err e = {0};
     for (size_t off = 0; off < n && !stop; off += chunk) {
         size_t take = n - off < chunk ? n - off : chunk;
-        int rc = rl_etcd_linebuf_feed(&lb, p + off, take, "fuzz watch", on_msg, &s, &stop, &e);
+        int rc = rl_etcd_watch_feed(&lb, p + off, take, on_msg, &s, &stop, &e);
         if (rc == RL_OK) continue;
         if (rc != RL_EIO && rc != RL_EPEER) abort();
         if (!e.msg[0] || strchr(e.msg, '\n')) abort();
         break;
     }
     if (lb.len > lb.max_line) abort();
-    rl_etcd_linebuf_free(&lb);
+    rl_http_lines_free(&lb);
     return 0;
 }

@@ -40,8 +40,8 @@ static int on_line(void *ud, const char *line, size_t len) {
 
 /* Feed everything in pieces chosen by seed; returns the feed result. */
 static int run(const uint8_t *d, size_t n, uint64_t seed, size_t cap, acc *a) {
-    rl_k8s_lines l;
-    rl_k8s_lines_init(&l, cap);
+    rl_http_lines l;
+    rl_http_lines_init(&l, cap, "watch stream");
     *a = (acc){.hash = 1469598103934665603ull, .cap = cap};
     rl_err e = {0};
     int rc = RL_OK;
@@ -50,11 +50,11 @@ static int run(const uint8_t *d, size_t n, uint64_t seed, size_t cap, acc *a) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         size_t k = 1 + (size_t)((seed >> 33) % 64);
         if (k > n - off) k = n - off;
-        rc = rl_k8s_lines_feed(&l, (const char *)d + off, k, on_line, a, &e);
+        rc = rl_http_lines_feed(&l, (const char *)d + off, k, on_line, a, &e);
         off += k;
     }
     if (rc != RL_OK && (rc != RL_EIO || strchr(e.msg, '\n'))) abort();
-    rl_k8s_lines_free(&l);
+    rl_http_lines_free(&l);
     return rc;
 }
 

@@ -190,13 +190,14 @@ Test(etcd_parse, line_splitting_any_chunking) {
                          "{\"result\":{\"events\":[{\"type\":\"DELETE\",\"kv\":{\"key\":\"Yg==\"}}]}}\n";
     size_t n = strlen(stream);
     for (size_t chunk = 1; chunk <= n; chunk += 7) {
-        rl_etcd_linebuf lb = {0};
+        rl_http_lines lb;
+        rl_http_lines_init(&lb, 0, "w");
         collect c = {0};
         bool stop = false;
         rl_err e = {0};
         for (size_t off = 0; off < n; off += chunk) {
             size_t take = n - off < chunk ? n - off : chunk;
-            cr_assert_eq(rl_etcd_linebuf_feed(&lb, stream + off, take, "w", collect_fn, &c, &stop, &e),
+            cr_assert_eq(rl_etcd_watch_feed(&lb, stream + off, take, collect_fn, &c, &stop, &e),
                          RL_OK, "chunk %zu: %s", chunk, e.msg);
         }
         cr_assert_eq(c.created, 1);
@@ -204,16 +205,17 @@ Test(etcd_parse, line_splitting_any_chunking) {
         cr_assert_str_eq(c.keys[0], "a");
         cr_assert_str_eq(c.keys[1], "b");
         cr_assert_eq(c.types[1], RL_ETCD_EV_DELETE);
-        rl_etcd_linebuf_free(&lb);
+        rl_http_lines_free(&lb);
     }
     /* an over-long line is an error, not unbounded memory */
-    rl_etcd_linebuf lb = {.max_line = 64};
+    rl_http_lines lb;
+    rl_http_lines_init(&lb, 64, "w");
     char big[100];
     memset(big, 'x', sizeof big);
     bool stop = false;
     rl_err e = {0};
-    cr_assert_eq(rl_etcd_linebuf_feed(&lb, big, sizeof big, "w", collect_fn, NULL, &stop, &e), RL_EIO);
-    rl_etcd_linebuf_free(&lb);
+    cr_assert_eq(rl_etcd_watch_feed(&lb, big, sizeof big, collect_fn, NULL, &stop, &e), RL_EIO);
+    rl_http_lines_free(&lb);
 }
 
 Test(etcd_parse, endpoint_validation) {

@@ -331,26 +331,26 @@ Test(k8s_parse, line_splitter_any_split) {
     const char *stream = "{\"a\":1}\n{\"b\":2}\r\n\n{\"c\":3}\n{\"partial";
     size_t n = strlen(stream);
     for (size_t chunk = 1; chunk <= n; chunk++) {
-        rl_k8s_lines l;
-        rl_k8s_lines_init(&l, 64);
+        rl_http_lines l;
+        rl_http_lines_init(&l, 64, "watch stream");
         collect c = {0};
         rl_err e = {0};
         for (size_t off = 0; off < n; off += chunk) {
             size_t k = n - off < chunk ? n - off : chunk;
-            cr_assert_eq(rl_k8s_lines_feed(&l, stream + off, k, on_line, &c, &e), RL_OK);
+            cr_assert_eq(rl_http_lines_feed(&l, stream + off, k, on_line, &c, &e), RL_OK);
         }
         cr_assert_str_eq(c.all, "{\"a\":1}|{\"b\":2}|{\"c\":3}|", "chunk %zu", chunk);
         cr_assert_eq(l.len, 9, "the partial line waits for its end");
-        rl_k8s_lines_free(&l);
+        rl_http_lines_free(&l);
     }
-    rl_k8s_lines l;
-    rl_k8s_lines_init(&l, 8);
+    rl_http_lines l;
+    rl_http_lines_init(&l, 8, "watch stream");
     collect c = {0};
     rl_err e = {0};
-    cr_assert_eq(rl_k8s_lines_feed(&l, "12345", 5, on_line, &c, &e), RL_OK);
-    cr_assert_eq(rl_k8s_lines_feed(&l, "6789\n", 5, on_line, &c, &e), RL_EIO);
+    cr_assert_eq(rl_http_lines_feed(&l, "12345", 5, on_line, &c, &e), RL_OK);
+    cr_assert_eq(rl_http_lines_feed(&l, "6789\n", 5, on_line, &c, &e), RL_EIO);
     cr_assert(strstr(e.msg, "longer than 8 bytes"), "%s", e.msg);
-    rl_k8s_lines_free(&l);
+    rl_http_lines_free(&l);
 }
 
 Test(k8s_parse, watch_events) {
