@@ -1,12 +1,9 @@
 /* One reconcile of one TrainingJob: read it and what it owns, take the
  * next steps toward its spec, write its status. Nothing is remembered
  * between calls except what the API server holds, so a restarted operator
- * carries on where the last one stopped. Order matters in one place: a
- * pod that ended is counted in the status first and deleted after, so a
- * crash in between neither loses nor doubles a count (the status keeps the
- * uids of counted pods until they are gone). */
+ * carries on where the last one stopped. This file is the I/O: what the
+ * steps are, and their order, is decided in decide.c. */
 #include <cjson/cJSON.h>
-#include <math.h>
 #include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,7 +12,12 @@
 #include <time.h>
 
 #include "operator/cache.h"
+#include "operator/decide.h"
 #include "operator.h"
+
+#define jstr rl_op_jstr
+#define jobj rl_op_jobj
+#define jset rl_op_jset
 
 /* An Event waits in `pending` for the status write that records what it
  * announces: posted before it, a failed write would leave an Event for a
@@ -30,7 +32,6 @@ typedef struct op_event {
 #define RECENT_EVENTS 256
 #define ENSURED_JOBS 1024
 #define ENSURE_EVERY_S 600.0
-#define REFUSED_RETRY_S 30.0
 typedef struct recent_event {
     uint64_t key; /* 0: free */
     char ns[254], name[128];
@@ -89,70 +90,11 @@ void rl_op_free(rl_op *op) {
 }
 
 /* ---- small JSON helpers ------------------------------------------------------------------- */
-static const char *jstr(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
-static cJSON *jobj(cJSON *o, const char *k) {
-    cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
-    return cJSON_IsObject(v) ? v : NULL;
-}
-
-static void jset(cJSON *o, const char *k, cJSON *v) {
-    if (cJSON_GetObjectItemCaseSensitive(o, k)) cJSON_ReplaceItemInObjectCaseSensitive(o, k, v);
-    else cJSON_AddItemToObject(o, k, v);
-}
-
 static void rfc3339(char *out, size_t n) {
     time_t t = time(NULL);
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
-/* ---- conditions ------------------------------------------------------------------------------
- * Set a condition; lastTransitionTime moves only when the status flips.
- * Returns true when status or reason changed: the moment worth an Event. */
-static bool set_condition(cJSON *st, const char *type, bool on, const char *reason, const char *msg) {
-    cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, "conditions");
-    if (!cJSON_IsArray(cs)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(st, "conditions");
-        cs = cJSON_AddArrayToObject(st, "conditions");
-    }
-    cJSON *c = NULL;
-    for (cJSON *it = cs->child; it; it = it->next)
-        if (!strcmp(jstr(it, "type"), type)) c = it;
-    const char *want = on ? "True" : "False";
-    bool flip = !c || strcmp(jstr(c, "status"), want) != 0;
-    bool changed = flip || strcmp(jstr(c, "reason"), reason) != 0;
-    if (!c) {
-        c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "type", type);
-        cJSON_AddItemToArray(cs, c);
-    }
-    jset(c, "status", cJSON_CreateString(want));
-    jset(c, "reason", cJSON_CreateString(reason));
-    jset(c, "message", cJSON_CreateString(msg));
-    if (flip) {
-        char ts[32];
-        rfc3339(ts, sizeof ts);
-        jset(c, "lastTransitionTime", cJSON_CreateString(ts));
-    }
-    return changed;
-}
-
-static bool condition_on(const cJSON *st, const char *type) {
-    const cJSON *cs = cJSON_IsObject(st) ? cJSON_GetObjectItemCaseSensitive(st, "conditions") : NULL;
-    if (!cJSON_IsArray(cs)) return false;
-    for (const cJSON *it = cs->child; it; it = it->next)
-        if (!strcmp(jstr(it, "type"), type)) return !strcmp(jstr(it, "status"), "True");
-    return false;
-}
-
-static long long st_int(const cJSON *st, const char *k) {
-    const cJSON *v = cJSON_IsObject(st) ? cJSON_GetObjectItemCaseSensitive(st, k) : NULL;
-    return cJSON_IsNumber(v) ? (long long)v->valuedouble : 0;
 }
 
 /* ---- events ------------------------------------------------------------------------------------ */
@@ -406,78 +348,6 @@ static int delete_pod(rl_op *op, const rl_op_job *j, const char *name, rl_err *e
     return rc;
 }
 
-/* ---- counted pods --------------------------------------------------------------------------------- */
-static bool is_counted(const cJSON *st, const char *uid) {
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "countedPods");
-    if (!cJSON_IsArray(l)) return false;
-    for (const cJSON *it = l->child; it; it = it->next)
-        if (cJSON_IsString(it) && !strcmp(it->valuestring, uid)) return true;
-    return false;
-}
-
-static void add_counted(cJSON *st, const char *uid, const char *counter) {
-    cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "countedPods");
-    if (!cJSON_IsArray(l)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(st, "countedPods");
-        l = cJSON_AddArrayToObject(st, "countedPods");
-    }
-    cJSON_AddItemToArray(l, cJSON_CreateString(uid));
-    if (counter) jset(st, counter, cJSON_CreateNumber((double)(st_int(st, counter) + 1)));
-}
-
-/* Keep only uids of pods that still exist: a counted pod stays listed
- * until it is gone, after that it can never be seen (and counted) again. */
-static void prune_counted(cJSON *st, const rl_pod_info *pods, int n) {
-    cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "countedPods");
-    if (!cJSON_IsArray(l)) return;
-    cJSON *keep = cJSON_CreateArray();
-    for (const cJSON *it = l->child; it; it = it->next) {
-        bool live = false;
-        for (int i = 0; i < n && !live; i++) live = cJSON_IsString(it) && !strcmp(pods[i].uid, it->valuestring);
-        if (live) cJSON_AddItemToArray(keep, cJSON_CreateString(it->valuestring));
-    }
-    jset(st, "countedPods", keep);
-}
-
-/* ---- progress, as the rank-0 agent reports it on <job>-progress ------------------------------------ */
-static void mirror_progress(rl_op *op, const rl_op_job *j, cJSON *st) {
-    char path[512], name[128];
-    snprintf(name, sizeof name, "%s-progress", j->name);
-    rl_err e = {0};
-    long code = 0;
-    cJSON *lease = NULL;
-    if (cached(op, RL_OPC_LEASES)) {
-        if (!(lease = rl_op_cache_get(op->cache, RL_OPC_LEASES, j->ns, name))) return;
-    } else if (rl_k8s_path(path, sizeof path, "coordination.k8s.io/v1", j->ns, "leases", name, &e) ||
-               rl_k8s_get(op->k, path, &code, &lease, &e)) {
-        cJSON_Delete(lease);
-        return;
-    }
-    const cJSON *ann = jobj(jobj(lease, "metadata"), "annotations");
-    static const struct { const char *ann, *field; int kind; /* 0 int, 1 number, 2 string */ } map[] = {
-        {"ringleader.dev/step", "step", 0},
-        {"ringleader.dev/loss", "loss", 1},
-        {"ringleader.dev/tokens-per-second", "tokensPerSecond", 1},
-        {"ringleader.dev/last-checkpoint", "lastCheckpoint", 2},
-        {"ringleader.dev/round", "round", 0},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
-        const char *v = jstr(ann, map[i].ann);
-        if (!*v) continue;
-        if (map[i].kind == 2) {
-            jset(st, map[i].field, cJSON_CreateString(v));
-            continue;
-        }
-        char *end;
-        double d = strtod(v, &end);
-        if (*end || !isfinite(d)) continue; /* a worker's garbage is not worth a failure */
-        if (map[i].kind == 0) d = floor(d);
-        else d = round(d * 1e4) / 1e4;
-        jset(st, map[i].field, cJSON_CreateNumber(d));
-    }
-    cJSON_Delete(lease);
-}
-
 /* ---- status ------------------------------------------------------------------------------------------ */
 /* Write the status if it changed; then post the Events queued for it. */
 static int write_status(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e) {
@@ -504,40 +374,6 @@ static int write_status(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *
     }
     cJSON_Delete(got);
     return rc;
-}
-
-static bool terminal(const char *phase) { return !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"); }
-
-/* After the end: pods go per cleanPodPolicy (All: every pod; Running:
- * those still running or pending, so a failed pod's logs stay readable;
- * None: all stay). */
-static int cleanup(rl_op *op, const rl_op_job *j, const rl_pod_info *pods, int n, rl_err *e) {
-    int rc = RL_OK;
-    for (int i = 0; i < n && !rc; i++) {
-        const rl_pod_info *p = &pods[i];
-        if (p->state == RL_POD_TERMINATING || !strcmp(j->clean_policy, "None")) continue;
-        if (!strcmp(j->clean_policy, "Running") && p->state != RL_POD_RUNNING && p->state != RL_POD_PENDING)
-            continue;
-        rc = delete_pod(op, j, p->name, e);
-    }
-    return rc;
-}
-
-static void count_pods(const rl_op_job *j, const rl_pod_info *pods, int n, cJSON *st) {
-    int exist = 0, ready = 0;
-    for (int i = 0; i < n; i++) {
-        if (pods[i].state == RL_POD_TERMINATING) continue;
-        exist++;
-        if (pods[i].state == RL_POD_RUNNING && pods[i].ready) ready++;
-    }
-    char sel[128];
-    snprintf(sel, sizeof sel, RL_OP_LABEL_JOB "=%s", j->name);
-    jset(st, "replicas", cJSON_CreateNumber(exist));
-    jset(st, "readyReplicas", cJSON_CreateNumber(ready));
-    jset(st, "selector", cJSON_CreateString(sel));
-    /* counters present from the start: "0 restarts" is information */
-    if (!cJSON_GetObjectItemCaseSensitive(st, "restarts")) cJSON_AddNumberToObject(st, "restarts", 0);
-    if (!cJSON_GetObjectItemCaseSensitive(st, "preemptions")) cJSON_AddNumberToObject(st, "preemptions", 0);
 }
 
 /* ---- list this job's pods --------------------------------------------------------------------------- */
@@ -583,7 +419,8 @@ static int list_pods(rl_op *op, const rl_op_job *j, rl_pod_info **out, int *n, r
 }
 
 /* ---- the reconcile ----------------------------------------------------------------------------------- */
-static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e);
+static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, const char *now,
+                         rl_err *e);
 
 int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e) {
     op->requeue_s = 0;
@@ -606,6 +443,8 @@ int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e) {
     }
     const cJSON *old = jobj(obj, "status");
     cJSON *st = old ? cJSON_Duplicate(old, 1) : cJSON_CreateObject();
+    char now[32];
+    rfc3339(now, sizeof now);
     rl_op_job j;
     rl_err perr = {0};
     int prc = rl_op_job_parse(obj, &j, &perr);
@@ -619,7 +458,7 @@ int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e) {
         snprintf(j.ns, sizeof j.ns, "%s", ns);
         snprintf(j.name, sizeof j.name, "%s", name);
         snprintf(j.uid, sizeof j.uid, "%s", jstr(md, "uid"));
-        if (set_condition(st, "SpecRejected", true, "InvalidSpec", perr.msg))
+        if (rl_op_set_condition(st, "SpecRejected", true, "InvalidSpec", perr.msg, now))
             event(op, &j, true, "SpecRejected", "%s (the job goes on with its pods as they are)", perr.msg);
         rc = write_status(op, &j, old, st, e);
     } else if (prc) {
@@ -630,22 +469,17 @@ int rl_op_reconcile(rl_op *op, const char *ns, const char *name, rl_err *e) {
         snprintf(j.uid, sizeof j.uid, "%s", jstr(md, "uid"));
         j.generation = (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(md, "generation"));
         snprintf(j.clean_policy, sizeof j.clean_policy, "All");
-        if (set_condition(st, "Failed", true, "InvalidSpec", perr.msg))
+        if (rl_op_set_condition(st, "Failed", true, "InvalidSpec", perr.msg, now))
             event(op, &j, true, "InvalidSpec", "%s", perr.msg);
-        set_condition(st, "Running", false, "InvalidSpec", "");
+        rl_op_set_condition(st, "Running", false, "InvalidSpec", "", now);
         jset(st, "phase", cJSON_CreateString("Failed"));
-        rl_pod_info *pods = NULL;
-        int n = 0;
-        if (!(rc = list_pods(op, &j, &pods, &n, e)) && !(rc = cleanup(op, &j, pods, n, e))) {
-            count_pods(&j, pods, n, st);
-            jset(st, "observedGeneration", cJSON_CreateNumber((double)j.generation));
-            rc = write_status(op, &j, old, st, e);
-        }
-        free(pods);
+        jset(st, "observedGeneration", cJSON_CreateNumber((double)j.generation));
+        rc = reconcile_job(op, &j, old, st, now, e); /* over: its pods cleaned up */
     } else {
-        if (condition_on(st, "SpecRejected"))
-            set_condition(st, "SpecRejected", false, "SpecValid", "the spec is valid again");
-        rc = reconcile_job(op, &j, old, st, e);
+        if (rl_op_condition_on(st, "SpecRejected"))
+            rl_op_set_condition(st, "SpecRejected", false, "SpecValid", "the spec is valid again", now);
+        jset(st, "observedGeneration", cJSON_CreateNumber((double)j.generation));
+        rc = reconcile_job(op, &j, old, st, now, e);
     }
     /* Events whose status write never happened: the next pass sees the
      * same change unrecorded and queues them again. */
@@ -680,218 +514,81 @@ static int create_pod(rl_op *op, const rl_op_job *j, int index, char *refused, s
     return rc;
 }
 
-/* A pod that outlives its grace period by stuck_s: only the kubelet ends a
- * graceful delete, so its node is most likely unreachable, and the pod's
- * fixed name stays taken (its replacement cannot be created) until the node
- * comes back or someone force-deletes it. Name the longest-stuck pod and
- * how long, in whole minutes so the status does not change every pass. */
-static void note_stuck(rl_op *op, const rl_op_job *j, const rl_pod_info *pods, int n, cJSON *st) {
-    const rl_pod_info *worst = NULL;
-    for (int i = 0; i < n; i++) {
-        if (pods[i].state != RL_POD_TERMINATING) continue;
-        if (pods[i].overdue_s < op->stuck_s) /* no event will say when it is due: look then */
-            requeue_within(op, op->stuck_s - pods[i].overdue_s + 0.1);
-        else if (!worst || pods[i].overdue_s > worst->overdue_s)
-            worst = &pods[i];
+/* The progress Lease's annotations (NULL: none, or not readable now: the
+ * status keeps what it had). */
+static cJSON *observe_progress(rl_op *op, const rl_op_job *j) {
+    char path[512], name[128];
+    snprintf(name, sizeof name, "%s-progress", j->name);
+    rl_err e = {0};
+    long code = 0;
+    cJSON *lease = NULL;
+    if (cached(op, RL_OPC_LEASES)) {
+        if (!(lease = rl_op_cache_get(op->cache, RL_OPC_LEASES, j->ns, name))) return NULL;
+    } else if (rl_k8s_path(path, sizeof path, "coordination.k8s.io/v1", j->ns, "leases", name, &e) ||
+               rl_k8s_get(op->k, path, &code, &lease, &e)) {
+        cJSON_Delete(lease);
+        return NULL;
     }
-    if (!worst) {
-        if (condition_on(st, "PodStuckTerminating"))
-            set_condition(st, "PodStuckTerminating", false, "NoneStuck", "no pod is stuck terminating");
-        return;
-    }
-    char msg[900];
-    snprintf(msg, sizeof msg,
-             "pod %s has been terminating for %.0f min (its grace period ended %.0f min ago): its node may be "
-             "unreachable, and its replacement waits for the name; if the node is gone: kubectl delete pod %s "
-             "--force --grace-period=0",
-             worst->name, floor(worst->deleting_s / 60), floor(worst->overdue_s / 60), worst->name);
-    if (set_condition(st, "PodStuckTerminating", true, "StuckTerminating", msg))
-        event(op, j, true, "PodStuckTerminating", "%s", msg);
+    cJSON *ann = jobj(jobj(lease, "metadata"), "annotations");
+    cJSON *out = ann ? cJSON_Duplicate(ann, 1) : NULL;
+    cJSON_Delete(lease);
+    return out;
 }
 
-static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e) {
-    int rc;
-    const char *phase0 = jstr(old, "phase");
-    char phase[32];
-    snprintf(phase, sizeof phase, "%s", phase0);
-    jset(st, "observedGeneration", cJSON_CreateNumber((double)j->generation));
-    rl_pod_info *pods = NULL;
-    int n = 0;
-    if ((rc = list_pods(op, j, &pods, &n, e))) return rc;
-
-    /* Over: only cleanup remains. */
-    if (terminal(phase)) {
-        if (!(rc = cleanup(op, j, pods, n, e))) {
-            count_pods(j, pods, n, st);
-            prune_counted(st, pods, n);
-            rc = write_status(op, j, old, st, e);
+/* Apply a plan's steps in order, stopping at the first error. Creates
+ * count into *created; the first admission refusal goes to refused. */
+static int apply(rl_op *op, const rl_op_job *j, const cJSON *old, const rl_op_plan *p, int *created,
+                 char *refused, size_t rn, rl_err *e) {
+    int rc = RL_OK;
+    for (int i = 0; i < p->n && !rc; i++) {
+        const rl_op_step *s = &p->steps[i];
+        switch (s->kind) {
+        case RL_OP_EVENT: event(op, j, s->warning, s->reason, "%s", s->msg); break;
+        case RL_OP_WRITE: rc = write_status(op, j, old, s->status, e); break;
+        case RL_OP_DELETE: rc = delete_pod(op, j, s->pod, e); break;
+        case RL_OP_CREATE: {
+            char no[1024] = "";
+            if (!(rc = create_pod(op, j, s->index, no, sizeof no, e)) && !no[0]) (*created)++;
+            if (no[0] && !refused[0]) snprintf(refused, rn, "%s", no);
+            break;
         }
+        }
+    }
+    requeue_within(op, p->requeue_s);
+    return rc;
+}
+
+/* Observe (pods, owned objects, progress), decide (decide.c), act. */
+static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, const char *now,
+                         rl_err *e) {
+    rl_pod_info *pods = NULL;
+    int n = 0, rc;
+    if ((rc = list_pods(op, j, &pods, &n, e))) return rc;
+    char conflict[512] = "";
+    bool over = rl_op_terminal(jstr(st, "phase"));
+    if (!over && (rc = ensure_all(op, j, old, st, conflict, sizeof conflict, e))) {
         free(pods);
         return rc;
     }
-    char conflict[512] = "";
-    if ((rc = ensure_all(op, j, old, st, conflict, sizeof conflict, e))) goto out;
-    if (set_condition(st, "Created", true, "Created", "service, secret, RBAC and pods are managed"))
-        event(op, j, false, "Created", "created the headless Service %s, its rendezvous Secret and RBAC", j->name);
-    if (!jstr(st, "startTime")[0]) {
-        char ts[32];
-        rfc3339(ts, sizeof ts);
-        jset(st, "startTime", cJSON_CreateString(ts));
-    }
-
-    /* The job is complete when a worker exits 0: agents do so only once
-     * the whole job finished. */
-    for (int i = 0; i < n; i++)
-        if (pods[i].state == RL_POD_SUCCEEDED) {
-            char ts[32];
-            rfc3339(ts, sizeof ts);
-            set_condition(st, "Succeeded", true, "Completed", "rank 0 finished training");
-            set_condition(st, "Running", false, "Completed", "");
-            set_condition(st, "Restarting", false, "Completed", "");
-            jset(st, "phase", cJSON_CreateString("Succeeded"));
-            jset(st, "completionTime", cJSON_CreateString(ts));
-            mirror_progress(op, j, st);
-            event(op, j, false, "Succeeded", "training completed (pod %s exited 0)", pods[i].name);
-            if ((rc = write_status(op, j, old, st, e))) goto out;
-            rc = cleanup(op, j, pods, n, e);
-            goto out;
-        }
-
-    if (j->suspend) {
-        if (set_condition(st, "Suspended", true, "Suspended", "spec.suspend is true: pods deleted"))
-            event(op, j, false, "Suspended", "suspending: deleting %d pod(s); workers checkpoint on SIGTERM", n);
-        set_condition(st, "Running", false, "Suspended", "");
-        jset(st, "phase", cJSON_CreateString("Suspended"));
-        /* pods we stop are not preemptions: mark them seen, count nothing */
-        for (int i = 0; i < n; i++)
-            if (!is_counted(st, pods[i].uid)) add_counted(st, pods[i].uid, NULL);
-        if ((rc = write_status(op, j, old, st, e))) goto out;
-        for (int i = 0; i < n && !rc; i++)
-            if (pods[i].state != RL_POD_TERMINATING) rc = delete_pod(op, j, pods[i].name, e);
-        if (!rc) {
-            count_pods(j, pods, n, st);
-            prune_counted(st, pods, n);
-            rc = write_status(op, j, old, st, e);
-        }
-        goto out;
-    }
-    if (condition_on(st, "Suspended") && set_condition(st, "Suspended", false, "Resumed", "spec.suspend is false"))
-        event(op, j, false, "Resumed", "resuming: recreating %d pod(s)", j->replicas);
-
-    /* Pods that ended, or are being deleted by someone else: count each once
-     * (status first), then make room for a replacement. */
-    bool replaced = false;
-    char last_fail[800] = "";
-    for (int i = 0; i < n; i++) {
-        rl_pod_info *p = &pods[i];
-        bool ended = p->state == RL_POD_FAILED || p->state == RL_POD_PREEMPTED;
-        bool taken = p->state == RL_POD_TERMINATING && p->index >= 0 && p->index < j->replicas;
-        if ((!ended && !taken) || is_counted(st, p->uid)) continue;
-        if (p->state == RL_POD_FAILED) {
-            add_counted(st, p->uid, "restarts");
-            snprintf(last_fail, sizeof last_fail, "pod %s failed: %s", p->name, p->message);
-            event(op, j, true, "PodFailed", "%s (%lld of restartLimit %d)", last_fail, st_int(st, "restarts"),
-                  j->restart_limit);
-        } else {
-            add_counted(st, p->uid, "preemptions");
-            event(op, j, false, "PodPreempted", "pod %s %s (%s%s%s): replaced, not counted against restartLimit",
-                  p->name, taken ? "is being deleted" : "ended", p->reason, p->message[0] ? ": " : "", p->message);
-        }
-        replaced = true;
-    }
-    long long restarts = st_int(st, "restarts");
-    if (restarts > j->restart_limit) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%lld pod failures exceed restartLimit %d%s%s", restarts, j->restart_limit,
-                 last_fail[0] ? "; last: " : "", last_fail);
-        set_condition(st, "Failed", true, "RestartLimitExceeded", msg);
-        set_condition(st, "Running", false, "RestartLimitExceeded", "");
-        set_condition(st, "Restarting", false, "RestartLimitExceeded", "");
-        jset(st, "phase", cJSON_CreateString("Failed"));
-        char ts[32];
-        rfc3339(ts, sizeof ts);
-        jset(st, "completionTime", cJSON_CreateString(ts));
-        event(op, j, true, "Failed", "%s", msg);
-        if ((rc = write_status(op, j, old, st, e))) goto out;
-        rc = cleanup(op, j, pods, n, e);
-        goto out;
-    }
-    if (replaced) {
-        set_condition(st, "Restarting", true, "PodReplaced", "replacing pods; training resumes from the last checkpoint");
-        if ((rc = write_status(op, j, old, st, e))) goto out; /* counted before deleted */
-    }
-    for (int i = 0; i < n && !rc; i++) {
-        rl_pod_info *p = &pods[i];
-        if (p->state == RL_POD_FAILED || p->state == RL_POD_PREEMPTED) {
-            rc = delete_pod(op, j, p->name, e);
-            p->state = RL_POD_TERMINATING;
-        } else if (p->state != RL_POD_TERMINATING && (p->index < 0 || p->index >= j->replicas)) {
-            event(op, j, false, "ScaledDown", "deleting pod %s (replicas %d)", p->name, j->replicas);
-            rc = delete_pod(op, j, p->name, e);
-            p->state = RL_POD_TERMINATING;
-        }
-    }
-    if (rc) goto out;
-
-    /* Create what is missing (a name still held by a terminating pod waits). */
+    cJSON *progress = over || j->suspend ? NULL : observe_progress(op, j);
+    rl_op_seen seen = {.job = j, .pods = pods, .n = n, .conflict = conflict, .progress = progress,
+                       .stuck_s = op->stuck_s, .now = now};
+    rl_op_plan plan;
+    rl_op_decide(&seen, st, &plan);
+    int created = 0;
     char refused[1024] = "";
-    if (!conflict[0]) {
-        int created = 0;
-        for (int idx = 0; idx < j->replicas && !rc; idx++) {
-            bool have = false;
-            for (int i = 0; i < n && !have; i++) have = pods[i].index == idx;
-            if (have) continue;
-            char no[sizeof refused] = "";
-            if (!(rc = create_pod(op, j, idx, no, sizeof no, e)) && !no[0]) created++;
-            if (no[0] && !refused[0]) snprintf(refused, sizeof refused, "%s", no);
-        }
-        if (rc) goto out;
-        if (created)
-            event(op, j, false, "CreatedPods", "created %d pod(s) for %d node(s)", created, j->replicas);
-        /* every refused pass, folded into one Event's count; no watch event
-         * tells when the refusal goes (a quota freed): try again soon */
-        if (refused[0]) {
-            event(op, j, true, "PodCreateFailed", "%s", refused);
-            requeue_within(op, REFUSED_RETRY_S);
-        }
+    if (plan.nomem) rc = rl_errf(e, RL_ENOMEM, "out of memory");
+    else rc = apply(op, j, old, &plan, &created, refused, sizeof refused, e);
+    if (!rc && plan.then_phase) {
+        int from = plan.n;
+        rl_op_decide_phase(&seen, created, refused, &plan);
+        rl_op_plan tail = plan;
+        tail.steps += from, tail.n -= from; /* only the new steps */
+        rc = plan.nomem ? rl_errf(e, RL_ENOMEM, "out of memory") : apply(op, j, old, &tail, &created, refused,
+                                                                          sizeof refused, e);
     }
-
-    /* Phase */
-    count_pods(j, pods, n, st);
-    int ready = 0, need = j->elastic ? j->min_nodes : j->replicas;
-    const rl_pod_info *why = NULL;
-    for (int i = 0; i < n; i++) {
-        if (pods[i].state == RL_POD_RUNNING && pods[i].ready) ready++;
-        if (pods[i].state == RL_POD_PENDING && !why && strcmp(pods[i].reason, "Pending") != 0) why = &pods[i];
-    }
-    if (conflict[0]) {
-        if (set_condition(st, "Running", false, "ResourceConflict", conflict))
-            event(op, j, true, "ResourceConflict", "%s", conflict);
-        snprintf(phase, sizeof phase, "Pending");
-    } else if (refused[0] && ready < need) {
-        set_condition(st, "Running", false, "PodCreateFailed", refused);
-        snprintf(phase, sizeof phase, "%s", condition_on(st, "Restarting") ? "Restarting" : "Pending");
-    } else if (ready >= need && ready > 0) {
-        if (condition_on(st, "Restarting") && ready >= j->replicas)
-            set_condition(st, "Restarting", false, "Recovered", "every pod is running again");
-        if (set_condition(st, "Running", true, "Running", "") && !condition_on(st, "Restarting"))
-            event(op, j, false, "Running", "%d of %d node(s) running", ready, j->replicas);
-        snprintf(phase, sizeof phase, "%s", condition_on(st, "Restarting") ? "Restarting" : "Running");
-    } else {
-        char msg[900];
-        if (why) snprintf(msg, sizeof msg, "pod %s: %s%s%s", why->name, why->reason, why->message[0] ? ": " : "", why->message);
-        else snprintf(msg, sizeof msg, "%d of %d node(s) ready", ready, need);
-        const char *reason = why ? why->reason : "PodsNotReady";
-        if (set_condition(st, "Running", false, reason, msg) && why)
-            event(op, j, true, reason, "%s", msg);
-        snprintf(phase, sizeof phase, "%s", condition_on(st, "Restarting") ? "Restarting" : "Pending");
-    }
-    jset(st, "phase", cJSON_CreateString(phase));
-    note_stuck(op, j, pods, n, st);
-    mirror_progress(op, j, st);
-    prune_counted(st, pods, n);
-    rc = write_status(op, j, old, st, e);
-out:
+    rl_op_plan_free(&plan);
+    cJSON_Delete(progress);
     free(pods);
     return rc;
 }

@@ -1,0 +1,415 @@
+/* One reconcile's decisions (decide.h): from what was seen to the steps
+ * that move the job toward its spec, and the status that records them. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "operator/decide.h"
+
+#define jstr rl_op_jstr
+#define jobj rl_op_jobj
+#define jset rl_op_jset
+
+#define REFUSED_RETRY_S 30.0 /* no watch event says when a refusal goes (a quota freed) */
+
+/* ---- conditions and counters ------------------------------------------------------------ */
+bool rl_op_set_condition(cJSON *st, const char *type, bool on, const char *reason, const char *msg,
+                         const char *now) {
+    cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, "conditions");
+    if (!cJSON_IsArray(cs)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(st, "conditions");
+        cs = cJSON_AddArrayToObject(st, "conditions");
+    }
+    cJSON *c = NULL;
+    for (cJSON *it = cs->child; it; it = it->next)
+        if (!strcmp(jstr(it, "type"), type)) c = it;
+    const char *want = on ? "True" : "False";
+    bool flip = !c || strcmp(jstr(c, "status"), want) != 0;
+    bool changed = flip || strcmp(jstr(c, "reason"), reason) != 0;
+    if (!c) {
+        c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "type", type);
+        cJSON_AddItemToArray(cs, c);
+    }
+    jset(c, "status", cJSON_CreateString(want));
+    jset(c, "reason", cJSON_CreateString(reason));
+    jset(c, "message", cJSON_CreateString(msg));
+    if (flip) jset(c, "lastTransitionTime", cJSON_CreateString(now));
+    return changed;
+}
+
+bool rl_op_condition_on(const cJSON *st, const char *type) {
+    const cJSON *cs = cJSON_IsObject(st) ? cJSON_GetObjectItemCaseSensitive(st, "conditions") : NULL;
+    if (!cJSON_IsArray(cs)) return false;
+    for (const cJSON *it = cs->child; it; it = it->next)
+        if (!strcmp(jstr(it, "type"), type)) return !strcmp(jstr(it, "status"), "True");
+    return false;
+}
+
+bool rl_op_terminal(const char *phase) {
+    return !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed");
+}
+
+static long long st_int(const cJSON *st, const char *k) {
+    const cJSON *v = cJSON_IsObject(st) ? cJSON_GetObjectItemCaseSensitive(st, k) : NULL;
+    return cJSON_IsNumber(v) ? (long long)v->valuedouble : 0;
+}
+
+static bool is_counted(const cJSON *st, const char *uid) {
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "countedPods");
+    if (!cJSON_IsArray(l)) return false;
+    for (const cJSON *it = l->child; it; it = it->next)
+        if (cJSON_IsString(it) && !strcmp(it->valuestring, uid)) return true;
+    return false;
+}
+
+static void add_counted(cJSON *st, const char *uid, const char *counter) {
+    cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "countedPods");
+    if (!cJSON_IsArray(l)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(st, "countedPods");
+        l = cJSON_AddArrayToObject(st, "countedPods");
+    }
+    cJSON_AddItemToArray(l, cJSON_CreateString(uid));
+    if (counter) jset(st, counter, cJSON_CreateNumber((double)(st_int(st, counter) + 1)));
+}
+
+/* Keep only uids of pods that still exist: a counted pod stays listed
+ * until it is gone, after that it can never be seen (and counted) again. */
+static void prune_counted(cJSON *st, const rl_pod_info *pods, int n) {
+    cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "countedPods");
+    if (!cJSON_IsArray(l)) return;
+    cJSON *keep = cJSON_CreateArray();
+    for (const cJSON *it = l->child; it; it = it->next) {
+        bool live = false;
+        for (int i = 0; i < n && !live; i++) live = cJSON_IsString(it) && !strcmp(pods[i].uid, it->valuestring);
+        if (live) cJSON_AddItemToArray(keep, cJSON_CreateString(it->valuestring));
+    }
+    jset(st, "countedPods", keep);
+}
+
+static void count_pods(const rl_op_seen *s, cJSON *st) {
+    int exist = 0, ready = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (s->pods[i].state == RL_POD_TERMINATING) continue;
+        exist++;
+        if (s->pods[i].state == RL_POD_RUNNING && s->pods[i].ready) ready++;
+    }
+    char sel[128];
+    snprintf(sel, sizeof sel, RL_OP_LABEL_JOB "=%s", s->job->name);
+    jset(st, "replicas", cJSON_CreateNumber(exist));
+    jset(st, "readyReplicas", cJSON_CreateNumber(ready));
+    jset(st, "selector", cJSON_CreateString(sel));
+    /* counters present from the start: "0 restarts" is information */
+    if (!cJSON_GetObjectItemCaseSensitive(st, "restarts")) cJSON_AddNumberToObject(st, "restarts", 0);
+    if (!cJSON_GetObjectItemCaseSensitive(st, "preemptions")) cJSON_AddNumberToObject(st, "preemptions", 0);
+}
+
+/* The rank-0 agent's progress (annotations of <job>-progress) into the
+ * status: numbers only when they are numbers, a worker's garbage is not
+ * worth a failure. */
+static void mirror_progress(const rl_op_seen *s, cJSON *st) {
+    static const struct { const char *ann, *field; int kind; /* 0 int, 1 number, 2 string */ } map[] = {
+        {"ringleader.dev/step", "step", 0},
+        {"ringleader.dev/loss", "loss", 1},
+        {"ringleader.dev/tokens-per-second", "tokensPerSecond", 1},
+        {"ringleader.dev/last-checkpoint", "lastCheckpoint", 2},
+        {"ringleader.dev/round", "round", 0},
+    };
+    if (!s->progress) return;
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        const char *v = jstr(s->progress, map[i].ann);
+        if (!*v) continue;
+        if (map[i].kind == 2) {
+            jset(st, map[i].field, cJSON_CreateString(v));
+            continue;
+        }
+        char *end;
+        double d = strtod(v, &end);
+        if (*end || !isfinite(d)) continue;
+        if (map[i].kind == 0) d = floor(d);
+        else d = round(d * 1e4) / 1e4;
+        jset(st, map[i].field, cJSON_CreateNumber(d));
+    }
+}
+
+/* ---- building the plan ---------------------------------------------------------------------- */
+static rl_op_step *add_step(rl_op_plan *p, rl_op_step_kind kind) {
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 16;
+        rl_op_step *v = realloc(p->steps, (size_t)cap * sizeof *v);
+        if (!v) {
+            p->nomem = true;
+            return NULL;
+        }
+        p->steps = v, p->cap = cap;
+    }
+    rl_op_step *st = &p->steps[p->n++];
+    memset(st, 0, sizeof *st);
+    st->kind = kind;
+    return st;
+}
+
+static void event(rl_op_plan *p, bool warning, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void event(rl_op_plan *p, bool warning, const char *reason, const char *fmt, ...) {
+    rl_op_step *st = add_step(p, RL_OP_EVENT);
+    if (!st) return;
+    st->warning = warning;
+    snprintf(st->reason, sizeof st->reason, "%s", reason);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->msg, sizeof st->msg, fmt, ap);
+    va_end(ap);
+}
+
+static void write_now(rl_op_plan *p) {
+    rl_op_step *st = add_step(p, RL_OP_WRITE);
+    if (!st) return;
+    if (!(st->status = cJSON_Duplicate(p->status, 1))) p->nomem = true;
+}
+
+static void delete_pod(rl_op_plan *p, rl_pod_info *pod) {
+    rl_op_step *st = add_step(p, RL_OP_DELETE);
+    if (st) snprintf(st->pod, sizeof st->pod, "%s", pod->name);
+}
+
+static void requeue_within(rl_op_plan *p, double s) {
+    if (s > 0 && (p->requeue_s <= 0 || s < p->requeue_s)) p->requeue_s = s;
+}
+
+/* After the end: pods go per cleanPodPolicy (All: every pod; Running:
+ * those still running or pending, so a failed pod's logs stay readable;
+ * None: all stay). */
+static void cleanup(const rl_op_seen *s, rl_op_plan *p) {
+    const char *policy = s->job->clean_policy;
+    for (int i = 0; i < s->n; i++) {
+        rl_pod_info *q = &s->pods[i];
+        if (q->state == RL_POD_TERMINATING || !strcmp(policy, "None")) continue;
+        if (!strcmp(policy, "Running") && q->state != RL_POD_RUNNING && q->state != RL_POD_PENDING) continue;
+        delete_pod(p, q);
+    }
+}
+
+/* The job ends: Succeeded or Failed, written, then its pods cleaned up. */
+static void finish(const rl_op_seen *s, rl_op_plan *p, bool ok, const char *reason, const char *msg) {
+    cJSON *st = p->status;
+    rl_op_set_condition(st, ok ? "Succeeded" : "Failed", true, reason, msg, s->now);
+    rl_op_set_condition(st, "Running", false, reason, "", s->now);
+    rl_op_set_condition(st, "Restarting", false, reason, "", s->now);
+    jset(st, "phase", cJSON_CreateString(ok ? "Succeeded" : "Failed"));
+    jset(st, "completionTime", cJSON_CreateString(s->now));
+    if (ok) mirror_progress(s, st);
+    write_now(p);
+    cleanup(s, p);
+}
+
+/* spec.suspend: pods we stop are not preemptions (marked seen, counted
+ * nowhere); written before they are deleted. */
+static void suspend(const rl_op_seen *s, rl_op_plan *p) {
+    cJSON *st = p->status;
+    if (rl_op_set_condition(st, "Suspended", true, "Suspended", "spec.suspend is true: pods deleted", s->now))
+        event(p, false, "Suspended", "suspending: deleting %d pod(s); workers checkpoint on SIGTERM", s->n);
+    rl_op_set_condition(st, "Running", false, "Suspended", "", s->now);
+    jset(st, "phase", cJSON_CreateString("Suspended"));
+    for (int i = 0; i < s->n; i++)
+        if (!is_counted(st, s->pods[i].uid)) add_counted(st, s->pods[i].uid, NULL);
+    write_now(p);
+    for (int i = 0; i < s->n; i++)
+        if (s->pods[i].state != RL_POD_TERMINATING) delete_pod(p, &s->pods[i]);
+    count_pods(s, st);
+    prune_counted(st, s->pods, s->n);
+    write_now(p);
+}
+
+/* Pods that ended, or are being deleted by someone else: count each once.
+ * Returns whether any was; last_fail gets the last failure. */
+static bool count_ended(const rl_op_seen *s, rl_op_plan *p, char *last_fail, size_t lfn) {
+    const rl_op_job *j = s->job;
+    bool any = false;
+    for (int i = 0; i < s->n; i++) {
+        rl_pod_info *q = &s->pods[i];
+        bool ended = q->state == RL_POD_FAILED || q->state == RL_POD_PREEMPTED;
+        bool taken = q->state == RL_POD_TERMINATING && q->index >= 0 && q->index < j->replicas;
+        if ((!ended && !taken) || is_counted(p->status, q->uid)) continue;
+        if (q->state == RL_POD_FAILED) {
+            add_counted(p->status, q->uid, "restarts");
+            snprintf(last_fail, lfn, "pod %s failed: %s", q->name, q->message);
+            event(p, true, "PodFailed", "%s (%lld of restartLimit %d)", last_fail, st_int(p->status, "restarts"),
+                  j->restart_limit);
+        } else {
+            add_counted(p->status, q->uid, "preemptions");
+            event(p, false, "PodPreempted", "pod %s %s (%s%s%s): replaced, not counted against restartLimit",
+                  q->name, taken ? "is being deleted" : "ended", q->reason, q->message[0] ? ": " : "", q->message);
+        }
+        any = true;
+    }
+    return any;
+}
+
+void rl_op_decide(const rl_op_seen *s, const cJSON *status, rl_op_plan *p) {
+    const rl_op_job *j = s->job;
+    memset(p, 0, sizeof *p);
+    p->status = status ? cJSON_Duplicate(status, 1) : cJSON_CreateObject();
+    if (!p->status) {
+        p->nomem = true;
+        return;
+    }
+    cJSON *st = p->status;
+    /* Over: only cleanup remains. */
+    if (rl_op_terminal(jstr(st, "phase"))) {
+        cleanup(s, p);
+        count_pods(s, st);
+        prune_counted(st, s->pods, s->n);
+        write_now(p);
+        return;
+    }
+    if (rl_op_set_condition(st, "Created", true, "Created", "service, secret, RBAC and pods are managed", s->now))
+        event(p, false, "Created", "created the headless Service %s, its rendezvous Secret and RBAC", j->name);
+    if (!jstr(st, "startTime")[0]) jset(st, "startTime", cJSON_CreateString(s->now));
+
+    /* The job is complete when a worker exits 0: agents do so only once
+     * the whole job finished. */
+    for (int i = 0; i < s->n; i++)
+        if (s->pods[i].state == RL_POD_SUCCEEDED) {
+            event(p, false, "Succeeded", "training completed (pod %s exited 0)", s->pods[i].name);
+            finish(s, p, true, "Completed", "rank 0 finished training");
+            return;
+        }
+    if (j->suspend) {
+        suspend(s, p);
+        return;
+    }
+    if (rl_op_condition_on(st, "Suspended") &&
+        rl_op_set_condition(st, "Suspended", false, "Resumed", "spec.suspend is false", s->now))
+        event(p, false, "Resumed", "resuming: recreating %d pod(s)", j->replicas);
+
+    char last_fail[800] = "";
+    bool replaced = count_ended(s, p, last_fail, sizeof last_fail);
+    long long restarts = st_int(st, "restarts");
+    if (restarts > j->restart_limit) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%lld pod failures exceed restartLimit %d%s%s", restarts, j->restart_limit,
+                 last_fail[0] ? "; last: " : "", last_fail);
+        event(p, true, "Failed", "%s", msg);
+        finish(s, p, false, "RestartLimitExceeded", msg);
+        return;
+    }
+    if (replaced) {
+        rl_op_set_condition(st, "Restarting", true, "PodReplaced",
+                            "replacing pods; training resumes from the last checkpoint", s->now);
+        write_now(p); /* counted before deleted */
+    }
+    for (int i = 0; i < s->n; i++) {
+        rl_pod_info *q = &s->pods[i];
+        if (q->state == RL_POD_FAILED || q->state == RL_POD_PREEMPTED) {
+            delete_pod(p, q);
+            q->state = RL_POD_TERMINATING;
+        } else if (q->state != RL_POD_TERMINATING && (q->index < 0 || q->index >= j->replicas)) {
+            event(p, false, "ScaledDown", "deleting pod %s (replicas %d)", q->name, j->replicas);
+            delete_pod(p, q);
+            q->state = RL_POD_TERMINATING;
+        }
+    }
+    /* Create what is missing (a name still held by a terminating pod waits). */
+    if (!s->conflict[0])
+        for (int idx = 0; idx < j->replicas; idx++) {
+            bool have = false;
+            for (int i = 0; i < s->n && !have; i++) have = s->pods[i].index == idx;
+            rl_op_step *c = have ? NULL : add_step(p, RL_OP_CREATE);
+            if (c) c->index = idx;
+        }
+    p->then_phase = true;
+}
+
+/* A pod that outlives its grace period by stuck_s: only the kubelet ends a
+ * graceful delete, so its node is most likely unreachable, and the pod's
+ * fixed name stays taken (its replacement cannot be created) until the node
+ * comes back or someone force-deletes it. Name the longest-stuck pod and
+ * how long, in whole minutes so the status does not change every pass. */
+static void note_stuck(const rl_op_seen *s, rl_op_plan *p) {
+    const rl_pod_info *worst = NULL;
+    for (int i = 0; i < s->n; i++) {
+        if (s->pods[i].state != RL_POD_TERMINATING) continue;
+        if (s->pods[i].overdue_s < s->stuck_s) /* no event will say when it is due: look then */
+            requeue_within(p, s->stuck_s - s->pods[i].overdue_s + 0.1);
+        else if (!worst || s->pods[i].overdue_s > worst->overdue_s)
+            worst = &s->pods[i];
+    }
+    if (!worst) {
+        if (rl_op_condition_on(p->status, "PodStuckTerminating"))
+            rl_op_set_condition(p->status, "PodStuckTerminating", false, "NoneStuck", "no pod is stuck terminating",
+                                s->now);
+        return;
+    }
+    char msg[900];
+    snprintf(msg, sizeof msg,
+             "pod %s has been terminating for %.0f min (its grace period ended %.0f min ago): its node may be "
+             "unreachable, and its replacement waits for the name; if the node is gone: kubectl delete pod %s "
+             "--force --grace-period=0",
+             worst->name, floor(worst->deleting_s / 60), floor(worst->overdue_s / 60), worst->name);
+    if (rl_op_set_condition(p->status, "PodStuckTerminating", true, "StuckTerminating", msg, s->now))
+        event(p, true, "PodStuckTerminating", "%s", msg);
+}
+
+/* The phase from the pods: Running once enough are ready (min_nodes for an
+ * elastic job), Restarting while a replacement is under way, else Pending
+ * with the first pod's reason for not running yet. */
+static const char *phase_of(const rl_op_seen *s, const char *refused, rl_op_plan *p) {
+    const rl_op_job *j = s->job;
+    cJSON *st = p->status;
+    int ready = 0, need = j->elastic ? j->min_nodes : j->replicas;
+    const rl_pod_info *why = NULL;
+    for (int i = 0; i < s->n; i++) {
+        if (s->pods[i].state == RL_POD_RUNNING && s->pods[i].ready) ready++;
+        if (s->pods[i].state == RL_POD_PENDING && !why && strcmp(s->pods[i].reason, "Pending") != 0)
+            why = &s->pods[i];
+    }
+    const char *waiting = rl_op_condition_on(st, "Restarting") ? "Restarting" : "Pending";
+    if (s->conflict[0]) {
+        if (rl_op_set_condition(st, "Running", false, "ResourceConflict", s->conflict, s->now))
+            event(p, true, "ResourceConflict", "%s", s->conflict);
+        return "Pending";
+    }
+    if (refused[0] && ready < need) {
+        rl_op_set_condition(st, "Running", false, "PodCreateFailed", refused, s->now);
+        return waiting;
+    }
+    if (ready >= need && ready > 0) {
+        if (rl_op_condition_on(st, "Restarting") && ready >= j->replicas)
+            rl_op_set_condition(st, "Restarting", false, "Recovered", "every pod is running again", s->now);
+        if (rl_op_set_condition(st, "Running", true, "Running", "", s->now) && !rl_op_condition_on(st, "Restarting"))
+            event(p, false, "Running", "%d of %d node(s) running", ready, j->replicas);
+        return rl_op_condition_on(st, "Restarting") ? "Restarting" : "Running";
+    }
+    char msg[900];
+    if (why) snprintf(msg, sizeof msg, "pod %s: %s%s%s", why->name, why->reason, why->message[0] ? ": " : "", why->message);
+    else snprintf(msg, sizeof msg, "%d of %d node(s) ready", ready, need);
+    const char *reason = why ? why->reason : "PodsNotReady";
+    if (rl_op_set_condition(st, "Running", false, reason, msg, s->now) && why) event(p, true, reason, "%s", msg);
+    return waiting;
+}
+
+void rl_op_decide_phase(const rl_op_seen *s, int created, const char *refused, rl_op_plan *p) {
+    p->then_phase = false;
+    if (created) event(p, false, "CreatedPods", "created %d pod(s) for %d node(s)", created, s->job->replicas);
+    /* every refused pass, folded into one Event's count; no watch event
+     * tells when the refusal goes (a quota freed): try again soon */
+    if (refused[0]) {
+        event(p, true, "PodCreateFailed", "%s", refused);
+        requeue_within(p, REFUSED_RETRY_S);
+    }
+    count_pods(s, p->status);
+    jset(p->status, "phase", cJSON_CreateString(phase_of(s, refused, p)));
+    note_stuck(s, p);
+    mirror_progress(s, p->status);
+    prune_counted(p->status, s->pods, s->n);
+    write_now(p);
+}
+
+void rl_op_plan_free(rl_op_plan *p) {
+    for (int i = 0; i < p->n; i++) cJSON_Delete(p->steps[i].status);
+    free(p->steps);
+    cJSON_Delete(p->status);
+    memset(p, 0, sizeof *p);
+}
