@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rdzv/rdzv.h"
+#include "rdzv/round_internal.h"
 
 #define MAX_NODES 4096
 
@@ -143,14 +143,6 @@ static int get_opt(rl_store *s, const char *key, double wait_s, char **val, size
 }
 
 /* ---- coordinator --------------------------------------------------------------------- */
-typedef struct member {
-    rl_round_node node;
-    int64_t hb;       /* last heartbeat counter seen */
-    double hb_time;   /* when it last changed */
-    bool listed;      /* seen in the Service during this round: only then
-                         can it leave (a pod's endpoint may lag its join) */
-} member;
-
 struct rl_round_coord {
     rl_round_opts o;
     rl_store *s;
@@ -172,23 +164,29 @@ struct rl_round_coord {
     long long over_round;
 };
 
+/* The outcomes as R/end writes them (parse_end reads them back). */
+static const char *outcome_name(rl_round_state st) {
+    return st == RL_ROUND_COMPLETE ? "complete" : st == RL_ROUND_FAILED ? "failed" : "next";
+}
+
 static void log_end(long long round, const char *outcome, const char *reason) {
     char r[600];
     rl_log(RL_LOG_WARN, "round_end", "\"round\":%lld,\"outcome\":\"%s\",\"reason\":\"%s\"", round, outcome,
            rl_json_escape(r, sizeof r, reason));
 }
 
-static int end_round(rl_round_coord *c, const char *outcome, bool graceful, const char *reason,
+static int end_round(rl_round_coord *c, rl_round_state st, bool graceful, const char *reason,
                      const rl_round_node *nodes, int n, rl_err *e) {
     char key[64], buf[32];
+    const char *outcome = outcome_name(st);
     log_end(c->round, outcome, reason);
-    if (strcmp(outcome, "next") != 0) {
+    if (st != RL_ROUND_NEXT) {
         c->over_nodes = calloc((size_t)(n > 0 ? n : 1), sizeof *c->over_nodes);
         if (c->over_nodes) memcpy(c->over_nodes, nodes, (size_t)n * sizeof *nodes), c->n_over = n;
         c->over_round = c->round;
         c->over = 1; /* before the end is written: whoever reads it finds this set */
     }
-    if (strcmp(outcome, "next") == 0) {
+    if (st == RL_ROUND_NEXT) {
         /* the next round opens before the old one is declared over, so a
          * member that sees "next" finds it at once */
         K(buf, "%lld", c->round + 1);
@@ -204,7 +202,7 @@ static int end_round(rl_round_coord *c, const char *outcome, bool graceful, cons
     K(key, "rdzv/%lld/end", c->round);
     int rc = txt ? rl_store_set(c->s, key, txt, strlen(txt), e) : rl_errf(e, RL_ENOMEM, "round: out of memory");
     free(txt);
-    if (!rc && strcmp(outcome, "next") == 0) c->round++;
+    if (!rc && st == RL_ROUND_NEXT) c->round++;
     return rc;
 }
 
@@ -247,12 +245,6 @@ static int read_joins(rl_round_coord *c, int64_t *seen, rl_round_node *joined, i
     return RL_OK;
 }
 
-static bool contains(const rl_round_node *nodes, int n, const char *id) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(nodes[i].id, id) == 0) return true;
-    return false;
-}
-
 static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
@@ -260,53 +252,91 @@ static void sleep_s(double s) {
 
 /* One round from open to end. Returns RL_OK after ending it (c->round then
  * names the next one) or when the job is over (*over). */
+/* Gathering: joins until rl_round_gathered says the round closes. */
+static int gather(rl_round_coord *c, rl_round_node *joined, int *nj, int64_t *seen, rl_peer *peers,
+                  rl_err *e) {
+    double t_min = -1;
+    for (;;) {
+        if (c->stop) return RL_OK;
+        int rc = read_joins(c, seen, joined, nj, e);
+        if (rc) return rc;
+        uint64_t ver;
+        bool synced;
+        int np = rl_members_snapshot(c->members, peers, MAX_NODES, &ver, &synced);
+        if (np > MAX_NODES) np = MAX_NODES;
+        if (*nj >= c->o.min_nodes && t_min < 0) t_min = rl_now();
+        if (rl_round_gathered(&c->o, joined, *nj, t_min < 0 ? -1 : rl_now() - t_min, peers, np, synced, c->expect,
+                              c->nexpect))
+            return RL_OK;
+        sleep_s(0.05);
+    }
+}
+
+/* One look at the running round: heartbeats, reports when their counter
+ * moved, the Service, the joins. fail[i] holds member i's report. */
+static int look_at(rl_round_coord *c, const rl_round_watch *w, rl_round_look *l, rl_round_look_member *lm,
+                   char (*fail)[420], rl_peer *peers, rl_err *e) {
+    char key[320];
+    int rc;
+    l->now = rl_now();
+    for (int i = 0; i < w->nm; i++) {
+        K(key, "rdzv/%lld/hb/%s", c->round, w->m[i].node.id);
+        if ((rc = rl_store_add(c->s, key, 0, &lm[i].hb, e))) return rc;
+        lm[i].fail = NULL, lm[i].done = false;
+    }
+    K(key, "rdzv/%lld/events", c->round);
+    if ((rc = rl_store_add(c->s, key, 0, &l->events, e))) return rc;
+    for (int i = 0; i < w->nm && l->events != w->events_seen; i++) {
+        char *v = NULL;
+        size_t len;
+        K(key, "rdzv/%lld/fail/%s", c->round, w->m[i].node.id);
+        if ((rc = get_opt(c->s, key, 0, &v, &len, e))) return rc;
+        if (v) snprintf(fail[i], sizeof fail[i], "%.400s", v), lm[i].fail = fail[i];
+        free(v);
+        K(key, "rdzv/%lld/done/%s", c->round, w->m[i].node.id);
+        if ((rc = get_opt(c->s, key, 0, &v, &len, e))) return rc;
+        lm[i].done = v != NULL;
+        free(v);
+    }
+    l->m = lm;
+    l->ver = w->ver_seen;
+    l->synced = false;
+    l->np = rl_members_snapshot(c->members, peers, MAX_NODES, &l->ver, &l->synced);
+    if (l->np > MAX_NODES) l->np = MAX_NODES;
+    l->peers = peers;
+    K(key, "rdzv/%lld/nseq", c->round);
+    return rl_store_add(c->s, key, 0, &l->joins, e);
+}
+
+/* One round from open to end: gather, publish the table, watch it (look,
+ * judge) until it ends. Returns RL_OK after ending it (c->round then names
+ * the next one) or when the job is over (*over). */
 static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
     const rl_round_opts *o = &c->o;
     rl_round_node *joined = calloc(MAX_NODES, sizeof *joined);
     rl_peer *peers = calloc(MAX_NODES, sizeof *peers);
-    member *mem = NULL;
+    rl_round_member *mem = NULL;
+    rl_round_look_member *lm = NULL;
+    char(*fail)[420] = NULL;
     int nj = 0, rc = RL_OK, nm = 0;
-    int64_t seen = 0;
-    double t_open = rl_now(), t_min = 0;
+    int64_t seen = 0, crashes = 0;
+    double t_open = rl_now();
     char key[320], reason[1024];
     if (!joined || !peers) {
         rc = rl_errf(e, RL_ENOMEM, "round: out of memory");
         goto out;
     }
     rl_log(RL_LOG_INFO, "round_open", "\"round\":%lld", c->round);
-    /* ---- gather ---- */
-    for (;;) {
-        if (c->stop) goto out;
-        if ((rc = read_joins(c, &seen, joined, &nj, e))) goto out;
-        uint64_t ver;
-        bool synced;
-        int np = rl_members_snapshot(c->members, peers, MAX_NODES, &ver, &synced);
-        if (np > MAX_NODES) np = MAX_NODES;
-        if (nj >= o->min_nodes && t_min == 0) t_min = rl_now();
-        bool all_peers = synced && nj > 0;
-        for (int i = 0; i < np && all_peers; i++)
-            if (!peers[i].terminating && !contains(joined, nj, peers[i].id)) all_peers = false;
-        if (c->nexpect >= 0) { /* a new leader's first round */
-            all_peers = nj > 0;
-            for (int i = 0; i < c->nexpect && all_peers; i++)
-                if (!contains(joined, nj, c->expect[i].id)) all_peers = false;
-        }
-        bool close = nj >= o->max_nodes ||
-                     (nj >= o->min_nodes && o->max_nodes > o->min_nodes &&
-                      (all_peers || rl_now() - t_min >= o->last_call_s));
-        if (close) break;
-        sleep_s(0.05);
-    }
+    if ((rc = gather(c, joined, &nj, &seen, peers, e)) || c->stop) goto out;
     qsort(joined, (size_t)nj, sizeof *joined, by_node_id);
     c->nexpect = -1;
     nm = nj < o->max_nodes ? nj : o->max_nodes;
-    int64_t crashes = 0;
-    if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
     /* A crash reported after its round had already ended (a peer's report
      * came first) is counted here, before anything restarts. */
+    if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
     if (crashes > o->max_restarts) {
         K(reason, "restart limit: %lld trainer crashes, at most %d allowed", (long long)crashes, o->max_restarts);
-        rc = end_round(c, "failed", false, reason, joined, nj, e);
+        rc = end_round(c, RL_ROUND_FAILED, false, reason, joined, nj, e);
         *over = true;
         goto out;
     }
@@ -319,116 +349,36 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
     rl_log(RL_LOG_INFO, "round_closed", "\"round\":%lld,\"nodes\":%d,\"world\":%d,\"open_s\":%.3f", c->round,
            nm, world, rl_now() - t_open);
 
-    /* ---- watch the running round ---- */
+    /* ---- watch the running round: look, judge, until it ends ---- */
     mem = calloc((size_t)nm, sizeof *mem);
-    if (!mem) {
+    lm = calloc((size_t)nm, sizeof *lm);
+    fail = calloc((size_t)nm, sizeof *fail);
+    if (!mem || !lm || !fail) {
         rc = rl_errf(e, RL_ENOMEM, "round: out of memory");
         goto out;
     }
     for (int i = 0; i < nm; i++) mem[i].node = joined[i], mem[i].hb = -1, mem[i].hb_time = rl_now();
-    int64_t events_seen = 0;
-    uint64_t ver_seen = 0;
-    rl_members_snapshot(c->members, NULL, 0, &ver_seen, NULL);
-    const char *outcome = NULL;
+    rl_round_watch w = {.o = o, .m = mem, .nm = nm, .joins = seen};
+    rl_members_snapshot(c->members, NULL, 0, &w.ver_seen, NULL);
+    rl_round_state outcome = RL_ROUND_RUNNING;
     bool graceful = false;
-    double lost_after = o->heartbeat_s * o->heartbeat_misses;
-    while (!outcome) {
+    while (outcome == RL_ROUND_RUNNING) {
         if (c->stop) goto out;
-        double now = rl_now();
-        for (int i = 0; i < nm && !outcome; i++) {
-            int64_t hb;
-            K(key, "rdzv/%lld/hb/%s", c->round, mem[i].node.id);
-            if ((rc = rl_store_add(c->s, key, 0, &hb, e))) goto out;
-            if (hb != mem[i].hb) mem[i].hb = hb, mem[i].hb_time = now;
-            else if (now - mem[i].hb_time > lost_after) {
-                K(reason, "node %s lost: no heartbeat for %.1f s", mem[i].node.id, now - mem[i].hb_time);
-                outcome = "next";
-            }
-        }
-        int64_t ev;
-        K(key, "rdzv/%lld/events", c->round);
-        if (!outcome && (rc = rl_store_add(c->s, key, 0, &ev, e))) goto out;
-        if (!outcome && ev != events_seen) {
-            events_seen = ev;
-            int done = 0;
-            for (int i = 0; i < nm && !outcome; i++) {
-                char *v = NULL;
-                size_t len;
-                K(key, "rdzv/%lld/fail/%s", c->round, mem[i].node.id);
-                if ((rc = get_opt(c->s, key, 0, &v, &len, e))) goto out;
-                if (v) {
-                    K(reason, "node %s: %.400s", mem[i].node.id, v);
-                    outcome = "next";
-                    free(v);
-                    break;
-                }
-                K(key, "rdzv/%lld/done/%s", c->round, mem[i].node.id);
-                if ((rc = get_opt(c->s, key, 0, &v, &len, e))) goto out;
-                if (v) done++;
-                free(v);
-            }
-            if (!outcome && done == nm) {
-                K(reason, "every node's trainers finished");
-                outcome = "complete";
-            }
-        }
-        /* membership: a member leaving (terminating or gone), or a node
-         * that could grow the job arriving */
-        uint64_t ver = ver_seen;
-        bool synced = false;
-        int np = outcome ? 0 : rl_members_snapshot(c->members, peers, MAX_NODES, &ver, &synced);
-        if (np > MAX_NODES) np = MAX_NODES;
-        for (int i = 0; i < nm && !outcome && synced; i++) {
-            bool present = false, term = false;
-            for (int p = 0; p < np; p++)
-                if (strcmp(peers[p].id, mem[i].node.id) == 0) present = true, term = peers[p].terminating;
-            if (present) mem[i].listed = true;
-            if ((!present && mem[i].listed) || term) {
-                K(reason, "node %s %s", mem[i].node.id, term ? "is terminating" : "left the service");
-                /* a terminating pod's trainers checkpoint on SIGTERM
-                 * themselves; the others stop where they are */
-                outcome = "next";
-            }
-        }
-        /* growth only on a change of the set: a peer that was there at the
-         * close and did not join (a dead pod past the last call) must not
-         * end every round */
-        if (!outcome && ver != ver_seen && synced) {
-            ver_seen = ver;
-            for (int p = 0; p < np && !outcome && nm < o->max_nodes; p++)
-                if (!peers[p].terminating && !contains(joined, nm, peers[p].id)) {
-                    K(reason, "node %s arrived: growing the job", peers[p].id);
-                    outcome = "next", graceful = true;
-                }
-        }
-        /* an agent joining this round late (its endpoint may lag) */
-        if (!outcome && nm < o->max_nodes) {
-            int64_t total;
-            K(key, "rdzv/%lld/nseq", c->round);
-            if ((rc = rl_store_add(c->s, key, 0, &total, e))) goto out;
-            if (total > seen) {
-                K(reason, "a node joined a running round: growing the job");
-                outcome = "next", graceful = true;
-            }
-        }
-        if (outcome && strcmp(outcome, "next") == 0) {
-            if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
-            if (crashes > o->max_restarts) {
-                char last[420];
-                snprintf(last, sizeof last, "%.400s", reason);
-                K(reason, "restart limit: %lld trainer crashes, at most %d allowed (last: %s)",
-                  (long long)crashes, o->max_restarts, last);
-                outcome = "failed";
-            }
-        }
-        if (!outcome) sleep_s(0.1);
+        rl_round_look l;
+        if ((rc = look_at(c, &w, &l, lm, fail, peers, e))) goto out;
+        outcome = rl_round_judge(&w, &l, &graceful, reason, sizeof reason);
+        if (outcome == RL_ROUND_NEXT && (rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
+        outcome = rl_round_limit(outcome, crashes, o->max_restarts, reason, sizeof reason);
+        if (outcome == RL_ROUND_RUNNING) sleep_s(0.1);
     }
     rc = end_round(c, outcome, graceful, reason, joined, nm, e); /* joined[0..nm) are the members */
-    if (strcmp(outcome, "next") != 0) *over = true;
+    if (outcome != RL_ROUND_NEXT) *over = true;
 out:
     free(joined);
     free(peers);
     free(mem);
+    free(lm);
+    free(fail);
     return rc;
 }
 

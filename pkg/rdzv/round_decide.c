@@ -1,0 +1,112 @@
+/* The coordinator's decisions (round_internal.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "rdzv/round_internal.h"
+
+static bool joined_has(const rl_round_node *nodes, int n, const char *id) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(nodes[i].id, id) == 0) return true;
+    return false;
+}
+
+bool rl_round_gathered(const rl_round_opts *o, const rl_round_node *joined, int nj, double waited_s,
+                       const rl_peer *peers, int np, bool synced, const rl_round_node *expect,
+                       int nexpect) {
+    if (nj >= o->max_nodes) return true;
+    if (nj < o->min_nodes || o->max_nodes <= o->min_nodes) return false;
+    bool all_peers = synced && nj > 0;
+    for (int i = 0; i < np && all_peers; i++)
+        if (!peers[i].terminating && !joined_has(joined, nj, peers[i].id)) all_peers = false;
+    if (nexpect >= 0) { /* a new leader's first round */
+        all_peers = nj > 0;
+        for (int i = 0; i < nexpect && all_peers; i++)
+            if (!joined_has(joined, nj, expect[i].id)) all_peers = false;
+    }
+    return all_peers || (waited_s >= 0 && waited_s >= o->last_call_s);
+}
+
+/* A member silent too long, a failure report, or every member done. */
+static rl_round_state judge_members(rl_round_watch *w, const rl_round_look *l, char *reason, size_t rn) {
+    double lost_after = w->o->heartbeat_s * w->o->heartbeat_misses;
+    for (int i = 0; i < w->nm; i++) {
+        rl_round_member *m = &w->m[i];
+        if (l->m[i].hb != m->hb) {
+            m->hb = l->m[i].hb, m->hb_time = l->now;
+        } else if (l->now - m->hb_time > lost_after) {
+            snprintf(reason, rn, "node %s lost: no heartbeat for %.1f s", m->node.id, l->now - m->hb_time);
+            return RL_ROUND_NEXT;
+        }
+    }
+    if (l->events == w->events_seen) return RL_ROUND_RUNNING;
+    w->events_seen = l->events;
+    int done = 0;
+    for (int i = 0; i < w->nm; i++) {
+        if (l->m[i].fail) {
+            snprintf(reason, rn, "node %s: %.400s", w->m[i].node.id, l->m[i].fail);
+            return RL_ROUND_NEXT;
+        }
+        done += l->m[i].done;
+    }
+    if (done == w->nm) {
+        snprintf(reason, rn, "every node's trainers finished");
+        return RL_ROUND_COMPLETE;
+    }
+    return RL_ROUND_RUNNING;
+}
+
+/* The Service: a member leaving (terminating or gone), or -- on a change of
+ * the set only, so a peer that was there at the close and did not join (a
+ * dead pod past the last call) does not end every round -- a node that can
+ * grow the job. */
+static rl_round_state judge_service(rl_round_watch *w, const rl_round_look *l, bool *graceful, char *reason,
+                                    size_t rn) {
+    if (!l->synced) return RL_ROUND_RUNNING;
+    for (int i = 0; i < w->nm; i++) {
+        bool present = false, term = false;
+        for (int p = 0; p < l->np; p++)
+            if (strcmp(l->peers[p].id, w->m[i].node.id) == 0) present = true, term = l->peers[p].terminating;
+        if (present) w->m[i].listed = true;
+        if ((!present && w->m[i].listed) || term) {
+            /* a terminating pod's trainers checkpoint on SIGTERM
+             * themselves; the others stop where they are */
+            snprintf(reason, rn, "node %s %s", w->m[i].node.id, term ? "is terminating" : "left the service");
+            return RL_ROUND_NEXT;
+        }
+    }
+    if (l->ver == w->ver_seen) return RL_ROUND_RUNNING;
+    w->ver_seen = l->ver;
+    for (int p = 0; p < l->np && w->nm < w->o->max_nodes; p++) {
+        bool member = false;
+        for (int i = 0; i < w->nm && !member; i++) member = strcmp(w->m[i].node.id, l->peers[p].id) == 0;
+        if (!l->peers[p].terminating && !member) {
+            snprintf(reason, rn, "node %s arrived: growing the job", l->peers[p].id);
+            *graceful = true;
+            return RL_ROUND_NEXT;
+        }
+    }
+    return RL_ROUND_RUNNING;
+}
+
+rl_round_state rl_round_judge(rl_round_watch *w, const rl_round_look *l, bool *graceful, char *reason,
+                              size_t rn) {
+    *graceful = false;
+    rl_round_state st = judge_members(w, l, reason, rn);
+    if (st == RL_ROUND_RUNNING) st = judge_service(w, l, graceful, reason, rn);
+    /* an agent joining this round late (its endpoint may lag) */
+    if (st == RL_ROUND_RUNNING && w->nm < w->o->max_nodes && l->joins > w->joins) {
+        snprintf(reason, rn, "a node joined a running round: growing the job");
+        *graceful = true;
+        st = RL_ROUND_NEXT;
+    }
+    return st;
+}
+
+rl_round_state rl_round_limit(rl_round_state st, int64_t crashes, int max_restarts, char *reason, size_t rn) {
+    if (st != RL_ROUND_NEXT || crashes <= max_restarts) return st;
+    char last[420];
+    snprintf(last, sizeof last, "%.400s", reason);
+    snprintf(reason, rn, "restart limit: %lld trainer crashes, at most %d allowed (last: %s)", (long long)crashes,
+             max_restarts, last);
+    return RL_ROUND_FAILED;
+}

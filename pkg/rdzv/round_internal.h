@@ -1,0 +1,65 @@
+/* Internal to pkg/rdzv (and its tests): the coordinator's decisions as
+ * pure functions. round.c observes the store and the Service, these
+ * decide, round.c acts (writes the table or the end). Nothing here does
+ * I/O or reads a clock. */
+#ifndef RL_RDZV_ROUND_INTERNAL_H
+#define RL_RDZV_ROUND_INTERNAL_H
+
+#include "rdzv/rdzv.h"
+
+/* Gathering: close the open round now? nj nodes joined (sorted or not);
+ * waited_s: how long at least min_nodes have been in (< 0: not yet).
+ * expect/nexpect: a new leader's first round waits for exactly these
+ * (nexpect < 0: for every live peer of the Service instead). */
+bool rl_round_gathered(const rl_round_opts *o, const rl_round_node *joined, int nj, double waited_s,
+                       const rl_peer *peers, int np, bool synced, const rl_round_node *expect,
+                       int nexpect);
+
+/* What the coordinator keeps about a running round between looks. */
+typedef struct rl_round_member {
+    rl_round_node node;
+    int64_t hb;     /* last heartbeat counter seen */
+    double hb_time; /* when it last changed */
+    bool listed;    /* seen in the Service during this round: only then can it
+                       leave (a pod's endpoint may lag its join) */
+} rl_round_member;
+
+typedef struct rl_round_watch {
+    const rl_round_opts *o;
+    rl_round_member *m; /* the round's members, by node id */
+    int nm;
+    int64_t joins;       /* joins the table was made from */
+    int64_t events_seen; /* the members' report counter, as last read */
+    uint64_t ver_seen;   /* the Service's version, as last judged */
+} rl_round_watch;
+
+/* One look at a running round: each member's heartbeat counter and, when
+ * the report counter moved (events != events_seen), each member's failure
+ * report (NULL: none) and whether it finished; the Service; the joins. */
+typedef struct rl_round_look_member {
+    int64_t hb;
+    const char *fail;
+    bool done;
+} rl_round_look_member;
+
+typedef struct rl_round_look {
+    double now;
+    const rl_round_look_member *m; /* nm of them */
+    int64_t events;
+    const rl_peer *peers;
+    int np;
+    bool synced;
+    uint64_t ver;
+    int64_t joins;
+} rl_round_look;
+
+/* RUNNING, or how the round ends: NEXT (a member lost, failed or leaving,
+ * or a node that can grow the job: *graceful then) or COMPLETE, with the
+ * reason. Updates w (heartbeat times, who was listed, what was seen). */
+rl_round_state rl_round_judge(rl_round_watch *w, const rl_round_look *l, bool *graceful, char *reason,
+                              size_t rn);
+/* A NEXT when the job's trainer crashes exceed the limit is FAILED; the
+ * reason then says so and keeps the last one. */
+rl_round_state rl_round_limit(rl_round_state st, int64_t crashes, int max_restarts, char *reason, size_t rn);
+
+#endif

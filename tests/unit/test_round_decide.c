@@ -1,0 +1,156 @@
+/* The rendezvous coordinator's decisions as a table (round_internal.h):
+ * when a round closes and how a running one ends, with no store, no
+ * Service and no clock. The same rounds between real agents are in
+ * test_elastic.c. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rdzv/round_internal.h"
+
+static rl_round_opts opts(int min, int max) {
+    return (rl_round_opts){.min_nodes = min, .max_nodes = max, .last_call_s = 10, .heartbeat_s = 5,
+                           .heartbeat_misses = 3, .max_restarts = 3};
+}
+
+static rl_round_node node(const char *id) {
+    rl_round_node n = {.local_world = 1};
+    snprintf(n.id, sizeof n.id, "%s", id);
+    return n;
+}
+
+static rl_peer peer(const char *id, bool terminating) {
+    rl_peer p = {.ready = true, .terminating = terminating};
+    snprintf(p.id, sizeof p.id, "%s", id);
+    return p;
+}
+
+Test(round_decide, a_round_closes_when_full_or_every_peer_joined_or_the_last_call_passed) {
+    rl_round_opts fixed = opts(2, 2), elastic = opts(2, 4);
+    rl_round_node j[] = {node("a"), node("b"), node("c")};
+    rl_peer peers[] = {peer("a", false), peer("b", false), peer("c", false), peer("x", true)};
+    /* fixed size: only when full */
+    cr_expect(!rl_round_gathered(&fixed, j, 1, -1, peers, 3, true, NULL, -1));
+    cr_expect(rl_round_gathered(&fixed, j, 2, 0, peers, 3, true, NULL, -1));
+    /* elastic: every live peer in (a terminating one is not waited for) ... */
+    cr_expect(rl_round_gathered(&elastic, j, 3, 0, peers, 4, true, NULL, -1));
+    /* ... not while one is missing or the Service is not listed yet ... */
+    cr_expect(!rl_round_gathered(&elastic, j, 2, 3, peers, 3, true, NULL, -1));
+    cr_expect(!rl_round_gathered(&elastic, j, 3, 3, peers, 3, false, NULL, -1));
+    /* ... or at the last call, from min_nodes on */
+    cr_expect(rl_round_gathered(&elastic, j, 2, 10, peers, 3, true, NULL, -1));
+    cr_expect(!rl_round_gathered(&elastic, j, 1, 99, peers, 3, true, NULL, -1));
+    /* a new leader's first round waits for the last round's nodes only */
+    rl_round_node expect[] = {node("a"), node("b")};
+    cr_expect(rl_round_gathered(&elastic, j, 2, 0, peers, 3, true, expect, 2));
+    cr_expect(!rl_round_gathered(&elastic, j, 1, -1, peers, 3, true, expect, 2));
+}
+
+typedef struct fixture {
+    rl_round_opts o;
+    rl_round_member m[3];
+    rl_round_look_member lm[3];
+    rl_peer peers[4];
+    rl_round_watch w;
+    rl_round_look l;
+    char reason[1024];
+    bool graceful;
+} fixture;
+
+/* Three members a, b, c at t = 0, each with heartbeat 1, all listed. */
+static void setup(fixture *f, int max) {
+    memset(f, 0, sizeof *f);
+    f->o = opts(2, max);
+    const char *ids[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        f->m[i] = (rl_round_member){.node = node(ids[i]), .hb = 1, .hb_time = 0, .listed = true};
+        f->lm[i] = (rl_round_look_member){.hb = 1};
+        f->peers[i] = peer(ids[i], false);
+    }
+    f->w = (rl_round_watch){.o = &f->o, .m = f->m, .nm = 3, .joins = 3, .ver_seen = 7};
+    f->l = (rl_round_look){.now = 1, .m = f->lm, .peers = f->peers, .np = 3, .synced = true, .ver = 7,
+                           .joins = 3};
+}
+
+static rl_round_state judge(fixture *f) {
+    return rl_round_judge(&f->w, &f->l, &f->graceful, f->reason, sizeof f->reason);
+}
+
+Test(round_decide, a_quiet_healthy_round_runs_on) {
+    fixture f;
+    setup(&f, 3);
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING);
+    f.l.now = 100, f.lm[0].hb = f.lm[1].hb = f.lm[2].hb = 40; /* heartbeats moved */
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING);
+    cr_expect_eq(f.m[1].hb_time, 100);
+}
+
+Test(round_decide, a_silent_member_is_lost_after_its_misses) {
+    fixture f;
+    setup(&f, 3);
+    f.l.now = 15; /* 5 s x 3 misses: not yet */
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING);
+    f.l.now = 15.5;
+    f.lm[0].hb = 2, f.lm[2].hb = 2; /* b is silent */
+    cr_expect_eq(judge(&f), RL_ROUND_NEXT);
+    cr_expect_str_eq(f.reason, "node b lost: no heartbeat for 15.5 s");
+    cr_expect(!f.graceful);
+}
+
+Test(round_decide, a_failure_report_ends_the_round_and_all_done_completes_the_job) {
+    fixture f;
+    setup(&f, 3);
+    f.l.events = 1;
+    f.lm[0].done = true, f.lm[2].fail = "trainer exited 1";
+    cr_expect_eq(judge(&f), RL_ROUND_NEXT);
+    cr_expect_str_eq(f.reason, "node c: trainer exited 1");
+    /* reports are read only when their counter moved */
+    setup(&f, 3);
+    f.lm[0].done = f.lm[1].done = f.lm[2].done = true;
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING);
+    f.l.events = 3;
+    cr_expect_eq(judge(&f), RL_ROUND_COMPLETE);
+    cr_expect_str_eq(f.reason, "every node's trainers finished");
+}
+
+Test(round_decide, leaving_members_end_the_round_new_nodes_grow_it_gracefully) {
+    fixture f;
+    setup(&f, 4);
+    f.peers[1].terminating = true;
+    cr_expect_eq(judge(&f), RL_ROUND_NEXT);
+    cr_expect_str_eq(f.reason, "node b is terminating");
+    cr_expect(!f.graceful);
+    /* gone from the Service */
+    setup(&f, 4);
+    f.l.np = 2;
+    cr_expect_eq(judge(&f), RL_ROUND_NEXT);
+    cr_expect_str_eq(f.reason, "node c left the service");
+    /* one never listed yet (its endpoint lags its join) is not gone */
+    setup(&f, 4);
+    f.m[2].listed = false, f.l.np = 2;
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING);
+    /* a new peer grows the job, only on a change of the set */
+    setup(&f, 4);
+    f.peers[3] = peer("d", false), f.l.np = 4;
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING); /* the same version: it was there at the close */
+    f.l.ver = 8;
+    cr_expect_eq(judge(&f), RL_ROUND_NEXT);
+    cr_expect(f.graceful);
+    cr_expect_str_eq(f.reason, "node d arrived: growing the job");
+    /* a full job does not grow; a late join grows one that is not */
+    setup(&f, 3);
+    f.peers[3] = peer("d", false), f.l.np = 4, f.l.ver = 8, f.l.joins = 4;
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING);
+    setup(&f, 4);
+    f.l.joins = 4;
+    cr_expect_eq(judge(&f), RL_ROUND_NEXT);
+    cr_expect(f.graceful);
+}
+
+Test(round_decide, past_the_restart_limit_a_next_round_is_a_failed_job) {
+    char reason[1024] = "node c: trainer exited 1";
+    cr_expect_eq(rl_round_limit(RL_ROUND_NEXT, 3, 3, reason, sizeof reason), RL_ROUND_NEXT);
+    cr_expect_eq(rl_round_limit(RL_ROUND_COMPLETE, 9, 3, reason, sizeof reason), RL_ROUND_COMPLETE);
+    cr_expect_eq(rl_round_limit(RL_ROUND_NEXT, 4, 3, reason, sizeof reason), RL_ROUND_FAILED);
+    cr_expect_str_eq(reason, "restart limit: 4 trainer crashes, at most 3 allowed (last: node c: trainer exited 1)");
+}
