@@ -122,12 +122,19 @@ int rl_ckpt_store_open(const char *uri, rl_ckpt_store **out, rl_err *e);
 /* The same with the config's s3 settings (rl_ckpt_store_open uses the
  * defaults). */
 int rl_ckpt_store_open_cfg(const rl_ckpt_config *c, rl_ckpt_store **out, rl_err *e);
-int rl_ckpt_store_open_s3(const rl_ckpt_config *c, rl_ckpt_store **out, rl_err *e); /* store_s3.c */
-/* Split s3://bucket[/prefix] (bucket: 3-63 of a-z 0-9 . -, starting and
- * ending with a letter or digit; prefix without leading or trailing '/').
- * Outputs may be NULL (validation only); `where` prefixes messages. */
-int rl_ckpt_s3_uri_parse(const char *uri, const char *where, char *bucket, size_t bn, char *prefix, size_t pn,
-                         rl_err *e);
+/* A checkpoint location, parsed once: s3://bucket[/prefix] (bucket: 3-63
+ * of a-z 0-9 . -, starting and ending with a letter or digit; no empty
+ * path segment), file:///absolute/path, or a plain path. An empty URI,
+ * another scheme or a relative file:// path is RL_EINPUT naming `where`. */
+typedef struct rl_ckpt_uri {
+    bool s3;
+    char path[RL_CKPT_URI_MAX]; /* file: the directory */
+    char bucket[64];
+    char prefix[RL_CKPT_URI_MAX]; /* s3: "" or "runs/a/" (with the slash) */
+} rl_ckpt_uri;
+int rl_ckpt_uri_parse(const char *uri, const char *where, rl_ckpt_uri *out, rl_err *e);
+int rl_ckpt_store_open_s3(const rl_ckpt_config *c, const rl_ckpt_uri *u, rl_ckpt_store **out,
+                          rl_err *e); /* store_s3.c */
 void rl_ckpt_store_close(rl_ckpt_store *s);
 int rl_ckpt_put(rl_ckpt_store *s, const char *key, const rl_ckpt_part *parts, int nparts, rl_err *e);
 int rl_ckpt_get(rl_ckpt_store *s, const char *key, uint64_t off, uint64_t len, void **out,

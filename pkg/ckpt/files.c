@@ -40,12 +40,8 @@ int rl_ckpt_config_from_json(const cJSON *o, const char *w, rl_ckpt_config *c, r
                        rl_json_escape(esc, sizeof esc, c->when_busy));
     char where[300];
     snprintf(where, sizeof where, "%s.uri", w);
-    if (!strncmp(c->uri, "s3://", 5)) {
-        if ((rc = rl_ckpt_s3_uri_parse(c->uri, where, NULL, 0, NULL, 0, e))) return rc;
-    } else if (c->uri[0] && strstr(c->uri, "://") && strncmp(c->uri, "file:///", 8) != 0) {
-        return rl_errf(e, RL_EINPUT, "%s: %s: use s3://bucket/prefix, file:///absolute/path or a plain path",
-                       where, rl_json_escape(esc, sizeof esc, c->uri));
-    }
+    rl_ckpt_uri u;
+    if (c->uri[0] && (rc = rl_ckpt_uri_parse(c->uri, where, &u, e))) return rc;
     const cJSON *s3;
     if ((rc = rl_cfg_obj(o, w, "s3", &s3, e))) return rc;
     if (!s3) return RL_OK;
@@ -90,10 +86,8 @@ void rl_ckpt_config_add_json(const rl_ckpt_config *c, cJSON *o) {
     cJSON_AddBoolToObject(s3, "allow_http", c->s3.allow_http);
 }
 
-int rl_ckpt_s3_uri_parse(const char *uri, const char *where, char *bucket, size_t bn, char *prefix, size_t pn,
-                         rl_err *e) {
+static int s3_uri_parse(const char *uri, const char *where, rl_ckpt_uri *out, rl_err *e) {
     char esc[160];
-    if (strncmp(uri, "s3://", 5) != 0) return rl_errf(e, RL_EINPUT, "%s: not an s3:// URI", where);
     const char *b = uri + 5, *slash = strchr(b, '/');
     size_t blen = slash ? (size_t)(slash - b) : strlen(b);
     bool ok = blen >= 3 && blen <= 63;
@@ -114,8 +108,30 @@ int rl_ckpt_s3_uri_parse(const char *uri, const char *where, char *bucket, size_
         return rl_errf(e, RL_EINPUT, "%s: %s: empty path segment in the prefix", where,
                        rl_json_escape(esc, sizeof esc, uri));
     if (plen > 512) return rl_errf(e, RL_EINPUT, "%s: the prefix is longer than 512 bytes", where);
-    if (bucket) snprintf(bucket, bn, "%.*s", (int)blen, b);
-    if (prefix) snprintf(prefix, pn, "%.*s%s", (int)plen, p, plen ? "/" : "");
+    out->s3 = true;
+    snprintf(out->bucket, sizeof out->bucket, "%.*s", (int)blen, b);
+    snprintf(out->prefix, sizeof out->prefix, "%.*s%s", (int)plen, p, plen ? "/" : "");
+    return RL_OK;
+}
+
+int rl_ckpt_uri_parse(const char *uri, const char *where, rl_ckpt_uri *out, rl_err *e) {
+    char esc[160];
+    memset(out, 0, sizeof *out);
+    if (!uri || !uri[0]) return rl_errf(e, RL_EINPUT, "%s: empty", where);
+    if (strlen(uri) >= sizeof out->path)
+        return rl_errf(e, RL_EINPUT, "%s: longer than %zu bytes", where, sizeof out->path - 1);
+    if (!strncmp(uri, "s3://", 5)) return s3_uri_parse(uri, where, out, e);
+    const char *path = uri;
+    if (!strncmp(uri, "file://", 7)) {
+        if (uri[7] != '/')
+            return rl_errf(e, RL_EINPUT, "%s: %s: file:// URIs need an absolute path (file:///dir)", where,
+                           rl_json_escape(esc, sizeof esc, uri));
+        path = uri + 7;
+    } else if (strstr(uri, "://")) {
+        return rl_errf(e, RL_EINPUT, "%s: %s: unknown scheme: use s3://bucket/prefix, file:///absolute/path or "
+                       "a plain path", where, rl_json_escape(esc, sizeof esc, uri));
+    }
+    snprintf(out->path, sizeof out->path, "%s", path);
     return RL_OK;
 }
 

@@ -316,29 +316,19 @@ fail:
 }
 
 int rl_ckpt_store_open_cfg(const rl_ckpt_config *c, rl_ckpt_store **out, rl_err *e) {
-    char esc[160];
-    const char *uri = c->uri;
     *out = NULL;
-    if (!uri[0]) return rl_errf(e, RL_EINPUT, "checkpoint.uri: empty");
-    if (!strncmp(uri, "s3://", 5)) return rl_ckpt_store_open_s3(c, out, e);
-    if (!strncmp(uri, "file://", 7)) {
-        if (uri[7] != '/')
-            return rl_errf(e, RL_EINPUT, "checkpoint.uri %s: file:// URIs need an absolute path (file:///dir)",
-                           rl_json_escape(esc, sizeof esc, uri));
-        return open_file(uri + 7, out, e);
-    }
-    if (strstr(uri, "://"))
-        return rl_errf(e, RL_EINPUT, "checkpoint.uri %s: unknown scheme (s3://, file:// or a path)",
-                       rl_json_escape(esc, sizeof esc, uri));
-    return open_file(uri, out, e);
+    rl_ckpt_uri u;
+    int rc = rl_ckpt_uri_parse(c->uri, "checkpoint.uri", &u, e);
+    if (rc) return rc;
+    return u.s3 ? rl_ckpt_store_open_s3(c, &u, out, e) : open_file(u.path, out, e);
 }
 
 int rl_ckpt_store_open(const char *uri, rl_ckpt_store **out, rl_err *e) {
     rl_ckpt_config c;
     rl_ckpt_config_default(&c);
     *out = NULL;
-    if (!uri || !uri[0]) return rl_errf(e, RL_EINPUT, "checkpoint.uri: empty");
-    if (strlen(uri) >= sizeof c.uri) return rl_errf(e, RL_EINPUT, "checkpoint.uri: longer than %zu bytes", sizeof c.uri - 1);
-    snprintf(c.uri, sizeof c.uri, "%s", uri);
+    if (uri && strlen(uri) >= sizeof c.uri)
+        return rl_errf(e, RL_EINPUT, "checkpoint.uri: longer than %zu bytes", sizeof c.uri - 1);
+    snprintf(c.uri, sizeof c.uri, "%s", uri ? uri : "");
     return rl_ckpt_store_open_cfg(&c, out, e);
 }

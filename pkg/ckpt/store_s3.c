@@ -98,7 +98,7 @@ static void s3_close(void *ctx) {
 
 static const rl_ckpt_store_ops s3_ops = {s3_put, s3_get, s3_list, s3_del, s3_exists, s3_close};
 
-int rl_ckpt_store_open_s3(const rl_ckpt_config *cfg, rl_ckpt_store **out, rl_err *e) {
+int rl_ckpt_store_open_s3(const rl_ckpt_config *cfg, const rl_ckpt_uri *u, rl_ckpt_store **out, rl_err *e) {
     *out = NULL;
     s3_ctx *c = calloc(1, sizeof *c);
     rl_ckpt_store *s = calloc(1, sizeof *s);
@@ -106,8 +106,9 @@ int rl_ckpt_store_open_s3(const rl_ckpt_config *cfg, rl_ckpt_store **out, rl_err
         free(c), free(s);
         return rl_errf(e, RL_ENOMEM, "checkpoint store: out of memory");
     }
-    int rc = rl_ckpt_s3_uri_parse(cfg->uri, "checkpoint.uri", c->bucket, sizeof c->bucket, c->prefix,
-                                  sizeof c->prefix, e);
+    snprintf(c->bucket, sizeof c->bucket, "%s", u->bucket);
+    snprintf(c->prefix, sizeof c->prefix, "%s", u->prefix);
+    int rc = RL_OK;
     rl_s3_config sc = {0};
     snprintf(sc.endpoint, sizeof sc.endpoint, "%s", cfg->s3.endpoint);
     snprintf(sc.region, sizeof sc.region, "%s", cfg->s3.region);

@@ -464,6 +464,34 @@ Test(ckpt, damage_falls_back_to_the_newest_good_checkpoint) {
     rl_test_rmdir(dir);
 }
 
+Test(ckpt, uris_are_parsed_once_with_the_field_named) {
+    rl_ckpt_uri u;
+    rl_err e = {0};
+    cr_assert_eq(rl_ckpt_uri_parse("s3://my-bucket/runs/a/", "x.uri", &u, &e), RL_OK, "%s", e.msg);
+    cr_expect(u.s3);
+    cr_expect_str_eq(u.bucket, "my-bucket");
+    cr_expect_str_eq(u.prefix, "runs/a/");
+    cr_assert_eq(rl_ckpt_uri_parse("s3://my-bucket", "x.uri", &u, &e), RL_OK, "%s", e.msg);
+    cr_expect_str_eq(u.prefix, "");
+    cr_assert_eq(rl_ckpt_uri_parse("file:///var/ck", "x.uri", &u, &e), RL_OK, "%s", e.msg);
+    cr_expect(!u.s3);
+    cr_expect_str_eq(u.path, "/var/ck");
+    cr_assert_eq(rl_ckpt_uri_parse("ck/run1", "x.uri", &u, &e), RL_OK, "%s", e.msg);
+    cr_expect_str_eq(u.path, "ck/run1");
+    const struct {
+        const char *uri, *says;
+    } bad[] = {{"", "empty"},
+               {"file://ck", "absolute path"},
+               {"gs://b/x", "unknown scheme"},
+               {"s3://AB/x", "bucket name"},
+               {"s3://bucket//x", "empty path segment"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(rl_ckpt_uri_parse(bad[i].uri, "checkpoint.uri", &u, &e), RL_EINPUT, "%s", bad[i].uri);
+        cr_expect(strstr(e.msg, "checkpoint.uri") && strstr(e.msg, bad[i].says) && !strchr(e.msg, '\n'),
+                  "%s: %s", bad[i].uri, e.msg);
+    }
+}
+
 Test(ckpt, bad_inputs_fail_with_one_line_naming_the_object) {
     char dir[64], p[256];
     tmpdir(dir, sizeof dir);
