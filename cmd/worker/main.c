@@ -154,181 +154,158 @@ static int procs_per_node(int n) {
     return g > 0 ? g : 1;
 }
 
-int main(int argc, char **argv) {
+/* What the command line says. -1 / NULL: not given. */
+typedef struct flags {
+    const char *config_path, *save_params, *maddr, *rdzv, *job, *nodes;
+    long long steps, seed, nproc, node_rank, mport, metrics_port;
+    bool print_config;
+} flags;
+
+/* 0: parsed; -1: --help printed; else the exit status of a bad command
+ * line (said so). */
+static int parse_flags(int argc, char **argv, flags *f) {
     rl_err e = {0};
-    rl_job_config cfg;
-    rl_job_config_default(&cfg);
-    const char *config_path = NULL, *save_params = NULL;
-    long long steps = -1, seed = -1, nproc = -1, nnodes = -1, node_rank = -1, mport = -1, metrics_port = -1;
-    const char *maddr = NULL, *rdzv = NULL, *job = NULL, *nodes = NULL;
-    int print_config = 0, rc;
+    *f = (flags){.steps = -1, .seed = -1, .nproc = -1, .node_rank = -1, .mport = -1, .metrics_port = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--nproc-per-node") && v && (!strcmp(v, "auto") || !strcmp(v, "gpu"))) {
-            nproc = RL_NPROC_AUTO, i++;
+            f->nproc = RL_NPROC_AUTO, i++;
             continue;
         }
         struct { const char *flag; long long lo, hi, *dst; } ints[] = {
-            {"--steps", 0, 1ll << 40, &steps},         {"--seed", 0, 1ll << 53, &seed},
-            {"--nproc-per-node", 1, 1024, &nproc},
-            {"--node-rank", 0, 1 << 20, &node_rank},   {"--master-port", 0, 65535, &mport},
-            {"--metrics-port", 0, 65535, &metrics_port},
+            {"--steps", 0, 1ll << 40, &f->steps},         {"--seed", 0, 1ll << 53, &f->seed},
+            {"--nproc-per-node", 1, 1024, &f->nproc},
+            {"--node-rank", 0, 1 << 20, &f->node_rank},   {"--master-port", 0, 65535, &f->mport},
+            {"--metrics-port", 0, 65535, &f->metrics_port},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !matched; k++) {
             if (strcmp(a, ints[k].flag) != 0) continue;
-            if ((rc = parse_ll(a, v, ints[k].lo, ints[k].hi, ints[k].dst, &e))) return fail("", &e);
+            if (parse_ll(a, v, ints[k].lo, ints[k].hi, ints[k].dst, &e)) return fail("", &e);
             matched = true, i++;
         }
         if (matched) continue;
+        struct { const char *flag; const char **dst; } strs[] = {
+            {"--config", &f->config_path}, {"--save-params", &f->save_params}, {"--master-addr", &f->maddr},
+            {"--nnodes", &f->nodes},       {"--rdzv", &f->rdzv},               {"--job", &f->job},
+        };
+        for (size_t k = 0; k < sizeof strs / sizeof strs[0] && !matched; k++)
+            if (!strcmp(a, strs[k].flag) && v) *strs[k].dst = v, matched = true, i++;
+        if (matched) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--config") && v) {
-            config_path = v, i++;
-        } else if (!strcmp(a, "--save-params") && v) {
-            save_params = v, i++;
-        } else if (!strcmp(a, "--master-addr") && v) {
-            maddr = v, i++;
-        } else if (!strcmp(a, "--nnodes") && v) {
-            nodes = v, i++;
-        } else if (!strcmp(a, "--rdzv") && v) {
-            rdzv = v, i++;
-        } else if (!strcmp(a, "--job") && v) {
-            job = v, i++;
+            return -1;
         } else if (!strcmp(a, "--print-config")) {
-            print_config = 1;
+            f->print_config = true;
         } else {
             fprintf(stderr, "ringleader-worker: error: unknown or incomplete flag '%s' (see --help)\n", a);
             return 2;
         }
     }
-    /* The operator hands spec.training over in the environment; trainers
-     * re-exec'd by an agent inherit it, so they read the same config. */
+    return 0;
+}
+
+/* The job config: --config FILE, else RINGLEADER_CONFIG (the operator hands
+ * spec.training over so; trainers re-exec'd by an agent inherit it), else
+ * the embedded default; then --steps and --seed. *config_path names where
+ * it came from in later messages (NULL: the default). */
+static int load_config(const flags *f, rl_job_config *cfg, const char **config_path) {
+    rl_err e = {0};
+    int rc;
     const char *config_env = getenv("RINGLEADER_CONFIG");
-    if (config_path) {
+    rl_job_config_default(cfg);
+    *config_path = f->config_path;
+    if (f->config_path) {
         char *text;
         size_t len;
-        if ((rc = rl_read_file(config_path, &text, &len, &e))) return fail("--config", &e);
-        rc = rl_job_config_parse(text, len, config_path, &cfg, &e);
+        if ((rc = rl_read_file(f->config_path, &text, &len, &e))) return fail("--config", &e);
+        rc = rl_job_config_parse(text, len, f->config_path, cfg, &e);
         free(text);
         if (rc) return fail("", &e);
     } else if (config_env && *config_env) {
-        if ((rc = rl_job_config_parse(config_env, strlen(config_env), "RINGLEADER_CONFIG", &cfg, &e)))
+        if ((rc = rl_job_config_parse(config_env, strlen(config_env), "RINGLEADER_CONFIG", cfg, &e)))
             return fail("", &e);
-        config_path = "RINGLEADER_CONFIG"; /* names it in later messages, as a file would be */
+        *config_path = "RINGLEADER_CONFIG";
     }
-    if (steps >= 0) {
-        cfg.train.steps = steps;
-        if (cfg.train.warmup_steps > steps) cfg.train.warmup_steps = steps;
+    if (f->steps >= 0) {
+        cfg->train.steps = f->steps;
+        if (cfg->train.warmup_steps > f->steps) cfg->train.warmup_steps = f->steps;
     }
-    if (seed >= 0) cfg.train.seed = (uint64_t)seed;
-    if (print_config) {
-        char *s = rl_job_config_to_json(&cfg);
-        printf("%s\n", s);
-        free(s);
-        return 0;
-    }
+    if (f->seed >= 0) cfg->train.seed = (uint64_t)f->seed;
+    return 0;
+}
 
-    /* Which role: a node agent (launcher), one rank of a job, or alone. */
-    const char *child = getenv(RL_ENV_CHILD);
-    bool is_child = child && *child == '1';
-    g_starting = is_child;
-    /* Metrics belong to the node agent (or a process without one); a
-     * trainer an agent started inherits the port settings and ignores them. */
-    rl_node_stats_opts so = {0};
-    if (!is_child && (rc = rl_node_stats_env(&so, (int)metrics_port, &e))) return fail("", &e);
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    int nmin = 0, nmax = 0;
-    if (nodes && (rc = rl_parse_nodes(nodes, "--nnodes", &nmin, &nmax, &e))) return fail("", &e);
-    if (nodes) nnodes = nmin;
-    if (rdzv) snprintf(cfg.rdzv.backend, sizeof cfg.rdzv.backend, "%s", rdzv);
-    if (job) snprintf(cfg.rdzv.job, sizeof cfg.rdzv.job, "%s", job);
-    if (nodes) cfg.rdzv.min_nodes = nmin, cfg.rdzv.max_nodes = nmax;
-    const char *rdzv_env = getenv("RINGLEADER_RDZV");
-    if (rdzv_env && *rdzv_env) snprintf(cfg.rdzv.backend, sizeof cfg.rdzv.backend, "%s", rdzv_env);
-    if (!is_child && strcmp(cfg.rdzv.backend, "static") != 0) {
-        /* the elastic node agent */
-        rl_log_init(-1);
-        if (exec_self(argv)) return 1;
-        rl_node_env ne;
-        if ((rc = rl_node_env_read(&ne, &e))) return fail("", &e);
-        rl_elastic_env ee;
-        rl_elastic_opts eo;
-        if ((rc = rl_elastic_setup(&cfg, procs_per_node(nproc != -1 ? (int)nproc : ne.nproc_per_node), &ee,
-                                   &eo, &e)))
-            return fail("", &e);
-        bool preempted = false;
-        eo.argv = argv, eo.stop = &g_stop, eo.stop_sig = &g_stop_sig, eo.preempted = &preempted;
-        eo.stats = so;
-        rc = rl_elastic_run(&eo, &e);
-        if (rc && preempted) return RL_EXIT_PREEMPTED;
-        /* stopped by SIGTERM/SIGINT before anything was worth saving: say
-         * so the shell way (128 + signal), which the operator and kubelet
-         * read as "stopped", not as a failure of this pod */
-        if (rc == RL_EABORT && g_stop_sig) {
-            fail("", &e);
-            return 128 + g_stop_sig;
-        }
-        return rc ? fail("", &e) : 0;
+/* The elastic node agent (--rdzv k8s|etcd, or RINGLEADER_RDZV). */
+static int run_agent(const rl_job_config *cfg, const flags *f, char **argv, rl_node_stats_opts so) {
+    rl_err e = {0};
+    int rc;
+    rl_log_init(-1);
+    if (exec_self(argv)) return 1;
+    rl_node_env ne;
+    if ((rc = rl_node_env_read(&ne, &e))) return fail("", &e);
+    rl_elastic_env ee;
+    rl_elastic_opts eo;
+    if ((rc = rl_elastic_setup(cfg, procs_per_node(f->nproc != -1 ? (int)f->nproc : ne.nproc_per_node), &ee, &eo,
+                               &e)))
+        return fail("", &e);
+    bool preempted = false;
+    eo.argv = argv, eo.stop = &g_stop, eo.stop_sig = &g_stop_sig, eo.preempted = &preempted;
+    eo.stats = so;
+    rc = rl_elastic_run(&eo, &e);
+    if (rc && preempted) return RL_EXIT_PREEMPTED;
+    /* stopped by SIGTERM/SIGINT before anything was worth saving: say
+     * so the shell way (128 + signal), which the operator and kubelet
+     * read as "stopped", not as a failure of this pod */
+    if (rc == RL_EABORT && g_stop_sig) {
+        fail("", &e);
+        return 128 + g_stop_sig;
     }
-    if (nodes && nmin != nmax) {
-        fprintf(stderr, "ringleader-worker: error: --nnodes %s: an elastic range needs --rdzv k8s or etcd\n", nodes);
-        return 2;
-    }
-    rl_node_env node;
-    if (!is_child) {
-        if ((rc = rl_node_env_read(&node, &e))) return fail("", &e);
-        if (nproc != -1) node.nproc_per_node = (int)nproc;
-        node.nproc_per_node = procs_per_node(node.nproc_per_node);
-        if (nnodes > 0) node.nnodes = (int)nnodes;
-        if (node_rank >= 0) node.node_rank = (int)node_rank;
-        if (mport >= 0) node.master_port = (int)mport;
-        if (maddr) snprintf(node.master_addr, sizeof node.master_addr, "%s", maddr);
-        if (node.node_rank >= node.nnodes) {
-            fprintf(stderr, "ringleader-worker: error: --node-rank %d is not below --nnodes %d\n",
-                    node.node_rank, node.nnodes);
-            return 2;
-        }
-    }
-    if (!is_child && node.nproc_per_node > 0) {
-        int world = node.nnodes * node.nproc_per_node;
-        if ((rc = rl_job_config_check_world(&cfg, world, config_path ? config_path : "config", &e)))
-            return fail("", &e);
-        /* standalone: one node and no port asked for -> any free port */
-        if (node.nnodes == 1 && mport < 0 && !getenv("PET_MASTER_PORT") && !getenv("MASTER_PORT"))
-            node.master_port = 0;
-        rl_log_init(-1);
-        if (exec_self(argv)) return 1;
-        /* SIGTERM -> SIGKILL must leave rank 0 its preemption checkpoint */
-        double grace = cfg.ckpt.uri[0] && cfg.ckpt.preempt_budget_s + 5 > 10 ? cfg.ckpt.preempt_budget_s + 5 : 10;
-        bool preempted = false;
-        rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = grace, .stop = &g_stop,
-                             .secret = getenv(RL_ENV_RDZV_SECRET),
-                             .stop_sig = &g_stop_sig, .preempted = &preempted, .stats = so};
-        if ((rc = rl_launch(&lo, &e))) return preempted ? RL_EXIT_PREEMPTED : fail("", &e);
-        return 0;
-    }
+    return rc ? fail("", &e) : 0;
+}
+
+/* The local launcher (--nproc-per-node, PET_*): forks this node's trainers. */
+static int run_launcher(const rl_job_config *cfg, const char *config_path, rl_node_env node, const flags *f,
+                        char **argv, rl_node_stats_opts so) {
+    rl_err e = {0};
+    int rc, world = node.nnodes * node.nproc_per_node;
+    if ((rc = rl_job_config_check_world(cfg, world, config_path ? config_path : "config", &e))) return fail("", &e);
+    /* standalone: one node and no port asked for -> any free port */
+    if (node.nnodes == 1 && f->mport < 0 && !getenv("PET_MASTER_PORT") && !getenv("MASTER_PORT"))
+        node.master_port = 0;
+    rl_log_init(-1);
+    if (exec_self(argv)) return 1;
+    /* SIGTERM -> SIGKILL must leave rank 0 its preemption checkpoint */
+    double grace = cfg->ckpt.uri[0] && cfg->ckpt.preempt_budget_s + 5 > 10 ? cfg->ckpt.preempt_budget_s + 5 : 10;
+    bool preempted = false;
+    rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = grace, .stop = &g_stop,
+                         .secret = getenv(RL_ENV_RDZV_SECRET),
+                         .stop_sig = &g_stop_sig, .preempted = &preempted, .stats = so};
+    if ((rc = rl_launch(&lo, &e))) return preempted ? RL_EXIT_PREEMPTED : fail("", &e);
+    return 0;
+}
+
+/* One rank of a job torchrun, srun or our launcher started, or alone. */
+static int run_rank(const rl_job_config *cfg, const char *config_path, const char *save_params, bool is_child,
+                    const rl_node_stats_opts *so) {
+    rl_err e = {0};
+    int rc;
     rl_static_env env;
     bool found = false;
     if ((rc = rl_static_env_read(&env, &found, &e))) return fail("", &e);
     rl_node_stats *ns = NULL;
     if (!found || env.world == 1) {
         rl_log_init(-1);
-        if ((rc = own_metrics(&so, &ns))) return rc;
-        rc = run_single(&cfg, config_path, save_params, ns);
+        if ((rc = own_metrics(so, &ns))) return rc;
+        rc = run_single(cfg, config_path, save_params, ns);
         rl_node_stats_stop(ns);
         return rc;
     }
     rl_log_init(env.rank);
     if (env.rank != 0) rl_log_set_level(RL_LOG_WARN); /* progress and metrics on rank 0 only */
     /* started by torchrun or srun: local rank 0 stands in for the agent */
-    if (!is_child && env.local_rank == 0 && (rc = own_metrics(&so, &ns))) return rc;
+    if (!is_child && env.local_rank == 0 && (rc = own_metrics(so, &ns))) return rc;
     rl_run_summary sum = {0};
-    rl_proc_opts po = {.cfg = &cfg, .env = &env, .save_params = save_params, .stop = &g_stop,
+    rl_proc_opts po = {.cfg = cfg, .env = &env, .save_params = save_params, .stop = &g_stop,
                        .starting = &g_starting, .stats = ns};
     rc = rl_proc_run(&po, &sum, &e);
     rl_node_stats_stop(ns);
@@ -344,8 +321,65 @@ int main(int argc, char **argv) {
         }
         return fail("", &e);
     }
-    if (env.rank == 0) {
-        print_summary(&sum, cfg.train.steps, save_params != NULL);
-    }
+    if (env.rank == 0) print_summary(&sum, cfg->train.steps, save_params != NULL);
     return 0;
+}
+
+int main(int argc, char **argv) {
+    rl_err e = {0};
+    flags f;
+    int rc = parse_flags(argc, argv, &f);
+    if (rc) return rc < 0 ? 0 : rc;
+    rl_job_config cfg;
+    const char *config_path;
+    if ((rc = load_config(&f, &cfg, &config_path))) return rc;
+    if (f.print_config) {
+        char *s = rl_job_config_to_json(&cfg);
+        printf("%s\n", s);
+        free(s);
+        return 0;
+    }
+
+    /* Which role: a node agent (launcher), one rank of a job, or alone. */
+    const char *child = getenv(RL_ENV_CHILD);
+    bool is_child = child && *child == '1';
+    g_starting = is_child;
+    /* Metrics belong to the node agent (or a process without one); a
+     * trainer an agent started inherits the port settings and ignores them. */
+    rl_node_stats_opts so = {0};
+    if (!is_child && (rc = rl_node_stats_env(&so, (int)f.metrics_port, &e))) return fail("", &e);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int nmin = 0, nmax = 0;
+    if (f.nodes && (rc = rl_parse_nodes(f.nodes, "--nnodes", &nmin, &nmax, &e))) return fail("", &e);
+    if (f.rdzv) snprintf(cfg.rdzv.backend, sizeof cfg.rdzv.backend, "%s", f.rdzv);
+    if (f.job) snprintf(cfg.rdzv.job, sizeof cfg.rdzv.job, "%s", f.job);
+    if (f.nodes) cfg.rdzv.min_nodes = nmin, cfg.rdzv.max_nodes = nmax;
+    const char *rdzv_env = getenv("RINGLEADER_RDZV");
+    if (rdzv_env && *rdzv_env) snprintf(cfg.rdzv.backend, sizeof cfg.rdzv.backend, "%s", rdzv_env);
+    if (!is_child && strcmp(cfg.rdzv.backend, "static") != 0) return run_agent(&cfg, &f, argv, so);
+    if (f.nodes && nmin != nmax) {
+        fprintf(stderr, "ringleader-worker: error: --nnodes %s: an elastic range needs --rdzv k8s or etcd\n",
+                f.nodes);
+        return 2;
+    }
+    if (!is_child) {
+        rl_node_env node;
+        if ((rc = rl_node_env_read(&node, &e))) return fail("", &e);
+        if (f.nproc != -1) node.nproc_per_node = (int)f.nproc;
+        node.nproc_per_node = procs_per_node(node.nproc_per_node);
+        if (f.nodes) node.nnodes = nmin;
+        if (f.node_rank >= 0) node.node_rank = (int)f.node_rank;
+        if (f.mport >= 0) node.master_port = (int)f.mport;
+        if (f.maddr) snprintf(node.master_addr, sizeof node.master_addr, "%s", f.maddr);
+        if (node.node_rank >= node.nnodes) {
+            fprintf(stderr, "ringleader-worker: error: --node-rank %d is not below --nnodes %d\n", node.node_rank,
+                    node.nnodes);
+            return 2;
+        }
+        if (node.nproc_per_node > 0) return run_launcher(&cfg, config_path, node, &f, argv, so);
+    }
+    return run_rank(&cfg, config_path, f.save_params, is_child, &so);
 }
