@@ -232,6 +232,84 @@ static bool leadership_lost(rl_elector *el) {
     return !st.leading;
 }
 
+/* The operator's own metrics, served before the election so a standby
+ * replica answers /healthz too. */
+static int define_metrics(ctl *c, rl_err *e) {
+    int rc;
+    if ((rc = rl_metrics_new(&c->m, e)) ||
+        (rc = rl_metrics_define(c->m, RL_METRIC_GAUGE, "ringleader_operator_leading",
+                                "1 while this replica holds the operator Lease", &c->m_leading, e)) ||
+        (rc = rl_metrics_define(c->m, RL_METRIC_GAUGE, "ringleader_operator_jobs",
+                                "TrainingJobs watched", &c->m_jobs, e)) ||
+        (rc = rl_metrics_define(c->m, RL_METRIC_COUNTER, "ringleader_operator_reconciles_total",
+                                "reconciles run", &c->m_reconciles, e)) ||
+        (rc = rl_metrics_define(c->m, RL_METRIC_COUNTER, "ringleader_operator_reconcile_errors_total",
+                                "reconciles that failed (retried at the next resync)", &c->m_errors, e)) ||
+        (rc = rl_metrics_define(c->m, RL_METRIC_GAUGE, "ringleader_operator_reconcile_seconds",
+                                "duration of the last reconcile", &c->m_seconds, e)))
+        return rc;
+    rl_metrics_set(c->m, c->m_leading, 0);
+    return RL_OK;
+}
+
+/* --leader-elect: hold the operator's Lease before doing anything (RL_OK
+ * with *el NULL: not asked; RL_OK and *o->stop: stopped while waiting). */
+static int wait_to_lead(const rl_op_opts *o, rl_elector **el, rl_err *e) {
+    *el = NULL;
+    if (!o->leader_elect) return RL_OK;
+    rl_elector_opts eo = {.backend = "k8s", .id = o->id, .addr = "", .port = 0,
+                          .lease_s = o->lease_s, .renew_deadline_s = o->renew_deadline_s,
+                          .retry_s = o->retry_s, .kubeconfig = o->kubeconfig, .ns = o->lease_ns,
+                          .lease_name = o->lease_name};
+    int rc = rl_elector_start(&eo, el, e);
+    if (rc) return rc;
+    rl_log(RL_LOG_INFO, "election", "\"lease\":\"%s/%s\",\"msg\":\"waiting to lead\"", o->lease_ns, o->lease_name);
+    rl_elect_state st = {0};
+    rl_elector_state(*el, &st);
+    while (!st.leading && !*o->stop) rl_elector_wait(*el, st.gen, 1.0, &st);
+    if (!*o->stop) rl_log(RL_LOG_INFO, "leading", "\"lease\":\"%s/%s\"", o->lease_ns, o->lease_name);
+    return RL_OK;
+}
+
+/* The next job to reconcile, waiting for one (or for the next due retry,
+ * or a resync of every known job) at most a moment. */
+static bool next_job(ctl *c, double resync, double *next_resync, job_key *k) {
+    bool have = false;
+    pthread_mutex_lock(&c->mu);
+    if (rl_now() >= *next_resync) {
+        for (int i = 0; i < c->known.n; i++) keyset_add(&c->queue, c->known.v[i].ns, c->known.v[i].name);
+        *next_resync = rl_now() + resync;
+    }
+    double wait = queue_due_locked(c);
+    if (c->queue.n == 0) rl_cond_wait_s(&c->cv, &c->mu, wait);
+    rl_metrics_set(c->m, c->m_jobs, c->known.n);
+    if (c->queue.n > 0) {
+        *k = c->queue.v[0];
+        memmove(c->queue.v, c->queue.v + 1, (size_t)(c->queue.n - 1) * sizeof *k);
+        c->queue.n--;
+        have = true;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return have;
+}
+
+static void reconcile_one(ctl *c, const job_key *k) {
+    rl_err re = {0};
+    double t0 = rl_now();
+    int rrc = rl_op_reconcile(c->op, k->ns, k->name, &re);
+    rl_metrics_inc(c->m, c->m_reconciles, 1);
+    rl_metrics_set(c->m, c->m_seconds, rl_now() - t0);
+    if (rrc != RL_OK) {
+        rl_metrics_inc(c->m, c->m_errors, 1);
+        char esc[600];
+        rl_log(RL_LOG_WARN, "reconcile_failed", "\"job\":\"%s/%s\",\"error\":\"%s\"", k->ns, k->name,
+               rl_json_escape(esc, sizeof esc, re.msg));
+    }
+    pthread_mutex_lock(&c->mu);
+    after_reconcile_locked(c, k, rrc != RL_OK, rl_op_requeue_after(c->op));
+    pthread_mutex_unlock(&c->mu);
+}
+
 int rl_op_run(const rl_op_opts *o, rl_err *e) {
     ctl c;
     memset(&c, 0, sizeof c);
@@ -256,35 +334,9 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
     rl_op_set_stuck_after(c.op, o->stuck_s);
     rl_op_set_metrics_ns(c.op, o->metrics_ns);
     rl_op_use_cache(c.op, c.cache);
-    /* served before the election, so a standby replica answers /healthz too */
-    if ((rc = rl_metrics_new(&c.m, e)) ||
-        (rc = rl_metrics_define(c.m, RL_METRIC_GAUGE, "ringleader_operator_leading",
-                                "1 while this replica holds the operator Lease", &c.m_leading, e)) ||
-        (rc = rl_metrics_define(c.m, RL_METRIC_GAUGE, "ringleader_operator_jobs",
-                                "TrainingJobs watched", &c.m_jobs, e)) ||
-        (rc = rl_metrics_define(c.m, RL_METRIC_COUNTER, "ringleader_operator_reconciles_total",
-                                "reconciles run", &c.m_reconciles, e)) ||
-        (rc = rl_metrics_define(c.m, RL_METRIC_COUNTER, "ringleader_operator_reconcile_errors_total",
-                                "reconciles that failed (retried at the next resync)", &c.m_errors, e)) ||
-        (rc = rl_metrics_define(c.m, RL_METRIC_GAUGE, "ringleader_operator_reconcile_seconds",
-                                "duration of the last reconcile", &c.m_seconds, e)) ||
-        (rc = rl_metrics_start(o->metrics_port, NULL, c.m, &ms, e)))
+    if ((rc = define_metrics(&c, e)) || (rc = rl_metrics_start(o->metrics_port, NULL, c.m, &ms, e)) ||
+        (rc = wait_to_lead(o, &el, e)) || *o->stop)
         goto out;
-    rl_metrics_set(c.m, c.m_leading, 0);
-
-    if (o->leader_elect) {
-        rl_elector_opts eo = {.backend = "k8s", .id = o->id, .addr = "", .port = 0,
-                              .lease_s = o->lease_s, .renew_deadline_s = o->renew_deadline_s,
-                              .retry_s = o->retry_s, .kubeconfig = o->kubeconfig, .ns = o->lease_ns,
-                              .lease_name = o->lease_name};
-        if ((rc = rl_elector_start(&eo, &el, e))) goto out;
-        rl_log(RL_LOG_INFO, "election", "\"lease\":\"%s/%s\",\"msg\":\"waiting to lead\"", o->lease_ns, o->lease_name);
-        rl_elect_state st = {0};
-        rl_elector_state(el, &st);
-        while (!st.leading && !*o->stop) rl_elector_wait(el, st.gen, 1.0, &st);
-        if (*o->stop) goto out;
-        rl_log(RL_LOG_INFO, "leading", "\"lease\":\"%s/%s\"", o->lease_ns, o->lease_name);
-    }
     rl_metrics_set(c.m, c.m_leading, 1);
     if ((rc = start_watchers(&c, ws, &nw, e))) goto out;
 
@@ -296,44 +348,7 @@ int rl_op_run(const rl_op_opts *o, rl_err *e) {
             break;
         }
         job_key k;
-        bool have = false;
-        pthread_mutex_lock(&c.mu);
-        if (rl_now() >= next_resync) {
-            for (int i = 0; i < c.known.n; i++) keyset_add(&c.queue, c.known.v[i].ns, c.known.v[i].name);
-            next_resync = rl_now() + resync;
-        }
-        double wait = queue_due_locked(&c);
-        if (c.queue.n == 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            double t = (double)ts.tv_nsec * 1e-9 + wait;
-            ts.tv_sec += (time_t)t;
-            ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
-            pthread_cond_timedwait(&c.cv, &c.mu, &ts);
-        }
-        rl_metrics_set(c.m, c.m_jobs, c.known.n);
-        if (c.queue.n > 0) {
-            k = c.queue.v[0];
-            memmove(c.queue.v, c.queue.v + 1, (size_t)(c.queue.n - 1) * sizeof k);
-            c.queue.n--;
-            have = true;
-        }
-        pthread_mutex_unlock(&c.mu);
-        if (!have) continue;
-        rl_err re = {0};
-        double t0 = rl_now();
-        int rrc = rl_op_reconcile(c.op, k.ns, k.name, &re);
-        rl_metrics_inc(c.m, c.m_reconciles, 1);
-        rl_metrics_set(c.m, c.m_seconds, rl_now() - t0);
-        if (rrc != RL_OK) {
-            rl_metrics_inc(c.m, c.m_errors, 1);
-            char esc[600];
-            rl_log(RL_LOG_WARN, "reconcile_failed", "\"job\":\"%s/%s\",\"error\":\"%s\"", k.ns, k.name,
-                   rl_json_escape(esc, sizeof esc, re.msg));
-        }
-        pthread_mutex_lock(&c.mu);
-        after_reconcile_locked(&c, &k, rrc != RL_OK, rl_op_requeue_after(c.op));
-        pthread_mutex_unlock(&c.mu);
+        if (next_job(&c, resync, &next_resync, &k)) reconcile_one(&c, &k);
     }
 out:
     c.halt = 1;
