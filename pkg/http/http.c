@@ -264,6 +264,109 @@ static int map_curl_error(CURLcode cc, const xfer *x, const char *method, const 
     return rl_errf(e, RL_EIO, "%s %s: %s", method, u, why);
 }
 
+/* Each option set on the handle, or the reason it was refused. */
+#define SET(opt, val)                                                                     \
+    do {                                                                                  \
+        if (curl_easy_setopt(c, opt, val) != CURLE_OK)                                    \
+            return rl_errf(e, RL_EINTERNAL, "libcurl rejected option %s", #opt);          \
+    } while (0)
+
+/* What every request gets: verified TLS, http(s) only, no redirects,
+ * timeouts, our callbacks. */
+static int set_basics(CURL *c, const rl_http_req *req, xfer *x, char *errbuf, rl_err *e) {
+    SET(CURLOPT_URL, req->url);
+    SET(CURLOPT_NOSIGNAL, 1L);
+    SET(CURLOPT_ERRORBUFFER, errbuf);
+    SET(CURLOPT_PROTOCOLS_STR, "http,https");
+    SET(CURLOPT_FOLLOWLOCATION, 0L);
+    SET(CURLOPT_SSL_VERIFYPEER, 1L);
+    SET(CURLOPT_SSL_VERIFYHOST, 2L);
+    SET(CURLOPT_TCP_KEEPALIVE, 1L);
+    double ct = req->connect_timeout_s > 0 ? req->connect_timeout_s : 10.0;
+    SET(CURLOPT_CONNECTTIMEOUT_MS, (long)(ct * 1000.0 + 0.5));
+    if (req->timeout_s > 0) SET(CURLOPT_TIMEOUT_MS, (long)(req->timeout_s * 1000.0 + 0.5));
+    SET(CURLOPT_NOPROGRESS, 0L);
+    SET(CURLOPT_XFERINFOFUNCTION, on_progress);
+    SET(CURLOPT_XFERINFODATA, x);
+    SET(CURLOPT_HEADERFUNCTION, on_header);
+    SET(CURLOPT_HEADERDATA, x);
+    SET(CURLOPT_WRITEFUNCTION, on_write);
+    SET(CURLOPT_WRITEDATA, x);
+    return RL_OK;
+}
+
+/* A given CA replaces the system store rather than adding to it: a cluster
+ * CA must not be widened to every public CA. Client certificate and key
+ * from memory or files. */
+static int set_tls(CURL *c, const rl_http_tls *t, rl_err *e) {
+    if (!t) return RL_OK;
+    if (t->ca_pem && t->ca_pem_len) {
+        struct curl_blob b = {(void *)t->ca_pem, t->ca_pem_len, CURL_BLOB_COPY};
+        SET(CURLOPT_CAINFO_BLOB, &b);
+        SET(CURLOPT_CAPATH, (char *)NULL);
+    } else if (t->ca_file && *t->ca_file) {
+        SET(CURLOPT_CAINFO, t->ca_file);
+        SET(CURLOPT_CAPATH, (char *)NULL);
+    }
+    if (t->cert_pem && t->cert_pem_len) {
+        struct curl_blob b = {(void *)t->cert_pem, t->cert_pem_len, CURL_BLOB_COPY};
+        SET(CURLOPT_SSLCERT_BLOB, &b);
+        SET(CURLOPT_SSLCERTTYPE, "PEM");
+    } else if (t->cert_file && *t->cert_file) {
+        SET(CURLOPT_SSLCERT, t->cert_file);
+    }
+    if (t->key_pem && t->key_pem_len) {
+        struct curl_blob b = {(void *)t->key_pem, t->key_pem_len, CURL_BLOB_COPY};
+        SET(CURLOPT_SSLKEY_BLOB, &b);
+        SET(CURLOPT_SSLKEYTYPE, "PEM");
+    } else if (t->key_file && *t->key_file) {
+        SET(CURLOPT_SSLKEY, t->key_file);
+    }
+    return RL_OK;
+}
+
+/* The caller's headers, then no "Expect: 100-continue" round trip for big
+ * bodies and no form content type invented by libcurl for POSTFIELDS.
+ * *hl is the caller's to free, whatever the result. */
+static int set_headers(CURL *c, const rl_http_req *req, struct curl_slist **hl, rl_err *e) {
+    const char *extra[] = {"Expect:", has_header(req->headers, "Content-Type") ? NULL : "Content-Type:"};
+    for (const char *const *p = req->headers; p && *p; p++) {
+        struct curl_slist *n = curl_slist_append(*hl, *p);
+        if (!n) return rl_errf(e, RL_ENOMEM, "out of memory building headers");
+        *hl = n;
+    }
+    for (size_t i = 0; i < 2; i++) {
+        if (!extra[i]) continue;
+        struct curl_slist *n = curl_slist_append(*hl, extra[i]);
+        if (!n) return rl_errf(e, RL_ENOMEM, "out of memory building headers");
+        *hl = n;
+    }
+    SET(CURLOPT_HTTPHEADER, *hl);
+    return RL_OK;
+}
+
+/* The method and its body: streamed from a callback, from memory, or none. */
+static int set_body(CURL *c, const rl_http_req *req, const char *method, xfer *x, rl_err *e) {
+    if (req->body_read) {
+        SET(CURLOPT_UPLOAD, 1L);
+        SET(CURLOPT_READFUNCTION, on_read);
+        SET(CURLOPT_READDATA, x);
+        if (req->body_read_len >= 0) SET(CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->body_read_len);
+        SET(CURLOPT_CUSTOMREQUEST, method);
+    } else if (req->body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+               strcmp(method, "PATCH") == 0) {
+        SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+        SET(CURLOPT_POSTFIELDS, req->body ? (const char *)req->body : "");
+        SET(CURLOPT_CUSTOMREQUEST, method);
+    } else if (strcmp(method, "HEAD") == 0) {
+        SET(CURLOPT_NOBODY, 1L);
+    } else if (strcmp(method, "GET") != 0) {
+        SET(CURLOPT_CUSTOMREQUEST, method);
+    }
+    return RL_OK;
+}
+#undef SET
+
 int rl_http_do(rl_http *h, const rl_http_req *req, rl_http_resp *resp, rl_err *e) {
     memset(resp, 0, sizeof *resp);
     const char *method = req->method ? req->method : "GET";
@@ -278,115 +381,20 @@ int rl_http_do(rl_http *h, const rl_http_req *req, rl_http_resp *resp, rl_err *e
     xfer x = {.curl = c, .req = req, .resp = resp, .max_body = req->max_body ? req->max_body : 64u << 20};
     char errbuf[CURL_ERROR_SIZE] = "";
     struct curl_slist *hl = NULL;
-    int rc = RL_OK;
-
-#define SET(opt, val)                                                                     \
-    do {                                                                                  \
-        if (curl_easy_setopt(c, opt, val) != CURLE_OK) {                                  \
-            rc = rl_errf(e, RL_EINTERNAL, "libcurl rejected option %s", #opt);            \
-            goto out;                                                                     \
-        }                                                                                 \
-    } while (0)
-
-    SET(CURLOPT_URL, req->url);
-    SET(CURLOPT_NOSIGNAL, 1L);
-    SET(CURLOPT_ERRORBUFFER, errbuf);
-    SET(CURLOPT_PROTOCOLS_STR, "http,https");
-    SET(CURLOPT_FOLLOWLOCATION, 0L);
-    SET(CURLOPT_SSL_VERIFYPEER, 1L);
-    SET(CURLOPT_SSL_VERIFYHOST, 2L);
-    SET(CURLOPT_TCP_KEEPALIVE, 1L);
-    double ct = req->connect_timeout_s > 0 ? req->connect_timeout_s : 10.0;
-    SET(CURLOPT_CONNECTTIMEOUT_MS, (long)(ct * 1000.0 + 0.5));
-    if (req->timeout_s > 0) SET(CURLOPT_TIMEOUT_MS, (long)(req->timeout_s * 1000.0 + 0.5));
-    SET(CURLOPT_NOPROGRESS, 0L);
-    SET(CURLOPT_XFERINFOFUNCTION, on_progress);
-    SET(CURLOPT_XFERINFODATA, &x);
-    SET(CURLOPT_HEADERFUNCTION, on_header);
-    SET(CURLOPT_HEADERDATA, &x);
-    SET(CURLOPT_WRITEFUNCTION, on_write);
-    SET(CURLOPT_WRITEDATA, &x);
-
-    const rl_http_tls *t = req->tls;
-    if (t) {
-        /* A given CA replaces the system store rather than adding to it: a
-         * cluster CA must not be widened to every public CA. */
-        if (t->ca_pem && t->ca_pem_len) {
-            struct curl_blob b = {(void *)t->ca_pem, t->ca_pem_len, CURL_BLOB_COPY};
-            SET(CURLOPT_CAINFO_BLOB, &b);
-            SET(CURLOPT_CAPATH, (char *)NULL);
-        } else if (t->ca_file && *t->ca_file) {
-            SET(CURLOPT_CAINFO, t->ca_file);
-            SET(CURLOPT_CAPATH, (char *)NULL);
+    int rc;
+    if (!(rc = set_basics(c, req, &x, errbuf, e)) && !(rc = set_tls(c, req->tls, e)) &&
+        !(rc = set_headers(c, req, &hl, e)) && !(rc = set_body(c, req, method, &x, e))) {
+        x.last_move = rl_now();
+        CURLcode cc = curl_easy_perform(c);
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        resp->status = status;
+        if (cc == CURLE_WRITE_ERROR && x.stopped) {
+            resp->stopped = true;
+            cc = CURLE_OK;
         }
-        if (t->cert_pem && t->cert_pem_len) {
-            struct curl_blob b = {(void *)t->cert_pem, t->cert_pem_len, CURL_BLOB_COPY};
-            SET(CURLOPT_SSLCERT_BLOB, &b);
-            SET(CURLOPT_SSLCERTTYPE, "PEM");
-        } else if (t->cert_file && *t->cert_file) {
-            SET(CURLOPT_SSLCERT, t->cert_file);
-        }
-        if (t->key_pem && t->key_pem_len) {
-            struct curl_blob b = {(void *)t->key_pem, t->key_pem_len, CURL_BLOB_COPY};
-            SET(CURLOPT_SSLKEY_BLOB, &b);
-            SET(CURLOPT_SSLKEYTYPE, "PEM");
-        } else if (t->key_file && *t->key_file) {
-            SET(CURLOPT_SSLKEY, t->key_file);
-        }
+        if (cc != CURLE_OK) rc = map_curl_error(cc, &x, method, req->url, errbuf, e);
     }
-
-    for (const char *const *p = req->headers; p && *p; p++) {
-        struct curl_slist *n = curl_slist_append(hl, *p);
-        if (!n) {
-            rc = rl_errf(e, RL_ENOMEM, "out of memory building headers");
-            goto out;
-        }
-        hl = n;
-    }
-    /* No "Expect: 100-continue" round trip for big bodies, and no form
-     * content type invented by libcurl for POSTFIELDS. */
-    const char *extra[] = {"Expect:", has_header(req->headers, "Content-Type") ? NULL : "Content-Type:"};
-    for (size_t i = 0; i < 2; i++) {
-        if (!extra[i]) continue;
-        struct curl_slist *n = curl_slist_append(hl, extra[i]);
-        if (!n) {
-            rc = rl_errf(e, RL_ENOMEM, "out of memory building headers");
-            goto out;
-        }
-        hl = n;
-    }
-    SET(CURLOPT_HTTPHEADER, hl);
-
-    if (req->body_read) {
-        SET(CURLOPT_UPLOAD, 1L);
-        SET(CURLOPT_READFUNCTION, on_read);
-        SET(CURLOPT_READDATA, &x);
-        if (req->body_read_len >= 0)
-            SET(CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->body_read_len);
-        SET(CURLOPT_CUSTOMREQUEST, method);
-    } else if (req->body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
-               strcmp(method, "PATCH") == 0) {
-        SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
-        SET(CURLOPT_POSTFIELDS, req->body ? (const char *)req->body : "");
-        SET(CURLOPT_CUSTOMREQUEST, method);
-    } else if (strcmp(method, "HEAD") == 0) {
-        SET(CURLOPT_NOBODY, 1L);
-    } else if (strcmp(method, "GET") != 0) {
-        SET(CURLOPT_CUSTOMREQUEST, method);
-    }
-#undef SET
-
-    x.last_move = rl_now();
-    CURLcode cc = curl_easy_perform(c);
-    long status = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    resp->status = status;
-    if (cc == CURLE_WRITE_ERROR && x.stopped) {
-        resp->stopped = true;
-        cc = CURLE_OK;
-    }
-    if (cc != CURLE_OK) rc = map_curl_error(cc, &x, method, req->url, errbuf, e);
-out:
     curl_slist_free_all(hl);
     /* Drop our pointers from the handle: the slist and errbuf die here. */
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, (struct curl_slist *)NULL);
