@@ -399,33 +399,19 @@ typedef struct id_record {
     ncclUniqueId id;
 } id_record;
 
-int rl_comm_nccl_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
-    nccl *N = calloc(1, sizeof *N);
-    if (!N) return rl_errf(e, RL_ENOMEM, "rank %d: nccl init: out of memory", c->rank);
-    pthread_mutex_init(&N->mu, NULL);
-    N->device = o->device;
-    c->impl = N;
-    c->ops = &nccl_ops;
-    int rc = RL_OK;
-    double deadline = rl_now() + c->timeout_s;
-
+/* The device, the stream ops go on, and a scratch word. */
+static int setup_device(rl_comm *c, nccl *N, const rl_comm_opts *o, rl_err *e) {
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
-    if (ce != cudaSuccess || ndev == 0) {
-        rc = rl_errf(e, RL_EIO, "rank %d: nccl init: no usable CUDA device (%s)", c->rank,
-                     ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
-        goto fail;
-    }
-    if (o->device < 0 || o->device >= ndev) {
-        rc = rl_errf(e, RL_EINPUT, "rank %d: nccl init: device %d outside 0..%d (LOCAL_RANK vs "
-                     "GPUs on this node)", c->rank, o->device, ndev - 1);
-        goto fail;
-    }
-    if ((ce = cudaSetDevice(o->device)) != cudaSuccess) {
-        rc = rl_errf(e, RL_EIO, "rank %d: nccl init: cudaSetDevice(%d): %s", c->rank, o->device,
-                     cudaGetErrorString(ce));
-        goto fail;
-    }
+    if (ce != cudaSuccess || ndev == 0)
+        return rl_errf(e, RL_EIO, "rank %d: nccl init: no usable CUDA device (%s)", c->rank,
+                       ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+    if (o->device < 0 || o->device >= ndev)
+        return rl_errf(e, RL_EINPUT, "rank %d: nccl init: device %d outside 0..%d (LOCAL_RANK vs "
+                       "GPUs on this node)", c->rank, o->device, ndev - 1);
+    if ((ce = cudaSetDevice(o->device)) != cudaSuccess)
+        return rl_errf(e, RL_EIO, "rank %d: nccl init: cudaSetDevice(%d): %s", c->rank, o->device,
+                       cudaGetErrorString(ce));
     if (o->stream) {
         N->stream = (cudaStream_t)o->stream;
     } else {
@@ -435,63 +421,64 @@ int rl_comm_nccl_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
         int least = 0, greatest = 0;
         if ((ce = cudaDeviceGetStreamPriorityRange(&least, &greatest)) == cudaSuccess)
             ce = cudaStreamCreateWithPriority(&N->stream, cudaStreamNonBlocking, greatest);
-        if (ce != cudaSuccess) {
-            rc = rl_errf(e, RL_EIO, "rank %d: nccl init: cudaStreamCreate: %s", c->rank,
-                         cudaGetErrorString(ce));
-            goto fail;
-        }
+        if (ce != cudaSuccess)
+            return rl_errf(e, RL_EIO, "rank %d: nccl init: cudaStreamCreate: %s", c->rank,
+                           cudaGetErrorString(ce));
         N->own_stream = true;
     }
-    if ((ce = cudaMalloc((void **)&N->scratch, sizeof *N->scratch)) != cudaSuccess) {
-        rc = rl_errf(e, RL_EIO, "rank %d: nccl init: cudaMalloc: %s", c->rank,
-                     cudaGetErrorString(ce));
-        goto fail;
-    }
+    if ((ce = cudaMalloc((void **)&N->scratch, sizeof *N->scratch)) != cudaSuccess)
+        return rl_errf(e, RL_EIO, "rank %d: nccl init: cudaMalloc: %s", c->rank, cudaGetErrorString(ce));
+    return RL_OK;
+}
 
-    int ver = 0;
-    ncclGetVersion(&ver);
-    id_record rec;
-    memset(&rec, 0, sizeof rec);
+/* Rank 0 makes the ncclUniqueId and publishes it with its NCCL version;
+ * the others read it (by the deadline) and refuse another version. */
+static int exchange_id(rl_comm *c, const rl_comm_opts *o, int ver, double deadline, id_record *rec, rl_err *e) {
+    int rc;
     char key[1100];
+    memset(rec, 0, sizeof *rec);
     snprintf(key, sizeof key, "%s/nccl_id", o->prefix ? o->prefix : "");
     if (c->rank == 0) {
-        for (int i = 0; i < 4; i++) rec.version[i] = (uint8_t)((uint32_t)ver >> (24 - 8 * i));
-        ncclResult_t r = ncclGetUniqueId(&rec.id);
-        if (r != ncclSuccess) {
-            rc = rl_errf(e, RL_EIO, "rank 0: nccl init: ncclGetUniqueId: %s",
-                         ncclGetErrorString(r));
-            goto fail;
-        }
-        if (o->store && (rc = rl_store_set(o->store, key, &rec, sizeof rec, e))) {
-            rl_err_wrap(e, "rank 0: publishing the NCCL id (key %s)", key);
-            goto fail;
-        }
-    } else {
-        void *val = NULL;
-        size_t len = 0;
-        double left = deadline - rl_now();
-        if ((rc = rl_store_get(o->store, key, left > 0 ? left : 0.001, &val, &len, e))) {
-            rl_err_wrap(e, "rank %d: waiting for rank 0's NCCL id", c->rank);
-            goto fail;
-        }
-        if (len != sizeof rec) {
-            free(val);
-            rc = rl_errf(e, RL_EPEER, "rank %d: NCCL id record under %s is %zu bytes, expected "
-                         "%zu (rank 0 runs another ringleader build?)",
-                         c->rank, key, len, sizeof rec);
-            goto fail;
-        }
-        memcpy(&rec, val, sizeof rec);
-        free(val);
-        int theirs = (int)(((uint32_t)rec.version[0] << 24) | ((uint32_t)rec.version[1] << 16) |
-                           ((uint32_t)rec.version[2] << 8) | rec.version[3]);
-        if (theirs != ver) {
-            rc = rl_errf(e, RL_EPEER, "rank %d: rank 0 uses NCCL version code %d, this rank %d: "
-                         "every rank must run the same NCCL",
-                         c->rank, theirs, ver);
-            goto fail;
-        }
+        for (int i = 0; i < 4; i++) rec->version[i] = (uint8_t)((uint32_t)ver >> (24 - 8 * i));
+        ncclResult_t r = ncclGetUniqueId(&rec->id);
+        if (r != ncclSuccess)
+            return rl_errf(e, RL_EIO, "rank 0: nccl init: ncclGetUniqueId: %s", ncclGetErrorString(r));
+        if (o->store && (rc = rl_store_set(o->store, key, rec, sizeof *rec, e)))
+            return rl_err_wrap(e, "rank 0: publishing the NCCL id (key %s)", key);
+        return RL_OK;
     }
+    void *val = NULL;
+    size_t len = 0;
+    double left = deadline - rl_now();
+    if ((rc = rl_store_get(o->store, key, left > 0 ? left : 0.001, &val, &len, e)))
+        return rl_err_wrap(e, "rank %d: waiting for rank 0's NCCL id", c->rank);
+    if (len != sizeof *rec) {
+        free(val);
+        return rl_errf(e, RL_EPEER, "rank %d: NCCL id record under %s is %zu bytes, expected "
+                       "%zu (rank 0 runs another ringleader build?)", c->rank, key, len, sizeof *rec);
+    }
+    memcpy(rec, val, sizeof *rec);
+    free(val);
+    int theirs = (int)(((uint32_t)rec->version[0] << 24) | ((uint32_t)rec->version[1] << 16) |
+                       ((uint32_t)rec->version[2] << 8) | rec->version[3]);
+    if (theirs != ver)
+        return rl_errf(e, RL_EPEER, "rank %d: rank 0 uses NCCL version code %d, this rank %d: "
+                       "every rank must run the same NCCL", c->rank, theirs, ver);
+    return RL_OK;
+}
+
+int rl_comm_nccl_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
+    nccl *N = calloc(1, sizeof *N);
+    if (!N) return rl_errf(e, RL_ENOMEM, "rank %d: nccl init: out of memory", c->rank);
+    pthread_mutex_init(&N->mu, NULL);
+    N->device = o->device;
+    c->impl = N;
+    c->ops = &nccl_ops;
+    double deadline = rl_now() + c->timeout_s;
+    int ver = 0, rc;
+    ncclGetVersion(&ver);
+    id_record rec;
+    if ((rc = setup_device(c, N, o, e)) || (rc = exchange_id(c, o, ver, deadline, &rec, e))) goto fail;
 
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* every call returns; we bound the waiting ourselves */
