@@ -84,8 +84,8 @@ $(LIB): $(PKG_OBJS) $(KERNEL_OBJS)
 	ar rcs $@ $^
 
 # kept, not deleted as an intermediate, so a relink does not recompile it
-.SECONDARY: $(CMDS:%=$(BUILD)/cmd/%/main.o)
-$(BIN)/ringleader-%: $(BUILD)/cmd/%/main.o $(LIB)
+.SECONDARY: $(CMDS:%=$(BUILD)/cmd/%/main.o) $(BUILD)/cmd/flags.o
+$(BIN)/ringleader-%: $(BUILD)/cmd/%/main.o $(BUILD)/cmd/flags.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
@@ -331,4 +331,4 @@ clean:
 	rm -rf $(BUILD) build-asan $(BIN)
 
 -include $(PKG_OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:=.d) \
-         $(CMDS:%=$(BUILD)/cmd/%/main.d)
+         $(CMDS:%=$(BUILD)/cmd/%/main.d) $(BUILD)/cmd/flags.d

@@ -5,8 +5,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cmd/flags.h"
 #include "operator/operator.h"
 #include "util/util.h"
+
+#define PROG "ringleader-operator"
 
 static volatile int g_stop;
 static void on_signal(int sig) {
@@ -36,42 +39,28 @@ static void usage(FILE *f) {
 }
 
 static int bad(const char *flag, const char *why) {
-    fprintf(stderr, "ringleader-operator: error: %s: %s\n", flag, why);
+    fprintf(stderr, PROG ": error: %s: %s\n", flag, why);
     return 2;
-}
-
-static int parse_num(const char *flag, const char *v, double lo, double hi, double *out) {
-    char *end;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || !*v || *end || x < lo || x > hi) {
-        char why[96];
-        snprintf(why, sizeof why, "must be a number in [%g, %g]", lo, hi);
-        return bad(flag, why);
-    }
-    *out = x;
-    return 0;
 }
 
 /* ringleader-operator render -f FILE [--namespace NS]: the objects the
  * operator would create for that TrainingJob, as a YAML List on stdout. */
 static int render_main(int argc, char **argv) {
     const char *file = NULL, *ns = "default", *metrics_ns = RL_OP_METRICS_NS_DEFAULT;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if ((!strcmp(a, "-f") || !strcmp(a, "--filename")) && v) file = v, i++;
-        else if ((!strcmp(a, "-n") || !strcmp(a, "--namespace")) && v) ns = v, i++;
-        else if (!strcmp(a, "--metrics-namespace-label") && v) metrics_ns = v, i++;
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: ringleader-operator render -f FILE [--namespace NS] [--metrics-namespace-label KEY=VALUE]\n"
-                   "  Prints, as a YAML List, the objects the operator would create for the TrainingJob\n"
-                   "  in FILE (YAML or JSON), without a cluster: its uid and rendezvous secret are\n"
-                   "  placeholders. NS (default: default) where the job names none.\n");
-            return 0;
-        } else {
-            fprintf(stderr, "ringleader-operator render: error: unknown or incomplete flag '%s' (see --help)\n", a);
-            return 2;
-        }
+    const rl_flag fl[] = {
+        {"--filename", "-f", RL_FLAG_STR, &file, 0, 0},
+        {"--namespace", "-n", RL_FLAG_STR, &ns, 0, 0},
+        {"--metrics-namespace-label", NULL, RL_FLAG_STR, &metrics_ns, 0, 0},
+    };
+    int prc = rl_flags_parse(PROG " render", argc, argv, 1, fl, (int)(sizeof fl / sizeof fl[0]), NULL, 0, NULL);
+    if (prc == RL_FLAGS_HELP) {
+        printf("usage: ringleader-operator render -f FILE [--namespace NS] [--metrics-namespace-label KEY=VALUE]\n"
+               "  Prints, as a YAML List, the objects the operator would create for the TrainingJob\n"
+               "  in FILE (YAML or JSON), without a cluster: its uid and rendezvous secret are\n"
+               "  placeholders. NS (default: default) where the job names none.\n");
+        return 0;
     }
+    if (prc) return prc;
     if (!file) {
         fprintf(stderr, "ringleader-operator render: error: -f FILE is required\n");
         return 2;
@@ -95,54 +84,35 @@ int main(int argc, char **argv) {
     const char *level = NULL, *metrics_ns = RL_OP_METRICS_NS_DEFAULT;
     bool elect = true;
     double metrics_port = 8080, resync = 600, lease_s = 15, renew_s = 10, retry_s = 2, stuck = 60, qps = 20, burst = 30;
+    rl_flag_list nslist = {.n = 0};
+    const rl_flag fl[] = {
+        {"--metrics-port", NULL, RL_FLAG_NUM, &metrics_port, 0, 65535},
+        {"--resync-seconds", NULL, RL_FLAG_NUM, &resync, 0.1, 3600},
+        {"--stuck-terminating-seconds", NULL, RL_FLAG_NUM, &stuck, 1, 86400},
+        {"--kube-api-qps", NULL, RL_FLAG_NUM, &qps, 0.1, 10000},
+        {"--kube-api-burst", NULL, RL_FLAG_NUM, &burst, 1, 10000},
+        {"--leader-elect-lease-duration", NULL, RL_FLAG_NUM, &lease_s, 1, 3600},
+        {"--leader-elect-renew-deadline", NULL, RL_FLAG_NUM, &renew_s, 0.5, 3600},
+        {"--leader-elect-retry-period", NULL, RL_FLAG_NUM, &retry_s, 0.1, 3600},
+        {"--kubeconfig", NULL, RL_FLAG_STR, &kubeconfig, 0, 0},
+        {"--namespace", NULL, RL_FLAG_LIST, &nslist, 0, 0},
+        {"--leader-elect", NULL, RL_FLAG_BOOL, &elect, 0, 0},
+        {"--lease-name", NULL, RL_FLAG_STR, &lease_name, 0, 0},
+        {"--lease-namespace", NULL, RL_FLAG_STR, &lease_ns, 0, 0},
+        {"--log-level", NULL, RL_FLAG_STR, &level, 0, 0},
+        {"--metrics-namespace-label", NULL, RL_FLAG_STR, &metrics_ns, 0, 0},
+    };
+    int prc = rl_flags_parse(PROG, argc, argv, 1, fl, (int)(sizeof fl / sizeof fl[0]), NULL, 0, NULL);
+    if (prc == RL_FLAGS_HELP) usage(stdout);
+    if (prc) return prc == RL_FLAGS_HELP ? 0 : prc;
+    /* each --namespace may list several, comma-separated */
     char *nsbuf[64];
     int nns = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        struct { const char *flag; double lo, hi, *dst; } nums[] = {
-            {"--metrics-port", 0, 65535, &metrics_port},
-            {"--resync-seconds", 0.1, 3600, &resync},
-            {"--stuck-terminating-seconds", 1, 86400, &stuck},
-            {"--kube-api-qps", 0.1, 10000, &qps},
-            {"--kube-api-burst", 1, 10000, &burst},
-            {"--leader-elect-lease-duration", 1, 3600, &lease_s},
-            {"--leader-elect-renew-deadline", 0.5, 3600, &renew_s},
-            {"--leader-elect-retry-period", 0.1, 3600, &retry_s},
-        };
-        bool matched = false;
-        for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
-            if (!strcmp(a, nums[k].flag)) {
-                if (parse_num(a, v, nums[k].lo, nums[k].hi, nums[k].dst)) return 2;
-                matched = true, i++;
-            }
-        if (matched) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--kubeconfig") && v) {
-            kubeconfig = v, i++;
-        } else if (!strcmp(a, "--namespace") && v) {
-            char *copy = strdup(v), *save = NULL;
-            for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (nns == 63) return bad(a, "at most 63 namespaces");
-                nsbuf[nns++] = t; /* copy lives until exit */
-            }
-            i++;
-        } else if (!strcmp(a, "--leader-elect") || !strcmp(a, "--leader-elect=true")) {
-            elect = true;
-        } else if (!strcmp(a, "--leader-elect=false")) {
-            elect = false;
-        } else if (!strcmp(a, "--lease-name") && v) {
-            lease_name = v, i++;
-        } else if (!strcmp(a, "--lease-namespace") && v) {
-            lease_ns = v, i++;
-        } else if (!strcmp(a, "--log-level") && v) {
-            level = v, i++;
-        } else if (!strcmp(a, "--metrics-namespace-label") && v) {
-            metrics_ns = v, i++;
-        } else {
-            fprintf(stderr, "ringleader-operator: error: unknown or incomplete flag '%s' (see --help)\n", a);
-            return 2;
+    for (int k = 0; k < nslist.n; k++) {
+        char *copy = strdup(nslist.v[k]), *save = NULL; /* lives until exit */
+        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            if (nns == 63) return bad("--namespace", "at most 63 namespaces");
+            nsbuf[nns++] = t;
         }
     }
     nsbuf[nns] = NULL;

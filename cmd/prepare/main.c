@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cmd/flags.h"
 #include "data/data.h"
 #include "util/util.h"
 
@@ -47,25 +48,8 @@ static const char usage[] =
 /* ---- flag parsing ----------------------------------------------------------- */
 
 static int bad_flag(const char *flag, const char *what) {
-    fprintf(stderr, PROG ": %s: %s\n", flag, what);
+    fprintf(stderr, PROG ": error: %s: %s\n", flag, what);
     return 2;
-}
-
-/* "--name VALUE" or "--name=VALUE". Returns 1 when argv[*i] is this flag
- * (advancing *i past the value), 0 when it is not, -1 when the value is
- * missing. */
-static int take_flag(int argc, char **argv, int *i, const char *name, const char **val) {
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0) return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) return -1;
-    *val = argv[++*i];
-    return 1;
 }
 
 static int parse_u64(const char *flag, const char *s, uint64_t min, uint64_t max, uint64_t *out) {
@@ -142,50 +126,33 @@ static int parse_args(int argc, char **argv, args *a) {
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
     }
-    bool only_files = false;
-    for (int i = 2; i < argc; i++) {
-        const char *arg = argv[i], *v = NULL;
-        int t, rc = 0;
-        if (only_files || arg[0] != '-' || !strcmp(arg, "-")) {
-            if (!text) return bad_flag(arg, "unexpected argument (only text takes files)");
-            a->files[a->nfiles++] = arg;
-            continue;
-        }
-        if (!strcmp(arg, "--")) {
-            only_files = true;
-            continue;
-        }
-/* 0: not this flag; 1: matched, value in v; 2: matched, value missing (reported). */
-#define FLAG(name) \
-    ((t = take_flag(argc, argv, &i, name, &v)) < 0 ? bad_flag(name, "needs a value") : t)
-        if ((t = FLAG("--out")) != 0) {
-            if (t == 2) return 2;
-            if (!*v) return bad_flag("--out", "must not be empty");
-            a->out = v;
-        } else if (text && (t = FLAG("--val-fraction")) != 0) {
-            rc = t == 2 ? 2 : parse_num("--val-fraction", v, 0, true, 1, false, &a->val_fraction);
-        } else if ((text || synth) && (t = FLAG("--shard-tokens")) != 0) {
-            rc = t == 2 ? 2
-                        : parse_u64("--shard-tokens", v, 1, RL_SHARD_MAX_TOKENS, &a->shard_tokens);
-        } else if (arith && (t = FLAG("--digits")) != 0) {
-            rc = t == 2 ? 2 : parse_u64("--digits", v, 1, 4, &a->digits);
-        } else if (arith && (t = FLAG("--holdout")) != 0) {
-            rc = t == 2 ? 2 : parse_num("--holdout", v, 0, false, 1, false, &a->holdout);
-        } else if ((arith || synth) && (t = FLAG("--seed")) != 0) {
-            rc = t == 2 ? 2 : parse_u64("--seed", v, 0, UINT64_MAX, &a->seed);
-        } else if ((arith || synth) && (t = FLAG("--tokens")) != 0) {
-            rc = t == 2 ? 2 : parse_u64("--tokens", v, 1, 1000000000000ull, &a->tokens);
-            a->tokens_set = true;
-        } else if (synth && (t = FLAG("--vocab")) != 0) {
-            rc = t == 2 ? 2 : parse_u64("--vocab", v, 1, 65536, &a->vocab);
-        } else {
-            char what[96];
-            snprintf(what, sizeof what, "unknown flag for mode %s (see --help)", a->mode);
-            return bad_flag(arg, what);
-        }
-#undef FLAG
-        if (rc) return rc;
-    }
+    /* each mode takes its own flags; the values are checked below */
+    const char *out = NULL, *valf = NULL, *shard = NULL, *digits = NULL, *holdout = NULL, *seed = NULL,
+               *tokens = NULL, *vocab = NULL;
+    rl_flag fl[8];
+    int n = 0;
+    fl[n++] = (rl_flag){"--out", NULL, RL_FLAG_STR, &out, 0, 0};
+    if (text) fl[n++] = (rl_flag){"--val-fraction", NULL, RL_FLAG_STR, &valf, 0, 0};
+    if (text || synth) fl[n++] = (rl_flag){"--shard-tokens", NULL, RL_FLAG_STR, &shard, 0, 0};
+    if (arith) fl[n++] = (rl_flag){"--digits", NULL, RL_FLAG_STR, &digits, 0, 0};
+    if (arith) fl[n++] = (rl_flag){"--holdout", NULL, RL_FLAG_STR, &holdout, 0, 0};
+    if (arith || synth) fl[n++] = (rl_flag){"--seed", NULL, RL_FLAG_STR, &seed, 0, 0};
+    if (arith || synth) fl[n++] = (rl_flag){"--tokens", NULL, RL_FLAG_STR, &tokens, 0, 0};
+    if (synth) fl[n++] = (rl_flag){"--vocab", NULL, RL_FLAG_STR, &vocab, 0, 0};
+    /* only text takes files */
+    int rc = rl_flags_parse(PROG, argc, argv, 2, fl, n, text ? a->files : NULL, argc, &a->nfiles);
+    if (rc) return rc;
+    if (out && !*out) return bad_flag("--out", "must not be empty");
+    a->out = out;
+    if ((valf && (rc = parse_num("--val-fraction", valf, 0, true, 1, false, &a->val_fraction))) ||
+        (shard && (rc = parse_u64("--shard-tokens", shard, 1, RL_SHARD_MAX_TOKENS, &a->shard_tokens))) ||
+        (digits && (rc = parse_u64("--digits", digits, 1, 4, &a->digits))) ||
+        (holdout && (rc = parse_num("--holdout", holdout, 0, false, 1, false, &a->holdout))) ||
+        (seed && (rc = parse_u64("--seed", seed, 0, UINT64_MAX, &a->seed))) ||
+        (tokens && (rc = parse_u64("--tokens", tokens, 1, 1000000000000ull, &a->tokens))) ||
+        (vocab && (rc = parse_u64("--vocab", vocab, 1, 65536, &a->vocab))))
+        return rc;
+    a->tokens_set = tokens != NULL;
     if (!a->out) return bad_flag("--out", "required");
     if (text && a->nfiles == 0) return bad_flag("text", "needs at least one input FILE");
     if (!a->tokens_set) a->tokens = arith ? 2000000 : 10000000;

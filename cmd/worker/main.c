@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "cmd/flags.h"
 #include "rdzv/rdzv.h"
 #include "train/train.h"
 #include "util/util.h"
 #ifdef RL_CUDA
 #include "kernels/gpu.h"
 #endif
+
+#define PROG "ringleader-worker"
 
 static volatile int g_stop, g_stop_sig, g_starting;
 static void on_signal(int sig) {
@@ -74,16 +77,6 @@ static int exec_self(char **argv) {
 static int fail(const char *what, const rl_err *e) {
     fprintf(stderr, "ringleader-worker: error: %s%s%s\n", what, what[0] ? ": " : "", e->msg);
     return rl_err_exit_status(e->code);
-}
-
-static int parse_ll(const char *flag, const char *v, long long lo, long long hi, long long *out,
-                    rl_err *e) {
-    char *end;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || *v == '\0' || *end != '\0' || x < lo || x > hi)
-        return rl_errf(e, RL_EINPUT, "%s: must be an integer in [%lld, %lld]", flag, lo, hi);
-    *out = x;
-    return RL_OK;
 }
 
 /* with_data: also the digest of the samples consumed (tests compare it) */
@@ -164,45 +157,33 @@ typedef struct flags {
 /* 0: parsed; -1: --help printed; else the exit status of a bad command
  * line (said so). */
 static int parse_flags(int argc, char **argv, flags *f) {
-    rl_err e = {0};
     *f = (flags){.steps = -1, .seed = -1, .nproc = -1, .node_rank = -1, .mport = -1, .metrics_port = -1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--nproc-per-node") && v && (!strcmp(v, "auto") || !strcmp(v, "gpu"))) {
-            f->nproc = RL_NPROC_AUTO, i++;
-            continue;
-        }
-        struct { const char *flag; long long lo, hi, *dst; } ints[] = {
-            {"--steps", 0, 1ll << 40, &f->steps},         {"--seed", 0, 1ll << 53, &f->seed},
-            {"--nproc-per-node", 1, 1024, &f->nproc},
-            {"--node-rank", 0, 1 << 20, &f->node_rank},   {"--master-port", 0, 65535, &f->mport},
-            {"--metrics-port", 0, 65535, &f->metrics_port},
-        };
-        bool matched = false;
-        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !matched; k++) {
-            if (strcmp(a, ints[k].flag) != 0) continue;
-            if (parse_ll(a, v, ints[k].lo, ints[k].hi, ints[k].dst, &e)) return fail("", &e);
-            matched = true, i++;
-        }
-        if (matched) continue;
-        struct { const char *flag; const char **dst; } strs[] = {
-            {"--config", &f->config_path}, {"--save-params", &f->save_params}, {"--master-addr", &f->maddr},
-            {"--nnodes", &f->nodes},       {"--rdzv", &f->rdzv},               {"--job", &f->job},
-        };
-        for (size_t k = 0; k < sizeof strs / sizeof strs[0] && !matched; k++)
-            if (!strcmp(a, strs[k].flag) && v) *strs[k].dst = v, matched = true, i++;
-        if (matched) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return -1;
-        } else if (!strcmp(a, "--print-config")) {
-            f->print_config = true;
-        } else {
-            fprintf(stderr, "ringleader-worker: error: unknown or incomplete flag '%s' (see --help)\n", a);
-            return 2;
-        }
+    const char *nproc = NULL;
+    const rl_flag fl[] = {
+        {"--config", NULL, RL_FLAG_STR, &f->config_path, 0, 0},
+        {"--save-params", NULL, RL_FLAG_STR, &f->save_params, 0, 0},
+        {"--master-addr", NULL, RL_FLAG_STR, &f->maddr, 0, 0},
+        {"--nnodes", NULL, RL_FLAG_STR, &f->nodes, 0, 0},
+        {"--rdzv", NULL, RL_FLAG_STR, &f->rdzv, 0, 0},
+        {"--job", NULL, RL_FLAG_STR, &f->job, 0, 0},
+        {"--nproc-per-node", NULL, RL_FLAG_STR, &nproc, 0, 0},
+        {"--steps", NULL, RL_FLAG_INT, &f->steps, 0, 1099511627776.0},
+        {"--seed", NULL, RL_FLAG_INT, &f->seed, 0, 9007199254740992.0},
+        {"--node-rank", NULL, RL_FLAG_INT, &f->node_rank, 0, 1 << 20},
+        {"--master-port", NULL, RL_FLAG_INT, &f->mport, 0, 65535},
+        {"--metrics-port", NULL, RL_FLAG_INT, &f->metrics_port, 0, 65535},
+        {"--print-config", NULL, RL_FLAG_BOOL, &f->print_config, 0, 0},
+    };
+    int rc = rl_flags_parse(PROG, argc, argv, 1, fl, (int)(sizeof fl / sizeof fl[0]), NULL, 0, NULL);
+    if (rc == RL_FLAGS_HELP) usage(stdout);
+    if (rc || !nproc) return rc;
+    /* torchrun's auto / gpu, or a count */
+    if (!strcmp(nproc, "auto") || !strcmp(nproc, "gpu")) {
+        f->nproc = RL_NPROC_AUTO;
+        return 0;
     }
-    return 0;
+    const rl_flag n = {"--nproc-per-node", NULL, RL_FLAG_INT, &f->nproc, 1, 1024};
+    return rl_flag_value(PROG, &n, nproc);
 }
 
 /* The job config: --config FILE, else RINGLEADER_CONFIG (the operator hands

@@ -377,10 +377,10 @@ def check_status_writes(schema, where="pkg/operator"):
     """Every status field the operator writes is in the schema: the API
     server prunes the others from its /status writes, silently."""
     src = "".join(open(f).read() for f in sorted(glob.glob(os.path.join(ROOT, "pkg/operator/*.c"))))
-    fields = set(re.findall(r'(?:jset|cJSON_Add\w*ToObject)\(st,\s*"(\w+)"', src))
+    fields = set(re.findall(r'(?:jset|cJSON_Add\w*ToObject)\((?:st|p->status),\s*"(\w+)"', src))
     fields |= set(re.findall(r'add_counted\([^;]*?,\s*"(\w+)"\)', src))
     fields |= set(re.findall(r'\{"ringleader\.dev/[\w-]+",\s*"(\w+)"', src))
-    body = re.search(r"\nstatic bool set_condition\(.*?\n}\n", src, re.S)
+    body = re.search(r"\nbool rl_op_set_condition\(.*?\n}\n", src, re.S)
     cond = set(re.findall(r'(?:jset|cJSON_Add\w*ToObject)\(c,\s*"(\w+)"', body.group(0) if body else ""))
     if not check(len(fields) >= 10 and {"type", "status"} <= cond, where,
                  "could not find the status fields the operator writes (tests/manifests/check.py:"
@@ -496,8 +496,9 @@ def check_render_refuses(operator, path, want):
 def operator_flags_exist(args, where):
     src = open(os.path.join(ROOT, "cmd/operator/main.c")).read()
     for a in args:
-        if a.startswith("--"):
-            check('"%s"' % a in src, where, "flag %s is not one of ringleader-operator's (cmd/operator/main.c)" % a)
+        if a.startswith("--"):  # --name=value is --name's value (cmd/flags.c)
+            check('"%s"' % a.split("=")[0] in src, where,
+                  "flag %s is not one of ringleader-operator's (cmd/operator/main.c)" % a)
 
 
 def container(deploy):
