@@ -81,6 +81,33 @@ Test(cli, bad_shards_name_the_file) {
     expect_rejected(SHARD_CFG, buf, n, "shard.bin", "vocab_size");
 }
 
+/* The three binaries read their command lines one way (cmd/flags.c). */
+Test(cli, every_binary_refuses_a_bad_command_line_the_same_way) {
+    const char *bins[] = {"ringleader-worker", "ringleader-operator", "ringleader-prepare arith"};
+    const struct {
+        const char *args, *says;
+    } bad[] = {{"--no-such-flag", "unknown flag '--no-such-flag'"}, {"--out", "needs a value"}};
+    char cmd[512], err[2048];
+    for (size_t b = 0; b < 3; b++) {
+        snprintf(cmd, sizeof cmd, "%s/%s --help >/dev/null", rl_test_bindir(), bins[b]);
+        cr_expect_eq(rl_test_run(cmd, err, sizeof err), 0, "%s --help: %s", bins[b], err);
+        snprintf(cmd, sizeof cmd, "%s/%s %s", rl_test_bindir(), bins[b], bad[0].args);
+        cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s: %s", bins[b], err);
+        cr_expect(strstr(err, bad[0].says) && strstr(err, "error:") && count_lines(err) == 1, "%s: %s", bins[b],
+                  err);
+    }
+    /* a value missing at the end, and --name=value */
+    snprintf(cmd, sizeof cmd, "%s/ringleader-prepare arith %s", rl_test_bindir(), bad[1].args);
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "--out needs a value") && count_lines(err) == 1, "%s", err);
+    snprintf(cmd, sizeof cmd, "%s/ringleader-worker --steps=-1", rl_test_bindir());
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "--steps: must be an integer in [0, ") && count_lines(err) == 1, "%s", err);
+    snprintf(cmd, sizeof cmd, "%s/ringleader-operator --leader-elect=maybe", rl_test_bindir());
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "--leader-elect: must be true or false"), "%s", err);
+}
+
 Test(cli, unreadable_paths) {
     char err[2048];
     char cmd[512];
