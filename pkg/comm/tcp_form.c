@@ -202,32 +202,34 @@ static int hs_io(const rl_comm_link *l, hslink *L, rl_err *e) {
         socklen_t el = sizeof err;
         if (getsockopt(L->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
         if (err == EINPROGRESS) return 0;
-        if (err)
-            return rl_errf(e, RL_EPEER, "cannot connect to %s: %s%s", L->peer, strerror(err),
-                           err == ECONNREFUSED ? " (is that rank still running?)" : ""),
-                   -1;
+        if (err) {
+            rl_errf(e, RL_EPEER, "cannot connect to %s: %s%s", L->peer, strerror(err),
+                    err == ECONNREFUSED ? " (is that rank still running?)" : "");
+            return -1;
+        }
         L->connecting = false;
     }
     if (L->sent < L->outlen) {
         ssize_t n = send(L->fd, L->out + L->sent, L->outlen - L->sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && !again(errno))
-            return rl_errf(e, RL_EPEER, "sending the handshake to %s: %s", L->peer,
-                           strerror(errno)),
-                   -1;
+        if (n < 0 && !again(errno)) {
+            rl_errf(e, RL_EPEER, "sending the handshake to %s: %s", L->peer, strerror(errno));
+            return -1;
+        }
         if (n > 0) L->sent += (size_t)n;
         return L->sent == L->outlen && L->up_after_send ? 1 : 0;
     }
     ssize_t n = recv(L->fd, L->in + L->got, sizeof L->in - L->got, MSG_DONTWAIT);
-    if (n < 0)
-        return again(errno) ? 0
-                            : (rl_errf(e, RL_EPEER, "reading the handshake of %s: %s", L->peer,
-                                       strerror(errno)),
-                               -1);
-    if (n == 0)
-        return rl_errf(e, RL_EPEER, "%s closed the connection %s", L->peer,
-                       L->hs.accepting ? "during the handshake"
-                                       : "before the handshake ended (it refused us, or failed)"),
-               -1;
+    if (n < 0 && again(errno)) return 0;
+    if (n < 0) {
+        rl_errf(e, RL_EPEER, "reading the handshake of %s: %s", L->peer, strerror(errno));
+        return -1;
+    }
+    if (n == 0) {
+        rl_errf(e, RL_EPEER, "%s closed the connection %s", L->peer,
+                L->hs.accepting ? "during the handshake"
+                                : "before the handshake ended (it refused us, or failed)");
+        return -1;
+    }
     L->got += (size_t)n;
     if (!rl_comm_tcp_hello_complete(L->in, L->got)) return 0;
     size_t outlen;

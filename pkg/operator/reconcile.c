@@ -535,12 +535,14 @@ static cJSON *observe_progress(rl_op *op, const rl_op_job *j) {
     return out;
 }
 
-/* Apply a plan's steps in order, stopping at the first error. Creates
- * count into *created; the first admission refusal goes to refused. */
-static int apply(rl_op *op, const rl_op_job *j, const cJSON *old, const rl_op_plan *p, int *created,
-                 char *refused, size_t rn, rl_err *e) {
+/* Apply a plan's steps from `from` on, in order, stopping at the first
+ * error. Creates count into *created; the first admission refusal goes to
+ * refused. */
+static int apply(rl_op *op, const rl_op_job *j, const cJSON *old, const rl_op_plan *p, int from,
+                 int *created, char *refused, size_t rn, rl_err *e) {
+    if (p->nomem) return rl_errf(e, RL_ENOMEM, "out of memory");
     int rc = RL_OK;
-    for (int i = 0; i < p->n && !rc; i++) {
+    for (int i = from; i < p->n && !rc; i++) {
         const rl_op_step *s = &p->steps[i];
         switch (s->kind) {
         case RL_OP_EVENT: event(op, j, s->warning, s->reason, "%s", s->msg); break;
@@ -577,15 +579,11 @@ static int reconcile_job(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
     rl_op_decide(&seen, st, &plan);
     int created = 0;
     char refused[1024] = "";
-    if (plan.nomem) rc = rl_errf(e, RL_ENOMEM, "out of memory");
-    else rc = apply(op, j, old, &plan, &created, refused, sizeof refused, e);
+    rc = apply(op, j, old, &plan, 0, &created, refused, sizeof refused, e);
     if (!rc && plan.then_phase) {
-        int from = plan.n;
+        int from = plan.n; /* only the steps the phase adds */
         rl_op_decide_phase(&seen, created, refused, &plan);
-        rl_op_plan tail = plan;
-        tail.steps += from, tail.n -= from; /* only the new steps */
-        rc = plan.nomem ? rl_errf(e, RL_ENOMEM, "out of memory") : apply(op, j, old, &tail, &created, refused,
-                                                                          sizeof refused, e);
+        rc = apply(op, j, old, &plan, from, &created, refused, sizeof refused, e);
     }
     rl_op_plan_free(&plan);
     cJSON_Delete(progress);

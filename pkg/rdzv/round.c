@@ -304,6 +304,9 @@ static int look_at(rl_round_coord *c, const rl_round_watch *w, rl_round_look *l,
     l->np = rl_members_snapshot(c->members, peers, MAX_NODES, &l->ver, &l->synced);
     if (l->np > MAX_NODES) l->np = MAX_NODES;
     l->peers = peers;
+    /* joins matter only while the job can grow */
+    l->joins = w->joins;
+    if (w->nm >= w->o->max_nodes) return RL_OK;
     K(key, "rdzv/%lld/nseq", c->round);
     return rl_store_add(c->s, key, 0, &l->joins, e);
 }
