@@ -290,6 +290,22 @@ static int ensure_all(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st
  * meet itself as 409. */
 #define SECRET_FIELD "rdzvSecret"
 static int write_status(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, rl_err *e);
+
+/* "Pending" makes a 409 ours, so it is trusted only as the API holds it
+ * now: a cache that lags our own writes can still show "Pending" after a
+ * pass recorded "Conflict", and taking someone else's Secret for ours
+ * would start the job's pods with it. One GET, in this state only. */
+static int fresh_secret_record(rl_op *op, const rl_op_job *j, char *rec, size_t n, rl_err *e) {
+    char path[512];
+    long code = 0;
+    cJSON *obj = NULL;
+    int rc = rl_k8s_path(path, sizeof path, RL_OP_GV, j->ns, "trainingjobs", j->name, e);
+    if (!rc) rc = rl_k8s_get(op->k, path, &code, &obj, e);
+    if (!rc) snprintf(rec, n, "%s", jstr(jobj(obj, "status"), SECRET_FIELD));
+    cJSON_Delete(obj);
+    return rc;
+}
+
 static int ensure_secret(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON *st, char *conflict, size_t cn,
                          rl_err *e) {
     char hex[129], rec[16], path[512];
@@ -297,6 +313,9 @@ static int ensure_secret(rl_op *op, const rl_op_job *j, const cJSON *old, cJSON 
     if (!hex[0]) return rl_errf(e, RL_EINTERNAL, "no randomness for the rendezvous secret");
     snprintf(rec, sizeof rec, "%s", jstr(st, SECRET_FIELD));
     int rc;
+    if (!strcmp(rec, "Pending") && cached(op, RL_OPC_JOBS) &&
+        (rc = fresh_secret_record(op, j, rec, sizeof rec, e)))
+        return rc;
     if (!rec[0]) {
         jset(st, SECRET_FIELD, cJSON_CreateString("Pending"));
         if ((rc = write_status(op, j, old, st, e))) return rc;
