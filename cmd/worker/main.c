@@ -1,5 +1,6 @@
 /* ringleader-worker: trains the model described by a job config (or the
  * embedded default). Thin: flags -> config -> pkg/train. */
+#include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ static void on_signal(int sig) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ringleader-worker [--config FILE] [--steps N] [--seed N] [--print-config]\n"
+            "                         [--print-schema]\n"
             "                         [--save-params FILE]\n"
             "                         [--nproc-per-node N [--nnodes N --node-rank I\n"
             "                          --master-addr HOST --master-port PORT]]\n"
@@ -51,6 +53,8 @@ static void usage(FILE *f) {
             "  or SLURM_PROCID/SLURM_NTASKS (srun) joins that job. PET_NNODES,\n"
             "  PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR/PORT are read too.\n"
             "  --save-params FILE: rank 0 writes the final fp32 parameters (raw).\n"
+            "  --print-config: the config this would run, as JSON; --print-schema: the\n"
+            "  OpenAPI schema of the config that the TrainingJob CRD embeds as spec.training.\n"
             "  --rdzv k8s|etcd: an elastic node agent (in a pod): peers from the job's\n"
             "  headless Service (or etcd), a leader elected on a Lease (or etcd), rounds\n"
             "  that re-form when nodes come and go; POD_NAME, POD_IP and\n"
@@ -151,7 +155,7 @@ static int procs_per_node(int n) {
 typedef struct flags {
     const char *config_path, *save_params, *maddr, *rdzv, *job, *nodes;
     long long steps, seed, nproc, node_rank, mport, metrics_port;
-    bool print_config;
+    bool print_config, print_schema;
 } flags;
 
 /* 0: parsed; -1: --help printed; else the exit status of a bad command
@@ -173,6 +177,7 @@ static int parse_flags(int argc, char **argv, flags *f) {
         {"--master-port", NULL, RL_FLAG_INT, &f->mport, 0, 65535},
         {"--metrics-port", NULL, RL_FLAG_INT, &f->metrics_port, 0, 65535},
         {"--print-config", NULL, RL_FLAG_BOOL, &f->print_config, 0, 0},
+        {"--print-schema", NULL, RL_FLAG_BOOL, &f->print_schema, 0, 0},
     };
     int rc = rl_flags_parse(PROG, argc, argv, 1, fl, (int)(sizeof fl / sizeof fl[0]), NULL, 0, NULL);
     if (rc == RL_FLAGS_HELP) usage(stdout);
@@ -306,6 +311,25 @@ static int run_rank(const rl_job_config *cfg, const char *config_path, const cha
     return 0;
 }
 
+/* --print-config / --print-schema */
+static int print_json(const rl_job_config *cfg, bool schema) {
+    char *s = NULL;
+    if (!schema) {
+        s = rl_job_config_to_json(cfg);
+    } else {
+        cJSON *o = rl_cfg_schema(&rl_job_config_section, true);
+        s = o ? cJSON_Print(o) : NULL;
+        cJSON_Delete(o);
+    }
+    if (!s || printf("%s\n", s) < 0 || fflush(stdout) != 0) {
+        free(s);
+        fprintf(stderr, "ringleader-worker: error: cannot print the %s\n", schema ? "schema" : "config");
+        return 1;
+    }
+    free(s);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     rl_err e = {0};
     flags f;
@@ -314,12 +338,7 @@ int main(int argc, char **argv) {
     rl_job_config cfg;
     const char *config_path;
     if ((rc = load_config(&f, &cfg, &config_path))) return rc;
-    if (f.print_config) {
-        char *s = rl_job_config_to_json(&cfg);
-        printf("%s\n", s);
-        free(s);
-        return 0;
-    }
+    if (f.print_config || f.print_schema) return print_json(&cfg, f.print_schema);
 
     /* Which role: a node agent (launcher), one rank of a job, or alone. */
     const char *child = getenv(RL_ENV_CHILD);

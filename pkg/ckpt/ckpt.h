@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "util/cfg.h"
 #include "util/util.h"
 
 struct cJSON;
@@ -70,12 +71,9 @@ typedef struct rl_ckpt_config {
     rl_ckpt_s3_config s3;
 } rl_ckpt_config;
 
+/* The section's descriptor (util/cfg.h); its check parses the URI. */
+extern const rl_cfg_section rl_ckpt_config_section;
 void rl_ckpt_config_default(rl_ckpt_config *c);
-/* Strict reader over the defaults (unknown fields are errors); `where`
- * prefixes messages ("job.json: checkpoint"). */
-int rl_ckpt_config_from_json(const struct cJSON *obj, const char *where, rl_ckpt_config *c,
-                             rl_err *e);
-void rl_ckpt_config_add_json(const rl_ckpt_config *c, struct cJSON *obj);
 
 /* ---- storage: the interface an s3:// backend implements unchanged ---------------- */
 typedef struct rl_ckpt_part {

@@ -11,80 +11,56 @@
 #include "data/data.h"
 
 /* ---- config section ------------------------------------------------------------------- */
-void rl_ckpt_config_default(rl_ckpt_config *c) {
-    memset(c, 0, sizeof *c);
-    c->keep = 3;
-    snprintf(c->when_busy, sizeof c->when_busy, "wait");
-    c->resume = true;
-    /* below Kubernetes' default terminationGracePeriodSeconds of 30 */
-    c->preempt_budget_s = 20;
-}
-
-int rl_ckpt_config_from_json(const cJSON *o, const char *w, rl_ckpt_config *c, rl_err *e) {
-    static const char *const keys[] = {"uri", "every_steps", "every_minutes", "keep", "when_busy",
-                                       "resume", "preempt_budget_s", "s3", NULL};
-    long long keep = c->keep;
-    int rc = rl_cfg_check_keys(o, w, keys, e);
-    if (rc || (rc = rl_cfg_str(o, w, "uri", c->uri, sizeof c->uri, e)) ||
-        (rc = rl_cfg_int(o, w, "every_steps", 0, 1ll << 40, &c->every_steps, e)) ||
-        (rc = rl_cfg_num(o, w, "every_minutes", 0, 1e6, &c->every_minutes, e)) ||
-        (rc = rl_cfg_int(o, w, "keep", 1, 1 << 20, &keep, e)) ||
-        (rc = rl_cfg_str(o, w, "when_busy", c->when_busy, sizeof c->when_busy, e)) ||
-        (rc = rl_cfg_bool(o, w, "resume", &c->resume, e)) ||
-        (rc = rl_cfg_num(o, w, "preempt_budget_s", 0.1, 86400, &c->preempt_budget_s, e)))
-        return rc;
-    c->keep = (int)keep;
-    char esc[160];
-    if (strcmp(c->when_busy, "wait") != 0 && strcmp(c->when_busy, "skip") != 0)
-        return rl_errf(e, RL_EINPUT, "%s.when_busy: \"%s\" is neither \"wait\" nor \"skip\"", w,
-                       rl_json_escape(esc, sizeof esc, c->when_busy));
-    char where[300];
-    snprintf(where, sizeof where, "%s.uri", w);
-    rl_ckpt_uri u;
-    if (c->uri[0] && (rc = rl_ckpt_uri_parse(c->uri, where, &u, e))) return rc;
-    const cJSON *s3;
-    if ((rc = rl_cfg_obj(o, w, "s3", &s3, e))) return rc;
-    if (!s3) return RL_OK;
-    static const char *const s3keys[] = {"endpoint", "region", "addressing", "part_mb", "parallel", "allow_http", NULL};
-    rl_ckpt_s3_config *k = &c->s3;
-    snprintf(where, sizeof where, "%s.s3", w);
-    if ((rc = rl_cfg_check_keys(s3, where, s3keys, e)) ||
-        (rc = rl_cfg_str(s3, where, "endpoint", k->endpoint, sizeof k->endpoint, e)) ||
-        (rc = rl_cfg_str(s3, where, "region", k->region, sizeof k->region, e)) ||
-        (rc = rl_cfg_str(s3, where, "addressing", k->addressing, sizeof k->addressing, e)) ||
-        (rc = rl_cfg_int(s3, where, "part_mb", 0, 5120, &k->part_mb, e)) ||
-        (rc = rl_cfg_int(s3, where, "parallel", 0, 64, &k->parallel, e)) ||
-        (rc = rl_cfg_bool(s3, where, "allow_http", &k->allow_http, e)))
-        return rc;
+static int s3_check(const void *obj, const char *where, rl_err *e) {
+    const rl_ckpt_s3_config *k = obj;
     /* S3 refuses parts under 5 MiB (all but the last) */
     if (k->part_mb > 0 && k->part_mb < 5)
         return rl_errf(e, RL_EINPUT, "%s.part_mb: %lld is below S3's 5 MiB minimum part size (0: default)", where,
                        k->part_mb);
-    if (k->addressing[0] && strcmp(k->addressing, "path") != 0 && strcmp(k->addressing, "virtual") != 0)
-        return rl_errf(e, RL_EINPUT, "%s.addressing: \"%s\" is neither \"path\" nor \"virtual\"", where,
-                       rl_json_escape(esc, sizeof esc, k->addressing));
-    if (k->endpoint[0] && strncmp(k->endpoint, "http://", 7) != 0 && strncmp(k->endpoint, "https://", 8) != 0)
-        return rl_errf(e, RL_EINPUT, "%s.endpoint: \"%s\" must start with http:// or https://", where,
-                       rl_json_escape(esc, sizeof esc, k->endpoint));
     return RL_OK;
 }
 
-void rl_ckpt_config_add_json(const rl_ckpt_config *c, cJSON *o) {
-    cJSON_AddStringToObject(o, "uri", c->uri);
-    cJSON_AddNumberToObject(o, "every_steps", (double)c->every_steps);
-    cJSON_AddNumberToObject(o, "every_minutes", c->every_minutes);
-    cJSON_AddNumberToObject(o, "keep", c->keep);
-    cJSON_AddStringToObject(o, "when_busy", c->when_busy);
-    cJSON_AddBoolToObject(o, "resume", c->resume);
-    cJSON_AddNumberToObject(o, "preempt_budget_s", c->preempt_budget_s);
-    cJSON *s3 = cJSON_AddObjectToObject(o, "s3");
-    cJSON_AddStringToObject(s3, "endpoint", c->s3.endpoint);
-    cJSON_AddStringToObject(s3, "region", c->s3.region);
-    cJSON_AddStringToObject(s3, "addressing", c->s3.addressing);
-    cJSON_AddNumberToObject(s3, "part_mb", (double)c->s3.part_mb);
-    cJSON_AddNumberToObject(s3, "parallel", (double)c->s3.parallel);
-    cJSON_AddBoolToObject(s3, "allow_http", c->s3.allow_http);
+static const char *const addressing[] = {"", "path", "virtual", NULL};
+#define F(f, ...) RL_CFG_FIELD(rl_ckpt_s3_config, f, __VA_ARGS__)
+static const rl_cfg_field s3_fields[] = {
+    F(endpoint, .flags = RL_CFG_URL,
+      .doc = "https://host:port of an S3-compatible server; \"\": AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS."),
+    F(region, .doc = "\"\": AWS_REGION, else us-east-1."),
+    F(addressing, .choices = addressing, .doc = "path, virtual, or \"\" (virtual on AWS, path elsewhere)."),
+    F(part_mb, .min = 0, .max = 5120, .doc = "Multipart part size in MiB: 0 (default, 16) or at least 5."),
+    F(parallel, .min = 0, .max = 64, .doc = "Parts in flight; 0: the default."),
+    F(allow_http, .doc = "Send session or web-identity tokens to an http:// endpoint off this machine."),
+};
+#undef F
+static const rl_cfg_section s3_section = RL_CFG_SECTION(
+    s3_fields, .doc = "Per-config S3 settings; spec.s3 sets the pods' environment instead.", .check = s3_check);
+
+static int ckpt_check(const void *obj, const char *where, rl_err *e) {
+    const rl_ckpt_config *c = obj;
+    char w[300];
+    snprintf(w, sizeof w, "%s.uri", where);
+    rl_ckpt_uri u;
+    return c->uri[0] ? rl_ckpt_uri_parse(c->uri, w, &u, e) : RL_OK;
 }
+
+static const char *const when_busy[] = {"wait", "skip", NULL};
+#define F(f, ...) RL_CFG_FIELD(rl_ckpt_config, f, __VA_ARGS__)
+static const rl_cfg_field ckpt_fields[] = {
+    F(uri, .doc = "s3://bucket/prefix, file:///absolute/path or a plain path; \"\" disables."),
+    F(every_steps, .min = 0, .max = 1ll << 40, .doc = "Save every this many steps; 0: no step cadence."),
+    F(every_minutes, .min = 0, .max = 1e6, .doc = "Save when this many minutes passed; 0: no time cadence."),
+    F(keep, .min = 1, .max = 1 << 20, .def = 3, .doc = "Committed checkpoints kept."),
+    F(when_busy, .choices = when_busy, .def_str = "wait", .doc = "A save due while one runs: wait for it, or skip."),
+    F(resume, .def = 1, .doc = "Start from the newest good checkpoint."),
+    /* below Kubernetes' default terminationGracePeriodSeconds of 30 */
+    F(preempt_budget_s, .min = 0.1, .max = 86400, .def = 20,
+      .doc = "SIGTERM to a committed checkpoint within this; must fit in terminationGracePeriodSeconds."),
+    F(s3, .sub = &s3_section),
+};
+#undef F
+const rl_cfg_section rl_ckpt_config_section = RL_CFG_SECTION(ckpt_fields, .check = ckpt_check);
+
+void rl_ckpt_config_default(rl_ckpt_config *c) { rl_cfg_defaults(&rl_ckpt_config_section, c); }
 
 static int s3_uri_parse(const char *uri, const char *where, rl_ckpt_uri *out, rl_err *e) {
     char esc[160];

@@ -9,22 +9,30 @@
 
 #include "cpu.h"
 
-void rl_model_config_default(rl_model_config *c) {
-    /* Sized for the embedded arithmetic run: learns two-digit sums in a few
-     * minutes on two cores. */
-    *c = (rl_model_config){
-        .hidden_size = 128,
-        .intermediate_size = 352,
-        .num_hidden_layers = 4,
-        .num_attention_heads = 4,
-        .num_key_value_heads = 2,
-        .vocab_size = 257,
-        .max_position_embeddings = 64,
-        .rms_norm_eps = 1e-5,
-        .rope_theta = 10000.0,
-        .initializer_range = 0.02,
-    };
-}
+#define F(f, ...) RL_CFG_FIELD(rl_model_config, f, __VA_ARGS__)
+/* Sized for the embedded arithmetic run: learns two-digit sums in a few
+ * minutes on two cores. */
+static const rl_cfg_field model_fields[] = {
+    F(hidden_size, .min = 1, .max = 1 << 16, .def = 128, .doc = "Width of the residual stream."),
+    F(intermediate_size, .min = 1, .max = 1 << 18, .def = 352, .doc = "Width of the SwiGLU MLP."),
+    F(num_hidden_layers, .min = 1, .max = 1024, .def = 4, .doc = "Transformer blocks."),
+    F(num_attention_heads, .min = 1, .max = 1024, .def = 4, .doc = "Query heads; must divide hidden_size."),
+    F(num_key_value_heads, .min = 1, .max = 1024, .def = 2,
+      .doc = "Key/value heads (grouped-query attention); must divide num_attention_heads."),
+    F(vocab_size, .min = 1, .max = 1 << 20, .def = 257, .doc = "Token ids the data may hold."),
+    F(max_position_embeddings, .min = 1, .max = 1 << 20, .def = 64, .doc = "Longest sequence (train.seq_len)."),
+    F(rms_norm_eps, .min = 1e-12, .max = 1, .def = 1e-5),
+    F(rope_theta, .min = 1, .max = 1e12, .def = 10000),
+    F(initializer_range, .min = 0, .max = 10, .def = 0.02, .doc = "Std of the normal initialisation."),
+};
+#undef F
+
+static int model_check(const void *c, const char *where, rl_err *e) { return rl_model_config_validate(c, where, e); }
+
+const rl_cfg_section rl_model_config_section =
+    RL_CFG_SECTION(model_fields, .doc = "Hugging Face LlamaConfig names.", .check = model_check);
+
+void rl_model_config_default(rl_model_config *c) { rl_cfg_defaults(&rl_model_config_section, c); }
 
 int rl_model_config_validate(const rl_model_config *c, const char *where, rl_err *e) {
     if (c->hidden_size % c->num_attention_heads != 0)
@@ -43,35 +51,7 @@ int rl_model_config_validate(const rl_model_config *c, const char *where, rl_err
 }
 
 int rl_model_config_from_json(const cJSON *obj, const char *where, rl_model_config *c, rl_err *e) {
-    static const char *const keys[] = {
-        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-        "num_key_value_heads", "vocab_size", "max_position_embeddings", "rms_norm_eps",
-        "rope_theta", "initializer_range", NULL};
-    int rc = rl_cfg_check_keys(obj, where, keys, e);
-    if (rc) return rc;
-    struct {
-        const char *name;
-        int *dst;
-        long long max;
-    } ints[] = {
-        {"hidden_size", &c->hidden_size, 1 << 16},
-        {"intermediate_size", &c->intermediate_size, 1 << 18},
-        {"num_hidden_layers", &c->num_hidden_layers, 1024},
-        {"num_attention_heads", &c->num_attention_heads, 1024},
-        {"num_key_value_heads", &c->num_key_value_heads, 1024},
-        {"vocab_size", &c->vocab_size, 1 << 20},
-        {"max_position_embeddings", &c->max_position_embeddings, 1 << 20},
-    };
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        long long v = *ints[i].dst;
-        if ((rc = rl_cfg_int(obj, where, ints[i].name, 1, ints[i].max, &v, e))) return rc;
-        *ints[i].dst = (int)v;
-    }
-    if ((rc = rl_cfg_num(obj, where, "rms_norm_eps", 1e-12, 1.0, &c->rms_norm_eps, e)) ||
-        (rc = rl_cfg_num(obj, where, "rope_theta", 1.0, 1e12, &c->rope_theta, e)) ||
-        (rc = rl_cfg_num(obj, where, "initializer_range", 0.0, 10.0, &c->initializer_range, e)))
-        return rc;
-    return rl_model_config_validate(c, where, e);
+    return rl_cfg_read(obj, where, &rl_model_config_section, c, e);
 }
 
 void rl_param_layout_init(rl_param_layout *p, const rl_model_config *c) {

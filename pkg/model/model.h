@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/cfg.h"
 #include "util/util.h"
 
 struct cJSON;
@@ -37,6 +38,8 @@ typedef struct rl_model_config {
     double initializer_range; /* std of the normal init (HF default 0.02) */
 } rl_model_config;
 
+/* The section's descriptor (util/cfg.h): fields, bounds, defaults. */
+extern const rl_cfg_section rl_model_config_section;
 /* A small default (the embedded arithmetic run). */
 void rl_model_config_default(rl_model_config *c);
 /* Read Hugging Face-named fields from a JSON object (unknown fields are an

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "store/store.h"
+#include "util/cfg.h"
 #include "util/util.h"
 
 /* ---- static rendezvous: torchrun / Kubeflow / SLURM environment ------------------
@@ -204,11 +205,8 @@ typedef struct rl_rdzv_config {
     double stop_grace_s;             /* trainers' SIGTERM -> SIGKILL at a graceful round change (30) */
     char etcd_endpoint[256];
 } rl_rdzv_config;
+/* The section's descriptor (util/cfg.h). */
+extern const rl_cfg_section rl_rdzv_config_section;
 void rl_rdzv_config_default(rl_rdzv_config *c);
-struct cJSON;
-/* Strict like the other sections: unknown fields and out-of-range values
- * are RL_EINPUT naming "<where>.<field>". */
-int rl_rdzv_config_from_json(const struct cJSON *o, const char *where, rl_rdzv_config *c, rl_err *e);
-void rl_rdzv_config_add_json(const rl_rdzv_config *c, struct cJSON *o);
 
 #endif

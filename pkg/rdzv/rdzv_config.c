@@ -1,50 +1,11 @@
 /* The "rdzv" section of the job config. */
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "rdzv/rdzv.h"
 
-void rl_rdzv_config_default(rl_rdzv_config *c) {
-    memset(c, 0, sizeof *c);
-    snprintf(c->backend, sizeof c->backend, "static");
-    c->min_nodes = 1, c->max_nodes = 0;
-    c->port = RL_STORE_DEFAULT_PORT;
-    c->heartbeat_s = 5, c->heartbeat_misses = 3;
-    c->last_call_s = 10;
-    c->max_restarts = 3;
-    c->lease_s = 15, c->renew_deadline_s = 10, c->retry_s = 2; /* client-go's */
-    c->stop_grace_s = 30;
-}
-
-int rl_rdzv_config_from_json(const cJSON *o, const char *w, rl_rdzv_config *c, rl_err *e) {
-    static const char *const keys[] = {"backend", "job", "min_nodes", "max_nodes", "port", "heartbeat_s",
-                                       "heartbeat_misses", "last_call_s", "max_restarts", "lease_s",
-                                       "renew_deadline_s", "retry_s", "stop_grace_s", "etcd_endpoint", NULL};
-    long long mn = c->min_nodes, mx = c->max_nodes, port = c->port, misses = c->heartbeat_misses,
-              restarts = c->max_restarts;
-    int rc = rl_cfg_check_keys(o, w, keys, e);
-    if (rc || (rc = rl_cfg_str(o, w, "backend", c->backend, sizeof c->backend, e)) ||
-        (rc = rl_cfg_str(o, w, "job", c->job, sizeof c->job, e)) ||
-        (rc = rl_cfg_int(o, w, "min_nodes", 1, 1 << 16, &mn, e)) ||
-        (rc = rl_cfg_int(o, w, "max_nodes", 0, 1 << 16, &mx, e)) ||
-        (rc = rl_cfg_int(o, w, "port", 0, 65535, &port, e)) ||
-        (rc = rl_cfg_num(o, w, "heartbeat_s", 0.05, 3600, &c->heartbeat_s, e)) ||
-        (rc = rl_cfg_int(o, w, "heartbeat_misses", 1, 1000, &misses, e)) ||
-        (rc = rl_cfg_num(o, w, "last_call_s", 0, 86400, &c->last_call_s, e)) ||
-        (rc = rl_cfg_int(o, w, "max_restarts", 0, 1 << 20, &restarts, e)) ||
-        (rc = rl_cfg_num(o, w, "lease_s", 1, 3600, &c->lease_s, e)) ||
-        (rc = rl_cfg_num(o, w, "renew_deadline_s", 0.1, 3600, &c->renew_deadline_s, e)) ||
-        (rc = rl_cfg_num(o, w, "retry_s", 0.05, 3600, &c->retry_s, e)) ||
-        (rc = rl_cfg_num(o, w, "stop_grace_s", 0, 3600, &c->stop_grace_s, e)) ||
-        (rc = rl_cfg_str(o, w, "etcd_endpoint", c->etcd_endpoint, sizeof c->etcd_endpoint, e)))
-        return rc;
-    c->min_nodes = (int)mn, c->max_nodes = (int)mx, c->port = (int)port;
-    c->heartbeat_misses = (int)misses, c->max_restarts = (int)restarts;
-    char esc[64];
-    if (strcmp(c->backend, "static") && strcmp(c->backend, "k8s") && strcmp(c->backend, "etcd"))
-        return rl_errf(e, RL_EINPUT, "%s.backend: \"%s\" is not static, k8s or etcd", w,
-                       rl_json_escape(esc, sizeof esc, c->backend));
+static int rdzv_check(const void *obj, const char *w, rl_err *e) {
+    const rl_rdzv_config *c = obj;
     if (c->max_nodes && c->max_nodes < c->min_nodes)
         return rl_errf(e, RL_EINPUT, "%s.max_nodes: %d is below min_nodes %d", w, c->max_nodes, c->min_nodes);
     if (c->renew_deadline_s >= c->lease_s)
@@ -55,19 +16,37 @@ int rl_rdzv_config_from_json(const cJSON *o, const char *w, rl_rdzv_config *c, r
     return RL_OK;
 }
 
-void rl_rdzv_config_add_json(const rl_rdzv_config *c, cJSON *o) {
-    cJSON_AddStringToObject(o, "backend", c->backend);
-    cJSON_AddStringToObject(o, "job", c->job);
-    cJSON_AddNumberToObject(o, "min_nodes", c->min_nodes);
-    cJSON_AddNumberToObject(o, "max_nodes", c->max_nodes);
-    cJSON_AddNumberToObject(o, "port", c->port);
-    cJSON_AddNumberToObject(o, "heartbeat_s", c->heartbeat_s);
-    cJSON_AddNumberToObject(o, "heartbeat_misses", c->heartbeat_misses);
-    cJSON_AddNumberToObject(o, "last_call_s", c->last_call_s);
-    cJSON_AddNumberToObject(o, "max_restarts", c->max_restarts);
-    cJSON_AddNumberToObject(o, "lease_s", c->lease_s);
-    cJSON_AddNumberToObject(o, "renew_deadline_s", c->renew_deadline_s);
-    cJSON_AddNumberToObject(o, "retry_s", c->retry_s);
-    cJSON_AddNumberToObject(o, "stop_grace_s", c->stop_grace_s);
-    cJSON_AddStringToObject(o, "etcd_endpoint", c->etcd_endpoint);
-}
+static const char *const backends[] = {"static", "k8s", "etcd", NULL};
+/* The operator sets backend, job, the node range and the port from the
+ * TrainingJob (replicas, elastic, rdzvPort), so spec.training leaves them
+ * out; a config file run by hand may set them. */
+#define OP .flags = RL_CFG_OPERATOR
+#define F(f, ...) RL_CFG_FIELD(rl_rdzv_config, f, __VA_ARGS__)
+static const rl_cfg_field rdzv_fields[] = {
+    F(backend, OP, .choices = backends, .def_str = "static",
+      .doc = "static (torchrun/SLURM environment), k8s or etcd."),
+    F(job, OP, .doc = "The job's name: its Service, Lease and etcd prefix."),
+    F(min_nodes, OP, .min = 1, .max = 1 << 16, .def = 1),
+    F(max_nodes, OP, .min = 0, .max = 1 << 16, .def = 0, .doc = "0: a fixed size of min_nodes."),
+    F(port, OP, .min = 0, .max = 65535, .def = RL_STORE_DEFAULT_PORT, .doc = "The leader's store."),
+    F(heartbeat_s, .min = 0.05, .max = 3600, .def = 5),
+    F(heartbeat_misses, .min = 1, .max = 1000, .def = 3, .doc = "Heartbeats missed before a node counts as gone."),
+    F(last_call_s, .min = 0, .max = 86400, .def = 10, .doc = "A round waits this long for more nodes once it can start."),
+    F(max_restarts, .min = 0, .max = 1 << 20, .def = 3, .doc = "Rounds that fail on a crash before the job fails."),
+    /* client-go's leader election timings */
+    F(lease_s, .min = 1, .max = 3600, .def = 15),
+    F(renew_deadline_s, .min = 0.1, .max = 3600, .def = 10),
+    F(retry_s, .min = 0.05, .max = 3600, .def = 2),
+    F(stop_grace_s, .min = 0, .max = 3600, .def = 30,
+      .doc = "Trainers' SIGTERM to SIGKILL at a graceful round change."),
+    F(etcd_endpoint, OP, .doc = "http://host:port of etcd (backend etcd)."),
+};
+#undef F
+#undef OP
+
+const rl_cfg_section rl_rdzv_config_section = RL_CFG_SECTION(
+    rdzv_fields, .check = rdzv_check,
+    .doc = "Rendezvous timing. backend, job, min_nodes, max_nodes, port and etcd_endpoint are the "
+           "TrainingJob's (replicas, elastic, rdzvPort) and are not accepted here.");
+
+void rl_rdzv_config_default(rl_rdzv_config *c) { rl_cfg_defaults(&rl_rdzv_config_section, c); }

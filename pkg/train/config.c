@@ -9,122 +9,88 @@
 #include "train.h"
 #include "train_gpu.h"
 
+static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const attention[] = {"auto", "cudnn", "own", NULL};
+#define F(f, ...) RL_CFG_FIELD(rl_train_config, f, __VA_ARGS__)
+static const rl_cfg_field train_fields[] = {
+    F(seed, .min = 0, .max = 1ll << 53, .def = 1337),
+    F(device, .choices = devices, .def_str = "auto", .doc = "auto (the pod's GPU when it has one, else the CPU), cpu or cuda."),
+    F(attention, .choices = attention, .def_str = "auto",
+      .doc = "On cuda: auto (cuDNN when the image has libcudnn.so.9, it agrees with ringleader's kernels and is "
+             "faster; else those), cudnn (an error without it) or own."),
+    F(steps, .min = 0, .max = 1ll << 40, .def = 800, .doc = "Optimizer steps."),
+    F(seq_len, .min = 1, .max = 1 << 20, .def = 64, .doc = "Tokens per sequence."),
+    F(micro_batch, .min = 1, .max = 1 << 20, .def = 16, .doc = "Sequences per forward, per rank."),
+    F(global_batch_tokens, .min = 1, .max = 1ll << 40, .def = 2048,
+      .doc = "Tokens per optimizer step across all ranks; must divide into whole micro-batches on every world "
+             "size the job can have."),
+    F(lr, .min = 0, .max = 10, .def = 3e-3, .doc = "Peak learning rate."),
+    F(min_lr, .min = 0, .max = 10, .def = 3e-4, .doc = "Floor of the cosine decay."),
+    F(warmup_steps, .min = 0, .max = 1ll << 40, .def = 50),
+    F(weight_decay, .min = 0, .max = 10, .def = 0.1),
+    F(beta1, .min = 0, .max = 0.999999, .def = 0.9),
+    F(beta2, .min = 0, .max = 0.999999999, .def = 0.95),
+    F(eps, .min = 1e-30, .max = 1, .def = 1e-8),
+    F(grad_clip, .min = 0, .max = 1e9, .def = 1.0, .doc = "Max global gradient norm; 0 disables."),
+    F(eval_every, .min = 0, .max = 1ll << 40, .def = 200, .doc = "Steps between evaluations; 0: only at the end."),
+    F(eval_batches, .min = 0, .max = 1 << 20, .def = 8, .doc = "Micro-batches of the val split per evaluation."),
+    F(log_every, .min = 1, .max = 1ll << 40, .def = 10),
+};
+#undef F
+
+static const char *const tasks[] = {"", "arith", NULL};
+#define F(f, ...) RL_CFG_FIELD(rl_data_config, f, __VA_ARGS__)
+static const rl_cfg_field data_fields[] = {
+    F(train, .def_str = "data/arith/train_*.bin",
+      .doc = "Shard file, glob or comma list (llm.c format), as the pods see them."),
+    F(val, .def_str = "data/arith/val_*.bin", .doc = "Like train; \"\": no eval loss."),
+    F(eval_task, .choices = tasks, .def_str = "arith", .doc = "\"\" or arith: exact-match on held-out sums."),
+    F(eval_examples, .min = 0, .max = 1 << 30, .doc = "For eval_task; 0: all."),
+};
+#undef F
+
+static const char *const backends[] = {"auto", "tcp", "nccl", NULL};
+static const char *const dtypes[] = {"fp32", "bf16", NULL}; /* why: ddp.h */
+#define F(f, ...) RL_CFG_FIELD(rl_dist_config, f, __VA_ARGS__)
+static const rl_cfg_field dist_fields[] = {
+    F(backend, .choices = backends, .def_str = "auto",
+      .doc = "auto (nccl on a GPU, tcp on the CPU), tcp or nccl (not tcp when gpusPerNode > 0)."),
+    F(timeout_s, .min = 0.1, .max = 86400, .def = 60, .doc = "Every collective and peer wait."),
+    /* PyTorch DDP's defaults */
+    F(bucket_mb, .min = 1e-6, .max = 4096, .def = 25),
+    F(first_bucket_mb, .min = 1e-6, .max = 4096, .def = 1),
+    /* lets small models overlap too (see ddp.h) */
+    F(min_buckets, .min = 1, .max = 1 << 16, .def = 8, .doc = "No bucket above 1/min_buckets of the gradients."),
+    F(reduce_dtype, .choices = dtypes, .def_str = "fp32",
+      .doc = "fp32 (exact average, the default) or bf16 (half the bytes on the wire)."),
+};
+#undef F
+
+static const rl_cfg_section train_section = RL_CFG_SECTION(train_fields, .doc = NULL);
+static const rl_cfg_section data_section = RL_CFG_SECTION(data_fields, .doc = NULL);
+static const rl_cfg_section dist_section = RL_CFG_SECTION(dist_fields, .doc = NULL);
+
+static int job_check(const void *c, const char *name, rl_err *e);
+#define F(f, ...) RL_CFG_FIELD(rl_job_config, f, __VA_ARGS__)
+static const rl_cfg_field job_fields[] = {
+    F(model, .sub = &rl_model_config_section),
+    F(train, .sub = &train_section),
+    F(data, .sub = &data_section),
+    F(dist, .sub = &dist_section),
+    {.name = "checkpoint", .kind = RL_CFG_OBJ, .off = offsetof(rl_job_config, ckpt), .sub = &rl_ckpt_config_section},
+    F(rdzv, .sub = &rl_rdzv_config_section),
+};
+#undef F
+
+const rl_cfg_section rl_job_config_section = RL_CFG_SECTION(
+    job_fields, .check = job_check, .top = true,
+    .doc = "The worker's job config (README \"Training your own data\"), field for field: a config that runs "
+           "with `ringleader-worker --config job.json` pastes in unchanged. Absent fields take the worker's "
+           "defaults. The operator checks the whole section with the worker's parser before any pod exists.");
+
 void rl_job_config_default(rl_job_config *c) {
     memset(c, 0, sizeof *c);
-    rl_model_config_default(&c->model);
-    c->train = (rl_train_config){
-        .seed = 1337,
-        .steps = 800,
-        .seq_len = 64,
-        .micro_batch = 16,
-        .global_batch_tokens = 2048,
-        .lr = 3e-3,
-        .min_lr = 3e-4,
-        .warmup_steps = 50,
-        .weight_decay = 0.1,
-        .beta1 = 0.9,
-        .beta2 = 0.95,
-        .eps = 1e-8,
-        .grad_clip = 1.0,
-        .eval_every = 200,
-        .eval_batches = 8,
-        .log_every = 10,
-    };
-    snprintf(c->data.train, sizeof c->data.train, "data/arith/train_*.bin");
-    snprintf(c->data.val, sizeof c->data.val, "data/arith/val_*.bin");
-    snprintf(c->data.eval_task, sizeof c->data.eval_task, "arith");
-    snprintf(c->train.device, sizeof c->train.device, "auto");
-    snprintf(c->train.attention, sizeof c->train.attention, "auto");
-    snprintf(c->dist.backend, sizeof c->dist.backend, "auto");
-    c->dist.timeout_s = 60;
-    c->dist.bucket_mb = 25, c->dist.first_bucket_mb = 1; /* PyTorch DDP's defaults */
-    c->dist.min_buckets = 8; /* lets small models overlap too (see ddp.h) */
-    snprintf(c->dist.reduce_dtype, sizeof c->dist.reduce_dtype, "fp32"); /* why: ddp.h */
-    rl_ckpt_config_default(&c->ckpt);
-    rl_rdzv_config_default(&c->rdzv);
-}
-
-static int parse_dist(const cJSON *o, const char *w, rl_dist_config *d, rl_err *e) {
-    static const char *const keys[] = {"backend", "timeout_s", "bucket_mb", "first_bucket_mb", "min_buckets",
-                                       "reduce_dtype", NULL};
-    int rc = rl_cfg_check_keys(o, w, keys, e);
-    if (rc || (rc = rl_cfg_str(o, w, "backend", d->backend, sizeof d->backend, e)) ||
-        (rc = rl_cfg_num(o, w, "timeout_s", 0.1, 86400, &d->timeout_s, e)) ||
-        (rc = rl_cfg_num(o, w, "bucket_mb", 1e-6, 4096, &d->bucket_mb, e)) ||
-        (rc = rl_cfg_num(o, w, "first_bucket_mb", 1e-6, 4096, &d->first_bucket_mb, e)) ||
-        (rc = rl_cfg_str(o, w, "reduce_dtype", d->reduce_dtype, sizeof d->reduce_dtype, e)))
-        return rc;
-    if (strcmp(d->reduce_dtype, "fp32") != 0 && strcmp(d->reduce_dtype, "bf16") != 0) {
-        char esc[64];
-        return rl_errf(e, RL_EINPUT, "%s.reduce_dtype: \"%s\" (fp32 or bf16)", w,
-                       rl_json_escape(esc, sizeof esc, d->reduce_dtype));
-    }
-    long long mb = d->min_buckets;
-    if ((rc = rl_cfg_int(o, w, "min_buckets", 1, 1 << 16, &mb, e))) return rc;
-    d->min_buckets = (int)mb;
-    if (strcmp(d->backend, "auto") != 0 && strcmp(d->backend, "tcp") != 0 &&
-        strcmp(d->backend, "nccl") != 0) {
-        char esc[64];
-        return rl_errf(e, RL_EINPUT, "%s.backend: unknown backend \"%s\" (auto, tcp or nccl)", w,
-                       rl_json_escape(esc, sizeof esc, d->backend));
-    }
-    return RL_OK;
-}
-
-static int parse_train(const cJSON *o, const char *w, rl_train_config *t, rl_err *e) {
-    static const char *const keys[] = {
-        "seed", "steps", "seq_len", "micro_batch", "global_batch_tokens", "lr", "min_lr",
-        "warmup_steps", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "eval_every",
-        "eval_batches", "log_every", "device", "attention", NULL};
-    int rc = rl_cfg_check_keys(o, w, keys, e);
-    if (rc) return rc;
-    long long seed = (long long)t->seed, seq = t->seq_len, mb = t->micro_batch, eb = t->eval_batches;
-    if ((rc = rl_cfg_int(o, w, "seed", 0, (1ll << 53), &seed, e)) ||
-        (rc = rl_cfg_int(o, w, "steps", 0, 1ll << 40, &t->steps, e)) ||
-        (rc = rl_cfg_int(o, w, "seq_len", 1, 1 << 20, &seq, e)) ||
-        (rc = rl_cfg_int(o, w, "micro_batch", 1, 1 << 20, &mb, e)) ||
-        (rc = rl_cfg_int(o, w, "global_batch_tokens", 1, 1ll << 40, &t->global_batch_tokens, e)) ||
-        (rc = rl_cfg_num(o, w, "lr", 0, 10, &t->lr, e)) ||
-        (rc = rl_cfg_num(o, w, "min_lr", 0, 10, &t->min_lr, e)) ||
-        (rc = rl_cfg_int(o, w, "warmup_steps", 0, 1ll << 40, &t->warmup_steps, e)) ||
-        (rc = rl_cfg_num(o, w, "weight_decay", 0, 10, &t->weight_decay, e)) ||
-        (rc = rl_cfg_num(o, w, "beta1", 0, 0.999999, &t->beta1, e)) ||
-        (rc = rl_cfg_num(o, w, "beta2", 0, 0.999999999, &t->beta2, e)) ||
-        (rc = rl_cfg_num(o, w, "eps", 1e-30, 1, &t->eps, e)) ||
-        (rc = rl_cfg_num(o, w, "grad_clip", 0, 1e9, &t->grad_clip, e)) ||
-        (rc = rl_cfg_int(o, w, "eval_every", 0, 1ll << 40, &t->eval_every, e)) ||
-        (rc = rl_cfg_int(o, w, "eval_batches", 0, 1 << 20, &eb, e)) ||
-        (rc = rl_cfg_int(o, w, "log_every", 1, 1ll << 40, &t->log_every, e)) ||
-        (rc = rl_cfg_str(o, w, "device", t->device, sizeof t->device, e)) ||
-        (rc = rl_cfg_str(o, w, "attention", t->attention, sizeof t->attention, e)))
-        return rc;
-    if (strcmp(t->device, "auto") != 0 && strcmp(t->device, "cpu") != 0 && strcmp(t->device, "cuda") != 0) {
-        char esc[64];
-        return rl_errf(e, RL_EINPUT, "%s.device: unknown device \"%s\" (auto, cpu or cuda)", w,
-                       rl_json_escape(esc, sizeof esc, t->device));
-    }
-    if (strcmp(t->attention, "auto") != 0 && strcmp(t->attention, "cudnn") != 0 &&
-        strcmp(t->attention, "own") != 0) {
-        char esc[64];
-        return rl_errf(e, RL_EINPUT, "%s.attention: unknown backend \"%s\" (auto, cudnn or own)", w,
-                       rl_json_escape(esc, sizeof esc, t->attention));
-    }
-    t->seed = (uint64_t)seed, t->seq_len = (int)seq, t->micro_batch = (int)mb, t->eval_batches = (int)eb;
-    return RL_OK;
-}
-
-static int parse_data(const cJSON *o, const char *w, rl_data_config *d, rl_err *e) {
-    static const char *const keys[] = {"train", "val", "eval_task", "eval_examples", NULL};
-    int rc = rl_cfg_check_keys(o, w, keys, e);
-    if (rc) return rc;
-    long long ex = d->eval_examples;
-    if ((rc = rl_cfg_str(o, w, "train", d->train, sizeof d->train, e)) ||
-        (rc = rl_cfg_str(o, w, "val", d->val, sizeof d->val, e)) ||
-        (rc = rl_cfg_str(o, w, "eval_task", d->eval_task, sizeof d->eval_task, e)) ||
-        (rc = rl_cfg_int(o, w, "eval_examples", 0, 1 << 30, &ex, e)))
-        return rc;
-    d->eval_examples = (int)ex;
-    return RL_OK;
+    rl_cfg_defaults(&rl_job_config_section, c);
 }
 
 /* the tcp ring reduces host buffers, NCCL device buffers */
@@ -135,10 +101,11 @@ int rl_train_check_pair(const char *dev, const char *be, rl_err *e) {
     return RL_OK;
 }
 
-static int check(const rl_job_config *c, const char *name, rl_err *e) {
+/* Rules across sections, once every field is read. */
+static int job_check(const void *obj, const char *name, rl_err *e) {
+    const rl_job_config *c = obj;
     const rl_train_config *t = &c->train;
-    int rc = rl_model_config_validate(&c->model, name, e);
-    if (rc) return rc;
+    int rc;
     if (t->seq_len > c->model.max_position_embeddings)
         return rl_errf(e, RL_EINPUT, "%s: train.seq_len %d exceeds model.max_position_embeddings %d",
                        name, t->seq_len, c->model.max_position_embeddings);
@@ -162,11 +129,6 @@ static int check(const rl_job_config *c, const char *name, rl_err *e) {
         return rl_errf(e, RL_EINPUT, "%s: train.warmup_steps %lld exceeds train.steps %lld", name,
                        t->warmup_steps, t->steps);
     if (c->data.train[0] == '\0') return rl_errf(e, RL_EINPUT, "%s: data.train: must be set", name);
-    if (c->data.eval_task[0] && strcmp(c->data.eval_task, "arith") != 0) {
-        char esc[128]; /* user text: escaped, so the message stays one line */
-        return rl_errf(e, RL_EINPUT, "%s: data.eval_task: unknown task \"%s\" (known: arith)", name,
-                       rl_json_escape(esc, sizeof esc, c->data.eval_task));
-    }
     if (c->data.eval_task[0] && !c->data.val[0])
         return rl_errf(e, RL_EINPUT, "%s: data.eval_task needs data.val", name);
     return RL_OK;
@@ -193,85 +155,15 @@ int rl_job_config_parse(const char *text, size_t len, const char *name, rl_job_c
         for (size_t i = 0; i < off && i < len; i++) line += text[i] == '\n';
         return rl_errf(e, RL_EINPUT, "%s: invalid JSON near line %zu (byte %zu)", name, line, off);
     }
-    static const char *const keys[] = {"model", "train", "data", "dist", "checkpoint", "rdzv", NULL};
-    char where[RL_PATH_MAX + 16];
-    int rc = rl_cfg_check_keys(root, name, keys, e);
-    const cJSON *sec;
-    if (!rc && !(rc = rl_cfg_obj(root, name, "model", &sec, e)) && sec) {
-        snprintf(where, sizeof where, "%s: model", name);
-        rc = rl_model_config_from_json(sec, where, &c->model, e);
-    }
-    if (!rc && !(rc = rl_cfg_obj(root, name, "train", &sec, e)) && sec) {
-        snprintf(where, sizeof where, "%s: train", name);
-        rc = parse_train(sec, where, &c->train, e);
-    }
-    if (!rc && !(rc = rl_cfg_obj(root, name, "data", &sec, e)) && sec) {
-        snprintf(where, sizeof where, "%s: data", name);
-        rc = parse_data(sec, where, &c->data, e);
-    }
-    if (!rc && !(rc = rl_cfg_obj(root, name, "dist", &sec, e)) && sec) {
-        snprintf(where, sizeof where, "%s: dist", name);
-        rc = parse_dist(sec, where, &c->dist, e);
-    }
-    if (!rc && !(rc = rl_cfg_obj(root, name, "checkpoint", &sec, e)) && sec) {
-        snprintf(where, sizeof where, "%s: checkpoint", name);
-        rc = rl_ckpt_config_from_json(sec, where, &c->ckpt, e);
-    }
-    if (!rc && !(rc = rl_cfg_obj(root, name, "rdzv", &sec, e)) && sec) {
-        snprintf(where, sizeof where, "%s: rdzv", name);
-        rc = rl_rdzv_config_from_json(sec, where, &c->rdzv, e);
-    }
+    int rc = rl_cfg_read(root, name, &rl_job_config_section, c, e);
     cJSON_Delete(root);
-    return rc ? rc : check(c, name, e);
+    return rc;
 }
 
 char *rl_job_config_to_json(const rl_job_config *c) {
-    cJSON *r = cJSON_CreateObject(), *m = cJSON_AddObjectToObject(r, "model");
-    const rl_model_config *mc = &c->model;
-    cJSON_AddNumberToObject(m, "hidden_size", mc->hidden_size);
-    cJSON_AddNumberToObject(m, "intermediate_size", mc->intermediate_size);
-    cJSON_AddNumberToObject(m, "num_hidden_layers", mc->num_hidden_layers);
-    cJSON_AddNumberToObject(m, "num_attention_heads", mc->num_attention_heads);
-    cJSON_AddNumberToObject(m, "num_key_value_heads", mc->num_key_value_heads);
-    cJSON_AddNumberToObject(m, "vocab_size", mc->vocab_size);
-    cJSON_AddNumberToObject(m, "max_position_embeddings", mc->max_position_embeddings);
-    cJSON_AddNumberToObject(m, "rms_norm_eps", mc->rms_norm_eps);
-    cJSON_AddNumberToObject(m, "rope_theta", mc->rope_theta);
-    cJSON_AddNumberToObject(m, "initializer_range", mc->initializer_range);
-    const rl_train_config *t = &c->train;
-    cJSON *tr = cJSON_AddObjectToObject(r, "train");
-    cJSON_AddNumberToObject(tr, "seed", (double)t->seed);
-    cJSON_AddStringToObject(tr, "device", t->device);
-    cJSON_AddStringToObject(tr, "attention", t->attention);
-    cJSON_AddNumberToObject(tr, "steps", (double)t->steps);
-    cJSON_AddNumberToObject(tr, "seq_len", t->seq_len);
-    cJSON_AddNumberToObject(tr, "micro_batch", t->micro_batch);
-    cJSON_AddNumberToObject(tr, "global_batch_tokens", (double)t->global_batch_tokens);
-    cJSON_AddNumberToObject(tr, "lr", t->lr);
-    cJSON_AddNumberToObject(tr, "min_lr", t->min_lr);
-    cJSON_AddNumberToObject(tr, "warmup_steps", (double)t->warmup_steps);
-    cJSON_AddNumberToObject(tr, "weight_decay", t->weight_decay);
-    cJSON_AddNumberToObject(tr, "beta1", t->beta1);
-    cJSON_AddNumberToObject(tr, "beta2", t->beta2);
-    cJSON_AddNumberToObject(tr, "eps", t->eps);
-    cJSON_AddNumberToObject(tr, "grad_clip", t->grad_clip);
-    cJSON_AddNumberToObject(tr, "eval_every", (double)t->eval_every);
-    cJSON_AddNumberToObject(tr, "eval_batches", t->eval_batches);
-    cJSON_AddNumberToObject(tr, "log_every", (double)t->log_every);
-    cJSON *d = cJSON_AddObjectToObject(r, "data");
-    cJSON_AddStringToObject(d, "train", c->data.train);
-    cJSON_AddStringToObject(d, "val", c->data.val);
-    cJSON_AddStringToObject(d, "eval_task", c->data.eval_task);
-    cJSON_AddNumberToObject(d, "eval_examples", c->data.eval_examples);
-    cJSON *ds = cJSON_AddObjectToObject(r, "dist");
-    cJSON_AddStringToObject(ds, "backend", c->dist.backend);
-    cJSON_AddNumberToObject(ds, "timeout_s", c->dist.timeout_s);
-    cJSON_AddNumberToObject(ds, "bucket_mb", c->dist.bucket_mb);
-    cJSON_AddNumberToObject(ds, "first_bucket_mb", c->dist.first_bucket_mb);
-    cJSON_AddNumberToObject(ds, "min_buckets", c->dist.min_buckets);
-    cJSON_AddStringToObject(ds, "reduce_dtype", c->dist.reduce_dtype);
-    rl_ckpt_config_add_json(&c->ckpt, cJSON_AddObjectToObject(r, "checkpoint"));
-    rl_rdzv_config_add_json(&c->rdzv, cJSON_AddObjectToObject(r, "rdzv"));
+    cJSON *r = cJSON_CreateObject();
+    if (!r) return NULL;
+    rl_cfg_write(&rl_job_config_section, c, r);
     char *s = cJSON_PrintUnformatted(r);
     cJSON_Delete(r);
     return s;

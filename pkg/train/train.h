@@ -74,6 +74,10 @@ typedef struct rl_job_config {
     rl_rdzv_config rdzv; /* "rdzv" section */
 } rl_job_config;
 
+/* The whole config's descriptor (util/cfg.h): its sections' tables, the
+ * one source of defaults, parsing, to_json and the CRD's spec.training
+ * schema (--print-schema). */
+extern const rl_cfg_section rl_job_config_section;
 /* The embedded default: the arithmetic run of `make run`. */
 void rl_job_config_default(rl_job_config *c);
 /* Parse JSON text over the defaults; `name` (the file) prefixes messages.

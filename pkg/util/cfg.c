@@ -1,19 +1,22 @@
-/* Strict readers for JSON config objects. A typo in a config must never be
- * silently ignored (a misspelled "learning_rate" would train with the
- * default), so unknown keys are errors and every value is range-checked. */
-#include "util.h"
+/* Config sections driven by their descriptor tables (cfg.h). Reading is
+ * strict: a typo in a config must never be silently ignored (a misspelled
+ * "learning_rate" would train with the default), so unknown keys are errors
+ * and every value is range-checked. */
+#include "cfg.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
-int rl_cfg_check_keys(const cJSON *obj, const char *where, const char *const *allowed,
-                      rl_err *e) {
-    if (!cJSON_IsObject(obj)) return rl_errf(e, RL_EINPUT, "%s: must be a JSON object", where);
-    for (const cJSON *it = obj->child; it; it = it->next) {
+#define AT(obj, f) ((char *)(obj) + (f)->off)
+#define AT_C(obj, f) ((const char *)(obj) + (f)->off)
+
+static int check_keys(const cJSON *o, const char *where, const rl_cfg_section *s, rl_err *e) {
+    if (!cJSON_IsObject(o)) return rl_errf(e, RL_EINPUT, "%s: must be a JSON object", where);
+    for (const cJSON *it = o->child; it; it = it->next) {
         bool ok = false;
-        for (const char *const *a = allowed; *a; a++)
-            if (it->string && strcmp(it->string, *a) == 0) ok = true;
+        for (int i = 0; i < s->n && !ok; i++) ok = it->string && strcmp(it->string, s->fields[i].name) == 0;
         if (!ok) {
             char esc[128];
             return rl_errf(e, RL_EINPUT, "%s: unknown field \"%s\"", where,
@@ -22,70 +25,162 @@ int rl_cfg_check_keys(const cJSON *obj, const char *where, const char *const *al
         /* cJSON keeps duplicate keys; a config with two values for one
          * field is ambiguous, so refuse it. */
         for (const cJSON *j = it->next; j; j = j->next)
-            if (j->string && it->string && strcmp(j->string, it->string) == 0)
+            if (j->string && strcmp(j->string, it->string) == 0)
                 return rl_errf(e, RL_EINPUT, "%s: field \"%s\" given twice", where, it->string);
     }
     return RL_OK;
 }
 
-static const cJSON *get(const cJSON *obj, const char *name) {
-    return cJSON_GetObjectItemCaseSensitive(obj, name);
-}
-
-int rl_cfg_int(const cJSON *obj, const char *where, const char *name, long long min,
-               long long max, long long *out, rl_err *e) {
-    const cJSON *v = get(obj, name);
-    if (!v) return RL_OK;
-    if (!cJSON_IsNumber(v)) return rl_errf(e, RL_EINPUT, "%s.%s: must be a number", where, name);
+static int read_int(const cJSON *v, const char *where, const rl_cfg_field *f, long long *out, rl_err *e) {
+    if (!cJSON_IsNumber(v)) return rl_errf(e, RL_EINPUT, "%s.%s: must be a number", where, f->name);
     double d = v->valuedouble;
-    if (!isfinite(d) || d != floor(d))
-        return rl_errf(e, RL_EINPUT, "%s.%s: must be an integer", where, name);
-    if (d < (double)min || d > (double)max)
-        return rl_errf(e, RL_EINPUT, "%s.%s: %.17g is out of range [%lld, %lld]", where, name, d,
-                       min, max);
+    if (!isfinite(d) || d != floor(d)) return rl_errf(e, RL_EINPUT, "%s.%s: must be an integer", where, f->name);
+    if (d < f->min || d > f->max)
+        return rl_errf(e, RL_EINPUT, "%s.%s: %.17g is out of range [%lld, %lld]", where, f->name, d,
+                       (long long)f->min, (long long)f->max);
     *out = (long long)d;
     return RL_OK;
 }
 
-int rl_cfg_num(const cJSON *obj, const char *where, const char *name, double min, double max,
-               double *out, rl_err *e) {
-    const cJSON *v = get(obj, name);
-    if (!v) return RL_OK;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return rl_errf(e, RL_EINPUT, "%s.%s: must be a finite number", where, name);
-    if (v->valuedouble < min || v->valuedouble > max)
-        return rl_errf(e, RL_EINPUT, "%s.%s: %g is out of range [%g, %g]", where, name,
-                       v->valuedouble, min, max);
-    *out = v->valuedouble;
-    return RL_OK;
-}
-
-int rl_cfg_bool(const cJSON *obj, const char *where, const char *name, bool *out, rl_err *e) {
-    const cJSON *v = get(obj, name);
-    if (!v) return RL_OK;
-    if (!cJSON_IsBool(v)) return rl_errf(e, RL_EINPUT, "%s.%s: must be true or false", where, name);
-    *out = cJSON_IsTrue(v);
-    return RL_OK;
-}
-
-int rl_cfg_str(const cJSON *obj, const char *where, const char *name, char *out, size_t n,
-               rl_err *e) {
-    const cJSON *v = get(obj, name);
-    if (!v) return RL_OK;
-    if (!cJSON_IsString(v)) return rl_errf(e, RL_EINPUT, "%s.%s: must be a string", where, name);
+static int read_str(const cJSON *v, const char *where, const rl_cfg_field *f, char *out, rl_err *e) {
+    if (!cJSON_IsString(v)) return rl_errf(e, RL_EINPUT, "%s.%s: must be a string", where, f->name);
     size_t len = strlen(v->valuestring);
-    if (len >= n)
-        return rl_errf(e, RL_EINPUT, "%s.%s: longer than %zu characters", where, name, n - 1);
+    if (len >= f->size)
+        return rl_errf(e, RL_EINPUT, "%s.%s: longer than %zu characters", where, f->name, f->size - 1);
+    char esc[128];
+    if (f->choices) {
+        const char *const *c = f->choices;
+        while (*c && strcmp(*c, v->valuestring) != 0) c++;
+        if (!*c) {
+            char list[160] = "";
+            for (c = f->choices; *c; c++) {
+                const char *sep = c == f->choices ? "" : c[1] ? ", " : " or ";
+                size_t at = strlen(list);
+                snprintf(list + at, sizeof list - at, "%s%s", sep, **c ? *c : "\"\"");
+            }
+            return rl_errf(e, RL_EINPUT, "%s.%s: unknown value \"%s\" (%s)", where, f->name,
+                           rl_json_escape(esc, sizeof esc, v->valuestring), list);
+        }
+    }
+    if ((f->flags & RL_CFG_URL) && len && strncmp(v->valuestring, "http://", 7) != 0 &&
+        strncmp(v->valuestring, "https://", 8) != 0)
+        return rl_errf(e, RL_EINPUT, "%s.%s: \"%s\" must start with http:// or https://", where, f->name,
+                       rl_json_escape(esc, sizeof esc, v->valuestring));
     memcpy(out, v->valuestring, len + 1);
     return RL_OK;
 }
 
-int rl_cfg_obj(const cJSON *obj, const char *where, const char *name, const cJSON **out,
-               rl_err *e) {
-    const cJSON *v = get(obj, name);
-    *out = NULL;
-    if (!v) return RL_OK;
-    if (!cJSON_IsObject(v)) return rl_errf(e, RL_EINPUT, "%s.%s: must be an object", where, name);
-    *out = v;
-    return RL_OK;
+static int read_field(const cJSON *v, const char *where, bool top, const rl_cfg_field *f, void *obj, rl_err *e) {
+    long long i = 0;
+    int rc = RL_OK;
+    switch (f->kind) {
+    case RL_CFG_INT:
+        if (!(rc = read_int(v, where, f, &i, e))) *(int *)AT(obj, f) = (int)i;
+        return rc;
+    case RL_CFG_I64:
+        return read_int(v, where, f, (long long *)AT(obj, f), e);
+    case RL_CFG_U64:
+        if (!(rc = read_int(v, where, f, &i, e))) *(uint64_t *)AT(obj, f) = (uint64_t)i;
+        return rc;
+    case RL_CFG_NUM:
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+            return rl_errf(e, RL_EINPUT, "%s.%s: must be a finite number", where, f->name);
+        if (v->valuedouble < f->min || v->valuedouble > f->max)
+            return rl_errf(e, RL_EINPUT, "%s.%s: %g is out of range [%g, %g]", where, f->name, v->valuedouble,
+                           f->min, f->max);
+        *(double *)AT(obj, f) = v->valuedouble;
+        return RL_OK;
+    case RL_CFG_BOOL:
+        if (!cJSON_IsBool(v)) return rl_errf(e, RL_EINPUT, "%s.%s: must be true or false", where, f->name);
+        *(bool *)AT(obj, f) = cJSON_IsTrue(v);
+        return RL_OK;
+    case RL_CFG_STR:
+        return read_str(v, where, f, AT(obj, f), e);
+    case RL_CFG_OBJ: {
+        char sub[600];
+        snprintf(sub, sizeof sub, "%s%s%s", where, top ? ": " : ".", f->name);
+        if (!cJSON_IsObject(v)) return rl_errf(e, RL_EINPUT, "%s: must be an object", sub);
+        return rl_cfg_read(v, sub, f->sub, AT(obj, f), e);
+    }
+    }
+    return rl_errf(e, RL_EINTERNAL, "%s.%s: bad descriptor", where, f->name);
+}
+
+int rl_cfg_read(const cJSON *o, const char *where, const rl_cfg_section *s, void *obj, rl_err *e) {
+    int rc = check_keys(o, where, s, e);
+    for (int i = 0; !rc && i < s->n; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, s->fields[i].name);
+        if (v) rc = read_field(v, where, s->top, &s->fields[i], obj, e);
+    }
+    return rc || !s->check ? rc : s->check(obj, where, e);
+}
+
+void rl_cfg_defaults(const rl_cfg_section *s, void *obj) {
+    for (int i = 0; i < s->n; i++) {
+        const rl_cfg_field *f = &s->fields[i];
+        switch (f->kind) {
+        case RL_CFG_INT: *(int *)AT(obj, f) = (int)f->def; break;
+        case RL_CFG_I64: *(long long *)AT(obj, f) = (long long)f->def; break;
+        case RL_CFG_U64: *(uint64_t *)AT(obj, f) = (uint64_t)f->def; break;
+        case RL_CFG_NUM: *(double *)AT(obj, f) = f->def; break;
+        case RL_CFG_BOOL: *(bool *)AT(obj, f) = f->def != 0; break;
+        case RL_CFG_STR: snprintf(AT(obj, f), f->size, "%s", f->def_str ? f->def_str : ""); break;
+        case RL_CFG_OBJ: rl_cfg_defaults(f->sub, AT(obj, f)); break;
+        }
+    }
+}
+
+void rl_cfg_write(const rl_cfg_section *s, const void *obj, cJSON *o) {
+    for (int i = 0; i < s->n; i++) {
+        const rl_cfg_field *f = &s->fields[i];
+        const char *p = AT_C(obj, f);
+        switch (f->kind) {
+        case RL_CFG_INT: cJSON_AddNumberToObject(o, f->name, *(const int *)p); break;
+        case RL_CFG_I64: cJSON_AddNumberToObject(o, f->name, (double)*(const long long *)p); break;
+        case RL_CFG_U64: cJSON_AddNumberToObject(o, f->name, (double)*(const uint64_t *)p); break;
+        case RL_CFG_NUM: cJSON_AddNumberToObject(o, f->name, *(const double *)p); break;
+        case RL_CFG_BOOL: cJSON_AddBoolToObject(o, f->name, *(const bool *)p); break;
+        case RL_CFG_STR: cJSON_AddStringToObject(o, f->name, p); break;
+        case RL_CFG_OBJ: rl_cfg_write(f->sub, p, cJSON_AddObjectToObject(o, f->name)); break;
+        }
+    }
+}
+
+static void field_schema(const rl_cfg_field *f, bool for_crd, cJSON *p) {
+    static const char *const types[] = {
+        [RL_CFG_INT] = "integer", [RL_CFG_I64] = "integer", [RL_CFG_U64] = "integer", [RL_CFG_NUM] = "number",
+        [RL_CFG_BOOL] = "boolean", [RL_CFG_STR] = "string", [RL_CFG_OBJ] = "object"};
+    cJSON_AddStringToObject(p, "type", types[f->kind]);
+    if (f->kind == RL_CFG_I64 || f->kind == RL_CFG_U64) cJSON_AddStringToObject(p, "format", "int64");
+    const char *doc = f->doc ? f->doc : f->sub ? f->sub->doc : NULL;
+    if (doc) cJSON_AddStringToObject(p, "description", doc);
+    if (f->kind <= RL_CFG_NUM) {
+        cJSON_AddNumberToObject(p, "minimum", f->min);
+        cJSON_AddNumberToObject(p, "maximum", f->max);
+    }
+    if (f->kind == RL_CFG_STR && f->choices) {
+        cJSON *en = cJSON_AddArrayToObject(p, "enum");
+        for (const char *const *c = f->choices; *c; c++) cJSON_AddItemToArray(en, cJSON_CreateString(*c));
+    } else if (f->kind == RL_CFG_STR) {
+        cJSON_AddNumberToObject(p, "maxLength", (double)(f->size - 1));
+        if (f->flags & RL_CFG_URL) cJSON_AddStringToObject(p, "pattern", "^(https?://.*)?$");
+    }
+    if (f->kind == RL_CFG_OBJ) {
+        cJSON *sub = rl_cfg_schema(f->sub, for_crd);
+        cJSON_AddItemToObject(p, "properties", cJSON_DetachItemFromObject(sub, "properties"));
+        cJSON_Delete(sub);
+    }
+}
+
+cJSON *rl_cfg_schema(const rl_cfg_section *s, bool for_crd) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "type", "object");
+    if (s->doc) cJSON_AddStringToObject(o, "description", s->doc);
+    cJSON *props = cJSON_AddObjectToObject(o, "properties");
+    for (int i = 0; i < s->n; i++) {
+        if (for_crd && (s->fields[i].flags & RL_CFG_OPERATOR)) continue;
+        field_schema(&s->fields[i], for_crd, cJSON_AddObjectToObject(props, s->fields[i].name));
+    }
+    return o;
 }

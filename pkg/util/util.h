@@ -1,6 +1,6 @@
-/* util: errors, JSON-lines logging, time, deterministic RNG, strict config
- * readers. Everything else in pkg/ builds on these, so they stay small and
- * dependency-free (cJSON only for the config readers). */
+/* util: errors, JSON-lines logging, time, deterministic RNG; config
+ * descriptors in cfg.h. Everything else in pkg/ builds on these, so they
+ * stay small and dependency-free (cJSON only for the config tables). */
 #ifndef RL_UTIL_H
 #define RL_UTIL_H
 
@@ -109,25 +109,5 @@ int rl_read_file(const char *path, char **out, size_t *len, rl_err *e);
 int rl_write_file_atomic(const char *path, const void *data, size_t len, rl_err *e);
 /* Every missing directory of path, with mode (less the umask). */
 int rl_mkdirs(const char *path, mode_t mode, rl_err *e);
-
-/* ---- strict JSON config readers -------------------------------------------
- * Config objects are read field by field; every field is optional (the
- * caller presets defaults) and every unknown field is an error naming it.
- * `where` is the path prefix used in messages ("config.json: model"). */
-struct cJSON;
-int rl_cfg_check_keys(const struct cJSON *obj, const char *where, const char *const *allowed,
-                      rl_err *e);
-int rl_cfg_int(const struct cJSON *obj, const char *where, const char *name, long long min,
-               long long max, long long *out, rl_err *e);
-int rl_cfg_num(const struct cJSON *obj, const char *where, const char *name, double min,
-               double max, double *out, rl_err *e);
-int rl_cfg_bool(const struct cJSON *obj, const char *where, const char *name, bool *out,
-                rl_err *e);
-/* Copies into out[n]; an over-long string is an error. */
-int rl_cfg_str(const struct cJSON *obj, const char *where, const char *name, char *out,
-               size_t n, rl_err *e);
-/* Object member that must be an object if present; *out NULL when absent. */
-int rl_cfg_obj(const struct cJSON *obj, const char *where, const char *name,
-               const struct cJSON **out, rl_err *e);
 
 #endif
