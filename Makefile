@@ -97,6 +97,13 @@ run:
 	@test -f $(RUN_DATA)/.done || (bin/ringleader-prepare arith --out $(RUN_DATA) && touch $(RUN_DATA)/.done)
 	bin/ringleader-worker $(ARGS)
 
+# ---- generated files: spec.training of the CRD (and the chart's copy of it)
+# is the worker's config tables (scripts/crd_training.py; the manifests
+# test fails while they differ)
+.PHONY: manifests
+manifests: $(BIN)/ringleader-worker
+	python3 scripts/crd_training.py --worker $(BIN)/ringleader-worker
+
 # ---- the image: built with buildah on a Debian 12 base made by mmdebstrap, then run ----
 # (no Docker engine needed; root; scripts/image-test.sh says what it checks)
 .PHONY: image-test

@@ -365,14 +365,18 @@ static int parse_training(const cJSON *spec, rl_op_job *j, rl_err *e) {
         cJSON_Delete(cfg);
         return rl_errf(e, RL_EINPUT, "spec.training.rdzv: must be an object");
     }
-    /* these belong to the TrainingJob, not to the training config */
-    static const char *const owned[] = {"backend", "job", "min_nodes", "max_nodes", "port", NULL};
-    for (const char *const *k = owned; *k; k++)
-        if (cJSON_GetObjectItemCaseSensitive(rdzv, *k)) {
-            cJSON_Delete(cfg);
-            return rl_errf(e, RL_EINPUT, "spec.training.rdzv.%s: set by the TrainingJob (%s), not here", *k,
-                           !strcmp(*k, "port") ? "spec.rdzvPort" : "spec.replicas / spec.elastic");
-        }
+    /* these belong to the TrainingJob, not to the training config (the
+     * table marks them; the CRD's schema leaves them out) */
+    const rl_cfg_section *rs = &rl_rdzv_config_section;
+    for (int i = 0; i < rs->n; i++) {
+        const char *k = rs->fields[i].name;
+        if (!(rs->fields[i].flags & RL_CFG_OPERATOR) || !cJSON_GetObjectItemCaseSensitive(rdzv, k)) continue;
+        cJSON_Delete(cfg);
+        return rl_errf(e, RL_EINPUT, "spec.training.rdzv.%s: set by the TrainingJob (%s), not here", k,
+                       !strcmp(k, "port")            ? "spec.rdzvPort"
+                       : !strcmp(k, "etcd_endpoint") ? "its rendezvous is the Kubernetes API"
+                                                     : "spec.replicas / spec.elastic");
+    }
     cJSON_AddNumberToObject(rdzv, "port", j->rdzv_port);
     j->training_json = cJSON_PrintUnformatted(cfg);
     cJSON_Delete(cfg);

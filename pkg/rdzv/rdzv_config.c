@@ -35,8 +35,8 @@ static const rl_cfg_field rdzv_fields[] = {
     F(max_restarts, .min = 0, .max = 1 << 20, .def = 3, .doc = "Rounds that fail on a crash before the job fails."),
     /* client-go's leader election timings */
     F(lease_s, .min = 1, .max = 3600, .def = 15),
-    F(renew_deadline_s, .min = 0.1, .max = 3600, .def = 10),
-    F(retry_s, .min = 0.05, .max = 3600, .def = 2),
+    F(renew_deadline_s, .min = 0.1, .max = 3600, .def = 10, .doc = "Below lease_s."),
+    F(retry_s, .min = 0.05, .max = 3600, .def = 2, .doc = "At most renew_deadline_s / 1.2."),
     F(stop_grace_s, .min = 0, .max = 3600, .def = 30,
       .doc = "Trainers' SIGTERM to SIGKILL at a graceful round change."),
     F(etcd_endpoint, OP, .doc = "http://host:port of etcd (backend etcd)."),

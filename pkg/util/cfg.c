@@ -130,14 +130,24 @@ void rl_cfg_defaults(const rl_cfg_section *s, void *obj) {
     }
 }
 
+/* Integers as their digits: cJSON prints numbers with 15 significant
+ * digits when that reads back within an epsilon, which turns 2^53 into
+ * 9.00719925474099e+15. */
+static void add_int(cJSON *o, const char *name, long long v, bool is_unsigned) {
+    char b[24];
+    if (is_unsigned) snprintf(b, sizeof b, "%llu", (unsigned long long)v);
+    else snprintf(b, sizeof b, "%lld", v);
+    cJSON_AddRawToObject(o, name, b);
+}
+
 void rl_cfg_write(const rl_cfg_section *s, const void *obj, cJSON *o) {
     for (int i = 0; i < s->n; i++) {
         const rl_cfg_field *f = &s->fields[i];
         const char *p = AT_C(obj, f);
         switch (f->kind) {
-        case RL_CFG_INT: cJSON_AddNumberToObject(o, f->name, *(const int *)p); break;
-        case RL_CFG_I64: cJSON_AddNumberToObject(o, f->name, (double)*(const long long *)p); break;
-        case RL_CFG_U64: cJSON_AddNumberToObject(o, f->name, (double)*(const uint64_t *)p); break;
+        case RL_CFG_INT: add_int(o, f->name, *(const int *)p, false); break;
+        case RL_CFG_I64: add_int(o, f->name, *(const long long *)p, false); break;
+        case RL_CFG_U64: add_int(o, f->name, (long long)*(const uint64_t *)p, true); break;
         case RL_CFG_NUM: cJSON_AddNumberToObject(o, f->name, *(const double *)p); break;
         case RL_CFG_BOOL: cJSON_AddBoolToObject(o, f->name, *(const bool *)p); break;
         case RL_CFG_STR: cJSON_AddStringToObject(o, f->name, p); break;
@@ -154,7 +164,10 @@ static void field_schema(const rl_cfg_field *f, bool for_crd, cJSON *p) {
     if (f->kind == RL_CFG_I64 || f->kind == RL_CFG_U64) cJSON_AddStringToObject(p, "format", "int64");
     const char *doc = f->doc ? f->doc : f->sub ? f->sub->doc : NULL;
     if (doc) cJSON_AddStringToObject(p, "description", doc);
-    if (f->kind <= RL_CFG_NUM) {
+    if (f->kind < RL_CFG_NUM) {
+        add_int(p, "minimum", (long long)f->min, false);
+        add_int(p, "maximum", (long long)f->max, false);
+    } else if (f->kind == RL_CFG_NUM) {
         cJSON_AddNumberToObject(p, "minimum", f->min);
         cJSON_AddNumberToObject(p, "maximum", f->max);
     }

@@ -39,6 +39,7 @@ import argparse
 import copy
 import functools
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -349,6 +350,21 @@ def leaves_of_schema(node, prefix=""):
         yield from leaves_of_schema(node["items"], prefix + "[]")
 
 
+def check_training_generated(worker, crd, crd_path):
+    """spec.training is the worker's config tables, as `make manifests`
+    writes them: the text, and the schema it reads back as."""
+    spec = importlib.util.spec_from_file_location("crd_training", os.path.join(ROOT, "scripts/crd_training.py"))
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    schema = gen.schema_of(worker)
+    text = open(crd_path).read()
+    where = "manifests/crd.yaml"
+    check(gen.render(text, schema) == text, where,
+          "spec.training is not what the worker's config tables give (make manifests)")
+    mine = schema_at(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], "spec.training")
+    check(mine == schema, where, "spec.training does not read back as `ringleader-worker --print-schema`")
+
+
 def check_doc_contract(schema, crd_validator, where="docs/trainingjob.md"):
     """Every field of the document's example is in the schema, and the
     example (its spec) is a valid TrainingJob."""
@@ -628,13 +644,15 @@ def main():
     ap.add_argument("--hadolint", required=True)
     ap.add_argument("--json-out", help="write TrainingJobs for the operator's parser here")
     ap.add_argument("--operator", help="ringleader-operator, to check what `render` prints")
+    ap.add_argument("--worker", required=True, help="ringleader-worker, whose --print-schema is spec.training")
     a = ap.parse_args()
 
     crd_path = os.path.join(ROOT, "manifests/crd.yaml")
     chart_crd = os.path.join(ROOT, "helm/ringleader/crds/trainingjob.yaml")
     check(open(crd_path, "rb").read() == open(chart_crd, "rb").read(), rel(chart_crd),
-          "not byte-identical to manifests/crd.yaml (cp manifests/crd.yaml %s)" % rel(chart_crd))
+          "not byte-identical to manifests/crd.yaml (make manifests)")
     crd = load_docs(crd_path)[0]
+    check_training_generated(a.worker, crd, crd_path)
     validate_builtin(crd, "manifests/crd.yaml")
     schema = check_crd(crd, "manifests/crd.yaml")
     validator = jsonschema.Draft202012Validator(to_jsonschema(schema), format_checker=jsonschema.FormatChecker())

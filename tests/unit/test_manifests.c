@@ -46,8 +46,10 @@ static char *run(const char *cmd, int *status) {
 static void run_check(char *dir) {
     cr_assert(mkdtemp(dir) != NULL);
     char cmd[4608];
-    snprintf(cmd, sizeof cmd, "tests/manifests/check.sh %s --json-out %s --operator %s/ringleader-operator 2>&1", VENV,
-             dir, rl_test_bindir());
+    snprintf(cmd, sizeof cmd,
+             "tests/manifests/check.sh %s --json-out %s --operator %s/ringleader-operator "
+             "--worker %s/ringleader-worker 2>&1",
+             VENV, dir, rl_test_bindir(), rl_test_bindir());
     int st;
     char *out = run(cmd, &st);
     cr_assert_eq(st, 0, "tests/manifests/check.sh failed (exit %d):\n%s", st, out);
