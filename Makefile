@@ -83,9 +83,12 @@ $(LIB): $(PKG_OBJS) $(KERNEL_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-# kept, not deleted as an intermediate, so a relink does not recompile it
-.SECONDARY: $(CMDS:%=$(BUILD)/cmd/%/main.o) $(BUILD)/cmd/flags.o
-$(BIN)/ringleader-%: $(BUILD)/cmd/%/main.o $(BUILD)/cmd/flags.o $(LIB)
+# Each binary: the .c files of its cmd/<name>/ folder and the shared flag
+# parser. Kept, not deleted as intermediates, so a relink does not recompile.
+CMD_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CMDS:%=cmd/%/*.c))) $(BUILD)/cmd/flags.o
+.SECONDARY: $(CMD_OBJS)
+.SECONDEXPANSION:
+$(BIN)/ringleader-%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard cmd/$$*/*.c)) $(BUILD)/cmd/flags.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
@@ -338,4 +341,4 @@ clean:
 	rm -rf $(BUILD) build-asan $(BIN)
 
 -include $(PKG_OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:=.d) \
-         $(CMDS:%=$(BUILD)/cmd/%/main.d) $(BUILD)/cmd/flags.d
+         $(CMD_OBJS:.o=.d)

@@ -9,6 +9,7 @@
 
 #include "agent/agent.h"
 #include "cmd/flags.h"
+#include "env.h"
 #include "rdzv/rdzv.h"
 #include "train/train.h"
 #include "util/util.h"
@@ -111,7 +112,7 @@ static int own_metrics(const rl_node_stats_opts *so, rl_node_stats **ns) {
 
 /* One trainer in this process (world size 1). */
 static int run_single(const rl_job_config *cfg, const char *config_path, const char *save_params,
-                      rl_node_stats *ns) {
+                      rl_node_stats *ns, const char *stats_fd) {
     rl_err e = {0};
     int rc;
     rl_trainer tr;
@@ -124,7 +125,7 @@ static int run_single(const rl_job_config *cfg, const char *config_path, const c
     tr.stop = &g_stop;
     /* to our agent's pipe when it launched us, else to own metrics */
     rl_stats_reporter reporter;
-    rl_stats_reporter_attach(&reporter, &tr, ns);
+    rl_stats_reporter_attach(&reporter, &tr, ns, stats_fd);
     rc = rl_trainer_run(&tr, &e);
     if (!rc && save_params) rc = rl_trainer_save_params(&tr, save_params, &e);
     if (rc) {
@@ -193,12 +194,13 @@ static int parse_flags(int argc, char **argv, flags *f) {
 
 /* The job config: --config FILE, else RINGLEADER_CONFIG (the operator hands
  * spec.training over so; trainers re-exec'd by an agent inherit it), else
- * the embedded default; then --steps and --seed. *config_path names where
- * it came from in later messages (NULL: the default). */
-static int load_config(const flags *f, rl_job_config *cfg, const char **config_path) {
+ * the embedded default; over it the environment's variables, then the
+ * flags; then its checks, once. *config_path names where it came from in
+ * later messages (NULL: the default). */
+static int load_config(const flags *f, const worker_env *w, rl_job_config *cfg, const char **config_path) {
     rl_err e = {0};
     int rc;
-    const char *config_env = getenv("RINGLEADER_CONFIG");
+    const char *config_env = w->config;
     rl_job_config_default(cfg);
     *config_path = f->config_path;
     if (f->config_path) {
@@ -208,31 +210,37 @@ static int load_config(const flags *f, rl_job_config *cfg, const char **config_p
         rc = rl_job_config_parse(text, len, f->config_path, cfg, &e);
         free(text);
         if (rc) return fail("", &e);
-    } else if (config_env && *config_env) {
+    } else if (config_env) {
         if ((rc = rl_job_config_parse(config_env, strlen(config_env), "RINGLEADER_CONFIG", cfg, &e)))
             return fail("", &e);
         *config_path = "RINGLEADER_CONFIG";
     }
+    const rl_cfg_section *s = &rl_job_config_section;
+    if ((rc = worker_env_config(w, cfg, &e)) || (f->rdzv && (rc = rl_cfg_set(s, cfg, "rdzv.backend", f->rdzv, "--rdzv", &e))) ||
+        (f->job && (rc = rl_cfg_set(s, cfg, "rdzv.job", f->job, "--job", &e))) ||
+        (f->nodes && (rc = worker_set_nodes(cfg, f->nodes, "--nnodes", &e))))
+        return fail("", &e);
     if (f->steps >= 0) {
         cfg->train.steps = f->steps;
         if (cfg->train.warmup_steps > f->steps) cfg->train.warmup_steps = f->steps;
     }
     if (f->seed >= 0) cfg->train.seed = (uint64_t)f->seed;
+    if ((rc = rl_cfg_check(s, cfg, *config_path ? *config_path : "config", &e))) return fail("", &e);
     return 0;
 }
 
 /* The elastic node agent (--rdzv k8s|etcd, or RINGLEADER_RDZV). */
-static int run_agent(const rl_job_config *cfg, const flags *f, char **argv, rl_node_stats_opts so) {
+static int run_agent(const rl_job_config *cfg, const flags *f, const worker_env *w, char **argv,
+                     rl_node_stats_opts so) {
     rl_err e = {0};
     int rc;
     rl_log_init(-1);
     if (exec_self(argv)) return 1;
     rl_node_env ne;
-    if ((rc = rl_node_env_read(&ne, &e))) return fail("", &e);
     rl_elastic_env ee;
     rl_elastic_opts eo;
-    if ((rc = rl_elastic_setup(cfg, procs_per_node(f->nproc != -1 ? (int)f->nproc : ne.nproc_per_node), &ee, &eo,
-                               &e)))
+    if ((rc = rl_node_env_read(getenv, &ne, &e)) || (rc = worker_env_elastic(w, &ee, &e)) ||
+        (rc = rl_elastic_setup(cfg, procs_per_node(f->nproc != -1 ? (int)f->nproc : ne.nproc_per_node), &ee, &eo, &e)))
         return fail("", &e);
     bool preempted = false;
     eo.argv = argv, eo.stop = &g_stop, eo.stop_sig = &g_stop_sig, eo.preempted = &preempted;
@@ -251,12 +259,12 @@ static int run_agent(const rl_job_config *cfg, const flags *f, char **argv, rl_n
 
 /* The local launcher (--nproc-per-node, PET_*): forks this node's trainers. */
 static int run_launcher(const rl_job_config *cfg, const char *config_path, rl_node_env node, const flags *f,
-                        char **argv, rl_node_stats_opts so) {
+                        const worker_env *w, char **argv, rl_node_stats_opts so) {
     rl_err e = {0};
     int rc, world = node.nnodes * node.nproc_per_node;
     if ((rc = rl_job_config_check_world(cfg, world, config_path ? config_path : "config", &e))) return fail("", &e);
     /* standalone: one node and no port asked for -> any free port */
-    if (node.nnodes == 1 && f->mport < 0 && !getenv("PET_MASTER_PORT") && !getenv("MASTER_PORT"))
+    if (node.nnodes == 1 && f->mport < 0 && !w->master_port)
         node.master_port = 0;
     rl_log_init(-1);
     if (exec_self(argv)) return 1;
@@ -264,25 +272,26 @@ static int run_launcher(const rl_job_config *cfg, const char *config_path, rl_no
     double grace = cfg->ckpt.uri[0] && cfg->ckpt.preempt_budget_s + 5 > 10 ? cfg->ckpt.preempt_budget_s + 5 : 10;
     bool preempted = false;
     rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = grace, .stop = &g_stop,
-                         .secret = getenv(RL_ENV_RDZV_SECRET),
+                         .secret = w->secret,
                          .stop_sig = &g_stop_sig, .preempted = &preempted, .stats = so};
     if ((rc = rl_launch(&lo, &e))) return preempted ? RL_EXIT_PREEMPTED : fail("", &e);
     return 0;
 }
 
 /* One rank of a job torchrun, srun or our launcher started, or alone. */
-static int run_rank(const rl_job_config *cfg, const char *config_path, const char *save_params, bool is_child,
+static int run_rank(const rl_job_config *cfg, const char *config_path, const char *save_params, const worker_env *w,
                     const rl_node_stats_opts *so) {
+    bool is_child = w->child;
     rl_err e = {0};
     int rc;
     rl_static_env env;
     bool found = false;
-    if ((rc = rl_static_env_read(&env, &found, &e))) return fail("", &e);
+    if ((rc = rl_static_env_read(getenv, &env, &found, &e))) return fail("", &e);
     rl_node_stats *ns = NULL;
     if (!found || env.world == 1) {
         rl_log_init(-1);
         if ((rc = own_metrics(so, &ns))) return rc;
-        rc = run_single(cfg, config_path, save_params, ns);
+        rc = run_single(cfg, config_path, save_params, ns, w->stats_fd);
         rl_node_stats_stop(ns);
         return rc;
     }
@@ -292,7 +301,8 @@ static int run_rank(const rl_job_config *cfg, const char *config_path, const cha
     if (!is_child && env.local_rank == 0 && (rc = own_metrics(so, &ns))) return rc;
     rl_run_summary sum = {0};
     rl_proc_opts po = {.cfg = cfg, .env = &env, .save_params = save_params, .stop = &g_stop,
-                       .starting = &g_starting, .stats = ns};
+                       .starting = &g_starting, .stats = ns, .host = w->ring_host, .store_prefix = w->store_prefix,
+                       .secret = w->secret, .stats_fd = w->stats_fd, .store_hosted = w->store_hosted};
     rc = rl_proc_run(&po, &sum, &e);
     rl_node_stats_stop(ns);
     if (rc) {
@@ -335,31 +345,26 @@ int main(int argc, char **argv) {
     flags f;
     int rc = parse_flags(argc, argv, &f);
     if (rc) return rc < 0 ? 0 : rc;
+    worker_env w;
+    worker_env_read(&w);
     rl_job_config cfg;
     const char *config_path;
-    if ((rc = load_config(&f, &cfg, &config_path))) return rc;
+    if ((rc = load_config(&f, &w, &cfg, &config_path))) return rc;
     if (f.print_config || f.print_schema) return print_json(&cfg, f.print_schema);
 
     /* Which role: a node agent (launcher), one rank of a job, or alone. */
-    const char *child = getenv(RL_ENV_CHILD);
-    bool is_child = child && *child == '1';
+    bool is_child = w.child;
     g_starting = is_child;
     /* Metrics belong to the node agent (or a process without one); a
      * trainer an agent started inherits the port settings and ignores them. */
     rl_node_stats_opts so = {0};
-    if (!is_child && (rc = rl_node_stats_env(&so, (int)f.metrics_port, &e))) return fail("", &e);
+    if (!is_child && (rc = worker_env_stats(&w, (int)f.metrics_port, &so, &e))) return fail("", &e);
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    int nmin = 0, nmax = 0;
-    if (f.nodes && (rc = rl_parse_nodes(f.nodes, "--nnodes", &nmin, &nmax, &e))) return fail("", &e);
-    if (f.rdzv) snprintf(cfg.rdzv.backend, sizeof cfg.rdzv.backend, "%s", f.rdzv);
-    if (f.job) snprintf(cfg.rdzv.job, sizeof cfg.rdzv.job, "%s", f.job);
-    if (f.nodes) cfg.rdzv.min_nodes = nmin, cfg.rdzv.max_nodes = nmax;
-    const char *rdzv_env = getenv("RINGLEADER_RDZV");
-    if (rdzv_env && *rdzv_env) snprintf(cfg.rdzv.backend, sizeof cfg.rdzv.backend, "%s", rdzv_env);
-    if (!is_child && strcmp(cfg.rdzv.backend, "static") != 0) return run_agent(&cfg, &f, argv, so);
+    if (!is_child && strcmp(cfg.rdzv.backend, "static") != 0) return run_agent(&cfg, &f, &w, argv, so);
+    int nmin = cfg.rdzv.min_nodes, nmax = cfg.rdzv.max_nodes;
     if (f.nodes && nmin != nmax) {
         fprintf(stderr, "ringleader-worker: error: --nnodes %s: an elastic range needs --rdzv k8s or etcd\n",
                 f.nodes);
@@ -367,7 +372,7 @@ int main(int argc, char **argv) {
     }
     if (!is_child) {
         rl_node_env node;
-        if ((rc = rl_node_env_read(&node, &e))) return fail("", &e);
+        if ((rc = rl_node_env_read(getenv, &node, &e))) return fail("", &e);
         if (f.nproc != -1) node.nproc_per_node = (int)f.nproc;
         node.nproc_per_node = procs_per_node(node.nproc_per_node);
         if (f.nodes) node.nnodes = nmin;
@@ -379,7 +384,7 @@ int main(int argc, char **argv) {
                     node.nnodes);
             return 2;
         }
-        if (node.nproc_per_node > 0) return run_launcher(&cfg, config_path, node, &f, argv, so);
+        if (node.nproc_per_node > 0) return run_launcher(&cfg, config_path, node, &f, &w, argv, so);
     }
-    return run_rank(&cfg, config_path, f.save_params, is_child, &so);
+    return run_rank(&cfg, config_path, f.save_params, &w, &so);
 }

@@ -42,10 +42,6 @@ typedef struct rl_node_stats_opts {
     double peak_tflops; /* one trainer's device peak, TFLOP/s; 0: unknown (no ringleader_mfu) */
     bool pipe;          /* create the trainer -> agent pipe */
 } rl_node_stats_opts;
-/* The environment's side: RINGLEADER_METRICS_PORT (when flag_port < 0,
- * i.e. no --metrics-port), RINGLEADER_METRICS_ADDR, else POD_IP, else
- * 0.0.0.0, and RINGLEADER_PEAK_TFLOPS. RL_EINPUT naming the variable. */
-int rl_node_stats_env(rl_node_stats_opts *o, int flag_port, rl_err *e);
 int rl_node_stats_start(const rl_node_stats_opts *o, rl_node_stats **out, rl_err *e);
 void rl_node_stats_stop(rl_node_stats *ns);
 /* The pipe's write end for local rank 0 (-1: none). */
@@ -70,10 +66,10 @@ typedef struct rl_node_snapshot {
 } rl_node_snapshot;
 void rl_node_stats_snapshot(rl_node_stats *ns, rl_node_snapshot *out);
 
-/* The trainer's side: reports steps and checkpoints through
- * RINGLEADER_STATS_FD when the agent gave one, else into `direct` (may be
- * NULL: then nothing is reported). Sets tr->observer; r must outlive the
- * run. */
+/* The trainer's side: reports steps and checkpoints through the pipe the
+ * agent gave (stats_fd: RINGLEADER_STATS_FD's value, or NULL), else into
+ * `direct` (may be NULL: then nothing is reported). Sets tr->observer; r
+ * must outlive the run. */
 typedef struct rl_stats_reporter {
     rl_stats_writer w;
     rl_node_stats *direct;
@@ -81,7 +77,7 @@ typedef struct rl_stats_reporter {
     int world;
     double flops_per_token;
 } rl_stats_reporter;
-void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stats *direct);
+void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stats *direct, const char *stats_fd);
 
 /* ---- the progress Lease (<job>-progress) ----------------------------------------------------
  * The agent whose trainers include global rank 0 merge-patches the job's
@@ -116,6 +112,13 @@ typedef struct rl_proc_opts {
     const volatile int *stop;  /* set by a signal handler */
     volatile int *starting;    /* cleared just before the training loop (may be NULL) */
     rl_node_stats *stats;      /* in-process metrics (no agent), or NULL */
+    /* What the launcher or agent handed down (cmd/ reads the environment):
+     * the address peers dial for this process's ring (NULL: loopback),
+     * whether the store is hosted already (else rank 0 hosts it on
+     * MASTER_ADDR), the key prefix there (NULL: "static"), the job's
+     * rendezvous secret (NULL: none) and the stats pipe (NULL: none). */
+    const char *host, *store_prefix, *secret, *stats_fd;
+    bool store_hosted;
 } rl_proc_opts;
 
 /* Runs the whole training; *summary is filled on rank 0 (the data digest
@@ -212,19 +215,20 @@ typedef struct rl_elastic_opts {
  * signal; RL_EPEER when the job failed (restart limit) with the reason. */
 int rl_elastic_run(const rl_elastic_opts *o, rl_err *e);
 
-/* The pod's side of the options: identity, secret and overrides from the
- * environment, over the job config's "rdzv" section:
- *   RINGLEADER_RDZV (backend), RINGLEADER_JOB, RINGLEADER_NNODES ("N" or
- *   "MIN:MAX"), RINGLEADER_ETCD_ENDPOINT, POD_NAME (else the host name),
- *   POD_IP (else RL_HOST_ADDR), POD_NAMESPACE, KUBECONFIG, the secret
- *   RINGLEADER_RDZV_SECRET, and RL_PROGRESS_INTERVAL_S (tests: how often
- *   the progress Lease may be written). The metrics options (o->stats)
- *   are the caller's (rl_node_stats_env). env holds the strings o points into. Checks
- * that the global batch divides for every world size the job can have. */
+/* The pod's side of the options, which cmd/ reads from the environment:
+ * its name (POD_NAME), address (POD_IP), namespace, kubeconfig, the job's
+ * rendezvous secret and how often the progress Lease may be written
+ * (0: the default). Backend, job, node range and etcd endpoint are the
+ * config's "rdzv" section, with the environment's and the flags'
+ * overrides already applied (cmd/worker). The metrics options (o->stats)
+ * are the caller's. o points into env and cfg: both outlive the run.
+ * Checks that the global batch divides for every world size the job can
+ * have. */
 typedef struct rl_elastic_env {
-    char id[254], addr[64], ns[254], kubeconfig[1024], secret[1024], etcd[256], job[64];
+    const char *id, *addr, *ns, *kubeconfig, *secret; /* ns, kubeconfig, secret may be NULL */
+    double progress_interval_s;
 } rl_elastic_env;
-int rl_elastic_setup(const rl_job_config *cfg, int nproc, rl_elastic_env *env, rl_elastic_opts *o,
+int rl_elastic_setup(const rl_job_config *cfg, int nproc, const rl_elastic_env *env, rl_elastic_opts *o,
                      rl_err *e);
 /* "N" or "MIN:MAX" -> min, max (RL_EINPUT naming `what`). */
 int rl_parse_nodes(const char *s, const char *what, int *min, int *max, rl_err *e);

@@ -351,52 +351,27 @@ int rl_parse_nodes(const char *s, const char *what, int *min, int *max, rl_err *
     return RL_OK;
 }
 
-static void env_copy(char *dst, size_t n, const char *name, const char *fallback) {
-    const char *v = getenv(name);
-    snprintf(dst, n, "%s", v && *v ? v : fallback ? fallback : "");
-}
-
-int rl_elastic_setup(const rl_job_config *cfg, int nproc, rl_elastic_env *env, rl_elastic_opts *o,
+int rl_elastic_setup(const rl_job_config *cfg, int nproc, const rl_elastic_env *env, rl_elastic_opts *o,
                      rl_err *e) {
     const rl_rdzv_config *rc = &cfg->rdzv;
     memset(o, 0, sizeof *o);
-    memset(env, 0, sizeof *env);
-    char host[254] = "";
-    gethostname(host, sizeof host - 1);
-    env_copy(env->id, sizeof env->id, "POD_NAME", host);
-    env_copy(env->addr, sizeof env->addr, "POD_IP", getenv("RL_HOST_ADDR"));
-    env_copy(env->ns, sizeof env->ns, "POD_NAMESPACE", NULL);
-    env_copy(env->kubeconfig, sizeof env->kubeconfig, "KUBECONFIG", NULL);
-    env_copy(env->secret, sizeof env->secret, RL_ENV_RDZV_SECRET, NULL);
-    env_copy(env->etcd, sizeof env->etcd, "RINGLEADER_ETCD_ENDPOINT", rc->etcd_endpoint);
-    env_copy(env->job, sizeof env->job, "RINGLEADER_JOB", rc->job);
-    o->backend = getenv("RINGLEADER_RDZV") && *getenv("RINGLEADER_RDZV") ? getenv("RINGLEADER_RDZV") : rc->backend;
+    o->backend = rc->backend;
     if (strcmp(o->backend, "k8s") != 0 && strcmp(o->backend, "etcd") != 0)
-        return rl_errf(e, RL_EINPUT, "RINGLEADER_RDZV: \"%.32s\" is not k8s or etcd", o->backend);
+        return rl_errf(e, RL_EINPUT, "rdzv.backend: \"%.32s\" is not k8s or etcd", o->backend);
     o->round = (rl_round_opts){.min_nodes = rc->min_nodes, .max_nodes = rc->max_nodes ? rc->max_nodes : rc->min_nodes,
                                .last_call_s = rc->last_call_s, .heartbeat_s = rc->heartbeat_s,
                                .heartbeat_misses = rc->heartbeat_misses, .max_restarts = rc->max_restarts};
-    const char *nn = getenv("RINGLEADER_NNODES");
     int err;
-    if (nn && *nn && (err = rl_parse_nodes(nn, "RINGLEADER_NNODES", &o->round.min_nodes, &o->round.max_nodes, e)))
-        return err;
-    o->job = env->job, o->id = env->id, o->addr = env->addr, o->port = rc->port;
+    o->job = rc->job, o->id = env->id, o->addr = env->addr ? env->addr : "", o->port = rc->port;
     o->nproc = nproc > 0 ? nproc : 1;
-    o->secret = env->secret, o->secret_len = strlen(env->secret);
+    o->secret = env->secret ? env->secret : "", o->secret_len = env->secret ? strlen(env->secret) : 0;
     o->lease_s = rc->lease_s, o->renew_deadline_s = rc->renew_deadline_s, o->retry_s = rc->retry_s;
-    o->kubeconfig = env->kubeconfig[0] ? env->kubeconfig : NULL;
-    o->ns = env->ns[0] ? env->ns : NULL;
-    o->etcd_endpoint = env->etcd;
+    o->kubeconfig = env->kubeconfig && *env->kubeconfig ? env->kubeconfig : NULL;
+    o->ns = env->ns && *env->ns ? env->ns : NULL;
+    o->etcd_endpoint = rc->etcd_endpoint;
     o->grace_s = rc->stop_grace_s;
-    const char *pi = getenv("RL_PROGRESS_INTERVAL_S");
-    if (pi && *pi) {
-        char *end;
-        double v = strtod(pi, &end);
-        if (*end || !(v > 0) || v > 86400)
-            return rl_errf(e, RL_EINPUT, "RL_PROGRESS_INTERVAL_S: \"%.32s\" is not a number of seconds in (0, 86400]", pi);
-        o->progress_interval_s = v;
-    }
-    if (strcmp(o->backend, "etcd") == 0 && !env->etcd[0])
+    o->progress_interval_s = env->progress_interval_s;
+    if (strcmp(o->backend, "etcd") == 0 && !rc->etcd_endpoint[0])
         return rl_errf(e, RL_EINPUT, "rdzv.etcd_endpoint (or RINGLEADER_ETCD_ENDPOINT) is missing for the etcd backend");
     /* Every world size the job may take must give a whole accumulation count. */
     for (int n = o->round.min_nodes; n <= o->round.max_nodes; n++)

@@ -7,14 +7,6 @@
 #include "comm/comm.h"
 #include "ddp/ddp.h"
 
-/* The address peers use to reach this process's ring socket. In a pod the
- * operator sets POD_IP; locally everything is loopback. */
-static const char *advertise_host(void) {
-    const char *h = getenv("RL_HOST_ADDR");
-    if (!h || !*h) h = getenv("POD_IP");
-    return h && *h ? h : "127.0.0.1";
-}
-
 /* Catch inconsistent launches before any collective can hang on them: the
  * first process to arrive fixes WORLD_SIZE, and each rank can be claimed
  * once. Two processes with one RANK, or ranks that disagree on the world
@@ -58,8 +50,8 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     if ((rc = rl_job_config_check_world(cfg, env->world, "config", e))) return rc;
     /* Launched by SLURM or by hand, nobody hosts the store: rank 0 does, on
      * MASTER_ADDR (where the others look for it), with the job's secret. */
-    const char *hosted = getenv(RL_ENV_STORE_HOSTED), *secret = getenv(RL_ENV_RDZV_SECRET);
-    if (env->rank == 0 && !(hosted && *hosted == '1')) {
+    const char *secret = o->secret;
+    if (env->rank == 0 && !o->store_hosted) {
         char host[256];
         /* one node: MASTER_ADDR is this machine whatever it resolves to */
         if (env->world == env->local_world) snprintf(host, sizeof host, "%s", env->master_addr);
@@ -71,8 +63,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
         goto out;
     /* An elastic agent runs each round's trainers under their own key
      * prefix on the leader's store, which wants the job's secret. */
-    const char *prefix = getenv(RL_ENV_STORE_PREFIX);
-    if (!prefix || !*prefix) prefix = "static";
+    const char *prefix = o->store_prefix && *o->store_prefix ? o->store_prefix : "static";
     char id[32], comm_prefix[300];
     snprintf(id, sizeof id, "rank-%d", env->rank);
     snprintf(comm_prefix, sizeof comm_prefix, "%s/comm", prefix);
@@ -89,7 +80,8 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
         .secret = secret,
         .secret_len = secret ? strlen(secret) : 0,
         .prefix = comm_prefix,
-        .host = advertise_host(),
+        /* in a pod the operator sets POD_IP; locally everything is loopback */
+        .host = o->host && *o->host ? o->host : "127.0.0.1",
         .timeout_s = cfg->dist.timeout_s,
         .device = env->local_rank,
     };
@@ -102,7 +94,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     /* steps and checkpoints to the agent's pipe (local rank 0 has one), or
      * to in-process metrics */
     rl_stats_reporter reporter;
-    rl_stats_reporter_attach(&reporter, &tr, o->stats);
+    rl_stats_reporter_attach(&reporter, &tr, o->stats, o->stats_fd);
     rl_ddp_opts dopt = {
         .first_bucket_bytes = (size_t)(cfg->dist.first_bucket_mb * (1 << 20)),
         .bucket_bytes = (size_t)(cfg->dist.bucket_mb * (1 << 20)),

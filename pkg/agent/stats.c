@@ -57,32 +57,6 @@ struct rl_node_stats {
     rl_node_snapshot snap;
 };
 
-int rl_node_stats_env(rl_node_stats_opts *o, int flag_port, rl_err *e) {
-    const char *v = getenv("RINGLEADER_METRICS_PORT");
-    char *end;
-    if (flag_port >= 0) {
-        o->port = flag_port;
-    } else if (v && *v) {
-        long p = strtol(v, &end, 10);
-        if (*end || p < 0 || p > 65535)
-            return rl_errf(e, RL_EINPUT, "RINGLEADER_METRICS_PORT: \"%.32s\" is not a port (0..65535, 0: off)", v);
-        o->port = (int)p;
-    }
-    /* the pod IP by default: the port then belongs to this pod's address
-     * only (agents of a test share one host on 127.0.N.x addresses) */
-    const char *a = getenv("RINGLEADER_METRICS_ADDR");
-    if (!a || !*a) a = getenv("POD_IP");
-    snprintf(o->addr, sizeof o->addr, "%s", a && *a ? a : "");
-    v = getenv("RINGLEADER_PEAK_TFLOPS");
-    if (v && *v) {
-        double p = strtod(v, &end);
-        if (*end || !(p > 0) || !isfinite(p))
-            return rl_errf(e, RL_EINPUT, "RINGLEADER_PEAK_TFLOPS: \"%.32s\" is not a positive number (TFLOP/s of one device)", v);
-        o->peak_tflops = p;
-    }
-    return RL_OK;
-}
-
 int rl_node_stats_start(const rl_node_stats_opts *o, rl_node_stats **out, rl_err *e) {
     *out = NULL;
     rl_node_stats *ns = calloc(1, sizeof *ns);
@@ -224,9 +198,9 @@ static void on_ckpt(void *ud, const rl_train_ckpt_event *ev) {
     report(r, &m);
 }
 
-void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stats *direct) {
+void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stats *direct, const char *stats_fd) {
     memset(r, 0, sizeof *r);
-    rl_stats_writer_from_env(&r->w);
+    rl_stats_writer_open(&r->w, stats_fd);
     r->direct = direct;
     if (r->w.fd < 0 && !direct) return; /* nobody listens: no observer at all */
     r->steps = tr->cfg.train.steps;

@@ -111,11 +111,12 @@ typedef struct rl_stats_writer {
     int fd;
     long long sent, dropped;
 } rl_stats_writer;
-/* From RINGLEADER_STATS_FD: connected when it names an open pipe or
- * socket; the fd is made non-blocking and close-on-exec, and SIGPIPE is
- * ignored (a vanished agent must not kill the trainer; its own EPIPE is
- * just a dropped line). Malformed values are ignored (logged at debug). */
-void rl_stats_writer_from_env(rl_stats_writer *w);
+/* fd_text: the value of RINGLEADER_STATS_FD the agent gave (cmd/ reads
+ * it; NULL: none). Connected when it names an open pipe or socket; the fd
+ * is made non-blocking and close-on-exec, and SIGPIPE is ignored (a
+ * vanished agent must not kill the trainer; its own EPIPE is just a
+ * dropped line). Malformed values are ignored (logged at debug). */
+void rl_stats_writer_open(rl_stats_writer *w, const char *fd_text);
 /* Never blocks: true when the line went out whole, false when dropped. */
 bool rl_stats_send(rl_stats_writer *w, const rl_stats_msg *m);
 

@@ -92,10 +92,9 @@ int rl_stats_parse(const char *line, size_t len, rl_stats_msg *m, rl_err *e) {
     return rc;
 }
 
-void rl_stats_writer_from_env(rl_stats_writer *w) {
+void rl_stats_writer_open(rl_stats_writer *w, const char *v) {
     memset(w, 0, sizeof *w);
     w->fd = -1;
-    const char *v = getenv(RL_ENV_STATS_FD);
     if (!v || !*v) return;
     char *end;
     long fd = strtol(v, &end, 10);

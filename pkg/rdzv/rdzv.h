@@ -16,6 +16,9 @@
 #include "util/util.h"
 
 /* ---- static rendezvous: torchrun / Kubeflow / SLURM environment ------------------
+ * Read through `lookup` (cmd/ passes getenv; tests may pass a table), so
+ * the process environment is read in cmd/ only.
+ *
  * Two levels, as with torchrun:
  *  - a trainer process reads its place in the job (rl_static_env_read):
  *    RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
@@ -47,7 +50,7 @@ typedef struct rl_static_env {
  * LOCAL_WORLD_SIZE is set (MASTER_ADDR alone is not a trainer), the SLURM
  * form when SLURM_PROCID is. *found = false (and RL_OK) when neither form
  * is present. */
-int rl_static_env_read(rl_static_env *env, bool *found, rl_err *e);
+int rl_static_env_read(rl_env_lookup lookup, rl_static_env *env, bool *found, rl_err *e);
 
 /* torchrun's --nproc-per-node auto / gpu: one trainer per visible GPU (one
  * on a machine without), settled by the launcher (rl_train_visible_gpus). */
@@ -59,7 +62,7 @@ typedef struct rl_node_env {
     int master_port;
 } rl_node_env;
 /* Defaults: 1 node, rank 0, master 127.0.0.1:29400. Same error rules. */
-int rl_node_env_read(rl_node_env *env, rl_err *e);
+int rl_node_env_read(rl_env_lookup lookup, rl_node_env *env, rl_err *e);
 
 /* Where a static job's store listens (out: a host for rl_store_server_start):
  * loopback when the job is one node (nothing off the machine needs it),

@@ -23,9 +23,9 @@ static const char *const backends[] = {"static", "k8s", "etcd", NULL};
 #define OP .flags = RL_CFG_OPERATOR
 #define F(f, ...) RL_CFG_FIELD(rl_rdzv_config, f, __VA_ARGS__)
 static const rl_cfg_field rdzv_fields[] = {
-    F(backend, OP, .choices = backends, .def_str = "static",
+    F(backend, OP, .choices = backends, .def_str = "static", .env = "RINGLEADER_RDZV",
       .doc = "static (torchrun/SLURM environment), k8s or etcd."),
-    F(job, OP, .doc = "The job's name: its Service, Lease and etcd prefix."),
+    F(job, OP, .env = "RINGLEADER_JOB", .doc = "The job's name: its Service, Lease and etcd prefix."),
     F(min_nodes, OP, .min = 1, .max = 1 << 16, .def = 1),
     F(max_nodes, OP, .min = 0, .max = 1 << 16, .def = 0, .doc = "0: a fixed size of min_nodes."),
     F(port, OP, .min = 0, .max = 65535, .def = RL_STORE_DEFAULT_PORT, .doc = "The leader's store."),
@@ -39,7 +39,7 @@ static const rl_cfg_field rdzv_fields[] = {
     F(retry_s, .min = 0.05, .max = 3600, .def = 2, .doc = "At most renew_deadline_s / 1.2."),
     F(stop_grace_s, .min = 0, .max = 3600, .def = 30,
       .doc = "Trainers' SIGTERM to SIGKILL at a graceful round change."),
-    F(etcd_endpoint, OP, .doc = "http://host:port of etcd (backend etcd)."),
+    F(etcd_endpoint, OP, .env = "RINGLEADER_ETCD_ENDPOINT", .doc = "http://host:port of etcd (backend etcd)."),
 };
 #undef F
 #undef OP

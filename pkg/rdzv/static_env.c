@@ -159,10 +159,8 @@ int rl_slurm_first_host(const char *nodelist, char *out, size_t n, rl_err *e) {
 }
 
 /* ---- trainer environment ------------------------------------------------------------- */
-static const char *env(const char *name) { return getenv(name); }
-
-static int need(const char *name, const char *because, const char **v, rl_err *e) {
-    *v = env(name);
+static int need(rl_env_lookup L, const char *name, const char *because, const char **v, rl_err *e) {
+    *v = L(name);
     if (!*v) return rl_errf(e, RL_EINPUT, "%s is not set (%s)", name, because);
     return RL_OK;
 }
@@ -223,53 +221,53 @@ static int check_consistent(const rl_static_env *x, const char *rank_n, const ch
     return RL_OK;
 }
 
-static int read_torchrun(rl_static_env *x, rl_err *e) {
+static int read_torchrun(rl_env_lookup L, rl_static_env *x, rl_err *e) {
     static const char *why = "the torchrun form needs RANK, WORLD_SIZE, LOCAL_RANK, "
                              "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT";
     const char *v;
     int rc;
-    if ((rc = need("RANK", why, &v, e)) || (rc = parse_int("RANK", v, 0, INT_MAX, &x->rank, e)))
+    if ((rc = need(L, "RANK", why, &v, e)) || (rc = parse_int("RANK", v, 0, INT_MAX, &x->rank, e)))
         return rc;
-    if ((rc = need("WORLD_SIZE", why, &v, e)) ||
+    if ((rc = need(L, "WORLD_SIZE", why, &v, e)) ||
         (rc = parse_int("WORLD_SIZE", v, 1, INT_MAX, &x->world, e)))
         return rc;
-    if ((rc = need("LOCAL_RANK", why, &v, e)) ||
+    if ((rc = need(L, "LOCAL_RANK", why, &v, e)) ||
         (rc = parse_int("LOCAL_RANK", v, 0, INT_MAX, &x->local_rank, e)))
         return rc;
-    if ((rc = need("LOCAL_WORLD_SIZE", why, &v, e)) ||
+    if ((rc = need(L, "LOCAL_WORLD_SIZE", why, &v, e)) ||
         (rc = parse_int("LOCAL_WORLD_SIZE", v, 1, INT_MAX, &x->local_world, e)))
         return rc;
-    if ((rc = need("MASTER_ADDR", why, &v, e)) ||
+    if ((rc = need(L, "MASTER_ADDR", why, &v, e)) ||
         (rc = copy_host("MASTER_ADDR", v, x->master_addr, sizeof x->master_addr, e)))
         return rc;
-    if ((rc = need("MASTER_PORT", why, &v, e)) ||
+    if ((rc = need(L, "MASTER_PORT", why, &v, e)) ||
         (rc = parse_int("MASTER_PORT", v, 1, 65535, &x->master_port, e)))
         return rc;
     snprintf(x->source, sizeof x->source, "torchrun");
     return check_consistent(x, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", e);
 }
 
-static int read_slurm(rl_static_env *x, rl_err *e) {
+static int read_slurm(rl_env_lookup L, rl_static_env *x, rl_err *e) {
     static const char *why = "the SLURM form needs SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, "
                              "tasks per node and a node list";
     const char *v;
     int rc;
-    if ((rc = need("SLURM_PROCID", why, &v, e)) ||
+    if ((rc = need(L, "SLURM_PROCID", why, &v, e)) ||
         (rc = parse_int("SLURM_PROCID", v, 0, INT_MAX, &x->rank, e)))
         return rc;
-    if ((rc = need("SLURM_NTASKS", why, &v, e)) ||
+    if ((rc = need(L, "SLURM_NTASKS", why, &v, e)) ||
         (rc = parse_int("SLURM_NTASKS", v, 1, INT_MAX, &x->world, e)))
         return rc;
-    if ((rc = need("SLURM_LOCALID", why, &v, e)) ||
+    if ((rc = need(L, "SLURM_LOCALID", why, &v, e)) ||
         (rc = parse_int("SLURM_LOCALID", v, 0, INT_MAX, &x->local_rank, e)))
         return rc;
     const char *lw_name = "SLURM_NTASKS_PER_NODE";
-    if ((v = env(lw_name))) {
+    if ((v = L(lw_name))) {
         if ((rc = parse_int(lw_name, v, 1, INT_MAX, &x->local_world, e))) return rc;
-    } else if ((v = env("SLURM_TASKS_PER_NODE"))) {
+    } else if ((v = L("SLURM_TASKS_PER_NODE"))) {
         lw_name = "SLURM_TASKS_PER_NODE";
         int node = 0;
-        const char *nid = env("SLURM_NODEID");
+        const char *nid = L("SLURM_NODEID");
         if (nid && (rc = parse_int("SLURM_NODEID", nid, 0, INT_MAX, &node, e))) return rc;
         if ((rc = tasks_per_node(v, node, &x->local_world, e))) return rc;
     } else {
@@ -278,12 +276,12 @@ static int read_slurm(rl_static_env *x, rl_err *e) {
     }
     /* An explicit MASTER_ADDR wins (batch scripts commonly export one);
      * otherwise the first node of the allocation hosts the store. */
-    if ((v = env("MASTER_ADDR"))) {
+    if ((v = L("MASTER_ADDR"))) {
         if ((rc = copy_host("MASTER_ADDR", v, x->master_addr, sizeof x->master_addr, e)))
             return rc;
     } else {
         const char *ln = "SLURM_JOB_NODELIST";
-        if (!(v = env(ln))) v = env(ln = "SLURM_NODELIST");
+        if (!(v = L(ln))) v = L(ln = "SLURM_NODELIST");
         if (!v)
             return rl_errf(e, RL_EINPUT, "SLURM_JOB_NODELIST and SLURM_NODELIST are not set "
                                          "(%s; or set MASTER_ADDR)", why);
@@ -291,23 +289,23 @@ static int read_slurm(rl_static_env *x, rl_err *e) {
             return rl_err_wrap(e, "%s", ln);
     }
     x->master_port = RL_STORE_DEFAULT_PORT;
-    if ((v = env("MASTER_PORT")) && (rc = parse_int("MASTER_PORT", v, 1, 65535, &x->master_port, e)))
+    if ((v = L("MASTER_PORT")) && (rc = parse_int("MASTER_PORT", v, 1, 65535, &x->master_port, e)))
         return rc;
     snprintf(x->source, sizeof x->source, "slurm");
     return check_consistent(x, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", lw_name, e);
 }
 
-int rl_static_env_read(rl_static_env *env_out, bool *found, rl_err *e) {
+int rl_static_env_read(rl_env_lookup L, rl_static_env *env_out, bool *found, rl_err *e) {
     *found = false;
     rl_static_env x;
     memset(&x, 0, sizeof x);
     int rc;
     /* torchrun first: torchrun started inside a SLURM allocation inherits
      * SLURM's variables, and its own describe the trainer. */
-    if (env("RANK") || env("WORLD_SIZE") || env("LOCAL_RANK") || env("LOCAL_WORLD_SIZE"))
-        rc = read_torchrun(&x, e);
-    else if (env("SLURM_PROCID"))
-        rc = read_slurm(&x, e);
+    if (L("RANK") || L("WORLD_SIZE") || L("LOCAL_RANK") || L("LOCAL_WORLD_SIZE"))
+        rc = read_torchrun(L, &x, e);
+    else if (L("SLURM_PROCID"))
+        rc = read_slurm(L, &x, e);
     else
         return RL_OK;
     if (rc != RL_OK) return rc;
@@ -318,21 +316,21 @@ int rl_static_env_read(rl_static_env *env_out, bool *found, rl_err *e) {
 
 /* ---- node agent environment ---------------------------------------------------------- */
 /* PET_<name>, then <name>: which one was used is what messages name. */
-static const char *pet(const char *name, char *used, size_t n) {
+static const char *pet(rl_env_lookup L, const char *name, char *used, size_t n) {
     snprintf(used, n, "PET_%s", name);
-    const char *v = env(used);
+    const char *v = L(used);
     if (v) return v;
     snprintf(used, n, "%s", name);
-    return env(name);
+    return L(name);
 }
 
-int rl_node_env_read(rl_node_env *out, rl_err *e) {
+int rl_node_env_read(rl_env_lookup L, rl_node_env *out, rl_err *e) {
     rl_node_env x = {.nnodes = 1, .node_rank = 0, .nproc_per_node = 0,
                      .master_addr = "127.0.0.1", .master_port = RL_STORE_DEFAULT_PORT};
     char nn_name[32], nr_name[32], np_name[32], ma_name[32], mp_name[32];
     char b[64];
     int rc;
-    const char *v = pet("NNODES", nn_name, sizeof nn_name);
+    const char *v = pet(L, "NNODES", nn_name, sizeof nn_name);
     if (v) {
         /* torchrun also takes "MIN:MAX"; a static job has one size. */
         const char *colon = strchr(v, ':');
@@ -351,18 +349,18 @@ int rl_node_env_read(rl_node_env *out, rl_err *e) {
             return rc;
         }
     }
-    if ((v = pet("NODE_RANK", nr_name, sizeof nr_name)) &&
+    if ((v = pet(L, "NODE_RANK", nr_name, sizeof nr_name)) &&
         (rc = parse_int(nr_name, v, 0, INT_MAX, &x.node_rank, e)))
         return rc;
-    if ((v = pet("NPROC_PER_NODE", np_name, sizeof np_name))) {
+    if ((v = pet(L, "NPROC_PER_NODE", np_name, sizeof np_name))) {
         /* torchrun's "auto"/"gpu": one per local GPU, decided by the caller. */
         if (strcmp(v, "auto") == 0 || strcmp(v, "gpu") == 0) x.nproc_per_node = RL_NPROC_AUTO;
         else if ((rc = parse_int(np_name, v, 1, INT_MAX, &x.nproc_per_node, e))) return rc;
     }
-    if ((v = pet("MASTER_ADDR", ma_name, sizeof ma_name)) &&
+    if ((v = pet(L, "MASTER_ADDR", ma_name, sizeof ma_name)) &&
         (rc = copy_host(ma_name, v, x.master_addr, sizeof x.master_addr, e)))
         return rc;
-    if ((v = pet("MASTER_PORT", mp_name, sizeof mp_name)) &&
+    if ((v = pet(L, "MASTER_PORT", mp_name, sizeof mp_name)) &&
         (rc = parse_int(mp_name, v, 1, 65535, &x.master_port, e)))
         return rc;
     if (x.node_rank >= x.nnodes) {

@@ -52,6 +52,7 @@ typedef struct rl_cfg_field {
     const char *def_str;         /* strings (NULL: "") */
     const char *const *choices;  /* strings: the allowed values, NULL-terminated; NULL: any */
     const char *doc;             /* one line */
+    const char *env;             /* the environment variable that may set it (rl_cfg_from_env), or NULL */
     unsigned flags;              /* RL_CFG_OPERATOR, RL_CFG_URL */
     const rl_cfg_section *sub;   /* RL_CFG_OBJ */
 } rl_cfg_field;
@@ -83,6 +84,22 @@ void rl_cfg_defaults(const rl_cfg_section *s, void *obj);
  * check. */
 struct cJSON;
 int rl_cfg_read(const struct cJSON *o, const char *where, const rl_cfg_section *s, void *obj, rl_err *e);
+/* Overrides, for cmd/ (flags, then the environment, then the config file:
+ * applied in the reverse order, then checked once with rl_cfg_check).
+ * Values are text, read by the same rules as JSON (a number, true or
+ * false, a string within its bounds and choices); RL_EINPUT names `label`
+ * (the flag) or the variable.
+ * rl_cfg_from_env: every field that names a variable set non-empty
+ * through `lookup`. rl_cfg_set: the field at a dotted path
+ * ("rdzv.backend"). */
+int rl_cfg_from_env(const rl_cfg_section *s, void *obj, rl_env_lookup lookup, rl_err *e);
+int rl_cfg_set(const rl_cfg_section *s, void *obj, const char *path, const char *text, const char *label,
+               rl_err *e);
+/* The field at a dotted path, and its offset from obj (NULL: none): a flag
+ * takes its bounds from there. */
+const rl_cfg_field *rl_cfg_field_at(const rl_cfg_section *s, const char *path, size_t *off);
+/* Every section's check, innermost first, as rl_cfg_read runs them. */
+int rl_cfg_check(const rl_cfg_section *s, const void *obj, const char *where, rl_err *e);
 /* Every field of *obj into the object o. */
 void rl_cfg_write(const rl_cfg_section *s, const void *obj, struct cJSON *o);
 /* The OpenAPI v3 schema of the section (structural, as a CRD needs it):

@@ -102,6 +102,12 @@ char *rl_base64_encode(const void *data, size_t n);
  * and NUL-terminated. 0, or -1 (not base64, or out of memory). */
 int rl_base64_decode(const char *s, size_t n, bool skip_space, char **out, size_t *out_len);
 
+/* ---- the environment --------------------------------------------------------
+ * Packages that parse environment variables (torchrun's RANK, ...) take
+ * the lookup from cmd/, the one reader of the process environment: getenv,
+ * or a table in tests. NULL from it: not set. */
+typedef char *(*rl_env_lookup)(const char *name); /* getenv's type */
+
 /* ---- files ----------------------------------------------------------------- */
 /* Read a whole file (NUL-terminated for convenience). */
 int rl_read_file(const char *path, char **out, size_t *len, rl_err *e);

@@ -108,6 +108,49 @@ Test(cli, every_binary_refuses_a_bad_command_line_the_same_way) {
     cr_expect(strstr(err, "--leader-elect: must be true or false"), "%s", err);
 }
 
+/* The rdzv settings the worker prints with --print-config, run in dir with
+ * the environment `env` ("" none) and the flags `flags`. */
+static int printed_rdzv(const char *dir, const char *env, const char *flags, char *out, size_t n) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && { env -u RINGLEADER_RDZV -u RINGLEADER_JOB -u RINGLEADER_NNODES %s %s/ringleader-worker "
+             "--config job.json --print-config %s 1>&2; }", /* stdout too, into rl_test_run's capture */
+             dir, env, rl_test_bindir(), flags);
+    int st = rl_test_run(cmd, out, n);
+    char *r = strstr(out, "\"rdzv\":");
+    if (r) memmove(out, r, strlen(r) + 1);
+    return st;
+}
+
+/* One precedence for every setting: flags, then the environment, then the
+ * config file, then the defaults; a bad value names the flag or variable. */
+Test(cli, flags_beat_the_environment_which_beats_the_config_file) {
+    char dir[] = "/tmp/rlcli-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char path[256], out[8192];
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    const char *cfg = "{\"rdzv\":{\"backend\":\"etcd\",\"job\":\"file\",\"min_nodes\":1,\"max_nodes\":1}}";
+    rl_test_write(path, cfg, strlen(cfg));
+    cr_assert_eq(printed_rdzv(dir, "", "", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "\"backend\":\"etcd\",\"job\":\"file\",\"min_nodes\":1,\"max_nodes\":1"), "%s", out);
+    cr_assert_eq(printed_rdzv(dir, "RINGLEADER_RDZV=k8s RINGLEADER_JOB=env RINGLEADER_NNODES=2:4", "", out, sizeof out),
+                 0, "%s", out);
+    cr_expect(strstr(out, "\"backend\":\"k8s\",\"job\":\"env\",\"min_nodes\":2,\"max_nodes\":4"), "%s", out);
+    cr_assert_eq(printed_rdzv(dir, "RINGLEADER_RDZV=k8s RINGLEADER_JOB=env RINGLEADER_NNODES=2:4",
+                              "--rdzv static --job flag --nnodes 3", out, sizeof out),
+                 0, "%s", out);
+    cr_expect(strstr(out, "\"backend\":\"static\",\"job\":\"flag\",\"min_nodes\":3,\"max_nodes\":3"), "%s",
+              out);
+    cr_expect_eq(printed_rdzv(dir, "RINGLEADER_RDZV=slurm", "", out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, "RINGLEADER_RDZV: unknown value \"slurm\" (static, k8s or etcd)") && count_lines(out) == 1,
+              "%s", out);
+    cr_expect_eq(printed_rdzv(dir, "", "--rdzv slurm", out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, "--rdzv: unknown value \"slurm\"") && count_lines(out) == 1, "%s", out);
+    cr_expect_eq(printed_rdzv(dir, "RINGLEADER_NNODES=4:2", "", out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, "RINGLEADER_NNODES") && count_lines(out) == 1, "%s", out);
+    rl_test_rmdir(dir);
+}
+
 Test(cli, unreadable_paths) {
     char err[2048];
     char cmd[512];

@@ -282,9 +282,8 @@ Test(metrics, full_or_abandoned_pipe_never_blocks) {
     cr_assert_eq(pipe(p), 0);
     char v[16];
     snprintf(v, sizeof v, "%d", p[1]);
-    setenv(RL_ENV_STATS_FD, v, 1);
     rl_stats_writer w;
-    rl_stats_writer_from_env(&w);
+    rl_stats_writer_open(&w, v);
     cr_assert_eq(w.fd, p[1], "the writer did not take the pipe");
     rl_stats_msg m = {.kind = RL_STATS_STEP, .step = 1, .loss = 1, .world = 1};
     /* nobody reads: the pipe fills, then every send returns at once */
@@ -308,10 +307,8 @@ Test(metrics, full_or_abandoned_pipe_never_blocks) {
     cr_expect(!rl_stats_send(&w, &m));
     close(p[1]);
     /* a value that is not a pipe leaves the writer unconnected */
-    setenv(RL_ENV_STATS_FD, "1", 1);
-    rl_stats_writer_from_env(&w);
+    rl_stats_writer_open(&w, "1");
     cr_expect_eq(w.fd, -1);
-    unsetenv(RL_ENV_STATS_FD);
 }
 
 /* A whole trainer given a pipe that is already full and never read:

@@ -1162,7 +1162,7 @@ static void set_torchrun(void) {
 static int read_env(rl_static_env *x, bool *found, rl_err *e) {
     memset(x, 0, sizeof *x);
     *found = true;
-    return rl_static_env_read(x, found, e);
+    return rl_static_env_read(getenv, x, found, e);
 }
 
 Test(rdzv_env, nothing_set_is_not_found) {
@@ -1334,7 +1334,7 @@ Test(rdzv_env, node_env_defaults_and_forms) {
     clear_env();
     rl_node_env x;
     rl_err e = {0};
-    cr_assert_eq(rl_node_env_read(&x, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_node_env_read(getenv, &x, &e), RL_OK, "%s", e.msg);
     cr_expect(x.nnodes == 1 && x.node_rank == 0 && x.nproc_per_node == 0);
     cr_expect_str_eq(x.master_addr, "127.0.0.1");
     cr_expect_eq(x.master_port, 29400);
@@ -1344,7 +1344,7 @@ Test(rdzv_env, node_env_defaults_and_forms) {
     setenv("NPROC_PER_NODE", "8", 1);
     setenv("MASTER_ADDR", "m0", 1);
     setenv("MASTER_PORT", "2000", 1);
-    cr_assert_eq(rl_node_env_read(&x, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_node_env_read(getenv, &x, &e), RL_OK, "%s", e.msg);
     cr_expect(x.nnodes == 3 && x.node_rank == 2 && x.nproc_per_node == 8);
     cr_expect_str_eq(x.master_addr, "m0");
     cr_expect_eq(x.master_port, 2000);
@@ -1354,7 +1354,7 @@ Test(rdzv_env, node_env_defaults_and_forms) {
     setenv("PET_NPROC_PER_NODE", "auto", 1);
     setenv("PET_MASTER_ADDR", "job-master-0", 1);
     setenv("PET_MASTER_PORT", "23456", 1);
-    cr_assert_eq(rl_node_env_read(&x, &e), RL_OK, "%s", e.msg);
+    cr_assert_eq(rl_node_env_read(getenv, &x, &e), RL_OK, "%s", e.msg);
     cr_expect(x.nnodes == 4 && x.node_rank == 3 && x.nproc_per_node == RL_NPROC_AUTO);
     cr_expect_str_eq(x.master_addr, "job-master-0");
     cr_expect_eq(x.master_port, 23456);
@@ -1365,24 +1365,24 @@ Test(rdzv_env, node_env_errors_name_the_variable) {
     rl_node_env x;
     rl_err e = {0};
     setenv("PET_NNODES", "1:4", 1);
-    cr_expect_eq(rl_node_env_read(&x, &e), RL_EINPUT);
+    cr_expect_eq(rl_node_env_read(getenv, &x, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "PET_NNODES: '1:4' is an elastic range"), "%s", e.msg);
     setenv("PET_NNODES", "2", 1);
     setenv("NODE_RANK", "2", 1);
-    cr_expect_eq(rl_node_env_read(&x, &e), RL_EINPUT);
+    cr_expect_eq(rl_node_env_read(getenv, &x, &e), RL_EINPUT);
     cr_expect_str_eq(e.msg, "NODE_RANK=2 is not below PET_NNODES=2");
     setenv("NODE_RANK", "1", 1);
     setenv("PET_NPROC_PER_NODE", "many", 1);
-    cr_expect_eq(rl_node_env_read(&x, &e), RL_EINPUT);
+    cr_expect_eq(rl_node_env_read(getenv, &x, &e), RL_EINPUT);
     cr_expect_str_eq(e.msg, "PET_NPROC_PER_NODE: 'many' is not an integer");
     unsetenv("PET_NPROC_PER_NODE");
     setenv("PET_MASTER_PORT", "http", 1);
-    cr_expect_eq(rl_node_env_read(&x, &e), RL_EINPUT);
+    cr_expect_eq(rl_node_env_read(getenv, &x, &e), RL_EINPUT);
     cr_expect_str_eq(e.msg, "PET_MASTER_PORT: 'http' is not an integer");
     unsetenv("PET_MASTER_PORT");
     setenv("NNODES", "0", 1);
     unsetenv("PET_NNODES");
-    cr_expect_eq(rl_node_env_read(&x, &e), RL_EINPUT);
+    cr_expect_eq(rl_node_env_read(getenv, &x, &e), RL_EINPUT);
     cr_expect_str_eq(e.msg, "NNODES=0 is outside 1..2147483647");
 }
 
