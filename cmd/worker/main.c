@@ -164,6 +164,9 @@ typedef struct flags {
 static int parse_flags(int argc, char **argv, flags *f) {
     *f = (flags){.steps = -1, .seed = -1, .nproc = -1, .node_rank = -1, .mport = -1, .metrics_port = -1};
     const char *nproc = NULL;
+    /* the config's own bounds (its table) */
+    const rl_cfg_field *steps = rl_cfg_field_at(&rl_job_config_section, "train.steps", NULL),
+                       *seed = rl_cfg_field_at(&rl_job_config_section, "train.seed", NULL);
     const rl_flag fl[] = {
         {"--config", NULL, RL_FLAG_STR, &f->config_path, 0, 0},
         {"--save-params", NULL, RL_FLAG_STR, &f->save_params, 0, 0},
@@ -172,8 +175,8 @@ static int parse_flags(int argc, char **argv, flags *f) {
         {"--rdzv", NULL, RL_FLAG_STR, &f->rdzv, 0, 0},
         {"--job", NULL, RL_FLAG_STR, &f->job, 0, 0},
         {"--nproc-per-node", NULL, RL_FLAG_STR, &nproc, 0, 0},
-        {"--steps", NULL, RL_FLAG_INT, &f->steps, 0, 1099511627776.0},
-        {"--seed", NULL, RL_FLAG_INT, &f->seed, 0, 9007199254740992.0},
+        {"--steps", NULL, RL_FLAG_INT, &f->steps, steps->min, steps->max},
+        {"--seed", NULL, RL_FLAG_INT, &f->seed, seed->min, seed->max},
         {"--node-rank", NULL, RL_FLAG_INT, &f->node_rank, 0, 1 << 20},
         {"--master-port", NULL, RL_FLAG_INT, &f->mport, 0, 65535},
         {"--metrics-port", NULL, RL_FLAG_INT, &f->metrics_port, 0, 65535},
