@@ -219,7 +219,8 @@ static int load_config(const flags *f, const worker_env *w, rl_job_config *cfg, 
         *config_path = "RINGLEADER_CONFIG";
     }
     const rl_cfg_section *s = &rl_job_config_section;
-    if ((rc = worker_env_config(w, cfg, &e)) || (f->rdzv && (rc = rl_cfg_set(s, cfg, "rdzv.backend", f->rdzv, "--rdzv", &e))) ||
+    if ((rc = worker_env_config(w, cfg, &e)) ||
+        (f->rdzv && (rc = rl_cfg_set(s, cfg, "rdzv.backend", f->rdzv, "--rdzv", &e))) ||
         (f->job && (rc = rl_cfg_set(s, cfg, "rdzv.job", f->job, "--job", &e))) ||
         (f->nodes && (rc = worker_set_nodes(cfg, f->nodes, "--nnodes", &e))))
         return fail("", &e);

@@ -31,7 +31,8 @@ static const rl_cfg_field rdzv_fields[] = {
     F(port, OP, .min = 0, .max = 65535, .def = RL_STORE_DEFAULT_PORT, .doc = "The leader's store."),
     F(heartbeat_s, .min = 0.05, .max = 3600, .def = 5),
     F(heartbeat_misses, .min = 1, .max = 1000, .def = 3, .doc = "Heartbeats missed before a node counts as gone."),
-    F(last_call_s, .min = 0, .max = 86400, .def = 10, .doc = "A round waits this long for more nodes once it can start."),
+    F(last_call_s, .min = 0, .max = 86400, .def = 10,
+      .doc = "A round waits this long for more nodes once it can start."),
     F(max_restarts, .min = 0, .max = 1 << 20, .def = 3, .doc = "Rounds that fail on a crash before the job fails."),
     /* client-go's leader election timings */
     F(lease_s, .min = 1, .max = 3600, .def = 15),

@@ -14,7 +14,8 @@ static const char *const attention[] = {"auto", "cudnn", "own", NULL};
 #define F(f, ...) RL_CFG_FIELD(rl_train_config, f, __VA_ARGS__)
 static const rl_cfg_field train_fields[] = {
     F(seed, .min = 0, .max = 1ll << 53, .def = 1337),
-    F(device, .choices = devices, .def_str = "auto", .doc = "auto (the pod's GPU when it has one, else the CPU), cpu or cuda."),
+    F(device, .choices = devices, .def_str = "auto",
+      .doc = "auto (the pod's GPU when it has one, else the CPU), cpu or cuda."),
     F(attention, .choices = attention, .def_str = "auto",
       .doc = "On cuda: auto (cuDNN when the image has libcudnn.so.9, it agrees with ringleader's kernels and is "
              "faster; else those), cudnn (an error without it) or own."),
