@@ -1,6 +1,7 @@
 /* ringleader-worker: trains the model described by a job config (or the
  * embedded default). Thin: flags -> config -> pkg/train. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "comm/comm.h"
 #include "cmd/flags.h"
 #include "env.h"
 #include "rdzv/rdzv.h"
@@ -64,6 +66,29 @@ static void usage(FILE *f) {
             "  GET /healthz from the node agent (or the single process); 0, the default: off.\n"
             "  Bound on RINGLEADER_METRICS_ADDR, else POD_IP, else 0.0.0.0. ringleader_mfu\n"
             "  needs RINGLEADER_PEAK_TFLOPS (one device's peak).\n");
+}
+
+/* SIGUSR1: this process's collective records into the log (py-spy dump's
+ * role: which collective each rank is in). The signal is blocked in every
+ * thread and taken by this one, so the dump runs outside a handler; the
+ * trainers an agent execs inherit the mask and start their own. */
+static void *dump_on_usr1(void *arg) {
+    const sigset_t *set = arg;
+    for (;;) {
+        int sig;
+        if (sigwait(set, &sig) == 0) rl_comm_dump_all();
+    }
+    return NULL;
+}
+
+/* Before any other thread exists, so that all of them inherit the mask. */
+static void start_dump_thread(void) {
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    pthread_t t;
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) == 0 && pthread_create(&t, NULL, dump_on_usr1, &set) == 0)
+        pthread_detach(t);
 }
 
 /* Agents re-exec this binary as their trainers: point argv[0] at it. */
@@ -355,6 +380,7 @@ int main(int argc, char **argv) {
     const char *config_path;
     if ((rc = load_config(&f, &w, &cfg, &config_path))) return rc;
     if (f.print_config || f.print_schema) return print_json(&cfg, f.print_schema);
+    start_dump_thread();
 
     /* Which role: a node agent (launcher), one rank of a job, or alone. */
     bool is_child = w.child;

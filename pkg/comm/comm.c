@@ -105,6 +105,84 @@ void rl_comm_divide(void *x, size_t n, rl_dtype t, int div) {
     }
 }
 
+/* ---- the flight recorder ---------------------------------------------------- */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static rl_comm *live; /* this process's communicators, newest first */
+
+static void live_add(rl_comm *c) {
+    pthread_mutex_lock(&live_mu);
+    c->next_live = live, live = c;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(rl_comm *c) {
+    pthread_mutex_lock(&live_mu);
+    for (rl_comm **p = &live; *p; p = &(*p)->next_live)
+        if (*p == c) {
+            *p = c->next_live;
+            break;
+        }
+    pthread_mutex_unlock(&live_mu);
+}
+
+/* A new record for an op about to run; its seq. */
+static uint64_t rec_begin(rl_comm *c, const char *op, size_t bytes) {
+    pthread_mutex_lock(&c->rec_mu);
+    uint64_t seq = ++c->rec_seq;
+    c->rec[(seq - 1) % RL_COMM_RECORDS] = (rl_comm_record){.seq = seq, .op = op, .bytes = bytes, .t_issue = rl_now()};
+    pthread_mutex_unlock(&c->rec_mu);
+    return seq;
+}
+
+static int rec_end(rl_comm *c, uint64_t seq, int rc) {
+    pthread_mutex_lock(&c->rec_mu);
+    rl_comm_record *r = &c->rec[(seq - 1) % RL_COMM_RECORDS];
+    if (r->seq == seq) r->t_done = rl_now(), r->rc = rc;
+    pthread_mutex_unlock(&c->rec_mu);
+    return rc;
+}
+
+int rl_comm_records(rl_comm *c, rl_comm_record *out, int max) {
+    if (!c || max <= 0) return 0;
+    pthread_mutex_lock(&c->rec_mu);
+    uint64_t have = c->rec_seq < RL_COMM_RECORDS ? c->rec_seq : RL_COMM_RECORDS;
+    int n = have < (uint64_t)max ? (int)have : max;
+    for (int i = 0; i < n; i++) out[i] = c->rec[(c->rec_seq - (uint64_t)n + (uint64_t)i) % RL_COMM_RECORDS];
+    pthread_mutex_unlock(&c->rec_mu);
+    return n;
+}
+
+void rl_comm_dump_all(void) {
+    pthread_mutex_lock(&live_mu);
+    if (!live)
+        rl_log_msg(RL_LOG_WARN, "comm_records",
+                   "no communicator in this process (an agent or launcher: signal its trainers)");
+    double now = rl_now();
+    for (rl_comm *c = live; c; c = c->next_live) {
+        rl_comm_record r[RL_COMM_RECORDS];
+        int n = rl_comm_records(c, r, RL_COMM_RECORDS);
+        /* oldest first, DUMP_CHUNK to a line (a log line holds about 3 KB);
+         * ages in seconds before now, so the dumps of several ranks compare */
+        enum { DUMP_CHUNK = 16 };
+        for (int first = 0; first == 0 || first < n; first += DUMP_CHUNK) {
+            char line[DUMP_CHUNK * 160] = ""; /* a record is at most ~150 bytes */
+            size_t at = 0;
+            for (int i = first; i < n && i < first + DUMP_CHUNK && at < sizeof line; i++) {
+                bool done = r[i].t_done > 0;
+                at += (size_t)snprintf(line + at, sizeof line - at,
+                                       "%s{\"seq\":%llu,\"op\":\"%s\",\"bytes\":%zu,\"issued_s_ago\":%.3f,"
+                                       "\"%s\":%.3f,\"rc\":%d}",
+                                       i > first ? "," : "", (unsigned long long)r[i].seq, r[i].op, r[i].bytes,
+                                       now - r[i].t_issue, done ? "done_s_ago" : "running_s",
+                                       now - (done ? r[i].t_done : r[i].t_issue), r[i].rc);
+            }
+            rl_log(RL_LOG_WARN, "comm_records", "\"rank\":%d,\"world\":%d,\"backend\":\"%s\",\"records\":[%s]",
+                   c->rank, c->world, c->backend, line);
+        }
+    }
+    pthread_mutex_unlock(&live_mu);
+}
+
 /* ---- init / dispatch ------------------------------------------------------ */
 
 int rl_comm_init(const rl_comm_opts *o, rl_comm **out, rl_err *e) {
@@ -162,6 +240,8 @@ int rl_comm_init(const rl_comm_opts *o, rl_comm **out, rl_err *e) {
         free(c);
         return rc;
     }
+    pthread_mutex_init(&c->rec_mu, NULL);
+    live_add(c);
     *out = c;
     return RL_OK;
 }
@@ -228,7 +308,8 @@ int rl_comm_allreduce(rl_comm *c, void *buf, size_t count, rl_dtype t, rl_redop 
     int rc = check_alive(c, "allreduce", e);
     if (!rc) rc = check_args(c, "allreduce", buf, buf, count, t, (int)op, e);
     if (rc) return rc;
-    return finish(c, c->ops->allreduce(c, buf, count, t, op, e), e);
+    uint64_t s = rec_begin(c, "allreduce", count * rl_dtype_size(t));
+    return rec_end(c, s, finish(c, c->ops->allreduce(c, buf, count, t, op, e), e));
 }
 
 int rl_comm_broadcast(rl_comm *c, void *buf, size_t count, rl_dtype t, int root, rl_err *e) {
@@ -238,7 +319,8 @@ int rl_comm_broadcast(rl_comm *c, void *buf, size_t count, rl_dtype t, int root,
     if (root < 0 || root >= c->world)
         return rl_errf(e, RL_EINPUT, "rank %d: comm broadcast: root %d outside 0..%d", c->rank,
                        root, c->world - 1);
-    return finish(c, c->ops->broadcast(c, buf, count, t, root, e), e);
+    uint64_t s = rec_begin(c, "broadcast", count * rl_dtype_size(t));
+    return rec_end(c, s, finish(c, c->ops->broadcast(c, buf, count, t, root, e), e));
 }
 
 int rl_comm_allgather(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
@@ -246,7 +328,8 @@ int rl_comm_allgather(rl_comm *c, const void *send, void *recv, size_t count, rl
     int rc = check_alive(c, "allgather", e);
     if (!rc) rc = check_args(c, "allgather", send, recv, count, t, -1, e);
     if (rc) return rc;
-    return finish(c, c->ops->allgather(c, send, recv, count, t, e), e);
+    uint64_t s = rec_begin(c, "allgather", count * rl_dtype_size(t));
+    return rec_end(c, s, finish(c, c->ops->allgather(c, send, recv, count, t, e), e));
 }
 
 int rl_comm_reduce_scatter(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
@@ -254,19 +337,22 @@ int rl_comm_reduce_scatter(rl_comm *c, const void *send, void *recv, size_t coun
     int rc = check_alive(c, "reduce_scatter", e);
     if (!rc) rc = check_args(c, "reduce_scatter", send, recv, count, t, (int)op, e);
     if (rc) return rc;
-    return finish(c, c->ops->reduce_scatter(c, send, recv, count, t, op, e), e);
+    uint64_t s = rec_begin(c, "reduce_scatter", count * (size_t)c->world * rl_dtype_size(t));
+    return rec_end(c, s, finish(c, c->ops->reduce_scatter(c, send, recv, count, t, op, e), e));
 }
 
 int rl_comm_barrier(rl_comm *c, rl_err *e) {
     int rc = check_alive(c, "barrier", e);
     if (rc) return rc;
-    return finish(c, c->ops->barrier(c, e), e);
+    uint64_t s = rec_begin(c, "barrier", 0);
+    return rec_end(c, s, finish(c, c->ops->barrier(c, e), e));
 }
 
 int rl_comm_wait(rl_comm *c, rl_err *e) {
     int rc = check_alive(c, "wait", e);
     if (rc) return rc;
-    return finish(c, c->ops->wait(c, e), e);
+    uint64_t s = rec_begin(c, "wait", 0);
+    return rec_end(c, s, finish(c, c->ops->wait(c, e), e));
 }
 
 void rl_comm_abort(rl_comm *c) {
@@ -278,6 +364,8 @@ void rl_comm_abort(rl_comm *c) {
 
 void rl_comm_destroy(rl_comm *c) {
     if (!c) return;
+    live_remove(c);
     c->ops->destroy(c);
+    pthread_mutex_destroy(&c->rec_mu);
     free(c);
 }

@@ -86,6 +86,31 @@ int rl_comm_reduce_scatter(rl_comm *c, const void *send, void *recv, size_t coun
 int rl_comm_barrier(rl_comm *c, rl_err *e);
 /* Complete every op issued so far (bounded by timeout_s). */
 int rl_comm_wait(rl_comm *c, rl_err *e);
+/* ---- the flight recorder ------------------------------------------------------------
+ * Each communicator keeps its last RL_COMM_RECORDS ops. seq counts a
+ * communicator's collectives from 1, so the same seq on every rank is the
+ * same collective (all ranks issue them in one order): the rank whose
+ * newest record is below a seq the others have entered never entered it.
+ * t_done is when the op returned (0: it has not): for tcp when its data
+ * moved, for nccl when it was enqueued on the stream (the GPU finishes it
+ * later; rl_comm_wait, an op of its own, returns once it has). Times are
+ * rl_now() (monotonic seconds). */
+#define RL_COMM_RECORDS 64
+typedef struct rl_comm_record {
+    uint64_t seq;
+    const char *op;  /* "allreduce", "broadcast", ... (static) */
+    size_t bytes;    /* this rank's buffer */
+    double t_issue, t_done;
+    int rc;          /* the op's result once done */
+} rl_comm_record;
+/* Up to max records, oldest first; the count. Thread-safe. */
+int rl_comm_records(rl_comm *c, rl_comm_record *out, int max);
+/* Every live communicator of this process into the log, one JSON line
+ * each ("comm_records"): what SIGUSR1 asks a worker for (py-spy dump's
+ * role). Thread-safe; not async-signal-safe (call it from a thread that
+ * waits for the signal). */
+void rl_comm_dump_all(void);
+
 /* Make every blocked and future op fail promptly (RL_EABORT). Thread-safe. */
 void rl_comm_abort(rl_comm *c);
 void rl_comm_destroy(rl_comm *c);

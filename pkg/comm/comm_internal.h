@@ -10,6 +10,7 @@
 #ifndef RL_COMM_INTERNAL_H
 #define RL_COMM_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "comm/comm.h"
@@ -49,6 +50,12 @@ struct rl_comm {
     rl_err dead_err;
     void *stream; /* nccl: the cudaStream_t ops are enqueued on; tcp: NULL */
     void *impl;
+    /* The flight recorder (comm.h): the last RL_COMM_RECORDS ops, written
+     * by the op thread, read by any (a dump on SIGUSR1, a heartbeat). */
+    pthread_mutex_t rec_mu;
+    rl_comm_record rec[RL_COMM_RECORDS];
+    uint64_t rec_seq;  /* ops issued so far */
+    struct rl_comm *next_live; /* the process's live communicators (rl_comm_dump_all) */
 };
 
 /* Backend constructors: fill c->ops and c->impl (c->rank, world, timeout_s

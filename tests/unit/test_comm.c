@@ -1227,6 +1227,43 @@ Test(comm_api, world1_is_local) {
     rl_comm_destroy(c);
 }
 
+/* The flight recorder: every op that reached the backend, numbered from 1,
+ * oldest first, the last RL_COMM_RECORDS of them, each done with its
+ * result; ops refused before the backend are not collectives and are not
+ * numbered (the numbers must agree across ranks). */
+Test(comm_api, the_flight_recorder_keeps_the_last_ops_in_order) {
+    rl_comm *c;
+    rl_err e;
+    rl_comm_opts o = {.world = 1};
+    cr_assert_eq(rl_comm_init(&o, &c, &e), 0, "%s", e.msg);
+    rl_comm_record r[RL_COMM_RECORDS + 1];
+    cr_expect_eq(rl_comm_records(c, r, RL_COMM_RECORDS), 0);
+    float x[5] = {0};
+    double t0 = rl_now();
+    cr_assert_eq(rl_comm_allreduce(c, x, 5, RL_F32, RL_SUM, &e), 0);
+    cr_assert_eq(rl_comm_broadcast(c, x, 4, RL_F32, 0, &e), 0);
+    cr_expect_eq(rl_comm_broadcast(c, x, 4, RL_F32, 3, &e), RL_EINPUT); /* refused: not a collective */
+    cr_assert_eq(rl_comm_barrier(c, &e), 0);
+    int n = rl_comm_records(c, r, RL_COMM_RECORDS);
+    cr_assert_eq(n, 3);
+    const char *ops[] = {"allreduce", "broadcast", "barrier"};
+    size_t bytes[] = {20, 16, 0};
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(r[i].seq, (uint64_t)i + 1);
+        cr_expect_str_eq(r[i].op, ops[i]);
+        cr_expect_eq(r[i].bytes, bytes[i]);
+        cr_expect(r[i].t_issue >= t0 && r[i].t_done >= r[i].t_issue && r[i].rc == 0, "record %d", i);
+    }
+    for (int i = 0; i < 2 * RL_COMM_RECORDS; i++) cr_assert_eq(rl_comm_barrier(c, &e), 0);
+    n = rl_comm_records(c, r, RL_COMM_RECORDS + 1);
+    cr_expect_eq(n, RL_COMM_RECORDS);
+    cr_expect_eq(r[0].seq, 3 + 2 * RL_COMM_RECORDS - RL_COMM_RECORDS + 1);
+    cr_expect_eq(r[n - 1].seq, 3 + 2 * RL_COMM_RECORDS);
+    cr_expect_eq(rl_comm_records(c, r, 2), 2);
+    cr_expect_eq(r[1].seq, 3 + 2 * RL_COMM_RECORDS, "the newest come back when max is small");
+    rl_comm_destroy(c);
+}
+
 Test(comm_api, argument_validation) {
     rl_comm *c;
     rl_err e;

@@ -522,3 +522,54 @@ Test(ddp, static_nodes_share_a_store_only_with_the_secret, .timeout = 180) {
     unsetenv("RINGLEADER_RDZV_SECRET");
     rl_test_rmdir(dir);
 }
+
+/* SIGUSR1 to a rank whose peer stopped: its log names the collective it is
+ * in, still running, with its sequence number (py-spy dump's role, and the
+ * raw material of hang diagnosis); a stopped process dumps once it runs
+ * again. (Which of the two entered a collective is not asserted: SIGSTOP
+ * may land inside one, and once resumed the peer moves on.) */
+static long long max_seq(const char *log, bool running) {
+    FILE *f = fopen(log, "r");
+    long long best = -1;
+    char line[4096];
+    while (f && fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"event\":\"comm_records\"")) continue;
+        for (const char *p = line; (p = strstr(p, "{\"seq\":")); p++) {
+            long long seq = strtoll(p + 7, NULL, 10);
+            const char *end = strchr(p, '}');
+            bool is_running = end && memmem(p, (size_t)(end - p), "running_s", 9);
+            if (is_running == running && seq > best) best = seq;
+        }
+    }
+    if (f) fclose(f);
+    return best;
+}
+
+Test(ddp, sigusr1_dumps_the_collective_a_rank_waits_in, .timeout = 120) {
+    char dir[64], log[2][128];
+    rl_test_arith_dir(dir, sizeof dir, 200000);
+    rl_test_write_job(dir, 100000, 2 * 4 * 32, "", "");
+    int port = free_port(), pid[2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(log[r], sizeof log[r], "%s/rank%d.log", dir, r);
+        pid[r] = rl_test_spawn_worker(dir, log[r], r, 2, port, NULL);
+    }
+    double end = rl_now() + 60;
+    while (rl_test_last_step(log[0]) < 3 && rl_now() < end) usleep(100000);
+    cr_assert(rl_test_last_step(log[0]) >= 3, "no steps: see %s", log[0]);
+    kill(pid[1], SIGSTOP);
+    usleep(1500000); /* rank 0 reaches the collective rank 1 is not in */
+    kill(pid[0], SIGUSR1);
+    long long waiting = -1;
+    for (end = rl_now() + 10; waiting < 0 && rl_now() < end; usleep(100000)) waiting = max_seq(log[0], true);
+    cr_expect(waiting > 0, "rank 0 logged no running collective: see %s", log[0]);
+    kill(pid[1], SIGUSR1); /* pending while stopped */
+    kill(pid[1], SIGCONT);
+    long long peer = -1;
+    for (end = rl_now() + 10; peer < 0 && rl_now() < end; usleep(100000))
+        peer = max_seq(log[1], false) > max_seq(log[1], true) ? max_seq(log[1], false) : max_seq(log[1], true);
+    cr_log_info("rank 0 waits in collective #%lld; rank 1's newest is #%lld", waiting, peer);
+    cr_expect(peer > 0, "rank 1 logged no records after SIGUSR1 and SIGCONT: see %s", log[1]);
+    for (int r = 0; r < 2; r++) kill(pid[r], SIGKILL), rl_test_wait_status(pid[r], 10);
+    rl_test_rmdir(dir);
+}
