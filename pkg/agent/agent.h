@@ -72,8 +72,8 @@ void rl_node_stats_snapshot(rl_node_stats *ns, rl_node_snapshot *out);
 
 /* The trainer's side: reports steps and checkpoints through
  * RINGLEADER_STATS_FD when the agent gave one, else into `direct` (may be
- * NULL: then nothing is reported). Sets tr->observer; r must outlive the
- * run. */
+ * NULL: then nothing is reported). Sets the trainer's observer; r must
+ * outlive the run. */
 typedef struct rl_stats_reporter {
     rl_stats_writer w;
     rl_node_stats *direct;
