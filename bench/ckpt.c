@@ -44,28 +44,28 @@ static int pause_default(const char *dir) {
     snprintf(c.ckpt.uri, sizeof c.ckpt.uri, "file://%s/ck", dir);
     c.ckpt.every_steps = 4;
     c.train.steps = 12;
-    rl_trainer tr;
-    if (rl_trainer_init(&tr, &c, NULL, &e) || rl_trainer_resume(&tr, &e)) return fail("trainer", &e);
+    rl_trainer *tr;
+    if (rl_trainer_new(&tr, &c, NULL, &e) || rl_trainer_resume(tr, &e)) return fail("trainer", &e);
     double steps[12];
     int ns = 0;
     for (int i = 0; i < 12; i++) {
         rl_step_stats st;
         double t0 = rl_now();
-        if (rl_trainer_step(&tr, &st, &e)) return fail("step", &e);
+        if (rl_trainer_step(tr, &st, &e)) return fail("step", &e);
         if (i > 0) steps[ns++] = rl_now() - t0; /* the first step warms caches */
-        if (rl_trainer_boundary(&tr, &e)) return fail("boundary", &e);
+        if (rl_trainer_boundary(tr, &e)) return fail("boundary", &e);
     }
-    if (rl_ckpt_saver_wait(tr.saver, 0, &e)) return fail("save", &e);
+    if (rl_ckpt_saver_wait(rl_trainer_saver(tr), 0, &e)) return fail("save", &e);
     rl_ckpt_save_info h[3];
-    int nh = rl_ckpt_saver_history(tr.saver, h, 3);
+    int nh = rl_ckpt_saver_history(rl_trainer_saver(tr), h, 3);
     double pauses[3];
     for (int i = 0; i < nh; i++) pauses[i] = h[i].t_snap_end - h[i].t_snap_begin;
     double p = median(pauses, nh), s = median(steps, ns);
     printf("{\"bench\":\"ckpt_pause\",\"config\":\"default\",\"params\":%zu,\"saves\":%d,\"pause_ms\":%.3f,"
            "\"step_ms\":%.2f,\"pause_share_of_step\":%.4f,\"bytes\":%llu}\n",
-           tr.model.lay.total, nh, p * 1e3, s * 1e3, p / s, (unsigned long long)h[nh - 1].bytes);
+           rl_trainer_nparams(tr), nh, p * 1e3, s * 1e3, p / s, (unsigned long long)h[nh - 1].bytes);
     fflush(stdout);
-    rl_trainer_free(&tr);
+    rl_trainer_free(tr);
     return 0;
 }
 

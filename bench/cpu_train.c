@@ -19,38 +19,38 @@ static int bench_config(const char *label, rl_job_config *c, int warmup, int ste
     c->data.val[0] = c->data.eval_task[0] = '\0';
     c->train.steps = warmup + steps;
     c->train.warmup_steps = 1;
-    rl_trainer tr;
-    if (rl_trainer_init(&tr, c, NULL, &e)) {
+    rl_trainer *tr;
+    if (rl_trainer_new(&tr, c, NULL, &e)) {
         fprintf(stderr, "bench: %s\n", e.msg);
         return 1;
     }
     rl_step_stats st;
     for (int i = 0; i < warmup; i++)
-        if (rl_trainer_step(&tr, &st, &e)) goto fail;
+        if (rl_trainer_step(tr, &st, &e)) goto fail;
     rl_cpu_gemm_seconds_f32 = rl_cpu_gemm_flops_f32 = rl_cpu_attn_seconds_f32 = 0;
     double t0 = rl_now();
     for (int i = 0; i < steps; i++)
-        if (rl_trainer_step(&tr, &st, &e)) goto fail;
+        if (rl_trainer_step(tr, &st, &e)) goto fail;
     double dt = rl_now() - t0;
     double tokens = (double)steps * (double)c->train.global_batch_tokens;
     /* 6 * params flops per token for the matmuls, the usual estimate */
-    double model_flops = 6.0 * (double)tr.model.lay.total * tokens;
+    double model_flops = 6.0 * (double)rl_trainer_nparams(tr) * tokens;
     struct utsname u;
     uname(&u);
     printf("{\"bench\":\"cpu_train\",\"config\":\"%s\",\"params\":%zu,\"seq_len\":%d,"
            "\"micro_batch\":%d,\"global_batch_tokens\":%lld,\"steps\":%d,\"seconds\":%.3f,"
            "\"tokens_per_s\":%.1f,\"gemm_share\":%.3f,\"gemm_gflops\":%.2f,"
            "\"attention_share\":%.3f,\"model_gflops\":%.2f,\"threads\":%d,\"cpus\":%ld,\"machine\":\"%s\"}\n",
-           label, tr.model.lay.total, c->train.seq_len, c->train.micro_batch,
+           label, rl_trainer_nparams(tr), c->train.seq_len, c->train.micro_batch,
            c->train.global_batch_tokens, steps, dt, tokens / dt, rl_cpu_gemm_seconds_f32 / dt,
            rl_cpu_gemm_flops_f32 / rl_cpu_gemm_seconds_f32 * 1e-9, rl_cpu_attn_seconds_f32 / dt, model_flops / dt * 1e-9,
            omp_get_max_threads(), sysconf(_SC_NPROCESSORS_ONLN), u.machine);
     fflush(stdout);
-    rl_trainer_free(&tr);
+    rl_trainer_free(tr);
     return 0;
 fail:
     fprintf(stderr, "bench: %s\n", e.msg);
-    rl_trainer_free(&tr);
+    rl_trainer_free(tr);
     return 1;
 }
 

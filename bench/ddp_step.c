@@ -51,22 +51,22 @@ static int run_rank(int rank, int world, int port, const char *dir, int outfd, s
         rl_comm_opts co = {.backend = "tcp", .rank = rank, .world = world, .store = s, .prefix = "b", .timeout_s = 30};
         if (rl_comm_init(&co, &comm, &e)) goto fail;
     }
-    rl_trainer tr;
-    if (rl_trainer_init(&tr, &c, world > 1 ? &dist : NULL, &e)) goto fail;
+    rl_trainer *tr;
+    if (rl_trainer_new(&tr, &c, world > 1 ? &dist : NULL, &e)) goto fail;
     if (world > 1) {
         rl_ddp_opts o = {.first_bucket_bytes = bucket, .bucket_bytes = bucket, .min_buckets = min_buckets};
-        if (rl_ddp_create(comm, tr.model.grads, tr.model.lay.total, &o, &d, &e)) goto fail;
+        if (rl_ddp_create(comm, rl_trainer_grads(tr), rl_trainer_nparams(tr), &o, &d, &e)) goto fail;
         g_nbuckets = rl_ddp_nbuckets(d);
         rl_ddp_attach(d, &dist);
         dist.finish = timed_finish;
     }
     rl_step_stats st;
     for (int i = 0; i < WARMUP; i++)
-        if (rl_trainer_step(&tr, &st, &e)) goto fail;
+        if (rl_trainer_step(tr, &st, &e)) goto fail;
     g_exposed = g_reduce = 0;
     double t0 = rl_now();
     for (int i = 0; i < STEPS; i++)
-        if (rl_trainer_step(&tr, &st, &e)) goto fail;
+        if (rl_trainer_step(tr, &st, &e)) goto fail;
     double r[4] = {(rl_now() - t0) / STEPS, g_exposed / STEPS, g_reduce / STEPS, g_nbuckets};
     if (world > 1 && rl_comm_barrier(comm, &e)) goto fail;
     if (write(outfd, r, sizeof r) != sizeof r) return 1;

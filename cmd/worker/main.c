@@ -140,30 +140,30 @@ static int run_single(const rl_job_config *cfg, const char *config_path, const c
                       rl_node_stats *ns, const char *stats_fd) {
     rl_err e = {0};
     int rc;
-    rl_trainer tr;
-    if ((rc = rl_trainer_init(&tr, cfg, NULL, &e))) {
+    rl_trainer *tr;
+    if ((rc = rl_trainer_new(&tr, cfg, NULL, &e))) {
         if (!config_path && rc == RL_EINPUT)
             fprintf(stderr, "ringleader-worker: error: %s (the embedded default reads the corpus "
                     "that `make run` writes: ringleader-prepare arith --out data/arith)\n", e.msg);
         return config_path || rc != RL_EINPUT ? fail("", &e) : 2;
     }
-    tr.stop = &g_stop;
+    rl_trainer_set_stop(tr, &g_stop);
     /* to our agent's pipe when it launched us, else to own metrics */
     rl_stats_reporter reporter;
-    rl_stats_reporter_attach(&reporter, &tr, ns, stats_fd);
-    rc = rl_trainer_run(&tr, &e);
-    if (!rc && save_params) rc = rl_trainer_save_params(&tr, save_params, &e);
+    rl_stats_reporter_attach(&reporter, tr, ns, stats_fd);
+    rc = rl_trainer_run(tr, &e);
+    if (!rc && save_params) rc = rl_trainer_save_params(tr, save_params, &e);
     if (rc) {
-        bool preempted = tr.summary.preempt_saved;
-        rl_trainer_free(&tr);
+        bool preempted = rl_trainer_summary(tr)->preempt_saved;
+        rl_trainer_free(tr);
         if (preempted) {
             fprintf(stderr, "ringleader-worker: %s (exit %d)\n", e.msg, RL_EXIT_PREEMPTED);
             return RL_EXIT_PREEMPTED;
         }
         return fail("", &e);
     }
-    print_summary(&tr.summary, tr.step, save_params != NULL);
-    rl_trainer_free(&tr);
+    print_summary(rl_trainer_summary(tr), rl_trainer_steps_done(tr), save_params != NULL);
+    rl_trainer_free(tr);
     return 0;
 }
 

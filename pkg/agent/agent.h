@@ -68,8 +68,8 @@ void rl_node_stats_snapshot(rl_node_stats *ns, rl_node_snapshot *out);
 
 /* The trainer's side: reports steps and checkpoints through the pipe the
  * agent gave (stats_fd: RINGLEADER_STATS_FD's value, or NULL), else into
- * `direct` (may be NULL: then nothing is reported). Sets tr->observer; r
- * must outlive the run. */
+ * `direct` (may be NULL: then nothing is reported). Sets the trainer's
+ * observer; r must outlive the run. */
 typedef struct rl_stats_reporter {
     rl_stats_writer w;
     rl_node_stats *direct;

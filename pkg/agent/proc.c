@@ -42,8 +42,8 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     rl_store *store = NULL;
     rl_comm *comm = NULL;
     rl_ddp *ddp = NULL;
-    rl_trainer tr;
-    bool tr_ok = false, preempted_ok = false;
+    rl_trainer *tr = NULL;
+    bool preempted_ok = false;
     int rc;
     memset(summary, 0, sizeof *summary);
 
@@ -88,33 +88,32 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     if ((rc = rl_comm_init(&co, &comm, e))) goto out;
 
     rl_train_dist dist = {.rank = env->rank, .world = env->world, .local_rank = env->local_rank};
-    if ((rc = rl_trainer_init(&tr, &settled, &dist, e))) goto out;
-    tr_ok = true;
-    tr.stop = o->stop;
+    if ((rc = rl_trainer_new(&tr, &settled, &dist, e))) goto out;
+    rl_trainer_set_stop(tr, o->stop);
     /* steps and checkpoints to the agent's pipe (local rank 0 has one), or
      * to in-process metrics */
     rl_stats_reporter reporter;
-    rl_stats_reporter_attach(&reporter, &tr, o->stats, o->stats_fd);
+    rl_stats_reporter_attach(&reporter, tr, o->stats, o->stats_fd);
     rl_ddp_opts dopt = {
         .first_bucket_bytes = (size_t)(cfg->dist.first_bucket_mb * (1 << 20)),
         .bucket_bytes = (size_t)(cfg->dist.bucket_mb * (1 << 20)),
         .min_buckets = cfg->dist.min_buckets,
         .timeout_s = cfg->dist.timeout_s * 4,
-        .grad_stream = rl_trainer_stream(&tr),
+        .grad_stream = rl_trainer_stream(tr),
         .reduce_bf16 = strcmp(cfg->dist.reduce_dtype, "bf16") == 0,
     };
-    if ((rc = rl_ddp_create(comm, rl_trainer_grads(&tr), tr.model.lay.total, &dopt, &ddp, e))) goto out;
+    if ((rc = rl_ddp_create(comm, rl_trainer_grads(tr), rl_trainer_nparams(tr), &dopt, &ddp, e))) goto out;
     rl_ddp_attach(ddp, &dist);
     /* identical replicas whatever each rank's seed did */
-    if ((rc = rl_trainer_broadcast_params(&tr, e))) goto out;
+    if ((rc = rl_trainer_broadcast_params(tr, e))) goto out;
     if (env->rank == 0)
         rl_log(RL_LOG_INFO, "ddp", "\"world\":%d,\"backend\":\"%s\",\"buckets\":%d,\"source\":\"%s\"",
                env->world, rl_comm_backend(comm), rl_ddp_nbuckets(ddp), env->source);
     /* resumes from the newest checkpoint first (rank 0 reads, broadcasts) */
     if (o->starting) *o->starting = 0;
-    if ((rc = rl_trainer_run(&tr, e))) {
-        summary->preempted = tr.summary.preempted;
-        summary->preempt_saved = preempted_ok = tr.summary.preempt_saved;
+    if ((rc = rl_trainer_run(tr, e))) {
+        summary->preempted = rl_trainer_summary(tr)->preempted;
+        summary->preempt_saved = preempted_ok = rl_trainer_summary(tr)->preempt_saved;
         /* every rank stopped after the same step and knows the checkpoint
          * is committed: leave together instead of aborting the ring */
         if (preempted_ok) {
@@ -124,18 +123,18 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
         goto out;
     }
 
-    uint64_t digest[2] = {tr.summary.data_count, tr.summary.data_sum};
+    uint64_t digest[2] = {rl_trainer_summary(tr)->data_count, rl_trainer_summary(tr)->data_sum};
     if ((rc = rl_ddp_sum_u64(ddp, digest, 2, e))) goto out;
-    tr.summary.data_count = digest[0], tr.summary.data_sum = digest[1];
-    *summary = tr.summary;
-    if (env->rank == 0 && o->save_params && (rc = rl_trainer_save_params(&tr, o->save_params, e)))
+    *summary = *rl_trainer_summary(tr);
+    summary->data_count = digest[0], summary->data_sum = digest[1];
+    if (env->rank == 0 && o->save_params && (rc = rl_trainer_save_params(tr, o->save_params, e)))
         goto out;
     /* nobody leaves (closing its sockets) while a peer still reduces */
     rc = rl_comm_barrier(comm, e);
 out:
     if (rc && comm && !preempted_ok) rl_comm_abort(comm);
     rl_ddp_destroy(ddp);
-    if (tr_ok) rl_trainer_free(&tr);
+    rl_trainer_free(tr);
     if (comm) rl_comm_destroy(comm);
     if (store) rl_store_close(store);
     if (server) rl_store_server_stop(server);

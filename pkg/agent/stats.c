@@ -203,8 +203,8 @@ void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stat
     rl_stats_writer_open(&r->w, stats_fd);
     r->direct = direct;
     if (r->w.fd < 0 && !direct) return; /* nobody listens: no observer at all */
-    r->steps = tr->cfg.train.steps;
-    r->world = tr->dist ? tr->dist->world : 1;
-    r->flops_per_token = tr->flops_per_token;
-    tr->observer = (rl_train_observer){.ud = r, .on_step = on_step, .on_checkpoint = on_ckpt};
+    r->steps = rl_trainer_config(tr)->train.steps;
+    r->world = rl_trainer_world(tr);
+    r->flops_per_token = rl_trainer_flops_per_token(tr);
+    rl_trainer_set_observer(tr, &(rl_train_observer){.ud = r, .on_step = on_step, .on_checkpoint = on_ckpt});
 }

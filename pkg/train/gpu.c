@@ -1,9 +1,8 @@
-/* The trainer on a CUDA device: thin glue between the step structure of
- * trainer.c and the model of kernels/llama_gpu.h.
+/* The trainer on a CUDA device: the model of kernels/llama_gpu.h behind the
+ * device seam (device.h), and the device choice (rl_train_pick_device).
  *
- * Why a separate file: trainer.c stays one readable loop for both devices
- * (it branches on tr->gpu at each stage of a step), and everything that
- * needs the CUDA headers stays here and in kernels/.
+ * Why a separate file: everything that needs the CUDA headers stays here
+ * and in kernels/, and trainer.c stays one loop for every device.
  *
  * Synchronisation per optimizer step: one wait, after AdamW is queued, for
  * the step's loss and gradient norm (the log, the ranks' agreement and the
@@ -16,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device.h"
 #include "train_gpu.h"
 
 #ifdef RL_CUDA
@@ -24,89 +24,76 @@
 #include "kernels/gpu.h"
 #include "kernels/llama_gpu.h"
 
+/* The device's context; the host mirror of the master weights is the
+ * device's params (malloc'ed here). */
+typedef struct gpu_dev {
+    rl_gpu_model *model;
+    cudaStream_t stream; /* everything of the model runs on it */
+    int device;
+    float *ckpt;             /* device staging of a checkpoint (3 x params), or NULL */
+    cudaEvent_t ckpt_ready;  /* the staging copy is done */
+    bool ckpt_off;           /* no staging: no room on the GPU, or RL_GPU_CKPT_STAGE=0 */
+} gpu_dev;
+
+static gpu_dev *ctx(rl_train_device *d) { return d->impl; }
+
 int rl_train_gpu_count(char *name, size_t n) { return rl_gpu_device_count(name, n); }
 
-int rl_train_gpu_open(rl_trainer *tr, int device, rl_err *e) {
-    const rl_train_config *t = &tr->cfg.train;
-    cudaError_t ce = cudaSetDevice(device);
-    if (ce != cudaSuccess)
-        return rl_errf(e, RL_EIO, "train.device cuda: cudaSetDevice(%d) (LOCAL_RANK): %s", device,
-                       cudaGetErrorString(ce));
-    cudaStream_t s;
-    if ((ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
-        return rl_errf(e, RL_EIO, "train.device cuda: cudaStreamCreate: %s", cudaGetErrorString(ce));
-    tr->gpu_stream = s;
-    rl_gpu_model *m;
-    rl_gpu_options opt = {0};
-    opt.attention = !strcmp(t->attention, "own")     ? RL_GPU_ATTN_OWN
-                    : !strcmp(t->attention, "cudnn") ? RL_GPU_ATTN_CUDNN
-                                                     : RL_GPU_ATTN_AUTO;
-    int rc = rl_gpu_model_create(&m, &tr->cfg.model, t->micro_batch, t->seq_len, &opt, s, e);
-    if (rc) return rl_err_wrap(e, "building the model on GPU %d", device);
-    tr->gpu = m;
-    tr->gpu_device = device;
-    return rl_train_gpu_upload(tr, false, e);
+static int gpu_zero_grad(rl_train_device *d, rl_err *e) { return rl_gpu_model_zero_grad(ctx(d)->model, e); }
+
+/* the loss stays on the device (nothing waits) */
+static int gpu_micro(rl_train_device *d, const int32_t *inputs, const int32_t *targets, float scale,
+                     rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
+    const rl_train_config *t = &d->cfg->train;
+    return rl_gpu_model_train_micro(ctx(d)->model, inputs, targets, t->micro_batch, t->seq_len, scale,
+                                    hook, hook_ctx, e);
 }
 
-void rl_train_gpu_close(rl_trainer *tr) {
-    if (tr->gpu_ckpt) cudaFree(tr->gpu_ckpt);
-    if (tr->gpu_ckpt_ready) cudaEventDestroy((cudaEvent_t)tr->gpu_ckpt_ready);
-    tr->gpu_ckpt = NULL, tr->gpu_ckpt_ready = NULL;
-    if (tr->gpu) rl_gpu_model_free(tr->gpu);
-    if (tr->gpu_stream) cudaStreamDestroy((cudaStream_t)tr->gpu_stream);
-    tr->gpu = NULL, tr->gpu_stream = NULL;
-}
-
-int rl_train_gpu_zero_grad(rl_trainer *tr, rl_err *e) { return rl_gpu_model_zero_grad(tr->gpu, e); }
-
-int rl_train_gpu_micro(rl_trainer *tr, float scale, rl_grad_ready_fn hook, void *hook_ctx,
-                       rl_err *e) {
-    const rl_train_config *t = &tr->cfg.train;
-    return rl_gpu_model_train_micro(tr->gpu, tr->inputs, tr->targets, t->micro_batch, t->seq_len,
-                                    scale, hook, hook_ctx, e);
-}
-
-int rl_train_gpu_update(rl_trainer *tr, double lr, double clip_max, double *loss, double *norm,
+/* Norm, clipping and AdamW all queued, then the step's one wait for its
+ * loss (the micro-batches' scaled sum) and gradient norm. */
+static int gpu_step_end(rl_train_device *d, const rl_train_update *u, double *loss, double *norm,
                         rl_err *e) {
-    const rl_train_config *t = &tr->cfg.train;
-    rl_gpu_adamw a = {.lr = lr,
+    const rl_train_config *t = &d->cfg->train;
+    rl_gpu_model *g = ctx(d)->model;
+    rl_gpu_adamw a = {.lr = u->lr,
                       .beta1 = t->beta1,
                       .beta2 = t->beta2,
                       .eps = t->eps,
                       .weight_decay = t->weight_decay,
-                      .t = tr->step + 1,
+                      .t = u->t,
                       .grad_scale = 1.0,
-                      .clip_max_norm = clip_max};
+                      .clip_max_norm = u->clip};
     float l = 0, n = 0;
-    int rc = rl_gpu_model_grad_norm(tr->gpu, NULL, e);
-    if (!rc) rc = rl_gpu_model_adamw(tr->gpu, &a, e);
-    if (!rc) rc = rl_gpu_model_step_end(tr->gpu, e);
-    if (!rc) rc = rl_gpu_model_step_stats(tr->gpu, 0, &l, &n, e);
+    int rc = rl_gpu_model_grad_norm(g, NULL, e);
+    if (!rc) rc = rl_gpu_model_adamw(g, &a, e);
+    if (!rc) rc = rl_gpu_model_step_end(g, e);
+    if (!rc) rc = rl_gpu_model_step_stats(g, 0, &l, &n, e);
     *loss = l, *norm = n;
     return rc;
 }
 
-int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e) {
-    return rl_gpu_model_forward(tr->gpu, tr->inputs, tr->targets, B, T, loss, e);
+static int gpu_eval(rl_train_device *d, const int32_t *inputs, const int32_t *targets, int B, int T,
+                    float *loss, rl_err *e) {
+    return rl_gpu_model_forward(ctx(d)->model, inputs, targets, B, T, loss, e);
 }
 
-int rl_train_gpu_download(rl_trainer *tr, bool opt, rl_err *e) {
-    int rc = rl_gpu_model_download_params(tr->gpu, tr->model.params, e);
-    if (!rc && opt) rc = rl_gpu_model_download_opt(tr->gpu, tr->opt, e);
+static int gpu_download(rl_train_device *d, bool opt, rl_err *e) {
+    int rc = rl_gpu_model_download_params(ctx(d)->model, d->params, e);
+    if (!rc && opt) rc = rl_gpu_model_download_opt(ctx(d)->model, d->opt, e);
     return rc;
 }
 
-int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e) {
-    int rc = rl_gpu_model_upload_params(tr->gpu, tr->model.params, e);
-    if (!rc && opt) rc = rl_gpu_model_upload_opt(tr->gpu, tr->opt, e);
+static int gpu_upload(rl_train_device *d, bool opt, rl_err *e) {
+    int rc = rl_gpu_model_upload_params(ctx(d)->model, d->params, e);
+    if (!rc && opt) rc = rl_gpu_model_upload_opt(ctx(d)->model, d->opt, e);
     return rc;
 }
 
 /* Straight to the host: the fallback, and the staged path's second half. */
-static int to_host(rl_trainer *tr, const float *master, const float *mv, float *params, float *m,
+static int to_host(rl_train_device *d, const float *master, const float *mv, float *params, float *m,
                    float *v, rl_err *e) {
-    size_t n = tr->model.lay.total * sizeof(float);
-    cudaError_t ce = cudaSetDevice(tr->gpu_device);
+    size_t n = d->n * sizeof(float);
+    cudaError_t ce = cudaSetDevice(ctx(d)->device);
     if (ce == cudaSuccess) ce = cudaMemcpy(params, master, n, cudaMemcpyDeviceToHost);
     if (ce == cudaSuccess) ce = cudaMemcpy(m, mv, n, cudaMemcpyDeviceToHost);
     if (ce == cudaSuccess) ce = cudaMemcpy(v, (const char *)mv + n, n, cudaMemcpyDeviceToHost);
@@ -114,98 +101,142 @@ static int to_host(rl_trainer *tr, const float *master, const float *mv, float *
                              : rl_errf(e, RL_EIO, "checkpoint: device-to-host copy: %s", cudaGetErrorString(ce));
 }
 
-int rl_train_gpu_take(void *ctx, float *params, float *m, float *v, bool *later, rl_err *e) {
-    rl_trainer *tr = ctx;
-    size_t n = tr->model.lay.total;
-    cudaStream_t s = (cudaStream_t)tr->gpu_stream;
-    *later = false;
+/* take, in the pause: master weights and moments copied within the GPU to a
+ * staging buffer (12 bytes a parameter, allocated at the first checkpoint)
+ * and queued on the model's stream, so the next step's optimizer runs
+ * after the copy without the host waiting; fill, on the saver's thread:
+ * staging -> the host snapshot. Where the GPU has no room for the staging
+ * buffer (or RL_GPU_CKPT_STAGE=0), take copies to the host itself. */
+static int gpu_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
+    gpu_dev *g = ctx(d);
+    size_t n = d->n;
     const char *stage = getenv("RL_GPU_CKPT_STAGE");
-    if (!tr->gpu_ckpt && !tr->gpu_ckpt_off) {
+    if (!g->ckpt && !g->ckpt_off) {
         cudaEvent_t ev;
-        if ((stage && !strcmp(stage, "0")) ||
-            cudaMalloc((void **)&tr->gpu_ckpt, 3 * n * sizeof(float)) != cudaSuccess) {
+        if ((stage && !strcmp(stage, "0")) || cudaMalloc((void **)&g->ckpt, 3 * n * sizeof(float)) != cudaSuccess) {
             (void)cudaGetLastError(); /* an out-of-memory here is not the run's error */
-            tr->gpu_ckpt = NULL, tr->gpu_ckpt_off = true;
+            g->ckpt = NULL, g->ckpt_off = true;
             rl_log(RL_LOG_INFO, "checkpoint_staging", "\"on_gpu\":false,\"bytes\":%zu,\"msg\":\"copying "
                    "checkpoints to the host in the pause\"", 3 * n * sizeof(float));
         } else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
             return rl_errf(e, RL_EIO, "checkpoint: cudaEventCreate failed");
         } else {
-            tr->gpu_ckpt_ready = ev;
+            g->ckpt_ready = ev;
         }
     }
-    float *master = rl_gpu_model_master(tr->gpu), *mv = rl_gpu_model_opt(tr->gpu);
+    float *master = rl_gpu_model_master(g->model), *mv = rl_gpu_model_opt(g->model);
     cudaError_t ce;
-    if (!tr->gpu_ckpt) {
+    if (!g->ckpt) {
         /* the host copies wait for the step's AdamW, queued on the model's stream */
-        if ((ce = cudaStreamSynchronize(s)) != cudaSuccess)
+        if ((ce = cudaStreamSynchronize(g->stream)) != cudaSuccess)
             return rl_errf(e, RL_EIO, "checkpoint: %s", cudaGetErrorString(ce));
-        return to_host(tr, master, mv, params, m, v, e);
+        return to_host(d, master, mv, params, m, v, e);
     }
     /* queued behind the step's AdamW and ahead of the next step: no wait */
-    ce = cudaMemcpyAsync(tr->gpu_ckpt, master, n * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    ce = cudaMemcpyAsync(g->ckpt, master, n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream);
     if (ce == cudaSuccess)
-        ce = cudaMemcpyAsync(tr->gpu_ckpt + n, mv, 2 * n * sizeof(float), cudaMemcpyDeviceToDevice, s);
-    if (ce == cudaSuccess) ce = cudaEventRecord((cudaEvent_t)tr->gpu_ckpt_ready, s);
+        ce = cudaMemcpyAsync(g->ckpt + n, mv, 2 * n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream);
+    if (ce == cudaSuccess) ce = cudaEventRecord(g->ckpt_ready, g->stream);
     if (ce != cudaSuccess) return rl_errf(e, RL_EIO, "checkpoint: staging copy: %s", cudaGetErrorString(ce));
     *later = true;
     return RL_OK;
 }
 
-int rl_train_gpu_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
-    rl_trainer *tr = ctx;
-    size_t n = tr->model.lay.total;
+static int gpu_fill(rl_train_device *d, float *params, float *m, float *v, rl_err *e) {
+    gpu_dev *g = ctx(d);
     /* polled with a bound, not cudaEventSynchronize: the copy sits on the
      * model's stream behind the step, and a wedged stream must end this
      * save with an error instead of holding the saver's thread forever */
-    cudaError_t ce = cudaSetDevice(tr->gpu_device);
+    cudaError_t ce = cudaSetDevice(g->device);
     double deadline = rl_now() + 300;
-    while (ce == cudaSuccess && (ce = cudaEventQuery((cudaEvent_t)tr->gpu_ckpt_ready)) == cudaErrorNotReady) {
+    while (ce == cudaSuccess && (ce = cudaEventQuery(g->ckpt_ready)) == cudaErrorNotReady) {
         if (rl_now() > deadline)
             return rl_errf(e, RL_ETIMEOUT, "checkpoint: the staging copy on the GPU is not done after 300 s");
         nanosleep(&(struct timespec){0, 1000000}, NULL);
         ce = cudaSuccess;
     }
     if (ce != cudaSuccess) return rl_errf(e, RL_EIO, "checkpoint: staging copy: %s", cudaGetErrorString(ce));
-    return to_host(tr, tr->gpu_ckpt, tr->gpu_ckpt + n, params, m, v, e);
+    return to_host(d, g->ckpt, g->ckpt + d->n, params, m, v, e);
 }
 
-float *rl_train_gpu_grads(rl_trainer *tr) { return rl_gpu_model_grads(tr->gpu); }
-void *rl_train_gpu_stream(rl_trainer *tr) { return tr->gpu_stream; }
+static float *gpu_grads(rl_train_device *d) { return rl_gpu_model_grads(ctx(d)->model); }
+static void *gpu_stream(rl_train_device *d) { return ctx(d)->stream; }
+
+static void gpu_close(rl_train_device *d) {
+    gpu_dev *g = ctx(d);
+    if (!g) return;
+    if (g->ckpt) cudaFree(g->ckpt);
+    if (g->ckpt_ready) cudaEventDestroy(g->ckpt_ready);
+    if (g->model) rl_gpu_model_free(g->model);
+    if (g->stream) cudaStreamDestroy(g->stream);
+    free(g);
+    free(d->params);
+    d->impl = NULL, d->params = NULL;
+}
+
+static const rl_train_device_ops gpu_ops = {
+    .zero_grad = gpu_zero_grad,
+    .micro = gpu_micro,
+    .step_end = gpu_step_end,
+    .eval = gpu_eval,
+    .grads = gpu_grads,
+    .stream = gpu_stream,
+    .take = gpu_take,
+    .fill = gpu_fill,
+    .download = gpu_download,
+    .upload = gpu_upload,
+    .close = gpu_close,
+};
+
+/* Select `device`, make a stream, build the model for micro_batch x
+ * seq_len; the host keeps only the parameters' mirror, not a CPU model's
+ * activations and gradients. */
+static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
+    const rl_train_config *t = &d->cfg->train;
+    cudaError_t ce = cudaSetDevice(device);
+    if (ce != cudaSuccess)
+        return rl_errf(e, RL_EIO, "train.device cuda: cudaSetDevice(%d) (LOCAL_RANK): %s", device,
+                       cudaGetErrorString(ce));
+    if ((ce = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking)) != cudaSuccess)
+        return rl_errf(e, RL_EIO, "train.device cuda: cudaStreamCreate: %s", cudaGetErrorString(ce));
+    rl_gpu_options opt = {0};
+    opt.attention = !strcmp(t->attention, "own")     ? RL_GPU_ATTN_OWN
+                    : !strcmp(t->attention, "cudnn") ? RL_GPU_ATTN_CUDNN
+                                                     : RL_GPU_ATTN_AUTO;
+    if (rl_gpu_model_create(&g->model, &d->cfg->model, t->micro_batch, t->seq_len, &opt, g->stream, e))
+        return rl_err_wrap(e, "building the model on GPU %d", device);
+    g->device = device;
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &d->cfg->model);
+    d->n = lay.total;
+    if (!(d->params = malloc(d->n * sizeof(float))))
+        return rl_errf(e, RL_ENOMEM, "trainer: out of memory for the parameters' host copy");
+    return RL_OK;
+}
+
+int rl_train_gpu_open(rl_train_device *d, int device, rl_err *e) {
+    gpu_dev *g = calloc(1, sizeof *g);
+    if (!g) return rl_errf(e, RL_ENOMEM, "trainer: out of memory");
+    d->impl = g;
+    int rc = gpu_build(d, g, device, e);
+    if (rc) {
+        gpu_close(d);
+        return rc;
+    }
+    d->ops = &gpu_ops;
+    return RL_OK;
+}
 
 #else /* no CUDA in this build */
 
-static int none(rl_err *e) {
-    return rl_errf(e, RL_EINTERNAL, "train.device cuda: this build has no CUDA");
-}
 int rl_train_gpu_count(char *name, size_t n) {
     if (name && n) name[0] = '\0';
     return 0;
 }
-int rl_train_gpu_open(rl_trainer *tr, int device, rl_err *e) { return (void)tr, (void)device, none(e); }
-void rl_train_gpu_close(rl_trainer *tr) { (void)tr; }
-int rl_train_gpu_zero_grad(rl_trainer *tr, rl_err *e) { return (void)tr, none(e); }
-int rl_train_gpu_micro(rl_trainer *tr, float scale, rl_grad_ready_fn hook, void *hook_ctx,
-                       rl_err *e) {
-    return (void)tr, (void)scale, (void)hook, (void)hook_ctx, none(e);
+int rl_train_gpu_open(rl_train_device *d, int device, rl_err *e) {
+    (void)d, (void)device;
+    return rl_errf(e, RL_EINTERNAL, "train.device cuda: this build has no CUDA");
 }
-int rl_train_gpu_update(rl_trainer *tr, double lr, double clip_max, double *loss, double *norm,
-                        rl_err *e) {
-    return (void)tr, (void)lr, (void)clip_max, (void)loss, (void)norm, none(e);
-}
-int rl_train_gpu_eval(rl_trainer *tr, int B, int T, float *loss, rl_err *e) {
-    return (void)tr, (void)B, (void)T, (void)loss, none(e);
-}
-int rl_train_gpu_download(rl_trainer *tr, bool opt, rl_err *e) { return (void)tr, (void)opt, none(e); }
-int rl_train_gpu_upload(rl_trainer *tr, bool opt, rl_err *e) { return (void)tr, (void)opt, none(e); }
-int rl_train_gpu_take(void *ctx, float *params, float *m, float *v, bool *later, rl_err *e) {
-    return (void)ctx, (void)params, (void)m, (void)v, (void)later, none(e);
-}
-int rl_train_gpu_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
-    return (void)ctx, (void)params, (void)m, (void)v, none(e);
-}
-float *rl_train_gpu_grads(rl_trainer *tr) { return (void)tr, NULL; }
-void *rl_train_gpu_stream(rl_trainer *tr) { return (void)tr, NULL; }
 #endif
 
 int rl_train_visible_gpus(void) { return rl_train_gpu_count(NULL, 0); }

@@ -195,47 +195,16 @@ typedef struct rl_run_summary {
     bool preempt_saved;            /* ... and a checkpoint of that step is committed */
 } rl_run_summary;
 
-typedef struct rl_trainer {
-    rl_job_config cfg; /* device and backend settled (rl_train_pick_device) */
-    /* On the CPU the model itself. On a GPU (gpu != NULL) only its config,
-     * layout and params, the host mirror of the device's fp32 master
-     * weights that checkpoints and evaluation read; grads is NULL. */
-    rl_model model;
-    struct rl_gpu_model *gpu; /* train.device cuda; NULL on the CPU */
-    void *gpu_stream;         /* cudaStream_t everything of the model runs on */
-    int gpu_device;
-    float *gpu_ckpt;          /* device staging of a checkpoint (3 x params), or NULL */
-    void *gpu_ckpt_ready;     /* cudaEvent_t: the staging copy is done */
-    bool gpu_ckpt_off;        /* no staging: no room on the GPU, or RL_GPU_CKPT_STAGE=0 */
-    float *opt;            /* one allocation: m then v */
-    rl_dataset *train_ds, *val_ds;
-    rl_loader *loader;
-    int32_t *inputs, *targets;
-    int accum;             /* micro-steps per optimizer step on this rank */
-    long long step;        /* optimizer steps done */
-    uint64_t start_sample; /* global sample index of the first step run here */
-    rl_train_dist *dist;   /* NULL: single process */
-    double t_start;
-    bool tty;
-    const volatile int *stop; /* set asynchronously (signal): stop at the next step */
-    bool stop_agreed;         /* some rank saw *stop: every rank stops after this step */
-    rl_run_summary summary;
-    /* checkpoint state */
-    uint64_t sample;          /* global sample index of the next step's first sample */
-    uint64_t tokens_seen;
-    rl_rng rng;               /* saved and restored; nothing on the CPU path draws from it yet */
-    rl_ckpt_store *store;     /* rank 0 with checkpoint.uri set; else NULL */
-    rl_ckpt_saver *saver;
-    bool resume_done;
-    long long committed_step; /* newest step known committed by this run (-1: none) */
-    double last_save_t;
-    rl_train_observer observer; /* zero: none; set after init */
-    long long observed_ckpt;    /* the newest save reported to the observer (-1: none) */
-    double flops_per_token;
-} rl_trainer;
+/* The trainer is opaque outside pkg/train (trainer_internal.h holds it):
+ * what runs where (device.h) and the loop's state are its own business. */
+typedef struct rl_trainer rl_trainer;
 
-/* Build the model (params initialised from the seed), open the data. */
-int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, rl_err *e);
+/* Settle the device (rl_train_pick_device), build the model on it
+ * (params initialised from the seed), open the data. *out is NULL on
+ * failure. dist (NULL: one process) must outlive the trainer. */
+int rl_trainer_new(rl_trainer **out, const rl_job_config *cfg, rl_train_dist *dist, rl_err *e);
+/* Waits for a running checkpoint save; NULL is fine. */
+void rl_trainer_free(rl_trainer *tr);
 /* One optimizer step: accum micro-batches of forward + backward, reduce,
  * clip, AdamW. */
 int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e);
@@ -244,7 +213,31 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e);
 int rl_trainer_eval_loss(rl_trainer *tr, double *loss, rl_err *e);
 /* The whole run: steps, periodic eval, final eval (and the eval task). */
 int rl_trainer_run(rl_trainer *tr, rl_err *e);
-void rl_trainer_free(rl_trainer *tr);
+
+/* Set after rl_trainer_new, before running: a flag set asynchronously (a
+ * signal) that stops the run at the next step boundary, and the observer
+ * (copied; zero: none). */
+void rl_trainer_set_stop(rl_trainer *tr, const volatile int *stop);
+void rl_trainer_set_observer(rl_trainer *tr, const rl_train_observer *o);
+/* The job config as the trainer runs it (device and backend settled). */
+const rl_job_config *rl_trainer_config(const rl_trainer *tr);
+int rl_trainer_world(const rl_trainer *tr);   /* 1 without a dist */
+long long rl_trainer_steps_done(const rl_trainer *tr); /* optimizer steps, resumed ones included */
+uint64_t rl_trainer_sample_index(const rl_trainer *tr); /* global index of the next step's first sample */
+uint64_t rl_trainer_tokens_seen(const rl_trainer *tr);  /* tokens trained on, resumed ones included */
+double rl_trainer_flops_per_token(const rl_trainer *tr); /* rl_train_flops_per_token of this model */
+/* Results of the run so far (final once rl_trainer_run returned). */
+const rl_run_summary *rl_trainer_summary(const rl_trainer *tr);
+/* The host's copy of the parameters (n floats in the model's layout) and
+ * of the AdamW moments (m then v, 2 x n): the model's own on the CPU, on a
+ * GPU a mirror that rl_trainer_sync_host refreshes. */
+size_t rl_trainer_nparams(const rl_trainer *tr);
+float *rl_trainer_params(rl_trainer *tr);
+float *rl_trainer_opt(rl_trainer *tr);
+/* The checkpoint store and saver (rank 0 with checkpoint.uri set; else
+ * NULL), for tests and benchmarks that inspect saves. */
+rl_ckpt_store *rl_trainer_store(rl_trainer *tr);
+rl_ckpt_saver *rl_trainer_saver(rl_trainer *tr);
 
 /* ---- checkpoints (only rank 0 touches the store) ------------------------------------------
  * Resume: rank 0 loads the newest checkpoint that verifies (pkg/ckpt) and
@@ -273,7 +266,8 @@ void *rl_trainer_stream(rl_trainer *tr);
  * replicas before the first step). */
 int rl_trainer_broadcast_params(rl_trainer *tr, rl_err *e);
 /* On a GPU: the device's master weights (and with opt the AdamW moments)
- * into the host mirror tr->model.params / tr->opt. No-op on the CPU. */
+ * into the host mirror (rl_trainer_params / rl_trainer_opt). No-op on the
+ * CPU. */
 int rl_trainer_sync_host(rl_trainer *tr, bool opt, rl_err *e);
 
 int rl_eval_arith(rl_model *m, rl_dataset *val, int max_examples, rl_arith_result *r, rl_err *e);

@@ -1,13 +1,15 @@
 /* The training loop: accumulate micro-batches to the fixed global batch,
- * reduce (when distributed), clip, AdamW; evaluate; log. */
+ * reduce (when distributed), clip, AdamW; evaluate; log; checkpoints and
+ * resume. Whatever depends on the device goes through the device seam
+ * (device.h): the loop never asks where the model runs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "train.h"
 #include "train_gpu.h"
+#include "trainer_internal.h"
 
 static int rank_of(const rl_trainer *tr) { return tr->dist ? tr->dist->rank : 0; }
 static int world_of(const rl_trainer *tr) { return tr->dist ? tr->dist->world : 1; }
@@ -34,8 +36,9 @@ static int open_loader(rl_trainer *tr, rl_err *e) {
     return rl_loader_open(tr->train_ds, &lo, &tr->loader, e);
 }
 
-int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, rl_err *e) {
-    memset(tr, 0, sizeof *tr);
+/* Everything rl_trainer_new builds; on failure the caller frees what is
+ * there (rl_trainer_free takes a half-built trainer). */
+static int init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, rl_err *e) {
     tr->cfg = *cfg;
     tr->dist = dist;
     cfg = &tr->cfg; /* from here on the settled copy */
@@ -45,49 +48,22 @@ int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dis
     if (rc || (rc = rl_train_pick_device(&tr->cfg, e))) return rc;
     long long seqs = t->global_batch_tokens / t->seq_len;
     tr->accum = (int)(seqs / world / t->micro_batch);
-    bool gpu = strcmp(t->device, "cuda") == 0;
-
-    /* On a GPU the host keeps only the parameters (a mirror), not the CPU
-     * model's activations and gradients. */
-    if (gpu) {
-        tr->model.cfg = cfg->model;
-        rl_param_layout_init(&tr->model.lay, &cfg->model);
-        tr->model.params = malloc(tr->model.lay.total * sizeof(float));
-        if (!tr->model.params)
-            return rl_errf(e, RL_ENOMEM, "trainer: out of memory for the parameters' host copy");
-    } else if ((rc = rl_model_create(&tr->model, &cfg->model, t->micro_batch, t->seq_len, e))) {
-        return rc;
-    }
-    rl_model_init_params(&cfg->model, tr->model.params, t->seed);
-    size_t n = tr->model.lay.total;
-    tr->opt = calloc(2 * n, sizeof(float));
+    int local_rank = dist ? dist->local_rank : 0;
+    if ((rc = rl_train_dev_open(&tr->dev, cfg, local_rank, e))) return rc;
+    size_t n = tr->dev.n;
+    rl_model_init_params(&cfg->model, tr->dev.params, t->seed);
+    if ((rc = rl_train_dev_upload(&tr->dev, false, e))) return rc;
     size_t bt = (size_t)t->micro_batch * t->seq_len;
     tr->inputs = malloc(bt * sizeof(int32_t));
     tr->targets = malloc(bt * sizeof(int32_t));
-    if (!tr->opt || !tr->inputs || !tr->targets) {
-        rl_trainer_free(tr);
-        return rl_errf(e, RL_ENOMEM, "trainer: out of memory for optimizer state (%zu MiB)",
-                       2 * n * sizeof(float) >> 20);
-    }
-    if (gpu && (rc = rl_train_gpu_open(tr, dist ? dist->local_rank : 0, e))) {
-        rl_trainer_free(tr);
-        return rc;
-    }
+    if (!tr->inputs || !tr->targets) return rl_errf(e, RL_ENOMEM, "trainer: out of memory for a micro-batch");
     if ((rc = rl_dataset_open(cfg->data.train, cfg->model.vocab_size, &tr->train_ds, e)) ||
-        (cfg->data.val[0] &&
-         (rc = rl_dataset_open(cfg->data.val, cfg->model.vocab_size, &tr->val_ds, e)))) {
-        rl_trainer_free(tr);
+        (cfg->data.val[0] && (rc = rl_dataset_open(cfg->data.val, cfg->model.vocab_size, &tr->val_ds, e))))
         return rc;
-    }
     /* The baseline a learning model must beat (first 4M tokens suffice). */
-    if ((rc = rl_dataset_unigram_entropy(tr->train_ds, 1u << 22, &tr->summary.unigram_entropy, e))) {
-        rl_trainer_free(tr);
+    if ((rc = rl_dataset_unigram_entropy(tr->train_ds, 1u << 22, &tr->summary.unigram_entropy, e)) ||
+        (rc = open_loader(tr, e)))
         return rc;
-    }
-    if ((rc = open_loader(tr, e))) {
-        rl_trainer_free(tr);
-        return rc;
-    }
     /* a stream of its own, apart from the parameter init's */
     rl_rng_seed(&tr->rng, t->seed ^ 0x7261696e6572ull);
     tr->committed_step = -1;
@@ -96,15 +72,26 @@ int rl_trainer_init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dis
     tr->summary.resumed_from = -1;
     if (rank == 0 && cfg->ckpt.uri[0]) {
         rl_ckpt_store *st;
-        if ((rc = rl_ckpt_store_open_cfg(&cfg->ckpt, &st, e)) || (rc = rl_trainer_use_store(tr, st, e))) {
-            rl_trainer_free(tr);
+        if ((rc = rl_ckpt_store_open_cfg(&cfg->ckpt, &st, e)) || (rc = rl_trainer_use_store(tr, st, e)))
             return rc;
-        }
     }
-    rl_train_log_device(cfg, dist ? dist->local_rank : 0);
+    rl_train_log_device(cfg, local_rank);
     tr->tty = rank == 0 && isatty(STDERR_FILENO) && !getenv("RL_NO_PROGRESS");
     tr->t_start = rl_now();
     tr->last_save_t = tr->t_start;
+    return RL_OK;
+}
+
+int rl_trainer_new(rl_trainer **out, const rl_job_config *cfg, rl_train_dist *dist, rl_err *e) {
+    *out = NULL;
+    rl_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return rl_errf(e, RL_ENOMEM, "trainer: out of memory");
+    int rc = init(tr, cfg, dist, e);
+    if (rc) {
+        rl_trainer_free(tr);
+        return rc;
+    }
+    *out = tr;
     return RL_OK;
 }
 
@@ -115,71 +102,44 @@ int rl_trainer_use_store(rl_trainer *tr, rl_ckpt_store *s, rl_err *e) {
     tr->store = s;
     rl_ckpt_saver_opts so = {.keep = tr->cfg.ckpt.keep,
                              .skip_when_busy = strcmp(tr->cfg.ckpt.when_busy, "skip") == 0};
-    return rl_ckpt_saver_create(s, tr->model.lay.total, &so, &tr->saver, e);
+    return rl_ckpt_saver_create(s, tr->dev.n, &so, &tr->saver, e);
 }
 
 void rl_trainer_free(rl_trainer *tr) {
+    if (!tr) return;
     rl_ckpt_saver_destroy(tr->saver); /* waits for a running save */
     rl_ckpt_store_close(tr->store);
     if (tr->loader) rl_loader_close(tr->loader);
     if (tr->train_ds) rl_dataset_close(tr->train_ds);
     if (tr->val_ds) rl_dataset_close(tr->val_ds);
-    rl_train_gpu_close(tr);
-    rl_model_destroy(&tr->model);
-    free(tr->opt);
+    rl_train_dev_close(&tr->dev);
     free(tr->inputs);
     free(tr->targets);
-    memset(tr, 0, sizeof *tr);
-}
-
-static void optimizer_step(rl_trainer *tr, double lr, double grad_scale) {
-    const rl_train_config *t = &tr->cfg.train;
-    rl_model *m = &tr->model;
-    size_t n = m->lay.total;
-    float *mom = tr->opt, *var = tr->opt + n;
-    int nt = rl_model_n_tensors(&m->cfg);
-    for (int i = 0; i < nt; i++) {
-        rl_tensor_info ti;
-        rl_model_tensor(&m->cfg, i, &ti);
-        size_t o = ti.offset;
-        rl_adamw_update(m->params + o, m->grads + o, mom + o, var + o, ti.numel, lr, t->beta1,
-                        t->beta2, t->eps, ti.decay ? t->weight_decay : 0.0, tr->step + 1,
-                        grad_scale);
-    }
+    free(tr);
 }
 
 int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     const rl_train_config *t = &tr->cfg.train;
-    rl_model *m = &tr->model;
-    double t0 = rl_now(), loss_sum = 0;
-    int rc;
-    if (tr->gpu) {
-        if ((rc = rl_train_gpu_zero_grad(tr, e))) return rc;
-    } else {
-        rl_model_zero_grad(m);
-    }
+    double t0 = rl_now();
+    int rc = rl_train_dev_zero_grad(&tr->dev, e);
+    if (rc) return rc;
     for (int k = 0; k < tr->accum; k++) {
         if ((rc = rl_loader_next(tr->loader, tr->inputs, tr->targets, e))) return rc;
         /* no_sync: only the last micro-step's backward triggers reduction */
         bool last = k == tr->accum - 1;
         rl_grad_ready_fn hook = last && tr->dist ? tr->dist->grad_ready : NULL;
         void *hctx = tr->dist ? tr->dist->ctx : NULL;
-        float scale = 1.0f / (float)tr->accum, loss;
-        if (tr->gpu) {
-            if ((rc = rl_train_gpu_micro(tr, scale, hook, hctx, e))) return rc;
-            continue;
-        }
-        if ((rc = rl_model_forward(m, tr->inputs, tr->targets, t->micro_batch, t->seq_len, &loss, e)))
-            return rc;
-        rl_model_backward(m, scale, hook, hctx);
-        loss_sum += loss;
+        float scale = 1.0f / (float)tr->accum;
+        if ((rc = rl_train_dev_micro(&tr->dev, tr->inputs, tr->targets, scale, hook, hctx, e))) return rc;
     }
-    double loss = loss_sum / tr->accum, norm = 0, lr = rl_lr_at(t, tr->step);
+    double loss, norm, lr = rl_lr_at(t, tr->step);
     double ar_exposed = -1, ar_busy = -1;
     if (tr->dist && (rc = tr->dist->finish(tr->dist->ctx, e))) return rc;
-    /* on a GPU the whole update is queued behind the reduction and the
-     * step's one wait returns its loss and norm */
-    if (tr->gpu && (rc = rl_train_gpu_update(tr, lr, t->grad_clip, &loss, &norm, e))) return rc;
+    /* the update follows the reduction (on a GPU queued behind it, and the
+     * step's one wait returns its loss and norm); a non-finite norm leaves
+     * the weights alone for the check below */
+    rl_train_update u = {.lr = lr, .clip = t->grad_clip, .t = tr->step + 1};
+    if ((rc = rl_train_dev_step_end(&tr->dev, &u, &loss, &norm, e))) return rc;
     /* A signal reaches ranks at different times; riding on the loss
      * average, "someone was asked to stop" becomes one decision that every
      * rank takes after the same step. */
@@ -193,11 +153,9 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     }
     loss = agreed[0];
     tr->stop_agreed = agreed[1] > 0;
-    if (!tr->gpu) norm = rl_grad_norm(m->grads, m->lay.total);
     if (!isfinite(norm) || !isfinite(loss))
         return rl_errf(e, RL_EINTERNAL, "step %lld: loss %g, gradient norm %g are not finite "
                        "(lower train.lr?)", tr->step + 1, loss, norm);
-    if (!tr->gpu) optimizer_step(tr, lr, rl_clip_factor(norm, t->grad_clip));
     tr->step++;
     tr->sample += (uint64_t)(t->global_batch_tokens / t->seq_len);
     tr->tokens_seen += (uint64_t)t->global_batch_tokens;
@@ -247,9 +205,7 @@ int rl_trainer_eval_loss(rl_trainer *tr, double *loss, rl_err *e) {
             memcpy(tr->targets + (size_t)b * T, buf + 1, sizeof(int32_t) * T);
         }
         float l;
-        rc = tr->gpu ? rl_train_gpu_eval(tr, B, T, &l, e)
-                     : rl_model_forward(&tr->model, tr->inputs, tr->targets, B, T, &l, e);
-        if (rc) goto out;
+        if ((rc = rl_train_dev_eval(&tr->dev, tr->inputs, tr->targets, B, T, &l, e))) goto out;
         acc[0] += l, acc[1] += 1;
     }
     if (tr->dist && (rc = tr->dist->average(tr->dist->ctx, acc, 2, e))) goto out;
@@ -305,15 +261,20 @@ static int evaluate(rl_trainer *tr, const char *event, rl_err *e) {
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
 static rl_ckpt_data ckpt_data(rl_trainer *tr, char *config_json) {
-    size_t n = tr->model.lay.total;
+    size_t n = tr->dev.n;
     const rl_train_config *t = &tr->cfg.train;
+    /* the saver's snapshot comes from the device (on a GPU straight from
+     * its memory), not from the host copy params/m/v point at */
     rl_ckpt_data d = {
-        .model = tr->model.cfg,
+        .model = tr->cfg.model,
         .n = n,
-        .params = tr->model.params,
-        .m = tr->opt,
-        .v = tr->opt + n,
+        .params = tr->dev.params,
+        .m = tr->dev.opt,
+        .v = tr->dev.opt + n,
         .config_json = config_json,
+        .take = rl_train_dev_take,
+        .fill = rl_train_dev_fill,
+        .snap_ctx = &tr->dev,
     };
     d.state = (rl_ckpt_state){
         .step = tr->step,
@@ -333,8 +294,6 @@ static rl_ckpt_data ckpt_data(rl_trainer *tr, char *config_json) {
 static int save(rl_trainer *tr, bool sync, double deadline, rl_err *e) {
     char *cj = rl_job_config_to_json(&tr->cfg);
     rl_ckpt_data d = ckpt_data(tr, cj);
-    /* on a GPU the saver's snapshot comes straight from the device */
-    if (tr->gpu) d.take = rl_train_gpu_take, d.fill = rl_train_gpu_fill, d.snap_ctx = tr;
     bool started;
     int rc = rl_ckpt_saver_save(tr->saver, &d, sync, deadline, &started, e);
     free(cj);
@@ -420,7 +379,8 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
     const rl_ckpt_config *c = &tr->cfg.ckpt;
     if (!c->uri[0]) return RL_OK;
     int rank = rank_of(tr), world = world_of(tr), rc = RL_OK;
-    size_t n = tr->model.lay.total;
+    size_t n = tr->dev.n;
+    float *params = tr->dev.params, *opt = tr->dev.opt;
     resume_wire w = {0};
     rl_ckpt_loaded ld = {0};
     if (world > 1 && !tr->dist->broadcast)
@@ -438,7 +398,7 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
                 free(cs);
             }
         } else {
-            rc = rl_ckpt_load_latest(tr->store, &tr->model.cfg, n, tr->model.params, tr->opt, tr->opt + n, &ld, e);
+            rc = rl_ckpt_load_latest(tr->store, &tr->cfg.model, n, params, opt, opt + n, &ld, e);
         }
         if (rc) w.status = -1;
         else if (ld.found) {
@@ -453,8 +413,8 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
         if (!rc && w.status < 0)
             rc = rl_errf(e, RL_EPEER, "rank 0 could not load the checkpoint (its log says why)");
         if (!rc && w.status == 1 &&
-            ((rc = tr->dist->broadcast(tr->dist->ctx, tr->model.params, n * sizeof(float), e)) ||
-             (rc = tr->dist->broadcast(tr->dist->ctx, tr->opt, 2 * n * sizeof(float), e))))
+            ((rc = tr->dist->broadcast(tr->dist->ctx, params, n * sizeof(float), e)) ||
+             (rc = tr->dist->broadcast(tr->dist->ctx, opt, 2 * n * sizeof(float), e))))
             rc = rl_err_wrap(e, "broadcasting the resumed state");
     }
     if (rc || w.status != 1) {
@@ -463,9 +423,9 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
         rl_ckpt_loaded_free(&ld);
         return rc;
     }
-    if (tr->gpu && (rc = rl_train_gpu_upload(tr, true, e))) {
+    if ((rc = rl_train_dev_upload(&tr->dev, true, e))) {
         rl_ckpt_loaded_free(&ld);
-        return rl_err_wrap(e, "uploading the resumed state to the GPU");
+        return rl_err_wrap(e, "uploading the resumed state to the device");
     }
     tr->step = w.step;
     tr->tokens_seen = w.tokens;
@@ -534,15 +494,16 @@ static int preempt(rl_trainer *tr, rl_err *e) {
     return rl_errf(e, RL_EABORT, "preempted: stopped by signal after step %lld, checkpoint committed", tr->step);
 }
 
-/* The greedy completions run on the CPU model: on a GPU run a CPU copy
- * of the current weights is made for them (eval tasks use small models). */
+/* The greedy completions run on a CPU model made for them from the host
+ * copy of the current weights, whatever the device (eval tasks use small
+ * models; the training model is the device's, busy with nothing else but
+ * not necessarily on the CPU). */
 static int eval_arith(rl_trainer *tr, rl_arith_result *r, rl_err *e) {
     const rl_train_config *t = &tr->cfg.train;
-    if (!tr->gpu) return rl_eval_arith(&tr->model, tr->val_ds, tr->cfg.data.eval_examples, r, e);
     rl_model cpu;
     int rc = rl_trainer_sync_host(tr, false, e);
     if (rc || (rc = rl_model_create(&cpu, &tr->cfg.model, t->micro_batch, t->seq_len, e))) return rc;
-    memcpy(cpu.params, tr->model.params, tr->model.lay.total * sizeof(float));
+    memcpy(cpu.params, tr->dev.params, tr->dev.n * sizeof(float));
     rc = rl_eval_arith(&cpu, tr->val_ds, tr->cfg.data.eval_examples, r, e);
     rl_model_destroy(&cpu);
     return rc;
@@ -556,7 +517,7 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
                "\"params\":%zu,\"device\":\"%s\",\"steps\":%lld,\"global_batch_tokens\":%lld,"
                "\"micro_batch\":%d,\"seq_len\":%d,\"accum\":%d,\"world\":%d,\"train_tokens\":%llu,"
                "\"unigram_entropy\":%.4f",
-               tr->model.lay.total, t->device, t->steps, t->global_batch_tokens, t->micro_batch, t->seq_len,
+               tr->dev.n, t->device, t->steps, t->global_batch_tokens, t->micro_batch, t->seq_len,
                tr->accum, world_of(tr), (unsigned long long)rl_dataset_tokens(tr->train_ds),
                tr->summary.unigram_entropy);
     if ((rc = rl_trainer_resume(tr, e))) return rc;
@@ -623,20 +584,35 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
 
 int rl_trainer_save_params(rl_trainer *tr, const char *path, rl_err *e) {
     int rc = rl_trainer_sync_host(tr, false, e);
-    return rc ? rc : rl_write_file_atomic(path, tr->model.params, tr->model.lay.total * sizeof(float), e);
+    return rc ? rc : rl_write_file_atomic(path, tr->dev.params, tr->dev.n * sizeof(float), e);
 }
 
-float *rl_trainer_grads(rl_trainer *tr) { return tr->gpu ? rl_train_gpu_grads(tr) : tr->model.grads; }
-void *rl_trainer_stream(rl_trainer *tr) { return tr->gpu ? rl_train_gpu_stream(tr) : NULL; }
+float *rl_trainer_grads(rl_trainer *tr) { return rl_train_dev_grads(&tr->dev); }
+void *rl_trainer_stream(rl_trainer *tr) { return rl_train_dev_stream(&tr->dev); }
 
-int rl_trainer_sync_host(rl_trainer *tr, bool opt, rl_err *e) {
-    return tr->gpu ? rl_train_gpu_download(tr, opt, e) : RL_OK;
-}
+int rl_trainer_sync_host(rl_trainer *tr, bool opt, rl_err *e) { return rl_train_dev_download(&tr->dev, opt, e); }
 
 int rl_trainer_broadcast_params(rl_trainer *tr, rl_err *e) {
     if (world_of(tr) == 1) return RL_OK;
-    size_t bytes = tr->model.lay.total * sizeof(float);
-    int rc = tr->dist->broadcast(tr->dist->ctx, tr->model.params, bytes, e);
-    if (!rc && tr->gpu) rc = rl_train_gpu_upload(tr, false, e);
-    return rc;
+    size_t bytes = tr->dev.n * sizeof(float);
+    int rc = tr->dist->broadcast(tr->dist->ctx, tr->dev.params, bytes, e);
+    return rc ? rc : rl_train_dev_upload(&tr->dev, false, e);
 }
+
+/* ---- accessors (train.h) ------------------------------------------------------------- */
+void rl_trainer_set_stop(rl_trainer *tr, const volatile int *stop) { tr->stop = stop; }
+void rl_trainer_set_observer(rl_trainer *tr, const rl_train_observer *o) {
+    tr->observer = o ? *o : (rl_train_observer){0};
+}
+const rl_job_config *rl_trainer_config(const rl_trainer *tr) { return &tr->cfg; }
+int rl_trainer_world(const rl_trainer *tr) { return world_of(tr); }
+long long rl_trainer_steps_done(const rl_trainer *tr) { return tr->step; }
+uint64_t rl_trainer_sample_index(const rl_trainer *tr) { return tr->sample; }
+uint64_t rl_trainer_tokens_seen(const rl_trainer *tr) { return tr->tokens_seen; }
+double rl_trainer_flops_per_token(const rl_trainer *tr) { return tr->flops_per_token; }
+const rl_run_summary *rl_trainer_summary(const rl_trainer *tr) { return &tr->summary; }
+size_t rl_trainer_nparams(const rl_trainer *tr) { return tr->dev.n; }
+float *rl_trainer_params(rl_trainer *tr) { return tr->dev.params; }
+float *rl_trainer_opt(rl_trainer *tr) { return tr->dev.opt; }
+rl_ckpt_store *rl_trainer_store(rl_trainer *tr) { return tr->store; }
+rl_ckpt_saver *rl_trainer_saver(rl_trainer *tr) { return tr->saver; }

@@ -54,25 +54,26 @@ static void job(rl_job_config *c, const char *device, long long steps, int accum
     c->data.val[0] = '\0', c->data.eval_task[0] = '\0';
 }
 
-static int run(rl_trainer *tr, const rl_job_config *c, rl_train_dist *dist, curve *cv, rl_err *e) {
-    int rc = rl_trainer_init(tr, c, dist, e);
+/* *tr is the trainer whenever it was built (the caller frees it), NULL otherwise */
+static int run(rl_trainer **tr, const rl_job_config *c, rl_train_dist *dist, curve *cv, rl_err *e) {
+    int rc = rl_trainer_new(tr, c, dist, e);
     if (rc) return rc;
     if (cv) {
         memset(cv, 0, sizeof *cv);
-        tr->observer = (rl_train_observer){.ud = cv, .on_step = on_step};
+        rl_trainer_set_observer(*tr, &(rl_train_observer){.ud = cv, .on_step = on_step});
     }
-    return rl_trainer_run(tr, e);
+    return rl_trainer_run(*tr, e);
 }
 
 static float *host_copy(rl_trainer *tr, bool opt, rl_err *e) {
-    size_t n = tr->model.lay.total * (opt ? 3 : 1);
+    size_t np = rl_trainer_nparams(tr), n = np * (opt ? 3 : 1);
     float *p = malloc(n * sizeof(float));
     if (!p || rl_trainer_sync_host(tr, opt, e)) {
         free(p);
         return NULL;
     }
-    memcpy(p, tr->model.params, tr->model.lay.total * sizeof(float));
-    if (opt) memcpy(p + tr->model.lay.total, tr->opt, 2 * tr->model.lay.total * sizeof(float));
+    memcpy(p, rl_trainer_params(tr), np * sizeof(float));
+    if (opt) memcpy(p + np, rl_trainer_opt(tr), 2 * np * sizeof(float));
     return p;
 }
 
@@ -86,7 +87,7 @@ static void check_curve(void) {
     rl_job_config cc, cg;
     job(&cc, "cpu", 50, 1);
     job(&cg, "cuda", 50, 1);
-    rl_trainer a, b;
+    rl_trainer *a = NULL, *b = NULL;
     curve ca, cb;
     rl_err e = {0};
     int ra = run(&a, &cc, NULL, &ca, &e);
@@ -109,8 +110,8 @@ static void check_curve(void) {
                "last rel %.3f",
                ca.loss[0], ca.loss[49], cb.loss[0], cb.loss[49], bad, worst, last);
     }
-    if (!ra) rl_trainer_free(&a);
-    if (!ra && !rb) rl_trainer_free(&b);
+    rl_trainer_free(a);
+    rl_trainer_free(b);
 }
 
 /* The nccl backend under DDP at world size 1 changes nothing: an average
@@ -125,30 +126,27 @@ static void check_ddp_world1(bool bf16) {
     rl_job_config c;
     job(&c, "cuda", 6, 2);
     c.dist.min_buckets = 5; /* several buckets, so overlap paths run */
-    rl_trainer a, b;
+    rl_trainer *a = NULL, *b = NULL;
     curve ca, cb;
     rl_err e = {0};
     rl_comm *comm = NULL;
     rl_ddp *ddp = NULL;
     float *pa = NULL, *pb = NULL;
-    bool a_ok = false, b_ok = false;
     if (run(&a, &c, NULL, &ca, &e)) goto fail;
-    a_ok = true;
-    if (!(pa = host_copy(&a, true, &e))) goto fail;
+    if (!(pa = host_copy(a, true, &e))) goto fail;
     rl_comm_opts co = {.backend = "nccl", .rank = 0, .world = 1, .prefix = "gpu-test", .timeout_s = 60};
     rl_train_dist dist = {.rank = 0, .world = 1};
-    if (rl_comm_init(&co, &comm, &e) || rl_trainer_init(&b, &c, &dist, &e)) goto fail;
-    b_ok = true;
+    if (rl_comm_init(&co, &comm, &e) || rl_trainer_new(&b, &c, &dist, &e)) goto fail;
     memset(&cb, 0, sizeof cb);
-    b.observer = (rl_train_observer){.ud = &cb, .on_step = on_step};
-    rl_ddp_opts o = {.min_buckets = c.dist.min_buckets, .grad_stream = rl_trainer_stream(&b),
+    rl_trainer_set_observer(b, &(rl_train_observer){.ud = &cb, .on_step = on_step});
+    rl_ddp_opts o = {.min_buckets = c.dist.min_buckets, .grad_stream = rl_trainer_stream(b),
                      .reduce_bf16 = bf16};
-    if (rl_ddp_create(comm, rl_trainer_grads(&b), b.model.lay.total, &o, &ddp, &e)) goto fail;
+    if (rl_ddp_create(comm, rl_trainer_grads(b), rl_trainer_nparams(b), &o, &ddp, &e)) goto fail;
     rl_ddp_attach(ddp, &dist);
-    if (rl_trainer_broadcast_params(&b, &e) || rl_trainer_run(&b, &e)) goto fail;
-    if (!(pb = host_copy(&b, true, &e))) goto fail;
+    if (rl_trainer_broadcast_params(b, &e) || rl_trainer_run(b, &e)) goto fail;
+    if (!(pb = host_copy(b, true, &e))) goto fail;
     {
-        size_t n = 3 * a.model.lay.total;
+        size_t n = 3 * rl_trainer_nparams(a);
         bool same_loss = ca.n == 6 && cb.n == 6 && !memcmp(ca.loss, cb.loss, sizeof(double) * 6);
         bool same_state = !memcmp(pa, pb, n * sizeof(float));
         double worst = 0;
@@ -170,10 +168,10 @@ static void check_ddp_world1(bool bf16) {
 fail:
     fail_err(name, &e);
 done:
-    if (b_ok) rl_trainer_free(&b);
+    rl_trainer_free(b);
     rl_ddp_destroy(ddp);
     rl_comm_destroy(comm);
-    if (a_ok) rl_trainer_free(&a);
+    rl_trainer_free(a);
     free(pa), free(pb);
 }
 
@@ -198,23 +196,21 @@ static void check_cross_resume(const char *from, const char *to, bool staged) {
     snprintf(cw.ckpt.uri, sizeof cw.ckpt.uri, "%s", uri);
     snprintf(cr.ckpt.uri, sizeof cr.ckpt.uri, "%s", uri);
     cr.ckpt.resume = true;
-    rl_trainer w, r;
+    rl_trainer *w = NULL, *r = NULL;
     rl_err e = {0};
-    bool w_ok = false, r_ok = false;
     float *pw = NULL, *pr = NULL;
     if (run(&w, &cw, NULL, NULL, &e)) goto fail;
-    w_ok = true;
-    if (!(pw = host_copy(&w, true, &e))) goto fail;
-    if (rl_trainer_init(&r, &cr, NULL, &e)) goto fail;
-    r_ok = true;
-    if (rl_trainer_resume(&r, &e) || !(pr = host_copy(&r, true, &e))) goto fail;
+    if (!(pw = host_copy(w, true, &e))) goto fail;
+    if (rl_trainer_new(&r, &cr, NULL, &e)) goto fail;
+    if (rl_trainer_resume(r, &e) || !(pr = host_copy(r, true, &e))) goto fail;
     {
-        size_t n = 3 * w.model.lay.total;
+        size_t n = 3 * rl_trainer_nparams(w);
         bool same = !memcmp(pw, pr, n * sizeof(float));
-        long long step = r.step;
-        bool pos = r.sample == w.sample && r.tokens_seen == w.tokens_seen;
+        long long step = rl_trainer_steps_done(r);
+        bool pos = rl_trainer_sample_index(r) == rl_trainer_sample_index(w) &&
+                   rl_trainer_tokens_seen(r) == rl_trainer_tokens_seen(w);
         rl_step_stats sw, sr;
-        if (rl_trainer_step(&w, &sw, &e) || rl_trainer_step(&r, &sr, &e)) goto fail;
+        if (rl_trainer_step(w, &sw, &e) || rl_trainer_step(r, &sr, &e)) goto fail;
         double rel = fabs(sr.loss - sw.loss) / sw.loss;
         report(name, same && step == 8 && pos && rel <= 0.01,
                "resumed step %lld; params and moments %s; data position %s; next loss %.5f vs "
@@ -225,8 +221,8 @@ static void check_cross_resume(const char *from, const char *to, bool staged) {
 fail:
     fail_err(name, &e);
 done:
-    if (r_ok) rl_trainer_free(&r);
-    if (w_ok) rl_trainer_free(&w);
+    rl_trainer_free(r);
+    rl_trainer_free(w);
     free(pw), free(pr);
 }
 
@@ -601,28 +597,26 @@ static void *ddp_rank_main(void *arg) {
     rl_store *st = NULL;
     rl_comm *comm = NULL;
     rl_ddp *ddp = NULL;
-    rl_trainer tr;
-    bool tr_ok = false;
+    rl_trainer *tr = NULL;
     rl_comm_opts co = {.backend = "nccl", .rank = d->rank, .world = 2, .prefix = "ddp2",
                        .device = d->rank, .timeout_s = 60};
     rl_train_dist dist = {.rank = d->rank, .world = 2, .local_rank = d->rank};
     if ((d->rc = rl_store_connect("127.0.0.1", d->port, 10, &st, e))) goto done;
     co.store = st;
-    if ((d->rc = rl_comm_init(&co, &comm, e)) || (d->rc = rl_trainer_init(&tr, d->c, &dist, e)))
+    if ((d->rc = rl_comm_init(&co, &comm, e)) || (d->rc = rl_trainer_new(&tr, d->c, &dist, e)))
         goto done;
-    tr_ok = true;
-    tr.observer = (rl_train_observer){.ud = &d->cv, .on_step = on_step};
-    rl_ddp_opts o = {.min_buckets = d->c->dist.min_buckets, .grad_stream = rl_trainer_stream(&tr)};
-    if ((d->rc = rl_ddp_create(comm, rl_trainer_grads(&tr), tr.model.lay.total, &o, &ddp, e)))
+    rl_trainer_set_observer(tr, &(rl_train_observer){.ud = &d->cv, .on_step = on_step});
+    rl_ddp_opts o = {.min_buckets = d->c->dist.min_buckets, .grad_stream = rl_trainer_stream(tr)};
+    if ((d->rc = rl_ddp_create(comm, rl_trainer_grads(tr), rl_trainer_nparams(tr), &o, &ddp, e)))
         goto done;
     d->buckets = rl_ddp_nbuckets(ddp);
     rl_ddp_attach(ddp, &dist);
-    if ((d->rc = rl_trainer_broadcast_params(&tr, e)) || (d->rc = rl_trainer_run(&tr, e))) goto done;
-    if (!(d->state = host_copy(&tr, true, e))) d->rc = e->code ? e->code : RL_ENOMEM;
+    if ((d->rc = rl_trainer_broadcast_params(tr, e)) || (d->rc = rl_trainer_run(tr, e))) goto done;
+    if (!(d->state = host_copy(tr, true, e))) d->rc = e->code ? e->code : RL_ENOMEM;
 done:
     /* a failed rank aborts its comm, so the other fails within its timeout */
     if (d->rc && comm) rl_comm_abort(comm);
-    if (tr_ok) rl_trainer_free(&tr);
+    rl_trainer_free(tr);
     rl_ddp_destroy(ddp);
     rl_comm_destroy(comm);
     rl_store_close(st);
@@ -648,19 +642,20 @@ static void check_ddp_two_ranks(void) {
     rl_job_config c;
     job(&c, "cuda", 6, 2);
     c.dist.min_buckets = 5; /* several buckets, so overlap paths run */
-    rl_trainer a;
+    rl_trainer *a = NULL;
     curve ca;
     rl_err e = {0};
     float *pa = NULL;
     ddp_rank d[2] = {{.rank = 0, .c = &c}, {.rank = 1, .c = &c}};
     if (run(&a, &c, NULL, &ca, &e)) {
         fail_err(name, &e);
+        rl_trainer_free(a);
         rl_store_server_stop(srv);
         return;
     }
-    pa = host_copy(&a, true, &e);
-    size_t n = 3 * a.model.lay.total;
-    rl_trainer_free(&a);
+    pa = host_copy(a, true, &e);
+    size_t n = 3 * rl_trainer_nparams(a);
+    rl_trainer_free(a);
     if (!pa) {
         fail_err(name, &e);
         rl_store_server_stop(srv);

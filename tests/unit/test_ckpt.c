@@ -661,9 +661,9 @@ static void run_steps(rl_trainer *tr, int k, double *losses, double *t_end, atom
     for (int i = 0; i < k; i++) {
         rl_step_stats st;
         cr_assert_eq(rl_trainer_step(tr, &st, &e), 0, "%s", e.msg);
-        if (losses) losses[tr->step - 1] = st.loss;
-        if (t_end) t_end[tr->step] = rl_now();
-        if (counter) atomic_store(counter, (int)tr->step);
+        if (losses) losses[rl_trainer_steps_done(tr) - 1] = st.loss;
+        if (t_end) t_end[rl_trainer_steps_done(tr)] = rl_now();
+        if (counter) atomic_store(counter, (int)rl_trainer_steps_done(tr));
         cr_assert_eq(rl_trainer_boundary(tr, &e), 0, "%s", e.msg);
     }
 }
@@ -675,21 +675,21 @@ Test(ckpt, async_save_overlaps_training_steps, .timeout = 120) {
     rl_job_config c;
     job(&c, dir, ck, 6);
     c.ckpt.every_steps = 2;
-    rl_trainer tr;
+    rl_trainer *tr;
     rl_err e;
-    cr_assert_eq(rl_trainer_init(&tr, &c, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_new(&tr, &c, NULL, &e), 0, "%s", e.msg);
     /* step 2's save may write its model file only after step 4 ended */
     atomic_int done = 0;
     wrap_ctx *w;
     rl_ckpt_store *s = wrap_store(ck, &w);
     w->gate_suffix = "00000002/model.safetensors", w->gate_counter = &done, w->gate_at = 4;
-    cr_assert_eq(rl_trainer_use_store(&tr, s, &e), 0, "%s", e.msg);
-    cr_assert_eq(rl_trainer_resume(&tr, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_use_store(tr, s, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_resume(tr, &e), 0, "%s", e.msg);
     double t_end[8] = {0};
-    run_steps(&tr, 6, NULL, t_end, &done);
-    cr_assert_eq(rl_trainer_checkpoint(&tr, 0, &e), 0, "%s", e.msg);
+    run_steps(tr, 6, NULL, t_end, &done);
+    cr_assert_eq(rl_trainer_checkpoint(tr, 0, &e), 0, "%s", e.msg);
     rl_ckpt_save_info h[4];
-    int n = rl_ckpt_saver_history(tr.saver, h, 4);
+    int n = rl_ckpt_saver_history(rl_trainer_saver(tr), h, 4);
     cr_assert_eq(n, 3, "saves: %d (want steps 2, 4 and the final 6)", n);
     cr_expect(h[0].step == 2 && h[1].step == 4 && h[2].step == 6);
     for (int i = 0; i < n; i++) cr_expect(h[i].done && h[i].rc == 0, "save %lld failed", h[i].step);
@@ -705,15 +705,16 @@ Test(ckpt, async_save_overlaps_training_steps, .timeout = 120) {
                 1e3 * pause, 1e3 * pause6, 1e3 * total6, (unsigned long long)h[2].bytes);
     cr_expect(pause < total && pause6 < total6);
     /* and what was written is what the trainer has */
-    float *buf = calloc(3 * tr.model.lay.total, 4);
+    size_t np = rl_trainer_nparams(tr);
+    float *buf = calloc(3 * np, 4);
     rl_ckpt_loaded ld;
-    cr_assert_eq(rl_ckpt_load_latest(tr.store, &tr.model.cfg, tr.model.lay.total, buf, buf + tr.model.lay.total,
-                                     buf + 2 * tr.model.lay.total, &ld, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_ckpt_load_latest(rl_trainer_store(tr), &rl_trainer_config(tr)->model, np, buf, buf + np,
+                                     buf + 2 * np, &ld, &e), 0, "%s", e.msg);
     cr_expect_eq(ld.step, 6);
-    cr_expect_eq(memcmp(buf, tr.model.params, tr.model.lay.total * 4), 0);
+    cr_expect_eq(memcmp(buf, rl_trainer_params(tr), np * 4), 0);
     rl_ckpt_loaded_free(&ld);
     free(buf);
-    rl_trainer_free(&tr);
+    rl_trainer_free(tr);
     rl_test_rmdir(dir);
 }
 
@@ -725,25 +726,25 @@ Test(ckpt, when_busy_skip_and_background_failure, .timeout = 120) {
     job(&c, dir, ck, 6);
     c.ckpt.every_steps = 2;
     snprintf(c.ckpt.when_busy, sizeof c.ckpt.when_busy, "skip");
-    rl_trainer tr;
+    rl_trainer *tr;
     rl_err e;
-    cr_assert_eq(rl_trainer_init(&tr, &c, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_new(&tr, &c, NULL, &e), 0, "%s", e.msg);
     atomic_int done = 0;
     wrap_ctx *w;
     rl_ckpt_store *s = wrap_store(ck, &w);
     w->gate_suffix = "00000002/model.safetensors", w->gate_counter = &done, w->gate_at = 5;
-    cr_assert_eq(rl_trainer_use_store(&tr, s, &e), 0, "%s", e.msg);
-    run_steps(&tr, 6, NULL, NULL, &done);
-    cr_assert_eq(rl_trainer_checkpoint(&tr, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_use_store(tr, s, &e), 0, "%s", e.msg);
+    run_steps(tr, 6, NULL, NULL, &done);
+    cr_assert_eq(rl_trainer_checkpoint(tr, 0, &e), 0, "%s", e.msg);
     int started, skipped;
-    rl_ckpt_saver_stats(tr.saver, &started, &skipped, NULL);
+    rl_ckpt_saver_stats(rl_trainer_saver(tr), &started, &skipped, NULL);
     cr_expect(started == 2 && skipped == 1, "started %d, skipped %d", started, skipped);
     long long *cs;
     int nc;
-    cr_assert_eq(rl_ckpt_steps(tr.store, &cs, &nc, NULL, NULL, &e), 0);
+    cr_assert_eq(rl_ckpt_steps(rl_trainer_store(tr), &cs, &nc, NULL, NULL, &e), 0);
     cr_expect(nc == 2 && cs[0] == 2 && cs[1] == 6);
     free(cs);
-    rl_trainer_free(&tr);
+    rl_trainer_free(tr);
 
     /* a failing background save fails the run at the next step boundary */
     rl_test_rmdir(dir);
@@ -751,22 +752,22 @@ Test(ckpt, when_busy_skip_and_background_failure, .timeout = 120) {
     snprintf(ck, sizeof ck, "file://%s/ck", dir);
     job(&c, dir, ck, 6);
     c.ckpt.every_steps = 2;
-    cr_assert_eq(rl_trainer_init(&tr, &c, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_new(&tr, &c, NULL, &e), 0, "%s", e.msg);
     s = wrap_store(ck, &w);
     w->fail_suffix = "trainer_state.json";
-    cr_assert_eq(rl_trainer_use_store(&tr, s, &e), 0, "%s", e.msg);
-    run_steps(&tr, 2, NULL, NULL, NULL);
+    cr_assert_eq(rl_trainer_use_store(tr, s, &e), 0, "%s", e.msg);
+    run_steps(tr, 2, NULL, NULL, NULL);
     double t0 = rl_now();
-    while (rl_ckpt_saver_busy(tr.saver) && rl_now() - t0 < 60) usleep(2000);
+    while (rl_ckpt_saver_busy(rl_trainer_saver(tr)) && rl_now() - t0 < 60) usleep(2000);
     rl_step_stats st;
-    cr_assert_eq(rl_trainer_step(&tr, &st, &e), 0, "%s", e.msg);
-    int rc = rl_trainer_boundary(&tr, &e);
+    cr_assert_eq(rl_trainer_step(tr, &st, &e), 0, "%s", e.msg);
+    int rc = rl_trainer_boundary(tr, &e);
     cr_expect_neq(rc, 0, "the failed save went unnoticed");
     cr_expect(strstr(e.msg, "background checkpoint failed") && strstr(e.msg, "trainer_state.json"), "%s", e.msg);
     bool found;
-    cr_assert_eq(rl_ckpt_exists(tr.store, "latest", &found, NULL, &e), 0);
+    cr_assert_eq(rl_ckpt_exists(rl_trainer_store(tr), "latest", &found, NULL, &e), 0);
     cr_expect(!found, "latest written for a failed save");
-    rl_trainer_free(&tr);
+    rl_trainer_free(tr);
     rl_test_rmdir(dir);
 }
 
@@ -775,38 +776,38 @@ Test(ckpt, exact_resume_on_one_process, .timeout = 180) {
     rl_test_arith_dir(dir, sizeof dir, 300000);
     snprintf(ck, sizeof ck, "%s/ck", dir); /* a plain path this time */
     rl_job_config c;
-    rl_trainer tr;
+    rl_trainer *tr;
     rl_err e;
     double ref[10], got[10];
     /* uninterrupted: 10 steps */
     job(&c, dir, NULL, 10);
-    cr_assert_eq(rl_trainer_init(&tr, &c, NULL, &e), 0, "%s", e.msg);
-    run_steps(&tr, 10, ref, NULL, NULL);
-    size_t n = tr.model.lay.total;
+    cr_assert_eq(rl_trainer_new(&tr, &c, NULL, &e), 0, "%s", e.msg);
+    run_steps(tr, 10, ref, NULL, NULL);
+    size_t n = rl_trainer_nparams(tr);
     float *pref = malloc(n * 4), *oref = malloc(2 * n * 4);
-    memcpy(pref, tr.model.params, n * 4);
-    memcpy(oref, tr.opt, 2 * n * 4);
-    rl_trainer_free(&tr);
+    memcpy(pref, rl_trainer_params(tr), n * 4);
+    memcpy(oref, rl_trainer_opt(tr), 2 * n * 4);
+    rl_trainer_free(tr);
     /* interrupted: 5 steps, a checkpoint, gone */
     job(&c, dir, ck, 10);
     c.ckpt.every_steps = 5;
-    cr_assert_eq(rl_trainer_init(&tr, &c, NULL, &e), 0, "%s", e.msg);
-    cr_assert_eq(rl_trainer_resume(&tr, &e), 0, "%s", e.msg);
-    run_steps(&tr, 5, got, NULL, NULL);
-    cr_assert_eq(rl_ckpt_saver_wait(tr.saver, 0, &e), 0, "%s", e.msg);
-    rl_trainer_free(&tr);
+    cr_assert_eq(rl_trainer_new(&tr, &c, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_resume(tr, &e), 0, "%s", e.msg);
+    run_steps(tr, 5, got, NULL, NULL);
+    cr_assert_eq(rl_ckpt_saver_wait(rl_trainer_saver(tr), 0, &e), 0, "%s", e.msg);
+    rl_trainer_free(tr);
     /* a fresh process resumes from step 5 and runs to 10 */
-    cr_assert_eq(rl_trainer_init(&tr, &c, NULL, &e), 0, "%s", e.msg);
-    cr_assert_eq(rl_trainer_resume(&tr, &e), 0, "%s", e.msg);
-    cr_assert_eq(tr.step, 5);
-    cr_expect_eq(tr.summary.resumed_from, 5);
-    cr_expect_eq(tr.sample, 5 * 16);
-    run_steps(&tr, 5, got, NULL, NULL);
+    cr_assert_eq(rl_trainer_new(&tr, &c, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_resume(tr, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_steps_done(tr), 5);
+    cr_expect_eq(rl_trainer_summary(tr)->resumed_from, 5);
+    cr_expect_eq(rl_trainer_sample_index(tr), 5 * 16);
+    run_steps(tr, 5, got, NULL, NULL);
     for (int i = 0; i < 10; i++)
         cr_expect(memcmp(&ref[i], &got[i], sizeof ref[i]) == 0, "step %d loss %.17g vs %.17g", i + 1, got[i], ref[i]);
-    cr_expect_eq(memcmp(tr.model.params, pref, n * 4), 0, "parameters differ after resume");
-    cr_expect_eq(memcmp(tr.opt, oref, 2 * n * 4), 0, "AdamW moments differ after resume");
-    rl_trainer_free(&tr);
+    cr_expect_eq(memcmp(rl_trainer_params(tr), pref, n * 4), 0, "parameters differ after resume");
+    cr_expect_eq(memcmp(rl_trainer_opt(tr), oref, 2 * n * 4), 0, "AdamW moments differ after resume");
+    rl_trainer_free(tr);
     free(pref), free(oref);
     rl_test_rmdir(dir);
 }

@@ -228,22 +228,22 @@ Test(learning, default_config_loss_falls, .timeout = 900) {
     rl_job_config_default(&c);
     snprintf(c.data.train, sizeof c.data.train, "%s/train_*.bin", dir);
     snprintf(c.data.val, sizeof c.data.val, "%s/val_*.bin", dir);
-    rl_trainer tr;
+    rl_trainer *tr;
     rl_err e;
-    cr_assert_eq(rl_trainer_init(&tr, &c, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_new(&tr, &c, NULL, &e), 0, "%s", e.msg);
     rl_step_stats st;
     double first = 0, sum = 0;
     for (int i = 0; i < 150; i++) {
-        cr_assert_eq(rl_trainer_step(&tr, &st, &e), 0, "%s", e.msg);
+        cr_assert_eq(rl_trainer_step(tr, &st, &e), 0, "%s", e.msg);
         if (i == 0) first = st.loss;
         if (i >= 140) sum += st.loss; /* mean of the last 10: less noise */
     }
-    double last = sum / 10, h = tr.summary.unigram_entropy;
+    double last = sum / 10, h = rl_trainer_summary(tr)->unigram_entropy;
     cr_log_info("loss: step 1 %.4f, steps 141-150 %.4f; unigram entropy %.4f", first, last, h);
     cr_expect(fabs(first - log(257.0)) < 0.2, "initial loss %.4f, expected ~log(257)", first);
     cr_expect(h > 2.2 && h < 2.8, "unigram entropy %.4f out of the expected range", h);
     cr_expect(last < 1.75, "loss after 150 steps %.4f >= 1.75", last);
     cr_expect(last < h - 0.5, "loss %.4f not 0.5 below the unigram entropy %.4f", last, h);
-    rl_trainer_free(&tr);
+    rl_trainer_free(tr);
     rl_test_rmdir(dir);
 }

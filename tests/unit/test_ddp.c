@@ -142,17 +142,17 @@ static int overlap_rank(int rank, int port, const char *dir, const char *report)
     snprintf(c.data.train, sizeof c.data.train, "%s/train_*.bin", dir);
     c.data.val[0] = c.data.eval_task[0] = '\0';
     rl_train_dist dist = {.rank = rank, .world = 2};
-    rl_trainer tr;
-    if (rl_trainer_init(&tr, &c, &dist, &e)) return 12;
+    rl_trainer *tr;
+    if (rl_trainer_new(&tr, &c, &dist, &e)) return 12;
     rl_ddp_opts o = {.first_bucket_bytes = 64 << 10, .bucket_bytes = 128 << 10};
     rl_ddp *d;
-    if (rl_ddp_create(comm, tr.model.grads, tr.model.lay.total, &o, &d, &e)) return 13;
+    if (rl_ddp_create(comm, rl_trainer_grads(tr), rl_trainer_nparams(tr), &o, &d, &e)) return 13;
     rl_ddp_attach(d, &dist);
     rl_step_stats st;
     FILE *f = fopen(report, "w");
     if (!f) return 15;
     for (int i = 0; i < OVERLAP_STEPS; i++) {
-        if (rl_trainer_step(&tr, &st, &e)) return fclose(f), 14;
+        if (rl_trainer_step(tr, &st, &e)) return fclose(f), 14;
         double t_end;
         const rl_ddp_event *ev = rl_ddp_events(d, &t_end);
         for (int b = 0; b < rl_ddp_nbuckets(d); b++)
@@ -162,7 +162,7 @@ static int overlap_rank(int rank, int port, const char *dir, const char *report)
     fclose(f);
     rl_comm_barrier(comm, &e);
     rl_ddp_destroy(d);
-    rl_trainer_free(&tr);
+    rl_trainer_free(tr);
     rl_comm_destroy(comm);
     rl_store_close(s);
     return 0;

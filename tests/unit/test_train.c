@@ -175,16 +175,16 @@ static void small_job(rl_job_config *c, const char *dir) {
 }
 
 static double *run_losses(const rl_job_config *c, int steps) {
-    rl_trainer tr;
+    rl_trainer *tr;
     rl_err e;
-    cr_assert_eq(rl_trainer_init(&tr, c, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_trainer_new(&tr, c, NULL, &e), 0, "%s", e.msg);
     double *l = malloc(sizeof(double) * (size_t)steps);
     for (int i = 0; i < steps; i++) {
         rl_step_stats st;
-        cr_assert_eq(rl_trainer_step(&tr, &st, &e), 0, "%s", e.msg);
+        cr_assert_eq(rl_trainer_step(tr, &st, &e), 0, "%s", e.msg);
         l[i] = st.loss;
     }
-    rl_trainer_free(&tr);
+    rl_trainer_free(tr);
     return l;
 }
 

@@ -1,0 +1,122 @@
+/* The trainer on the CPU: the reference model of pkg/model behind the
+ * device seam (device.h). The host state is the model's own, so there is
+ * nothing to download or upload, and a checkpoint's snapshot is a copy in
+ * the pause. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+
+typedef struct cpu_dev {
+    rl_model model;  /* its params are the device's host params */
+    double loss_sum; /* this step's micro-batch losses, summed in double */
+} cpu_dev;
+
+static cpu_dev *ctx(rl_train_device *d) { return d->impl; }
+
+static int cpu_zero_grad(rl_train_device *d, rl_err *e) {
+    (void)e;
+    rl_model_zero_grad(&ctx(d)->model);
+    ctx(d)->loss_sum = 0;
+    return RL_OK;
+}
+
+static int cpu_micro(rl_train_device *d, const int32_t *inputs, const int32_t *targets, float scale,
+                     rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
+    const rl_train_config *t = &d->cfg->train;
+    cpu_dev *c = ctx(d);
+    float loss;
+    int rc = rl_model_forward(&c->model, inputs, targets, t->micro_batch, t->seq_len, &loss, e);
+    if (rc) return rc;
+    rl_model_backward(&c->model, scale, hook, hook_ctx);
+    c->loss_sum += loss;
+    return RL_OK;
+}
+
+/* AdamW tensor by tensor: weight decay applies to some tensors only. */
+static void adamw(rl_train_device *d, const rl_train_update *u, double grad_scale) {
+    const rl_train_config *t = &d->cfg->train;
+    rl_model *m = &ctx(d)->model;
+    float *mom = d->opt, *var = d->opt + d->n;
+    int nt = rl_model_n_tensors(&m->cfg);
+    for (int i = 0; i < nt; i++) {
+        rl_tensor_info ti;
+        rl_model_tensor(&m->cfg, i, &ti);
+        size_t o = ti.offset;
+        rl_adamw_update(m->params + o, m->grads + o, mom + o, var + o, ti.numel, u->lr, t->beta1,
+                        t->beta2, t->eps, ti.decay ? t->weight_decay : 0.0, u->t, grad_scale);
+    }
+}
+
+static int cpu_step_end(rl_train_device *d, const rl_train_update *u, double *loss, double *norm,
+                        rl_err *e) {
+    (void)e;
+    cpu_dev *c = ctx(d);
+    *loss = c->loss_sum / d->micros;
+    *norm = rl_grad_norm(c->model.grads, d->n);
+    if (isfinite(*norm)) adamw(d, u, rl_clip_factor(*norm, u->clip));
+    return RL_OK;
+}
+
+static int cpu_eval(rl_train_device *d, const int32_t *inputs, const int32_t *targets, int B, int T,
+                    float *loss, rl_err *e) {
+    return rl_model_forward(&ctx(d)->model, inputs, targets, B, T, loss, e);
+}
+
+static float *cpu_grads(rl_train_device *d) { return ctx(d)->model.grads; }
+static void *cpu_stream(rl_train_device *d) { return (void)d, NULL; }
+
+static int cpu_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
+    (void)later, (void)e;
+    size_t bytes = d->n * sizeof(float);
+    memcpy(params, d->params, bytes);
+    memcpy(m, d->opt, bytes);
+    memcpy(v, d->opt + d->n, bytes);
+    return RL_OK;
+}
+
+/* take never defers, so the saver never calls this */
+static int cpu_fill(rl_train_device *d, float *params, float *m, float *v, rl_err *e) {
+    (void)d, (void)params, (void)m, (void)v;
+    return rl_errf(e, RL_EINTERNAL, "train device cpu: checkpoint fill without a staged take");
+}
+
+static int cpu_sync(rl_train_device *d, bool opt, rl_err *e) { return (void)d, (void)opt, (void)e, RL_OK; }
+
+static void cpu_close(rl_train_device *d) {
+    cpu_dev *c = ctx(d);
+    if (!c) return;
+    rl_model_destroy(&c->model);
+    free(c);
+    d->impl = NULL, d->params = NULL;
+}
+
+static const rl_train_device_ops cpu_ops = {
+    .zero_grad = cpu_zero_grad,
+    .micro = cpu_micro,
+    .step_end = cpu_step_end,
+    .eval = cpu_eval,
+    .grads = cpu_grads,
+    .stream = cpu_stream,
+    .take = cpu_take,
+    .fill = cpu_fill,
+    .download = cpu_sync,
+    .upload = cpu_sync,
+    .close = cpu_close,
+};
+
+int rl_train_cpu_open(rl_train_device *d, rl_err *e) {
+    const rl_job_config *cfg = d->cfg;
+    cpu_dev *c = calloc(1, sizeof *c);
+    if (!c) return rl_errf(e, RL_ENOMEM, "trainer: out of memory");
+    int rc = rl_model_create(&c->model, &cfg->model, cfg->train.micro_batch, cfg->train.seq_len, e);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    d->ops = &cpu_ops, d->impl = c;
+    d->n = c->model.lay.total;
+    d->params = c->model.params;
+    return RL_OK;
+}

@@ -1,0 +1,118 @@
+/* The device dispatcher (device.h): picks the implementation, checks each
+ * call's arguments and the order of a step once for every device, and
+ * owns the host's AdamW moments, which every device keeps alike.
+ *
+ * A failed check is RL_EINTERNAL: the trainer is the only caller, so a bad
+ * argument is a bug in it, reported instead of handed to a kernel. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+
+static int check_open(const rl_train_device *d, const char *op, rl_err *e) {
+    if (!d || !d->ops) return rl_errf(e, RL_EINTERNAL, "train device: %s on a device that is not open", op);
+    return RL_OK;
+}
+
+int rl_train_dev_open(rl_train_device *d, const rl_job_config *cfg, int local_rank, rl_err *e) {
+    memset(d, 0, sizeof *d);
+    d->cfg = cfg;
+    /* the one place the device's name is read: rl_train_pick_device left
+     * "cpu" or "cuda" */
+    int rc = strcmp(cfg->train.device, "cuda") == 0 ? rl_train_gpu_open(d, local_rank, e)
+                                                    : rl_train_cpu_open(d, e);
+    if (rc) {
+        memset(d, 0, sizeof *d);
+        return rc;
+    }
+    d->opt = calloc(2 * d->n, sizeof(float));
+    if (!d->opt) {
+        rl_train_dev_close(d);
+        return rl_errf(e, RL_ENOMEM, "trainer: out of memory for optimizer state (%zu MiB)",
+                       2 * d->n * sizeof(float) >> 20);
+    }
+    return RL_OK;
+}
+
+void rl_train_dev_close(rl_train_device *d) {
+    if (!d) return;
+    if (d->ops) d->ops->close(d);
+    free(d->opt);
+    memset(d, 0, sizeof *d);
+}
+
+int rl_train_dev_zero_grad(rl_train_device *d, rl_err *e) {
+    int rc = check_open(d, "zero_grad", e);
+    if (rc) return rc;
+    d->micros = 0;
+    return d->ops->zero_grad(d, e);
+}
+
+int rl_train_dev_micro(rl_train_device *d, const int32_t *inputs, const int32_t *targets,
+                       float scale, rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
+    int rc = check_open(d, "micro", e);
+    if (rc) return rc;
+    if (!inputs || !targets || !(scale > 0) || !isfinite(scale))
+        return rl_errf(e, RL_EINTERNAL, "train device: micro-batch without tokens or with scale %g",
+                       (double)scale);
+    if ((rc = d->ops->micro(d, inputs, targets, scale, hook, hook_ctx, e))) return rc;
+    d->micros++;
+    return RL_OK;
+}
+
+int rl_train_dev_step_end(rl_train_device *d, const rl_train_update *u, double *loss,
+                          double *norm, rl_err *e) {
+    int rc = check_open(d, "step_end", e);
+    if (rc) return rc;
+    if (d->micros < 1)
+        return rl_errf(e, RL_EINTERNAL, "train device: step end without a micro-batch since zero_grad");
+    if (!u || !loss || !norm || u->t < 1 || !(u->lr >= 0) || !isfinite(u->lr))
+        return rl_errf(e, RL_EINTERNAL, "train device: step end with AdamW step %lld, lr %g",
+                       u ? u->t : 0, u ? u->lr : 0.0);
+    return d->ops->step_end(d, u, loss, norm, e);
+}
+
+int rl_train_dev_eval(rl_train_device *d, const int32_t *inputs, const int32_t *targets, int B,
+                      int T, float *loss, rl_err *e) {
+    int rc = check_open(d, "eval", e);
+    if (rc) return rc;
+    const rl_train_config *t = &d->cfg->train;
+    if (!inputs || !targets || !loss || B < 1 || B > t->micro_batch || T < 1 || T > t->seq_len)
+        return rl_errf(e, RL_EINTERNAL, "train device: eval of %d x %d beyond the model's %d x %d", B,
+                       T, t->micro_batch, t->seq_len);
+    return d->ops->eval(d, inputs, targets, B, T, loss, e);
+}
+
+float *rl_train_dev_grads(rl_train_device *d) { return d && d->ops ? d->ops->grads(d) : NULL; }
+void *rl_train_dev_stream(rl_train_device *d) { return d && d->ops ? d->ops->stream(d) : NULL; }
+
+/* take and fill run for the saver (fill on its thread); ctx is the device */
+int rl_train_dev_take(void *ctx, float *params, float *m, float *v, bool *later, rl_err *e) {
+    rl_train_device *d = ctx;
+    int rc = check_open(d, "checkpoint take", e);
+    if (rc) return rc;
+    if (!params || !m || !v || !later)
+        return rl_errf(e, RL_EINTERNAL, "train device: checkpoint take without a snapshot buffer");
+    *later = false;
+    return d->ops->take(d, params, m, v, later, e);
+}
+
+int rl_train_dev_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
+    rl_train_device *d = ctx;
+    int rc = check_open(d, "checkpoint fill", e);
+    if (rc) return rc;
+    if (!params || !m || !v)
+        return rl_errf(e, RL_EINTERNAL, "train device: checkpoint fill without a snapshot buffer");
+    return d->ops->fill(d, params, m, v, e);
+}
+
+int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e) {
+    int rc = check_open(d, "download", e);
+    return rc ? rc : d->ops->download(d, opt, e);
+}
+
+int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e) {
+    int rc = check_open(d, "upload", e);
+    return rc ? rc : d->ops->upload(d, opt, e);
+}

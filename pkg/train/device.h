@@ -1,0 +1,135 @@
+/* The trainer's device seam (internal to pkg/train): everything in a step
+ * that depends on where the model lives goes through one table of
+ * operations, so trainer.c is one loop for every device and never asks
+ * which one it runs on.
+ *
+ * Implementations: cpu.c (the CPU reference model, pkg/model) and gpu.c
+ * (the CUDA model of kernels/llama_gpu.h). device.c is the dispatcher, as
+ * comm.c is for the collectives: it picks the implementation from
+ * train.device, checks arguments and the order of a step's calls once for
+ * all of them, and keeps what they share (the host's AdamW moments); an
+ * implementation only computes and moves data.
+ *
+ * What comes next plugs in here, not in trainer.c:
+ * - sharded optimizer state (ZeRO-1): a device whose step_end reduces the
+ *   gradients to each rank's shard, runs AdamW on that shard of the master
+ *   weights and moments and gathers the parameters back; its download /
+ *   take / fill gather the shards, or save them per rank. The trainer's
+ *   loop, reduction hooks and checkpoint cadence stay as they are.
+ * - CPU-offloaded streaming: a device whose host state (params, opt below)
+ *   is the master copy rather than a mirror, and whose micro and step_end
+ *   stream layers' weights and moments to the GPU and back in chunks on
+ *   its own streams; take can then copy on the host, like the CPU's.
+ * Both are new implementations of rl_train_device_ops picked by the
+ * dispatcher's open, plus settings of their own in the job config. */
+#ifndef RL_TRAIN_DEVICE_H
+#define RL_TRAIN_DEVICE_H
+
+#include "train.h"
+
+/* One optimizer step's AdamW settings (betas, eps and weight decay come
+ * from the job config the device was opened with). */
+typedef struct rl_train_update {
+    double lr;   /* this step's learning rate (the schedule's) */
+    double clip; /* max global gradient norm; <= 0: no clipping */
+    long long t; /* AdamW's step count, from 1 */
+} rl_train_update;
+
+typedef struct rl_train_device rl_train_device;
+
+typedef struct rl_train_device_ops {
+    /* Every op gets an open device; the dispatcher (device.c) has checked
+     * the pointers and sizes each comment names, and the order of a step:
+     * zero_grad, micro once or more, step_end. */
+
+    /* Start a step: the next micro-batch's gradients replace the last
+     * step's (the device may clear nothing if its first backward writes
+     * rather than adds), and the step's loss starts from zero. */
+    int (*zero_grad)(rl_train_device *d, rl_err *e);
+    /* Forward over one micro-batch (micro_batch x seq_len tokens, non-NULL)
+     * and backward with grads (+)= d(loss * scale)/dparams, scale > 0 and
+     * finite; hook (may be NULL) is called with hook_ctx as gradients
+     * become final (rl_grad_ready_fn). The loss is kept for step_end: the
+     * device may leave it where it was computed, unwaited. */
+    int (*micro)(rl_train_device *d, const int32_t *inputs, const int32_t *targets, float scale,
+                 rl_grad_ready_fn hook, void *hook_ctx, rl_err *e);
+    /* The step's end, after gradients are reduced: the global gradient
+     * norm, clipping to u->clip and AdamW. *loss is the mean of the step's
+     * micro-batch losses, *norm the norm before clipping. A non-finite
+     * norm leaves the weights and moments alone, so the trainer's check
+     * that follows stops a run whose weights are intact. */
+    int (*step_end)(rl_train_device *d, const rl_train_update *u, double *loss, double *norm,
+                    rl_err *e);
+    /* Mean loss of one forward, no backward, over B x T tokens (1 <= B <=
+     * micro_batch, 1 <= T <= seq_len, buffers non-NULL). */
+    int (*eval)(rl_train_device *d, const int32_t *inputs, const int32_t *targets, int B, int T,
+                float *loss, rl_err *e);
+    /* The gradient buffer DDP reduces in place (in the model's layout; on
+     * a GPU device memory) and the stream backward runs on (a
+     * cudaStream_t; NULL where there is none). */
+    float *(*grads)(rl_train_device *d);
+    void *(*stream)(rl_train_device *d);
+    /* The checkpoint saver's snapshot (rl_ckpt_data.take / fill): take runs
+     * in the pause at a step boundary and either fills params/m/v (n floats
+     * each, non-NULL) or stages the state and sets *later; fill, called
+     * only after a take that set *later, completes the host snapshot on
+     * the saver's thread while training goes on. */
+    int (*take)(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e);
+    int (*fill)(rl_train_device *d, float *params, float *m, float *v, rl_err *e);
+    /* Host state <-> the device's: the master weights (and with opt the
+     * AdamW moments) into params / opt below, or from them. No-ops where
+     * the host state is the device's own. */
+    int (*download)(rl_train_device *d, bool opt, rl_err *e);
+    int (*upload)(rl_train_device *d, bool opt, rl_err *e);
+    /* Release everything the implementation's open made (impl, params). */
+    void (*close)(rl_train_device *d);
+} rl_train_device_ops;
+
+struct rl_train_device {
+    const rl_train_device_ops *ops; /* NULL: not open */
+    void *impl;                     /* the implementation's own context */
+    const rl_job_config *cfg;       /* the trainer's settled config; outlives the device */
+    /* The host's copy of the training state in the model's layout: what
+     * checkpoints, resume, evaluation tasks and the parameter broadcast
+     * read and write. On the CPU it is the model's own; on a GPU a mirror,
+     * current after download. params belongs to the implementation, opt
+     * (m then v, 2 x n floats, zero at open) to the dispatcher. */
+    size_t n;
+    float *params;
+    float *opt;
+    int micros; /* micro-batches since zero_grad (the dispatcher's count) */
+};
+
+/* Open the device train.device names ("cpu" or "cuda"; rl_train_pick_device
+ * has settled "auto") for cfg's model at micro_batch x seq_len. The caller
+ * then fills the host parameters (d->params) and uploads them
+ * (rl_train_dev_upload); the moments start at zero on both sides.
+ * local_rank is the GPU to use. On failure nothing is left open. */
+int rl_train_dev_open(rl_train_device *d, const rl_job_config *cfg, int local_rank, rl_err *e);
+/* Idempotent; a device never opened (all zero) is fine. */
+void rl_train_dev_close(rl_train_device *d);
+
+/* The dispatcher's entry points, one per op (see the table above). take and
+ * fill have rl_ckpt_data's shape: ctx is the rl_train_device. */
+int rl_train_dev_zero_grad(rl_train_device *d, rl_err *e);
+int rl_train_dev_micro(rl_train_device *d, const int32_t *inputs, const int32_t *targets,
+                       float scale, rl_grad_ready_fn hook, void *hook_ctx, rl_err *e);
+int rl_train_dev_step_end(rl_train_device *d, const rl_train_update *u, double *loss,
+                          double *norm, rl_err *e);
+int rl_train_dev_eval(rl_train_device *d, const int32_t *inputs, const int32_t *targets, int B,
+                      int T, float *loss, rl_err *e);
+float *rl_train_dev_grads(rl_train_device *d);
+void *rl_train_dev_stream(rl_train_device *d);
+int rl_train_dev_take(void *ctx, float *params, float *m, float *v, bool *later, rl_err *e);
+int rl_train_dev_fill(void *ctx, float *params, float *m, float *v, rl_err *e);
+int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e);
+int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
+
+/* Implementations' opens, called by rl_train_dev_open with d->cfg set:
+ * fill ops, impl, n and params (host, n floats), or leave d untouched and
+ * release what they made. A build without CUDA has rl_train_gpu_open
+ * report that (rl_train_pick_device refuses "cuda" before). */
+int rl_train_cpu_open(rl_train_device *d, rl_err *e);
+int rl_train_gpu_open(rl_train_device *d, int device, rl_err *e);
+
+#endif
