@@ -192,7 +192,7 @@ test-ref:
 	$(REF_VENV)/bin/python tests/ref/check_s3.py --worker $(BIN)/ringleader-worker \
 	  --prepare $(BIN)/ringleader-prepare --logits $(BUILD)/tests/ckpt_logits --rgwserve $(BUILD)/tests/rgwserve
 
-$(BUILD)/tests/rgwserve: tests/ref/rgwserve.c tests/support/rgwtest.c $(LIB)
+$(BUILD)/tests/rgwserve: tests/ref/rgwserve.c tests/support/rgwtest.c tests/support/daemon.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 
@@ -210,17 +210,18 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
 # the checkpoint bench uploads to a radosgw it starts
-$(BUILD)/bench/ckpt: bench/ckpt.c tests/support/rgwtest.c $(LIB)
+$(BUILD)/bench/ckpt: bench/ckpt.c tests/support/rgwtest.c tests/support/daemon.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 
 # the rendezvous bench runs agents against the Kubernetes stand-in
-$(BUILD)/bench/rdzv: bench/rdzv.c tests/support/jobtest.c tests/support/standin.c tests/support/etcdtest.c $(LIB)
+$(BUILD)/bench/rdzv: bench/rdzv.c tests/support/jobtest.c tests/support/standin.c tests/support/etcdtest.c \
+                     tests/support/daemon.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 
 # the operator bench counts ringleader-operator's requests to the stand-in
-$(BUILD)/bench/operator: bench/operator.c tests/support/standin.c $(LIB)
+$(BUILD)/bench/operator: bench/operator.c tests/support/standin.c tests/support/daemon.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 
