@@ -50,9 +50,12 @@ LIB      := $(BUILD)/libringleader.a
 CMDS     := worker prepare operator
 BINS     := $(CMDS:%=$(BIN)/ringleader-%)
 # Tests in tiers, one Criterion binary each, all on the helpers in
-# tests/support: unit (no server: the fast loop, make test-unit),
-# integration (radosgw, etcd, the Kubernetes stand-in, kubectl as an
-# oracle) and e2e (the operator binary with kubectl and worker pods).
+# tests/support: unit (no server, no long training: the fast loop, under
+# two minutes on 2 cores, make test-unit), integration (radosgw, etcd, the
+# Kubernetes stand-in, kubectl as an oracle; DDP ranks and minutes-long
+# training runs) and e2e (the whole system: the operator binary with
+# kubectl and worker pods, the binaries' command lines, the default job
+# trained).
 # build/tests/all holds every tier, so make test and make asan stay one
 # Criterion run with one summary line.
 TEST_TIERS := unit integration e2e
