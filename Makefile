@@ -41,7 +41,8 @@ ifeq ($(USE_CUDA),1)
   CUDA_DEFS  := -DRL_CUDA=1 -I$(CUDA_HOME)/include
   KERNEL_SRCS := $(wildcard kernels/*.cu)
   KERNEL_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/%.o)
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lstdc++
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lstdc++
+  LDLIBS  += $(CUDA_LDLIBS)
 endif
 
 PKG_SRCS := $(sort $(wildcard pkg/*/*.c))
@@ -101,6 +102,10 @@ $(LIB): $(PKG_OBJS) $(KERNEL_OBJS)
 $(BIN)/ringleader-%: $(BUILD)/cmd/%/main.o $(BUILD)/cmd/flags.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+# The operator links no CUDA library in any build: none of the archive's
+# objects it pulls calls CUDA, and its image (the Dockerfile's operator
+# stage) has no CUDA runtime to load one from.
+$(BIN)/ringleader-operator: LDLIBS := $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
 # ---- the embedded default: arithmetic corpus, then train ----------------------
 RUN_DATA ?= data/arith
