@@ -1,8 +1,13 @@
-# The ringleader image: ringleader-worker, ringleader-operator and
-# ringleader-prepare, built with CUDA + NCCL, on NVIDIA's CUDA runtime image,
-# running as a non-root user (65532).
+# Two images, both running as a non-root user (65532):
+#  - the workers' (the last stage, the default target): ringleader-worker and
+#    ringleader-prepare, built with CUDA + NCCL, on NVIDIA's CUDA runtime image;
+#  - the operator's (target `operator`): ringleader-operator alone, built
+#    without CUDA on Debian 12 and run on Debian 12 slim with only the
+#    libraries it links -- no CUDA library, so no GPU image for a control
+#    plane pod.
 #
 #   docker build -t registry.example.com/ringleader:0.1.0 .
+#   docker build --target operator -t registry.example.com/ringleader-operator:0.1.0 .
 #
 # Needs BuildKit (Docker 23+ uses it by default). No `# syntax=` line on
 # purpose: the builder's own Dockerfile frontend is used, so a build does
@@ -27,6 +32,58 @@ ARG UBUNTU=ubuntu24.04
 ARG BUILD_BASE=nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU}
 ARG RUNTIME_BASE=nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}
 ARG USE_CUDA=1
+# The operator's: Debian 12 for both, so the binary meets the C library it
+# was built against (one built on Ubuntu 24.04 needs glibc 2.38 or later).
+ARG OPERATOR_BUILD_BASE=debian:12
+ARG OPERATOR_BASE=debian:12-slim
+
+# ---- operator build: no CUDA --------------------------------------------------------
+FROM ${OPERATOR_BUILD_BASE} AS operator-build
+ENV DEBIAN_FRONTEND=noninteractive
+RUN rm -f /etc/apt/apt.conf.d/docker-clean && \
+    echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >/etc/apt/apt.conf.d/keep-cache
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt,sharing=locked \
+    apt-get update && \
+    apt-get install -y --no-install-recommends \
+      build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev \
+      libopenblas-dev libmicrohttpd-dev libyaml-dev
+WORKDIR /src
+COPY Makefile ./
+COPY cmd cmd
+COPY pkg pkg
+ARG EXTRA_CFLAGS=-Wno-error
+RUN --network=none \
+    make -j"$(nproc)" USE_CUDA=0 CFLAGS="$EXTRA_CFLAGS" bin/ringleader-operator
+
+# ---- operator runtime: Debian 12 slim, no CUDA ------------------------------------------
+FROM ${OPERATOR_BASE} AS operator
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive
+RUN rm -f /etc/apt/apt.conf.d/docker-clean && \
+    echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >/etc/apt/apt.conf.d/keep-cache
+# what `readelf -d` lists as NEEDED for ringleader-operator, and CA
+# certificates for an API server a kubeconfig names by a public CA
+# (OpenBLAS: the worker's own config checks, which the operator runs)
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt,sharing=locked \
+    apt-get update && \
+    apt-get install -y --no-install-recommends ca-certificates libcurl4 libcjson1 libssl3 libopenblas0 \
+      libgomp1 libmicrohttpd12 libyaml-0-2
+COPY --from=operator-build /src/bin/ringleader-operator /usr/local/bin/
+# a missing shared library, or any CUDA one, fails the build
+RUN --network=none \
+    groupadd --gid 65532 ringleader && \
+    useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin ringleader && \
+    if ldd /usr/local/bin/ringleader-operator | grep -E 'not found|libcuda|libnvidia|libnccl|libcublas|libcudnn'; then \
+      echo "ringleader-operator: missing or CUDA libraries" >&2; exit 1; \
+    fi
+USER 65532:65532
+ENTRYPOINT []
+CMD ["ringleader-operator", "--help"]
 
 # ---- build ------------------------------------------------------------------------
 FROM ${BUILD_BASE} AS build
@@ -62,13 +119,13 @@ ARG CUDA_ARCHS=
 ARG EXTRA_CFLAGS=-Wno-error
 RUN --network=none \
     make -j"$(nproc)" USE_CUDA="$USE_CUDA" CFLAGS="$EXTRA_CFLAGS" ${CUDA_ARCHS:+CUDA_ARCHS="$CUDA_ARCHS"} \
-      bin/ringleader-worker bin/ringleader-prepare bin/ringleader-operator && \
+      bin/ringleader-worker bin/ringleader-prepare && \
     mkdir -p /out/bin /out/data && \
-    cp bin/ringleader-worker bin/ringleader-prepare bin/ringleader-operator /out/bin/ && \
+    cp bin/ringleader-worker bin/ringleader-prepare /out/bin/ && \
     bin/ringleader-prepare arith --out /out/data/arith
 
-# ---- runtime ----------------------------------------------------------------------
-FROM ${RUNTIME_BASE}
+# ---- the workers' runtime (the default target) -------------------------------------------
+FROM ${RUNTIME_BASE} AS worker
 ARG USE_CUDA
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive

@@ -41,7 +41,8 @@ ifeq ($(USE_CUDA),1)
   CUDA_DEFS  := -DRL_CUDA=1 -I$(CUDA_HOME)/include
   KERNEL_SRCS := $(wildcard kernels/*.cu)
   KERNEL_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/%.o)
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lstdc++
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lstdc++
+  LDLIBS  += $(CUDA_LDLIBS)
 endif
 
 PKG_SRCS := $(sort $(wildcard pkg/*/*.c))
@@ -49,14 +50,27 @@ PKG_OBJS := $(PKG_SRCS:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libringleader.a
 CMDS     := worker prepare operator
 BINS     := $(CMDS:%=$(BIN)/ringleader-%)
-TEST_SRCS := $(sort $(wildcard tests/unit/*.c))
-TEST_OBJS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/obj/%.o)
-TEST_BIN := $(BUILD)/tests/unit
+# Tests in tiers, one Criterion binary each, all on the helpers in
+# tests/support: unit (no server, no long training: the fast loop, under
+# two minutes on 2 cores, make test-unit), integration (radosgw, etcd, the
+# Kubernetes stand-in, kubectl as an oracle; DDP ranks and minutes-long
+# training runs) and e2e (the whole system: the operator binary with
+# kubectl and worker pods, the binaries' command lines, the default job
+# trained).
+# build/tests/all holds every tier, so make test and make asan stay one
+# Criterion run with one summary line.
+TEST_TIERS := unit integration e2e
+TEST_SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
+TEST_SUPPORT_OBJS := $(TEST_SUPPORT_SRCS:tests/%.c=$(BUILD)/tests/obj/%.o)
+tier_objs = $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(sort $(wildcard tests/$(1)/*.c)))
+TEST_OBJS := $(foreach t,$(TEST_TIERS),$(call tier_objs,$(t))) $(TEST_SUPPORT_OBJS)
+TEST_BIN := $(BUILD)/tests/all
+TIER_BINS := $(TEST_TIERS:%=$(BUILD)/tests/%)
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps run test test-unit test-ref asan fuzz fuzz-smoke bench test-gpu bench-gpu bench-gpu-plan clean
+.PHONY: all deps run test test-unit test-integration test-e2e test-ref asan fuzz fuzz-smoke bench test-gpu bench-gpu bench-gpu-plan clean
 all: $(BINS)
 
 deps:
@@ -68,9 +82,9 @@ DEPFLAGS = -MMD -MP
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -c $< -o $@
-$(BUILD)/tests/obj/%.o: tests/unit/%.c
+$(BUILD)/tests/obj/%.o: tests/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -Itests/support $(DEPFLAGS) -c $< -o $@
 
 # nvcc: host-side warnings are errors as on the C side; -lineinfo costs
 # nothing at run time and lets ncu / compute-sanitizer name source lines.
@@ -91,6 +105,10 @@ CMD_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(CMDS:%=cmd/%/*.c))) $(BUILD
 $(BIN)/ringleader-%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard cmd/$$*/*.c)) $(BUILD)/cmd/flags.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+# The operator links no CUDA library in any build: none of the archive's
+# objects it pulls calls CUDA, and its image (the Dockerfile's operator
+# stage) has no CUDA runtime to load one from.
+$(BIN)/ringleader-operator: LDLIBS := $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
 # ---- the embedded default: arithmetic corpus, then train ----------------------
 RUN_DATA ?= data/arith
@@ -117,12 +135,24 @@ image-test:
 $(TEST_BIN): $(TEST_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_OBJS) $(LIB) -o $@ $(LDLIBS) -lcriterion
+$(foreach t,$(TEST_TIERS),$(eval $(BUILD)/tests/$(t): $(call tier_objs,$(t))))
+$(TIER_BINS): $(TEST_SUPPORT_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(filter %.o,$^) $(LIB) -o $@ $(LDLIBS) -lcriterion
 
 test:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory -j2 all $(TEST_BIN) fuzz-build
 	@$(MAKE) --no-print-directory -j2 fuzz-smoke
 	@scripts/run-tests.sh $(TEST_BIN) -j2 --verbose=0
+
+# One tier on its own (the binaries are needed: tests run the real ones);
+# the time the run took is the last line.
+test-unit test-integration test-e2e: test-%:
+	@scripts/deps.sh test
+	@$(MAKE) --no-print-directory -j2 all $(BUILD)/tests/$*
+	@t0=$$(date +%s); scripts/run-tests.sh $(BUILD)/tests/$* -j2 --verbose=0; rc=$$?; \
+	  echo "test-$*: $$(( $$(date +%s) - t0 )) s"; exit $$rc
 
 # Every fuzz target, built with clang's libFuzzer + ASan + UBSan. The
 # library is compiled once with coverage instrumentation (fuzzer-no-link)
@@ -165,8 +195,8 @@ asan:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/bin OPT="-O1 -g" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" USE_CUDA=0 \
-	  build-asan/tests/unit build-asan/bin/ringleader-worker build-asan/bin/ringleader-prepare build-asan/bin/ringleader-operator
-	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp RL_TEST_BIN=build-asan/bin scripts/run-tests.sh build-asan/tests/unit -j2 --verbose=0
+	  build-asan/tests/all build-asan/bin/ringleader-worker build-asan/bin/ringleader-prepare build-asan/bin/ringleader-operator
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp RL_TEST_BIN=build-asan/bin scripts/run-tests.sh build-asan/tests/all -j2 --verbose=0
 
 # Reference check against Hugging Face transformers (PyTorch, CPU).
 REF_VENV ?= .venv-ref
@@ -180,7 +210,7 @@ test-ref:
 	$(REF_VENV)/bin/python tests/ref/check_s3.py --worker $(BIN)/ringleader-worker \
 	  --prepare $(BIN)/ringleader-prepare --logits $(BUILD)/tests/ckpt_logits --rgwserve $(BUILD)/tests/rgwserve
 
-$(BUILD)/tests/rgwserve: tests/ref/rgwserve.c tests/unit/rgwtest.c $(LIB)
+$(BUILD)/tests/rgwserve: tests/ref/rgwserve.c tests/support/rgwtest.c tests/support/daemon.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 
@@ -198,17 +228,18 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
 # the checkpoint bench uploads to a radosgw it starts
-$(BUILD)/bench/ckpt: bench/ckpt.c tests/unit/rgwtest.c $(LIB)
+$(BUILD)/bench/ckpt: bench/ckpt.c tests/support/rgwtest.c tests/support/daemon.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 
 # the rendezvous bench runs agents against the Kubernetes stand-in
-$(BUILD)/bench/rdzv: bench/rdzv.c tests/unit/jobtest.c tests/unit/standin.c tests/unit/etcdtest.c $(LIB)
+$(BUILD)/bench/rdzv: bench/rdzv.c tests/support/jobtest.c tests/support/standin.c tests/support/etcdtest.c \
+                     tests/support/daemon.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 
 # the operator bench counts ringleader-operator's requests to the stand-in
-$(BUILD)/bench/operator: bench/operator.c tests/unit/standin.c $(LIB)
+$(BUILD)/bench/operator: bench/operator.c tests/support/standin.c tests/support/daemon.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(filter %.c,$^) $(LIB) -o $@ $(LDLIBS)
 

@@ -15,7 +15,7 @@
 #include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "s3/s3.h"
-#include "tests/unit/rgwtest.h"
+#include "tests/support/rgwtest.h"
 #include "train/train.h"
 
 static int fail(const char *what, const rl_err *e) {

@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../tests/unit/standin.h"
+#include "../tests/support/standin.h"
 #include "k8s/k8s.h"
 #include "util/util.h"
 

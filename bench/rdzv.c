@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../tests/unit/jobtest.h"
+#include "../tests/support/jobtest.h"
 #include "util/util.h"
 
 

@@ -7,14 +7,17 @@
 #      $RL_IMAGE_BASE_MAX_DAYS (30);
 #   2. that tarball imported as the image localhost/ringleader-base:debian12
 #      into a throwaway buildah store (vfs) under /var/tmp;
-#   3. the Dockerfile built on it for both stages with `buildah bud`
-#      (chroot isolation, USE_CUDA=0, EXTRA_CFLAGS empty: warnings stay
-#      errors with Debian 12's gcc, the tested compiler);
-#   4. in the built image, as the image's user 65532:65532 with the root
+#   3. the Dockerfile built on it with `buildah bud` (chroot isolation,
+#      USE_CUDA=0, EXTRA_CFLAGS empty: warnings stay errors with Debian 12's
+#      gcc, the tested compiler), twice: the workers' image (the default
+#      target) and the operator's (--target operator), every base the
+#      Debian 12 one;
+#   4. in the workers' image, as the image's user 65532:65532 with the root
 #      file system read-only and a tmpfs at /tmp (a pod's
 #      readOnlyRootFilesystem + emptyDir): the worker on the embedded default
-#      (it must train and answer held-out sums), ringleader-operator --help
-#      and ringleader-prepare --help.
+#      (it must train and answer held-out sums) and ringleader-prepare
+#      --help; in the operator's, the same way, ringleader-operator --help,
+#      and ldd must show every library found and none of CUDA's.
 #
 # Needs root (buildah's chroot isolation, mmdebstrap's root mode, a bind
 # mount) and network to Debian's archive (mmdebstrap and the Dockerfile's
@@ -64,10 +67,10 @@ LOGS=${RL_IMAGE_LOGS:-build/image-test}   # build.log, worker.log, ... of the la
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 BUILDAH=(buildah --root "$WORK/storage" --runroot "$WORK/run" --storage-driver vfs)
 B() { "${BUILDAH[@]}" "$@"; }
-RO_ROOT=
+RO_ROOTS=()
 cleanup() {
   set +e
-  [ -n "$RO_ROOT" ] && umount -l "$RO_ROOT"
+  for r in "${RO_ROOTS[@]}"; do umount -l "$r"; done
   B rm --all >/dev/null 2>&1
   # a store's leftover mounts (vfs has none but /run's) before its files go
   grep -o " $WORK/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
@@ -97,24 +100,30 @@ n=$(grep -c '^RUN --network=none ' Dockerfile || true)
 [ "$n" -eq 0 ] || say "build: buildah $bv has no RUN --network; $n RUN step(s) of the Dockerfile run with network here"
 n=$(grep -c 'sharing=locked' Dockerfile || true)
 [ "$n" -eq 0 ] || say "build: buildah $bv leaves sharing=locked cache mounts locked (buildah#4342); $n made shared here"
+# bud TAG LOG [--target STAGE]: the Dockerfile built on the Debian 12 base
+bud() {
+  local tag=$1 log=$2; shift 2
+  # TMPDIR: where buildah keeps RUN --mount=type=cache directories (the apt cache)
+  TMPDIR=$CACHE/tmp nice timeout 2700 "${BUILDAH[@]}" bud --isolation chroot --format docker --pull=never --layers=false \
+    --ignorefile .dockerignore -f "$WORK/Dockerfile" "$@" \
+    --build-arg BUILD_BASE=localhost/ringleader-base:debian12 \
+    --build-arg RUNTIME_BASE=localhost/ringleader-base:debian12 \
+    --build-arg OPERATOR_BUILD_BASE=localhost/ringleader-base:debian12 \
+    --build-arg OPERATOR_BASE=localhost/ringleader-base:debian12 \
+    --build-arg USE_CUDA=0 --build-arg EXTRA_CFLAGS= \
+    -t "$tag" . 2>&1 | while IFS= read -r l; do printf '%(%T)T %s\n' -1 "$l"; done >"$log" \
+    || { tail -n 60 "$log"; die "buildah bud $* failed (last lines above)"; }
+  grep -E '^[0-9:]+ (\[[0-9]/[0-9]\] )?(STEP|COMMIT)' "$log" | cut -c1-140 | sed 's/^/  /'
+}
 t=$SECONDS
-say "build: buildah bud --isolation chroot --format docker --pull=never --build-arg USE_CUDA=0 (both bases: the Debian 12 one)"
-# TMPDIR: where buildah keeps RUN --mount=type=cache directories (the apt cache)
-TMPDIR=$CACHE/tmp nice timeout 2700 "${BUILDAH[@]}" bud --isolation chroot --format docker --pull=never --layers=false \
-  --ignorefile .dockerignore -f "$WORK/Dockerfile" \
-  --build-arg BUILD_BASE=localhost/ringleader-base:debian12 \
-  --build-arg RUNTIME_BASE=localhost/ringleader-base:debian12 \
-  --build-arg USE_CUDA=0 --build-arg EXTRA_CFLAGS= \
-  -t localhost/ringleader:image-test . 2>&1 | while IFS= read -r l; do printf '%(%T)T %s\n' -1 "$l"; done >"$LOGS/build.log" \
-  || { tail -n 60 "$LOGS/build.log"; die "buildah bud failed (last lines above)"; }
-grep -E '^[0-9:]+ (\[[0-9]/[0-9]\] )?(STEP|COMMIT)' "$LOGS/build.log" | cut -c1-140 | sed 's/^/  /'
-say "build: done in $(lap "$t"), image $(B images --format '{{.Size}}' localhost/ringleader:image-test)"
+say "build: buildah bud --isolation chroot --format docker --pull=never --build-arg USE_CUDA=0 (every base: the Debian 12 one)"
+bud localhost/ringleader:image-test "$LOGS/build.log"
+say "build: the workers' image in $(lap "$t"), $(B images --format '{{.Size}}' localhost/ringleader:image-test)"
+t=$SECONDS
+bud localhost/ringleader-operator:image-test "$LOGS/build-operator.log" --target operator
+say "build: the operator's image (--target operator) in $(lap "$t"), $(B images --format '{{.Size}}' localhost/ringleader-operator:image-test)"
 
-# ---- 4. run it: the image's user, read-only root, tmpfs /tmp ---------------------------
-user=$(B inspect --format '{{.Docker.Config.User}}' localhost/ringleader:image-test)
-wd=$(B inspect --format '{{.Docker.Config.WorkingDir}}' localhost/ringleader:image-test)
-[ "$user" = 65532:65532 ] || die "the image's USER is '$user', not 65532:65532"
-ctr=$(B from --pull=never localhost/ringleader:image-test)
+# ---- 4. run them: the image's user, read-only root, tmpfs /tmp ---------------------------
 # buildah run has no --read-only, and its chroot isolation ignores the
 # spec's root.readonly: the container's root is made read-only underneath
 # it, by a read-only bind mount of its mount point, which buildah's chroot
@@ -122,12 +131,23 @@ ctr=$(B from --pull=never localhost/ringleader:image-test)
 # they are made first in the container's layer; and after each run it fails
 # to remove them again and panics (exit 2): on this root its exit status
 # means nothing, so each command's own comes back on a marker line.
-RO_ROOT=$(B mount "$ctr")
-for f in /etc/hosts /etc/hostname /etc/resolv.conf /run/.containerenv; do
-  [ -e "$RO_ROOT$f" ] || touch "$RO_ROOT$f"
-done
-mount --bind "$RO_ROOT" "$RO_ROOT"
-mount -o remount,bind,ro "$RO_ROOT"
+# ro_open IMAGE: ctr becomes a container of IMAGE whose root is read-only
+# (its USER must be 65532:65532; wd is its WorkingDir, / when it sets none)
+ro_open() {
+  local user root
+  user=$(B inspect --format '{{.Docker.Config.User}}' "$1")
+  wd=$(B inspect --format '{{.Docker.Config.WorkingDir}}' "$1")
+  [ -n "$wd" ] || wd=/
+  [ "$user" = 65532:65532 ] || die "$1: the image's USER is '$user', not 65532:65532"
+  ctr=$(B from --pull=never "$1")
+  root=$(B mount "$ctr")
+  for f in /etc/hosts /etc/hostname /etc/resolv.conf /run/.containerenv; do
+    [ -e "$root$f" ] || touch "$root$f"
+  done
+  mount --bind "$root" "$root"
+  mount -o remount,bind,ro "$root"
+  RO_ROOTS+=("$root")
+}
 # in CMD... as the image's user (or --user), a tmpfs at /tmp as a pod's emptyDir;
 # stdout+stderr to LOG, buildah's own to LOG.buildah; returns CMD's status
 ro_run() {
@@ -140,17 +160,28 @@ ro_run() {
   [ -n "$rc" ] || { cat "$log.buildah" >&2; die "buildah run $* did not run (or ran past ${to}s)"; }
   return "$rc"
 }
-if ro_run "$LOGS/ro-probe.log" 120 --user 0:0 touch /ro-probe; then die "the root file system is writable (as root)"; fi
-grep -q 'Read-only file system' "$LOGS/ro-probe.log" || die "writing / failed, but not as read-only: $(cat "$LOGS/ro-probe.log")"
-ro_run "$LOGS/probe.log" 120 sh -c 'id -u; id -g; pwd; touch /tmp/probe && echo tmp-writable' \
-  || die "probe as the image's user failed: $(cat "$LOGS/probe.log")"
-[ "$(cat "$LOGS/probe.log")" = $'65532\n65532\n'"$wd"$'\ntmp-writable' ] \
-  || die "probe as the image's user: unexpected: $(cat "$LOGS/probe.log")"
-say "run: as the image's USER 65532:65532 in $wd; root read-only ($(head -n 1 "$LOGS/ro-probe.log") as root), /tmp a writable tmpfs"
-say "run: (buildah $bv cannot remove its per-run mount points from a read-only root and panics after each run: the command's own exit status is used)"
+# probe NAME: the open container runs as 65532:65532 in wd, / read-only, /tmp writable
+probe() {
+  if ro_run "$LOGS/$1-ro-probe.log" 120 --user 0:0 touch /ro-probe; then die "$1: the root file system is writable (as root)"; fi
+  grep -q 'Read-only file system' "$LOGS/$1-ro-probe.log" \
+    || die "$1: writing / failed, but not as read-only: $(cat "$LOGS/$1-ro-probe.log")"
+  ro_run "$LOGS/$1-probe.log" 120 sh -c 'id -u; id -g; pwd; touch /tmp/probe && echo tmp-writable' \
+    || die "$1: probe as the image's user failed: $(cat "$LOGS/$1-probe.log")"
+  [ "$(cat "$LOGS/$1-probe.log")" = $'65532\n65532\n'"$wd"$'\ntmp-writable' ] \
+    || die "$1: probe as the image's user: unexpected: $(cat "$LOGS/$1-probe.log")"
+  say "run: $1: as the image's USER 65532:65532 in $wd; root read-only ($(head -n 1 "$LOGS/$1-ro-probe.log") as root), /tmp a writable tmpfs"
+}
+# run_help NAME BINARY: BINARY --help exits 0 in the open container
+run_help() {
+  ro_run "$LOGS/$2.log" 120 "$2" --help || { cat "$LOGS/$2.log"; die "$1: $2 --help failed"; }
+  say "run: $1: $2 --help exited 0: $(head -n 1 "$LOGS/$2.log" | cut -c1-100)"
+}
 
+ro_open localhost/ringleader:image-test
+probe workers
+say "run: (buildah $bv cannot remove its per-run mount points from a read-only root and panics after each run: the command's own exit status is used)"
 t=$SECONDS
-say "run: ringleader-worker (the embedded default)"
+say "run: workers: ringleader-worker (the embedded default)"
 rc=0; ro_run "$LOGS/worker.log" 1800 nice ringleader-worker || rc=$?
 [ "$rc" -eq 0 ] || { tail -n 40 "$LOGS/worker.log"; die "the worker exited $rc"; }
 grep -E '^(trained|held-out)' "$LOGS/worker.log" | sed 's/^/  /'
@@ -158,9 +189,17 @@ grep -A3 '^held-out sums answered' "$LOGS/worker.log" | tail -n 3 | sed 's/^/  /
 grep -q '^trained [0-9]* steps' "$LOGS/worker.log" || { tail -n 20 "$LOGS/worker.log"; die "no 'trained N steps' line"; }
 grep -Eq '^held-out sums answered exactly: [0-9]+ of [0-9]+' "$LOGS/worker.log" \
   || { tail -n 20 "$LOGS/worker.log"; die "no held-out sums line"; }
-say "run: worker exited 0 in $(lap "$t")"
-for b in operator prepare; do
-  ro_run "$LOGS/$b.log" 120 "ringleader-$b" --help || { cat "$LOGS/$b.log"; die "ringleader-$b --help failed"; }
-  say "run: ringleader-$b --help exited 0: $(head -n 1 "$LOGS/$b.log" | cut -c1-100)"
-done
-say "passed in $(lap "$T0") (built on Debian 12, USE_CUDA=0; run as 65532:65532, read-only root, tmpfs /tmp)"
+say "run: workers: worker exited 0 in $(lap "$t")"
+run_help workers ringleader-prepare
+
+ro_open localhost/ringleader-operator:image-test
+probe operator
+run_help operator ringleader-operator
+ro_run "$LOGS/operator-ldd.log" 120 ldd /usr/local/bin/ringleader-operator \
+  || { cat "$LOGS/operator-ldd.log"; die "operator: ldd ringleader-operator failed"; }
+if grep -E 'not found' "$LOGS/operator-ldd.log"; then die "operator: a library of ringleader-operator is missing"; fi
+if grep -iE 'libcuda|libnvidia|libnccl|libcublas|libcudnn' "$LOGS/operator-ldd.log"; then
+  die "operator: ringleader-operator loads a CUDA library"
+fi
+say "run: operator: ldd: $(awk '$1 ~ /^lib/ {print $1}' "$LOGS/operator-ldd.log" | tr '\n' ' ')(no CUDA library)"
+say "passed in $(lap "$T0") (built on Debian 12, USE_CUDA=0; both images run as 65532:65532, read-only root, tmpfs /tmp)"

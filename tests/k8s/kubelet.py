@@ -4,7 +4,7 @@ each container of a pod bound to any of them as a local process group,
 and the default scheduler's loop (scheduler.py) on the same thread.
 
 What it does as the real ones do (the table at the top of
-tests/unit/test_standin.c lists what is checked):
+tests/integration/test_standin.c lists what is checked):
   - scheduling (scheduler.py): a pod without spec.nodeName is bound to a
     node that fits in a separate write (spec.nodeName + condition
     PodScheduled True), or left Pending with PodScheduled False, reason

@@ -52,7 +52,7 @@ for the tests only:
        pods stopped by the kubelet's graceful node shutdown, the Node deleted after
        the notice (PodGC then removes its pods); 404 unknown node, 409 no kubelet
 Standard library only. What it reproduces and what not: the table at the
-top of tests/unit/test_standin.c."""
+top of tests/integration/test_standin.c."""
 
 import argparse
 import base64

@@ -1,4 +1,4 @@
-/* Holds a radosgw (tests/unit/rgwtest.c) for the Python reference checks:
+/* Holds a radosgw (tests/support/rgwtest.c) for the Python reference checks:
  * prints one JSON line {"endpoint","access_key","secret_key"} on stdout
  * (throw-away keys of a throw-away server), then keeps the server until
  * its stdin closes, and stops it. Usage: rgwserve [MEM_MIB] */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "tests/unit/rgwtest.h"
+#include "tests/support/rgwtest.h"
 
 int main(int argc, char **argv) {
     rl_test_rgw r;

@@ -31,6 +31,7 @@
 #include "comm/comm.h"
 #include "comm/comm_internal.h"
 #include "comm/tcp_internal.h"
+#include "children.h"
 
 /* ---- harness -------------------------------------------------------------------- */
 
@@ -157,78 +158,57 @@ static shared *run_group(const group *g) {
     snprintf(prefix, sizeof prefix, "test/%d/%d/comm", (int)getpid(), ++group_counter);
     pid_t pids[MAX_WORLD];
     int pipes[MAX_WORLD][2];
-    fflush(NULL);
     for (int r = 0; r < g->world; r++) {
         sh->r[r].rc = -1;
         cr_assert_eq(pipe(pipes[r]), 0);
-        pids[r] = fork();
-        cr_assert(pids[r] >= 0, "fork failed");
-        if (pids[r] == 0) {
-            for (int k = 0; k <= r; k++) close(pipes[k][1]);
-            int port = read_port(pipes[r][0]);
-            if (port <= 0) _exit(1);
-            tctx cx = {.rank = r, .world = g->world, .port = port, .host = g->host,
-                       .secret = g->secret,
-                       .timeout = g->timeout,
-                       .chunk = g->chunk, .shm = g->shm, .res = &sh->r[r], .sh = sh, .arg = g->arg};
-            snprintf(cx.prefix, sizeof cx.prefix, "%s", prefix);
-            if (rl_store_connect("127.0.0.1", port, 10, &cx.store, &e)) {
-                snprintf(cx.res->msg, sizeof cx.res->msg, "store connect: %s", e.msg);
-                _exit(1);
-            }
-            int rc = g->fn(&cx);
-            rl_store_close(cx.store);
-            cx.res->rc = rc;
-            _exit(rc ? 1 : 0);
-        }
-        close(pipes[r][0]);
     }
+    int r = rl_test_fork_n(g->world, pids);
+    cr_assert(r != -2, "fork failed");
+    if (r >= 0) {
+        for (int k = 0; k < g->world; k++) {
+            close(pipes[k][1]);
+            if (k != r) close(pipes[k][0]);
+        }
+        int port = read_port(pipes[r][0]);
+        if (port <= 0) _exit(1);
+        tctx cx = {.rank = r, .world = g->world, .port = port, .host = g->host,
+                   .secret = g->secret,
+                   .timeout = g->timeout,
+                   .chunk = g->chunk, .shm = g->shm, .res = &sh->r[r], .sh = sh, .arg = g->arg};
+        snprintf(cx.prefix, sizeof cx.prefix, "%s", prefix);
+        if (rl_store_connect("127.0.0.1", port, 10, &cx.store, &e)) {
+            snprintf(cx.res->msg, sizeof cx.res->msg, "store connect: %s", e.msg);
+            _exit(1);
+        }
+        int rc = g->fn(&cx);
+        rl_store_close(cx.store);
+        cx.res->rc = rc;
+        _exit(rc ? 1 : 0);
+    }
+    for (int k = 0; k < g->world; k++) close(pipes[k][0]);
     rl_store_server *srv = NULL;
     int src = rl_store_server_start("127.0.0.1", 0, &srv, &e);
     int port = src ? -1 : rl_store_server_port(srv);
-    for (int r = 0; r < g->world; r++) {
-        if (write(pipes[r][1], &port, sizeof port) != (ssize_t)sizeof port) port = -1;
-        close(pipes[r][1]);
+    for (int k = 0; k < g->world; k++) {
+        if (write(pipes[k][1], &port, sizeof port) != (ssize_t)sizeof port) port = -1;
+        close(pipes[k][1]);
     }
     cr_assert_eq(src, 0, "store: %s", e.msg);
     if (g->parent) g->parent(pids, sh, g->arg);
-    double deadline = rl_now() + g->limit_s;
-    int left = g->world, status[MAX_WORLD];
-    bool done[MAX_WORLD] = {0}, hung[MAX_WORLD] = {0};
-    while (left > 0) {
-        for (int r = 0; r < g->world; r++) {
-            if (done[r]) continue;
-            pid_t w = waitpid(pids[r], &status[r], WNOHANG);
-            if (w == pids[r]) {
-                done[r] = true;
-                left--;
-            }
-        }
-        if (left == 0) break;
-        if (rl_now() > deadline) {
-            for (int r = 0; r < g->world; r++)
-                if (!done[r]) {
-                    hung[r] = true;
-                    kill(pids[r], SIGKILL);
-                    waitpid(pids[r], &status[r], 0);
-                    done[r] = true;
-                }
-            break;
-        }
-        sleep_s(0.005);
-    }
+    int status[MAX_WORLD];
+    rl_test_wait_n(pids, g->world, g->limit_s, status);
     rl_store_server_stop(srv);
-    for (int r = 0; r < g->world; r++) {
-        if (hung[r]) {
-            snprintf(sh->r[r].msg, sizeof sh->r[r].msg, "rank %d still running after %.0f s "
-                     "(hang): killed", r, g->limit_s);
-            sh->r[r].rc = 99;
-        } else if (WIFSIGNALED(status[r]) && sh->r[r].rc != 98) {
-            snprintf(sh->r[r].msg, sizeof sh->r[r].msg, "rank %d died of signal %d", r,
-                     WTERMSIG(status[r]));
-            sh->r[r].rc = 97;
-        } else if (WIFEXITED(status[r]) && WEXITSTATUS(status[r]) != 0 && sh->r[r].rc == 0) {
-            sh->r[r].rc = WEXITSTATUS(status[r]);
+    for (int k = 0; k < g->world; k++) {
+        if (status[k] == -1) {
+            snprintf(sh->r[k].msg, sizeof sh->r[k].msg, "rank %d still running after %.0f s "
+                     "(hang): killed", k, g->limit_s);
+            sh->r[k].rc = 99;
+        } else if (WIFSIGNALED(status[k]) && sh->r[k].rc != 98) {
+            snprintf(sh->r[k].msg, sizeof sh->r[k].msg, "rank %d died of signal %d", k,
+                     WTERMSIG(status[k]));
+            sh->r[k].rc = 97;
+        } else if (WIFEXITED(status[k]) && WEXITSTATUS(status[k]) != 0 && sh->r[k].rc == 0) {
+            sh->r[k].rc = WEXITSTATUS(status[k]);
         }
     }
     return sh;

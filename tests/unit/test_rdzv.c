@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "children.h"
 #include "rdzv/rdzv.h"
 #include "store/store_db.h"
 
@@ -61,11 +62,10 @@ static size_t raw_read_all(int fd, uint8_t *buf, size_t n) {
 }
 
 static void wait_children(pid_t *pids, int n) {
-    for (int i = 0; i < n; i++) {
-        int st = 0;
-        cr_assert_eq(waitpid(pids[i], &st, 0), pids[i]);
-        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d failed (status %d)", i, st);
-    }
+    int st[RL_TEST_MAX_CHILDREN];
+    cr_assert_eq(rl_test_wait_n(pids, n, 60, st), 0, "a child still ran after 60 s (killed)");
+    for (int i = 0; i < n; i++)
+        cr_expect(WIFEXITED(st[i]) && WEXITSTATUS(st[i]) == 0, "child %d failed (status %d)", i, st[i]);
 }
 
 static void sleep_ms(int ms) { usleep((useconds_t)ms * 1000); }
@@ -489,9 +489,10 @@ Test(rdzv_store, get_waits_for_a_later_set_from_a_thread) {
 Test(rdzv_store, get_waits_for_a_later_set_from_another_process) {
     int port;
     rl_store_server *srv = start_server(&port);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
+    pid_t pid;
+    int child = rl_test_fork_n(1, &pid);
+    cr_assert(child != -2);
+    if (child == 0) {
         rl_store *c = NULL;
         rl_err e;
         if (rl_store_connect("127.0.0.1", port, 5.0, &c, &e) != RL_OK) _exit(1);
@@ -540,21 +541,19 @@ Test(rdzv_store, many_waiters_on_one_key_all_released) {
     rl_store_server *srv = start_server(&port);
     enum { N = 6 };
     pid_t pids[N];
-    for (int i = 0; i < N; i++) {
-        pids[i] = fork();
-        cr_assert(pids[i] >= 0);
-        if (pids[i] == 0) {
-            rl_store *c = NULL;
-            rl_err e;
-            void *v = NULL;
-            size_t n = 0;
-            if (rl_store_connect("127.0.0.1", port, 5.0, &c, &e) != RL_OK) _exit(1);
-            if (rl_store_get(c, "go", 5.0, &v, &n, &e) != RL_OK) _exit(2);
-            int ok = n == 3 && memcmp(v, "now", 3) == 0;
-            free(v);
-            rl_store_close(c);
-            _exit(ok ? 0 : 3);
-        }
+    int i = rl_test_fork_n(N, pids);
+    cr_assert(i != -2);
+    if (i >= 0) {
+        rl_store *c = NULL;
+        rl_err e;
+        void *v = NULL;
+        size_t n = 0;
+        if (rl_store_connect("127.0.0.1", port, 5.0, &c, &e) != RL_OK) _exit(1);
+        if (rl_store_get(c, "go", 5.0, &v, &n, &e) != RL_OK) _exit(2);
+        int ok = n == 3 && memcmp(v, "now", 3) == 0;
+        free(v);
+        rl_store_close(c);
+        _exit(ok ? 0 : 3);
     }
     sleep_ms(100);
     rl_store *c = client(port);
@@ -571,22 +570,20 @@ Test(rdzv_store, concurrent_adds_from_processes_sum_exactly) {
     rl_store_server *srv = start_server(&port);
     enum { P = 4, K = 100 };
     pid_t pids[P];
-    for (int i = 0; i < P; i++) {
-        pids[i] = fork();
-        cr_assert(pids[i] >= 0);
-        if (pids[i] == 0) {
-            rl_store *c = NULL;
-            rl_err e;
-            if (rl_store_connect("127.0.0.1", port, 5.0, &c, &e) != RL_OK) _exit(1);
-            int64_t last = 0, r = 0;
-            for (int k = 0; k < K; k++) {
-                if (rl_store_add(c, "ctr", 1, &r, &e) != RL_OK) _exit(2);
-                if (r <= last || r > P * K) _exit(3); /* strictly increasing, in range */
-                last = r;
-            }
-            rl_store_close(c);
-            _exit(0);
+    int i = rl_test_fork_n(P, pids);
+    cr_assert(i != -2);
+    if (i >= 0) {
+        rl_store *c = NULL;
+        rl_err e;
+        if (rl_store_connect("127.0.0.1", port, 5.0, &c, &e) != RL_OK) _exit(1);
+        int64_t last = 0, r = 0;
+        for (int k = 0; k < K; k++) {
+            if (rl_store_add(c, "ctr", 1, &r, &e) != RL_OK) _exit(2);
+            if (r <= last || r > P * K) _exit(3); /* strictly increasing, in range */
+            last = r;
         }
+        rl_store_close(c);
+        _exit(0);
     }
     wait_children(pids, P);
     rl_store *c = client(port);
@@ -603,22 +600,20 @@ Test(rdzv_store, barrier_with_four_processes) {
     rl_store_server *srv = start_server(&port);
     enum { P = 4 };
     pid_t pids[P];
-    for (int i = 0; i < P; i++) {
-        pids[i] = fork();
-        cr_assert(pids[i] >= 0);
-        if (pids[i] == 0) {
-            rl_store *c = NULL;
-            rl_err e;
-            if (rl_store_connect("127.0.0.1", port, 5.0, &c, &e) != RL_OK) _exit(1);
-            sleep_ms(30 * i); /* staggered arrivals */
-            int64_t r;
-            if (rl_store_add(c, "arrived", 1, &r, &e) != RL_OK) _exit(2);
-            if (rl_store_barrier(c, "round/0/b", P, 5.0, &e) != RL_OK) _exit(3);
-            /* nobody leaves before everybody arrived */
-            if (rl_store_add(c, "arrived", 0, &r, &e) != RL_OK || r != P) _exit(4);
-            rl_store_close(c);
-            _exit(0);
-        }
+    int i = rl_test_fork_n(P, pids);
+    cr_assert(i != -2);
+    if (i >= 0) {
+        rl_store *c = NULL;
+        rl_err e;
+        if (rl_store_connect("127.0.0.1", port, 5.0, &c, &e) != RL_OK) _exit(1);
+        sleep_ms(30 * i); /* staggered arrivals */
+        int64_t r;
+        if (rl_store_add(c, "arrived", 1, &r, &e) != RL_OK) _exit(2);
+        if (rl_store_barrier(c, "round/0/b", P, 5.0, &e) != RL_OK) _exit(3);
+        /* nobody leaves before everybody arrived */
+        if (rl_store_add(c, "arrived", 0, &r, &e) != RL_OK || r != P) _exit(4);
+        rl_store_close(c);
+        _exit(0);
     }
     wait_children(pids, P);
     rl_store_server_stop(srv);
@@ -695,9 +690,10 @@ Test(rdzv_store, connect_retries_until_the_server_starts) {
     int port;
     s = start_server(&port);
     rl_store_server_stop(s);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
+    pid_t pid;
+    int child = rl_test_fork_n(1, &pid);
+    cr_assert(child != -2);
+    if (child == 0) {
         sleep_ms(200);
         rl_store_server *s2 = NULL;
         rl_err e;
@@ -775,9 +771,10 @@ Test(rdzv_store, connect_to_a_newer_protocol_version_is_a_clear_error) {
     rl_store_frame_encode(reply, &f);
     /* the header has zero bytes; send it raw below instead of as a string */
     int lfd = listen_any(&port);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
+    pid_t pid;
+    int child = rl_test_fork_n(1, &pid);
+    cr_assert(child != -2);
+    if (child == 0) {
         int fd = accept(lfd, NULL, NULL);
         ssize_t w = send(fd, reply, RL_STORE_HEADER_BYTES, MSG_NOSIGNAL);
         sleep_ms(100);

@@ -12,12 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "http/http.h"
 #include "util/util.h"
 
@@ -57,50 +55,16 @@ static void uuid(char *out) { /* RFC 4122 layout, random (version 4) */
     snprintf(out, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12, h + 16, h + 20);
 }
 
-/* fork/exec argv with stdout+stderr appended to log; background: return
+/* argv with stdout+stderr appended to log, in dir; background: return
  * the pid at once (it dies with the test process), else wait at most
  * timeout_s and return the exit status (-1: killed at the deadline). */
 static int spawn(char *const argv[], const char *log, bool background, double timeout_s, const char *dir) {
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* no daemon outlives a crashed test */
-        if (getppid() != parent) _exit(127);
-        if (chdir(dir) != 0) _exit(126);
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    if (background) return (int)pid;
-    double end = rl_now() + timeout_s;
-    int st;
-    while (rl_now() < end) {
-        if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        usleep(20 * 1000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    return -1;
+    rl_test_daemon_opts o = {.argv = argv, .log = log, .dir = dir, .death_signal = SIGKILL};
+    return background ? rl_test_daemon_spawn(&o) : rl_test_daemon_run(&o, timeout_s);
 }
 
-static void dump_tail(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, sz > 3000 ? sz - 3000 : 0, SEEK_SET);
-    char buf[3001];
-    size_t got = fread(buf, 1, sizeof buf - 1, f);
-    buf[got] = '\0';
-    fclose(f);
-    fprintf(stderr, "---- %s (tail)\n%s\n", path, buf);
-}
-
-static bool answers(const rl_test_rgw *r) {
+static bool answers(void *ud) {
+    const rl_test_rgw *r = ud;
     rl_http *h = NULL;
     if (rl_http_new(&h, NULL) != RL_OK) return false;
     rl_http_req req = {.method = "GET", .url = r->endpoint, .connect_timeout_s = 1, .timeout_s = 2};
@@ -109,15 +73,6 @@ static bool answers(const rl_test_rgw *r) {
     rl_http_resp_free(&resp);
     rl_http_free(h);
     return ok;
-}
-
-static void kill_pid(int *pid) {
-    if (*pid <= 0) return;
-    kill((pid_t)*pid, SIGKILL);
-    int st;
-    while (waitpid((pid_t)*pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    *pid = -1;
 }
 
 static int launch(rl_test_rgw *r, size_t mem_mib) {
@@ -169,12 +124,7 @@ static int launch(rl_test_rgw *r, size_t mem_mib) {
     if (spawn(new_osd, log, false, 30, r->dir) != 0 || spawn(mk_osd, log, false, 30, r->dir) != 0) return -1;
     if ((r->osd_pid = spawn(run_osd, log, true, 0, r->dir)) < 0) return -1;
     if ((r->rgw_pid = spawn(run_rgw, log, true, 0, r->dir)) < 0) return -1;
-    double deadline = rl_now() + 60;
-    while (!answers(r)) {
-        int st;
-        if (rl_now() > deadline || waitpid((pid_t)r->rgw_pid, &st, WNOHANG) == r->rgw_pid) return -1;
-        usleep(100 * 1000);
-    }
+    if (rl_test_daemon_await(&r->rgw_pid, answers, r, 60, 0.1, NULL) != 0) return -1;
     return spawn(mk_user, log, false, 30, r->dir) == 0 ? 0 : -1;
 }
 
@@ -206,7 +156,7 @@ int rl_test_rgw_start(rl_test_rgw *r, size_t mem_mib) {
         char p[400];
         for (const char *n = "setup.log\0mon.a.log\0osd.0.log\0client.rgw.log\0"; *n; n += strlen(n) + 1) {
             snprintf(p, sizeof p, "%s/%s", r->dir, n);
-            dump_tail(p);
+            rl_test_daemon_log_tail(p, 3000);
         }
         rl_test_rgw_stop(r);
     }
@@ -251,9 +201,9 @@ int rl_test_rgw_bucket_quota(const rl_test_rgw *r, const char *bucket, long long
 }
 
 void rl_test_rgw_stop(rl_test_rgw *r) {
-    kill_pid(&r->rgw_pid);
-    kill_pid(&r->osd_pid);
-    kill_pid(&r->mon_pid);
+    rl_test_daemon_stop(&r->rgw_pid, 0);
+    rl_test_daemon_stop(&r->osd_pid, 0);
+    rl_test_daemon_stop(&r->mon_pid, 0);
     if (r->dir[0]) rmrf(r->dir);
     r->dir[0] = '\0';
 }

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "children.h"
 #include "data/data.h"
 #include "util/util.h"
 
@@ -84,15 +85,10 @@ int rl_test_spawn_worker(const char *dir, const char *log, int rank, int world, 
 }
 
 int rl_test_wait_status(int p, double limit_s) {
-    int st = 0;
-    double t0 = rl_now();
-    while (rl_now() - t0 < limit_s) {
-        if (waitpid(p, &st, WNOHANG) == p) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        usleep(20000);
-    }
-    kill(p, SIGKILL);
-    waitpid(p, &st, 0);
-    return -1;
+    pid_t pid = p;
+    int st;
+    rl_test_wait_n(&pid, 1, limit_s, &st);
+    return rl_test_exit_code(st);
 }
 
 /* Walks the "step" events of a log: the highest step, and each step's loss. */

@@ -1,4 +1,4 @@
-/* The elastic rendezvous end to end (tests/unit/jobtest.h): node agents --
+/* The elastic rendezvous end to end (tests/support/jobtest.h): node agents --
  * the real ringleader-worker, one process per pod, each on its own
  * 127.0.N.x address -- find each other only through the Kubernetes
  * stand-in's EndpointSlices and a Lease (or a real etcd), train a small

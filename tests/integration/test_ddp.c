@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "children.h"
 #include "comm/comm.h"
 #include "ddp/ddp.h"
 #include "model/model.h"
@@ -176,27 +177,24 @@ static void two_ranks(int (*rank_main)(int rank, int port, void *arg), void *arg
     pid_t pid[2];
     int pfd[2];
     cr_assert_eq(pipe(pfd), 0);
-    for (int r = 0; r < 2; r++) {
-        pid[r] = fork();
-        if (pid[r] == 0) {
-            int port = 0;
-            close(pfd[1]);
-            if (read(pfd[0], &port, sizeof port) != sizeof port) _exit(9);
-            _exit(rank_main(r, port, arg));
-        }
+    int r = rl_test_fork_n(2, pid);
+    cr_assert(r != -2, "fork failed");
+    if (r >= 0) {
+        int port = 0;
+        close(pfd[1]);
+        if (read(pfd[0], &port, sizeof port) != sizeof port) _exit(9);
+        _exit(rank_main(r, port, arg));
     }
     close(pfd[0]);
     rl_store_server *srv;
     rl_err e;
     cr_assert_eq(rl_store_server_start("127.0.0.1", 0, &srv, &e), 0, "%s", e.msg);
     int port = rl_store_server_port(srv);
-    for (int r = 0; r < 2; r++) cr_assert_eq(write(pfd[1], &port, sizeof port), (ssize_t)sizeof port);
+    for (int k = 0; k < 2; k++) cr_assert_eq(write(pfd[1], &port, sizeof port), (ssize_t)sizeof port);
     close(pfd[1]);
-    for (int r = 0; r < 2; r++) {
-        int st;
-        waitpid(pid[r], &st, 0);
-        status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    }
+    int st[2];
+    rl_test_wait_n(pid, 2, -1, st); /* bounded by the test's timeout */
+    for (int k = 0; k < 2; k++) status[k] = WIFEXITED(st[k]) ? WEXITSTATUS(st[k]) : -1;
     rl_store_server_stop(srv);
 }
 
@@ -360,13 +358,7 @@ static pid_t spawn_rank(const char *dir, int rank, int world, int port, const ch
 
 static double wait_exit(pid_t p, double limit_s, int *status) {
     double t0 = rl_now();
-    while (rl_now() - t0 < limit_s) {
-        if (waitpid(p, status, WNOHANG) == p) return rl_now() - t0;
-        usleep(20000);
-    }
-    kill(p, SIGKILL);
-    waitpid(p, status, 0);
-    return -1;
+    return rl_test_wait_n(&p, 1, limit_s, status) ? -1 : rl_now() - t0;
 }
 
 /* SIGKILL one of three ranks mid-training: the others must fail (not hang)

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "children.h"
 #include "k8s/k8s.h"
 #include "elect/elect.h"
 #include "rdzv/rdzv.h"
@@ -68,11 +69,9 @@ static void start(cluster *c, int n) {
     cr_assert_eq(rl_test_standin_start(&c->s, NULL), 0);
     snprintf(c->dir, sizeof c->dir, "%s", c->s.dir);
     c->n = n;
-    for (int i = 0; i < n; i++) {
-        pid_t p = fork();
-        if (p == 0) candidate(c, i);
-        c->pid[i] = p;
-    }
+    int i = rl_test_fork_n(n, c->pid);
+    cr_assert(i != -2, "fork failed");
+    if (i >= 0) candidate(c, i);
 }
 
 static void stop(cluster *c) {

@@ -10,12 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "rgwtest.h"
 #include "s3/s3.h"
+#include "daemon.h"
 #include "standin.h"
 #include "testutil.h"
 #include "util/util.h"
@@ -42,18 +42,15 @@ static pid_t spawn_operator(const char *id) {
     char bin[1024], kc[400];
     snprintf(bin, sizeof bin, "%s/ringleader-operator", rl_test_bindir());
     snprintf(kc, sizeof kc, "%s", g.op_kubeconfig);
-    pid_t p = fork();
+    char env[96];
+    snprintf(env, sizeof env, "POD_NAME=%s", id); /* the candidate's identity on the Lease */
+    const char *envs[] = {env, NULL};
+    char *argv[] = {bin, "--kubeconfig", kc, "--lease-namespace", "ringleader-system", "--resync-seconds", "0.5",
+                    "--metrics-port", "0", "--leader-elect-lease-duration", "4", "--leader-elect-renew-deadline", "3",
+                    "--leader-elect-retry-period", "0.5", NULL};
+    rl_test_daemon_opts o = {.argv = argv, .log = g.op_log, .env = envs};
+    pid_t p = rl_test_daemon_spawn(&o);
     cr_assert(p >= 0);
-    if (p == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(g.op_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1), dup2(fd, 2);
-        setenv("POD_NAME", id, 1); /* the candidate's identity on the Lease */
-        execl(bin, bin, "--kubeconfig", kc, "--lease-namespace", "ringleader-system", "--resync-seconds", "0.5",
-              "--metrics-port", "0", "--leader-elect-lease-duration", "4", "--leader-elect-renew-deadline", "3",
-              "--leader-elect-retry-period", "0.5", (char *)NULL);
-        _exit(127);
-    }
     return p;
 }
 

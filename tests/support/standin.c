@@ -12,13 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "daemon.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -84,6 +85,8 @@ static int read_ready(rl_test_standin *s) {
     return ok ? 0 : -1;
 }
 
+static bool ready(void *ud) { return read_ready(ud) == 0; }
+
 int rl_test_standin_start(rl_test_standin *s, const char *extra_args) {
     rl_test_standin_opts o = {.extra_args = extra_args};
     return rl_test_standin_start_opts(s, &o);
@@ -141,42 +144,22 @@ int rl_test_standin_start_opts(rl_test_standin *s, const rl_test_standin_opts *o
 
     char logp[400];
     snprintf(logp, sizeof logp, "%s/standin.log", s->dir);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
+    const char *env[9] = {0}; /* o->env has room for 8, NULL-terminated only when fewer */
+    for (int i = 0; i < 8 && o->env[i]; i++) env[i] = o->env[i];
+    rl_test_daemon_opts d = {.argv = argv, .log = logp, .env = env, .death_signal = SIGTERM};
+    s->pid = rl_test_daemon_spawn(&d);
+    if (s->pid < 0) {
         fprintf(stderr, "standin: fork: %s\n", strerror(errno));
         rmrf(s->dir);
         return -1;
     }
-    if (pid == 0) {
-        /* Dies with the test process, so a crashed test leaves no server behind. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(127);
-        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0);
-        for (int i = 0; i < 8 && o->env[i]; i++) putenv((char *)o->env[i]);
-        execvp("python3", argv);
-        _exit(127);
-    }
-    s->pid = (int)pid;
-    double deadline = now_s() + 15.0;
-    while (now_s() < deadline) {
-        if (read_ready(s) == 0) return 0;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            fprintf(stderr, "standin: the server exited before it was ready (status %d)\n", st);
-            dump_log(s);
-            s->pid = -1;
-            rmrf(s->dir);
-            return -1;
-        }
-        usleep(20000);
+    int st = 0, rc = rl_test_daemon_await(&s->pid, ready, s, 15.0, 0.02, &st);
+    if (rc == 0) return 0;
+    if (rc == -1) {
+        fprintf(stderr, "standin: the server exited before it was ready (status %d)\n", st);
+        dump_log(s);
+        rmrf(s->dir);
+        return -1;
     }
     fprintf(stderr, "standin: no %s/ready within 15 s\n", s->dir);
     dump_log(s);
@@ -185,20 +168,7 @@ int rl_test_standin_start_opts(rl_test_standin *s, const rl_test_standin_opts *o
 }
 
 void rl_test_standin_stop(rl_test_standin *s) {
-    if (s->pid > 0) {
-        kill(s->pid, SIGTERM);
-        double deadline = now_s() + 5.0;
-        int st;
-        while (waitpid(s->pid, &st, WNOHANG) == 0) {
-            if (now_s() > deadline) {
-                kill(s->pid, SIGKILL);
-                waitpid(s->pid, &st, 0);
-                break;
-            }
-            usleep(10000);
-        }
-        s->pid = -1;
-    }
+    rl_test_daemon_stop(&s->pid, 5.0);
     if (!getenv("RL_TEST_KEEP_STANDIN")) rmrf(s->dir);
     s->dir[0] = '\0';
 }

@@ -3,25 +3,16 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "http/http.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Two distinct free loopback ports, held open together so they differ. */
 static int free_ports(int *a, int *b) {
@@ -52,20 +43,11 @@ static const char *etcd_bin(void) {
 static void dump_log(const rl_test_etcd *t) {
     char p[400];
     snprintf(p, sizeof p, "%s/etcd.log", t->dir);
-    FILE *f = fopen(p, "r");
-    if (!f) return;
-    /* the tail is where the reason is */
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, sz > 4000 ? sz - 4000 : 0, SEEK_SET);
-    char buf[4001];
-    size_t got = fread(buf, 1, sizeof buf - 1, f);
-    buf[got] = '\0';
-    fclose(f);
-    fprintf(stderr, "---- %s (tail)\n%s\n", p, buf);
+    rl_test_daemon_log_tail(p, 4000); /* the tail is where the reason is */
 }
 
-static bool answers(const rl_test_etcd *t) {
+static bool answers(void *ud) {
+    const rl_test_etcd *t = ud;
     rl_http *h = NULL;
     if (rl_http_new(&h, NULL) != RL_OK) return false;
     char url[128];
@@ -99,36 +81,12 @@ static int launch(rl_test_etcd *t) {
                     /* idle watch streams still carry a progress message every second */
                     "--experimental-watch-progress-notify-interval", "1s",
                     "--logger", "zap", "--log-outputs", "stderr", NULL};
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* no etcd outlives a crashed test */
-        if (getppid() != parent) _exit(127);
-        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0);
-        execvp(bin, argv);
-        _exit(127);
-    }
-    t->pid = (int)pid;
-    double deadline = now_s() + 15.0;
-    while (now_s() < deadline) {
-        if (answers(t)) return 0;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) { /* died: a port taken, a bad flag */
-            t->pid = -1;
-            return -1;
-        }
-        usleep(50 * 1000);
-    }
-    rl_test_etcd_kill(t);
-    return -1;
+    rl_test_daemon_opts o = {.argv = argv, .log = logp, .death_signal = SIGKILL};
+    t->pid = rl_test_daemon_spawn(&o);
+    if (t->pid < 0) return -1;
+    int rc = rl_test_daemon_await(&t->pid, answers, t, 15.0, 0.05, NULL);
+    if (rc == -2) rl_test_etcd_kill(t);
+    return rc == 0 ? 0 : -1;
 }
 
 static void rmrf(const char *dir) {
@@ -159,13 +117,7 @@ int rl_test_etcd_start(rl_test_etcd *t) {
     return -1;
 }
 
-void rl_test_etcd_kill(rl_test_etcd *t) {
-    if (t->pid <= 0) return;
-    kill((pid_t)t->pid, SIGKILL);
-    int st;
-    while (waitpid((pid_t)t->pid, &st, 0) < 0 && errno == EINTR) {}
-    t->pid = -1;
-}
+void rl_test_etcd_kill(rl_test_etcd *t) { rl_test_daemon_stop(&t->pid, 0); }
 
 int rl_test_etcd_restart(rl_test_etcd *t) {
     rl_test_etcd_kill(t);

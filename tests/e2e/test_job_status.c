@@ -19,10 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "standin.h"
 #include "testutil.h"
 #include "util/util.h"
@@ -54,23 +54,15 @@ static void up(void) {
     snprintf(bin, sizeof bin, "%s/ringleader-operator", rl_test_bindir());
     char log[400];
     snprintf(log, sizeof log, "%s/operator.log", s.dir);
-    op = fork();
+    char *argv[] = {bin, "--kubeconfig", path, "--leader-elect=false", "--resync-seconds", "0.5", "--metrics-port",
+                    "0", "--stuck-terminating-seconds", "1", NULL};
+    rl_test_daemon_opts o = {.argv = argv, .log = log};
+    op = rl_test_daemon_spawn(&o);
     cr_assert(op >= 0);
-    if (op == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1), dup2(fd, 2);
-        execl(bin, bin, "--kubeconfig", path, "--leader-elect=false", "--resync-seconds", "0.5", "--metrics-port",
-              "0", "--stuck-terminating-seconds", "1", (char *)NULL);
-        _exit(127);
-    }
 }
 
 static void down(void) {
-    if (op > 0) {
-        kill(op, SIGTERM);
-        waitpid(op, NULL, 0);
-    }
+    rl_test_daemon_stop(&op, 30);
     rl_test_standin_stop(&s);
 }
 
