@@ -93,7 +93,7 @@ int rl_job_config_check_world(const rl_job_config *c, int world, const char *nam
  * Silent: the trainer logs the device once it is built (and that a CUDA
  * build found no GPU). A "cuda" that cannot be had, or a backend that
  * cannot reduce on the device, is RL_EINPUT naming the field.
- * rl_trainer_init calls it. */
+ * rl_trainer_new calls it. */
 int rl_train_pick_device(rl_job_config *c, rl_err *e);
 /* CUDA devices this process sees (0 in a build without CUDA): what
  * --nproc-per-node auto / gpu starts one trainer per. */
