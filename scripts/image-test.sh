@@ -177,6 +177,18 @@ run_help() {
   say "run: $1: $2 --help exited 0: $(head -n 1 "$LOGS/$2.log" | cut -c1-100)"
 }
 
+# the operator's checks take seconds, the worker's training minutes: they come first
+ro_open localhost/ringleader-operator:image-test
+probe operator
+run_help operator ringleader-operator
+ro_run "$LOGS/operator-ldd.log" 120 ldd /usr/local/bin/ringleader-operator \
+  || { cat "$LOGS/operator-ldd.log"; die "operator: ldd ringleader-operator failed"; }
+if grep -E 'not found' "$LOGS/operator-ldd.log"; then die "operator: a library of ringleader-operator is missing"; fi
+if grep -iE 'libcuda|libnvidia|libnccl|libcublas|libcudnn' "$LOGS/operator-ldd.log"; then
+  die "operator: ringleader-operator loads a CUDA library"
+fi
+say "run: operator: ldd: $(awk '$1 ~ /^lib/ {print $1}' "$LOGS/operator-ldd.log" | tr '\n' ' ')(no CUDA library)"
+
 ro_open localhost/ringleader:image-test
 probe workers
 say "run: (buildah $bv cannot remove its per-run mount points from a read-only root and panics after each run: the command's own exit status is used)"
@@ -191,15 +203,4 @@ grep -Eq '^held-out sums answered exactly: [0-9]+ of [0-9]+' "$LOGS/worker.log" 
   || { tail -n 20 "$LOGS/worker.log"; die "no held-out sums line"; }
 say "run: workers: worker exited 0 in $(lap "$t")"
 run_help workers ringleader-prepare
-
-ro_open localhost/ringleader-operator:image-test
-probe operator
-run_help operator ringleader-operator
-ro_run "$LOGS/operator-ldd.log" 120 ldd /usr/local/bin/ringleader-operator \
-  || { cat "$LOGS/operator-ldd.log"; die "operator: ldd ringleader-operator failed"; }
-if grep -E 'not found' "$LOGS/operator-ldd.log"; then die "operator: a library of ringleader-operator is missing"; fi
-if grep -iE 'libcuda|libnvidia|libnccl|libcublas|libcudnn' "$LOGS/operator-ldd.log"; then
-  die "operator: ringleader-operator loads a CUDA library"
-fi
-say "run: operator: ldd: $(awk '$1 ~ /^lib/ {print $1}' "$LOGS/operator-ldd.log" | tr '\n' ' ')(no CUDA library)"
 say "passed in $(lap "$T0") (built on Debian 12, USE_CUDA=0; both images run as 65532:65532, read-only root, tmpfs /tmp)"
