@@ -1,12 +1,15 @@
 /* Spawn, await and stop server processes for tests; see daemon.h. */
 #include "daemon.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -99,4 +102,20 @@ void rl_test_daemon_log_tail(const char *path, size_t max) {
     buf[got] = '\0';
     fprintf(stderr, "---- %s (tail)\n%s\n", path, buf);
     free(buf);
+}
+
+int rl_test_daemon_free_ports(int *ports, int n) {
+    int fds[4] = {-1, -1, -1, -1}, ok = 0;
+    for (int i = 0; i < n && i < 4; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t sl = sizeof sa;
+        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&sa, sizeof sa) != 0 ||
+            getsockname(fds[i], (struct sockaddr *)&sa, &sl) != 0)
+            break;
+        ports[i] = ntohs(sa.sin_port), ok++;
+    }
+    for (int i = 0; i < 4; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    return ok == n ? 0 : -1;
 }

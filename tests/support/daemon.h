@@ -38,6 +38,10 @@ void rl_test_daemon_stop(int *pid, double grace_s);
  * normally or ran past timeout_s (then it is SIGKILLed). */
 int rl_test_daemon_run(const rl_test_daemon_opts *o, double timeout_s);
 
+/* n (at most 4) distinct free loopback ports for daemons to listen on,
+ * held open together so they differ; 0, or -1 when there were none. */
+int rl_test_daemon_free_ports(int *ports, int n);
+
 /* The last `max` bytes of a log file to stderr, under a "---- PATH (tail)" line. */
 void rl_test_daemon_log_tail(const char *path, size_t max);
 

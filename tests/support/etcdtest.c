@@ -14,25 +14,6 @@
 #include "daemon.h"
 #include "http/http.h"
 
-/* Two distinct free loopback ports, held open together so they differ. */
-static int free_ports(int *a, int *b) {
-    int fds[2] = {-1, -1}, ports[2] = {0, 0};
-    for (int i = 0; i < 2; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t sl = sizeof sa;
-        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&sa, sizeof sa) != 0 ||
-            getsockname(fds[i], (struct sockaddr *)&sa, &sl) != 0)
-            break;
-        ports[i] = ntohs(sa.sin_port);
-    }
-    for (int i = 0; i < 2; i++)
-        if (fds[i] >= 0) close(fds[i]);
-    if (!ports[0] || !ports[1]) return -1;
-    *a = ports[0], *b = ports[1];
-    return 0;
-}
-
 static const char *etcd_bin(void) {
     const char *env = getenv("RL_TEST_ETCD");
     if (env && *env) return env;
@@ -108,7 +89,10 @@ int rl_test_etcd_start(rl_test_etcd *t) {
             t->dir[0] = '\0';
             return -1;
         }
-        if (free_ports(&t->client_port, &t->peer_port) == 0 && launch(t) == 0) return 0;
+        int ports[2];
+        bool got = rl_test_daemon_free_ports(ports, 2) == 0;
+        if (got) t->client_port = ports[0], t->peer_port = ports[1];
+        if (got && launch(t) == 0) return 0;
         dump_log(t);
         rmrf(t->dir);
         t->dir[0] = '\0';

@@ -19,23 +19,6 @@
 #include "http/http.h"
 #include "util/util.h"
 
-/* n distinct free loopback ports, held open together so they differ */
-static int free_ports(int *ports, int n) {
-    int fds[4] = {-1, -1, -1, -1}, ok = 0;
-    for (int i = 0; i < n && i < 4; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t sl = sizeof sa;
-        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&sa, sizeof sa) != 0 ||
-            getsockname(fds[i], (struct sockaddr *)&sa, &sl) != 0)
-            break;
-        ports[i] = ntohs(sa.sin_port), ok++;
-    }
-    for (int i = 0; i < 4; i++)
-        if (fds[i] >= 0) close(fds[i]);
-    return ok == n ? 0 : -1;
-}
-
 static void random_hex(char *out, size_t nhex) {
     static const char hx[] = "0123456789abcdef";
     unsigned char b[64] = {0};
@@ -77,7 +60,7 @@ static bool answers(void *ud) {
 
 static int launch(rl_test_rgw *r, size_t mem_mib) {
     int ports[2];
-    if (free_ports(ports, 2) != 0) return -1;
+    if (rl_test_daemon_free_ports(ports, 2) != 0) return -1;
     r->port = ports[1];
     snprintf(r->endpoint, sizeof r->endpoint, "http://127.0.0.1:%d", r->port);
     char fsid[37], osd_uuid[37], conf[320], log[320], monmap[320], p[400];
