@@ -209,12 +209,28 @@ static void wait_phase(const char *name, const char *phase, double timeout) {
     }
 }
 
+/* status.step goes down when a new round resumes from an older checkpoint,
+ * so the verdict is on the value the loop saw, not on a second read. */
 static void wait_step(const char *name, long long step, double timeout) {
     double end = rl_now() + timeout;
-    while (tj_num(name, "{.status.step}") < step && rl_now() < end) usleep(300000);
-    cr_assert(tj_num(name, "{.status.step}") >= step, "%s: status.step did not reach %lld in %.0f s", name, step,
-              timeout);
+    long long v;
+    while ((v = tj_num(name, "{.status.step}")) < step && rl_now() < end) usleep(300000);
+    cr_assert(v >= step, "%s: status.step did not reach %lld in %.0f s (last %lld)", name, step, timeout, v);
 }
+
+/* Wait until the job runs `nodes` ready pods in a round newer than `round`. */
+static long long await_round(const char *job, int nodes, long long round, double timeout) {
+    double end = rl_now() + timeout;
+    while ((tj_num(job, "{.status.readyReplicas}") != nodes || tj_num(job, "{.status.round}") <= round) &&
+           rl_now() < end)
+        usleep(300000);
+    char out[16384];
+    kubectl("get pods -o wide", NULL, out, sizeof out);
+    cr_assert_eq(tj_num(job, "{.status.readyReplicas}"), nodes, "ready pods; pods:\n%s", out);
+    cr_assert_gt(tj_num(job, "{.status.round}"), round, "no round after %lld; pods:\n%s", round, out);
+    return tj_num(job, "{.status.round}");
+}
+
 
 /* some line of text holds both a and b */
 static bool has_line(const char *text, const char *a, const char *b) {
@@ -434,14 +450,16 @@ Test(e2e, failures_count_against_the_limit_evictions_do_not, .init = up, .fini =
     apply_job(job, 2, ",\"restartLimit\":0", 100000);
     wait_phase(job, "Running", 90);
     wait_step(job, 5, 60);
+    long long round = tj_num(job, "{.status.round}");
     cr_assert_eq(rl_test_standin_evict(&g.s, "default", "evict-1", "The node was low on resource: memory."), 200);
     double end = rl_now() + 30;
     while (tj_num(job, "{.status.preemptions}") < 1 && rl_now() < end) usleep(200000);
     cr_expect_eq(tj_num(job, "{.status.preemptions}"), 1);
     cr_expect_eq(tj_num(job, "{.status.restarts}"), 0, "an eviction counted as a failure");
-    wait_phase(job, "Running", 90);
+    /* the replacement round, not the evicted one's last steps, trains on */
+    await_round(job, 2, round, 90);
     long long s = tj_num(job, "{.status.step}");
-    wait_step(job, s + 5, 90); /* and the job trains on */
+    wait_step(job, s + 5, 90);
     cr_assert_eq(kubectl("get events --field-selector involvedObject.name=evict -o jsonpath='{.items[*].message}'",
                          NULL, out, sizeof out), 0, "%s", out);
     cr_expect(strstr(out, "Evicted") && strstr(out, "not counted"), "events: %s", out);
@@ -469,19 +487,6 @@ static int nodes_now(void) {
     char out[4096];
     if (kubectl("get nodes -o name", NULL, out, sizeof out) != 0) return -1;
     return count_lines(out);
-}
-
-/* Wait until the job runs `nodes` ready pods in a round newer than `round`. */
-static long long await_round(const char *job, int nodes, long long round, double timeout) {
-    double end = rl_now() + timeout;
-    while ((tj_num(job, "{.status.readyReplicas}") != nodes || tj_num(job, "{.status.round}") <= round) &&
-           rl_now() < end)
-        usleep(300000);
-    char out[16384];
-    kubectl("get pods -o wide", NULL, out, sizeof out);
-    cr_assert_eq(tj_num(job, "{.status.readyReplicas}"), nodes, "ready pods; pods:\n%s", out);
-    cr_assert_gt(tj_num(job, "{.status.round}"), round, "no round after %lld; pods:\n%s", round, out);
-    return tj_num(job, "{.status.round}");
 }
 
 /* The autoscaled, spot path end to end: an elastic 2..4 job, one pod per
