@@ -151,12 +151,6 @@ int rl_launch(const rl_launch_opts *o, rl_err *e);
  * client that has it authenticates, and never talks to a store that cannot. */
 #define RL_ENV_RDZV_SECRET "RINGLEADER_RDZV_SECRET"
 
-/* A trainer's exit status when it failed because a peer did (a collective
- * timed out or a connection was lost): the peer's own agent reports the
- * cause, so this one does not count against the job's restart limit.
- * (RL_EXIT_PREEMPTED, 75, is the other benign status.) */
-#define RL_EXIT_PEER_LOST 76
-
 /* ---- a node's trainer processes ------------------------------------------------------ */
 typedef struct rl_group_opts {
     char *const *argv;       /* the trainer command (argv[0] is exec'd) */

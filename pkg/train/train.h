@@ -21,11 +21,6 @@
 
 #define RL_PATH_MAX 1024
 
-/* Exit status of a process that stopped on SIGTERM at a step boundary and
- * committed a checkpoint: "preempted, resume me", not a failure (75 is
- * EX_TEMPFAIL of sysexits.h; a plain SIGTERM death reads as 143). */
-#define RL_EXIT_PREEMPTED 75
-
 typedef struct rl_train_config {
     uint64_t seed;
     long long steps;            /* optimizer steps */

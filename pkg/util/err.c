@@ -2,6 +2,7 @@
  * with context on the way up. */
 #include "util.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,4 +50,38 @@ const char *rl_err_name(int code) {
     }
 }
 
-int rl_err_exit_status(int code) { return code == RL_OK ? 0 : code == RL_EINPUT ? 2 : 1; }
+int rl_err_exit_status(int code) {
+    switch (code) {
+    case RL_OK: return 0;
+    case RL_EINPUT: return RL_EXIT_USER;
+    case RL_EPEER: return RL_EXIT_PEER_LOST;
+    case RL_EIO:
+    case RL_ETIMEOUT: return RL_EXIT_INFRA;
+    default: return 1;
+    }
+}
+
+rl_fail_class rl_exit_class(int status) {
+    switch (status) {
+    case 0: return RL_FAIL_NONE;
+    case RL_EXIT_USER: return RL_FAIL_USER;
+    case RL_EXIT_PREEMPTED:
+    case 128 + SIGTERM:
+    case 128 + SIGINT: return RL_FAIL_PREEMPTION;
+    case RL_EXIT_PEER_LOST:
+    case RL_EXIT_INFRA: return RL_FAIL_INFRA;
+    default: return RL_FAIL_CRASH;
+    }
+}
+
+static const char *const class_names[] = {"", "UserError", "Infrastructure", "Preemption", "Crash"};
+
+const char *rl_fail_class_name(rl_fail_class c) {
+    return (unsigned)c < sizeof class_names / sizeof class_names[0] ? class_names[c] : "Crash";
+}
+
+rl_fail_class rl_fail_class_parse(const char *name) {
+    for (unsigned i = 1; name && i < sizeof class_names / sizeof class_names[0]; i++)
+        if (!strcmp(name, class_names[i])) return (rl_fail_class)i;
+    return RL_FAIL_CRASH;
+}

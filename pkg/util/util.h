@@ -14,8 +14,8 @@
 /* ---- errors --------------------------------------------------------------
  * Every fallible function returns 0 or one of these codes and, on failure,
  * fills an rl_err with one line a user can act on (naming the field or file).
- * RL_EINPUT means "the user gave us something wrong" and maps to exit code 2
- * in cmd/; everything else is an operational failure (exit 1). */
+ * RL_EINPUT means "the user gave us something wrong"; the code picks the
+ * exit status and so the failure class (below). */
 enum {
     RL_OK = 0,
     RL_EINPUT = 2,   /* bad config, bad file, bad flag: exit 2 */
@@ -39,8 +39,50 @@ int rl_errf(rl_err *e, int code, const char *fmt, ...)
 /* Prepend context ("reading x: " + old message), keeping the code. */
 int rl_err_wrap(rl_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *rl_err_name(int code);
-/* Exit status for a cmd/ main: 2 for bad input, 1 for anything else. */
+
+/* ---- why a process ended: exit statuses and their failure classes --------
+ * The worker says why it ends in its exit status (and its termination
+ * message, "<class name>: <message>"); its node agent, the round
+ * coordinator and the operator read the class from the status alone, so
+ * these numbers are the one contract between them:
+ *   0   done: the whole job finished
+ *   2   user error: bad config, data or code path; retrying cannot help, so
+ *       the job fails at once (never retried)
+ *   75  preempted: stopped on SIGTERM with a committed checkpoint (75 is
+ *       EX_TEMPFAIL of sysexits.h); 128+SIGTERM and 128+SIGINT are stops too
+ *   76  a peer failed (a collective broke or timed out): that peer's own
+ *       status says why; infrastructure here
+ *   77  infrastructure on this node: the network, storage or the device
+ *       failed on something valid (I/O errors, CUDA faults, timeouts)
+ * anything else (1, a signal: a bug, an assertion, out of memory inside
+ * the process) is a crash: retried, counted against the restart limit. The
+ * operator adds what only Kubernetes sees: OOMKilled (the kernel's OOM
+ * killer, often a neighbour's fault on a shared node) is infrastructure,
+ * an eviction or node shutdown a preemption. Allocation failures the
+ * process sees itself (RL_ENOMEM: a model or batch too big for the device)
+ * stay crashes, so a job that cannot fit runs out of restarts instead of
+ * retrying for ever. */
+#define RL_EXIT_USER 2
+#define RL_EXIT_PREEMPTED 75
+#define RL_EXIT_PEER_LOST 76
+#define RL_EXIT_INFRA 77
+typedef enum {
+    RL_FAIL_NONE = 0,   /* exit 0 */
+    RL_FAIL_USER,       /* fail the job now */
+    RL_FAIL_INFRA,      /* replace, do not count */
+    RL_FAIL_PREEMPTION, /* replace, do not count */
+    RL_FAIL_CRASH,      /* replace, count against the restart limit */
+} rl_fail_class;
+/* Exit status for a cmd/ main from an error code: 0, 2 (RL_EINPUT), 76
+ * (RL_EPEER), 77 (RL_EIO, RL_ETIMEOUT), else 1. */
 int rl_err_exit_status(int code);
+/* The class of an exit status (0..255; a death by signal N is 128 + N). */
+rl_fail_class rl_exit_class(int status);
+/* "UserError", "Infrastructure", "Preemption", "Crash" ("" for NONE): the
+ * termination message's prefix, the operator's condition reasons. */
+const char *rl_fail_class_name(rl_fail_class c);
+/* The inverse (RL_FAIL_CRASH for a name it does not know). */
+rl_fail_class rl_fail_class_parse(const char *name);
 
 /* ---- logging (JSON lines on stderr) ---------------------------------------- */
 typedef enum { RL_LOG_DEBUG = 0, RL_LOG_INFO, RL_LOG_WARN, RL_LOG_ERROR } rl_log_level;
