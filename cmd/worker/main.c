@@ -1,8 +1,10 @@
 /* ringleader-worker: trains the model described by a job config (or the
  * embedded default). Thin: flags -> config -> pkg/train. */
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,22 +93,59 @@ static void start_dump_thread(void) {
         pthread_detach(t);
 }
 
+/* Why this process ends, for its termination message (say_why). */
+static char g_why[600];
+
+static int fail(const char *what, const rl_err *e) {
+    snprintf(g_why, sizeof g_why, "%s%s%s", what, what[0] ? ": " : "", e->msg);
+    fprintf(stderr, "ringleader-worker: error: %s\n", g_why);
+    return rl_err_exit_status(e->code);
+}
+
+/* Stopped on SIGTERM with a committed checkpoint: nothing lost. */
+static int preempted_exit(const rl_err *e) {
+    snprintf(g_why, sizeof g_why, "%s", e->msg);
+    fprintf(stderr, "ringleader-worker: %s (exit %d)\n", e->msg, RL_EXIT_PREEMPTED);
+    return RL_EXIT_PREEMPTED;
+}
+
+/* A failure found here, not in pkg/: said like fail()'s. */
+static int failf(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int failf(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_why, sizeof g_why, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "ringleader-worker: error: %s\n", g_why);
+    return status;
+}
+
+/* The termination message, "<class>: <why>" (util.h), where Kubernetes
+ * (or this process's agent) reads it. Never created here: the kubelet
+ * provides /dev/termination-log and an agent its own file, so a run by
+ * hand leaves nothing behind. */
+static void say_why(const char *path, int status) {
+    if (status == 0 || !path) return;
+    int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    if (fd < 0) return;
+    char msg[700];
+    int n = snprintf(msg, sizeof msg, "%s: %s\n", rl_fail_class_name(rl_exit_class(status)),
+                     g_why[0] ? g_why : "see the log");
+    ssize_t w = write(fd, msg, n > 0 && (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    (void)w;
+    close(fd);
+}
+
 /* Agents re-exec this binary as their trainers: point argv[0] at it. */
 static int exec_self(char **argv) {
     static char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
-        fprintf(stderr, "ringleader-worker: error: cannot find own executable\n");
-        return 1;
+        return failf(1, "cannot find own executable");
     }
     self[n] = '\0';
     argv[0] = self;
     return 0;
-}
-
-static int fail(const char *what, const rl_err *e) {
-    fprintf(stderr, "ringleader-worker: error: %s%s%s\n", what, what[0] ? ": " : "", e->msg);
-    return rl_err_exit_status(e->code);
 }
 
 /* with_data: also the digest of the samples consumed (tests compare it) */
@@ -143,9 +182,9 @@ static int run_single(const rl_job_config *cfg, const char *config_path, const c
     rl_trainer *tr;
     if ((rc = rl_trainer_new(&tr, cfg, NULL, &e))) {
         if (!config_path && rc == RL_EINPUT)
-            fprintf(stderr, "ringleader-worker: error: %s (the embedded default reads the corpus "
-                    "that `make run` writes: ringleader-prepare arith --out data/arith)\n", e.msg);
-        return config_path || rc != RL_EINPUT ? fail("", &e) : 2;
+            return failf(RL_EXIT_USER, "%s (the embedded default reads the corpus that `make run` writes: "
+                         "ringleader-prepare arith --out data/arith)", e.msg);
+        return fail("", &e);
     }
     rl_trainer_set_stop(tr, &g_stop);
     /* to our agent's pipe when it launched us, else to own metrics */
@@ -156,11 +195,7 @@ static int run_single(const rl_job_config *cfg, const char *config_path, const c
     if (rc) {
         bool preempted = rl_trainer_summary(tr)->preempt_saved;
         rl_trainer_free(tr);
-        if (preempted) {
-            fprintf(stderr, "ringleader-worker: %s (exit %d)\n", e.msg, RL_EXIT_PREEMPTED);
-            return RL_EXIT_PREEMPTED;
-        }
-        return fail("", &e);
+        return preempted ? preempted_exit(&e) : fail("", &e);
     }
     print_summary(rl_trainer_summary(tr), rl_trainer_steps_done(tr), save_params != NULL);
     rl_trainer_free(tr);
@@ -275,7 +310,7 @@ static int run_agent(const rl_job_config *cfg, const flags *f, const worker_env 
     eo.argv = argv, eo.stop = &g_stop, eo.stop_sig = &g_stop_sig, eo.preempted = &preempted;
     eo.stats = so;
     rc = rl_elastic_run(&eo, &e);
-    if (rc && preempted) return RL_EXIT_PREEMPTED;
+    if (rc && preempted) return preempted_exit(&e);
     /* stopped by SIGTERM/SIGINT before anything was worth saving: say
      * so the shell way (128 + signal), which the operator and kubelet
      * read as "stopped", not as a failure of this pod */
@@ -303,7 +338,7 @@ static int run_launcher(const rl_job_config *cfg, const char *config_path, rl_no
     rl_launch_opts lo = {.node = node, .argv = argv, .grace_s = grace, .stop = &g_stop,
                          .secret = w->secret,
                          .stop_sig = &g_stop_sig, .preempted = &preempted, .stats = so};
-    if ((rc = rl_launch(&lo, &e))) return preempted ? RL_EXIT_PREEMPTED : fail("", &e);
+    if ((rc = rl_launch(&lo, &e))) return preempted ? preempted_exit(&e) : fail("", &e);
     return 0;
 }
 
@@ -335,10 +370,7 @@ static int run_rank(const rl_job_config *cfg, const char *config_path, const cha
     rc = rl_proc_run(&po, &sum, &e);
     rl_node_stats_stop(ns);
     if (rc) {
-        if (sum.preempt_saved) { /* stopped on SIGTERM with a committed checkpoint */
-            fprintf(stderr, "ringleader-worker: %s (exit %d)\n", e.msg, RL_EXIT_PREEMPTED);
-            return RL_EXIT_PREEMPTED;
-        }
+        if (sum.preempt_saved) return preempted_exit(&e); /* stopped on SIGTERM, checkpoint committed */
         /* a peer went away or stopped answering: its own agent reports why */
         if (is_child && (rc == RL_EPEER || rc == RL_ETIMEOUT)) {
             fail("", &e);
@@ -369,13 +401,12 @@ static int print_json(const rl_job_config *cfg, bool schema) {
     return 0;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv, const worker_env *wp) {
     rl_err e = {0};
     flags f;
     int rc = parse_flags(argc, argv, &f);
     if (rc) return rc < 0 ? 0 : rc;
-    worker_env w;
-    worker_env_read(&w);
+    worker_env w = *wp;
     rl_job_config cfg;
     const char *config_path;
     if ((rc = load_config(&f, &w, &cfg, &config_path))) return rc;
@@ -396,9 +427,7 @@ int main(int argc, char **argv) {
     if (!is_child && strcmp(cfg.rdzv.backend, "static") != 0) return run_agent(&cfg, &f, &w, argv, so);
     int nmin = cfg.rdzv.min_nodes, nmax = cfg.rdzv.max_nodes;
     if (f.nodes && nmin != nmax) {
-        fprintf(stderr, "ringleader-worker: error: --nnodes %s: an elastic range needs --rdzv k8s or etcd\n",
-                f.nodes);
-        return 2;
+        return failf(RL_EXIT_USER, "--nnodes %s: an elastic range needs --rdzv k8s or etcd", f.nodes);
     }
     if (!is_child) {
         rl_node_env node;
@@ -410,11 +439,17 @@ int main(int argc, char **argv) {
         if (f.mport >= 0) node.master_port = (int)f.mport;
         if (f.maddr) snprintf(node.master_addr, sizeof node.master_addr, "%s", f.maddr);
         if (node.node_rank >= node.nnodes) {
-            fprintf(stderr, "ringleader-worker: error: --node-rank %d is not below --nnodes %d\n", node.node_rank,
-                    node.nnodes);
-            return 2;
+            return failf(RL_EXIT_USER, "--node-rank %d is not below --nnodes %d", node.node_rank, node.nnodes);
         }
         if (node.nproc_per_node > 0) return run_launcher(&cfg, config_path, node, &f, &w, argv, so);
     }
     return run_rank(&cfg, config_path, f.save_params, &w, &so);
+}
+
+int main(int argc, char **argv) {
+    worker_env w;
+    worker_env_read(&w);
+    int rc = run(argc, argv, &w);
+    say_why(w.termination_log, rc);
+    return rc;
 }

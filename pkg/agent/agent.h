@@ -147,6 +147,10 @@ int rl_launch(const rl_launch_opts *o, rl_err *e);
 #define RL_ENV_CHILD "RINGLEADER_CHILD"
 /* The key prefix of this round's trainers on the store ("static" when unset). */
 #define RL_ENV_STORE_PREFIX "RINGLEADER_STORE_PREFIX"
+/* Where a process writes why it ends ("<class name>: <message>", util.h):
+ * unset, /dev/termination-log, the file Kubernetes reads into the
+ * container's terminated state; an agent points each trainer at its own. */
+#define RL_ENV_TERMINATION_LOG "RINGLEADER_TERMINATION_LOG"
 /* The job's rendezvous secret (the operator fills it from a Secret); a store
  * client that has it authenticates, and never talks to a store that cannot. */
 #define RL_ENV_RDZV_SECRET "RINGLEADER_RDZV_SECRET"
@@ -168,8 +172,9 @@ typedef struct rl_group rl_group;
 int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e);
 /* Reap ended trainers without blocking. Returns 1 when one ended other
  * than with status 0, naming the most likely culprit (signals first, then
- * errors, then the exit statuses listed in `benign`, 0-terminated). */
-int rl_group_poll(rl_group *g, const int *benign, int *bad_local, int *bad_status);
+ * crashes and user errors, then the classes that are not the trainer's
+ * fault: infrastructure, preemption). */
+int rl_group_poll(rl_group *g, int *bad_local, int *bad_status);
 int rl_group_left(const rl_group *g);
 pid_t rl_group_pid(const rl_group *g, int local);
 void rl_group_signal(rl_group *g, int sig);
@@ -178,6 +183,12 @@ void rl_group_stop(rl_group *g, double grace_s);
 void rl_group_free(rl_group *g);
 /* "exited with status 3" / "was killed by signal 9 (Killed)". */
 void rl_group_describe(char *dst, size_t n, int status);
+/* What local trainer i wrote to its termination message (its
+ * RL_ENV_TERMINATION_LOG), as one line without the class prefix ("" when
+ * nothing). */
+void rl_group_message(const rl_group *g, int i, char *dst, size_t n);
+/* A wait status as a shell's exit status: the code, or 128 + signal. */
+int rl_wait_exit_status(int status);
 
 /* ---- the elastic node agent (Kubernetes or etcd rendezvous) ---------------------------
  * In a pod: elect a leader (Lease or etcd), watch the job's members, host

@@ -32,6 +32,7 @@ typedef struct agent {
     rl_node_stats *ns;         /* the trainers' stats, /metrics */
     rl_progress *prog;         /* the progress Lease (k8s only; NULL otherwise) */
     bool rank0_here;           /* this node's trainers include global rank 0 */
+    bool user_error;           /* the job failed on a user error (exit 2, not 1) */
 } agent;
 
 static void nap(double s) { nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL); }
@@ -88,6 +89,21 @@ static void stop_trainers(rl_group *g, double grace_s) {
 
 typedef enum { RUN_REJOIN, RUN_COMPLETE, RUN_FAILED, RUN_STOPPED } run_result;
 
+/* A trainer ended badly: its class, and the report's words ("rank 3 (pid
+ * 812) exited with status 2: data.train: ..."), with what the trainer
+ * wrote to its termination message. */
+static rl_fail_class trainer_failed(const rl_group *g, int rank0, int bad, int status, char *msg, size_t n) {
+    rl_fail_class cls = rl_exit_class(rl_wait_exit_status(status));
+    char how[96], said[320], j[1000];
+    rl_group_describe(how, sizeof how, status);
+    rl_group_message(g, bad, said, sizeof said);
+    snprintf(msg, n, "rank %d (pid %d) %s%s%.300s", rank0 + bad, (int)rl_group_pid(g, bad), how,
+             said[0] ? ": " : "", said);
+    rl_log(cls == RL_FAIL_CRASH || cls == RL_FAIL_USER ? RL_LOG_ERROR : RL_LOG_WARN, "trainer_failed",
+           "\"class\":\"%s\",\"msg\":\"%s\"", rl_fail_class_name(cls), esc(j, sizeof j, msg));
+    return cls;
+}
+
 /* One round's trainers, from spawn to the end of the round. */
 static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, const rl_round_node *me,
                             const rl_elect_state *st, char *why, size_t wn) {
@@ -103,13 +119,12 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
     rl_err e = {0};
     if (rl_group_spawn(&go, &g, &e) != RL_OK) {
         snprintf(why, wn, "%s", e.msg);
-        rl_round_report(s, t->round, o->id, false, true, e.msg, &e);
+        rl_round_report(s, t->round, o->id, rl_exit_class(rl_err_exit_status(e.code)), e.msg, &e);
         return RUN_REJOIN;
     }
     rl_node_stats_round(a->ns, t->round, t->world);
     a->rank0_here = me->rank0 == 0;
     publish(a);
-    static const int benign[] = {RL_EXIT_PREEMPTED, RL_EXIT_PEER_LOST, 0};
     bool reported = false;
     for (;;) {
         if (*o->stop) {
@@ -121,7 +136,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
             double until = rl_now() + o->grace_s;
             int bad, status;
             while (rl_group_left(g) > 0 && rl_now() < until) {
-                if (rl_group_poll(g, benign, &bad, &status) && WIFEXITED(status) &&
+                if (rl_group_poll(g, &bad, &status) && WIFEXITED(status) &&
                     WEXITSTATUS(status) == RL_EXIT_PREEMPTED && o->preempted)
                     *o->preempted = true;
                 nap(0.02);
@@ -131,10 +146,8 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
             return RUN_STOPPED;
         }
         int bad, status;
-        rl_round_state rs = RL_ROUND_RUNNING;
-        bool graceful = false;
-        char reason[512] = "";
-        if (rl_round_tick(s, t->round, o->id, TICK_S, &rs, &graceful, reason, sizeof reason, &e) != RL_OK) {
+        rl_round_end end;
+        if (rl_round_tick(s, t->round, o->id, TICK_S, &end, &e) != RL_OK) {
             stop_trainers(g, 0);
             snprintf(why, wn, "lost the rendezvous store: %s", e.msg);
             return RUN_REJOIN;
@@ -145,20 +158,16 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
          * is over there is nothing left to count, and the leader's store may
          * already be gone (the tick told it we read the end). */
         publish(a);
+        rl_round_state rs = end.state;
         bool job_over = rs == RL_ROUND_COMPLETE || rs == RL_ROUND_FAILED;
         if (job_over) reported = true;
-        if (!reported && rl_group_poll(g, benign, &bad, &status)) {
-            char how[96], msg[300];
-            rl_group_describe(how, sizeof how, status);
-            bool crash = !(WIFEXITED(status) && (WEXITSTATUS(status) == RL_EXIT_PEER_LOST ||
-                                                   WEXITSTATUS(status) == RL_EXIT_PREEMPTED));
-            snprintf(msg, sizeof msg, "rank %d (pid %d) %s%s", me->rank0 + bad, (int)rl_group_pid(g, bad), how,
-                     crash ? "" : " (a peer failed)");
-            rl_log_msg(crash ? RL_LOG_ERROR : RL_LOG_WARN, "trainer_failed", msg);
-            if (crash) rl_node_stats_crash(a->ns);
+        if (!reported && rl_group_poll(g, &bad, &status)) {
+            char msg[480];
+            rl_fail_class cls = trainer_failed(g, me->rank0, bad, status, msg, sizeof msg);
+            if (cls == RL_FAIL_CRASH) rl_node_stats_crash(a->ns);
             stop_trainers(g, 0);
             g = NULL;
-            if (rl_round_report(s, t->round, o->id, false, crash, msg, &e) != RL_OK) {
+            if (rl_round_report(s, t->round, o->id, cls, msg, &e) != RL_OK) {
                 snprintf(why, wn, "%s", e.msg);
                 return RUN_REJOIN;
             }
@@ -167,15 +176,16 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
             publish(a); /* their last lines, before the job can end */
             stop_trainers(g, 0);
             g = NULL;
-            if (rl_round_report(s, t->round, o->id, true, false, "", &e) != RL_OK) {
+            if (rl_round_report(s, t->round, o->id, RL_FAIL_NONE, "", &e) != RL_OK) {
                 snprintf(why, wn, "%s", e.msg);
                 return RUN_REJOIN;
             }
             reported = true;
         }
         if (rs != RL_ROUND_RUNNING) {
-            stop_trainers(g, rs == RL_ROUND_NEXT && graceful ? o->grace_s : 0);
-            snprintf(why, wn, "%s", reason);
+            stop_trainers(g, rs == RL_ROUND_NEXT && end.graceful ? o->grace_s : 0);
+            snprintf(why, wn, "%s%s", rs == RL_ROUND_FAILED ? "the job failed: " : "", end.reason);
+            a->user_error = rs == RL_ROUND_FAILED && end.cls == RL_FAIL_USER;
             return rs == RL_ROUND_COMPLETE ? RUN_COMPLETE : rs == RL_ROUND_FAILED ? RUN_FAILED : RUN_REJOIN;
         }
         if (leader_changed(a)) {
@@ -225,8 +235,9 @@ static int agent_loop(agent *a, rl_err *e) {
                 if (follow_leadership(a, &st, e)) break;
                 continue;
             }
-            if (rc == RL_EPEER) {
+            if (rc == RL_EPEER || rc == RL_EINPUT) {
                 res = RUN_FAILED;
+                a->user_error = rc == RL_EINPUT;
                 snprintf(why, sizeof why, "%s", je.msg);
             } else if (rc == RL_OK && t.round < 0) {
                 res = RUN_COMPLETE;
@@ -258,8 +269,8 @@ static int agent_loop(agent *a, rl_err *e) {
         case RUN_COMPLETE:
             rl_log_msg(RL_LOG_INFO, "job_complete", "every node's trainers finished");
             return RL_OK;
-        case RUN_FAILED:
-            return rl_errf(e, RL_EPEER, "%s", why);
+        case RUN_FAILED: /* the exit status says which class failed the job */
+            return rl_errf(e, a->user_error ? RL_EINPUT : RL_EPEER, "%s", why);
         case RUN_STOPPED:
             return rl_errf(e, RL_EABORT, "%s", why);
         case RUN_REJOIN:

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -19,8 +20,15 @@ struct rl_group {
     pid_t *pid;
     bool *alive;
     int *status;
+    int *msg_fd; /* each trainer's termination message (a memfd; -1: none) */
     int left;
 };
+
+int rl_wait_exit_status(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return 1;
+}
 
 void rl_group_describe(char *dst, size_t n, int status) {
     if (WIFEXITED(status)) snprintf(dst, n, "exited with status %d", WEXITSTATUS(status));
@@ -37,12 +45,18 @@ int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e) {
         g->pid = calloc((size_t)n, sizeof *g->pid);
         g->alive = calloc((size_t)n, sizeof *g->alive);
         g->status = calloc((size_t)n, sizeof *g->status);
+        g->msg_fd = malloc((size_t)n * sizeof *g->msg_fd);
     }
-    if (!g || !g->pid || !g->alive || !g->status) {
+    if (!g || !g->pid || !g->alive || !g->status || !g->msg_fd) {
+        if (g) free(g->msg_fd), g->msg_fd = NULL; /* not filled yet */
         rl_group_free(g);
         return rl_errf(e, RL_ENOMEM, "launcher: out of memory");
     }
     g->n = n, g->rank0 = o->rank0;
+    /* The trainers' termination messages (their RL_ENV_TERMINATION_LOG):
+     * memory files, so no directory has to be writable and nothing is left
+     * behind; without one a trainer says why in its log only. */
+    for (int i = 0; i < n; i++) g->msg_fd[i] = memfd_create("ringleader-termination", MFD_CLOEXEC);
     pid_t parent = getpid();
     char val[32];
     for (int i = 0; i < n; i++) {
@@ -85,6 +99,15 @@ int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e) {
             } else {
                 unsetenv(RL_ENV_STATS_FD);
             }
+            /* its own message file, not the pod's: the agent says why the
+             * pod ends, with what the trainer wrote here */
+            if (g->msg_fd[i] >= 0 && fcntl(g->msg_fd[i], F_SETFD, 0) == 0) {
+                char path[64];
+                snprintf(path, sizeof path, "/proc/self/fd/%d", g->msg_fd[i]);
+                setenv(RL_ENV_TERMINATION_LOG, path, 1);
+            } else {
+                unsetenv(RL_ENV_TERMINATION_LOG);
+            }
             setenv(RL_ENV_CHILD, "1", 1);
             setenv(RL_ENV_STORE_HOSTED, "1", 1);
 #undef SETI
@@ -107,18 +130,18 @@ int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e) {
 /* How much an ended process explains a failure. When a rank dies its peers
  * fail milliseconds later, often within one look, so blame one: a rank
  * killed by a signal is the likelier cause than one that exited with an
- * error, and an exit status the caller calls benign (a lost peer, a
- * preemption) is the least likely. */
-static int blame(int status, const int *benign) {
-    if (WIFSIGNALED(status)) return 3;
-    if (!WIFEXITED(status)) return 2;
-    if (WEXITSTATUS(status) == 0) return 0;
-    for (int k = 0; benign && benign[k]; k++)
-        if (WEXITSTATUS(status) == benign[k]) return 1;
-    return 2;
+ * error, and a status whose class says "not mine" (a lost peer, the
+ * infrastructure, a preemption) is the least likely. */
+static int blame(int status) {
+    switch (rl_exit_class(rl_wait_exit_status(status))) {
+    case RL_FAIL_NONE: return 0;
+    case RL_FAIL_INFRA:
+    case RL_FAIL_PREEMPTION: return 1;
+    default: return WIFSIGNALED(status) ? 3 : 2;
+    }
 }
 
-int rl_group_poll(rl_group *g, const int *benign, int *bad_local, int *bad_status) {
+int rl_group_poll(rl_group *g, int *bad_local, int *bad_status) {
     int status, first = -1, worst = 0;
     pid_t p;
     while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
@@ -126,7 +149,7 @@ int rl_group_poll(rl_group *g, const int *benign, int *bad_local, int *bad_statu
             if (!g->alive[i] || g->pid[i] != p) continue;
             g->alive[i] = false, g->left--;
             g->status[i] = status;
-            int b = blame(status, benign);
+            int b = blame(status);
             if (b > worst) worst = b, first = i;
         }
     }
@@ -155,7 +178,7 @@ void rl_group_stop(rl_group *g, double grace_s) {
     rl_group_signal(g, grace_s > 0 ? SIGTERM : SIGKILL);
     double kill_at = rl_now() + grace_s;
     while (g->left > 0) {
-        rl_group_poll(g, NULL, NULL, NULL);
+        rl_group_poll(g, NULL, NULL);
         if (g->left == 0) break;
         if (rl_now() > kill_at) {
             rl_group_signal(g, SIGKILL);
@@ -165,8 +188,32 @@ void rl_group_stop(rl_group *g, double grace_s) {
     }
 }
 
+void rl_group_message(const rl_group *g, int i, char *dst, size_t n) {
+    dst[0] = '\0';
+    if (!g || i < 0 || i >= g->n || g->msg_fd[i] < 0 || n == 0) return;
+    ssize_t r = pread(g->msg_fd[i], dst, n - 1, 0);
+    size_t len = r > 0 ? (size_t)r : 0;
+    while (len > 0 && (dst[len - 1] == '\n' || dst[len - 1] == ' ')) len--;
+    dst[len] = '\0';
+    /* the trainer's class prefix: whoever reads this names the class itself */
+    const char *colon = strstr(dst, ": ");
+    if (colon && colon - dst < 32) {
+        char name[32];
+        memcpy(name, dst, (size_t)(colon - dst));
+        name[colon - dst] = '\0';
+        if (rl_fail_class_parse(name) != RL_FAIL_CRASH || !strcmp(name, "Crash"))
+            memmove(dst, colon + 2, strlen(colon + 2) + 1);
+    }
+    /* one line: the report and the log take it as a field */
+    for (char *c = dst; *c; c++)
+        if (*c == '\n' || *c == '\r') *c = ' ';
+}
+
 void rl_group_free(rl_group *g) {
     if (!g) return;
+    for (int i = 0; g->msg_fd && i < g->n; i++)
+        if (g->msg_fd[i] >= 0) close(g->msg_fd[i]);
+    free(g->msg_fd);
     free(g->pid);
     free(g->alive);
     free(g->status);

@@ -62,8 +62,6 @@ int rl_launch(const rl_launch_opts *o, rl_err *e) {
     }
     /* a static job is one round */
     rl_node_stats_round(ns, 0, world);
-    /* A preempted trainer (checkpoint written) is not a failure. */
-    static const int benign[] = {RL_EXIT_PREEMPTED, 0};
     bool stopping = false, forwarded = false, preempted = false;
     double kill_at = 0;
     while (rl_group_left(g) > 0) {
@@ -77,15 +75,20 @@ int rl_launch(const rl_launch_opts *o, rl_err *e) {
         }
         rl_node_stats_poll(ns);
         int bad, status;
-        if (rl_group_poll(g, benign, &bad, &status)) {
+        if (rl_group_poll(g, &bad, &status)) {
             if (WIFEXITED(status) && WEXITSTATUS(status) == RL_EXIT_PREEMPTED) {
                 preempted = true;
             } else if (!rc || rc == RL_EABORT) {
-                if (!rc) rl_node_stats_crash(ns); /* not one we stopped ourselves */
-                char how[96];
+                /* the launcher ends in the trainer's class: a user error
+                 * exits 2, the infrastructure 77, a crash 1 */
+                rl_fail_class cls = rl_exit_class(rl_wait_exit_status(status));
+                if (!rc && cls == RL_FAIL_CRASH) rl_node_stats_crash(ns); /* not one we stopped ourselves */
+                char how[96], said[300];
                 rl_group_describe(how, sizeof how, status);
-                rc = rl_errf(e, RL_EPEER, "rank %d (pid %d) %s; stopping the other trainers",
-                             ne->node_rank * n + bad, (int)rl_group_pid(g, bad), how);
+                rl_group_message(g, bad, said, sizeof said);
+                rc = rl_errf(e, cls == RL_FAIL_USER ? RL_EINPUT : cls == RL_FAIL_INFRA ? RL_EIO : RL_EPEER,
+                             "rank %d (pid %d) %s%s%s; stopping the other trainers", ne->node_rank * n + bad,
+                             (int)rl_group_pid(g, bad), how, said[0] ? ": " : "", said);
                 rl_log_msg(RL_LOG_ERROR, "trainer_failed", e->msg);
             }
             if (!stopping && rc) {

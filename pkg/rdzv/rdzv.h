@@ -120,9 +120,12 @@ void rl_members_stop(rl_members *m);
  *   R/nseq, R/join/<k> joins: a counter, then {"id","addr","local_world"}
  *   R/table            {"round","world","restarts","nodes":[{"id","addr","local_world","rank0"}]}
  *   R/hb/<id>          heartbeat counters (ADD)
- *   R/events, R/done/<id>, R/fail/<id>   members' reports (a counter to watch, then the report)
+ *   R/events, R/done/<id>, R/fail/<id>   members' reports (a counter to watch, then the
+ *                      report: "<class name>: <reason>", util.h's failure classes)
  *   crashes            trainer crashes so far (the restart limit counts these)
- *   R/end              {"outcome":"next"|"complete"|"failed","reason"}
+ *   user_error         the first user error reported (it fails the job, even
+ *                      when its round had already ended for another reason)
+ *   R/end              {"outcome":"next"|"complete"|"failed","reason","graceful","class"}
  * Ranks follow the sorted node ids. A new leader's store starts empty; its
  * first round number continues from the last round its own agent saw. */
 typedef struct rl_round_opts {
@@ -130,7 +133,9 @@ typedef struct rl_round_opts {
     double last_call_s;       /* elastic: wait this long for more after min joined (10) */
     double heartbeat_s;       /* 5 */
     int heartbeat_misses;     /* lost after this many (3) */
-    int max_restarts;         /* trainer crashes the job survives (3) */
+    int max_restarts;         /* trainer crashes the job survives (3); other
+                                 failure classes are not counted, a user
+                                 error fails the job at once */
 } rl_round_opts;
 
 typedef struct rl_round_node {
@@ -173,23 +178,31 @@ void rl_round_coord_stop(rl_round_coord *c);
  * *joined_round, 0 at first, remembers the round already joined so a call
  * again does not join twice). A round that ends without us (we came late,
  * or it filled up) is followed into the next one. RL_EPEER with the
- * coordinator's reason when the job failed (and only then: a store that
- * closed or stopped answering is RL_EIO, a lost leader, not a failed job);
- * RL_OK with t->round < 0 when the job completed. */
+ * coordinator's reason when the job failed -- RL_EINPUT when a user error
+ * failed it -- (and only then: a store that closed or stopped answering is
+ * RL_EIO, a lost leader, not a failed job); RL_OK with t->round < 0 when
+ * the job completed. */
 int rl_round_join(rl_store *s, const char *id, const char *addr, int local_world, double timeout_s,
                   long long *joined_round, rl_round_table *t, rl_err *e);
 typedef enum { RL_ROUND_RUNNING = 0, RL_ROUND_NEXT, RL_ROUND_COMPLETE, RL_ROUND_FAILED } rl_round_state;
-/* RL_ROUND_NEXT with *graceful: the round ended with every member alive
- * (the job grows), so trainers get time to stop at a step boundary and
- * checkpoint; otherwise their collectives are broken and waiting is waste. */
-/* Heartbeat, then look at R/end (waiting up to wait_s for it). reason gets
- * the coordinator's words when the round is over. */
-int rl_round_tick(rl_store *s, long long round, const char *id, double wait_s,
-                  rl_round_state *state, bool *graceful, char *reason, size_t rn, rl_err *e);
-/* Report this node's trainers: done (all exited 0) or failed (crash: it
- * counts against the restart limit). */
-int rl_round_report(rl_store *s, long long round, const char *id, bool done, bool crash,
-                    const char *reason, rl_err *e);
+/* How a round ended, as a member reads R/end. NEXT with graceful: the
+ * round ended with every member alive (the job grows), so trainers get time
+ * to stop at a step boundary and checkpoint; otherwise their collectives
+ * are broken and waiting is waste. FAILED: cls says why (USER: a user
+ * error, CRASH: the restart limit). */
+typedef struct rl_round_end {
+    rl_round_state state;
+    bool graceful;
+    rl_fail_class cls;
+    char reason[512]; /* the coordinator's words */
+} rl_round_end;
+/* Heartbeat, then look at R/end (waiting up to wait_s for it). */
+int rl_round_tick(rl_store *s, long long round, const char *id, double wait_s, rl_round_end *end, rl_err *e);
+/* Report this node's trainers: RL_FAIL_NONE, done (all exited 0); else
+ * failed, and how: a crash counts against the restart limit, a user error
+ * fails the job, the others only end the round. */
+int rl_round_report(rl_store *s, long long round, const char *id, rl_fail_class cls, const char *reason,
+                    rl_err *e);
 
 /* ---- the job config's "rdzv" section --------------------------------------------------
  * backend "static" (torchrun/SLURM environment, the default), "k8s" or

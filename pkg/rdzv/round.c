@@ -175,7 +175,7 @@ static void log_end(long long round, const char *outcome, const char *reason) {
            rl_json_escape(r, sizeof r, reason));
 }
 
-static int end_round(rl_round_coord *c, rl_round_state st, bool graceful, const char *reason,
+static int end_round(rl_round_coord *c, rl_round_state st, bool graceful, rl_fail_class cls, const char *reason,
                      const rl_round_node *nodes, int n, rl_err *e) {
     char key[64], buf[32];
     const char *outcome = outcome_name(st);
@@ -197,6 +197,7 @@ static int end_round(rl_round_coord *c, rl_round_state st, bool graceful, const 
     cJSON_AddStringToObject(o, "outcome", outcome);
     cJSON_AddStringToObject(o, "reason", reason);
     cJSON_AddBoolToObject(o, "graceful", graceful);
+    if (st == RL_ROUND_FAILED) cJSON_AddStringToObject(o, "class", rl_fail_class_name(cls));
     char *txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     K(key, "rdzv/%lld/end", c->round);
@@ -272,6 +273,16 @@ static int gather(rl_round_coord *c, rl_round_node *joined, int *nj, int64_t *se
     }
 }
 
+/* A member's failure report is "<class name>: <reason>" (rl_round_report). */
+static rl_fail_class report_class(const char *report) {
+    char name[32];
+    size_t n = strcspn(report, ":");
+    if (n >= sizeof name) return RL_FAIL_CRASH;
+    memcpy(name, report, n);
+    name[n] = '\0';
+    return rl_fail_class_parse(name);
+}
+
 /* One look at the running round: heartbeats, reports when their counter
  * moved, the Service, the joins. fail[i] holds member i's report. */
 static int look_at(rl_round_coord *c, const rl_round_watch *w, rl_round_look *l, rl_round_look_member *lm,
@@ -291,7 +302,10 @@ static int look_at(rl_round_coord *c, const rl_round_watch *w, rl_round_look *l,
         size_t len;
         K(key, "rdzv/%lld/fail/%s", c->round, w->m[i].node.id);
         if ((rc = get_opt(c->s, key, 0, &v, &len, e))) return rc;
-        if (v) snprintf(fail[i], sizeof fail[i], "%.400s", v), lm[i].fail = fail[i];
+        if (v) {
+            snprintf(fail[i], sizeof fail[i], "%.400s", v), lm[i].fail = fail[i];
+            lm[i].cls = report_class(fail[i]);
+        }
         free(v);
         K(key, "rdzv/%lld/done/%s", c->round, w->m[i].node.id);
         if ((rc = get_opt(c->s, key, 0, &v, &len, e))) return rc;
@@ -334,12 +348,18 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
     qsort(joined, (size_t)nj, sizeof *joined, by_node_id);
     c->nexpect = -1;
     nm = nj < o->max_nodes ? nj : o->max_nodes;
-    /* A crash reported after its round had already ended (a peer's report
-     * came first) is counted here, before anything restarts. */
-    if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
-    if (crashes > o->max_restarts) {
-        K(reason, "restart limit: %lld trainer crashes, at most %d allowed", (long long)crashes, o->max_restarts);
-        rc = end_round(c, RL_ROUND_FAILED, false, reason, joined, nj, e);
+    /* A crash or user error reported after its round had already ended (a
+     * peer's report came first) is counted here, before anything restarts. */
+    char *user = NULL;
+    size_t ulen;
+    if ((rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e)) ||
+        (rc = get_opt(c->s, "rdzv/user_error", 0, &user, &ulen, e)))
+        goto out;
+    if (user || crashes > o->max_restarts) {
+        if (user) K(reason, "%.1000s", user);
+        else K(reason, "restart limit: %lld trainer crashes, at most %d allowed", (long long)crashes, o->max_restarts);
+        rc = end_round(c, RL_ROUND_FAILED, false, user ? RL_FAIL_USER : RL_FAIL_CRASH, reason, joined, nj, e);
+        free(user);
         *over = true;
         goto out;
     }
@@ -364,17 +384,19 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
     rl_round_watch w = {.o = o, .m = mem, .nm = nm, .joins = seen};
     rl_members_snapshot(c->members, NULL, 0, &w.ver_seen, NULL);
     rl_round_state outcome = RL_ROUND_RUNNING;
+    rl_fail_class cls = RL_FAIL_CRASH;
     bool graceful = false;
     while (outcome == RL_ROUND_RUNNING) {
         if (c->stop) goto out;
         rl_round_look l;
         if ((rc = look_at(c, &w, &l, lm, fail, peers, e))) goto out;
         outcome = rl_round_judge(&w, &l, &graceful, reason, sizeof reason);
+        cls = outcome == RL_ROUND_FAILED ? RL_FAIL_USER : RL_FAIL_CRASH; /* judge fails a job for these only */
         if (outcome == RL_ROUND_NEXT && (rc = rl_store_add(c->s, "rdzv/crashes", 0, &crashes, e))) goto out;
         outcome = rl_round_limit(outcome, crashes, o->max_restarts, reason, sizeof reason);
         if (outcome == RL_ROUND_RUNNING) sleep_s(0.1);
     }
-    rc = end_round(c, outcome, graceful, reason, joined, nm, e); /* joined[0..nm) are the members */
+    rc = end_round(c, outcome, graceful, cls, reason, joined, nm, e); /* joined[0..nm) are the members */
     if (outcome != RL_ROUND_NEXT) *over = true;
 out:
     free(joined);
@@ -474,24 +496,27 @@ static int ack_over(rl_store *s, long long round, const char *id, rl_err *e) {
     return rl_store_set(s, key, "1", 1, e);
 }
 
-static int parse_end(const char *v, size_t len, rl_round_state *st, bool *graceful, char *reason, size_t rn) {
+static void parse_end(const char *v, size_t len, rl_round_end *end) {
     cJSON *j = cJSON_ParseWithLength(v, len);
     const cJSON *oc = cJSON_GetObjectItemCaseSensitive(j, "outcome");
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "reason");
-    if (graceful) *graceful = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "graceful"));
-    *st = RL_ROUND_NEXT;
-    if (cJSON_IsString(oc) && strcmp(oc->valuestring, "complete") == 0) *st = RL_ROUND_COMPLETE;
-    if (cJSON_IsString(oc) && strcmp(oc->valuestring, "failed") == 0) *st = RL_ROUND_FAILED;
-    if (reason && rn) snprintf(reason, rn, "%s", cJSON_IsString(rs) ? rs->valuestring : "?");
+    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(j, "class");
+    end->graceful = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "graceful"));
+    end->state = RL_ROUND_NEXT;
+    end->cls = RL_FAIL_NONE;
+    if (cJSON_IsString(oc) && strcmp(oc->valuestring, "complete") == 0) end->state = RL_ROUND_COMPLETE;
+    if (cJSON_IsString(oc) && strcmp(oc->valuestring, "failed") == 0) {
+        end->state = RL_ROUND_FAILED;
+        end->cls = rl_fail_class_parse(cJSON_IsString(cl) ? cl->valuestring : NULL);
+    }
+    snprintf(end->reason, sizeof end->reason, "%s", cJSON_IsString(rs) ? rs->valuestring : "?");
     cJSON_Delete(j);
-    return RL_OK;
 }
 
-int rl_round_tick(rl_store *s, long long round, const char *id, double wait_s,
-                  rl_round_state *state, bool *graceful, char *reason, size_t rn, rl_err *e) {
+int rl_round_tick(rl_store *s, long long round, const char *id, double wait_s, rl_round_end *end, rl_err *e) {
     char key[320];
     int64_t hb;
-    *state = RL_ROUND_RUNNING;
+    memset(end, 0, sizeof *end);
     K(key, "rdzv/%lld/hb/%s", round, id);
     int rc = rl_store_add(s, key, 1, &hb, e);
     if (rc) return rc;
@@ -499,20 +524,23 @@ int rl_round_tick(rl_store *s, long long round, const char *id, double wait_s,
     size_t len;
     K(key, "rdzv/%lld/end", round);
     if ((rc = get_opt(s, key, wait_s, &v, &len, e))) return rc;
-    if (v) parse_end(v, len, state, graceful, reason, rn);
+    if (v) parse_end(v, len, end);
     free(v);
-    if (*state == RL_ROUND_COMPLETE || *state == RL_ROUND_FAILED) return ack_over(s, round, id, e);
+    if (end->state == RL_ROUND_COMPLETE || end->state == RL_ROUND_FAILED) return ack_over(s, round, id, e);
     return RL_OK;
 }
 
-int rl_round_report(rl_store *s, long long round, const char *id, bool done, bool crash,
-                    const char *reason, rl_err *e) {
-    char key[320];
+int rl_round_report(rl_store *s, long long round, const char *id, rl_fail_class cls, const char *reason,
+                    rl_err *e) {
+    char key[320], r[480];
     int64_t x;
     int rc = RL_OK;
-    if (!done && crash) rc = rl_store_add(s, "rdzv/crashes", 1, &x, e);
+    bool done = cls == RL_FAIL_NONE;
+    if (done) K(r, "%s", "");
+    else K(r, "%s: %.400s", rl_fail_class_name(cls), reason ? reason : "");
+    if (cls == RL_FAIL_CRASH) rc = rl_store_add(s, "rdzv/crashes", 1, &x, e);
+    if (!rc && cls == RL_FAIL_USER) rc = rl_store_set(s, "rdzv/user_error", r, strlen(r), e);
     K(key, "rdzv/%lld/%s/%s", round, done ? "done" : "fail", id);
-    const char *r = reason ? reason : "";
     if (!rc) rc = rl_store_set(s, key, r, strlen(r), e);
     K(key, "rdzv/%lld/events", round);
     if (!rc) rc = rl_store_add(s, key, 1, &x, e);
@@ -565,18 +593,19 @@ int rl_round_join(rl_store *s, const char *id, const char *addr, int local_world
         K(key, "rdzv/%lld/end", r);
         if ((rc = get_opt(s, key, 0.25, &v, &len, e))) break;
         if (v) {
-            rl_round_state st;
-            char why[400];
-            parse_end(v, len, &st, NULL, why, sizeof why);
+            rl_round_end over;
+            parse_end(v, len, &over);
             free(v);
-            if ((st == RL_ROUND_COMPLETE || st == RL_ROUND_FAILED) && (rc = ack_over(s, r, id, e))) break;
-            if (st == RL_ROUND_COMPLETE) {
+            if ((over.state == RL_ROUND_COMPLETE || over.state == RL_ROUND_FAILED) && (rc = ack_over(s, r, id, e)))
+                break;
+            if (over.state == RL_ROUND_COMPLETE) {
                 t->round = -1;
                 break;
             }
-            if (st == RL_ROUND_FAILED) {
+            if (over.state == RL_ROUND_FAILED) {
                 free(info);
-                return rl_errf(e, RL_EPEER, "the job failed: %s", why);
+                return rl_errf(e, over.cls == RL_FAIL_USER ? RL_EINPUT : RL_EPEER, "the job failed: %.400s",
+                               over.reason);
             }
         }
     }

@@ -44,7 +44,8 @@ static rl_round_state judge_members(rl_round_watch *w, const rl_round_look *l, c
     for (int i = 0; i < w->nm; i++) {
         if (l->m[i].fail) {
             snprintf(reason, rn, "node %s: %.400s", w->m[i].node.id, l->m[i].fail);
-            return RL_ROUND_NEXT;
+            /* retrying cannot mend a bad config or data path */
+            return l->m[i].cls == RL_FAIL_USER ? RL_ROUND_FAILED : RL_ROUND_NEXT;
         }
         done += l->m[i].done;
     }

@@ -38,7 +38,8 @@ typedef struct rl_round_watch {
  * report (NULL: none) and whether it finished; the Service; the joins. */
 typedef struct rl_round_look_member {
     int64_t hb;
-    const char *fail;
+    const char *fail;  /* "<class name>: <reason>" */
+    rl_fail_class cls; /* fail's class */
     bool done;
 } rl_round_look_member;
 
@@ -54,8 +55,9 @@ typedef struct rl_round_look {
 } rl_round_look;
 
 /* RUNNING, or how the round ends: NEXT (a member lost, failed or leaving,
- * or a node that can grow the job: *graceful then) or COMPLETE, with the
- * reason. Updates w (heartbeat times, who was listed, what was seen). */
+ * or a node that can grow the job: *graceful then), COMPLETE, or FAILED --
+ * only for a member's user error -- with the reason. Updates w (heartbeat
+ * times, who was listed, what was seen). */
 rl_round_state rl_round_judge(rl_round_watch *w, const rl_round_look *l, bool *graceful, char *reason,
                               size_t rn);
 /* A NEXT when the job's trainer crashes exceed the limit is FAILED; the

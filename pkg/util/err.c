@@ -54,7 +54,6 @@ int rl_err_exit_status(int code) {
     switch (code) {
     case RL_OK: return 0;
     case RL_EINPUT: return RL_EXIT_USER;
-    case RL_EPEER: return RL_EXIT_PEER_LOST;
     case RL_EIO:
     case RL_ETIMEOUT: return RL_EXIT_INFRA;
     default: return 1;

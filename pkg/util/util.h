@@ -73,8 +73,10 @@ typedef enum {
     RL_FAIL_PREEMPTION, /* replace, do not count */
     RL_FAIL_CRASH,      /* replace, count against the restart limit */
 } rl_fail_class;
-/* Exit status for a cmd/ main from an error code: 0, 2 (RL_EINPUT), 76
- * (RL_EPEER), 77 (RL_EIO, RL_ETIMEOUT), else 1. */
+/* Exit status for a cmd/ main from an error code: 0, 2 (RL_EINPUT), 77
+ * (RL_EIO, RL_ETIMEOUT), else 1. RL_EPEER stays 1: at the top of a process
+ * it means the job failed (a trainer crashed, the restart limit ran out);
+ * a trainer whose peer failed says 76 itself (cmd/worker). */
 int rl_err_exit_status(int code);
 /* The class of an exit status (0..255; a death by signal N is 128 + N). */
 rl_fail_class rl_exit_class(int status);

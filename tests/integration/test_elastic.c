@@ -8,6 +8,7 @@
  * Timing is scaled down (heartbeat 1 s x 5, lease 3 s) to stay short. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <glob.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -217,6 +218,35 @@ Test(elastic, trainer_crashes_count_against_the_restart_limit, .timeout = 300) {
         cr_expect(strstr(b, "restart limit: 2 trainer crashes, at most 1 allowed"), "agent %d log lacks the reason", i);
         free(b);
     }
+    rl_test_job_teardown(&j);
+}
+
+/* A user error (the data the config names is not there) fails the job at
+ * once: no retry, no restart counted, every agent exits 2 naming the
+ * cause, and each agent's termination message says so. */
+Test(elastic, a_user_error_fails_the_job_at_once, .timeout = 300) {
+    rl_test_job j;
+    setup(&j, 37, false);
+    char pat[256];
+    glob_t gl;
+    snprintf(pat, sizeof pat, "%s/train_*.bin", j.dir);
+    cr_assert_eq(glob(pat, 0, NULL, &gl), 0, "no data at %s", pat);
+    for (size_t i = 0; i < gl.gl_pathc; i++) unlink(gl.gl_pathv[i]); /* the data goes missing */
+    globfree(&gl);
+    for (int i = 0; i < 2; i++) start(&j, i, 1, "s3cret");
+    for (int i = 0; i < 2; i++) {
+        int st = rl_test_job_wait(&j, i, 90);
+        char *b = rl_test_slurp(j.log[i]);
+        cr_expect(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == RL_EXIT_USER, "agent %d: wait status %d", i, st);
+        cr_expect(strstr(b, "the job failed: node job-") && strstr(b, "UserError: rank ") &&
+                      strstr(b, "train_*.bin: no files match"),
+                  "agent %d's log lacks the cause:\n%.3000s", i, b);
+        free(b);
+    }
+    int n = rl_test_job_events(&j, "round_start", g_ev, 16384);
+    cr_expect_eq(n, 2, "one round per agent, never retried");
+    for (int i = 0; i < n; i++) cr_expect_eq(rl_test_ev_num(&g_ev[i], "restarts"), 0);
+    rl_test_job_events_free(g_ev, n);
     rl_test_job_teardown(&j);
 }
 

@@ -113,6 +113,25 @@ Test(round_decide, a_failure_report_ends_the_round_and_all_done_completes_the_jo
     cr_expect_str_eq(f.reason, "every node's trainers finished");
 }
 
+/* The class decides: a user error fails the job at once, whatever the
+ * restart limit; a crash or the infrastructure only ends the round (the
+ * coordinator counts crashes, rl_round_limit below). */
+Test(round_decide, a_user_error_fails_the_job_other_classes_end_the_round) {
+    static const struct { rl_fail_class cls; rl_round_state want; } t[] = {
+        {RL_FAIL_USER, RL_ROUND_FAILED},   {RL_FAIL_CRASH, RL_ROUND_NEXT},
+        {RL_FAIL_INFRA, RL_ROUND_NEXT},    {RL_FAIL_PREEMPTION, RL_ROUND_NEXT},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        fixture f;
+        setup(&f, 3);
+        f.l.events = 1;
+        f.lm[1].fail = "UserError: rank 1 (pid 9) exited with status 2: data.train: no files match";
+        f.lm[1].cls = t[i].cls;
+        cr_expect_eq(judge(&f), t[i].want, "class %s", rl_fail_class_name(t[i].cls));
+        cr_expect_str_eq(f.reason, "node b: UserError: rank 1 (pid 9) exited with status 2: data.train: no files match");
+    }
+}
+
 Test(round_decide, leaving_members_end_the_round_new_nodes_grow_it_gracefully) {
     fixture f;
     setup(&f, 4);
