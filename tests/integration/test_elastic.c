@@ -165,6 +165,17 @@ static void kill_and_recover(int net, bool kill_leader, bool use_etcd) {
     cr_assert(n > 0);
     cr_expect_eq(rl_test_ev_num(&g_ev[n - 1], "restarts"), 0);
     rl_test_job_events_free(g_ev, n);
+    /* and the survivors' trainers, whose peer vanished, say so */
+    n = rl_test_job_events(&j, "trainer_failed", g_ev, 16384);
+    /* (a follower's death breaks their rings at once; a dead leader takes
+     * the store first, and the agents stop their trainers themselves) */
+    if (!kill_leader) cr_expect_gt(n, 0, "no survivor reported its lost peer");
+    for (int i = 0; i < n; i++) {
+        const cJSON *c = cJSON_GetObjectItem(g_ev[i].j, "class");
+        cr_expect(cJSON_IsString(c) && !strcmp(c->valuestring, "Infrastructure"), "trainer_failed: %s",
+                  cJSON_IsString(c) ? c->valuestring : "no class");
+    }
+    rl_test_job_events_free(g_ev, n);
     rl_test_job_teardown(&j);
 }
 
