@@ -5,6 +5,7 @@
  * radosgw. Timing is scaled down (rendezvous heartbeats of 1 s, leases of
  * a few seconds) so a run takes tens of seconds, not minutes. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -144,8 +145,10 @@ static void down(void) {
 }
 
 /* A CPU TrainingJob on the tiny model, seqs sequences of 32 tokens per
- * step. extra: more spec members ("" or ",..."). */
-static void apply_job_seqs(const char *name, int replicas, const char *extra, long long steps, int seqs) {
+ * step. extra: more spec members ("" or ",..."); rdzv: more members of
+ * training.rdzv (likewise). */
+static void apply_job_rdzv(const char *name, int replicas, const char *extra, long long steps, int seqs,
+                           const char *rdzv) {
     char y[8192], out[8192];
     snprintf(y, sizeof y,
              "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"%s\"},"
@@ -159,13 +162,13 @@ static void apply_job_seqs(const char *name, int replicas, const char *extra, lo
              "\"dist\":{\"timeout_s\":20},"
              "\"checkpoint\":{\"uri\":\"s3://" BUCKET "/%s\",\"every_steps\":20,\"keep\":2},"
              "\"rdzv\":{\"heartbeat_s\":1,\"heartbeat_misses\":5,\"last_call_s\":2,\"lease_s\":3,"
-             "\"renew_deadline_s\":2,\"retry_s\":0.5,\"stop_grace_s\":10}}%s}}",
-             name, replicas, g.rgw.endpoint, steps, 32 * seqs, g.dir, name, extra);
+             "\"renew_deadline_s\":2,\"retry_s\":0.5,\"stop_grace_s\":10%s}}%s}}",
+             name, replicas, g.rgw.endpoint, steps, 32 * seqs, g.dir, name, rdzv, extra);
     cr_assert_eq(kubectl("apply -f -", y, out, sizeof out), 0, "%s", out);
 }
 
 static void apply_job(const char *name, int replicas, const char *extra, long long steps) {
-    apply_job_seqs(name, replicas, extra, steps, SEQS);
+    apply_job_rdzv(name, replicas, extra, steps, SEQS, "");
 }
 
 /* kubectl get tj NAME -o jsonpath=... (empty string when absent) */
@@ -430,8 +433,37 @@ Test(e2e, bad_jobs_are_refused_or_failed_with_the_field_named, .init = up, .fini
     cr_expect_eq(waitpid(g.op, NULL, WNOHANG), 0, "the operator exited");
 }
 
-Test(e2e, failures_count_against_the_limit_evictions_do_not, .init = up, .fini = down, .timeout = 300) {
-    /* a job whose data is missing: every pod fails, restartLimit 1 */
+/* The pid of a trainer (a process an agent started) of pod `pod`, -1 when
+ * there is none: the stand-in's containers are local processes, and each
+ * trainer's environment names its pod. */
+static int trainer_of(const char *pod) {
+    char want[300], path[64];
+    snprintf(want, sizeof want, "POD_NAME=%s", pod);
+    DIR *d = opendir("/proc");
+    int found = -1;
+    for (struct dirent *de; d && found < 0 && (de = readdir(d));) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9') continue;
+        snprintf(path, sizeof path, "/proc/%.20s/environ", de->d_name);
+        static char env[1 << 16];
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, env, sizeof env - 2) : -1; /* NUL-separated; the start is enough */
+        if (fd >= 0) close(fd);
+        env[n > 0 ? n : 0] = env[n > 0 ? n + 1 : 1] = '\0';
+        bool child = false, mine = false;
+        for (char *v = env; *v; v += strlen(v) + 1) {
+            child |= !strcmp(v, "RINGLEADER_CHILD=1");
+            mine |= !strcmp(v, want);
+        }
+        if (child && mine) found = atoi(de->d_name);
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* Failures by class (util.h): a user error fails the job at once; a crash
+ * counts against restartLimit. */
+Test(e2e, a_user_error_fails_at_once_a_crash_counts, .init = up, .fini = down, .timeout = 300) {
+    /* a job whose data is missing: a user error, restartLimit 1 unused */
     char y[4096], out[8192];
     snprintf(y, sizeof y,
              "{\"apiVersion\":\"ringleader.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"nodata\"},"
@@ -439,12 +471,34 @@ Test(e2e, failures_count_against_the_limit_evictions_do_not, .init = up, .fini =
              "\"training\":{\"train\":{\"steps\":10,\"warmup_steps\":1},\"data\":{\"train\":\"%s/none_*.bin\"}}}}", g.dir);
     cr_assert_eq(kubectl("apply -f -", y, out, sizeof out), 0, "%s", out);
     wait_phase("nodata", "Failed", 90);
-    cr_expect_eq(tj_num("nodata", "{.status.restarts}"), 2, "two failures, one over the limit of 1");
+    cr_expect_eq(tj_num("nodata", "{.status.restarts}"), 0, "a user error is not retried");
     tj("nodata", "{.status.conditions[?(@.type==\"Failed\")].reason}", out, sizeof out);
-    cr_expect_str_eq(out, "RestartLimitExceeded");
+    cr_expect_str_eq(out, "UserError");
+    /* the termination message names the pod and the file */
     tj("nodata", "{.status.conditions[?(@.type==\"Failed\")].message}", out, sizeof out);
-    cr_expect(strstr(out, "pod nodata-0 failed: container exited with status 1"), "%s", out);
+    cr_expect(strstr(out, "nodata-0") && strstr(out, "UserError") && strstr(out, "none_*.bin: no files match"),
+              "%s", out);
 
+    /* a trainer that crashes (SIGSEGV) past rdzv.max_restarts 0: the job's
+     * pods fail, and that counts: restartLimit 0 -> Failed */
+    const char *job = "crash";
+    apply_job_rdzv(job, 1, ",\"restartLimit\":0", 100000, SEQS, ",\"max_restarts\":0");
+    wait_phase(job, "Running", 90);
+    wait_step(job, 3, 90);
+    int pid = trainer_of("crash-0");
+    cr_assert_gt(pid, 0, "no trainer of pod crash-0");
+    kill(pid, SIGSEGV);
+    wait_phase(job, "Failed", 90);
+    tj(job, "{.status.conditions[?(@.type==\"Failed\")].reason}", out, sizeof out);
+    cr_expect_str_eq(out, "RestartLimitExceeded");
+    cr_expect_eq(tj_num(job, "{.status.restarts}"), 1);
+    tj(job, "{.status.conditions[?(@.type==\"Failed\")].message}", out, sizeof out);
+    cr_expect(strstr(out, "pod crash-0 failed: container exited with status 1") && strstr(out, "signal 11"), "%s", out);
+}
+
+/* Evictions and the infrastructure are replaced and not counted. */
+Test(e2e, failures_count_against_the_limit_evictions_do_not, .init = up, .fini = down, .timeout = 300) {
+    char out[8192];
     /* an eviction is replaced and not counted */
     const char *job = "evict";
     apply_job(job, 2, ",\"restartLimit\":0", 100000);
@@ -474,6 +528,21 @@ Test(e2e, failures_count_against_the_limit_evictions_do_not, .init = up, .fini =
     wait_phase(job, "Running", 90);
     cr_expect_eq(tj_num(job, "{.status.restarts}"), 0);
     cr_expect_eq(tj_num(job, "{.status.preemptions}"), 1, "a suspension is not a preemption");
+    cr_assert_eq(kubectl("delete tj evict --wait=false", NULL, out, sizeof out), 0, "%s", out);
+
+    /* a container over its memory limit is OOM-killed by the kernel (the
+     * stand-in's kubelet enforces limits.memory so): the infrastructure,
+     * replaced and not counted, even with restartLimit 0 */
+    job = "oom";
+    apply_job(job, 1, ",\"restartLimit\":0,\"resources\":{\"limits\":{\"memory\":\"8Mi\"}}", 100000);
+    end = rl_now() + 90;
+    while (tj_num(job, "{.status.infrastructureFailures}") < 2 && rl_now() < end) usleep(300000);
+    cr_expect_geq(tj_num(job, "{.status.infrastructureFailures}"), 2, "OOM kills, each replaced");
+    cr_expect_eq(tj_num(job, "{.status.restarts}"), 0, "an OOM kill counted as a failure");
+    cr_expect(!phase_is(job, "Failed"));
+    cr_assert_eq(kubectl("get events --field-selector involvedObject.name=oom -o jsonpath='{.items[*].message}'",
+                         NULL, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "OOMKilled") && strstr(out, "not counted"), "events: %s", out);
 }
 
 /* the node a pod is bound to ("" when none) */
@@ -499,11 +568,11 @@ Test(e2e, an_autoscaled_spot_pool_grows_survives_a_reclaim_and_refuses_a_drain, 
      .timeout = 600) {
     const char *job = "pool";
     /* 48 sequences a step: whole micro-batches of 4 on 2, 3 and 4 nodes */
-    apply_job_seqs(job, 4,
+    apply_job_rdzv(job, 4,
                    ",\"elastic\":{\"minReplicas\":2,\"maxReplicas\":4},"
                    "\"affinity\":{\"podAntiAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":"
                    "[{\"topologyKey\":\"kubernetes.io/hostname\",\"labelSelector\":{\"matchLabels\":{\"ringleader.dev/job\":\"pool\"}}}]}}",
-                   100000, 48);
+                   100000, 48, "");
     char out[16384], node[64];
     /* 2 nodes: two pods run and form a round, two wait for nodes */
     wait_phase(job, "Running", 90);
