@@ -83,6 +83,11 @@
  *   kubelet's Events (Scheduled, Pulled, Created, Started, BackOff,
  *   Failed as Warning; repeats counted on one Event)                 kubelet_exit_codes_and_restarts,
  *                                                                  kubelet_image_pull_backoff
+ * termination-message file (fresh per instance, its host path in
+ *   RINGLEADER_TERMINATION_LOG for the default terminationMessagePath):
+ *   terminated.message at any exit status, ahead of the log's tail
+ *   (FallbackToLogsOnError only for an empty file and a status not 0);
+ *   the last 4096 bytes; 12 KiB per pod, shared by its containers      kubelet_termination_message_file
  * graceful delete: deletionTimestamp while running, SIGTERM to the
  *   main process when it handles it (a container's PID 1 ignores
  *   unhandled signals), pod gone when it exits; ignored: SIGKILL to
@@ -213,8 +218,8 @@
  * *_OPTIONS and --pass-env names pass from the stand-in; no probes (Ready = running), no init
  * containers but native sidecars (their startup order is start-then-next, without startupProbe;
  * their Events name spec.containers), no ephemeral containers, activeDeadlineSeconds or image
- * changes of a running pod, no termination-message file (terminationMessagePath;
- * FallbackToLogsOnError works); a missing Secret/ConfigMap is retried every 2 s (or the back-off,
+ * changes of a running pod, no termination-message file at a terminationMessagePath other than
+ * the default (nothing is mounted: the file's host path is in RINGLEADER_TERMINATION_LOG); a missing Secret/ConfigMap is retried every 2 s (or the back-off,
  * if shorter); the crash back-off is not reset after a long run; back-offs scale with --backoff;
  * terminated.signal is not set (the real kubelet leaves it empty too); pod addresses come from a
  * 127.R.0.0/16 reserved per stand-in. */
@@ -1925,6 +1930,82 @@ Test(standin, kubelet_exit_codes_and_restarts, .timeout = 60) {
     cr_assert_str_eq(out, "Warning");
     kubectl_ok(&s, "get pods", NULL, out, sizeof out);
     cr_assert(strstr(out, "Completed") && strstr(out, "Error") && strstr(out, "StartError"), "%s", out);
+    rl_test_standin_stop(&s);
+}
+
+/* The termination-message file: what a container writes to it becomes its
+ * terminated.message whatever the exit status, ahead of the log's tail
+ * (FallbackToLogsOnError falls back only when the file is empty and the
+ * status not 0); the kubelet keeps the last 4096 bytes, a pod's containers
+ * share 12 KiB, and every instance starts from an empty file. */
+Test(standin, kubelet_termination_message_file, .timeout = 90) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[16384];
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: filemsg}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError,\n"
+               "                command: [sh, -c, 'echo to-the-log; printf \"from the file\" > "
+               "\"$RINGLEADER_TERMINATION_LOG\"; exit 3']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: filemsg0}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36,\n"
+               "                command: [sh, -c, 'printf \"all done\" > \"$RINGLEADER_TERMINATION_LOG\"']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: logmsg}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError,\n"
+               "                command: [sh, -c, 'echo only the log; exit 1']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: bigmsg}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, command: [sh, -c, '{ echo HEAD; "
+               "head -c 6000 /dev/zero | tr \"\\0\" x; echo; echo TAIL; } > \"$RINGLEADER_TERMINATION_LOG\"']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: elsewhere}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, terminationMessagePath: /tmp/rl-elsewhere-log,\n"
+               "                terminationMessagePolicy: FallbackToLogsOnError,\n"
+               "                command: [sh, -c, 'echo var=${RINGLEADER_TERMINATION_LOG:-none}; exit 2']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: fresh}\nspec:\n  restartPolicy: OnFailure\n"
+               "  containers: [{name: main, image: busybox:1.36,\n"
+               "                command: [sh, -c, 'printf inst >> \"$RINGLEADER_TERMINATION_LOG\"; exit 4']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: four}\nspec:\n  restartPolicy: Never\n  containers:\n"
+               "  - {name: c1, image: busybox:1.36, command: [sh, -c, 'head -c 4000 /dev/zero | tr \"\\0\" y > "
+               "\"$RINGLEADER_TERMINATION_LOG\"']}\n"
+               "  - {name: c2, image: busybox:1.36, command: [sh, -c, 'exit 0']}\n"
+               "  - {name: c3, image: busybox:1.36, command: [sh, -c, 'exit 0']}\n"
+               "  - {name: c4, image: busybox:1.36, command: [sh, -c, 'exit 0']}\n",
+               out, sizeof out);
+    rl_test_pod p;
+    /* the file wins over the log, even with FallbackToLogsOnError */
+    await_pod(&s, "filemsg", "Failed", 15, &p);
+    cr_assert_eq(p.exit_code, 3);
+    cr_assert_str_eq(p.c_reason, "Error");
+    cr_assert_str_eq(p.c_message, "from the file");
+    /* read at exit 0 too: the Completed state carries it */
+    await_pod(&s, "filemsg0", "Succeeded", 15, &p);
+    cr_assert_str_eq(p.c_reason, "Completed");
+    cr_assert_str_eq(p.c_message, "all done");
+    /* an empty file, FallbackToLogsOnError, status 1: the log's tail */
+    await_pod(&s, "logmsg", "Failed", 15, &p);
+    cr_assert_str_eq(p.c_message, "only the log\n");
+    /* 6011 bytes written: the last 4096 kept (tail.ReadAtMost), HEAD gone */
+    await_pod(&s, "bigmsg", "Succeeded", 15, &p);
+    size_t n = strlen(p.c_message);
+    cr_assert_eq(n, 4096, "message of %zu bytes", n);
+    cr_assert_eq(p.c_message[0], 'x');
+    cr_assert_str_eq(p.c_message + n - 8, "xx\nTAIL\n");
+    /* another path cannot be mounted here: no variable, no file, so the
+     * fallback's log tail (which shows the variable was unset) */
+    await_pod(&s, "elsewhere", "Failed", 15, &p);
+    cr_assert_str_eq(p.c_message, "var=none\n");
+    /* each instance appends to its own fresh file: the restarted one's
+     * message (lastState once it is backing off) is one "inst", not two */
+    await_pod(&s, "fresh", "CrashLoopBackOff", 20, &p);
+    cr_assert_geq(p.restarts, 1);
+    cr_assert_eq(p.last_exit_code, 4);
+    kubectl_ok(&s, "get pod fresh -o jsonpath={.status.containerStatuses[0].lastState.terminated.message}", NULL, out,
+               sizeof out);
+    cr_assert_str_eq(out, "inst");
+    /* four containers share 12 KiB: each message is cut to 3072 bytes */
+    await_pod(&s, "four", "Succeeded", 15, &p);
+    rl_test_standin_pod(&s, "default", "four", "c1", &p);
+    cr_assert_eq(strlen(p.c_message), 3072, "message of %zu bytes", strlen(p.c_message));
+    cr_assert_eq(p.c_message[0], 'y');
     rl_test_standin_stop(&s);
 }
 

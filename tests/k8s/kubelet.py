@@ -37,6 +37,17 @@ tests/integration/test_standin.c lists what is checked):
     while), hostIP;
     restartPolicy with CrashLoopBackOff back-off; logs per container
     instance, served by GET pods/<name>/log;
+  - the termination message: a fresh empty file for every container
+    instance (restarts too) stands for the one the kubelet mounts at
+    terminationMessagePath; when the instance ends, whatever its exit
+    status, terminated.message is the file's last 4096 bytes; only when
+    the file is empty, terminationMessagePolicy FallbackToLogsOnError and
+    the status not 0 is it the log's tail (80 lines, 2048 bytes); a pod's
+    messages share 12 KiB in its status (each cut to 12288 / containers).
+    The processes share the host's /dev, so nothing is mounted: the file
+    is in the pod's dir and its host path in $RINGLEADER_TERMINATION_LOG,
+    only for a container with the default path (/dev/termination-log); one
+    asking for another path gets no variable and no message from a file;
   - termination: SIGTERM to the container's main process -- only when it
     handles SIGTERM, since a container's PID 1 ignores signals it has no
     handler for -- SIGKILL to its whole group after the grace period or as
@@ -89,6 +100,15 @@ SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 # What the conditions the kubelet writes are; others (PodScheduled, an
 # eviction's DisruptionTarget, readiness gates) it keeps as it finds them.
 KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
+# The termination-message file: where the kubelet mounts it unless the
+# container says otherwise, the most of it read (the last bytes: tail.
+# ReadAtMost), and what a pod's messages may take together in its status
+# (the status manager cuts each to this over the number of containers).
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+MAX_TERMINATION_MESSAGE = 4096
+MAX_POD_TERMINATION_MESSAGES = 12 * 1024
+# Where the stand-in tells a container its termination-message file is.
+TERMINATION_LOG_ENV = "RINGLEADER_TERMINATION_LOG"
 
 
 # ---- pure helpers ------------------------------------------------------------------
@@ -165,6 +185,19 @@ def _quantity(q):
         if q.endswith(u):
             return float(q[:-len(u)]) * units[u]
     return float(q)
+
+
+def read_tail(path, n):
+    """At most the last n bytes of the file, decoded as the API's JSON
+    would carry them ("" when it is missing), as tail.ReadAtMost."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - n))
+            data = f.read(n)
+    except (OSError, TypeError):
+        return ""
+    return data.decode("utf-8", "replace")
 
 
 class ImageMap:
@@ -318,6 +351,7 @@ class Container:
         self.image_id = ""
         self.started_at = None
         self.log = None            # current instance's log file
+        self.term_log = None       # current instance's termination-message file, if it has one
         self.prev_log = None
         self.term_sent = False
         self.stop_sent = False     # stopping it began (SIGTERM if it has a grace period)
@@ -770,10 +804,7 @@ class Kubelet(LocalNode):
         self._reaper_note(b"-", c.proc.pid)
         c.proc = None
         code = rc if rc >= 0 else 128 - rc
-        msg = None
-        if code != 0 and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            msg = self._log_tail(c.log)
-        self._terminated(c, code, "Completed" if code == 0 else "Error", msg)
+        self._terminated(c, code, "Completed" if code == 0 else "Error", self._termination_message(c, code))
         self.log({"msg": "kubelet: container exited", "pod": "%s/%s" % (rt.ns, rt.name),
                   "container": c.name, "exitCode": code})
         policy = "Always" if c.sidecar else (pod.get("spec") or {}).get("restartPolicy", "Always")
@@ -781,6 +812,31 @@ class Kubelet(LocalNode):
             c.done = True
         else:
             self._plan_restart(rt, c)
+
+    def _termination_message(self, c, code):
+        """The terminated state's message (kuberuntime's getTerminationMessage):
+        the termination-message file's last 4096 bytes, whatever the exit
+        status; the log's tail instead when the file is empty (or there is
+        none), the policy FallbackToLogsOnError and the status not 0."""
+        msg = read_tail(c.term_log, MAX_TERMINATION_MESSAGE) if c.term_log else ""
+        if not msg and code != 0 and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            return self._log_tail(c.log)
+        return msg or None
+
+    @staticmethod
+    def _termination_log(rt, c):
+        """The file the kubelet bind-mounts at terminationMessagePath: fresh
+        and empty for every instance of the container, mode 0666 whatever
+        the umask. The stand-in cannot mount it, so only a container that
+        keeps the default path gets one (its host path in
+        $RINGLEADER_TERMINATION_LOG); None for another path."""
+        if c.spec.get("terminationMessagePath") not in (None, "", TERMINATION_MESSAGE_PATH):
+            return None
+        path = os.path.join(rt.dir, "termination-log-%s-%d" % (c.name, c.restarts))
+        with open(path, "wb"):
+            pass
+        os.chmod(path, 0o666)
+        return path
 
     @staticmethod
     def _log_tail(path):
@@ -882,6 +938,7 @@ class Kubelet(LocalNode):
         logdir = os.path.join(rt.dir, "logs", c.name)
         os.makedirs(logdir, exist_ok=True)
         c.prev_log, c.log = c.log, os.path.join(logdir, "%d.log" % c.restarts)
+        c.term_log = None
         exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
         if not exe or not os.access(exe, os.X_OK) or os.path.isdir(exe):
             open(c.log, "ab").close()
@@ -899,6 +956,9 @@ class Kubelet(LocalNode):
         cwd = c.spec.get("workingDir") or os.path.join(rt.dir, "root")
         try:
             os.makedirs(cwd, exist_ok=True)
+            c.term_log = self._termination_log(rt, c)
+            if c.term_log:
+                env[TERMINATION_LOG_ENV] = c.term_log
             with open(c.log, "ab") as logf:
                 c.proc = subprocess.Popen(argv, executable=exe, env=env, cwd=cwd,
                                           stdin=subprocess.DEVNULL, stdout=logf,
@@ -1095,7 +1155,10 @@ class Kubelet(LocalNode):
                 phase = "Running"
         else:
             phase = "Pending"
-        statuses = [self._container_status(c, terminal) for c in cs]
+        spec = pod.get("spec") or {}
+        per = MAX_POD_TERMINATION_MESSAGES // max(1, len(spec.get("containers") or [])
+                                                  + len(spec.get("initContainers") or []))
+        statuses = [self._container_status(c, terminal, per) for c in cs]
         statuses.sort(key=lambda x: x["name"])  # as the kubelet's status manager orders them
         unready = [c.name for c in rt.every() if not (c.running() and not terminal)]
         conds = []
@@ -1125,15 +1188,21 @@ class Kubelet(LocalNode):
                   "podIP": rt.ip, "podIPs": [{"ip": rt.ip}], "startTime": rt.start_time,
                   "containerStatuses": statuses}
         if rt.sidecars:  # in the spec's order, not sorted
-            status["initContainerStatuses"] = [self._container_status(c, terminal)
+            status["initContainerStatuses"] = [self._container_status(c, terminal, per)
                                                for c in rt.sidecars.values()]
         if rt.evicted is not None:
             status["reason"], status["message"] = rt.evicted[0], rt.evicted[1]
         return status
 
     @staticmethod
-    def _container_status(c, terminal):
-        st = {"name": c.name, "state": copy.deepcopy(c.state), "lastState": copy.deepcopy(c.last),
+    def _container_status(c, terminal, per):
+        """One containerStatuses entry; terminated messages cut to `per`
+        bytes, as the status manager's normalizeStatus does."""
+        state, last = copy.deepcopy(c.state), copy.deepcopy(c.last)
+        for term in (state.get("terminated"), last.get("terminated")):
+            if term and len(term.get("message", "").encode()) > per:
+                term["message"] = term["message"].encode()[:per].decode("utf-8", "replace")
+        st = {"name": c.name, "state": state, "lastState": last,
               "ready": c.running() and not terminal, "restartCount": c.restarts,
               "image": normalize_image(c.image) if c.image_id else c.image,
               "imageID": c.image_id, "started": c.running()}
