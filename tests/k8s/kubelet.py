@@ -48,6 +48,15 @@ tests/integration/test_standin.c lists what is checked):
     is in the pod's dir and its host path in $RINGLEADER_TERMINATION_LOG,
     only for a container with the default path (/dev/termination-log); one
     asking for another path gets no variable and no message from a file;
+  - OOMKilled: a container with resources.limits.memory (in whole bytes,
+    rounded up; 0, or a quantity the API server would refuse: no limit) is
+    measured every 100 ms on the kubelet's loop -- the anonymous resident
+    memory of every process in its group (/proc statm: resident - shared;
+    a cgroup would charge page cache too but reclaims it before OOM-
+    killing) -- and, over the limit, SIGKILLed whole (memory.oom.group):
+    terminated with reason OOMKilled, exitCode 137, then restartPolicy as
+    for any exit. A spike shorter than the poll goes unseen, shared memory
+    (tmpfs) is not counted; only containers with a limit are measured;
   - termination: SIGTERM to the container's main process -- only when it
     handles SIGTERM, since a container's PID 1 ignores signals it has no
     handler for -- SIGKILL to its whole group after the grace period or as
@@ -74,6 +83,7 @@ import copy
 import ctypes
 import fnmatch
 import hashlib
+import math
 import os
 import random
 import re
@@ -85,6 +95,7 @@ import subprocess
 import sys
 import threading
 import time
+from fractions import Fraction
 
 from controllers import NODE_NAME, LocalNode
 from k8slib import APIError, bad_request, now_rfc3339
@@ -109,6 +120,8 @@ MAX_TERMINATION_MESSAGE = 4096
 MAX_POD_TERMINATION_MESSAGES = 12 * 1024
 # Where the stand-in tells a container its termination-message file is.
 TERMINATION_LOG_ENV = "RINGLEADER_TERMINATION_LOG"
+# How often the memory of containers with limits.memory is measured (s).
+MEMORY_POLL = 0.1
 
 
 # ---- pure helpers ------------------------------------------------------------------
@@ -175,16 +188,82 @@ def go_duration(sec):
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
+# resource.Quantity: a signed decimal number, then a binary (Ki..Ei) or
+# decimal (n, u, m, k, M, G, T, P, E) suffix or a decimal exponent (e3, E-2).
+QUANTITY = re.compile(r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
+QUANTITY_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+                   "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
+                   "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def parse_quantity(q):
+    """A resource.Quantity as an exact Fraction of its base unit (cores,
+    bytes), or None where the API server's decoder refuses it."""
+    m = QUANTITY.match(str(q)) if isinstance(q, (str, int, float)) and not isinstance(q, bool) else None
+    if not m:
+        return None
+    sign, num, suffix = m.groups()
+    v = Fraction(num)
+    if suffix and suffix[0] in "eE" and len(suffix) > 1:
+        v *= Fraction(10) ** int(suffix[1:])
+    elif suffix:
+        v *= QUANTITY_SUFFIX[suffix]
+    return -v if sign == "-" else v
+
+
 def _quantity(q):
     """A resource.Quantity as a float of its base unit (cores, bytes)."""
-    q = str(q).strip()
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-             "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-             "P": 1e15, "E": 1e18}
-    for u in sorted(units, key=len, reverse=True):
-        if q.endswith(u):
-            return float(q[:-len(u)]) * units[u]
-    return float(q)
+    v = parse_quantity(str(q).strip())
+    if v is None:
+        raise ValueError("not a quantity: %r" % (q,))
+    return float(v)
+
+
+def memory_limit(spec):
+    """A container's resources.limits.memory in whole bytes (rounded up, as
+    the kubelet's Value() does: "100m" is 1 byte, which the API admits with
+    a warning; runc refuses to start under such a limit, here the first
+    poll kills it), or None: no limit, 0 (no limit to the runtime either),
+    or what the API server would have refused (not a quantity, negative)."""
+    r = spec.get("resources")
+    lim = r.get("limits") if isinstance(r, dict) else None
+    v = parse_quantity(lim.get("memory")) if isinstance(lim, dict) else None
+    if v is None or v <= 0:
+        return None
+    return math.ceil(v)
+
+
+def group_memory(groups):
+    """{pgid: bytes} for the process groups given: the anonymous resident
+    memory (statm resident - shared) of every process in each, from /proc.
+    What a container's memory cgroup cannot reclaim, roughly: the page
+    cache it would reclaim before OOM-killing is left out, and so are
+    shared memory (tmpfs, /dev/shm) and mapped files; copy-on-write pages
+    shared after a fork count in every process that maps them."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    used = dict.fromkeys(groups, 0)
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = _read_small("/proc/%s/stat" % d)
+            # after the command's ")": state ppid pgrp ...
+            pgrp = int(stat[stat.rfind(b")") + 2:].split()[2])
+            if pgrp not in used:
+                continue
+            statm = _read_small("/proc/%s/statm" % d).split()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        used[pgrp] += max(0, int(statm[1]) - int(statm[2])) * page
+    return used
+
+
+def _read_small(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
 
 
 def read_tail(path, n):
@@ -358,6 +437,8 @@ class Container:
         # a native sidecar (1.29+): an init container with restartPolicy
         # Always -- restarted whatever the pod's policy, stopped after the rest
         self.sidecar = spec.get("restartPolicy") == "Always"
+        self.mem_limit = memory_limit(spec)  # bytes, or None: never measured
+        self.oom_killed = False    # the current instance went over mem_limit and was killed
 
     def running(self):
         return self.proc is not None
@@ -432,6 +513,7 @@ class Kubelet(LocalNode):
         self.base_env = {k: v for k, v in os.environ.items()
                          if k.startswith("RL_") or k in SANITIZER_ENV or k in (args.pass_env or [])}
         self.pods = {}             # uid -> PodRT
+        self.memory_due = 0.0      # monotonic time of the next memory poll
         self.events = {}           # (pod uid, reason, message, container) -> Event name
         self.mu = threading.Lock()  # guards self.pods; never taken while holding the store lock
         self.wake = threading.Event()
@@ -604,8 +686,30 @@ class Kubelet(LocalNode):
             if uid not in present:
                 self._forget(rt)  # deleted at once (grace 0), or its node is gone: kill what runs
         self.shutting_down = {n: d for n, d in self.shutting_down.items() if n in nodes}
+        self._enforce_memory()
         for pod in mine:
             self.sync(pod)
+
+    def _enforce_memory(self):
+        """The memory cgroup's OOM killer: every MEMORY_POLL seconds the
+        memory of each running container with limits.memory (group_memory);
+        one over it is SIGKILLed whole, as with memory.oom.group, and ends
+        OOMKilled (_reap). Nothing is read while no such container runs."""
+        now = time.monotonic()
+        if now < self.memory_due:
+            return
+        self.memory_due = now + MEMORY_POLL
+        watched = {c.proc.pid: (rt, c) for rt in self.pods.values() for c in rt.every()
+                   if c.proc is not None and c.mem_limit and not c.oom_killed}
+        if not watched:
+            return
+        for pgid, used in group_memory(watched).items():
+            rt, c = watched[pgid]
+            if used > c.mem_limit:
+                c.oom_killed = True
+                self._kill_group(c, signal.SIGKILL)
+                self.log({"msg": "kubelet: container OOM-killed", "pod": "%s/%s" % (rt.ns, rt.name),
+                          "container": c.name, "memory": used, "limit": c.mem_limit})
 
     def _forget(self, rt):
         for c in rt.every():
@@ -804,9 +908,13 @@ class Kubelet(LocalNode):
         self._reaper_note(b"-", c.proc.pid)
         c.proc = None
         code = rc if rc >= 0 else 128 - rc
-        self._terminated(c, code, "Completed" if code == 0 else "Error", self._termination_message(c, code))
+        # OOMKilled when the OOM killer's SIGKILL ended it (exit status 137);
+        # a main process that had exited by itself keeps its own status
+        oom = c.oom_killed and rc == -signal.SIGKILL
+        reason = "OOMKilled" if oom else "Completed" if code == 0 else "Error"
+        self._terminated(c, code, reason, self._termination_message(c, code))
         self.log({"msg": "kubelet: container exited", "pod": "%s/%s" % (rt.ns, rt.name),
-                  "container": c.name, "exitCode": code})
+                  "container": c.name, "exitCode": code, "reason": reason})
         policy = "Always" if c.sidecar else (pod.get("spec") or {}).get("restartPolicy", "Always")
         if c.done or stopping or policy == "Never" or (policy == "OnFailure" and code == 0):
             c.done = True
@@ -970,6 +1078,7 @@ class Kubelet(LocalNode):
             return
         self._reaper_note(b"+", c.proc.pid)
         c.term_sent = False
+        c.oom_killed = False
         c.state = {"running": {"startedAt": c.started_at}}
         self.event(pod, "Created", "Created container %s" % c.name, container=c.name)
         self.event(pod, "Started", "Started container %s" % c.name, container=c.name)
