@@ -83,6 +83,16 @@
  *   kubelet's Events (Scheduled, Pulled, Created, Started, BackOff,
  *   Failed as Warning; repeats counted on one Event)                 kubelet_exit_codes_and_restarts,
  *                                                                  kubelet_image_pull_backoff
+ * termination-message file (fresh per instance, its host path in
+ *   RINGLEADER_TERMINATION_LOG for the default terminationMessagePath):
+ *   terminated.message at any exit status, ahead of the log's tail
+ *   (FallbackToLogsOnError only for an empty file and a status not 0);
+ *   the last 4096 bytes; 12 KiB per pod, shared by its containers      kubelet_termination_message_file
+ * limits.memory: over it the container's whole process group is
+ *   killed, terminated OOMKilled with exit code 137 (phase Failed for
+ *   restartPolicy Never, restarted with lastState OOMKilled under
+ *   OnFailure), the group's processes summed; STATUS OOMKilled; a
+ *   container under its limit completes                             kubelet_oom_killed_over_memory_limit
  * graceful delete: deletionTimestamp while running, SIGTERM to the
  *   main process when it handles it (a container's PID 1 ignores
  *   unhandled signals), pod gone when it exits; ignored: SIGKILL to
@@ -206,15 +216,16 @@
  * namespace (a process group stands for the container; securityContext is admitted but not
  * applied: runAsUser, readOnlyRootFilesystem, capabilities and seccomp change nothing, so
  * PodSecurity is checked at admission only), get no volumes but the service-account files (in
- * RL_K8S_SA_DIR instead of /var/run/secrets/kubernetes.io/serviceaccount), no resource limits, a
+ * RL_K8S_SA_DIR instead of /var/run/secrets/kubernetes.io/serviceaccount), no cpu limits (a memory
+ * limit is a poll of the group's anonymous resident memory every 100 ms, not a cgroup), a
  * per-pod dir as cwd and HOME (workingDir when set); images have no ENTRYPOINT/CMD unless --image
  * PATTERN=DIR=ENTRYPOINT (the mesh proxy's docker.io/istio/proxyv2 is built in); only the
  * kubernetes service's variables are injected (no other service links); RL_*, the sanitizers'
  * *_OPTIONS and --pass-env names pass from the stand-in; no probes (Ready = running), no init
  * containers but native sidecars (their startup order is start-then-next, without startupProbe;
  * their Events name spec.containers), no ephemeral containers, activeDeadlineSeconds or image
- * changes of a running pod, no termination-message file (terminationMessagePath;
- * FallbackToLogsOnError works); a missing Secret/ConfigMap is retried every 2 s (or the back-off,
+ * changes of a running pod, no termination-message file at a terminationMessagePath other than
+ * the default (nothing is mounted: the file's host path is in RINGLEADER_TERMINATION_LOG); a missing Secret/ConfigMap is retried every 2 s (or the back-off,
  * if shorter); the crash back-off is not reset after a long run; back-offs scale with --backoff;
  * terminated.signal is not set (the real kubelet leaves it empty too); pod addresses come from a
  * 127.R.0.0/16 reserved per stand-in. */
@@ -1925,6 +1936,141 @@ Test(standin, kubelet_exit_codes_and_restarts, .timeout = 60) {
     cr_assert_str_eq(out, "Warning");
     kubectl_ok(&s, "get pods", NULL, out, sizeof out);
     cr_assert(strstr(out, "Completed") && strstr(out, "Error") && strstr(out, "StartError"), "%s", out);
+    rl_test_standin_stop(&s);
+}
+
+/* The termination-message file: what a container writes to it becomes its
+ * terminated.message whatever the exit status, ahead of the log's tail
+ * (FallbackToLogsOnError falls back only when the file is empty and the
+ * status not 0); the kubelet keeps the last 4096 bytes, a pod's containers
+ * share 12 KiB, and every instance starts from an empty file. */
+Test(standin, kubelet_termination_message_file, .timeout = 90) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[16384];
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: filemsg}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError,\n"
+               "                command: [sh, -c, 'echo to-the-log; printf \"from the file\" > "
+               "\"$RINGLEADER_TERMINATION_LOG\"; exit 3']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: filemsg0}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36,\n"
+               "                command: [sh, -c, 'printf \"all done\" > \"$RINGLEADER_TERMINATION_LOG\"']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: logmsg}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError,\n"
+               "                command: [sh, -c, 'echo only the log; exit 1']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: bigmsg}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, command: [sh, -c, '{ echo HEAD; "
+               "head -c 6000 /dev/zero | tr \"\\0\" x; echo; echo TAIL; } > \"$RINGLEADER_TERMINATION_LOG\"']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: elsewhere}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, terminationMessagePath: /tmp/rl-elsewhere-log,\n"
+               "                terminationMessagePolicy: FallbackToLogsOnError,\n"
+               "                command: [sh, -c, 'echo var=${RINGLEADER_TERMINATION_LOG:-none}; exit 2']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: fresh}\nspec:\n  restartPolicy: OnFailure\n"
+               "  containers: [{name: main, image: busybox:1.36,\n"
+               "                command: [sh, -c, 'printf inst >> \"$RINGLEADER_TERMINATION_LOG\"; exit 4']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: four}\nspec:\n  restartPolicy: Never\n  containers:\n"
+               "  - {name: c1, image: busybox:1.36, command: [sh, -c, 'head -c 4000 /dev/zero | tr \"\\0\" y > "
+               "\"$RINGLEADER_TERMINATION_LOG\"']}\n"
+               "  - {name: c2, image: busybox:1.36, command: [sh, -c, 'exit 0']}\n"
+               "  - {name: c3, image: busybox:1.36, command: [sh, -c, 'exit 0']}\n"
+               "  - {name: c4, image: busybox:1.36, command: [sh, -c, 'exit 0']}\n",
+               out, sizeof out);
+    rl_test_pod p;
+    /* the file wins over the log, even with FallbackToLogsOnError */
+    await_pod(&s, "filemsg", "Failed", 15, &p);
+    cr_assert_eq(p.exit_code, 3);
+    cr_assert_str_eq(p.c_reason, "Error");
+    cr_assert_str_eq(p.c_message, "from the file");
+    /* read at exit 0 too: the Completed state carries it */
+    await_pod(&s, "filemsg0", "Succeeded", 15, &p);
+    cr_assert_str_eq(p.c_reason, "Completed");
+    cr_assert_str_eq(p.c_message, "all done");
+    /* an empty file, FallbackToLogsOnError, status 1: the log's tail */
+    await_pod(&s, "logmsg", "Failed", 15, &p);
+    cr_assert_str_eq(p.c_message, "only the log\n");
+    /* 6011 bytes written: the last 4096 kept (tail.ReadAtMost), HEAD gone */
+    await_pod(&s, "bigmsg", "Succeeded", 15, &p);
+    size_t n = strlen(p.c_message);
+    cr_assert_eq(n, 4096, "message of %zu bytes", n);
+    cr_assert_eq(p.c_message[0], 'x');
+    cr_assert_str_eq(p.c_message + n - 8, "xx\nTAIL\n");
+    /* another path cannot be mounted here: no variable, no file, so the
+     * fallback's log tail (which shows the variable was unset) */
+    await_pod(&s, "elsewhere", "Failed", 15, &p);
+    cr_assert_str_eq(p.c_message, "var=none\n");
+    /* each instance appends to its own fresh file: the restarted one's
+     * message (lastState once it is backing off) is one "inst", not two */
+    await_pod(&s, "fresh", "CrashLoopBackOff", 20, &p);
+    cr_assert_geq(p.restarts, 1);
+    cr_assert_eq(p.last_exit_code, 4);
+    kubectl_ok(&s, "get pod fresh -o jsonpath={.status.containerStatuses[0].lastState.terminated.message}", NULL, out,
+               sizeof out);
+    cr_assert_str_eq(out, "inst");
+    /* four containers share 12 KiB: each message is cut to 3072 bytes */
+    await_pod(&s, "four", "Succeeded", 15, &p);
+    rl_test_standin_pod(&s, "default", "four", "c1", &p);
+    cr_assert_eq(strlen(p.c_message), 3072, "message of %zu bytes", strlen(p.c_message));
+    cr_assert_eq(p.c_message[0], 'y');
+    rl_test_standin_stop(&s);
+}
+
+/* limits.memory: the runtime's cgroup OOM-kills a container whose memory
+ * goes over it. The stand-in polls the process group's memory instead; the
+ * outcome must be the real one: the whole group killed, terminated reason
+ * OOMKilled with exit code 137, then restartPolicy as for any exit. The
+ * containers run python3 (Debian's, in /usr/bin on the containers' PATH)
+ * to hold a known amount of memory; each sleeps 30 s after allocating, far
+ * past the waits below, so only a kill can end them in time. */
+Test(standin, kubelet_oom_killed_over_memory_limit, .timeout = 120) {
+    static rl_test_standin s;
+    start_kubelet(&s, 0);
+    static char out[16384];
+    kubectl_ok(&s, "apply -f -",
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: hog}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, resources: {limits: {memory: 20Mi}},\n"
+               "                command: [sh, -c, 'sleep 1000 & echo bg=$!; "
+               "python3 -c \"x = bytearray(200 << 20); import time; time.sleep(30)\"']}]\n---\n"
+               /* two processes of ~37 MiB each: under 48Mi alone, over it together */
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: pair}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, resources: {limits: {memory: 48Mi}},\n"
+               "                env: [{name: A, value: 'x = bytearray(30 << 20); import time; time.sleep(30)'}],\n"
+               "                command: [sh, -c, 'python3 -c \"$A\" & python3 -c \"$A\"; wait']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: again}\nspec:\n  restartPolicy: OnFailure\n"
+               "  containers: [{name: main, image: busybox:1.36, resources: {limits: {memory: 20Mi}},\n"
+               "                command: [python3, -c, 'x = bytearray(64 << 20); import time; time.sleep(30)']}]\n---\n"
+               "apiVersion: v1\nkind: Pod\nmetadata: {name: fits}\nspec:\n  restartPolicy: Never\n"
+               "  containers: [{name: main, image: busybox:1.36, resources: {limits: {memory: 500Mi}},\n"
+               "                command: [sh, -c, 'sleep 1; exit 0']}]\n",
+               out, sizeof out);
+    rl_test_pod p;
+    int bg = logged_int(&s, "hog", "bg", 20);
+    cr_assert_gt(bg, 0, "hog never printed its background pid");
+    await_pod(&s, "hog", "Failed", 20, &p);
+    cr_assert_str_eq(p.state, "terminated");
+    cr_assert_str_eq(p.c_reason, "OOMKilled");
+    cr_assert_eq(p.exit_code, 137);
+    cr_assert_eq(p.restarts, 0);
+    /* memory.oom.group: the background process went with the rest */
+    cr_assert(!alive(bg), "the group's other process %d survived", bg);
+    /* the group's processes are summed, not judged one by one */
+    await_pod(&s, "pair", "Failed", 20, &p);
+    cr_assert_str_eq(p.c_reason, "OOMKilled");
+    cr_assert_eq(p.exit_code, 137);
+    /* OnFailure: restarted, and the killed instance is lastState */
+    await_pod(&s, "again", "CrashLoopBackOff", 30, &p);
+    cr_assert_geq(p.restarts, 1);
+    cr_assert_eq(p.last_exit_code, 137);
+    kubectl_ok(&s, "get pod again -o jsonpath={.status.containerStatuses[0].lastState.terminated.reason}", NULL, out,
+               sizeof out);
+    cr_assert_str_eq(out, "OOMKilled");
+    /* under its limit: measured, never killed */
+    await_pod(&s, "fits", "Succeeded", 20, &p);
+    cr_assert_str_eq(p.c_reason, "Completed");
+    cr_assert_eq(p.exit_code, 0);
+    /* kubectl's view: the printer's STATUS is the terminated reason */
+    kubectl_ok(&s, "get pod hog", NULL, out, sizeof out);
+    cr_assert(strstr(out, "OOMKilled"), "%s", out);
     rl_test_standin_stop(&s);
 }
 

@@ -37,6 +37,26 @@ tests/integration/test_standin.c lists what is checked):
     while), hostIP;
     restartPolicy with CrashLoopBackOff back-off; logs per container
     instance, served by GET pods/<name>/log;
+  - the termination message: a fresh empty file for every container
+    instance (restarts too) stands for the one the kubelet mounts at
+    terminationMessagePath; when the instance ends, whatever its exit
+    status, terminated.message is the file's last 4096 bytes; only when
+    the file is empty, terminationMessagePolicy FallbackToLogsOnError and
+    the status not 0 is it the log's tail (80 lines, 2048 bytes); a pod's
+    messages share 12 KiB in its status (each cut to 12288 / containers).
+    The processes share the host's /dev, so nothing is mounted: the file
+    is in the pod's dir and its host path in $RINGLEADER_TERMINATION_LOG,
+    only for a container with the default path (/dev/termination-log); one
+    asking for another path gets no variable and no message from a file;
+  - OOMKilled: a container with resources.limits.memory (in whole bytes,
+    rounded up; 0, or a quantity the API server would refuse: no limit) is
+    measured every 100 ms on the kubelet's loop -- the anonymous resident
+    memory of every process in its group (/proc statm: resident - shared;
+    a cgroup would charge page cache too but reclaims it before OOM-
+    killing) -- and, over the limit, SIGKILLed whole (memory.oom.group):
+    terminated with reason OOMKilled, exitCode 137, then restartPolicy as
+    for any exit. A spike shorter than the poll goes unseen, shared memory
+    (tmpfs) is not counted; only containers with a limit are measured;
   - termination: SIGTERM to the container's main process -- only when it
     handles SIGTERM, since a container's PID 1 ignores signals it has no
     handler for -- SIGKILL to its whole group after the grace period or as
@@ -63,6 +83,7 @@ import copy
 import ctypes
 import fnmatch
 import hashlib
+import math
 import os
 import random
 import re
@@ -74,6 +95,7 @@ import subprocess
 import sys
 import threading
 import time
+from fractions import Fraction
 
 from controllers import NODE_NAME, LocalNode
 from k8slib import APIError, bad_request, now_rfc3339
@@ -89,6 +111,17 @@ SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 # What the conditions the kubelet writes are; others (PodScheduled, an
 # eviction's DisruptionTarget, readiness gates) it keeps as it finds them.
 KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
+# The termination-message file: where the kubelet mounts it unless the
+# container says otherwise, the most of it read (the last bytes: tail.
+# ReadAtMost), and what a pod's messages may take together in its status
+# (the status manager cuts each to this over the number of containers).
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+MAX_TERMINATION_MESSAGE = 4096
+MAX_POD_TERMINATION_MESSAGES = 12 * 1024
+# Where the stand-in tells a container its termination-message file is.
+TERMINATION_LOG_ENV = "RINGLEADER_TERMINATION_LOG"
+# How often the memory of containers with limits.memory is measured (s).
+MEMORY_POLL = 0.1
 
 
 # ---- pure helpers ------------------------------------------------------------------
@@ -155,16 +188,95 @@ def go_duration(sec):
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
+# resource.Quantity: a signed decimal number, then a binary (Ki..Ei) or
+# decimal (n, u, m, k, M, G, T, P, E) suffix or a decimal exponent (e3, E-2).
+QUANTITY = re.compile(r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
+QUANTITY_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+                   "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
+                   "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def parse_quantity(q):
+    """A resource.Quantity as an exact Fraction of its base unit (cores,
+    bytes), or None where the API server's decoder refuses it."""
+    m = QUANTITY.match(str(q)) if isinstance(q, (str, int, float)) and not isinstance(q, bool) else None
+    if not m:
+        return None
+    sign, num, suffix = m.groups()
+    v = Fraction(num)
+    if suffix and suffix[0] in "eE" and len(suffix) > 1:
+        v *= Fraction(10) ** int(suffix[1:])
+    elif suffix:
+        v *= QUANTITY_SUFFIX[suffix]
+    return -v if sign == "-" else v
+
+
 def _quantity(q):
     """A resource.Quantity as a float of its base unit (cores, bytes)."""
-    q = str(q).strip()
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-             "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-             "P": 1e15, "E": 1e18}
-    for u in sorted(units, key=len, reverse=True):
-        if q.endswith(u):
-            return float(q[:-len(u)]) * units[u]
-    return float(q)
+    v = parse_quantity(str(q).strip())
+    if v is None:
+        raise ValueError("not a quantity: %r" % (q,))
+    return float(v)
+
+
+def memory_limit(spec):
+    """A container's resources.limits.memory in whole bytes (rounded up, as
+    the kubelet's Value() does: "100m" is 1 byte, which the API admits with
+    a warning; runc refuses to start under such a limit, here the first
+    poll kills it), or None: no limit, 0 (no limit to the runtime either),
+    or what the API server would have refused (not a quantity, negative)."""
+    r = spec.get("resources")
+    lim = r.get("limits") if isinstance(r, dict) else None
+    v = parse_quantity(lim.get("memory")) if isinstance(lim, dict) else None
+    if v is None or v <= 0:
+        return None
+    return math.ceil(v)
+
+
+def group_memory(groups):
+    """{pgid: bytes} for the process groups given: the anonymous resident
+    memory (statm resident - shared) of every process in each, from /proc.
+    What a container's memory cgroup cannot reclaim, roughly: the page
+    cache it would reclaim before OOM-killing is left out, and so are
+    shared memory (tmpfs, /dev/shm) and mapped files; copy-on-write pages
+    shared after a fork count in every process that maps them."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    used = dict.fromkeys(groups, 0)
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = _read_small("/proc/%s/stat" % d)
+            # after the command's ")": state ppid pgrp ...
+            pgrp = int(stat[stat.rfind(b")") + 2:].split()[2])
+            if pgrp not in used:
+                continue
+            statm = _read_small("/proc/%s/statm" % d).split()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        used[pgrp] += max(0, int(statm[1]) - int(statm[2])) * page
+    return used
+
+
+def _read_small(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def read_tail(path, n):
+    """At most the last n bytes of the file, decoded as the API's JSON
+    would carry them ("" when it is missing), as tail.ReadAtMost."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - n))
+            data = f.read(n)
+    except (OSError, TypeError):
+        return ""
+    return data.decode("utf-8", "replace")
 
 
 class ImageMap:
@@ -318,12 +430,15 @@ class Container:
         self.image_id = ""
         self.started_at = None
         self.log = None            # current instance's log file
+        self.term_log = None       # current instance's termination-message file, if it has one
         self.prev_log = None
         self.term_sent = False
         self.stop_sent = False     # stopping it began (SIGTERM if it has a grace period)
         # a native sidecar (1.29+): an init container with restartPolicy
         # Always -- restarted whatever the pod's policy, stopped after the rest
         self.sidecar = spec.get("restartPolicy") == "Always"
+        self.mem_limit = memory_limit(spec)  # bytes, or None: never measured
+        self.oom_killed = False    # the current instance went over mem_limit and was killed
 
     def running(self):
         return self.proc is not None
@@ -398,6 +513,7 @@ class Kubelet(LocalNode):
         self.base_env = {k: v for k, v in os.environ.items()
                          if k.startswith("RL_") or k in SANITIZER_ENV or k in (args.pass_env or [])}
         self.pods = {}             # uid -> PodRT
+        self.memory_due = 0.0      # monotonic time of the next memory poll
         self.events = {}           # (pod uid, reason, message, container) -> Event name
         self.mu = threading.Lock()  # guards self.pods; never taken while holding the store lock
         self.wake = threading.Event()
@@ -570,8 +686,30 @@ class Kubelet(LocalNode):
             if uid not in present:
                 self._forget(rt)  # deleted at once (grace 0), or its node is gone: kill what runs
         self.shutting_down = {n: d for n, d in self.shutting_down.items() if n in nodes}
+        self._enforce_memory()
         for pod in mine:
             self.sync(pod)
+
+    def _enforce_memory(self):
+        """The memory cgroup's OOM killer: every MEMORY_POLL seconds the
+        memory of each running container with limits.memory (group_memory);
+        one over it is SIGKILLed whole, as with memory.oom.group, and ends
+        OOMKilled (_reap). Nothing is read while no such container runs."""
+        now = time.monotonic()
+        if now < self.memory_due:
+            return
+        self.memory_due = now + MEMORY_POLL
+        watched = {c.proc.pid: (rt, c) for rt in self.pods.values() for c in rt.every()
+                   if c.proc is not None and c.mem_limit and not c.oom_killed}
+        if not watched:
+            return
+        for pgid, used in group_memory(watched).items():
+            rt, c = watched[pgid]
+            if used > c.mem_limit:
+                c.oom_killed = True
+                self._kill_group(c, signal.SIGKILL)
+                self.log({"msg": "kubelet: container OOM-killed", "pod": "%s/%s" % (rt.ns, rt.name),
+                          "container": c.name, "memory": used, "limit": c.mem_limit})
 
     def _forget(self, rt):
         for c in rt.every():
@@ -770,17 +908,43 @@ class Kubelet(LocalNode):
         self._reaper_note(b"-", c.proc.pid)
         c.proc = None
         code = rc if rc >= 0 else 128 - rc
-        msg = None
-        if code != 0 and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            msg = self._log_tail(c.log)
-        self._terminated(c, code, "Completed" if code == 0 else "Error", msg)
+        # OOMKilled when the OOM killer's SIGKILL ended it (exit status 137);
+        # a main process that had exited by itself keeps its own status
+        oom = c.oom_killed and rc == -signal.SIGKILL
+        reason = "OOMKilled" if oom else "Completed" if code == 0 else "Error"
+        self._terminated(c, code, reason, self._termination_message(c, code))
         self.log({"msg": "kubelet: container exited", "pod": "%s/%s" % (rt.ns, rt.name),
-                  "container": c.name, "exitCode": code})
+                  "container": c.name, "exitCode": code, "reason": reason})
         policy = "Always" if c.sidecar else (pod.get("spec") or {}).get("restartPolicy", "Always")
         if c.done or stopping or policy == "Never" or (policy == "OnFailure" and code == 0):
             c.done = True
         else:
             self._plan_restart(rt, c)
+
+    def _termination_message(self, c, code):
+        """The terminated state's message (kuberuntime's getTerminationMessage):
+        the termination-message file's last 4096 bytes, whatever the exit
+        status; the log's tail instead when the file is empty (or there is
+        none), the policy FallbackToLogsOnError and the status not 0."""
+        msg = read_tail(c.term_log, MAX_TERMINATION_MESSAGE) if c.term_log else ""
+        if not msg and code != 0 and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            return self._log_tail(c.log)
+        return msg or None
+
+    @staticmethod
+    def _termination_log(rt, c):
+        """The file the kubelet bind-mounts at terminationMessagePath: fresh
+        and empty for every instance of the container, mode 0666 whatever
+        the umask. The stand-in cannot mount it, so only a container that
+        keeps the default path gets one (its host path in
+        $RINGLEADER_TERMINATION_LOG); None for another path."""
+        if c.spec.get("terminationMessagePath") not in (None, "", TERMINATION_MESSAGE_PATH):
+            return None
+        path = os.path.join(rt.dir, "termination-log-%s-%d" % (c.name, c.restarts))
+        with open(path, "wb"):
+            pass
+        os.chmod(path, 0o666)
+        return path
 
     @staticmethod
     def _log_tail(path):
@@ -882,6 +1046,7 @@ class Kubelet(LocalNode):
         logdir = os.path.join(rt.dir, "logs", c.name)
         os.makedirs(logdir, exist_ok=True)
         c.prev_log, c.log = c.log, os.path.join(logdir, "%d.log" % c.restarts)
+        c.term_log = None
         exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", ""))
         if not exe or not os.access(exe, os.X_OK) or os.path.isdir(exe):
             open(c.log, "ab").close()
@@ -899,6 +1064,9 @@ class Kubelet(LocalNode):
         cwd = c.spec.get("workingDir") or os.path.join(rt.dir, "root")
         try:
             os.makedirs(cwd, exist_ok=True)
+            c.term_log = self._termination_log(rt, c)
+            if c.term_log:
+                env[TERMINATION_LOG_ENV] = c.term_log
             with open(c.log, "ab") as logf:
                 c.proc = subprocess.Popen(argv, executable=exe, env=env, cwd=cwd,
                                           stdin=subprocess.DEVNULL, stdout=logf,
@@ -910,6 +1078,7 @@ class Kubelet(LocalNode):
             return
         self._reaper_note(b"+", c.proc.pid)
         c.term_sent = False
+        c.oom_killed = False
         c.state = {"running": {"startedAt": c.started_at}}
         self.event(pod, "Created", "Created container %s" % c.name, container=c.name)
         self.event(pod, "Started", "Started container %s" % c.name, container=c.name)
@@ -1095,7 +1264,10 @@ class Kubelet(LocalNode):
                 phase = "Running"
         else:
             phase = "Pending"
-        statuses = [self._container_status(c, terminal) for c in cs]
+        spec = pod.get("spec") or {}
+        per = MAX_POD_TERMINATION_MESSAGES // max(1, len(spec.get("containers") or [])
+                                                  + len(spec.get("initContainers") or []))
+        statuses = [self._container_status(c, terminal, per) for c in cs]
         statuses.sort(key=lambda x: x["name"])  # as the kubelet's status manager orders them
         unready = [c.name for c in rt.every() if not (c.running() and not terminal)]
         conds = []
@@ -1125,15 +1297,21 @@ class Kubelet(LocalNode):
                   "podIP": rt.ip, "podIPs": [{"ip": rt.ip}], "startTime": rt.start_time,
                   "containerStatuses": statuses}
         if rt.sidecars:  # in the spec's order, not sorted
-            status["initContainerStatuses"] = [self._container_status(c, terminal)
+            status["initContainerStatuses"] = [self._container_status(c, terminal, per)
                                                for c in rt.sidecars.values()]
         if rt.evicted is not None:
             status["reason"], status["message"] = rt.evicted[0], rt.evicted[1]
         return status
 
     @staticmethod
-    def _container_status(c, terminal):
-        st = {"name": c.name, "state": copy.deepcopy(c.state), "lastState": copy.deepcopy(c.last),
+    def _container_status(c, terminal, per):
+        """One containerStatuses entry; terminated messages cut to `per`
+        bytes, as the status manager's normalizeStatus does."""
+        state, last = copy.deepcopy(c.state), copy.deepcopy(c.last)
+        for term in (state.get("terminated"), last.get("terminated")):
+            if term and len(term.get("message", "").encode()) > per:
+                term["message"] = term["message"].encode()[:per].decode("utf-8", "replace")
+        st = {"name": c.name, "state": state, "lastState": last,
               "ready": c.running() and not terminal, "restartCount": c.restarts,
               "image": normalize_image(c.image) if c.image_id else c.image,
               "imageID": c.image_id, "started": c.running()}

@@ -64,7 +64,8 @@ typedef struct rl_test_pod {
     char sched_reason[32], sched_message[512];  /* Unschedulable, "0/1 nodes are available: ..." */
     bool ready, disruption;                     /* conditions Ready / DisruptionTarget True */
     char state[16];                             /* waiting | running | terminated | "" */
-    char c_reason[64], c_message[512];          /* the state's reason and message */
+    char c_reason[64], c_message[8192];         /* the state's reason and message; room for a
+                                                 * whole termination message (4096 bytes) */
     int exit_code;                              /* terminated.exitCode, else -1 */
     int restarts;
     int last_exit_code;                         /* lastState.terminated.exitCode, else -1 */
