@@ -103,6 +103,8 @@ static void count_pods(const rl_op_seen *s, cJSON *st) {
     /* counters present from the start: "0 restarts" is information */
     if (!cJSON_GetObjectItemCaseSensitive(st, "restarts")) cJSON_AddNumberToObject(st, "restarts", 0);
     if (!cJSON_GetObjectItemCaseSensitive(st, "preemptions")) cJSON_AddNumberToObject(st, "preemptions", 0);
+    if (!cJSON_GetObjectItemCaseSensitive(st, "infrastructureFailures"))
+        cJSON_AddNumberToObject(st, "infrastructureFailures", 0);
 }
 
 /* The rank-0 agent's progress (annotations of <job>-progress) into the
@@ -222,29 +224,91 @@ static void suspend(const rl_op_seen *s, rl_op_plan *p) {
     write_now(p);
 }
 
+/* One ended pod, not counted before: its uid and counter in the status
+ * (written before it is deleted), and an Event that says which. */
+static void count_one(const rl_op_seen *s, rl_op_plan *p, const rl_pod_info *q, char *last_fail, size_t lfn) {
+    const char *sep = q->message[0] ? ": " : "";
+    switch (q->state) {
+    case RL_POD_FAILED:
+        add_counted(p->status, q->uid, "restarts");
+        snprintf(last_fail, lfn, "pod %s failed: %s", q->name, q->message);
+        event(p, true, "PodFailed", "%s (%lld of restartLimit %d)", last_fail, st_int(p->status, "restarts"),
+              s->job->restart_limit);
+        break;
+    case RL_POD_INFRA_FAILED:
+        add_counted(p->status, q->uid, "infrastructureFailures");
+        event(p, true, "InfrastructureFailure", "pod %s ended (%s%s%s): replaced, not counted against restartLimit",
+              q->name, q->reason, sep, q->message);
+        break;
+    case RL_POD_USER_ERROR: /* fail_on_user_error ends the job before this */
+        add_counted(p->status, q->uid, NULL);
+        break;
+    default: /* preempted, or being deleted by someone else */
+        add_counted(p->status, q->uid, "preemptions");
+        event(p, false, "PodPreempted", "pod %s %s (%s%s%s): replaced, not counted against restartLimit", q->name,
+              q->state == RL_POD_TERMINATING ? "is being deleted" : "ended", q->reason, sep, q->message);
+    }
+}
+
 /* Pods that ended, or are being deleted by someone else: count each once.
- * Returns whether any was; last_fail gets the last failure. */
+ * Returns whether any was; last_fail gets the last crash. */
 static bool count_ended(const rl_op_seen *s, rl_op_plan *p, char *last_fail, size_t lfn) {
     const rl_op_job *j = s->job;
     bool any = false;
     for (int i = 0; i < s->n; i++) {
-        rl_pod_info *q = &s->pods[i];
-        bool ended = q->state == RL_POD_FAILED || q->state == RL_POD_PREEMPTED;
+        const rl_pod_info *q = &s->pods[i];
         bool taken = q->state == RL_POD_TERMINATING && q->index >= 0 && q->index < j->replicas;
-        if ((!ended && !taken) || is_counted(p->status, q->uid)) continue;
-        if (q->state == RL_POD_FAILED) {
-            add_counted(p->status, q->uid, "restarts");
-            snprintf(last_fail, lfn, "pod %s failed: %s", q->name, q->message);
-            event(p, true, "PodFailed", "%s (%lld of restartLimit %d)", last_fail, st_int(p->status, "restarts"),
-                  j->restart_limit);
-        } else {
-            add_counted(p->status, q->uid, "preemptions");
-            event(p, false, "PodPreempted", "pod %s %s (%s%s%s): replaced, not counted against restartLimit",
-                  q->name, taken ? "is being deleted" : "ended", q->reason, q->message[0] ? ": " : "", q->message);
-        }
+        if ((!rl_pod_ended(q->state) && !taken) || is_counted(p->status, q->uid)) continue;
+        count_one(s, p, q, last_fail, lfn);
         any = true;
     }
     return any;
+}
+
+/* A user error (exit 2: a bad config, data or code path) fails the job at
+ * once: a retry would end the same way. The first such pod is named; each
+ * one's uid is counted (in no counter), so none is ever counted again.
+ * Pods that ended beside it -- most likely peers that lost it -- are left
+ * uncounted: the job is over. False when no pod ended so. */
+static bool fail_on_user_error(const rl_op_seen *s, rl_op_plan *p) {
+    const rl_pod_info *first = NULL;
+    for (int i = 0; i < s->n; i++) {
+        const rl_pod_info *q = &s->pods[i];
+        if (q->state != RL_POD_USER_ERROR) continue;
+        if (!first) first = q;
+        if (!is_counted(p->status, q->uid)) add_counted(p->status, q->uid, NULL);
+    }
+    if (!first) return false;
+    char msg[800];
+    snprintf(msg, sizeof msg, "pod %s: %s", first->name, first->message);
+    event(p, true, "UserError", "%s; the job failed (a user error is never retried)", msg);
+    finish(s, p, false, "UserError", msg);
+    return true;
+}
+
+/* Delete the pods that ended (counted already) and those past replicas,
+ * then create what is missing (a name still held by a terminating pod
+ * waits). */
+static void replace_pods(const rl_op_seen *s, rl_op_plan *p) {
+    const rl_op_job *j = s->job;
+    for (int i = 0; i < s->n; i++) {
+        rl_pod_info *q = &s->pods[i];
+        if (rl_pod_ended(q->state)) {
+            delete_pod(p, q);
+            q->state = RL_POD_TERMINATING;
+        } else if (q->state != RL_POD_TERMINATING && (q->index < 0 || q->index >= j->replicas)) {
+            event(p, false, "ScaledDown", "deleting pod %s (replicas %d)", q->name, j->replicas);
+            delete_pod(p, q);
+            q->state = RL_POD_TERMINATING;
+        }
+    }
+    if (s->conflict[0]) return;
+    for (int idx = 0; idx < j->replicas; idx++) {
+        bool have = false;
+        for (int i = 0; i < s->n && !have; i++) have = s->pods[i].index == idx;
+        rl_op_step *c = have ? NULL : add_step(p, RL_OP_CREATE);
+        if (c) c->index = idx;
+    }
 }
 
 void rl_op_decide(const rl_op_seen *s, const cJSON *status, rl_op_plan *p) {
@@ -284,6 +348,7 @@ void rl_op_decide(const rl_op_seen *s, const cJSON *status, rl_op_plan *p) {
         rl_op_set_condition(st, "Suspended", false, "Resumed", "spec.suspend is false", s->now))
         event(p, false, "Resumed", "resuming: recreating %d pod(s)", j->replicas);
 
+    if (fail_on_user_error(s, p)) return;
     char last_fail[800] = "";
     bool replaced = count_ended(s, p, last_fail, sizeof last_fail);
     long long restarts = st_int(st, "restarts");
@@ -300,25 +365,7 @@ void rl_op_decide(const rl_op_seen *s, const cJSON *status, rl_op_plan *p) {
                             "replacing pods; training resumes from the last checkpoint", s->now);
         write_now(p); /* counted before deleted */
     }
-    for (int i = 0; i < s->n; i++) {
-        rl_pod_info *q = &s->pods[i];
-        if (q->state == RL_POD_FAILED || q->state == RL_POD_PREEMPTED) {
-            delete_pod(p, q);
-            q->state = RL_POD_TERMINATING;
-        } else if (q->state != RL_POD_TERMINATING && (q->index < 0 || q->index >= j->replicas)) {
-            event(p, false, "ScaledDown", "deleting pod %s (replicas %d)", q->name, j->replicas);
-            delete_pod(p, q);
-            q->state = RL_POD_TERMINATING;
-        }
-    }
-    /* Create what is missing (a name still held by a terminating pod waits). */
-    if (!s->conflict[0])
-        for (int idx = 0; idx < j->replicas; idx++) {
-            bool have = false;
-            for (int i = 0; i < s->n && !have; i++) have = s->pods[i].index == idx;
-            rl_op_step *c = have ? NULL : add_step(p, RL_OP_CREATE);
-            if (c) c->index = idx;
-        }
+    replace_pods(s, p);
     p->then_phase = true;
 }
 

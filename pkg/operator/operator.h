@@ -4,8 +4,9 @@
  * objects it owns from the API server and moves the world one step toward
  * the spec, so the process can be killed and restarted at any moment.
  * The one piece of memory that must survive a restart -- which ended pods
- * were already counted as restarts or preemptions -- lives in the job's
- * status (countedPods), written before the pod is deleted.
+ * were already counted (as restarts, preemptions or infrastructure
+ * failures) -- lives in the job's status (countedPods), written before the
+ * pod is deleted.
  *
  * The pure parts (spec parsing, the objects a job wants, how a pod ended,
  * the phase) are public for tests; rl_op_run is the whole controller. */
@@ -113,16 +114,27 @@ typedef enum {
     RL_POD_RUNNING,
     RL_POD_TERMINATING,  /* deletionTimestamp set */
     RL_POD_SUCCEEDED,    /* exit 0: the job is complete */
-    RL_POD_PREEMPTED,    /* ended, but not its fault: replace, don't count */
-    RL_POD_FAILED,       /* ended by its own failure: counts against restartLimit */
+    /* the endings (rl_pod_ended); util.h says which exit status is which */
+    RL_POD_PREEMPTED,    /* stopped, not its fault: replace, counted in status.preemptions */
+    RL_POD_FAILED,       /* crashed: replace, counts against restartLimit */
+    RL_POD_INFRA_FAILED, /* its node failed it (OOM killer, network, storage, device, a lost
+                          * peer): replace, counted in status.infrastructureFailures only */
+    RL_POD_USER_ERROR,   /* bad config, data or code path: the job fails now, no retry */
 } rl_pod_state;
+#define RL_POD_STATE_LAST RL_POD_USER_ERROR
+
+/* Ended without completing the job: to be counted, then replaced or the
+ * job failed (SUCCEEDED is the job's completion, never replaced). */
+static inline bool rl_pod_ended(rl_pod_state s) {
+    return s == RL_POD_PREEMPTED || s == RL_POD_FAILED || s == RL_POD_INFRA_FAILED || s == RL_POD_USER_ERROR;
+}
 
 typedef struct rl_pod_info {
     rl_pod_state state;
     int index;           /* from the label; -1 if missing or bad */
     bool ready;
     char name[254], uid[128];
-    char reason[64];     /* Evicted, Error, ErrImagePull, Unschedulable, ... */
+    char reason[64];     /* Evicted, Error, OOMKilled, UserError, ErrImagePull, Unschedulable, ... */
     char message[512];
     double deleting_s;   /* terminating: seconds since the delete was asked for */
     double overdue_s;    /* terminating: seconds past its deletionTimestamp (grace over) */

@@ -2,18 +2,15 @@
  * the difference between a failure (counts against restartLimit) and a
  * preemption (the node went, the pod was evicted or deleted, the worker
  * stopped on SIGTERM with its checkpoint written) is what users of
- * PyTorchJob miss most -- spot reclaims there eat the restart budget. */
+ * PyTorchJob miss most -- spot reclaims there eat the restart budget. The
+ * worker's exit status carries its class (util.h: rl_exit_class); this
+ * file adds what only Kubernetes sees. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "operator.h"
-
-/* the worker's exit statuses that mean "not my fault" (cmd/worker,
- * pkg/agent): 75 stopped on SIGTERM with a committed checkpoint, 76 a peer
- * was lost; 143 is a SIGTERM death (128 + 15) */
-static bool benign_exit(int code) { return code == 75 || code == 76 || code == 143; }
 
 static const char *str(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
@@ -34,7 +31,9 @@ static const cJSON *condition(const cJSON *status, const char *type) {
 }
 
 const char *rl_pod_state_name(rl_pod_state s) {
-    static const char *const n[] = {"Pending", "Running", "Terminating", "Succeeded", "Preempted", "Failed"};
+    static const char *const n[] = {"Pending",   "Running", "Terminating",          "Succeeded",
+                                    "Preempted", "Failed",  "InfrastructureFailed", "UserError"};
+    _Static_assert(sizeof n / sizeof n[0] == RL_POD_STATE_LAST + 1, "a name for every rl_pod_state");
     return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
 }
 
@@ -54,43 +53,77 @@ static const cJSON *worker_state(const cJSON *status, const char *which) {
     return NULL;
 }
 
-/* How the pod ended, from the worker container's terminated state. */
+/* The worker's terminated state in one line: its status, the runtime's
+ * reason and the last line of its termination message, the one that says
+ * why (the worker writes "<class>: <message>"; with
+ * FallbackToLogsOnError, its last log line). */
+static void termination_message(const cJSON *term, int exit_code, char *msg, size_t n) {
+    const char *treason = str(term, "reason"), *tmsg = str(term, "message");
+    const char *last = tmsg + strlen(tmsg);
+    while (last > tmsg && (last[-1] == '\n' || last[-1] == ' ')) last--;
+    const char *nl = last;
+    while (nl > tmsg && nl[-1] != '\n') nl--;
+    snprintf(msg, n, "container exited with status %d%s%s%s%.*s", exit_code, *treason ? ": " : "", treason,
+             last > nl ? ": " : "", (int)(last - nl), nl);
+}
+
+/* The state and reason an exit status gives: its class (util.h), except
+ * that exit 0 is the job's completion (whatever the runtime adds) and the
+ * kernel's OOM killer (reason OOMKilled) is infrastructure whatever the
+ * status -- often a neighbour's fault on a shared node. */
+static void judge_exit(int exit_code, const char *treason, rl_pod_info *p, const char *msg) {
+    if (exit_code == 0) {
+        p->state = RL_POD_SUCCEEDED;
+        set(p, "Completed", msg);
+        return;
+    }
+    if (!strcmp(treason, "OOMKilled")) {
+        p->state = RL_POD_INFRA_FAILED;
+        set(p, "OOMKilled", msg);
+        return;
+    }
+    switch (rl_exit_class(exit_code)) {
+    case RL_FAIL_USER:
+        p->state = RL_POD_USER_ERROR;
+        set(p, "UserError", msg);
+        break;
+    case RL_FAIL_PREEMPTION:
+        p->state = RL_POD_PREEMPTED;
+        set(p, exit_code == RL_EXIT_PREEMPTED ? "Preempted" : "Terminated", msg);
+        break;
+    case RL_FAIL_INFRA:
+        p->state = RL_POD_INFRA_FAILED;
+        set(p, exit_code == RL_EXIT_PEER_LOST ? "PeerLost" : "Infrastructure", msg);
+        break;
+    default: /* a crash (or no status at all): the runtime says how */
+        p->state = RL_POD_FAILED;
+        set(p, *treason ? treason : "Error", msg);
+    }
+}
+
+/* How the pod ended: a pod-level reason or disruption (evicted, node
+ * shutdown, preempted by the scheduler) is a preemption whatever the
+ * worker's status; else the worker container's terminated state says. */
 static void ended(const cJSON *status, rl_pod_info *p) {
     const char *reason = str(status, "reason"); /* pod-level: Evicted, Shutdown, NodeLost, ... */
     const cJSON *dt = condition(status, "DisruptionTarget");
     bool disrupted = dt && !strcmp(str(dt, "status"), "True");
-    const cJSON *term = worker_state(status, "terminated");
-    const cJSON *code = term ? cJSON_GetObjectItemCaseSensitive(term, "exitCode") : NULL;
-    int exit_code = cJSON_IsNumber(code) ? code->valueint : -1;
     if (*reason || disrupted) {
         p->state = RL_POD_PREEMPTED;
         set(p, *reason ? reason : str(dt, "reason"), *reason ? str(status, "message") : str(dt, "message"));
         return;
     }
-    char msg[512];
-    if (term) {
-        const char *treason = str(term, "reason"), *tmsg = str(term, "message");
-        /* the termination message: the worker's last log line is the one that says why */
-        const char *last = tmsg + strlen(tmsg);
-        while (last > tmsg && (last[-1] == '\n' || last[-1] == ' ')) last--;
-        const char *nl = last;
-        while (nl > tmsg && nl[-1] != '\n') nl--;
-        snprintf(msg, sizeof msg, "container exited with status %d%s%s%s%.*s", exit_code, *treason ? ": " : "",
-                 treason, last > nl ? ": " : "", (int)(last - nl), nl);
-        if (exit_code == 0) {
-            p->state = RL_POD_SUCCEEDED;
-            set(p, "Completed", msg);
-        } else if (benign_exit(exit_code)) {
-            p->state = RL_POD_PREEMPTED;
-            set(p, exit_code == 75 ? "Preempted" : exit_code == 76 ? "PeerLost" : "Terminated", msg);
-        } else {
-            p->state = RL_POD_FAILED;
-            set(p, *treason ? treason : "Error", msg);
-        }
+    const cJSON *term = worker_state(status, "terminated");
+    if (!term) {
+        p->state = RL_POD_FAILED;
+        set(p, "Failed", str(status, "message"));
         return;
     }
-    p->state = RL_POD_FAILED;
-    set(p, "Failed", str(status, "message"));
+    const cJSON *code = cJSON_GetObjectItemCaseSensitive(term, "exitCode");
+    int exit_code = cJSON_IsNumber(code) ? code->valueint : -1;
+    char msg[512];
+    termination_message(term, exit_code, msg, sizeof msg);
+    judge_exit(exit_code, str(term, "reason"), p, msg);
 }
 
 /* The first init container (a native sidecar, or one that runs to
@@ -127,8 +160,9 @@ void rl_op_pod_classify(const cJSON *pod, rl_pod_info *p) {
         ended(status, p);
         /* Deleted, then ended: whatever its exit status, the deletion
          * stopped it (a worker SIGTERMed before its first checkpoint exits
-         * non-zero), so it is not the pod's failure. */
-        if (p->state == RL_POD_FAILED && *str(md, "deletionTimestamp")) {
+         * non-zero; one stopped mid-collective, 76), so it is a preemption,
+         * whatever class its status would have. */
+        if (rl_pod_ended(p->state) && p->state != RL_POD_PREEMPTED && *str(md, "deletionTimestamp")) {
             p->state = RL_POD_PREEMPTED;
             snprintf(p->reason, sizeof p->reason, "Deleted");
         }

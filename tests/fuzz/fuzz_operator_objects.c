@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (!o) return 0;
     rl_pod_info p;
     rl_op_pod_classify(o, &p);
-    if ((unsigned)p.state > RL_POD_FAILED || p.index < -1) abort();
+    if ((unsigned)p.state > RL_POD_STATE_LAST || p.index < -1) abort();
     if (!rl_pod_state_name(p.state)[0]) abort();
     rl_op_job j;
     rl_err e = {0};

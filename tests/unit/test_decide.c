@@ -109,6 +109,7 @@ Test(decide, a_preempted_pod_is_replaced_without_a_restart) {
     rl_op_decide_phase(&s, 0, "", &p);
     cr_expect_eq(num(last_write(&p), "restarts"), 0);
     cr_expect_eq(num(last_write(&p), "preemptions"), 1);
+    cr_expect_eq(num(last_write(&p), "infrastructureFailures"), 0); /* present from the start */
     rl_op_plan_free(&p);
 }
 
@@ -226,6 +227,105 @@ Test(decide, a_job_that_is_over_only_cleans_up) {
     cr_expect(!p.then_phase);
     /* a counted pod that is gone is forgotten; one that is listed stays */
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(last_write(&p), "countedPods")), 1);
+    rl_op_plan_free(&p);
+    cJSON_Delete(st);
+}
+
+/* An infrastructure failure (the OOM killer, a lost peer, exit 77) is
+ * replaced like a preemption and counted apart: never against
+ * restartLimit, even at 0. */
+Test(decide, an_infrastructure_failure_is_replaced_and_counted_apart) {
+    rl_op_job j = a_job(2, 0, "All");
+    rl_pod_info pods[] = {a_pod(0, RL_POD_RUNNING, true), a_pod(1, RL_POD_INFRA_FAILED, false)};
+    snprintf(pods[1].reason, sizeof pods[1].reason, "OOMKilled");
+    snprintf(pods[1].message, sizeof pods[1].message, "container exited with status 137: OOMKilled");
+    rl_op_seen s = {.job = &j, .pods = pods, .n = 2, .conflict = "", .stuck_s = 60, .now = NOW};
+    rl_op_plan p;
+    rl_op_decide(&s, NULL, &p);
+    cr_assert_str_eq(steps(&p), "E(Created) E(InfrastructureFailure) W D(llama-1) ", "%s", steps(&p));
+    cr_expect(p.steps[1].warning);
+    cr_expect_str_eq(p.steps[1].msg, "pod llama-1 ended (OOMKilled: container exited with status 137: OOMKilled): "
+                                     "replaced, not counted against restartLimit");
+    cr_expect_eq(num(p.steps[2].status, "infrastructureFailures"), 1);
+    rl_op_decide_phase(&s, 0, "", &p);
+    const cJSON *w = last_write(&p);
+    cr_expect_str_eq(rl_op_jstr(w, "phase"), "Restarting");
+    cr_expect_eq(num(w, "restarts"), 0);
+    cr_expect_eq(num(w, "preemptions"), 0);
+    cr_expect_eq(num(w, "infrastructureFailures"), 1);
+
+    /* going away, then gone: counted once, then replaced */
+    cJSON *st = cJSON_Duplicate(w, 1);
+    rl_op_plan_free(&p);
+    pods[1] = a_pod(1, RL_POD_TERMINATING, false);
+    rl_op_decide(&s, st, &p);
+    cr_expect_str_eq(steps(&p), "", "%s", steps(&p));
+    rl_op_plan_free(&p);
+    s.n = 1;
+    rl_op_decide(&s, st, &p);
+    cr_expect_str_eq(steps(&p), "C(1) ", "%s", steps(&p));
+    rl_op_decide_phase(&s, 1, "", &p);
+    cr_expect_eq(num(last_write(&p), "infrastructureFailures"), 1);
+    cr_expect_eq(num(last_write(&p), "restarts"), 0);
+    rl_op_plan_free(&p);
+    cJSON_Delete(st);
+}
+
+/* A user error (exit 2) fails the job at once: no replacement, no restart
+ * counted, the pod and the worker's words in the Failed condition. */
+Test(decide, a_user_error_fails_the_job_at_once) {
+    rl_op_job j = a_job(2, 3, "All");
+    rl_pod_info pods[] = {a_pod(0, RL_POD_RUNNING, true), a_pod(1, RL_POD_USER_ERROR, false)};
+    snprintf(pods[1].reason, sizeof pods[1].reason, "UserError");
+    snprintf(pods[1].message, sizeof pods[1].message,
+             "container exited with status 2: Error: UserError: data.train: no file matches /x/none_*.bin");
+    cJSON *st0 = cJSON_Parse("{\"restarts\":1}");
+    rl_op_seen s = {.job = &j, .pods = pods, .n = 2, .conflict = "", .stuck_s = 60, .now = NOW};
+    rl_op_plan p;
+    rl_op_decide(&s, st0, &p);
+    cr_assert_str_eq(steps(&p), "E(Created) E(UserError) W D(llama-0) D(llama-1) ", "%s", steps(&p));
+    cr_expect(!p.then_phase);
+    cr_expect(p.steps[1].warning);
+    const char *why = "pod llama-1: container exited with status 2: Error: UserError: data.train: no file matches "
+                      "/x/none_*.bin";
+    cr_expect(strstr(p.steps[1].msg, why), "%s", p.steps[1].msg);
+    const cJSON *w = last_write(&p);
+    cr_expect_str_eq(rl_op_jstr(w, "phase"), "Failed");
+    cr_expect_str_eq(condition(w, "Failed", "reason"), "UserError");
+    cr_expect_str_eq(condition(w, "Failed", "message"), why);
+    cr_expect_eq(num(w, "restarts"), 1);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(w, "countedPods")), 1);
+
+    /* seen again: over, nothing counted twice */
+    cJSON *st = cJSON_Duplicate(w, 1);
+    rl_op_plan_free(&p);
+    rl_op_decide(&s, st, &p);
+    cr_expect_str_eq(steps(&p), "D(llama-0) D(llama-1) W ", "%s", steps(&p));
+    cr_expect_eq(num(last_write(&p), "restarts"), 1);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(last_write(&p), "countedPods")), 1);
+    rl_op_plan_free(&p);
+    cJSON_Delete(st);
+    cJSON_Delete(st0);
+}
+
+/* Already counted, yet the job not over (say, a write lost in between):
+ * a user error is still never retried, and its uid listed once. The peer
+ * that lost it is not counted: the job is over. cleanPodPolicy Running
+ * keeps both for their logs. */
+Test(decide, a_counted_user_error_is_still_not_retried) {
+    rl_op_job j = a_job(2, 3, "Running");
+    rl_pod_info pods[] = {a_pod(0, RL_POD_INFRA_FAILED, false), a_pod(1, RL_POD_USER_ERROR, false)};
+    snprintf(pods[0].reason, sizeof pods[0].reason, "PeerLost");
+    cJSON *st = cJSON_Parse("{\"countedPods\":[\"u-pod-1\"]}");
+    rl_op_seen s = {.job = &j, .pods = pods, .n = 2, .conflict = "", .stuck_s = 60, .now = NOW};
+    rl_op_plan p;
+    rl_op_decide(&s, st, &p);
+    cr_assert_str_eq(steps(&p), "E(Created) E(UserError) W ", "%s", steps(&p));
+    const cJSON *w = last_write(&p);
+    cr_expect_str_eq(rl_op_jstr(w, "phase"), "Failed");
+    cr_expect_str_eq(condition(w, "Failed", "reason"), "UserError");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(w, "countedPods")), 1);
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(w, "infrastructureFailures"));
     rl_op_plan_free(&p);
     cJSON_Delete(st);
 }

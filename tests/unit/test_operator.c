@@ -396,12 +396,43 @@ Test(operator, how_a_pod_ended) {
     cr_expect_eq(p.index, 1);
     cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(1, "Error") "}}", &p), RL_POD_FAILED);
     cr_expect(strstr(p.message, "status 1"), "%s", p.message);
-    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(137, "OOMKilled") "}}", &p), RL_POD_FAILED);
-    cr_expect_str_eq(p.reason, "OOMKilled");
-    /* not the pod's fault: the worker checkpointed on SIGTERM, a peer was lost, SIGTERM death */
-    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(75, "Error") "}}", &p), RL_POD_PREEMPTED);
-    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(76, "Error") "}}", &p), RL_POD_PREEMPTED);
-    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(143, "Error") "}}", &p), RL_POD_PREEMPTED);
+    /* a crash: an assertion (SIGABRT), the runtime's reason kept */
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\"," TERM(134, "Error") "}}", &p), RL_POD_FAILED);
+    cr_expect_str_eq(p.reason, "Error");
+    /* the exit statuses' classes (util.h) and the reasons that name them */
+    static const struct {
+        int code;
+        const char *treason;
+        rl_pod_state state;
+        const char *reason;
+    } ends[] = {
+        {2, "Error", RL_POD_USER_ERROR, "UserError"},          /* bad config or data: the job fails */
+        {75, "Error", RL_POD_PREEMPTED, "Preempted"},          /* checkpointed on SIGTERM */
+        {143, "Error", RL_POD_PREEMPTED, "Terminated"},        /* a SIGTERM death */
+        {130, "Error", RL_POD_PREEMPTED, "Terminated"},        /* a SIGINT death */
+        {76, "Error", RL_POD_INFRA_FAILED, "PeerLost"},        /* a collective broke */
+        {77, "Error", RL_POD_INFRA_FAILED, "Infrastructure"},  /* network, storage, device */
+        {137, "OOMKilled", RL_POD_INFRA_FAILED, "OOMKilled"},  /* the kernel's OOM killer */
+        {1, "OOMKilled", RL_POD_INFRA_FAILED, "OOMKilled"},    /* whatever the status */
+        {137, "Error", RL_POD_FAILED, "Error"},                /* SIGKILL, not by the OOM killer */
+        {0, "OOMKilled", RL_POD_SUCCEEDED, "Completed"},       /* done is done */
+    };
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{" META ",\"status\":{\"phase\":\"Failed\",\"containerStatuses\":[{\"name\":\"worker\","
+                 "\"state\":{\"terminated\":{\"exitCode\":%d,\"reason\":\"%s\"}}}]}}",
+                 ends[i].code, ends[i].treason);
+        cr_expect_eq(classify(json, &p), ends[i].state, "exit %d %s: %s", ends[i].code, ends[i].treason,
+                     rl_pod_state_name(p.state));
+        cr_expect_str_eq(p.reason, ends[i].reason, "exit %d %s", ends[i].code, ends[i].treason);
+    }
+    /* the worker's own words: the last line of its termination message */
+    cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\",\"containerStatuses\":[{\"name\":\"worker\","
+                          "\"state\":{\"terminated\":{\"exitCode\":2,\"reason\":\"Error\",\"message\":"
+                          "\"loading\\nUserError: data.train: no file matches /x/none_*.bin\\n\"}}}]}}", &p),
+                 RL_POD_USER_ERROR);
+    cr_expect_str_eq(p.message, "container exited with status 2: Error: UserError: data.train: no file matches /x/none_*.bin");
     /* evicted by the kubelet, or a disruption (preemption, node drain) */
     cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\",\"reason\":\"Evicted\",\"message\":\"low on memory\"}}", &p),
                  RL_POD_PREEMPTED);
@@ -414,6 +445,17 @@ Test(operator, how_a_pod_ended) {
     cr_expect_eq(classify("{\"metadata\":{\"name\":\"x\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},"
                           "\"status\":{\"phase\":\"Failed\"," TERM(1, "Error") "}}", &p), RL_POD_PREEMPTED);
     cr_expect_str_eq(p.reason, "Deleted");
+    /* of any class: a deleted pod's user error or infrastructure failure is the deletion's doing */
+    cr_expect_eq(classify("{\"metadata\":{\"name\":\"x\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},"
+                          "\"status\":{\"phase\":\"Failed\"," TERM(2, "Error") "}}", &p), RL_POD_PREEMPTED);
+    cr_expect_str_eq(p.reason, "Deleted");
+    cr_expect_eq(classify("{\"metadata\":{\"name\":\"x\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},"
+                          "\"status\":{\"phase\":\"Failed\"," TERM(137, "OOMKilled") "}}", &p), RL_POD_PREEMPTED);
+    cr_expect_str_eq(p.reason, "Deleted");
+    /* checkpointed on the deletion's SIGTERM: its own reason stays */
+    cr_expect_eq(classify("{\"metadata\":{\"name\":\"x\",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"},"
+                          "\"status\":{\"phase\":\"Failed\"," TERM(75, "Error") "}}", &p), RL_POD_PREEMPTED);
+    cr_expect_str_eq(p.reason, "Preempted");
     /* waiting: why, as the kubelet says */
     cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Pending\",\"containerStatuses\":[{\"name\":\"worker\",\"state\":{\"waiting\":"
                           "{\"reason\":\"ErrImagePull\",\"message\":\"not found\"}}}]}}", &p), RL_POD_PENDING);
@@ -452,7 +494,7 @@ Test(operator, sidecars_sorted_before_the_worker) {
     cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Failed\",\"containerStatuses\":["
                           "{\"name\":\"aaa-proxy\",\"state\":{\"terminated\":{\"exitCode\":0,\"reason\":\"Completed\"}}},"
                           "{\"name\":\"worker\",\"state\":{\"terminated\":{\"exitCode\":137,\"reason\":\"OOMKilled\"}}}]}}", &p),
-                 RL_POD_FAILED);
+                 RL_POD_INFRA_FAILED);
     cr_expect_str_eq(p.reason, "OOMKilled");
     /* waiting: the worker's reason, not the running proxy's silence */
     cr_expect_eq(classify("{" META ",\"status\":{\"phase\":\"Pending\",\"containerStatuses\":[" PROXY_RUNNING ","
