@@ -13,6 +13,16 @@
 
 #define REFUSED_RETRY_S 30.0 /* no watch event says when a refusal goes (a quota freed) */
 
+/* Infrastructure failures do not count against restartLimit, so a lasting
+ * one (a memory limit the job cannot live in, a storage endpoint that is
+ * down) would recreate pods as fast as the API takes them, on a shared
+ * cluster. Replacements after infrastructure failures in a row back off
+ * as the kubelet's CrashLoopBackOff does: 10 s, doubling to 5 min; a
+ * failure more than 10 min after the last one starts the streak over. */
+#define INFRA_BACKOFF_S 10.0
+#define INFRA_BACKOFF_MAX_S 300.0
+#define INFRA_STREAK_GAP_S 600.0
+
 /* ---- conditions and counters ------------------------------------------------------------ */
 bool rl_op_set_condition(cJSON *st, const char *type, bool on, const char *reason, const char *msg,
                          const char *now) {
@@ -224,6 +234,35 @@ static void suspend(const rl_op_seen *s, rl_op_plan *p) {
     write_now(p);
 }
 
+/* How long replacements wait after the streak's last failure (0: none). */
+static double infra_backoff_s(long long streak) {
+    if (streak <= 0) return 0;
+    double d = INFRA_BACKOFF_S * pow(2, (double)(streak < 16 ? streak - 1 : 15));
+    return d < INFRA_BACKOFF_MAX_S ? d : INFRA_BACKOFF_MAX_S;
+}
+
+/* Seconds from the status's RFC 3339 field k to now (-1: no such time). */
+static double since(const rl_op_seen *s, const cJSON *st, const char *k) {
+    double then, now;
+    if (rl_k8s_time_parse(jstr(st, k), &then) || rl_k8s_time_parse(s->now, &now)) return -1;
+    return now - then;
+}
+
+/* An infrastructure failure now: the streak goes on, or starts over. */
+static void infra_streak(const rl_op_seen *s, cJSON *st) {
+    double gap = since(s, st, "lastInfrastructureFailureTime");
+    long long streak = gap >= 0 && gap < INFRA_STREAK_GAP_S ? st_int(st, "infrastructureStreak") + 1 : 1;
+    jset(st, "infrastructureStreak", cJSON_CreateNumber((double)streak));
+    jset(st, "lastInfrastructureFailureTime", cJSON_CreateString(s->now));
+}
+
+/* Seconds replacements must still wait (0: none). */
+static double infra_wait_s(const rl_op_seen *s, const cJSON *st) {
+    double gap = since(s, st, "lastInfrastructureFailureTime");
+    double left = infra_backoff_s(st_int(st, "infrastructureStreak")) - gap;
+    return gap >= 0 && left > 0 ? left : 0;
+}
+
 /* One ended pod, not counted before: its uid and counter in the status
  * (written before it is deleted), and an Event that says which. */
 static void count_one(const rl_op_seen *s, rl_op_plan *p, const rl_pod_info *q, char *last_fail, size_t lfn) {
@@ -237,8 +276,10 @@ static void count_one(const rl_op_seen *s, rl_op_plan *p, const rl_pod_info *q, 
         break;
     case RL_POD_INFRA_FAILED:
         add_counted(p->status, q->uid, "infrastructureFailures");
-        event(p, true, "InfrastructureFailure", "pod %s ended (%s%s%s): replaced, not counted against restartLimit",
-              q->name, q->reason, sep, q->message);
+        infra_streak(s, p->status);
+        event(p, true, "InfrastructureFailure",
+              "pod %s ended (%s%s%s): replaced in %.0f s, not counted against restartLimit", q->name, q->reason, sep,
+              q->message, infra_backoff_s(st_int(p->status, "infrastructureStreak")));
         break;
     case RL_POD_USER_ERROR: /* fail_on_user_error ends the job before this */
         add_counted(p->status, q->uid, NULL);
@@ -288,7 +329,7 @@ static bool fail_on_user_error(const rl_op_seen *s, rl_op_plan *p) {
 
 /* Delete the pods that ended (counted already) and those past replicas,
  * then create what is missing (a name still held by a terminating pod
- * waits). */
+ * waits, and everything waits out an infrastructure back-off). */
 static void replace_pods(const rl_op_seen *s, rl_op_plan *p) {
     const rl_op_job *j = s->job;
     for (int i = 0; i < s->n; i++) {
@@ -303,6 +344,11 @@ static void replace_pods(const rl_op_seen *s, rl_op_plan *p) {
         }
     }
     if (s->conflict[0]) return;
+    double wait = infra_wait_s(s, p->status);
+    if (wait > 0) {
+        requeue_within(p, wait + 0.1);
+        return;
+    }
     for (int idx = 0; idx < j->replicas; idx++) {
         bool have = false;
         for (int i = 0; i < s->n && !have; i++) have = s->pods[i].index == idx;

@@ -245,7 +245,7 @@ Test(decide, an_infrastructure_failure_is_replaced_and_counted_apart) {
     cr_assert_str_eq(steps(&p), "E(Created) E(InfrastructureFailure) W D(llama-1) ", "%s", steps(&p));
     cr_expect(p.steps[1].warning);
     cr_expect_str_eq(p.steps[1].msg, "pod llama-1 ended (OOMKilled: container exited with status 137: OOMKilled): "
-                                     "replaced, not counted against restartLimit");
+                                     "replaced in 10 s, not counted against restartLimit");
     cr_expect_eq(num(p.steps[2].status, "infrastructureFailures"), 1);
     rl_op_decide_phase(&s, 0, "", &p);
     const cJSON *w = last_write(&p);
@@ -262,12 +262,64 @@ Test(decide, an_infrastructure_failure_is_replaced_and_counted_apart) {
     cr_expect_str_eq(steps(&p), "", "%s", steps(&p));
     rl_op_plan_free(&p);
     s.n = 1;
+    rl_op_decide(&s, st, &p); /* the back-off: not before 10 s */
+    cr_expect_str_eq(steps(&p), "", "%s", steps(&p));
+    cr_expect(p.requeue_s > 9.9 && p.requeue_s < 10.5, "requeue in %.2f s", p.requeue_s);
+    rl_op_plan_free(&p);
+    s.now = "2026-11-26T12:00:10.2Z";
     rl_op_decide(&s, st, &p);
     cr_expect_str_eq(steps(&p), "C(1) ", "%s", steps(&p));
     rl_op_decide_phase(&s, 1, "", &p);
     cr_expect_eq(num(last_write(&p), "infrastructureFailures"), 1);
     cr_expect_eq(num(last_write(&p), "restarts"), 0);
     rl_op_plan_free(&p);
+    cJSON_Delete(st);
+}
+
+/* Infrastructure failures in a row back off 10 s, 20 s, 40 s ... 5 min; one
+ * more than 10 min after the last starts over. */
+static double backoff_after(cJSON *st, const char *now, const char *uid, const char *later) {
+    rl_op_job j = a_job(1, 0, "All");
+    rl_pod_info pod = a_pod(0, RL_POD_INFRA_FAILED, false);
+    snprintf(pod.uid, sizeof pod.uid, "%s", uid);
+    rl_op_seen s = {.job = &j, .pods = &pod, .n = 1, .conflict = "", .stuck_s = 60, .now = now};
+    rl_op_plan p;
+    rl_op_decide(&s, st, &p); /* counted; deleted */
+    cJSON *w = cJSON_Duplicate(last_write(&p), 1);
+    rl_op_plan_free(&p);
+    s.n = 0, s.now = later; /* gone: how long until its replacement? */
+    rl_op_decide(&s, w, &p);
+    bool created = strstr(steps(&p), "C(0)") != NULL;
+    double wait = created ? 0 : p.requeue_s;
+    rl_op_plan_free(&p);
+    cJSON_DeleteItemFromObject(st, "infrastructureStreak");
+    cJSON_DeleteItemFromObject(st, "lastInfrastructureFailureTime");
+    cJSON_AddItemToObject(st, "infrastructureStreak", cJSON_Duplicate(cJSON_GetObjectItem(w, "infrastructureStreak"), 1));
+    cJSON_AddItemToObject(st, "lastInfrastructureFailureTime",
+                          cJSON_Duplicate(cJSON_GetObjectItem(w, "lastInfrastructureFailureTime"), 1));
+    cJSON_Delete(w);
+    return wait;
+}
+
+Test(decide, infrastructure_failures_in_a_row_back_off) {
+    cJSON *st = cJSON_CreateObject();
+    /* at the failure's own time, the wait left (plus the requeue's 0.1 s) */
+    double w = backoff_after(st, "2026-11-26T12:00:00Z", "a", "2026-11-26T12:00:00Z");
+    cr_expect_float_eq(w, 10.1, 1e-6);
+    w = backoff_after(st, "2026-11-26T12:00:30Z", "b", "2026-11-26T12:00:35Z");
+    cr_expect_float_eq(w, 15.1, 1e-6);
+    w = backoff_after(st, "2026-11-26T12:01:30Z", "c", "2026-11-26T12:01:30Z");
+    cr_expect_float_eq(w, 40.1, 1e-6);
+    cr_expect_eq(num(st, "infrastructureStreak"), 3);
+    for (int i = 0; i < 6; i++) backoff_after(st, "2026-11-26T12:05:00Z", i % 2 ? "d" : "e", "2026-11-26T12:05:00Z");
+    w = backoff_after(st, "2026-11-26T12:06:00Z", "f", "2026-11-26T12:06:00Z");
+    cr_expect_float_eq(w, 300.1, 1e-6, "capped at 5 min: %g", w);
+    w = backoff_after(st, "2026-11-26T12:06:00Z", "g", "2026-11-26T12:11:01Z");
+    cr_expect_eq(w, 0, "waited out: %g", w);
+    /* 10 min of quiet: the next one starts over */
+    w = backoff_after(st, "2026-11-26T12:16:02Z", "h", "2026-11-26T12:16:02Z");
+    cr_expect_float_eq(w, 10.1, 1e-6);
+    cr_expect_eq(num(st, "infrastructureStreak"), 1);
     cJSON_Delete(st);
 }
 
