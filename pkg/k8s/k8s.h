@@ -290,6 +290,8 @@ typedef struct rl_k8s_endpoint {
     char address[64];        /* addresses[0] */
     char hostname[64];       /* "" when absent */
     char target[254];        /* targetRef.name ("" when absent) */
+    char zone[64];           /* its node's topology.kubernetes.io/zone, which the
+                                EndpointSlice controller copies ("" when absent) */
     bool ready, serving, terminating;
 } rl_k8s_endpoint;
 /* Fills up to max endpoints; *n gets how many the slice has usable (an

@@ -267,7 +267,8 @@ int rl_k8s_endpointslice_endpoints(const cJSON *slice, rl_k8s_endpoint *out, int
             return rl_errf(e, RL_EINPUT, "%s: addresses[0]: must be an address string", what);
         strcpy(x.address, a0->valuestring);
         int rc;
-        if ((rc = str_field(ep, "hostname", x.hostname, sizeof x.hostname, what, "hostname", e)))
+        if ((rc = str_field(ep, "hostname", x.hostname, sizeof x.hostname, what, "hostname", e)) ||
+            (rc = str_field(ep, "zone", x.zone, sizeof x.zone, what, "zone", e)))
             return rc;
         const cJSON *tr = cJSON_GetObjectItemCaseSensitive(ep, "targetRef");
         if (tr && !cJSON_IsNull(tr)) {

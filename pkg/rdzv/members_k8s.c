@@ -98,6 +98,7 @@ static void publish(k8s_mem *k) {
             memset(&p[at], 0, sizeof p[at]);
             snprintf(p[at].id, sizeof p[at].id, "%s", id);
             snprintf(p[at].addr, sizeof p[at].addr, "%s", ep->address);
+            snprintf(p[at].zone, sizeof p[at].zone, "%s", ep->zone);
             p[at].ready = ep->ready;
             p[at].terminating = ep->terminating;
         }

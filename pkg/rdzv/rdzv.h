@@ -89,6 +89,7 @@ int rl_slurm_first_host(const char *nodelist, char *out, size_t n, rl_err *e);
 typedef struct rl_peer {
     char id[254];  /* pod name (targetRef, else hostname) / the etcd node id */
     char addr[64];
+    char zone[64]; /* k8s: the node's zone from the EndpointSlice ("" unknown; etcd: "") */
     bool ready, terminating;
 } rl_peer;
 
@@ -126,7 +127,8 @@ void rl_members_stop(rl_members *m);
  *   user_error         the first user error reported (it fails the job, even
  *                      when its round had already ended for another reason)
  *   R/end              {"outcome":"next"|"complete"|"failed","reason","graceful","class"}
- * Ranks follow the sorted node ids. A new leader's store starts empty; its
+ * Ranks follow the nodes sorted by zone, then id (one ring edge into and
+ * one out of each zone, the fewest a ring can have). A new leader's store starts empty; its
  * first round number continues from the last round its own agent saw. */
 typedef struct rl_round_opts {
     int min_nodes, max_nodes; /* max 0: equal to min (a fixed-size job) */
@@ -141,6 +143,7 @@ typedef struct rl_round_opts {
 typedef struct rl_round_node {
     char id[254];
     char addr[64];
+    char zone[64]; /* its peer's zone ("" unknown) */
     int local_world, rank0;
 } rl_round_node;
 
@@ -151,7 +154,8 @@ typedef struct rl_round_table {
 } rl_round_table;
 
 /* Strict parse of a published table (fuzzed): every field present and
- * typed, ranks contiguous from 0 in id order, world = sum of local_world. */
+ * typed (zone optional), nodes strictly sorted by (zone, id), ranks
+ * contiguous from 0 in that order, world = sum of local_world. */
 int rl_round_table_parse(const char *json, size_t len, rl_round_table *t, rl_err *e);
 void rl_round_table_free(rl_round_table *t);
 

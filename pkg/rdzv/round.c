@@ -43,6 +43,17 @@ static int str_of(const cJSON *o, const char *k, char *out, size_t n, rl_err *e)
     return RL_OK;
 }
 
+/* "zone" is optional: absent or "" is an unknown zone. */
+static int zone_of(const cJSON *o, char *out, size_t n, rl_err *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "zone");
+    out[0] = '\0';
+    if (!v) return RL_OK;
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= n)
+        return rl_errf(e, RL_EINPUT, "round table: \"zone\" must be a string of 0..%zu characters", n - 1);
+    memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
+    return RL_OK;
+}
+
 int rl_round_table_parse(const char *json, size_t len, rl_round_table *t, rl_err *e) {
     memset(t, 0, sizeof *t);
     cJSON *r = cJSON_ParseWithLength(json, len);
@@ -79,10 +90,10 @@ int rl_round_table_parse(const char *json, size_t len, rl_round_table *t, rl_err
         else if (!(rc = str_of(it, "id", d->id, sizeof d->id, e)) &&
                  !(rc = str_of(it, "addr", d->addr, sizeof d->addr, e)) &&
                  !(rc = int_of(it, "local_world", 1, 1 << 16, &lw, e)) &&
-                 !(rc = int_of(it, "rank0", 0, 1 << 24, &r0, e))) {
+                 !(rc = int_of(it, "rank0", 0, 1 << 24, &r0, e)) && !(rc = zone_of(it, d->zone, sizeof d->zone, e))) {
             d->local_world = (int)lw, d->rank0 = (int)r0;
-            if (i > 0 && strcmp(t->nodes[i - 1].id, d->id) >= 0)
-                rc = rl_errf(e, RL_EINPUT, "round table: node ids not strictly sorted at %d", i);
+            if (i > 0 && rl_round_node_cmp(&t->nodes[i - 1], d) >= 0)
+                rc = rl_errf(e, RL_EINPUT, "round table: nodes not strictly sorted by zone and id at %d", i);
             else if (r0 != next)
                 rc = rl_errf(e, RL_EINPUT, "round table: node %d starts at rank %lld, expected %lld", i, r0, next);
             next += lw;
@@ -108,6 +119,7 @@ static char *table_json(long long round, int restarts, const rl_round_node *node
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "id", nodes[i].id);
         cJSON_AddStringToObject(o, "addr", nodes[i].addr);
+        if (nodes[i].zone[0]) cJSON_AddStringToObject(o, "zone", nodes[i].zone);
         cJSON_AddNumberToObject(o, "local_world", nodes[i].local_world);
         cJSON_AddNumberToObject(o, "rank0", w);
         w += nodes[i].local_world;
@@ -273,6 +285,28 @@ static int gather(rl_round_coord *c, rl_round_node *joined, int *nj, int64_t *se
     }
 }
 
+/* The round's nodes with their zones from the Service, in ring order
+ * (rl_round_order), and the order in the log: which edges cross zones is
+ * what a slow ring would be asked first. */
+static void place_by_zone(rl_round_coord *c, rl_round_node *nodes, int n, rl_peer *peers) {
+    uint64_t ver = 0;
+    int np = rl_members_snapshot(c->members, peers, MAX_NODES, &ver, NULL);
+    if (np > MAX_NODES) np = MAX_NODES;
+    for (int i = 0; i < n; i++)
+        for (int p = 0; p < np; p++)
+            if (!strcmp(peers[p].id, nodes[i].id)) snprintf(nodes[i].zone, sizeof nodes[i].zone, "%s", peers[p].zone);
+    rl_round_order(nodes, n);
+    char order[1024] = "", esc[2048];
+    size_t used = 0;
+    for (int i = 0; i < n && used < sizeof order; i++) {
+        int w = snprintf(order + used, sizeof order - used, "%s%s@%s", i ? "," : "", nodes[i].id,
+                         nodes[i].zone[0] ? nodes[i].zone : "?");
+        if (w > 0) used += (size_t)w;
+    }
+    rl_log(RL_LOG_INFO, "round_order", "\"round\":%lld,\"order\":\"%s\",\"zone_crossings\":%d", c->round,
+           rl_json_escape(esc, sizeof esc, order), rl_round_zone_crossings(nodes, n));
+}
+
 /* A member's failure report is "<class name>: <reason>" (rl_round_report). */
 static rl_fail_class report_class(const char *report) {
     char name[32];
@@ -363,6 +397,7 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         *over = true;
         goto out;
     }
+    place_by_zone(c, joined, nm, peers);
     int world;
     char *tj = table_json(c->round, (int)crashes, joined, nm, &world);
     K(key, "rdzv/%lld/table", c->round);

@@ -1,5 +1,6 @@
 /* The coordinator's decisions (round_internal.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rdzv/round_internal.h"
@@ -24,6 +25,23 @@ bool rl_round_gathered(const rl_round_opts *o, const rl_round_node *joined, int 
             if (!joined_has(joined, nj, expect[i].id)) all_peers = false;
     }
     return all_peers || (waited_s >= 0 && waited_s >= o->last_call_s);
+}
+
+int rl_round_node_cmp(const rl_round_node *a, const rl_round_node *b) {
+    int z = strcmp(a->zone, b->zone);
+    return z ? z : strcmp(a->id, b->id);
+}
+
+static int node_cmp(const void *a, const void *b) { return rl_round_node_cmp(a, b); }
+
+void rl_round_order(rl_round_node *nodes, int n) {
+    if (n > 1) qsort(nodes, (size_t)n, sizeof *nodes, node_cmp);
+}
+
+int rl_round_zone_crossings(const rl_round_node *nodes, int n) {
+    int x = 0;
+    for (int i = 0; n > 1 && i < n; i++) x += strcmp(nodes[i].zone, nodes[(i + 1) % n].zone) != 0;
+    return x;
 }
 
 /* A member silent too long, a failure report, or every member done. */

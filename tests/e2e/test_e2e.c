@@ -134,6 +134,7 @@ static void up(void) { up_with(NULL); }
 /* An autoscaled pool: 2 nodes now, up to 4; a pod Unschedulable for 15 s
  * gets a node (long enough for a round to form on the 2 nodes first). */
 static void up_pool(void) { up_with("--nodes 2 --autoscaler 4 --scale-up-delay 15"); }
+static void up_zones(void) { up_with("--nodes 4 --zones a,b"); }
 
 static void down(void) {
     stop_operator(SIGTERM);
@@ -635,3 +636,56 @@ Test(e2e, an_autoscaled_spot_pool_grows_survives_a_reclaim_and_refuses_a_drain, 
     wait_step(job, s + 2, 60);
     free(log);
 }
+
+/* Topology: four nodes in zones a, b, a, b (the stand-in's labels, which
+ * its EndpointSlice controller copies into each endpoint, as the real one
+ * does); one pod per node. The leader orders the ring by zone, so it
+ * crosses zones twice, not four times as the ids would, and logs the order. */
+Test(e2e, ranks_follow_the_zones_of_the_nodes, .init = up_zones, .fini = down, .timeout = 300) {
+    const char *job = "zone";
+    apply_job_rdzv(job, 4,
+                   ",\"affinity\":{\"podAntiAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":"
+                   "[{\"topologyKey\":\"kubernetes.io/hostname\",\"labelSelector\":{\"matchLabels\":{\"ringleader.dev/job\":\"zone\"}}}]}}",
+                   100000, 48, "");
+    wait_phase(job, "Running", 90);
+    wait_step(job, 2, 120);
+    char *log = malloc(LOG_MAX), pod[32], args[256], want_zone[8][16], order[1024] = "";
+    cr_assert(log);
+    for (int i = 0; i < 4; i++) { /* each pod's zone, from its node's label */
+        char node[64], out[256];
+        snprintf(pod, sizeof pod, "zone-%d", i);
+        node_of(pod, node, sizeof node);
+        snprintf(args, sizeof args, "get node %s -o jsonpath='{.metadata.labels.topology\\.kubernetes\\.io/zone}'", node);
+        cr_assert_eq(kubectl(args, NULL, out, sizeof out), 0, "%s", out);
+        snprintf(want_zone[i], sizeof want_zone[i], "%.15s", out);
+        /* the leader's log has the order */
+        snprintf(args, sizeof args, "logs %s", pod);
+        if (kubectl(args, NULL, log, LOG_MAX) != 0) continue;
+        const char *l = strstr(log, "\"event\":\"round_order\"");
+        const char *o = l ? strstr(l, "\"order\":\"") : NULL;
+        if (o) sscanf(o + 9, "%1023[^\"]", order);
+    }
+    cr_assert(order[0], "no round_order in any pod's log");
+    /* order: "zone-X@z,zone-Y@z,..." -- each pod with its node's zone, zones contiguous */
+    int n = 0, changes = 0;
+    char prev[16] = "", first[16] = "";
+    for (char *save = NULL, *t = strtok_r(order, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
+        int idx = -1;
+        char z[16] = "";
+        cr_assert_eq(sscanf(t, "zone-%d@%15s", &idx, z), 2, "%s", t);
+        cr_assert(idx >= 0 && idx < 4);
+        cr_expect_str_eq(z, want_zone[idx], "%s: its node says zone \"%s\"", t, want_zone[idx]);
+        if (n == 0) snprintf(first, sizeof first, "%s", z);
+        else changes += strcmp(prev, z) != 0;
+        snprintf(prev, sizeof prev, "%s", z);
+    }
+    changes += strcmp(prev, first) != 0; /* the ring closes */
+    int by_id = 0; /* what the id order alone would cross (4 when the scheduler alternates zones) */
+    for (int i = 0; i < 4; i++) by_id += strcmp(want_zone[i], want_zone[(i + 1) % 4]) != 0;
+    cr_log_info("zones by pod: %s %s %s %s; the id order would cross %d times", want_zone[0], want_zone[1],
+                want_zone[2], want_zone[3], by_id);
+    cr_expect_eq(n, 4);
+    cr_expect_eq(changes, 2, "the ring crosses zones %d times", changes);
+    free(log);
+}
+

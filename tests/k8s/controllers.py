@@ -107,7 +107,9 @@ class EndpointSliceController:
     per distinct resolved port set, a placeholder slice (no endpoints) for
     a service without any, and the conditions rule
     serving = pod Ready, terminating = deletionTimestamp set,
-    ready = publishNotReadyAddresses || (serving && !terminating)."""
+    ready = publishNotReadyAddresses || (serving && !terminating); each
+    endpoint's nodeName, and zone from that node's
+    topology.kubernetes.io/zone label."""
 
     KEYS = {("", "pods"), ("", "services"), ("discovery.k8s.io", "endpointslices")}
 
@@ -156,7 +158,7 @@ class EndpointSliceController:
             out.append(e)
         return out
 
-    def _endpoint(self, svc, pod):
+    def _endpoint(self, svc, pod, nodes):
         spec, m = pod.get("spec") or {}, pod["metadata"]
         serving = _pod_ready(pod)
         terminating = bool(m.get("deletionTimestamp"))
@@ -170,6 +172,11 @@ class EndpointSliceController:
             ep["hostname"] = spec["hostname"]
         if spec.get("nodeName"):
             ep["nodeName"] = spec["nodeName"]
+            # the real controller copies the node's zone label into the endpoint
+            node = nodes.get(spec["nodeName"]) or {}
+            zone = ((node.get("metadata") or {}).get("labels") or {}).get("topology.kubernetes.io/zone")
+            if zone:
+                ep["zone"] = zone
         return ep
 
     def reconcile(self):
@@ -178,6 +185,7 @@ class EndpointSliceController:
             t_sl = st.types[("discovery.k8s.io", "v1", "endpointslices")]
             svcs = list(st.objs[("", "services")].values())
             pods = list(st.objs[("", "pods")].values())
+            nodes = {n["metadata"]["name"]: n for n in st.objs.get(("", "nodes"), {}).values()}
             slices = list(st.objs[t_sl.key].values())
             wanted = set()
             for svc in svcs:
@@ -198,7 +206,7 @@ class EndpointSliceController:
                         continue
                     ports = self._ports_for(svc, pod)
                     groups.setdefault(json.dumps(ports, sort_keys=True), []).append(
-                        self._endpoint(svc, pod))
+                        self._endpoint(svc, pod, nodes))
                 desired = []
                 for pk in sorted(groups):
                     eps = groups[pk]

@@ -439,6 +439,8 @@ Test(k8s_objects, endpoint_defaults_and_paths) {
     cr_assert_str_eq(ep[0].target, "job-0");
     cr_assert(ep[0].ready && ep[0].serving && !ep[0].terminating);
     cr_assert(!ep[1].ready && ep[1].serving && ep[1].terminating);
+    cr_assert_str_eq(ep[0].zone, "");
+    cr_assert_str_eq(ep[1].zone, "z");
     cJSON_Delete(s);
     s = cJSON_Parse("{\"metadata\":{\"name\":\"q\"},\"endpoints\":[{\"addresses\":[\"1\"],\"conditions\":{\"ready\":\"yes\"}}]}");
     cr_assert_eq(rl_k8s_endpointslice_endpoints(s, ep, 4, &n, &e), RL_EINPUT);

@@ -166,6 +166,44 @@ Test(round_decide, leaving_members_end_the_round_new_nodes_grow_it_gracefully) {
     cr_expect(f.graceful);
 }
 
+/* Topology: zones contiguous in the ring (each entered and left once), ids
+ * within a zone; the table that carries the order parses back, and a table
+ * out of that order does not. */
+Test(round_decide, ranks_follow_zones_then_ids) {
+    const char *ids[] = {"job-0", "job-1", "job-2", "job-3", "job-4"}, *zones[] = {"b", "a", "b", "a", "c"};
+    rl_round_node n[5];
+    for (int i = 0; i < 5; i++) {
+        n[i] = node(ids[i]);
+        snprintf(n[i].zone, sizeof n[i].zone, "%s", zones[i]);
+    }
+    cr_expect_eq(rl_round_zone_crossings(n, 5), 5, "the id order crosses zones at every edge");
+    rl_round_order(n, 5);
+    const char *want[] = {"job-1", "job-3", "job-0", "job-2", "job-4"};
+    for (int i = 0; i < 5; i++) cr_expect_str_eq(n[i].id, want[i], "rank position %d", i);
+    cr_expect_eq(rl_round_zone_crossings(n, 5), 3, "three zones: three crossing edges, the fewest");
+    cr_expect_eq(rl_round_zone_crossings(n, 1), 0);
+    /* no zones known: the id order, no crossings */
+    for (int i = 0; i < 5; i++) n[i] = node(ids[4 - i]);
+    rl_round_order(n, 5);
+    cr_expect_str_eq(n[0].id, "job-0");
+    cr_expect_eq(rl_round_zone_crossings(n, 5), 0);
+
+    rl_round_table t;
+    rl_err e = {0};
+    const char *ok = "{\"round\":4,\"world\":3,\"restarts\":0,\"nodes\":["
+                     "{\"id\":\"job-1\",\"addr\":\"h\",\"zone\":\"a\",\"local_world\":1,\"rank0\":0},"
+                     "{\"id\":\"job-0\",\"addr\":\"h\",\"zone\":\"b\",\"local_world\":2,\"rank0\":1}]}";
+    cr_assert_eq(rl_round_table_parse(ok, strlen(ok), &t, &e), RL_OK, "%s", e.msg);
+    cr_expect_str_eq(t.nodes[0].zone, "a");
+    cr_expect_str_eq(t.nodes[1].id, "job-0");
+    rl_round_table_free(&t);
+    const char *bad = "{\"round\":4,\"world\":2,\"restarts\":0,\"nodes\":["
+                      "{\"id\":\"job-1\",\"addr\":\"h\",\"zone\":\"b\",\"local_world\":1,\"rank0\":0},"
+                      "{\"id\":\"job-0\",\"addr\":\"h\",\"zone\":\"a\",\"local_world\":1,\"rank0\":1}]}";
+    cr_expect_eq(rl_round_table_parse(bad, strlen(bad), &t, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "not strictly sorted by zone and id at 1"), "%s", e.msg);
+}
+
 Test(round_decide, past_the_restart_limit_a_next_round_is_a_failed_job) {
     char reason[1024] = "node c: trainer exited 1";
     cr_expect_eq(rl_round_limit(RL_ROUND_NEXT, 3, 3, reason, sizeof reason), RL_ROUND_NEXT);
