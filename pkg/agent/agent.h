@@ -217,7 +217,8 @@ typedef struct rl_elastic_opts {
     double progress_interval_s; /* the progress Lease (k8s): at most every this (0: 5 s) */
 } rl_elastic_opts;
 /* Returns RL_OK when the job completed; RL_EABORT when stopped by a
- * signal; RL_EPEER when the job failed (restart limit) with the reason. */
+ * signal; RL_EINPUT when a user error failed the job, RL_EPEER when the
+ * restart limit did, with the reason (so the agent exits 2 or 1). */
 int rl_elastic_run(const rl_elastic_opts *o, rl_err *e);
 
 /* The pod's side of the options, which cmd/ reads from the environment:
