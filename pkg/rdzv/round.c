@@ -54,6 +54,22 @@ static int zone_of(const cJSON *o, char *out, size_t n, rl_err *e) {
     return RL_OK;
 }
 
+static int by_id_ptr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The (zone, id) order does not keep one id out of two zones; the agent
+ * finds itself by id, so ids are unique. */
+static int unique_ids(const rl_round_node *nodes, int n, rl_err *e) {
+    const char **ids = malloc((size_t)n * sizeof *ids);
+    if (!ids) return rl_errf(e, RL_ENOMEM, "round table: out of memory");
+    for (int i = 0; i < n; i++) ids[i] = nodes[i].id;
+    qsort(ids, (size_t)n, sizeof *ids, by_id_ptr);
+    int rc = RL_OK;
+    for (int i = 1; i < n && !rc; i++)
+        if (!strcmp(ids[i - 1], ids[i])) rc = rl_errf(e, RL_EINPUT, "round table: node id %.64s appears twice", ids[i]);
+    free(ids);
+    return rc;
+}
+
 int rl_round_table_parse(const char *json, size_t len, rl_round_table *t, rl_err *e) {
     memset(t, 0, sizeof *t);
     cJSON *r = cJSON_ParseWithLength(json, len);
@@ -104,6 +120,7 @@ int rl_round_table_parse(const char *json, size_t len, rl_round_table *t, rl_err
     cJSON_Delete(r);
     if (!rc && next != world)
         rc = rl_errf(e, RL_EINPUT, "round table: world %lld but the nodes hold %lld ranks", world, next);
+    if (!rc) rc = unique_ids(t->nodes, n, e);
     if (rc) {
         rl_round_table_free(t);
         return rc;
