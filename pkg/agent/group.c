@@ -196,14 +196,9 @@ void rl_group_message(const rl_group *g, int i, char *dst, size_t n) {
     while (len > 0 && (dst[len - 1] == '\n' || dst[len - 1] == ' ')) len--;
     dst[len] = '\0';
     /* the trainer's class prefix: whoever reads this names the class itself */
-    const char *colon = strstr(dst, ": ");
-    if (colon && colon - dst < 32) {
-        char name[32];
-        memcpy(name, dst, (size_t)(colon - dst));
-        name[colon - dst] = '\0';
-        if (rl_fail_class_parse(name) != RL_FAIL_CRASH || !strcmp(name, "Crash"))
-            memmove(dst, colon + 2, strlen(colon + 2) + 1);
-    }
+    rl_fail_class cls;
+    const char *why = rl_fail_message_split(dst, &cls);
+    memmove(dst, why, strlen(why) + 1);
     /* one line: the report and the log take it as a field */
     for (char *c = dst; *c; c++)
         if (*c == '\n' || *c == '\r') *c = ' ';

@@ -326,12 +326,9 @@ static void place_by_zone(rl_round_coord *c, rl_round_node *nodes, int n, rl_pee
 
 /* A member's failure report is "<class name>: <reason>" (rl_round_report). */
 static rl_fail_class report_class(const char *report) {
-    char name[32];
-    size_t n = strcspn(report, ":");
-    if (n >= sizeof name) return RL_FAIL_CRASH;
-    memcpy(name, report, n);
-    name[n] = '\0';
-    return rl_fail_class_parse(name);
+    rl_fail_class cls;
+    rl_fail_message_split(report, &cls);
+    return cls;
 }
 
 /* One look at the running round: heartbeats, reports when their counter

@@ -79,6 +79,18 @@ const char *rl_fail_class_name(rl_fail_class c) {
     return (unsigned)c < sizeof class_names / sizeof class_names[0] ? class_names[c] : "Crash";
 }
 
+const char *rl_fail_message_split(const char *msg, rl_fail_class *cls) {
+    *cls = RL_FAIL_CRASH;
+    for (unsigned i = 1; i < sizeof class_names / sizeof class_names[0]; i++) {
+        size_t n = strlen(class_names[i]);
+        if (!strncmp(msg, class_names[i], n) && msg[n] == ':' && msg[n + 1] == ' ') {
+            *cls = (rl_fail_class)i;
+            return msg + n + 2;
+        }
+    }
+    return msg;
+}
+
 rl_fail_class rl_fail_class_parse(const char *name) {
     for (unsigned i = 1; name && i < sizeof class_names / sizeof class_names[0]; i++)
         if (!strcmp(name, class_names[i])) return (rl_fail_class)i;

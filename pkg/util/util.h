@@ -85,6 +85,9 @@ rl_fail_class rl_exit_class(int status);
 const char *rl_fail_class_name(rl_fail_class c);
 /* The inverse (RL_FAIL_CRASH for a name it does not know). */
 rl_fail_class rl_fail_class_parse(const char *name);
+/* A message "<class name>: <why>": *cls gets its class and the result
+ * points at <why>; without a known class prefix, RL_FAIL_CRASH and msg. */
+const char *rl_fail_message_split(const char *msg, rl_fail_class *cls);
 
 /* ---- logging (JSON lines on stderr) ---------------------------------------- */
 typedef enum { RL_LOG_DEBUG = 0, RL_LOG_INFO, RL_LOG_WARN, RL_LOG_ERROR } rl_log_level;

@@ -39,4 +39,11 @@ Test(exit_class, error_codes_pick_the_status_and_names_round_trip) {
     cr_expect_str_eq(rl_fail_class_name(RL_FAIL_USER), "UserError");
     cr_expect_eq(rl_fail_class_parse("Bogus"), RL_FAIL_CRASH);
     cr_expect_eq(rl_fail_class_parse(NULL), RL_FAIL_CRASH);
+    rl_fail_class c;
+    cr_expect_str_eq(rl_fail_message_split("UserError: data.train: none", &c), "data.train: none");
+    cr_expect_eq(c, RL_FAIL_USER);
+    cr_expect_str_eq(rl_fail_message_split("Crash: rank 1", &c), "rank 1");
+    cr_expect_eq(c, RL_FAIL_CRASH);
+    cr_expect_str_eq(rl_fail_message_split("node a: UserError: x", &c), "node a: UserError: x");
+    cr_expect_eq(c, RL_FAIL_CRASH);
 }
