@@ -28,6 +28,7 @@ void worker_env_read(worker_env *w) {
         .master_port = either("PET_MASTER_PORT", "MASTER_PORT") != NULL,
         .secret = var(RL_ENV_RDZV_SECRET),
         .pod_name = var("POD_NAME") ? var("POD_NAME") : host,
+        .node_name = var("NODE_NAME"),
         .pod_ip = either("POD_IP", "RL_HOST_ADDR"),
         .ring_host = either("RL_HOST_ADDR", "POD_IP"),
         .pod_ns = var("POD_NAMESPACE"),

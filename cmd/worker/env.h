@@ -17,6 +17,7 @@ typedef struct worker_env {
     bool master_port;        /* PET_MASTER_PORT or MASTER_PORT is set */
     const char *secret;      /* RINGLEADER_RDZV_SECRET (never logged) */
     const char *pod_name;    /* POD_NAME, else the host name */
+    const char *node_name;   /* NODE_NAME (the operator's downward API: spec.nodeName), else NULL */
     const char *pod_ip;      /* POD_IP, else RL_HOST_ADDR: the agent's address */
     const char *ring_host;   /* RL_HOST_ADDR, else POD_IP: where peers reach a trainer's ring */
     const char *pod_ns;      /* POD_NAMESPACE */

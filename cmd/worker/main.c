@@ -189,7 +189,7 @@ static int run_single(const rl_job_config *cfg, const char *config_path, const c
     rl_trainer_set_stop(tr, &g_stop);
     /* to our agent's pipe when it launched us, else to own metrics */
     rl_stats_reporter reporter;
-    rl_stats_reporter_attach(&reporter, tr, ns, stats_fd);
+    rl_stats_reporter_attach(&reporter, tr, ns, stats_fd, NULL);
     rc = rl_trainer_run(tr, &e);
     if (!rc && save_params) rc = rl_trainer_save_params(tr, save_params, &e);
     if (rc) {
@@ -366,7 +366,8 @@ static int run_rank(const rl_job_config *cfg, const char *config_path, const cha
     rl_run_summary sum = {0};
     rl_proc_opts po = {.cfg = cfg, .env = &env, .save_params = save_params, .stop = &g_stop,
                        .starting = &g_starting, .stats = ns, .host = w->ring_host, .store_prefix = w->store_prefix,
-                       .secret = w->secret, .stats_fd = w->stats_fd, .store_hosted = w->store_hosted};
+                       .secret = w->secret, .stats_fd = w->stats_fd, .store_hosted = w->store_hosted,
+                       .pod = w->pod_name, .node = w->node_name};
     rc = rl_proc_run(&po, &sum, &e);
     rl_node_stats_stop(ns);
     if (rc) {

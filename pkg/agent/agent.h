@@ -51,7 +51,9 @@ rl_metrics *rl_node_stats_registry(rl_node_stats *ns);
 /* Read every complete line waiting on the pipe (never blocks). */
 void rl_node_stats_poll(rl_node_stats *ns);
 void rl_node_stats_apply(rl_node_stats *ns, const rl_stats_msg *m);
-/* A round started (rounds_total + 1) / one of our trainers crashed. */
+/* A round started (rounds_total + 1) / one of our trainers crashed. A
+ * hung line (pkg/hang) counts ringleader_hangs_total and is kept in the
+ * snapshot with the round it happened in. */
 void rl_node_stats_round(rl_node_stats *ns, long long round, int world);
 void rl_node_stats_crash(rl_node_stats *ns);
 
@@ -63,12 +65,17 @@ typedef struct rl_node_snapshot {
     char ckpt_uri[1200];
     long long round;       /* -1: none */
     int world;
+    /* the last hang rank 0 diagnosed here (pkg/hang): hung_why "" if none */
+    char hung_why[512], hung_dump[1200];
+    long long hung_round;
+    double hung_unix;
 } rl_node_snapshot;
 void rl_node_stats_snapshot(rl_node_stats *ns, rl_node_snapshot *out);
 
 /* The trainer's side: reports steps and checkpoints through the pipe the
  * agent gave (stats_fd: RINGLEADER_STATS_FD's value, or NULL), else into
- * `direct` (may be NULL: then nothing is reported). Sets the trainer's
+ * `direct` (may be NULL: then nothing is reported), then calls `also`
+ * (NULL: nothing; the hang watch's step clock). Sets the trainer's
  * observer; r must outlive the run. */
 typedef struct rl_stats_reporter {
     rl_stats_writer w;
@@ -76,17 +83,22 @@ typedef struct rl_stats_reporter {
     long long steps;
     int world;
     double flops_per_token;
+    rl_train_observer also;
 } rl_stats_reporter;
-void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stats *direct, const char *stats_fd);
+void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stats *direct, const char *stats_fd,
+                              const rl_train_observer *also);
 
 /* ---- the progress Lease (<job>-progress) ----------------------------------------------------
  * The agent whose trainers include global rank 0 merge-patches the job's
  * progress onto the Lease <job>-progress as annotations (creating the
  * Lease when absent, holderIdentity = this pod): ringleader.dev/step,
  * /loss, /tokens-per-second, /last-checkpoint, /round, /updated (RFC 3339
- * UTC). From its own thread, when something changed and at most every
- * interval, with the client's timeouts; a failing API is logged and
- * retried at the next interval, never waited for by the agent's loop. */
+ * UTC), and after a hang /hung (the verdict), /hung-round, /hung-dump,
+ * /hung-time (the operator's Hung condition). From its own thread, when
+ * something changed and at most every interval (a new hang at once, even
+ * when rank 0 already left: its round is ending), with the client's
+ * timeouts; a failing API is logged and retried at the next interval,
+ * never waited for by the agent's loop. */
 typedef struct rl_progress rl_progress;
 typedef struct rl_progress_opts {
     const char *kubeconfig, *ns; /* NULL: in-cluster / the client's namespace */
@@ -119,6 +131,7 @@ typedef struct rl_proc_opts {
      * rendezvous secret (NULL: none) and the stats pipe (NULL: none). */
     const char *host, *store_prefix, *secret, *stats_fd;
     bool store_hosted;
+    const char *pod, *node;    /* where this process runs, for hang verdicts (NULL: unknown) */
 } rl_proc_opts;
 
 /* Runs the whole training; *summary is filled on rank 0 (the data digest

@@ -176,6 +176,9 @@ static void sleep_ms(int ms) {
 void rl_group_stop(rl_group *g, double grace_s) {
     if (!g) return;
     rl_group_signal(g, grace_s > 0 ? SIGTERM : SIGKILL);
+    /* a stopped trainer (SIGSTOP, a debugger's hold: what a hang verdict
+     * names) takes its SIGTERM only once it runs again */
+    if (grace_s > 0) rl_group_signal(g, SIGCONT);
     double kill_at = rl_now() + grace_s;
     while (g->left > 0) {
         rl_group_poll(g, NULL, NULL);

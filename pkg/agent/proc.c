@@ -6,6 +6,7 @@
 #include "agent.h"
 #include "comm/comm.h"
 #include "ddp/ddp.h"
+#include "hang/hang.h"
 
 /* Catch inconsistent launches before any collective can hang on them: the
  * first process to arrive fixes WORLD_SIZE, and each rank can be claimed
@@ -35,6 +36,21 @@ static int claim_place(rl_store *s, const char *prefix, const rl_static_env *env
     return RL_OK;
 }
 
+static void watch_step(void *ud, const rl_step_stats *st) { rl_hang_watch_step(ud, st->step, st->step_s); }
+
+/* The hang watch of this rank (hang.h); NULL when dist.hang_factor is 0. */
+static int start_watch(const rl_proc_opts *o, const rl_job_config *settled, rl_comm *comm, const char *prefix,
+                       rl_hang_watch **out, rl_err *e) {
+    rl_hang_watch_opts ho = {
+        .comm = comm, .rank = o->env->rank, .world = o->env->world,
+        .store_host = o->env->master_addr, .store_port = o->env->master_port, .secret = o->secret,
+        .prefix = prefix, .pod = o->pod, .node = o->node,
+        .factor = settled->dist.hang_factor, .min_s = settled->dist.hang_min_s, .timeout_s = settled->dist.timeout_s,
+        .ckpt = &settled->ckpt, .stats_fd = o->stats_fd,
+    };
+    return rl_hang_watch_start(&ho, out, e);
+}
+
 int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     const rl_job_config *cfg = o->cfg;
     const rl_static_env *env = o->env;
@@ -43,6 +59,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     rl_comm *comm = NULL;
     rl_ddp *ddp = NULL;
     rl_trainer *tr = NULL;
+    rl_hang_watch *watch = NULL;
     bool preempted_ok = false;
     int rc;
     memset(summary, 0, sizeof *summary);
@@ -86,6 +103,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
         .device = env->local_rank,
     };
     if ((rc = rl_comm_init(&co, &comm, e))) goto out;
+    if ((rc = start_watch(o, &settled, comm, prefix, &watch, e))) goto out;
 
     rl_train_dist dist = {.rank = env->rank, .world = env->world, .local_rank = env->local_rank};
     if ((rc = rl_trainer_new(&tr, &settled, &dist, e))) goto out;
@@ -93,7 +111,8 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     /* steps and checkpoints to the agent's pipe (local rank 0 has one), or
      * to in-process metrics */
     rl_stats_reporter reporter;
-    rl_stats_reporter_attach(&reporter, tr, o->stats, o->stats_fd);
+    rl_stats_reporter_attach(&reporter, tr, o->stats, o->stats_fd,
+                             watch ? &(rl_train_observer){.ud = watch, .on_step = watch_step} : NULL);
     rl_ddp_opts dopt = {
         .first_bucket_bytes = (size_t)(cfg->dist.first_bucket_mb * (1 << 20)),
         .bucket_bytes = (size_t)(cfg->dist.bucket_mb * (1 << 20)),
@@ -133,6 +152,9 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     rc = rl_comm_barrier(comm, e);
 out:
     if (rc && comm && !preempted_ok) rl_comm_abort(comm);
+    /* a hang aborted the ring: infrastructure (a peer stopped), named */
+    char hung[600];
+    if (rl_hang_watch_stop(watch, rc != 0, hung, sizeof hung) && rc) rc = rl_errf(e, RL_EPEER, "hang: %s", hung);
     rl_ddp_destroy(ddp);
     rl_trainer_free(tr);
     if (comm) rl_comm_destroy(comm);

@@ -29,6 +29,7 @@ struct rl_progress {
     pthread_cond_t cv;
     rl_node_snapshot snap; /* the latest, from the agent */
     bool active, changed, stop, final;
+    bool urgent;              /* a new hang: written at once, active or not */
     volatile int abort_calls; /* cancels a call in flight (not on a final stop) */
     bool exists;              /* the Lease is known to exist: patch straight away */
     int failures;
@@ -63,6 +64,14 @@ cJSON *rl_progress_annotations(const rl_node_snapshot *s, double now_unix) {
     if (s->round >= 0) {
         snprintf(v, sizeof v, "%lld", s->round);
         cJSON_AddStringToObject(a, ANN "round", v);
+    }
+    if (s->hung_why[0]) {
+        cJSON_AddStringToObject(a, ANN "hung", s->hung_why);
+        snprintf(v, sizeof v, "%lld", s->hung_round);
+        cJSON_AddStringToObject(a, ANN "hung-round", v);
+        cJSON_AddStringToObject(a, ANN "hung-dump", s->hung_dump);
+        rfc3339(s->hung_unix, v, sizeof v);
+        cJSON_AddStringToObject(a, ANN "hung-time", v);
     }
     rfc3339(now_unix, v, sizeof v);
     cJSON_AddStringToObject(a, ANN "updated", v);
@@ -119,7 +128,7 @@ static void *progress_thread(void *arg) {
     double next = 0; /* no write before this (rl_now) */
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && !(p->active && p->changed && rl_now() >= next)) {
+        while (!p->stop && !p->urgent && !(p->active && p->changed && rl_now() >= next)) {
             double wait = p->active && p->changed ? next - rl_now() : 1.0;
             if (wait > 1.0) wait = 1.0;
             if (wait < 0.001) wait = 0.001;
@@ -132,9 +141,9 @@ static void *progress_thread(void *arg) {
         bool last = p->stop;
         /* the job's end is written even when nothing changed: "updated"
          * then says when it ended */
-        if (last && !(p->final && p->active)) break;
+        if (last && !(p->final && p->active) && !p->urgent) break;
         rl_node_snapshot s = p->snap;
-        p->changed = false;
+        p->changed = p->urgent = false;
         pthread_mutex_unlock(&p->mu);
 
         rl_err e = {0};
@@ -205,13 +214,14 @@ int rl_progress_start(const rl_progress_opts *o, rl_progress **out, rl_err *e) {
 
 static bool same(const rl_node_snapshot *a, const rl_node_snapshot *b) {
     return a->step == b->step && a->round == b->round && a->ckpt_step == b->ckpt_step &&
-           strcmp(a->ckpt_uri, b->ckpt_uri) == 0;
+           strcmp(a->ckpt_uri, b->ckpt_uri) == 0 && a->hung_unix == b->hung_unix;
 }
 
 void rl_progress_update(rl_progress *p, const rl_node_snapshot *s, bool active) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     if (!same(&p->snap, s) || (active && !p->active)) p->changed = true;
+    if (s->hung_unix != p->snap.hung_unix) p->urgent = true;
     p->snap = *s;
     p->active = active;
     pthread_cond_broadcast(&p->cv);

@@ -12,7 +12,7 @@
 
 enum {
     M_STEP, M_LOSS, M_TPS, M_GNORM, M_LR, M_STEP_S, M_TFLOPS, M_MFU, M_AR, M_AR_BUSY,
-    M_CKPT_S, M_CKPT_STEP, M_CKPT_AGE, M_ROUND, M_WORLD, M_RESTARTS, M_ROUNDS, M_N
+    M_CKPT_S, M_CKPT_STEP, M_CKPT_AGE, M_ROUND, M_WORLD, M_RESTARTS, M_ROUNDS, M_HANGS, M_N
 };
 
 static const struct {
@@ -44,6 +44,8 @@ static const struct {
     [M_RESTARTS] = {RL_METRIC_COUNTER, "ringleader_restarts_total",
                     "Trainer crashes on this node (lost peers and preemptions are not crashes)."},
     [M_ROUNDS] = {RL_METRIC_COUNTER, "ringleader_rounds_total", "Rounds this node's trainers were started for."},
+    [M_HANGS] = {RL_METRIC_COUNTER, "ringleader_hangs_total",
+                 "Stuck collectives rank 0 diagnosed here (the job's Hung condition names the rank)."},
 };
 
 struct rl_node_stats {
@@ -146,6 +148,13 @@ void rl_node_stats_apply(rl_node_stats *ns, const rl_stats_msg *m) {
         set_if(ns, M_CKPT_STEP, (double)m->step, true);
         set_if(ns, M_CKPT_AGE, m->ckpt_unix, m->ckpt_unix > 0);
         set_if(ns, M_CKPT_S, m->ckpt_s, m->ckpt_s >= 0);
+    } else if (m->kind == RL_STATS_HUNG) {
+        rl_metrics_inc(ns->reg, ns->id[M_HANGS], 1);
+        pthread_mutex_lock(&ns->mu);
+        snprintf(ns->snap.hung_why, sizeof ns->snap.hung_why, "%s", m->why[0] ? m->why : "a collective hung");
+        snprintf(ns->snap.hung_dump, sizeof ns->snap.hung_dump, "%s", m->uri);
+        ns->snap.hung_round = ns->snap.round, ns->snap.hung_unix = rl_wall_now();
+        pthread_mutex_unlock(&ns->mu);
     }
 }
 
@@ -188,6 +197,7 @@ static void on_step(void *ud, const rl_step_stats *st) {
                       .allreduce_s = st->allreduce_s, .allreduce_busy_s = st->allreduce_busy_s,
                       .flops_per_token = r->flops_per_token, .world = r->world};
     report(r, &m);
+    if (r->also.on_step) r->also.on_step(r->also.ud, st);
 }
 
 static void on_ckpt(void *ud, const rl_train_ckpt_event *ev) {
@@ -196,13 +206,16 @@ static void on_ckpt(void *ud, const rl_train_ckpt_event *ev) {
                       .resumed = ev->resumed};
     snprintf(m.uri, sizeof m.uri, "%s", ev->uri);
     report(r, &m);
+    if (r->also.on_checkpoint) r->also.on_checkpoint(r->also.ud, ev);
 }
 
-void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stats *direct, const char *stats_fd) {
+void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stats *direct, const char *stats_fd,
+                              const rl_train_observer *also) {
     memset(r, 0, sizeof *r);
     rl_stats_writer_open(&r->w, stats_fd);
     r->direct = direct;
-    if (r->w.fd < 0 && !direct) return; /* nobody listens: no observer at all */
+    if (also) r->also = *also;
+    if (r->w.fd < 0 && !direct && !also) return; /* nobody listens: no observer at all */
     r->steps = rl_trainer_config(tr)->train.steps;
     r->world = rl_trainer_world(tr);
     r->flops_per_token = rl_trainer_flops_per_token(tr);

@@ -78,7 +78,7 @@ void rl_metrics_stop(rl_metrics_server *s);
  * the largest write the kernel keeps whole). */
 #define RL_STATS_LINE_MAX 4096
 
-typedef enum { RL_STATS_STEP = 1, RL_STATS_CKPT = 2 } rl_stats_kind;
+typedef enum { RL_STATS_STEP = 1, RL_STATS_CKPT = 2, RL_STATS_HUNG = 3 } rl_stats_kind;
 typedef struct rl_stats_msg {
     rl_stats_kind kind;
     long long step;        /* optimizer steps done / the checkpoint's step */
@@ -95,7 +95,10 @@ typedef struct rl_stats_msg {
     double ckpt_s;         /* snapshot to commit; < 0: unknown (a resumed checkpoint) */
     double ckpt_unix;      /* when it was committed */
     bool resumed;          /* the checkpoint this run resumed from, not a new save */
-    char uri[1200];        /* the checkpoint's location: <checkpoint.uri>/step-NNNNNNNN */
+    char uri[1200];        /* the checkpoint's location: <checkpoint.uri>/step-NNNNNNNN;
+                              RL_STATS_HUNG: the dump's ("": only logged) */
+    /* RL_STATS_HUNG (pkg/hang): rank 0 diagnosed a stuck collective */
+    char why[512];         /* the verdict, naming the rank(s) */
 } rl_stats_msg;
 
 /* One line, '\n' included; returns its length, or 0 when it does not fit

@@ -37,6 +37,10 @@ size_t rl_stats_format(const rl_stats_msg *m, char *buf, size_t n) {
         num(a[1], sizeof a[1], m->ckpt_unix);
         len = snprintf(buf, n, "{\"ev\":\"ckpt\",\"step\":%lld,\"s\":%s,\"unix\":%s,\"resumed\":%s,\"uri\":\"%s\"}\n",
                        m->step, a[0], a[1], m->resumed ? "true" : "false", rl_json_escape(uri, sizeof uri, m->uri));
+    } else if (m->kind == RL_STATS_HUNG) {
+        char uri[2 * sizeof m->uri], why[2 * sizeof m->why];
+        len = snprintf(buf, n, "{\"ev\":\"hung\",\"step\":%lld,\"why\":\"%s\",\"uri\":\"%s\"}\n", m->step,
+                       rl_json_escape(why, sizeof why, m->why), rl_json_escape(uri, sizeof uri, m->uri));
     } else {
         return 0;
     }
@@ -81,6 +85,11 @@ int rl_stats_parse(const char *line, size_t len, rl_stats_msg *m, rl_err *e) {
         m->resumed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "resumed"));
         const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "uri");
         if (cJSON_IsString(u)) snprintf(m->uri, sizeof m->uri, "%s", u->valuestring);
+    } else if (strcmp(ev->valuestring, "hung") == 0) {
+        m->kind = RL_STATS_HUNG;
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "uri"), *w = cJSON_GetObjectItemCaseSensitive(o, "why");
+        if (cJSON_IsString(u)) snprintf(m->uri, sizeof m->uri, "%s", u->valuestring);
+        if (cJSON_IsString(w)) snprintf(m->why, sizeof m->why, "%s", w->valuestring);
     } else {
         rc = rl_errf(e, RL_EINPUT, "stats line: unknown event");
     }

@@ -1,5 +1,8 @@
 /* One reconcile's decisions (decide.h): from what was seen to the steps
  * that move the job toward its spec, and the status that records them. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -190,6 +193,78 @@ static void requeue_within(rl_op_plan *p, double s) {
     if (s > 0 && (p->requeue_s <= 0 || s < p->requeue_s)) p->requeue_s = s;
 }
 
+/* ---- a hang the agent diagnosed ------------------------------------------------------------ */
+/* The agent writes a sentence of ~500 bytes and a URI; anything longer is
+ * a worker's garbage, kept short rather than grown toward etcd's limit. */
+#define HANG_TEXT_MAX 600
+#define HANG_URI_MAX 1024
+
+struct hang {
+    char what[HANG_TEXT_MAX + 1], dump[HANG_URI_MAX + 1], time[64];
+    long long round; /* -1: unknown */
+};
+
+/* Copy at most max bytes of src, cut before a UTF-8 character's middle
+ * (the status is JSON: a split character would be invalid text). */
+static void clip(char *dst, size_t max, const char *src) {
+    size_t n = strnlen(src, max + 1);
+    if (n > max) {
+        n = max;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
+    }
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* A round annotation: a decimal integer within int, else -1 (unknown):
+ * a garbage value must neither fail the reconcile nor a status write. */
+static long long ann_round(const cJSON *ann, const char *k) {
+    const char *v = jstr(ann, k);
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    return isdigit((unsigned char)*v) && !*end && !errno && n <= INT_MAX ? n : -1;
+}
+
+/* The ringleader.dev/hung annotations; false when there is no hang. */
+static bool read_hang(const cJSON *ann, struct hang *h) {
+    const char *what = jstr(ann, "ringleader.dev/hung");
+    if (!*what) return false;
+    clip(h->what, HANG_TEXT_MAX, what);
+    clip(h->dump, HANG_URI_MAX, jstr(ann, "ringleader.dev/hung-dump"));
+    clip(h->time, sizeof h->time - 1, jstr(ann, "ringleader.dev/hung-time"));
+    h->round = ann_round(ann, "ringleader.dev/hung-round");
+    return true;
+}
+
+static void last_hang(cJSON *st, const struct hang *h) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "message", h->what);
+    if (h->round >= 0) cJSON_AddNumberToObject(o, "round", (double)h->round);
+    cJSON_AddStringToObject(o, "dump", h->dump);
+    cJSON_AddStringToObject(o, "time", h->time);
+    jset(st, "lastHang", o);
+}
+
+/* Condition Hung, only on a job that hung: True while the leader's round
+ * is the hung one (or unknown), False once a later round shows the job
+ * got past it -- the sentence kept, so it can still be read. An unknown
+ * hung round never counts as recovered. */
+static void mirror_hang(const rl_op_seen *s, rl_op_plan *p) {
+    struct hang h;
+    if (!read_hang(s->progress, &h)) return;
+    long long now_round = ann_round(s->progress, "ringleader.dev/round");
+    bool past = h.round >= 0 && now_round > h.round;
+    char msg[HANG_TEXT_MAX + HANG_URI_MAX + 64];
+    if (past) snprintf(msg, sizeof msg, "recovered in round %lld: %s", now_round, h.what);
+    else snprintf(msg, sizeof msg, "%s%s%s%s", h.what, h.dump[0] ? " (records: " : "", h.dump, h.dump[0] ? ")" : "");
+    if (rl_op_set_condition(p->status, "Hung", !past, past ? "Recovered" : "CollectiveHung", msg, s->now)) {
+        if (past) event(p, false, "HangRecovered", "%s", msg);
+        else event(p, true, "Hung", "%s", h.what);
+    }
+    last_hang(p->status, &h);
+}
+
 /* After the end: pods go per cleanPodPolicy (All: every pod; Running:
  * those still running or pending, so a failed pod's logs stay readable;
  * None: all stay). */
@@ -212,6 +287,7 @@ static void finish(const rl_op_seen *s, rl_op_plan *p, bool ok, const char *reas
     jset(st, "phase", cJSON_CreateString(ok ? "Succeeded" : "Failed"));
     jset(st, "completionTime", cJSON_CreateString(s->now));
     if (ok) mirror_progress(s, st);
+    mirror_hang(s, p); /* nothing is read after the end: a hang seen now stays named */
     write_now(p);
     cleanup(s, p);
 }
@@ -496,6 +572,7 @@ void rl_op_decide_phase(const rl_op_seen *s, int created, const char *refused, r
     jset(p->status, "phase", cJSON_CreateString(phase_of(s, refused, p)));
     note_stuck(s, p);
     mirror_progress(s, p->status);
+    mirror_hang(s, p);
     prune_counted(p->status, s->pods, s->n);
     write_now(p);
 }

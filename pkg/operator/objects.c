@@ -330,6 +330,8 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
     cJSON_AddItemToArray(env, env_field("POD_NAME", "metadata.name"));
     cJSON_AddItemToArray(env, env_field("POD_NAMESPACE", "metadata.namespace"));
     cJSON_AddItemToArray(env, env_field("POD_IP", "status.podIP"));
+    /* names the node in hang verdicts (pkg/hang) */
+    cJSON_AddItemToArray(env, env_field("NODE_NAME", "spec.nodeName"));
     cJSON_AddItemToArray(env, env_value("RINGLEADER_RDZV", "k8s"));
     cJSON_AddItemToArray(env, env_value("RINGLEADER_JOB", j->name));
     snprintf(buf, sizeof buf, "%d:%d", j->min_nodes, j->max_nodes);

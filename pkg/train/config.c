@@ -64,6 +64,11 @@ static const rl_cfg_field dist_fields[] = {
     F(min_buckets, .min = 1, .max = 1 << 16, .def = 8, .doc = "No bucket above 1/min_buckets of the gradients."),
     F(reduce_dtype, .choices = dtypes, .def_str = "fp32",
       .doc = "fp32 (exact average, the default) or bf16 (half the bytes on the wire)."),
+    F(hang_factor, .min = 0, .max = 1e6, .def = 10,
+      .doc = "A collective still running after this many median step times is a hang: the job names the "
+             "rank that stopped, dumps every rank's records and recovers. 0: no hang watch."),
+    F(hang_min_s, .min = 0.1, .max = 86400, .def = 5,
+      .doc = "The hang deadline is never shorter than this (first steps, noisy machines)."),
 };
 #undef F
 

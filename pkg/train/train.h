@@ -58,6 +58,8 @@ typedef struct rl_dist_config {
     double bucket_mb, first_bucket_mb;
     int min_buckets;        /* no bucket above 1/min_buckets of the gradients */
     char reduce_dtype[8];   /* "fp32" (default: exact average, as PyTorch DDP) | "bf16" */
+    double hang_factor;     /* a collective running this many median steps is a hang (0: no watch) */
+    double hang_min_s;      /* ... and never less than this long (pkg/hang) */
 } rl_dist_config;
 
 typedef struct rl_job_config {

@@ -4,6 +4,7 @@
  * pods that find each other through the API, and checkpoints in a real
  * radosgw. Timing is scaled down (rendezvous heartbeats of 1 s, leases of
  * a few seconds) so a run takes tens of seconds, not minutes. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -261,14 +262,22 @@ static int owned(const char *kind, const char *name) {
     return count_lines(out);
 }
 
-static int s3_checkpoints(const char *prefix) {
+/* the test's radosgw (NULL when it cannot be opened) */
+static rl_s3 *s3_open(void) {
     rl_s3_config c = {0};
     snprintf(c.endpoint, sizeof c.endpoint, "%s", g.rgw.endpoint);
     snprintf(c.region, sizeof c.region, "us-east-1");
     rl_err e = {0};
     rl_s3 *s3;
     if (rl_s3_creds_static(g.rgw.access_key, g.rgw.secret_key, NULL, &c.creds, &e) || rl_s3_open(&c, &s3, &e))
-        return -1;
+        return NULL;
+    return s3;
+}
+
+static int s3_checkpoints(const char *prefix) {
+    rl_err e = {0};
+    rl_s3 *s3 = s3_open();
+    if (!s3) return -1;
     rl_s3_list l = {0};
     int n = -1;
     if (rl_s3_list_objects(s3, BUCKET, prefix, &l, &e) == RL_OK) {
@@ -694,3 +703,64 @@ Test(e2e, ranks_follow_the_zones_of_the_nodes, .init = up_zones, .fini = down, .
     free(log);
 }
 
+
+/* Issue 17's hang proof on the cluster: one trainer SIGSTOPped mid-run.
+ * With the default hang settings (10 x the median step, at least 5 s; the
+ * job's dist.timeout_s is 20 s) rank 0 names it, pod and node, in the Hung
+ * condition, writes every rank's records next to the checkpoints in S3,
+ * and the job re-forms and trains on: infrastructure, not counted. */
+Test(e2e, a_stopped_trainer_is_named_in_the_hung_condition, .init = up, .fini = down, .timeout = 300) {
+    char out[8192], node[128];
+    const char *job = "hang";
+    apply_job(job, 2, ",\"restartLimit\":0", 100000);
+    wait_phase(job, "Running", 90);
+    wait_step(job, 8, 90);
+    int pid = trainer_of("hang-1");
+    cr_assert_gt(pid, 0, "no trainer of pod hang-1");
+    node_of("hang-1", node, sizeof node);
+    long long round = tj_num(job, "{.status.round}");
+    double stopped = rl_wall_now();
+    kill(pid, SIGSTOP);
+    tj_await(job, "{.status.lastHang.message}", "hang-1", 60, out, sizeof out);
+    char want[256];
+    snprintf(want, sizeof want, "rank 1 (pod hang-1, node %s) stopped responding in ", node);
+    cr_assert(strstr(out, want), "lastHang.message: %s (want \"%s\")", out, want);
+    cr_expect(!strstr(out, "rank 0 "), "rank 0 only waited: %s", out);
+    tj(job, "{.status.conditions[?(@.type==\"Hung\")].message}", out, sizeof out);
+    cr_expect(strstr(out, want), "Hung condition: %s", out);
+    /* the dump: in S3 next to the checkpoints, parseable, rank 1 silent */
+    char dump[512];
+    tj(job, "{.status.lastHang.dump}", dump, sizeof dump);
+    const char *pre = "s3://" BUCKET "/";
+    cr_assert(!strncmp(dump, pre, strlen(pre)) && strstr(dump, "/hang/hangs/r"), "dump at %s", dump);
+    rl_s3 *s3 = s3_open();
+    cr_assert(s3);
+    void *body = NULL;
+    size_t len;
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_get(s3, BUCKET, dump + strlen(pre), 0, UINT64_MAX, &body, &len, &e), RL_OK, "%s", e.msg);
+    rl_s3_close(s3);
+    cJSON *d = cJSON_ParseWithLength(body, len);
+    free(body);
+    cr_assert(cJSON_IsObject(d), "the dump is not JSON");
+    const cJSON *ranks = cJSON_GetObjectItem(d, "ranks");
+    cr_assert_eq(cJSON_GetArraySize(ranks), 2);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(ranks, 0), "answered")));
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetArrayItem(ranks, 1), "answered")));
+    double deadline = cJSON_GetObjectItem(d, "deadline_s")->valuedouble;
+    double dumped = cJSON_GetObjectItem(d, "dumped_unix")->valuedouble;
+    cJSON_Delete(d);
+    cr_log_info("hang deadline %.2f s; dumped %.2f s after the stop", deadline, dumped - stopped);
+    cr_expect(deadline >= 5 && dumped - stopped <= deadline + 3, "dumped %.2f s after the stop, deadline %.2f s",
+              dumped - stopped, deadline);
+    /* recovered: a new round trains on, the condition says so, nothing counted */
+    long long s = tj_num(job, "{.status.step}");
+    wait_step(job, s + 5, 120);
+    tj_await(job, "{.status.conditions[?(@.type==\"Hung\")].reason}", "Recovered", 60, out, sizeof out);
+    cr_expect_str_eq(out, "Recovered");
+    cr_expect_gt(tj_num(job, "{.status.round}"), round);
+    cr_expect_eq(tj_num(job, "{.status.restarts}"), 0, "a hang is not the job's fault");
+    cr_assert_eq(kubectl("get events --field-selector involvedObject.name=hang -o jsonpath='{.items[*].reason}'",
+                         NULL, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "Hung"), "events: %s", out);
+}

@@ -1,6 +1,7 @@
 /* Data parallelism end to end, through the real binary and launcher:
  * equivalence with one process, overlap of reduction with backward, and
  * what happens when a rank dies or the launch is inconsistent. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <omp.h>
@@ -563,5 +564,78 @@ Test(ddp, sigusr1_dumps_the_collective_a_rank_waits_in, .timeout = 120) {
     cr_log_info("rank 0 waits in collective #%lld; rank 1's newest is #%lld", waiting, peer);
     cr_expect(peer > 0, "rank 1 logged no records after SIGUSR1 and SIGCONT: see %s", log[1]);
     for (int r = 0; r < 2; r++) kill(pid[r], SIGKILL), rl_test_wait_status(pid[r], 10);
+    rl_test_rmdir(dir);
+}
+
+/* Issue 17's hang proof at the rank level: rank 2 SIGSTOPped inside
+ * training; rank 0's watch finds its collective past the deadline, names
+ * rank 2 (the one that stopped answering, not rank 1, which waits), writes
+ * the dump next to the checkpoints, and aborts the ring, so ranks 0 and 1
+ * end long before dist.timeout_s (60 s here) with the verdict. */
+Test(ddp, a_stopped_rank_is_named_and_the_ring_aborted, .timeout = 120) {
+    char dir[64], path[128], js[2048], log[3][128];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    snprintf(js, sizeof js,
+             "{" RL_TEST_TINY_MODEL_JSON
+             "\"train\":{\"steps\":100000,\"warmup_steps\":2,\"seq_len\":32,\"micro_batch\":4,"
+             "\"global_batch_tokens\":384,\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
+             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"dist\":{\"timeout_s\":60,\"hang_factor\":5,\"hang_min_s\":1},"
+             "\"checkpoint\":{\"uri\":\"file://%s/ck\"}}",
+             dir, dir);
+    rl_test_write(path, js, strlen(js));
+    int port = free_port(), pid[3];
+    for (int r = 0; r < 3; r++) {
+        snprintf(log[r], sizeof log[r], "%s/rank%d.log", dir, r);
+        pid[r] = rl_test_spawn_worker(dir, log[r], r, 3, port, NULL);
+    }
+    double end = rl_now() + 60;
+    while (rl_test_last_step(log[0]) < 8 && rl_now() < end) usleep(50000);
+    cr_assert(rl_test_last_step(log[0]) >= 8, "no steps: see %s", log[0]);
+    double stopped = rl_wall_now();
+    kill(pid[2], SIGSTOP);
+    for (int r = 0; r < 2; r++) {
+        int st = rl_test_wait_status(pid[r], 30);
+        cr_expect(st == 1, "rank %d: exit %d, want 1 (peer failure) within 30 s (timeout_s 60): see %s", r, st,
+                  log[r]);
+    }
+    cr_expect(rl_test_file_has(log[0], "rank 2 (pod "), "rank 0 did not name rank 2: see %s", log[0]);
+    cr_expect(!rl_test_file_has(log[0], "rank 1 (pod "), "rank 0 blamed rank 1, which only waited: see %s", log[0]);
+    cr_expect(rl_test_file_has(log[1], "rank 0 found a hang: rank 2"), "rank 1 did not say why: see %s", log[1]);
+    /* the dump: one file under ck/hangs, every rank, rank 2 silent */
+    char cmd[256], name[256] = "";
+    snprintf(cmd, sizeof cmd, "ls %s/ck/hangs", dir);
+    FILE *ls = popen(cmd, "r");
+    cr_assert(ls);
+    if (!fgets(name, sizeof name, ls)) name[0] = '\0';
+    pclose(ls);
+    name[strcspn(name, "\n")] = '\0';
+    cr_assert(name[0], "no dump under %s/ck/hangs", dir);
+    snprintf(path, sizeof path, "%s/ck/hangs/%s", dir, name);
+    char *text;
+    size_t len;
+    rl_err e;
+    cr_assert_eq(rl_read_file(path, &text, &len, &e), 0, "%s", e.msg);
+    cJSON *d = cJSON_Parse(text);
+    free(text);
+    cr_assert(cJSON_IsObject(d), "%s is not JSON", path);
+    const cJSON *ranks = cJSON_GetObjectItem(d, "ranks");
+    cr_assert_eq(cJSON_GetArraySize(ranks), 3);
+    for (int r = 0; r < 3; r++) {
+        const cJSON *x = cJSON_GetArrayItem(ranks, r);
+        cr_expect_eq(cJSON_IsTrue(cJSON_GetObjectItem(x, "answered")), r != 2, "rank %d answered?", r);
+        cr_expect_eq(cJSON_GetObjectItem(x, "rank")->valueint, r);
+        if (r != 2) cr_expect(cJSON_GetArraySize(cJSON_GetObjectItem(x, "records")) > 0, "rank %d: no records", r);
+    }
+    /* found within the deadline + 2 s (the issue's bound) + 1 s for rank 0
+     * to reach the collective rank 2 is missing from */
+    double deadline = cJSON_GetObjectItem(d, "deadline_s")->valuedouble;
+    double dumped = cJSON_GetObjectItem(d, "dumped_unix")->valuedouble;
+    cr_log_info("hang deadline %.2f s; dumped %.2f s after the stop", deadline, dumped - stopped);
+    cr_expect(deadline >= 1 && dumped - stopped <= deadline + 3, "dumped %.2f s after the stop, deadline %.2f s",
+              dumped - stopped, deadline);
+    cJSON_Delete(d);
+    kill(pid[2], SIGKILL), rl_test_wait_status(pid[2], 10);
     rl_test_rmdir(dir);
 }

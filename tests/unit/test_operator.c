@@ -1,5 +1,6 @@
 /* The operator's pure parts: reading a TrainingJob (defaults, and every
- * refusal naming its field), the objects it owns, and how a pod ended.
+ * refusal naming its field), the objects it owns, how a pod ended, and the
+ * hang the rank-0 agent reports (the rest of decide.c: test_decide.c).
  * Single reconciles against the Kubernetes stand-in are in
  * tests/integration/test_operator_standin.c; the whole controller against
  * a cluster is in tests/e2e/test_e2e.c. */
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "operator/decide.h"
 #include "operator/operator.h"
 #include "standin.h"
 #include "testutil.h"
@@ -517,4 +519,181 @@ Test(operator, sidecars_sorted_before_the_worker) {
                           "\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\"}]}}", &p),
                  RL_POD_RUNNING);
     cr_expect(p.ready);
+}
+
+/* ---- a hang the rank-0 agent diagnosed (decide.c: condition Hung, status.lastHang) ---------- */
+#define HUNG "rank 1 (pod llama-1, node gpu-12) stopped responding in allreduce #1580 (last heartbeat 2.1 s ago)"
+#define DUMP "s3://bucket/prefix/hangs/r3-seq1580.json"
+#define HUNG_ANN(round, hung_round)                                                                        \
+    "{" round "\"ringleader.dev/hung\":\"" HUNG "\",\"ringleader.dev/hung-round\":\"" hung_round "\","  \
+    "\"ringleader.dev/hung-dump\":\"" DUMP "\",\"ringleader.dev/hung-time\":\"2026-11-26T11:59:58Z\"}"
+
+typedef struct {
+    cJSON *st;                /* the status last written (owned) */
+    int hung, recovered;      /* Events Hung, HangRecovered */
+    bool hung_warning, recovered_warning;
+    char msg[1024];           /* the last of the two's message */
+} hang_pass;
+
+/* One reconcile of a running 2-node job (status: the last one's, or NULL)
+ * whose progress Lease has the annotations ann (JSON; NULL: none). */
+static hang_pass reconcile_hang(const char *ann, const cJSON *status, int restart_limit, rl_pod_state second) {
+    rl_op_job j;
+    memset(&j, 0, sizeof j);
+    snprintf(j.name, sizeof j.name, "llama");
+    snprintf(j.ns, sizeof j.ns, "ml");
+    snprintf(j.clean_policy, sizeof j.clean_policy, "None");
+    j.replicas = j.min_nodes = j.max_nodes = 2;
+    j.restart_limit = restart_limit;
+    rl_pod_info pods[2];
+    memset(pods, 0, sizeof pods);
+    for (int i = 0; i < 2; i++) {
+        pods[i].index = i, pods[i].state = i ? second : RL_POD_RUNNING, pods[i].ready = true;
+        snprintf(pods[i].name, sizeof pods[i].name, "llama-%d", i);
+        snprintf(pods[i].uid, sizeof pods[i].uid, "u-pod-%d", i);
+    }
+    cJSON *progress = ann ? cJSON_Parse(ann) : NULL;
+    cr_assert(!ann || progress, "fixture does not parse: %s", ann);
+    rl_op_seen s = {.job = &j, .pods = pods, .n = 2, .conflict = "", .progress = progress, .stuck_s = 60,
+                    .now = "2026-11-26T12:00:00Z"};
+    rl_op_plan p;
+    rl_op_decide(&s, status, &p);
+    if (p.then_phase) rl_op_decide_phase(&s, 0, "", &p);
+    hang_pass r = {0};
+    for (int i = 0; i < p.n; i++) {
+        const rl_op_step *x = &p.steps[i];
+        if (x->kind == RL_OP_WRITE) {
+            cJSON_Delete(r.st);
+            r.st = cJSON_Duplicate(x->status, 1);
+        }
+        bool hung = x->kind == RL_OP_EVENT && !strcmp(x->reason, "Hung");
+        bool back = x->kind == RL_OP_EVENT && !strcmp(x->reason, "HangRecovered");
+        if (hung) r.hung++, r.hung_warning = x->warning;
+        if (back) r.recovered++, r.recovered_warning = x->warning;
+        if (hung || back) snprintf(r.msg, sizeof r.msg, "%s", x->msg);
+    }
+    cr_assert(r.st, "no status written");
+    rl_op_plan_free(&p);
+    cJSON_Delete(progress);
+    return r;
+}
+
+static const char *hung_field(const cJSON *st, const char *field) {
+    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, "conditions");
+    for (const cJSON *c = cs ? cs->child : NULL; c; c = c->next)
+        if (!strcmp(rl_op_jstr(c, "type"), "Hung")) return rl_op_jstr(c, field);
+    return NULL;
+}
+
+Test(operator, a_hang_is_a_condition_an_event_and_status_last_hang) {
+    hang_pass a = reconcile_hang(HUNG_ANN("\"ringleader.dev/round\":\"3\",", "3"), NULL, 3, RL_POD_RUNNING);
+    cr_expect_str_eq(hung_field(a.st, "status"), "True");
+    cr_expect_str_eq(hung_field(a.st, "reason"), "CollectiveHung");
+    cr_expect_str_eq(hung_field(a.st, "message"), HUNG " (records: " DUMP ")");
+    cr_expect_eq(a.hung, 1);
+    cr_expect(a.hung_warning);
+    cr_expect_str_eq(a.msg, HUNG);
+    const cJSON *lh = cJSON_GetObjectItemCaseSensitive(a.st, "lastHang");
+    cr_expect_str_eq(rl_op_jstr(lh, "message"), HUNG);
+    cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(lh, "round")), 3);
+    cr_expect_str_eq(rl_op_jstr(lh, "dump"), DUMP);
+    cr_expect_str_eq(rl_op_jstr(lh, "time"), "2026-11-26T11:59:58Z");
+    cr_expect_str_eq(rl_op_jstr(a.st, "phase"), "Running", "a hang is not a phase");
+
+    /* the same annotations again: no second Event, the transition time kept */
+    hang_pass b = reconcile_hang(HUNG_ANN("\"ringleader.dev/round\":\"3\",", "3"), a.st, 3, RL_POD_RUNNING);
+    cr_expect_eq(b.hung, 0);
+    cr_expect_str_eq(hung_field(b.st, "status"), "True");
+    cr_expect_str_eq(hung_field(b.st, "lastTransitionTime"), hung_field(a.st, "lastTransitionTime"));
+
+    /* the next round: recovered, the sentence still readable */
+    hang_pass c = reconcile_hang(HUNG_ANN("\"ringleader.dev/round\":\"4\",", "3"), b.st, 3, RL_POD_RUNNING);
+    cr_expect_str_eq(hung_field(c.st, "status"), "False");
+    cr_expect_str_eq(hung_field(c.st, "reason"), "Recovered");
+    cr_expect_str_eq(hung_field(c.st, "message"), "recovered in round 4: " HUNG);
+    cr_expect_eq(c.hung, 0);
+    cr_expect_eq(c.recovered, 1);
+    cr_expect(!c.recovered_warning);
+    cr_expect_str_eq(c.msg, "recovered in round 4: " HUNG);
+    cr_expect_eq(cJSON_GetNumberValue(rl_test_json_path(c.st, "lastHang.round")), 3);
+    hang_pass d = reconcile_hang(HUNG_ANN("\"ringleader.dev/round\":\"5\",", "3"), c.st, 3, RL_POD_RUNNING);
+    cr_expect_eq(d.hung + d.recovered, 0, "recovered once");
+    cr_expect_str_eq(hung_field(d.st, "message"), "recovered in round 5: " HUNG);
+
+    /* no round reported yet: still hung; no dump written: no "(records: ...)" */
+    hang_pass e = reconcile_hang("{\"ringleader.dev/hung\":\"" HUNG "\",\"ringleader.dev/hung-round\":\"0\"}", NULL,
+                                 3, RL_POD_RUNNING);
+    cr_expect_str_eq(hung_field(e.st, "status"), "True");
+    cr_expect_str_eq(hung_field(e.st, "message"), HUNG);
+    cr_expect_str_eq(rl_test_json_path(e.st, "lastHang.dump")->valuestring, "");
+    cJSON_Delete(a.st), cJSON_Delete(b.st), cJSON_Delete(c.st), cJSON_Delete(d.st), cJSON_Delete(e.st);
+}
+
+Test(operator, no_hang_no_hung_condition) {
+    static const char *const anns[] = {
+        NULL,
+        "{\"ringleader.dev/round\":\"3\",\"ringleader.dev/step\":\"120\"}",
+        "{\"ringleader.dev/hung\":\"\",\"ringleader.dev/hung-round\":\"3\"}",
+        "{\"ringleader.dev/hung\":7,\"ringleader.dev/hung-round\":\"3\"}", /* not a string: no sentence */
+    };
+    for (size_t i = 0; i < sizeof anns / sizeof anns[0]; i++) {
+        hang_pass r = reconcile_hang(anns[i], NULL, 3, RL_POD_RUNNING);
+        cr_expect_null(hung_field(r.st, "status"), "%s", anns[i] ? anns[i] : "(no Lease)");
+        cr_expect_null(cJSON_GetObjectItemCaseSensitive(r.st, "lastHang"));
+        cr_expect_eq(r.hung + r.recovered, 0);
+        cJSON_Delete(r.st);
+    }
+}
+
+/* Garbage rounds are unknown: never Recovered, never a failed reconcile,
+ * never a round in the status the API server would refuse. */
+Test(operator, garbage_hang_annotations) {
+    static const struct {
+        const char *round, *hung_round;
+    } cases[] = {
+        {"\"ringleader.dev/round\":\"9\",", "x3"},
+        {"\"ringleader.dev/round\":\"9\",", ""},
+        {"\"ringleader.dev/round\":\"9\",", "-1"},
+        {"\"ringleader.dev/round\":\"9\",", "3.5"},
+        {"\"ringleader.dev/round\":\"9\",", " 3"},
+        {"\"ringleader.dev/round\":\"1e999\",", "99999999999999999999999"},
+        {"\"ringleader.dev/round\":\"abc\",", "3"},
+        {"\"ringleader.dev/round\":\"4x\",", "3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ann[1024];
+        snprintf(ann, sizeof ann,
+                 "{%s\"ringleader.dev/hung\":\"" HUNG "\",\"ringleader.dev/hung-round\":\"%s\","
+                 "\"ringleader.dev/hung-time\":\"yesterday\"}",
+                 cases[i].round, cases[i].hung_round);
+        hang_pass r = reconcile_hang(ann, NULL, 3, RL_POD_RUNNING);
+        cr_expect_str_eq(hung_field(r.st, "status"), "True", "%s", ann);
+        cr_expect_str_eq(hung_field(r.st, "reason"), "CollectiveHung", "%s", ann);
+        cr_expect_eq(r.hung, 1, "%s", ann);
+        cr_expect_eq(r.recovered, 0, "%s", ann);
+        const cJSON *round = rl_test_json_path(r.st, "lastHang.round");
+        cr_expect(!round || cJSON_GetNumberValue(round) == 3, "%s", ann);
+        cr_expect_str_eq(rl_test_json_path(r.st, "lastHang.time")->valuestring, "yesterday");
+        cJSON_Delete(r.st);
+    }
+    /* a sentence far past the ~500 bytes agreed: cut, never in a character's middle */
+    char ann[8192] = "{\"ringleader.dev/hung\":\"x";
+    for (int i = 0; i < 1000; i++) strcat(ann, "\u00e9");
+    strcat(ann, "\",\"ringleader.dev/hung-round\":\"2\"}");
+    hang_pass r = reconcile_hang(ann, NULL, 3, RL_POD_RUNNING);
+    const char *msg = hung_field(r.st, "message");
+    cr_expect(strlen(msg) > 500 && strlen(msg) <= 600, "%zu bytes", strlen(msg));
+    cr_expect_eq(strlen(msg) % 2, 1, "x, then whole 2-byte characters");
+    cr_expect_str_eq(r.msg, msg);
+    cJSON_Delete(r.st);
+}
+
+/* Nothing is read after the job ends: a hang seen as it fails stays named. */
+Test(operator, a_hang_seen_as_the_job_fails_stays_in_the_status) {
+    hang_pass r = reconcile_hang(HUNG_ANN("\"ringleader.dev/round\":\"3\",", "3"), NULL, 0, RL_POD_FAILED);
+    cr_expect_str_eq(rl_op_jstr(r.st, "phase"), "Failed");
+    cr_expect_str_eq(hung_field(r.st, "status"), "True");
+    cr_expect_str_eq(rl_test_json_path(r.st, "lastHang.message")->valuestring, HUNG);
+    cr_expect_eq(r.hung, 1);
+    cJSON_Delete(r.st);
 }

@@ -1,0 +1,148 @@
+/* Hang diagnosis, the pure part: deadlines, the stuck op, the verdict, and
+ * the heartbeat's JSON. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hang.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double rl_hang_deadline(const double *steps, int n, double factor, double min_s) {
+    if (!(factor > 0) || n <= 0) return 0;
+    double v[RL_HANG_STEPS];
+    int k = 0;
+    for (int i = 0; i < n && k < RL_HANG_STEPS; i++)
+        if (steps[i] > 0 && isfinite(steps[i])) v[k++] = steps[i];
+    if (k < RL_HANG_MIN_STEPS) return 0;
+    qsort(v, (size_t)k, sizeof v[0], cmp_double);
+    double median = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+    double d = factor * median;
+    return d > min_s ? d : min_s;
+}
+
+const rl_comm_record *rl_hang_stuck(const rl_comm_record *r, int n, double now, double deadline) {
+    if (!(deadline > 0)) return NULL;
+    for (int i = 0; i < n; i++) /* oldest first */
+        if (r[i].seq && r[i].t_done <= 0 && now - r[i].t_issue >= deadline) return &r[i];
+    return NULL;
+}
+
+/* ---- the verdict ---------------------------------------------------------------------------- */
+static bool blamed(const rl_hang_rank *r, uint64_t seq) {
+    return !r->answered || r->issued < seq;
+}
+
+/* "rank 1 (pod p, node n) never entered allreduce #9" or "... stopped
+ * responding in allreduce #9 (last heartbeat 2.1 s ago, newest broadcast #8)" */
+static void blame_one(const rl_hang_rank *r, uint64_t seq, const char *op, double now_unix, char *dst, size_t n) {
+    char where[160];
+    snprintf(where, sizeof where, " (pod %s, node %s)", r->pod[0] ? r->pod : "?", r->node[0] ? r->node : "?");
+    if (r->answered) {
+        snprintf(dst, n, "rank %d%s never entered %s #%llu (its newest is #%llu)", r->rank, where, op,
+                 (unsigned long long)seq, (unsigned long long)r->issued);
+    } else if (!r->seen) {
+        snprintf(dst, n, "rank %d%s stopped responding in %s #%llu (no heartbeat at all)", r->rank, where, op,
+                 (unsigned long long)seq);
+    } else {
+        char newest[64] = "";
+        if (r->issued < seq)
+            snprintf(newest, sizeof newest, ", newest %s #%llu", r->op[0] ? r->op : "op",
+                     (unsigned long long)r->issued);
+        snprintf(dst, n, "rank %d%s stopped responding in %s #%llu (last heartbeat %.1f s ago%s)", r->rank, where,
+                 op, (unsigned long long)seq, now_unix - r->unix_time, newest);
+    }
+}
+
+int rl_hang_verdict(const rl_hang_rank *ranks, int world, uint64_t seq, const char *op, double now_unix,
+                    char *out, size_t n) {
+    enum { NAMED = 4 };
+    int blames = 0;
+    size_t at = 0;
+    if (n) out[0] = '\0';
+    for (int i = 0; i < world; i++) {
+        if (!blamed(&ranks[i], seq)) continue;
+        if (blames++ >= NAMED) continue;
+        char one[400];
+        blame_one(&ranks[i], seq, op, now_unix, one, sizeof one);
+        if (at < n) at += (size_t)snprintf(out + at, n - at, "%s%s", blames > 1 ? "; " : "", one);
+    }
+    if (blames > NAMED && at < n) snprintf(out + at, n - at, "; and %d more", blames - NAMED);
+    if (!blames)
+        snprintf(out, n, "every rank of %d entered %s #%llu and none finished it (a network or backend fault)",
+                 world, op, (unsigned long long)seq);
+    return blames;
+}
+
+/* ---- the wire ------------------------------------------------------------------------------- */
+char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n, double now, double now_unix) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddNumberToObject(o, "rank", r->rank);
+    cJSON_AddNumberToObject(o, "issued", (double)r->issued);
+    cJSON_AddNumberToObject(o, "done", (double)r->done);
+    cJSON_AddStringToObject(o, "op", r->op);
+    cJSON_AddNumberToObject(o, "step", (double)r->step);
+    cJSON_AddNumberToObject(o, "unix", r->unix_time);
+    cJSON_AddStringToObject(o, "pod", r->pod);
+    cJSON_AddStringToObject(o, "node", r->node);
+    if (n > 0) {
+        cJSON *a = cJSON_AddArrayToObject(o, "records");
+        for (int i = 0; a && i < n; i++) {
+            cJSON *x = cJSON_CreateObject();
+            if (!x) break;
+            cJSON_AddItemToArray(a, x);
+            cJSON_AddNumberToObject(x, "seq", (double)rec[i].seq);
+            cJSON_AddStringToObject(x, "op", rec[i].op ? rec[i].op : "");
+            cJSON_AddNumberToObject(x, "bytes", (double)rec[i].bytes);
+            cJSON_AddNumberToObject(x, "issued_unix", now_unix - (now - rec[i].t_issue));
+            if (rec[i].t_done > 0) {
+                cJSON_AddNumberToObject(x, "done_unix", now_unix - (now - rec[i].t_done));
+                cJSON_AddNumberToObject(x, "rc", rec[i].rc);
+            } else {
+                cJSON_AddNumberToObject(x, "running_s", now - rec[i].t_issue);
+            }
+        }
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* a count that fits: 0 <= v < 2^53 (a double holds such integers exactly) */
+static bool count_of(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 9007199254740992.0)) return false;
+    *out = (uint64_t)v->valuedouble;
+    return true;
+}
+
+static void copy_str(const cJSON *o, const char *k, char *dst, size_t n) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    snprintf(dst, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
+}
+
+int rl_hang_rank_parse(const char *text, size_t len, const char *what, rl_hang_rank *out, rl_err *e) {
+    memset(out, 0, sizeof *out);
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    uint64_t rank, issued, done, step;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "unix");
+    bool ok = cJSON_IsObject(o) && count_of(cJSON_GetObjectItemCaseSensitive(o, "rank"), &rank) &&
+              rank < (1u << 24) && count_of(cJSON_GetObjectItemCaseSensitive(o, "issued"), &issued) &&
+              count_of(cJSON_GetObjectItemCaseSensitive(o, "done"), &done) &&
+              count_of(cJSON_GetObjectItemCaseSensitive(o, "step"), &step) && cJSON_IsNumber(t) &&
+              isfinite(t->valuedouble);
+    if (ok) {
+        *out = (rl_hang_rank){.rank = (int)rank, .seen = true, .issued = issued, .done = done,
+                              .step = (long long)step, .unix_time = t->valuedouble};
+        copy_str(o, "op", out->op, sizeof out->op);
+        copy_str(o, "pod", out->pod, sizeof out->pod);
+        copy_str(o, "node", out->node, sizeof out->node);
+    }
+    cJSON_Delete(o);
+    return ok ? RL_OK : rl_errf(e, RL_EINPUT, "%s: not a heartbeat (rank, issued, done, step, unix)", what);
+}

@@ -1,0 +1,121 @@
+/* hang: a stuck collective found within k x the median step, the rank
+ * that stopped named, every rank's records kept, then recovery.
+ *
+ * Each trainer of a distributed run starts a watch: a thread with its own
+ * connection to the round's store. Every RL_HANG_BEAT_S it publishes a
+ * heartbeat, <prefix>/hang/beat/<rank>: the newest collective it issued
+ * and the newest it completed (comm.h's seq: the same number is the same
+ * collective on every rank), its step, pod and node. Rank 0's watch also
+ * judges. When one of its collectives has run longer than
+ *     deadline = max(dist.hang_min_s, dist.hang_factor x median step)
+ * (the median of this run's last RL_HANG_STEPS step times; no verdict
+ * before RL_HANG_MIN_STEPS steps, so loading, compiling and resuming are
+ * never hangs), it
+ *   1. asks every rank for its records (<prefix>/hang/state = "ask <seq>"),
+ *   2. waits up to RL_HANG_GATHER_S for the answers
+ *      (<prefix>/hang/records/<rank>: the heartbeat plus the records),
+ *   3. names the ranks that never entered the stuck collective or stopped
+ *      answering, with their pod and node (rl_hang_verdict),
+ *   4. writes one JSON dump of every rank's records next to the
+ *      checkpoints (<checkpoint.uri>/hangs/r<round>-seq<N>.json; without a
+ *      checkpoint store, to the log),
+ *   5. tells its agent on the stats pipe (a "hung" line: the progress
+ *      Lease's hung annotations, the TrainingJob's Hung condition),
+ *   6. and only then sets the state to "abort <seq>", which every watch
+ *      answers by aborting its communicator: each trainer's collective
+ *      fails at once and the trainer ends as infrastructure (peer lost),
+ *      long before dist.timeout_s.
+ * A rank whose whole process stopped (SIGSTOP, a wedged driver) answers
+ * nothing: its last heartbeat speaks for it. Judging from rank 0 alone is
+ * enough: every collective includes rank 0, so a stuck one stalls it too.
+ *
+ * The deciding (deadline, stuck op, verdict) and the wire format are pure
+ * functions below; the watch (watch.c) is the I/O around them. */
+#ifndef RL_HANG_H
+#define RL_HANG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/ckpt.h"
+#include "comm/comm.h"
+#include "util/util.h"
+
+#define RL_HANG_BEAT_S 0.5    /* heartbeat period; also how often a watch looks at the state */
+#define RL_HANG_TICK_S 0.1    /* rank 0's judging period */
+#define RL_HANG_GATHER_S 1.5  /* rank 0 waits this long for every rank's records */
+#define RL_HANG_STEPS 32      /* the median is over this many recent steps */
+#define RL_HANG_MIN_STEPS 3   /* ... and needs this many */
+
+/* ---- deciding (pure) ---------------------------------------------------------------------- */
+/* The deadline for steps[0..n) (seconds, any order; non-positive and NaN
+ * ignored): max(min_s, factor x median); 0 when there are fewer than
+ * RL_HANG_MIN_STEPS usable steps or factor is 0 (no judging). */
+double rl_hang_deadline(const double *steps, int n, double factor, double min_s);
+/* The oldest record not yet done that was issued deadline or more before
+ * now; NULL when none (or deadline <= 0). */
+const rl_comm_record *rl_hang_stuck(const rl_comm_record *r, int n, double now, double deadline);
+
+/* What one rank said about itself: its heartbeat, or its answer to "ask". */
+typedef struct rl_hang_rank {
+    int rank;
+    bool seen;          /* a heartbeat arrived */
+    bool answered;      /* it answered the ask (its records are current) */
+    uint64_t issued;    /* newest seq issued (0: none) */
+    uint64_t done;      /* newest seq returned */
+    char op[16];        /* the op of `issued` */
+    long long step;     /* optimizer steps done */
+    double unix_time;   /* when it said so */
+    char pod[64], node[64];
+} rl_hang_rank;
+
+/* Who is to blame for seq: the ranks that never entered it (answered,
+ * issued < seq) and those that stopped answering, each with pod, node and
+ * what they last said; the others are waiting in it. One sentence, e.g.
+ *   rank 1 (pod llama-1, node gpu-12) stopped responding in allreduce #1580
+ *   (last heartbeat 2.1 s ago)
+ * (at most 4 ranks named, then "and N more"), or, when every rank entered
+ * it, that none finished (a network or backend fault). Returns the number
+ * of ranks blamed. ranks[i] is rank i; now_unix judges heartbeat ages. */
+int rl_hang_verdict(const rl_hang_rank *ranks, int world, uint64_t seq, const char *op, double now_unix,
+                    char *out, size_t n);
+
+/* ---- the wire (store values; parsers take untrusted bytes) --------------------------------- */
+/* A heartbeat, or with records (n > 0, records' times are rl_now() of this
+ * process, written as unix times) an answer; malloc'd JSON, NULL on no
+ * memory. */
+char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n, double now, double now_unix);
+/* Reads the heartbeat fields of either (RL_EINPUT naming `what` when it is
+ * not one); the records stay in the text, for the dump. */
+int rl_hang_rank_parse(const char *text, size_t len, const char *what, rl_hang_rank *out, rl_err *e);
+
+/* ---- the watch (watch.c) ------------------------------------------------------------------ */
+typedef struct rl_hang_watch rl_hang_watch;
+typedef struct rl_hang_watch_opts {
+    rl_comm *comm;            /* the communicator it watches and aborts */
+    int rank, world;
+    const char *store_host;   /* the round's store */
+    int store_port;
+    const char *secret;       /* the job's rendezvous secret (NULL: none) */
+    const char *prefix;       /* the round's key prefix ("r3") */
+    const char *pod, *node;   /* where this rank runs (NULL: unknown) */
+    double factor, min_s;     /* dist.hang_factor, dist.hang_min_s */
+    double timeout_s;         /* the store client's bound (at most 5 s is used) */
+    const rl_ckpt_config *ckpt; /* rank 0: where the dump goes (NULL or uri "": the log) */
+    const char *stats_fd;     /* rank 0: the agent's stats pipe (NULL: none) */
+} rl_hang_watch_opts;
+/* Starts the thread (it connects on its own; a store it cannot reach is
+ * logged and the watch idles: hangs are then left to dist.timeout_s).
+ * factor 0 or world 1: *out is NULL, nothing runs. */
+int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err *e);
+/* A step finished (the training thread, via its observer); NULL is fine. */
+void rl_hang_watch_step(rl_hang_watch *w, long long step, double step_s);
+/* Stops and joins the thread (a dump in progress finishes, bounded by the
+ * store's and the checkpoint store's timeouts). failed: the run failed,
+ * so a rank but 0 looks at the state once more first (a peer's abort
+ * reaches its ring before its next look). True when the watch aborted the
+ * communicator, with the verdict in why. NULL is fine (false). */
+bool rl_hang_watch_stop(rl_hang_watch *w, bool failed, char *why, size_t n);
+
+#endif

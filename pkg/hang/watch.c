@@ -1,0 +1,377 @@
+/* The hang watch: heartbeats, rank 0's judging, the gather, the dump,
+ * the report and the abort (hang.h says the protocol). */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hang.h"
+#include "metrics/metrics.h"
+#include "store/store.h"
+
+struct rl_hang_watch {
+    rl_hang_watch_opts o;
+    char host[256], prefix[64], pod[64], node[64], secret[256];
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop, failed;               /* under mu */
+    double steps[RL_HANG_STEPS];     /* under mu: recent step times, a ring */
+    int nsteps;
+    long long step;
+    bool fired;                      /* under mu */
+    char why[512];
+    /* the thread's own */
+    rl_store *s;
+    uint64_t answered;               /* the ask this rank answered */
+    double next_beat;
+};
+
+/* Sleeps up to s; false once stopping. */
+static bool nap(rl_hang_watch *w, double s) {
+    pthread_mutex_lock(&w->mu);
+    if (!w->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec / 1e9 + s;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    bool go = !w->stop;
+    pthread_mutex_unlock(&w->mu);
+    return go;
+}
+
+static void key(const rl_hang_watch *w, char *dst, size_t n, const char *what, int rank) {
+    if (rank >= 0) snprintf(dst, n, "%s/hang/%s/%d", w->prefix, what, rank);
+    else snprintf(dst, n, "%s/hang/%s", w->prefix, what);
+}
+
+/* This rank as it stands now, with its records. */
+static int snapshot(rl_hang_watch *w, rl_hang_rank *me, rl_comm_record *rec) {
+    int n = rl_comm_records(w->o.comm, rec, RL_COMM_RECORDS);
+    *me = (rl_hang_rank){.rank = w->o.rank, .seen = true, .answered = true, .unix_time = rl_wall_now()};
+    pthread_mutex_lock(&w->mu);
+    me->step = w->step;
+    pthread_mutex_unlock(&w->mu);
+    if (n > 0) {
+        me->issued = rec[n - 1].seq;
+        snprintf(me->op, sizeof me->op, "%s", rec[n - 1].op ? rec[n - 1].op : "");
+    }
+    for (int i = 0; i < n; i++)
+        if (rec[i].t_done > 0 && rec[i].seq > me->done) me->done = rec[i].seq;
+    snprintf(me->pod, sizeof me->pod, "%s", w->pod);
+    snprintf(me->node, sizeof me->node, "%s", w->node);
+    return n;
+}
+
+/* The heartbeat, or (with records) the answer to an ask. */
+static int publish(rl_hang_watch *w, const char *what, bool records, rl_err *e) {
+    rl_hang_rank me;
+    rl_comm_record rec[RL_COMM_RECORDS];
+    int n = snapshot(w, &me, rec);
+    char *j = rl_hang_rank_json(&me, rec, records ? n : 0, rl_now(), me.unix_time);
+    if (!j) return rl_errf(e, RL_ENOMEM, "hang watch: no memory for a heartbeat");
+    char k[160];
+    key(w, k, sizeof k, what, w->o.rank);
+    int rc = rl_store_set(w->s, k, j, strlen(j), e);
+    free(j);
+    return rc;
+}
+
+static void fire(rl_hang_watch *w, const char *why) {
+    pthread_mutex_lock(&w->mu);
+    w->fired = true;
+    snprintf(w->why, sizeof w->why, "%s", why);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- every rank but 0: answer rank 0's ask, obey its abort ---------------------------------- */
+/* *aborted once it aborted the communicator. */
+static int follow(rl_hang_watch *w, bool *aborted, rl_err *e) {
+    char k[160];
+    void *v = NULL;
+    size_t len;
+    key(w, k, sizeof k, "state", -1);
+    int rc = rl_store_get(w->s, k, 0, &v, &len, e);
+    if (rc == RL_ETIMEOUT) return RL_OK; /* nothing asked */
+    if (rc) return rc;
+    unsigned long long seq = 0;
+    char verb[8] = "";
+    if (sscanf(v, "%7s %llu", verb, &seq) != 2) seq = 0;
+    free(v);
+    if (!strcmp(verb, "ask") && seq && seq != w->answered) {
+        w->answered = seq;
+        rl_comm_dump_all(); /* into this rank's log too */
+        return publish(w, "records", true, e);
+    }
+    if (strcmp(verb, "abort") != 0) return RL_OK;
+    char why[512] = "rank 0 found a hang";
+    key(w, k, sizeof k, "verdict", -1);
+    if (rl_store_get(w->s, k, 0, &v, &len, e) == RL_OK) {
+        snprintf(why, sizeof why, "rank 0 found a hang: %.480s", (const char *)v);
+        free(v);
+    }
+    fire(w, why);
+    rl_comm_abort(w->o.comm);
+    *aborted = true;
+    return RL_OK;
+}
+
+/* ---- rank 0: judge, gather, name, dump, report, abort --------------------------------------- */
+static double deadline_now(rl_hang_watch *w) {
+    pthread_mutex_lock(&w->mu);
+    double d = rl_hang_deadline(w->steps, w->nsteps < RL_HANG_STEPS ? w->nsteps : RL_HANG_STEPS, w->o.factor,
+                                w->o.min_s);
+    pthread_mutex_unlock(&w->mu);
+    return d;
+}
+
+/* What each rank said: answers (text kept for the dump) within the gather
+ * window, else its last heartbeat. */
+static void gather(rl_hang_watch *w, rl_hang_rank *ranks, char **texts) {
+    int world = w->o.world, missing = world - 1;
+    double end = rl_now() + RL_HANG_GATHER_S;
+    rl_err e = {0};
+    char k[160];
+    for (;;) {
+        for (int r = 1; r < world; r++) {
+            if (ranks[r].answered) continue;
+            void *v = NULL;
+            size_t len;
+            key(w, k, sizeof k, "records", r);
+            if (rl_store_get(w->s, k, 0, &v, &len, &e) != RL_OK) continue;
+            if (rl_hang_rank_parse(v, len, k, &ranks[r], &e) == RL_OK && ranks[r].rank == r) {
+                ranks[r].answered = true, texts[r] = v, missing--;
+            } else {
+                free(v);
+                memset(&ranks[r], 0, sizeof ranks[r]);
+            }
+        }
+        if (!missing || rl_now() >= end || !nap(w, 0.1)) break;
+    }
+    for (int r = 1; r < world; r++) {
+        void *v = NULL;
+        size_t len;
+        key(w, k, sizeof k, "beat", r);
+        if (ranks[r].answered || rl_store_get(w->s, k, 0, &v, &len, &e) != RL_OK) {
+            ranks[r].rank = r;
+            continue;
+        }
+        if (rl_hang_rank_parse(v, len, k, &ranks[r], &e) != RL_OK || ranks[r].rank != r)
+            memset(&ranks[r], 0, sizeof ranks[r]);
+        ranks[r].rank = r, ranks[r].answered = false;
+        texts[r] = v;
+    }
+}
+
+/* The dump: the stuck op, the verdict, and every rank's answer or heartbeat. */
+static char *dump_json(const rl_hang_watch *w, const rl_comm_record *stuck, double deadline, const char *verdict,
+                       const rl_hang_rank *ranks, char *const *texts) {
+    cJSON *o = cJSON_CreateObject(), *a = o ? cJSON_AddArrayToObject(o, "ranks") : NULL;
+    if (!a) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON_AddStringToObject(o, "round", w->prefix);
+    cJSON_AddStringToObject(o, "op", stuck->op);
+    cJSON_AddNumberToObject(o, "seq", (double)stuck->seq);
+    cJSON_AddNumberToObject(o, "bytes", (double)stuck->bytes);
+    cJSON_AddNumberToObject(o, "running_s", rl_now() - stuck->t_issue);
+    cJSON_AddNumberToObject(o, "deadline_s", deadline);
+    cJSON_AddNumberToObject(o, "detected_unix", rl_wall_now() - (rl_now() - stuck->t_issue - deadline));
+    cJSON_AddNumberToObject(o, "dumped_unix", rl_wall_now());
+    cJSON_AddStringToObject(o, "verdict", verdict);
+    for (int r = 0; r < w->o.world; r++) {
+        cJSON *x = texts[r] ? cJSON_Parse(texts[r]) : NULL;
+        if (!cJSON_IsObject(x)) {
+            cJSON_Delete(x);
+            x = cJSON_CreateObject();
+            cJSON_AddNumberToObject(x, "rank", r);
+        }
+        cJSON_AddBoolToObject(x, "answered", ranks[r].answered);
+        cJSON_AddItemToArray(a, x);
+    }
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* Next to the checkpoints; the location in *where ("" when only logged). */
+static void write_dump(const rl_hang_watch *w, const char *text, uint64_t seq, char *where, size_t n) {
+    where[0] = '\0';
+    if (!w->o.ckpt || !w->o.ckpt->uri[0]) {
+        rl_log_msg(RL_LOG_WARN, "hang_dump", "no checkpoint.uri: every rank logged its comm_records instead");
+        return;
+    }
+    rl_ckpt_store *cs = NULL;
+    rl_err e = {0};
+    char k[128];
+    snprintf(k, sizeof k, "hangs/%s-seq%llu.json", w->prefix, (unsigned long long)seq);
+    rl_ckpt_part part = {text, strlen(text)};
+    if (rl_ckpt_store_open_cfg(w->o.ckpt, &cs, &e) || rl_ckpt_put(cs, k, &part, 1, &e)) {
+        char j[700];
+        rl_log(RL_LOG_ERROR, "hang_dump", "\"msg\":\"%s\"", rl_json_escape(j, sizeof j, e.msg));
+    } else {
+        snprintf(where, n, "%s/%s", cs->uri, k);
+    }
+    rl_ckpt_store_close(cs);
+}
+
+static void diagnose(rl_hang_watch *w, const rl_comm_record *stuck, double deadline) {
+    int world = w->o.world;
+    rl_hang_rank *ranks = calloc((size_t)world, sizeof *ranks);
+    char **texts = calloc((size_t)world, sizeof *texts);
+    rl_err e = {0};
+    char k[160], state[64], verdict[1024] = "", where[RL_CKPT_URI_MAX + 160] = "";
+    if (!ranks || !texts) {
+        snprintf(verdict, sizeof verdict, "%s #%llu ran past its deadline (no memory to gather records)", stuck->op,
+                 (unsigned long long)stuck->seq);
+        goto act;
+    }
+    key(w, k, sizeof k, "state", -1);
+    snprintf(state, sizeof state, "ask %llu", (unsigned long long)stuck->seq);
+    (void)rl_store_set(w->s, k, state, strlen(state), &e);
+    rl_comm_record rec[RL_COMM_RECORDS];
+    int n = snapshot(w, &ranks[0], rec);
+    texts[0] = rl_hang_rank_json(&ranks[0], rec, n, rl_now(), ranks[0].unix_time);
+    rl_comm_dump_all();
+    gather(w, ranks, texts);
+    rl_hang_verdict(ranks, world, stuck->seq, stuck->op, rl_wall_now(), verdict, sizeof verdict);
+    char *dump = dump_json(w, stuck, deadline, verdict, ranks, texts);
+    if (dump) write_dump(w, dump, stuck->seq, where, sizeof where);
+    free(dump);
+act:;
+    char j[1200], u[2 * sizeof where];
+    rl_log(RL_LOG_ERROR, "hang", "\"verdict\":\"%s\",\"deadline_s\":%.3f,\"dump\":\"%s\"",
+           rl_json_escape(j, sizeof j, verdict), deadline, rl_json_escape(u, sizeof u, where));
+    /* the agent: the progress Lease's annotations, the job's Hung condition */
+    rl_stats_writer sw;
+    rl_stats_writer_open(&sw, w->o.stats_fd);
+    rl_stats_msg m = {.kind = RL_STATS_HUNG};
+    pthread_mutex_lock(&w->mu);
+    m.step = w->step;
+    pthread_mutex_unlock(&w->mu);
+    snprintf(m.why, sizeof m.why, "%s", verdict);
+    snprintf(m.uri, sizeof m.uri, "%s", where);
+    rl_stats_send(&sw, &m);
+    /* only now: everyone aborts */
+    fire(w, verdict);
+    key(w, k, sizeof k, "verdict", -1);
+    (void)rl_store_set(w->s, k, verdict, strlen(verdict), &e);
+    key(w, k, sizeof k, "state", -1);
+    snprintf(state, sizeof state, "abort %llu", (unsigned long long)stuck->seq);
+    (void)rl_store_set(w->s, k, state, strlen(state), &e);
+    rl_comm_abort(w->o.comm);
+    for (int r = 0; texts && r < world; r++) free(texts[r]);
+    free(texts);
+    free(ranks);
+}
+
+/* True once it diagnosed a hang (the communicator is aborted). */
+static bool judge(rl_hang_watch *w) {
+    double deadline = deadline_now(w);
+    if (deadline <= 0) return false;
+    rl_comm_record rec[RL_COMM_RECORDS];
+    int n = rl_comm_records(w->o.comm, rec, RL_COMM_RECORDS);
+    const rl_comm_record *stuck = rl_hang_stuck(rec, n, rl_now(), deadline);
+    if (stuck) diagnose(w, stuck, deadline);
+    return stuck != NULL;
+}
+
+/* ---- the thread ----------------------------------------------------------------------------- */
+static int connect_store(rl_hang_watch *w, rl_err *e) {
+    /* small values only: a store that takes longer is gone */
+    double t = w->o.timeout_s > 0 && w->o.timeout_s < 5 ? w->o.timeout_s : 5;
+    int rc = rl_store_connect(w->host, w->o.store_port, t, &w->s, e);
+    char id[48];
+    snprintf(id, sizeof id, "rank-%d-hang", w->o.rank);
+    if (!rc && w->secret[0]) rc = rl_store_auth(w->s, id, w->secret, strlen(w->secret), e);
+    return rc;
+}
+
+static void *run(void *arg) {
+    rl_hang_watch *w = arg;
+    rl_err e = {0};
+    int rc = connect_store(w, &e);
+    double period = w->o.rank == 0 ? RL_HANG_TICK_S : RL_HANG_BEAT_S;
+    bool aborted = false;
+    while (!rc && !aborted && nap(w, period)) {
+        double now = rl_now();
+        if (now >= w->next_beat) {
+            w->next_beat = now + RL_HANG_BEAT_S;
+            if ((rc = publish(w, "beat", false, &e))) break;
+        }
+        if (w->o.rank == 0) aborted = judge(w);
+        else rc = follow(w, &aborted, &e);
+    }
+    if (!rc && !aborted && w->failed && w->o.rank != 0) rc = follow(w, &aborted, &e);
+    if (rc) {
+        char j[700];
+        rl_log(RL_LOG_WARN, "hang_watch", "\"msg\":\"stopped: %s; hangs are left to dist.timeout_s\"",
+               rl_json_escape(j, sizeof j, e.msg));
+    }
+    rl_store_close(w->s);
+    w->s = NULL;
+    return NULL;
+}
+
+int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err *e) {
+    *out = NULL;
+    if (!(o->factor > 0) || o->world < 2) return RL_OK;
+    if (!o->comm || !o->store_host || !o->prefix || o->rank < 0 || o->rank >= o->world)
+        return rl_errf(e, RL_EINPUT, "hang watch: comm, store and prefix are required");
+    rl_hang_watch *w = calloc(1, sizeof *w);
+    if (!w) return rl_errf(e, RL_ENOMEM, "hang watch: no memory");
+    w->o = *o;
+    snprintf(w->host, sizeof w->host, "%s", o->store_host);
+    snprintf(w->prefix, sizeof w->prefix, "%s", o->prefix);
+    snprintf(w->pod, sizeof w->pod, "%s", o->pod ? o->pod : "");
+    snprintf(w->node, sizeof w->node, "%s", o->node ? o->node : "");
+    if (o->secret && strlen(o->secret) >= sizeof w->secret) {
+        free(w);
+        return rl_errf(e, RL_EINPUT, "hang watch: the rendezvous secret is longer than %zu bytes", sizeof w->secret - 1);
+    }
+    snprintf(w->secret, sizeof w->secret, "%s", o->secret ? o->secret : "");
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&w->th, NULL, run, w) != 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        return rl_errf(e, RL_EIO, "hang watch: cannot start its thread");
+    }
+    *out = w;
+    return RL_OK;
+}
+
+void rl_hang_watch_step(rl_hang_watch *w, long long step, double step_s) {
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->steps[w->nsteps++ % RL_HANG_STEPS] = step_s;
+    if (w->nsteps >= 2 * RL_HANG_STEPS) w->nsteps -= RL_HANG_STEPS; /* stays full, never overflows */
+    w->step = step;
+    pthread_mutex_unlock(&w->mu);
+}
+
+bool rl_hang_watch_stop(rl_hang_watch *w, bool failed, char *why, size_t n) {
+    if (!w) return false;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true, w->failed = failed;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    bool fired = w->fired;
+    if (fired && n) snprintf(why, n, "%s", w->why);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    return fired;
+}

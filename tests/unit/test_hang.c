@@ -1,0 +1,105 @@
+/* Hang diagnosis, the pure part (hang.h): the deadline, the stuck op, the
+ * verdict that names the rank, and the heartbeat's wire format. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hang/hang.h"
+
+Test(hang, the_deadline_is_k_medians_with_a_floor) {
+    double steps[] = {0.2, 0.1, 0.3, 5.0 /* one slow step (a checkpoint) does not move the median */, 0.2};
+    cr_expect_float_eq(rl_hang_deadline(steps, 5, 10, 1), 2.0, 1e-12);
+    cr_expect_float_eq(rl_hang_deadline(steps, 5, 10, 3), 3.0, 1e-12, "the floor wins");
+    cr_expect_eq(rl_hang_deadline(steps, 2, 10, 1), 0, "two steps are too few to judge");
+    cr_expect_eq(rl_hang_deadline(steps, 5, 0, 1), 0, "factor 0: no watch");
+    double odd[] = {NAN, -1, 0, 0.5, 0.5, 0.5};
+    cr_expect_float_eq(rl_hang_deadline(odd, 6, 4, 0.1), 2.0, 1e-12, "NaN and non-positive steps are ignored");
+    double few[] = {NAN, 0.5, 0.5};
+    cr_expect_eq(rl_hang_deadline(few, 3, 4, 0.1), 0, "only two usable steps");
+}
+
+Test(hang, the_stuck_op_is_the_oldest_unfinished_past_the_deadline) {
+    rl_comm_record r[] = {
+        {.seq = 7, .op = "allreduce", .t_issue = 10, .t_done = 10.5},
+        {.seq = 8, .op = "allreduce", .t_issue = 11, .t_done = 0},
+        {.seq = 9, .op = "allreduce", .t_issue = 11.5, .t_done = 0},
+    };
+    cr_expect_null(rl_hang_stuck(r, 3, 13, 2.5), "8 ran 2 s of 2.5");
+    const rl_comm_record *s = rl_hang_stuck(r, 3, 13.5, 2.5);
+    cr_assert_not_null(s);
+    cr_expect_eq(s->seq, 8);
+    cr_expect_null(rl_hang_stuck(r, 3, 100, 0), "no deadline: no verdict");
+    cr_expect_null(rl_hang_stuck(r, 1, 100, 1), "every op done");
+}
+
+static rl_hang_rank rank_at(int r, bool answered, uint64_t issued, const char *pod) {
+    rl_hang_rank x = {.rank = r, .seen = true, .answered = answered, .issued = issued, .done = issued - 1,
+                      .step = 40, .unix_time = 1000};
+    snprintf(x.op, sizeof x.op, "allreduce");
+    snprintf(x.pod, sizeof x.pod, "%s", pod);
+    snprintf(x.node, sizeof x.node, "node-%d", r);
+    return x;
+}
+
+Test(hang, the_verdict_names_who_stopped_and_who_never_entered) {
+    rl_hang_rank ranks[4] = {rank_at(0, true, 1580, "job-0"), rank_at(1, true, 1580, "job-1"),
+                             rank_at(2, false, 1579, "job-2"), rank_at(3, true, 1579, "job-3")};
+    char out[1024];
+    int n = rl_hang_verdict(ranks, 4, 1580, "allreduce", 1002.5, out, sizeof out);
+    cr_expect_eq(n, 2);
+    cr_expect(strstr(out, "rank 2 (pod job-2, node node-2) stopped responding in allreduce #1580 "
+                          "(last heartbeat 2.5 s ago, newest allreduce #1579)"),
+              "%s", out);
+    cr_expect(strstr(out, "rank 3 (pod job-3, node node-3) never entered allreduce #1580 (its newest is #1579)"), "%s",
+              out);
+    cr_expect(!strstr(out, "rank 1 "), "rank 1 only waits: %s", out);
+    cr_expect(!strstr(out, "rank 0 "), "%s", out);
+}
+
+Test(hang, a_rank_without_any_heartbeat_and_a_fault_nobody_caused) {
+    rl_hang_rank ranks[2] = {rank_at(0, true, 9, "a"), {.rank = 1}};
+    char out[512];
+    cr_expect_eq(rl_hang_verdict(ranks, 2, 9, "broadcast", 1000, out, sizeof out), 1);
+    cr_expect(strstr(out, "rank 1 (pod ?, node ?) stopped responding in broadcast #9 (no heartbeat at all)"), "%s", out);
+    ranks[1] = rank_at(1, true, 9, "b");
+    cr_expect_eq(rl_hang_verdict(ranks, 2, 9, "broadcast", 1000, out, sizeof out), 0);
+    cr_expect(strstr(out, "every rank of 2 entered broadcast #9 and none finished it"), "%s", out);
+}
+
+Test(hang, many_culprits_are_counted_not_listed) {
+    rl_hang_rank ranks[10];
+    for (int r = 0; r < 10; r++) ranks[r] = rank_at(r, true, r == 0 ? 50 : 49, "p");
+    char out[2048];
+    cr_expect_eq(rl_hang_verdict(ranks, 10, 50, "allreduce", 1000, out, sizeof out), 9);
+    cr_expect(strstr(out, "; and 5 more"), "%s", out);
+    char tiny[32];
+    rl_hang_verdict(ranks, 10, 50, "allreduce", 1000, tiny, sizeof tiny);
+    cr_expect_lt(strlen(tiny), sizeof tiny, "truncated, never overrun");
+}
+
+Test(hang, heartbeats_round_trip_and_garbage_is_refused) {
+    rl_hang_rank r = rank_at(3, true, 1580, "llama-3");
+    rl_comm_record rec[1] = {{.seq = 1580, .op = "allreduce", .bytes = 4096, .t_issue = 99, .t_done = 0}};
+    char *j = rl_hang_rank_json(&r, rec, 1, 100, 5000);
+    cr_assert_not_null(j);
+    cr_expect(strstr(j, "\"running_s\":1") && strstr(j, "\"issued_unix\":4999"), "%s", j);
+    rl_hang_rank back;
+    rl_err e = {0};
+    cr_assert_eq(rl_hang_rank_parse(j, strlen(j), "answer", &back, &e), RL_OK, "%s", e.msg);
+    free(j);
+    cr_expect_eq(back.rank, 3);
+    cr_expect_eq(back.issued, 1580);
+    cr_expect_eq(back.done, 1579);
+    cr_expect_str_eq(back.pod, "llama-3");
+    cr_expect_str_eq(back.node, "node-3");
+    cr_expect(back.seen && !back.answered, "answered is the reader's to say");
+    const char *bad[] = {"", "[]", "{\"rank\":-1,\"issued\":1,\"done\":1,\"step\":1,\"unix\":1}",
+                         "{\"rank\":1,\"issued\":1e300,\"done\":1,\"step\":1,\"unix\":1}",
+                         "{\"rank\":1,\"issued\":1,\"done\":1,\"step\":1}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(rl_hang_rank_parse(bad[i], strlen(bad[i]), "records/1", &back, &e), RL_EINPUT, "%s", bad[i]);
+        cr_expect(strstr(e.msg, "records/1"), "names the key: %s", e.msg);
+    }
+}
