@@ -44,8 +44,10 @@ static void blame_one(const rl_hang_rank *r, uint64_t seq, const char *op, doubl
     char where[160];
     snprintf(where, sizeof where, " (pod %s, node %s)", r->pod[0] ? r->pod : "?", r->node[0] ? r->node : "?");
     if (r->answered) {
-        snprintf(dst, n, "rank %d%s never entered %s #%llu (its newest is #%llu)", r->rank, where, op,
-                 (unsigned long long)seq, (unsigned long long)r->issued);
+        char newest[48] = "it issued none";
+        if (r->issued) snprintf(newest, sizeof newest, "its newest is #%llu", (unsigned long long)r->issued);
+        snprintf(dst, n, "rank %d%s never entered %s #%llu (%s)", r->rank, where, op, (unsigned long long)seq,
+                 newest);
     } else if (!r->seen) {
         snprintf(dst, n, "rank %d%s stopped responding in %s #%llu (no heartbeat at all)", r->rank, where, op,
                  (unsigned long long)seq);

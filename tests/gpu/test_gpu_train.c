@@ -18,6 +18,7 @@
 
 #include "comm/comm.h"
 #include "ddp/ddp.h"
+#include "hang/hang.h"
 #include "kernels/gpu.h"
 #include "rdzv/rdzv.h"
 #include "tests/gpu/check.h"
@@ -415,6 +416,70 @@ static void check_nccl_two_rank_collectives(void) {
     rl_store_server_stop(srv);
 }
 
+/* Issue 17's hang diagnosis over NCCL: rank 1 never enters rank 0's
+ * allreduce. Rank 0's watch (pkg/hang) finds it past the 1 s deadline,
+ * names rank 1 as the one that never entered allreduce #1, and aborts
+ * both communicators, so rank 0's call returns long before its 30 s
+ * timeout. In emulation the waiting call is nccl.c's settle(); on a GPU,
+ * rl_comm_wait's stream query: either is a record the watch sees running. */
+typedef struct hang_run {
+    peer *p;
+    int rc;
+    rl_err e;
+} hang_run;
+static void *hang_rank0(void *arg) {
+    hang_run *h = arg;
+    float *d = dev_floats(h->p->device, NULL, 8);
+    h->rc = d ? rl_comm_allreduce(h->p->comm, d, 8, RL_F32, RL_SUM, &h->e) : RL_ENOMEM;
+    if (!h->rc) h->rc = rl_comm_wait(h->p->comm, &h->e);
+    cudaFree(d);
+    return NULL;
+}
+static void check_nccl_hang_named(void) {
+    const char *name = "nccl: a rank that never enters is named";
+    if (!selected(name) || !two_devices(name)) return;
+    rl_store_server *srv = server(name);
+    if (!srv) return;
+    peer p[2];
+    rl_err e = {0};
+    const int dev[2] = {0, 1};
+    if (form_pair(p, srv, "hang", dev, 30, &e)) {
+        fail_err(name, &e);
+        rl_store_server_stop(srv);
+        return;
+    }
+    rl_hang_watch *w[2] = {NULL, NULL};
+    int rc = 0;
+    for (int r = 0; r < 2 && !rc; r++) {
+        rl_hang_watch_opts o = {.comm = p[r].comm, .rank = r, .world = 2, .store_host = "127.0.0.1",
+                                .store_port = rl_store_server_port(srv), .prefix = "hang", .pod = r ? "pod-b" : "pod-a",
+                                .node = "gpu-node", .factor = 5, .min_s = 1, .timeout_s = 5};
+        rc = rl_hang_watch_start(&o, &w[r], &e);
+    }
+    for (int i = 1; i <= 3; i++) rl_hang_watch_step(w[0], i, 0.01); /* a median step of 10 ms: the floor wins */
+    hang_run h = {.p = &p[0]};
+    double t0 = rl_now();
+    pthread_t t;
+    if (!rc) {
+        pthread_create(&t, NULL, hang_rank0, &h);
+        pthread_join(t, NULL);
+    }
+    double took = rl_now() - t0;
+    char why[600] = "";
+    bool fired = rl_hang_watch_stop(w[0], true, why, sizeof why);
+    char why1[600] = "";
+    bool fired1 = rl_hang_watch_stop(w[1], true, why1, sizeof why1);
+    if (rc) fail_err(name, &e);
+    else
+        report(name, h.rc != 0 && took < 10 && fired && fired1 &&
+                         strstr(why, "rank 1 (pod pod-b, node gpu-node) never entered allreduce #1") &&
+                         strstr(why1, "rank 0 found a hang: rank 1"),
+               "rank 0's allreduce returned %d after %.1f s (timeout 30 s); verdict: %s; rank 1: %s", h.rc, took, why,
+               why1);
+    for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
+    rl_store_server_stop(srv);
+}
+
 /* What NCCL refuses, at two ranks: two ranks on one device (every rank's
  * init fails), ranks whose n-th calls differ (both fail; NCCL itself would
  * hang or corrupt: the emulation makes it loud), and a buffer on the other
@@ -705,6 +770,7 @@ void test_gpu_train(void) {
     check_nccl_missing_peer();
     check_nccl_two_rank_collectives();
     check_nccl_two_rank_refusals();
+    check_nccl_hang_named();
     check_nccl_peer_never_enters();
     check_nccl_abort_while_waiting();
     check_ddp_two_ranks();
