@@ -32,7 +32,8 @@
  *   _learning_rate, _step_seconds, _model_tflops, _mfu (only with a peak),
  *   _allreduce_seconds, _allreduce_busy_seconds, _checkpoint_seconds,
  *   _checkpoint_last_step, _checkpoint_age_seconds, _rdzv_round,
- *   _world_size, and the counters _restarts_total, _rounds_total.
+ *   _world_size, _straggler{rank,pod,node} (on rank 0's node), and the
+ *   counters _restarts_total, _rounds_total, _hangs_total.
  * Without an agent (one process, or a rank of torchrun) the trainer can
  * feed an in-process rl_node_stats directly (rl_stats_reporter). */
 typedef struct rl_node_stats rl_node_stats;
@@ -69,6 +70,9 @@ typedef struct rl_node_snapshot {
     char hung_why[512], hung_dump[1200];
     long long hung_round;
     double hung_unix;
+    /* rank 0's stragglers (pkg/hang), "" none; pace_known: it judged */
+    char stragglers[512];
+    bool pace_known;
 } rl_node_snapshot;
 void rl_node_stats_snapshot(rl_node_stats *ns, rl_node_snapshot *out);
 
@@ -93,8 +97,9 @@ void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stat
  * progress onto the Lease <job>-progress as annotations (creating the
  * Lease when absent, holderIdentity = this pod): ringleader.dev/step,
  * /loss, /tokens-per-second, /last-checkpoint, /round, /updated (RFC 3339
- * UTC), and after a hang /hung (the verdict), /hung-round, /hung-dump,
- * /hung-time (the operator's Hung condition). From its own thread, when
+ * UTC), /stragglers once rank 0 judged ("" when none), and after a hang
+ * /hung (the verdict), /hung-round, /hung-dump, /hung-time (the
+ * operator's Hung condition). From its own thread, when
  * something changed and at most every interval (a new hang at once, even
  * when rank 0 already left: its round is ending), with the client's
  * timeouts; a failing API is logged and retried at the next interval,

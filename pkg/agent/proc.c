@@ -36,17 +36,35 @@ static int claim_place(rl_store *s, const char *prefix, const rl_static_env *env
     return RL_OK;
 }
 
-static void watch_step(void *ud, const rl_step_stats *st) { rl_hang_watch_step(ud, st->step, st->step_s); }
+static void watch_step(void *ud, const rl_step_stats *st) {
+    rl_hang_watch_step(ud, st->step, st->step_s, st->allreduce_s);
+}
+
+/* The watch's lines to the agent: on a writer of its own (one thread per
+ * writer), or into the in-process metrics when there is no agent. */
+typedef struct watch_sink {
+    rl_stats_writer w;
+    rl_node_stats *direct;
+} watch_sink;
+
+static void watch_report(void *ud, const rl_stats_msg *m) {
+    watch_sink *s = ud;
+    if (s->w.fd >= 0) rl_stats_send(&s->w, m);
+    else rl_node_stats_apply(s->direct, m);
+}
 
 /* The hang watch of this rank (hang.h); NULL when dist.hang_factor is 0. */
 static int start_watch(const rl_proc_opts *o, const rl_job_config *settled, rl_comm *comm, const char *prefix,
-                       rl_hang_watch **out, rl_err *e) {
+                       watch_sink *sink, rl_hang_watch **out, rl_err *e) {
+    rl_stats_writer_open(&sink->w, o->stats_fd);
+    sink->direct = o->stats;
     rl_hang_watch_opts ho = {
         .comm = comm, .rank = o->env->rank, .world = o->env->world,
         .store_host = o->env->master_addr, .store_port = o->env->master_port, .secret = o->secret,
         .prefix = prefix, .pod = o->pod, .node = o->node,
         .factor = settled->dist.hang_factor, .min_s = settled->dist.hang_min_s, .timeout_s = settled->dist.timeout_s,
-        .ckpt = &settled->ckpt, .stats_fd = o->stats_fd,
+        .straggler_factor = settled->dist.straggler_factor, .ckpt = &settled->ckpt,
+        .report = watch_report, .report_ud = sink,
     };
     return rl_hang_watch_start(&ho, out, e);
 }
@@ -60,6 +78,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     rl_ddp *ddp = NULL;
     rl_trainer *tr = NULL;
     rl_hang_watch *watch = NULL;
+    watch_sink sink;
     bool preempted_ok = false;
     int rc;
     memset(summary, 0, sizeof *summary);
@@ -103,7 +122,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
         .device = env->local_rank,
     };
     if ((rc = rl_comm_init(&co, &comm, e))) goto out;
-    if ((rc = start_watch(o, &settled, comm, prefix, &watch, e))) goto out;
+    if ((rc = start_watch(o, &settled, comm, prefix, &sink, &watch, e))) goto out;
 
     rl_train_dist dist = {.rank = env->rank, .world = env->world, .local_rank = env->local_rank};
     if ((rc = rl_trainer_new(&tr, &settled, &dist, e))) goto out;

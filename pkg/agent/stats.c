@@ -12,7 +12,9 @@
 
 enum {
     M_STEP, M_LOSS, M_TPS, M_GNORM, M_LR, M_STEP_S, M_TFLOPS, M_MFU, M_AR, M_AR_BUSY,
-    M_CKPT_S, M_CKPT_STEP, M_CKPT_AGE, M_ROUND, M_WORLD, M_RESTARTS, M_ROUNDS, M_HANGS, M_N
+    M_CKPT_S, M_CKPT_STEP, M_CKPT_AGE, M_ROUND, M_WORLD, M_RESTARTS, M_ROUNDS, M_HANGS,
+    M_SLOW, /* RL_STATS_SLOW_MAX slots of ringleader_straggler, one family */
+    M_N = M_SLOW + RL_STATS_SLOW_MAX
 };
 
 static const struct {
@@ -46,6 +48,11 @@ static const struct {
     [M_ROUNDS] = {RL_METRIC_COUNTER, "ringleader_rounds_total", "Rounds this node's trainers were started for."},
     [M_HANGS] = {RL_METRIC_COUNTER, "ringleader_hangs_total",
                  "Stuck collectives rank 0 diagnosed here (the job's Hung condition names the rank)."},
+#define SLOT(k) [M_SLOW + k] = {RL_METRIC_GAUGE, "ringleader_straggler{slot=\"" #k "\"}", SLOW_HELP}
+#define SLOW_HELP "A straggler rank: its busy time per step over the median rank's (absent when none)."
+    SLOT(0), SLOT(1), SLOT(2), SLOT(3),
+#undef SLOT
+#undef SLOW_HELP
 };
 
 struct rl_node_stats {
@@ -110,6 +117,25 @@ static void set_if(rl_node_stats *ns, int k, double v, bool ok) {
     if (ok && isfinite(v)) rl_metrics_set(ns->reg, ns->id[k], v);
 }
 
+/* Rank 0's stragglers: the gauge slots relabelled {rank,pod,node}, the rest absent. */
+static void apply_pace(rl_node_stats *ns, const rl_stats_msg *m) {
+    for (int i = 0; i < RL_STATS_SLOW_MAX; i++) {
+        int id = ns->id[M_SLOW + i];
+        char rank[16];
+        snprintf(rank, sizeof rank, "%d", i < m->nslow ? m->slow[i].rank : 0);
+        const char *labels[] = {"rank", rank, "pod", m->slow[i].pod, "node", m->slow[i].node, NULL};
+        rl_err e = {0};
+        if (i < m->nslow && rl_metrics_relabel(ns->reg, id, labels, &e) == RL_OK && isfinite(m->slow[i].ratio))
+            rl_metrics_set(ns->reg, id, m->slow[i].ratio);
+        else
+            rl_metrics_clear(ns->reg, id);
+    }
+    pthread_mutex_lock(&ns->mu);
+    snprintf(ns->snap.stragglers, sizeof ns->snap.stragglers, "%s", m->why);
+    ns->snap.pace_known = true;
+    pthread_mutex_unlock(&ns->mu);
+}
+
 void rl_node_stats_apply(rl_node_stats *ns, const rl_stats_msg *m) {
     if (!ns) return;
     if (m->kind == RL_STATS_STEP) {
@@ -148,6 +174,8 @@ void rl_node_stats_apply(rl_node_stats *ns, const rl_stats_msg *m) {
         set_if(ns, M_CKPT_STEP, (double)m->step, true);
         set_if(ns, M_CKPT_AGE, m->ckpt_unix, m->ckpt_unix > 0);
         set_if(ns, M_CKPT_S, m->ckpt_s, m->ckpt_s >= 0);
+    } else if (m->kind == RL_STATS_PACE) {
+        apply_pace(ns, m);
     } else if (m->kind == RL_STATS_HUNG) {
         rl_metrics_inc(ns->reg, ns->id[M_HANGS], 1);
         pthread_mutex_lock(&ns->mu);

@@ -13,16 +13,22 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The median of v[0..k) (k > 0), which it sorts. */
+static double median_of(double *v, int k) {
+    qsort(v, (size_t)k, sizeof v[0], cmp_double);
+    return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+}
+
+static bool usable(double s) { return s > 0 && isfinite(s); }
+
 double rl_hang_deadline(const double *steps, int n, double factor, double min_s) {
     if (!(factor > 0) || n <= 0) return 0;
     double v[RL_HANG_STEPS];
     int k = 0;
     for (int i = 0; i < n && k < RL_HANG_STEPS; i++)
-        if (steps[i] > 0 && isfinite(steps[i])) v[k++] = steps[i];
+        if (usable(steps[i])) v[k++] = steps[i];
     if (k < RL_HANG_MIN_STEPS) return 0;
-    qsort(v, (size_t)k, sizeof v[0], cmp_double);
-    double median = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
-    double d = factor * median;
+    double d = factor * median_of(v, k);
     return d > min_s ? d : min_s;
 }
 
@@ -81,6 +87,41 @@ int rl_hang_verdict(const rl_hang_rank *ranks, int world, uint64_t seq, const ch
     return blames;
 }
 
+static int cmp_slow(const void *a, const void *b) {
+    double x = ((const rl_hang_slow *)a)->ratio, y = ((const rl_hang_slow *)b)->ratio;
+    return (x < y) - (x > y); /* slowest first */
+}
+
+int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_hang_slow *slow, int max, char *out,
+                       size_t n) {
+    if (n) out[0] = '\0';
+    double *v = world > 0 ? malloc((size_t)world * sizeof *v) : NULL;
+    rl_hang_slow *all = world > 0 ? malloc((size_t)world * sizeof *all) : NULL;
+    int k = 0, found = 0;
+    for (int i = 0; v && i < world; i++)
+        if (usable(ranks[i].busy_s)) v[k++] = ranks[i].busy_s;
+    double median = k >= 3 && factor > 0 ? median_of(v, k) : 0;
+    for (int i = 0; all && median > 0 && i < world; i++)
+        if (usable(ranks[i].busy_s) && ranks[i].busy_s > factor * median)
+            all[found++] = (rl_hang_slow){.rank = i, .ratio = ranks[i].busy_s / median};
+    if (found) qsort(all, (size_t)found, sizeof all[0], cmp_slow);
+    size_t at = 0;
+    for (int i = 0; i < found && i < max; i++) {
+        const rl_hang_rank *r = &ranks[all[i].rank];
+        slow[i] = all[i];
+        if (at < n)
+            at += (size_t)snprintf(out + at, n - at,
+                                   "%srank %d (pod %s, node %s) is a straggler: %.1fx the median busy time per step "
+                                   "(%.3f s vs %.3f s)",
+                                   i ? "; " : "", all[i].rank, r->pod[0] ? r->pod : "?", r->node[0] ? r->node : "?",
+                                   all[i].ratio, r->busy_s, median);
+    }
+    if (found > max && at < n) snprintf(out + at, n - at, "; and %d more", found - max);
+    free(v);
+    free(all);
+    return found;
+}
+
 /* ---- the wire ------------------------------------------------------------------------------- */
 char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n, double now, double now_unix) {
     cJSON *o = cJSON_CreateObject();
@@ -90,6 +131,7 @@ char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n,
     cJSON_AddNumberToObject(o, "done", (double)r->done);
     cJSON_AddStringToObject(o, "op", r->op);
     cJSON_AddNumberToObject(o, "step", (double)r->step);
+    if (usable(r->busy_s)) cJSON_AddNumberToObject(o, "busy_s", r->busy_s);
     cJSON_AddNumberToObject(o, "unix", r->unix_time);
     cJSON_AddStringToObject(o, "pod", r->pod);
     cJSON_AddStringToObject(o, "node", r->node);
@@ -141,6 +183,8 @@ int rl_hang_rank_parse(const char *text, size_t len, const char *what, rl_hang_r
     if (ok) {
         *out = (rl_hang_rank){.rank = (int)rank, .seen = true, .issued = issued, .done = done,
                               .step = (long long)step, .unix_time = t->valuedouble};
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "busy_s");
+        if (cJSON_IsNumber(b) && usable(b->valuedouble)) out->busy_s = b->valuedouble;
         copy_str(o, "op", out->op, sizeof out->op);
         copy_str(o, "pod", out->pod, sizeof out->pod);
         copy_str(o, "node", out->node, sizeof out->node);

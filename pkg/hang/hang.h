@@ -26,7 +26,10 @@
  *      fails at once and the trainer ends as infrastructure (peer lost),
  *      long before dist.timeout_s.
  * A rank whose whole process stopped (SIGSTOP, a wedged driver) answers
- * nothing: its last heartbeat speaks for it. Judging from rank 0 alone is
+ * nothing: its last heartbeat speaks for it. Every RL_HANG_PACE_S rank 0
+ * also reads every heartbeat's pace and, when the stragglers change,
+ * logs them and tells its agent (a "pace" line: ringleader_straggler
+ * {rank,pod,node}, the progress Lease, status.stragglers). Judging from rank 0 alone is
  * enough: every collective includes rank 0, so a stuck one stalls it too.
  *
  * The deciding (deadline, stuck op, verdict) and the wire format are pure
@@ -40,6 +43,7 @@
 
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
+#include "metrics/metrics.h"
 #include "util/util.h"
 
 #define RL_HANG_BEAT_S 0.5    /* heartbeat period; also how often a watch looks at the state */
@@ -47,6 +51,8 @@
 #define RL_HANG_GATHER_S 1.5  /* rank 0 waits this long for every rank's records */
 #define RL_HANG_STEPS 32      /* the median is over this many recent steps */
 #define RL_HANG_MIN_STEPS 3   /* ... and needs this many */
+#define RL_HANG_PACE_S 5.0    /* rank 0 looks for stragglers this often */
+#define RL_HANG_SLOW_MAX 4    /* stragglers named at most (the rest counted) */
 
 /* ---- deciding (pure) ---------------------------------------------------------------------- */
 /* The deadline for steps[0..n) (seconds, any order; non-positive and NaN
@@ -66,6 +72,7 @@ typedef struct rl_hang_rank {
     uint64_t done;      /* newest seq returned */
     char op[16];        /* the op of `issued` */
     long long step;     /* optimizer steps done */
+    double busy_s;      /* its pace: median busy time per step (rl_hang_stragglers); <= 0 unknown */
     double unix_time;   /* when it said so */
     char pod[64], node[64];
 } rl_hang_rank;
@@ -80,6 +87,23 @@ typedef struct rl_hang_rank {
  * of ranks blamed. ranks[i] is rank i; now_unix judges heartbeat ages. */
 int rl_hang_verdict(const rl_hang_rank *ranks, int world, uint64_t seq, const char *op, double now_unix,
                     char *out, size_t n);
+
+/* Stragglers. In data parallelism every rank's step takes as long as the
+ * slowest rank's: the others wait for it in the collectives. So a rank's
+ * pace is its busy time per step -- the wall time from its previous step's
+ * end to this one's, less what the step waited for the gradient reduction
+ * after backward -- as a median over its last RL_HANG_STEPS steps. A
+ * straggler's pace is above factor x the median pace of all ranks that
+ * reported one (at least 3 of them: with two, neither is "the median").
+ * Fills slow[] (ranks, slowest first, at most max) and one sentence
+ * ("rank 2 (pod p, node n) is a straggler: 3.1x the median busy time per
+ * step (0.412 s vs 0.133 s)"; "" when none); returns how many there are. */
+typedef struct rl_hang_slow {
+    int rank;
+    double ratio; /* its pace / the median pace */
+} rl_hang_slow;
+int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_hang_slow *slow, int max, char *out,
+                       size_t n);
 
 /* ---- the wire (store values; parsers take untrusted bytes) --------------------------------- */
 /* A heartbeat, or with records (n > 0, records' times are rl_now() of this
@@ -101,16 +125,22 @@ typedef struct rl_hang_watch_opts {
     const char *prefix;       /* the round's key prefix ("r3") */
     const char *pod, *node;   /* where this rank runs (NULL: unknown) */
     double factor, min_s;     /* dist.hang_factor, dist.hang_min_s */
+    double straggler_factor;  /* dist.straggler_factor (0: no straggler judging) */
     double timeout_s;         /* the store client's bound (at most 5 s is used) */
     const rl_ckpt_config *ckpt; /* rank 0: where the dump goes (NULL or uri "": the log) */
-    const char *stats_fd;     /* rank 0: the agent's stats pipe (NULL: none) */
+    /* rank 0: a hung or pace stats line for its agent (called from the
+     * watch's thread; NULL: only logged) */
+    void (*report)(void *ud, const rl_stats_msg *m);
+    void *report_ud;
 } rl_hang_watch_opts;
 /* Starts the thread (it connects on its own; a store it cannot reach is
  * logged and the watch idles: hangs are then left to dist.timeout_s).
- * factor 0 or world 1: *out is NULL, nothing runs. */
+ * Both factors 0, or world 1: *out is NULL, nothing runs. */
 int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err *e);
-/* A step finished (the training thread, via its observer); NULL is fine. */
-void rl_hang_watch_step(rl_hang_watch *w, long long step, double step_s);
+/* A step finished (the training thread, via its observer): its wall time
+ * and how long it waited for the gradient reduction after backward
+ * (< 0: unknown). NULL is fine. */
+void rl_hang_watch_step(rl_hang_watch *w, long long step, double step_s, double wait_s);
 /* Stops and joins the thread (a dump in progress finishes, bounded by the
  * store's and the checkpoint store's timeouts). failed: the run failed,
  * so a rank but 0 looks at the state once more first (a peer's abort

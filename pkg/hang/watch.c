@@ -19,14 +19,17 @@ struct rl_hang_watch {
     pthread_cond_t cv;
     bool stop, failed;               /* under mu */
     double steps[RL_HANG_STEPS];     /* under mu: recent step times, a ring */
+    double busy[RL_HANG_STEPS];      /* under mu: recent busy times (hang.h, stragglers) */
     int nsteps;
     long long step;
+    double last_step_end;            /* under mu: rl_now() of the previous step's end; 0 none */
     bool fired;                      /* under mu */
     char why[512];
     /* the thread's own */
     rl_store *s;
     uint64_t answered;               /* the ask this rank answered */
-    double next_beat;
+    double next_beat, next_pace;
+    char pace[512];                  /* the stragglers last reported */
 };
 
 /* Sleeps up to s; false once stopping. */
@@ -56,7 +59,13 @@ static int snapshot(rl_hang_watch *w, rl_hang_rank *me, rl_comm_record *rec) {
     *me = (rl_hang_rank){.rank = w->o.rank, .seen = true, .answered = true, .unix_time = rl_wall_now()};
     pthread_mutex_lock(&w->mu);
     me->step = w->step;
+    double busy[RL_HANG_STEPS];
+    int k = 0;
+    for (int i = 0; i < (w->nsteps < RL_HANG_STEPS ? w->nsteps : RL_HANG_STEPS); i++)
+        if (w->busy[i] > 0) busy[k++] = w->busy[i];
     pthread_mutex_unlock(&w->mu);
+    /* the median: the deadline's rule with factor 1 and no floor */
+    me->busy_s = rl_hang_deadline(busy, k, 1, 0);
     if (n > 0) {
         me->issued = rec[n - 1].seq;
         snprintf(me->op, sizeof me->op, "%s", rec[n - 1].op ? rec[n - 1].op : "");
@@ -128,6 +137,54 @@ static double deadline_now(rl_hang_watch *w) {
                                 w->o.min_s);
     pthread_mutex_unlock(&w->mu);
     return d;
+}
+
+static void report(rl_hang_watch *w, rl_stats_msg *m) {
+    pthread_mutex_lock(&w->mu);
+    m->step = w->step;
+    pthread_mutex_unlock(&w->mu);
+    if (w->o.report) w->o.report(w->o.report_ud, m);
+}
+
+/* Every rank's last heartbeat (ranks[r].seen false where none). */
+static void read_beats(rl_hang_watch *w, rl_hang_rank *ranks) {
+    rl_err e = {0};
+    char k[160];
+    for (int r = 0; r < w->o.world; r++) {
+        void *v = NULL;
+        size_t len;
+        key(w, k, sizeof k, "beat", r);
+        if (rl_store_get(w->s, k, 0, &v, &len, &e) != RL_OK ||
+            rl_hang_rank_parse(v, len, k, &ranks[r], &e) != RL_OK || ranks[r].rank != r)
+            ranks[r] = (rl_hang_rank){.rank = r};
+        free(v);
+    }
+}
+
+/* Rank 0, every RL_HANG_PACE_S: the stragglers, reported when they change. */
+static void pace(rl_hang_watch *w) {
+    int world = w->o.world;
+    rl_hang_rank *ranks = calloc((size_t)world, sizeof *ranks);
+    if (!ranks) return;
+    read_beats(w, ranks);
+    rl_hang_slow slow[RL_STATS_SLOW_MAX];
+    rl_stats_msg m = {.kind = RL_STATS_PACE};
+    int found = rl_hang_stragglers(ranks, world, w->o.straggler_factor, slow, RL_STATS_SLOW_MAX, m.why, sizeof m.why);
+    if (strcmp(m.why, w->pace) != 0 && (found || w->pace[0])) {
+        for (int i = 0; i < found && i < RL_STATS_SLOW_MAX; i++) {
+            const rl_hang_rank *r = &ranks[slow[i].rank];
+            m.slow[i].rank = slow[i].rank, m.slow[i].ratio = slow[i].ratio;
+            snprintf(m.slow[i].pod, sizeof m.slow[i].pod, "%s", r->pod);
+            snprintf(m.slow[i].node, sizeof m.slow[i].node, "%s", r->node);
+        }
+        m.nslow = found < RL_STATS_SLOW_MAX ? found : RL_STATS_SLOW_MAX;
+        char j[1100];
+        rl_log(found ? RL_LOG_WARN : RL_LOG_INFO, "stragglers", "\"count\":%d,\"msg\":\"%s\"", found,
+               rl_json_escape(j, sizeof j, found ? m.why : "none now"));
+        report(w, &m);
+    }
+    snprintf(w->pace, sizeof w->pace, "%s", m.why);
+    free(ranks);
 }
 
 /* What each rank said: answers (text kept for the dump) within the gather
@@ -226,7 +283,7 @@ static void diagnose(rl_hang_watch *w, const rl_comm_record *stuck, double deadl
     rl_hang_rank *ranks = calloc((size_t)world, sizeof *ranks);
     char **texts = calloc((size_t)world, sizeof *texts);
     rl_err e = {0};
-    char k[160], state[64], verdict[1024] = "", where[RL_CKPT_URI_MAX + 160] = "";
+    char k[160], state[64], verdict[512] = "", where[RL_CKPT_URI_MAX + 160] = "";
     if (!ranks || !texts) {
         snprintf(verdict, sizeof verdict, "%s #%llu ran past its deadline (no memory to gather records)", stuck->op,
                  (unsigned long long)stuck->seq);
@@ -249,15 +306,10 @@ act:;
     rl_log(RL_LOG_ERROR, "hang", "\"verdict\":\"%s\",\"deadline_s\":%.3f,\"dump\":\"%s\"",
            rl_json_escape(j, sizeof j, verdict), deadline, rl_json_escape(u, sizeof u, where));
     /* the agent: the progress Lease's annotations, the job's Hung condition */
-    rl_stats_writer sw;
-    rl_stats_writer_open(&sw, w->o.stats_fd);
     rl_stats_msg m = {.kind = RL_STATS_HUNG};
-    pthread_mutex_lock(&w->mu);
-    m.step = w->step;
-    pthread_mutex_unlock(&w->mu);
     snprintf(m.why, sizeof m.why, "%s", verdict);
     snprintf(m.uri, sizeof m.uri, "%s", where);
-    rl_stats_send(&sw, &m);
+    report(w, &m);
     /* only now: everyone aborts */
     fire(w, verdict);
     key(w, k, sizeof k, "verdict", -1);
@@ -305,6 +357,10 @@ static void *run(void *arg) {
             w->next_beat = now + RL_HANG_BEAT_S;
             if ((rc = publish(w, "beat", false, &e))) break;
         }
+        if (w->o.rank == 0 && w->o.straggler_factor > 0 && now >= w->next_pace) {
+            w->next_pace = now + RL_HANG_PACE_S;
+            pace(w);
+        }
         if (w->o.rank == 0) aborted = judge(w);
         else rc = follow(w, &aborted, &e);
     }
@@ -321,7 +377,7 @@ static void *run(void *arg) {
 
 int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err *e) {
     *out = NULL;
-    if (!(o->factor > 0) || o->world < 2) return RL_OK;
+    if ((!(o->factor > 0) && !(o->straggler_factor > 0)) || o->world < 2) return RL_OK;
     if (!o->comm || !o->store_host || !o->prefix || o->rank < 0 || o->rank >= o->world)
         return rl_errf(e, RL_EINPUT, "hang watch: comm, store and prefix are required");
     rl_hang_watch *w = calloc(1, sizeof *w);
@@ -352,9 +408,15 @@ int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err
     return RL_OK;
 }
 
-void rl_hang_watch_step(rl_hang_watch *w, long long step, double step_s) {
+void rl_hang_watch_step(rl_hang_watch *w, long long step, double step_s, double wait_s) {
     if (!w) return;
+    double now = rl_now();
     pthread_mutex_lock(&w->mu);
+    /* busy: since the last step's end (the data, the optimizer, whatever
+     * ran between steps included), less the wait for the reduction */
+    double busy = w->last_step_end > 0 && wait_s >= 0 ? now - w->last_step_end - wait_s : 0;
+    w->last_step_end = now;
+    w->busy[w->nsteps % RL_HANG_STEPS] = busy;
     w->steps[w->nsteps++ % RL_HANG_STEPS] = step_s;
     if (w->nsteps >= 2 * RL_HANG_STEPS) w->nsteps -= RL_HANG_STEPS; /* stays full, never overflows */
     w->step = step;

@@ -42,6 +42,12 @@ void rl_metrics_free(rl_metrics *m);
  * name, RL_ENOMEM past RL_METRICS_MAX. Rendered in registration order. */
 int rl_metrics_define(rl_metrics *m, rl_metric_kind kind, const char *name, const char *help, int *id,
                       rl_err *e);
+/* Replace a metric's label set with pairs (name, value, ..., NULL; values
+ * escaped as the format wants; NULL or none: no labels): a fixed number
+ * of slots, defined together, rendered as one family, serves a label set
+ * only known at run time (ringleader_straggler{rank,pod,node}). RL_EINPUT
+ * when it would not fit. Label names are the caller's constants. */
+int rl_metrics_relabel(rl_metrics *m, int id, const char *const *pairs, rl_err *e);
 /* Updates (ignored for an invalid id). set on a counter is allowed (a
  * counter mirrored from elsewhere); inc adds, and makes a gauge present. */
 void rl_metrics_set(rl_metrics *m, int id, double v);
@@ -78,7 +84,8 @@ void rl_metrics_stop(rl_metrics_server *s);
  * the largest write the kernel keeps whole). */
 #define RL_STATS_LINE_MAX 4096
 
-typedef enum { RL_STATS_STEP = 1, RL_STATS_CKPT = 2, RL_STATS_HUNG = 3 } rl_stats_kind;
+typedef enum { RL_STATS_STEP = 1, RL_STATS_CKPT = 2, RL_STATS_HUNG = 3, RL_STATS_PACE = 4 } rl_stats_kind;
+#define RL_STATS_SLOW_MAX 4
 typedef struct rl_stats_msg {
     rl_stats_kind kind;
     long long step;        /* optimizer steps done / the checkpoint's step */
@@ -98,7 +105,14 @@ typedef struct rl_stats_msg {
     char uri[1200];        /* the checkpoint's location: <checkpoint.uri>/step-NNNNNNNN;
                               RL_STATS_HUNG: the dump's ("": only logged) */
     /* RL_STATS_HUNG (pkg/hang): rank 0 diagnosed a stuck collective */
-    char why[512];         /* the verdict, naming the rank(s) */
+    char why[512];         /* the verdict, naming the rank(s); RL_STATS_PACE: the stragglers ("" none) */
+    /* RL_STATS_PACE (pkg/hang): rank 0's straggler judgement changed */
+    int nslow;
+    struct {
+        int rank;
+        double ratio;      /* its busy time per step / the median rank's */
+        char pod[64], node[64];
+    } slow[RL_STATS_SLOW_MAX];
 } rl_stats_msg;
 
 /* One line, '\n' included; returns its length, or 0 when it does not fit

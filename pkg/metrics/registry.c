@@ -9,7 +9,7 @@
 
 typedef struct metric {
     rl_metric_kind kind;
-    char name[128];  /* with its constant labels, as rendered */
+    char name[256];  /* with its labels, as rendered */
     size_t base_len; /* the name without the labels */
     char help[256];
     double v;
@@ -61,6 +61,30 @@ int rl_metrics_define(rl_metrics *m, rl_metric_kind kind, const char *name, cons
         snprintf(x->help, sizeof x->help, "%s", help ? help : "");
         *id = m->n++;
     }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int rl_metrics_relabel(rl_metrics *m, int id, const char *const *pairs, rl_err *e) {
+    char labels[sizeof m->m[0].name];
+    size_t at = 0;
+    for (int i = 0; pairs && pairs[i] && pairs[i + 1] && at < sizeof labels; i += 2) {
+        at += (size_t)snprintf(labels + at, sizeof labels - at, "%s%s=\"", i ? "," : "{", pairs[i]);
+        /* the format's escapes in a label value: backslash, quote, newline */
+        for (const char *c = pairs[i + 1]; *c && at + 2 < sizeof labels; c++) {
+            if (*c == '\\' || *c == '"' || *c == '\n') labels[at++] = '\\';
+            labels[at++] = *c == '\n' ? 'n' : *c;
+        }
+        if (at < sizeof labels) at += (size_t)snprintf(labels + at, sizeof labels - at, "\"");
+    }
+    if (at && at < sizeof labels) at += (size_t)snprintf(labels + at, sizeof labels - at, "}");
+    pthread_mutex_lock(&m->mu);
+    int rc = RL_OK;
+    if (id < 0 || id >= m->n) rc = rl_errf(e, RL_EINPUT, "metrics: no metric %d", id);
+    else if (at >= sizeof labels || m->m[id].base_len + at >= sizeof m->m[id].name)
+        rc = rl_errf(e, RL_EINPUT, "metrics: the labels of %.*s are too long", (int)m->m[id].base_len, m->m[id].name);
+    else
+        snprintf(m->m[id].name + m->m[id].base_len, sizeof m->m[id].name - m->m[id].base_len, "%.*s", (int)at, labels);
     pthread_mutex_unlock(&m->mu);
     return rc;
 }

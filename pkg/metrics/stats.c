@@ -19,6 +19,43 @@ static void num(char *dst, size_t n, double v) {
     else snprintf(dst, n, "null");
 }
 
+static double get_num(const cJSON *o, const char *k, double dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+/* {"ev":"pace","step":S,"why":"...","slow":[{"rank":2,"ratio":3.1,"pod":"p","node":"n"}]} */
+static size_t pace_format(const rl_stats_msg *m, char *buf, size_t n) {
+    char why[2 * sizeof m->why], pod[2 * sizeof m->slow[0].pod], node[2 * sizeof m->slow[0].node], r[32];
+    size_t at = (size_t)snprintf(buf, n, "{\"ev\":\"pace\",\"step\":%lld,\"why\":\"%s\",\"slow\":[", m->step,
+                                 rl_json_escape(why, sizeof why, m->why));
+    for (int i = 0; i < m->nslow && i < RL_STATS_SLOW_MAX && at < n; i++) {
+        num(r, sizeof r, m->slow[i].ratio);
+        at += (size_t)snprintf(buf + at, n - at, "%s{\"rank\":%d,\"ratio\":%s,\"pod\":\"%s\",\"node\":\"%s\"}",
+                               i ? "," : "", m->slow[i].rank, r, rl_json_escape(pod, sizeof pod, m->slow[i].pod),
+                               rl_json_escape(node, sizeof node, m->slow[i].node));
+    }
+    if (at < n) at += (size_t)snprintf(buf + at, n - at, "]}\n");
+    return at < n ? at : 0;
+}
+
+static void pace_parse(const cJSON *o, rl_stats_msg *m) {
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "why"), *a = cJSON_GetObjectItemCaseSensitive(o, "slow");
+    if (cJSON_IsString(w)) snprintf(m->why, sizeof m->why, "%s", w->valuestring);
+    for (const cJSON *x = cJSON_IsArray(a) ? a->child : NULL; x; x = x->next) {
+        const cJSON *rank = cJSON_GetObjectItemCaseSensitive(x, "rank");
+        if (m->nslow == RL_STATS_SLOW_MAX || !cJSON_IsNumber(rank) || !(rank->valuedouble >= 0) ||
+            rank->valuedouble >= 1 << 24)
+            continue;
+        m->slow[m->nslow].rank = (int)rank->valuedouble;
+        m->slow[m->nslow].ratio = get_num(x, "ratio", NAN);
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(x, "pod"), *nd = cJSON_GetObjectItemCaseSensitive(x, "node");
+        snprintf(m->slow[m->nslow].pod, sizeof m->slow[0].pod, "%s", cJSON_IsString(p) ? p->valuestring : "");
+        snprintf(m->slow[m->nslow].node, sizeof m->slow[0].node, "%s", cJSON_IsString(nd) ? nd->valuestring : "");
+        m->nslow++;
+    }
+}
+
 size_t rl_stats_format(const rl_stats_msg *m, char *buf, size_t n) {
     char a[9][32];
     int len;
@@ -37,6 +74,8 @@ size_t rl_stats_format(const rl_stats_msg *m, char *buf, size_t n) {
         num(a[1], sizeof a[1], m->ckpt_unix);
         len = snprintf(buf, n, "{\"ev\":\"ckpt\",\"step\":%lld,\"s\":%s,\"unix\":%s,\"resumed\":%s,\"uri\":\"%s\"}\n",
                        m->step, a[0], a[1], m->resumed ? "true" : "false", rl_json_escape(uri, sizeof uri, m->uri));
+    } else if (m->kind == RL_STATS_PACE) {
+        return pace_format(m, buf, n);
     } else if (m->kind == RL_STATS_HUNG) {
         char uri[2 * sizeof m->uri], why[2 * sizeof m->why];
         len = snprintf(buf, n, "{\"ev\":\"hung\",\"step\":%lld,\"why\":\"%s\",\"uri\":\"%s\"}\n", m->step,
@@ -45,11 +84,6 @@ size_t rl_stats_format(const rl_stats_msg *m, char *buf, size_t n) {
         return 0;
     }
     return len > 0 && (size_t)len < n ? (size_t)len : 0;
-}
-
-static double get_num(const cJSON *o, const char *k, double dflt) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
 int rl_stats_parse(const char *line, size_t len, rl_stats_msg *m, rl_err *e) {
@@ -85,6 +119,9 @@ int rl_stats_parse(const char *line, size_t len, rl_stats_msg *m, rl_err *e) {
         m->resumed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "resumed"));
         const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "uri");
         if (cJSON_IsString(u)) snprintf(m->uri, sizeof m->uri, "%s", u->valuestring);
+    } else if (strcmp(ev->valuestring, "pace") == 0) {
+        m->kind = RL_STATS_PACE;
+        pace_parse(o, m);
     } else if (strcmp(ev->valuestring, "hung") == 0) {
         m->kind = RL_STATS_HUNG;
         const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "uri"), *w = cJSON_GetObjectItemCaseSensitive(o, "why");

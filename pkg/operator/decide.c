@@ -132,6 +132,10 @@ static void mirror_progress(const rl_op_seen *s, cJSON *st) {
         {"ringleader.dev/round", "round", 0},
     };
     if (!s->progress) return;
+    /* "" means rank 0 judged and found none: the field goes */
+    const char *slow = jstr(s->progress, "ringleader.dev/stragglers");
+    if (*slow) jset(st, "stragglers", cJSON_CreateString(slow));
+    else cJSON_DeleteItemFromObjectCaseSensitive(st, "stragglers");
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
         const char *v = jstr(s->progress, map[i].ann);
         if (!*v) continue;

@@ -69,6 +69,9 @@ static const rl_cfg_field dist_fields[] = {
              "rank that stopped, dumps every rank's records and recovers. 0: no hang watch."),
     F(hang_min_s, .min = 0.1, .max = 86400, .def = 5,
       .doc = "The hang deadline is never shorter than this (first steps, noisy machines)."),
+    F(straggler_factor, .min = 0, .max = 1e6, .def = 1.5,
+      .doc = "A rank whose busy time per step (its step less its wait for the others) is this many times "
+             "the median rank's is named as a straggler in the job's status and metrics. 0: never."),
 };
 #undef F
 

@@ -60,6 +60,7 @@ typedef struct rl_dist_config {
     char reduce_dtype[8];   /* "fp32" (default: exact average, as PyTorch DDP) | "bf16" */
     double hang_factor;     /* a collective running this many median steps is a hang (0: no watch) */
     double hang_min_s;      /* ... and never less than this long (pkg/hang) */
+    double straggler_factor; /* a rank this many times the median busy time per step is named (0: never) */
 } rl_dist_config;
 
 typedef struct rl_job_config {

@@ -456,7 +456,7 @@ static void check_nccl_hang_named(void) {
                                 .node = "gpu-node", .factor = 5, .min_s = 1, .timeout_s = 5};
         rc = rl_hang_watch_start(&o, &w[r], &e);
     }
-    for (int i = 1; i <= 3; i++) rl_hang_watch_step(w[0], i, 0.01); /* a median step of 10 ms: the floor wins */
+    for (int i = 1; i <= 3; i++) rl_hang_watch_step(w[0], i, 0.01, 0); /* a median step of 10 ms: the floor wins */
     hang_run h = {.p = &p[0]};
     double t0 = rl_now();
     pthread_t t;

@@ -573,7 +573,7 @@ Test(ddp, sigusr1_dumps_the_collective_a_rank_waits_in, .timeout = 120) {
  * the dump next to the checkpoints, and aborts the ring, so ranks 0 and 1
  * end long before dist.timeout_s (60 s here) with the verdict. */
 Test(ddp, a_stopped_rank_is_named_and_the_ring_aborted, .timeout = 120) {
-    char dir[64], path[128], js[2048], log[3][128];
+    char dir[64], path[400], js[2048], log[3][128];
     rl_test_arith_dir(dir, sizeof dir, 300000);
     snprintf(path, sizeof path, "%s/job.json", dir);
     snprintf(js, sizeof js,

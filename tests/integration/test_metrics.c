@@ -145,6 +145,37 @@ Test(metrics, exposition_text_is_exact) {
     rl_metrics_free(m);
 }
 
+/* Slots relabelled at run time (ringleader_straggler{rank,pod,node}): one
+ * family, values escaped, a label set too long refused, the old one kept. */
+Test(metrics, relabelled_slots_render_as_one_family) {
+    rl_metrics *m;
+    rl_err e = {0};
+    int a, b;
+    cr_assert_eq(rl_metrics_new(&m, &e), 0);
+    cr_assert_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "x_slow{slot=\"0\"}", "Slow.", &a, &e), 0);
+    cr_assert_eq(rl_metrics_define(m, RL_METRIC_GAUGE, "x_slow{slot=\"1\"}", "Slow.", &b, &e), 0);
+    const char *la[] = {"rank", "2", "pod", "p\"q\\", "node", "n\n1", NULL}, *lb[] = {"rank", "5", NULL};
+    cr_expect_eq(rl_metrics_relabel(m, a, la, &e), 0, "%s", e.msg);
+    cr_expect_eq(rl_metrics_relabel(m, b, lb, &e), 0, "%s", e.msg);
+    rl_metrics_set(m, a, 3.5);
+    rl_metrics_set(m, b, 2);
+    char *t = rl_metrics_render(m, 0);
+    cr_expect_str_eq(t, "# HELP x_slow Slow.\n# TYPE x_slow gauge\n"
+                        "x_slow{rank=\"2\",pod=\"p\\\"q\\\\\",node=\"n\\n1\"} 3.5\n"
+                        "x_slow{rank=\"5\"} 2\n");
+    free(t);
+    char big[300];
+    memset(big, 'x', sizeof big - 1), big[sizeof big - 1] = '\0';
+    const char *lc[] = {"pod", big, NULL};
+    cr_expect_eq(rl_metrics_relabel(m, b, lc, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "x_slow"), "%s", e.msg);
+    rl_metrics_clear(m, b);
+    t = rl_metrics_render(m, 0);
+    cr_expect(!strstr(t, "rank=\"5\""), "a cleared slot is gone: %s", t);
+    free(t);
+    rl_metrics_free(m);
+}
+
 Test(metrics, stats_line_round_trip) {
     rl_stats_msg a = {.kind = RL_STATS_STEP, .step = 12, .steps = 100, .loss = 2.5, .lr = 1e-3, .grad_norm = 0.75,
                       .tokens_per_s = 12345.5, .step_s = 0.25, .allreduce_s = 0.01, .allreduce_busy_s = 0.02,
@@ -591,4 +622,53 @@ Test(metrics, progress_failures_never_stall_the_job, .timeout = 240) {
               failed_lines, span);
     cr_log_info("progress refused: %d warnings in %.1f s", failed_lines, span);
     rl_test_job_teardown(&j);
+}
+
+/* Issue 17's straggler proof: rank 2 of 3 throttled from outside, as a
+ * CPU quota would (stopped 60 ms of every 100), is named by rank 0 -- in
+ * its log and as ringleader_straggler{rank="2",...} on the launcher's
+ * /metrics -- and no other rank is; once the throttle ends the name goes. */
+Test(metrics, a_throttled_rank_is_named_the_straggler, .timeout = 180) {
+    char dir[64], log[128], ports[16];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    rl_test_write_job(dir, 100000, 384, NULL, "");
+    int port = free_port();
+    snprintf(ports, sizeof ports, "%d", port);
+    snprintf(log, sizeof log, "%s/w.log", dir);
+    setenv("POD_IP", "127.0.0.1", 1);
+    const char *args[] = {"--nproc-per-node", "3", "--metrics-port", ports, NULL};
+    int pid = rl_test_spawn_worker(dir, log, -1, 1, 0, args);
+    double end = rl_now() + 60;
+    while (rl_test_last_step(log) < 5 && rl_now() < end) usleep(100000);
+    cr_assert(rl_test_last_step(log) >= 5, "no steps: see %s", log);
+    char *text;
+    size_t len;
+    rl_err e;
+    cr_assert_eq(rl_read_file(log, &text, &len, &e), 0);
+    char *sp = strstr(text, "\"event\":\"spawned\",\"rank\":2,");
+    cr_assert(sp, "no spawned line for rank 2");
+    int slow = atoi(strstr(sp, "\"pid\":") + 6);
+    free(text);
+    static char r[65536];
+    const char *b = "";
+    bool named = false;
+    for (end = rl_now() + 90; !named && rl_now() < end;) {
+        for (int i = 0; i < 10; i++) kill(slow, SIGSTOP), usleep(60000), kill(slow, SIGCONT), usleep(40000);
+        if (http("127.0.0.1", port, "GET", "/metrics", r, sizeof r) == 200) b = body_of(r);
+        named = strstr(b, "ringleader_straggler{rank=\"2\",") != NULL;
+    }
+    cr_expect(named, "rank 2 not named on /metrics:\n%s", b);
+    cr_expect(!strstr(b, "ringleader_straggler{rank=\"0\"") && !strstr(b, "ringleader_straggler{rank=\"1\""),
+              "a rank that only waited was named:\n%s", b);
+    cr_expect(rl_test_file_has(log, "rank 2 (pod ") && rl_test_file_has(log, "is a straggler"),
+              "no stragglers line naming rank 2: see %s", log);
+    /* unthrottled, its pace comes back within the window of 32 steps */
+    bool gone = false;
+    for (end = rl_now() + 60; named && !gone && rl_now() < end; usleep(500000))
+        if (http("127.0.0.1", port, "GET", "/metrics", r, sizeof r) == 200)
+            gone = !strstr(body_of(r), "ringleader_straggler{");
+    cr_expect(!named || gone, "rank 2 still named 60 s after the throttle ended:\n%s", body_of(r));
+    kill(pid, SIGKILL);
+    rl_test_wait_status(pid, 30);
+    rl_test_rmdir(dir);
 }

@@ -36,7 +36,7 @@ Test(hang, the_stuck_op_is_the_oldest_unfinished_past_the_deadline) {
 
 static rl_hang_rank rank_at(int r, bool answered, uint64_t issued, const char *pod) {
     rl_hang_rank x = {.rank = r, .seen = true, .answered = answered, .issued = issued, .done = issued - 1,
-                      .step = 40, .unix_time = 1000};
+                      .step = 40, .busy_s = 0.25, .unix_time = 1000};
     snprintf(x.op, sizeof x.op, "allreduce");
     snprintf(x.pod, sizeof x.pod, "%s", pod);
     snprintf(x.node, sizeof x.node, "node-%d", r);
@@ -94,6 +94,7 @@ Test(hang, heartbeats_round_trip_and_garbage_is_refused) {
     cr_expect_eq(back.done, 1579);
     cr_expect_str_eq(back.pod, "llama-3");
     cr_expect_str_eq(back.node, "node-3");
+    cr_expect_float_eq(back.busy_s, 0.25, 1e-12);
     cr_expect(back.seen && !back.answered, "answered is the reader's to say");
     const char *bad[] = {"", "[]", "{\"rank\":-1,\"issued\":1,\"done\":1,\"step\":1,\"unix\":1}",
                          "{\"rank\":1,\"issued\":1e300,\"done\":1,\"step\":1,\"unix\":1}",
@@ -102,4 +103,36 @@ Test(hang, heartbeats_round_trip_and_garbage_is_refused) {
         cr_expect_eq(rl_hang_rank_parse(bad[i], strlen(bad[i]), "records/1", &back, &e), RL_EINPUT, "%s", bad[i]);
         cr_expect(strstr(e.msg, "records/1"), "names the key: %s", e.msg);
     }
+}
+
+Test(hang, the_straggler_is_the_rank_busy_longest) {
+    rl_hang_rank ranks[4] = {rank_at(0, true, 9, "a"), rank_at(1, true, 9, "b"), rank_at(2, true, 9, "c"),
+                             rank_at(3, true, 9, "d")};
+    double busy[4] = {0.10, 0.12, 0.40, 0.11};
+    for (int r = 0; r < 4; r++) ranks[r].busy_s = busy[r];
+    rl_hang_slow slow[4];
+    char out[512];
+    cr_expect_eq(rl_hang_stragglers(ranks, 4, 1.5, slow, 4, out, sizeof out), 1);
+    cr_expect_eq(slow[0].rank, 2);
+    cr_expect_float_eq(slow[0].ratio, 0.40 / 0.115, 1e-9);
+    cr_expect(strstr(out, "rank 2 (pod c, node node-2) is a straggler: 3.5x the median busy time per step "
+                          "(0.400 s vs 0.115 s)"),
+              "%s", out);
+    cr_expect_eq(rl_hang_stragglers(ranks, 4, 4, slow, 4, out, sizeof out), 0, "under the factor");
+    cr_expect_str_eq(out, "");
+    ranks[3].busy_s = 0, ranks[1].busy_s = NAN;
+    cr_expect_eq(rl_hang_stragglers(ranks, 4, 1.5, slow, 4, out, sizeof out), 0,
+                 "two known paces: no median to stand out from");
+}
+
+Test(hang, stragglers_slowest_first_and_counted_past_max) {
+    rl_hang_rank ranks[8];
+    for (int r = 0; r < 8; r++) ranks[r] = rank_at(r, true, 9, "p"), ranks[r].busy_s = 0.1;
+    ranks[5].busy_s = 0.5, ranks[6].busy_s = 0.9, ranks[7].busy_s = 0.3;
+    rl_hang_slow slow[2];
+    char out[1024];
+    cr_expect_eq(rl_hang_stragglers(ranks, 8, 2, slow, 2, out, sizeof out), 3);
+    cr_expect_eq(slow[0].rank, 6);
+    cr_expect_eq(slow[1].rank, 5);
+    cr_expect(strstr(out, "; and 1 more") && !strstr(out, "rank 7 "), "%s", out);
 }
