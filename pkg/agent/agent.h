@@ -73,6 +73,9 @@ typedef struct rl_node_snapshot {
     /* rank 0's stragglers (pkg/hang), "" none; pace_known: it judged */
     char stragglers[512];
     bool pace_known;
+    /* this round's pre-flight (pkg/hang): the ranks below the median, "" none */
+    char degraded[512];
+    bool preflight_known;
 } rl_node_snapshot;
 void rl_node_stats_snapshot(rl_node_stats *ns, rl_node_snapshot *out);
 
@@ -97,7 +100,7 @@ void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stat
  * progress onto the Lease <job>-progress as annotations (creating the
  * Lease when absent, holderIdentity = this pod): ringleader.dev/step,
  * /loss, /tokens-per-second, /last-checkpoint, /round, /updated (RFC 3339
- * UTC), /stragglers once rank 0 judged ("" when none), and after a hang
+ * UTC), /stragglers and /degraded once rank 0 judged ("" when none), and after a hang
  * /hung (the verdict), /hung-round, /hung-dump, /hung-time (the
  * operator's Hung condition). From its own thread, when
  * something changed and at most every interval (a new hang at once, even

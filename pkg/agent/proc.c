@@ -58,12 +58,15 @@ static int start_watch(const rl_proc_opts *o, const rl_job_config *settled, rl_c
                        watch_sink *sink, rl_hang_watch **out, rl_err *e) {
     rl_stats_writer_open(&sink->w, o->stats_fd);
     sink->direct = o->stats;
+    double shm = 0, gbps = 0;
+    if (settled->dist.preflight_min_ratio > 0 && o->env->world > 1) rl_hang_measure(&shm, &gbps);
     rl_hang_watch_opts ho = {
         .comm = comm, .rank = o->env->rank, .world = o->env->world,
         .store_host = o->env->master_addr, .store_port = o->env->master_port, .secret = o->secret,
         .prefix = prefix, .pod = o->pod, .node = o->node,
         .factor = settled->dist.hang_factor, .min_s = settled->dist.hang_min_s, .timeout_s = settled->dist.timeout_s,
         .straggler_factor = settled->dist.straggler_factor, .ckpt = &settled->ckpt,
+        .preflight_min_ratio = settled->dist.preflight_min_ratio, .shm_bytes = shm, .copy_gbps = gbps,
         .report = watch_report, .report_ud = sink,
     };
     return rl_hang_watch_start(&ho, out, e);

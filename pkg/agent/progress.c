@@ -66,6 +66,7 @@ cJSON *rl_progress_annotations(const rl_node_snapshot *s, double now_unix) {
         cJSON_AddStringToObject(a, ANN "round", v);
     }
     if (s->pace_known) cJSON_AddStringToObject(a, ANN "stragglers", s->stragglers);
+    if (s->preflight_known) cJSON_AddStringToObject(a, ANN "degraded", s->degraded);
     if (s->hung_why[0]) {
         cJSON_AddStringToObject(a, ANN "hung", s->hung_why);
         snprintf(v, sizeof v, "%lld", s->hung_round);
@@ -216,7 +217,8 @@ int rl_progress_start(const rl_progress_opts *o, rl_progress **out, rl_err *e) {
 static bool same(const rl_node_snapshot *a, const rl_node_snapshot *b) {
     return a->step == b->step && a->round == b->round && a->ckpt_step == b->ckpt_step &&
            strcmp(a->ckpt_uri, b->ckpt_uri) == 0 && a->hung_unix == b->hung_unix &&
-           strcmp(a->stragglers, b->stragglers) == 0;
+           strcmp(a->stragglers, b->stragglers) == 0 && strcmp(a->degraded, b->degraded) == 0 &&
+           a->preflight_known == b->preflight_known;
 }
 
 void rl_progress_update(rl_progress *p, const rl_node_snapshot *s, bool active) {

@@ -176,6 +176,11 @@ void rl_node_stats_apply(rl_node_stats *ns, const rl_stats_msg *m) {
         set_if(ns, M_CKPT_S, m->ckpt_s, m->ckpt_s >= 0);
     } else if (m->kind == RL_STATS_PACE) {
         apply_pace(ns, m);
+    } else if (m->kind == RL_STATS_DEGRADED) {
+        pthread_mutex_lock(&ns->mu);
+        snprintf(ns->snap.degraded, sizeof ns->snap.degraded, "%s", m->why);
+        ns->snap.preflight_known = true;
+        pthread_mutex_unlock(&ns->mu);
     } else if (m->kind == RL_STATS_HUNG) {
         rl_metrics_inc(ns->reg, ns->id[M_HANGS], 1);
         pthread_mutex_lock(&ns->mu);

@@ -2,6 +2,7 @@
  * the heartbeat's JSON. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,48 @@ int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_h
     return found;
 }
 
+/* The median of one pre-flight figure over the ranks that have it; 0 when none. */
+static double figure_median(const rl_hang_rank *ranks, int world, size_t off) {
+    double *v = malloc((size_t)world * sizeof *v), m = 0;
+    int k = 0;
+    for (int i = 0; v && i < world; i++) {
+        double x = *(const double *)((const char *)&ranks[i] + off);
+        if (usable(x)) v[k++] = x;
+    }
+    if (k) m = median_of(v, k);
+    free(v);
+    return m;
+}
+
+int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n) {
+    static const struct { size_t off; const char *what, *unit; double scale; } fig[] = {
+        {offsetof(rl_hang_rank, copy_gbps), "copy", "GB/s", 1},
+        {offsetof(rl_hang_rank, shm_bytes), "/dev/shm", "MiB free", 1.0 / (1 << 20)},
+    };
+    if (n) out[0] = '\0';
+    if (!(min_ratio > 0) || world < 2) return 0;
+    double med[2];
+    for (int f = 0; f < 2; f++) med[f] = figure_median(ranks, world, fig[f].off);
+    int bad = 0;
+    size_t at = 0;
+    for (int i = 0; i < world; i++) {
+        bool named = false;
+        for (int f = 0; f < 2; f++) {
+            double x = *(const double *)((const char *)&ranks[i] + fig[f].off);
+            if (!usable(x) || !(med[f] > 0) || x >= min_ratio * med[f]) continue;
+            if (!named && bad < RL_HANG_SLOW_MAX && at < n)
+                at += (size_t)snprintf(out + at, n - at, "%srank %d (pod %s, node %s)", bad ? "; " : "", i,
+                                       ranks[i].pod[0] ? ranks[i].pod : "?", ranks[i].node[0] ? ranks[i].node : "?");
+            if (bad < RL_HANG_SLOW_MAX && at < n)
+                at += (size_t)snprintf(out + at, n - at, ": %s %.1f %s, %.2fx the median %.1f %s", fig[f].what,
+                                       x * fig[f].scale, fig[f].unit, x / med[f], med[f] * fig[f].scale, fig[f].unit);
+            bad += !named, named = true;
+        }
+    }
+    if (bad > RL_HANG_SLOW_MAX && at < n) snprintf(out + at, n - at, "; and %d more", bad - RL_HANG_SLOW_MAX);
+    return bad;
+}
+
 /* ---- the wire ------------------------------------------------------------------------------- */
 char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n, double now, double now_unix) {
     cJSON *o = cJSON_CreateObject();
@@ -132,6 +175,8 @@ char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n,
     cJSON_AddStringToObject(o, "op", r->op);
     cJSON_AddNumberToObject(o, "step", (double)r->step);
     if (usable(r->busy_s)) cJSON_AddNumberToObject(o, "busy_s", r->busy_s);
+    if (usable(r->shm_bytes)) cJSON_AddNumberToObject(o, "shm_bytes", r->shm_bytes);
+    if (usable(r->copy_gbps)) cJSON_AddNumberToObject(o, "copy_gbps", r->copy_gbps);
     cJSON_AddNumberToObject(o, "unix", r->unix_time);
     cJSON_AddStringToObject(o, "pod", r->pod);
     cJSON_AddStringToObject(o, "node", r->node);
@@ -165,6 +210,12 @@ static bool count_of(const cJSON *v, uint64_t *out) {
     return true;
 }
 
+/* a positive finite number, else 0 (unknown) */
+static double positive(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) && usable(v->valuedouble) ? v->valuedouble : 0;
+}
+
 static void copy_str(const cJSON *o, const char *k, char *dst, size_t n) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     snprintf(dst, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
@@ -183,8 +234,9 @@ int rl_hang_rank_parse(const char *text, size_t len, const char *what, rl_hang_r
     if (ok) {
         *out = (rl_hang_rank){.rank = (int)rank, .seen = true, .issued = issued, .done = done,
                               .step = (long long)step, .unix_time = t->valuedouble};
-        const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "busy_s");
-        if (cJSON_IsNumber(b) && usable(b->valuedouble)) out->busy_s = b->valuedouble;
+        out->busy_s = positive(o, "busy_s");
+        out->shm_bytes = positive(o, "shm_bytes");
+        out->copy_gbps = positive(o, "copy_gbps");
         copy_str(o, "op", out->op, sizeof out->op);
         copy_str(o, "pod", out->pod, sizeof out->pod);
         copy_str(o, "node", out->node, sizeof out->node);

@@ -73,6 +73,8 @@ typedef struct rl_hang_rank {
     char op[16];        /* the op of `issued` */
     long long step;     /* optimizer steps done */
     double busy_s;      /* its pace: median busy time per step (rl_hang_stragglers); <= 0 unknown */
+    double shm_bytes;   /* pre-flight: free bytes of its /dev/shm; <= 0 unknown */
+    double copy_gbps;   /* pre-flight: its memory copy bandwidth, GB/s; <= 0 unknown */
     double unix_time;   /* when it said so */
     char pod[64], node[64];
 } rl_hang_rank;
@@ -105,6 +107,20 @@ typedef struct rl_hang_slow {
 int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_hang_slow *slow, int max, char *out,
                        size_t n);
 
+/* Pre-flight. Before its first step every rank measures its node (see
+ * rl_hang_measure): the free bytes of /dev/shm, where same-host ring links
+ * move their data, and its memory copy bandwidth. Both travel in its
+ * heartbeats; once every rank has sent them (or RL_HANG_PREFLIGHT_S has
+ * passed), rank 0 names the ranks below min_ratio x the median of either
+ * ("rank 2 (pod p, node n): copy 1.2 GB/s, 0.30x the median 4.0 GB/s";
+ * "" when none) and returns how many. Ranks of one node share /dev/shm,
+ * so the size mostly tells nodes apart; a 2-rank job compares with the
+ * mean of the two. */
+#define RL_HANG_PREFLIGHT_S 10.0
+int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n);
+/* This node's pre-flight numbers (a statvfs and ~0.1 s of copying). */
+void rl_hang_measure(double *shm_bytes, double *copy_gbps);
+
 /* ---- the wire (store values; parsers take untrusted bytes) --------------------------------- */
 /* A heartbeat, or with records (n > 0, records' times are rl_now() of this
  * process, written as unix times) an answer; malloc'd JSON, NULL on no
@@ -126,6 +142,8 @@ typedef struct rl_hang_watch_opts {
     const char *pod, *node;   /* where this rank runs (NULL: unknown) */
     double factor, min_s;     /* dist.hang_factor, dist.hang_min_s */
     double straggler_factor;  /* dist.straggler_factor (0: no straggler judging) */
+    double preflight_min_ratio; /* dist.preflight_min_ratio (0: no pre-flight judging) */
+    double shm_bytes, copy_gbps; /* this rank's pre-flight (rl_hang_measure; 0: unknown) */
     double timeout_s;         /* the store client's bound (at most 5 s is used) */
     const rl_ckpt_config *ckpt; /* rank 0: where the dump goes (NULL or uri "": the log) */
     /* rank 0: a hung or pace stats line for its agent (called from the

@@ -28,7 +28,7 @@ struct rl_hang_watch {
     /* the thread's own */
     rl_store *s;
     uint64_t answered;               /* the ask this rank answered */
-    double next_beat, next_pace;
+    double next_beat, next_pace, preflight_by; /* preflight_by: 0 once judged */
     char pace[512];                  /* the stragglers last reported */
 };
 
@@ -72,6 +72,7 @@ static int snapshot(rl_hang_watch *w, rl_hang_rank *me, rl_comm_record *rec) {
     }
     for (int i = 0; i < n; i++)
         if (rec[i].t_done > 0 && rec[i].seq > me->done) me->done = rec[i].seq;
+    me->shm_bytes = w->o.shm_bytes, me->copy_gbps = w->o.copy_gbps;
     snprintf(me->pod, sizeof me->pod, "%s", w->pod);
     snprintf(me->node, sizeof me->node, "%s", w->node);
     return n;
@@ -184,6 +185,27 @@ static void pace(rl_hang_watch *w) {
         report(w, &m);
     }
     snprintf(w->pace, sizeof w->pace, "%s", m.why);
+    free(ranks);
+}
+
+/* Rank 0, once per round: the pre-flight, when every rank has sent its
+ * figures or RL_HANG_PREFLIGHT_S after the start. Reported either way, so
+ * a round that passes clears what an earlier one found. */
+static void preflight(rl_hang_watch *w, double now) {
+    int world = w->o.world, have = 0;
+    rl_hang_rank *ranks = calloc((size_t)world, sizeof *ranks);
+    if (!ranks) return;
+    read_beats(w, ranks);
+    for (int r = 0; r < world; r++) have += ranks[r].copy_gbps > 0;
+    if (have == world || now >= w->preflight_by) {
+        w->preflight_by = 0;
+        rl_stats_msg m = {.kind = RL_STATS_DEGRADED};
+        int bad = rl_hang_preflight(ranks, world, w->o.preflight_min_ratio, m.why, sizeof m.why);
+        char j[1100];
+        rl_log(bad ? RL_LOG_WARN : RL_LOG_INFO, "preflight", "\"ranks\":%d,\"below\":%d,\"msg\":\"%s\"", have, bad,
+               rl_json_escape(j, sizeof j, bad ? m.why : "every rank within the median's range"));
+        report(w, &m);
+    }
     free(ranks);
 }
 
@@ -356,6 +378,7 @@ static void *run(void *arg) {
         if (now >= w->next_beat) {
             w->next_beat = now + RL_HANG_BEAT_S;
             if ((rc = publish(w, "beat", false, &e))) break;
+            if (w->o.rank == 0 && w->preflight_by > 0) preflight(w, now);
         }
         if (w->o.rank == 0 && w->o.straggler_factor > 0 && now >= w->next_pace) {
             w->next_pace = now + RL_HANG_PACE_S;
@@ -377,12 +400,14 @@ static void *run(void *arg) {
 
 int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err *e) {
     *out = NULL;
-    if ((!(o->factor > 0) && !(o->straggler_factor > 0)) || o->world < 2) return RL_OK;
+    if ((!(o->factor > 0) && !(o->straggler_factor > 0) && !(o->preflight_min_ratio > 0)) || o->world < 2)
+        return RL_OK;
     if (!o->comm || !o->store_host || !o->prefix || o->rank < 0 || o->rank >= o->world)
         return rl_errf(e, RL_EINPUT, "hang watch: comm, store and prefix are required");
     rl_hang_watch *w = calloc(1, sizeof *w);
     if (!w) return rl_errf(e, RL_ENOMEM, "hang watch: no memory");
     w->o = *o;
+    if (o->preflight_min_ratio > 0) w->preflight_by = rl_now() + RL_HANG_PREFLIGHT_S;
     snprintf(w->host, sizeof w->host, "%s", o->store_host);
     snprintf(w->prefix, sizeof w->prefix, "%s", o->prefix);
     snprintf(w->pod, sizeof w->pod, "%s", o->pod ? o->pod : "");

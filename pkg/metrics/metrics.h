@@ -84,7 +84,9 @@ void rl_metrics_stop(rl_metrics_server *s);
  * the largest write the kernel keeps whole). */
 #define RL_STATS_LINE_MAX 4096
 
-typedef enum { RL_STATS_STEP = 1, RL_STATS_CKPT = 2, RL_STATS_HUNG = 3, RL_STATS_PACE = 4 } rl_stats_kind;
+typedef enum {
+    RL_STATS_STEP = 1, RL_STATS_CKPT = 2, RL_STATS_HUNG = 3, RL_STATS_PACE = 4, RL_STATS_DEGRADED = 5
+} rl_stats_kind;
 #define RL_STATS_SLOW_MAX 4
 typedef struct rl_stats_msg {
     rl_stats_kind kind;
@@ -105,7 +107,8 @@ typedef struct rl_stats_msg {
     char uri[1200];        /* the checkpoint's location: <checkpoint.uri>/step-NNNNNNNN;
                               RL_STATS_HUNG: the dump's ("": only logged) */
     /* RL_STATS_HUNG (pkg/hang): rank 0 diagnosed a stuck collective */
-    char why[512];         /* the verdict, naming the rank(s); RL_STATS_PACE: the stragglers ("" none) */
+    char why[512];         /* the verdict, naming the rank(s); RL_STATS_PACE: the stragglers ("" none);
+                              RL_STATS_DEGRADED: the ranks below the pre-flight's median */
     /* RL_STATS_PACE (pkg/hang): rank 0's straggler judgement changed */
     int nslow;
     struct {

@@ -76,6 +76,10 @@ size_t rl_stats_format(const rl_stats_msg *m, char *buf, size_t n) {
                        m->step, a[0], a[1], m->resumed ? "true" : "false", rl_json_escape(uri, sizeof uri, m->uri));
     } else if (m->kind == RL_STATS_PACE) {
         return pace_format(m, buf, n);
+    } else if (m->kind == RL_STATS_DEGRADED) {
+        char why[2 * sizeof m->why];
+        len = snprintf(buf, n, "{\"ev\":\"degraded\",\"step\":%lld,\"why\":\"%s\"}\n", m->step,
+                       rl_json_escape(why, sizeof why, m->why));
     } else if (m->kind == RL_STATS_HUNG) {
         char uri[2 * sizeof m->uri], why[2 * sizeof m->why];
         len = snprintf(buf, n, "{\"ev\":\"hung\",\"step\":%lld,\"why\":\"%s\",\"uri\":\"%s\"}\n", m->step,
@@ -122,6 +126,10 @@ int rl_stats_parse(const char *line, size_t len, rl_stats_msg *m, rl_err *e) {
     } else if (strcmp(ev->valuestring, "pace") == 0) {
         m->kind = RL_STATS_PACE;
         pace_parse(o, m);
+    } else if (strcmp(ev->valuestring, "degraded") == 0) {
+        m->kind = RL_STATS_DEGRADED;
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "why");
+        if (cJSON_IsString(w)) snprintf(m->why, sizeof m->why, "%s", w->valuestring);
     } else if (strcmp(ev->valuestring, "hung") == 0) {
         m->kind = RL_STATS_HUNG;
         const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "uri"), *w = cJSON_GetObjectItemCaseSensitive(o, "why");

@@ -269,6 +269,21 @@ static void mirror_hang(const rl_op_seen *s, rl_op_plan *p) {
     last_hang(p->status, &h);
 }
 
+/* Condition Degraded, from each round's pre-flight (ringleader.dev/degraded):
+ * True naming the ranks below the median, False once a later round's
+ * pre-flight found none; a job never found degraded has no such condition. */
+static void mirror_degraded(const rl_op_seen *s, rl_op_plan *p) {
+    const cJSON *a = s->progress ? cJSON_GetObjectItemCaseSensitive(s->progress, "ringleader.dev/degraded") : NULL;
+    if (!cJSON_IsString(a)) return;
+    char what[HANG_TEXT_MAX + 1];
+    clip(what, HANG_TEXT_MAX, a->valuestring);
+    if (!what[0] && !rl_op_condition_on(p->status, "Degraded")) return;
+    if (rl_op_set_condition(p->status, "Degraded", what[0], what[0] ? "PreflightBelowMedian" : "PreflightPassed",
+                            what[0] ? what : "every rank's pre-flight is within range of the median", s->now) &&
+        what[0])
+        event(p, true, "Degraded", "%s", what);
+}
+
 /* After the end: pods go per cleanPodPolicy (All: every pod; Running:
  * those still running or pending, so a failed pod's logs stay readable;
  * None: all stay). */
@@ -577,6 +592,7 @@ void rl_op_decide_phase(const rl_op_seen *s, int created, const char *refused, r
     note_stuck(s, p);
     mirror_progress(s, p->status);
     mirror_hang(s, p);
+    mirror_degraded(s, p);
     prune_counted(p->status, s->pods, s->n);
     write_now(p);
 }

@@ -72,6 +72,9 @@ static const rl_cfg_field dist_fields[] = {
     F(straggler_factor, .min = 0, .max = 1e6, .def = 1.5,
       .doc = "A rank whose busy time per step (its step less its wait for the others) is this many times "
              "the median rank's is named as a straggler in the job's status and metrics. 0: never."),
+    F(preflight_min_ratio, .min = 0, .max = 1, .def = 0.5,
+      .doc = "Each round, every rank measures its node (free /dev/shm, memory copy bandwidth); a rank below "
+             "this fraction of the median is named in the job's Degraded condition. 0: no check."),
 };
 #undef F
 

@@ -61,6 +61,7 @@ typedef struct rl_dist_config {
     double hang_factor;     /* a collective running this many median steps is a hang (0: no watch) */
     double hang_min_s;      /* ... and never less than this long (pkg/hang) */
     double straggler_factor; /* a rank this many times the median busy time per step is named (0: never) */
+    double preflight_min_ratio; /* a node below this fraction of the median pre-flight is Degraded (0: no check) */
 } rl_dist_config;
 
 typedef struct rl_job_config {

@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         if (rc != RL_EINPUT || strchr(e.msg, '\n')) abort();
         return 0;
     }
-    if (m.kind < RL_STATS_STEP || m.kind > RL_STATS_PACE) abort();
+    if (m.kind < RL_STATS_STEP || m.kind > RL_STATS_DEGRADED) abort();
     char buf[RL_STATS_LINE_MAX];
     size_t n = rl_stats_format(&m, buf, sizeof buf);
     if (n == 0) return 0; /* a uri too long for one line: the writer drops it */

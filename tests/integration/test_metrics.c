@@ -672,3 +672,35 @@ Test(metrics, a_throttled_rank_is_named_the_straggler, .timeout = 180) {
     rl_test_wait_status(pid, 30);
     rl_test_rmdir(dir);
 }
+
+/* The pre-flight: rank 2 of 3 starved from its start (stopped 95 ms of
+ * every 100, so no copy of its measurement runs unhindered) is named as
+ * below the median's copy bandwidth; the others are not. */
+Test(metrics, a_starved_rank_fails_the_preflight, .timeout = 180) {
+    char dir[64], log[128];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    rl_test_write_job(dir, 100000, 384, NULL, "");
+    snprintf(log, sizeof log, "%s/w.log", dir);
+    const char *args[] = {"--nproc-per-node", "3", NULL};
+    int pid = rl_test_spawn_worker(dir, log, -1, 1, 0, args);
+    int slow = -1;
+    for (double end = rl_now() + 30; slow < 0 && rl_now() < end; usleep(20000)) {
+        char *text;
+        size_t len;
+        rl_err e;
+        if (rl_read_file(log, &text, &len, &e)) continue;
+        char *sp = strstr(text, "\"event\":\"spawned\",\"rank\":2,");
+        if (sp) slow = atoi(strstr(sp, "\"pid\":") + 6);
+        free(text);
+    }
+    cr_assert_gt(slow, 0, "no spawned line for rank 2: see %s", log);
+    for (double end = rl_now() + 90; !rl_test_file_has(log, "\"event\":\"preflight\"") && rl_now() < end;)
+        kill(slow, SIGSTOP), usleep(95000), kill(slow, SIGCONT), usleep(5000);
+    cr_expect(rl_test_file_has(log, "\"event\":\"preflight\""), "no preflight line: see %s", log);
+    cr_expect(rl_test_file_has(log, "\"below\":1,") && rl_test_file_has(log, "rank 2 (pod ") &&
+                  rl_test_file_has(log, "copy "),
+              "rank 2 not named below the median: see %s", log);
+    kill(pid, SIGKILL);
+    rl_test_wait_status(pid, 30);
+    rl_test_rmdir(dir);
+}

@@ -531,6 +531,7 @@ Test(operator, sidecars_sorted_before_the_worker) {
 typedef struct {
     cJSON *st;                /* the status last written (owned) */
     int hung, recovered;      /* Events Hung, HangRecovered */
+    int degraded;             /* Events Degraded */
     bool hung_warning, recovered_warning;
     char msg[1024];           /* the last of the two's message */
 } hang_pass;
@@ -571,6 +572,7 @@ static hang_pass reconcile_hang(const char *ann, const cJSON *status, int restar
         if (hung) r.hung++, r.hung_warning = x->warning;
         if (back) r.recovered++, r.recovered_warning = x->warning;
         if (hung || back) snprintf(r.msg, sizeof r.msg, "%s", x->msg);
+        r.degraded += x->kind == RL_OP_EVENT && !strcmp(x->reason, "Degraded") && x->warning;
     }
     cr_assert(r.st, "no status written");
     rl_op_plan_free(&p);
@@ -578,11 +580,40 @@ static hang_pass reconcile_hang(const char *ann, const cJSON *status, int restar
     return r;
 }
 
-static const char *hung_field(const cJSON *st, const char *field) {
+static const char *cond_field(const cJSON *st, const char *type, const char *field) {
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, "conditions");
     for (const cJSON *c = cs ? cs->child : NULL; c; c = c->next)
-        if (!strcmp(rl_op_jstr(c, "type"), "Hung")) return rl_op_jstr(c, field);
+        if (!strcmp(rl_op_jstr(c, "type"), type)) return rl_op_jstr(c, field);
     return NULL;
+}
+
+static const char *hung_field(const cJSON *st, const char *field) { return cond_field(st, "Hung", field); }
+
+/* The pre-flight's verdict (ringleader.dev/degraded) as condition Degraded,
+ * and stragglers (ringleader.dev/stragglers) as status.stragglers. */
+Test(operator, degraded_and_stragglers_follow_the_annotations) {
+#define SLOWR "rank 2 (pod llama-1, node n1): copy 1.2 GB/s, 0.30x the median 4.0 GB/s"
+    hang_pass a = reconcile_hang("{\"ringleader.dev/degraded\":\"\",\"ringleader.dev/stragglers\":\"\"}", NULL, 3,
+                                 RL_POD_RUNNING);
+    cr_expect_null(cond_field(a.st, "Degraded", "status"), "a job never degraded has no condition");
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(a.st, "stragglers"));
+    hang_pass b = reconcile_hang("{\"ringleader.dev/degraded\":\"" SLOWR "\",\"ringleader.dev/stragglers\":\"rank 2 "
+                                 "is a straggler\"}",
+                                 a.st, 3, RL_POD_RUNNING);
+    cr_expect_str_eq(cond_field(b.st, "Degraded", "status"), "True");
+    cr_expect_str_eq(cond_field(b.st, "Degraded", "reason"), "PreflightBelowMedian");
+    cr_expect_str_eq(cond_field(b.st, "Degraded", "message"), SLOWR);
+    cr_expect_eq(b.degraded, 1);
+    cr_expect_str_eq(rl_op_jstr(b.st, "stragglers"), "rank 2 is a straggler");
+    hang_pass c = reconcile_hang("{\"ringleader.dev/degraded\":\"" SLOWR "\"}", b.st, 3, RL_POD_RUNNING);
+    cr_expect_eq(c.degraded, 0, "one event per transition");
+    hang_pass d = reconcile_hang("{\"ringleader.dev/degraded\":\"\",\"ringleader.dev/stragglers\":\"\"}", c.st, 3,
+                                 RL_POD_RUNNING);
+    cr_expect_str_eq(cond_field(d.st, "Degraded", "status"), "False");
+    cr_expect_str_eq(cond_field(d.st, "Degraded", "reason"), "PreflightPassed");
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(d.st, "stragglers"), "none now: the field goes");
+    cJSON_Delete(a.st), cJSON_Delete(b.st), cJSON_Delete(c.st), cJSON_Delete(d.st);
+#undef SLOWR
 }
 
 Test(operator, a_hang_is_a_condition_an_event_and_status_last_hang) {
