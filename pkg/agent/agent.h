@@ -32,8 +32,10 @@
  *   _learning_rate, _step_seconds, _model_tflops, _mfu (only with a peak),
  *   _allreduce_seconds, _allreduce_busy_seconds, _checkpoint_seconds,
  *   _checkpoint_last_step, _checkpoint_age_seconds, _rdzv_round,
- *   _world_size, _straggler{rank,pod,node} (on rank 0's node), and the
- *   counters _restarts_total, _rounds_total, _hangs_total.
+ *   _world_size, _straggler{rank,pod,node} (on rank 0's node),
+ *   _recovery_seconds and _recovery_steps_lost (the last round change:
+ *   from the last step this node saw before it to the first after it),
+ *   and the counters _restarts_total, _rounds_total, _hangs_total.
  * Without an agent (one process, or a rank of torchrun) the trainer can
  * feed an in-process rl_node_stats directly (rl_stats_reporter). */
 typedef struct rl_node_stats rl_node_stats;
@@ -76,6 +78,11 @@ typedef struct rl_node_snapshot {
     /* this round's pre-flight (pkg/hang): the ranks below the median, "" none */
     char degraded[512];
     bool preflight_known;
+    /* the last round change this node saw (recovered: there was one): from
+     * the last step before it to the first after, and the steps done again */
+    bool recovered;
+    long long recovery_round, steps_lost;
+    double recovery_s;
 } rl_node_snapshot;
 void rl_node_stats_snapshot(rl_node_stats *ns, rl_node_snapshot *out);
 
@@ -100,7 +107,9 @@ void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stat
  * progress onto the Lease <job>-progress as annotations (creating the
  * Lease when absent, holderIdentity = this pod): ringleader.dev/step,
  * /loss, /tokens-per-second, /last-checkpoint, /round, /updated (RFC 3339
- * UTC), /stragglers and /degraded once rank 0 judged ("" when none), and after a hang
+ * UTC), /stragglers and /degraded once rank 0 judged ("" when none),
+ * /recovery-seconds, /recovery-steps-lost and /recovery-round after a
+ * round change, and after a hang
  * /hung (the verdict), /hung-round, /hung-dump, /hung-time (the
  * operator's Hung condition). From its own thread, when
  * something changed and at most every interval (a new hang at once, even

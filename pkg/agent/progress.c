@@ -67,6 +67,14 @@ cJSON *rl_progress_annotations(const rl_node_snapshot *s, double now_unix) {
     }
     if (s->pace_known) cJSON_AddStringToObject(a, ANN "stragglers", s->stragglers);
     if (s->preflight_known) cJSON_AddStringToObject(a, ANN "degraded", s->degraded);
+    if (s->recovered) {
+        snprintf(v, sizeof v, "%.3f", s->recovery_s);
+        cJSON_AddStringToObject(a, ANN "recovery-seconds", v);
+        snprintf(v, sizeof v, "%lld", s->steps_lost);
+        cJSON_AddStringToObject(a, ANN "recovery-steps-lost", v);
+        snprintf(v, sizeof v, "%lld", s->recovery_round);
+        cJSON_AddStringToObject(a, ANN "recovery-round", v);
+    }
     if (s->hung_why[0]) {
         cJSON_AddStringToObject(a, ANN "hung", s->hung_why);
         snprintf(v, sizeof v, "%lld", s->hung_round);

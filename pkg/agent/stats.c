@@ -12,7 +12,7 @@
 
 enum {
     M_STEP, M_LOSS, M_TPS, M_GNORM, M_LR, M_STEP_S, M_TFLOPS, M_MFU, M_AR, M_AR_BUSY,
-    M_CKPT_S, M_CKPT_STEP, M_CKPT_AGE, M_ROUND, M_WORLD, M_RESTARTS, M_ROUNDS, M_HANGS,
+    M_CKPT_S, M_CKPT_STEP, M_CKPT_AGE, M_ROUND, M_WORLD, M_RESTARTS, M_ROUNDS, M_HANGS, M_RECOVERY_S, M_STEPS_LOST,
     M_SLOW, /* RL_STATS_SLOW_MAX slots of ringleader_straggler, one family */
     M_N = M_SLOW + RL_STATS_SLOW_MAX
 };
@@ -46,6 +46,10 @@ static const struct {
     [M_RESTARTS] = {RL_METRIC_COUNTER, "ringleader_restarts_total",
                     "Trainer crashes on this node (lost peers and preemptions are not crashes)."},
     [M_ROUNDS] = {RL_METRIC_COUNTER, "ringleader_rounds_total", "Rounds this node's trainers were started for."},
+    [M_RECOVERY_S] = {RL_METRIC_GAUGE, "ringleader_recovery_seconds",
+                      "The last round change: from the last step before it to the first step after it."},
+    [M_STEPS_LOST] = {RL_METRIC_GAUGE, "ringleader_recovery_steps_lost",
+                      "The last round change: steps done again (the last step before it less the one resumed from)."},
     [M_HANGS] = {RL_METRIC_COUNTER, "ringleader_hangs_total",
                  "Stuck collectives rank 0 diagnosed here (the job's Hung condition names the rank)."},
 #define SLOT(k) [M_SLOW + k] = {RL_METRIC_GAUGE, "ringleader_straggler{slot=\"" #k "\"}", SLOW_HELP}
@@ -64,6 +68,11 @@ struct rl_node_stats {
     rl_stats_reader rd;
     pthread_mutex_t mu; /* snap: the agent's loop, or a trainer thread in-process */
     rl_node_snapshot snap;
+    /* recovery: the last step seen before the current round, and when */
+    double last_step_unix;
+    long long before_step;
+    double before_unix;
+    bool awaiting_first; /* no step of the current round yet */
 };
 
 int rl_node_stats_start(const rl_node_stats_opts *o, rl_node_stats **out, rl_err *e) {
@@ -75,6 +84,7 @@ int rl_node_stats_start(const rl_node_stats_opts *o, rl_node_stats **out, rl_err
     pthread_mutex_init(&ns->mu, NULL);
     ns->snap = (rl_node_snapshot){.step = -1, .steps = -1, .loss = NAN, .tokens_per_s = NAN, .ckpt_step = -1,
                                   .round = -1};
+    ns->before_step = -1;
     int rc = rl_metrics_new(&ns->reg, e);
     for (int i = 0; !rc && i < M_N; i++) rc = rl_metrics_define(ns->reg, defs[i].kind, defs[i].name, defs[i].help, &ns->id[i], e);
     if (!rc && o->pipe) {
@@ -136,6 +146,24 @@ static void apply_pace(rl_node_stats *ns, const rl_stats_msg *m) {
     pthread_mutex_unlock(&ns->mu);
 }
 
+/* The first step of a round after one that had steps: how long the job
+ * was without one, and how many steps it does again. Under ns->mu. */
+static void recovered(rl_node_stats *ns, long long step) {
+    double now = rl_wall_now();
+    if (ns->awaiting_first && ns->before_step >= 0) {
+        rl_node_snapshot *s = &ns->snap;
+        s->recovery_s = now - ns->before_unix;
+        s->steps_lost = ns->before_step - (step - 1) > 0 ? ns->before_step - (step - 1) : 0;
+        s->recovery_round = s->round, s->recovered = true;
+        rl_metrics_set(ns->reg, ns->id[M_RECOVERY_S], s->recovery_s);
+        rl_metrics_set(ns->reg, ns->id[M_STEPS_LOST], (double)s->steps_lost);
+        rl_log(RL_LOG_INFO, "recovered", "\"round\":%lld,\"seconds\":%.3f,\"steps_lost\":%lld,\"resumed_at\":%lld",
+               s->round, s->recovery_s, s->steps_lost, step);
+    }
+    ns->awaiting_first = false;
+    ns->last_step_unix = now;
+}
+
 void rl_node_stats_apply(rl_node_stats *ns, const rl_stats_msg *m) {
     if (!ns) return;
     if (m->kind == RL_STATS_STEP) {
@@ -157,6 +185,7 @@ void rl_node_stats_apply(rl_node_stats *ns, const rl_stats_msg *m) {
         set_if(ns, M_AR_BUSY, m->allreduce_busy_s, m->allreduce_busy_s >= 0);
         set_if(ns, M_WORLD, m->world, m->world > 0);
         pthread_mutex_lock(&ns->mu);
+        recovered(ns, m->step);
         ns->snap.step = m->step, ns->snap.steps = m->steps;
         ns->snap.loss = m->loss, ns->snap.tokens_per_s = m->tokens_per_s;
         if (m->world > 0) ns->snap.world = m->world;
@@ -204,6 +233,10 @@ void rl_node_stats_round(rl_node_stats *ns, long long round, int world) {
     rl_metrics_inc(ns->reg, ns->id[M_ROUNDS], 1);
     pthread_mutex_lock(&ns->mu);
     ns->snap.round = round, ns->snap.world = world;
+    /* what the round change is measured from (a round without steps in
+     * between keeps the older mark) */
+    if (!ns->awaiting_first) ns->before_step = ns->snap.step, ns->before_unix = ns->last_step_unix;
+    ns->awaiting_first = true;
     pthread_mutex_unlock(&ns->mu);
 }
 

@@ -120,6 +120,25 @@ static void count_pods(const rl_op_seen *s, cJSON *st) {
         cJSON_AddNumberToObject(st, "infrastructureFailures", 0);
 }
 
+/* The last round change the rank-0 agent measured: status.lastRecovery
+ * {round, seconds, stepsLost}, only when all three are numbers. */
+static void mirror_recovery(const cJSON *ann, cJSON *st) {
+    static const char *const k[3] = {"ringleader.dev/recovery-round", "ringleader.dev/recovery-seconds",
+                                     "ringleader.dev/recovery-steps-lost"};
+    double v[3];
+    for (int i = 0; i < 3; i++) {
+        const char *t = jstr(ann, k[i]);
+        char *end;
+        v[i] = strtod(t, &end);
+        if (!*t || *end || !isfinite(v[i]) || v[i] < 0 || v[i] > 1e15) return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "round", floor(v[0]));
+    cJSON_AddNumberToObject(o, "seconds", round(v[1] * 1e3) / 1e3);
+    cJSON_AddNumberToObject(o, "stepsLost", floor(v[2]));
+    jset(st, "lastRecovery", o);
+}
+
 /* The rank-0 agent's progress (annotations of <job>-progress) into the
  * status: numbers only when they are numbers, a worker's garbage is not
  * worth a failure. */
@@ -132,6 +151,7 @@ static void mirror_progress(const rl_op_seen *s, cJSON *st) {
         {"ringleader.dev/round", "round", 0},
     };
     if (!s->progress) return;
+    mirror_recovery(s->progress, st);
     /* "" means rank 0 judged and found none: the field goes */
     const char *slow = jstr(s->progress, "ringleader.dev/stragglers");
     if (*slow) jset(st, "stragglers", cJSON_CreateString(slow));

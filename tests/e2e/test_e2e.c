@@ -760,6 +760,16 @@ Test(e2e, a_stopped_trainer_is_named_in_the_hung_condition, .init = up, .fini = 
     cr_expect_str_eq(out, "Recovered");
     cr_expect_gt(tj_num(job, "{.status.round}"), round);
     cr_expect_eq(tj_num(job, "{.status.restarts}"), 0, "a hang is not the job's fault");
+    /* the recovery, measured by rank 0's agent: last step before -> first after */
+    for (double end = rl_now() + 30; tj_num(job, "{.status.lastRecovery.round}") <= round && rl_now() < end;)
+        usleep(300000);
+    tj(job, "{.status.lastRecovery.round}", out, sizeof out);
+    char secs[64], lost[64];
+    tj(job, "{.status.lastRecovery.seconds}", secs, sizeof secs);
+    tj(job, "{.status.lastRecovery.stepsLost}", lost, sizeof lost);
+    cr_log_info("recovered into round %s in %s s, %s steps done again (checkpoint every 20 steps)", out, secs, lost);
+    cr_expect(atoll(out) > round && atof(secs) > 0 && atoll(lost) >= 0 && atoll(lost) <= 21,
+              "lastRecovery: round %s, %s s, %s steps lost", out, secs, lost);
     cr_assert_eq(kubectl("get events --field-selector involvedObject.name=hang -o jsonpath='{.items[*].reason}'",
                          NULL, out, sizeof out), 0, "%s", out);
     cr_expect(strstr(out, "Hung"), "events: %s", out);

@@ -625,10 +625,13 @@ Test(metrics, progress_failures_never_stall_the_job, .timeout = 240) {
 }
 
 /* Issue 17's straggler proof: rank 2 of 3 throttled from outside, as a
- * CPU quota would (stopped 60 ms of every 100), is named by rank 0 -- in
- * its log and as ringleader_straggler{rank="2",...} on the launcher's
- * /metrics -- and no other rank is; once the throttle ends the name goes. */
-Test(metrics, a_throttled_rank_is_named_the_straggler, .timeout = 180) {
+ * CPU quota would (stopped 80 ms of every 100: its busy time ~5x the
+ * others', well above the 1.5x default however loaded the machine), is
+ * named by rank 0 -- in its log and as ringleader_straggler{rank="2",...}
+ * on the launcher's /metrics -- and no other rank is; once the throttle
+ * ends the name goes (the pace is a median over 32 steps: loaded, that
+ * takes a while). */
+Test(metrics, a_throttled_rank_is_named_the_straggler, .timeout = 400) {
     char dir[64], log[128], ports[16];
     rl_test_arith_dir(dir, sizeof dir, 300000);
     rl_test_write_job(dir, 100000, 384, NULL, "");
@@ -652,8 +655,8 @@ Test(metrics, a_throttled_rank_is_named_the_straggler, .timeout = 180) {
     static char r[65536];
     const char *b = "";
     bool named = false;
-    for (end = rl_now() + 90; !named && rl_now() < end;) {
-        for (int i = 0; i < 10; i++) kill(slow, SIGSTOP), usleep(60000), kill(slow, SIGCONT), usleep(40000);
+    for (end = rl_now() + 180; !named && rl_now() < end;) {
+        for (int i = 0; i < 10; i++) kill(slow, SIGSTOP), usleep(80000), kill(slow, SIGCONT), usleep(20000);
         if (http("127.0.0.1", port, "GET", "/metrics", r, sizeof r) == 200) b = body_of(r);
         named = strstr(b, "ringleader_straggler{rank=\"2\",") != NULL;
     }
@@ -664,43 +667,42 @@ Test(metrics, a_throttled_rank_is_named_the_straggler, .timeout = 180) {
               "no stragglers line naming rank 2: see %s", log);
     /* unthrottled, its pace comes back within the window of 32 steps */
     bool gone = false;
-    for (end = rl_now() + 60; named && !gone && rl_now() < end; usleep(500000))
+    for (end = rl_now() + 180; named && !gone && rl_now() < end; usleep(500000))
         if (http("127.0.0.1", port, "GET", "/metrics", r, sizeof r) == 200)
             gone = !strstr(body_of(r), "ringleader_straggler{");
-    cr_expect(!named || gone, "rank 2 still named 60 s after the throttle ended:\n%s", body_of(r));
+    cr_expect(!named || gone, "rank 2 still named 180 s after the throttle ended:\n%s", body_of(r));
     kill(pid, SIGKILL);
     rl_test_wait_status(pid, 30);
     rl_test_rmdir(dir);
 }
 
-/* The pre-flight: rank 2 of 3 starved from its start (stopped 95 ms of
- * every 100, so no copy of its measurement runs unhindered) is named as
- * below the median's copy bandwidth; the others are not. */
-Test(metrics, a_starved_rank_fails_the_preflight, .timeout = 180) {
-    char dir[64], log[128];
+/* The pre-flight: rank 2 of 3 starved from its fork (stopped 195 ms of
+ * every 200, so no 32 MiB copy of its measurement runs unhindered: at
+ * most ~0.17 GB/s, where a loaded 2-core machine still copies at 1 GB/s
+ * or more) is named by rank 0 as below the median's copy bandwidth; the
+ * others are not. The ranks are started as torchrun would, so the
+ * throttle holds from the first instruction. */
+Test(metrics, a_starved_rank_fails_the_preflight, .timeout = 240) {
+    char dir[64], log[3][128];
     rl_test_arith_dir(dir, sizeof dir, 300000);
     rl_test_write_job(dir, 100000, 384, NULL, "");
-    snprintf(log, sizeof log, "%s/w.log", dir);
-    const char *args[] = {"--nproc-per-node", "3", NULL};
-    int pid = rl_test_spawn_worker(dir, log, -1, 1, 0, args);
-    int slow = -1;
-    for (double end = rl_now() + 30; slow < 0 && rl_now() < end; usleep(20000)) {
-        char *text;
-        size_t len;
-        rl_err e;
-        if (rl_read_file(log, &text, &len, &e)) continue;
-        char *sp = strstr(text, "\"event\":\"spawned\",\"rank\":2,");
-        if (sp) slow = atoi(strstr(sp, "\"pid\":") + 6);
-        free(text);
+    int port = free_port(), pid[3];
+    for (int r = 2; r >= 0; r--) {
+        snprintf(log[r], sizeof log[r], "%s/rank%d.log", dir, r);
+        pid[r] = rl_test_spawn_worker(dir, log[r], r, 3, port, NULL);
+        if (r == 2) kill(pid[2], SIGSTOP);
     }
-    cr_assert_gt(slow, 0, "no spawned line for rank 2: see %s", log);
-    for (double end = rl_now() + 90; !rl_test_file_has(log, "\"event\":\"preflight\"") && rl_now() < end;)
-        kill(slow, SIGSTOP), usleep(95000), kill(slow, SIGCONT), usleep(5000);
-    cr_expect(rl_test_file_has(log, "\"event\":\"preflight\""), "no preflight line: see %s", log);
-    cr_expect(rl_test_file_has(log, "\"below\":1,") && rl_test_file_has(log, "rank 2 (pod ") &&
-                  rl_test_file_has(log, "copy "),
-              "rank 2 not named below the median: see %s", log);
-    kill(pid, SIGKILL);
-    rl_test_wait_status(pid, 30);
+    for (double end = rl_now() + 180; !rl_test_file_has(log[0], "\"event\":\"preflight\"") && rl_now() < end;)
+        kill(pid[2], SIGCONT), usleep(5000), kill(pid[2], SIGSTOP), usleep(195000);
+    kill(pid[2], SIGCONT);
+    char *text = NULL, *line;
+    size_t len;
+    rl_err e;
+    cr_assert_eq(rl_read_file(log[0], &text, &len, &e), 0);
+    line = strstr(text, "\"event\":\"preflight\"");
+    cr_expect(line && strstr(line, "\"below\":1,") && strstr(line, "rank 2 (pod ") && strstr(line, "copy "),
+              "rank 2 not named below the median: %.300s", line ? line : "(no preflight line)");
+    free(text);
+    for (int r = 0; r < 3; r++) kill(pid[r], SIGKILL), rl_test_wait_status(pid[r], 30);
     rl_test_rmdir(dir);
 }

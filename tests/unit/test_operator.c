@@ -612,6 +612,18 @@ Test(operator, degraded_and_stragglers_follow_the_annotations) {
     cr_expect_str_eq(cond_field(d.st, "Degraded", "status"), "False");
     cr_expect_str_eq(cond_field(d.st, "Degraded", "reason"), "PreflightPassed");
     cr_expect_null(cJSON_GetObjectItemCaseSensitive(d.st, "stragglers"), "none now: the field goes");
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(d.st, "lastRecovery"));
+    hang_pass r = reconcile_hang("{\"ringleader.dev/recovery-round\":\"4\",\"ringleader.dev/recovery-seconds\":"
+                                 "\"10.4567\",\"ringleader.dev/recovery-steps-lost\":\"13\"}",
+                                 d.st, 3, RL_POD_RUNNING);
+    cr_expect_eq(cJSON_GetNumberValue(rl_test_json_path(r.st, "lastRecovery.round")), 4);
+    cr_expect_float_eq(cJSON_GetNumberValue(rl_test_json_path(r.st, "lastRecovery.seconds")), 10.457, 1e-9);
+    cr_expect_eq(cJSON_GetNumberValue(rl_test_json_path(r.st, "lastRecovery.stepsLost")), 13);
+    hang_pass g = reconcile_hang("{\"ringleader.dev/recovery-round\":\"5\",\"ringleader.dev/recovery-seconds\":"
+                                 "\"nan\",\"ringleader.dev/recovery-steps-lost\":\"1\"}",
+                                 r.st, 3, RL_POD_RUNNING);
+    cr_expect_eq(cJSON_GetNumberValue(rl_test_json_path(g.st, "lastRecovery.round")), 4, "garbage keeps the last");
+    cJSON_Delete(r.st), cJSON_Delete(g.st);
     cJSON_Delete(a.st), cJSON_Delete(b.st), cJSON_Delete(c.st), cJSON_Delete(d.st);
 #undef SLOWR
 }
