@@ -64,6 +64,8 @@ static int start_watch(const rl_proc_opts *o, const rl_job_config *settled, rl_c
         .comm = comm, .rank = o->env->rank, .world = o->env->world,
         .store_host = o->env->master_addr, .store_port = o->env->master_port, .secret = o->secret,
         .prefix = prefix, .pod = o->pod, .node = o->node,
+        /* the first rank of the second node, whose agent has a stats pipe */
+        .deputy = o->env->rank == (o->env->world > o->env->local_world ? o->env->local_world : 1),
         .factor = settled->dist.hang_factor, .min_s = settled->dist.hang_min_s, .timeout_s = settled->dist.timeout_s,
         .straggler_factor = settled->dist.straggler_factor, .ckpt = &settled->ckpt,
         .preflight_min_ratio = settled->dist.preflight_min_ratio, .shm_bytes = shm, .copy_gbps = gbps,

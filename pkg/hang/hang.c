@@ -174,7 +174,8 @@ char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n,
     cJSON_AddNumberToObject(o, "done", (double)r->done);
     cJSON_AddStringToObject(o, "op", r->op);
     cJSON_AddNumberToObject(o, "step", (double)r->step);
-    if (usable(r->busy_s)) cJSON_AddNumberToObject(o, "busy_s", r->busy_s);
+    cJSON_AddNumberToObject(o, "busy_total", r->busy_total);
+    cJSON_AddNumberToObject(o, "busy_steps", r->busy_steps);
     if (usable(r->shm_bytes)) cJSON_AddNumberToObject(o, "shm_bytes", r->shm_bytes);
     if (usable(r->copy_gbps)) cJSON_AddNumberToObject(o, "copy_gbps", r->copy_gbps);
     cJSON_AddNumberToObject(o, "unix", r->unix_time);
@@ -234,7 +235,8 @@ int rl_hang_rank_parse(const char *text, size_t len, const char *what, rl_hang_r
     if (ok) {
         *out = (rl_hang_rank){.rank = (int)rank, .seen = true, .issued = issued, .done = done,
                               .step = (long long)step, .unix_time = t->valuedouble};
-        out->busy_s = positive(o, "busy_s");
+        out->busy_total = positive(o, "busy_total");
+        out->busy_steps = positive(o, "busy_steps");
         out->shm_bytes = positive(o, "shm_bytes");
         out->copy_gbps = positive(o, "copy_gbps");
         copy_str(o, "op", out->op, sizeof out->op);

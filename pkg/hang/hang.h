@@ -26,7 +26,15 @@
  *      fails at once and the trainer ends as infrastructure (peer lost),
  *      long before dist.timeout_s.
  * A rank whose whole process stopped (SIGSTOP, a wedged driver) answers
- * nothing: its last heartbeat speaks for it. Every RL_HANG_PACE_S rank 0
+ * nothing: its last heartbeat speaks for it. When that rank is rank 0,
+ * the deputy judges instead -- the first rank of the second node (rank 1
+ * on one node), whose agent also writes to the progress Lease -- once its
+ * own collective is past its own deadline and rank 0's heartbeat has not
+ * changed for that long plus RL_HANG_GATHER_S + 1 s (a live rank 0 asks
+ * first; judged on the deputy's own clock, so clock skew between nodes
+ * does not matter); the protocol is the same, with the deputy asking.
+ * The store must outlive rank 0: it does under an agent or the launcher,
+ * not when rank 0 hosts it itself (a torchrun-style launch by hand). Every RL_HANG_PACE_S rank 0
  * also reads every heartbeat's pace and, when the stragglers change,
  * logs them and tells its agent (a "pace" line: ringleader_straggler
  * {rank,pod,node}, the progress Lease, status.stragglers). Judging from rank 0 alone is
@@ -72,7 +80,9 @@ typedef struct rl_hang_rank {
     uint64_t done;      /* newest seq returned */
     char op[16];        /* the op of `issued` */
     long long step;     /* optimizer steps done */
-    double busy_s;      /* its pace: median busy time per step (rl_hang_stragglers); <= 0 unknown */
+    double busy_total;  /* busy seconds over its busy_steps steps so far (see stragglers) */
+    double busy_steps;
+    double busy_s;      /* its pace, as rank 0 judges it (not on the wire); <= 0 unknown */
     double shm_bytes;   /* pre-flight: free bytes of its /dev/shm; <= 0 unknown */
     double copy_gbps;   /* pre-flight: its memory copy bandwidth, GB/s; <= 0 unknown */
     double unix_time;   /* when it said so */
@@ -94,9 +104,13 @@ int rl_hang_verdict(const rl_hang_rank *ranks, int world, uint64_t seq, const ch
  * slowest rank's: the others wait for it in the collectives. So a rank's
  * pace is its busy time per step -- the wall time from its previous step's
  * end to this one's, less what the step waited for the gradient reduction
- * after backward -- as a median over its last RL_HANG_STEPS steps. A
+ * after backward -- as a mean over the last two RL_HANG_PACE_S periods
+ * (heartbeats carry running totals; rank 0 takes differences). A mean over
+ * time, not a median over steps: a CPU quota stalls a rank for tens of
+ * milliseconds in some steps and not others, which a median would not
+ * see, while one slow step (a checkpoint) is small against 10 s. A
  * straggler's pace is above factor x the median pace of all ranks that
- * reported one (at least 3 of them: with two, neither is "the median").
+ * have one (at least 3 of them: with two, neither is "the median").
  * Fills slow[] (ranks, slowest first, at most max) and one sentence
  * ("rank 2 (pod p, node n) is a straggler: 3.1x the median busy time per
  * step (0.412 s vs 0.133 s)"; "" when none); returns how many there are. */
@@ -145,7 +159,8 @@ typedef struct rl_hang_watch_opts {
     double preflight_min_ratio; /* dist.preflight_min_ratio (0: no pre-flight judging) */
     double shm_bytes, copy_gbps; /* this rank's pre-flight (rl_hang_measure; 0: unknown) */
     double timeout_s;         /* the store client's bound (at most 5 s is used) */
-    const rl_ckpt_config *ckpt; /* rank 0: where the dump goes (NULL or uri "": the log) */
+    bool deputy;              /* judges when rank 0 stopped (see above) */
+    const rl_ckpt_config *ckpt; /* rank 0 / deputy: where the dump goes (NULL or uri "": the log) */
     /* rank 0: a hung or pace stats line for its agent (called from the
      * watch's thread; NULL: only logged) */
     void (*report)(void *ud, const rl_stats_msg *m);

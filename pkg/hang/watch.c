@@ -19,7 +19,7 @@ struct rl_hang_watch {
     pthread_cond_t cv;
     bool stop, failed;               /* under mu */
     double steps[RL_HANG_STEPS];     /* under mu: recent step times, a ring */
-    double busy[RL_HANG_STEPS];      /* under mu: recent busy times (hang.h, stragglers) */
+    double busy_total, busy_steps;   /* under mu: running totals (hang.h, stragglers) */
     int nsteps;
     long long step;
     double last_step_end;            /* under mu: rl_now() of the previous step's end; 0 none */
@@ -29,7 +29,11 @@ struct rl_hang_watch {
     rl_store *s;
     uint64_t answered;               /* the ask this rank answered */
     double next_beat, next_pace, preflight_by; /* preflight_by: 0 once judged */
+    uint64_t beat0;                  /* deputy: a hash of rank 0's last heartbeat */
+    double beat0_changed;            /* ... and when it last changed (rl_now) */
     char pace[512];                  /* the stragglers last reported */
+    double *mark[2];                 /* rank 0: each rank's busy totals, the last two pace periods: */
+    int marks;                       /* [0] busy, [1] steps, world of each; marks taken so far */
 };
 
 /* Sleeps up to s; false once stopping. */
@@ -59,13 +63,8 @@ static int snapshot(rl_hang_watch *w, rl_hang_rank *me, rl_comm_record *rec) {
     *me = (rl_hang_rank){.rank = w->o.rank, .seen = true, .answered = true, .unix_time = rl_wall_now()};
     pthread_mutex_lock(&w->mu);
     me->step = w->step;
-    double busy[RL_HANG_STEPS];
-    int k = 0;
-    for (int i = 0; i < (w->nsteps < RL_HANG_STEPS ? w->nsteps : RL_HANG_STEPS); i++)
-        if (w->busy[i] > 0) busy[k++] = w->busy[i];
+    me->busy_total = w->busy_total, me->busy_steps = w->busy_steps;
     pthread_mutex_unlock(&w->mu);
-    /* the median: the deadline's rule with factor 1 and no floor */
-    me->busy_s = rl_hang_deadline(busy, k, 1, 0);
     if (n > 0) {
         me->issued = rec[n - 1].seq;
         snprintf(me->op, sizeof me->op, "%s", rec[n - 1].op ? rec[n - 1].op : "");
@@ -100,8 +99,8 @@ static void fire(rl_hang_watch *w, const char *why) {
 }
 
 /* ---- every rank but 0: answer rank 0's ask, obey its abort ---------------------------------- */
-/* *aborted once it aborted the communicator. */
-static int follow(rl_hang_watch *w, bool *aborted, rl_err *e) {
+/* *aborted once it aborted the communicator; *judging while a rank asks. */
+static int follow(rl_hang_watch *w, bool *aborted, bool *judging, rl_err *e) {
     char k[160];
     void *v = NULL;
     size_t len;
@@ -109,20 +108,24 @@ static int follow(rl_hang_watch *w, bool *aborted, rl_err *e) {
     int rc = rl_store_get(w->s, k, 0, &v, &len, e);
     if (rc == RL_ETIMEOUT) return RL_OK; /* nothing asked */
     if (rc) return rc;
+    *judging = true;
     unsigned long long seq = 0;
     char verb[8] = "";
-    if (sscanf(v, "%7s %llu", verb, &seq) != 2) seq = 0;
+    int by = 0;
+    if (sscanf(v, "%7s %llu %d", verb, &seq, &by) != 3) seq = 0;
     free(v);
+    if (by == w->o.rank) return RL_OK; /* this rank's own ask (the deputy) */
     if (!strcmp(verb, "ask") && seq && seq != w->answered) {
         w->answered = seq;
         rl_comm_dump_all(); /* into this rank's log too */
         return publish(w, "records", true, e);
     }
-    if (strcmp(verb, "abort") != 0) return RL_OK;
-    char why[512] = "rank 0 found a hang";
+    if (strcmp(verb, "abort") != 0 || !seq) return RL_OK;
+    char why[512];
+    snprintf(why, sizeof why, "rank %d found a hang", by);
     key(w, k, sizeof k, "verdict", -1);
     if (rl_store_get(w->s, k, 0, &v, &len, e) == RL_OK) {
-        snprintf(why, sizeof why, "rank 0 found a hang: %.480s", (const char *)v);
+        snprintf(why, sizeof why, "rank %d found a hang: %.480s", by, (const char *)v);
         free(v);
     }
     fire(w, why);
@@ -162,12 +165,26 @@ static void read_beats(rl_hang_watch *w, rl_hang_rank *ranks) {
     }
 }
 
+/* Each rank's pace over the last two pace periods: the difference of its
+ * running totals against the mark taken two periods ago (hang.h). */
+static void pace_window(rl_hang_watch *w, rl_hang_rank *ranks) {
+    int world = w->o.world;
+    double *old = w->mark[w->marks % 2];
+    for (int r = 0; r < world; r++) {
+        double db = ranks[r].busy_total - old[r], ds = ranks[r].busy_steps - old[world + r];
+        ranks[r].busy_s = w->marks >= 2 && ranks[r].seen && ds >= RL_HANG_MIN_STEPS && db > 0 ? db / ds : 0;
+        old[r] = ranks[r].busy_total, old[world + r] = ranks[r].busy_steps;
+    }
+    w->marks++;
+}
+
 /* Rank 0, every RL_HANG_PACE_S: the stragglers, reported when they change. */
 static void pace(rl_hang_watch *w) {
     int world = w->o.world;
     rl_hang_rank *ranks = calloc((size_t)world, sizeof *ranks);
     if (!ranks) return;
     read_beats(w, ranks);
+    pace_window(w, ranks);
     rl_hang_slow slow[RL_STATS_SLOW_MAX];
     rl_stats_msg m = {.kind = RL_STATS_PACE};
     int found = rl_hang_stragglers(ranks, world, w->o.straggler_factor, slow, RL_STATS_SLOW_MAX, m.why, sizeof m.why);
@@ -217,8 +234,8 @@ static void gather(rl_hang_watch *w, rl_hang_rank *ranks, char **texts) {
     rl_err e = {0};
     char k[160];
     for (;;) {
-        for (int r = 1; r < world; r++) {
-            if (ranks[r].answered) continue;
+        for (int r = 0; r < world; r++) {
+            if (ranks[r].answered) continue; /* this rank's own included */
             void *v = NULL;
             size_t len;
             key(w, k, sizeof k, "records", r);
@@ -231,8 +248,12 @@ static void gather(rl_hang_watch *w, rl_hang_rank *ranks, char **texts) {
             }
         }
         if (!missing || rl_now() >= end || !nap(w, 0.1)) break;
+        if (rl_now() >= w->next_beat) { /* still alive: the deputy must not take over */
+            w->next_beat = rl_now() + RL_HANG_BEAT_S;
+            (void)publish(w, "beat", false, &e);
+        }
     }
-    for (int r = 1; r < world; r++) {
+    for (int r = 0; r < world; r++) {
         void *v = NULL;
         size_t len;
         key(w, k, sizeof k, "beat", r);
@@ -311,12 +332,13 @@ static void diagnose(rl_hang_watch *w, const rl_comm_record *stuck, double deadl
                  (unsigned long long)stuck->seq);
         goto act;
     }
+    int me = w->o.rank;
     key(w, k, sizeof k, "state", -1);
-    snprintf(state, sizeof state, "ask %llu", (unsigned long long)stuck->seq);
+    snprintf(state, sizeof state, "ask %llu %d", (unsigned long long)stuck->seq, me);
     (void)rl_store_set(w->s, k, state, strlen(state), &e);
     rl_comm_record rec[RL_COMM_RECORDS];
-    int n = snapshot(w, &ranks[0], rec);
-    texts[0] = rl_hang_rank_json(&ranks[0], rec, n, rl_now(), ranks[0].unix_time);
+    int n = snapshot(w, &ranks[me], rec);
+    texts[me] = rl_hang_rank_json(&ranks[me], rec, n, rl_now(), ranks[me].unix_time);
     rl_comm_dump_all();
     gather(w, ranks, texts);
     rl_hang_verdict(ranks, world, stuck->seq, stuck->op, rl_wall_now(), verdict, sizeof verdict);
@@ -337,8 +359,12 @@ act:;
     key(w, k, sizeof k, "verdict", -1);
     (void)rl_store_set(w->s, k, verdict, strlen(verdict), &e);
     key(w, k, sizeof k, "state", -1);
-    snprintf(state, sizeof state, "abort %llu", (unsigned long long)stuck->seq);
+    snprintf(state, sizeof state, "abort %llu %d", (unsigned long long)stuck->seq, w->o.rank);
     (void)rl_store_set(w->s, k, state, strlen(state), &e);
+    /* a beat for every watch to read the abort and end its own ring with
+     * the verdict, before this one's end (and, where this process hosts
+     * the store, the store's) reaches them as a bare lost peer */
+    (void)nap(w, RL_HANG_BEAT_S + 0.2);
     rl_comm_abort(w->o.comm);
     for (int r = 0; texts && r < world; r++) free(texts[r]);
     free(texts);
@@ -352,6 +378,30 @@ static bool judge(rl_hang_watch *w) {
     rl_comm_record rec[RL_COMM_RECORDS];
     int n = rl_comm_records(w->o.comm, rec, RL_COMM_RECORDS);
     const rl_comm_record *stuck = rl_hang_stuck(rec, n, rl_now(), deadline);
+    if (stuck) diagnose(w, stuck, deadline);
+    return stuck != NULL;
+}
+
+/* The deputy: rank 0 cannot judge when it is the one that stopped. True
+ * once it diagnosed a hang. */
+static bool deputize(rl_hang_watch *w, double now) {
+    char k[160];
+    void *v = NULL;
+    size_t len;
+    rl_err e = {0};
+    key(w, k, sizeof k, "beat", 0);
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of rank 0's heartbeat: did it change? */
+    if (rl_store_get(w->s, k, 0, &v, &len, &e) == RL_OK)
+        for (size_t i = 0; i < len; i++) h = (h ^ ((const unsigned char *)v)[i]) * 1099511628211ull;
+    free(v);
+    if (h != w->beat0 || w->beat0_changed == 0) w->beat0 = h, w->beat0_changed = now;
+    /* rank 0, alive, asks at its deadline: silent that long and a gather
+     * more, with a second to spare on a loaded machine, it is not */
+    double deadline = deadline_now(w);
+    if (deadline <= 0 || now - w->beat0_changed < deadline + RL_HANG_GATHER_S + 1) return false;
+    rl_comm_record rec[RL_COMM_RECORDS];
+    int n = rl_comm_records(w->o.comm, rec, RL_COMM_RECORDS);
+    const rl_comm_record *stuck = rl_hang_stuck(rec, n, now, deadline);
     if (stuck) diagnose(w, stuck, deadline);
     return stuck != NULL;
 }
@@ -384,10 +434,13 @@ static void *run(void *arg) {
             w->next_pace = now + RL_HANG_PACE_S;
             pace(w);
         }
+        bool judging = false;
         if (w->o.rank == 0) aborted = judge(w);
-        else rc = follow(w, &aborted, &e);
+        else if (!(rc = follow(w, &aborted, &judging, &e)) && !aborted && !judging && w->o.deputy)
+            aborted = deputize(w, now);
     }
-    if (!rc && !aborted && w->failed && w->o.rank != 0) rc = follow(w, &aborted, &e);
+    bool judging;
+    if (!rc && !aborted && w->failed && w->o.rank != 0) rc = follow(w, &aborted, &judging, &e);
     if (rc) {
         char j[700];
         rl_log(RL_LOG_WARN, "hang_watch", "\"msg\":\"stopped: %s; hangs are left to dist.timeout_s\"",
@@ -398,24 +451,35 @@ static void *run(void *arg) {
     return NULL;
 }
 
+static void watch_free(rl_hang_watch *w) {
+    if (!w) return;
+    free(w->mark[0]);
+    free(w->mark[1]);
+    free(w);
+}
+
 int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err *e) {
     *out = NULL;
     if ((!(o->factor > 0) && !(o->straggler_factor > 0) && !(o->preflight_min_ratio > 0)) || o->world < 2)
         return RL_OK;
     if (!o->comm || !o->store_host || !o->prefix || o->rank < 0 || o->rank >= o->world)
         return rl_errf(e, RL_EINPUT, "hang watch: comm, store and prefix are required");
+    if (o->secret && strlen(o->secret) >= sizeof ((rl_hang_watch *)0)->secret)
+        return rl_errf(e, RL_EINPUT, "hang watch: the rendezvous secret is longer than %zu bytes",
+                       sizeof ((rl_hang_watch *)0)->secret - 1);
     rl_hang_watch *w = calloc(1, sizeof *w);
-    if (!w) return rl_errf(e, RL_ENOMEM, "hang watch: no memory");
+    bool marks = w && o->rank == 0; /* only rank 0 judges the pace */
+    if (!w || (marks && (!(w->mark[0] = calloc(2 * (size_t)o->world, sizeof(double))) ||
+                         !(w->mark[1] = calloc(2 * (size_t)o->world, sizeof(double)))))) {
+        watch_free(w);
+        return rl_errf(e, RL_ENOMEM, "hang watch: no memory");
+    }
     w->o = *o;
     if (o->preflight_min_ratio > 0) w->preflight_by = rl_now() + RL_HANG_PREFLIGHT_S;
     snprintf(w->host, sizeof w->host, "%s", o->store_host);
     snprintf(w->prefix, sizeof w->prefix, "%s", o->prefix);
     snprintf(w->pod, sizeof w->pod, "%s", o->pod ? o->pod : "");
     snprintf(w->node, sizeof w->node, "%s", o->node ? o->node : "");
-    if (o->secret && strlen(o->secret) >= sizeof w->secret) {
-        free(w);
-        return rl_errf(e, RL_EINPUT, "hang watch: the rendezvous secret is longer than %zu bytes", sizeof w->secret - 1);
-    }
     snprintf(w->secret, sizeof w->secret, "%s", o->secret ? o->secret : "");
     pthread_mutex_init(&w->mu, NULL);
     pthread_condattr_t ca;
@@ -426,7 +490,7 @@ int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err
     if (pthread_create(&w->th, NULL, run, w) != 0) {
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);
-        free(w);
+        watch_free(w);
         return rl_errf(e, RL_EIO, "hang watch: cannot start its thread");
     }
     *out = w;
@@ -441,7 +505,7 @@ void rl_hang_watch_step(rl_hang_watch *w, long long step, double step_s, double 
      * ran between steps included), less the wait for the reduction */
     double busy = w->last_step_end > 0 && wait_s >= 0 ? now - w->last_step_end - wait_s : 0;
     w->last_step_end = now;
-    w->busy[w->nsteps % RL_HANG_STEPS] = busy;
+    if (busy > 0) w->busy_total += busy, w->busy_steps++;
     w->steps[w->nsteps++ % RL_HANG_STEPS] = step_s;
     if (w->nsteps >= 2 * RL_HANG_STEPS) w->nsteps -= RL_HANG_STEPS; /* stays full, never overflows */
     w->step = step;
@@ -459,6 +523,6 @@ bool rl_hang_watch_stop(rl_hang_watch *w, bool failed, char *why, size_t n) {
     if (fired && n) snprintf(why, n, "%s", w->why);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
-    free(w);
+    watch_free(w);
     return fired;
 }

@@ -409,16 +409,8 @@ Test(ddp, launcher_names_the_dead_rank, .timeout = 120) {
     pid_t p = spawn_worker(dir, log, -1, 0, 0, "2");
     double t0 = rl_now();
     while (!rl_test_file_has(log, "\"step\":2,") && rl_now() - t0 < 60) usleep(50000);
-    /* find rank 1's pid in the launcher's "spawned" line */
-    char *text;
-    size_t len;
-    rl_err e;
-    cr_assert_eq(rl_read_file(log, &text, &len, &e), 0);
-    char *sp = strstr(text, "\"event\":\"spawned\",\"rank\":1,");
-    cr_assert(sp, "no spawned line for rank 1: %s", text);
-    int child = atoi(strstr(sp, "\"pid\":") + 6);
-    free(text);
-    cr_assert(child > 0);
+    int child = rl_test_spawned_pid(log, 1);
+    cr_assert(child > 0, "no spawned line for rank 1: see %s", log);
     kill(child, SIGKILL);
     int st;
     double dt = wait_exit(p, 30, &st);
@@ -637,5 +629,43 @@ Test(ddp, a_stopped_rank_is_named_and_the_ring_aborted, .timeout = 120) {
               dumped - stopped, deadline);
     cJSON_Delete(d);
     kill(pid[2], SIGKILL), rl_test_wait_status(pid[2], 10);
+    rl_test_rmdir(dir);
+}
+
+/* The same with rank 0 stopped: rank 0 cannot judge, so its deputy (rank
+ * 1) does, once its own collective is past the deadline and rank 0's
+ * heartbeat stopped changing for as long. Under the launcher, whose
+ * process hosts the store (as the elastic agent does): a rank 0 that
+ * hosted it itself would take the store down with it. */
+Test(ddp, a_stopped_rank_0_is_named_by_its_deputy, .timeout = 120) {
+    char dir[64], path[400], js[2048], log[128];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    snprintf(js, sizeof js,
+             "{" RL_TEST_TINY_MODEL_JSON
+             "\"train\":{\"steps\":100000,\"warmup_steps\":2,\"seq_len\":32,\"micro_batch\":4,"
+             "\"global_batch_tokens\":384,\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
+             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"dist\":{\"timeout_s\":60,\"hang_factor\":5,\"hang_min_s\":1},"
+             "\"checkpoint\":{\"uri\":\"file://%s/ck\"}}",
+             dir, dir);
+    rl_test_write(path, js, strlen(js));
+    snprintf(log, sizeof log, "%s/launch.log", dir);
+    pid_t p = spawn_worker(dir, log, -1, 0, 0, "3");
+    double end = rl_now() + 60;
+    while (rl_test_last_step(log) < 8 && rl_now() < end) usleep(50000);
+    cr_assert(rl_test_last_step(log) >= 8, "no steps: see %s", log);
+    int rank0 = rl_test_spawned_pid(log, 0);
+    cr_assert_gt(rank0, 0, "no spawned line for rank 0: see %s", log);
+    kill(rank0, SIGSTOP);
+    int st;
+    double dt = wait_exit(p, 40, &st);
+    cr_expect(dt >= 0, "the launcher still runs 40 s after rank 0 stopped (timeout_s 60): see %s", log);
+    cr_expect(rl_test_file_has(log, "rank 0 (pod ") && rl_test_file_has(log, "stopped responding in "),
+              "the deputy did not name rank 0: see %s", log);
+    cr_expect(rl_test_file_has(log, "rank 1 found a hang: rank 0 (pod "), "rank 2 did not say why: see %s", log);
+    snprintf(path, sizeof path, "ls %s/ck/hangs/*.json >/dev/null 2>&1", dir);
+    cr_expect_eq(system(path), 0, "no dump under %s/ck/hangs", dir);
+    kill(rank0, SIGKILL);
     rl_test_rmdir(dir);
 }

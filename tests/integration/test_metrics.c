@@ -624,13 +624,13 @@ Test(metrics, progress_failures_never_stall_the_job, .timeout = 240) {
     rl_test_job_teardown(&j);
 }
 
-/* Issue 17's straggler proof: rank 2 of 3 throttled from outside, as a
- * CPU quota would (stopped 80 ms of every 100: its busy time ~5x the
- * others', well above the 1.5x default however loaded the machine), is
- * named by rank 0 -- in its log and as ringleader_straggler{rank="2",...}
- * on the launcher's /metrics -- and no other rank is; once the throttle
- * ends the name goes (the pace is a median over 32 steps: loaded, that
- * takes a while). */
+/* Issue 17's straggler proof: rank 2 of 3 throttled from outside as a
+ * CPU quota throttles (stopped 60 ms of every 100: a few steps run at full
+ * speed, then one stalls -- at the tiny model's ~6 ms steps most steps
+ * never notice, so only a mean over time shows it) is named by rank 0 --
+ * in its log and as ringleader_straggler{rank="2",...} on the launcher's
+ * /metrics -- and no other rank is; once the throttle ends the name goes
+ * (the pace is over the last 10 s). */
 Test(metrics, a_throttled_rank_is_named_the_straggler, .timeout = 400) {
     char dir[64], log[128], ports[16];
     rl_test_arith_dir(dir, sizeof dir, 300000);
@@ -644,19 +644,13 @@ Test(metrics, a_throttled_rank_is_named_the_straggler, .timeout = 400) {
     double end = rl_now() + 60;
     while (rl_test_last_step(log) < 5 && rl_now() < end) usleep(100000);
     cr_assert(rl_test_last_step(log) >= 5, "no steps: see %s", log);
-    char *text;
-    size_t len;
-    rl_err e;
-    cr_assert_eq(rl_read_file(log, &text, &len, &e), 0);
-    char *sp = strstr(text, "\"event\":\"spawned\",\"rank\":2,");
-    cr_assert(sp, "no spawned line for rank 2");
-    int slow = atoi(strstr(sp, "\"pid\":") + 6);
-    free(text);
+    int slow = rl_test_spawned_pid(log, 2);
+    cr_assert_gt(slow, 0, "no spawned line for rank 2: see %s", log);
     static char r[65536];
     const char *b = "";
     bool named = false;
     for (end = rl_now() + 180; !named && rl_now() < end;) {
-        for (int i = 0; i < 10; i++) kill(slow, SIGSTOP), usleep(80000), kill(slow, SIGCONT), usleep(20000);
+        for (int i = 0; i < 10; i++) kill(slow, SIGSTOP), usleep(60000), kill(slow, SIGCONT), usleep(40000);
         if (http("127.0.0.1", port, "GET", "/metrics", r, sizeof r) == 200) b = body_of(r);
         named = strstr(b, "ringleader_straggler{rank=\"2\",") != NULL;
     }

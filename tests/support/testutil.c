@@ -131,6 +131,18 @@ void rl_test_write_job(const char *dir, long long steps, int global_tokens, cons
     rl_test_write(path, js, strlen(js));
 }
 
+int rl_test_spawned_pid(const char *log, int rank) {
+    char *text, want[64];
+    size_t len;
+    rl_err e;
+    if (rl_read_file(log, &text, &len, &e)) return -1;
+    snprintf(want, sizeof want, "\"event\":\"spawned\",\"rank\":%d,", rank);
+    const char *sp = strstr(text, want), *pid = sp ? strstr(sp, "\"pid\":") : NULL;
+    int r = pid ? atoi(pid + 6) : -1;
+    free(text);
+    return r > 0 ? r : -1;
+}
+
 bool rl_test_file_has(const char *path, const char *needle) {
     char *text;
     size_t len;

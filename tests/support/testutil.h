@@ -41,6 +41,8 @@ int rl_test_spawn_worker(const char *dir, const char *log, int rank, int world, 
 /* Exit status of p (128 + signal when killed), waiting at most limit_s;
  * -1 (and p SIGKILLed) when it did not end in time. */
 int rl_test_wait_status(int p, double limit_s);
+/* The pid of `rank` from a launcher's "spawned" line in its log, or -1. */
+int rl_test_spawned_pid(const char *log, int rank);
 /* The last "step" event's step number in a worker's log, or -1. */
 long long rl_test_last_step(const char *log);
 /* Each "step" event's loss, indexed by step (losses[step], step < max);

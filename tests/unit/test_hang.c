@@ -81,6 +81,7 @@ Test(hang, many_culprits_are_counted_not_listed) {
 
 Test(hang, heartbeats_round_trip_and_garbage_is_refused) {
     rl_hang_rank r = rank_at(3, true, 1580, "llama-3");
+    r.busy_total = 2.5, r.busy_steps = 10;
     rl_comm_record rec[1] = {{.seq = 1580, .op = "allreduce", .bytes = 4096, .t_issue = 99, .t_done = 0}};
     char *j = rl_hang_rank_json(&r, rec, 1, 100, 5000);
     cr_assert_not_null(j);
@@ -94,7 +95,9 @@ Test(hang, heartbeats_round_trip_and_garbage_is_refused) {
     cr_expect_eq(back.done, 1579);
     cr_expect_str_eq(back.pod, "llama-3");
     cr_expect_str_eq(back.node, "node-3");
-    cr_expect_float_eq(back.busy_s, 0.25, 1e-12);
+    cr_expect_float_eq(back.busy_total, 2.5, 1e-12);
+    cr_expect_float_eq(back.busy_steps, 10, 1e-12);
+    cr_expect_eq(back.busy_s, 0, "the pace is rank 0's to judge, not on the wire");
     cr_expect(back.seen && !back.answered, "answered is the reader's to say");
     const char *bad[] = {"", "[]", "{\"rank\":-1,\"issued\":1,\"done\":1,\"step\":1,\"unix\":1}",
                          "{\"rank\":1,\"issued\":1e300,\"done\":1,\"step\":1,\"unix\":1}",
