@@ -129,7 +129,9 @@ static void live_remove(rl_comm *c) {
 static uint64_t rec_begin(rl_comm *c, const char *op, size_t bytes) {
     pthread_mutex_lock(&c->rec_mu);
     uint64_t seq = ++c->rec_seq;
-    c->rec[(seq - 1) % RL_COMM_RECORDS] = (rl_comm_record){.seq = seq, .op = op, .bytes = bytes, .t_issue = rl_now()};
+    c->rec[(seq - 1) % RL_COMM_RECORDS] =
+        (rl_comm_record){.seq = seq, .op = op, .bytes = bytes, .t_issue = rl_now(), .tag = c->next_tag - 1};
+    c->next_tag = 0;
     pthread_mutex_unlock(&c->rec_mu);
     return seq;
 }
@@ -140,6 +142,10 @@ static int rec_end(rl_comm *c, uint64_t seq, int rc) {
     if (r->seq == seq) r->t_done = rl_now(), r->rc = rc;
     pthread_mutex_unlock(&c->rec_mu);
     return rc;
+}
+
+void rl_comm_tag_next(rl_comm *c, int tag) {
+    if (c && tag >= 0) c->next_tag = tag + 1;
 }
 
 int rl_comm_records(rl_comm *c, rl_comm_record *out, int max) {
@@ -163,17 +169,17 @@ void rl_comm_dump_all(void) {
         int n = rl_comm_records(c, r, RL_COMM_RECORDS);
         /* oldest first, DUMP_CHUNK to a line (a log line holds about 3 KB);
          * ages in seconds before now, so the dumps of several ranks compare */
-        enum { DUMP_CHUNK = 16 };
+        enum { DUMP_CHUNK = 14 };
         for (int first = 0; first == 0 || first < n; first += DUMP_CHUNK) {
-            char line[DUMP_CHUNK * 160] = ""; /* a record is at most ~150 bytes */
+            char line[DUMP_CHUNK * 180] = ""; /* a record is at most ~170 bytes */
             size_t at = 0;
             for (int i = first; i < n && i < first + DUMP_CHUNK && at < sizeof line; i++) {
                 bool done = r[i].t_done > 0;
                 at += (size_t)snprintf(line + at, sizeof line - at,
-                                       "%s{\"seq\":%llu,\"op\":\"%s\",\"bytes\":%zu,\"issued_s_ago\":%.3f,"
+                                       "%s{\"seq\":%llu,\"op\":\"%s\",\"tag\":%d,\"bytes\":%zu,\"issued_s_ago\":%.3f,"
                                        "\"%s\":%.3f,\"rc\":%d}",
-                                       i > first ? "," : "", (unsigned long long)r[i].seq, r[i].op, r[i].bytes,
-                                       now - r[i].t_issue, done ? "done_s_ago" : "running_s",
+                                       i > first ? "," : "", (unsigned long long)r[i].seq, r[i].op, r[i].tag,
+                                       r[i].bytes, now - r[i].t_issue, done ? "done_s_ago" : "running_s",
                                        now - (done ? r[i].t_done : r[i].t_issue), r[i].rc);
             }
             rl_log(RL_LOG_WARN, "comm_records", "\"rank\":%d,\"world\":%d,\"backend\":\"%s\",\"records\":[%s]",

@@ -102,7 +102,11 @@ typedef struct rl_comm_record {
     size_t bytes;    /* this rank's buffer */
     double t_issue, t_done;
     int rc;          /* the op's result once done */
+    int tag;         /* the caller's label (rl_comm_tag_next: DDP's bucket); -1 none */
 } rl_comm_record;
+/* Label the next op this thread issues (ops come from one thread at a
+ * time, so the label cannot land on another thread's op). tag >= 0. */
+void rl_comm_tag_next(rl_comm *c, int tag);
 /* Up to max records, oldest first; the count. Thread-safe. */
 int rl_comm_records(rl_comm *c, rl_comm_record *out, int max);
 /* Every live communicator of this process into the log, one JSON line

@@ -55,6 +55,7 @@ struct rl_comm {
     pthread_mutex_t rec_mu;
     rl_comm_record rec[RL_COMM_RECORDS];
     uint64_t rec_seq;  /* ops issued so far */
+    int next_tag;      /* rl_comm_tag_next's tag + 1 for the next op (0: none); the issuing thread's */
     struct rl_comm *next_live; /* the process's live communicators (rl_comm_dump_all) */
 };
 

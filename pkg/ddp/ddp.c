@@ -159,6 +159,7 @@ static void *comm_thread(void *arg) {
             switch (j.kind) {
             case JOB_BUCKET:
                 d->ev[j.bucket].t_start = t0;
+                rl_comm_tag_next(d->comm, j.bucket); /* the flight recorder names the bucket */
                 rc = d->gs ? dev_bucket(d, j.bucket, &e) : host_bucket(d, j.bucket, &e);
                 d->ev[j.bucket].t_done = rl_now();
                 break;

@@ -190,6 +190,7 @@ char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n,
             cJSON_AddNumberToObject(x, "seq", (double)rec[i].seq);
             cJSON_AddStringToObject(x, "op", rec[i].op ? rec[i].op : "");
             cJSON_AddNumberToObject(x, "bytes", (double)rec[i].bytes);
+            if (rec[i].tag >= 0) cJSON_AddNumberToObject(x, "tag", rec[i].tag);
             cJSON_AddNumberToObject(x, "issued_unix", now_unix - (now - rec[i].t_issue));
             if (rec[i].t_done > 0) {
                 cJSON_AddNumberToObject(x, "done_unix", now_unix - (now - rec[i].t_done));

@@ -277,6 +277,7 @@ static char *dump_json(const rl_hang_watch *w, const rl_comm_record *stuck, doub
         return NULL;
     }
     cJSON_AddStringToObject(o, "round", w->prefix);
+    cJSON_AddStringToObject(o, "backend", rl_comm_backend(w->o.comm));
     cJSON_AddStringToObject(o, "op", stuck->op);
     cJSON_AddNumberToObject(o, "seq", (double)stuck->seq);
     cJSON_AddNumberToObject(o, "bytes", (double)stuck->bytes);

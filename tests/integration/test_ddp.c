@@ -613,12 +613,18 @@ Test(ddp, a_stopped_rank_is_named_and_the_ring_aborted, .timeout = 120) {
     free(text);
     cr_assert(cJSON_IsObject(d), "%s is not JSON", path);
     const cJSON *ranks = cJSON_GetObjectItem(d, "ranks");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(d, "backend")), "tcp");
     cr_assert_eq(cJSON_GetArraySize(ranks), 3);
     for (int r = 0; r < 3; r++) {
         const cJSON *x = cJSON_GetArrayItem(ranks, r);
         cr_expect_eq(cJSON_IsTrue(cJSON_GetObjectItem(x, "answered")), r != 2, "rank %d answered?", r);
         cr_expect_eq(cJSON_GetObjectItem(x, "rank")->valueint, r);
-        if (r != 2) cr_expect(cJSON_GetArraySize(cJSON_GetObjectItem(x, "records")) > 0, "rank %d: no records", r);
+        if (r == 2) continue;
+        const cJSON *recs = cJSON_GetObjectItem(x, "records"), *y;
+        cr_expect(cJSON_GetArraySize(recs) > 0, "rank %d: no records", r);
+        bool bucket = false; /* DDP labels each bucket's allreduce */
+        cJSON_ArrayForEach(y, recs) bucket |= cJSON_IsNumber(cJSON_GetObjectItem(y, "tag"));
+        cr_expect(bucket, "rank %d: no record names its bucket", r);
     }
     /* found within the deadline + 2 s (the issue's bound) + 1 s for rank 0
      * to reach the collective rank 2 is missing from */
