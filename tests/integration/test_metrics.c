@@ -671,10 +671,10 @@ Test(metrics, a_throttled_rank_is_named_the_straggler, .timeout = 400) {
 }
 
 /* The pre-flight: rank 2 of 3 starved from its fork (stopped 195 ms of
- * every 200, so no 32 MiB copy of its measurement runs unhindered: at
- * most ~0.17 GB/s, where a loaded 2-core machine still copies at 1 GB/s
- * or more) is named by rank 0 as below the median's copy bandwidth; the
- * others are not. The ranks are started as torchrun would, so the
+ * every 200, so most 32 MiB copies of its measurement span a stop: at
+ * most ~0.17 GB/s for those, where a loaded 2-core machine still copies
+ * at 1 GB/s or more; the median of five needs three such) is named by
+ * rank 0 as below the median's copy bandwidth; the others are not. The ranks are started as torchrun would, so the
  * throttle holds from the first instruction. */
 Test(metrics, a_starved_rank_fails_the_preflight, .timeout = 240) {
     char dir[64], log[3][128];
