@@ -86,14 +86,22 @@ typedef struct rl_node_snapshot {
 } rl_node_snapshot;
 void rl_node_stats_snapshot(rl_node_stats *ns, rl_node_snapshot *out);
 
-/* The trainer's side: reports steps and checkpoints through the pipe the
- * agent gave (stats_fd: RINGLEADER_STATS_FD's value, or NULL), else into
- * `direct` (may be NULL: then nothing is reported), then calls `also`
- * (NULL: nothing; the hang watch's step clock). Sets the trainer's
- * observer; r must outlive the run. */
-typedef struct rl_stats_reporter {
+/* Where a trainer's stats lines go: the pipe the agent gave (stats_fd:
+ * RINGLEADER_STATS_FD's value, or NULL), else into `direct` (may be NULL:
+ * then nowhere). One sink per sending thread (the writer's counters are
+ * its own). */
+typedef struct rl_stats_sink {
     rl_stats_writer w;
     rl_node_stats *direct;
+} rl_stats_sink;
+void rl_stats_sink_open(rl_stats_sink *s, rl_node_stats *direct, const char *stats_fd);
+void rl_stats_sink_send(rl_stats_sink *s, const rl_stats_msg *m);
+
+/* The trainer's side: reports steps and checkpoints to a sink, then calls
+ * `also` (NULL: nothing; the hang watch's step clock). Sets the trainer's
+ * observer; r must outlive the run. */
+typedef struct rl_stats_reporter {
+    rl_stats_sink sink;
     long long steps;
     int world;
     double flops_per_token;

@@ -40,24 +40,13 @@ static void watch_step(void *ud, const rl_step_stats *st) {
     rl_hang_watch_step(ud, st->step, st->step_s, st->allreduce_s);
 }
 
-/* The watch's lines to the agent: on a writer of its own (one thread per
- * writer), or into the in-process metrics when there is no agent. */
-typedef struct watch_sink {
-    rl_stats_writer w;
-    rl_node_stats *direct;
-} watch_sink;
-
-static void watch_report(void *ud, const rl_stats_msg *m) {
-    watch_sink *s = ud;
-    if (s->w.fd >= 0) rl_stats_send(&s->w, m);
-    else rl_node_stats_apply(s->direct, m);
-}
+/* The watch's lines to the agent, on a sink of its own (its own thread). */
+static void watch_report(void *ud, const rl_stats_msg *m) { rl_stats_sink_send(ud, m); }
 
 /* The hang watch of this rank (hang.h); NULL when dist.hang_factor is 0. */
 static int start_watch(const rl_proc_opts *o, const rl_job_config *settled, rl_comm *comm, const char *prefix,
-                       watch_sink *sink, rl_hang_watch **out, rl_err *e) {
-    rl_stats_writer_open(&sink->w, o->stats_fd);
-    sink->direct = o->stats;
+                       rl_stats_sink *sink, rl_hang_watch **out, rl_err *e) {
+    rl_stats_sink_open(sink, o->stats, o->stats_fd);
     double shm = 0, gbps = 0;
     if (settled->dist.preflight_min_ratio > 0 && o->env->world > 1) rl_hang_measure(&shm, &gbps);
     rl_hang_watch_opts ho = {
@@ -83,7 +72,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     rl_ddp *ddp = NULL;
     rl_trainer *tr = NULL;
     rl_hang_watch *watch = NULL;
-    watch_sink sink;
+    rl_stats_sink sink;
     bool preempted_ok = false;
     int rc;
     memset(summary, 0, sizeof *summary);

@@ -46,12 +46,12 @@ static const struct {
     [M_RESTARTS] = {RL_METRIC_COUNTER, "ringleader_restarts_total",
                     "Trainer crashes on this node (lost peers and preemptions are not crashes)."},
     [M_ROUNDS] = {RL_METRIC_COUNTER, "ringleader_rounds_total", "Rounds this node's trainers were started for."},
+    [M_HANGS] = {RL_METRIC_COUNTER, "ringleader_hangs_total",
+                 "Stuck collectives rank 0 diagnosed here (the job's Hung condition names the rank)."},
     [M_RECOVERY_S] = {RL_METRIC_GAUGE, "ringleader_recovery_seconds",
                       "The last round change: from the last step before it to the first step after it."},
     [M_STEPS_LOST] = {RL_METRIC_GAUGE, "ringleader_recovery_steps_lost",
                       "The last round change: steps done again (the last step before it less the one resumed from)."},
-    [M_HANGS] = {RL_METRIC_COUNTER, "ringleader_hangs_total",
-                 "Stuck collectives rank 0 diagnosed here (the job's Hung condition names the rank)."},
 #define SLOT(k) [M_SLOW + k] = {RL_METRIC_GAUGE, "ringleader_straggler{slot=\"" #k "\"}", SLOW_HELP}
 #define SLOW_HELP "A straggler rank: its busy time per step over the median rank's (absent when none)."
     SLOT(0), SLOT(1), SLOT(2), SLOT(3),
@@ -251,9 +251,14 @@ void rl_node_stats_snapshot(rl_node_stats *ns, rl_node_snapshot *out) {
 }
 
 /* ---- the trainer's side ------------------------------------------------------------------- */
-static void report(rl_stats_reporter *r, const rl_stats_msg *m) {
-    if (r->w.fd >= 0) rl_stats_send(&r->w, m);
-    else rl_node_stats_apply(r->direct, m);
+void rl_stats_sink_open(rl_stats_sink *s, rl_node_stats *direct, const char *stats_fd) {
+    rl_stats_writer_open(&s->w, stats_fd);
+    s->direct = direct;
+}
+
+void rl_stats_sink_send(rl_stats_sink *s, const rl_stats_msg *m) {
+    if (s->w.fd >= 0) rl_stats_send(&s->w, m);
+    else rl_node_stats_apply(s->direct, m);
 }
 
 static void on_step(void *ud, const rl_step_stats *st) {
@@ -262,7 +267,7 @@ static void on_step(void *ud, const rl_step_stats *st) {
                       .grad_norm = st->grad_norm, .tokens_per_s = st->tokens_per_s, .step_s = st->step_s,
                       .allreduce_s = st->allreduce_s, .allreduce_busy_s = st->allreduce_busy_s,
                       .flops_per_token = r->flops_per_token, .world = r->world};
-    report(r, &m);
+    rl_stats_sink_send(&r->sink, &m);
     if (r->also.on_step) r->also.on_step(r->also.ud, st);
 }
 
@@ -271,17 +276,16 @@ static void on_ckpt(void *ud, const rl_train_ckpt_event *ev) {
     rl_stats_msg m = {.kind = RL_STATS_CKPT, .step = ev->step, .ckpt_s = ev->seconds, .ckpt_unix = ev->unix_time,
                       .resumed = ev->resumed};
     snprintf(m.uri, sizeof m.uri, "%s", ev->uri);
-    report(r, &m);
+    rl_stats_sink_send(&r->sink, &m);
     if (r->also.on_checkpoint) r->also.on_checkpoint(r->also.ud, ev);
 }
 
 void rl_stats_reporter_attach(rl_stats_reporter *r, rl_trainer *tr, rl_node_stats *direct, const char *stats_fd,
                               const rl_train_observer *also) {
     memset(r, 0, sizeof *r);
-    rl_stats_writer_open(&r->w, stats_fd);
-    r->direct = direct;
+    rl_stats_sink_open(&r->sink, direct, stats_fd);
     if (also) r->also = *also;
-    if (r->w.fd < 0 && !direct && !also) return; /* nobody listens: no observer at all */
+    if (r->sink.w.fd < 0 && !direct && !also) return; /* nobody listens: no observer at all */
     r->steps = rl_trainer_config(tr)->train.steps;
     r->world = rl_trainer_world(tr);
     r->flops_per_token = rl_trainer_flops_per_token(tr);

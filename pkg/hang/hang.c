@@ -45,26 +45,31 @@ static bool blamed(const rl_hang_rank *r, uint64_t seq) {
     return !r->answered || r->issued < seq;
 }
 
+/* "rank 1 (pod p, node n)": how every sentence here names a rank */
+static const char *name_rank(const rl_hang_rank *r, int rank, char *dst, size_t n) {
+    snprintf(dst, n, "rank %d (pod %s, node %s)", rank, r->pod[0] ? r->pod : "?", r->node[0] ? r->node : "?");
+    return dst;
+}
+
 /* "rank 1 (pod p, node n) never entered allreduce #9" or "... stopped
  * responding in allreduce #9 (last heartbeat 2.1 s ago, newest broadcast #8)" */
 static void blame_one(const rl_hang_rank *r, uint64_t seq, const char *op, double now_unix, char *dst, size_t n) {
-    char where[160];
-    snprintf(where, sizeof where, " (pod %s, node %s)", r->pod[0] ? r->pod : "?", r->node[0] ? r->node : "?");
+    char who[160];
+    name_rank(r, r->rank, who, sizeof who);
     if (r->answered) {
         char newest[48] = "it issued none";
         if (r->issued) snprintf(newest, sizeof newest, "its newest is #%llu", (unsigned long long)r->issued);
-        snprintf(dst, n, "rank %d%s never entered %s #%llu (%s)", r->rank, where, op, (unsigned long long)seq,
-                 newest);
+        snprintf(dst, n, "%s never entered %s #%llu (%s)", who, op, (unsigned long long)seq, newest);
     } else if (!r->seen) {
-        snprintf(dst, n, "rank %d%s stopped responding in %s #%llu (no heartbeat at all)", r->rank, where, op,
+        snprintf(dst, n, "%s stopped responding in %s #%llu (no heartbeat at all)", who, op,
                  (unsigned long long)seq);
     } else {
         char newest[64] = "";
         if (r->issued < seq)
             snprintf(newest, sizeof newest, ", newest %s #%llu", r->op[0] ? r->op : "op",
                      (unsigned long long)r->issued);
-        snprintf(dst, n, "rank %d%s stopped responding in %s #%llu (last heartbeat %.1f s ago%s)", r->rank, where,
-                 op, (unsigned long long)seq, now_unix - r->unix_time, newest);
+        snprintf(dst, n, "%s stopped responding in %s #%llu (last heartbeat %.1f s ago%s)", who, op,
+                 (unsigned long long)seq, now_unix - r->unix_time, newest);
     }
 }
 
@@ -93,15 +98,27 @@ static int cmp_slow(const void *a, const void *b) {
     return (x < y) - (x > y); /* slowest first */
 }
 
+/* The median of one figure (a double at offset off of rl_hang_rank) over
+ * the ranks that have it, and how many do (*k); 0 when none. */
+static double figure_median(const rl_hang_rank *ranks, int world, size_t off, int *k) {
+    double *v = world > 0 ? malloc((size_t)world * sizeof *v) : NULL, m = 0;
+    *k = 0;
+    for (int i = 0; v && i < world; i++) {
+        double x = *(const double *)((const char *)&ranks[i] + off);
+        if (usable(x)) v[(*k)++] = x;
+    }
+    if (*k) m = median_of(v, *k);
+    free(v);
+    return m;
+}
+
 int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_hang_slow *slow, int max, char *out,
                        size_t n) {
     if (n) out[0] = '\0';
-    double *v = world > 0 ? malloc((size_t)world * sizeof *v) : NULL;
     rl_hang_slow *all = world > 0 ? malloc((size_t)world * sizeof *all) : NULL;
-    int k = 0, found = 0;
-    for (int i = 0; v && i < world; i++)
-        if (usable(ranks[i].busy_s)) v[k++] = ranks[i].busy_s;
-    double median = k >= 3 && factor > 0 ? median_of(v, k) : 0;
+    int k, found = 0;
+    double median = figure_median(ranks, world, offsetof(rl_hang_rank, busy_s), &k);
+    if (k < 3 || !(factor > 0)) median = 0;
     for (int i = 0; all && median > 0 && i < world; i++)
         if (usable(ranks[i].busy_s) && ranks[i].busy_s > factor * median)
             all[found++] = (rl_hang_slow){.rank = i, .ratio = ranks[i].busy_s / median};
@@ -109,31 +126,17 @@ int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_h
     size_t at = 0;
     for (int i = 0; i < found && i < max; i++) {
         const rl_hang_rank *r = &ranks[all[i].rank];
+        char who[160];
         slow[i] = all[i];
         if (at < n)
             at += (size_t)snprintf(out + at, n - at,
-                                   "%srank %d (pod %s, node %s) is a straggler: %.1fx the median busy time per step "
-                                   "(%.3f s vs %.3f s)",
-                                   i ? "; " : "", all[i].rank, r->pod[0] ? r->pod : "?", r->node[0] ? r->node : "?",
-                                   all[i].ratio, r->busy_s, median);
+                                   "%s%s is a straggler: %.1fx the median busy time per step (%.3f s vs %.3f s)",
+                                   i ? "; " : "", name_rank(r, all[i].rank, who, sizeof who), all[i].ratio,
+                                   r->busy_s, median);
     }
     if (found > max && at < n) snprintf(out + at, n - at, "; and %d more", found - max);
-    free(v);
     free(all);
     return found;
-}
-
-/* The median of one pre-flight figure over the ranks that have it; 0 when none. */
-static double figure_median(const rl_hang_rank *ranks, int world, size_t off) {
-    double *v = malloc((size_t)world * sizeof *v), m = 0;
-    int k = 0;
-    for (int i = 0; v && i < world; i++) {
-        double x = *(const double *)((const char *)&ranks[i] + off);
-        if (usable(x)) v[k++] = x;
-    }
-    if (k) m = median_of(v, k);
-    free(v);
-    return m;
 }
 
 int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n) {
@@ -144,7 +147,8 @@ int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, ch
     if (n) out[0] = '\0';
     if (!(min_ratio > 0) || world < 2) return 0;
     double med[2];
-    for (int f = 0; f < 2; f++) med[f] = figure_median(ranks, world, fig[f].off);
+    int k;
+    for (int f = 0; f < 2; f++) med[f] = figure_median(ranks, world, fig[f].off, &k);
     int bad = 0;
     size_t at = 0;
     for (int i = 0; i < world; i++) {
@@ -152,9 +156,9 @@ int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, ch
         for (int f = 0; f < 2; f++) {
             double x = *(const double *)((const char *)&ranks[i] + fig[f].off);
             if (!usable(x) || !(med[f] > 0) || x >= min_ratio * med[f]) continue;
+            char who[160];
             if (!named && bad < RL_HANG_SLOW_MAX && at < n)
-                at += (size_t)snprintf(out + at, n - at, "%srank %d (pod %s, node %s)", bad ? "; " : "", i,
-                                       ranks[i].pod[0] ? ranks[i].pod : "?", ranks[i].node[0] ? ranks[i].node : "?");
+                at += (size_t)snprintf(out + at, n - at, "%s%s", bad ? "; " : "", name_rank(&ranks[i], i, who, sizeof who));
             if (bad < RL_HANG_SLOW_MAX && at < n)
                 at += (size_t)snprintf(out + at, n - at, ": %s %.1f %s, %.2fx the median %.1f %s", fig[f].what,
                                        x * fig[f].scale, fig[f].unit, x / med[f], med[f] * fig[f].scale, fig[f].unit);

@@ -91,6 +91,13 @@ static int publish(rl_hang_watch *w, const char *what, bool records, rl_err *e) 
     return rc;
 }
 
+/* True, with the next one scheduled, when a heartbeat is due. */
+static bool beat_due(rl_hang_watch *w, double now) {
+    if (now < w->next_beat) return false;
+    w->next_beat = now + RL_HANG_BEAT_S;
+    return true;
+}
+
 static void fire(rl_hang_watch *w, const char *why) {
     pthread_mutex_lock(&w->mu);
     w->fired = true;
@@ -150,19 +157,24 @@ static void report(rl_hang_watch *w, rl_stats_msg *m) {
     if (w->o.report) w->o.report(w->o.report_ud, m);
 }
 
-/* Every rank's last heartbeat (ranks[r].seen false where none). */
-static void read_beats(rl_hang_watch *w, rl_hang_rank *ranks) {
+/* Rank r's last heartbeat into *out ({.rank = r}, not seen, where there
+ * is none or it does not parse as rank r's); its text, malloc'd, for the
+ * dump (NULL: none). */
+static char *beat_of(rl_hang_watch *w, int r, rl_hang_rank *out) {
     rl_err e = {0};
     char k[160];
-    for (int r = 0; r < w->o.world; r++) {
-        void *v = NULL;
-        size_t len;
-        key(w, k, sizeof k, "beat", r);
-        if (rl_store_get(w->s, k, 0, &v, &len, &e) != RL_OK ||
-            rl_hang_rank_parse(v, len, k, &ranks[r], &e) != RL_OK || ranks[r].rank != r)
-            ranks[r] = (rl_hang_rank){.rank = r};
-        free(v);
-    }
+    void *v = NULL;
+    size_t len;
+    key(w, k, sizeof k, "beat", r);
+    if (rl_store_get(w->s, k, 0, &v, &len, &e) != RL_OK || rl_hang_rank_parse(v, len, k, out, &e) != RL_OK ||
+        out->rank != r)
+        *out = (rl_hang_rank){.rank = r};
+    return v;
+}
+
+/* Every rank's last heartbeat (ranks[r].seen false where none). */
+static void read_beats(rl_hang_watch *w, rl_hang_rank *ranks) {
+    for (int r = 0; r < w->o.world; r++) free(beat_of(w, r, &ranks[r]));
 }
 
 /* Each rank's pace over the last two pace periods: the difference of its
@@ -248,24 +260,10 @@ static void gather(rl_hang_watch *w, rl_hang_rank *ranks, char **texts) {
             }
         }
         if (!missing || rl_now() >= end || !nap(w, 0.1)) break;
-        if (rl_now() >= w->next_beat) { /* still alive: the deputy must not take over */
-            w->next_beat = rl_now() + RL_HANG_BEAT_S;
-            (void)publish(w, "beat", false, &e);
-        }
+        if (beat_due(w, rl_now())) (void)publish(w, "beat", false, &e); /* alive: no deputy takes over */
     }
-    for (int r = 0; r < world; r++) {
-        void *v = NULL;
-        size_t len;
-        key(w, k, sizeof k, "beat", r);
-        if (ranks[r].answered || rl_store_get(w->s, k, 0, &v, &len, &e) != RL_OK) {
-            ranks[r].rank = r;
-            continue;
-        }
-        if (rl_hang_rank_parse(v, len, k, &ranks[r], &e) != RL_OK || ranks[r].rank != r)
-            memset(&ranks[r], 0, sizeof ranks[r]);
-        ranks[r].rank = r, ranks[r].answered = false;
-        texts[r] = v;
-    }
+    for (int r = 0; r < world; r++)
+        if (!ranks[r].answered) texts[r] = beat_of(w, r, &ranks[r]);
 }
 
 /* The dump: the stuck op, the verdict, and every rank's answer or heartbeat. */
@@ -426,8 +424,7 @@ static void *run(void *arg) {
     bool aborted = false;
     while (!rc && !aborted && nap(w, period)) {
         double now = rl_now();
-        if (now >= w->next_beat) {
-            w->next_beat = now + RL_HANG_BEAT_S;
+        if (beat_due(w, now)) {
             if ((rc = publish(w, "beat", false, &e))) break;
             if (w->o.rank == 0 && w->preflight_by > 0) preflight(w, now);
         }

@@ -24,6 +24,12 @@ static double get_num(const cJSON *o, const char *k, double dflt) {
     return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
+/* a string member into dst ("" when absent or not a string) */
+static void get_str(const cJSON *o, const char *k, char *dst, size_t n) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    snprintf(dst, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
+}
+
 /* {"ev":"pace","step":S,"why":"...","slow":[{"rank":2,"ratio":3.1,"pod":"p","node":"n"}]} */
 static size_t pace_format(const rl_stats_msg *m, char *buf, size_t n) {
     char why[2 * sizeof m->why], pod[2 * sizeof m->slow[0].pod], node[2 * sizeof m->slow[0].node], r[32];
@@ -40,8 +46,8 @@ static size_t pace_format(const rl_stats_msg *m, char *buf, size_t n) {
 }
 
 static void pace_parse(const cJSON *o, rl_stats_msg *m) {
-    const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "why"), *a = cJSON_GetObjectItemCaseSensitive(o, "slow");
-    if (cJSON_IsString(w)) snprintf(m->why, sizeof m->why, "%s", w->valuestring);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "slow");
+    get_str(o, "why", m->why, sizeof m->why);
     for (const cJSON *x = cJSON_IsArray(a) ? a->child : NULL; x; x = x->next) {
         const cJSON *rank = cJSON_GetObjectItemCaseSensitive(x, "rank");
         if (m->nslow == RL_STATS_SLOW_MAX || !cJSON_IsNumber(rank) || !(rank->valuedouble >= 0) ||
@@ -49,9 +55,8 @@ static void pace_parse(const cJSON *o, rl_stats_msg *m) {
             continue;
         m->slow[m->nslow].rank = (int)rank->valuedouble;
         m->slow[m->nslow].ratio = get_num(x, "ratio", NAN);
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(x, "pod"), *nd = cJSON_GetObjectItemCaseSensitive(x, "node");
-        snprintf(m->slow[m->nslow].pod, sizeof m->slow[0].pod, "%s", cJSON_IsString(p) ? p->valuestring : "");
-        snprintf(m->slow[m->nslow].node, sizeof m->slow[0].node, "%s", cJSON_IsString(nd) ? nd->valuestring : "");
+        get_str(x, "pod", m->slow[m->nslow].pod, sizeof m->slow[0].pod);
+        get_str(x, "node", m->slow[m->nslow].node, sizeof m->slow[0].node);
         m->nslow++;
     }
 }
@@ -121,20 +126,17 @@ int rl_stats_parse(const char *line, size_t len, rl_stats_msg *m, rl_err *e) {
         m->ckpt_s = get_num(o, "s", -1);
         m->ckpt_unix = get_num(o, "unix", 0);
         m->resumed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "resumed"));
-        const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "uri");
-        if (cJSON_IsString(u)) snprintf(m->uri, sizeof m->uri, "%s", u->valuestring);
+        get_str(o, "uri", m->uri, sizeof m->uri);
     } else if (strcmp(ev->valuestring, "pace") == 0) {
         m->kind = RL_STATS_PACE;
         pace_parse(o, m);
     } else if (strcmp(ev->valuestring, "degraded") == 0) {
         m->kind = RL_STATS_DEGRADED;
-        const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "why");
-        if (cJSON_IsString(w)) snprintf(m->why, sizeof m->why, "%s", w->valuestring);
+        get_str(o, "why", m->why, sizeof m->why);
     } else if (strcmp(ev->valuestring, "hung") == 0) {
         m->kind = RL_STATS_HUNG;
-        const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "uri"), *w = cJSON_GetObjectItemCaseSensitive(o, "why");
-        if (cJSON_IsString(u)) snprintf(m->uri, sizeof m->uri, "%s", u->valuestring);
-        if (cJSON_IsString(w)) snprintf(m->why, sizeof m->why, "%s", w->valuestring);
+        get_str(o, "uri", m->uri, sizeof m->uri);
+        get_str(o, "why", m->why, sizeof m->why);
     } else {
         rc = rl_errf(e, RL_EINPUT, "stats line: unknown event");
     }

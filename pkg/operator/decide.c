@@ -120,18 +120,22 @@ static void count_pods(const rl_op_seen *s, cJSON *st) {
         cJSON_AddNumberToObject(st, "infrastructureFailures", 0);
 }
 
+/* An annotation that is a finite number, whole text; false otherwise. */
+static bool ann_num(const cJSON *ann, const char *k, double *out) {
+    const char *t = jstr(ann, k);
+    char *end;
+    *out = strtod(t, &end);
+    return *t && !*end && isfinite(*out);
+}
+
 /* The last round change the rank-0 agent measured: status.lastRecovery
  * {round, seconds, stepsLost}, only when all three are numbers. */
 static void mirror_recovery(const cJSON *ann, cJSON *st) {
     static const char *const k[3] = {"ringleader.dev/recovery-round", "ringleader.dev/recovery-seconds",
                                      "ringleader.dev/recovery-steps-lost"};
     double v[3];
-    for (int i = 0; i < 3; i++) {
-        const char *t = jstr(ann, k[i]);
-        char *end;
-        v[i] = strtod(t, &end);
-        if (!*t || *end || !isfinite(v[i]) || v[i] < 0 || v[i] > 1e15) return;
-    }
+    for (int i = 0; i < 3; i++)
+        if (!ann_num(ann, k[i], &v[i]) || v[i] < 0 || v[i] > 1e15) return;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "round", floor(v[0]));
     cJSON_AddNumberToObject(o, "seconds", round(v[1] * 1e3) / 1e3);
@@ -163,9 +167,8 @@ static void mirror_progress(const rl_op_seen *s, cJSON *st) {
             jset(st, map[i].field, cJSON_CreateString(v));
             continue;
         }
-        char *end;
-        double d = strtod(v, &end);
-        if (*end || !isfinite(d)) continue;
+        double d;
+        if (!ann_num(s->progress, map[i].ann, &d)) continue;
         if (map[i].kind == 0) d = floor(d);
         else d = round(d * 1e4) / 1e4;
         jset(st, map[i].field, cJSON_CreateNumber(d));

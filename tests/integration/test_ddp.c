@@ -559,14 +559,11 @@ Test(ddp, sigusr1_dumps_the_collective_a_rank_waits_in, .timeout = 120) {
     rl_test_rmdir(dir);
 }
 
-/* Issue 17's hang proof at the rank level: rank 2 SIGSTOPped inside
- * training; rank 0's watch finds its collective past the deadline, names
- * rank 2 (the one that stopped answering, not rank 1, which waits), writes
- * the dump next to the checkpoints, and aborts the ring, so ranks 0 and 1
- * end long before dist.timeout_s (60 s here) with the verdict. */
-Test(ddp, a_stopped_rank_is_named_and_the_ring_aborted, .timeout = 120) {
-    char dir[64], path[400], js[2048], log[3][128];
-    rl_test_arith_dir(dir, sizeof dir, 300000);
+/* 3 ranks (12 sequences a step), the hang deadline at its 1 s floor (the
+ * tiny model's steps are milliseconds) far below timeout_s 60, and a
+ * file checkpoint store for the dump. */
+static void write_hang_job(const char *dir) {
+    char path[128], js[2048];
     snprintf(path, sizeof path, "%s/job.json", dir);
     snprintf(js, sizeof js,
              "{" RL_TEST_TINY_MODEL_JSON
@@ -577,6 +574,17 @@ Test(ddp, a_stopped_rank_is_named_and_the_ring_aborted, .timeout = 120) {
              "\"checkpoint\":{\"uri\":\"file://%s/ck\"}}",
              dir, dir);
     rl_test_write(path, js, strlen(js));
+}
+
+/* Issue 17's hang proof at the rank level: rank 2 SIGSTOPped inside
+ * training; rank 0's watch finds its collective past the deadline, names
+ * rank 2 (the one that stopped answering, not rank 1, which waits), writes
+ * the dump next to the checkpoints, and aborts the ring, so ranks 0 and 1
+ * end long before dist.timeout_s (60 s here) with the verdict. */
+Test(ddp, a_stopped_rank_is_named_and_the_ring_aborted, .timeout = 120) {
+    char dir[64], path[400], log[3][128];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    write_hang_job(dir);
     int port = free_port(), pid[3];
     for (int r = 0; r < 3; r++) {
         snprintf(log[r], sizeof log[r], "%s/rank%d.log", dir, r);
@@ -644,18 +652,9 @@ Test(ddp, a_stopped_rank_is_named_and_the_ring_aborted, .timeout = 120) {
  * process hosts the store (as the elastic agent does): a rank 0 that
  * hosted it itself would take the store down with it. */
 Test(ddp, a_stopped_rank_0_is_named_by_its_deputy, .timeout = 120) {
-    char dir[64], path[400], js[2048], log[128];
+    char dir[64], path[400], log[128];
     rl_test_arith_dir(dir, sizeof dir, 300000);
-    snprintf(path, sizeof path, "%s/job.json", dir);
-    snprintf(js, sizeof js,
-             "{" RL_TEST_TINY_MODEL_JSON
-             "\"train\":{\"steps\":100000,\"warmup_steps\":2,\"seq_len\":32,\"micro_batch\":4,"
-             "\"global_batch_tokens\":384,\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
-             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
-             "\"dist\":{\"timeout_s\":60,\"hang_factor\":5,\"hang_min_s\":1},"
-             "\"checkpoint\":{\"uri\":\"file://%s/ck\"}}",
-             dir, dir);
-    rl_test_write(path, js, strlen(js));
+    write_hang_job(dir);
     snprintf(log, sizeof log, "%s/launch.log", dir);
     pid_t p = spawn_worker(dir, log, -1, 0, 0, "3");
     double end = rl_now() + 60;
