@@ -36,6 +36,7 @@ void worker_env_read(worker_env *w) {
         .store_prefix = var(RL_ENV_STORE_PREFIX),
         .store_hosted = var(RL_ENV_STORE_HOSTED) && *var(RL_ENV_STORE_HOSTED) == '1',
         .stats_fd = var(RL_ENV_STATS_FD),
+        .ctl_fd = var(RL_ENV_CTL_FD),
         .termination_log = var(RL_ENV_TERMINATION_LOG) ? var(RL_ENV_TERMINATION_LOG) : "/dev/termination-log",
         .progress_interval = var("RL_PROGRESS_INTERVAL_S"),
         .metrics_port = var("RINGLEADER_METRICS_PORT"),

@@ -25,6 +25,7 @@ typedef struct worker_env {
     const char *store_prefix; /* RINGLEADER_STORE_PREFIX: a trainer's keys on its agent's store */
     bool store_hosted;       /* RINGLEADER_STORE_HOSTED=1: the agent hosts the store */
     const char *stats_fd;    /* RINGLEADER_STATS_FD: the pipe to the agent */
+    const char *ctl_fd;      /* RINGLEADER_CTL_FD: the agent's control channel (in-place recovery) */
     const char *termination_log; /* RINGLEADER_TERMINATION_LOG, else /dev/termination-log */
     const char *progress_interval; /* RL_PROGRESS_INTERVAL_S (tests: progress Lease writes) */
     const char *metrics_port, *metrics_addr, *peak_tflops; /* RINGLEADER_METRICS_PORT, _ADDR, _PEAK_TFLOPS */

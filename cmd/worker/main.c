@@ -359,15 +359,14 @@ static int run_rank(const rl_job_config *cfg, const char *config_path, const cha
         rl_node_stats_stop(ns);
         return rc;
     }
-    rl_log_init(env.rank);
-    if (env.rank != 0) rl_log_set_level(RL_LOG_WARN); /* progress and metrics on rank 0 only */
+    rl_log_rank(env.rank);
     /* started by torchrun or srun: local rank 0 stands in for the agent */
     if (!is_child && env.local_rank == 0 && (rc = own_metrics(so, &ns))) return rc;
     rl_run_summary sum = {0};
     rl_proc_opts po = {.cfg = cfg, .env = &env, .save_params = save_params, .stop = &g_stop,
                        .starting = &g_starting, .stats = ns, .host = w->ring_host, .store_prefix = w->store_prefix,
                        .secret = w->secret, .stats_fd = w->stats_fd, .store_hosted = w->store_hosted,
-                       .pod = w->pod_name, .node = w->node_name};
+                       .ctl_fd = w->ctl_fd, .pod = w->pod_name, .node = w->node_name};
     rc = rl_proc_run(&po, &sum, &e);
     rl_node_stats_stop(ns);
     if (rc) {

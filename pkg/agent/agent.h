@@ -156,6 +156,7 @@ typedef struct rl_proc_opts {
      * rendezvous secret (NULL: none) and the stats pipe (NULL: none). */
     const char *host, *store_prefix, *secret, *stats_fd;
     bool store_hosted;
+    const char *ctl_fd;        /* RINGLEADER_CTL_FD: the agent parks this process on a lost peer (NULL: it exits) */
     const char *pod, *node;    /* where this process runs, for hang verdicts (NULL: unknown) */
 } rl_proc_opts;
 
@@ -193,6 +194,41 @@ int rl_launch(const rl_launch_opts *o, rl_err *e);
  * client that has it authenticates, and never talks to a store that cannot. */
 #define RL_ENV_RDZV_SECRET "RINGLEADER_RDZV_SECRET"
 
+/* ---- in-place recovery: the agent <-> trainer control channel -----------------------------
+ * An elastic agent gives each trainer one end of a socket pair
+ * (RINGLEADER_CTL_FD). When the trainer's ring breaks (a peer lost) it
+ * does not exit: it drops its round (communicator, DDP, hang watch, store
+ * client), keeps its process, memory, device context and model state, says
+ * "parked <step> <why>" and waits. At a round's end the agent says "park"
+ * to trainers still in a collective (it aborts their communicator); in the
+ * next round it sends each its place, "round <rank> <world> <group_rank>
+ * <master_port> <prefix> <master_addr>", and the trainer joins that world
+ * and resumes live from the most advanced replica (rl_trainer_resume).
+ * Closing the channel ends a parked trainer. One message per packet
+ * (SOCK_SEQPACKET), at most 511 bytes. */
+#define RL_ENV_CTL_FD "RINGLEADER_CTL_FD"
+typedef struct rl_ctl_round {
+    int rank, world, group_rank, master_port;
+    char prefix[64], master_addr[256];
+} rl_ctl_round;
+/* "round ..." into dst; the length, -1 when it does not fit. */
+int rl_ctl_round_format(const rl_ctl_round *r, char *dst, size_t n);
+/* Strict parse (fuzzed): ranges, rank < world, tokens of [A-Za-z0-9._:/-]. */
+int rl_ctl_round_parse(const char *msg, size_t len, rl_ctl_round *r, rl_err *e);
+
+typedef struct rl_ctl rl_ctl;
+struct rl_comm;
+/* The trainer's end, from RINGLEADER_CTL_FD's value; a thread reads it. */
+int rl_ctl_open(const char *fd_str, rl_ctl **out, rl_err *e);
+/* What a "park" aborts from now on (NULL: nothing). false, with comm
+ * aborted, when a park was asked since the last round message. */
+bool rl_ctl_arm(rl_ctl *c, struct rl_comm *comm);
+/* Say "parked" and wait for the next round (RL_OK, *next) or the end:
+ * the channel closed or *stop set (RL_EABORT). */
+int rl_ctl_park(rl_ctl *c, long long step, const char *why, const volatile int *stop, rl_ctl_round *next,
+                rl_err *e);
+void rl_ctl_close(rl_ctl *c);
+
 /* ---- a node's trainer processes ------------------------------------------------------ */
 typedef struct rl_group_opts {
     char *const *argv;       /* the trainer command (argv[0] is exec'd) */
@@ -203,6 +239,7 @@ typedef struct rl_group_opts {
     int master_port;
     const char *const *env;  /* extra NAME, VALUE pairs, NULL-terminated (may be NULL) */
     int stats_fd;            /* > 2: the stats pipe's write end, given to local rank 0 only */
+    bool ctl;                /* a control channel per trainer (in-place recovery) */
 } rl_group_opts;
 typedef struct rl_group rl_group;
 /* Fork/exec nproc trainers with their rank environment (torchrun's names);
@@ -219,6 +256,16 @@ void rl_group_signal(rl_group *g, int sig);
 /* SIGTERM, then SIGKILL after grace_s (0: at once); returns when all are reaped. */
 void rl_group_stop(rl_group *g, double grace_s);
 void rl_group_free(rl_group *g);
+/* The control channel (rl_group_opts.ctl): how many trainers are parked
+ * now (reads their messages without blocking; *step: the highest step a
+ * parked one holds, why: the first one's words, may be NULL); "park" to
+ * every trainer not parked; each its place in a new round (their ranks
+ * follow rank0; RL_EIO if one is gone). A group without channels: 0, and
+ * the rest do nothing. */
+int rl_group_parked(rl_group *g, long long *step, char *why, size_t wn);
+void rl_group_park(rl_group *g);
+int rl_group_rejoin(rl_group *g, const rl_ctl_round *first, rl_err *e);
+int rl_group_size(const rl_group *g);
 /* "exited with status 3" / "was killed by signal 9 (Killed)". */
 void rl_group_describe(char *dst, size_t n, int status);
 /* What local trainer i wrote to its termination message (its
@@ -248,6 +295,7 @@ typedef struct rl_elastic_opts {
     const char *etcd_endpoint;   /* etcd */
     char *const *argv;       /* the trainer command */
     double grace_s;          /* SIGTERM -> SIGKILL for trainers at a round change */
+    bool in_place;           /* keep trainers across a lost peer (rl_ctl; rdzv.in_place) */
     const volatile int *stop;
     volatile int *stop_sig;
     bool *preempted;         /* out: stopped by a signal, trainers checkpointed */

@@ -18,6 +18,9 @@
 
 #define JOIN_SLICE_S 1.0
 #define TICK_S 0.2
+/* how long trainers get to drop their ring and park at a round's end (an
+ * op in flight returns at once once aborted; a step's compute finishes first) */
+#define PARK_WAIT_S 10.0
 
 typedef struct agent {
     const rl_elastic_opts *o;
@@ -33,6 +36,7 @@ typedef struct agent {
     rl_progress *prog;         /* the progress Lease (k8s only; NULL otherwise) */
     bool rank0_here;           /* this node's trainers include global rank 0 */
     bool user_error;           /* the job failed on a user error (exit 2, not 1) */
+    rl_group *parked;          /* trainers kept from the last round for the next (in-place recovery) */
 } agent;
 
 static void nap(double s) { nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL); }
@@ -87,6 +91,48 @@ static void stop_trainers(rl_group *g, double grace_s) {
     rl_group_free(g);
 }
 
+/* The round ended under trainers whose ring broke (or was about to): keep
+ * them for the next round when each parks -- drops its ring, keeps its
+ * state (rl_ctl) -- within the wait; else stop them as before. */
+static void park_or_stop(agent *a, rl_group *g) {
+    if (!g) return;
+    if (a->o->in_place && rl_group_size(g) > 0) {
+        rl_group_park(g);
+        double until = rl_now() + PARK_WAIT_S;
+        long long step = -1;
+        int n = rl_group_size(g);
+        while (rl_now() < until && rl_group_left(g) == n && rl_group_parked(g, &step, NULL, 0) < n) nap(0.01);
+        if (rl_group_left(g) == n && rl_group_parked(g, &step, NULL, 0) == n) {
+            rl_log(RL_LOG_INFO, "trainers_parked", "\"trainers\":%d,\"step\":%lld", n, step);
+            a->parked = g;
+            return;
+        }
+        rl_log(RL_LOG_WARN, "park_failed", "\"trainers\":%d,\"left\":%d", n, rl_group_left(g));
+    }
+    stop_trainers(g, 0);
+}
+
+/* This node's trainers for the round: the parked ones moved into it when
+ * they fit (same count, all alive), else new processes. */
+static int start_trainers(agent *a, const rl_group_opts *go, const char *prefix, rl_group **g, rl_err *e) {
+    rl_group *kept = a->parked;
+    a->parked = NULL;
+    if (kept && rl_group_size(kept) == go->nproc) {
+        rl_ctl_round first = {.rank = go->rank0, .world = go->world, .group_rank = go->group_rank,
+                              .master_port = go->master_port};
+        snprintf(first.prefix, sizeof first.prefix, "%s", prefix);
+        snprintf(first.master_addr, sizeof first.master_addr, "%s", go->master_addr);
+        rl_err re = {0};
+        if (rl_group_rejoin(kept, &first, &re) == RL_OK) {
+            *g = kept;
+            return RL_OK;
+        }
+        rl_log_msg(RL_LOG_WARN, "rejoin_failed", re.msg);
+    }
+    stop_trainers(kept, 0);
+    return rl_group_spawn(go, g, e);
+}
+
 typedef enum { RUN_REJOIN, RUN_COMPLETE, RUN_FAILED, RUN_STOPPED } run_result;
 
 /* A trainer ended badly: its class, and the report's words ("rank 3 (pid
@@ -114,10 +160,11 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
     int group_rank = (int)(me - t->nodes);
     rl_group_opts go = {.argv = o->argv, .nproc = me->local_world, .rank0 = me->rank0, .world = t->world,
                         .group_rank = group_rank, .master_addr = st->leader.addr,
-                        .master_port = st->leader.port, .env = env, .stats_fd = rl_node_stats_fd(a->ns)};
+                        .master_port = st->leader.port, .env = env, .stats_fd = rl_node_stats_fd(a->ns),
+                        .ctl = o->in_place};
     rl_group *g = NULL;
     rl_err e = {0};
-    if (rl_group_spawn(&go, &g, &e) != RL_OK) {
+    if (start_trainers(a, &go, prefix, &g, &e) != RL_OK) {
         snprintf(why, wn, "%s", e.msg);
         rl_round_report(s, t->round, o->id, rl_exit_class(rl_err_exit_status(e.code)), e.msg, &e);
         return RUN_REJOIN;
@@ -126,6 +173,8 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
     a->rank0_here = me->rank0 == 0;
     publish(a);
     bool reported = false;
+    long long parked_step = -1;
+    char parked_why[400], jbuf[1000];
     for (;;) {
         if (*o->stop) {
             /* SIGTERM (pod deletion, spot reclaim): trainers stop at a step
@@ -148,7 +197,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
         int bad, status;
         rl_round_end end;
         if (rl_round_tick(s, t->round, o->id, TICK_S, &end, &e) != RL_OK) {
-            stop_trainers(g, 0);
+            park_or_stop(a, g);
             snprintf(why, wn, "lost the rendezvous store: %s", e.msg);
             return RUN_REJOIN;
         }
@@ -172,6 +221,18 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
                 return RUN_REJOIN;
             }
             reported = true;
+        } else if (!reported && g && rl_group_parked(g, &parked_step, parked_why, sizeof parked_why) > 0) {
+            /* a trainer lost its ring and parked: the round is over for it */
+            char msg[480];
+            snprintf(msg, sizeof msg, "rank %d parked after step %lld: %.400s", me->rank0, parked_step, parked_why);
+            rl_log(RL_LOG_WARN, "trainer_failed", "\"class\":\"%s\",\"parked\":true,\"msg\":\"%s\"",
+                   rl_fail_class_name(RL_FAIL_INFRA), esc(jbuf, sizeof jbuf, msg));
+            if (rl_round_report(s, t->round, o->id, RL_FAIL_INFRA, msg, &e) != RL_OK) {
+                park_or_stop(a, g);
+                snprintf(why, wn, "%s", e.msg);
+                return RUN_REJOIN;
+            }
+            reported = true;
         } else if (!reported && g && rl_group_left(g) == 0) {
             publish(a); /* their last lines, before the job can end */
             stop_trainers(g, 0);
@@ -183,13 +244,14 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
             reported = true;
         }
         if (rs != RL_ROUND_RUNNING) {
-            stop_trainers(g, rs == RL_ROUND_NEXT && end.graceful ? o->grace_s : 0);
+            if (rs == RL_ROUND_NEXT && !end.graceful) park_or_stop(a, g);
+            else stop_trainers(g, rs == RL_ROUND_NEXT && end.graceful ? o->grace_s : 0);
             snprintf(why, wn, "%s%s", rs == RL_ROUND_FAILED ? "the job failed: " : "", end.reason);
             a->user_error = rs == RL_ROUND_FAILED && end.cls == RL_FAIL_USER;
             return rs == RL_ROUND_COMPLETE ? RUN_COMPLETE : rs == RL_ROUND_FAILED ? RUN_FAILED : RUN_REJOIN;
         }
         if (leader_changed(a)) {
-            stop_trainers(g, 0);
+            park_or_stop(a, g);
             snprintf(why, wn, "the leader changed");
             return RUN_REJOIN;
         }
@@ -265,6 +327,7 @@ static int agent_loop(agent *a, rl_err *e) {
          * (a completed job keeps it, for the final write) */
         if (res != RUN_COMPLETE) a->rank0_here = false;
         publish(a);
+        if (res != RUN_REJOIN) stop_trainers(a->parked, 0), a->parked = NULL;
         switch (res) {
         case RUN_COMPLETE:
             rl_log_msg(RL_LOG_INFO, "job_complete", "every node's trainers finished");
@@ -334,6 +397,7 @@ int rl_elastic_run(const rl_elastic_opts *o, rl_err *e) {
            esc(b, sizeof b, o->id), etcd ? "etcd" : "k8s", o->nproc, o->round.min_nodes,
            o->round.max_nodes ? o->round.max_nodes : o->round.min_nodes);
     rc = agent_loop(&a, e);
+    stop_trainers(a.parked, 0);
     /* the job's end, written once more by the holder of rank 0 (bounded by
      * the client's timeout; the trainers are done) */
     publish(&a);
@@ -381,6 +445,7 @@ int rl_elastic_setup(const rl_job_config *cfg, int nproc, const rl_elastic_env *
     o->ns = env->ns && *env->ns ? env->ns : NULL;
     o->etcd_endpoint = rc->etcd_endpoint;
     o->grace_s = rc->stop_grace_s;
+    o->in_place = rc->in_place;
     o->progress_interval_s = env->progress_interval_s;
     if (strcmp(o->backend, "etcd") == 0 && !rc->etcd_endpoint[0])
         return rl_errf(e, RL_EINPUT, "rdzv.etcd_endpoint (or RINGLEADER_ETCD_ENDPOINT) is missing for the etcd backend");

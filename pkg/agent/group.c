@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +22,10 @@ struct rl_group {
     bool *alive;
     int *status;
     int *msg_fd; /* each trainer's termination message (a memfd; -1: none) */
+    int *ctl_fd; /* the agent's end of each control channel (-1: none) */
+    bool *parked;
+    long long *parked_step;
+    char parked_why[400]; /* the first parked trainer's words */
     int left;
 };
 
@@ -46,9 +51,12 @@ int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e) {
         g->alive = calloc((size_t)n, sizeof *g->alive);
         g->status = calloc((size_t)n, sizeof *g->status);
         g->msg_fd = malloc((size_t)n * sizeof *g->msg_fd);
+        g->ctl_fd = malloc((size_t)n * sizeof *g->ctl_fd);
+        g->parked = calloc((size_t)n, sizeof *g->parked);
+        g->parked_step = calloc((size_t)n, sizeof *g->parked_step);
     }
-    if (!g || !g->pid || !g->alive || !g->status || !g->msg_fd) {
-        if (g) free(g->msg_fd), g->msg_fd = NULL; /* not filled yet */
+    if (!g || !g->pid || !g->alive || !g->status || !g->msg_fd || !g->ctl_fd || !g->parked || !g->parked_step) {
+        if (g) free(g->msg_fd), free(g->ctl_fd), g->msg_fd = g->ctl_fd = NULL; /* not filled yet */
         rl_group_free(g);
         return rl_errf(e, RL_ENOMEM, "launcher: out of memory");
     }
@@ -57,12 +65,25 @@ int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e) {
      * memory files, so no directory has to be writable and nothing is left
      * behind; without one a trainer says why in its log only. */
     for (int i = 0; i < n; i++) g->msg_fd[i] = memfd_create("ringleader-termination", MFD_CLOEXEC);
+    int *child_ctl = malloc((size_t)n * sizeof *child_ctl);
+    if (!child_ctl) {
+        rl_group_free(g);
+        return rl_errf(e, RL_ENOMEM, "launcher: out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        int sv[2] = {-1, -1};
+        if (o->ctl && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) sv[0] = sv[1] = -1;
+        g->ctl_fd[i] = sv[0], child_ctl[i] = sv[1];
+    }
     pid_t parent = getpid();
     char val[32];
     for (int i = 0; i < n; i++) {
         pid_t p = fork();
         if (p < 0) {
             int err = errno;
+            for (int k = i; k < n; k++)
+                if (child_ctl[k] >= 0) close(child_ctl[k]);
+            free(child_ctl);
             rl_group_stop(g, 0);
             rl_group_free(g);
             return rl_errf(e, RL_EIO, "launcher: fork: %s", strerror(err));
@@ -108,6 +129,9 @@ int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e) {
             } else {
                 unsetenv(RL_ENV_TERMINATION_LOG);
             }
+            /* its control channel: without one it ends when its round does */
+            if (child_ctl[i] >= 0 && fcntl(child_ctl[i], F_SETFD, 0) == 0) SETI(RL_ENV_CTL_FD, child_ctl[i]);
+            else unsetenv(RL_ENV_CTL_FD);
             setenv(RL_ENV_CHILD, "1", 1);
             setenv(RL_ENV_STORE_HOSTED, "1", 1);
 #undef SETI
@@ -120,9 +144,11 @@ int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e) {
                     strerror(errno));
             _exit(127);
         }
+        if (child_ctl[i] >= 0) close(child_ctl[i]), child_ctl[i] = -1;
         g->pid[i] = p, g->alive[i] = true, g->left++;
         rl_log(RL_LOG_INFO, "spawned", "\"rank\":%d,\"local_rank\":%d,\"pid\":%d", o->rank0 + i, i, (int)p);
     }
+    free(child_ctl);
     *out = g;
     return RL_OK;
 }
@@ -207,10 +233,60 @@ void rl_group_message(const rl_group *g, int i, char *dst, size_t n) {
         if (*c == '\n' || *c == '\r') *c = ' ';
 }
 
+int rl_group_size(const rl_group *g) { return g ? g->n : 0; }
+
+int rl_group_parked(rl_group *g, long long *step, char *why, size_t wn) {
+    int parked = 0;
+    char m[512];
+    for (int i = 0; g && i < g->n; i++) {
+        ssize_t r;
+        while (!g->parked[i] && g->ctl_fd[i] >= 0 && (r = recv(g->ctl_fd[i], m, sizeof m - 1, MSG_DONTWAIT)) > 0) {
+            m[r] = 0;
+            char *end;
+            long long s = strncmp(m, "parked ", 7) == 0 ? strtoll(m + 7, &end, 10) : -1;
+            if (s < 0) continue; /* nothing else is said this way */
+            g->parked[i] = true, g->parked_step[i] = s;
+            if (!g->parked_why[0]) snprintf(g->parked_why, sizeof g->parked_why, "%s", *end ? end + 1 : "");
+        }
+        if (g->parked[i] && g->alive[i]) {
+            if (!parked++ || g->parked_step[i] > *step) *step = g->parked_step[i];
+        }
+    }
+    if (why && wn) snprintf(why, wn, "%s", g ? g->parked_why : "");
+    return parked;
+}
+
+void rl_group_park(rl_group *g) {
+    for (int i = 0; g && i < g->n; i++)
+        if (g->alive[i] && !g->parked[i] && g->ctl_fd[i] >= 0) (void)send(g->ctl_fd[i], "park", 4, MSG_NOSIGNAL);
+}
+
+int rl_group_rejoin(rl_group *g, const rl_ctl_round *first, rl_err *e) {
+    char m[512];
+    for (int i = 0; i < g->n; i++) {
+        rl_ctl_round r = *first;
+        r.rank = first->rank + i;
+        int len = rl_ctl_round_format(&r, m, sizeof m);
+        if (!g->alive[i] || g->ctl_fd[i] < 0 || len < 0 || send(g->ctl_fd[i], m, (size_t)len, MSG_NOSIGNAL) != len)
+            return rl_errf(e, RL_EIO, "trainer %d (pid %d) cannot take the new round", first->rank + i, (int)g->pid[i]);
+        g->parked[i] = false;
+        rl_log(RL_LOG_INFO, "rejoined", "\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"world\":%d", r.rank, i,
+               (int)g->pid[i], r.world);
+    }
+    g->rank0 = first->rank;
+    g->parked_why[0] = 0;
+    return RL_OK;
+}
+
 void rl_group_free(rl_group *g) {
     if (!g) return;
     for (int i = 0; g->msg_fd && i < g->n; i++)
         if (g->msg_fd[i] >= 0) close(g->msg_fd[i]);
+    for (int i = 0; g->ctl_fd && i < g->n; i++)
+        if (g->ctl_fd[i] >= 0) close(g->ctl_fd[i]);
+    free(g->ctl_fd);
+    free(g->parked);
+    free(g->parked_step);
     free(g->msg_fd);
     free(g->pid);
     free(g->alive);

@@ -21,6 +21,7 @@ typedef struct {
     void *buf;
     size_t count;
     int bucket; /* JOB_BUCKET */
+    int root;   /* JOB_BCAST_F32 */
 } job;
 
 #define QCAP 1024
@@ -165,7 +166,7 @@ static void *comm_thread(void *arg) {
                 break;
             case JOB_AVG_F64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_F64, RL_AVG, &e); break;
             case JOB_SUM_U64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_I64, RL_SUM, &e); break;
-            case JOB_BCAST_F32: rc = rl_comm_broadcast(d->comm, j.buf, j.count, RL_F32, 0, &e); break;
+            case JOB_BCAST_F32: rc = rl_comm_broadcast(d->comm, j.buf, j.count, RL_F32, j.root, &e); break;
             }
             /* device buckets are stream-ordered: queued is enough here,
              * finish orders the optimizer after the last one on the GPU */
@@ -283,17 +284,17 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
 
 int rl_ddp_nbuckets(const rl_ddp *d) { return d->nb; }
 
-int rl_ddp_broadcast(rl_ddp *d, float *params, size_t n, rl_err *e) {
-    submit(d, (job){.kind = JOB_BCAST_F32, .buf = params, .count = n});
+int rl_ddp_broadcast(rl_ddp *d, int root, float *params, size_t n, rl_err *e) {
+    submit(d, (job){.kind = JOB_BCAST_F32, .buf = params, .count = n, .root = root});
     return drain(d, e);
 }
 
-int rl_ddp_broadcast_bytes(void *ctx, void *buf, size_t bytes, rl_err *e) {
+int rl_ddp_broadcast_bytes(void *ctx, int root, void *buf, size_t bytes, rl_err *e) {
     rl_ddp *d = ctx;
     if (bytes % sizeof(float))
         return rl_errf(e, RL_EINTERNAL, "ddp: byte broadcast of %zu bytes (not a multiple of 4)", bytes);
     /* as f32 lanes: a broadcast moves bytes and never does arithmetic */
-    return rl_ddp_broadcast(d, buf, bytes / sizeof(float), e);
+    return rl_ddp_broadcast(d, root, buf, bytes / sizeof(float), e);
 }
 
 void rl_ddp_grad_ready(void *ctx, size_t off) {

@@ -65,11 +65,11 @@ typedef struct rl_ddp rl_ddp;
 int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, rl_ddp **out,
                   rl_err *e);
 int rl_ddp_nbuckets(const rl_ddp *d);
-/* Broadcast rank 0's parameters to every rank (before the first step). */
-int rl_ddp_broadcast(rl_ddp *d, float *params, size_t n, rl_err *e);
-/* Broadcast rank 0's bytes (a multiple of 4) to every rank: the resumed
+/* Broadcast root's parameters to every rank (before the first step: 0). */
+int rl_ddp_broadcast(rl_ddp *d, int root, float *params, size_t n, rl_err *e);
+/* Broadcast root's bytes (a multiple of 4) to every rank: the resumed
  * trainer state. Copied verbatim, whatever the bits. */
-int rl_ddp_broadcast_bytes(void *ctx, void *buf, size_t bytes, rl_err *e);
+int rl_ddp_broadcast_bytes(void *ctx, int root, void *buf, size_t bytes, rl_err *e);
 /* Point a trainer's dist seam at this DDP. */
 void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist);
 /* The hook, finish and average functions behind rl_train_dist. */

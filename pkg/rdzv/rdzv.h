@@ -223,6 +223,7 @@ typedef struct rl_rdzv_config {
     int max_restarts;                /* 3 */
     double lease_s, renew_deadline_s, retry_s; /* 15, 10, 2 */
     double stop_grace_s;             /* trainers' SIGTERM -> SIGKILL at a graceful round change (30) */
+    bool in_place;                   /* survivors of a lost node keep their processes and state (true) */
     char etcd_endpoint[256];
 } rl_rdzv_config;
 /* The section's descriptor (util/cfg.h). */

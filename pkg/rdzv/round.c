@@ -191,6 +191,11 @@ struct rl_round_coord {
     rl_round_node *over_nodes;
     int n_over;
     long long over_round;
+    /* After a round that lost a member: its members, their heartbeats
+     * still watched while the next round gathers (rl_round_survivors_in) */
+    rl_round_member *prev;
+    int nprev;
+    long long prev_round;
 };
 
 /* The outcomes as R/end writes them (parse_end reads them back). */
@@ -283,13 +288,33 @@ static void sleep_s(double s) {
 /* One round from open to end. Returns RL_OK after ending it (c->round then
  * names the next one) or when the job is over (*over). */
 /* Gathering: joins until rl_round_gathered says the round closes. */
+/* The last round's members that have not joined yet: has each heartbeat
+ * moved (a survivor still winding its round down)? */
+static int watch_prev(rl_round_coord *c, const rl_round_node *joined, int nj, rl_err *e) {
+    char key[320];
+    double now = rl_now();
+    for (int i = 0; i < c->nprev; i++) {
+        bool in = false;
+        for (int k = 0; k < nj && !in; k++) in = strcmp(joined[k].id, c->prev[i].node.id) == 0;
+        if (in) continue;
+        int64_t hb;
+        K(key, "rdzv/%lld/hb/%s", c->prev_round, c->prev[i].node.id);
+        int rc = rl_store_add(c->s, key, 0, &hb, e);
+        if (rc) return rc;
+        if (hb != c->prev[i].hb) c->prev[i].hb = hb, c->prev[i].hb_time = now;
+    }
+    return RL_OK;
+}
+
 static int gather(rl_round_coord *c, rl_round_node *joined, int *nj, int64_t *seen, rl_peer *peers,
                   rl_err *e) {
     double t_min = -1;
     for (;;) {
         if (c->stop) return RL_OK;
         int rc = read_joins(c, seen, joined, nj, e);
+        if (!rc) rc = watch_prev(c, joined, *nj, e);
         if (rc) return rc;
+        if (c->nprev && rl_round_survivors_in(&c->o, joined, *nj, c->prev, c->nprev, rl_now())) return RL_OK;
         uint64_t ver;
         bool synced;
         int np = rl_members_snapshot(c->members, peers, MAX_NODES, &ver, &synced);
@@ -392,7 +417,10 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         goto out;
     }
     rl_log(RL_LOG_INFO, "round_open", "\"round\":%lld", c->round);
-    if ((rc = gather(c, joined, &nj, &seen, peers, e)) || c->stop) goto out;
+    rc = gather(c, joined, &nj, &seen, peers, e);
+    free(c->prev);
+    c->prev = NULL, c->nprev = 0;
+    if (rc || c->stop) goto out;
     qsort(joined, (size_t)nj, sizeof *joined, by_node_id);
     c->nexpect = -1;
     nm = nj < o->max_nodes ? nj : o->max_nodes;
@@ -447,6 +475,11 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
     }
     rc = end_round(c, outcome, graceful, cls, reason, joined, nm, e); /* joined[0..nm) are the members */
     if (outcome != RL_ROUND_NEXT) *over = true;
+    /* a member lost or failed: the next round is this one's survivors */
+    if (!rc && outcome == RL_ROUND_NEXT && !graceful) {
+        c->prev = mem, c->nprev = nm, c->prev_round = c->round - 1;
+        mem = NULL;
+    }
 out:
     free(joined);
     free(peers);
@@ -534,6 +567,7 @@ void rl_round_coord_stop(rl_round_coord *c) {
     rl_store_close(c->s);
     free(c->expect);
     free(c->over_nodes);
+    free(c->prev);
     free(c);
 }
 

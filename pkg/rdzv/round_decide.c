@@ -27,6 +27,14 @@ bool rl_round_gathered(const rl_round_opts *o, const rl_round_node *joined, int 
     return all_peers || (waited_s >= 0 && waited_s >= o->last_call_s);
 }
 
+bool rl_round_survivors_in(const rl_round_opts *o, const rl_round_node *joined, int nj,
+                           const rl_round_member *prev, int nprev, double now) {
+    if (nj < o->min_nodes) return false;
+    for (int i = 0; i < nprev; i++)
+        if (!joined_has(joined, nj, prev[i].node.id) && now - prev[i].hb_time < RL_ROUND_SILENT_S) return false;
+    return true;
+}
+
 int rl_round_node_cmp(const rl_round_node *a, const rl_round_node *b) {
     int z = strcmp(a->zone, b->zone);
     return z ? z : strcmp(a->id, b->id);

@@ -41,6 +41,18 @@ typedef struct rl_round_watch {
     uint64_t ver_seen;   /* the Service's version, as last judged */
 } rl_round_watch;
 
+/* After a round that lost a member (not a graceful one): close the next
+ * as soon as min_nodes joined and every member of the last round either
+ * joined or has been silent -- its heartbeat on the last round unchanged --
+ * for RL_ROUND_SILENT_S. A dead node's pod can stay in the Service (or
+ * its etcd key alive) for many seconds; waiting the last call for it is
+ * what made a lost node cost 10 s. A survivor slower than that joins late
+ * and grows the job at the next round. prev: the last round's members with
+ * their heartbeats; now: the clock of prev's hb_time. */
+#define RL_ROUND_SILENT_S 2.0
+bool rl_round_survivors_in(const rl_round_opts *o, const rl_round_node *joined, int nj,
+                           const rl_round_member *prev, int nprev, double now);
+
 /* One look at a running round: each member's heartbeat counter and, when
  * the report counter moved (events != events_seen), each member's failure
  * report (NULL: none) and whether it finished; the Service; the joins. */

@@ -128,8 +128,8 @@ typedef struct rl_train_dist {
     int (*finish)(void *ctx, rl_err *e);
     /* Average n doubles over ranks in place (metrics). */
     int (*average)(void *ctx, double *v, int n, rl_err *e);
-    /* Rank 0's bytes to every rank (resume); bytes a multiple of 4. */
-    int (*broadcast)(void *ctx, void *buf, size_t bytes, rl_err *e);
+    /* root's bytes to every rank (resume); bytes a multiple of 4. */
+    int (*broadcast)(void *ctx, int root, void *buf, size_t bytes, rl_err *e);
     /* Optional: the last step's gradient reduction, exposed after backward
      * and busy in all (seconds), once finish returned. */
     void (*timing)(void *ctx, double *exposed_s, double *busy_s);
@@ -244,8 +244,19 @@ rl_ckpt_saver *rl_trainer_saver(rl_trainer *tr);
  * dist->broadcast; every rank then reads from the restored global sample
  * index. Called by rl_trainer_run if not called before; a no-op without
  * checkpoint.uri or with resume false (which refuses a URI that already
- * holds checkpoints). */
+ * holds checkpoints).
+ * A live resume comes first: when any rank holds a replica from an
+ * earlier round of its process (rl_trainer_set_dist), the lowest rank of
+ * the most advanced ones broadcasts its state to the others (new processes
+ * included) and no checkpoint is read. */
 int rl_trainer_resume(rl_trainer *tr, rl_err *e);
+/* The process goes on in a new world after its peers changed (in-place
+ * recovery): same device, new rank, world and seam; the accumulation count
+ * and this rank's data slice follow the world, the checkpoint store goes
+ * with rank 0, and the next rl_trainer_run resumes (live first). The old
+ * seam's communicator must be gone; the state stays as the last whole step
+ * left it. */
+int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e);
 /* At a step boundary: report a failed background save (fails the run) and
  * start the save the cadence asks for (asynchronous). */
 int rl_trainer_boundary(rl_trainer *tr, rl_err *e);

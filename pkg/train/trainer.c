@@ -95,6 +95,35 @@ int rl_trainer_new(rl_trainer **out, const rl_job_config *cfg, rl_train_dist *di
     return RL_OK;
 }
 
+int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
+    rl_train_dist *old = tr->dist;
+    if (!old || !dist || dist->local_rank != old->local_rank)
+        return rl_errf(e, RL_EINTERNAL, "trainer: a new world keeps the process's device (local rank %d)",
+                       old ? old->local_rank : 0);
+    int rc = rl_job_config_check_world(&tr->cfg, dist->world, "config", e);
+    if (rc) return rc;
+    const rl_train_config *t = &tr->cfg.train;
+    tr->dist = dist;
+    tr->accum = (int)(t->global_batch_tokens / t->seq_len / dist->world / t->micro_batch);
+    tr->resume_done = false;
+    tr->stop_agreed = false;
+    /* the checkpoints go with rank 0, wherever it is now */
+    bool saves = dist->rank == 0 && tr->cfg.ckpt.uri[0];
+    if (!saves && tr->store) {
+        rl_ckpt_saver_destroy(tr->saver); /* waits for a running save */
+        rl_ckpt_store_close(tr->store);
+        tr->saver = NULL, tr->store = NULL;
+    } else if (saves && !tr->store) {
+        rl_ckpt_store *st;
+        if ((rc = rl_ckpt_store_open_cfg(&tr->cfg.ckpt, &st, e)) || (rc = rl_trainer_use_store(tr, st, e))) return rc;
+        tr->committed_step = -1;
+    }
+    tr->tty = dist->rank == 0 && isatty(STDERR_FILENO) && !getenv("RL_NO_PROGRESS");
+    /* this rank's slice from the step in progress on (rl_trainer_resume
+     * then adopts the root's position) */
+    return open_loader(tr, e);
+}
+
 int rl_trainer_use_store(rl_trainer *tr, rl_ckpt_store *s, rl_err *e) {
     rl_ckpt_saver_destroy(tr->saver);
     tr->saver = NULL;
@@ -140,6 +169,13 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
      * the weights alone for the check below */
     rl_train_update u = {.lr = lr, .clip = t->grad_clip, .t = tr->step + 1};
     if ((rc = rl_train_dev_step_end(&tr->dev, &u, &loss, &norm, e))) return rc;
+    /* The update is applied: this rank holds the next step whole, which a
+     * peer lost in the average below cannot undo. Counted here, so a live
+     * resume (rl_trainer_resume) takes the most advanced replica. */
+    tr->step++;
+    tr->sample += (uint64_t)(t->global_batch_tokens / t->seq_len);
+    tr->tokens_seen += (uint64_t)t->global_batch_tokens;
+    tr->live = true;
     /* A signal reaches ranks at different times; riding on the loss
      * average, "someone was asked to stop" becomes one decision that every
      * rank takes after the same step. */
@@ -155,10 +191,7 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     tr->stop_agreed = agreed[1] > 0;
     if (!isfinite(norm) || !isfinite(loss))
         return rl_errf(e, RL_EINTERNAL, "step %lld: loss %g, gradient norm %g are not finite "
-                       "(lower train.lr?)", tr->step + 1, loss, norm);
-    tr->step++;
-    tr->sample += (uint64_t)(t->global_batch_tokens / t->seq_len);
-    tr->tokens_seen += (uint64_t)t->global_batch_tokens;
+                       "(lower train.lr?)", tr->step, loss, norm);
     double now = rl_now();
     *st = (rl_step_stats){
         .step = tr->step,
@@ -364,87 +397,144 @@ int rl_trainer_boundary(rl_trainer *tr, rl_err *e) {
     return save(tr, false, 0, e);
 }
 
-/* Fixed-size record of what rank 0 resumed (broadcast first, so a rank 0
- * failure reaches every rank instead of leaving them in a collective). */
+/* Fixed-size record of the state a resume adopts (broadcast first, so a
+ * failure of its source reaches every rank instead of leaving them in a
+ * collective). */
 typedef struct {
-    int64_t status; /* 0: nothing to resume, 1: resumed, -1: rank 0 failed */
+    int64_t status; /* 0: nothing to resume, 1: resumed, -1: the source failed */
     int64_t step;
     uint64_t tokens, sample;
     uint64_t rng[4];
 } resume_wire;
 
+/* root's record, then (when it has state) its parameters and AdamW
+ * moments, to every rank; rc: the root's own failure so far. */
+static int spread(rl_trainer *tr, int root, resume_wire *w, int rc, rl_err *e) {
+    if (world_of(tr) == 1) return rc;
+    size_t n = tr->dev.n;
+    rl_err be = {0};
+    int brc = tr->dist->broadcast(tr->dist->ctx, root, w, sizeof *w, &be);
+    if (brc && !rc) rc = brc, *e = be;
+    if (!rc && w->status < 0) rc = rl_errf(e, RL_EPEER, "rank %d could not give its state (its log says why)", root);
+    if (!rc && w->status == 1 &&
+        ((rc = tr->dist->broadcast(tr->dist->ctx, root, tr->dev.params, n * sizeof(float), e)) ||
+         (rc = tr->dist->broadcast(tr->dist->ctx, root, tr->dev.opt, 2 * n * sizeof(float), e))))
+        rc = rl_err_wrap(e, "broadcasting the resumed state");
+    return rc;
+}
+
+/* Every rank takes the state in w (its host copy already in place). */
+static int adopt(rl_trainer *tr, const resume_wire *w, rl_err *e) {
+    if (rl_train_dev_upload(&tr->dev, true, e)) return rl_err_wrap(e, "uploading the resumed state to the device");
+    tr->step = w->step;
+    tr->tokens_seen = w->tokens;
+    tr->sample = tr->start_sample = w->sample;
+    memcpy(tr->rng.s, w->rng, sizeof w->rng);
+    tr->summary.resumed_from = w->step;
+    tr->live = true;
+    tr->last_save_t = rl_now();
+    return open_loader(tr, e);
+}
+
+/* After a round change the surviving processes still hold their replicas
+ * (rl_trainer_set_dist). Every rank says how far its own state got (a
+ * fresh process: nowhere); the lowest rank of the most advanced ones is the
+ * root. A survivor may be one step behind another, when the peer was lost
+ * between their optimizer updates. *root -1: nobody holds live state. */
+static int live_root(rl_trainer *tr, int *root, long long *step, rl_err *e) {
+    *root = -1, *step = -1;
+    int world = world_of(tr);
+    if (world == 1) return RL_OK;
+    double *v = calloc((size_t)world, sizeof *v);
+    if (!v) return rl_errf(e, RL_ENOMEM, "resume: out of memory");
+    /* one-hot lanes: the average is each rank's value over world, exactly
+     * recoverable for any step count below 2^50 */
+    v[rank_of(tr)] = tr->live ? (double)tr->step + 1 : 0;
+    int rc = tr->dist->average(tr->dist->ctx, v, world, e);
+    for (int i = 0; !rc && i < world; i++) {
+        long long s = llround(v[i] * world) - 1;
+        if (s > *step) *step = s, *root = i;
+    }
+    free(v);
+    return rc;
+}
+
+static int resume_live(rl_trainer *tr, int root, rl_err *e) {
+    resume_wire w = {0};
+    int rc = RL_OK;
+    if (rank_of(tr) == root) {
+        w = (resume_wire){.status = 1, .step = tr->step, .tokens = tr->tokens_seen, .sample = tr->sample};
+        memcpy(w.rng, tr->rng.s, sizeof w.rng);
+        /* on a GPU the host mirror of the moments is stale until asked */
+        if ((rc = rl_train_dev_download(&tr->dev, true, e))) w.status = -1;
+    }
+    if ((rc = spread(tr, root, &w, rc, e)) || (rc = adopt(tr, &w, e))) return rc;
+    if (rank_of(tr) == 0)
+        rl_log(RL_LOG_INFO, "resume", "\"found\":true,\"live\":true,\"from_rank\":%d,\"step\":%lld,"
+               "\"sample_index\":%llu,\"world\":%d", root, tr->step, (unsigned long long)tr->sample, world_of(tr));
+    return RL_OK;
+}
+
+/* rank 0 loads the newest checkpoint that verifies (or refuses a store
+ * that has some when resume is false). */
+static int load_newest(rl_trainer *tr, resume_wire *w, rl_ckpt_loaded *ld, rl_err *e) {
+    const rl_ckpt_config *c = &tr->cfg.ckpt;
+    size_t n = tr->dev.n;
+    int rc;
+    if (!c->resume) {
+        long long *cs;
+        int nc;
+        if ((rc = rl_ckpt_steps(tr->store, &cs, &nc, NULL, NULL, e))) return rc;
+        if (nc > 0)
+            rc = rl_errf(e, RL_EINPUT,
+                         "checkpoint.resume is false but %s holds checkpoints (newest step %lld): "
+                         "use another checkpoint.uri, delete them, or set resume to true",
+                         tr->store->uri, cs[nc - 1]);
+        free(cs);
+        return rc;
+    }
+    if ((rc = rl_ckpt_load_latest(tr->store, &tr->cfg.model, n, tr->dev.params, tr->dev.opt, tr->dev.opt + n, ld,
+                                  e)))
+        return rc;
+    if (ld->found) {
+        *w = (resume_wire){.status = 1, .step = ld->step, .tokens = ld->state.tokens_seen,
+                           .sample = ld->state.sample_index};
+        memcpy(w->rng, ld->state.rng, sizeof w->rng);
+    }
+    return RL_OK;
+}
+
 int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
     if (tr->resume_done) return RL_OK;
     tr->resume_done = true;
-    const rl_ckpt_config *c = &tr->cfg.ckpt;
-    if (!c->uri[0]) return RL_OK;
-    int rank = rank_of(tr), world = world_of(tr), rc = RL_OK;
-    size_t n = tr->dev.n;
-    float *params = tr->dev.params, *opt = tr->dev.opt;
+    int rank = rank_of(tr), world = world_of(tr), root, rc;
+    long long live;
+    if (world > 1 && (!tr->dist->broadcast || !tr->dist->average))
+        return rl_errf(e, RL_EINTERNAL, "resume: %d ranks but the dist seam has no broadcast", world);
+    if ((rc = live_root(tr, &root, &live, e))) return rc;
+    if (root >= 0) return resume_live(tr, root, e);
+    if (!tr->cfg.ckpt.uri[0]) return RL_OK;
     resume_wire w = {0};
     rl_ckpt_loaded ld = {0};
-    if (world > 1 && !tr->dist->broadcast)
-        return rl_errf(e, RL_EINTERNAL, "resume: %d ranks but the dist seam has no broadcast", world);
-    if (rank == 0 && tr->store) {
-        if (!c->resume) {
-            long long *cs;
-            int nc;
-            if (!(rc = rl_ckpt_steps(tr->store, &cs, &nc, NULL, NULL, e))) {
-                if (nc > 0)
-                    rc = rl_errf(e, RL_EINPUT,
-                                 "checkpoint.resume is false but %s holds checkpoints (newest step %lld): "
-                                 "use another checkpoint.uri, delete them, or set resume to true",
-                                 tr->store->uri, cs[nc - 1]);
-                free(cs);
-            }
-        } else {
-            rc = rl_ckpt_load_latest(tr->store, &tr->cfg.model, n, params, opt, opt + n, &ld, e);
-        }
-        if (rc) w.status = -1;
-        else if (ld.found) {
-            w.status = 1, w.step = ld.step, w.tokens = ld.state.tokens_seen, w.sample = ld.state.sample_index;
-            memcpy(w.rng, ld.state.rng, sizeof w.rng);
-        }
-    }
-    if (world > 1 && tr->dist->broadcast) {
-        rl_err be = {0};
-        int brc = tr->dist->broadcast(tr->dist->ctx, &w, sizeof w, &be);
-        if (brc && !rc) rc = brc, *e = be;
-        if (!rc && w.status < 0)
-            rc = rl_errf(e, RL_EPEER, "rank 0 could not load the checkpoint (its log says why)");
-        if (!rc && w.status == 1 &&
-            ((rc = tr->dist->broadcast(tr->dist->ctx, params, n * sizeof(float), e)) ||
-             (rc = tr->dist->broadcast(tr->dist->ctx, opt, 2 * n * sizeof(float), e))))
-            rc = rl_err_wrap(e, "broadcasting the resumed state");
-    }
-    if (rc || w.status != 1) {
+    if (rank == 0 && tr->store && (rc = load_newest(tr, &w, &ld, e))) w.status = -1;
+    if ((rc = spread(tr, 0, &w, rank == 0 ? rc : RL_OK, e)) || w.status != 1) {
         if (!rc && rank == 0 && tr->store)
             rl_log(RL_LOG_INFO, "resume", "\"found\":false,\"msg\":\"no checkpoint yet: starting from step 0\"");
         rl_ckpt_loaded_free(&ld);
         return rc;
     }
-    if ((rc = rl_train_dev_upload(&tr->dev, true, e))) {
+    if ((rc = adopt(tr, &w, e))) {
         rl_ckpt_loaded_free(&ld);
-        return rl_err_wrap(e, "uploading the resumed state to the device");
+        return rc;
     }
-    tr->step = w.step;
-    tr->tokens_seen = w.tokens;
-    tr->sample = tr->start_sample = w.sample;
-    memcpy(tr->rng.s, w.rng, sizeof w.rng);
     tr->committed_step = w.step;
     tr->observed_ckpt = w.step;
-    tr->summary.resumed_from = w.step;
     /* the checkpoint resumed from is the job's last commit until the next
      * one: an agent that just took over rank 0 can report it at once */
     if (rank == 0 && tr->observer.on_checkpoint) {
         rl_train_ckpt_event ev = {.step = w.step, .seconds = -1, .unix_time = ld.state.saved_unix, .resumed = true};
         ckpt_uri(tr, w.step, ev.uri, sizeof ev.uri);
         tr->observer.on_checkpoint(tr->observer.ud, &ev);
-    }
-    tr->last_save_t = rl_now();
-    if ((rc = open_loader(tr, e))) {
-        rl_ckpt_loaded_free(&ld);
-        return rc;
     }
     if (rank == 0) {
         rl_log(RL_LOG_INFO, "resume",
@@ -595,7 +685,7 @@ int rl_trainer_sync_host(rl_trainer *tr, bool opt, rl_err *e) { return rl_train_
 int rl_trainer_broadcast_params(rl_trainer *tr, rl_err *e) {
     if (world_of(tr) == 1) return RL_OK;
     size_t bytes = tr->dev.n * sizeof(float);
-    int rc = tr->dist->broadcast(tr->dist->ctx, tr->dev.params, bytes, e);
+    int rc = tr->dist->broadcast(tr->dist->ctx, 0, tr->dev.params, bytes, e);
     return rc ? rc : rl_train_dev_upload(&tr->dev, false, e);
 }
 

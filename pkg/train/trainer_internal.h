@@ -31,6 +31,7 @@ struct rl_trainer {
     rl_ckpt_store *store;     /* rank 0 with checkpoint.uri set; else NULL */
     rl_ckpt_saver *saver;
     bool resume_done;
+    bool live;                /* the state is a whole step's (done or resumed here): a replica to share */
     long long committed_step; /* newest step known committed by this run (-1: none) */
     double last_save_t;
     rl_train_observer observer; /* zero: none; set after construction */

@@ -25,6 +25,12 @@ void rl_log_init(int rank) {
         if (strcmp(lv, level_name((rl_log_level)i)) == 0) g_level = (rl_log_level)i;
 }
 
+void rl_log_rank(int rank) {
+    g_level = RL_LOG_INFO;
+    rl_log_init(rank);
+    if (rank != 0) g_level = RL_LOG_WARN;
+}
+
 void rl_log_set_level(rl_log_level lvl) { g_level = lvl; }
 bool rl_log_enabled(rl_log_level lvl) { return lvl >= g_level; }
 

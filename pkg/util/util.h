@@ -94,6 +94,10 @@ typedef enum { RL_LOG_DEBUG = 0, RL_LOG_INFO, RL_LOG_WARN, RL_LOG_ERROR } rl_log
 
 /* rank < 0: no rank field. Reads RL_LOG_LEVEL (debug|info|warn|error). */
 void rl_log_init(int rank);
+/* A trainer's logging as rank `rank`: rl_log_init, and warnings and errors
+ * only unless it is rank 0 (progress and metrics come from rank 0 alone).
+ * Again when a parked trainer takes another rank. */
+void rl_log_rank(int rank);
 void rl_log_set_level(rl_log_level lvl);
 bool rl_log_enabled(rl_log_level lvl);
 /* fields: printf format producing zero or more JSON members without braces,

@@ -87,17 +87,47 @@ static void wait_done(rl_test_job *j, double timeout) {
     }
 }
 
-/* The losses of the last round against a static run of the same world
- * size from the checkpoint that round resumed from. */
-static void check_resumed_curve(rl_test_job *j, int min_rounds) {
-    int n = rl_test_job_events(j, "resume", g_ev, 16384), k = -1, world = 0;
-    double t_resume = 0;
+/* The newest checkpoint of the job at or before step k (-1: none). */
+static int ckpt_at_most(const rl_test_job *j, int k) {
+    char pat[200];
+    glob_t gl;
+    int best = -1;
+    snprintf(pat, sizeof pat, "%s/step-*", j->ckpt);
+    if (glob(pat, 0, NULL, &gl) != 0) return -1;
+    for (size_t i = 0; i < gl.gl_pathc; i++) {
+        int s = atoi(strrchr(gl.gl_pathv[i], '-') + 1);
+        if (s <= k && s > best) best = s;
+    }
+    globfree(&gl);
+    return best;
+}
+
+/* The last round's resume: from a checkpoint or live (from a surviving
+ * replica); its step, world and time. */
+static bool last_resume(rl_test_job *j, int *k, int *world, double *t) {
+    int n = rl_test_job_events(j, "resume", g_ev, 16384);
+    bool live = false;
+    *k = -1;
     for (int i = 0; i < n; i++)
         if (cJSON_IsTrue(cJSON_GetObjectItem(g_ev[i].j, "found")))
-            k = (int)rl_test_ev_num(&g_ev[i], "step"), world = (int)rl_test_ev_num(&g_ev[i], "world"),
-            t_resume = g_ev[i].t;
+            *k = (int)rl_test_ev_num(&g_ev[i], "step"), *world = (int)rl_test_ev_num(&g_ev[i], "world"),
+            *t = g_ev[i].t, live = cJSON_IsTrue(cJSON_GetObjectItem(g_ev[i].j, "live"));
     rl_test_job_events_free(g_ev, n);
-    cr_assert(k > 0, "the last round did not resume from a checkpoint");
+    return live;
+}
+
+/* The losses of the last round against a static run of the same world
+ * size from the checkpoint that round resumed from -- or, after a live
+ * resume at step k, from the newest checkpoint before it: a fixed global
+ * batch makes every world size take the same steps. */
+static void check_resumed_curve(rl_test_job *j, int min_rounds) {
+    int k = -1, world = 0;
+    double t_resume = 0;
+    bool live = last_resume(j, &k, &world, &t_resume);
+    cr_assert(k > 0, "the last round did not resume");
+    int from = live ? ckpt_at_most(j, k) : k;
+    cr_assert(from > 0, "no checkpoint at or before step %d for the reference", k);
+    int n;
     int rounds = count_event(j, "round_start");
     cr_expect(rounds >= min_rounds, "only %d round starts logged", rounds);
     static double got[STEPS + 1];
@@ -112,7 +142,7 @@ static void check_resumed_curve(rl_test_job *j, int min_rounds) {
     char ref[160], cmd[4800], cfg[160], logp[160];
     snprintf(ref, sizeof ref, "%s/refckpt", j->dir);
     snprintf(cmd, sizeof cmd, "mkdir -p %s && cp -r %s/step-%08d %s/ && printf 'step-%08d\\n' > %s/latest", ref, j->ckpt,
-             k, ref, k, ref);
+             from, ref, from, ref);
     cr_assert_eq(system(cmd), 0);
     snprintf(cfg, sizeof cfg, "%s/ref.json", j->dir);
     rl_test_job_write_config(j, cfg, ref, "static");
@@ -138,7 +168,8 @@ static void check_resumed_curve(rl_test_job *j, int min_rounds) {
     }
     free(b);
     cr_expect(compared >= (STEPS - k) * 9 / 10, "compared only %d steps after step %d", compared, k);
-    cr_log_info("resumed from step %d with world %d; %d steps match the reference", k, world, compared);
+    cr_log_info("resumed %s step %d with world %d; %d steps match the reference", live ? "live at" : "from", k,
+                world, compared);
 }
 
 static int leader_index(rl_test_job *j) {
@@ -148,9 +179,14 @@ static int leader_index(rl_test_job *j) {
     return who;
 }
 
-static void kill_and_recover(int net, bool kill_leader, bool use_etcd) {
+/* in_place false: the survivors' trainers end with the round and the next
+ * one resumes from the checkpoint (the path before in-place recovery). */
+static void kill_and_recover(int net, bool kill_leader, bool use_etcd, bool in_place) {
     rl_test_job j;
-    setup(&j, net, use_etcd);
+    char why[1024] = "";
+    cr_assert_eq(rl_test_job_setup(&j, net, use_etcd, STEPS, EVERY, in_place ? RDZV : RDZV ",\"in_place\":false", why,
+                                   sizeof why),
+                 0, "%s", why);
     int nproc[4] = {2, 1, 1, 1};
     for (int i = 0; i < 4; i++) start(&j, i, nproc[i], "s3cret");
     wait_step(&j, EVERY + 10, 120);
@@ -160,6 +196,10 @@ static void kill_and_recover(int net, bool kill_leader, bool use_etcd) {
     rl_test_job_kill(&j, kill_leader ? l : (l == 3 ? 2 : 3));
     wait_done(&j, 180);
     check_resumed_curve(&j, 2);
+    int k, world;
+    double t;
+    cr_expect_eq(last_resume(&j, &k, &world, &t), in_place, "in_place %d, but the last resume was %s", in_place,
+                 in_place ? "from a checkpoint" : "live");
     /* a lost node is a membership change, not a crash */
     int n = rl_test_job_events(&j, "round_start", g_ev, 16384);
     cr_assert(n > 0);
@@ -261,9 +301,52 @@ Test(elastic, a_user_error_fails_the_job_at_once, .timeout = 300) {
     rl_test_job_teardown(&j);
 }
 
-Test(elastic, follower_killed_others_reform_and_continue, .timeout = 300) { kill_and_recover(31, false, false); }
+Test(elastic, follower_killed_others_reform_and_continue, .timeout = 300) { kill_and_recover(31, false, false, false); }
 
-Test(elastic, leader_killed_others_reform_and_continue, .timeout = 300) { kill_and_recover(32, true, false); }
+Test(elastic, leader_killed_others_reform_and_continue, .timeout = 300) { kill_and_recover(32, true, false, true); }
+
+/* In-place recovery (issue 17): four nodes with the production rendezvous
+ * timing (heartbeat 5 s x 3, last call 10 s, lease 15 s), one follower
+ * SIGKILLed mid-run. The survivors keep their processes and state, the
+ * round of three resumes live from the most advanced replica, at most one
+ * step is done again, the first new step comes within 5 s of the last good
+ * one, and the losses go on as a run that never lost the node. */
+static void lose_a_node(int net, bool use_etcd) {
+    rl_test_job j;
+    char why[1024] = "";
+    cr_assert_eq(rl_test_job_setup(&j, net, use_etcd, STEPS, EVERY, "\"min_nodes\":3,\"max_nodes\":4", why, sizeof why),
+                 0, "%s", why);
+    for (int i = 0; i < 4; i++) start(&j, i, 1, "s3cret");
+    wait_step(&j, EVERY + 10, 120);
+    wait_saved(&j, 60); /* the reference's starting point */
+    int l = leader_index(&j);
+    cr_assert(l >= 0, "no leader elected");
+    double t_kill = rl_wall_now();
+    rl_test_job_kill(&j, l == 3 ? 2 : 3); /* neither the leader nor rank 0's node (job-0) */
+    wait_done(&j, 180);
+    int k = -1, world = 0;
+    double t_res = 0;
+    cr_assert(last_resume(&j, &k, &world, &t_res), "the round after the loss did not resume live");
+    cr_expect_eq(world, 3);
+    int n = rl_test_job_events(&j, "step", g_ev, 16384), last = -1;
+    double t_last = 0, t_first = 0;
+    for (int i = 0; i < n; i++) {
+        int s = (int)rl_test_ev_num(&g_ev[i], "step");
+        if (g_ev[i].t < t_kill) last = s, t_last = g_ev[i].t;
+        else if (!t_first && g_ev[i].t >= t_res && s == k + 1) t_first = g_ev[i].t;
+    }
+    rl_test_job_events_free(g_ev, n);
+    cr_expect(last >= 0 && last - k <= 1, "%d steps done again (last good step %d, resumed at %d)", last - k, last, k);
+    cr_expect(t_first > 0 && t_first - t_last < 5.0, "recovery took %.2f s (last good step -> first new step)",
+              t_first - t_last);
+    cr_log_info("lost step %d -> resumed live at %d; recovery %.2f s", last, k, t_first - t_last);
+    check_resumed_curve(&j, 2);
+    rl_test_job_teardown(&j);
+}
+
+Test(elastic, a_lost_node_costs_at_most_one_step, .timeout = 300) { lose_a_node(38, false); }
+
+Test(elastic, a_lost_node_costs_at_most_one_step_etcd, .timeout = 300) { lose_a_node(39, true); }
 
 Test(elastic, fifth_agent_joins_at_the_next_round, .timeout = 300) {
     rl_test_job j;
@@ -302,4 +385,4 @@ Test(elastic, wrong_secret_is_refused_and_the_round_goes_on, .timeout = 300) {
     rl_test_job_teardown(&j);
 }
 
-Test(elastic, etcd_rendezvous_follower_killed, .timeout = 300) { kill_and_recover(35, false, true); }
+Test(elastic, etcd_rendezvous_follower_killed, .timeout = 300) { kill_and_recover(35, false, true, true); }
