@@ -4,9 +4,13 @@
  *  - first round: from the last agent's start to rank 0 finishing step 1
  *    (which needs every rank's gradients), for 4 and 16 agents;
  *  - recovery: from SIGKILL of a follower, then of the leader, to rank 0
- *    finishing its first step of the new round (checkpoint load included).
+ *    finishing its first step of the new round, side by side with the
+ *    survivors healed in place (rdzv.in_place, the default: live resume
+ *    from a replica) and with their trainers restarted from the last
+ *    checkpoint (in_place false); with the steps done again (the last step
+ *    before the kill less the step resumed from).
  * One JSON line per measurement; targets: first round < 2 s, follower
- * < heartbeat timeout + 2 s, leader < lease + 2 s. */
+ * < heartbeat timeout + 2 s (in place: < 5 s), leader < lease + 2 s. */
 #include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,6 +40,16 @@ static double wait_first_step_after(rl_test_job *j, double t, double timeout) {
     return got;
 }
 
+/* The step the last resume after time t started from (-1: none). */
+static long long resumed_after(rl_test_job *j, double t) {
+    int n = rl_test_job_events(j, "resume", ev, 16384);
+    long long k = -1;
+    for (int i = 0; i < n; i++)
+        if (ev[i].t > t && cJSON_IsTrue(cJSON_GetObjectItem(ev[i].j, "found"))) k = (long long)rl_test_ev_num(&ev[i], "step");
+    rl_test_job_events_free(ev, n);
+    return k;
+}
+
 static int leader(rl_test_job *j) {
     int n = rl_test_job_events(j, "leader_elected", ev, 16384), who = -1;
     for (int i = 0; i < n; i++) who = atoi(cJSON_GetObjectItem(ev[i].j, "id")->valuestring + 4);
@@ -43,13 +57,13 @@ static int leader(rl_test_job *j) {
     return who;
 }
 
-static int run(int agents, bool recovery) {
+static int run(int agents, bool recovery, bool in_place) {
     rl_test_job j;
     char why[1024];
-    char rdzv[128];
+    char rdzv[160];
     /* elastic 2..4 for the recovery runs, a fixed 16 for the large first round */
-    snprintf(rdzv, sizeof rdzv, "\"min_nodes\":%d,\"max_nodes\":%d,\"stop_grace_s\":5", recovery ? 2 : agents,
-             agents);
+    snprintf(rdzv, sizeof rdzv, "\"min_nodes\":%d,\"max_nodes\":%d,\"stop_grace_s\":5,\"in_place\":%s",
+             recovery ? 2 : agents, agents, in_place ? "true" : "false");
     if (rl_test_job_setup(&j, 60 + agents, false, 1000000, 20, rdzv, why, sizeof why)) {
         fprintf(stderr, "bench rdzv: %s\n", why);
         return 1;
@@ -73,11 +87,15 @@ static int run(int agents, bool recovery) {
         /* let a checkpoint exist, then kill a follower (k = 0) or the leader */
         while (rl_test_job_last_step(&j) < 45) usleep(100000);
         int l = leader(&j), victim = k == 0 ? (l == agents - 1 ? agents - 2 : agents - 1) : l;
+        long long last = rl_test_job_last_step(&j);
         double t_kill = rl_wall_now();
         rl_test_job_kill(&j, victim);
         double t = wait_first_step_after(&j, t_kill + 0.5, 120);
-        printf("{\"bench\":\"rdzv_recovery\",\"agents\":%d,\"killed\":\"%s\",\"seconds\":%.3f,\"target_s\":%d}\n",
-               agents, k == 0 ? "follower" : "leader", t ? t - t_kill : -1, 17);
+        long long k0 = resumed_after(&j, t_kill);
+        printf("{\"bench\":\"rdzv_recovery\",\"agents\":%d,\"killed\":\"%s\",\"mode\":\"%s\",\"seconds\":%.3f,"
+               "\"steps_lost\":%lld,\"target_s\":%d}\n",
+               agents, k == 0 ? "follower" : "leader", in_place ? "in_place" : "checkpoint", t ? t - t_kill : -1,
+               k0 >= 0 ? last - k0 : -1, k == 0 && in_place ? 5 : 17);
         fflush(stdout);
         if (!t) rc = 1;
     }
@@ -87,7 +105,8 @@ static int run(int agents, bool recovery) {
 
 int main(void) {
     if (getenv("RL_TEST_BIN") == NULL) setenv("RL_TEST_BIN", "bin", 1);
-    int rc = run(4, true);
-    if (!rc) rc = run(16, false);
+    int rc = run(4, true, true);
+    if (!rc) rc = run(4, true, false);
+    if (!rc) rc = run(16, false, true);
     return rc;
 }

@@ -266,6 +266,8 @@ int rl_group_parked(rl_group *g, long long *step, char *why, size_t wn);
 void rl_group_park(rl_group *g);
 int rl_group_rejoin(rl_group *g, const rl_ctl_round *first, rl_err *e);
 int rl_group_size(const rl_group *g);
+/* Is a trainer stopped (SIGSTOP, a debugger): one that cannot park? */
+bool rl_group_any_stopped(const rl_group *g);
 /* "exited with status 3" / "was killed by signal 9 (Killed)". */
 void rl_group_describe(char *dst, size_t n, int status);
 /* What local trainer i wrote to its termination message (its

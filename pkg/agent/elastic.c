@@ -94,14 +94,24 @@ static void stop_trainers(rl_group *g, double grace_s) {
 /* The round ended under trainers whose ring broke (or was about to): keep
  * them for the next round when each parks -- drops its ring, keeps its
  * state (rl_ctl) -- within the wait; else stop them as before. */
-static void park_or_stop(agent *a, rl_group *g) {
+static void park_or_stop(agent *a, rl_group *g, rl_store *s, long long round) {
     if (!g) return;
-    if (a->o->in_place && rl_group_size(g) > 0) {
+    /* a stopped trainer (what a hang verdict names) cannot park */
+    if (a->o->in_place && rl_group_size(g) > 0 && !rl_group_any_stopped(g)) {
         rl_group_park(g);
-        double until = rl_now() + PARK_WAIT_S;
+        double until = rl_now() + PARK_WAIT_S, tick = 0;
         long long step = -1;
         int n = rl_group_size(g);
-        while (rl_now() < until && rl_group_left(g) == n && rl_group_parked(g, &step, NULL, 0) < n) nap(0.01);
+        while (rl_now() < until && rl_group_left(g) == n && rl_group_parked(g, &step, NULL, 0) < n) {
+            /* still heartbeating the old round: the next one waits for us */
+            if (s && rl_now() > tick) {
+                rl_round_end end;
+                rl_err te = {0};
+                if (rl_round_tick(s, round, a->o->id, 0, &end, &te) != RL_OK) s = NULL;
+                tick = rl_now() + TICK_S;
+            }
+            nap(0.01);
+        }
         if (rl_group_left(g) == n && rl_group_parked(g, &step, NULL, 0) == n) {
             rl_log(RL_LOG_INFO, "trainers_parked", "\"trainers\":%d,\"step\":%lld", n, step);
             a->parked = g;
@@ -197,7 +207,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
         int bad, status;
         rl_round_end end;
         if (rl_round_tick(s, t->round, o->id, TICK_S, &end, &e) != RL_OK) {
-            park_or_stop(a, g);
+            park_or_stop(a, g, NULL, 0);
             snprintf(why, wn, "lost the rendezvous store: %s", e.msg);
             return RUN_REJOIN;
         }
@@ -228,7 +238,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
             rl_log(RL_LOG_WARN, "trainer_failed", "\"class\":\"%s\",\"parked\":true,\"msg\":\"%s\"",
                    rl_fail_class_name(RL_FAIL_INFRA), esc(jbuf, sizeof jbuf, msg));
             if (rl_round_report(s, t->round, o->id, RL_FAIL_INFRA, msg, &e) != RL_OK) {
-                park_or_stop(a, g);
+                park_or_stop(a, g, s, t->round);
                 snprintf(why, wn, "%s", e.msg);
                 return RUN_REJOIN;
             }
@@ -244,14 +254,14 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
             reported = true;
         }
         if (rs != RL_ROUND_RUNNING) {
-            if (rs == RL_ROUND_NEXT && !end.graceful) park_or_stop(a, g);
+            if (rs == RL_ROUND_NEXT && !end.graceful) park_or_stop(a, g, s, t->round);
             else stop_trainers(g, rs == RL_ROUND_NEXT && end.graceful ? o->grace_s : 0);
             snprintf(why, wn, "%s%s", rs == RL_ROUND_FAILED ? "the job failed: " : "", end.reason);
             a->user_error = rs == RL_ROUND_FAILED && end.cls == RL_FAIL_USER;
             return rs == RL_ROUND_COMPLETE ? RUN_COMPLETE : rs == RL_ROUND_FAILED ? RUN_FAILED : RUN_REJOIN;
         }
         if (leader_changed(a)) {
-            park_or_stop(a, g);
+            park_or_stop(a, g, s, t->round);
             snprintf(why, wn, "the leader changed");
             return RUN_REJOIN;
         }

@@ -235,6 +235,22 @@ void rl_group_message(const rl_group *g, int i, char *dst, size_t n) {
 
 int rl_group_size(const rl_group *g) { return g ? g->n : 0; }
 
+bool rl_group_any_stopped(const rl_group *g) {
+    for (int i = 0; g && i < g->n; i++) {
+        if (!g->alive[i]) continue;
+        char path[64], buf[256];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)g->pid[i]);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f) fclose(f);
+        buf[n] = 0;
+        /* "pid (comm) S ...": the state follows the last ')' */
+        const char *p = strrchr(buf, ')');
+        if (p && (p[1] == ' ') && (p[2] == 'T' || p[2] == 't')) return true;
+    }
+    return false;
+}
+
 int rl_group_parked(rl_group *g, long long *step, char *why, size_t wn) {
     int parked = 0;
     char m[512];

@@ -48,7 +48,7 @@ static int init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, r
     if (rc || (rc = rl_train_pick_device(&tr->cfg, e))) return rc;
     long long seqs = t->global_batch_tokens / t->seq_len;
     tr->accum = (int)(seqs / world / t->micro_batch);
-    int local_rank = dist ? dist->local_rank : 0;
+    int local_rank = tr->local_rank = dist ? dist->local_rank : 0;
     if ((rc = rl_train_dev_open(&tr->dev, cfg, local_rank, e))) return rc;
     size_t n = tr->dev.n;
     rl_model_init_params(&cfg->model, tr->dev.params, t->seed);
@@ -96,10 +96,9 @@ int rl_trainer_new(rl_trainer **out, const rl_job_config *cfg, rl_train_dist *di
 }
 
 int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
-    rl_train_dist *old = tr->dist;
-    if (!old || !dist || dist->local_rank != old->local_rank)
+    if (!tr->dist || !dist || dist->local_rank != tr->local_rank)
         return rl_errf(e, RL_EINTERNAL, "trainer: a new world keeps the process's device (local rank %d)",
-                       old ? old->local_rank : 0);
+                       tr->local_rank);
     int rc = rl_job_config_check_world(&tr->cfg, dist->world, "config", e);
     if (rc) return rc;
     const rl_train_config *t = &tr->cfg.train;

@@ -19,6 +19,7 @@ struct rl_trainer {
     long long step;        /* optimizer steps done */
     uint64_t start_sample; /* global sample index of the first step run here */
     rl_train_dist *dist;   /* NULL: single process */
+    int local_rank;        /* the device's, fixed for the process */
     double t_start;
     bool tty;
     const volatile int *stop; /* set asynchronously (signal): stop at the next step */

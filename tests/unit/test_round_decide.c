@@ -211,3 +211,25 @@ Test(round_decide, past_the_restart_limit_a_next_round_is_a_failed_job) {
     cr_expect_eq(rl_round_limit(RL_ROUND_NEXT, 4, 3, reason, sizeof reason), RL_ROUND_FAILED);
     cr_expect_str_eq(reason, "restart limit: 4 trainer crashes, at most 3 allowed (last: node c: trainer exited 1)");
 }
+
+/* After a round lost a member, the next closes once the survivors joined
+ * and the lost one has been silent RL_ROUND_SILENT_S -- not after the last
+ * call -- and a survivor still winding down (its heartbeat moving) is
+ * waited for. */
+Test(round_decide, after_a_loss_the_survivors_close_the_round_once_the_lost_one_is_silent) {
+    rl_round_opts o = opts(2, 4);
+    rl_round_member prev[3] = {{.node = node("a"), .hb_time = 100}, {.node = node("b"), .hb_time = 100},
+                               {.node = node("c"), .hb_time = 100}};
+    rl_round_node j[] = {node("a"), node("c")};
+    /* b stopped at 100: silent for less than the threshold, then past it */
+    cr_expect(!rl_round_survivors_in(&o, j, 2, prev, 3, 100 + RL_ROUND_SILENT_S - 0.1));
+    cr_expect(rl_round_survivors_in(&o, j, 2, prev, 3, 100 + RL_ROUND_SILENT_S));
+    /* b's heartbeat moved at 101.5: it is alive, wait for it */
+    prev[1].hb_time = 101.5;
+    cr_expect(!rl_round_survivors_in(&o, j, 2, prev, 3, 100 + RL_ROUND_SILENT_S));
+    rl_round_node all[] = {node("a"), node("b"), node("c")};
+    cr_expect(rl_round_survivors_in(&o, all, 3, prev, 3, 101.6));
+    /* never below min_nodes, however silent the rest */
+    rl_round_node one[] = {node("a")};
+    cr_expect(!rl_round_survivors_in(&o, one, 1, prev, 3, 1000));
+}
