@@ -8,7 +8,8 @@
  *    survivors healed in place (rdzv.in_place, the default: live resume
  *    from a replica) and with their trainers restarted from the last
  *    checkpoint (in_place false); with the steps done again (the last step
- *    before the kill less the step resumed from).
+ *    before the kill less the step resumed from) and the time until the job
+ *    is past the step it had reached (regained_s).
  * One JSON line per measurement; targets: first round < 2 s, follower
  * < heartbeat timeout + 2 s (in place: < 5 s), leader < lease + 2 s. */
 #include <cjson/cJSON.h>
@@ -37,6 +38,17 @@ static double first_step_after(rl_test_job *j, double t) {
 static double wait_first_step_after(rl_test_job *j, double t, double timeout) {
     double end = rl_now() + timeout, got = 0;
     while (!(got = first_step_after(j, t)) && rl_now() < end) usleep(100000);
+    return got;
+}
+
+/* When rank 0 first logged a step past `step` after time t (0: not yet):
+ * the job has regained what it had before a failure at t. */
+static double passed_after(rl_test_job *j, long long step, double t) {
+    int n = rl_test_job_events(j, "step", ev, 16384);
+    double got = 0;
+    for (int i = 0; i < n && !got; i++)
+        if (ev[i].t > t && rl_test_ev_num(&ev[i], "step") > (double)step) got = ev[i].t;
+    rl_test_job_events_free(ev, n);
     return got;
 }
 
@@ -92,10 +104,12 @@ static int run(int agents, bool recovery, bool in_place) {
         rl_test_job_kill(&j, victim);
         double t = wait_first_step_after(&j, t_kill + 0.5, 120);
         long long k0 = resumed_after(&j, t_kill);
+        double back = 0, until = rl_now() + 120;
+        while (t && !(back = passed_after(&j, last, t_kill)) && rl_now() < until) usleep(100000);
         printf("{\"bench\":\"rdzv_recovery\",\"agents\":%d,\"killed\":\"%s\",\"mode\":\"%s\",\"seconds\":%.3f,"
-               "\"steps_lost\":%lld,\"target_s\":%d}\n",
+               "\"steps_lost\":%lld,\"regained_s\":%.3f,\"target_s\":%d}\n",
                agents, k == 0 ? "follower" : "leader", in_place ? "in_place" : "checkpoint", t ? t - t_kill : -1,
-               k0 >= 0 ? last - k0 : -1, k == 0 && in_place ? 5 : 17);
+               k0 >= 0 ? last - k0 : -1, back ? back - t_kill : -1, k == 0 && in_place ? 5 : 17);
         fflush(stdout);
         if (!t) rc = 1;
     }
