@@ -57,7 +57,8 @@ static long long resumed_after(rl_test_job *j, double t) {
     int n = rl_test_job_events(j, "resume", ev, 16384);
     long long k = -1;
     for (int i = 0; i < n; i++)
-        if (ev[i].t > t && cJSON_IsTrue(cJSON_GetObjectItem(ev[i].j, "found"))) k = (long long)rl_test_ev_num(&ev[i], "step");
+        if (ev[i].t > t && cJSON_IsTrue(cJSON_GetObjectItem(ev[i].j, "found")))
+            k = (long long)rl_test_ev_num(&ev[i], "step");
     rl_test_job_events_free(ev, n);
     return k;
 }

@@ -33,7 +33,9 @@ static const char *word(const char *p, const char *end, char *dst, size_t n, boo
     size_t k = 0;
     while (p < end && *p != ' ') {
         char c = *p++;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("._:/-", c);
+        /* c && ...: strchr finds a NUL too */
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  (c && strchr("._:/-", c));
         if (!ok || k + 1 >= n) return NULL;
         dst[k++] = c;
     }

@@ -767,8 +767,10 @@ Test(e2e, a_stopped_trainer_is_named_in_the_hung_condition, .init = up, .fini = 
     char secs[64], lost[64];
     tj(job, "{.status.lastRecovery.seconds}", secs, sizeof secs);
     tj(job, "{.status.lastRecovery.stepsLost}", lost, sizeof lost);
-    cr_log_info("recovered into round %s in %s s, %s steps done again (checkpoint every 20 steps)", out, secs, lost);
-    cr_expect(atoll(out) > round && atof(secs) > 0 && atoll(lost) >= 0 && atoll(lost) <= 21,
+    cr_log_info("recovered into round %s in %s s, %s steps done again (in place; checkpoint every 20 steps)", out,
+                secs, lost);
+    /* rank 0 parked with its state and the restarted rank 1 took it live */
+    cr_expect(atoll(out) > round && atof(secs) > 0 && atoll(lost) >= 0 && atoll(lost) <= 1,
               "lastRecovery: round %s, %s s, %s steps lost", out, secs, lost);
     cr_assert_eq(kubectl("get events --field-selector involvedObject.name=hang -o jsonpath='{.items[*].reason}'",
                          NULL, out, sizeof out), 0, "%s", out);

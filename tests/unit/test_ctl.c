@@ -35,6 +35,9 @@ Test(ctl, a_malformed_round_message_is_refused) {
         "round 0 4 0 29400 r;1 10.0.0.1",    /* a character outside the set */
         "round 0  4 0 29400 r1 10.0.0.1",    /* two spaces */
     };
+    /* a NUL inside a word (found by fuzz_ctl_round) */
+    rl_ctl_round z;
+    cr_expect_eq(rl_ctl_round_parse("round 0 4 0 29400 r1 1.\0\0001", 28, &z, NULL), RL_EINPUT);
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         rl_ctl_round r;
         rl_err e = {0};
