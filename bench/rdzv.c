@@ -75,7 +75,7 @@ static int run(int agents, bool recovery, bool in_place) {
     char why[1024];
     char rdzv[160];
     /* elastic 2..4 for the recovery runs, a fixed 16 for the large first round */
-    snprintf(rdzv, sizeof rdzv, "\"min_nodes\":%d,\"max_nodes\":%d,\"stop_grace_s\":5,\"in_place\":%s",
+    snprintf(rdzv, sizeof rdzv, "\"min_nodes\":%d,\"max_nodes\":%d,\"stop_grace_s\":5,\"bench_s\":0,\"in_place\":%s",
              recovery ? 2 : agents, agents, in_place ? "true" : "false");
     if (rl_test_job_setup(&j, 60 + agents, false, 1000000, 20, rdzv, why, sizeof why)) {
         fprintf(stderr, "bench rdzv: %s\n", why);

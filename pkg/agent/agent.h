@@ -75,9 +75,13 @@ typedef struct rl_node_snapshot {
     /* rank 0's stragglers (pkg/hang), "" none; pace_known: it judged */
     char stragglers[512];
     bool pace_known;
-    /* this round's pre-flight (pkg/hang): the ranks below the median, "" none */
+    /* this round's pre-flight (pkg/hang): the ranks below the median, "" none;
+     * their pods (an elastic job may leave them out) and the round judged */
     char degraded[512];
     bool preflight_known;
+    char degraded_pods[RL_STATS_SLOW_MAX][64];
+    int ndegraded;
+    long long degraded_round;
     /* the last round change this node saw (recovered: there was one): from
      * the last step before it to the first after, and the steps done again */
     bool recovered;

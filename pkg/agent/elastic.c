@@ -21,6 +21,9 @@
 /* how long trainers get to drop their ring and park at a round's end (an
  * op in flight returns at once once aborted; a step's compute finishes first) */
 #define PARK_WAIT_S 10.0
+/* how long parked trainers wait for the next round (a leader's election
+ * takes its lease, 15 s by default) */
+#define PARK_KEEP_S 60.0
 
 typedef struct agent {
     const rl_elastic_opts *o;
@@ -37,6 +40,7 @@ typedef struct agent {
     bool rank0_here;           /* this node's trainers include global rank 0 */
     bool user_error;           /* the job failed on a user error (exit 2, not 1) */
     rl_group *parked;          /* trainers kept from the last round for the next (in-place recovery) */
+    double parked_since;
 } agent;
 
 static void nap(double s) { nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL); }
@@ -115,6 +119,7 @@ static void park_or_stop(agent *a, rl_group *g, rl_store *s, long long round) {
         if (rl_group_left(g) == n && rl_group_parked(g, &step, NULL, 0) == n) {
             rl_log(RL_LOG_INFO, "trainers_parked", "\"trainers\":%d,\"step\":%lld", n, step);
             a->parked = g;
+            a->parked_since = rl_now();
             return;
         }
         rl_log(RL_LOG_WARN, "park_failed", "\"trainers\":%d,\"left\":%d", n, rl_group_left(g));
@@ -141,6 +146,22 @@ static int start_trainers(agent *a, const rl_group_opts *go, const char *prefix,
     }
     stop_trainers(kept, 0);
     return rl_group_spawn(go, g, e);
+}
+
+/* Rank 0's pre-flight of this round named nodes below the median: tell
+ * the coordinator (it leaves them out while the job keeps min_nodes). Once
+ * a round; true when sent or nothing to send. */
+static bool report_degraded(agent *a, rl_store *s, long long round) {
+    rl_node_snapshot snap;
+    rl_node_stats_snapshot(a->ns, &snap);
+    if (!a->rank0_here || !snap.preflight_known || snap.degraded_round != round) return false;
+    rl_round_degraded d = {.n = snap.ndegraded < RL_ROUND_DEGRADED_MAX ? snap.ndegraded : RL_ROUND_DEGRADED_MAX};
+    for (int i = 0; i < d.n; i++) snprintf(d.ids[i], sizeof d.ids[i], "%s", snap.degraded_pods[i]);
+    snprintf(d.why, sizeof d.why, "%s", snap.degraded);
+    rl_err e = {0};
+    if (d.n && rl_round_report_degraded(s, round, &d, &e) != RL_OK)
+        rl_log_msg(RL_LOG_WARN, "degraded_report_failed", e.msg);
+    return true;
 }
 
 typedef enum { RUN_REJOIN, RUN_COMPLETE, RUN_FAILED, RUN_STOPPED } run_result;
@@ -182,7 +203,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
     rl_node_stats_round(a->ns, t->round, t->world);
     a->rank0_here = me->rank0 == 0;
     publish(a);
-    bool reported = false;
+    bool reported = false, degraded_sent = false;
     long long parked_step = -1;
     char parked_why[400], jbuf[1000];
     for (;;) {
@@ -217,6 +238,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
          * is over there is nothing left to count, and the leader's store may
          * already be gone (the tick told it we read the end). */
         publish(a);
+        if (!degraded_sent) degraded_sent = report_degraded(a, s, t->round);
         rl_round_state rs = end.state;
         bool job_over = rs == RL_ROUND_COMPLETE || rs == RL_ROUND_FAILED;
         if (job_over) reported = true;
@@ -302,6 +324,13 @@ static int agent_loop(agent *a, rl_err *e) {
         for (;;) {
             rl_err je = {0};
             rc = rl_round_join(s, o->id, o->addr, o->nproc, JOIN_SLICE_S, &joined, &t, &je);
+            /* parked trainers wait for a round, not for ever: a node left
+             * out (a standby) or a long election starts fresh ones later */
+            if (rc == RL_ETIMEOUT && a->parked && rl_now() - a->parked_since > PARK_KEEP_S) {
+                rl_log(RL_LOG_WARN, "parked_stopped", "\"waited_s\":%.0f", rl_now() - a->parked_since);
+                stop_trainers(a->parked, 0);
+                a->parked = NULL;
+            }
             if (rc == RL_ETIMEOUT && !*o->stop && !leader_changed(a)) {
                 rl_elector_state(a->el, &st);
                 if (follow_leadership(a, &st, e)) break;
@@ -445,7 +474,8 @@ int rl_elastic_setup(const rl_job_config *cfg, int nproc, const rl_elastic_env *
         return rl_errf(e, RL_EINPUT, "rdzv.backend: \"%.32s\" is not k8s or etcd", o->backend);
     o->round = (rl_round_opts){.min_nodes = rc->min_nodes, .max_nodes = rc->max_nodes ? rc->max_nodes : rc->min_nodes,
                                .last_call_s = rc->last_call_s, .heartbeat_s = rc->heartbeat_s,
-                               .heartbeat_misses = rc->heartbeat_misses, .max_restarts = rc->max_restarts};
+                               .heartbeat_misses = rc->heartbeat_misses, .max_restarts = rc->max_restarts,
+                               .bench_s = rc->bench_s};
     int err;
     o->job = rc->job, o->id = env->id, o->addr = env->addr ? env->addr : "", o->port = rc->port;
     o->nproc = nproc > 0 ? nproc : 1;

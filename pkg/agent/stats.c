@@ -209,6 +209,12 @@ void rl_node_stats_apply(rl_node_stats *ns, const rl_stats_msg *m) {
         pthread_mutex_lock(&ns->mu);
         snprintf(ns->snap.degraded, sizeof ns->snap.degraded, "%s", m->why);
         ns->snap.preflight_known = true;
+        ns->snap.ndegraded = 0;
+        for (int i = 0; i < m->nslow && i < RL_STATS_SLOW_MAX; i++)
+            if (m->slow[i].pod[0])
+                snprintf(ns->snap.degraded_pods[ns->snap.ndegraded++], sizeof ns->snap.degraded_pods[0], "%s",
+                         m->slow[i].pod);
+        ns->snap.degraded_round = ns->snap.round;
         pthread_mutex_unlock(&ns->mu);
     } else if (m->kind == RL_STATS_HUNG) {
         rl_metrics_inc(ns->reg, ns->id[M_HANGS], 1);

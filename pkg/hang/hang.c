@@ -139,12 +139,13 @@ int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_h
     return found;
 }
 
-int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n) {
+int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n, double *ratio) {
     static const struct { size_t off; const char *what, *unit; double scale; } fig[] = {
         {offsetof(rl_hang_rank, copy_gbps), "copy", "GB/s", 1},
         {offsetof(rl_hang_rank, shm_bytes), "/dev/shm", "MiB free", 1.0 / (1 << 20)},
     };
     if (n) out[0] = '\0';
+    for (int i = 0; ratio && i < world; i++) ratio[i] = 1;
     if (!(min_ratio > 0) || world < 2) return 0;
     double med[2];
     int k;
@@ -156,6 +157,7 @@ int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, ch
         for (int f = 0; f < 2; f++) {
             double x = *(const double *)((const char *)&ranks[i] + fig[f].off);
             if (!usable(x) || !(med[f] > 0) || x >= min_ratio * med[f]) continue;
+            if (ratio && x / med[f] < ratio[i]) ratio[i] = x / med[f];
             char who[160];
             if (!named && bad < RL_HANG_SLOW_MAX && at < n)
                 at += (size_t)snprintf(out + at, n - at, "%s%s", bad ? "; " : "", name_rank(&ranks[i], i, who, sizeof who));

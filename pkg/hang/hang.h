@@ -129,9 +129,10 @@ int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_h
  * ("rank 2 (pod p, node n): copy 1.2 GB/s, 0.30x the median 4.0 GB/s";
  * "" when none) and returns how many. Ranks of one node share /dev/shm,
  * so the size mostly tells nodes apart; a 2-rank job compares with the
- * mean of the two. */
+ * mean of the two. ratio (world of them, may be NULL): each rank's lowest
+ * figure over its median (1 when none is below). */
 #define RL_HANG_PREFLIGHT_S 10.0
-int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n);
+int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n, double *ratio);
 /* This node's pre-flight numbers (a statvfs and ~0.1 s of copying). */
 void rl_hang_measure(double *shm_bytes, double *copy_gbps);
 

@@ -229,7 +229,21 @@ static void preflight(rl_hang_watch *w, double now) {
     if (have == world || now >= w->preflight_by) {
         w->preflight_by = 0;
         rl_stats_msg m = {.kind = RL_STATS_DEGRADED};
-        int bad = rl_hang_preflight(ranks, world, w->o.preflight_min_ratio, m.why, sizeof m.why);
+        double *ratio = calloc((size_t)world, sizeof *ratio);
+        int bad = rl_hang_preflight(ranks, world, w->o.preflight_min_ratio, m.why, sizeof m.why, ratio);
+        /* the nodes far below -- under half the ratio that names them, so a
+         * node a busy moment slowed is named, not left out -- each once: an
+         * elastic job may leave them out (rdzv.bench_s) */
+        for (int r = 0; ratio && r < world && m.nslow < RL_STATS_SLOW_MAX; r++) {
+            bool seen = false;
+            for (int k = 0; k < m.nslow; k++) seen |= strcmp(m.slow[k].pod, ranks[r].pod) == 0;
+            if (ratio[r] >= w->o.preflight_min_ratio / 2 || seen) continue;
+            m.slow[m.nslow].rank = r, m.slow[m.nslow].ratio = ratio[r];
+            snprintf(m.slow[m.nslow].pod, sizeof m.slow[0].pod, "%s", ranks[r].pod);
+            snprintf(m.slow[m.nslow].node, sizeof m.slow[0].node, "%s", ranks[r].node);
+            m.nslow++;
+        }
+        free(ratio);
         char j[1100];
         rl_log(bad ? RL_LOG_WARN : RL_LOG_INFO, "preflight", "\"ranks\":%d,\"below\":%d,\"msg\":\"%s\"", have, bad,
                rl_json_escape(j, sizeof j, bad ? m.why : "every rank within the median's range"));

@@ -109,7 +109,8 @@ typedef struct rl_stats_msg {
     /* RL_STATS_HUNG (pkg/hang): rank 0 diagnosed a stuck collective */
     char why[512];         /* the verdict, naming the rank(s); RL_STATS_PACE: the stragglers ("" none);
                               RL_STATS_DEGRADED: the ranks below the pre-flight's median */
-    /* RL_STATS_PACE (pkg/hang): rank 0's straggler judgement changed */
+    /* RL_STATS_PACE (pkg/hang): rank 0's straggler judgement changed; RL_STATS_DEGRADED: the ranks
+     * below the pre-flight's median (ratio: the lower of their figures over the median's) */
     int nslow;
     struct {
         int rank;

@@ -30,10 +30,11 @@ static void get_str(const cJSON *o, const char *k, char *dst, size_t n) {
     snprintf(dst, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
 }
 
-/* {"ev":"pace","step":S,"why":"...","slow":[{"rank":2,"ratio":3.1,"pod":"p","node":"n"}]} */
-static size_t pace_format(const rl_stats_msg *m, char *buf, size_t n) {
+/* {"ev":"pace","step":S,"why":"...","slow":[{"rank":2,"ratio":3.1,"pod":"p","node":"n"}]}, and the same
+ * with "ev":"degraded" */
+static size_t ranks_format(const char *ev, const rl_stats_msg *m, char *buf, size_t n) {
     char why[2 * sizeof m->why], pod[2 * sizeof m->slow[0].pod], node[2 * sizeof m->slow[0].node], r[32];
-    size_t at = (size_t)snprintf(buf, n, "{\"ev\":\"pace\",\"step\":%lld,\"why\":\"%s\",\"slow\":[", m->step,
+    size_t at = (size_t)snprintf(buf, n, "{\"ev\":\"%s\",\"step\":%lld,\"why\":\"%s\",\"slow\":[", ev, m->step,
                                  rl_json_escape(why, sizeof why, m->why));
     for (int i = 0; i < m->nslow && i < RL_STATS_SLOW_MAX && at < n; i++) {
         num(r, sizeof r, m->slow[i].ratio);
@@ -45,7 +46,7 @@ static size_t pace_format(const rl_stats_msg *m, char *buf, size_t n) {
     return at < n ? at : 0;
 }
 
-static void pace_parse(const cJSON *o, rl_stats_msg *m) {
+static void ranks_parse(const cJSON *o, rl_stats_msg *m) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "slow");
     get_str(o, "why", m->why, sizeof m->why);
     for (const cJSON *x = cJSON_IsArray(a) ? a->child : NULL; x; x = x->next) {
@@ -79,12 +80,8 @@ size_t rl_stats_format(const rl_stats_msg *m, char *buf, size_t n) {
         num(a[1], sizeof a[1], m->ckpt_unix);
         len = snprintf(buf, n, "{\"ev\":\"ckpt\",\"step\":%lld,\"s\":%s,\"unix\":%s,\"resumed\":%s,\"uri\":\"%s\"}\n",
                        m->step, a[0], a[1], m->resumed ? "true" : "false", rl_json_escape(uri, sizeof uri, m->uri));
-    } else if (m->kind == RL_STATS_PACE) {
-        return pace_format(m, buf, n);
-    } else if (m->kind == RL_STATS_DEGRADED) {
-        char why[2 * sizeof m->why];
-        len = snprintf(buf, n, "{\"ev\":\"degraded\",\"step\":%lld,\"why\":\"%s\"}\n", m->step,
-                       rl_json_escape(why, sizeof why, m->why));
+    } else if (m->kind == RL_STATS_PACE || m->kind == RL_STATS_DEGRADED) {
+        return ranks_format(m->kind == RL_STATS_PACE ? "pace" : "degraded", m, buf, n);
     } else if (m->kind == RL_STATS_HUNG) {
         char uri[2 * sizeof m->uri], why[2 * sizeof m->why];
         len = snprintf(buf, n, "{\"ev\":\"hung\",\"step\":%lld,\"why\":\"%s\",\"uri\":\"%s\"}\n", m->step,
@@ -129,10 +126,10 @@ int rl_stats_parse(const char *line, size_t len, rl_stats_msg *m, rl_err *e) {
         get_str(o, "uri", m->uri, sizeof m->uri);
     } else if (strcmp(ev->valuestring, "pace") == 0) {
         m->kind = RL_STATS_PACE;
-        pace_parse(o, m);
+        ranks_parse(o, m);
     } else if (strcmp(ev->valuestring, "degraded") == 0) {
         m->kind = RL_STATS_DEGRADED;
-        get_str(o, "why", m->why, sizeof m->why);
+        ranks_parse(o, m);
     } else if (strcmp(ev->valuestring, "hung") == 0) {
         m->kind = RL_STATS_HUNG;
         get_str(o, "uri", m->uri, sizeof m->uri);

@@ -135,6 +135,7 @@ typedef struct rl_round_opts {
     double last_call_s;       /* elastic: wait this long for more after min joined (10) */
     double heartbeat_s;       /* 5 */
     int heartbeat_misses;     /* lost after this many (3) */
+    double bench_s;           /* a node the pre-flight found degraded stays out this long (600; 0: never) */
     int max_restarts;         /* trainer crashes the job survives (3); other
                                  failure classes are not counted, a user
                                  error fails the job at once */
@@ -202,6 +203,18 @@ typedef struct rl_round_end {
 } rl_round_end;
 /* Heartbeat, then look at R/end (waiting up to wait_s for it). */
 int rl_round_tick(rl_store *s, long long round, const char *id, double wait_s, rl_round_end *end, rl_err *e);
+/* The pre-flight of this round (pkg/hang, judged by rank 0) found these
+ * nodes far below the median: the coordinator leaves them out of the
+ * job's rounds for bench_s when the job stays at min_nodes or more. */
+#define RL_ROUND_DEGRADED_MAX 4
+typedef struct rl_round_degraded {
+    int n;
+    char ids[RL_ROUND_DEGRADED_MAX][254];
+    char why[512];
+} rl_round_degraded;
+int rl_round_report_degraded(rl_store *s, long long round, const rl_round_degraded *d, rl_err *e);
+/* Strict parse of what that wrote (fuzzed): {"ids":[1..4 strings],"why":string}. */
+int rl_round_degraded_parse(const char *json, size_t len, rl_round_degraded *d, rl_err *e);
 /* Report this node's trainers: RL_FAIL_NONE, done (all exited 0); else
  * failed, and how: a crash counts against the restart limit, a user error
  * fails the job, the others only end the round. */
@@ -224,6 +237,7 @@ typedef struct rl_rdzv_config {
     double lease_s, renew_deadline_s, retry_s; /* 15, 10, 2 */
     double stop_grace_s;             /* trainers' SIGTERM -> SIGKILL at a graceful round change (30) */
     bool in_place;                   /* survivors of a lost node keep their processes and state (true) */
+    double bench_s;                  /* a degraded node stays out of the rounds this long (600; 0: never) */
     char etcd_endpoint[256];
 } rl_rdzv_config;
 /* The section's descriptor (util/cfg.h). */

@@ -40,6 +40,9 @@ static const rl_cfg_field rdzv_fields[] = {
     F(retry_s, .min = 0.05, .max = 3600, .def = 2, .doc = "At most renew_deadline_s / 1.2."),
     F(stop_grace_s, .min = 0, .max = 3600, .def = 30,
       .doc = "Trainers' SIGTERM to SIGKILL at a graceful round change."),
+    F(bench_s, .min = 0, .max = 86400 * 7, .def = 600,
+      .doc = "A node the pre-flight finds far below the median stays out of an elastic job's rounds this long, "
+             "while the job keeps min_nodes (0: never left out)."),
     F(in_place, .def = 1,
       .doc = "When a node is lost, the others keep their processes and state and the next round resumes "
              "from a live replica, not from the last checkpoint."),

@@ -12,6 +12,7 @@
 #include "rdzv/round_internal.h"
 
 #define MAX_NODES 4096
+#define RL_ROUND_BENCH_MAX 64
 
 /* ---- the table ---------------------------------------------------------------------- */
 static int by_node_id(const void *a, const void *b) {
@@ -196,6 +197,10 @@ struct rl_round_coord {
     rl_round_member *prev;
     int nprev;
     long long prev_round;
+    /* nodes the pre-flight found degraded, out of the rounds for a while */
+    rl_round_bench bench[RL_ROUND_BENCH_MAX];
+    int nbench;
+    rl_round_degraded degraded; /* the running round's pre-flight report, as last read */
 };
 
 /* The outcomes as R/end writes them (parse_end reads them back). */
@@ -385,6 +390,17 @@ static int look_at(rl_round_coord *c, const rl_round_watch *w, rl_round_look *l,
         lm[i].done = v != NULL;
         free(v);
     }
+    l->degraded = NULL;
+    if (l->events != w->events_seen) {
+        char *v = NULL;
+        size_t len;
+        rl_err pe = {0};
+        K(key, "rdzv/%lld/degraded", c->round);
+        if ((rc = get_opt(c->s, key, 0, &v, &len, e))) return rc;
+        if (v && rl_round_degraded_parse(v, len, &c->degraded, &pe) == RL_OK) l->degraded = &c->degraded;
+        else if (v) rl_log_msg(RL_LOG_WARN, "round_bad_degraded", pe.msg);
+        free(v);
+    }
     l->m = lm;
     l->ver = w->ver_seen;
     l->synced = false;
@@ -396,6 +412,28 @@ static int look_at(rl_round_coord *c, const rl_round_watch *w, rl_round_look *l,
     if (w->nm >= w->o->max_nodes) return RL_OK;
     K(key, "rdzv/%lld/nseq", c->round);
     return rl_store_add(c->s, key, 0, &l->joins, e);
+}
+
+/* The members the pre-flight's report left out go on the bench (expired
+ * entries make room). */
+static void bench(rl_round_coord *c, const rl_round_degraded *d) {
+    double now = rl_now();
+    int k = 0;
+    for (int b = 0; b < c->nbench; b++)
+        if (c->bench[b].until > now) c->bench[k++] = c->bench[b];
+    c->nbench = k;
+    for (int i = 0; i < d->n; i++) {
+        int at = c->nbench;
+        for (int b = 0; b < c->nbench; b++)
+            if (!strcmp(c->bench[b].id, d->ids[i])) at = b;
+        if (at == RL_ROUND_BENCH_MAX) break;
+        if (at == c->nbench) c->nbench++;
+        snprintf(c->bench[at].id, sizeof c->bench[at].id, "%s", d->ids[i]);
+        c->bench[at].until = now + c->o.bench_s;
+        char id[600];
+        rl_log(RL_LOG_WARN, "round_bench", "\"round\":%lld,\"node\":\"%s\",\"seconds\":%.0f", c->round,
+               rl_json_escape(id, sizeof id, d->ids[i]), c->o.bench_s);
+    }
 }
 
 /* One round from open to end: gather, publish the table, watch it (look,
@@ -423,7 +461,8 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
     if (rc || c->stop) goto out;
     qsort(joined, (size_t)nj, sizeof *joined, by_node_id);
     c->nexpect = -1;
-    nm = nj < o->max_nodes ? nj : o->max_nodes;
+    int placed = rl_round_place(o, joined, nj, c->bench, c->nbench, rl_now());
+    nm = placed < o->max_nodes ? placed : o->max_nodes;
     /* A crash or user error reported after its round had already ended (a
      * peer's report came first) is counted here, before anything restarts. */
     char *user = NULL;
@@ -458,7 +497,13 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         goto out;
     }
     for (int i = 0; i < nm; i++) mem[i].node = joined[i], mem[i].hb = -1, mem[i].hb_time = rl_now();
-    rl_round_watch w = {.o = o, .m = mem, .nm = nm, .joins = seen};
+    /* who waits on the bench this round, and until when */
+    rl_round_bench standby[RL_ROUND_BENCH_MAX];
+    int nstandby = 0;
+    for (int i = placed; i < nj; i++)
+        for (int b = 0; b < c->nbench && nstandby < RL_ROUND_BENCH_MAX; b++)
+            if (!strcmp(c->bench[b].id, joined[i].id)) standby[nstandby++] = c->bench[b];
+    rl_round_watch w = {.o = o, .m = mem, .nm = nm, .joins = seen, .standby = standby, .nstandby = nstandby};
     rl_members_snapshot(c->members, NULL, 0, &w.ver_seen, NULL);
     rl_round_state outcome = RL_ROUND_RUNNING;
     rl_fail_class cls = RL_FAIL_CRASH;
@@ -473,6 +518,7 @@ static int run_round(rl_round_coord *c, bool *over, rl_err *e) {
         outcome = rl_round_limit(outcome, crashes, o->max_restarts, reason, sizeof reason);
         if (outcome == RL_ROUND_RUNNING) sleep_s(0.1);
     }
+    bench(c, &w.benched);
     rc = end_round(c, outcome, graceful, cls, reason, joined, nm, e); /* joined[0..nm) are the members */
     if (outcome != RL_ROUND_NEXT) *over = true;
     /* a member lost or failed: the next round is this one's survivors */
@@ -611,6 +657,44 @@ int rl_round_tick(rl_store *s, long long round, const char *id, double wait_s, r
     free(v);
     if (end->state == RL_ROUND_COMPLETE || end->state == RL_ROUND_FAILED) return ack_over(s, round, id, e);
     return RL_OK;
+}
+
+int rl_round_report_degraded(rl_store *s, long long round, const rl_round_degraded *d, rl_err *e) {
+    cJSON *o = cJSON_CreateObject(), *ids = cJSON_AddArrayToObject(o, "ids");
+    for (int i = 0; i < d->n && i < RL_ROUND_DEGRADED_MAX; i++) cJSON_AddItemToArray(ids, cJSON_CreateString(d->ids[i]));
+    cJSON_AddStringToObject(o, "why", d->why);
+    char *txt = cJSON_PrintUnformatted(o), key[320];
+    cJSON_Delete(o);
+    if (!txt) return rl_errf(e, RL_ENOMEM, "round: out of memory");
+    int64_t x;
+    K(key, "rdzv/%lld/degraded", round);
+    int rc = rl_store_set(s, key, txt, strlen(txt), e);
+    free(txt);
+    K(key, "rdzv/%lld/events", round);
+    return rc ? rc : rl_store_add(s, key, 1, &x, e);
+}
+
+int rl_round_degraded_parse(const char *json, size_t len, rl_round_degraded *d, rl_err *e) {
+    memset(d, 0, sizeof *d);
+    cJSON *o = cJSON_ParseWithLength(json, len);
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(o, "ids"), *why = cJSON_GetObjectItemCaseSensitive(o, "why");
+    int n = cJSON_GetArraySize(ids);
+    int rc = RL_OK;
+    if (!cJSON_IsObject(o) || !cJSON_IsArray(ids) || n < 1 || n > RL_ROUND_DEGRADED_MAX || !cJSON_IsString(why) ||
+        strlen(why->valuestring) >= sizeof d->why)
+        rc = rl_errf(e, RL_EINPUT, "degraded report: want {\"ids\":[1..%d node ids],\"why\":\"...\"}",
+                     RL_ROUND_DEGRADED_MAX);
+    for (const cJSON *x = rc ? NULL : ids->child; x; x = x->next) {
+        if (!cJSON_IsString(x) || !x->valuestring[0] || strlen(x->valuestring) >= sizeof d->ids[0]) {
+            rc = rl_errf(e, RL_EINPUT, "degraded report: ids[%d] is not a node id", d->n);
+            break;
+        }
+        snprintf(d->ids[d->n++], sizeof d->ids[0], "%s", x->valuestring);
+    }
+    if (!rc) snprintf(d->why, sizeof d->why, "%s", why->valuestring);
+    cJSON_Delete(o);
+    if (rc) memset(d, 0, sizeof *d);
+    return rc;
 }
 
 int rl_round_report(rl_store *s, long long round, const char *id, rl_fail_class cls, const char *reason,

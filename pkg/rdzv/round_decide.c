@@ -82,6 +82,69 @@ static rl_round_state judge_members(rl_round_watch *w, const rl_round_look *l, c
     return RL_ROUND_RUNNING;
 }
 
+static bool standby_has(const rl_round_watch *w, const char *id) {
+    for (int i = 0; i < w->nstandby; i++)
+        if (strcmp(w->standby[i].id, id) == 0) return true;
+    return false;
+}
+
+/* The pre-flight named members far below the median: leave them out while
+ * the job keeps min_nodes (once per round; otherwise it only names them). */
+static rl_round_state judge_degraded(rl_round_watch *w, const rl_round_look *l, char *reason, size_t rn) {
+    if (w->degraded_judged || !l->degraded || l->degraded->n == 0) return RL_ROUND_RUNNING;
+    w->degraded_judged = true;
+    rl_round_degraded *b = &w->benched;
+    b->n = 0;
+    for (int k = 0; k < l->degraded->n; k++)
+        for (int i = 0; i < w->nm; i++)
+            if (strcmp(w->m[i].node.id, l->degraded->ids[k]) == 0 && b->n < RL_ROUND_DEGRADED_MAX)
+                snprintf(b->ids[b->n++], sizeof b->ids[0], "%s", w->m[i].node.id);
+    if (b->n == 0 || !(w->o->bench_s > 0) || w->nm - b->n < w->o->min_nodes) {
+        b->n = 0;
+        return RL_ROUND_RUNNING;
+    }
+    snprintf(b->why, sizeof b->why, "%.500s", l->degraded->why);
+    snprintf(reason, rn, "node %s%s left out for %.0f s: the pre-flight found it below the median (%.300s)",
+             b->ids[0], b->n > 1 ? " and others" : "", w->o->bench_s, l->degraded->why);
+    return RL_ROUND_NEXT;
+}
+
+/* A standby's time on the bench is up: grow the job with it. */
+static rl_round_state judge_bench(const rl_round_watch *w, const rl_round_look *l, bool *graceful, char *reason,
+                                  size_t rn) {
+    for (int i = 0; i < w->nstandby && w->nm < w->o->max_nodes; i++)
+        if (l->now >= w->standby[i].until) {
+            snprintf(reason, rn, "node %s is back from the bench: growing the job", w->standby[i].id);
+            *graceful = true;
+            return RL_ROUND_NEXT;
+        }
+    return RL_ROUND_RUNNING;
+}
+
+int rl_round_place(const rl_round_opts *o, rl_round_node *joined, int nj, const rl_round_bench *bench, int nbench,
+                   double now) {
+    int placed = 0;
+    for (int i = 0; i < nj; i++) {
+        bool out = false;
+        for (int b = 0; b < nbench && !out; b++) out = bench[b].until > now && strcmp(bench[b].id, joined[i].id) == 0;
+        placed += !out;
+    }
+    if (placed >= o->min_nodes || placed == nj) {
+        /* stable: the placed ones first, in their order, then the benched */
+        for (int i = 0, k = 0; i < nj && k < placed; i++) {
+            bool out = false;
+            for (int b = 0; b < nbench && !out; b++)
+                out = bench[b].until > now && strcmp(bench[b].id, joined[i].id) == 0;
+            if (out) continue;
+            rl_round_node x = joined[i];
+            memmove(&joined[k + 1], &joined[k], (size_t)(i - k) * sizeof *joined);
+            joined[k++] = x;
+        }
+        return placed;
+    }
+    return nj;
+}
+
 /* The Service: a member leaving (terminating or gone), or -- on a change of
  * the set only, so a peer that was there at the close and did not join (a
  * dead pod past the last call) does not end every round -- a node that can
@@ -106,7 +169,7 @@ static rl_round_state judge_service(rl_round_watch *w, const rl_round_look *l, b
     for (int p = 0; p < l->np && w->nm < w->o->max_nodes; p++) {
         bool member = false;
         for (int i = 0; i < w->nm && !member; i++) member = strcmp(w->m[i].node.id, l->peers[p].id) == 0;
-        if (!l->peers[p].terminating && !member) {
+        if (!l->peers[p].terminating && !member && !standby_has(w, l->peers[p].id)) {
             snprintf(reason, rn, "node %s arrived: growing the job", l->peers[p].id);
             *graceful = true;
             return RL_ROUND_NEXT;
@@ -119,7 +182,9 @@ rl_round_state rl_round_judge(rl_round_watch *w, const rl_round_look *l, bool *g
                               size_t rn) {
     *graceful = false;
     rl_round_state st = judge_members(w, l, reason, rn);
+    if (st == RL_ROUND_RUNNING) st = judge_degraded(w, l, reason, rn);
     if (st == RL_ROUND_RUNNING) st = judge_service(w, l, graceful, reason, rn);
+    if (st == RL_ROUND_RUNNING) st = judge_bench(w, l, graceful, reason, rn);
     /* an agent joining this round late (its endpoint may lag) */
     if (st == RL_ROUND_RUNNING && w->nm < w->o->max_nodes && l->joins > w->joins) {
         snprintf(reason, rn, "a node joined a running round: growing the job");

@@ -32,10 +32,28 @@ typedef struct rl_round_member {
                        leave (a pod's endpoint may lag its join) */
 } rl_round_member;
 
+/* A node the pre-flight found degraded, out of the rounds until `until`. */
+typedef struct rl_round_bench {
+    char id[254];
+    double until;
+} rl_round_bench;
+
+/* The joined nodes a round places, in place at the front of joined: those
+ * not on the bench (until > now), unless that leaves fewer than
+ * min_nodes -- the job's size comes first, and then nobody is left out.
+ * The benched ones follow, as standbys; returns how many are placed. */
+int rl_round_place(const rl_round_opts *o, rl_round_node *joined, int nj, const rl_round_bench *bench, int nbench,
+                   double now);
+
 typedef struct rl_round_watch {
     const rl_round_opts *o;
     rl_round_member *m; /* the round's members, by node id */
     int nm;
+    /* benched nodes waiting as standbys (not growth until their time is up) */
+    const rl_round_bench *standby;
+    int nstandby;
+    bool degraded_judged;        /* this round's pre-flight report was judged */
+    rl_round_degraded benched;   /* out: the members a NEXT leaves out (n 0: none) */
     int64_t joins;       /* joins the table was made from */
     int64_t events_seen; /* the members' report counter, as last read */
     uint64_t ver_seen;   /* the Service's version, as last judged */
@@ -72,6 +90,7 @@ typedef struct rl_round_look {
     bool synced;
     uint64_t ver;
     int64_t joins;
+    const rl_round_degraded *degraded; /* the pre-flight's report (NULL: none yet) */
 } rl_round_look;
 
 /* RUNNING, or how the round ends: NEXT (a member lost, failed or leaving,

@@ -145,19 +145,23 @@ Test(hang, the_preflight_names_a_node_below_the_median) {
     for (int r = 0; r < 4; r++)
         ranks[r] = rank_at(r, true, 1, "p"), ranks[r].copy_gbps = 4.0, ranks[r].shm_bytes = 1024.0 * (1 << 20);
     char out[512];
-    cr_expect_eq(rl_hang_preflight(ranks, 4, 0.5, out, sizeof out), 0);
+    cr_expect_eq(rl_hang_preflight(ranks, 4, 0.5, out, sizeof out, NULL), 0);
     cr_expect_str_eq(out, "");
     ranks[2].copy_gbps = 1.2;
     ranks[3].shm_bytes = 64.0 * (1 << 20);
-    cr_expect_eq(rl_hang_preflight(ranks, 4, 0.5, out, sizeof out), 2);
+    double ratio[4];
+    cr_expect_eq(rl_hang_preflight(ranks, 4, 0.5, out, sizeof out, ratio), 2);
+    cr_expect_float_eq(ratio[2], 0.3, 1e-9);
+    cr_expect_float_eq(ratio[3], 0.0625, 1e-9);
+    cr_expect(ratio[0] == 1 && ratio[1] == 1, "ranks within range: %g %g", ratio[0], ratio[1]);
     cr_expect(strstr(out, "rank 2 (pod p, node node-2): copy 1.2 GB/s, 0.30x the median 4.0"), "%s", out);
     cr_expect(strstr(out, "rank 3 (pod p, node node-3): /dev/shm 64.0 MiB free, 0.06x the median 1024.0"), "%s", out);
     ranks[2].shm_bytes = 64.0 * (1 << 20);
-    cr_expect_eq(rl_hang_preflight(ranks, 4, 0.5, out, sizeof out), 2, "two figures, one rank named once");
+    cr_expect_eq(rl_hang_preflight(ranks, 4, 0.5, out, sizeof out, NULL), 2, "two figures, one rank named once");
     cr_expect(strstr(out, "rank 2 (pod p, node node-2): copy 1.2 GB/s, 0.30x the median 4.0 GB/s: /dev/shm 64.0 "
                           "MiB free, 0.12x the median 544.0 MiB free; rank 3"),
               "%s", out);
     ranks[2].copy_gbps = 0, ranks[3].shm_bytes = NAN;
-    cr_expect_eq(rl_hang_preflight(ranks, 4, 0, out, sizeof out), 0, "ratio 0: no check");
-    cr_expect_eq(rl_hang_preflight(ranks, 1, 0.5, out, sizeof out), 0, "one rank: nothing to compare");
+    cr_expect_eq(rl_hang_preflight(ranks, 4, 0, out, sizeof out, NULL), 0, "ratio 0: no check");
+    cr_expect_eq(rl_hang_preflight(ranks, 1, 0.5, out, sizeof out, NULL), 0, "one rank: nothing to compare");
 }

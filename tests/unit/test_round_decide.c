@@ -233,3 +233,67 @@ Test(round_decide, after_a_loss_the_survivors_close_the_round_once_the_lost_one_
     rl_round_node one[] = {node("a")};
     cr_expect(!rl_round_survivors_in(&o, one, 1, prev, 3, 1000));
 }
+
+/* The pre-flight named b: b is left out while the job keeps min_nodes 2,
+ * once a round; a report naming no member, a job at its minimum or a
+ * bench of 0 s only names it. */
+Test(round_decide, a_degraded_member_is_left_out_while_the_job_keeps_its_minimum) {
+    fixture f;
+    setup(&f, 4);
+    f.o.bench_s = 600;
+    rl_round_degraded d = {.n = 1, .ids = {"b"}, .why = "rank 1 (pod b, node n): copy 0.2 GB/s, 0.05x the median"};
+    f.l.degraded = &d;
+    cr_expect_eq(judge(&f), RL_ROUND_NEXT);
+    cr_expect(!f.graceful, "in place: the trainers park, nothing checkpoints");
+    cr_expect_eq(f.w.benched.n, 1);
+    cr_expect_str_eq(f.w.benched.ids[0], "b");
+    cr_expect(strstr(f.reason, "node b left out for 600 s: the pre-flight found it below the median (rank 1"), "%s",
+              f.reason);
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING, "judged once a round");
+    setup(&f, 4);
+    f.o.bench_s = 600;
+    f.o.min_nodes = 3;
+    f.l.degraded = &d;
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING, "at the minimum it is only named");
+    cr_expect_eq(f.w.benched.n, 0);
+    setup(&f, 4);
+    f.l.degraded = &d; /* bench_s 0 */
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING);
+    setup(&f, 4);
+    f.o.bench_s = 600;
+    rl_round_degraded x = {.n = 1, .ids = {"z"}, .why = "?"};
+    f.l.degraded = &x;
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING, "not a member");
+}
+
+/* Benched nodes that joined wait as standbys, not growth; when their time
+ * is up the job grows with them (gracefully). A new peer in the Service
+ * that is benched does not grow the job either. */
+Test(round_decide, a_benched_standby_returns_when_its_time_is_up) {
+    fixture f;
+    setup(&f, 4);
+    rl_round_bench sb[] = {{.id = "d", .until = 50}};
+    f.w.standby = sb, f.w.nstandby = 1;
+    f.peers[3] = peer("d", false), f.l.np = 4, f.l.ver = 8;
+    cr_expect_eq(judge(&f), RL_ROUND_RUNNING, "a standby is not growth");
+    f.l.now = 50;
+    f.lm[0].hb = f.lm[1].hb = f.lm[2].hb = 2;
+    cr_expect_eq(judge(&f), RL_ROUND_NEXT);
+    cr_expect(f.graceful);
+    cr_expect_str_eq(f.reason, "node d is back from the bench: growing the job");
+}
+
+/* What a round places: joined nodes off the bench first, the benched ones
+ * after as standbys -- unless that leaves fewer than min_nodes. */
+Test(round_decide, a_round_places_the_nodes_off_the_bench) {
+    rl_round_opts o = opts(2, 4);
+    rl_round_node j[] = {node("a"), node("b"), node("c")};
+    rl_round_bench b[] = {{.id = "b", .until = 100}, {.id = "c", .until = 10}};
+    cr_expect_eq(rl_round_place(&o, j, 3, b, 2, 50), 2, "c's time is up");
+    cr_expect_str_eq(j[0].id, "a");
+    cr_expect_str_eq(j[1].id, "c");
+    cr_expect_str_eq(j[2].id, "b", "the standby after the placed");
+    rl_round_node k[] = {node("a"), node("b")};
+    cr_expect_eq(rl_round_place(&o, k, 2, b, 2, 50), 2, "min_nodes first: nobody is left out");
+    cr_expect_str_eq(k[1].id, "b");
+}
