@@ -2,13 +2,28 @@
  * leader's store (so from the network). Any input must parse into a table
  * that keeps the invariants the agent relies on (nodes sorted by zone and
  * id, ids unique, ranks contiguous, world = the sum) or fail with RL_EINPUT
- * (or RL_ENOMEM) and one line. */
+ * (or RL_ENOMEM) and one line. The same bytes as a pre-flight report
+ * (rdzv/R/degraded, which the coordinator reads): 1..4 non-empty ids and a
+ * why, or RL_EINPUT with nothing half-filled. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "rdzv/round_internal.h"
 
+static void degraded(const unsigned char *data, size_t size) {
+    rl_round_degraded d;
+    rl_err e = {0};
+    if (rl_round_degraded_parse((const char *)data, size, &d, &e) != RL_OK) {
+        if (d.n || strchr(e.msg, '\n') || strncmp(e.msg, "degraded report: ", 17) != 0) abort();
+        return;
+    }
+    if (d.n < 1 || d.n > RL_ROUND_DEGRADED_MAX) abort();
+    for (int i = 0; i < d.n; i++)
+        if (!d.ids[i][0]) abort();
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
+    degraded(data, size);
     rl_round_table t;
     rl_err e = {0};
     int rc = rl_round_table_parse((const char *)data, size, &t, &e);

@@ -195,6 +195,15 @@ Test(metrics, stats_line_round_trip) {
     cr_assert_eq(rl_stats_parse(buf, n, &b, &e), 0, "%s", e.msg);
     cr_expect(b.kind == RL_STATS_CKPT && b.step == 40 && b.ckpt_s == 1.5 && b.ckpt_unix == 1.7e9 && b.resumed);
     cr_expect_str_eq(b.uri, c.uri);
+    /* the pre-flight's verdict carries the nodes far below (an elastic job may leave them out) */
+    rl_stats_msg d = {.kind = RL_STATS_DEGRADED, .step = 0, .nslow = 1,
+                      .slow = {{.rank = 2, .ratio = 0.02, .pod = "job-2", .node = "n"}}};
+    snprintf(d.why, sizeof d.why, "rank 2 (pod job-2, node n): copy 0.1 GB/s");
+    n = rl_stats_format(&d, buf, sizeof buf);
+    cr_assert_eq(rl_stats_parse(buf, n, &b, &e), 0, "%s", e.msg);
+    cr_expect(b.kind == RL_STATS_DEGRADED && b.nslow == 1 && b.slow[0].rank == 2 && b.slow[0].ratio == 0.02);
+    cr_expect_str_eq(b.slow[0].pod, "job-2");
+    cr_expect_str_eq(b.why, d.why);
     /* a newer trainer's extra members are ignored; garbage is refused */
     const char *x = "{\"ev\":\"step\",\"step\":3,\"new_thing\":[1,2]}";
     cr_expect_eq(rl_stats_parse(x, strlen(x), &b, &e), 0);
