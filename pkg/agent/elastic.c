@@ -256,7 +256,8 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
         } else if (!reported && g && rl_group_parked(g, &parked_step, parked_why, sizeof parked_why) > 0) {
             /* a trainer lost its ring and parked: the round is over for it */
             char msg[480];
-            snprintf(msg, sizeof msg, "rank %d parked after step %lld: %.400s", me->rank0, parked_step, parked_why);
+            snprintf(msg, sizeof msg, "a trainer of ranks %d-%d parked after step %lld: %.380s", me->rank0,
+                     me->rank0 + me->local_world - 1, parked_step, parked_why);
             rl_log(RL_LOG_WARN, "trainer_failed", "\"class\":\"%s\",\"parked\":true,\"msg\":\"%s\"",
                    rl_fail_class_name(RL_FAIL_INFRA), esc(jbuf, sizeof jbuf, msg));
             if (rl_round_report(s, t->round, o->id, RL_FAIL_INFRA, msg, &e) != RL_OK) {
