@@ -143,9 +143,26 @@ static void mirror_recovery(const cJSON *ann, cJSON *st) {
     jset(st, "lastRecovery", o);
 }
 
+/* The agent writes a sentence of ~500 bytes and a URI; anything longer is
+ * a worker's garbage, kept short rather than grown toward etcd's limit. */
+#define HANG_TEXT_MAX 600
+#define HANG_URI_MAX 1024
+
+/* Copy at most max bytes of src, cut before a UTF-8 character's middle
+ * (the status is JSON: a split character would be invalid text). */
+static void clip(char *dst, size_t max, const char *src) {
+    size_t n = strnlen(src, max + 1);
+    if (n > max) {
+        n = max;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
+    }
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 /* The rank-0 agent's progress (annotations of <job>-progress) into the
  * status: numbers only when they are numbers, a worker's garbage is not
- * worth a failure. */
+ * worth a failure, and text is clipped. */
 static void mirror_progress(const rl_op_seen *s, cJSON *st) {
     static const struct { const char *ann, *field; int kind; /* 0 int, 1 number, 2 string */ } map[] = {
         {"ringleader.dev/step", "step", 0},
@@ -157,14 +174,17 @@ static void mirror_progress(const rl_op_seen *s, cJSON *st) {
     if (!s->progress) return;
     mirror_recovery(s->progress, st);
     /* "" means rank 0 judged and found none: the field goes */
-    const char *slow = jstr(s->progress, "ringleader.dev/stragglers");
+    char slow[HANG_TEXT_MAX + 1];
+    clip(slow, HANG_TEXT_MAX, jstr(s->progress, "ringleader.dev/stragglers"));
     if (*slow) jset(st, "stragglers", cJSON_CreateString(slow));
     else cJSON_DeleteItemFromObjectCaseSensitive(st, "stragglers");
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
         const char *v = jstr(s->progress, map[i].ann);
         if (!*v) continue;
         if (map[i].kind == 2) {
-            jset(st, map[i].field, cJSON_CreateString(v));
+            char uri[HANG_URI_MAX + 1];
+            clip(uri, HANG_URI_MAX, v);
+            jset(st, map[i].field, cJSON_CreateString(uri));
             continue;
         }
         double d;
@@ -221,27 +241,10 @@ static void requeue_within(rl_op_plan *p, double s) {
 }
 
 /* ---- a hang the agent diagnosed ------------------------------------------------------------ */
-/* The agent writes a sentence of ~500 bytes and a URI; anything longer is
- * a worker's garbage, kept short rather than grown toward etcd's limit. */
-#define HANG_TEXT_MAX 600
-#define HANG_URI_MAX 1024
-
 struct hang {
     char what[HANG_TEXT_MAX + 1], dump[HANG_URI_MAX + 1], time[64];
     long long round; /* -1: unknown */
 };
-
-/* Copy at most max bytes of src, cut before a UTF-8 character's middle
- * (the status is JSON: a split character would be invalid text). */
-static void clip(char *dst, size_t max, const char *src) {
-    size_t n = strnlen(src, max + 1);
-    if (n > max) {
-        n = max;
-        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
-    }
-    memcpy(dst, src, n);
-    dst[n] = '\0';
-}
 
 /* A round annotation: a decimal integer within int, else -1 (unknown):
  * a garbage value must neither fail the reconcile nor a status write. */
