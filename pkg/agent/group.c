@@ -64,7 +64,10 @@ int rl_group_spawn(const rl_group_opts *o, rl_group **out, rl_err *e) {
     /* The trainers' termination messages (their RL_ENV_TERMINATION_LOG):
      * memory files, so no directory has to be writable and nothing is left
      * behind; without one a trainer says why in its log only. */
-    for (int i = 0; i < n; i++) g->msg_fd[i] = memfd_create("ringleader-termination", MFD_CLOEXEC);
+    for (int i = 0; i < n; i++) {
+        g->msg_fd[i] = memfd_create("ringleader-termination", MFD_CLOEXEC);
+        g->ctl_fd[i] = -1; /* what rl_group_free closes, should the next step fail */
+    }
     int *child_ctl = malloc((size_t)n * sizeof *child_ctl);
     if (!child_ctl) {
         rl_group_free(g);
