@@ -150,11 +150,12 @@ static int start_trainers(agent *a, const rl_group_opts *go, const char *prefix,
 
 /* Rank 0's pre-flight of this round named nodes below the median: tell
  * the coordinator (it leaves them out while the job keeps min_nodes). Once
- * a round; true when sent or nothing to send. */
+ * a round; true when sent or nothing to send (rank 0 is elsewhere). */
 static bool report_degraded(agent *a, rl_store *s, long long round) {
+    if (!a->rank0_here) return true;
     rl_node_snapshot snap;
     rl_node_stats_snapshot(a->ns, &snap);
-    if (!a->rank0_here || !snap.preflight_known || snap.degraded_round != round) return false;
+    if (!snap.preflight_known || snap.degraded_round != round) return false;
     rl_round_degraded d = {.n = snap.ndegraded < RL_ROUND_DEGRADED_MAX ? snap.ndegraded : RL_ROUND_DEGRADED_MAX};
     for (int i = 0; i < d.n; i++) snprintf(d.ids[i], sizeof d.ids[i], "%s", snap.degraded_pods[i]);
     snprintf(d.why, sizeof d.why, "%s", snap.degraded);

@@ -123,9 +123,8 @@ static int round_up(const rl_proc_opts *o, const rl_job_config *settled, const r
     };
     if ((rc = rl_ddp_create(p->comm, rl_trainer_grads(*tr), rl_trainer_nparams(*tr), &dopt, &p->ddp, e))) return rc;
     rl_ddp_attach(p->ddp, dist);
-    /* identical replicas whatever each rank's seed did (a live resume then
-     * overwrites them with the most advanced replica's state) */
-    if ((rc = rl_trainer_broadcast_params(*tr, e))) return rc;
+    /* identical replicas come with the resume in rl_trainer_run: the most
+     * advanced live one, a checkpoint, or rank 0's initial weights */
     if (env->rank == 0)
         rl_log(RL_LOG_INFO, "ddp", "\"world\":%d,\"backend\":\"%s\",\"buckets\":%d,\"source\":\"%s\"",
                env->world, rl_comm_backend(p->comm), rl_ddp_nbuckets(p->ddp), env->source);

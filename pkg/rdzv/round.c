@@ -299,9 +299,7 @@ static int watch_prev(rl_round_coord *c, const rl_round_node *joined, int nj, rl
     char key[320];
     double now = rl_now();
     for (int i = 0; i < c->nprev; i++) {
-        bool in = false;
-        for (int k = 0; k < nj && !in; k++) in = strcmp(joined[k].id, c->prev[i].node.id) == 0;
-        if (in) continue;
+        if (rl_round_has(joined, nj, c->prev[i].node.id)) continue;
         int64_t hb;
         K(key, "rdzv/%lld/hb/%s", c->prev_round, c->prev[i].node.id);
         int rc = rl_store_add(c->s, key, 0, &hb, e);

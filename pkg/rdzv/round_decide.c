@@ -5,7 +5,7 @@
 
 #include "rdzv/round_internal.h"
 
-static bool joined_has(const rl_round_node *nodes, int n, const char *id) {
+bool rl_round_has(const rl_round_node *nodes, int n, const char *id) {
     for (int i = 0; i < n; i++)
         if (strcmp(nodes[i].id, id) == 0) return true;
     return false;
@@ -18,11 +18,11 @@ bool rl_round_gathered(const rl_round_opts *o, const rl_round_node *joined, int 
     if (nj < o->min_nodes || o->max_nodes <= o->min_nodes) return false;
     bool all_peers = synced && nj > 0;
     for (int i = 0; i < np && all_peers; i++)
-        if (!peers[i].terminating && !joined_has(joined, nj, peers[i].id)) all_peers = false;
+        if (!peers[i].terminating && !rl_round_has(joined, nj, peers[i].id)) all_peers = false;
     if (nexpect >= 0) { /* a new leader's first round */
         all_peers = nj > 0;
         for (int i = 0; i < nexpect && all_peers; i++)
-            if (!joined_has(joined, nj, expect[i].id)) all_peers = false;
+            if (!rl_round_has(joined, nj, expect[i].id)) all_peers = false;
     }
     return all_peers || (waited_s >= 0 && waited_s >= o->last_call_s);
 }
@@ -31,7 +31,7 @@ bool rl_round_survivors_in(const rl_round_opts *o, const rl_round_node *joined, 
                            const rl_round_member *prev, int nprev, double now) {
     if (nj < o->min_nodes) return false;
     for (int i = 0; i < nprev; i++)
-        if (!joined_has(joined, nj, prev[i].node.id) && now - prev[i].hb_time < RL_ROUND_SILENT_S) return false;
+        if (!rl_round_has(joined, nj, prev[i].node.id) && now - prev[i].hb_time < RL_ROUND_SILENT_S) return false;
     return true;
 }
 
@@ -121,21 +121,20 @@ static rl_round_state judge_bench(const rl_round_watch *w, const rl_round_look *
     return RL_ROUND_RUNNING;
 }
 
+static bool on_bench(const rl_round_bench *bench, int nbench, const char *id, double now) {
+    for (int b = 0; b < nbench; b++)
+        if (bench[b].until > now && strcmp(bench[b].id, id) == 0) return true;
+    return false;
+}
+
 int rl_round_place(const rl_round_opts *o, rl_round_node *joined, int nj, const rl_round_bench *bench, int nbench,
                    double now) {
     int placed = 0;
-    for (int i = 0; i < nj; i++) {
-        bool out = false;
-        for (int b = 0; b < nbench && !out; b++) out = bench[b].until > now && strcmp(bench[b].id, joined[i].id) == 0;
-        placed += !out;
-    }
+    for (int i = 0; i < nj; i++) placed += !on_bench(bench, nbench, joined[i].id, now);
     if (placed >= o->min_nodes || placed == nj) {
         /* stable: the placed ones first, in their order, then the benched */
         for (int i = 0, k = 0; i < nj && k < placed; i++) {
-            bool out = false;
-            for (int b = 0; b < nbench && !out; b++)
-                out = bench[b].until > now && strcmp(bench[b].id, joined[i].id) == 0;
-            if (out) continue;
+            if (on_bench(bench, nbench, joined[i].id, now)) continue;
             rl_round_node x = joined[i];
             memmove(&joined[k + 1], &joined[k], (size_t)(i - k) * sizeof *joined);
             joined[k++] = x;

@@ -7,6 +7,9 @@
 
 #include "rdzv/rdzv.h"
 
+/* Is id among nodes[0..n)? */
+bool rl_round_has(const rl_round_node *nodes, int n, const char *id);
+
 /* Gathering: close the open round now? nj nodes joined (sorted or not);
  * waited_s: how long at least min_nodes have been in (< 0: not yet).
  * expect/nexpect: a new leader's first round waits for exactly these

@@ -248,7 +248,8 @@ rl_ckpt_saver *rl_trainer_saver(rl_trainer *tr);
  * A live resume comes first: when any rank holds a replica from an
  * earlier round of its process (rl_trainer_set_dist), the lowest rank of
  * the most advanced ones broadcasts its state to the others (new processes
- * included) and no checkpoint is read. */
+ * included) and no checkpoint is read. With nothing to resume, rank 0's
+ * initial parameters go to every rank. */
 int rl_trainer_resume(rl_trainer *tr, rl_err *e);
 /* The process goes on in a new world after its peers changed (in-place
  * recovery): same device, new rank, world and seam; the accumulation count
@@ -273,7 +274,8 @@ int rl_trainer_save_params(rl_trainer *tr, const char *path, rl_err *e);
 float *rl_trainer_grads(rl_trainer *tr);
 void *rl_trainer_stream(rl_trainer *tr);
 /* Rank 0's parameters to every rank through dist->broadcast (identical
- * replicas before the first step). */
+ * replicas before the first step); rl_trainer_resume does it when there is
+ * nothing to resume, so a caller of rl_trainer_run need not. */
 int rl_trainer_broadcast_params(rl_trainer *tr, rl_err *e);
 /* On a GPU: the device's master weights (and with opt the AdamW moments)
  * into the host mirror (rl_trainer_params / rl_trainer_opt). No-op on the

@@ -440,8 +440,9 @@ static int adopt(rl_trainer *tr, const resume_wire *w, rl_err *e) {
  * fresh process: nowhere); the lowest rank of the most advanced ones is the
  * root. A survivor may be one step behind another, when the peer was lost
  * between their optimizer updates. *root -1: nobody holds live state. */
-static int live_root(rl_trainer *tr, int *root, long long *step, rl_err *e) {
-    *root = -1, *step = -1;
+static int live_root(rl_trainer *tr, int *root, rl_err *e) {
+    long long best = -1;
+    *root = -1;
     int world = world_of(tr);
     if (world == 1) return RL_OK;
     double *v = calloc((size_t)world, sizeof *v);
@@ -452,7 +453,7 @@ static int live_root(rl_trainer *tr, int *root, long long *step, rl_err *e) {
     int rc = tr->dist->average(tr->dist->ctx, v, world, e);
     for (int i = 0; !rc && i < world; i++) {
         long long s = llround(v[i] * world) - 1;
-        if (s > *step) *step = s, *root = i;
+        if (s > best) best = s, *root = i;
     }
     free(v);
     return rc;
@@ -507,12 +508,12 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
     if (tr->resume_done) return RL_OK;
     tr->resume_done = true;
     int rank = rank_of(tr), world = world_of(tr), root, rc;
-    long long live;
     if (world > 1 && (!tr->dist->broadcast || !tr->dist->average))
         return rl_errf(e, RL_EINTERNAL, "resume: %d ranks but the dist seam has no broadcast", world);
-    if ((rc = live_root(tr, &root, &live, e))) return rc;
+    if ((rc = live_root(tr, &root, e))) return rc;
     if (root >= 0) return resume_live(tr, root, e);
-    if (!tr->cfg.ckpt.uri[0]) return RL_OK;
+    /* nothing to resume: rank 0's initial weights, whatever each rank's seed did */
+    if (!tr->cfg.ckpt.uri[0]) return rl_trainer_broadcast_params(tr, e);
     resume_wire w = {0};
     rl_ckpt_loaded ld = {0};
     if (rank == 0 && tr->store && (rc = load_newest(tr, &w, &ld, e))) w.status = -1;
@@ -520,7 +521,7 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
         if (!rc && rank == 0 && tr->store)
             rl_log(RL_LOG_INFO, "resume", "\"found\":false,\"msg\":\"no checkpoint yet: starting from step 0\"");
         rl_ckpt_loaded_free(&ld);
-        return rc;
+        return rc ? rc : rl_trainer_broadcast_params(tr, e);
     }
     if ((rc = adopt(tr, &w, e))) {
         rl_ckpt_loaded_free(&ld);
