@@ -18,6 +18,11 @@
 # a lease is short and each call may have to start a machine. T_TEST,
 # T_SAN and T_BENCH (seconds) bound each step.
 #
+#   scripts/gpu-session.sh lease     # all three in one call: the baseline's
+#                                    # torch.compile builds run on the CPUs
+#                                    # while the GPU checks run, then the
+#                                    # benchmarks time with warm caches
+#
 # Logs and JSON lines go to $OUT (the device tool brings that folder back),
 # else build/gpu-session. Every step is bounded by timeout so a hang costs
 # minutes, not the lease.
@@ -30,10 +35,8 @@ P=build/portable
   nvcc --version 2>/dev/null | tail -1; python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null
 } >"$O/gpu.txt" 2>&1
 cat "$O/gpu.txt"
-[ $# -gt 0 ] || { echo "usage: $0 test | bench-a | bench-b ..." >&2; exit 2; }
-for phase in "$@"; do
-case $phase in
-test)
+[ $# -gt 0 ] || { echo "usage: $0 test | bench-a | bench-b | lease ..." >&2; exit 2; }
+test_phase() {
     timeout ${T_TEST:-300} $P/gpu_test >"$O/test-gpu.log" 2>&1
     echo "test-gpu exit $?"; grep -E '^(FAIL|test-gpu)' "$O/test-gpu.log"
     if command -v compute-sanitizer >/dev/null; then
@@ -47,13 +50,25 @@ test)
                 timeout ${T_SAN:-150} $P/gpu_test "attention $k" >>"$O/racecheck.log" 2>&1
             echo "racecheck $k exit $?"; tail -2 "$O/racecheck.log"
         done
-    fi ;;
-bench-a | bench-b)
-    cfg=${phase#bench-}
-    STEPS=${STEPS:-20} WARMUP=${WARMUP:-5} RL_BENCH_OUT="$O/bench-$cfg.jsonl" \
-        timeout ${T_BENCH:-540} bench/gpu/run.sh $P/gpu_bench "$cfg" >"$O/bench-$cfg.log" 2>&1
-    echo "bench $cfg exit $?"; grep -v '^{' "$O/bench-$cfg.log" | tail -20 ;;
+    fi
+}
+bench_phase() { # config
+    STEPS=${STEPS:-20} WARMUP=${WARMUP:-5} RL_BENCH_OUT="$O/bench-$1.jsonl" \
+        timeout ${T_BENCH:-540} bench/gpu/run.sh $P/gpu_bench "$1" >"$O/bench-$1.log" 2>&1
+    echo "bench $1 exit $?"; grep -v '^{' "$O/bench-$1.log" | tail -20
+}
+for phase in "$@"; do
+case $phase in
+test) test_phase ;;
+bench-a | bench-b) bench_phase "${phase#bench-}" ;;
+lease)
+    PREWARM=1 RL_BENCH_OUT="$O/prewarm.jsonl" timeout ${T_WARM:-300} \
+        bench/gpu/run.sh $P/gpu_bench a b >"$O/prewarm.log" 2>&1 &
+    warm=$!
+    test_phase
+    wait $warm; echo "prewarm exit $?"
+    bench_phase a; bench_phase b ;;
 *)
-    echo "usage: $0 test | bench-a | bench-b ..." >&2; exit 2 ;;
+    echo "usage: $0 test | bench-a | bench-b | lease ..." >&2; exit 2 ;;
 esac
 done
