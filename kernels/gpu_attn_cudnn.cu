@@ -533,6 +533,7 @@ struct cudnn_plan {
 #define RL_CUDNN_MAX_PLANS 8
 struct rl_cudnn_attn {
     int B, T, H, KV, hd; // capacity and heads
+    bool deterministic;  // the backward's engines
     cudnnHandle_t h;
     cudaStream_t s; // the handle's stream
     void *ws;       // the plans' workspace, the largest of them
@@ -559,7 +560,7 @@ static int make_plans(rl_cudnn_attn *a, cudnn_plan *p, int64_t *ws, rl_err *e) {
     snprintf(what, sizeof what, "attention backward B=%d T=%d H=%d KV=%d hd=%d", p->B, p->T, a->H,
              a->KV, a->hd);
     bwd_graph(p->gb, sh, dnn.cudnnGetVersion());
-    RL_TRY(finish_plan(p->gb, a->h, true, what, &p->bwd, &w[1], e));
+    RL_TRY(finish_plan(p->gb, a->h, a->deterministic, what, &p->bwd, &w[1], e));
     *ws = w[0] > w[1] ? w[0] : w[1];
     // the padding mask's lengths: every sequence full
     std::vector<int> len(p->B, p->T);
@@ -607,8 +608,8 @@ void rl_cudnn_attn_free(rl_cudnn_attn *a) {
     free(a);
 }
 
-int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int hd, cudaStream_t s,
-                         rl_err *e) {
+int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int hd,
+                         int deterministic, cudaStream_t s, rl_err *e) {
     *out = NULL;
     RL_TRY(cudnn_load(e));
     if (B < 1 || T < 1 || H < 1 || KV < 1 || H % KV || hd < 2 || hd % 2)
@@ -622,6 +623,7 @@ int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int h
     rl_cudnn_attn *a = (rl_cudnn_attn *)calloc(1, sizeof *a);
     if (!a) return rl_errf(e, RL_ENOMEM, "cuDNN attention: out of host memory");
     a->B = B, a->T = T, a->H = H, a->KV = KV, a->hd = hd, a->s = s;
+    a->deterministic = deterministic;
     cudnn_plan *p;
     cudnnStatus_t st = dnn.cudnnCreate(&a->h);
     int rc = st ? dnn_fail(e, st, "cudnnCreate", "attention") : RL_OK;
@@ -744,8 +746,9 @@ rl_k_cost rl_k_attn_cudnn_bwd_cost(int B, int T, int H, int KV, int hd) {
 
 struct probe_bufs {
     int B, T, H, KV, hd;
+    bool deterministic; // else our dQ by atomics, into dq_acc, as the model runs it
     bf16 *qkv, *out[2], *dout, *dqkv[2];
-    float *lse[2], *dsum;
+    float *lse[2], *dsum, *dq_acc;
 };
 
 static double max_rel_diff(const bf16 *d_a, const bf16 *d_b, size_t n, rl_err *e, int *rc) {
@@ -771,8 +774,8 @@ static int run_one(int k, rl_cudnn_attn *a, probe_bufs *p, cudaStream_t s, rl_er
     int B = p->B, T = p->T, H = p->H, KV = p->KV, hd = p->hd;
     if (k == 0) {
         RL_TRY(rl_k_attn_fwd(p->out[0], p->lse[0], p->qkv, B, T, H, KV, hd, s, e));
-        return rl_k_attn_bwd(p->dqkv[0], p->dsum, NULL, p->dout, p->qkv, p->out[0], p->lse[0], B,
-                             T, H, KV, hd, s, e);
+        return rl_k_attn_bwd(p->dqkv[0], p->dsum, p->dq_acc, p->dout, p->qkv, p->out[0],
+                             p->lse[0], B, T, H, KV, hd, s, e);
     }
     RL_TRY(rl_k_attn_cudnn_fwd(a, p->out[1], p->lse[1], p->qkv, B, T, s, e));
     return rl_k_attn_cudnn_bwd(a, p->dqkv[1], p->dsum, p->dout, p->qkv, p->out[1], p->lse[1], B, T,
@@ -804,6 +807,7 @@ static int probe_alloc(probe_bufs *p, cudaStream_t s, rl_err *e) {
     CUDA_CHECK(cudaMalloc(&p->qkv, n * sizeof(bf16)));
     CUDA_CHECK(cudaMalloc(&p->dout, (size_t)N * qd * sizeof(bf16)));
     CUDA_CHECK(cudaMalloc(&p->dsum, (size_t)N * p->H * sizeof(float)));
+    if (!p->deterministic) CUDA_CHECK(cudaMalloc(&p->dq_acc, (size_t)N * qd * sizeof(float)));
     for (int k = 0; k < 2; k++) {
         CUDA_CHECK(cudaMalloc(&p->out[k], (size_t)N * qd * sizeof(bf16)));
         CUDA_CHECK(cudaMalloc(&p->dqkv[k], n * sizeof(bf16)));
@@ -824,7 +828,7 @@ static int probe_alloc(probe_bufs *p, cudaStream_t s, rl_err *e) {
 
 static void probe_free(probe_bufs *p) {
     void *ptrs[] = {p->qkv,     p->dout,    p->dsum,   p->out[0], p->out[1],
-                    p->dqkv[0], p->dqkv[1], p->lse[0], p->lse[1]};
+                    p->dqkv[0], p->dqkv[1], p->lse[0], p->lse[1], p->dq_acc};
     for (void *q : ptrs) cudaFree(q);
 }
 
@@ -841,7 +845,7 @@ static int agreeing(rl_cudnn_attn **a, probe_bufs *p, cudaStream_t s, double dif
     *a = NULL;
     diff[0] = diff[1] = INFINITY;
     RL_TRY(run_one(0, NULL, p, s, e));
-    rc = rl_cudnn_attn_create(&c, p->B, p->T, p->H, p->KV, p->hd, s, &ce);
+    rc = rl_cudnn_attn_create(&c, p->B, p->T, p->H, p->KV, p->hd, p->deterministic, s, &ce);
     if (!rc) rc = run_one(1, c, p, s, &ce);
     if (!rc) diff[0] = max_rel_diff(p->out[0], p->out[1], (size_t)N * qd, &ce, &rc);
     if (!rc) diff[1] = max_rel_diff(p->dqkv[0], p->dqkv[1], (size_t)N * C3, &ce, &rc);
@@ -878,13 +882,15 @@ static void log_choice(int mode, const rl_cudnn_attn *a, int pick, const float m
         snprintf(t, sizeof t, ",\"own_ms\":%.3f,\"cudnn_ms\":%.3f", ms[0], ms[1]);
     rl_log(RL_LOG_INFO, "attention_backend",
            "\"requested\":\"%s\",\"choice\":\"%s\",\"cudnn_version\":%zu%s,"
-           "\"fwd_diff\":%.2e,\"bwd_diff\":%.2e,\"agree\":true,\"B\":%d,\"T\":%d",
+           "\"fwd_diff\":%.2e,\"bwd_diff\":%.2e,\"agree\":true,\"deterministic\":%s,"
+           "\"cudnn_workspace_mib\":%.1f,\"B\":%d,\"T\":%d",
            mode == RL_GPU_ATTN_AUTO ? "auto" : "cudnn", pick ? "cudnn" : "own",
-           dnn.cudnnGetVersion(), t, diff[0], diff[1], a->B, a->T);
+           dnn.cudnnGetVersion(), t, diff[0], diff[1], a->deterministic ? "true" : "false",
+           a->ws_bytes / 1048576.0, a->B, a->T);
 }
 
 int rl_gpu_attn_select(rl_cudnn_attn **out, int mode, int B, int T, int H, int KV, int hd,
-                       cudaStream_t s, rl_err *e) {
+                       int deterministic, cudaStream_t s, rl_err *e) {
     *out = NULL;
     if (mode == RL_GPU_ATTN_OWN) return RL_OK;
     if (mode != RL_GPU_ATTN_AUTO && mode != RL_GPU_ATTN_CUDNN)
@@ -899,7 +905,7 @@ int rl_gpu_attn_select(rl_cudnn_attn **out, int mode, int B, int T, int H, int K
     }
     probe_bufs p;
     memset(&p, 0, sizeof p);
-    p.B = B, p.T = T, p.H = H, p.KV = KV, p.hd = hd;
+    p.B = B, p.T = T, p.H = H, p.KV = KV, p.hd = hd, p.deterministic = deterministic;
     rl_cudnn_attn *a = NULL;
     char why[sizeof ce.msg];
     double diff[2] = {0, 0};

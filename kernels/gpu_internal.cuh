@@ -83,12 +83,13 @@ rl_k_cost rl_k_rmsnorm_fwd_cost(int N, int D);
 // From dout (bf16, the GEMM's output; fp32 arithmetic): dres (=, or += when
 // accumulate) and dres16 = bf16(dres); dw (accumulate_dw ? += : =, not read
 // then) via partial sums in `partial` (rl_k_rmsnorm_partial_floats(N, D)
-// floats). Two launches.
+// floats); y (NULL: none) the forward's output again, bit for bit. Two
+// launches.
 size_t rl_k_rmsnorm_partial_floats(int N, int D);
-int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const bf16 *dout,
-                     const float *x, const float *w, const float *rstd, int N, int D,
-                     int accumulate, int accumulate_dw, cudaStream_t s, rl_err *e);
-rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D);
+int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, bf16 *y, float *dw, float *partial,
+                     const bf16 *dout, const float *x, const float *w, const float *rstd, int N,
+                     int D, int accumulate, int accumulate_dw, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D, int y);
 // In place on rows of width ld: heads [0, nh) of head_dim hd starting at
 // column 0 (q heads then k heads of the fused qkv row). rope: [P, hd/2]
 // cos, then [P, hd/2] sin (fp32, the CPU model's table).
@@ -97,9 +98,10 @@ int rl_k_rope(bf16 *x, const float *rope, int N, int T, int nh, int hd, int ld, 
 rl_k_cost rl_k_rope_cost(int N, int nh, int hd);
 int rl_k_swiglu_fwd(bf16 *h, const bf16 *gu, int N, int F, cudaStream_t s, rl_err *e);
 rl_k_cost rl_k_swiglu_fwd_cost(int N, int F);
-int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cudaStream_t s,
-                    rl_err *e);
-rl_k_cost rl_k_swiglu_bwd_cost(int N, int F);
+// dgate | dup from dh; h (NULL: none) the forward's product again, bit for bit
+int rl_k_swiglu_bwd(bf16 *dgu, bf16 *h, const bf16 *dh, const bf16 *gu, int N, int F,
+                    cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_swiglu_bwd_cost(int N, int F, int h);
 // The classifier, loss and gradient in one kernel. logits: [N, ld] bf16, the
 // vocabulary in columns [0, V), V <= ld; columns V..ld-1 are padding, left
 // out of the softmax. Writes losses[n] = lse[n] - logit[n, tgt[n]] and
@@ -175,10 +177,13 @@ rl_k_cost rl_k_attn_bwd_cost(int B, int T, int H, int KV, int hd, int dq_atomic)
 // object per model: a handle, plans per (B, T) built on first use (the
 // creation's at creation) and one workspace. stats: [B*H, T], natural log
 // (not our kernels' log2): only this backend's backward reads them.
-// Deterministic backward (engines noted non-deterministic are skipped).
+// deterministic: the backward's engines noted non-deterministic are
+// skipped (the same bits every run; on hardware such an engine may ask for
+// a workspace that grows with T^2); else the heuristic's first that
+// finalizes, as rl_gpu_options.attn_dq_atomic allows.
 typedef struct rl_cudnn_attn rl_cudnn_attn;
-int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int hd, cudaStream_t s,
-                         rl_err *e);
+int rl_cudnn_attn_create(rl_cudnn_attn **out, int B, int T, int H, int KV, int hd,
+                         int deterministic, cudaStream_t s, rl_err *e);
 void rl_cudnn_attn_free(rl_cudnn_attn *a);
 size_t rl_cudnn_attn_device_bytes(const rl_cudnn_attn *a);
 int rl_k_attn_cudnn_fwd(rl_cudnn_attn *a, bf16 *out, float *stats, const bf16 *qkv, int B, int T,
@@ -190,8 +195,10 @@ rl_k_cost rl_k_attn_cudnn_fwd_cost(int B, int T, int H, int KV, int hd);
 rl_k_cost rl_k_attn_cudnn_bwd_cost(int B, int T, int H, int KV, int hd);
 // train.attention: *out NULL for our kernels, else the cuDNN backend to
 // use (mode RL_GPU_ATTN_*; auto probes, compares, times and logs).
+// deterministic as rl_cudnn_attn_create's, and our kernels' dQ in the
+// probe the same way (its own kernel, or atomics).
 int rl_gpu_attn_select(rl_cudnn_attn **out, int mode, int B, int T, int H, int KV, int hd,
-                       cudaStream_t s, rl_err *e);
+                       int deterministic, cudaStream_t s, rl_err *e);
 
 // ---- GEMM through cuBLASLt (gpu_gemm.cu) ------------------------------------------------
 struct rl_gemm_plan;

@@ -75,18 +75,18 @@ rl_k_cost rl_k_rmsnorm_fwd_cost(int N, int D) {
 
 size_t rl_k_rmsnorm_partial_floats(int N, int D) { return (size_t)rms_blocks(N) * D; }
 
-int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const bf16 *dout,
-                     const float *x, const float *w, const float *rstd, int N, int D,
-                     int accumulate, int accumulate_dw, cudaStream_t s, rl_err *e) {
+int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, bf16 *y, float *dw, float *partial,
+                     const bf16 *dout, const float *x, const float *w, const float *rstd, int N,
+                     int D, int accumulate, int accumulate_dw, cudaStream_t s, rl_err *e) {
     int nw = rms_warps(D), nblk = rms_blocks(N);
     size_t smem = (size_t)nw * D * sizeof(float);
     if (D % 4 == 0 && vec_ok(dres, 4, 4) && vec_ok(dres16, 4, 2) && vec_ok(dout, 4, 2) &&
-        vec_ok(x, 4, 4) && vec_ok(w, 4, 4))
-        RL_LAUNCH(rmsnorm_bwd_kernel<4>, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w,
-                  rstd, N, D, rms_rows_per_block(N), accumulate);
+        vec_ok(x, 4, 4) && vec_ok(w, 4, 4) && (!y || vec_ok(y, 4, 2)))
+        RL_LAUNCH(rmsnorm_bwd_kernel<4>, nblk, nw * 32, smem, s, dres, dres16, y, partial, dout, x,
+                  w, rstd, N, D, rms_rows_per_block(N), accumulate);
     else
-        RL_LAUNCH(rmsnorm_bwd_kernel<1>, nblk, nw * 32, smem, s, dres, dres16, partial, dout, x, w,
-                  rstd, N, D, rms_rows_per_block(N), accumulate);
+        RL_LAUNCH(rmsnorm_bwd_kernel<1>, nblk, nw * 32, smem, s, dres, dres16, y, partial, dout, x,
+                  w, rstd, N, D, rms_rows_per_block(N), accumulate);
     LAUNCH_CHECK();
     RL_LAUNCH(rmsnorm_dw_kernel, rl_cdiv(D, 256), 256, 0, s, dw, partial, nblk, D, accumulate_dw);
     LAUNCH_CHECK();
@@ -96,11 +96,14 @@ int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, float *dw, float *partial, const
 // dout (bf16), x, w, rstd read; dres read and written (the layers
 // accumulate into it: the final norm alone does not read it, 4 N D bytes
 // less) and dres16 written; the per-block dw partials written and read back,
-// dw read and written (D floats each way whether or not it accumulates)
-rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D) {
+// dw read and written (D floats each way whether or not it accumulates);
+// with y, the norm's output written again (bf16)
+rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D, int y) {
     double nd = (double)N * D, part = (double)rms_blocks(N) * D;
-    return cost(10.0 * nd + part,
-                nd * (2 + 4 + 4 + 4 + 2) + (double)D * 4 * 3 + (double)N * 4 + part * 4 * 2, 2);
+    return cost(10.0 * nd + part + (y ? 2.0 * nd : 0.0),
+                nd * (2 + 4 + 4 + 4 + 2 + (y ? 2 : 0)) + (double)D * 4 * 3 + (double)N * 4 +
+                    part * 4 * 2,
+                2);
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------
@@ -146,21 +149,24 @@ rl_k_cost rl_k_swiglu_fwd_cost(int N, int F) {
     return cost(6.0 * nf, nf * 2 * 3, 1);
 }
 
-int rl_k_swiglu_bwd(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F, cudaStream_t s,
-                    rl_err *e) {
-    if (F % 8 == 0 && vec_ok(dgu, 8, 2) && vec_ok(dh, 8, 2) && vec_ok(gu, 8, 2))
-        RL_LAUNCH(swiglu_bwd_kernel<8>, grid_for((size_t)N * F / 8, 256), 256, 0, s, dgu, dh, gu, N,
-                  F);
+int rl_k_swiglu_bwd(bf16 *dgu, bf16 *h, const bf16 *dh, const bf16 *gu, int N, int F,
+                    cudaStream_t s, rl_err *e) {
+    if (F % 8 == 0 && vec_ok(dgu, 8, 2) && vec_ok(dh, 8, 2) && vec_ok(gu, 8, 2) &&
+        (!h || vec_ok(h, 8, 2)))
+        RL_LAUNCH(swiglu_bwd_kernel<8>, grid_for((size_t)N * F / 8, 256), 256, 0, s, dgu, h, dh, gu,
+                  N, F);
     else
-        RL_LAUNCH(swiglu_bwd_kernel<1>, grid_for((size_t)N * F, 256), 256, 0, s, dgu, dh, gu, N, F);
+        RL_LAUNCH(swiglu_bwd_kernel<1>, grid_for((size_t)N * F, 256), 256, 0, s, dgu, h, dh, gu, N,
+                  F);
     LAUNCH_CHECK();
     return RL_OK;
 }
 
-// gate | up and dh read, dgate | dup written (bf16)
-rl_k_cost rl_k_swiglu_bwd_cost(int N, int F) {
+// gate | up and dh read, dgate | dup written (bf16); with h, the product
+// written again
+rl_k_cost rl_k_swiglu_bwd_cost(int N, int F, int h) {
     double nf = (double)N * F;
-    return cost(14.0 * nf, nf * 2 * 5, 1);
+    return cost((h ? 16.0 : 14.0) * nf, nf * 2 * (h ? 6 : 5), 1);
 }
 
 // ---- classifier ---------------------------------------------------------------------------------

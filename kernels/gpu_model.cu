@@ -108,7 +108,7 @@ struct rl_gpu_model {
     size_t bytes;
 
     // activations: layer l of a per-layer buffer at base + l * stride
-    size_t s_btd, s_bt, s_qkv, s_att, s_bh, s_gu, s_hm; // strides in elements
+    size_t s_btd, s_bt, s_qkv, s_att, s_bh, s_gu, s_ln, s_hm; // strides in elements
     float *res, *res_mid, *rstd1, *rstd2, *att_lse, *rstdf, *lse_cls, *losses, *rope;
     bf16 *ln1, *qkv, *atty, *ln2, *gu, *hm, *lnf, *logits;
     // scratch
@@ -222,11 +222,14 @@ static size_t layout_acts(rl_gpu_model *m, unsigned char *base) {
     size_t N = (size_t)m->B * m->T, L = m->L, D = m->D, F = m->F;
     m->s_btd = N * D, m->s_bt = N, m->s_qkv = N * m->C3, m->s_att = N * m->qd,
     m->s_gu = N * 2 * F;
-    m->s_hm = m->options.recompute_swiglu ? 0 : N * F;
+    // recompute: one layer's norm outputs and SwiGLU product, rebuilt by
+    // the backward kernels (layers_bwd), instead of every layer's
+    const bool rc = m->options.recompute;
+    m->s_ln = rc ? 0 : N * D, m->s_hm = rc ? 0 : N * F;
     // each layer's lse 256-byte aligned: cuDNN's stats tensor is declared
     // 16-byte aligned (gpu_attn_cudnn.cu), and N x heads floats need not be
     m->s_bh = (N * m->H + 63) / 64 * 64;
-    size_t nhm = m->options.recompute_swiglu ? 1 : L;
+    size_t nkeep = rc ? 1 : L;
     size_t off = 0;
 #define A(ptr, type, n)                                                                            \
     do {                                                                                           \
@@ -235,15 +238,15 @@ static size_t layout_acts(rl_gpu_model *m, unsigned char *base) {
     } while (0)
     A(res, float, (L + 1) * N * D);
     A(res_mid, float, L * N * D);
-    A(ln1, bf16, L * N * D);
+    A(ln1, bf16, nkeep * N * D);
     A(rstd1, float, L * N);
     A(qkv, bf16, L * N * m->C3);
     A(att_lse, float, L * m->s_bh);
     A(atty, bf16, L * N * m->qd);
-    A(ln2, bf16, L * N * D);
+    A(ln2, bf16, nkeep * N * D);
     A(rstd2, float, L * N);
     A(gu, bf16, L * N * 2 * F);
-    A(hm, bf16, nhm * N * F);
+    A(hm, bf16, nkeep * N * F);
     A(lnf, bf16, N * D);
     A(rstdf, float, N);
     A(logits, bf16, (size_t)m->crows * m->Vp);
@@ -408,7 +411,8 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     free(rope);
     CUDA_CHECK(ce);
     // last: auto runs both attention backends on the model's shapes
-    RL_TRY(rl_gpu_attn_select(&m->cudnn, m->options.attention, B, T, m->H, m->KV, m->hd, m->s, e));
+    RL_TRY(rl_gpu_attn_select(&m->cudnn, m->options.attention, B, T, m->H, m->KV, m->hd,
+                              !m->options.attn_dq_atomic, m->s, e));
     m->bytes += rl_cudnn_attn_device_bytes(m->cudnn);
     return RL_OK;
 }
@@ -588,7 +592,7 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
         const bf16 *w = m->params + wl;
         const float *w32 = m->master + wl;
         float *x = m->res + l * m->s_btd, *xnext = x + m->s_btd, *xmid = m->res_mid + l * m->s_btd;
-        bf16 *ln1 = m->ln1 + l * m->s_btd, *ln2 = m->ln2 + l * m->s_btd;
+        bf16 *ln1 = m->ln1 + l * m->s_ln, *ln2 = m->ln2 + l * m->s_ln;
         bf16 *qkv = m->qkv + l * m->s_qkv, *atty = m->atty + l * m->s_att;
         bf16 *gu = m->gu + l * m->s_gu, *hm = m->hm + l * m->s_hm;
         float *rstd1 = m->rstd1 + l * m->s_bt, *rstd2 = m->rstd2 + l * m->s_bt;
@@ -701,8 +705,9 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
     const int32_t *d_uniq = m->io + 2 * cap, *d_seg = m->io + 3 * cap, *d_pos = m->io + 4 * cap + 1;
     const int acc = !fresh;
 
-    STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D),
-         rl_k_rmsnorm_bwd(m->dres, m->dres16, m->grads + p->final_norm, m->rms_partial, m->dln,
+    STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D, 0),
+         rl_k_rmsnorm_bwd(m->dres, m->dres16, NULL, m->grads + p->final_norm, m->rms_partial,
+                          m->dln,
                           m->res + (size_t)m->L * m->s_btd, m->master + p->final_norm, m->rstdf, N,
                           D, 0, acc, s, e));
     if (hook) hook(hook_ctx, p->final_norm);
@@ -713,30 +718,33 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
         const float *w32 = m->master + wl;
         float *gw = m->grads + wl;
         float *x = m->res + l * m->s_btd, *xmid = m->res_mid + l * m->s_btd;
-        bf16 *ln1 = m->ln1 + l * m->s_btd, *ln2 = m->ln2 + l * m->s_btd;
+        bf16 *ln1 = m->ln1 + l * m->s_ln, *ln2 = m->ln2 + l * m->s_ln;
         bf16 *qkv = m->qkv + l * m->s_qkv, *atty = m->atty + l * m->s_att;
         bf16 *gu = m->gu + l * m->s_gu, *hm = m->hm + l * m->s_hm;
         float *rstd1 = m->rstd1 + l * m->s_bt, *rstd2 = m->rstd2 + l * m->s_bt;
         float *lse = m->att_lse + l * m->s_bh;
         const int cb = acc ? 4 : 0; // a weight gradient read before it is added to
+        // recompute: the SwiGLU and norm backward kernels write this layer's
+        // hm, ln2 and ln1 again (the same bits as the forward), each before
+        // the weight gradient that reads it; otherwise they are kept
+        const int rc = m->options.recompute;
 
         // mlp; dres holds d x_{l+1} (fp32) and dres16 its bf16 copy
-        if (m->options.recompute_swiglu)
-            STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd_cost(N, F),
-                 rl_k_swiglu_fwd(hm, gu, N, F, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, F, D, 2, 0),
              rl_gemm_bwd_data(g, m->dh, 0, m->dres16, w + o->wdown, N, D, F, s, e));
+        STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_bwd_cost(N, F, rc),
+             rl_k_swiglu_bwd(m->dgu, rc ? hm : NULL, m->dh, gu, N, F, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(D, F, N, 4, cb),
              rl_gemm_bwd_weight(g, gw + o->wdown, m->dres16, hm, N, D, F, acc, s, e));
-        STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_bwd_cost(N, F),
-             rl_k_swiglu_bwd(m->dgu, m->dh, gu, N, F, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, 2 * F, 2, 0),
              rl_gemm_bwd_data(g, m->dln, 0, m->dgu, w + o->wgate, N, 2 * F, D, s, e));
+        // the norm's backward writes dres16 (d xmid): the down projection's
+        // weight gradient above has read d x_{l+1} already
+        STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D, rc),
+             rl_k_rmsnorm_bwd(m->dres, m->dres16, rc ? ln2 : NULL, gw + o->ln2, m->rms_partial,
+                              m->dln, xmid, w32 + o->ln2, rstd2, N, D, 1, acc, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(2 * F, D, N, 4, cb),
              rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, acc, s, e));
-        STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D),
-             rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln2, m->rms_partial, m->dln, xmid,
-                              w32 + o->ln2, rstd2, N, D, 1, acc, s, e));
         // attention; dres is now d xmid
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, m->qd, D, 2, 0),
              rl_gemm_bwd_data(g, m->datty, 0, m->dres16, w + o->wo, N, D, m->qd, s, e));
@@ -756,11 +764,11 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
                        m->cfg.max_position_embeddings, 1, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->C3, 2, 0),
              rl_gemm_bwd_data(g, m->dln, 0, m->dqkv, w + o->wq, N, m->C3, D, s, e));
+        STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D, rc),
+             rl_k_rmsnorm_bwd(m->dres, m->dres16, rc ? ln1 : NULL, gw + o->ln1, m->rms_partial,
+                              m->dln, x, w32 + o->ln1, rstd1, N, D, 1, acc, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(m->C3, D, N, 4, cb),
              rl_gemm_bwd_weight(g, gw + o->wq, m->dqkv, ln1, N, m->C3, D, acc, s, e));
-        STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D),
-             rl_k_rmsnorm_bwd(m->dres, m->dres16, gw + o->ln1, m->rms_partial, m->dln, x,
-                              w32 + o->ln1, rstd1, N, D, 1, acc, s, e));
         if (hook) hook(hook_ctx, wl);
     }
     // the embedding's gradient rows are touched only for tokens in the

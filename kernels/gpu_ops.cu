@@ -167,16 +167,21 @@ extern "C" int rl_gpu_op_rmsnorm_fwd(float *out, float *rstd, const float *x, co
     return down_f32(c, rstd, d_rstd, (size_t)N, e);
 }
 
-extern "C" int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const float *dout,
-                                     const float *x, const float *w, const float *rstd, int N,
-                                     int D, int accumulate, int accumulate_dw, rl_err *e) {
+extern "C" int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, float *y,
+                                     const float *dout, const float *x, const float *w,
+                                     const float *rstd, int N, int D, int accumulate,
+                                     int accumulate_dw, rl_err *e) {
     op_ctx c;
     float *d_dx, *d_dw, *d_x, *d_w, *d_rstd, *d_part;
-    bf16 *d_dx16, *d_dout;
+    bf16 *d_dx16, *d_dout, *d_y = NULL;
     size_t nd = (size_t)N * D;
     RL_TRY(op_begin(c, e));
     RL_TRY(op_alloc(c, &d_dx, nd, e));
     RL_TRY(op_alloc(c, &d_dx16, nd, e));
+    if (y) {
+        RL_TRY(op_alloc(c, &d_y, nd, e));
+        RL_TRY(poison(c, d_y, nd, e));
+    }
     RL_TRY(op_alloc(c, &d_dw, (size_t)D, e));
     RL_TRY(op_alloc(c, &d_dout, nd, e));
     RL_TRY(op_alloc(c, &d_x, nd, e));
@@ -197,8 +202,9 @@ extern "C" int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const fl
     RL_TRY(up_f32(c, d_x, x, nd, e));
     RL_TRY(up_f32(c, d_w, w, (size_t)D, e));
     RL_TRY(up_f32(c, d_rstd, rstd, (size_t)N, e));
-    RL_TRY(rl_k_rmsnorm_bwd(d_dx, d_dx16, d_dw, d_part, d_dout, d_x, d_w, d_rstd, N, D, accumulate,
-                            accumulate_dw, c.s, e));
+    RL_TRY(rl_k_rmsnorm_bwd(d_dx, d_dx16, d_y, d_dw, d_part, d_dout, d_x, d_w, d_rstd, N, D,
+                            accumulate, accumulate_dw, c.s, e));
+    if (y) RL_TRY(down_bf16(c, y, d_y, nd, e));
     RL_TRY(down_f32(c, dx, d_dx, nd, e));
     RL_TRY(down_bf16(c, dx16, d_dx16, nd, e));
     return down_f32(c, dw, d_dw, (size_t)D, e);
@@ -355,18 +361,23 @@ extern "C" int rl_gpu_op_swiglu_fwd(float *h, const float *gu, int N, int F, rl_
     return down_bf16(c, h, d_h, (size_t)N * F, e);
 }
 
-extern "C" int rl_gpu_op_swiglu_bwd(float *dgu, const float *dh, const float *gu, int N, int F,
-                                    rl_err *e) {
+extern "C" int rl_gpu_op_swiglu_bwd(float *dgu, float *h, const float *dh, const float *gu, int N,
+                                    int F, rl_err *e) {
     op_ctx c;
-    bf16 *d_dgu, *d_dh, *d_gu;
+    bf16 *d_dgu, *d_dh, *d_gu, *d_h = NULL;
     RL_TRY(op_begin(c, e));
+    if (h) {
+        RL_TRY(op_alloc(c, &d_h, (size_t)N * F, e));
+        RL_TRY(poison(c, d_h, (size_t)N * F, e));
+    }
     RL_TRY(op_alloc(c, &d_dgu, (size_t)N * 2 * F, e));
     RL_TRY(op_alloc(c, &d_dh, (size_t)N * F, e));
     RL_TRY(op_alloc(c, &d_gu, (size_t)N * 2 * F, e));
     RL_TRY(up_bf16(c, d_dh, dh, (size_t)N * F, e));
     RL_TRY(up_bf16(c, d_gu, gu, (size_t)N * 2 * F, e));
     RL_TRY(poison(c, d_dgu, (size_t)N * 2 * F, e));
-    RL_TRY(rl_k_swiglu_bwd(d_dgu, d_dh, d_gu, N, F, c.s, e));
+    RL_TRY(rl_k_swiglu_bwd(d_dgu, d_h, d_dh, d_gu, N, F, c.s, e));
+    if (h) RL_TRY(down_bf16(c, h, d_h, (size_t)N * F, e));
     return down_bf16(c, dgu, d_dgu, (size_t)N * 2 * F, e);
 }
 
@@ -480,13 +491,13 @@ extern "C" int rl_gpu_op_sumsq_norm(float *norm, const float *g, size_t n, rl_er
 extern "C" int rl_gpu_op_attn_cudnn(float *out, float *dq, float *dk, float *dv, const float *dout,
                                     const float *q, const float *k, const float *v,
                                     const rl_model_config *rope, int B, int T, int H, int KV,
-                                    int hd, rl_err *e) {
+                                    int hd, int deterministic, rl_err *e) {
     op_ctx c;
     bf16 *d_qkv, *d_out;
     float *d_lse, *d_tab;
     rl_cudnn_attn *a = NULL;
     RL_TRY(op_begin(c, e));
-    int rc = rl_cudnn_attn_create(&a, B, T, H, KV, hd, c.s, e);
+    int rc = rl_cudnn_attn_create(&a, B, T, H, KV, hd, deterministic, c.s, e);
     if (!rc)
         rc = attn_common(c, a, &d_qkv, &d_out, &d_lse, &d_tab, q, k, v, rope, B, T, H, KV, hd, e);
     if (!rc) rc = down_bf16(c, out, d_out, (size_t)B * T * H * hd, e);

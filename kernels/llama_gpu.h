@@ -46,10 +46,14 @@ extern "C" {
 typedef struct rl_gpu_model rl_gpu_model; /* opaque */
 
 typedef struct rl_gpu_options {
-    /* Recompute silu(gate) * up in the backward instead of keeping it for
-     * every layer: saves L x B x T x intermediate_size x 2 bytes (4 GiB on
-     * the 1B config at 8 x 2048 tokens) for one elementwise pass per layer. */
-    int recompute_swiglu;
+    /* Keep one layer's norm outputs and SwiGLU product instead of every
+     * layer's: the backward's SwiGLU and RMSNorm kernels, which read their
+     * inputs anyway, write them again (the same bits) just before the
+     * weight gradients that read them. Saves L x B x T x (2 hidden +
+     * intermediate) x 2 bytes (6.5 GiB on config b) for writing as many
+     * bytes once more (under 1% of b's step by the plan). The step's
+     * results are the same bit for bit either way. */
+    int recompute;
     /* Rows per classifier chunk (0: chunks of at most 1 GiB of logits).
      * Tests set it small to cover several chunks on small batches. */
     int classifier_rows;
@@ -253,10 +257,12 @@ int rl_gpu_op_embed_bwd(float *demb, const float *dout, const int32_t *tok, int 
 int rl_gpu_op_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int N, int D,
                           float eps, rl_err *e);
 /* dx (fp32, accumulate ? += : =) and its bf16 copy dx16; dw (fp32,
- * accumulate_dw ? += : =, not read then). dout bf16; x, w, rstd fp32. */
-int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, const float *dout, const float *x,
-                          const float *w, const float *rstd, int N, int D, int accumulate,
-                          int accumulate_dw, rl_err *e);
+ * accumulate_dw ? += : =, not read then); y (NULL: not asked for) the
+ * forward's output rebuilt (bf16), as rl_gpu_options.recompute has it.
+ * dout bf16; x, w, rstd fp32. */
+int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, float *y, const float *dout,
+                          const float *x, const float *w, const float *rstd, int N, int D,
+                          int accumulate, int accumulate_dw, rl_err *e);
 /* In place on x[B, T, nh, hd] (bf16), rotate-half; inverse = 1: backward. */
 int rl_gpu_op_rope(float *x, const rl_model_config *c, int B, int T, int nh, int inverse, rl_err *e);
 /* q [B,T,H,hd], k, v [B,T,KV,hd] (bf16) -> out [B,T,H,hd] (bf16). rope:
@@ -273,15 +279,18 @@ int rl_gpu_op_attn_bwd(float *dq, float *dk, float *dv, const float *dout, const
                        int H, int KV, int hd, int dq_atomic, rl_err *e);
 /* rl_gpu_op_attn_fwd then (dout != NULL) _bwd through the cuDNN backend,
  * rope as there: q and k rotated before it, dq and dk rotated back after
- * (the error of a machine without cuDNN when it has none). */
+ * (the error of a machine without cuDNN when it has none). deterministic:
+ * the backward's engine as !rl_gpu_options.attn_dq_atomic picks it. */
 int rl_gpu_op_attn_cudnn(float *out, float *dq, float *dk, float *dv, const float *dout,
                          const float *q, const float *k, const float *v,
                          const rl_model_config *rope, int B, int T, int H, int KV, int hd,
-                         rl_err *e);
+                         int deterministic, rl_err *e);
 /* gu [N, 2F] (gate | up, bf16) -> h [N, F] (bf16) */
 int rl_gpu_op_swiglu_fwd(float *h, const float *gu, int N, int F, rl_err *e);
-/* dh [N, F], gu [N, 2F] (bf16) -> dgu [N, 2F] (bf16) */
-int rl_gpu_op_swiglu_bwd(float *dgu, const float *dh, const float *gu, int N, int F, rl_err *e);
+/* dh [N, F], gu [N, 2F] (bf16) -> dgu [N, 2F] (bf16); h (NULL: not asked
+ * for) the forward's product rebuilt, as rl_gpu_options.recompute has it */
+int rl_gpu_op_swiglu_bwd(float *dgu, float *h, const float *dh, const float *gu, int N, int F,
+                         rl_err *e);
 /* logits [N, ld] (bf16; the vocabulary in columns [0, V), V <= ld, the
  * rest padding, uploaded as given) -> losses [N] and lse [N] (fp32; lse may
  * be NULL) and, with dlogits non-NULL, the kernel's in-place gradient

@@ -78,6 +78,10 @@ static __global__ void rmsnorm_fwd_kernel(bf16 *out, float *rstd, const float *x
 // Backward. dout is bf16 (the GEMM before it writes half the bytes; the
 // arithmetic is fp32). With g = dout * w and y = w * x * r:
 //   dx = r g - (r^3 / D) x sum_k(g_k x_k)      dw = sum over rows of dout * x * r
+// y, when not NULL, gets the forward's output again, w * (x r), in the
+// forward's arithmetic on the same x and r, so the same bits: a model that
+// does not keep each layer's norm output rebuilds it here, in a pass that
+// reads x and w anyway, for the weight gradient's GEMM after it.
 // dw is a reduction over all N rows. Deterministically: each warp keeps its
 // own partial row of dw in shared memory (no two lanes share an element),
 // the block adds its warps in order into partial[block], and a second
@@ -101,7 +105,7 @@ static int rms_warps(int D) {
 }
 
 template <int V>
-static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *partial,
+static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, bf16 *y, float *partial,
                                           const bf16 *dout, const float *x, const float *w,
                                           const float *rstd, int N, int D, int rows_per_block,
                                           int accumulate) {
@@ -126,9 +130,9 @@ static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *part
         float r = rstd[row];
         float c = dot * r * r * r / (float)D;
         float *dr = dres + (size_t)row * D;
-        bf16 *d16 = dres16 + (size_t)row * D;
+        bf16 *d16 = dres16 + (size_t)row * D, *yr = y ? y + (size_t)row * D : NULL;
         for (int j = lane * V; j < D; j += 32 * V) {
-            fvec<V> gv = ld_bf16<V>(g + j), wv = ld_f32<V>(w + j), xv = ld_f32<V>(xr + j), v;
+            fvec<V> gv = ld_bf16<V>(g + j), wv = ld_f32<V>(w + j), xv = ld_f32<V>(xr + j), v, yv;
             fvec<V> old = accumulate ? ld_f32<V>(dr + j) : fvec<V>{};
             fvec<V> mv = ld_f32<V>(mine + j);
 #pragma unroll
@@ -136,10 +140,12 @@ static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, float *part
                 float dx = r * (gv.v[k] * wv.v[k]) - c * xv.v[k];
                 v.v[k] = accumulate ? old.v[k] + dx : dx;
                 mv.v[k] += gv.v[k] * xv.v[k] * r;
+                yv.v[k] = wv.v[k] * (xv.v[k] * r); // rmsnorm_fwd_kernel's expression
             }
             st_f32<V>(dr + j, v);
             st_bf16<V>(d16 + j, v);
             st_f32<V>(mine + j, mv);
+            if (yr) st_bf16<V>(yr + j, yv);
         }
     }
     __syncthreads();
@@ -214,8 +220,13 @@ template <int V> static __global__ void swiglu_fwd_kernel(bf16 *h, const bf16 *g
     }
 }
 
+// h, when not NULL, gets the forward's product again (swiglu_fwd_kernel's
+// arithmetic on the same gate and up: the same bits), for the down
+// projection's weight gradient after it: a model that does not keep it per
+// layer rebuilds it here, where gate and up are read anyway.
 template <int V>
-static __global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dh, const bf16 *gu, int N, int F) {
+static __global__ void swiglu_bwd_kernel(bf16 *dgu, bf16 *h, const bf16 *dh, const bf16 *gu, int N,
+                                         int F) {
     size_t FV = (size_t)F / V, total = (size_t)N * FV;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
@@ -223,16 +234,18 @@ static __global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dh, const bf16 *
         const bf16 *row = gu + n * 2 * F;
         fvec<V> g = ld_bf16<V>(row + j), u = ld_bf16<V>(row + F + j),
                 d = ld_bf16<V>(dh + n * F + j);
-        fvec<V> dg, du;
+        fvec<V> dg, du, y;
 #pragma unroll
         for (int k = 0; k < V; k++) {
             float sig = 1.0f / (1.0f + expf(-g.v[k]));
             dg.v[k] = d.v[k] * u.v[k] * (sig * (1.0f + g.v[k] * (1.0f - sig)));
             du.v[k] = d.v[k] * (g.v[k] * sig);
+            y.v[k] = g.v[k] * sig * u.v[k];
         }
         bf16 *drow = dgu + n * 2 * F;
         st_bf16<V>(drow + j, dg);
         st_bf16<V>(drow + F + j, du);
+        if (h) st_bf16<V>(h + n * F + j, y);
     }
 }
 

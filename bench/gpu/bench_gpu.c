@@ -3,10 +3,14 @@
  * two can be put side by side (bench/gpu/run.sh runs both).
  *
  *   gpu_bench --config a|b [--batch N] [--seq T] [--steps 30] [--warmup 10]
- *             [--recompute] [--profile-steps 5] [--ddp-rounds 3] [--plan] [--accum 1] [--eager]
+ *             [--recompute 1] [--profile-steps 5] [--ddp-rounds 3] [--plan] [--accum 1] [--eager]
  *             [--dq-atomic 1 (0: the deterministic dQ kernel)]
  *             [--attention auto|own|cudnn]  (train.attention; auto, the trainer's default)
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
+ *
+ * --recompute 1 (the trainer's default, train.recompute): one layer's norm
+ * outputs and SwiGLU product kept, rebuilt in the backward
+ * (rl_gpu_options.recompute); 0 keeps every layer's (impl "ringleader-keep").
  *
  * --eager launches every kernel of every step (no CUDA graphs): the
  * difference graphs make, on the same model (impl "ringleader-eager").
@@ -181,7 +185,7 @@ static int print_plan(const char *config, const rl_model_config *c, int B, int T
 
 int main(int argc, char **argv) {
     const char *config = "a";
-    int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 0, prof_steps = 5;
+    int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 1, prof_steps = 5;
     int ddp_rounds = 3, plan = 0, accum = 1, attention = RL_GPU_ATTN_AUTO, eager = 0;
     int dq_atomic = 1; /* our attention's dQ by atomics, as PyTorch's flash backward */
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
@@ -210,10 +214,6 @@ int main(int argc, char **argv) {
             i++;
             continue;
         }
-        if (!strcmp(a, "--recompute")) {
-            recompute = 1;
-            continue;
-        }
         if (!strcmp(a, "--eager")) {
             eager = 1;
             continue;
@@ -228,6 +228,7 @@ int main(int argc, char **argv) {
                 INTARG("--layers", layers) INTARG("--heads", heads) INTARG("--kv-heads", kv)
                     INTARG("--profile-steps", prof_steps) INTARG("--ddp-rounds", ddp_rounds)
                         INTARG("--accum", accum) INTARG("--dq-atomic", dq_atomic)
+                            INTARG("--recompute", recompute)
                         fprintf(stderr,
                                 "gpu_bench: unknown argument %s (see the comment at the top of "
                                 "bench/gpu/bench_gpu.c)\n",
@@ -261,7 +262,7 @@ int main(int argc, char **argv) {
     c.rms_norm_eps = 1e-5, c.rope_theta = 10000.0, c.initializer_range = 0.02;
 
     rl_gpu_options opt = {
-        .recompute_swiglu = recompute, .attention = attention, .attn_dq_atomic = dq_atomic};
+        .recompute = recompute, .attention = attention, .attn_dq_atomic = dq_atomic};
     if (plan) return print_plan(config, &c, B, T, &opt, accum);
     char gpu[256] = "";
     if (rl_gpu_device_count(gpu, sizeof gpu) == 0) {
@@ -373,13 +374,13 @@ int main(int argc, char **argv) {
     cudaRuntimeGetVersion(&rtv);
     /* which attention ran (auto's choice): summary.py names the row by it */
     const char *attn = rl_gpu_model_attention(m) == RL_GPU_ATTN_CUDNN ? "cudnn" : "own";
-    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"attn\":\"%s\",\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_"
+    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"attn\":\"%s\",\"recompute\":%d,\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_"
            "runtime\":%d,"
            "\"params\":%zu,\"batch\":%d,\"seq\":%d,\"tokens_per_step\":%d,\"ms_per_step\":%.2f,"
            "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"peak_tflops\":%.1f,\"mfu\":%s,"
            "\"peak_mem_gib\":%.2f,\"device_used_gib\":%.2f,\"final_loss\":%.4f,"
            "\"ms_forward_backward\":%.2f,\"ms_optimizer\":%.2f,\"graph_replays\":%lld}\n",
-           recompute ? "-recompute" : eager ? "-eager" : "", config, attn, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
+           eager ? "-eager" : recompute ? "" : "-keep", config, attn, recompute, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
            tflops, peak, mfu, rl_gpu_model_device_bytes(m) / 1073741824.0,
            (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps,
            rl_gpu_model_graph_replays(m));

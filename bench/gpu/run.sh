@@ -135,6 +135,9 @@ for cfg in $CONFIGS; do
         emit "$cfg" ringleader \
             "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --attention own --ddp-rounds 0)" ;;
     esac
+    # every layer's norm outputs and SwiGLU product kept: what recompute costs
+    emit "$cfg" ringleader-keep \
+        "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --recompute 0 --profile-steps 0 --ddp-rounds 0)"
     # the same step launched kernel by kernel: what the CUDA graphs save
     emit "$cfg" ringleader-eager \
         "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --eager --profile-steps 0 --ddp-rounds 0)"

@@ -203,6 +203,7 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
     opt.attention = !strcmp(t->attention, "own")     ? RL_GPU_ATTN_OWN
                     : !strcmp(t->attention, "cudnn") ? RL_GPU_ATTN_CUDNN
                                                      : RL_GPU_ATTN_AUTO;
+    opt.recompute = t->recompute;
     if (rl_gpu_model_create(&g->model, &d->cfg->model, t->micro_batch, t->seq_len, &opt, g->stream, e))
         return rl_err_wrap(e, "building the model on GPU %d", device);
     g->device = device;

@@ -43,6 +43,10 @@ typedef struct rl_train_config {
      * with our kernels on the model's shapes and is faster; else ours),
      * "cudnn" (an error without it), "own" (our kernels). No effect on cpu. */
     char attention[8];
+    /* On cuda: keep one layer's norm outputs and SwiGLU product, rebuilt in
+     * the backward (rl_gpu_options.recompute), instead of every layer's.
+     * The same results bit for bit; no effect on cpu. */
+    bool recompute;
 } rl_train_config;
 
 typedef struct rl_data_config {

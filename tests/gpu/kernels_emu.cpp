@@ -452,14 +452,15 @@ template <int VW> static void emu_rmsnorm(int N, int D) {
                                N, D);
         if (!acc) poison(dx);
         if (!acc_dw) poison(dw);
-        std::vector<bf16> dx16((size_t)N * D);
-        poison(dx16);
+        std::vector<bf16> dx16((size_t)N * D), y((size_t)N * D);
+        poison(dx16), poison(y);
         int nw = rms_warps(D), nblk = rms_blocks(N), rpb = rms_rows_per_block(N);
         std::vector<float> partial((size_t)nblk * D);
         poison(partial);
+        // the forward's output rebuilt on the second round only: NULL is the other case
         launch(nblk, 1, nw * 32, [&] {
-            rmsnorm_bwd_kernel<VW>(dx.data(), dx16.data(), partial.data(), dout16.data(), x.data(),
-                                   w.data(), rstd.data(), N, D, rpb, acc);
+            rmsnorm_bwd_kernel<VW>(dx.data(), dx16.data(), acc ? y.data() : NULL, partial.data(),
+                                   dout16.data(), x.data(), w.data(), rstd.data(), N, D, rpb, acc);
         });
         launch(
             cdiv(D, 256), 1, 256,
@@ -469,6 +470,13 @@ template <int VW> static void emu_rmsnorm(int N, int D) {
         check(name, dx, dxr, 1e-4);
         check("  dx bf16 copy", from_bf(dx16), dxr, 4e-3);
         check("  dw", dw, dwr, 1e-4);
+        if (acc) {
+            size_t diff = 0;
+            for (size_t i = 0; i < y.size(); i++)
+                diff += memcmp(&y[i], &out[i], sizeof(bf16)) != 0;
+            verdict(diff == 0, "  the forward's output rebuilt, bit for bit",
+                    "%zu of %zu elements differ", diff, y.size());
+        }
     }
 }
 
@@ -539,19 +547,28 @@ template <int VW> static void emu_swiglu(int N, int F) {
             dref[(size_t)n * 2 * F + j] = dg[(size_t)n * F + j],
                                      dref[(size_t)n * 2 * F + F + j] = du[(size_t)n * F + j];
     auto gub = to_bf(gu), dhb = to_bf(dh);
-    std::vector<bf16> h(nf), dgu(2 * nf);
-    poison(h), poison(dgu);
+    std::vector<bf16> h(nf), h2(nf), dgu(2 * nf), dgu2(2 * nf);
+    poison(h), poison(h2), poison(dgu), poison(dgu2);
     unsigned grid = std::min(cdiv(nf / VW, 256), 3u);
     launch(
         grid, 1, 256, [&] { swiglu_fwd_kernel<VW>(h.data(), gub.data(), N, F); }, false);
     launch(
-        grid, 1, 256, [&] { swiglu_bwd_kernel<VW>(dgu.data(), dhb.data(), gub.data(), N, F); },
+        grid, 1, 256,
+        [&] { swiglu_bwd_kernel<VW>(dgu.data(), NULL, dhb.data(), gub.data(), N, F); }, false);
+    launch(
+        grid, 1, 256,
+        [&] { swiglu_bwd_kernel<VW>(dgu2.data(), h2.data(), dhb.data(), gub.data(), N, F); },
         false);
+    size_t diff = 0;
+    for (size_t i = 0; i < nf; i++) diff += memcmp(&h2[i], &h[i], sizeof(bf16)) != 0;
+    for (size_t i = 0; i < 2 * nf; i++) diff += memcmp(&dgu2[i], &dgu[i], sizeof(bf16)) != 0;
     char name[96];
     snprintf(name, sizeof name, "emu swiglu fwd N=%d F=%d (x%d)", N, F, VW);
     check(name, from_bf(h), hr, 4e-3);
     snprintf(name, sizeof name, "emu swiglu bwd N=%d F=%d (x%d)", N, F, VW);
     check(name, from_bf(dgu), dref, 4e-3);
+    verdict(diff == 0, "  with h: the forward's product rebuilt and dgu the same, bit for bit",
+            "%zu elements differ", diff);
 }
 
 // The fused classifier on rows of ld >= V: padding that would dominate the
@@ -765,8 +782,13 @@ static void emu_costs() {
         {"adamw n=10", rl_k_adamw_cost(10), 160, 300, 1},
         // 8 x 16 dout bf16, x fp32, dres fp32 read and written, dres16; w, dw in
         // and out (3 D fp32), rstd 8, the one block's partial row out and in
-        {"rmsnorm bwd N=8 D=16", rl_k_rmsnorm_bwd_cost(8, 16), 10 * 128 + 16,
+        {"rmsnorm bwd N=8 D=16", rl_k_rmsnorm_bwd_cost(8, 16, 0), 10 * 128 + 16,
          128 * 16.0 + 16 * 12 + 32 + 16 * 8, 2},
+        // and the norm's output written again: 8 x 16 bf16, 2 FLOPs each
+        {"rmsnorm bwd N=8 D=16 rebuilding y", rl_k_rmsnorm_bwd_cost(8, 16, 1), 12 * 128 + 16,
+         128 * 18.0 + 16 * 12 + 32 + 16 * 8, 2},
+        // gate|up 3 x 2 x 4, dh 3 x 4 read, dgate|dup written, h written again (bf16)
+        {"swiglu bwd N=3 F=4 rebuilding h", rl_k_swiglu_bwd_cost(3, 4, 1), 16 * 12, 12 * 2 * 6, 1},
         {"embed bwd U=0", rl_k_embed_bwd_cost(4, 0, 8), 32, 4 * 8 * 4 + (1 + 4) * 4, 0},
         {"loss accum n=9", rl_k_loss_accum_cost(9), 11, 44, 1},
     };

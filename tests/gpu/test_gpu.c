@@ -214,19 +214,29 @@ static void test_rmsnorm(void) {
             double *xd = to_d(x, nd), *wd = to_d(w, D), *gd = to_d(dout, nd);
             double *dxr = acc ? to_d(dx, nd) : calloc(nd, sizeof(double));
             double *dwr = acc_dw ? to_d(dw, D) : calloc(D, sizeof(double));
-            double *tmp = malloc(nd * sizeof(double)), *rd = malloc(N * sizeof(double));
-            rl_cpu_rmsnorm_fwd_f64(tmp, rd, xd, wd, N, D, 1e-5);
-            float *rstd = malloc(N * sizeof(float));
-            for (int i = 0; i < N; i++) rstd[i] = (float)rd[i], rd[i] = rstd[i];
+            double *rd = malloc(N * sizeof(double));
+            /* the GPU forward's rstd, and its output: the backward rebuilds
+             * that output (recompute) on the second round, bit for bit */
+            float *rstd = malloc(N * sizeof(float)), *out = malloc(nd * sizeof(float)),
+                  *y = acc ? malloc(nd * sizeof(float)) : NULL;
+            if (rl_gpu_op_rmsnorm_fwd(out, rstd, x, w, N, D, 1e-5f, &e)) {
+                fail_err(name, &e);
+                goto rms_done;
+            }
+            for (int i = 0; i < N; i++) rd[i] = rstd[i];
             rl_cpu_rmsnorm_bwd_f64(dxr, dwr, gd, xd, wd, rd, N, D);
-            if (rl_gpu_op_rmsnorm_bwd(dx, dx16, dw, dout, x, w, rstd, N, D, acc, acc_dw, &e))
+            if (rl_gpu_op_rmsnorm_bwd(dx, dx16, dw, y, dout, x, w, rstd, N, D, acc, acc_dw, &e))
                 fail_err(name, &e);
             else if (check_cmp(name, dx, dxr, nd, 1e-4) &&
-                     check_cmp("  dx bf16 copy", dx16, dxr, nd, 4e-3))
-                check_cmp("  dw", dw, dwr, (size_t)D, 1e-4);
+                     check_cmp("  dx bf16 copy", dx16, dxr, nd, 4e-3) &&
+                     check_cmp("  dw", dw, dwr, (size_t)D, 1e-4) && y)
+                report("  the forward's output rebuilt, bit for bit",
+                       !memcmp(y, out, nd * sizeof(float)), "%s",
+                       memcmp(y, out, nd * sizeof(float)) ? "DIFFERS" : "same");
+        rms_done:
             free(x), free(w), free(dout), free(dx), free(dw), free(dx16), free(xd), free(wd),
                 free(gd);
-            free(dxr), free(dwr), free(tmp), free(rd), free(rstd);
+            free(dxr), free(dwr), free(rd), free(rstd), free(out), free(y);
         }
     }
 }
@@ -343,12 +353,15 @@ static void test_attention(void) {
 /* ---- attention through cuDNN (train.attention) -------------------------------- */
 /* The cuDNN backend against the CPU reference and against our kernels, at
  * the tolerances of attn_case, RoPE on (the op rotates q, k before it and
- * dq, dk back after, as the model does). Head dims multiples of 8: cuDNN's. */
-static void attn_cudnn_case(const int *shape) {
+ * dq, dk back after, as the model does). Head dims multiples of 8: cuDNN's.
+ * With a deterministic backward engine (the trainer's) and with any
+ * (attn_dq_atomic's, gpu_bench's). */
+static void attn_cudnn_case(const int *shape, int det) {
     int B = shape[0], T = shape[1], H = shape[2], KV = shape[3], hd = shape[4], P = T + 5;
     size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd;
     char name[96], sub[120];
-    snprintf(name, sizeof name, "attention cudnn B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    snprintf(name, sizeof name, "attention cudnn B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd,
+             det ? "" : " any engine");
     if (!selected(name)) return;
     reseed(name);
     rl_err e = {0};
@@ -373,7 +386,8 @@ static void attn_cudnn_case(const int *shape) {
     for (int i = 0; i < 2; i++)
         o[i] = malloc(nq * sizeof(float)), dq[i] = malloc(nq * sizeof(float)),
         dk[i] = malloc(nk * sizeof(float)), dv[i] = malloc(nk * sizeof(float));
-    int rc = rl_gpu_op_attn_cudnn(o[0], dq[0], dk[0], dv[0], dout, q, k, v, &c, B, T, H, KV, hd, &e);
+    int rc = rl_gpu_op_attn_cudnn(o[0], dq[0], dk[0], dv[0], dout, q, k, v, &c, B, T, H, KV, hd,
+                                  det, &e);
     if (rc || rl_gpu_op_attn_fwd(o[1], q, k, v, &c, B, T, H, KV, hd, &e) ||
         rl_gpu_op_attn_bwd(dq[1], dk[1], dv[1], dout, q, k, v, &c, B, T, H, KV, hd, 0, &e)) {
         fail_err(name, &e);
@@ -404,7 +418,8 @@ static void test_attention_cudnn(void) {
     static const int shapes[][5] = {
         {1, 1, 3, 1, 32}, {2, 7, 3, 1, 32}, {1, 64, 2, 2, 64}, {2, 65, 6, 3, 40}, {1, 129, 4, 2, 64},
     };
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) attn_cudnn_case(shapes[si]);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int det = 1; det >= 0; det--) attn_cudnn_case(shapes[si], det);
 }
 
 static void test_swiglu(void) {
@@ -444,11 +459,16 @@ static void test_swiglu(void) {
                         ref[(size_t)n * 2 * F + j] = dg[(size_t)n * F + j],
                                                 ref[(size_t)n * 2 * F + F + j] =
                                                     du[(size_t)n * F + j];
-                if (rl_gpu_op_swiglu_bwd(dgu, dh, gu, N, F, &e))
+                /* and the product rebuilt (recompute), bit for bit the forward's */
+                float *h = malloc(nf * sizeof(float)), *h2 = malloc(nf * sizeof(float));
+                if (rl_gpu_op_swiglu_bwd(dgu, h2, dh, gu, N, F, &e) ||
+                    rl_gpu_op_swiglu_fwd(h, gu, N, F, &e))
                     fail_err(name, &e);
-                else
-                    check_cmp(name, dgu, ref, 2 * nf, 4e-3);
-                free(dh), free(dgu), free(dhd), free(dg), free(du), free(ref);
+                else if (check_cmp(name, dgu, ref, 2 * nf, 4e-3))
+                    report("  the forward's product rebuilt, bit for bit",
+                           !memcmp(h, h2, nf * sizeof(float)), "%s",
+                           memcmp(h, h2, nf * sizeof(float)) ? "DIFFERS" : "same");
+                free(dh), free(dgu), free(dhd), free(dg), free(du), free(ref), free(h), free(h2);
             }
             free(gu), free(g), free(u);
         }
@@ -710,7 +730,7 @@ static void test_step(const model_case *mc, int recompute, int crows, int dq_ato
     float *logits = malloc((size_t)N * c.vocab_size * sizeof(float));
     float lc, lg, lt, lg2, norm;
     rl_gpu_options opt = {
-        .recompute_swiglu = recompute, .classifier_rows = crows, .attn_dq_atomic = dq_atomic};
+        .recompute = recompute, .classifier_rows = crows, .attn_dq_atomic = dq_atomic};
     if (rl_model_forward(&cpu, tok, tgt, B, T, &lc, &e)) goto err;
     memcpy(logits, rl_model_logits(&cpu), (size_t)N * c.vocab_size * sizeof(float));
     rl_model_zero_grad(&cpu);
