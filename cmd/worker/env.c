@@ -29,6 +29,7 @@ void worker_env_read(worker_env *w) {
         .secret = var(RL_ENV_RDZV_SECRET),
         .pod_name = var("POD_NAME") ? var("POD_NAME") : host,
         .node_name = var("NODE_NAME"),
+        .rack = var("RINGLEADER_RACK"),
         .pod_ip = either("POD_IP", "RL_HOST_ADDR"),
         .ring_host = either("RL_HOST_ADDR", "POD_IP"),
         .pod_ns = var("POD_NAMESPACE"),
@@ -84,7 +85,10 @@ int worker_env_stats(const worker_env *w, int flag_port, rl_node_stats_opts *o, 
 
 int worker_env_elastic(const worker_env *w, rl_elastic_env *ee, rl_err *e) {
     *ee = (rl_elastic_env){.id = w->pod_name, .addr = w->pod_ip, .ns = w->pod_ns, .kubeconfig = w->kubeconfig,
-                           .secret = w->secret};
+                           .secret = w->secret, .rack = w->rack};
+    /* a label value's limit: the round's join record holds no more */
+    if (w->rack && strlen(w->rack) > 63)
+        return rl_errf(e, RL_EINPUT, "RINGLEADER_RACK: %zu characters, over a label value's 63", strlen(w->rack));
     if (w->progress_interval) {
         char *end;
         double v = strtod(w->progress_interval, &end);

@@ -18,6 +18,8 @@ typedef struct worker_env {
     const char *secret;      /* RINGLEADER_RDZV_SECRET (never logged) */
     const char *pod_name;    /* POD_NAME, else the host name */
     const char *node_name;   /* NODE_NAME (the operator's downward API: spec.nodeName), else NULL */
+    const char *rack;        /* RINGLEADER_RACK (the operator's downward API: the pod's copy of its
+                                node's spec.rackLabel), else NULL */
     const char *pod_ip;      /* POD_IP, else RL_HOST_ADDR: the agent's address */
     const char *ring_host;   /* RL_HOST_ADDR, else POD_IP: where peers reach a trainer's ring */
     const char *pod_ns;      /* POD_NAMESPACE */

@@ -291,6 +291,7 @@ typedef struct rl_elastic_opts {
     const char *job;         /* names the Lease (<job>-leader) and Service (<job>) */
     const char *id;          /* this node (pod name) */
     const char *addr;        /* this node's address (pod IP) */
+    const char *rack;        /* its rack or NVLink domain (NULL: unknown): the ring's order in a zone */
     int port;                /* the store's port while leading (29400) */
     int nproc;               /* trainers on this node */
     const void *secret;      /* the job's rendezvous secret */
@@ -324,6 +325,7 @@ int rl_elastic_run(const rl_elastic_opts *o, rl_err *e);
  * have. */
 typedef struct rl_elastic_env {
     const char *id, *addr, *ns, *kubeconfig, *secret; /* ns, kubeconfig, secret may be NULL */
+    const char *rack; /* RINGLEADER_RACK (NULL: unknown), at most 63 characters */
     double progress_interval_s;
 } rl_elastic_env;
 int rl_elastic_setup(const rl_job_config *cfg, int nproc, const rl_elastic_env *env, rl_elastic_opts *o,

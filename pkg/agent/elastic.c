@@ -325,7 +325,7 @@ static int agent_loop(agent *a, rl_err *e) {
         char why[600] = "";
         for (;;) {
             rl_err je = {0};
-            rc = rl_round_join(s, o->id, o->addr, o->nproc, JOIN_SLICE_S, &joined, &t, &je);
+            rc = rl_round_join(s, o->id, o->addr, o->rack, o->nproc, JOIN_SLICE_S, &joined, &t, &je);
             /* parked trainers wait for a round, not for ever: a node left
              * out (a standby) or a long election starts fresh ones later */
             if (rc == RL_ETIMEOUT && a->parked && rl_now() - a->parked_since > PARK_KEEP_S) {
@@ -480,6 +480,7 @@ int rl_elastic_setup(const rl_job_config *cfg, int nproc, const rl_elastic_env *
                                .bench_s = rc->bench_s};
     int err;
     o->job = rc->job, o->id = env->id, o->addr = env->addr ? env->addr : "", o->port = rc->port;
+    o->rack = env->rack;
     o->nproc = nproc > 0 ? nproc : 1;
     o->secret = env->secret ? env->secret : "", o->secret_len = env->secret ? strlen(env->secret) : 0;
     o->lease_s = rc->lease_s, o->renew_deadline_s = rc->renew_deadline_s, o->retry_s = rc->retry_s;

@@ -332,6 +332,15 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
     cJSON_AddItemToArray(env, env_field("POD_IP", "status.podIP"));
     /* names the node in hang verdicts (pkg/hang) */
     cJSON_AddItemToArray(env, env_field("NODE_NAME", "spec.nodeName"));
+    /* the ring's order within a zone: the node's rack as the pod carries it
+     * (a node label reaches a pod's labels at binding only where the
+     * cluster copies it: the PodTopologyLabels admission plugin with this
+     * key configured, Kubernetes 1.35; else the value is "", unknown) */
+    if (j->rack_label[0]) {
+        char path[sizeof j->rack_label + 20];
+        snprintf(path, sizeof path, "metadata.labels['%s']", j->rack_label);
+        cJSON_AddItemToArray(env, env_field("RINGLEADER_RACK", path));
+    }
     cJSON_AddItemToArray(env, env_value("RINGLEADER_RDZV", "k8s"));
     cJSON_AddItemToArray(env, env_value("RINGLEADER_JOB", j->name));
     snprintf(buf, sizeof buf, "%d:%d", j->min_nodes, j->max_nodes);

@@ -55,6 +55,7 @@ typedef struct rl_op_job {
     char s3_endpoint[512], s3_region[64], s3_addressing[16];
     char s3_secret[254], s3_key_id[254], s3_key_secret[254], s3_key_token[254];
     char shm_size[32];       /* spec.shmSize: sizeLimit of the /dev/shm emptyDir ("" none) */
+    char rack_label[320];    /* spec.rackLabel: the node label naming a rack or NVLink domain ("" none) */
     /* the object's spec (borrowed): fields passed through to the pods as
      * written -- podMetadata, affinity, topologySpreadConstraints, ... */
     const struct cJSON *spec;

@@ -329,6 +329,18 @@ static int parse_pod_map(const cJSON *pm, const char *field, bool label, rl_err 
     return RL_OK;
 }
 
+/* spec.rackLabel: a label key, put into a downward-API field path
+ * (metadata.labels['<key>']), so it must be one the API server takes, and
+ * a qualified name never holds the quote that would end the path. */
+static int parse_rack_label(const cJSON *spec, rl_op_job *j, rl_err *e) {
+    int rc = get_str(spec, "spec", "rackLabel", "", j->rack_label, sizeof j->rack_label, e);
+    char esc[96];
+    if (!rc && j->rack_label[0] && !qualified_name_ok(j->rack_label))
+        rc = rl_errf(e, RL_EINPUT, "spec.rackLabel: \"%s\" is not a label key ([prefix/]name, name at most 63 "
+                     "characters)", rl_json_escape(esc, sizeof esc, j->rack_label));
+    return rc;
+}
+
 /* What the schema leaves to the API server is checked when the pod is made
  * (a refused create is the PodCreateFailed condition); the shapes are
  * checked here so the pod builder can copy them without looking. */
@@ -473,7 +485,8 @@ int rl_op_job_parse(const cJSON *obj, rl_op_job *j, rl_err *e) {
         j->min_nodes = j->max_nodes = j->replicas;
     }
     if ((rc = parse_s3(spec, j, e)) || (rc = parse_secret_refs(spec, e)) || (rc = parse_volumes(spec, j, e)) ||
-        (rc = check_env_secrets(spec, j, e)) || (rc = parse_pod_passthrough(spec, e)))
+        (rc = check_env_secrets(spec, j, e)) || (rc = parse_pod_passthrough(spec, e)) ||
+        (rc = parse_rack_label(spec, j, e)))
         return rc;
     return parse_training(spec, j, e);
 }

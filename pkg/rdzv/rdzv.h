@@ -145,6 +145,7 @@ typedef struct rl_round_node {
     char id[254];
     char addr[64];
     char zone[64]; /* its peer's zone ("" unknown) */
+    char rack[64]; /* the rack or NVLink domain its join named ("" unknown) */
     int local_world, rank0;
 } rl_round_node;
 
@@ -155,7 +156,8 @@ typedef struct rl_round_table {
 } rl_round_table;
 
 /* Strict parse of a published table (fuzzed): every field present and
- * typed (zone optional), nodes strictly sorted by (zone, id), ranks
+ * typed (zone and rack optional), nodes strictly sorted by (zone, rack,
+ * id), ranks
  * contiguous from 0 in that order, world = sum of local_world. */
 int rl_round_table_parse(const char *json, size_t len, rl_round_table *t, rl_err *e);
 void rl_round_table_free(rl_round_table *t);
@@ -187,8 +189,10 @@ void rl_round_coord_stop(rl_round_coord *c);
  * failed it -- (and only then: a store that closed or stopped answering is
  * RL_EIO, a lost leader, not a failed job); RL_OK with t->round < 0 when
  * the job completed. */
-int rl_round_join(rl_store *s, const char *id, const char *addr, int local_world, double timeout_s,
-                  long long *joined_round, rl_round_table *t, rl_err *e);
+/* rack: this node's rack or NVLink domain (NULL or "": unknown), which
+ * orders the ring within a zone. */
+int rl_round_join(rl_store *s, const char *id, const char *addr, const char *rack, int local_world,
+                  double timeout_s, long long *joined_round, rl_round_table *t, rl_err *e);
 typedef enum { RL_ROUND_RUNNING = 0, RL_ROUND_NEXT, RL_ROUND_COMPLETE, RL_ROUND_FAILED } rl_round_state;
 /* How a round ended, as a member reads R/end. NEXT with graceful: the
  * round ended with every member alive (the job grows), so trainers get time

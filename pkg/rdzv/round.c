@@ -44,20 +44,20 @@ static int str_of(const cJSON *o, const char *k, char *out, size_t n, rl_err *e)
     return RL_OK;
 }
 
-/* "zone" is optional: absent or "" is an unknown zone. */
-static int zone_of(const cJSON *o, char *out, size_t n, rl_err *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "zone");
+/* "zone" and "rack" are optional: absent or "" is unknown. */
+static int opt_str_of(const cJSON *o, const char *k, char *out, size_t n, rl_err *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     out[0] = '\0';
     if (!v) return RL_OK;
     if (!cJSON_IsString(v) || strlen(v->valuestring) >= n)
-        return rl_errf(e, RL_EINPUT, "round table: \"zone\" must be a string of 0..%zu characters", n - 1);
+        return rl_errf(e, RL_EINPUT, "round table: \"%s\" must be a string of 0..%zu characters", k, n - 1);
     memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
     return RL_OK;
 }
 
 static int by_id_ptr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* The (zone, id) order does not keep one id out of two zones; the agent
+/* The (zone, rack, id) order does not keep one id out of two zones; the agent
  * finds itself by id, so ids are unique. */
 static int unique_ids(const rl_round_node *nodes, int n, rl_err *e) {
     const char **ids = malloc((size_t)n * sizeof *ids);
@@ -107,10 +107,12 @@ int rl_round_table_parse(const char *json, size_t len, rl_round_table *t, rl_err
         else if (!(rc = str_of(it, "id", d->id, sizeof d->id, e)) &&
                  !(rc = str_of(it, "addr", d->addr, sizeof d->addr, e)) &&
                  !(rc = int_of(it, "local_world", 1, 1 << 16, &lw, e)) &&
-                 !(rc = int_of(it, "rank0", 0, 1 << 24, &r0, e)) && !(rc = zone_of(it, d->zone, sizeof d->zone, e))) {
+                 !(rc = int_of(it, "rank0", 0, 1 << 24, &r0, e)) &&
+                 !(rc = opt_str_of(it, "zone", d->zone, sizeof d->zone, e)) &&
+                 !(rc = opt_str_of(it, "rack", d->rack, sizeof d->rack, e))) {
             d->local_world = (int)lw, d->rank0 = (int)r0;
             if (i > 0 && rl_round_node_cmp(&t->nodes[i - 1], d) >= 0)
-                rc = rl_errf(e, RL_EINPUT, "round table: nodes not strictly sorted by zone and id at %d", i);
+                rc = rl_errf(e, RL_EINPUT, "round table: nodes not strictly sorted by zone, rack and id at %d", i);
             else if (r0 != next)
                 rc = rl_errf(e, RL_EINPUT, "round table: node %d starts at rank %lld, expected %lld", i, r0, next);
             next += lw;
@@ -138,6 +140,7 @@ static char *table_json(long long round, int restarts, const rl_round_node *node
         cJSON_AddStringToObject(o, "id", nodes[i].id);
         cJSON_AddStringToObject(o, "addr", nodes[i].addr);
         if (nodes[i].zone[0]) cJSON_AddStringToObject(o, "zone", nodes[i].zone);
+        if (nodes[i].rack[0]) cJSON_AddStringToObject(o, "rack", nodes[i].rack);
         cJSON_AddNumberToObject(o, "local_world", nodes[i].local_world);
         cJSON_AddNumberToObject(o, "rank0", w);
         w += nodes[i].local_world;
@@ -266,7 +269,8 @@ static int read_joins(rl_round_coord *c, int64_t *seen, rl_round_node *joined, i
         rl_err pe = {0};
         long long lw = 0;
         if (!cJSON_IsObject(j) || str_of(j, "id", nd.id, sizeof nd.id, &pe) ||
-            str_of(j, "addr", nd.addr, sizeof nd.addr, &pe) || int_of(j, "local_world", 1, 1 << 16, &lw, &pe)) {
+            str_of(j, "addr", nd.addr, sizeof nd.addr, &pe) || int_of(j, "local_world", 1, 1 << 16, &lw, &pe) ||
+            opt_str_of(j, "rack", nd.rack, sizeof nd.rack, &pe)) {
             rl_log_msg(RL_LOG_WARN, "round_bad_join", pe.msg[0] ? pe.msg : "join is not a JSON object");
         } else {
             nd.local_world = (int)lw;
@@ -330,9 +334,10 @@ static int gather(rl_round_coord *c, rl_round_node *joined, int *nj, int64_t *se
     }
 }
 
-/* The round's nodes with their zones from the Service, in ring order
- * (rl_round_order), and the order in the log: which edges cross zones is
- * what a slow ring would be asked first. */
+/* The round's nodes with their zones from the Service (their racks came
+ * with their joins), in ring order (rl_round_order), and the order in the
+ * log: which edges cross zones and racks is what a slow ring would be
+ * asked first. */
 static void place_by_zone(rl_round_coord *c, rl_round_node *nodes, int n, rl_peer *peers) {
     uint64_t ver = 0;
     int np = rl_members_snapshot(c->members, peers, MAX_NODES, &ver, NULL);
@@ -344,12 +349,13 @@ static void place_by_zone(rl_round_coord *c, rl_round_node *nodes, int n, rl_pee
     char order[1024] = "", esc[2048];
     size_t used = 0;
     for (int i = 0; i < n && used < sizeof order; i++) {
-        int w = snprintf(order + used, sizeof order - used, "%s%s@%s", i ? "," : "", nodes[i].id,
-                         nodes[i].zone[0] ? nodes[i].zone : "?");
+        int w = snprintf(order + used, sizeof order - used, "%s%s@%s%s%s", i ? "," : "", nodes[i].id,
+                         nodes[i].zone[0] ? nodes[i].zone : "?", nodes[i].rack[0] ? "/" : "", nodes[i].rack);
         if (w > 0) used += (size_t)w;
     }
-    rl_log(RL_LOG_INFO, "round_order", "\"round\":%lld,\"order\":\"%s\",\"zone_crossings\":%d", c->round,
-           rl_json_escape(esc, sizeof esc, order), rl_round_zone_crossings(nodes, n));
+    rl_log(RL_LOG_INFO, "round_order", "\"round\":%lld,\"order\":\"%s\",\"zone_crossings\":%d,\"rack_crossings\":%d",
+           c->round, rl_json_escape(esc, sizeof esc, order), rl_round_zone_crossings(nodes, n),
+           rl_round_rack_crossings(nodes, n));
 }
 
 /* A member's failure report is "<class name>: <reason>" (rl_round_report). */
@@ -712,13 +718,14 @@ int rl_round_report(rl_store *s, long long round, const char *id, rl_fail_class 
     return rc;
 }
 
-int rl_round_join(rl_store *s, const char *id, const char *addr, int local_world, double timeout_s,
-                  long long *joined_round, rl_round_table *t, rl_err *e) {
+int rl_round_join(rl_store *s, const char *id, const char *addr, const char *rack, int local_world,
+                  double timeout_s, long long *joined_round, rl_round_table *t, rl_err *e) {
     memset(t, 0, sizeof *t);
     double end = rl_now() + timeout_s;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "id", id);
     cJSON_AddStringToObject(j, "addr", addr);
+    if (rack && *rack) cJSON_AddStringToObject(j, "rack", rack);
     cJSON_AddNumberToObject(j, "local_world", local_world);
     char *info = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);

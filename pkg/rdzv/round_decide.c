@@ -36,8 +36,8 @@ bool rl_round_survivors_in(const rl_round_opts *o, const rl_round_node *joined, 
 }
 
 int rl_round_node_cmp(const rl_round_node *a, const rl_round_node *b) {
-    int z = strcmp(a->zone, b->zone);
-    return z ? z : strcmp(a->id, b->id);
+    int z = strcmp(a->zone, b->zone), r = strcmp(a->rack, b->rack);
+    return z ? z : r ? r : strcmp(a->id, b->id);
 }
 
 static int node_cmp(const void *a, const void *b) { return rl_round_node_cmp(a, b); }
@@ -49,6 +49,15 @@ void rl_round_order(rl_round_node *nodes, int n) {
 int rl_round_zone_crossings(const rl_round_node *nodes, int n) {
     int x = 0;
     for (int i = 0; n > 1 && i < n; i++) x += strcmp(nodes[i].zone, nodes[(i + 1) % n].zone) != 0;
+    return x;
+}
+
+int rl_round_rack_crossings(const rl_round_node *nodes, int n) {
+    int x = 0;
+    for (int i = 0; n > 1 && i < n; i++) {
+        const rl_round_node *a = &nodes[i], *b = &nodes[(i + 1) % n];
+        x += strcmp(a->zone, b->zone) != 0 || strcmp(a->rack, b->rack) != 0;
+    }
     return x;
 }
 

@@ -18,13 +18,16 @@ bool rl_round_gathered(const rl_round_opts *o, const rl_round_node *joined, int 
                        const rl_peer *peers, int np, bool synced, const rl_round_node *expect,
                        int nexpect);
 
-/* Topology: ranks follow nodes in (zone, id) order, so the ring enters and
- * leaves each zone once -- the fewest zone-crossing edges a ring can have
- * (none with one zone, k with k > 1). Unknown zones ("") sort first. */
+/* Topology: ranks follow nodes in (zone, rack, id) order, so the ring
+ * enters and leaves each zone once, and each rack within it once -- the
+ * fewest crossing edges a ring can have at both levels (none with one
+ * zone, k with k > 1). Unknown zones and racks ("") sort first. */
 int rl_round_node_cmp(const rl_round_node *a, const rl_round_node *b);
 void rl_round_order(rl_round_node *nodes, int n);
-/* Ring edges (i -> i+1, the last back to the first) between zones. */
+/* Ring edges (i -> i+1, the last back to the first) between zones, and
+ * between racks (a different zone or rack: leaving a rack). */
 int rl_round_zone_crossings(const rl_round_node *nodes, int n);
+int rl_round_rack_crossings(const rl_round_node *nodes, int n);
 
 /* What the coordinator keeps about a running round between looks. */
 typedef struct rl_round_member {

@@ -135,7 +135,12 @@ static void up(void) { up_with(NULL); }
 /* An autoscaled pool: 2 nodes now, up to 4; a pod Unschedulable for 15 s
  * gets a node (long enough for a round to form on the 2 nodes first). */
 static void up_pool(void) { up_with("--nodes 2 --autoscaler 4 --scale-up-delay 15"); }
-static void up_zones(void) { up_with("--nodes 4 --zones a,b"); }
+/* racks r2, r1 over the zones' nodes (a/r2, b/r2, a/r1, b/r1), copied onto
+ * pods at binding as the PodTopologyLabels admission plugin does with the
+ * key configured */
+static void up_zones(void) {
+    up_with("--nodes 4 --zones a,b --racks r2,r1 --pod-topology-labels nvidia.com/gpu.clique");
+}
 
 static void down(void) {
     stop_operator(SIGTERM);
@@ -653,25 +658,30 @@ Test(e2e, an_autoscaled_spot_pool_grows_survives_a_reclaim_and_refuses_a_drain, 
 
 /* Topology: four nodes in zones a, b, a, b (the stand-in's labels, which
  * its EndpointSlice controller copies into each endpoint, as the real one
- * does); one pod per node. The leader orders the ring by zone, so it
- * crosses zones twice, not four times as the ids would, and logs the order. */
-Test(e2e, ranks_follow_the_zones_of_the_nodes, .init = up_zones, .fini = down, .timeout = 300) {
+ * does) and racks r2, r2, r1, r1 (spec.rackLabel: each pod reads its
+ * node's rack from its own labels); one pod per node. The leader orders
+ * the ring by zone, then rack, so it crosses zones twice, not four times
+ * as the ids would, each rack is entered once, and the order is logged. */
+Test(e2e, ranks_follow_the_zones_and_racks_of_the_nodes, .init = up_zones, .fini = down, .timeout = 300) {
     const char *job = "zone";
     apply_job_rdzv(job, 4,
-                   ",\"affinity\":{\"podAntiAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":"
+                   ",\"rackLabel\":\"nvidia.com/gpu.clique\",\"affinity\":{\"podAntiAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":"
                    "[{\"topologyKey\":\"kubernetes.io/hostname\",\"labelSelector\":{\"matchLabels\":{\"ringleader.dev/job\":\"zone\"}}}]}}",
                    100000, 48, "");
     wait_phase(job, "Running", 90);
     wait_step(job, 2, 120);
-    char *log = malloc(LOG_MAX), pod[32], args[256], want_zone[8][16], order[1024] = "";
+    char *log = malloc(LOG_MAX), pod[32], args[256], want_zone[8][16], want_rack[8][16], order[1024] = "";
     cr_assert(log);
-    for (int i = 0; i < 4; i++) { /* each pod's zone, from its node's label */
+    for (int i = 0; i < 4; i++) { /* each pod's zone and rack, from its node's labels */
         char node[64], out[256];
         snprintf(pod, sizeof pod, "zone-%d", i);
         node_of(pod, node, sizeof node);
         snprintf(args, sizeof args, "get node %s -o jsonpath='{.metadata.labels.topology\\.kubernetes\\.io/zone}'", node);
         cr_assert_eq(kubectl(args, NULL, out, sizeof out), 0, "%s", out);
         snprintf(want_zone[i], sizeof want_zone[i], "%.15s", out);
+        snprintf(args, sizeof args, "get node %s -o jsonpath='{.metadata.labels.nvidia\\.com/gpu\\.clique}'", node);
+        cr_assert_eq(kubectl(args, NULL, out, sizeof out), 0, "%s", out);
+        snprintf(want_rack[i], sizeof want_rack[i], "%.15s", out);
         /* the leader's log has the order */
         snprintf(args, sizeof args, "logs %s", pod);
         if (kubectl(args, NULL, log, LOG_MAX) != 0) continue;
@@ -680,19 +690,38 @@ Test(e2e, ranks_follow_the_zones_of_the_nodes, .init = up_zones, .fini = down, .
         if (o) sscanf(o + 9, "%1023[^\"]", order);
     }
     cr_assert(order[0], "no round_order in any pod's log");
-    /* order: "zone-X@z,zone-Y@z,..." -- each pod with its node's zone, zones contiguous */
-    int n = 0, changes = 0;
+    /* order: "zone-X@z/r,zone-Y@z/r,..." -- each pod with its node's zone
+     * and rack, sorted by (zone, rack, id): zones contiguous, racks
+     * contiguous within them */
+    int n = 0, changes = 0, got[4], want[4] = {0, 1, 2, 3};
     char prev[16] = "", first[16] = "";
     for (char *save = NULL, *t = strtok_r(order, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
         int idx = -1;
-        char z[16] = "";
-        cr_assert_eq(sscanf(t, "zone-%d@%15s", &idx, z), 2, "%s", t);
-        cr_assert(idx >= 0 && idx < 4);
+        char z[16] = "", r[16] = "";
+        cr_assert_eq(sscanf(t, "zone-%d@%15[^/]/%15s", &idx, z, r), 3, "%s", t);
+        cr_assert(idx >= 0 && idx < 4 && n < 4);
         cr_expect_str_eq(z, want_zone[idx], "%s: its node says zone \"%s\"", t, want_zone[idx]);
+        cr_expect_str_eq(r, want_rack[idx], "%s: its node says rack \"%s\"", t, want_rack[idx]);
+        got[n] = idx;
         if (n == 0) snprintf(first, sizeof first, "%s", z);
         else changes += strcmp(prev, z) != 0;
         snprintf(prev, sizeof prev, "%s", z);
     }
+    for (int i = 0; i < 4; i++) /* the (zone, rack, id) order, by insertion */
+        for (int k = i; k > 0; k--) {
+            int a = want[k - 1], b = want[k], c = strcmp(want_zone[a], want_zone[b]);
+            if (!c) c = strcmp(want_rack[a], want_rack[b]);
+            if (c <= 0) break;
+            want[k - 1] = b, want[k] = a;
+        }
+    cr_expect(n == 4 && !memcmp(got, want, sizeof want), "ring order %d %d %d %d, want %d %d %d %d", got[0], got[1],
+              got[2], got[3], want[0], want[1], want[2], want[3]);
+    /* what makes the check bite: within a zone the racks are not in id order */
+    bool rack_first = false;
+    for (int i = 0; i < 4; i++)
+        for (int k = i + 1; k < 4; k++)
+            rack_first |= !strcmp(want_zone[i], want_zone[k]) && strcmp(want_rack[i], want_rack[k]) > 0;
+    cr_expect(rack_first, "the placement put the racks in id order: the rack order is not exercised");
     changes += strcmp(prev, first) != 0; /* the ring closes */
     int by_id = 0; /* what the id order alone would cross (4 when the scheduler alternates zones) */
     for (int i = 0; i < 4; i++) by_id += strcmp(want_zone[i], want_zone[(i + 1) % 4]) != 0;

@@ -498,7 +498,8 @@ class Kubelet(LocalNode):
         self.root = args.dir
         self.images = ImageMap(args.image)
         self.cluster = app.cluster
-        self.scheduler = Scheduler(store, self.event)
+        self.scheduler = Scheduler(store, self.event,
+                                   [k for k in (args.pod_topology_labels or "").split(",") if k])
         self.backoff = args.backoff
         self.backoff_max = args.backoff_max
         self.config_retry = min(2.0, args.backoff)

@@ -6,7 +6,9 @@ act on them in a real cluster.
     allocatable pods; the kubelet's default 110), --gpus (nvidia.com/gpu,
     present only when > 0), the kubelet's well-known labels,
     kubernetes.io/hostname = the name, topology.kubernetes.io/zone from
-    --zones (round-robin), the --node-label labels; InternalIP 127.0.0.1
+    --zones (round-robin), a rack label (--rack-label, from --racks: node i
+    takes racks[(i // zones) % racks], so a zone holds several racks), the
+    --node-label labels; InternalIP 127.0.0.1
     for the first node and 127.0.0.(K+1) for standin-node-K. Deleting a
     Node object is losing the machine: its processes are killed and its
     pods are left to PodGC. Node names are never reused. With --autoscaler
@@ -76,6 +78,8 @@ class NodeTemplate:
         self.max_pods = args.max_pods if args.max_pods is not None else DEFAULT_MAX_PODS
         self.gpus = args.gpus or 0
         self.zones = [z for z in (args.zones or "").split(",") if z]
+        self.racks = [r for r in (args.racks or "").split(",") if r]
+        self.rack_label = args.rack_label
         self.labels = {}
         for kv in args.node_label or []:
             k, _, v = kv.partition("=")
@@ -84,12 +88,17 @@ class NodeTemplate:
     def zone(self, i):
         return self.zones[i % len(self.zones)] if self.zones else None
 
+    def rack(self, i):
+        return self.racks[(i // max(1, len(self.zones))) % len(self.racks)] if self.racks else None
+
     def build(self, i, static_annotation=False):
         name = node_name(i)
         labels = {"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
                   "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
         if self.zone(i):
             labels["topology.kubernetes.io/zone"] = self.zone(i)
+        if self.rack(i):
+            labels[self.rack_label] = self.rack(i)
         labels.update(self.labels)
         meta = {"name": name, "labels": labels,
                 "annotations": {"node.alpha.kubernetes.io/ttl": "0",

@@ -325,13 +325,31 @@ def waiting_pods(store):
     return pods
 
 
+# The PodTopologyLabels admission plugin's own keys (Kubernetes 1.35,
+# beta): copied from the node onto the pod at binding, with the keys an
+# admin configures beside them.
+TOPOLOGY_LABELS = ("topology.k8s.io/zone", "topology.k8s.io/region")
+
+
+def copy_topology_labels(pod, node, keys):
+    """The binding's admission: the node's labels of those keys onto the
+    pod (a label the node lacks is left alone), before any container
+    starts, so the downward API sees them."""
+    have = _labels(node)
+    for k in TOPOLOGY_LABELS + tuple(keys):
+        if k in have:
+            pod.setdefault("metadata", {}).setdefault("labels", {})[k] = have[k]
+
+
 class Scheduler:
     """The scheduling loop: one pass whenever the store changed. A pod is
-    bound in a separate write (spec.nodeName + PodScheduled True), or its
-    PodScheduled False condition and a FailedScheduling Event say why."""
+    bound in a separate write (spec.nodeName + PodScheduled True, and the
+    node's topology labels: copy_topology_labels), or its PodScheduled
+    False condition and a FailedScheduling Event say why."""
 
-    def __init__(self, store, event):
+    def __init__(self, store, event, topology_keys=()):
         self.store, self.event = store, event
+        self.topology_keys = tuple(topology_keys)
         self.seen_rv = None
 
     def schedule(self):
@@ -365,6 +383,7 @@ class Scheduler:
             return
         node = pick(state, ok, snap)
         new["spec"]["nodeName"] = node
+        copy_topology_labels(new, snap.nodes[node], self.topology_keys)
         conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                       "lastTransitionTime": now_rfc3339()})
         new.setdefault("status", {})["conditions"] = conds

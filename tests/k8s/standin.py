@@ -6,7 +6,8 @@
       [--kubelet] [--image PATTERN=DIR[=ENTRYPOINT]]... [--max-pods 110]
       [--backoff 10] [--backoff-max 300] [--gpus 0] [--node-label K=V]...
       [--pod-cidr 127.R.0.0/16] [--pass-env NAME]...
-      [--nodes 1] [--zones Z1,Z2,...] [--autoscaler MAX_NODES]
+      [--nodes 1] [--zones Z1,Z2,...] [--racks R1,R2,...] [--rack-label KEY]
+      [--pod-topology-labels KEY,...] [--autoscaler MAX_NODES]
       [--scale-up-delay 10] [--scale-down-unneeded 600]
 
 With --kubelet (implied by --image and --autoscaler) a scheduler
@@ -15,7 +16,10 @@ local processes; without, pods are bound to the first node at creation and
 nothing runs them (tests then play the kubelet themselves). Either way
 there are Node objects (nodes.py): --nodes N of them (standin-node,
 standin-node-1, ...), each with --max-pods, --gpus, the --node-label
-labels and a zone from --zones; --autoscaler adds and removes nodes
+labels, a zone from --zones and a rack from --racks; the scheduler's
+binding copies node labels onto the pod as the PodTopologyLabels
+admission plugin does (topology.k8s.io/zone and region, and the keys of
+--pod-topology-labels, the plugin's configured ones); --autoscaler adds and removes nodes
 between N and MAX_NODES (autoscaler.py). The disruption controller keeps
 PDB status and pods/eviction honours it (disruption.py); the node
 lifecycle controller's taints and PodGC run too (nodes.py).
@@ -1395,6 +1399,13 @@ def main():
     ap.add_argument("--nodes", type=int, default=1, help="nodes at start: standin-node, standin-node-1, ...")
     ap.add_argument("--zones", default="", metavar="Z1,Z2,...",
                     help="topology.kubernetes.io/zone of the nodes, round-robin (default: none)")
+    ap.add_argument("--racks", default="", metavar="R1,R2,...",
+                    help="the nodes' racks (--rack-label): node i takes R[(i // zones) %% racks]")
+    ap.add_argument("--rack-label", default="nvidia.com/gpu.clique", metavar="KEY",
+                    help="the node label --racks sets (default: NVIDIA's NVLink-domain label)")
+    ap.add_argument("--pod-topology-labels", default="", metavar="KEY,...",
+                    help="node labels the binding copies onto the pod beside topology.k8s.io/{zone,region} "
+                         "(the PodTopologyLabels admission plugin's configured keys)")
     ap.add_argument("--autoscaler", type=int, default=0, metavar="MAX_NODES",
                     help="a cluster autoscaler between --nodes and MAX_NODES nodes (implies --kubelet)")
     ap.add_argument("--scale-up-delay", type=float, default=10.0,

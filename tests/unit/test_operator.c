@@ -119,6 +119,8 @@ Test(operator, refusals_name_the_field) {
         {"{\"image\":\"x\",\"volumes\":[{\"name\":\"d\",\"emptyDir\":{}}],\"volumeMounts\":[{\"name\":\"d\",\"mountPath\":\"/tmp\"}]}",
          "spec.volumeMounts[0].mountPath: /tmp is mounted by the operator"},
         {"{\"image\":\"x\",\"shmSize\":\"lots\"}", "spec.shmSize"},
+        {"{\"image\":\"x\",\"rackLabel\":\"rack']\"}", "spec.rackLabel: \"rack']\" is not a label key"},
+        {"{\"image\":\"x\",\"rackLabel\":\"Example.com/rack\"}", "spec.rackLabel"},
         {"{\"image\":\"x\",\"nprocPerNode\":4,\"gpusPerNode\":2}", "spec.nprocPerNode: 4 trainer processes but gpusPerNode 2"},
         {"{\"image\":\"x\",\"gpusPerNode\":1,\"training\":{\"dist\":{\"backend\":\"tcp\"}}}",
          "spec.training.dist.backend: \"tcp\" on a job with gpusPerNode 1"},
@@ -308,6 +310,7 @@ Test(operator, the_pod_a_job_wants) {
                    "\"elastic\":{\"minReplicas\":2,\"maxReplicas\":4},\"replicas\":3,"
                    "\"resources\":{\"limits\":{\"memory\":\"8Gi\"}},\"nodeSelector\":{\"pool\":\"gpu\"},"
                    "\"env\":[{\"name\":\"RL_LOG_LEVEL\",\"value\":\"debug\"}],\"shmSize\":\"16Gi\","
+                   "\"rackLabel\":\"nvidia.com/gpu.clique\","
                    "\"volumes\":[{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"corpus\"}}],"
                    "\"volumeMounts\":[{\"name\":\"data\",\"mountPath\":\"/data\",\"readOnly\":true}],"
                    "\"training\":{\"dist\":{\"backend\":\"nccl\"},\"train\":{\"seq_len\":64,\"micro_batch\":1,\"global_batch_tokens\":1536}},"
@@ -341,6 +344,9 @@ Test(operator, the_pod_a_job_wants) {
     cr_expect(strstr(env_of(pod, "AWS_SECRET_ACCESS_KEY"), "\"key\":\"AWS_SECRET_ACCESS_KEY\""));
     cr_expect(strstr(env_of(pod, "RINGLEADER_RDZV_SECRET"), "\"name\":\"llama-rdzv\""));
     cr_expect(strstr(env_of(pod, "POD_IP"), "status.podIP"));
+    /* the node's rack as the pod carries it (spec.rackLabel) */
+    cr_expect(strstr(env_of(pod, "RINGLEADER_RACK"), "\"fieldPath\":\"metadata.labels['nvidia.com/gpu.clique']\""),
+              "%s", env_of(pod, "RINGLEADER_RACK"));
     cr_expect_str_eq(env_of(pod, "RL_LOG_LEVEL"), "debug");
     cr_expect(strstr(env_of(pod, "RINGLEADER_CONFIG"), "\"nccl\""));
     /* the user's data volume, and /dev/shm in memory for NCCL */

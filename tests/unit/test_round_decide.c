@@ -201,7 +201,45 @@ Test(round_decide, ranks_follow_zones_then_ids) {
                       "{\"id\":\"job-1\",\"addr\":\"h\",\"zone\":\"b\",\"local_world\":1,\"rank0\":0},"
                       "{\"id\":\"job-0\",\"addr\":\"h\",\"zone\":\"a\",\"local_world\":1,\"rank0\":1}]}";
     cr_expect_eq(rl_round_table_parse(bad, strlen(bad), &t, &e), RL_EINPUT);
-    cr_expect(strstr(e.msg, "not strictly sorted by zone and id at 1"), "%s", e.msg);
+    cr_expect(strstr(e.msg, "not strictly sorted by zone, rack and id at 1"), "%s", e.msg);
+}
+
+/* Racks within zones: each (zone, rack) contiguous, so the ring leaves
+ * each rack once; a node whose rack is unknown comes first in its zone.
+ * The table carries the racks and refuses them out of order. */
+Test(round_decide, ranks_follow_racks_within_zones) {
+    const char *ids[] = {"n-0", "n-1", "n-2", "n-3", "n-4", "n-5"};
+    const char *zones[] = {"a", "b", "a", "b", "a", "b"}, *racks[] = {"r2", "r1", "r1", "r2", "r2", ""};
+    rl_round_node n[6];
+    for (int i = 0; i < 6; i++) {
+        n[i] = node(ids[i]);
+        snprintf(n[i].zone, sizeof n[i].zone, "%s", zones[i]);
+        snprintf(n[i].rack, sizeof n[i].rack, "%s", racks[i]);
+    }
+    cr_expect_eq(rl_round_rack_crossings(n, 6), 6, "the id order leaves a rack at every edge");
+    rl_round_order(n, 6);
+    const char *want[] = {"n-2", "n-0", "n-4", "n-5", "n-1", "n-3"};
+    for (int i = 0; i < 6; i++) cr_expect_str_eq(n[i].id, want[i], "rank position %d", i);
+    cr_expect_eq(rl_round_zone_crossings(n, 6), 2);
+    cr_expect_eq(rl_round_rack_crossings(n, 6), 5, "a/r1, a/r2, b/?, b/r1, b/r2: five groups, five edges");
+
+    rl_round_table t;
+    rl_err e = {0};
+    const char *ok = "{\"round\":1,\"world\":2,\"restarts\":0,\"nodes\":["
+                     "{\"id\":\"n-2\",\"addr\":\"h\",\"zone\":\"a\",\"rack\":\"r1\",\"local_world\":1,\"rank0\":0},"
+                     "{\"id\":\"n-0\",\"addr\":\"h\",\"zone\":\"a\",\"rack\":\"r2\",\"local_world\":1,\"rank0\":1}]}";
+    cr_assert_eq(rl_round_table_parse(ok, strlen(ok), &t, &e), RL_OK, "%s", e.msg);
+    cr_expect_str_eq(t.nodes[1].rack, "r2");
+    rl_round_table_free(&t);
+    const char *bad = "{\"round\":1,\"world\":2,\"restarts\":0,\"nodes\":["
+                      "{\"id\":\"n-0\",\"addr\":\"h\",\"zone\":\"a\",\"rack\":\"r2\",\"local_world\":1,\"rank0\":0},"
+                      "{\"id\":\"n-2\",\"addr\":\"h\",\"zone\":\"a\",\"rack\":\"r1\",\"local_world\":1,\"rank0\":1}]}";
+    cr_expect_eq(rl_round_table_parse(bad, strlen(bad), &t, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "not strictly sorted by zone, rack and id at 1"), "%s", e.msg);
+    const char *typed = "{\"round\":1,\"world\":1,\"restarts\":0,\"nodes\":["
+                        "{\"id\":\"n-0\",\"addr\":\"h\",\"rack\":7,\"local_world\":1,\"rank0\":0}]}";
+    cr_expect_eq(rl_round_table_parse(typed, strlen(typed), &t, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "\"rack\" must be a string"), "%s", e.msg);
 }
 
 Test(round_decide, past_the_restart_limit_a_next_round_is_a_failed_job) {
