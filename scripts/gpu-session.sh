@@ -9,8 +9,9 @@
 # then one device call per phase, each well inside 10 minutes, carrying
 # build/portable and bench/gpu/torch_baseline.py:
 #
-#   scripts/gpu-session.sh test      # every test-gpu check, then memcheck of a
-#                                    # whole step and racecheck of attention
+#   scripts/gpu-session.sh test      # every test-gpu check, then memcheck,
+#                                    # initcheck and synccheck of a whole step
+#                                    # and racecheck of attention
 #   scripts/gpu-session.sh bench-a   # config a beside PyTorch eager + compile
 #   scripts/gpu-session.sh bench-b   # config b likewise
 #
@@ -49,6 +50,12 @@ test_phase() {
             RL_GPU_WRAP="compute-sanitizer --tool racecheck --error-exitcode 9" \
                 timeout ${T_SAN:-150} $P/gpu_test "attention $k" >>"$O/racecheck.log" 2>&1
             echo "racecheck $k exit $?"; tail -2 "$O/racecheck.log"
+        done
+        # reads of memory nothing wrote, and barriers misused, over a whole step
+        for t in initcheck synccheck; do
+            RL_GPU_WRAP="compute-sanitizer --tool $t --error-exitcode 9" \
+                timeout ${T_SAN:-150} $P/gpu_test "step gqa-hd32 B=2 T=7" >>"$O/initsync.log" 2>&1
+            echo "$t exit $?"; tail -2 "$O/initsync.log"
         done
     fi
 }
