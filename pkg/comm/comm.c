@@ -354,6 +354,18 @@ int rl_comm_barrier(rl_comm *c, rl_err *e) {
     return rec_end(c, s, finish(c, c->ops->barrier(c, e), e));
 }
 
+int rl_comm_link_probe(rl_comm *c, size_t bytes, double *in_gbps, rl_err *e) {
+    int rc = check_alive(c, "link_probe", e);
+    if (rc) return rc;
+    if (!in_gbps || bytes < 1 || bytes > ((size_t)1 << 30))
+        return rl_errf(e, RL_EINPUT, "rank %d: comm link_probe: %zu bytes outside 1..1 GiB, or no output", c->rank,
+                       bytes);
+    *in_gbps = 0;
+    if (c->world == 1 || !c->ops->link_probe) return RL_OK;
+    uint64_t s = rec_begin(c, "link_probe", bytes);
+    return rec_end(c, s, finish(c, c->ops->link_probe(c, bytes, in_gbps, e), e));
+}
+
 int rl_comm_wait(rl_comm *c, rl_err *e) {
     int rc = check_alive(c, "wait", e);
     if (rc) return rc;

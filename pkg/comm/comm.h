@@ -84,6 +84,12 @@ int rl_comm_allgather(rl_comm *c, const void *send, void *recv, size_t count, rl
 int rl_comm_reduce_scatter(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
                            rl_redop op, rl_err *e);
 int rl_comm_barrier(rl_comm *c, rl_err *e);
+/* The pre-flight's link figure: every rank sends `bytes` (1..1 GiB) to its
+ * right neighbour while it receives as many from its left, and *in_gbps
+ * is how fast its left link delivered them, GB/s. A rank whose left
+ * neighbour is on another node measures the network into its node. 0 (no
+ * figure, no data moved) at world 1 and on nccl, which has no such op here. */
+int rl_comm_link_probe(rl_comm *c, size_t bytes, double *in_gbps, rl_err *e);
 /* Complete every op issued so far (bounded by timeout_s). */
 int rl_comm_wait(rl_comm *c, rl_err *e);
 /* ---- the flight recorder ------------------------------------------------------------

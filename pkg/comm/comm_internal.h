@@ -31,6 +31,9 @@ typedef struct rl_comm_ops {
     int (*reduce_scatter)(rl_comm *c, const void *send, void *recv, size_t count, rl_dtype t,
                           rl_redop op, rl_err *e);
     int (*barrier)(rl_comm *c, rl_err *e);
+    /* rl_comm_link_probe with world > 1 (NULL: the backend cannot tell;
+     * the call then returns 0 without a collective, on every rank alike) */
+    int (*link_probe)(rl_comm *c, size_t bytes, double *in_gbps, rl_err *e);
     int (*wait)(rl_comm *c, rl_err *e);
     /* Called after a failed op (from the op thread): release what lets
      * peers keep waiting on us, so they fail promptly too. May be NULL. */

@@ -69,6 +69,8 @@
  * instead of one timeout per rank. */
 #include "comm/tcp_ring.h"
 
+#include <math.h>
+
 /* ---- errors of the data phase ------------------------------------------------ */
 
 static void where(const rl_comm *c, const tcp *T, char *out, size_t n) {
@@ -163,6 +165,11 @@ static int run_xfer(rl_comm *c, tcp *T, const xfer *x, rl_err *e) {
                 return rl_tcp_sock_fail(c, T, e, false, errno, "receiving from");
             }
         }
+        if (moved && x->rx_span && got > 0) {
+            double now = rl_now();
+            if (x->rx_span[0] == 0) x->rx_span[0] = now, x->rx_span[2] = (double)got;
+            if (got == x->rlen && x->rx_span[1] == 0) x->rx_span[1] = now;
+        }
         if (moved) {
             deadline = rl_now() + c->timeout_s; /* the bound is on time without progress */
             idle_since = 0;
@@ -218,6 +225,7 @@ static const char *op_name(int op) {
     case OP_ALLGATHER: return "allgather";
     case OP_REDUCE_SCATTER: return "reduce_scatter";
     case OP_BARRIER: return "barrier";
+    case OP_LINK_PROBE: return "link_probe";
     }
     return "unknown op";
 }
@@ -328,6 +336,30 @@ static int tcp_barrier(rl_comm *c, rl_err *e) {
      * depends on every rank's entry, so no rank leaves before all came. */
     int64_t token = 1;
     return ring_allreduce(c, T, (char *)&token, 1, RL_I64, RL_SUM, e);
+}
+
+/* bytes to the right while as many come from the left, all ranks at once:
+ * each link carries one stream, so the time from the first byte in to the
+ * last is the left link's own (rl_comm_link_probe). */
+static int tcp_link_probe(rl_comm *c, size_t bytes, double *in_gbps, rl_err *e) {
+    tcp *T = c->impl;
+    int rc = op_begin(c, T, OP_LINK_PROBE, bytes, RL_F32, 0, e);
+    if (rc) return rc;
+    char *out = malloc(bytes), *in = malloc(bytes);
+    if (!out || !in) {
+        free(out), free(in);
+        return rl_errf(e, RL_ENOMEM, "rank %d: link_probe: %zu bytes", c->rank, bytes);
+    }
+    memset(out, 0x5a, bytes); /* real pages: no zero-page shortcut anywhere */
+    double span[3] = {0, 0, 0};
+    T->phase = "probe";
+    xfer x = {.send = out, .slen = bytes, .recv = in, .rlen = bytes, .rx_span = span};
+    rc = run_xfer(c, T, &x, e);
+    free(out), free(in);
+    /* the first read may already hold a whole socket buffer: the rate is
+     * the rest's over the span (at least a microsecond) */
+    if (!rc) *in_gbps = ((double)bytes - span[2]) / fmax(span[1] - span[0], 1e-6) / 1e9;
+    return rc;
 }
 
 static int tcp_broadcast(rl_comm *c, void *buf, size_t count, rl_dtype t, int root, rl_err *e) {
@@ -469,6 +501,7 @@ static const rl_comm_ops tcp_ops = {
     .allgather = tcp_allgather,
     .reduce_scatter = tcp_reduce_scatter,
     .barrier = tcp_barrier,
+    .link_probe = tcp_link_probe,
     .wait = tcp_wait,
     .kill = tcp_kill,
     .abort = tcp_abort,

@@ -37,7 +37,7 @@
 #define HANDSHAKE_S 5.0          /* what one of them gets to finish it */
 #define ADDR_LEN 300
 
-enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER };
+enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER, OP_LINK_PROBE };
 
 /* A one-way shared-memory byte ring (see "Same-host links" above). The
  * header sits in its own page; head and tail in their own cache lines. */
@@ -97,6 +97,9 @@ typedef struct xfer {
     const char *own; /* reduce: recv[i] = own[i] + incoming[i] (own may be recv); NULL: copy */
     rl_dtype t;
     bool forward; /* send is recv: only bytes already received may go on (broadcast) */
+    /* NULL, or [3]: when the first bytes and the last arrived (rl_now()),
+     * and how many came with the first */
+    double *rx_span;
 } xfer;
 
 /* ---- small helpers -------------------------------------------------------- */

@@ -139,28 +139,53 @@ int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_h
     return found;
 }
 
+void rl_hang_node_net(const rl_hang_rank *ranks, int world, double *net) {
+    int measured = 0;
+    for (int i = 0; i < world; i++) measured += usable(ranks[i].net_gbps), net[i] = 0;
+    if (measured < 3) return;
+    for (int i = 0; i < world; i++) {
+        if (!usable(ranks[i].net_gbps)) continue;
+        int k = (i + 1) % world;
+        while (!usable(ranks[k].net_gbps)) k = (k + 1) % world;
+        net[i] = fmax(ranks[i].net_gbps, ranks[k].net_gbps);
+    }
+}
+
 int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n, double *ratio) {
     static const struct { size_t off; const char *what, *unit; double scale; } fig[] = {
         {offsetof(rl_hang_rank, copy_gbps), "copy", "GB/s", 1},
         {offsetof(rl_hang_rank, shm_bytes), "/dev/shm", "MiB free", 1.0 / (1 << 20)},
+        {offsetof(rl_hang_rank, net_gbps), "network", "GB/s", 1},
     };
+    enum { NFIG = sizeof fig / sizeof fig[0] };
     if (n) out[0] = '\0';
     for (int i = 0; ratio && i < world; i++) ratio[i] = 1;
     if (!(min_ratio > 0) || world < 2) return 0;
-    double med[2];
+    /* judged on a copy whose network figure is its node's */
+    rl_hang_rank *r = malloc((size_t)world * sizeof *r);
+    double *net = malloc((size_t)world * sizeof *net);
+    if (!r || !net) {
+        free(r), free(net);
+        return 0;
+    }
+    memcpy(r, ranks, (size_t)world * sizeof *r);
+    rl_hang_node_net(ranks, world, net);
+    for (int i = 0; i < world; i++) r[i].net_gbps = net[i];
+    free(net);
+    double med[NFIG];
     int k;
-    for (int f = 0; f < 2; f++) med[f] = figure_median(ranks, world, fig[f].off, &k);
+    for (int f = 0; f < NFIG; f++) med[f] = figure_median(r, world, fig[f].off, &k);
     int bad = 0;
     size_t at = 0;
     for (int i = 0; i < world; i++) {
         bool named = false;
-        for (int f = 0; f < 2; f++) {
-            double x = *(const double *)((const char *)&ranks[i] + fig[f].off);
+        for (int f = 0; f < NFIG; f++) {
+            double x = *(const double *)((const char *)&r[i] + fig[f].off);
             if (!usable(x) || !(med[f] > 0) || x >= min_ratio * med[f]) continue;
             if (ratio && x / med[f] < ratio[i]) ratio[i] = x / med[f];
             char who[160];
             if (!named && bad < RL_HANG_SLOW_MAX && at < n)
-                at += (size_t)snprintf(out + at, n - at, "%s%s", bad ? "; " : "", name_rank(&ranks[i], i, who, sizeof who));
+                at += (size_t)snprintf(out + at, n - at, "%s%s", bad ? "; " : "", name_rank(&r[i], i, who, sizeof who));
             if (bad < RL_HANG_SLOW_MAX && at < n)
                 at += (size_t)snprintf(out + at, n - at, ": %s %.1f %s, %.2fx the median %.1f %s", fig[f].what,
                                        x * fig[f].scale, fig[f].unit, x / med[f], med[f] * fig[f].scale, fig[f].unit);
@@ -168,6 +193,7 @@ int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, ch
         }
     }
     if (bad > RL_HANG_SLOW_MAX && at < n) snprintf(out + at, n - at, "; and %d more", bad - RL_HANG_SLOW_MAX);
+    free(r);
     return bad;
 }
 
@@ -184,6 +210,7 @@ char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n,
     cJSON_AddNumberToObject(o, "busy_steps", r->busy_steps);
     if (usable(r->shm_bytes)) cJSON_AddNumberToObject(o, "shm_bytes", r->shm_bytes);
     if (usable(r->copy_gbps)) cJSON_AddNumberToObject(o, "copy_gbps", r->copy_gbps);
+    if (usable(r->net_gbps)) cJSON_AddNumberToObject(o, "net_gbps", r->net_gbps);
     cJSON_AddNumberToObject(o, "unix", r->unix_time);
     cJSON_AddStringToObject(o, "pod", r->pod);
     cJSON_AddStringToObject(o, "node", r->node);
@@ -246,6 +273,7 @@ int rl_hang_rank_parse(const char *text, size_t len, const char *what, rl_hang_r
         out->busy_steps = positive(o, "busy_steps");
         out->shm_bytes = positive(o, "shm_bytes");
         out->copy_gbps = positive(o, "copy_gbps");
+        out->net_gbps = positive(o, "net_gbps");
         copy_str(o, "op", out->op, sizeof out->op);
         copy_str(o, "pod", out->pod, sizeof out->pod);
         copy_str(o, "node", out->node, sizeof out->node);

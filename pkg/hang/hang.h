@@ -85,6 +85,8 @@ typedef struct rl_hang_rank {
     double busy_s;      /* its pace, as rank 0 judges it (not on the wire); <= 0 unknown */
     double shm_bytes;   /* pre-flight: free bytes of its /dev/shm; <= 0 unknown */
     double copy_gbps;   /* pre-flight: its memory copy bandwidth, GB/s; <= 0 unknown */
+    double net_gbps;    /* pre-flight: how fast the network brought data into its node, GB/s, from
+                           the first rank of each node (rl_comm_link_probe); <= 0 unknown */
     double unix_time;   /* when it said so */
     char pod[64], node[64];
 } rl_hang_rank;
@@ -123,16 +125,26 @@ int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_h
 
 /* Pre-flight. Before its first step every rank measures its node (see
  * rl_hang_measure): the free bytes of /dev/shm, where same-host ring links
- * move their data, and its memory copy bandwidth. Both travel in its
+ * move their data, and its memory copy bandwidth; and the first rank of
+ * each node its network link in (net_gbps). They travel in its
  * heartbeats; once every rank has sent them (or RL_HANG_PREFLIGHT_S has
- * passed), rank 0 names the ranks below min_ratio x the median of either
+ * passed), rank 0 names the ranks below min_ratio x the median of any
  * ("rank 2 (pod p, node n): copy 1.2 GB/s, 0.30x the median 4.0 GB/s";
  * "" when none) and returns how many. Ranks of one node share /dev/shm,
  * so the size mostly tells nodes apart; a 2-rank job compares with the
- * mean of the two. ratio (world of them, may be NULL): each rank's lowest
- * figure over its median (1 when none is below). */
+ * mean of the two. The network figure is a node's: a slow NIC slows the
+ * link into its node and the one out of it, which the next node measured,
+ * while each neighbour has one good link; so a node counts the better of
+ * its two links (rl_hang_node_net), and a slow node is below while its
+ * neighbours are not. ratio (world of them, may be NULL): each rank's
+ * lowest figure over its median (1 when none is below). */
 #define RL_HANG_PREFLIGHT_S 10.0
 int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n, double *ratio);
+/* net[r]: the better of the link into rank r's node (its own net_gbps)
+ * and the link out of it (the next measuring rank's, around the ring);
+ * 0 for a rank that measured nothing, and for all when fewer than 3 nodes
+ * measured (with 2, both links join both nodes: neither can be told). */
+void rl_hang_node_net(const rl_hang_rank *ranks, int world, double *net);
 /* This node's pre-flight numbers (a statvfs and ~0.1 s of copying). */
 void rl_hang_measure(double *shm_bytes, double *copy_gbps);
 
@@ -159,6 +171,7 @@ typedef struct rl_hang_watch_opts {
     double straggler_factor;  /* dist.straggler_factor (0: no straggler judging) */
     double preflight_min_ratio; /* dist.preflight_min_ratio (0: no pre-flight judging) */
     double shm_bytes, copy_gbps; /* this rank's pre-flight (rl_hang_measure; 0: unknown) */
+    double net_gbps;          /* ... and the network into its node (first rank of a node; 0: unknown) */
     double timeout_s;         /* the store client's bound (at most 5 s is used) */
     bool deputy;              /* judges when rank 0 stopped (see above) */
     const rl_ckpt_config *ckpt; /* rank 0 / deputy: where the dump goes (NULL or uri "": the log) */

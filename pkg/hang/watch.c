@@ -71,7 +71,7 @@ static int snapshot(rl_hang_watch *w, rl_hang_rank *me, rl_comm_record *rec) {
     }
     for (int i = 0; i < n; i++)
         if (rec[i].t_done > 0 && rec[i].seq > me->done) me->done = rec[i].seq;
-    me->shm_bytes = w->o.shm_bytes, me->copy_gbps = w->o.copy_gbps;
+    me->shm_bytes = w->o.shm_bytes, me->copy_gbps = w->o.copy_gbps, me->net_gbps = w->o.net_gbps;
     snprintf(me->pod, sizeof me->pod, "%s", w->pod);
     snprintf(me->node, sizeof me->node, "%s", w->node);
     return n;
@@ -244,9 +244,15 @@ static void preflight(rl_hang_watch *w, double now) {
             m.nslow++;
         }
         free(ratio);
-        char j[1100];
-        rl_log(bad ? RL_LOG_WARN : RL_LOG_INFO, "preflight", "\"ranks\":%d,\"below\":%d,\"msg\":\"%s\"", have, bad,
-               rl_json_escape(j, sizeof j, bad ? m.why : "every rank within the median's range"));
+        /* the nodes' network figures, as judged (rank:GB/s, the first 16) */
+        char j[1100], nets[400] = "";
+        double *net = calloc((size_t)world, sizeof *net);
+        if (net) rl_hang_node_net(ranks, world, net);
+        for (int r = 0, k = 0, at = 0; net && r < world && k < 16; r++)
+            if (net[r] > 0) at += snprintf(nets + at, sizeof nets - (size_t)at, "%s%d:%.2f", k++ ? "," : "", r, net[r]);
+        free(net);
+        rl_log(bad ? RL_LOG_WARN : RL_LOG_INFO, "preflight", "\"ranks\":%d,\"below\":%d,\"net_gbps\":\"%s\",\"msg\":\"%s\"",
+               have, bad, nets, rl_json_escape(j, sizeof j, bad ? m.why : "every rank within the median's range"));
         report(w, &m);
     }
     free(ranks);

@@ -76,8 +76,9 @@ static const rl_cfg_field dist_fields[] = {
       .doc = "A rank whose busy time per step (its step less its wait for the others) is this many times "
              "the median rank's is named as a straggler in the job's status and metrics. 0: never."),
     F(preflight_min_ratio, .min = 0, .max = 1, .def = 0.5,
-      .doc = "Each round, every rank measures its node (free /dev/shm, memory copy bandwidth); a rank below "
-             "this fraction of the median is named in the job's Degraded condition. 0: no check."),
+      .doc = "Each round, every rank measures its node (free /dev/shm, memory copy bandwidth, on tcp the network "
+             "link into it); a rank below this fraction of the median is named in the job's Degraded condition. "
+             "0: no check."),
 };
 #undef F
 

@@ -527,6 +527,41 @@ Test(comm_collectives, world4, .timeout = 60) { run_collectives(4, 0); }
 Test(comm_collectives, world2_tcp, .timeout = 60) { run_collectives(2, -1); }
 Test(comm_collectives, world3_tcp, .timeout = 60) { run_collectives(3, -1); }
 
+/* The pre-flight's link probe: every rank gets a rate for its left link
+ * (t0 carries it to the parent), the op is in the flight recorder, the
+ * ring stays in step for the op after it, and a size out of range is
+ * refused before anything moves. */
+static int child_link_probe(tctx *cx) {
+    rl_comm *c;
+    if (tc_init(cx, &c)) return 1;
+    rl_err e;
+    double gbps = -1;
+    if (rl_comm_link_probe(c, 0, &gbps, &e) != RL_EINPUT || !strstr(e.msg, "outside 1..1 GiB"))
+        return failf(cx, "0 bytes: %s", e.msg);
+    if (rl_comm_link_probe(c, (size_t)4 << 20, &gbps, &e)) return failf(cx, "probe: %s", e.msg);
+    cx->res->t0 = gbps;
+    int64_t one = 1;
+    if (rl_comm_allreduce(c, &one, 1, RL_I64, RL_SUM, &e) || one != cx->world)
+        return failf(cx, "the allreduce after it: %s (%lld)", e.msg, (long long)one);
+    rl_comm_record rec[4];
+    int n = rl_comm_records(c, rec, 4);
+    if (n < 2 || strcmp(rec[n - 2].op, "link_probe") || rec[n - 2].bytes != (size_t)4 << 20)
+        return failf(cx, "records: %d, the probe's not second to last", n);
+    rl_comm_destroy(c);
+    return 0;
+}
+
+static void run_link_probe(int world, int shm) {
+    group g = {.world = world, .timeout = 20, .shm = shm, .fn = child_link_probe, .limit_s = 50};
+    shared *sh = run_group(&g);
+    expect_all_ok(sh, world, -1);
+    for (int r = 0; r < world; r++)
+        cr_expect(sh->r[r].t0 > 0.001 && sh->r[r].t0 < 1e4, "rank %d: %g GB/s", r, sh->r[r].t0);
+    munmap(sh, sizeof *sh);
+}
+Test(comm_collectives, link_probe_tcp, .timeout = 60) { run_link_probe(3, -1); }
+Test(comm_collectives, link_probe_shm, .timeout = 60) { run_link_probe(2, 0); }
+
 /* RL_COMM_SHM=0 in the environment turns shared memory off too. */
 static int child_env_off(tctx *cx) {
     setenv("RL_COMM_SHM", "0", 1);

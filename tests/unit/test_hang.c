@@ -165,3 +165,28 @@ Test(hang, the_preflight_names_a_node_below_the_median) {
     cr_expect_eq(rl_hang_preflight(ranks, 4, 0, out, sizeof out, NULL), 0, "ratio 0: no check");
     cr_expect_eq(rl_hang_preflight(ranks, 1, 0.5, out, sizeof out, NULL), 0, "one rank: nothing to compare");
 }
+
+/* The network figure is a node's. Three nodes of two ranks (the first
+ * rank of each measures the link in from the node before); node 1's NIC
+ * is slow, so the links into and out of it are: ranks 2 and 4 both
+ * measure slow links, but only node 1 has no good one. */
+Test(hang, the_preflight_names_the_node_whose_links_are_slow) {
+    rl_hang_rank ranks[6];
+    for (int r = 0; r < 6; r++)
+        ranks[r] = rank_at(r, true, 1, "p"), ranks[r].copy_gbps = 4.0, ranks[r].shm_bytes = 1024.0 * (1 << 20);
+    ranks[0].net_gbps = 10, ranks[2].net_gbps = 1.0, ranks[4].net_gbps = 1.1;
+    double net[6];
+    rl_hang_node_net(ranks, 6, net);
+    cr_expect(net[0] == 10 && net[2] == 1.1 && net[4] == 10, "nodes: %g %g %g", net[0], net[2], net[4]);
+    cr_expect(net[1] == 0 && net[3] == 0 && net[5] == 0, "ranks that measured nothing have nothing");
+    char out[512];
+    double ratio[6];
+    cr_expect_eq(rl_hang_preflight(ranks, 6, 0.5, out, sizeof out, ratio), 1, "%s", out);
+    cr_expect(strstr(out, "rank 2 (pod p, node node-2): network 1.1 GB/s, 0.11x the median 10.0 GB/s"), "%s", out);
+    cr_expect_float_eq(ratio[2], 0.11, 1e-9);
+    cr_expect(ratio[0] == 1 && ratio[4] == 1, "the neighbours have a good link: %g %g", ratio[0], ratio[4]);
+    /* two nodes: each link joins both, so neither can be told apart */
+    rl_hang_node_net(ranks, 4, net);
+    cr_expect(net[0] == 0 && net[2] == 0);
+    cr_expect_eq(rl_hang_preflight(ranks, 4, 0.5, out, sizeof out, NULL), 0, "%s", out);
+}
