@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     rl_hang_rank back;
     if (rl_hang_rank_parse(j, strlen(j), "again", &back, &e) != RL_OK || back.rank != r.rank ||
         back.issued != r.issued || back.done != r.done || back.step != r.step || strcmp(back.pod, r.pod) != 0 ||
-        strcmp(back.node, r.node) != 0 || strcmp(back.op, r.op) != 0)
+        strcmp(back.node, r.node) != 0 || strcmp(back.op, r.op) != 0 || back.net_gbps != r.net_gbps)
         abort();
     free(j);
     rl_hang_rank two[2] = {r, r};
@@ -29,5 +29,13 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     char out[256];
     rl_hang_verdict(two, 2, r.issued + 1, r.op[0] ? r.op : "allreduce", r.unix_time + 1, out, sizeof out);
     if (strlen(out) >= sizeof out) abort();
+    /* the pre-flight over four such ranks, one link figure each changed */
+    rl_hang_rank four[4] = {r, r, r, r};
+    double ratio[4];
+    for (int i = 0; i < 4; i++) four[i].rank = i, four[i].net_gbps = r.net_gbps * (i + 1) / 4;
+    rl_hang_preflight(four, 4, 0.5, out, sizeof out, ratio);
+    if (strlen(out) >= sizeof out) abort();
+    for (int i = 0; i < 4; i++)
+        if (!(ratio[i] >= 0 && ratio[i] <= 1)) abort();
     return 0;
 }
