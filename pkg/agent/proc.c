@@ -47,19 +47,30 @@ static void watch_report(void *ud, const rl_stats_msg *m) { rl_stats_sink_send(u
  * the ranks' skew are small beside it (1.3 ms at 100 Gb/s, 13 ms at 10) */
 #define PREFLIGHT_PROBE_BYTES ((size_t)16 << 20)
 
+/* With more than one node, the pre-flight measures the links between them. */
+static bool probes(const rl_job_config *settled, const rl_static_env *env) {
+    return settled->dist.preflight_min_ratio > 0 && env->world > env->local_world;
+}
+
+/* The link into this node, measured by its first rank (whose left
+ * neighbour is the node before) once the watch runs, so that the other
+ * figures are judged without waiting for it (a starved node is slow at
+ * this too); every rank takes part: a collective. */
+static int probe_links(const rl_job_config *settled, const rl_static_env *env, rl_comm *comm, rl_hang_watch *watch,
+                       rl_err *e) {
+    double net = 0;
+    if (!probes(settled, env) || !watch) return RL_OK; /* no watch on any rank: nobody judges */
+    if (rl_comm_link_probe(comm, PREFLIGHT_PROBE_BYTES, &net, e)) return rl_err_wrap(e, "the pre-flight's link probe");
+    if (env->local_rank == 0) rl_hang_watch_set_net(watch, net);
+    return RL_OK;
+}
+
 /* The hang watch of this rank (hang.h); NULL when dist.hang_factor is 0. */
 static int start_watch(const rl_proc_opts *o, const rl_static_env *env, const rl_job_config *settled, rl_comm *comm,
                        const char *prefix, rl_stats_sink *sink, rl_hang_watch **out, rl_err *e) {
     rl_stats_sink_open(sink, o->stats, o->stats_fd);
-    double shm = 0, gbps = 0, net = 0;
+    double shm = 0, gbps = 0;
     if (settled->dist.preflight_min_ratio > 0 && env->world > 1) rl_hang_measure(&shm, &gbps);
-    /* the link into this node, measured by its first rank (whose left
-     * neighbour is the node before); every rank takes part: a collective */
-    if (settled->dist.preflight_min_ratio > 0 && env->world > env->local_world) {
-        int rc = rl_comm_link_probe(comm, PREFLIGHT_PROBE_BYTES, &net, e);
-        if (rc) return rl_err_wrap(e, "the pre-flight's link probe");
-        if (env->local_rank != 0) net = 0;
-    }
     rl_hang_watch_opts ho = {
         .comm = comm, .rank = env->rank, .world = env->world,
         .store_host = env->master_addr, .store_port = env->master_port, .secret = o->secret,
@@ -69,7 +80,7 @@ static int start_watch(const rl_proc_opts *o, const rl_static_env *env, const rl
         .factor = settled->dist.hang_factor, .min_s = settled->dist.hang_min_s, .timeout_s = settled->dist.timeout_s,
         .straggler_factor = settled->dist.straggler_factor, .ckpt = &settled->ckpt,
         .preflight_min_ratio = settled->dist.preflight_min_ratio, .shm_bytes = shm, .copy_gbps = gbps,
-        .net_gbps = net,
+        .net_pending = probes(settled, env) && env->local_rank == 0,
         .report = watch_report, .report_ud = sink,
     };
     return rl_hang_watch_start(&ho, out, e);
@@ -117,7 +128,9 @@ static int round_up(const rl_proc_opts *o, const rl_job_config *settled, const r
     };
     if ((rc = rl_comm_init(&co, &p->comm, e))) return rc;
     if (!rl_ctl_arm(ctl, p->comm)) return rl_errf(e, RL_EABORT, "the agent parked this rank before it started");
-    if ((rc = start_watch(o, env, settled, p->comm, prefix, &p->sink, &p->watch, e))) return rc;
+    if ((rc = start_watch(o, env, settled, p->comm, prefix, &p->sink, &p->watch, e)) ||
+        (rc = probe_links(settled, env, p->comm, p->watch, e)))
+        return rc;
     *dist = (rl_train_dist){.rank = env->rank, .world = env->world, .local_rank = env->local_rank};
     if (!*tr ? (rc = rl_trainer_new(tr, settled, dist, e)) : (rc = rl_trainer_set_dist(*tr, dist, e))) return rc;
     rl_trainer_set_stop(*tr, o->stop);

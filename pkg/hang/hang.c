@@ -211,6 +211,7 @@ char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n,
     if (usable(r->shm_bytes)) cJSON_AddNumberToObject(o, "shm_bytes", r->shm_bytes);
     if (usable(r->copy_gbps)) cJSON_AddNumberToObject(o, "copy_gbps", r->copy_gbps);
     if (usable(r->net_gbps)) cJSON_AddNumberToObject(o, "net_gbps", r->net_gbps);
+    if (r->net_pending) cJSON_AddBoolToObject(o, "net_pending", true);
     cJSON_AddNumberToObject(o, "unix", r->unix_time);
     cJSON_AddStringToObject(o, "pod", r->pod);
     cJSON_AddStringToObject(o, "node", r->node);
@@ -274,6 +275,7 @@ int rl_hang_rank_parse(const char *text, size_t len, const char *what, rl_hang_r
         out->shm_bytes = positive(o, "shm_bytes");
         out->copy_gbps = positive(o, "copy_gbps");
         out->net_gbps = positive(o, "net_gbps");
+        out->net_pending = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "net_pending"));
         copy_str(o, "op", out->op, sizeof out->op);
         copy_str(o, "pod", out->pod, sizeof out->pod);
         copy_str(o, "node", out->node, sizeof out->node);

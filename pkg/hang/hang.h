@@ -87,6 +87,7 @@ typedef struct rl_hang_rank {
     double copy_gbps;   /* pre-flight: its memory copy bandwidth, GB/s; <= 0 unknown */
     double net_gbps;    /* pre-flight: how fast the network brought data into its node, GB/s, from
                            the first rank of each node (rl_comm_link_probe); <= 0 unknown */
+    bool net_pending;   /* ... still measuring it (the judge may wait for it) */
     double unix_time;   /* when it said so */
     char pod[64], node[64];
 } rl_hang_rank;
@@ -171,7 +172,8 @@ typedef struct rl_hang_watch_opts {
     double straggler_factor;  /* dist.straggler_factor (0: no straggler judging) */
     double preflight_min_ratio; /* dist.preflight_min_ratio (0: no pre-flight judging) */
     double shm_bytes, copy_gbps; /* this rank's pre-flight (rl_hang_measure; 0: unknown) */
-    double net_gbps;          /* ... and the network into its node (first rank of a node; 0: unknown) */
+    bool net_pending;         /* this rank measures the network into its node after the watch
+                                 starts (rl_hang_watch_set_net) */
     double timeout_s;         /* the store client's bound (at most 5 s is used) */
     bool deputy;              /* judges when rank 0 stopped (see above) */
     const rl_ckpt_config *ckpt; /* rank 0 / deputy: where the dump goes (NULL or uri "": the log) */
@@ -188,6 +190,9 @@ int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err
  * and how long it waited for the gradient reduction after backward
  * (< 0: unknown). NULL is fine. */
 void rl_hang_watch_step(rl_hang_watch *w, long long step, double step_s, double wait_s);
+/* The pre-flight's network figure, once measured (0: none came); the
+ * heartbeats carry it from then on. NULL w: nothing. */
+void rl_hang_watch_set_net(rl_hang_watch *w, double gbps);
 /* Stops and joins the thread (a dump in progress finishes, bounded by the
  * store's and the checkpoint store's timeouts). failed: the run failed,
  * so a rank but 0 looks at the state once more first (a peer's abort

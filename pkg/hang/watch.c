@@ -24,6 +24,8 @@ struct rl_hang_watch {
     long long step;
     double last_step_end;            /* under mu: rl_now() of the previous step's end; 0 none */
     bool fired;                      /* under mu */
+    double net_gbps;                 /* under mu: the pre-flight's network figure (0: none) */
+    bool net_pending;                /* under mu: ... not measured yet */
     char why[512];
     /* the thread's own */
     rl_store *s;
@@ -71,7 +73,10 @@ static int snapshot(rl_hang_watch *w, rl_hang_rank *me, rl_comm_record *rec) {
     }
     for (int i = 0; i < n; i++)
         if (rec[i].t_done > 0 && rec[i].seq > me->done) me->done = rec[i].seq;
-    me->shm_bytes = w->o.shm_bytes, me->copy_gbps = w->o.copy_gbps, me->net_gbps = w->o.net_gbps;
+    me->shm_bytes = w->o.shm_bytes, me->copy_gbps = w->o.copy_gbps;
+    pthread_mutex_lock(&w->mu);
+    me->net_gbps = w->net_gbps, me->net_pending = w->net_pending;
+    pthread_mutex_unlock(&w->mu);
     snprintf(me->pod, sizeof me->pod, "%s", w->pod);
     snprintf(me->node, sizeof me->node, "%s", w->node);
     return n;
@@ -225,7 +230,15 @@ static void preflight(rl_hang_watch *w, double now) {
     rl_hang_rank *ranks = calloc((size_t)world, sizeof *ranks);
     if (!ranks) return;
     read_beats(w, ranks);
-    for (int r = 0; r < world; r++) have += ranks[r].copy_gbps > 0;
+    bool pending = false;
+    for (int r = 0; r < world; r++) have += ranks[r].copy_gbps > 0, pending |= ranks[r].net_pending;
+    /* a link still being measured is waited for, unless a node is below
+     * already: a starved node is slow to measure its links too */
+    if (have == world && pending && rl_hang_preflight(ranks, world, w->o.preflight_min_ratio, NULL, 0, NULL) == 0 &&
+        now < w->preflight_by) {
+        free(ranks);
+        return;
+    }
     if (have == world || now >= w->preflight_by) {
         w->preflight_by = 0;
         rl_stats_msg m = {.kind = RL_STATS_DEGRADED};
@@ -493,6 +506,7 @@ int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err
         return rl_errf(e, RL_ENOMEM, "hang watch: no memory");
     }
     w->o = *o;
+    w->net_pending = o->net_pending;
     if (o->preflight_min_ratio > 0) w->preflight_by = rl_now() + RL_HANG_PREFLIGHT_S;
     snprintf(w->host, sizeof w->host, "%s", o->store_host);
     snprintf(w->prefix, sizeof w->prefix, "%s", o->prefix);
@@ -513,6 +527,13 @@ int rl_hang_watch_start(const rl_hang_watch_opts *o, rl_hang_watch **out, rl_err
     }
     *out = w;
     return RL_OK;
+}
+
+void rl_hang_watch_set_net(rl_hang_watch *w, double gbps) {
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->net_gbps = gbps, w->net_pending = false;
+    pthread_mutex_unlock(&w->mu);
 }
 
 void rl_hang_watch_step(rl_hang_watch *w, long long step, double step_s, double wait_s) {
