@@ -264,6 +264,45 @@ static void empty_dir(cJSON *vols, cJSON *mounts, const char *name, const char *
     cJSON_AddItemToArray(mounts, m);
 }
 
+/* The worker container's environment: the downward API, the job's own
+ * variables, S3, then spec.env as written. */
+static void pod_env(cJSON *env, const rl_op_job *j, const char *secret) {
+    char buf[64];
+    cJSON_AddItemToArray(env, env_field("POD_NAME", "metadata.name"));
+    cJSON_AddItemToArray(env, env_field("POD_NAMESPACE", "metadata.namespace"));
+    cJSON_AddItemToArray(env, env_field("POD_IP", "status.podIP"));
+    /* names the node in hang verdicts (pkg/hang) */
+    cJSON_AddItemToArray(env, env_field("NODE_NAME", "spec.nodeName"));
+    /* the ring's order within a zone: the node's rack as the pod carries it
+     * (a node label reaches a pod's labels at binding only where the
+     * cluster copies it: the PodTopologyLabels admission plugin with this
+     * key configured, Kubernetes 1.35; else the value is "", unknown) */
+    if (j->rack_label[0]) {
+        char path[sizeof j->rack_label + 20];
+        snprintf(path, sizeof path, "metadata.labels['%s']", j->rack_label);
+        cJSON_AddItemToArray(env, env_field("RINGLEADER_RACK", path));
+    }
+    cJSON_AddItemToArray(env, env_value("RINGLEADER_RDZV", "k8s"));
+    cJSON_AddItemToArray(env, env_value("RINGLEADER_JOB", j->name));
+    snprintf(buf, sizeof buf, "%d:%d", j->min_nodes, j->max_nodes);
+    cJSON_AddItemToArray(env, env_value("RINGLEADER_NNODES", buf));
+    cJSON_AddItemToArray(env, env_secret("RINGLEADER_RDZV_SECRET", secret, "secret"));
+    cJSON_AddItemToArray(env, env_value("RINGLEADER_CONFIG", j->training_json));
+    snprintf(buf, sizeof buf, "%d", j->metrics_port);
+    cJSON_AddItemToArray(env, env_value("RINGLEADER_METRICS_PORT", buf));
+    if (j->s3_endpoint[0]) cJSON_AddItemToArray(env, env_value("AWS_ENDPOINT_URL_S3", j->s3_endpoint));
+    if (j->s3_region[0]) cJSON_AddItemToArray(env, env_value("AWS_REGION", j->s3_region));
+    if (j->s3_secret[0]) {
+        cJSON_AddItemToArray(env, env_secret("AWS_ACCESS_KEY_ID", j->s3_secret, j->s3_key_id));
+        cJSON_AddItemToArray(env, env_secret("AWS_SECRET_ACCESS_KEY", j->s3_secret, j->s3_key_secret));
+        if (j->s3_key_token[0])
+            cJSON_AddItemToArray(env, env_secret("AWS_SESSION_TOKEN", j->s3_secret, j->s3_key_token));
+    }
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(j->spec, "env");
+    if (cJSON_IsArray(extra))
+        for (const cJSON *it = extra->child; it; it = it->next) cJSON_AddItemToArray(env, cJSON_Duplicate(it, 1));
+}
+
 cJSON *rl_op_pod(const rl_op_job *j, int index) {
     char name[128], idx[16], buf[64], secret[128], sa[128];
     snprintf(name, sizeof name, "%s-%d", j->name, index);
@@ -326,40 +365,7 @@ cJSON *rl_op_pod(const rl_op_job *j, int index) {
     cJSON_AddItemToArray(ports, container_port("rdzv", j->rdzv_port));
     if (j->metrics_port > 0) cJSON_AddItemToArray(ports, container_port("metrics", j->metrics_port));
 
-    cJSON *env = cJSON_AddArrayToObject(c, "env");
-    cJSON_AddItemToArray(env, env_field("POD_NAME", "metadata.name"));
-    cJSON_AddItemToArray(env, env_field("POD_NAMESPACE", "metadata.namespace"));
-    cJSON_AddItemToArray(env, env_field("POD_IP", "status.podIP"));
-    /* names the node in hang verdicts (pkg/hang) */
-    cJSON_AddItemToArray(env, env_field("NODE_NAME", "spec.nodeName"));
-    /* the ring's order within a zone: the node's rack as the pod carries it
-     * (a node label reaches a pod's labels at binding only where the
-     * cluster copies it: the PodTopologyLabels admission plugin with this
-     * key configured, Kubernetes 1.35; else the value is "", unknown) */
-    if (j->rack_label[0]) {
-        char path[sizeof j->rack_label + 20];
-        snprintf(path, sizeof path, "metadata.labels['%s']", j->rack_label);
-        cJSON_AddItemToArray(env, env_field("RINGLEADER_RACK", path));
-    }
-    cJSON_AddItemToArray(env, env_value("RINGLEADER_RDZV", "k8s"));
-    cJSON_AddItemToArray(env, env_value("RINGLEADER_JOB", j->name));
-    snprintf(buf, sizeof buf, "%d:%d", j->min_nodes, j->max_nodes);
-    cJSON_AddItemToArray(env, env_value("RINGLEADER_NNODES", buf));
-    cJSON_AddItemToArray(env, env_secret("RINGLEADER_RDZV_SECRET", secret, "secret"));
-    cJSON_AddItemToArray(env, env_value("RINGLEADER_CONFIG", j->training_json));
-    snprintf(buf, sizeof buf, "%d", j->metrics_port);
-    cJSON_AddItemToArray(env, env_value("RINGLEADER_METRICS_PORT", buf));
-    if (j->s3_endpoint[0]) cJSON_AddItemToArray(env, env_value("AWS_ENDPOINT_URL_S3", j->s3_endpoint));
-    if (j->s3_region[0]) cJSON_AddItemToArray(env, env_value("AWS_REGION", j->s3_region));
-    if (j->s3_secret[0]) {
-        cJSON_AddItemToArray(env, env_secret("AWS_ACCESS_KEY_ID", j->s3_secret, j->s3_key_id));
-        cJSON_AddItemToArray(env, env_secret("AWS_SECRET_ACCESS_KEY", j->s3_secret, j->s3_key_secret));
-        if (j->s3_key_token[0])
-            cJSON_AddItemToArray(env, env_secret("AWS_SESSION_TOKEN", j->s3_secret, j->s3_key_token));
-    }
-    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(j->spec, "env");
-    if (cJSON_IsArray(extra))
-        for (const cJSON *it = extra->child; it; it = it->next) cJSON_AddItemToArray(env, cJSON_Duplicate(it, 1));
+    pod_env(cJSON_AddArrayToObject(c, "env"), j, secret);
 
     /* resources as given, plus the GPU limit */
     const cJSON *res = cJSON_GetObjectItemCaseSensitive(j->spec, "resources");
