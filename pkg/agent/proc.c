@@ -60,7 +60,10 @@ static int probe_links(const rl_job_config *settled, const rl_static_env *env, r
                        rl_err *e) {
     double net = 0;
     if (!probes(settled, env) || !watch) return RL_OK; /* no watch on any rank: nobody judges */
-    if (rl_comm_link_probe(comm, PREFLIGHT_PROBE_BYTES, &net, e)) return rl_err_wrap(e, "the pre-flight's link probe");
+    /* every rank's copy figure is measured before any link carries the
+     * probe, which would slow the copies it overlapped */
+    if (rl_comm_barrier(comm, e) || rl_comm_link_probe(comm, PREFLIGHT_PROBE_BYTES, &net, e))
+        return rl_err_wrap(e, "the pre-flight's link probe");
     if (env->local_rank == 0) rl_hang_watch_set_net(watch, net);
     return RL_OK;
 }
