@@ -66,6 +66,7 @@ static int snapshot(rl_hang_watch *w, rl_hang_rank *me, rl_comm_record *rec) {
     pthread_mutex_lock(&w->mu);
     me->step = w->step;
     me->busy_total = w->busy_total, me->busy_steps = w->busy_steps;
+    me->net_gbps = w->net_gbps, me->net_pending = w->net_pending;
     pthread_mutex_unlock(&w->mu);
     if (n > 0) {
         me->issued = rec[n - 1].seq;
@@ -74,9 +75,6 @@ static int snapshot(rl_hang_watch *w, rl_hang_rank *me, rl_comm_record *rec) {
     for (int i = 0; i < n; i++)
         if (rec[i].t_done > 0 && rec[i].seq > me->done) me->done = rec[i].seq;
     me->shm_bytes = w->o.shm_bytes, me->copy_gbps = w->o.copy_gbps;
-    pthread_mutex_lock(&w->mu);
-    me->net_gbps = w->net_gbps, me->net_pending = w->net_pending;
-    pthread_mutex_unlock(&w->mu);
     snprintf(me->pod, sizeof me->pod, "%s", w->pod);
     snprintf(me->node, sizeof me->node, "%s", w->node);
     return n;
