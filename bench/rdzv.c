@@ -9,7 +9,13 @@
  *    from a replica) and with their trainers restarted from the last
  *    checkpoint (in_place false); with the steps done again (the last step
  *    before the kill less the step resumed from) and the time until the job
- *    is past the step it had reached (regained_s).
+ *    is past the step it had reached (regained_s);
+ *  - growth: a new node's agent starts beside the two left; from then to
+ *    rank 0's first step of the grown round, the pause in training (rank
+ *    0's last step of the old round to its first of the new one) and the
+ *    steps done again, in place (the trainers yield at an agreed step and
+ *    the new rank takes their state live) against in_place false (SIGTERM,
+ *    rank 0 checkpoints, new processes read it back).
  * One JSON line per measurement; targets: first round < 2 s, follower
  * < heartbeat timeout + 2 s (in place: < 5 s), leader < lease + 2 s. */
 #include <cjson/cJSON.h>
@@ -63,6 +69,49 @@ static long long resumed_after(rl_test_job *j, double t) {
     return k;
 }
 
+/* The time of the first `event` after time t whose `key` is `value` (0: none). */
+static double event_after(rl_test_job *j, const char *event, double t, const char *key, double value) {
+    int n = rl_test_job_events(j, event, ev, 16384);
+    double got = 0;
+    for (int i = 0; i < n && !got; i++)
+        if (ev[i].t > t && (!key || rl_test_ev_num(&ev[i], key) == value)) got = ev[i].t;
+    rl_test_job_events_free(ev, n);
+    return got;
+}
+
+/* rank 0's last step logged before time t (-1: none). */
+static long long step_before(rl_test_job *j, double t, double *when) {
+    int n = rl_test_job_events(j, "step", ev, 16384);
+    long long s = -1;
+    for (int i = 0; i < n && ev[i].t < t; i++) s = (long long)rl_test_ev_num(&ev[i], "step"), *when = ev[i].t;
+    rl_test_job_events_free(ev, n);
+    return s;
+}
+
+/* A node arrives beside the `left` that trained alone: agent `id`'s pod
+ * and process, the round that takes it in, the pause and the steps. */
+static int grow(rl_test_job *j, int id, int left, bool in_place) {
+    long long s0 = rl_test_job_last_step(j); /* the round of `left` settled first */
+    while (rl_test_job_last_step(j) < s0 + 20) usleep(100000);
+    double t_add = rl_wall_now();
+    if (rl_test_job_start_agent(j, id, 1, "bench-secret", true)) return 1;
+    double end = rl_now() + 120, t_round = 0, t_first = 0, t_last = 0;
+    while (!(t_round = event_after(j, "round_end", t_add, NULL, 0)) && rl_now() < end) usleep(100000);
+    double t_start = 0;
+    while (t_round && !(t_start = event_after(j, "round_start", t_round, "world", left + 1)) && rl_now() < end)
+        usleep(100000);
+    if (t_start) t_first = wait_first_step_after(j, t_start, 120);
+    /* the old round trains on past its end until its trainers stop (at a
+     * step they agree on, in either mode) */
+    long long last = t_start ? step_before(j, t_start, &t_last) : -1, k0 = resumed_after(j, t_round);
+    printf("{\"bench\":\"rdzv_growth\",\"agents\":%d,\"mode\":\"%s\",\"seconds\":%.3f,\"pause_s\":%.3f,"
+           "\"steps_lost\":%lld}\n",
+           left + 1, in_place ? "in_place" : "checkpoint", t_first ? t_first - t_add : -1,
+           t_first && last >= 0 ? t_first - t_last : -1, k0 >= 0 && last >= 0 ? last - k0 : -1);
+    fflush(stdout);
+    return t_first ? 0 : 1;
+}
+
 static int leader(rl_test_job *j) {
     int n = rl_test_job_events(j, "leader_elected", ev, 16384), who = -1;
     for (int i = 0; i < n; i++) who = atoi(cJSON_GetObjectItem(ev[i].j, "id")->valuestring + 4);
@@ -114,6 +163,7 @@ static int run(int agents, bool recovery, bool in_place) {
         fflush(stdout);
         if (!t) rc = 1;
     }
+    if (recovery && !rc) rc = grow(&j, agents, agents - 2, in_place);
     rl_test_job_teardown(&j);
     return rc;
 }

@@ -204,7 +204,10 @@ int rl_launch(const rl_launch_opts *o, rl_err *e);
  * does not exit: it drops its round (communicator, DDP, hang watch, store
  * client), keeps its process, memory, device context and model state, says
  * "parked <step> <why>" and waits. At a round's end the agent says "park"
- * to trainers still in a collective (it aborts their communicator); in the
+ * to trainers still in a collective (it aborts their communicator); at a
+ * graceful end (every member alive: the job grows) it first says "yield",
+ * the trainers agree on a step to leave after, keep their ring whole to
+ * the end and say "yielded <step> <why>"; in the
  * next round it sends each its place, "round <rank> <world> <group_rank>
  * <master_port> <prefix> <master_addr>", and the trainer joins that world
  * and resumes live from the most advanced replica (rl_trainer_resume).
@@ -225,12 +228,18 @@ struct rl_comm;
 /* The trainer's end, from RINGLEADER_CTL_FD's value; a thread reads it. */
 int rl_ctl_open(const char *fd_str, rl_ctl **out, rl_err *e);
 /* What a "park" aborts from now on (NULL: nothing). false, with comm
- * aborted, when a park was asked since the last round message. */
+ * aborted, when a park or a yield was asked since the last round message. */
 bool rl_ctl_arm(rl_ctl *c, struct rl_comm *comm);
-/* Say "parked" and wait for the next round (RL_OK, *next) or the end:
- * the channel closed or *stop set (RL_EABORT). */
-int rl_ctl_park(rl_ctl *c, long long step, const char *why, const volatile int *stop, rl_ctl_round *next,
-                rl_err *e);
+/* The armed communicator's ring is whole (every rank passed a collective):
+ * a "yield" now waits for the trainers' agreed step; before, it aborts. */
+void rl_ctl_steady(rl_ctl *c);
+/* Set from an agent's "yield" until the next round message (NULL for no
+ * channel): the trainer's rl_trainer_set_yield. */
+const volatile int *rl_ctl_yield_flag(const rl_ctl *c);
+/* Say "parked" (or "yielded") and wait for the next round (RL_OK, *next)
+ * or the end: the channel closed or *stop set (RL_EABORT). */
+int rl_ctl_park(rl_ctl *c, long long step, bool yielded, const char *why, const volatile int *stop,
+                rl_ctl_round *next, rl_err *e);
 void rl_ctl_close(rl_ctl *c);
 
 /* ---- a node's trainer processes ------------------------------------------------------ */
@@ -267,7 +276,12 @@ void rl_group_free(rl_group *g);
  * follow rank0; RL_EIO if one is gone). A group without channels: 0, and
  * the rest do nothing. */
 int rl_group_parked(rl_group *g, long long *step, char *why, size_t wn);
+/* How many of the parked ones yielded (rl_group_yield) rather than lost
+ * their ring: a yield is no failure. */
+int rl_group_yielded(const rl_group *g);
 void rl_group_park(rl_group *g);
+/* "yield" to every trainer not parked. */
+void rl_group_yield(rl_group *g);
 int rl_group_rejoin(rl_group *g, const rl_ctl_round *first, rl_err *e);
 int rl_group_size(const rl_group *g);
 /* Is a trainer stopped (SIGSTOP, a debugger): one that cannot park? */

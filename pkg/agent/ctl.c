@@ -68,6 +68,8 @@ struct rl_ctl {
     pthread_cond_t cv;
     rl_comm *comm;      /* what a "park" aborts (NULL: between rounds) */
     bool park_asked;    /* since the last round message */
+    volatile int yield; /* "yield" since the last round message (the trainer reads it at its steps) */
+    bool steady;        /* the round's ring is whole (rl_ctl_steady) since the last arm */
     bool have_round, closed;
     volatile int stop;
     rl_ctl_round next;
@@ -79,9 +81,16 @@ static void on_message(rl_ctl *c, const char *m, size_t len) {
         c->park_asked = true;
         /* the ring may wait on a peer that is gone: end the op now */
         if (c->comm) rl_comm_abort(c->comm);
+    } else if (len == 5 && memcmp(m, "yield", 5) == 0) {
+        /* a whole ring agrees on a step to leave after; one still forming
+         * may wait for a peer that has moved on, and holds no step of this
+         * round to lose: end it as a park does */
+        c->yield = 1;
+        if (c->comm && !c->steady) rl_comm_abort(c->comm);
     } else {
         rl_err e = {0};
-        if (rl_ctl_round_parse(m, len, &c->next, &e) == RL_OK) c->have_round = true, c->park_asked = false;
+        if (rl_ctl_round_parse(m, len, &c->next, &e) == RL_OK)
+            c->have_round = true, c->park_asked = false, c->yield = 0;
         else rl_log_msg(RL_LOG_ERROR, "ctl_bad_message", e.msg);
     }
     pthread_cond_broadcast(&c->cv);
@@ -133,16 +142,26 @@ bool rl_ctl_arm(rl_ctl *c, rl_comm *comm) {
     if (!c) return true;
     pthread_mutex_lock(&c->mu);
     c->comm = comm;
-    bool ok = !c->park_asked || !comm;
+    c->steady = false;
+    bool ok = !(c->park_asked || c->yield) || !comm;
     if (!ok) rl_comm_abort(comm);
     pthread_mutex_unlock(&c->mu);
     return ok;
 }
 
-int rl_ctl_park(rl_ctl *c, long long step, const char *why, const volatile int *stop, rl_ctl_round *next,
-                rl_err *e) {
+void rl_ctl_steady(rl_ctl *c) {
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    c->steady = true;
+    pthread_mutex_unlock(&c->mu);
+}
+
+const volatile int *rl_ctl_yield_flag(const rl_ctl *c) { return c ? &c->yield : NULL; }
+
+int rl_ctl_park(rl_ctl *c, long long step, bool yielded, const char *why, const volatile int *stop,
+                rl_ctl_round *next, rl_err *e) {
     char m[512];
-    int w = snprintf(m, sizeof m, "parked %lld %.400s", step, why);
+    int w = snprintf(m, sizeof m, "%s %lld %.400s", yielded ? "yielded" : "parked", step, why);
     pthread_mutex_lock(&c->mu);
     c->comm = NULL;
     c->have_round = false;

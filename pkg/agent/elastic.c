@@ -21,6 +21,9 @@
 /* how long trainers get to drop their ring and park at a round's end (an
  * op in flight returns at once once aborted; a step's compute finishes first) */
 #define PARK_WAIT_S 10.0
+/* at a graceful end, how long trainers get at least to agree on a step to
+ * yield after and leave together (a step's compute and one reduction) */
+#define YIELD_WAIT_S 30.0
 /* how long parked trainers wait for the next round (a leader's election
  * takes its lease, 15 s by default) */
 #define PARK_KEEP_S 60.0
@@ -95,36 +98,51 @@ static void stop_trainers(rl_group *g, double grace_s) {
     rl_group_free(g);
 }
 
-/* The round ended under trainers whose ring broke (or was about to): keep
- * them for the next round when each parks -- drops its ring, keeps its
- * state (rl_ctl) -- within the wait; else stop them as before. */
-static void park_or_stop(agent *a, rl_group *g, rl_store *s, long long round) {
+/* Wait until every trainer parked (true) or one ended, or the time is up,
+ * still heartbeating the old round: the next one waits for us. */
+static bool all_park(agent *a, rl_group *g, rl_store **s, long long round, double wait_s, long long *step) {
+    double until = rl_now() + wait_s, tick = 0;
+    int n = rl_group_size(g), bad, status;
+    /* (reaping: a trainer may end meanwhile, e.g. one that just finished) */
+    while (rl_now() < until && (rl_group_poll(g, &bad, &status), rl_group_left(g) == n) &&
+           rl_group_parked(g, step, NULL, 0) < n) {
+        if (*s && rl_now() > tick) {
+            rl_round_end end;
+            rl_err te = {0};
+            if (rl_round_tick(*s, round, a->o->id, 0, &end, &te) != RL_OK) *s = NULL;
+            tick = rl_now() + TICK_S;
+        }
+        nap(0.01);
+    }
+    return rl_group_left(g) == n && rl_group_parked(g, step, NULL, 0) == n;
+}
+
+/* The round ended: keep the trainers for the next round when each parks --
+ * drops its ring, keeps its state (rl_ctl) -- within the wait; else stop
+ * them as before. At a graceful end (every member alive: the job grows)
+ * they yield: agree on a step, leave the ring together, nothing lost and
+ * nothing saved; failing that, SIGTERM and the grace, so rank 0 checkpoints
+ * (and a trainer busy with the final checkpoint finishes it). At a round
+ * that broke (or is about to) they park: their ring is aborted. */
+static void park_or_stop(agent *a, rl_group *g, rl_store *s, long long round, bool graceful) {
     if (!g) return;
     /* a stopped trainer (what a hang verdict names) cannot park */
     if (a->o->in_place && rl_group_size(g) > 0 && !rl_group_any_stopped(g)) {
-        rl_group_park(g);
-        double until = rl_now() + PARK_WAIT_S, tick = 0;
         long long step = -1;
         int n = rl_group_size(g);
-        while (rl_now() < until && rl_group_left(g) == n && rl_group_parked(g, &step, NULL, 0) < n) {
-            /* still heartbeating the old round: the next one waits for us */
-            if (s && rl_now() > tick) {
-                rl_round_end end;
-                rl_err te = {0};
-                if (rl_round_tick(s, round, a->o->id, 0, &end, &te) != RL_OK) s = NULL;
-                tick = rl_now() + TICK_S;
-            }
-            nap(0.01);
-        }
-        if (rl_group_left(g) == n && rl_group_parked(g, &step, NULL, 0) == n) {
-            rl_log(RL_LOG_INFO, "trainers_parked", "\"trainers\":%d,\"step\":%lld", n, step);
+        graceful ? rl_group_yield(g) : rl_group_park(g);
+        double wait_s = !graceful ? PARK_WAIT_S : a->o->grace_s > YIELD_WAIT_S ? a->o->grace_s : YIELD_WAIT_S;
+        if (all_park(a, g, &s, round, wait_s, &step)) {
+            rl_log(RL_LOG_INFO, "trainers_parked", "\"trainers\":%d,\"step\":%lld,\"yielded\":%d", n, step,
+                   rl_group_yielded(g));
             a->parked = g;
             a->parked_since = rl_now();
             return;
         }
-        rl_log(RL_LOG_WARN, "park_failed", "\"trainers\":%d,\"left\":%d", n, rl_group_left(g));
+        rl_log(RL_LOG_WARN, "park_failed", "\"trainers\":%d,\"left\":%d,\"yield\":%s", n, rl_group_left(g),
+               graceful ? "true" : "false");
     }
-    stop_trainers(g, 0);
+    stop_trainers(g, graceful ? a->o->grace_s : 0);
 }
 
 /* This node's trainers for the round: the parked ones moved into it when
@@ -229,7 +247,7 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
         int bad, status;
         rl_round_end end;
         if (rl_round_tick(s, t->round, o->id, TICK_S, &end, &e) != RL_OK) {
-            park_or_stop(a, g, NULL, 0);
+            park_or_stop(a, g, NULL, 0, false);
             snprintf(why, wn, "lost the rendezvous store: %s", e.msg);
             return RUN_REJOIN;
         }
@@ -254,15 +272,18 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
                 return RUN_REJOIN;
             }
             reported = true;
-        } else if (!reported && g && rl_group_parked(g, &parked_step, parked_why, sizeof parked_why) > 0) {
-            /* a trainer lost its ring and parked: the round is over for it */
+        } else if (!reported && g &&
+                   rl_group_parked(g, &parked_step, parked_why, sizeof parked_why) > rl_group_yielded(g)) {
+            /* a trainer lost its ring and parked: the round is over for it
+             * (one that yielded did so because the round ended gracefully:
+             * no failure, and the end is on its way here) */
             char msg[480];
             snprintf(msg, sizeof msg, "a trainer of ranks %d-%d parked after step %lld: %.380s", me->rank0,
                      me->rank0 + me->local_world - 1, parked_step, parked_why);
             rl_log(RL_LOG_WARN, "trainer_failed", "\"class\":\"%s\",\"parked\":true,\"msg\":\"%s\"",
                    rl_fail_class_name(RL_FAIL_INFRA), esc(jbuf, sizeof jbuf, msg));
             if (rl_round_report(s, t->round, o->id, RL_FAIL_INFRA, msg, &e) != RL_OK) {
-                park_or_stop(a, g, s, t->round);
+                park_or_stop(a, g, s, t->round, false);
                 snprintf(why, wn, "%s", e.msg);
                 return RUN_REJOIN;
             }
@@ -278,14 +299,14 @@ static run_result run_round(agent *a, rl_store *s, const rl_round_table *t, cons
             reported = true;
         }
         if (rs != RL_ROUND_RUNNING) {
-            if (rs == RL_ROUND_NEXT && !end.graceful) park_or_stop(a, g, s, t->round);
-            else stop_trainers(g, rs == RL_ROUND_NEXT && end.graceful ? o->grace_s : 0);
+            if (rs == RL_ROUND_NEXT) park_or_stop(a, g, s, t->round, end.graceful);
+            else stop_trainers(g, 0);
             snprintf(why, wn, "%s%s", rs == RL_ROUND_FAILED ? "the job failed: " : "", end.reason);
             a->user_error = rs == RL_ROUND_FAILED && end.cls == RL_FAIL_USER;
             return rs == RL_ROUND_COMPLETE ? RUN_COMPLETE : rs == RL_ROUND_FAILED ? RUN_FAILED : RUN_REJOIN;
         }
         if (leader_changed(a)) {
-            park_or_stop(a, g, s, t->round);
+            park_or_stop(a, g, s, t->round, false);
             snprintf(why, wn, "the leader changed");
             return RUN_REJOIN;
         }

@@ -23,11 +23,13 @@ struct rl_group {
     int *status;
     int *msg_fd; /* each trainer's termination message (a memfd; -1: none) */
     int *ctl_fd; /* the agent's end of each control channel (-1: none) */
-    bool *parked;
+    unsigned char *parked; /* 0, or how: PARKED_LOST (its ring broke) or PARKED_YIELD */
     long long *parked_step;
     char parked_why[400]; /* the first parked trainer's words */
     int left;
 };
+
+enum { PARKED_LOST = 1, PARKED_YIELD = 2 };
 
 int rl_wait_exit_status(int status) {
     if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -262,9 +264,10 @@ int rl_group_parked(rl_group *g, long long *step, char *why, size_t wn) {
         while (!g->parked[i] && g->ctl_fd[i] >= 0 && (r = recv(g->ctl_fd[i], m, sizeof m - 1, MSG_DONTWAIT)) > 0) {
             m[r] = 0;
             char *end;
-            long long s = strncmp(m, "parked ", 7) == 0 ? strtoll(m + 7, &end, 10) : -1;
+            bool lost = strncmp(m, "parked ", 7) == 0, yielded = strncmp(m, "yielded ", 8) == 0;
+            long long s = lost || yielded ? strtoll(m + (lost ? 7 : 8), &end, 10) : -1;
             if (s < 0) continue; /* nothing else is said this way */
-            g->parked[i] = true, g->parked_step[i] = s;
+            g->parked[i] = lost ? PARKED_LOST : PARKED_YIELD, g->parked_step[i] = s;
             if (!g->parked_why[0]) snprintf(g->parked_why, sizeof g->parked_why, "%s", *end ? end + 1 : "");
         }
         if (g->parked[i] && g->alive[i]) {
@@ -275,10 +278,19 @@ int rl_group_parked(rl_group *g, long long *step, char *why, size_t wn) {
     return parked;
 }
 
-void rl_group_park(rl_group *g) {
-    for (int i = 0; g && i < g->n; i++)
-        if (g->alive[i] && !g->parked[i] && g->ctl_fd[i] >= 0) (void)send(g->ctl_fd[i], "park", 4, MSG_NOSIGNAL);
+int rl_group_yielded(const rl_group *g) {
+    int n = 0;
+    for (int i = 0; g && i < g->n; i++) n += g->alive[i] && g->parked[i] == PARKED_YIELD;
+    return n;
 }
+
+static void say(rl_group *g, const char *m) {
+    for (int i = 0; g && i < g->n; i++)
+        if (g->alive[i] && !g->parked[i] && g->ctl_fd[i] >= 0) (void)send(g->ctl_fd[i], m, strlen(m), MSG_NOSIGNAL);
+}
+
+void rl_group_park(rl_group *g) { say(g, "park"); }
+void rl_group_yield(rl_group *g) { say(g, "yield"); }
 
 int rl_group_rejoin(rl_group *g, const rl_ctl_round *first, rl_err *e) {
     char m[512];
@@ -288,7 +300,7 @@ int rl_group_rejoin(rl_group *g, const rl_ctl_round *first, rl_err *e) {
         int len = rl_ctl_round_format(&r, m, sizeof m);
         if (!g->alive[i] || g->ctl_fd[i] < 0 || len < 0 || send(g->ctl_fd[i], m, (size_t)len, MSG_NOSIGNAL) != len)
             return rl_errf(e, RL_EIO, "trainer %d (pid %d) cannot take the new round", first->rank + i, (int)g->pid[i]);
-        g->parked[i] = false;
+        g->parked[i] = 0;
         rl_log(RL_LOG_INFO, "rejoined", "\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"world\":%d", r.rank, i,
                (int)g->pid[i], r.world);
     }

@@ -132,11 +132,13 @@ static int round_up(const rl_proc_opts *o, const rl_job_config *settled, const r
     if ((rc = rl_comm_init(&co, &p->comm, e))) return rc;
     if (!rl_ctl_arm(ctl, p->comm)) return rl_errf(e, RL_EABORT, "the agent parked this rank before it started");
     if ((rc = start_watch(o, env, settled, p->comm, prefix, &p->sink, &p->watch, e)) ||
-        (rc = probe_links(settled, env, p->comm, p->watch, e)))
+        (rc = probe_links(settled, env, p->comm, p->watch, e)) || (rc = rl_comm_barrier(p->comm, e)))
         return rc;
+    rl_ctl_steady(ctl); /* every rank is in: a yield from now on waits for an agreed step */
     *dist = (rl_train_dist){.rank = env->rank, .world = env->world, .local_rank = env->local_rank};
     if (!*tr ? (rc = rl_trainer_new(tr, settled, dist, e)) : (rc = rl_trainer_set_dist(*tr, dist, e))) return rc;
     rl_trainer_set_stop(*tr, o->stop);
+    rl_trainer_set_yield(*tr, rl_ctl_yield_flag(ctl));
     /* steps and checkpoints to the agent's pipe (local rank 0 has one), or
      * to in-process metrics */
     rl_stats_reporter_attach(reporter, *tr, o->stats, o->stats_fd,
@@ -165,7 +167,7 @@ static int round_down(round_parts *p, rl_ctl *ctl, int rc, bool keep_ring, rl_er
     rl_ctl_arm(ctl, NULL);
     /* a hang aborted the ring: infrastructure (a peer stopped), named */
     char hung[600];
-    if (rl_hang_watch_stop(p->watch, rc != 0, hung, sizeof hung) && rc) rc = rl_errf(e, RL_EPEER, "hang: %s", hung);
+    if (rl_hang_watch_stop(p->watch, rc != 0 && !keep_ring, hung, sizeof hung) && rc) rc = rl_errf(e, RL_EPEER, "hang: %s", hung);
     rl_ddp_destroy(p->ddp);
     if (p->comm) rl_comm_destroy(p->comm);
     if (p->store) rl_store_close(p->store);
@@ -174,9 +176,11 @@ static int round_down(round_parts *p, rl_ctl *ctl, int rc, bool keep_ring, rl_er
 }
 
 /* A failure the replica survives whole: a peer or the ring gone (or a
- * round that could not form), not this process's own fault nor a stop. */
+ * round that could not form), not this process's own fault nor a stop;
+ * or a yield (the agent asked, the round ends gracefully). */
 static bool parkable(int rc, const rl_proc_opts *o, const rl_trainer *tr) {
     if (*o->stop || (tr && rl_trainer_summary(tr)->preempted)) return false;
+    if (tr && rl_trainer_summary(tr)->yielded) return true;
     return rc == RL_EPEER || rc == RL_EABORT || rc == RL_ETIMEOUT || rc == RL_EIO;
 }
 
@@ -185,11 +189,12 @@ static bool parkable(int rc, const rl_proc_opts *o, const rl_trainer *tr) {
 static int park(rl_ctl *ctl, const rl_proc_opts *o, rl_trainer *tr, rl_static_env *env, char *prefix, size_t pn,
                 const char *why, rl_err *e) {
     long long step = tr ? rl_trainer_steps_done(tr) : 0;
+    bool yielded = tr && rl_trainer_summary(tr)->yielded;
     char j[700];
-    rl_log(RL_LOG_WARN, "parked", "\"step\":%lld,\"why\":\"%s\"", step,
-           rl_json_escape(j, sizeof j, why));
+    rl_log(yielded ? RL_LOG_INFO : RL_LOG_WARN, "parked", "\"step\":%lld,\"yielded\":%s,\"why\":\"%s\"", step,
+           yielded ? "true" : "false", rl_json_escape(j, sizeof j, why));
     rl_ctl_round next;
-    int rc = rl_ctl_park(ctl, step, why, o->stop, &next, e);
+    int rc = rl_ctl_park(ctl, step, yielded, why, o->stop, &next, e);
     if (rc) return rc;
     env->rank = next.rank, env->world = next.world, env->master_port = next.master_port;
     snprintf(env->master_addr, sizeof env->master_addr, "%s", next.master_addr);
@@ -206,7 +211,6 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     rl_ctl *ctl = NULL;
     rl_train_dist dist;
     rl_stats_reporter reporter;
-    bool preempted_ok = false;
     int rc;
     memset(summary, 0, sizeof *summary);
 
@@ -232,6 +236,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
     if (o->ctl_fd && (rc = rl_ctl_open(o->ctl_fd, &ctl, e))) goto out;
     for (;;) {
         round_parts p = {0};
+        bool together = false; /* every rank leaves the ring after the same step */
         rc = round_up(o, &settled, &env, prefix, ctl, &p, &dist, &tr, &reporter, e);
         /* resumes from the newest checkpoint first (rank 0 reads,
          * broadcasts), or live from a replica that survived a round change */
@@ -245,15 +250,17 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
                 /* nobody leaves (closing its sockets) while a peer still reduces */
                 if (!rc) rc = rl_comm_barrier(p.comm, e);
             }
-        } else if (rc && tr && rl_trainer_summary(tr)->preempted) {
-            summary->preempted = true;
-            summary->preempt_saved = preempted_ok = rl_trainer_summary(tr)->preempt_saved;
-            /* every rank stopped after the same step and knows the checkpoint
-             * is committed: leave together instead of aborting the ring */
+        } else if (rc && tr && (rl_trainer_summary(tr)->preempted || rl_trainer_summary(tr)->yielded)) {
+            summary->preempted = rl_trainer_summary(tr)->preempted;
+            summary->preempt_saved = rl_trainer_summary(tr)->preempt_saved;
+            /* every rank stopped after the same step (and, preempted, knows
+             * the checkpoint is committed): leave together instead of
+             * aborting the ring */
             rl_err be = {0};
-            if (preempted_ok) (void)rl_comm_barrier(p.comm, &be);
+            together = summary->preempted ? summary->preempt_saved : true;
+            if (together) (void)rl_comm_barrier(p.comm, &be);
         }
-        rc = round_down(&p, ctl, rc, preempted_ok, e);
+        rc = round_down(&p, ctl, rc, together, e);
         if (!rc || !ctl || !parkable(rc, o, tr)) break;
         char why[520];
         snprintf(why, sizeof why, "%s", e->msg);

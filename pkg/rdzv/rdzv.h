@@ -239,7 +239,7 @@ typedef struct rl_rdzv_config {
     double last_call_s;              /* 10 */
     int max_restarts;                /* 3 */
     double lease_s, renew_deadline_s, retry_s; /* 15, 10, 2 */
-    double stop_grace_s;             /* trainers' SIGTERM -> SIGKILL at a graceful round change (30) */
+    double stop_grace_s;             /* graceful round change: SIGTERM -> SIGKILL; in place, the yield's wait (30) */
     bool in_place;                   /* survivors of a lost node keep their processes and state (true) */
     double bench_s;                  /* a degraded node stays out of the rounds this long (600; 0: never) */
     char etcd_endpoint[256];

@@ -39,7 +39,7 @@ static const rl_cfg_field rdzv_fields[] = {
     F(renew_deadline_s, .min = 0.1, .max = 3600, .def = 10, .doc = "Below lease_s."),
     F(retry_s, .min = 0.05, .max = 3600, .def = 2, .doc = "At most renew_deadline_s / 1.2."),
     F(stop_grace_s, .min = 0, .max = 3600, .def = 30,
-      .doc = "Trainers' SIGTERM to SIGKILL at a graceful round change."),
+      .doc = "At a graceful round change: trainers' SIGTERM to SIGKILL (in place: first the time to yield, 30 at least)."),
     F(bench_s, .min = 0, .max = 86400 * 7, .def = 600,
       .doc = "A node the pre-flight finds far below the median stays out of an elastic job's rounds this long, "
              "while the job keeps min_nodes (0: never left out)."),

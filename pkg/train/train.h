@@ -196,6 +196,7 @@ typedef struct rl_run_summary {
     long long resumed_from;        /* checkpoint step resumed from; -1: fresh start */
     bool preempted;                /* stopped by a signal at a step boundary */
     bool preempt_saved;            /* ... and a checkpoint of that step is committed */
+    bool yielded;                  /* left the round at a step boundary, state kept (rl_trainer_set_yield) */
 } rl_run_summary;
 
 /* The trainer is opaque outside pkg/train (trainer_internal.h holds it):
@@ -221,6 +222,11 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e);
  * signal) that stops the run at the next step boundary, and the observer
  * (copied; zero: none). */
 void rl_trainer_set_stop(rl_trainer *tr, const volatile int *stop);
+/* A flag set asynchronously (the agent's "yield": the round ends with every
+ * member alive) that ends the run after the next step every rank agrees on,
+ * without a checkpoint: rl_trainer_run returns RL_EABORT with
+ * summary.yielded, the state whole for the next world (rl_trainer_set_dist). */
+void rl_trainer_set_yield(rl_trainer *tr, const volatile int *yield);
 void rl_trainer_set_observer(rl_trainer *tr, const rl_train_observer *o);
 /* The job config as the trainer runs it (device and backend settled). */
 const rl_job_config *rl_trainer_config(const rl_trainer *tr);

@@ -105,7 +105,8 @@ int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
     tr->dist = dist;
     tr->accum = (int)(t->global_batch_tokens / t->seq_len / dist->world / t->micro_batch);
     tr->resume_done = false;
-    tr->stop_agreed = false;
+    tr->stop_agreed = tr->yield_agreed = false;
+    tr->summary.yielded = false;
     /* the checkpoints go with rank 0, wherever it is now */
     bool saves = dist->rank == 0 && tr->cfg.ckpt.uri[0];
     if (!saves && tr->store) {
@@ -177,10 +178,10 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     tr->live = true;
     /* A signal reaches ranks at different times; riding on the loss
      * average, "someone was asked to stop" becomes one decision that every
-     * rank takes after the same step. */
-    double agreed[2] = {loss, tr->stop && *tr->stop ? 1.0 : 0.0};
+     * rank takes after the same step; so does "the agent asked us to yield". */
+    double agreed[3] = {loss, tr->stop && *tr->stop ? 1.0 : 0.0, tr->yield && *tr->yield ? 1.0 : 0.0};
     if (tr->dist) {
-        if ((rc = tr->dist->average(tr->dist->ctx, agreed, 2, e))) return rc;
+        if ((rc = tr->dist->average(tr->dist->ctx, agreed, 3, e))) return rc;
         /* after the average: on a GPU finish only queued the reduction, and
          * its timing events are complete once the average (behind it on the
          * communicator) is; the average itself is not a bucket */
@@ -188,6 +189,7 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     }
     loss = agreed[0];
     tr->stop_agreed = agreed[1] > 0;
+    tr->yield_agreed = agreed[2] > 0;
     if (!isfinite(norm) || !isfinite(loss))
         return rl_errf(e, RL_EINTERNAL, "step %lld: loss %g, gradient norm %g are not finite "
                        "(lower train.lr?)", tr->step, loss, norm);
@@ -644,6 +646,12 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
             clear_progress(tr);
             return rc;
         }
+        /* the last step needs no yield: the run ends below as it would */
+        if (tr->yield_agreed && tr->step < t->steps) {
+            clear_progress(tr);
+            tr->summary.yielded = true;
+            return rl_errf(e, RL_EABORT, "yielded after step %lld: the round ended for the next one", tr->step);
+        }
         if (t->eval_every > 0 && st.step % t->eval_every == 0 && st.step < t->steps &&
             (rc = evaluate(tr, "eval", e)))
             return rc;
@@ -691,6 +699,7 @@ int rl_trainer_broadcast_params(rl_trainer *tr, rl_err *e) {
 
 /* ---- accessors (train.h) ------------------------------------------------------------- */
 void rl_trainer_set_stop(rl_trainer *tr, const volatile int *stop) { tr->stop = stop; }
+void rl_trainer_set_yield(rl_trainer *tr, const volatile int *yield) { tr->yield = yield; }
 void rl_trainer_set_observer(rl_trainer *tr, const rl_train_observer *o) {
     tr->observer = o ? *o : (rl_train_observer){0};
 }

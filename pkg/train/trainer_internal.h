@@ -24,6 +24,8 @@ struct rl_trainer {
     bool tty;
     const volatile int *stop; /* set asynchronously (signal): stop at the next step */
     bool stop_agreed;         /* some rank saw *stop: every rank stops after this step */
+    const volatile int *yield; /* set by the agent (a round ends gracefully): leave the round, keep the state */
+    bool yield_agreed;        /* some rank saw *yield: every rank leaves after this step */
     rl_run_summary summary;
     /* checkpoint state */
     uint64_t sample;          /* global sample index of the next step's first sample */

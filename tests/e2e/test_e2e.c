@@ -401,6 +401,8 @@ Test(e2e, scale_an_elastic_job_to_three_nodes, .init = up, .fini = down, .timeou
     cr_assert(log);
     cr_assert_eq(kubectl("logs grow-0", NULL, log, LOG_MAX), 0, "%.2000s", log);
     cr_expect(has_line(log, "\"event\":\"round_start\"", "\"nodes\":3"), "no 3-node round in grow-0's log:\n%.2000s", log);
+    /* the two yielded at an agreed step and the three resumed from them */
+    cr_expect(has_line(log, "\"event\":\"resume\"", "\"live\":true"), "the growth did not resume live:\n%.2000s", log);
     free(log);
 }
 

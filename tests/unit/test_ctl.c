@@ -1,11 +1,16 @@
 /* The agent <-> trainer control channel's round message (agent.h,
  * in-place recovery): what the agent writes the trainer reads back, and
- * anything else is refused naming the channel. The channel between real
- * agents and trainers is in test_elastic.c. */
+ * anything else is refused naming the channel; what "yield" does to the
+ * trainer's side. The channel between real agents and trainers is in
+ * test_elastic.c. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "agent/agent.h"
+#include "comm/comm.h"
 
 Test(ctl, a_round_message_reads_back_as_written) {
     rl_ctl_round r = {.rank = 3, .world = 4, .group_rank = 2, .master_port = 29400}, back;
@@ -45,4 +50,67 @@ Test(ctl, a_malformed_round_message_is_refused) {
         cr_expect(strstr(e.msg, "control channel"), "%s", e.msg);
         cr_expect_eq(r.world, 0, "nothing half-filled");
     }
+}
+
+/* The barrier fails (the communicator aborted) within 2 s: true. */
+static bool aborted_soon(rl_comm *c) {
+    for (int i = 0; i < 200; i++) {
+        rl_err e = {0};
+        if (rl_comm_barrier(c, &e) == RL_EABORT) return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+static rl_comm *world_of_one(void) {
+    rl_comm_opts o = {.backend = "tcp", .rank = 0, .world = 1, .timeout_s = 5};
+    rl_comm *c = NULL;
+    rl_err e = {0};
+    cr_assert_eq(rl_comm_init(&o, &c, &e), RL_OK, "%s", e.msg);
+    return c;
+}
+
+/* A graceful round end: "yield" sets the flag the trainer agrees on at its
+ * steps, and leaves a whole ring (steady) alone; a ring still forming is
+ * aborted, since its peers may have moved on; a round message clears it. */
+Test(ctl, a_yield_waits_for_a_whole_ring_and_aborts_one_still_forming) {
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+    char fd[16];
+    snprintf(fd, sizeof fd, "%d", sv[1]);
+    rl_ctl *c = NULL;
+    rl_err e = {0};
+    cr_assert_eq(rl_ctl_open(fd, &c, &e), RL_OK, "%s", e.msg);
+    const volatile int *flag = rl_ctl_yield_flag(c);
+    cr_assert(flag && !*flag);
+
+    rl_comm *steady = world_of_one();
+    cr_assert(rl_ctl_arm(c, steady));
+    rl_ctl_steady(c);
+    cr_assert_eq(send(sv[0], "yield", 5, 0), 5);
+    for (int i = 0; i < 200 && !*flag; i++) usleep(10000);
+    cr_expect(*flag, "the yield never reached the flag");
+    cr_expect_eq(rl_comm_barrier(steady, &e), RL_OK, "a whole ring was aborted: %s", e.msg);
+    rl_ctl_arm(c, NULL);
+    rl_comm_destroy(steady);
+
+    /* still set (no round message yet): the next ring is refused at once */
+    rl_comm *next = world_of_one();
+    cr_expect(!rl_ctl_arm(c, next), "a ring armed after a yield was let start");
+    cr_expect(aborted_soon(next));
+    rl_comm_destroy(next);
+
+    const char *round = "round 0 1 0 29400 r2 127.0.0.1";
+    cr_assert_eq(send(sv[0], round, strlen(round), 0), (ssize_t)strlen(round));
+    for (int i = 0; i < 200 && *flag; i++) usleep(10000);
+    cr_expect(!*flag, "a round message left the yield set");
+
+    rl_comm *forming = world_of_one();
+    cr_assert(rl_ctl_arm(c, forming));
+    cr_assert_eq(send(sv[0], "yield", 5, 0), 5);
+    cr_expect(aborted_soon(forming), "a yield left a ring that was still forming waiting");
+    rl_ctl_arm(c, NULL);
+    rl_comm_destroy(forming);
+    close(sv[0]);
+    rl_ctl_close(c);
 }
