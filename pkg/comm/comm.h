@@ -88,7 +88,8 @@ int rl_comm_barrier(rl_comm *c, rl_err *e);
  * right neighbour while it receives as many from its left, and *in_gbps
  * is how fast its left link delivered them, GB/s. A rank whose left
  * neighbour is on another node measures the network into its node. 0 (no
- * figure, no data moved) at world 1 and on nccl, which has no such op here. */
+ * figure, no data moved) at world 1. tcp times the bytes from the first in
+ * to the last; nccl the whole send/recv group, on the GPU (comm/nccl.c). */
 int rl_comm_link_probe(rl_comm *c, size_t bytes, double *in_gbps, rl_err *e);
 /* Complete every op issued so far (bounded by timeout_s). */
 int rl_comm_wait(rl_comm *c, rl_err *e);

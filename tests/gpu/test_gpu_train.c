@@ -416,6 +416,57 @@ static void check_nccl_two_rank_collectives(void) {
     rl_store_server_stop(srv);
 }
 
+/* Issue 17's network figure over NCCL: each rank sends to its right and
+ * receives from its left in one group; a rate on both ranks, the op in
+ * the flight recorder, the ring usable after it. In emulation the rate is
+ * the fake clock's (events 1 ms apart), so only its presence is checked
+ * here; the bytes are checked inside the probe (its left neighbour's
+ * pattern must arrive). */
+typedef struct probe_run {
+    peer *p;
+    double gbps;
+    int rc;
+    rl_err e;
+} probe_run;
+static void *probe_rank(void *arg) {
+    probe_run *r = arg;
+    cudaSetDevice(r->p->device);
+    r->rc = rl_comm_link_probe(r->p->comm, (size_t)1 << 20, &r->gbps, &r->e);
+    if (!r->rc) r->rc = rl_comm_barrier(r->p->comm, &r->e);
+    return NULL;
+}
+static void check_nccl_link_probe(void) {
+    const char *name = "nccl: the link probe";
+    if (!selected(name) || !two_devices(name)) return;
+    rl_store_server *srv = server(name);
+    if (!srv) return;
+    peer p[2];
+    rl_err e = {0};
+    const int dev[2] = {0, 1};
+    if (form_pair(p, srv, "probe", dev, 30, &e)) {
+        fail_err(name, &e);
+        rl_store_server_stop(srv);
+        return;
+    }
+    probe_run r[2] = {{.p = &p[0]}, {.p = &p[1]}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, probe_rank, &r[i]);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    int recorded = 0;
+    for (int i = 0; i < 2; i++) {
+        rl_comm_record rec[RL_COMM_RECORDS];
+        int n = rl_comm_records(p[i].comm, rec, RL_COMM_RECORDS);
+        for (int k = 0; k < n; k++) recorded += !strcmp(rec[k].op, "link_probe") && rec[k].rc == 0;
+    }
+    if (r[0].rc || r[1].rc)
+        fail_err(name, r[0].rc ? &r[0].e : &r[1].e);
+    else
+        report(name, r[0].gbps > 0 && r[1].gbps > 0 && recorded == 2,
+               "rates %.2f and %.2f GB/s, %d of 2 recorded, a barrier after it", r[0].gbps, r[1].gbps, recorded);
+    for (int i = 0; i < 2; i++) rl_comm_destroy(p[i].comm);
+    rl_store_server_stop(srv);
+}
+
 /* Issue 17's hang diagnosis over NCCL: rank 1 never enters rank 0's
  * allreduce. Rank 0's watch (pkg/hang) finds it past the 1 s deadline,
  * names rank 1 as the one that never entered allreduce #1, and aborts
@@ -769,6 +820,7 @@ void test_gpu_train(void) {
     check_cross_resume("cpu", "cuda", true);
     check_nccl_missing_peer();
     check_nccl_two_rank_collectives();
+    check_nccl_link_probe();
     check_nccl_two_rank_refusals();
     check_nccl_hang_named();
     check_nccl_peer_never_enters();

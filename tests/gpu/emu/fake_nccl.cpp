@@ -35,6 +35,13 @@
 //    (a + b does not depend on the order, and NCCL's avg of floating
 //    types multiplies each input by 1/nranks before summing).
 //    Other reductions and types are refused as not emulated.
+//  - point-to-point: ncclSend and ncclRecv inside ncclGroupStart/End, at
+//    most one of each per group (what the link probe issues); the group is
+//    the rank's call in the collective order, and it completes once every
+//    rank has entered its group -- the pairs must match (a send from r to
+//    p meets a receive on p from r of the same bytes), else the
+//    communicator fails naming both. Real NCCL lets ranks outside the
+//    pairs go on; here every rank takes part, as the probe's ring does.
 //
 // Where the wait is. The fake CUDA runtime runs everything when it is
 // queued, so a collective cannot be left on a stream for its peers to meet
@@ -81,8 +88,8 @@ struct ncclComm {
 };
 
 namespace {
-enum coll_kind { ALLREDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER };
-const char *const kind_name[] = {"allreduce", "broadcast", "allgather", "reduce_scatter"};
+enum coll_kind { ALLREDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER, SENDRECV };
+const char *const kind_name[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "send/recv group"};
 
 // One collective as the ranks enter it: defined by the first, checked
 // against it by the others, run by the last.
@@ -95,7 +102,23 @@ struct coll {
     std::vector<const void *> send;
     std::vector<void *> recv;
     int arrived = 0;
+    // SENDRECV: per rank, its peers (-1: none) and bytes; count/type unused
+    std::vector<int> to, from;
+    std::vector<size_t> sbytes, rbytes;
 };
+
+// A rank's open group (ncclGroupStart .. ncclGroupEnd): its one send and
+// one receive, sent as one call at the end.
+struct group {
+    int depth = 0;
+    ncclComm *c = nullptr;
+    const void *sbuf = nullptr;
+    void *rbuf = nullptr;
+    int to = -1, from = -1;
+    size_t sbytes = 0, rbytes = 0;
+    char refused[320] = ""; // a refusal inside the group, returned at its end
+};
+thread_local group grp;
 
 struct clique {
     std::string id;
@@ -235,6 +258,14 @@ void reduce(const coll &c, size_t off, size_t n, char *out) {
 // buffer may be its own, or the root's, send buffer.
 void run(const coll &c) {
     int nr = (int)c.send.size();
+    if (c.kind == SENDRECV) { // through copies: a buffer may be sent and received into
+        std::vector<std::vector<char>> out(nr);
+        for (int r = 0; r < nr; r++)
+            if (c.to[r] >= 0) out[r].assign((const char *)c.send[r], (const char *)c.send[r] + c.sbytes[r]);
+        for (int r = 0; r < nr; r++)
+            if (c.to[r] >= 0 && !out[r].empty()) memcpy(c.recv[c.to[r]], out[r].data(), out[r].size());
+        return;
+    }
     size_t es = type_size(c.type), bytes = c.count * es;
     std::vector<char> tmp(c.kind == ALLGATHER || c.kind == REDUCE_SCATTER ? bytes * nr : bytes);
     if (tmp.empty()) return;
@@ -255,6 +286,7 @@ void run(const coll &c) {
         for (int r = 0; r < nr; r++) reduce(c, r * bytes, c.count, tmp.data() + r * bytes);
         for (int r = 0; r < nr; r++) memcpy(c.recv[r], tmp.data() + r * bytes, bytes);
         break;
+    case SENDRECV: break; // above
     }
 }
 
@@ -285,6 +317,26 @@ ncclResult_t check_args(ncclComm *c, coll_kind k, const void *send, void *recv, 
     return ncclSuccess;
 }
 
+// A send/recv group every rank entered: each send meets the receive its
+// peer posted for it (mu held); the first mismatch, described.
+bool pairs_match(const coll &op, char *why, size_t n) {
+    int nr = (int)op.to.size();
+    for (int r = 0; r < nr; r++) {
+        int p = op.to[r];
+        if (p >= 0 && (op.from[p] != r || op.rbytes[p] != op.sbytes[r])) {
+            snprintf(why, n, "send/recv: rank %d sends %zu bytes to rank %d, which receives %zu from rank %d", r,
+                     op.sbytes[r], p, op.rbytes[p], op.from[p]);
+            return false;
+        }
+        int q = op.from[r];
+        if (q >= 0 && op.to[q] != r) {
+            snprintf(why, n, "send/recv: rank %d receives from rank %d, which sends to rank %d", r, q, op.to[q]);
+            return false;
+        }
+    }
+    return true;
+}
+
 // The n-th collective of every rank must be the same call.
 bool same_call(const coll &a, const coll &b) {
     bool reduces = a.kind == ALLREDUCE || a.kind == REDUCE_SCATTER;
@@ -292,10 +344,19 @@ bool same_call(const coll &a, const coll &b) {
            (!reduces || a.red == b.red) && (a.kind != BROADCAST || a.root == b.root);
 }
 
+ncclResult_t take_part(ncclComm *c, const coll &mine);
+
 ncclResult_t enter(ncclComm *c, coll_kind k, const void *send, void *recv, size_t count,
                    ncclDataType_t t, ncclRedOp_t red, int root) {
     ncclResult_t r = check_args(c, k, send, recv, count, t, red, root);
     if (r != ncclSuccess) return r;
+    return take_part(c, coll{k, count, t, red, root, c->rank, {send}, {recv}, 0, {}, {}, {}, {}});
+}
+
+// A checked call joins the collective of its sequence number; the last
+// rank to arrive runs it.
+ncclResult_t take_part(ncclComm *c, const coll &mine) {
+    coll_kind k = mine.kind;
     std::lock_guard<std::mutex> g(mu);
     clique *q = c->cq;
     if (q->failed != ncclSuccess) return q->failed;
@@ -306,24 +367,31 @@ ncclResult_t enter(ncclComm *c, coll_kind k, const void *send, void *recv, size_
                       kind_name[k], c->rank,
                       c->finalized ? "finalized" : !q->formed ? "still forming" : "busy with a call");
     uint64_t seq = c->issued++;
-    coll mine{k, count, t, red, root, c->rank, {}, {}, 0};
     coll &op = q->pending.try_emplace(seq, mine).first->second;
     if (op.arrived == 0) {
         op.send.assign(q->nranks, nullptr);
         op.recv.assign(q->nranks, nullptr);
+        op.to.assign(q->nranks, -1), op.from.assign(q->nranks, -1);
+        op.sbytes.assign(q->nranks, 0), op.rbytes.assign(q->nranks, 0);
     } else if (!same_call(op, mine)) {
         return fail_clique(q, ncclInvalidUsage,
                            "collective #%llu: rank %d called %s of %zu %s (op %d, root %d), rank "
                            "%d %s of %zu %s (op %d, root %d): the ranks' calls must match",
                            (unsigned long long)seq, op.first, kind_name[op.kind], op.count,
-                           type_name(op.type), (int)op.red, op.root, c->rank, kind_name[k], count,
-                           type_name(t), (int)red, root);
+                           type_name(op.type), (int)op.red, op.root, c->rank, kind_name[k], mine.count,
+                           type_name(mine.type), (int)mine.red, mine.root);
     }
-    op.send[c->rank] = send;
-    op.recv[c->rank] = recv;
+    int me = c->rank;
+    op.send[me] = mine.send.empty() ? nullptr : mine.send[0];
+    op.recv[me] = mine.recv.empty() ? nullptr : mine.recv[0];
+    if (k == SENDRECV)
+        op.to[me] = mine.to[0], op.from[me] = mine.from[0], op.sbytes[me] = mine.sbytes[0],
+        op.rbytes[me] = mine.rbytes[0];
     // A rank that left (aborted, destroyed) never enters again: the
     // collective stays in progress, as NCCL's kernels would wait.
     if (++op.arrived < q->nranks || q->left) return ncclInProgress;
+    char why[320];
+    if (k == SENDRECV && !pairs_match(op, why, sizeof why)) return fail_clique(q, ncclInvalidUsage, "%s", why);
     run(op);
     q->pending.erase(seq);
     for (ncclComm *m : q->members) m->done = seq + 1;
@@ -445,6 +513,49 @@ ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, n
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t c, cudaStream_t) {
     return enter(c, REDUCE_SCATTER, s, r, n, t, op, 0);
+}
+ncclResult_t ncclGroupStart(void) {
+    if (grp.depth++ == 0) grp = group{1};
+    return ncclSuccess;
+}
+// One half of a pair, recorded in the open group (refusals are kept for
+// its end, where a real group reports them too).
+static ncclResult_t p2p(bool send, const void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c) {
+    const char *what = send ? "ncclSend" : "ncclRecv";
+    if (grp.depth == 0) return refuse(c, ncclInvalidUsage, "%s outside a group is not emulated", what);
+    ncclResult_t r = ncclSuccess;
+    if (!c || (grp.c && grp.c != c)) r = refuse(c, ncclInvalidUsage, "%s: one communicator per group", what);
+    else if (!type_size(t)) r = refuse(c, ncclInvalidArgument, "%s: data type %d is not emulated", what, (int)t);
+    else if (peer < 0 || peer >= c->nranks) r = refuse(c, ncclInvalidArgument, "%s: peer %d outside 0..%d", what, peer, c->nranks - 1);
+    else if ((send ? grp.to : grp.from) >= 0) r = refuse(c, ncclInvalidUsage, "%s: a second one in a group is not emulated", what);
+    else if (n && !on_device(buf, c->device))
+        r = refuse(c, ncclInvalidArgument, "%s: rank %d: buffer %p is not device memory of CUDA device %d", what,
+                   c->rank, buf, c->device);
+    if (r != ncclSuccess) {
+        if (!grp.refused[0]) snprintf(grp.refused, sizeof grp.refused, "%s", c ? c->last : thread_last);
+        return r;
+    }
+    grp.c = c;
+    if (send) grp.sbuf = buf, grp.to = peer, grp.sbytes = n * type_size(t);
+    else grp.rbuf = (void *)buf, grp.from = peer, grp.rbytes = n * type_size(t);
+    return ncclSuccess;
+}
+ncclResult_t ncclSend(const void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t) {
+    return p2p(true, buf, n, t, peer, c);
+}
+ncclResult_t ncclRecv(void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t) {
+    return p2p(false, buf, n, t, peer, c);
+}
+ncclResult_t ncclGroupEnd(void) {
+    if (grp.depth == 0) return refuse(nullptr, ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    if (--grp.depth > 0) return ncclSuccess;
+    group g = grp;
+    grp = group{};
+    if (g.refused[0]) return refuse(g.c, ncclInvalidUsage, "%s", g.refused);
+    if (!g.c) return ncclSuccess; // an empty group
+    coll mine{SENDRECV, 0, ncclInt8, ncclSum, 0, g.c->rank, {g.sbuf}, {g.rbuf}, 0, {g.to}, {g.from}, {g.sbytes},
+              {g.rbytes}};
+    return take_part(g.c, mine);
 }
 // Nothing is left to flush (a collective's data moves when its last rank
 // enters), unless a call is still waiting for its peers.
