@@ -79,6 +79,16 @@ static double event_after(rl_test_job *j, const char *event, double t, const cha
     return got;
 }
 
+/* Bytes of the checkpoints rank 0 saved between times a and b. */
+static double saved_between(rl_test_job *j, double a, double b) {
+    int n = rl_test_job_events(j, "checkpoint_saved", ev, 16384);
+    double bytes = 0;
+    for (int i = 0; i < n; i++)
+        if (ev[i].t > a && ev[i].t < b) bytes += rl_test_ev_num(&ev[i], "bytes");
+    rl_test_job_events_free(ev, n);
+    return bytes;
+}
+
 /* rank 0's last step logged before time t (-1: none). */
 static long long step_before(rl_test_job *j, double t, double *when) {
     int n = rl_test_job_events(j, "step", ev, 16384);
@@ -89,8 +99,15 @@ static long long step_before(rl_test_job *j, double t, double *when) {
 }
 
 /* A node arrives beside the `left` that trained alone: agent `id`'s pod
- * and process, the round that takes it in, the pause and the steps. */
-static int grow(rl_test_job *j, int id, int left, bool in_place) {
+ * and process, the round that takes it in, the pause and the steps. The
+ * killed nodes' pods go first (Kubernetes replaces a dead pod; here a
+ * pod left in the Service would hold every round to its last call). */
+static int grow(rl_test_job *j, int id, int left, bool in_place, const int *dead, int ndead) {
+    char args[64], out[512];
+    for (int i = 0; i < ndead; i++) {
+        snprintf(args, sizeof args, "delete pod job-%d", dead[i]);
+        if (rl_test_kubectl(&j->s, args, NULL, out, sizeof out)) fprintf(stderr, "bench rdzv: %s\n", out);
+    }
     long long s0 = rl_test_job_last_step(j); /* the round of `left` settled first */
     while (rl_test_job_last_step(j) < s0 + 20) usleep(100000);
     double t_add = rl_wall_now();
@@ -105,9 +122,10 @@ static int grow(rl_test_job *j, int id, int left, bool in_place) {
      * step they agree on, in either mode) */
     long long last = t_start ? step_before(j, t_start, &t_last) : -1, k0 = resumed_after(j, t_round);
     printf("{\"bench\":\"rdzv_growth\",\"agents\":%d,\"mode\":\"%s\",\"seconds\":%.3f,\"pause_s\":%.3f,"
-           "\"steps_lost\":%lld}\n",
+           "\"steps_lost\":%lld,\"checkpoint_bytes\":%.0f}\n",
            left + 1, in_place ? "in_place" : "checkpoint", t_first ? t_first - t_add : -1,
-           t_first && last >= 0 ? t_first - t_last : -1, k0 >= 0 && last >= 0 ? last - k0 : -1);
+           t_first && last >= 0 ? t_first - t_last : -1, k0 >= 0 && last >= 0 ? last - k0 : -1,
+           t_first ? saved_between(j, t_round, t_first) : -1);
     fflush(stdout);
     return t_first ? 0 : 1;
 }
@@ -144,7 +162,7 @@ static int run(int agents, bool recovery, bool in_place) {
     printf("{\"bench\":\"rdzv_first_round\",\"agents\":%d,\"seconds\":%.3f,\"target_s\":2}\n", agents,
            t1 ? t1 - t_last : -1);
     fflush(stdout);
-    int rc = t1 ? 0 : 1;
+    int rc = t1 ? 0 : 1, dead[2];
     for (int k = 0; recovery && k < 2 && !rc; k++) {
         /* let a checkpoint exist, then kill a follower (k = 0) or the leader */
         while (rl_test_job_last_step(&j) < 45) usleep(100000);
@@ -152,6 +170,7 @@ static int run(int agents, bool recovery, bool in_place) {
         long long last = rl_test_job_last_step(&j);
         double t_kill = rl_wall_now();
         rl_test_job_kill(&j, victim);
+        dead[k] = victim;
         double t = wait_first_step_after(&j, t_kill + 0.5, 120);
         long long k0 = resumed_after(&j, t_kill);
         double back = 0, until = rl_now() + 120;
@@ -163,7 +182,7 @@ static int run(int agents, bool recovery, bool in_place) {
         fflush(stdout);
         if (!t) rc = 1;
     }
-    if (recovery && !rc) rc = grow(&j, agents, agents - 2, in_place);
+    if (recovery && !rc) rc = grow(&j, agents, agents - 2, in_place, dead, 2);
     rl_test_job_teardown(&j);
     return rc;
 }

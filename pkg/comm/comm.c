@@ -144,6 +144,18 @@ static int rec_end(rl_comm *c, uint64_t seq, int rc) {
     return rc;
 }
 
+static double within(double t, double lo, double hi) { return t <= 0 ? 0 : t < lo ? lo : t > hi ? hi : t; }
+
+void rl_comm_rec_ran(rl_comm *c, uint64_t seq, double t_start, double t_end, double seen) {
+    pthread_mutex_lock(&c->rec_mu);
+    rl_comm_record *r = &c->rec[(seq - 1) % RL_COMM_RECORDS];
+    if (r->seq == seq) {
+        r->t_start = within(t_start, r->t_issue, seen);
+        r->t_end = within(t_end, r->t_start > 0 ? r->t_start : r->t_issue, seen);
+    }
+    pthread_mutex_unlock(&c->rec_mu);
+}
+
 void rl_comm_tag_next(rl_comm *c, int tag) {
     if (c && tag >= 0) c->next_tag = tag + 1;
 }
@@ -169,18 +181,22 @@ void rl_comm_dump_all(void) {
         int n = rl_comm_records(c, r, RL_COMM_RECORDS);
         /* oldest first, DUMP_CHUNK to a line (a log line holds about 3 KB);
          * ages in seconds before now, so the dumps of several ranks compare */
-        enum { DUMP_CHUNK = 14 };
+        enum { DUMP_CHUNK = 11 };
         for (int first = 0; first == 0 || first < n; first += DUMP_CHUNK) {
-            char line[DUMP_CHUNK * 180] = ""; /* a record is at most ~170 bytes */
+            char line[DUMP_CHUNK * 240] = ""; /* a record is at most ~230 bytes */
             size_t at = 0;
             for (int i = first; i < n && i < first + DUMP_CHUNK && at < sizeof line; i++) {
                 bool done = r[i].t_done > 0;
+                char gpu[80] = "";
+                if (r[i].t_start > 0)
+                    snprintf(gpu, sizeof gpu, ",\"gpu_start_s_ago\":%.3f,\"gpu_end_s_ago\":%.3f", now - r[i].t_start,
+                             r[i].t_end > 0 ? now - r[i].t_end : -1.0);
                 at += (size_t)snprintf(line + at, sizeof line - at,
                                        "%s{\"seq\":%llu,\"op\":\"%s\",\"tag\":%d,\"bytes\":%zu,\"issued_s_ago\":%.3f,"
-                                       "\"%s\":%.3f,\"rc\":%d}",
+                                       "\"%s\":%.3f%s,\"rc\":%d}",
                                        i > first ? "," : "", (unsigned long long)r[i].seq, r[i].op, r[i].tag,
                                        r[i].bytes, now - r[i].t_issue, done ? "done_s_ago" : "running_s",
-                                       now - (done ? r[i].t_done : r[i].t_issue), r[i].rc);
+                                       now - (done ? r[i].t_done : r[i].t_issue), gpu, r[i].rc);
             }
             rl_log(RL_LOG_WARN, "comm_records", "\"rank\":%d,\"world\":%d,\"backend\":\"%s\",\"records\":[%s]",
                    c->rank, c->world, c->backend, line);

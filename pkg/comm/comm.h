@@ -100,14 +100,18 @@ int rl_comm_wait(rl_comm *c, rl_err *e);
  * newest record is below a seq the others have entered never entered it.
  * t_done is when the op returned (0: it has not): for tcp when its data
  * moved, for nccl when it was enqueued on the stream (the GPU finishes it
- * later; rl_comm_wait, an op of its own, returns once it has). Times are
- * rl_now() (monotonic seconds). */
+ * later; rl_comm_wait, an op of its own, returns once it has). t_start
+ * and t_end: when it ran on the GPU (nccl: CUDA events around it on the
+ * stream, known once each completed and the op thread looked -- before the
+ * next op, while it waits; 0 until then, and always on tcp, whose ops run
+ * between t_issue and t_done). Times are rl_now() (monotonic seconds). */
 #define RL_COMM_RECORDS 64
 typedef struct rl_comm_record {
     uint64_t seq;
     const char *op;  /* "allreduce", "broadcast", ... (static) */
     size_t bytes;    /* this rank's buffer */
     double t_issue, t_done;
+    double t_start, t_end; /* on the GPU (nccl; 0: not known) */
     int rc;          /* the op's result once done */
     int tag;         /* the caller's label (rl_comm_tag_next: DDP's bucket); -1 none */
 } rl_comm_record;

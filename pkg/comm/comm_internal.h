@@ -62,6 +62,12 @@ struct rl_comm {
     struct rl_comm *next_live; /* the process's live communicators (rl_comm_dump_all) */
 };
 
+/* A backend's word on when op seq ran on its device (0: not known yet),
+ * seen at `seen` (rl_now()): each time is kept between the op's issue
+ * and `seen`, which bounds a clock's drift; ignored once the record is
+ * gone (another op took its slot). Thread-safe. */
+void rl_comm_rec_ran(rl_comm *c, uint64_t seq, double t_start, double t_end, double seen);
+
 /* Backend constructors: fill c->ops and c->impl (c->rank, world, timeout_s
  * are set; opts are validated and defaulted by comm.c). On failure they
  * release everything they made. */

@@ -45,7 +45,25 @@
 #include <string.h>
 #include <time.h>
 
+/* When ops ran on the GPU (the flight recorder's t_start/t_end): each
+ * record slot has two events, recorded on the stream just before and just
+ * after the op's NCCL call (a staged op: its first piece's start, its last
+ * piece's end). The op thread resolves those that completed, before each
+ * op and while it waits, into host time: a reference event synchronised
+ * at init plus the elapsed time from it (a float of milliseconds: 4 ms
+ * steps after 10 hours), kept between the op's issue and the moment it was
+ * seen complete (rl_comm_rec_ran). Diagnostics: without events (creation
+ * failed) the records simply have none. */
+typedef struct gpu_times {
+    bool ready;
+    cudaEvent_t ev[RL_COMM_RECORDS][2], ref;
+    uint64_t seq[RL_COMM_RECORDS]; /* the op each slot's events belong to (0: none) */
+    double t[RL_COMM_RECORDS][2];  /* resolved host times (0: not yet) */
+    double t_ref;                  /* rl_now() when ref was complete */
+} gpu_times;
+
 typedef struct nccl {
+    gpu_times gt;
     pthread_mutex_t mu; /* guards comm against a concurrent rl_comm_abort */
     ncclComm_t comm;    /* NULL once aborted/destroyed */
     cudaStream_t stream;
@@ -118,6 +136,62 @@ static int settle(rl_comm *c, nccl *N, const char *what, rl_err *e) {
     }
 }
 
+/* ---- GPU times (gpu_times) ---- */
+static void times_init(nccl *N) {
+    gpu_times *g = &N->gt;
+    bool ok = cudaEventCreate(&g->ref) == cudaSuccess;
+    for (int s = 0; ok && s < RL_COMM_RECORDS; s++)
+        for (int k = 0; ok && k < 2; k++) ok = cudaEventCreate(&g->ev[s][k]) == cudaSuccess;
+    ok = ok && cudaEventRecord(g->ref, N->stream) == cudaSuccess && cudaEventSynchronize(g->ref) == cudaSuccess;
+    g->t_ref = rl_now();
+    g->ready = ok;
+    if (!ok) (void)cudaGetLastError(); /* no times, nothing else lost */
+}
+
+static void times_free(nccl *N) {
+    gpu_times *g = &N->gt;
+    if (g->ref) cudaEventDestroy(g->ref);
+    for (int s = 0; s < RL_COMM_RECORDS; s++)
+        for (int k = 0; k < 2; k++)
+            if (g->ev[s][k]) cudaEventDestroy(g->ev[s][k]);
+}
+
+/* The op being issued (comm.c's rec_begin ran on this thread, which is the
+ * only writer of rec_seq): its start (end 0) or end event, on the stream. */
+static void mark(rl_comm *c, nccl *N, int end) {
+    gpu_times *g = &N->gt;
+    uint64_t seq = c->rec_seq;
+    int s = (int)((seq - 1) % RL_COMM_RECORDS);
+    if (!g->ready || !seq || (!end && g->seq[s] == seq)) return; /* a later piece: the first start stands */
+    if (!end) g->seq[s] = seq, g->t[s][0] = g->t[s][1] = 0;
+    if (g->seq[s] == seq && cudaEventRecord(g->ev[s][end], N->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        g->seq[s] = 0; /* half-marked: no times for this op */
+    }
+}
+
+/* The slots whose events completed since the last look, into the records. */
+static void resolve(rl_comm *c, nccl *N) {
+    gpu_times *g = &N->gt;
+    if (!g->ready) return;
+    double now = rl_now();
+    for (int s = 0; s < RL_COMM_RECORDS; s++) {
+        if (!g->seq[s] || g->t[s][1] > 0) continue;
+        bool changed = false;
+        for (int k = 0; k < 2 && (k == 0 || g->t[s][0] > 0); k++) {
+            float ms = 0;
+            if (g->t[s][k] > 0) continue;
+            if (cudaEventQuery(g->ev[s][k]) != cudaSuccess ||
+                cudaEventElapsedTime(&ms, g->ref, g->ev[s][k]) != cudaSuccess) {
+                (void)cudaGetLastError(); /* not yet (or an aborted stream's): look again later */
+                break;
+            }
+            g->t[s][k] = g->t_ref + ms / 1e3, changed = true;
+        }
+        if (changed) rl_comm_rec_ran(c, g->seq[s], g->t[s][0], g->t[s][1], now);
+    }
+}
+
 /* Result of an enqueue call: ncclInProgress means "settle first". */
 static int enqueued(rl_comm *c, nccl *N, ncclResult_t r, const char *what, rl_err *e) {
     if (r == ncclSuccess || r == ncclInProgress) return settle(c, N, what, e);
@@ -172,6 +246,7 @@ static int begin(rl_comm *c, nccl *N, const char *what, rl_err *e) {
     pthread_mutex_unlock(&N->mu);
     if (gone || atomic_load(&c->aborted))
         return rl_errf(e, RL_EABORT, "rank %d: nccl %s: communicator was aborted", c->rank, what);
+    resolve(c, N);
     return RL_OK;
 }
 
@@ -179,8 +254,9 @@ static int begin(rl_comm *c, nccl *N, const char *what, rl_err *e) {
 #define NCCL_ENQUEUE(c, N, what, e, call)                                                     \
     do {                                                                                      \
         pthread_mutex_lock(&(N)->mu);                                                         \
-        ncclResult_t r_ = (N)->comm ? (call) : ncclInvalidUsage;                              \
+        ncclResult_t r_ = ncclInvalidUsage;                                                   \
         bool gone_ = (N)->comm == NULL;                                                       \
+        if (!gone_) mark(c, N, 0), r_ = (call), mark(c, N, 1);                                \
         pthread_mutex_unlock(&(N)->mu);                                                       \
         if (gone_) return rl_errf(e, RL_EABORT, "rank %d: nccl %s: aborted", (c)->rank, what); \
         return enqueued(c, N, r_, what, e);                                                   \
@@ -283,8 +359,9 @@ static int nccl_wait(rl_comm *c, rl_err *e) {
     int rc = begin(c, N, "wait", e);
     if (rc) return rc;
     double deadline = rl_now() + c->timeout_s;
-    for (;;) {
+    for (int round = 0;; round++) {
         cudaError_t q = cudaStreamQuery(N->stream);
+        if (q == cudaSuccess || round % 16 == 15) resolve(c, N); /* what ran meanwhile, each ~2 ms */
         if (q != cudaSuccess && q != cudaErrorNotReady) {
             pthread_mutex_lock(&N->mu);
             abort_locked(N);
@@ -349,11 +426,13 @@ static int probe_group(rl_comm *c, nccl *N, char *buf, size_t bytes, rl_err *e) 
     ncclResult_t r = ncclInvalidUsage;
     bool gone = N->comm == NULL;
     if (!gone) {
+        mark(c, N, 0);
         r = ncclGroupStart();
         if (r == ncclSuccess) r = ncclSend(buf, bytes, ncclInt8, right, N->comm, N->stream);
         if (r == ncclSuccess) r = ncclRecv(buf + bytes, bytes, ncclInt8, left, N->comm, N->stream);
         ncclResult_t g = ncclGroupEnd(); /* always, so the group is closed */
         if (r == ncclSuccess) r = g;
+        mark(c, N, 1);
     }
     pthread_mutex_unlock(&N->mu);
     if (gone) return rl_errf(e, RL_EABORT, "rank %d: nccl link_probe: aborted", c->rank);
@@ -435,6 +514,7 @@ static void nccl_destroy(rl_comm *c) {
     }
     abort_locked(N);
     pthread_mutex_unlock(&N->mu);
+    times_free(N);
     if (N->scratch) cudaFree(N->scratch);
     if (N->stage) cudaFree(N->stage);
     if (N->own_stream && N->stream) cudaStreamDestroy(N->stream);
@@ -491,6 +571,7 @@ static int setup_device(rl_comm *c, nccl *N, const rl_comm_opts *o, rl_err *e) {
     }
     if ((ce = cudaMalloc((void **)&N->scratch, sizeof *N->scratch)) != cudaSuccess)
         return rl_errf(e, RL_EIO, "rank %d: nccl init: cudaMalloc: %s", c->rank, cudaGetErrorString(ce));
+    times_init(N);
     return RL_OK;
 }
 
@@ -569,6 +650,7 @@ fail:
     pthread_mutex_lock(&N->mu);
     abort_locked(N);
     pthread_mutex_unlock(&N->mu);
+    times_free(N);
     if (N->scratch) cudaFree(N->scratch);
     if (N->own_stream && N->stream) cudaStreamDestroy(N->stream);
     pthread_mutex_destroy(&N->mu);

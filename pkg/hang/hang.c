@@ -232,6 +232,10 @@ char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n,
             } else {
                 cJSON_AddNumberToObject(x, "running_s", now - rec[i].t_issue);
             }
+            /* nccl: when the GPU reached it and finished it (an op issued,
+             * not started, waits behind earlier work on the stream) */
+            if (rec[i].t_start > 0) cJSON_AddNumberToObject(x, "gpu_start_unix", now_unix - (now - rec[i].t_start));
+            if (rec[i].t_end > 0) cJSON_AddNumberToObject(x, "gpu_end_unix", now_unix - (now - rec[i].t_end));
         }
     }
     char *s = cJSON_PrintUnformatted(o);

@@ -333,6 +333,46 @@ static void host_floats(float *h, const float *d, size_t n) {
     cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost);
 }
 
+/* Issue 17's flight recorder on NCCL: an op's record says when the GPU
+ * started and finished it (events around it on the stream), within its
+ * issue and the end of the wait that drained it; a barrier after it has
+ * its own. World 1 (one GPU): NCCL's single-rank communicator runs real
+ * kernels on hardware. In emulation the clock is fixed, so the times sit
+ * at their bounds; only their presence and order mean anything there. */
+static void check_nccl_gpu_times(void) {
+    const char *name = "nccl: records carry the GPU's start and end";
+    if (!selected(name)) return;
+    rl_err e = {0};
+    rl_comm_opts co = {.backend = "nccl", .rank = 0, .world = 1, .timeout_s = 30};
+    rl_comm *comm = NULL;
+    size_t n = (size_t)16 << 20;
+    float *d = dev_floats(0, NULL, n);
+    int rc = d ? rl_comm_init(&co, &comm, &e) : rl_errf(&e, RL_ENOMEM, "cudaMalloc");
+    if (!rc) rc = rl_comm_allreduce(comm, d, n, RL_F32, RL_SUM, &e);
+    if (!rc) rc = rl_comm_wait(comm, &e);
+    if (!rc) rc = rl_comm_barrier(comm, &e);
+    if (rc) {
+        fail_err(name, &e);
+    } else {
+        rl_comm_record r[RL_COMM_RECORDS];
+        int nr = rl_comm_records(comm, r, RL_COMM_RECORDS), bad = 0, timed = 0;
+        double wait_done = 0;
+        for (int i = 0; i < nr; i++)
+            if (!strcmp(r[i].op, "wait")) wait_done = r[i].t_done;
+        for (int i = 0; i < nr; i++) {
+            if (strcmp(r[i].op, "allreduce") && strcmp(r[i].op, "barrier")) continue;
+            timed++;
+            double hi = !strcmp(r[i].op, "allreduce") ? wait_done : r[i].t_done;
+            bad += !(r[i].t_start >= r[i].t_issue && r[i].t_end >= r[i].t_start && r[i].t_end <= hi);
+        }
+        report(name, nr > 0 && timed == 2 && bad == 0,
+               "%d timed ops, %d outside issue <= start <= end <= drained (allreduce of %zu MiB: GPU %.3f ms)", timed,
+               bad, n * sizeof(float) >> 20, nr ? (r[0].t_end - r[0].t_start) * 1e3 : -1.0);
+    }
+    rl_comm_destroy(comm);
+    cudaFree(d);
+}
+
 /* ---- the collectives, each rank in its own thread ---- */
 #define NC 6 /* elements per rank */
 typedef struct coll_run {
@@ -819,6 +859,7 @@ void test_gpu_train(void) {
     check_cross_resume("cuda", "cpu", false);
     check_cross_resume("cpu", "cuda", true);
     check_nccl_missing_peer();
+    check_nccl_gpu_times();
     check_nccl_two_rank_collectives();
     check_nccl_link_probe();
     check_nccl_two_rank_refusals();
