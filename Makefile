@@ -48,6 +48,11 @@ endif
 PKG_SRCS := $(sort $(wildcard pkg/*/*.c))
 PKG_OBJS := $(PKG_SRCS:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libringleader.a
+# The flags this build directory's objects were made with (written below,
+# once the nvcc flags are known): objects depend on it, so another
+# USE_CUDA, OPT or SAN in the same BUILD makes them again instead of
+# linking a mix (a USE_CUDA=0 library under make gpu-portable did).
+FLAGS_STAMP := $(BUILD)/.flags
 CMDS     := worker prepare operator
 BINS     := $(CMDS:%=$(BIN)/ringleader-%)
 # Tests in tiers, one Criterion binary each, all on the helpers in
@@ -79,17 +84,20 @@ deps:
 # Each object depends on the headers it includes (-MMD -MP writes them
 # into a .d file beside it), so touching one header rebuilds its users only.
 DEPFLAGS = -MMD -MP
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -c $< -o $@
-$(BUILD)/tests/obj/%.o: tests/%.c
+$(BUILD)/tests/obj/%.o: tests/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests/support $(DEPFLAGS) -c $< -o $@
 
 # nvcc: host-side warnings are errors as on the C side; -lineinfo costs
 # nothing at run time and lets ncu / compute-sanitizer name source lines.
 NVCC_FLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall,-Wextra -Werror all-warnings
-$(BUILD)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh pkg/model/*.h pkg/util/*.h)
+BUILD_FLAGS := $(ALL_CFLAGS) | $(NVCC_FLAGS) $(CUDA_ARCHS)
+$(shell mkdir -p $(BUILD) && { [ -f $(FLAGS_STAMP) ] && [ "$$(cat $(FLAGS_STAMP))" = '$(BUILD_FLAGS)' ] || \
+  printf '%s\n' '$(BUILD_FLAGS)' > $(FLAGS_STAMP); })
+$(BUILD)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh pkg/model/*.h pkg/util/*.h) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_ARCHS) -Ipkg -I. -c $< -o $@
 

@@ -228,8 +228,14 @@ struct rl_comm;
 /* The trainer's end, from RINGLEADER_CTL_FD's value; a thread reads it. */
 int rl_ctl_open(const char *fd_str, rl_ctl **out, rl_err *e);
 /* What a "park" aborts from now on (NULL: nothing). false, with comm
- * aborted, when a park or a yield was asked since the last round message. */
+ * aborted, when the round is already over (rl_ctl_cancel_flag). */
 bool rl_ctl_arm(rl_ctl *c, struct rl_comm *comm);
+/* Set once the round is over for this trainer -- a "park", or a "yield"
+ * before its ring was whole -- until the next round message: the round's
+ * store client and communicator init take it (rl_store_set_cancel,
+ * rl_comm_opts.cancel), so a trainer still forming a round its peers have
+ * left parks within 100 ms, not at the init's timeout. NULL for no channel. */
+const volatile int *rl_ctl_cancel_flag(const rl_ctl *c);
 /* The armed communicator's ring is whole (every rank passed a collective):
  * a "yield" now waits for the trainers' agreed step; before, it aborts. */
 void rl_ctl_steady(rl_ctl *c);

@@ -69,28 +69,35 @@ struct rl_ctl {
     rl_comm *comm;      /* what a "park" aborts (NULL: between rounds) */
     bool park_asked;    /* since the last round message */
     volatile int yield; /* "yield" since the last round message (the trainer reads it at its steps) */
-    bool steady;        /* the round's ring is whole (rl_ctl_steady) since the last arm */
+    volatile int over;  /* the round is over for this trainer: what forms it gives up (rl_ctl_cancel_flag) */
+    bool steady;        /* the round's ring is whole (rl_ctl_steady) since the last arm or round message */
     bool have_round, closed;
     volatile int stop;
     rl_ctl_round next;
 };
 
+/* The round is over for this trainer (mu held): the op its ring waits in
+ * ends now, and so does any wait of its forming (store, ring, NCCL init). */
+static void end_round(rl_ctl *c) {
+    c->over = 1;
+    if (c->comm) rl_comm_abort(c->comm);
+}
+
 static void on_message(rl_ctl *c, const char *m, size_t len) {
     pthread_mutex_lock(&c->mu);
     if (len == 4 && memcmp(m, "park", 4) == 0) {
         c->park_asked = true;
-        /* the ring may wait on a peer that is gone: end the op now */
-        if (c->comm) rl_comm_abort(c->comm);
+        end_round(c); /* the ring may wait on a peer that is gone */
     } else if (len == 5 && memcmp(m, "yield", 5) == 0) {
         /* a whole ring agrees on a step to leave after; one still forming
          * may wait for a peer that has moved on, and holds no step of this
          * round to lose: end it as a park does */
         c->yield = 1;
-        if (c->comm && !c->steady) rl_comm_abort(c->comm);
+        if (!c->steady) end_round(c);
     } else {
         rl_err e = {0};
         if (rl_ctl_round_parse(m, len, &c->next, &e) == RL_OK)
-            c->have_round = true, c->park_asked = false, c->yield = 0;
+            c->have_round = true, c->park_asked = false, c->yield = 0, c->over = 0, c->steady = false;
         else rl_log_msg(RL_LOG_ERROR, "ctl_bad_message", e.msg);
     }
     pthread_cond_broadcast(&c->cv);
@@ -143,7 +150,7 @@ bool rl_ctl_arm(rl_ctl *c, rl_comm *comm) {
     pthread_mutex_lock(&c->mu);
     c->comm = comm;
     c->steady = false;
-    bool ok = !(c->park_asked || c->yield) || !comm;
+    bool ok = !c->over || !comm;
     if (!ok) rl_comm_abort(comm);
     pthread_mutex_unlock(&c->mu);
     return ok;
@@ -157,6 +164,7 @@ void rl_ctl_steady(rl_ctl *c) {
 }
 
 const volatile int *rl_ctl_yield_flag(const rl_ctl *c) { return c ? &c->yield : NULL; }
+const volatile int *rl_ctl_cancel_flag(const rl_ctl *c) { return c ? &c->over : NULL; }
 
 int rl_ctl_park(rl_ctl *c, long long step, bool yielded, const char *why, const volatile int *stop,
                 rl_ctl_round *next, rl_err *e) {

@@ -114,6 +114,8 @@ static int round_up(const rl_proc_opts *o, const rl_job_config *settled, const r
     char id[32], comm_prefix[300];
     snprintf(id, sizeof id, "rank-%d", env->rank);
     snprintf(comm_prefix, sizeof comm_prefix, "%s/comm", prefix);
+    /* the agent may end the round while it forms (rl_ctl_cancel_flag) */
+    rl_store_set_cancel(p->store, rl_ctl_cancel_flag(ctl));
     if (secret && *secret && (rc = rl_store_auth(p->store, id, secret, strlen(secret), e))) return rc;
     if ((rc = claim_place(p->store, prefix, env, e))) return rc;
     rl_comm_opts co = {
@@ -128,6 +130,7 @@ static int round_up(const rl_proc_opts *o, const rl_job_config *settled, const r
         .host = o->host && *o->host ? o->host : "127.0.0.1",
         .timeout_s = cfg->dist.timeout_s,
         .device = env->local_rank,
+        .cancel = rl_ctl_cancel_flag(ctl),
     };
     if ((rc = rl_comm_init(&co, &p->comm, e))) return rc;
     if (!rl_ctl_arm(ctl, p->comm)) return rl_errf(e, RL_EABORT, "the agent parked this rank before it started");

@@ -55,6 +55,9 @@ typedef struct rl_comm_opts {
                             turns it off. */
     int device;          /* nccl: CUDA device (LOCAL_RANK) */
     void *stream;        /* nccl: cudaStream_t ops are enqueued on (NULL: create one) */
+    const volatile int *cancel; /* set by another thread: init gives up within 100 ms
+                                   (RL_EABORT; the store's waits follow the store's own
+                                   flag, rl_store_set_cancel). NULL: none. */
 } rl_comm_opts;
 
 typedef struct rl_comm rl_comm;

@@ -64,6 +64,7 @@ typedef struct gpu_times {
 
 typedef struct nccl {
     gpu_times gt;
+    const volatile int *cancel; /* rl_comm_opts.cancel: init gives up */
     pthread_mutex_t mu; /* guards comm against a concurrent rl_comm_abort */
     ncclComm_t comm;    /* NULL once aborted/destroyed */
     cudaStream_t stream;
@@ -106,7 +107,7 @@ static int settle(rl_comm *c, nccl *N, const char *what, rl_err *e) {
     for (;;) {
         ncclResult_t st = ncclSuccess;
         pthread_mutex_lock(&N->mu);
-        if (!N->comm || atomic_load(&c->aborted)) {
+        if (!N->comm || atomic_load(&c->aborted) || (N->cancel && *N->cancel)) {
             abort_locked(N);
             pthread_mutex_unlock(&N->mu);
             return rl_errf(e, RL_EABORT, "rank %d: nccl %s: aborted", c->rank, what);
@@ -616,6 +617,7 @@ int rl_comm_nccl_init(const rl_comm_opts *o, rl_comm *c, rl_err *e) {
     if (!N) return rl_errf(e, RL_ENOMEM, "rank %d: nccl init: out of memory", c->rank);
     pthread_mutex_init(&N->mu, NULL);
     N->device = o->device;
+    N->cancel = o->cancel;
     c->impl = N;
     c->ops = &nccl_ops;
     double deadline = rl_now() + c->timeout_s;

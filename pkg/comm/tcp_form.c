@@ -268,6 +268,7 @@ typedef struct ring_setup {
     uint8_t left_ip[MAX_LEFT_ADDRS][16]; /* where the left neighbour may connect from */
     int nleft_ip;
     double deadline;
+    const volatile int *cancel; /* rl_comm_opts.cancel */
 } ring_setup;
 
 /* The addresses the left neighbour's published host stands for: only a
@@ -428,6 +429,11 @@ static int form_ring(rl_comm *c, tcp *T, ring_setup *rs, rl_err *e) {
     bool right_up = false;
     while (!rc && (!right_up || afd < 0)) {
         double now = rl_now(), wake = rs->deadline;
+        if (rs->cancel && *rs->cancel) {
+            rc = rl_errf(e, RL_EABORT, "rank %d: forming the ring given up (cancelled)", c->rank);
+            break;
+        }
+        if (rs->cancel && wake > now + 0.1) wake = now + 0.1; /* look at the flag every 100 ms */
         for (int i = 0; i < MAX_PENDING; i++) {
             if (pend[i].fd < 0) continue;
             if (now >= pend[i].since + HANDSHAKE_S) {
@@ -518,7 +524,7 @@ int rl_tcp_form_ring(rl_comm *c, tcp *T, const rl_comm_opts *o, double deadline,
     }
     char rhost[ADDR_LEN], lhost[ADDR_LEN];
     int lport = 0;
-    ring_setup rs = {.lfd = lfd, .rhost = rhost, .deadline = deadline,
+    ring_setup rs = {.lfd = lfd, .rhost = rhost, .deadline = deadline, .cancel = o->cancel,
                      .src = src.ss_family != AF_UNSPEC ? &src : NULL};
     /* Left first: its record tells whether it agrees on the world size, and
      * with a smaller world than ours our right neighbour may never exist. */

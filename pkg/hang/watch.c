@@ -220,52 +220,56 @@ static void pace(rl_hang_watch *w) {
     free(ranks);
 }
 
+/* The nodes far below -- under half the ratio that names them, so a node a
+ * busy moment slowed is named, not left out -- each once: an elastic job
+ * may leave them out (rdzv.bench_s). */
+static void far_below(const rl_hang_watch *w, const rl_hang_rank *ranks, const double *ratio, rl_stats_msg *m) {
+    for (int r = 0; r < w->o.world && m->nslow < RL_STATS_SLOW_MAX; r++) {
+        bool seen = false;
+        for (int k = 0; k < m->nslow; k++) seen |= strcmp(m->slow[k].pod, ranks[r].pod) == 0;
+        if (ratio[r] >= w->o.preflight_min_ratio / 2 || seen) continue;
+        m->slow[m->nslow].rank = r, m->slow[m->nslow].ratio = ratio[r];
+        snprintf(m->slow[m->nslow].pod, sizeof m->slow[0].pod, "%s", ranks[r].pod);
+        snprintf(m->slow[m->nslow].node, sizeof m->slow[0].node, "%s", ranks[r].node);
+        m->nslow++;
+    }
+}
+
+/* The nodes' network figures as judged, "rank:GB/s,..." (the first 16). */
+static void node_nets(const rl_hang_rank *ranks, int world, double *net, char *out, size_t n) {
+    out[0] = 0;
+    rl_hang_node_net(ranks, world, net);
+    for (int r = 0, k = 0, at = 0; r < world && k < 16 && (size_t)at < n; r++)
+        if (net[r] > 0) at += snprintf(out + at, n - (size_t)at, "%s%d:%.2f", k++ ? "," : "", r, net[r]);
+}
+
 /* Rank 0, once per round: the pre-flight, when every rank has sent its
  * figures or RL_HANG_PREFLIGHT_S after the start. Reported either way, so
  * a round that passes clears what an earlier one found. */
 static void preflight(rl_hang_watch *w, double now) {
     int world = w->o.world, have = 0;
     rl_hang_rank *ranks = calloc((size_t)world, sizeof *ranks);
-    if (!ranks) return;
+    double *ratio = calloc((size_t)world, sizeof *ratio), *net = calloc((size_t)world, sizeof *net);
+    if (!ranks || !ratio || !net) goto out;
     read_beats(w, ranks);
     bool pending = false;
     for (int r = 0; r < world; r++) have += ranks[r].copy_gbps > 0, pending |= ranks[r].net_pending;
+    rl_stats_msg m = {.kind = RL_STATS_DEGRADED};
+    int bad = rl_hang_preflight(ranks, world, w->o.preflight_min_ratio, m.why, sizeof m.why, ratio);
     /* a link still being measured is waited for, unless a node is below
      * already: a starved node is slow to measure its links too */
-    if (have == world && pending && rl_hang_preflight(ranks, world, w->o.preflight_min_ratio, NULL, 0, NULL) == 0 &&
-        now < w->preflight_by) {
-        free(ranks);
-        return;
-    }
-    if (have == world || now >= w->preflight_by) {
-        w->preflight_by = 0;
-        rl_stats_msg m = {.kind = RL_STATS_DEGRADED};
-        double *ratio = calloc((size_t)world, sizeof *ratio);
-        int bad = rl_hang_preflight(ranks, world, w->o.preflight_min_ratio, m.why, sizeof m.why, ratio);
-        /* the nodes far below -- under half the ratio that names them, so a
-         * node a busy moment slowed is named, not left out -- each once: an
-         * elastic job may leave them out (rdzv.bench_s) */
-        for (int r = 0; ratio && r < world && m.nslow < RL_STATS_SLOW_MAX; r++) {
-            bool seen = false;
-            for (int k = 0; k < m.nslow; k++) seen |= strcmp(m.slow[k].pod, ranks[r].pod) == 0;
-            if (ratio[r] >= w->o.preflight_min_ratio / 2 || seen) continue;
-            m.slow[m.nslow].rank = r, m.slow[m.nslow].ratio = ratio[r];
-            snprintf(m.slow[m.nslow].pod, sizeof m.slow[0].pod, "%s", ranks[r].pod);
-            snprintf(m.slow[m.nslow].node, sizeof m.slow[0].node, "%s", ranks[r].node);
-            m.nslow++;
-        }
-        free(ratio);
-        /* the nodes' network figures, as judged (rank:GB/s, the first 16) */
-        char j[1100], nets[400] = "";
-        double *net = calloc((size_t)world, sizeof *net);
-        if (net) rl_hang_node_net(ranks, world, net);
-        for (int r = 0, k = 0, at = 0; net && r < world && k < 16; r++)
-            if (net[r] > 0) at += snprintf(nets + at, sizeof nets - (size_t)at, "%s%d:%.2f", k++ ? "," : "", r, net[r]);
-        free(net);
-        rl_log(bad ? RL_LOG_WARN : RL_LOG_INFO, "preflight", "\"ranks\":%d,\"below\":%d,\"net_gbps\":\"%s\",\"msg\":\"%s\"",
-               have, bad, nets, rl_json_escape(j, sizeof j, bad ? m.why : "every rank within the median's range"));
-        report(w, &m);
-    }
+    bool ready = have == world && (!pending || bad > 0);
+    if (!ready && now < w->preflight_by) goto out;
+    w->preflight_by = 0;
+    far_below(w, ranks, ratio, &m);
+    char j[1100], nets[400];
+    node_nets(ranks, world, net, nets, sizeof nets);
+    rl_log(bad ? RL_LOG_WARN : RL_LOG_INFO, "preflight", "\"ranks\":%d,\"below\":%d,\"net_gbps\":\"%s\",\"msg\":\"%s\"",
+           have, bad, nets, rl_json_escape(j, sizeof j, bad ? m.why : "every rank within the median's range"));
+    report(w, &m);
+out:
+    free(net);
+    free(ratio);
     free(ranks);
 }
 

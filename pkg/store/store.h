@@ -136,6 +136,11 @@ int rl_store_cas(rl_store *s, const char *key, const void *expected, size_t elen
                  rl_err *e);
 int rl_store_delete(rl_store *s, const char *key, rl_err *e);
 void rl_store_close(rl_store *s);
+/* A flag another thread may set (NULL: none): a call waiting on the store
+ * then gives up within 100 ms with RL_EABORT, and the client is unusable
+ * from then on (a request may be half-exchanged). The flag must outlive
+ * the client or be unset first. */
+void rl_store_set_cancel(rl_store *s, const volatile int *cancel);
 /* Authenticate this connection as `id` with the job's secret, both ways:
  *   client -> CHALLENGE(id, cn)         cn: 32 random bytes
  *   server -> sn, HMAC-SHA256(secret, "rl-store-server" 0 cn sn)

@@ -33,21 +33,27 @@ struct rl_store {
     char peer[300]; /* "host:port", as messages name the store */
     bool broken;
     bool lost;      /* broken because the store closed or reset the connection */
+    const volatile int *cancel; /* set: the call waiting gives up (rl_store_set_cancel) */
     char broken_why[200];
 };
 
 /* ---- deadline-bounded socket I/O ---------------------------------------------------- */
-/* 1 ready, 0 deadline passed, -1 poll failed (errno). */
-static int wait_fd(int fd, short ev, double deadline) {
+/* 1 ready, 0 deadline passed, -1 poll failed (errno), -2 *cancel set
+ * (looked at every 100 ms). */
+#define CANCEL_SLICE_S 0.1
+static int wait_fd(int fd, short ev, double deadline, const volatile int *cancel) {
     for (;;) {
+        if (cancel && *cancel) return -2;
         double left = deadline - rl_now();
         if (left <= 0) return 0;
+        if (cancel && left > CANCEL_SLICE_S) left = CANCEL_SLICE_S;
         double ms = ceil(left * 1000.0);
         struct pollfd p = {.fd = fd, .events = ev};
         int r = poll(&p, 1, ms > INT_MAX ? INT_MAX : (int)ms);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return -1;
         if (r > 0) return 1;
+        if (cancel && *cancel) return -2;
     }
 }
 
@@ -58,8 +64,8 @@ static void sleep_s(double s) {
     }
 }
 
-/* 0, RL_ETIMEOUT, or RL_EPEER with *err = errno (EPIPE etc.). */
-static int send_iov(int fd, struct iovec *iov, int n, double deadline, int *err) {
+/* 0, RL_ETIMEOUT, RL_EABORT (cancelled) or RL_EPEER with *err = errno (EPIPE etc.). */
+static int send_iov(int fd, struct iovec *iov, int n, double deadline, const volatile int *cancel, int *err) {
     while (n > 0) {
         if (iov->iov_len == 0) {
             iov++, n--;
@@ -73,8 +79,9 @@ static int send_iov(int fd, struct iovec *iov, int n, double deadline, int *err)
                 *err = errno;
                 return RL_EPEER;
             }
-            int r = wait_fd(fd, POLLOUT, deadline);
+            int r = wait_fd(fd, POLLOUT, deadline, cancel);
             if (r == 0) return RL_ETIMEOUT;
+            if (r == -2) return RL_EABORT;
             if (r < 0) {
                 *err = errno;
                 return RL_EPEER;
@@ -89,8 +96,10 @@ static int send_iov(int fd, struct iovec *iov, int n, double deadline, int *err)
 }
 
 /* Read exactly n bytes (buf NULL: discard them). *got counts what arrived.
- * 0, RL_ETIMEOUT, or RL_EPEER with *err = errno (0 for an orderly EOF). */
-static int recv_n(int fd, void *buf, size_t n, double deadline, size_t *got, int *err) {
+ * 0, RL_ETIMEOUT, RL_EABORT (cancelled) or RL_EPEER with *err = errno (0
+ * for an orderly EOF). */
+static int recv_n(int fd, void *buf, size_t n, double deadline, const volatile int *cancel, size_t *got,
+                  int *err) {
     uint8_t scratch[4096];
     *got = 0;
     while (*got < n) {
@@ -111,8 +120,9 @@ static int recv_n(int fd, void *buf, size_t n, double deadline, size_t *got, int
             *err = errno;
             return RL_EPEER;
         }
-        int w = wait_fd(fd, POLLIN, deadline);
+        int w = wait_fd(fd, POLLIN, deadline, cancel);
         if (w == 0) return RL_ETIMEOUT;
+        if (w == -2) return RL_EABORT;
         if (w < 0) {
             *err = errno;
             return RL_EPEER;
@@ -164,7 +174,8 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
     struct iovec iov[4] = {{hdr, sizeof hdr}, {(void *)key, klen}, {(void *)v, vlen},
                            {(void *)v2, v2len}};
     int err = 0;
-    int rc = send_iov(s->fd, iov, 4, deadline, &err);
+    int rc = send_iov(s->fd, iov, 4, deadline, s->cancel, &err);
+    if (rc == RL_EABORT) return broken(s, e, RL_EABORT, "store %s: %s given up (cancelled)", s->peer, what);
     if (rc == RL_ETIMEOUT)
         return broken(s, e, RL_ETIMEOUT, "store %s: could not send %s within %.3g s",
                       s->peer, what, budget);
@@ -173,7 +184,8 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
     double rdl = rc ? fmin(deadline, rl_now() + 0.2) : deadline;
     int send_err = rc ? err : 0;
     size_t got = 0;
-    rc = recv_n(s->fd, hdr, sizeof hdr, rdl, &got, &err);
+    rc = recv_n(s->fd, hdr, sizeof hdr, rdl, s->cancel, &got, &err);
+    if (rc == RL_EABORT) return broken(s, e, RL_EABORT, "store %s: %s given up (cancelled)", s->peer, what);
     if (rc != 0 && got > 0 && got < 4 && memcmp(hdr, "RLST", got) != 0) rc = -1;
     if (rc != 0 && got >= 4 && memcmp(hdr, "RLST", 4) != 0) rc = -1;
     if (rc == -1)
@@ -202,12 +214,13 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
     if (!rp->val)
         return broken(s, e, RL_ENOMEM, "store %s: out of memory for a %u-byte value of %s",
                       s->peer, (unsigned)rp->f.vlen, what);
-    rc = recv_n(s->fd, NULL, rp->f.klen, deadline, &got, &err);
-    if (rc == 0) rc = recv_n(s->fd, rp->val, rp->f.vlen, deadline, &got, &err);
-    if (rc == 0) rc = recv_n(s->fd, NULL, rp->f.v2len, deadline, &got, &err);
+    rc = recv_n(s->fd, NULL, rp->f.klen, deadline, s->cancel, &got, &err);
+    if (rc == 0) rc = recv_n(s->fd, rp->val, rp->f.vlen, deadline, s->cancel, &got, &err);
+    if (rc == 0) rc = recv_n(s->fd, NULL, rp->f.v2len, deadline, s->cancel, &got, &err);
     if (rc != 0) {
         free(rp->val);
         rp->val = NULL;
+        if (rc == RL_EABORT) return broken(s, e, RL_EABORT, "store %s: %s given up (cancelled)", s->peer, what);
         if (rc == RL_ETIMEOUT)
             return broken(s, e, RL_ETIMEOUT, "store %s: answer to %s incomplete within %.3g s",
                           s->peer, what, budget);
@@ -295,7 +308,7 @@ static int connect_once(const char *host, int port, double deadline, int *fd, ch
         }
         int r = connect(s, a->ai_addr, a->ai_addrlen);
         if (r != 0 && (errno == EINPROGRESS || errno == EINTR)) {
-            int w = wait_fd(s, POLLOUT, deadline);
+            int w = wait_fd(s, POLLOUT, deadline, NULL);
             int soerr = 0;
             socklen_t sl = sizeof soerr;
             if (w == 1 && getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0) {
@@ -399,6 +412,10 @@ int rl_store_connect(const char *host, int port, double timeout_s, rl_store **ou
     }
     *out = s;
     return RL_OK;
+}
+
+void rl_store_set_cancel(rl_store *s, const volatile int *cancel) {
+    if (s) s->cancel = cancel;
 }
 
 void rl_store_close(rl_store *s) {

@@ -321,6 +321,21 @@ static rl_store_server *server(const char *name) {
     return srv;
 }
 
+/* The two ranks of a check, formed (their store server returned; NULL
+ * when the check is not selected, needs 2 GPUs, or could not form: said). */
+static rl_store_server *pair_up(const char *name, const char *prefix, double timeout_s, peer p[2]) {
+    if (!selected(name) || !two_devices(name)) return NULL;
+    rl_store_server *srv = server(name);
+    rl_err e = {0};
+    const int dev[2] = {0, 1};
+    if (srv && form_pair(p, srv, prefix, dev, timeout_s, &e)) {
+        fail_err(name, &e);
+        rl_store_server_stop(srv);
+        return NULL;
+    }
+    return srv;
+}
+
 /* device memory of `dev` holding n floats set to v[i] */
 static float *dev_floats(int dev, const float *v, size_t n) {
     void *p = NULL;
@@ -418,17 +433,9 @@ static void *coll_rank(void *arg) {
  * the values computed here (sums of two floats: exact in any order). */
 static void check_nccl_two_rank_collectives(void) {
     const char *name = "nccl: 2 ranks' collectives";
-    if (!selected(name) || !two_devices(name)) return;
-    rl_store_server *srv = server(name);
-    if (!srv) return;
     peer p[2];
-    rl_err e = {0};
-    const int dev[2] = {0, 1};
-    if (form_pair(p, srv, "coll", dev, 30, &e)) {
-        fail_err(name, &e);
-        rl_store_server_stop(srv);
-        return;
-    }
+    rl_store_server *srv = pair_up(name, "coll", 30, p);
+    if (!srv) return;
     coll_run c[2] = {{.p = &p[0]}, {.p = &p[1]}};
     pthread_t t[2];
     for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, coll_rank, &c[r]);
@@ -477,17 +484,9 @@ static void *probe_rank(void *arg) {
 }
 static void check_nccl_link_probe(void) {
     const char *name = "nccl: the link probe";
-    if (!selected(name) || !two_devices(name)) return;
-    rl_store_server *srv = server(name);
-    if (!srv) return;
     peer p[2];
-    rl_err e = {0};
-    const int dev[2] = {0, 1};
-    if (form_pair(p, srv, "probe", dev, 30, &e)) {
-        fail_err(name, &e);
-        rl_store_server_stop(srv);
-        return;
-    }
+    rl_store_server *srv = pair_up(name, "probe", 30, p);
+    if (!srv) return;
     probe_run r[2] = {{.p = &p[0]}, {.p = &p[1]}};
     pthread_t t[2];
     for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, probe_rank, &r[i]);
@@ -528,17 +527,10 @@ static void *hang_rank0(void *arg) {
 }
 static void check_nccl_hang_named(void) {
     const char *name = "nccl: a rank that never enters is named";
-    if (!selected(name) || !two_devices(name)) return;
-    rl_store_server *srv = server(name);
-    if (!srv) return;
     peer p[2];
+    rl_store_server *srv = pair_up(name, "hang", 30, p);
+    if (!srv) return;
     rl_err e = {0};
-    const int dev[2] = {0, 1};
-    if (form_pair(p, srv, "hang", dev, 30, &e)) {
-        fail_err(name, &e);
-        rl_store_server_stop(srv);
-        return;
-    }
     rl_hang_watch *w[2] = {NULL, NULL};
     int rc = 0;
     for (int r = 0; r < 2 && !rc; r++) {
@@ -661,18 +653,11 @@ static void *wait_in_allreduce(void *arg) {
  * than hang. */
 static void check_nccl_peer_never_enters(void) {
     const char *name = "nccl: a peer never entering times out";
-    if (!selected(name) || !two_devices(name)) return;
-    rl_store_server *srv = server(name);
-    if (!srv) return;
     const double limit = 3;
     peer p[2];
+    rl_store_server *srv = pair_up(name, "never", limit, p);
+    if (!srv) return;
     rl_err e = {0};
-    const int dev[2] = {0, 1};
-    if (form_pair(p, srv, "never", dev, limit, &e)) {
-        fail_err(name, &e);
-        rl_store_server_stop(srv);
-        return;
-    }
     waiter w0 = {.comm = p[0].comm, .device = 0}, w1 = {.comm = p[1].comm, .device = 1};
     wait_in_allreduce(&w0);
     float *d = dev_floats(0, NULL, 1);
@@ -702,18 +687,11 @@ static void check_nccl_peer_never_enters(void) {
  * the comm stays dead. The abort comes 1 s after the waiter started. */
 static void check_nccl_abort_while_waiting(void) {
     const char *name = "nccl: abort from another thread ends a wait";
-    if (!selected(name) || !two_devices(name)) return;
-    rl_store_server *srv = server(name);
-    if (!srv) return;
     const double limit = 30, after = 1;
     peer p[2];
+    rl_store_server *srv = pair_up(name, "abort", limit, p);
+    if (!srv) return;
     rl_err e = {0};
-    const int dev[2] = {0, 1};
-    if (form_pair(p, srv, "abort", dev, limit, &e)) {
-        fail_err(name, &e);
-        rl_store_server_stop(srv);
-        return;
-    }
     waiter w = {.comm = p[0].comm, .device = 0};
     pthread_t t;
     pthread_create(&t, NULL, wait_in_allreduce, &w);

@@ -62,6 +62,14 @@ static bool aborted_soon(rl_comm *c) {
     return false;
 }
 
+static void say(int fd, const char *m) { cr_assert_eq(send(fd, m, strlen(m), 0), (ssize_t)strlen(m)); }
+
+/* *flag reads v within 2 s */
+static bool soon(const volatile int *flag, int v) {
+    for (int i = 0; i < 200 && *flag != v; i++) usleep(10000);
+    return *flag == v;
+}
+
 static rl_comm *world_of_one(void) {
     rl_comm_opts o = {.backend = "tcp", .rank = 0, .world = 1, .timeout_s = 5};
     rl_comm *c = NULL;
@@ -71,9 +79,11 @@ static rl_comm *world_of_one(void) {
 }
 
 /* A graceful round end: "yield" sets the flag the trainer agrees on at its
- * steps, and leaves a whole ring (steady) alone; a ring still forming is
- * aborted, since its peers may have moved on; a round message clears it. */
-Test(ctl, a_yield_waits_for_a_whole_ring_and_aborts_one_still_forming) {
+ * steps and leaves a whole ring (steady) alone; a round still forming --
+ * waiting on the store, its ring, or a ring not yet steady -- is over:
+ * the cancel flag its store client and comm init watch is set and an
+ * armed ring is aborted. "park" ends any. A round message clears all. */
+Test(ctl, a_yield_waits_for_a_whole_ring_and_ends_one_still_forming) {
     int sv[2];
     cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
     char fd[16];
@@ -81,36 +91,51 @@ Test(ctl, a_yield_waits_for_a_whole_ring_and_aborts_one_still_forming) {
     rl_ctl *c = NULL;
     rl_err e = {0};
     cr_assert_eq(rl_ctl_open(fd, &c, &e), RL_OK, "%s", e.msg);
-    const volatile int *flag = rl_ctl_yield_flag(c);
-    cr_assert(flag && !*flag);
+    const volatile int *yield = rl_ctl_yield_flag(c), *over = rl_ctl_cancel_flag(c);
+    cr_assert(yield && over && !*yield && !*over);
+    const char *round = "round 0 1 0 29400 r2 127.0.0.1";
 
     rl_comm *steady = world_of_one();
     cr_assert(rl_ctl_arm(c, steady));
     rl_ctl_steady(c);
-    cr_assert_eq(send(sv[0], "yield", 5, 0), 5);
-    for (int i = 0; i < 200 && !*flag; i++) usleep(10000);
-    cr_expect(*flag, "the yield never reached the flag");
+    say(sv[0], "yield");
+    cr_expect(soon(yield, 1), "the yield never reached the flag");
+    cr_expect(!*over, "a yield ended a whole ring's round");
     cr_expect_eq(rl_comm_barrier(steady, &e), RL_OK, "a whole ring was aborted: %s", e.msg);
     rl_ctl_arm(c, NULL);
     rl_comm_destroy(steady);
+    say(sv[0], round);
+    cr_expect(soon(yield, 0), "a round message left the yield set");
 
-    /* still set (no round message yet): the next ring is refused at once */
-    rl_comm *next = world_of_one();
-    cr_expect(!rl_ctl_arm(c, next), "a ring armed after a yield was let start");
-    cr_expect(aborted_soon(next));
-    rl_comm_destroy(next);
+    /* forming, nothing armed yet (the trainer waits on the store) */
+    say(sv[0], "yield");
+    cr_expect(soon(over, 1), "a yield left a forming round waiting");
+    rl_comm *late = world_of_one();
+    cr_expect(!rl_ctl_arm(c, late), "a ring armed after its round was over was let start");
+    cr_expect(aborted_soon(late));
+    rl_comm_destroy(late);
+    say(sv[0], round);
+    cr_expect(soon(over, 0), "a round message left the round over");
 
-    const char *round = "round 0 1 0 29400 r2 127.0.0.1";
-    cr_assert_eq(send(sv[0], round, strlen(round), 0), (ssize_t)strlen(round));
-    for (int i = 0; i < 200 && *flag; i++) usleep(10000);
-    cr_expect(!*flag, "a round message left the yield set");
-
+    /* armed, not yet steady */
     rl_comm *forming = world_of_one();
     cr_assert(rl_ctl_arm(c, forming));
-    cr_assert_eq(send(sv[0], "yield", 5, 0), 5);
+    say(sv[0], "yield");
     cr_expect(aborted_soon(forming), "a yield left a ring that was still forming waiting");
     rl_ctl_arm(c, NULL);
     rl_comm_destroy(forming);
+    say(sv[0], round);
+    cr_assert(soon(over, 0));
+
+    /* park ends even a steady ring */
+    rl_comm *parked = world_of_one();
+    cr_assert(rl_ctl_arm(c, parked));
+    rl_ctl_steady(c);
+    say(sv[0], "park");
+    cr_expect(aborted_soon(parked), "a park left a steady ring alone");
+    cr_expect(*over);
+    rl_ctl_arm(c, NULL);
+    rl_comm_destroy(parked);
     close(sv[0]);
     rl_ctl_close(c);
 }

@@ -513,6 +513,36 @@ Test(rdzv_store, get_waits_for_a_later_set_from_another_process) {
     rl_store_server_stop(srv);
 }
 
+static void *raise_later(void *arg) {
+    sleep_ms(200);
+    *(volatile int *)arg = 1;
+    return NULL;
+}
+
+/* A flag set by another thread ends a long GET within 100 ms of it: what
+ * lets an agent end a round whose trainer waits for a peer's address. */
+Test(rdzv_store, a_cancel_flag_ends_a_waiting_get) {
+    int port;
+    rl_store_server *srv = start_server(&port);
+    rl_store *c = client(port);
+    volatile int flag = 0;
+    rl_store_set_cancel(c, &flag);
+    pthread_t t;
+    pthread_create(&t, NULL, raise_later, (void *)&flag);
+    void *v = NULL;
+    size_t n = 0;
+    rl_err e = {0};
+    double t0 = rl_now();
+    cr_expect_eq(rl_store_get(c, "never", 30.0, &v, &n, &e), RL_EABORT);
+    double dt = rl_now() - t0;
+    pthread_join(t, NULL);
+    cr_expect(dt >= 0.19 && dt < 1.5, "gave up after %.3f s (flag at 0.2 s)", dt);
+    cr_expect(strstr(e.msg, "GET") && strstr(e.msg, "cancelled"), "%s", e.msg);
+    cr_expect_eq(rl_store_set(c, "k", "1", 1, &e), RL_EPEER, "a cancelled client is unusable");
+    rl_store_close(c);
+    rl_store_server_stop(srv);
+}
+
 Test(rdzv_store, get_timeout_is_prompt_and_names_the_key) {
     int port;
     rl_store_server *srv = start_server(&port);
