@@ -433,7 +433,7 @@ static int form_ring(rl_comm *c, tcp *T, ring_setup *rs, rl_err *e) {
             rc = rl_errf(e, RL_EABORT, "rank %d: forming the ring given up (cancelled)", c->rank);
             break;
         }
-        if (rs->cancel && wake > now + 0.1) wake = now + 0.1; /* look at the flag every 100 ms */
+        if (rs->cancel && wake > now + RL_CANCEL_SLICE_S) wake = now + RL_CANCEL_SLICE_S;
         for (int i = 0; i < MAX_PENDING; i++) {
             if (pend[i].fd < 0) continue;
             if (now >= pend[i].since + HANDSHAKE_S) {

@@ -39,14 +39,13 @@ struct rl_store {
 
 /* ---- deadline-bounded socket I/O ---------------------------------------------------- */
 /* 1 ready, 0 deadline passed, -1 poll failed (errno), -2 *cancel set
- * (looked at every 100 ms). */
-#define CANCEL_SLICE_S 0.1
+ * (looked at every RL_CANCEL_SLICE_S). */
 static int wait_fd(int fd, short ev, double deadline, const volatile int *cancel) {
     for (;;) {
         if (cancel && *cancel) return -2;
         double left = deadline - rl_now();
         if (left <= 0) return 0;
-        if (cancel && left > CANCEL_SLICE_S) left = CANCEL_SLICE_S;
+        if (cancel && left > RL_CANCEL_SLICE_S) left = RL_CANCEL_SLICE_S;
         double ms = ceil(left * 1000.0);
         struct pollfd p = {.fd = fd, .events = ev};
         int r = poll(&p, 1, ms > INT_MAX ? INT_MAX : (int)ms);
@@ -151,6 +150,11 @@ static int broken(rl_store *s, rl_err *e, int code, const char *fmt, ...) {
     return rl_errf(e, code, "%s", msg);
 }
 
+/* The cancel flag was set during `what` (rl_store_set_cancel). */
+static int cancelled(rl_store *s, rl_err *e, const char *what) {
+    return broken(s, e, RL_EABORT, "store %s: %s given up (cancelled)", s->peer, what);
+}
+
 typedef struct reply {
     rl_store_frame f;
     uint8_t *val; /* malloc'd, vlen + 1 bytes, NUL-terminated */
@@ -175,7 +179,7 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
                            {(void *)v2, v2len}};
     int err = 0;
     int rc = send_iov(s->fd, iov, 4, deadline, s->cancel, &err);
-    if (rc == RL_EABORT) return broken(s, e, RL_EABORT, "store %s: %s given up (cancelled)", s->peer, what);
+    if (rc == RL_EABORT) return cancelled(s, e, what);
     if (rc == RL_ETIMEOUT)
         return broken(s, e, RL_ETIMEOUT, "store %s: could not send %s within %.3g s",
                       s->peer, what, budget);
@@ -185,7 +189,7 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
     int send_err = rc ? err : 0;
     size_t got = 0;
     rc = recv_n(s->fd, hdr, sizeof hdr, rdl, s->cancel, &got, &err);
-    if (rc == RL_EABORT) return broken(s, e, RL_EABORT, "store %s: %s given up (cancelled)", s->peer, what);
+    if (rc == RL_EABORT) return cancelled(s, e, what);
     if (rc != 0 && got > 0 && got < 4 && memcmp(hdr, "RLST", got) != 0) rc = -1;
     if (rc != 0 && got >= 4 && memcmp(hdr, "RLST", 4) != 0) rc = -1;
     if (rc == -1)
@@ -220,7 +224,7 @@ static int request(rl_store *s, uint16_t op, const char *what, const void *key, 
     if (rc != 0) {
         free(rp->val);
         rp->val = NULL;
-        if (rc == RL_EABORT) return broken(s, e, RL_EABORT, "store %s: %s given up (cancelled)", s->peer, what);
+        if (rc == RL_EABORT) return cancelled(s, e, what);
         if (rc == RL_ETIMEOUT)
             return broken(s, e, RL_ETIMEOUT, "store %s: answer to %s incomplete within %.3g s",
                           s->peer, what, budget);

@@ -66,6 +66,10 @@ const char *rl_err_name(int code);
 #define RL_EXIT_PREEMPTED 75
 #define RL_EXIT_PEER_LOST 76
 #define RL_EXIT_INFRA 77
+
+/* How often the waits that take a cancel flag (a const volatile int * set
+ * by another thread: rl_store_set_cancel, rl_comm_opts.cancel) look at it. */
+#define RL_CANCEL_SLICE_S 0.1
 typedef enum {
     RL_FAIL_NONE = 0,   /* exit 0 */
     RL_FAIL_USER,       /* fail the job now */

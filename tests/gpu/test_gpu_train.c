@@ -296,18 +296,23 @@ static void *peer_init(void *arg) {
     return NULL;
 }
 
+/* fn on both ranks at once, each in a thread of its own: fn(a), fn(b). */
+static void on_both(void *(*fn)(void *), void *a, void *b) {
+    pthread_t t[2];
+    pthread_create(&t[0], NULL, fn, a);
+    pthread_create(&t[1], NULL, fn, b);
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+}
+
 /* Both ranks' communicators, formed at once (each init waits for the
  * other), rank r on device dev[r]. Returns 0 when both formed; else the
  * first error is in *e and whatever formed is destroyed. */
 static int form_pair(peer p[2], rl_store_server *srv, const char *prefix, const int dev[2],
                      double timeout_s, rl_err *e) {
-    pthread_t t[2];
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 2; r++)
         p[r] = (peer){.rank = r, .device = dev[r], .port = rl_store_server_port(srv),
                       .timeout_s = timeout_s, .prefix = prefix};
-        pthread_create(&t[r], NULL, peer_init, &p[r]);
-    }
-    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    on_both(peer_init, &p[0], &p[1]);
     if (!p[0].rc && !p[1].rc) return 0;
     *e = p[p[0].rc ? 0 : 1].e;
     for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm), p[r].comm = NULL;
@@ -334,6 +339,12 @@ static rl_store_server *pair_up(const char *name, const char *prefix, double tim
         return NULL;
     }
     return srv;
+}
+
+/* pair_up's undoing: both communicators, then their store. */
+static void pair_down(peer p[2], rl_store_server *srv) {
+    for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
+    rl_store_server_stop(srv);
 }
 
 /* device memory of `dev` holding n floats set to v[i] */
@@ -437,9 +448,7 @@ static void check_nccl_two_rank_collectives(void) {
     rl_store_server *srv = pair_up(name, "coll", 30, p);
     if (!srv) return;
     coll_run c[2] = {{.p = &p[0]}, {.p = &p[1]}};
-    pthread_t t[2];
-    for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, coll_rank, &c[r]);
-    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    on_both(coll_rank, &c[0], &c[1]);
     int bad = 0;
     for (int r = 0; r < 2 && !c[0].rc && !c[1].rc; r++) {
         for (int i = 0; i < NC; i++) {
@@ -459,8 +468,7 @@ static void check_nccl_two_rank_collectives(void) {
                "allreduce sum and avg, broadcast, allgather, reduce_scatter on device buffers, "
                "avg of a host buffer: %d wrong values",
                bad);
-    for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
-    rl_store_server_stop(srv);
+    pair_down(p, srv);
 }
 
 /* Issue 17's network figure over NCCL: each rank sends to its right and
@@ -488,9 +496,7 @@ static void check_nccl_link_probe(void) {
     rl_store_server *srv = pair_up(name, "probe", 30, p);
     if (!srv) return;
     probe_run r[2] = {{.p = &p[0]}, {.p = &p[1]}};
-    pthread_t t[2];
-    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, probe_rank, &r[i]);
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    on_both(probe_rank, &r[0], &r[1]);
     int recorded = 0;
     for (int i = 0; i < 2; i++) {
         rl_comm_record rec[RL_COMM_RECORDS];
@@ -502,8 +508,7 @@ static void check_nccl_link_probe(void) {
     else
         report(name, r[0].gbps > 0 && r[1].gbps > 0 && recorded == 2,
                "rates %.2f and %.2f GB/s, %d of 2 recorded, a barrier after it", r[0].gbps, r[1].gbps, recorded);
-    for (int i = 0; i < 2; i++) rl_comm_destroy(p[i].comm);
-    rl_store_server_stop(srv);
+    pair_down(p, srv);
 }
 
 /* Issue 17's hang diagnosis over NCCL: rank 1 never enters rank 0's
@@ -559,8 +564,7 @@ static void check_nccl_hang_named(void) {
                          strstr(why1, "rank 0 found a hang: rank 1"),
                "rank 0's allreduce returned %d after %.1f s (timeout 30 s); verdict: %s; rank 1: %s", h.rc, took, why,
                why1);
-    for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
-    rl_store_server_stop(srv);
+    pair_down(p, srv);
 }
 
 /* What NCCL refuses, at two ranks: two ranks on one device (every rank's
@@ -598,9 +602,7 @@ static void check_nccl_two_rank_refusals(void) {
         fail_err(name, &e);
     } else {
         mismatch_run m[2] = {{.p = &p[0], .count = 8}, {.p = &p[1], .count = 6}};
-        pthread_t t[2];
-        for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, mismatch_rank, &m[r]);
-        for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+        on_both(mismatch_rank, &m[0], &m[1]);
         mis_ok = m[0].rc && m[1].rc && (strstr(m[0].e.msg, "must match") || strstr(m[1].e.msg, "must match"));
         e = m[0].e;
         float *d = dev_floats(0, NULL, 1);
@@ -675,8 +677,7 @@ static void check_nccl_peer_never_enters(void) {
            "entering late: %s after %.2f s",
            rl_err_name(w0.rc), w0.dt, limit, w0.e.msg, rl_err_name(again), again_dt,
            rl_err_name(w1.rc), w1.dt);
-    for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
-    rl_store_server_stop(srv);
+    pair_down(p, srv);
     cudaSetDevice(0); /* this thread's device, as the checks before left it */
 }
 
@@ -710,8 +711,7 @@ static void check_nccl_abort_while_waiting(void) {
            "the allreduce: %s %.3f s after the abort, %.2f s after it began (timeout %.0f s) "
            "[%.160s]; next op: %s",
            rl_err_name(w.rc), late, w.dt, limit, w.e.msg, rl_err_name(again));
-    for (int r = 0; r < 2; r++) rl_comm_destroy(p[r].comm);
-    rl_store_server_stop(srv);
+    pair_down(p, srv);
 }
 
 /* ---- DDP over two ranks ---- */
@@ -795,12 +795,8 @@ static void check_ddp_two_ranks(void) {
         rl_store_server_stop(srv);
         return;
     }
-    pthread_t t[2];
-    for (int r = 0; r < 2; r++) {
-        d[r].port = rl_store_server_port(srv);
-        pthread_create(&t[r], NULL, ddp_rank_main, &d[r]);
-    }
-    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    for (int r = 0; r < 2; r++) d[r].port = rl_store_server_port(srv);
+    on_both(ddp_rank_main, &d[0], &d[1]);
     if (d[0].rc || d[1].rc) {
         fail_err(name, d[0].rc ? &d[0].e : &d[1].e);
     } else {
