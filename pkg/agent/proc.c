@@ -147,12 +147,13 @@ static int round_up(const rl_proc_opts *o, const rl_job_config *settled, const r
     rl_stats_reporter_attach(reporter, *tr, o->stats, o->stats_fd,
                              p->watch ? &(rl_train_observer){.ud = p->watch, .on_step = watch_step} : NULL);
     rl_ddp_opts dopt = {
-        .first_bucket_bytes = (size_t)(cfg->dist.first_bucket_mb * (1 << 20)),
-        .bucket_bytes = (size_t)(cfg->dist.bucket_mb * (1 << 20)),
+        .first_bucket_bytes = rl_train_mib_bytes(cfg->dist.first_bucket_mb),
+        .bucket_bytes = rl_train_mib_bytes(cfg->dist.bucket_mb),
         .min_buckets = cfg->dist.min_buckets,
         .timeout_s = cfg->dist.timeout_s * 4,
         .grad_stream = rl_trainer_stream(*tr),
         .reduce_bf16 = strcmp(cfg->dist.reduce_dtype, "bf16") == 0,
+        .shard = rl_shard_mode_of(cfg->dist.shard),
     };
     if ((rc = rl_ddp_create(p->comm, rl_trainer_grads(*tr), rl_trainer_nparams(*tr), &dopt, &p->ddp, e))) return rc;
     rl_ddp_attach(p->ddp, dist);

@@ -1,6 +1,8 @@
 /* Gradient buckets reduced on a communication thread, overlapping backward. */
 #include "ddp.h"
 
+#include <limits.h>
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,12 +17,12 @@
 
 /* A unit of work for the communication thread. Buckets are jobs too, so
  * the order of ops on the communicator is the same on every rank. */
-typedef enum { JOB_BUCKET, JOB_AVG_F64, JOB_SUM_U64, JOB_BCAST_F32 } job_kind;
+typedef enum { JOB_BUCKET, JOB_AVG_F64, JOB_SUM_F64, JOB_SUM_U64, JOB_BCAST_F32, JOB_GATHER } job_kind;
 typedef struct {
     job_kind kind;
     void *buf;
     size_t count;
-    int bucket; /* JOB_BUCKET */
+    int bucket; /* JOB_BUCKET, JOB_GATHER */
     int root;   /* JOB_BCAST_F32 */
 } job;
 
@@ -44,6 +46,9 @@ struct rl_ddp {
     /* reduce_bf16: one bucket's bf16 copy (host, or device with gs) */
     bool bf16;
     void *half;
+    /* sharded state (opts.shard): this rank's ranges */
+    rl_shard_range *sr;
+    rl_train_shard shard;
 
     pthread_t thread;
     bool thread_started;
@@ -56,6 +61,18 @@ struct rl_ddp {
     int rc;              /* first error; later jobs are skipped */
     rl_err err;
 };
+
+/* comm thread: one bucket's average over ranks, in place: the whole of it,
+ * or with "gradients" this rank's block (a reduce-scatter) and the tail */
+static int reduce(rl_ddp *d, void *buf, size_t n, rl_dtype t, rl_err *e) {
+    if (d->o.shard != RL_SHARD_GRADIENTS) return rl_comm_allreduce(d->comm, buf, n, t, RL_AVG, e);
+    size_t w = (size_t)rl_comm_world(d->comm), r = (size_t)rl_comm_rank(d->comm);
+    size_t blk = n / w, es = rl_dtype_size(t);
+    char *p = buf;
+    int rc = rl_comm_reduce_scatter(d->comm, p, p + r * blk * es, blk, t, RL_AVG, e);
+    if (!rc && n % w) rc = rl_comm_allreduce(d->comm, p + w * blk * es, n % w, t, RL_AVG, e);
+    return rc;
+}
 
 /* ---- device gradients: CUDA events order the two streams ----------------- */
 #ifdef RL_CUDA
@@ -99,10 +116,10 @@ static int dev_bucket(rl_ddp *d, int b, rl_err *e) {
     size_t n = d->blen[b];
     int rc;
     if (!d->bf16) {
-        rc = rl_comm_allreduce(d->comm, g, n, RL_F32, RL_AVG, e);
+        rc = reduce(d, g, n, RL_F32, e);
     } else { /* one scratch serves every bucket: the stream runs them in turn */
         rc = rl_gpu_cast_f32_to_bf16(d->half, g, n, cs, e);
-        if (!rc) rc = rl_comm_allreduce(d->comm, d->half, n, RL_BF16, RL_AVG, e);
+        if (!rc) rc = reduce(d, d->half, n, RL_BF16, e);
         if (!rc) rc = rl_gpu_cast_bf16_to_f32(g, d->half, n, cs, e);
     }
     if (!rc && (ce = cudaEventRecord((cudaEvent_t)d->ev_done[b], cs)) != cudaSuccess)
@@ -133,10 +150,10 @@ static double dev_elapsed(void *a, void *b) { return (void)a, (void)b, 0; }
 static int host_bucket(rl_ddp *d, int b, rl_err *e) {
     float *g = d->grads + d->boff[b];
     size_t n = d->blen[b];
-    if (!d->bf16) return rl_comm_allreduce(d->comm, g, n, RL_F32, RL_AVG, e);
+    if (!d->bf16) return reduce(d, g, n, RL_F32, e);
     uint16_t *h = d->half;
     for (size_t i = 0; i < n; i++) h[i] = rl_comm_f32_to_bf16(g[i]);
-    int rc = rl_comm_allreduce(d->comm, h, n, RL_BF16, RL_AVG, e);
+    int rc = reduce(d, h, n, RL_BF16, e);
     if (!rc) rc = rl_comm_wait(d->comm, e);
     for (size_t i = 0; !rc && i < n; i++) g[i] = rl_comm_bf16_to_f32(h[i]);
     return rc;
@@ -165,8 +182,16 @@ static void *comm_thread(void *arg) {
                 d->ev[j.bucket].t_done = rl_now();
                 break;
             case JOB_AVG_F64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_F64, RL_AVG, &e); break;
+            case JOB_SUM_F64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_F64, RL_SUM, &e); break;
             case JOB_SUM_U64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_I64, RL_SUM, &e); break;
             case JOB_BCAST_F32: rc = rl_comm_broadcast(d->comm, j.buf, j.count, RL_F32, j.root, &e); break;
+            case JOB_GATHER: { /* a bucket's blocks, in place; its tail is every rank's */
+                size_t w = (size_t)rl_comm_world(d->comm), blk = j.count / w;
+                float *p = j.buf;
+                rl_comm_tag_next(d->comm, j.bucket);
+                rc = rl_comm_allgather(d->comm, p + (size_t)rl_comm_rank(d->comm) * blk, p, blk, RL_F32, &e);
+                break;
+            }
             }
             /* device buckets are stream-ordered: queued is enough here,
              * finish orders the optimizer after the last one on the GPU */
@@ -220,23 +245,15 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
     rl_ddp *d = calloc(1, sizeof *d);
     if (!d) return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
     d->comm = comm, d->grads = grads, d->n = n;
-    d->o.first_bucket_bytes = o && o->first_bucket_bytes ? o->first_bucket_bytes : 1u << 20;
-    d->o.bucket_bytes = o && o->bucket_bytes ? o->bucket_bytes : 25u << 20;
     d->o.timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 300;
-    d->o.min_buckets = o && o->min_buckets > 0 ? o->min_buckets : 8;
-    size_t first = d->o.first_bucket_bytes / sizeof(float), rest = d->o.bucket_bytes / sizeof(float);
-    if (first == 0 || rest == 0) {
+    rl_train_bucket_plan plan;
+    int rc = rl_train_bucket_plan_of(n, o ? o->first_bucket_bytes : 0, o ? o->bucket_bytes : 0,
+                                     o ? o->min_buckets : 0, &plan, e);
+    if (rc || plan.count > (size_t)INT_MAX / 2) {
         free(d);
-        return rl_errf(e, RL_EINPUT, "ddp: bucket sizes must be at least 4 bytes");
+        return rc ? rc : rl_errf(e, RL_EINPUT, "ddp: %zu buckets are too many", plan.count);
     }
-    size_t most = (n + (size_t)d->o.min_buckets - 1) / (size_t)d->o.min_buckets;
-    if (most > 0 && first > most) first = most;
-    if (most > 0 && rest > most) rest = most;
-    /* count buckets, then fill from the end of the buffer */
-    size_t left = n;
-    int nb = 0;
-    for (size_t cap = first; left > 0; cap = rest, nb++) left -= left < cap ? left : cap;
-    d->nb = nb;
+    int nb = d->nb = (int)plan.count;
     d->boff = calloc((size_t)nb + 1, sizeof(size_t));
     d->blen = calloc((size_t)nb + 1, sizeof(size_t));
     d->ev = calloc((size_t)nb + 1, sizeof(rl_ddp_event));
@@ -250,9 +267,10 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
         rl_ddp_destroy(d);
         return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
     }
-    left = n;
+    /* from the end of the buffer */
+    size_t left = n;
     for (int b = 0; b < nb; b++) {
-        size_t cap = b == 0 ? first : rest, len = left < cap ? left : cap;
+        size_t len = rl_train_bucket_len(&plan, (size_t)b);
         left -= len;
         d->boff[b] = left, d->blen[b] = len;
         d->ev[b].off = left, d->ev[b].len = len;
@@ -263,8 +281,18 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
                        "(the nccl backend), not %s", rl_comm_backend(comm));
     }
     d->bf16 = o && o->reduce_bf16;
-    size_t widest = first > rest ? first : rest;
-    int rc = d->gs ? dev_create(d, widest, e) : RL_OK;
+    d->o.shard = o ? o->shard : RL_SHARD_NONE;
+    if (d->o.shard != RL_SHARD_NONE) {
+        if (!(d->sr = calloc(2 * (size_t)nb + 1, sizeof *d->sr))) {
+            rl_ddp_destroy(d);
+            return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
+        }
+        d->shard.r = d->sr;
+        d->shard.n = rl_ddp_shard_plan(d->boff, d->blen, nb, rl_comm_world(comm), rl_comm_rank(comm), d->sr);
+        for (int k = 0; k < d->shard.n; k++) d->shard.total += d->sr[k].len;
+    }
+    size_t widest = plan.largest;
+    rc = d->gs ? dev_create(d, widest, e) : RL_OK;
     if (!rc && d->bf16 && !d->gs && !(d->half = malloc(widest * sizeof(uint16_t))))
         rc = rl_errf(e, RL_ENOMEM, "ddp: out of memory for the bf16 bucket");
     if (rc) {
@@ -354,6 +382,36 @@ void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist) {
     dist->average = rl_ddp_average;
     dist->broadcast = rl_ddp_broadcast_bytes;
     dist->timing = rl_ddp_timing;
+    bool sharded = d->o.shard != RL_SHARD_NONE;
+    dist->shard = sharded ? &d->shard : NULL;
+    dist->sum = sharded ? rl_ddp_sum : NULL;
+    dist->gather = sharded ? rl_ddp_gather : NULL;
+}
+
+int rl_ddp_shard_plan(const size_t *boff, const size_t *blen, int nb, int world, int rank, rl_shard_range *out) {
+    int k = 0;
+    size_t w = (size_t)world, r = (size_t)rank;
+    for (int b = nb - 1; b >= 0; b--) { /* the last bucket starts the buffer */
+        size_t blk = blen[b] / w, tail = blen[b] % w;
+        if (blk) out[k++] = (rl_shard_range){.off = boff[b] + r * blk, .len = blk};
+        if (tail) out[k++] = (rl_shard_range){.off = boff[b] + w * blk, .len = tail, .shared = true};
+    }
+    return k;
+}
+
+const rl_train_shard *rl_ddp_shard(const rl_ddp *d) { return d->o.shard != RL_SHARD_NONE ? &d->shard : NULL; }
+
+int rl_ddp_sum(void *ctx, double *v, int n, rl_err *e) {
+    rl_ddp *d = ctx;
+    submit(d, (job){.kind = JOB_SUM_F64, .buf = v, .count = (size_t)n});
+    return drain(d, e);
+}
+
+int rl_ddp_gather(void *ctx, float *params, rl_err *e) {
+    rl_ddp *d = ctx;
+    for (int b = 0; b < d->nb; b++)
+        submit(d, (job){.kind = JOB_GATHER, .buf = params + d->boff[b], .count = d->blen[b], .bucket = b});
+    return drain(d, e);
 }
 
 const rl_ddp_event *rl_ddp_events(const rl_ddp *d, double *t_backward_end) {
@@ -411,5 +469,6 @@ void rl_ddp_destroy(rl_ddp *d) {
     free(d->boff);
     free(d->blen);
     free(d->ev);
+    free(d->sr);
     free(d);
 }

@@ -14,6 +14,22 @@
  * boundaries ignore tensor boundaries: readiness is one number, so a
  * bucket is launched exactly when its last gradient is written.
  *
+ * Sharded state (opts.shard, dist.shard; ZeRO-1/2). Each bucket of len
+ * elements is split the way rl_comm_reduce_scatter splits a buffer: world
+ * blocks of len / world, block r rank r's, then a tail of len % world
+ * (fewer than world elements) that every rank holds. A rank's shard is its
+ * block of every bucket plus the tails (rl_ddp_shard_plan): following the
+ * buckets, a "gradients" reduction is one reduce-scatter per bucket (and a
+ * tiny allreduce of its tail), launched from the same hook at the same
+ * point of backward as DDP's allreduce, and the update of every bucket's
+ * blocks can be gathered bucket by bucket. The tail keeps equal blocks
+ * without padding (NCCL's reduce-scatter and all-gather take equal
+ * counts); its elements are reduced with an allreduce, so every rank holds
+ * the same bits and updates them alike. "optimizer" allreduces as DDP and
+ * shards only the update. Bucket order is fixed, so is the ring order of
+ * every sum: a sharded run is deterministic, and it differs from DDP's
+ * only in the order of the reduce-scatter's sums and of the norm's.
+ *
  * Only the last micro-step of gradient accumulation passes the hook to
  * backward (no_sync on the others) -- the trainer does that. All comm ops,
  * including metric averages and the initial broadcast, run on the
@@ -25,6 +41,7 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
+#include "train/memory.h" /* the bucket plan */
 #include "train/train.h"
 #include "util/util.h"
 
@@ -52,6 +69,7 @@ typedef struct rl_ddp_opts {
      * figures), so halving its bytes matters only where the network is the
      * bottleneck (dist.reduce_dtype). */
     int reduce_bf16;
+    rl_shard_mode shard; /* RL_SHARD_NONE (default): DDP; see "Sharded state" above */
 } rl_ddp_opts;
 
 /* One bucket's life in the last step (for the overlap test and logs). */
@@ -70,8 +88,20 @@ int rl_ddp_broadcast(rl_ddp *d, int root, float *params, size_t n, rl_err *e);
 /* Broadcast root's bytes (a multiple of 4) to every rank: the resumed
  * trainer state. Copied verbatim, whatever the bits. */
 int rl_ddp_broadcast_bytes(void *ctx, int root, void *buf, size_t bytes, rl_err *e);
-/* Point a trainer's dist seam at this DDP. */
+/* Point a trainer's dist seam at this DDP (with a shard mode, its shard,
+ * sum and gather too). */
 void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist);
+/* Rank `rank`'s shard of nb buckets (bucket b at boff[b], blen[b]
+ * elements, in DDP's order: from the end of the buffer) over `world`
+ * ranks: at most 2 x nb ranges into out, ascending; the count. */
+int rl_ddp_shard_plan(const size_t *boff, const size_t *blen, int nb, int world, int rank, rl_shard_range *out);
+/* This rank's shard (NULL without a shard mode). */
+const rl_train_shard *rl_ddp_shard(const rl_ddp *d);
+/* The shard seam's sum (n doubles over ranks, in place) and gather (each
+ * bucket's blocks of params, n floats in the buffer's layout, from their
+ * ranks to every rank; the tails are every rank's already). */
+int rl_ddp_sum(void *ctx, double *v, int n, rl_err *e);
+int rl_ddp_gather(void *ctx, float *params, rl_err *e);
 /* The hook, finish and average functions behind rl_train_dist. */
 void rl_ddp_grad_ready(void *ctx, size_t off);
 int rl_ddp_finish(void *ctx, rl_err *e);

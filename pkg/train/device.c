@@ -70,6 +70,8 @@ int rl_train_dev_step_end(rl_train_device *d, const rl_train_update *u, double *
     if (!u || !loss || !norm || u->t < 1 || !(u->lr >= 0) || !isfinite(u->lr))
         return rl_errf(e, RL_EINTERNAL, "train device: step end with AdamW step %lld, lr %g",
                        u ? u->t : 0, u ? u->lr : 0.0);
+    if (d->shard && (!u->sum || !u->gather))
+        return rl_errf(e, RL_EINTERNAL, "train device: a sharded step end without the seam's sum and gather");
     return d->ops->step_end(d, u, loss, norm, e);
 }
 
@@ -105,6 +107,24 @@ int rl_train_dev_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
     if (!params || !m || !v)
         return rl_errf(e, RL_EINTERNAL, "train device: checkpoint fill without a snapshot buffer");
     return d->ops->fill(d, params, m, v, e);
+}
+
+int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int rank, rl_err *e) {
+    int rc = check_open(d, "set_shard", e);
+    if (rc) return rc;
+    if (shard && strcmp(d->cfg->train.device, "cpu") != 0)
+        return rl_errf(e, RL_EINPUT, "dist.shard \"%s\" is not built for train.device \"%s\" yet (cpu only)",
+                       d->cfg->dist.shard, d->cfg->train.device);
+    size_t held = shard ? shard->total : d->n;
+    if (shard && (shard->n < 0 || held > d->n || (held > 0 && !shard->r)))
+        return rl_errf(e, RL_EINTERNAL, "train device: a shard of %zu elements of %zu", held, d->n);
+    float *opt = calloc(2 * held > 0 ? 2 * held : 1, sizeof(float));
+    if (!opt)
+        return rl_errf(e, RL_ENOMEM, "trainer: out of memory for optimizer state (%zu MiB)",
+                       2 * held * sizeof(float) >> 20);
+    free(d->opt);
+    d->opt = opt, d->shard = shard, d->rank = rank;
+    return RL_OK;
 }
 
 int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e) {

@@ -10,12 +10,13 @@
  * all of them, and keeps what they share (the host's AdamW moments); an
  * implementation only computes and moves data.
  *
+ * Sharded state (dist.shard, ZeRO-1/2) is a property of the update, not a
+ * device: with a shard set (rl_train_dev_set_shard) the moments hold only
+ * the shard's ranges, and step_end takes the norm from partial sums, runs
+ * AdamW on the shard and gathers the parameters through the update's
+ * callbacks. The reduction itself is DDP's (pkg/ddp).
+ *
  * What comes next plugs in here, not in trainer.c:
- * - sharded optimizer state (ZeRO-1): a device whose step_end reduces the
- *   gradients to each rank's shard, runs AdamW on that shard of the master
- *   weights and moments and gathers the parameters back; its download /
- *   take / fill gather the shards, or save them per rank. The trainer's
- *   loop, reduction hooks and checkpoint cadence stay as they are.
  * - CPU-offloaded streaming: a device whose host state (params, opt below)
  *   is the master copy rather than a mirror, and whose micro and step_end
  *   stream layers' weights and moments to the GPU and back in chunks on
@@ -33,6 +34,11 @@ typedef struct rl_train_update {
     double lr;   /* this step's learning rate (the schedule's) */
     double clip; /* max global gradient norm; <= 0: no clipping */
     long long t; /* AdamW's step count, from 1 */
+    /* With a shard (rl_train_dev_set_shard): the seam's sum and gather
+     * (rl_train_dist), called with dist_ctx. */
+    void *dist_ctx;
+    int (*sum)(void *ctx, double *v, int n, rl_err *e);
+    int (*gather)(void *ctx, float *params, rl_err *e);
 } rl_train_update;
 
 typedef struct rl_train_device rl_train_device;
@@ -57,7 +63,11 @@ typedef struct rl_train_device_ops {
      * norm, clipping to u->clip and AdamW. *loss is the mean of the step's
      * micro-batch losses, *norm the norm before clipping. A non-finite
      * norm leaves the weights and moments alone, so the trainer's check
-     * that follows stops a run whose weights are intact. */
+     * that follows stops a run whose weights are intact. With a shard,
+     * only its ranges of the gradients are read and of the weights
+     * updated: the norm's square is their sum over ranks (u->sum, shared
+     * ranges counted by rank 0 alone), and u->gather completes the
+     * weights; every rank sees the same norm, so all skip or none. */
     int (*step_end)(rl_train_device *d, const rl_train_update *u, double *loss, double *norm,
                     rl_err *e);
     /* Mean loss of one forward, no backward, over B x T tokens (1 <= B <=
@@ -98,6 +108,11 @@ struct rl_train_device {
     float *params;
     float *opt;
     int micros; /* micro-batches since zero_grad (the dispatcher's count) */
+    /* NULL: opt holds every element's moments (m then v, 2 x n). Else the
+     * shard's ranges' only, one after the other (m then v, 2 x
+     * shard->total): sharded state, rl_train_dev_set_shard. */
+    const rl_train_shard *shard;
+    int rank; /* with a shard: this rank (the one that counts shared ranges in the norm) */
 };
 
 /* Open the device train.device names ("cpu" or "cuda"; rl_train_pick_device
@@ -124,6 +139,10 @@ int rl_train_dev_take(void *ctx, float *params, float *m, float *v, bool *later,
 int rl_train_dev_fill(void *ctx, float *params, float *m, float *v, rl_err *e);
 int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e);
 int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
+/* Keep the moments of shard's ranges only (NULL: of every element), as
+ * rank `rank`: the moments start again from zero, so only before the first
+ * step or a resume that fills them. cpu only for now (cuda refuses). */
+int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int rank, rl_err *e);
 
 /* Implementations' opens, called by rl_train_dev_open with d->cfg set:
  * fill ops, impl, n and params (host, n floats), or leave d untouched and

@@ -16,7 +16,7 @@ double rl_lr_at(const rl_train_config *t, long long step) {
 /* The chunk count is fixed (not the thread count), and the partial sums are
  * added in chunk order: the same bits on 1 thread or 64. */
 #define NORM_CHUNKS 64
-double rl_grad_norm(const float *g, size_t n) {
+double rl_grad_sq(const float *g, size_t n) {
     double part[NORM_CHUNKS];
     size_t per = (n + NORM_CHUNKS - 1) / NORM_CHUNKS;
 #pragma omp parallel for schedule(static)
@@ -28,8 +28,10 @@ double rl_grad_norm(const float *g, size_t n) {
     }
     double total = 0;
     for (int c = 0; c < NORM_CHUNKS; c++) total += part[c];
-    return sqrt(total);
+    return total;
 }
+
+double rl_grad_norm(const float *g, size_t n) { return sqrt(rl_grad_sq(g, n)); }
 
 double rl_clip_factor(double norm, double max_norm) {
     if (max_norm <= 0) return 1.0;

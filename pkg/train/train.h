@@ -62,6 +62,12 @@ typedef struct rl_dist_config {
     double bucket_mb, first_bucket_mb;
     int min_buckets;        /* no bucket above 1/min_buckets of the gradients */
     char reduce_dtype[8];   /* "fp32" (default: exact average, as PyTorch DDP) | "bf16" */
+    /* ZeRO (pkg/ddp/ddp.h, "Sharded state"): "none" (DDP: every rank holds
+     * the whole optimizer state), "optimizer" (ZeRO-1: each rank keeps and
+     * updates 1/world of the AdamW moments, the reduced gradients are
+     * whole, the updated parameters are all-gathered), "gradients" (ZeRO-2:
+     * the buckets are reduce-scattered, each rank keeps its part reduced). */
+    char shard[12];
     double hang_factor;     /* a collective running this many median steps is a hang (0: no watch) */
     double hang_min_s;      /* ... and never less than this long (pkg/hang) */
     double straggler_factor; /* a rank this many times the median busy time per step is named (0: never) */
@@ -111,6 +117,7 @@ double rl_lr_at(const rl_train_config *t, long long step);
 /* sqrt(sum g^2), accumulated in double over fixed chunks, so the value is
  * the same whatever the thread count. */
 double rl_grad_norm(const float *g, size_t n);
+double rl_grad_sq(const float *g, size_t n); /* the same sum, before the root */
 /* Factor to multiply gradients by: min(1, max_norm / (norm + 1e-6)), as
  * torch.nn.utils.clip_grad_norm_. max_norm <= 0 disables (returns 1). */
 double rl_clip_factor(double norm, double max_norm);
@@ -122,6 +129,24 @@ void rl_adamw_update(float *p, const float *g, float *m, float *v, size_t n, dou
                      double grad_scale);
 
 /* ---- data-parallel seam ------------------------------------------------------------ */
+/* dist.shard, parsed (rl_shard_mode_of: the config's names in this order). */
+typedef enum { RL_SHARD_NONE = 0, RL_SHARD_OPTIMIZER, RL_SHARD_GRADIENTS } rl_shard_mode;
+rl_shard_mode rl_shard_mode_of(const char *name);
+/* A rank's part of the flat training state under a sharded mode (pkg/ddp
+ * makes it from its buckets): ranges in ascending order, disjoint. A shared
+ * range is held by every rank, which all update it identically (the
+ * fewer-than-world elements a bucket leaves over when it is split world
+ * ways); the others are this rank's alone. total: the elements of all. */
+typedef struct rl_shard_range {
+    size_t off, len;
+    bool shared;
+} rl_shard_range;
+typedef struct rl_train_shard {
+    int n;
+    const rl_shard_range *r;
+    size_t total;
+} rl_train_shard;
+
 typedef struct rl_train_dist {
     int rank, world;
     int local_rank; /* this process's GPU on its node (LOCAL_RANK) */
@@ -137,6 +162,15 @@ typedef struct rl_train_dist {
     /* Optional: the last step's gradient reduction, exposed after backward
      * and busy in all (seconds), once finish returned. */
     void (*timing)(void *ctx, double *exposed_s, double *busy_s);
+    /* Sharded state (dist.shard; NULL: DDP, every rank updates everything).
+     * After finish, this rank's ranges of the gradients hold their average
+     * (the rest too with "optimizer"); the rank updates only them, and
+     * gather brings every rank's updated ranges of params (n floats in the
+     * model's layout, the device's) to every rank. sum adds n doubles over
+     * ranks in place (the gradient norm's partial sums). */
+    const rl_train_shard *shard;
+    int (*sum)(void *ctx, double *v, int n, rl_err *e);
+    int (*gather)(void *ctx, float *params, rl_err *e);
 } rl_train_dist;
 
 /* ---- the trainer ---------------------------------------------------------------------- */

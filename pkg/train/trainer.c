@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "memory.h"
 #include "train_gpu.h"
 #include "trainer_internal.h"
 
@@ -99,6 +100,10 @@ int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
     if (!tr->dist || !dist || dist->local_rank != tr->local_rank)
         return rl_errf(e, RL_EINTERNAL, "trainer: a new world keeps the process's device (local rank %d)",
                        tr->local_rank);
+    /* the moments of the other ranks' shards left with the old round */
+    if (tr->dev.shard)
+        return rl_errf(e, RL_EINPUT, "dist.shard \"%s\": the AdamW state is sharded over the old round's ranks, "
+                       "so this process cannot carry it into a new round", tr->cfg.dist.shard);
     int rc = rl_job_config_check_world(&tr->cfg, dist->world, "config", e);
     if (rc) return rc;
     const rl_train_config *t = &tr->cfg.train;
@@ -168,6 +173,7 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
      * step's one wait returns its loss and norm); a non-finite norm leaves
      * the weights alone for the check below */
     rl_train_update u = {.lr = lr, .clip = t->grad_clip, .t = tr->step + 1};
+    if (tr->dist) u.dist_ctx = tr->dist->ctx, u.sum = tr->dist->sum, u.gather = tr->dist->gather;
     if ((rc = rl_train_dev_step_end(&tr->dev, &u, &loss, &norm, e))) return rc;
     /* The update is applied: this rank holds the next step whole, which a
      * peer lost in the average below cannot undo. Counted here, so a live
@@ -506,12 +512,38 @@ static int load_newest(rl_trainer *tr, resume_wire *w, rl_ckpt_loaded *ld, rl_er
     return RL_OK;
 }
 
+/* What the state takes per rank, by the accounting (memory.h), once the
+ * world is known. */
+static void log_memory(const rl_trainer *tr) {
+    rl_train_memory m;
+    rl_err e;
+    if (rank_of(tr) != 0) return;
+    if (rl_train_memory_of(&tr->cfg, world_of(tr), tr->dev.n, &m, &e)) {
+        rl_log_msg(RL_LOG_WARN, "memory", e.msg);
+        return;
+    }
+    rl_log(RL_LOG_INFO, "memory",
+           "\"shard\":\"%s\",\"world\":%d,\"weights\":%zu,\"master\":%zu,\"grads\":%zu,\"moments\":%zu,"
+           "\"activations\":%zu,\"total\":%zu",
+           world_of(tr) > 1 ? tr->cfg.dist.shard : "none", world_of(tr), m.weights, m.master, m.grads, m.moments,
+           m.activations, m.total);
+}
+
 int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
     if (tr->resume_done) return RL_OK;
     tr->resume_done = true;
     int rank = rank_of(tr), world = world_of(tr), root, rc;
     if (world > 1 && (!tr->dist->broadcast || !tr->dist->average))
         return rl_errf(e, RL_EINTERNAL, "resume: %d ranks but the dist seam has no broadcast", world);
+    /* the seam is whole now (DDP attaches after the trainer is built): the
+     * moments shrink to this rank's shard before anything fills them */
+    if (tr->dist && tr->dist->shard) {
+        const rl_train_shard *s = tr->dist->shard;
+        if ((rc = rl_train_dev_set_shard(&tr->dev, s, rank, e))) return rc;
+        rl_log(RL_LOG_INFO, "shard", "\"mode\":\"%s\",\"ranges\":%d,\"elements\":%zu,\"of\":%zu,\"moment_bytes\":%zu",
+               tr->cfg.dist.shard, s->n, s->total, tr->dev.n, 2 * s->total * sizeof(float));
+    }
+    log_memory(tr);
     if ((rc = live_root(tr, &root, e))) return rc;
     if (root >= 0) return resume_live(tr, root, e);
     /* nothing to resume: rank 0's initial weights, whatever each rank's seed did */

@@ -1,0 +1,184 @@
+/* Memory accounting: per-rank bytes of the training state (memory.h). */
+#include "memory.h"
+
+#include <string.h>
+
+#include "model/cpu.h" /* rl_act_layout_init, rl_scratch_layout_init: the CPU model's own sizing */
+
+#define F32 sizeof(float)
+#define BF16 sizeof(uint16_t)
+
+/* ---- the bucket plan (pkg/ddp cuts its buckets with it) ------------------------------------ */
+size_t rl_train_mib_bytes(double mib) { return (size_t)(mib * (1 << 20)); }
+
+int rl_train_bucket_plan_of(size_t n, size_t first_bytes, size_t bucket_bytes, int min_buckets,
+                            rl_train_bucket_plan *p, rl_err *e) {
+    memset(p, 0, sizeof *p);
+    size_t first = (first_bytes ? first_bytes : 1u << 20) / F32, rest = (bucket_bytes ? bucket_bytes : 25u << 20) / F32;
+    if (first == 0 || rest == 0)
+        return rl_errf(e, RL_EINPUT, "dist.bucket_mb, dist.first_bucket_mb: at least 4 bytes");
+    size_t minb = min_buckets > 0 ? (size_t)min_buckets : 8, most = (n + minb - 1) / minb;
+    if (most > 0 && first > most) first = most;
+    if (most > 0 && rest > most) rest = most;
+    p->n = n, p->first = n < first ? n : first, p->rest = rest;
+    /* bucket 0, then (n - first) / rest full buckets, then what is left */
+    size_t after = n - p->first;
+    p->count = (n > 0) + after / rest + (after % rest > 0);
+    size_t second = after < rest ? after : rest; /* bucket 1; the later ones are no longer */
+    p->largest = p->first > second ? p->first : second;
+    return RL_OK;
+}
+
+size_t rl_train_bucket_len(const rl_train_bucket_plan *p, size_t b) {
+    if (b == 0 || p->rest == 0) return b == 0 ? p->first : 0; /* rest 0: a zeroed plan */
+    size_t after = p->n - p->first, full = after / p->rest;
+    return b <= full ? p->rest : b == full + 1 ? after % p->rest : 0;
+}
+
+/* closed form, not a loop over buckets: bucket_mb may make billions of them */
+size_t rl_train_shard_elems(const rl_train_bucket_plan *p, int world, size_t *tails) {
+    if (p->rest == 0) { /* a zeroed plan: nothing to split */
+        if (tails) *tails = 0;
+        return p->n;
+    }
+    size_t w = (size_t)(world > 0 ? world : 1), after = p->n - p->first, full = after / p->rest;
+    size_t last = after % p->rest;
+    size_t tail = p->first % w + full * (p->rest % w) + last % w;
+    if (tails) *tails = tail;
+    return p->first / w + full * (p->rest / w) + last / w + tail;
+}
+
+/* ---- activations on the CPU: what rl_model_create allocates besides params and grads -- */
+static size_t floats64(size_t n) { return (n * F32 + 63) / 64 * 64; } /* alloc_floats' rounding */
+
+static size_t cpu_activations(const rl_model_config *c, int B, int T) {
+    rl_act_layout al;
+    rl_scratch_layout sl;
+    rl_act_layout_init(&al, c, B, T);
+    rl_scratch_layout_init(&sl, c, B, T);
+    size_t rope = (size_t)c->max_position_embeddings * (size_t)rl_model_head_dim(c);
+    return floats64(al.total) + floats64(sl.total) + floats64(rope) + 2 * (size_t)B * T * sizeof(int32_t);
+}
+
+/* ---- activations on cuda ----------------------------------------------------------------
+ * kernels/gpu_model.cu's layout_acts + layout_scratch restated: that code
+ * (and rl_gpu_model_plan, which reports the same device_bytes) is built only
+ * with CUDA. Every buffer is carved at 256-byte alignment. Options as the
+ * trainer sets them: train.recompute, our attention (cuDNN's workspace is
+ * not counted), no fp32 dQ accumulator. Constants from the kernels:
+ * classifier chunks of at most 1 GiB of bf16 logits (rows a multiple of 128
+ * when chunked), RMSNorm backward partials rms_blocks(N) x D, 1024 norm
+ * partials, a 32 MiB cuBLASLt workspace. Checked against gpu_bench --plan
+ * (peak_device_bytes) on configs a and b. */
+typedef struct gpu_shape {
+    size_t N, L, D, F, H, qd, C3, Vp, hd, maxpos;
+    int recompute;
+} gpu_shape;
+
+static size_t carve_sum(const size_t (*t)[2], size_t k) {
+    size_t s = 0;
+    for (size_t i = 0; i < k; i++) s += (t[i][0] * t[i][1] + 255) / 256 * 256;
+    return s;
+}
+
+static size_t gpu_cls_rows(size_t N, size_t Vp) {
+    size_t cap = (size_t)1 << 30, nch = (N * Vp * BF16 + cap - 1) / cap, rows = (N + nch - 1) / nch;
+    if (nch > 1) rows = (rows + 127) / 128 * 128;
+    return rows < N ? rows : N;
+}
+
+static size_t gpu_acts(const gpu_shape *s) {
+    size_t N = s->N, L = s->L, D = s->D, keep = s->recompute ? 1 : L;
+    size_t bh = (N * s->H + 63) / 64 * 64;
+    const size_t t[][2] = {
+        {(L + 1) * N * D, F32}, {L * N * D, F32},        {keep * N * D, BF16}, {L * N, F32},
+        {L * N * s->C3, BF16},  {L * bh, F32},           {L * N * s->qd, BF16}, {keep * N * D, BF16},
+        {L * N, F32},           {L * N * 2 * s->F, BF16}, {keep * N * s->F, BF16}, {N * D, BF16},
+        {N, F32},               {gpu_cls_rows(N, s->Vp) * s->Vp, BF16}, {N, F32}, {N, F32},
+        {s->maxpos * s->hd, F32}};
+    return carve_sum(t, sizeof t / sizeof t[0]);
+}
+
+static size_t gpu_scratch(const gpu_shape *s) {
+    size_t N = s->N, D = s->D;
+    size_t rows = (N + 1023) / 1024 < 8 ? 8 : (N + 1023) / 1024, rms_blocks = (N + rows - 1) / rows;
+    const size_t t[][2] = {
+        {N * D, F32},      {N * D, BF16},     {N * D, BF16},         {N * s->qd, BF16},
+        {N * s->C3, BF16}, {N * s->F, BF16},  {N * 2 * s->F, BF16},  {N * s->H, F32},
+        {rms_blocks * D, F32}, {1024, F32},   {4, F32},              {5 * N + 2, sizeof(int32_t)},
+        {32u << 20, 1}};
+    return carve_sum(t, sizeof t / sizeof t[0]);
+}
+
+static gpu_shape gpu_shape_of(const rl_job_config *cfg) {
+    const rl_model_config *c = &cfg->model;
+    size_t hd = (size_t)rl_model_head_dim(c), qd = (size_t)c->num_attention_heads * hd;
+    return (gpu_shape){.N = (size_t)cfg->train.micro_batch * (size_t)cfg->train.seq_len,
+                       .L = (size_t)c->num_hidden_layers, .D = (size_t)c->hidden_size,
+                       .F = (size_t)c->intermediate_size, .H = (size_t)c->num_attention_heads,
+                       .qd = qd, .C3 = qd + 2 * (size_t)c->num_key_value_heads * hd,
+                       .Vp = ((size_t)c->vocab_size + 63) / 64 * 64, .hd = hd,
+                       .maxpos = (size_t)c->max_position_embeddings, .recompute = cfg->train.recompute};
+}
+
+/* ---- the state, by device ------------------------------------------------------------- */
+/* cpu: the fp32 params are the master; the flat gradient buffer stays whole
+ * through backward in every mode (ZeRO-2 on the CPU scatters the reduced
+ * values, it frees no memory). */
+static void cpu_state(rl_train_memory *m, size_t n) {
+    m->weights = n * F32, m->master = 0, m->grads = n * F32;
+}
+
+/* cuda: bf16 compute copy and fp32 gradients, both with the vocabulary
+ * padded to a multiple of 64 rows (as the model allocates them); fp32
+ * master, sharded with the moments. The sharded figures are the design's
+ * (ZeRO on a GPU is refused today): under "gradients" a rank keeps its
+ * reduced shard plus the gradient buffer of the buckets in flight, taken as
+ * two of the largest. */
+static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, rl_shard_mode mode,
+                      const rl_train_bucket_plan *p) {
+    size_t pad = (((size_t)cfg->model.vocab_size + 63) / 64 * 64 - (size_t)cfg->model.vocab_size) *
+                 (size_t)cfg->model.hidden_size;
+    m->weights = (n + pad) * BF16;
+    m->master = (mode == RL_SHARD_NONE ? n : m->shard_elems) * F32;
+    m->grads = mode == RL_SHARD_GRADIENTS ? (m->shard_elems + 2 * p->largest) * F32 : (n + pad) * F32;
+}
+
+static int check(const rl_job_config *cfg, int world, rl_err *e) {
+    if (world < 1) return rl_errf(e, RL_EINPUT, "memory: world size %d must be at least 1", world);
+    if (strcmp(cfg->train.device, "cpu") && strcmp(cfg->train.device, "cuda"))
+        return rl_errf(e, RL_EINPUT, "train.device: \"%s\" is not cpu or cuda (settle auto first)",
+                       cfg->train.device);
+    if (cfg->train.micro_batch < 1 || cfg->train.seq_len < 1)
+        return rl_errf(e, RL_EINPUT, "train.micro_batch, train.seq_len: must be positive");
+    return rl_model_config_validate(&cfg->model, "model", e);
+}
+
+int rl_train_memory_of(const rl_job_config *cfg, int world, size_t nparams, rl_train_memory *out,
+                       rl_err *e) {
+    memset(out, 0, sizeof *out);
+    int rc = check(cfg, world, e);
+    if (rc) return rc;
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &cfg->model);
+    size_t n = nparams ? nparams : lay.total;
+    rl_shard_mode mode = world > 1 ? rl_shard_mode_of(cfg->dist.shard) : RL_SHARD_NONE;
+    const rl_dist_config *d = &cfg->dist;
+    rl_train_bucket_plan p = {0};
+    if (mode != RL_SHARD_NONE &&
+        (rc = rl_train_bucket_plan_of(n, rl_train_mib_bytes(d->first_bucket_mb), rl_train_mib_bytes(d->bucket_mb),
+                                      d->min_buckets, &p, e)))
+        return rc;
+    out->shard_elems = mode == RL_SHARD_NONE ? n : rl_train_shard_elems(&p, world, NULL);
+    out->moments = 2 * out->shard_elems * F32;
+    if (!strcmp(cfg->train.device, "cuda")) {
+        gpu_state(out, cfg, n, mode, &p);
+        gpu_shape s = gpu_shape_of(cfg);
+        out->activations = gpu_acts(&s) + gpu_scratch(&s);
+    } else {
+        cpu_state(out, n);
+        out->activations = cpu_activations(&cfg->model, cfg->train.micro_batch, cfg->train.seq_len);
+    }
+    out->total = out->weights + out->master + out->grads + out->moments + out->activations;
+    return RL_OK;
+}
