@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt.h"
 
@@ -103,14 +104,11 @@ static int prune(rl_ckpt_store *s, long long step, int keep, int *pruned, rl_err
 
 static int put_file(rl_ckpt_store *s, const char *dir, rl_ckpt_manifest *m, const char *fname,
                     const rl_ckpt_part *parts, int np, uint64_t *bytes, rl_err *e) {
-    char key[96];
+    char key[128];
     snprintf(key, sizeof key, "%s/%s", dir, fname);
-    int i = m->nfiles++;
-    snprintf(m->files[i].name, sizeof m->files[i].name, "%s", fname);
-    m->files[i].size = 0;
-    for (int k = 0; k < np; k++) m->files[i].size += parts[k].len;
-    rl_ckpt_sha256_hex(parts, np, m->files[i].sha256);
-    *bytes += m->files[i].size;
+    int rc = rl_ckpt_manifest_add(m, fname, parts, np, e);
+    if (rc) return rc;
+    *bytes += m->files[m->nfiles - 1].size;
     return rl_ckpt_put(s, key, parts, np, e);
 }
 
@@ -138,46 +136,46 @@ static int write_failed(rl_err *e, int rc, long long step, bool committed) {
     return rc;
 }
 
-int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_opts *o,
-                  rl_ckpt_write_info *info, rl_err *e) {
-    double t0 = rl_now();
-    long long step = d->state.step;
-    char dir[32], key[96];
-    rl_ckpt_step_name(dir, sizeof dir, step);
-    rl_param_layout lay;
-    rl_param_layout_init(&lay, &d->model);
-    if (lay.total != d->n)
-        return rl_errf(e, RL_EINTERNAL, "checkpoint: %zu parameters given, the model has %zu", d->n, lay.total);
-    /* A directory already here is stale (an unfinished save, or a damaged
-     * checkpoint of an abandoned run): start clean. */
+void rl_ckpt_shard_name(char *dst, size_t n, int rank, int world, bool receipt) {
+    snprintf(dst, n, "optimizer-%05d-of-%05d.%s", rank, world, receipt ? "receipt.json" : "safetensors");
+}
+
+/* A directory already here is stale (an unfinished save, or a damaged
+ * checkpoint of an abandoned run): start clean -- but for the shards of
+ * this world, which the other ranks may be writing right now (their
+ * receipts carry the save's nonce, so an old one is never taken). */
+static int clear_stale(rl_ckpt_store *s, const char *dir, long long step, int world, rl_err *e) {
+    char key[64], mine[32];
     snprintf(key, sizeof key, "%s/", dir);
+    snprintf(mine, sizeof mine, "-of-%05d.", world);
     rl_ckpt_list l;
     int rc = rl_ckpt_list_keys(s, key, &l, e);
-    if (rc) return write_failed(e, rc, step, false);
-    size_t stale = l.n;
-    rl_ckpt_list_free(&l);
+    if (rc) return rc;
+    size_t stale = 0;
+    for (size_t i = 0; i < l.n; i++) stale += !(world > 0 && strstr(l.keys[i], mine));
     if (stale) {
         rl_log(RL_LOG_WARN, "checkpoint_replace", "\"step\":%lld,\"objects\":%zu", step, stale);
-        if ((rc = delete_step(s, step, e))) return write_failed(e, rc, step, false);
+        /* the manifest first: never a committed step with files missing */
+        snprintf(key, sizeof key, "%s/manifest.json", dir);
+        rc = rl_ckpt_del(s, key, e);
+        for (size_t i = 0; i < l.n && !rc; i++)
+            if (!(world > 0 && strstr(l.keys[i], mine))) rc = rl_ckpt_del(s, l.keys[i], e);
     }
+    rl_ckpt_list_free(&l);
+    return rc;
+}
 
+/* model.safetensors: Hugging Face names and shapes, our buffer's order */
+static int put_model(rl_ckpt_store *s, const char *dir, const rl_ckpt_data *d, const char *stepstr,
+                     rl_ckpt_manifest *m, uint64_t *bytes, rl_err *e) {
     int nt = rl_model_n_tensors(&d->model);
-    rl_ckpt_st_entry *ent = calloc((size_t)nt * 3, sizeof *ent);
-    rl_ckpt_part *parts = calloc((size_t)nt * 3 + 1, sizeof *parts);
-    char (*names)[RL_CKPT_ST_MAX_NAME] = calloc((size_t)nt * 3, sizeof *names);
-    char *hdr = NULL, *cfg = NULL, *state = NULL, *man = NULL;
+    rl_ckpt_st_entry *ent = calloc((size_t)nt, sizeof *ent);
+    rl_ckpt_part *parts = calloc((size_t)nt + 1, sizeof *parts);
+    char(*names)[RL_CKPT_ST_MAX_NAME] = calloc((size_t)nt, sizeof *names);
+    char *hdr = NULL;
     size_t hl;
-    uint64_t bytes = 0;
-    rl_ckpt_manifest m = {.version = RL_CKPT_FORMAT_VERSION, .step = step};
-    bool committed = false;
-    if (!ent || !parts || !names) {
-        rc = rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
-        goto out;
-    }
-    char stepstr[24];
-    snprintf(stepstr, sizeof stepstr, "%lld", step);
-    /* model.safetensors: Hugging Face names and shapes, our buffer's order */
-    for (int i = 0; i < nt; i++) {
+    int rc = ent && parts && names ? RL_OK : rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
+    for (int i = 0; !rc && i < nt; i++) {
         rl_tensor_info ti;
         rl_model_tensor(&d->model, i, &ti);
         ent[i] = (rl_ckpt_st_entry){.name = names[i], .dtype = "F32", .ndim = ti.ndim,
@@ -185,19 +183,29 @@ int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_o
         snprintf(names[i], RL_CKPT_ST_MAX_NAME, "%s", ti.name);
         ent[i].shape[0] = ti.shape[0], ent[i].shape[1] = ti.shape[1];
     }
-    const char *meta_model[] = {"format", "pt", "producer", "ringleader", "step", stepstr, NULL};
-    if ((rc = rl_ckpt_st_header(ent, nt, meta_model, &hdr, &hl, e))) goto out;
-    parts[0] = (rl_ckpt_part){hdr, hl};
-    for (int i = 0; i < nt; i++) parts[i + 1] = (rl_ckpt_part){ent[i].data, ent[i].bytes};
-    if ((rc = put_file(s, dir, &m, "model.safetensors", parts, nt + 1, &bytes, e)) ||
-        (rc = past(o->deadline, "optimizer.safetensors", step, e)))
-        goto out;
-    free(hdr), hdr = NULL;
+    const char *meta[] = {"format", "pt", "producer", "ringleader", "step", stepstr, NULL};
+    if (!rc && !(rc = rl_ckpt_st_header(ent, nt, meta, &hdr, &hl, e))) {
+        parts[0] = (rl_ckpt_part){hdr, hl};
+        for (int i = 0; i < nt; i++) parts[i + 1] = (rl_ckpt_part){ent[i].data, ent[i].bytes};
+        rc = put_file(s, dir, m, "model.safetensors", parts, nt + 1, bytes, e);
+    }
+    free(ent), free(parts), free(names), free(hdr);
+    return rc;
+}
 
-    /* optimizer.safetensors: per model tensor, its fp32 master copy and the
-     * AdamW moments, under torch's state names */
+/* optimizer.safetensors: per model tensor, its fp32 master copy and the
+ * AdamW moments, under torch's state names */
+static int put_optimizer(rl_ckpt_store *s, const char *dir, const rl_ckpt_data *d, const char *stepstr,
+                         rl_ckpt_manifest *m, uint64_t *bytes, rl_err *e) {
+    int nt = rl_model_n_tensors(&d->model);
+    rl_ckpt_st_entry *ent = calloc((size_t)nt * 3, sizeof *ent);
+    rl_ckpt_part *parts = calloc((size_t)nt * 3 + 1, sizeof *parts);
+    char(*names)[RL_CKPT_ST_MAX_NAME] = calloc((size_t)nt * 3, sizeof *names);
+    char *hdr = NULL;
+    size_t hl;
+    int rc = ent && parts && names ? RL_OK : rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
     const float *src[3] = {d->params, d->m, d->v};
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; !rc && k < 3; k++)
         for (int i = 0; i < nt; i++) {
             rl_tensor_info ti;
             rl_model_tensor(&d->model, i, &ti);
@@ -207,15 +215,154 @@ int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_o
                                     .data = src[k] + ti.offset, .bytes = ti.numel * sizeof(float)};
             x->shape[0] = ti.shape[0], x->shape[1] = ti.shape[1];
         }
-    const char *meta_opt[] = {"format", "pt", "producer", "ringleader", "optimizer", "adamw",
-                              "step", stepstr, NULL};
-    if ((rc = rl_ckpt_st_header(ent, 3 * nt, meta_opt, &hdr, &hl, e))) goto out;
-    parts[0] = (rl_ckpt_part){hdr, hl};
-    for (int i = 0; i < 3 * nt; i++) parts[i + 1] = (rl_ckpt_part){ent[i].data, ent[i].bytes};
-    if ((rc = put_file(s, dir, &m, "optimizer.safetensors", parts, 3 * nt + 1, &bytes, e)) ||
-        (rc = past(o->deadline, "config.json", step, e)))
-        goto out;
+    const char *meta[] = {"format", "pt", "producer", "ringleader", "optimizer", "adamw", "step", stepstr, NULL};
+    if (!rc && !(rc = rl_ckpt_st_header(ent, 3 * nt, meta, &hdr, &hl, e))) {
+        parts[0] = (rl_ckpt_part){hdr, hl};
+        for (int i = 0; i < 3 * nt; i++) parts[i + 1] = (rl_ckpt_part){ent[i].data, ent[i].bytes};
+        rc = put_file(s, dir, m, "optimizer.safetensors", parts, 3 * nt + 1, bytes, e);
+    }
+    free(ent), free(parts), free(names), free(hdr);
+    return rc;
+}
 
+/* This rank's optimizer shard, then its receipt (the shard's manifest
+ * entry and the save's nonce): the receipt exists only once the shard is
+ * whole. */
+static int put_shard(rl_ckpt_store *s, const char *dir, const rl_ckpt_data *d, const char *stepstr,
+                     uint64_t *bytes, rl_err *e) {
+    size_t k = (size_t)d->nranges, held = 0;
+    for (size_t i = 0; i < k; i++) held += d->ranges[i].len;
+    if (held != d->shard_total)
+        return rl_errf(e, RL_EINTERNAL, "checkpoint: ranges of %zu elements for a shard of %zu", held, d->shard_total);
+    int64_t *rg = malloc(2 * k * sizeof *rg + 1);
+    if (!rg) return rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
+    for (size_t i = 0; i < k; i++) rg[2 * i] = (int64_t)d->ranges[i].off, rg[2 * i + 1] = (int64_t)d->ranges[i].len;
+    size_t fb = d->shard_total * sizeof(float);
+    rl_ckpt_st_entry ent[3] = {
+        {.name = "exp_avg", .dtype = "F32", .ndim = 1, .shape = {(int64_t)d->shard_total}, .data = d->m, .bytes = fb},
+        {.name = "exp_avg_sq", .dtype = "F32", .ndim = 1, .shape = {(int64_t)d->shard_total}, .data = d->v, .bytes = fb},
+        {.name = "ranges", .dtype = "I64", .ndim = 2, .shape = {(int64_t)k, 2}, .data = rg, .bytes = 2 * k * sizeof *rg},
+    };
+    char rank[16], world[16], name[64], key[128];
+    snprintf(rank, sizeof rank, "%d", d->shard_rank);
+    snprintf(world, sizeof world, "%d", d->shard_world);
+    const char *meta[] = {"format", "pt", "producer", "ringleader", "optimizer", "adamw", "step", stepstr,
+                          "shard_rank", rank, "shard_world", world, NULL};
+    char *hdr = NULL, *receipt = NULL;
+    size_t hl;
+    rl_ckpt_manifest r = {.version = RL_CKPT_FORMAT_VERSION, .step = d->state.step};
+    snprintf(r.nonce, sizeof r.nonce, "%016llx", (unsigned long long)d->nonce);
+    rl_ckpt_shard_name(name, sizeof name, d->shard_rank, d->shard_world, false);
+    int rc = rl_ckpt_st_header(ent, 3, meta, &hdr, &hl, e);
+    rl_ckpt_part parts[4] = {{hdr, hl}, {d->m, fb}, {d->v, fb}, {rg, ent[2].bytes}};
+    if (!rc) rc = put_file(s, dir, &r, name, parts, 4, bytes, e);
+    if (!rc && !(receipt = rl_ckpt_manifest_json(&r))) rc = rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
+    if (!rc) {
+        rl_ckpt_shard_name(name, sizeof name, d->shard_rank, d->shard_world, true);
+        snprintf(key, sizeof key, "%s/%s", dir, name);
+        rc = rl_ckpt_put(s, key, &(rl_ckpt_part){receipt, strlen(receipt)}, 1, e);
+    }
+    rl_ckpt_manifest_free(&r);
+    free(rg), free(hdr), free(receipt);
+    return rc;
+}
+
+/* rank's receipt of this save, if it is in: its one entry onto m */
+static int take_receipt(rl_ckpt_store *s, const char *dir, const rl_ckpt_data *d, int rank, rl_ckpt_manifest *m,
+                        bool *in, rl_err *e) {
+    char name[64], rname[64], key[128], nonce[17];
+    rl_ckpt_shard_name(name, sizeof name, rank, d->shard_world, false);
+    rl_ckpt_shard_name(rname, sizeof rname, rank, d->shard_world, true);
+    snprintf(key, sizeof key, "%s/%s", dir, rname);
+    snprintf(nonce, sizeof nonce, "%016llx", (unsigned long long)d->nonce);
+    bool found;
+    uint64_t size;
+    *in = false;
+    int rc = rl_ckpt_exists(s, key, &found, &size, e);
+    if (rc || !found || size > 65536) return rc;
+    char *t;
+    size_t tl;
+    if ((rc = rl_ckpt_get(s, key, 0, 65536, (void **)&t, &tl, e))) return rc;
+    rl_ckpt_manifest r;
+    rl_err pe;
+    /* another save's receipt (or none yet readable) is not this one's */
+    if (!rl_ckpt_manifest_parse(t, tl, key, &r, &pe) && r.step == d->state.step && !strcmp(r.nonce, nonce) &&
+        r.nfiles == 1 && !strcmp(r.files[0].name, name) && !(rc = rl_ckpt_manifest_put(m, &r.files[0], e)))
+        *in = true;
+    rl_ckpt_manifest_free(&r);
+    free(t);
+    return rc;
+}
+
+/* rank 0: every rank's receipt of this save, in rank order, onto m */
+static int await_shards(rl_ckpt_store *s, const char *dir, const rl_ckpt_data *d, const rl_ckpt_write_opts *o,
+                        rl_ckpt_manifest *m, rl_err *e) {
+    double deadline = o->deadline > 0 ? o->deadline : rl_now() + (o->shard_wait_s > 0 ? o->shard_wait_s : 600);
+    for (int r = 0; r < d->shard_world; r++) {
+        bool in = false;
+        for (double nap = 0.002; !in; nap = nap < 0.1 ? 2 * nap : nap) {
+            int rc = take_receipt(s, dir, d, r, m, &in, e);
+            if (rc) return rc;
+            if (in) break;
+            if (o->cancel && *o->cancel)
+                return rl_errf(e, RL_EABORT, "checkpoint step %lld: given up waiting for rank %d's optimizer shard "
+                               "(the round ended); not committed", d->state.step, r);
+            if (rl_now() > deadline)
+                return rl_errf(e, RL_ETIMEOUT, "checkpoint step %lld: rank %d's optimizer shard is not in by the "
+                               "deadline (rank lost?); not committed", d->state.step, r);
+            struct timespec ts = {0, (long)(nap * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return RL_OK;
+}
+
+/* The commit: the manifest, then latest, then pruning. */
+static int commit(rl_ckpt_store *s, const char *dir, long long step, const rl_ckpt_manifest *m, int keep,
+                  bool *committed, int *pruned, rl_err *e) {
+    char key[96], *man = rl_ckpt_manifest_json(m);
+    if (!man) return rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
+    snprintf(key, sizeof key, "%s/manifest.json", dir);
+    int rc = rl_ckpt_put(s, key, &(rl_ckpt_part){man, strlen(man)}, 1, e);
+    free(man);
+    if (rc) return rc;
+    *committed = true;
+    char latest[40];
+    int ll = snprintf(latest, sizeof latest, "%s\n", dir);
+    if ((rc = rl_ckpt_put(s, "latest", &(rl_ckpt_part){latest, (size_t)ll}, 1, e))) return rc;
+    /* a failed prune leaves extra checkpoints, never fewer: report, go on */
+    rl_err pe = {0};
+    if (prune(s, step, keep > 0 ? keep : 1, pruned, &pe)) rl_log_msg(RL_LOG_WARN, "checkpoint_prune_failed", pe.msg);
+    return RL_OK;
+}
+
+int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_opts *o,
+                  rl_ckpt_write_info *info, rl_err *e) {
+    double t0 = rl_now();
+    long long step = d->state.step;
+    char dir[32], stepstr[24];
+    rl_ckpt_step_name(dir, sizeof dir, step);
+    snprintf(stepstr, sizeof stepstr, "%lld", step);
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &d->model);
+    if (lay.total != d->n)
+        return rl_errf(e, RL_EINTERNAL, "checkpoint: %zu parameters given, the model has %zu", d->n, lay.total);
+    bool sharded = d->shard_world > 0, committed = false;
+    uint64_t bytes = 0;
+    int rc, pruned = 0;
+    /* a rank other than 0 writes its shard and is done: rank 0 commits */
+    if (sharded && d->shard_rank != 0) {
+        rc = put_shard(s, dir, d, stepstr, &bytes, e);
+        if (!rc && info) *info = (rl_ckpt_write_info){.bytes = bytes, .seconds = rl_now() - t0};
+        return write_failed(e, rc, step, false);
+    }
+    rl_ckpt_manifest m = {.version = RL_CKPT_FORMAT_VERSION, .step = step};
+    char *cfg = NULL, *state = NULL;
+    if ((rc = clear_stale(s, dir, step, d->shard_world, e)) || (rc = put_model(s, dir, d, stepstr, &m, &bytes, e)))
+        goto out;
+    if (sharded ? (rc = put_shard(s, dir, d, stepstr, &bytes, e)) : (rc = put_optimizer(s, dir, d, stepstr, &m, &bytes, e)))
+        goto out;
+    if ((rc = past(o->deadline, "config.json", step, e))) goto out;
     cfg = rl_ckpt_hf_config_json(&d->model);
     state = rl_ckpt_state_json(&d->state, d->config_json);
     if (!cfg || !state) {
@@ -225,31 +372,13 @@ int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_o
     rl_ckpt_part pc = {cfg, strlen(cfg)}, ps = {state, strlen(state)};
     if ((rc = put_file(s, dir, &m, "config.json", &pc, 1, &bytes, e)) ||
         (rc = put_file(s, dir, &m, "trainer_state.json", &ps, 1, &bytes, e)) ||
-        (rc = past(o->deadline, "manifest.json", step, e)))
+        (sharded && (rc = await_shards(s, dir, d, o, &m, e))) || (rc = past(o->deadline, "manifest.json", step, e)))
         goto out;
-
-    /* the commit */
-    man = rl_ckpt_manifest_json(&m);
-    if (!man) {
-        rc = rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
-        goto out;
-    }
-    snprintf(key, sizeof key, "%s/manifest.json", dir);
-    rl_ckpt_part pm = {man, strlen(man)};
-    if ((rc = rl_ckpt_put(s, key, &pm, 1, e))) goto out;
-    committed = true;
-    char latest[40];
-    int ll = snprintf(latest, sizeof latest, "%s\n", dir);
-    rl_ckpt_part plt = {latest, (size_t)ll};
-    if ((rc = rl_ckpt_put(s, "latest", &plt, 1, e))) goto out;
-    int pruned = 0;
-    /* a failed prune leaves extra checkpoints, never fewer: report, go on */
-    rl_err pe = {0};
-    if (prune(s, step, o->keep > 0 ? o->keep : 1, &pruned, &pe))
-        rl_log_msg(RL_LOG_WARN, "checkpoint_prune_failed", pe.msg);
+    if ((rc = commit(s, dir, step, &m, o->keep, &committed, &pruned, e))) goto out;
     if (info) *info = (rl_ckpt_write_info){.bytes = bytes, .seconds = rl_now() - t0, .pruned = pruned};
 out:
-    free(ent), free(parts), free(names), free(hdr), free(cfg), free(state), free(man);
+    rl_ckpt_manifest_free(&m);
+    free(cfg), free(state);
     return write_failed(e, rc, step, committed);
 }
 
@@ -289,6 +418,86 @@ static int check_tensors(const rl_ckpt_st *st, const rl_model_config *c, int npr
 static const char *const required[] = {"model.safetensors", "optimizer.safetensors", "config.json",
                                        "trainer_state.json"};
 
+/* The optimizer shards a manifest lists: their world (0: none), each rank
+ * 0..world-1 exactly once, nothing else named like one. */
+static int shard_world(const rl_ckpt_manifest *m, const char *where, int *world, rl_err *e) {
+    int count = 0, w = 0;
+    *world = 0;
+    for (int i = 0; i < m->nfiles; i++) {
+        int r, fw, end = 0;
+        if (strncmp(m->files[i].name, "optimizer-", 10)) continue;
+        if (sscanf(m->files[i].name, "optimizer-%5d-of-%5d.safetensors%n", &r, &fw, &end) != 2 ||
+            m->files[i].name[end] || fw < 1 || fw > RL_CKPT_MAX_SHARDS || r < 0 || r >= fw)
+            return rl_errf(e, RL_EINPUT, "%s: %s is not an optimizer shard's name (optimizer-RRRRR-of-WWWWW.safetensors)",
+                           where, m->files[i].name);
+        char want[64];
+        rl_ckpt_shard_name(want, sizeof want, r, fw, false);
+        if (strcmp(want, m->files[i].name) || (w && fw != w))
+            return rl_errf(e, RL_EINPUT, "%s: %s does not belong to the %d-shard set the manifest lists first", where,
+                           m->files[i].name, w);
+        w = fw, count++;
+    }
+    /* names are unique (the parser checked), so W distinct ranks below W are all of them */
+    if (count != w)
+        return rl_errf(e, RL_EINPUT, "%s: lists %d optimizer shards of a world of %d (shards missing from the "
+                       "manifest)", where, count, w);
+    *world = w;
+    return RL_OK;
+}
+
+/* One verified shard file into the whole moments (mo, vo may be NULL),
+ * marking what it covers. */
+static int take_shard(const void *buf, size_t len, const char *where, size_t n, float *mo, float *vo,
+                      unsigned char *covered, rl_err *e) {
+    rl_ckpt_st *st;
+    int rc = rl_ckpt_st_parse(buf, len, len, 3, where, &st, e);
+    if (rc) return rc;
+    const rl_ckpt_st_tensor *m = rl_ckpt_st_find(st, "exp_avg"), *v = rl_ckpt_st_find(st, "exp_avg_sq"),
+                            *r = rl_ckpt_st_find(st, "ranges");
+    if (!m || !v || !r || strcmp(m->dtype, "F32") || strcmp(v->dtype, "F32") || strcmp(r->dtype, "I64") ||
+        m->ndim != 1 || v->ndim != 1 || v->shape[0] != m->shape[0] || r->ndim != 2 || r->shape[1] != 2) {
+        rl_ckpt_st_free(st);
+        return rl_errf(e, RL_EINPUT, "%s: want exp_avg and exp_avg_sq (F32 [k]) and ranges (I64 [r, 2])", where);
+    }
+    const char *data = (const char *)buf + st->data_start;
+    uint64_t k = (uint64_t)m->shape[0], at = 0;
+    for (int64_t i = 0; !rc && i < r->shape[0]; i++) {
+        int64_t off, cnt;
+        memcpy(&off, data + r->begin + 16 * (uint64_t)i, 8);
+        memcpy(&cnt, data + r->begin + 16 * (uint64_t)i + 8, 8);
+        if (off < 0 || cnt < 0 || (uint64_t)off > n || (uint64_t)cnt > n - (uint64_t)off || (uint64_t)cnt > k - at) {
+            rc = rl_errf(e, RL_EINPUT, "%s: range %lld (offset %lld, %lld elements) is outside the model's %zu or "
+                         "the shard's %llu", where, (long long)i, (long long)off, (long long)cnt, n,
+                         (unsigned long long)k);
+            break;
+        }
+        size_t o = (size_t)off, c = (size_t)cnt, bytes = c * sizeof(float);
+        if (mo) memcpy(mo + o, data + m->begin + at * sizeof(float), bytes);
+        if (vo) memcpy(vo + o, data + v->begin + at * sizeof(float), bytes);
+        for (size_t x = o; x < o + c; x++) covered[x >> 3] |= (unsigned char)(1u << (x & 7));
+        at += (uint64_t)cnt;
+    }
+    if (!rc && at != k)
+        rc = rl_errf(e, RL_EINPUT, "%s: ranges cover %llu elements, the moments hold %llu", where,
+                     (unsigned long long)at, (unsigned long long)k);
+    rl_ckpt_st_free(st);
+    return rc;
+}
+
+/* Every model tensor under prefix (checked present) from a file into dst
+ * (NULL: nothing). */
+static void copy_tensors(const rl_model_config *c, const rl_ckpt_st *st, const void *file, const char *prefix,
+                         float *dst) {
+    for (int i = 0; dst && i < rl_model_n_tensors(c); i++) {
+        rl_tensor_info ti;
+        rl_model_tensor(c, i, &ti);
+        char nm[RL_CKPT_ST_MAX_NAME + 1];
+        snprintf(nm, sizeof nm, "%s%s", prefix, ti.name);
+        const rl_ckpt_st_tensor *t = rl_ckpt_st_find(st, nm);
+        memcpy(dst + ti.offset, (const char *)file + st->data_start + t->begin, ti.numel * sizeof(float));
+    }
+}
+
 /* *fatal: the checkpoint is intact but cannot serve this job (model
  * mismatch) -- falling back would not help. */
 static int read_step(rl_ckpt_store *s, long long step, const rl_model_config *want, size_t n, float *params,
@@ -301,21 +510,32 @@ static int read_step(rl_ckpt_store *s, long long step, const rl_model_config *wa
     size_t len[4] = {0};
     char *mt = NULL;
     size_t ml;
-    rl_ckpt_manifest m;
+    rl_ckpt_manifest m = {0};
     rl_ckpt_st *st = NULL;
-    int rc = rl_ckpt_get(s, key, 0, 1 << 20, (void **)&mt, &ml, e);
+    unsigned char *covered = NULL;
+    int world = 0, idx[4];
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, want);
+    if (lay.total != n)
+        return rl_errf(e, RL_EINTERNAL, "checkpoint: buffer of %zu floats for a model of %zu", n, lay.total);
+    int rc = rl_ckpt_get(s, key, 0, RL_CKPT_MANIFEST_MAX_BYTES, (void **)&mt, &ml, e);
     if (rc) return rc;
     rc = rl_ckpt_manifest_parse(mt, ml, where, &m, e);
     free(mt);
-    if (rc) return rc;
-    if (m.step != step) return rl_errf(e, RL_EINPUT, "%s: says step %lld", where, m.step);
-    int idx[4];
-    for (int r = 0; r < 4; r++) {
+    if (!rc && m.step != step) rc = rl_errf(e, RL_EINPUT, "%s: says step %lld", where, m.step);
+    if (!rc) rc = shard_world(&m, where, &world, e);
+    /* the optimizer state is one file or the shards, not both */
+    for (int r = 0; !rc && r < 4; r++) {
         idx[r] = -1;
         for (int i = 0; i < m.nfiles; i++)
             if (!strcmp(m.files[i].name, required[r])) idx[r] = i;
-        if (idx[r] < 0) return rl_errf(e, RL_EINPUT, "%s: does not list %s", where, required[r]);
+        if (r == 1 && world > 0 && idx[r] >= 0)
+            rc = rl_errf(e, RL_EINPUT, "%s: lists optimizer.safetensors and %d optimizer shards", where, world);
+        else if (idx[r] < 0 && !(r == 1 && world > 0))
+            rc = rl_errf(e, RL_EINPUT, "%s: does not list %s", where, required[r]);
     }
+    if (!rc && world > 0 && !(covered = calloc(n / 8 + 1, 1))) rc = rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
+    if (rc) goto out;
     /* every file the manifest lists: size first (cheap), then the hash */
     for (int i = 0; i < m.nfiles && !rc; i++) {
         snprintf(key, sizeof key, "%s/%s", dir, m.files[i].name);
@@ -347,9 +567,18 @@ static int read_step(rl_ckpt_store *s, long long step, const rl_model_config *wa
         }
         int r = 0;
         while (r < 4 && idx[r] != i) r++;
-        if (r < 4) buf[r] = data, len[r] = dl;
-        else free(data);
+        if (r < 4) {
+            buf[r] = data, len[r] = dl;
+            continue;
+        }
+        if (world > 0 && !strncmp(m.files[i].name, "optimizer-", 10))
+            rc = take_shard(data, dl, where, n, mo, vo, covered, e);
+        free(data);
     }
+    for (size_t x = 0; !rc && world > 0 && x < n; x++)
+        if (!(covered[x >> 3] >> (x & 7) & 1))
+            rc = rl_errf(e, RL_EINPUT, "%s/%s: the %d optimizer shards leave element %zu of %zu uncovered", s->uri,
+                         dir, world, x, n);
     if (rc) goto out;
     /* config.json: the job's model or nothing */
     snprintf(where, sizeof where, "%s/%s/config.json", s->uri, dir);
@@ -369,29 +598,20 @@ static int read_step(rl_ckpt_store *s, long long step, const rl_model_config *wa
     if ((rc = rl_ckpt_st_parse(buf[0], len[0], len[0], nt, where, &st, e)) ||
         (rc = check_tensors(st, want, 1, none, where, e)))
         goto out;
+    /* the weights: the optimizer file's fp32 masters, or (sharded, no
+     * masters) the model's, which are F32 from the same copy */
+    if (world > 0) {
+        copy_tensors(want, st, buf[0], "", params);
+        goto state;
+    }
     rl_ckpt_st_free(st), st = NULL;
     snprintf(where, sizeof where, "%s/%s/optimizer.safetensors", s->uri, dir);
     if ((rc = rl_ckpt_st_parse(buf[1], len[1], len[1], 3 * nt, where, &st, e)) ||
         (rc = check_tensors(st, want, 3, opt_prefix, where, e)))
         goto out;
-    rl_param_layout lay;
-    rl_param_layout_init(&lay, want);
-    if (lay.total != n) {
-        rc = rl_errf(e, RL_EINTERNAL, "checkpoint: buffer of %zu floats for a model of %zu", n, lay.total);
-        goto out;
-    }
     float *dst[3] = {params, mo, vo};
-    for (int k = 0; k < 3; k++) {
-        if (!dst[k]) continue;
-        for (int i = 0; i < nt; i++) {
-            rl_tensor_info ti;
-            rl_model_tensor(want, i, &ti);
-            char nm[RL_CKPT_ST_MAX_NAME + 1];
-            snprintf(nm, sizeof nm, "%s%s", opt_prefix[k], ti.name);
-            const rl_ckpt_st_tensor *t = rl_ckpt_st_find(st, nm);
-            memcpy(dst[k] + ti.offset, (const char *)buf[1] + st->data_start + t->begin, ti.numel * sizeof(float));
-        }
-    }
+    for (int k = 0; k < 3; k++) copy_tensors(want, st, buf[1], opt_prefix[k], dst[k]);
+state:
     /* keep the job config the checkpoint was written with, for comparisons */
     free(out->config_json);
     out->config_json = NULL;
@@ -403,6 +623,8 @@ static int read_step(rl_ckpt_store *s, long long step, const rl_model_config *wa
     out->step = step;
 out:
     rl_ckpt_st_free(st);
+    rl_ckpt_manifest_free(&m);
+    free(covered);
     for (int r = 0; r < 4; r++) free(buf[r]);
     return rc;
 }

@@ -11,6 +11,22 @@
  *                                        schedule, world size, the job config
  *   step-NNNNNNNN/manifest.json          size + sha256 of each file above;
  *                                        written LAST: it is the commit
+ *
+ * Sharded optimizer state (dist.shard) replaces optimizer.safetensors with
+ * one file per rank of the world that saved it, written by that rank in
+ * parallel with the others:
+ *   step-NNNNNNNN/optimizer-RRRRR-of-WWWWW.safetensors
+ *       "exp_avg", "exp_avg_sq" (F32 [k]): the rank's ranges of the flat
+ *       layout, one after the other; "ranges" (I64 [r, 2]): each range's
+ *       offset and length (shared ranges appear in every rank's file)
+ *   step-NNNNNNNN/optimizer-RRRRR-of-WWWWW.receipt.json
+ *       the shard's size and sha256 (a manifest of one file) and the save's
+ *       nonce: the rank writes it once its shard is stored, and rank 0
+ *       writes the step's manifest (listing every shard) only when all
+ *       receipts of this save are in. A rank lost mid-save leaves no
+ *       manifest, so the step is not a checkpoint.
+ * Reading assembles the whole moments from the shards, so a checkpoint
+ * resumes at any world size and in any mode.
  *   latest                               "step-NNNNNNNN\n", written after
  *                                        that step's manifest
  *
@@ -224,7 +240,21 @@ typedef struct rl_ckpt_data {
     int (*take)(void *ctx, float *params, float *m, float *v, bool *later, rl_err *e);
     int (*fill)(void *ctx, float *params, float *m, float *v, rl_err *e);
     void *snap_ctx;
+    /* Sharded optimizer state (shard_world 0: none; m and v hold n floats
+     * each). Else m and v hold this rank's ranges only, one after the
+     * other (shard_total floats each): rank shard_rank writes its shard
+     * and receipt, and rank 0 also everything else (params needed there
+     * only, NULL elsewhere) and commits once every receipt carrying this
+     * save's nonce is in (the same nonce on every rank). */
+    int shard_rank, shard_world;
+    const rl_shard_range *ranges;
+    int nranges;
+    size_t shard_total;
+    uint64_t nonce;
 } rl_ckpt_data;
+
+/* "optimizer-00003-of-00008.safetensors", or its ".receipt.json". */
+void rl_ckpt_shard_name(char *dst, size_t n, int rank, int world, bool receipt);
 
 /* "step-00000005" */
 void rl_ckpt_step_name(char *dst, size_t n, long long step);
@@ -241,19 +271,36 @@ int rl_ckpt_state_parse(const char *text, size_t len, const char *name, rl_ckpt_
 int rl_ckpt_hf_config_check(const char *text, size_t len, const char *name,
                             const rl_model_config *want, rl_err *e);
 
-#define RL_CKPT_MAX_FILES 8
+/* A manifest lists the four files and, for sharded optimizer state, one
+ * optimizer shard per rank of the world that saved it. */
+#define RL_CKPT_MAX_SHARDS 16384
+#define RL_CKPT_MAX_FILES (4 + RL_CKPT_MAX_SHARDS)
+#define RL_CKPT_MANIFEST_MAX_BYTES (4u << 20)
+typedef struct rl_ckpt_manifest_file {
+    char name[64];
+    uint64_t size;
+    char sha256[65]; /* lowercase hex */
+} rl_ckpt_manifest_file;
 typedef struct rl_ckpt_manifest {
     int version;
     long long step;
-    int nfiles;
-    struct {
-        char name[64];
-        uint64_t size;
-        char sha256[65]; /* lowercase hex */
-    } files[RL_CKPT_MAX_FILES];
+    /* A shard's receipt (the same format, one file): the save it belongs
+     * to, 16 hex digits; "" in a step's manifest. */
+    char nonce[17];
+    int nfiles, cap;
+    rl_ckpt_manifest_file *files; /* rl_ckpt_manifest_free */
 } rl_ckpt_manifest;
+/* Append a file of these parts (its size and sha256). RL_ENOMEM, or
+ * RL_EINTERNAL past RL_CKPT_MAX_FILES. */
+int rl_ckpt_manifest_add(rl_ckpt_manifest *m, const char *name, const rl_ckpt_part *parts, int nparts,
+                         rl_err *e);
+/* Append a copy of an entry (a shard's, from its receipt). */
+int rl_ckpt_manifest_put(rl_ckpt_manifest *m, const rl_ckpt_manifest_file *f, rl_err *e);
+void rl_ckpt_manifest_free(rl_ckpt_manifest *m);
 char *rl_ckpt_manifest_json(const rl_ckpt_manifest *m);
-/* Validates names (plain file names), sizes, 64-hex hashes, version. Fuzzed. */
+/* Validates names (plain file names, each once), sizes, 64-hex hashes,
+ * version, the nonce if present. Fuzzed. The caller frees m (also on
+ * failure). */
 int rl_ckpt_manifest_parse(const char *text, size_t len, const char *name, rl_ckpt_manifest *m,
                            rl_err *e);
 void rl_ckpt_sha256_hex(const rl_ckpt_part *parts, int nparts, char out[65]);
@@ -262,6 +309,11 @@ void rl_ckpt_sha256_hex(const rl_ckpt_part *parts, int nparts, char out[65]);
 typedef struct rl_ckpt_write_opts {
     int keep;        /* committed checkpoints kept, >= 1 */
     double deadline; /* rl_now() by which it must be committed; 0: none */
+    /* Sharded, rank 0: how long to wait for the other ranks' receipts
+     * without a deadline (0: 600 s), and a flag that ends the wait at
+     * once (RL_EABORT; NULL: none). Neither commits a partial step. */
+    double shard_wait_s;
+    const volatile int *cancel;
 } rl_ckpt_write_opts;
 
 typedef struct rl_ckpt_write_info {
@@ -326,6 +378,10 @@ typedef struct rl_ckpt_saver_opts {
     int keep;
     bool skip_when_busy;  /* false: wait for the running save */
     double busy_timeout_s; /* bound on that wait (default 1800) */
+    /* Sharded state: elements of each moment this rank snapshots (0: n),
+     * and whether it snapshots no parameters (a rank other than 0). */
+    size_t opt_n;
+    bool no_params;
 } rl_ckpt_saver_opts;
 
 /* One save's timeline (rl_now() values) for logs and tests. */
@@ -357,5 +413,8 @@ void rl_ckpt_saver_stats(rl_ckpt_saver *s, int *started, int *skipped, rl_ckpt_s
 int rl_ckpt_saver_history(rl_ckpt_saver *s, rl_ckpt_save_info *out, int n);
 /* Waits (bounded by busy_timeout_s) for a running save, then stops. */
 void rl_ckpt_saver_destroy(rl_ckpt_saver *s);
+/* A running sharded save of rank 0 stops waiting for the other ranks'
+ * shards now, uncommitted (the round it belonged to is over). */
+void rl_ckpt_saver_cancel(rl_ckpt_saver *s);
 
 #endif

@@ -337,11 +337,44 @@ out:
 }
 
 /* ---- manifest.json --------------------------------------------------------------------------- */
+static int manifest_slot(rl_ckpt_manifest *m, rl_err *e) {
+    if (m->nfiles >= RL_CKPT_MAX_FILES)
+        return rl_errf(e, RL_EINTERNAL, "checkpoint manifest: more than %d files", RL_CKPT_MAX_FILES);
+    if (m->nfiles == m->cap) {
+        int cap = m->cap ? 2 * m->cap : 8;
+        rl_ckpt_manifest_file *f = realloc(m->files, (size_t)cap * sizeof *f);
+        if (!f) return rl_errf(e, RL_ENOMEM, "checkpoint manifest: out of memory");
+        m->files = f, m->cap = cap;
+    }
+    return RL_OK;
+}
+
+int rl_ckpt_manifest_add(rl_ckpt_manifest *m, const char *name, const rl_ckpt_part *parts, int nparts,
+                         rl_err *e) {
+    rl_ckpt_manifest_file f = {0};
+    snprintf(f.name, sizeof f.name, "%s", name);
+    for (int k = 0; k < nparts; k++) f.size += parts[k].len;
+    rl_ckpt_sha256_hex(parts, nparts, f.sha256);
+    return rl_ckpt_manifest_put(m, &f, e);
+}
+
+int rl_ckpt_manifest_put(rl_ckpt_manifest *m, const rl_ckpt_manifest_file *f, rl_err *e) {
+    int rc = manifest_slot(m, e);
+    if (!rc) m->files[m->nfiles++] = *f;
+    return rc;
+}
+
+void rl_ckpt_manifest_free(rl_ckpt_manifest *m) {
+    free(m->files);
+    m->files = NULL, m->nfiles = m->cap = 0;
+}
+
 char *rl_ckpt_manifest_json(const rl_ckpt_manifest *m) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "format", "ringleader-checkpoint");
     cJSON_AddNumberToObject(r, "version", m->version);
     cJSON_AddNumberToObject(r, "step", (double)m->step);
+    if (m->nonce[0]) cJSON_AddStringToObject(r, "nonce", m->nonce);
     cJSON *fs = cJSON_AddArrayToObject(r, "files");
     for (int i = 0; i < m->nfiles; i++) {
         cJSON *f = cJSON_CreateObject();
@@ -355,6 +388,55 @@ char *rl_ckpt_manifest_json(const rl_ckpt_manifest *m) {
     return s;
 }
 
+static bool hex_of(const cJSON *j, size_t digits) {
+    bool ok = cJSON_IsString(j) && strlen(j->valuestring) == digits;
+    for (const char *c = ok ? j->valuestring : ""; *c; c++) ok &= (*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f');
+    return ok;
+}
+
+static bool plain_name(const char *s, size_t max) {
+    bool ok = s[0] && strlen(s) < max && strcmp(s, ".") && strcmp(s, "..") && strcmp(s, "manifest.json");
+    for (const char *c = s; ok && *c; c++)
+        ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+             *c == '_' || *c == '-';
+    return ok;
+}
+
+static int file_entry(const cJSON *f, int i, const char *name, rl_ckpt_manifest_file *out, rl_err *e) {
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "name");
+    const cJSON *sz = cJSON_GetObjectItemCaseSensitive(f, "size");
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(f, "sha256");
+    if (!cJSON_IsString(fn) || !plain_name(fn->valuestring, sizeof out->name))
+        return rl_errf(e, RL_EINPUT, "%s: files[%d].name must be a plain file name", name, i);
+    if (!cJSON_IsNumber(sz) || !(sz->valuedouble >= 0) || sz->valuedouble > 9007199254740992.0 ||
+        sz->valuedouble != floor(sz->valuedouble))
+        return rl_errf(e, RL_EINPUT, "%s: %s: size must be a non-negative integer", name, fn->valuestring);
+    if (!hex_of(h, 64))
+        return rl_errf(e, RL_EINPUT, "%s: %s: sha256 must be 64 lowercase hex digits", name, fn->valuestring);
+    snprintf(out->name, sizeof out->name, "%s", fn->valuestring);
+    out->size = (uint64_t)sz->valuedouble;
+    memcpy(out->sha256, h->valuestring, 65);
+    return RL_OK;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const rl_ckpt_manifest_file *)a)->name, ((const rl_ckpt_manifest_file *)b)->name);
+}
+
+/* each name once: sorted copies, neighbours compared (a listing of
+ * thousands of shards stays linearithmic) */
+static int check_unique(const rl_ckpt_manifest *m, const char *name, rl_err *e) {
+    rl_ckpt_manifest_file *s = malloc((size_t)m->nfiles * sizeof *s);
+    if (!s) return rl_errf(e, RL_ENOMEM, "%s: out of memory", name);
+    memcpy(s, m->files, (size_t)m->nfiles * sizeof *s);
+    qsort(s, (size_t)m->nfiles, sizeof *s, by_name);
+    int rc = RL_OK;
+    for (int i = 1; i < m->nfiles && !rc; i++)
+        if (!strcmp(s[i].name, s[i - 1].name)) rc = rl_errf(e, RL_EINPUT, "%s: file %s listed twice", name, s[i].name);
+    free(s);
+    return rc;
+}
+
 int rl_ckpt_manifest_parse(const char *text, size_t len, const char *name, rl_ckpt_manifest *m,
                            rl_err *e) {
     memset(m, 0, sizeof *m);
@@ -366,6 +448,7 @@ int rl_ckpt_manifest_parse(const char *text, size_t len, const char *name, rl_ck
     }
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(r, "step");
     const cJSON *fs = cJSON_GetObjectItemCaseSensitive(r, "files");
+    const cJSON *nonce = cJSON_GetObjectItemCaseSensitive(r, "nonce");
     if ((rc = check_format(r, "ringleader-checkpoint", name, e))) goto out;
     m->version = RL_CKPT_FORMAT_VERSION;
     if (!cJSON_IsNumber(step) || !(step->valuedouble >= 0) || step->valuedouble > 1e15 ||
@@ -374,48 +457,20 @@ int rl_ckpt_manifest_parse(const char *text, size_t len, const char *name, rl_ck
         goto out;
     }
     m->step = (long long)step->valuedouble;
+    if (nonce && !hex_of(nonce, 16)) {
+        rc = rl_errf(e, RL_EINPUT, "%s: nonce must be 16 lowercase hex digits", name);
+        goto out;
+    }
+    if (nonce) memcpy(m->nonce, nonce->valuestring, 17);
     int nf = cJSON_GetArraySize(fs);
     if (!cJSON_IsArray(fs) || nf < 1 || nf > RL_CKPT_MAX_FILES) {
         rc = rl_errf(e, RL_EINPUT, "%s: files must be an array of 1..%d entries", name, RL_CKPT_MAX_FILES);
         goto out;
     }
-    for (const cJSON *f = fs->child; f; f = f->next) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "name");
-        const cJSON *sz = cJSON_GetObjectItemCaseSensitive(f, "size");
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(f, "sha256");
-        int i = m->nfiles;
-        bool ok = cJSON_IsString(fn) && fn->valuestring[0] && strlen(fn->valuestring) < sizeof m->files[i].name &&
-                  !strchr(fn->valuestring, '/') && strcmp(fn->valuestring, ".") && strcmp(fn->valuestring, "..") &&
-                  strcmp(fn->valuestring, "manifest.json");
-        for (const char *c = ok ? fn->valuestring : ""; *c; c++)
-            ok &= (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-                  *c == '.' || *c == '_' || *c == '-';
-        if (!ok) {
-            rc = rl_errf(e, RL_EINPUT, "%s: files[%d].name must be a plain file name", name, i);
-            goto out;
-        }
-        for (int j = 0; j < i; j++)
-            if (!strcmp(m->files[j].name, fn->valuestring)) {
-                rc = rl_errf(e, RL_EINPUT, "%s: file %s listed twice", name, fn->valuestring);
-                goto out;
-            }
-        if (!cJSON_IsNumber(sz) || !(sz->valuedouble >= 0) || sz->valuedouble > 9007199254740992.0 ||
-            sz->valuedouble != floor(sz->valuedouble)) {
-            rc = rl_errf(e, RL_EINPUT, "%s: %s: size must be a non-negative integer", name, fn->valuestring);
-            goto out;
-        }
-        ok = cJSON_IsString(h) && strlen(h->valuestring) == 64;
-        for (const char *c = ok ? h->valuestring : ""; *c; c++)
-            ok &= (*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f');
-        if (!ok) {
-            rc = rl_errf(e, RL_EINPUT, "%s: %s: sha256 must be 64 lowercase hex digits", name, fn->valuestring);
-            goto out;
-        }
-        snprintf(m->files[i].name, sizeof m->files[i].name, "%s", fn->valuestring);
-        m->files[i].size = (uint64_t)sz->valuedouble;
-        memcpy(m->files[i].sha256, h->valuestring, 65);
-        m->nfiles++;
-    }
+    for (const cJSON *f = fs->child; f && !rc; f = f->next)
+        if (!(rc = manifest_slot(m, e)) && !(rc = file_entry(f, m->nfiles, name, &m->files[m->nfiles], e)))
+            m->nfiles++;
+    if (!rc) rc = check_unique(m, name, e);
 out:
     cJSON_Delete(r);
     return rc;

@@ -16,9 +16,10 @@
 
 struct rl_ckpt_saver {
     rl_ckpt_store *store;
-    size_t n;
+    size_t n, np, nm;     /* parameters; of them snapshotted (0 or n); elements of each moment */
     rl_ckpt_saver_opts o;
-    float *snap;          /* params, m, v */
+    float *snap;          /* params (np), m, v (nm each) */
+    volatile int cancel;  /* rl_ckpt_saver_cancel: a sharded save gives up waiting */
     rl_ckpt_data job;
     char *config_json;
     double deadline;
@@ -42,14 +43,14 @@ static void *saver_thread(void *arg) {
         while (!s->has_job && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
         if (!s->has_job) break;
         s->has_job = false;
-        rl_ckpt_write_opts wo = {.keep = s->o.keep, .deadline = s->deadline};
+        rl_ckpt_write_opts wo = {.keep = s->o.keep, .deadline = s->deadline, .cancel = &s->cancel};
         pthread_mutex_unlock(&s->mu);
 
         rl_ckpt_write_info info = {0};
         rl_err e = {0};
         rl_ckpt_data *j = &s->job;
         /* a staged snapshot is completed here, off the training loop */
-        int rc = j->fill ? j->fill(j->snap_ctx, s->snap, s->snap + s->n, s->snap + 2 * s->n, &e) : RL_OK;
+        int rc = j->fill ? j->fill(j->snap_ctx, (float *)j->params, (float *)j->m, (float *)j->v, &e) : RL_OK;
         if (rc) rl_err_wrap(&e, "checkpoint step %lld: snapshot", j->state.step);
         if (!rc) rc = rl_ckpt_write(s->store, j, &wo, &info, &e);
         double t = rl_now();
@@ -83,15 +84,16 @@ int rl_ckpt_saver_create(rl_ckpt_store *store, size_t n, const rl_ckpt_saver_opt
     if (o) s->o = *o;
     if (s->o.keep < 1) s->o.keep = 3;
     if (s->o.busy_timeout_s <= 0) s->o.busy_timeout_s = 1800;
-    s->snap = malloc(3 * n * sizeof(float) + 1);
+    s->np = s->o.no_params ? 0 : n, s->nm = s->o.opt_n ? s->o.opt_n : n;
+    size_t bytes = (s->np + 2 * s->nm) * sizeof(float);
+    s->snap = malloc(bytes + 1);
     if (!s->snap) {
         free(s);
-        return rl_errf(e, RL_ENOMEM, "checkpoint saver: out of memory for a %zu MiB host snapshot",
-                       3 * n * sizeof(float) >> 20);
+        return rl_errf(e, RL_ENOMEM, "checkpoint saver: out of memory for a %zu MiB host snapshot", bytes >> 20);
     }
     /* touch every page now: first-touch faults would otherwise land in the
      * first snapshot's pause (measured: 6 ms instead of 1 ms at 0.8M params) */
-    memset(s->snap, 0, 3 * n * sizeof(float));
+    memset(s->snap, 0, bytes);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->th, NULL, saver_thread, s) != 0) {
@@ -161,7 +163,9 @@ bool rl_ckpt_saver_busy(rl_ckpt_saver *s) {
 int rl_ckpt_saver_save(rl_ckpt_saver *s, const rl_ckpt_data *d, bool sync, double deadline,
                        bool *started, rl_err *e) {
     *started = false;
-    if (d->n != s->n) return rl_errf(e, RL_EINTERNAL, "checkpoint saver: %zu floats, made for %zu", d->n, s->n);
+    if (d->n != s->n || (d->shard_world ? d->shard_total : d->n) != s->nm || (!s->np && d->shard_rank == 0))
+        return rl_errf(e, RL_EINTERNAL, "checkpoint saver: %zu floats (moments %zu), made for %zu (%zu)", d->n,
+                       d->shard_world ? d->shard_total : d->n, s->n, s->nm);
     pthread_mutex_lock(&s->mu);
     int rc = s->pending_rc;
     if (rc) {
@@ -192,10 +196,10 @@ int rl_ckpt_saver_save(rl_ckpt_saver *s, const rl_ckpt_data *d, bool sync, doubl
     pthread_mutex_unlock(&s->mu);
 
     double t0 = rl_now();
-    size_t n = s->n;
+    float *sp = s->np ? s->snap : NULL, *sm = s->snap + s->np, *sv = sm + s->nm;
     bool later = false;
     if (d->take) {
-        if ((rc = d->take(d->snap_ctx, s->snap, s->snap + n, s->snap + 2 * n, &later, e))) {
+        if ((rc = d->take(d->snap_ctx, sp, sm, sv, &later, e))) {
             pthread_mutex_lock(&s->mu);
             s->busy = false; /* nothing started: the buffers are free again */
             pthread_cond_broadcast(&s->cv);
@@ -203,21 +207,22 @@ int rl_ckpt_saver_save(rl_ckpt_saver *s, const rl_ckpt_data *d, bool sync, doubl
             return rl_err_wrap(e, "checkpoint step %lld: snapshot", d->state.step);
         }
     } else {
-        memcpy(s->snap, d->params, n * sizeof(float));
-        memcpy(s->snap + n, d->m, n * sizeof(float));
-        memcpy(s->snap + 2 * n, d->v, n * sizeof(float));
+        if (sp) memcpy(sp, d->params, s->np * sizeof(float));
+        memcpy(sm, d->m, s->nm * sizeof(float));
+        memcpy(sv, d->v, s->nm * sizeof(float));
     }
     double t1 = rl_now();
     char *cj = d->config_json ? strdup(d->config_json) : NULL;
     free(s->config_json);
     s->config_json = cj;
     s->job = *d;
-    s->job.params = s->snap, s->job.m = s->snap + n, s->job.v = s->snap + 2 * n;
+    s->job.params = sp, s->job.m = sm, s->job.v = sv;
     s->job.config_json = cj;
     if (!later) s->job.fill = NULL; /* the snapshot is complete */
 
     pthread_mutex_lock(&s->mu);
     s->deadline = deadline;
+    s->cancel = 0;
     rl_ckpt_save_info *h = &s->hist[s->nhist++ % HIST];
     *h = (rl_ckpt_save_info){.step = d->state.step, .t_snap_begin = t0, .t_snap_end = t1};
     s->started++;
@@ -249,6 +254,10 @@ int rl_ckpt_saver_history(rl_ckpt_saver *s, rl_ckpt_save_info *out, int n) {
     for (int i = 0; i < n; i++) out[i] = s->hist[(s->nhist - n + i) % HIST];
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+void rl_ckpt_saver_cancel(rl_ckpt_saver *s) {
+    if (s) s->cancel = 1;
 }
 
 void rl_ckpt_saver_destroy(rl_ckpt_saver *s) {

@@ -286,7 +286,8 @@ static int open_file(const char *path, rl_ckpt_store **out, rl_err *e) {
     int rc = RL_OK;
     struct stat st;
     if (stat(c->root, &st) != 0) {
-        if (mkdir(c->root, RL_CKPT_DIR_MODE) != 0) {
+        /* EEXIST: another rank of the job made it first (sharded state: every rank saves) */
+        if (mkdir(c->root, RL_CKPT_DIR_MODE) != 0 && !(errno == EEXIST && stat(c->root, &st) == 0)) {
             /* the parent must exist: a typo in the path should not grow a tree */
             rc = rl_errf(e, RL_EINPUT, "checkpoint.uri %s: cannot create the directory: %s", c->uri,
                          strerror(errno));

@@ -17,6 +17,7 @@
 #ifndef RL_MODEL_H
 #define RL_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +68,14 @@ typedef struct rl_param_layout {
 } rl_param_layout;
 
 void rl_param_layout_init(rl_param_layout *p, const rl_model_config *c);
+
+/* A range of the flat layout one rank holds of sharded training state
+ * (dist.shard: pkg/ddp makes them, checkpoints store them). A shared range
+ * is held by every rank, which all update it identically. */
+typedef struct rl_shard_range {
+    size_t off, len;
+    bool shared;
+} rl_shard_range;
 
 /* One named tensor, for checkpoints and tests. */
 typedef struct rl_tensor_info {

@@ -157,10 +157,10 @@ static int job_check(const void *obj, const char *name, rl_err *e) {
     if (c->data.train[0] == '\0') return rl_errf(e, RL_EINPUT, "%s: data.train: must be set", name);
     if (c->data.eval_task[0] && !c->data.val[0])
         return rl_errf(e, RL_EINPUT, "%s: data.eval_task needs data.val", name);
-    /* the per-rank shard files are not built yet: a checkpoint would lose the moments */
-    if (strcmp(c->dist.shard, "none") != 0 && c->ckpt.uri[0])
-        return rl_errf(e, RL_EINPUT, "%s: dist.shard \"%s\" cannot be checkpointed yet: leave checkpoint.uri "
-                       "empty, or use dist.shard none", name, c->dist.shard);
+    /* every rank saves its shard of the same step: none may skip one */
+    if (strcmp(c->dist.shard, "none") != 0 && !strcmp(c->ckpt.when_busy, "skip"))
+        return rl_errf(e, RL_EINPUT, "%s: checkpoint.when_busy \"skip\" cannot go with dist.shard \"%s\" (every rank "
+                       "must save the same steps): use \"wait\"", name, c->dist.shard);
     return RL_OK;
 }
 

@@ -94,10 +94,10 @@ static void *cpu_stream(rl_train_device *d) { return (void)d, NULL; }
 
 static int cpu_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
     (void)later, (void)e;
-    size_t bytes = d->n * sizeof(float);
-    memcpy(params, d->params, bytes);
-    memcpy(m, d->opt, bytes);
-    memcpy(v, d->opt + d->n, bytes);
+    size_t held = d->shard ? d->shard->total : d->n;
+    if (params) memcpy(params, d->params, d->n * sizeof(float));
+    memcpy(m, d->opt, held * sizeof(float));
+    memcpy(v, d->opt + held, held * sizeof(float));
     return RL_OK;
 }
 

@@ -94,7 +94,7 @@ int rl_train_dev_take(void *ctx, float *params, float *m, float *v, bool *later,
     rl_train_device *d = ctx;
     int rc = check_open(d, "checkpoint take", e);
     if (rc) return rc;
-    if (!params || !m || !v || !later)
+    if ((!params && !d->shard) || !m || !v || !later)
         return rl_errf(e, RL_EINTERNAL, "train device: checkpoint take without a snapshot buffer");
     *later = false;
     return d->ops->take(d, params, m, v, later, e);
@@ -104,7 +104,7 @@ int rl_train_dev_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
     rl_train_device *d = ctx;
     int rc = check_open(d, "checkpoint fill", e);
     if (rc) return rc;
-    if (!params || !m || !v)
+    if ((!params && !d->shard) || !m || !v)
         return rl_errf(e, RL_EINTERNAL, "train device: checkpoint fill without a snapshot buffer");
     return d->ops->fill(d, params, m, v, e);
 }
@@ -125,6 +125,15 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int 
     free(d->opt);
     d->opt = opt, d->shard = shard, d->rank = rank;
     return RL_OK;
+}
+
+void rl_train_dev_slice_moments(rl_train_device *d, const float *m, const float *v) {
+    const rl_train_shard *s = d->shard;
+    size_t base = 0;
+    for (int k = 0; s && k < s->n; base += s->r[k].len, k++) {
+        memcpy(d->opt + base, m + s->r[k].off, s->r[k].len * sizeof(float));
+        memcpy(d->opt + s->total + base, v + s->r[k].off, s->r[k].len * sizeof(float));
+    }
 }
 
 int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e) {

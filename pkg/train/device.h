@@ -81,7 +81,9 @@ typedef struct rl_train_device_ops {
     void *(*stream)(rl_train_device *d);
     /* The checkpoint saver's snapshot (rl_ckpt_data.take / fill): take runs
      * in the pause at a step boundary and either fills params/m/v (n floats
-     * each, non-NULL) or stages the state and sets *later; fill, called
+     * each, non-NULL; with a shard m and v hold its elements and params is
+     * NULL on a rank that saves no weights) or stages the state and sets
+     * *later; fill, called
      * only after a take that set *later, completes the host snapshot on
      * the saver's thread while training goes on. */
     int (*take)(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e);
@@ -143,6 +145,9 @@ int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
  * rank `rank`: the moments start again from zero, so only before the first
  * step or a resume that fills them. cpu only for now (cuda refuses). */
 int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int rank, rl_err *e);
+/* With a shard: its ranges of the whole moments m and v (n floats each)
+ * into opt (a resume). */
+void rl_train_dev_slice_moments(rl_train_device *d, const float *m, const float *v);
 
 /* Implementations' opens, called by rl_train_dev_open with d->cfg set:
  * fill ops, impl, n and params (host, n floats), or leave d untouched and

@@ -133,14 +133,9 @@ void rl_adamw_update(float *p, const float *g, float *m, float *v, size_t n, dou
 typedef enum { RL_SHARD_NONE = 0, RL_SHARD_OPTIMIZER, RL_SHARD_GRADIENTS } rl_shard_mode;
 rl_shard_mode rl_shard_mode_of(const char *name);
 /* A rank's part of the flat training state under a sharded mode (pkg/ddp
- * makes it from its buckets): ranges in ascending order, disjoint. A shared
- * range is held by every rank, which all update it identically (the
- * fewer-than-world elements a bucket leaves over when it is split world
- * ways); the others are this rank's alone. total: the elements of all. */
-typedef struct rl_shard_range {
-    size_t off, len;
-    bool shared;
-} rl_shard_range;
+ * makes it from its buckets): ranges (model.h) in ascending order,
+ * disjoint; the shared ones are the fewer-than-world elements a bucket
+ * leaves over when it is split world ways. total: the elements of all. */
 typedef struct rl_train_shard {
     int n;
     const rl_shard_range *r;

@@ -15,6 +15,12 @@
 static int rank_of(const rl_trainer *tr) { return tr->dist ? tr->dist->rank : 0; }
 static int world_of(const rl_trainer *tr) { return tr->dist ? tr->dist->world : 1; }
 
+/* Who writes checkpoints: rank 0, and with sharded state every rank (its
+ * own optimizer shard). */
+static bool saves(const rl_job_config *c, int rank, int world) {
+    return c->ckpt.uri[0] && (rank == 0 || (world > 1 && rl_shard_mode_of(c->dist.shard) != RL_SHARD_NONE));
+}
+
 /* The loader reads this rank's slice of every global batch from tr->sample
  * on: a global index, so any world size continues with the same samples. */
 static int open_loader(rl_trainer *tr, rl_err *e) {
@@ -71,7 +77,7 @@ static int init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, r
     tr->observed_ckpt = -1;
     tr->flops_per_token = rl_train_flops_per_token(&cfg->model, t->seq_len, n);
     tr->summary.resumed_from = -1;
-    if (rank == 0 && cfg->ckpt.uri[0]) {
+    if (saves(cfg, rank, world)) {
         rl_ckpt_store *st;
         if ((rc = rl_ckpt_store_open_cfg(&cfg->ckpt, &st, e)) || (rc = rl_trainer_use_store(tr, st, e)))
             return rc;
@@ -100,10 +106,9 @@ int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
     if (!tr->dist || !dist || dist->local_rank != tr->local_rank)
         return rl_errf(e, RL_EINTERNAL, "trainer: a new world keeps the process's device (local rank %d)",
                        tr->local_rank);
-    /* the moments of the other ranks' shards left with the old round */
-    if (tr->dev.shard)
-        return rl_errf(e, RL_EINPUT, "dist.shard \"%s\": the AdamW state is sharded over the old round's ranks, "
-                       "so this process cannot carry it into a new round", tr->cfg.dist.shard);
+    if (tr->dev.shard && !tr->cfg.ckpt.uri[0])
+        return rl_errf(e, RL_EINPUT, "dist.shard \"%s\": the AdamW state is sharded over the old round's ranks and "
+                       "no checkpoint.uri keeps it, so this process cannot carry it into a new round", tr->cfg.dist.shard);
     int rc = rl_job_config_check_world(&tr->cfg, dist->world, "config", e);
     if (rc) return rc;
     const rl_train_config *t = &tr->cfg.train;
@@ -112,13 +117,19 @@ int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
     tr->resume_done = false;
     tr->stop_agreed = tr->yield_agreed = false;
     tr->summary.yielded = false;
+    /* the moments of the other ranks' shards left with the old round: the
+     * next resume reads the checkpoint (the yield's, or the cadence's) */
+    if (tr->dev.shard) {
+        tr->live = false;
+        rl_ckpt_saver_cancel(tr->saver); /* a save of the old round still waiting for its shards is not one */
+    }
     /* the checkpoints go with rank 0, wherever it is now */
-    bool saves = dist->rank == 0 && tr->cfg.ckpt.uri[0];
-    if (!saves && tr->store) {
+    bool saving = saves(&tr->cfg, dist->rank, dist->world);
+    if (!saving && tr->store) {
         rl_ckpt_saver_destroy(tr->saver); /* waits for a running save */
         rl_ckpt_store_close(tr->store);
         tr->saver = NULL, tr->store = NULL;
-    } else if (saves && !tr->store) {
+    } else if (saving && !tr->store) {
         rl_ckpt_store *st;
         if ((rc = rl_ckpt_store_open_cfg(&tr->cfg.ckpt, &st, e)) || (rc = rl_trainer_use_store(tr, st, e))) return rc;
         tr->committed_step = -1;
@@ -129,18 +140,30 @@ int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
     return open_loader(tr, e);
 }
 
+/* A saver for the store, sized for what this rank snapshots: everything,
+ * or with a shard its moments (and on rank 0 the parameters). */
+static int make_saver(rl_trainer *tr, rl_err *e) {
+    rl_ckpt_saver_destroy(tr->saver);
+    tr->saver = NULL;
+    const rl_train_shard *sh = tr->dev.shard;
+    rl_ckpt_saver_opts so = {.keep = tr->cfg.ckpt.keep,
+                             .skip_when_busy = strcmp(tr->cfg.ckpt.when_busy, "skip") == 0,
+                             .opt_n = sh ? sh->total : 0,
+                             .no_params = sh && rank_of(tr) != 0};
+    return rl_ckpt_saver_create(tr->store, tr->dev.n, &so, &tr->saver, e);
+}
+
 int rl_trainer_use_store(rl_trainer *tr, rl_ckpt_store *s, rl_err *e) {
     rl_ckpt_saver_destroy(tr->saver);
     tr->saver = NULL;
     rl_ckpt_store_close(tr->store);
     tr->store = s;
-    rl_ckpt_saver_opts so = {.keep = tr->cfg.ckpt.keep,
-                             .skip_when_busy = strcmp(tr->cfg.ckpt.when_busy, "skip") == 0};
-    return rl_ckpt_saver_create(s, tr->dev.n, &so, &tr->saver, e);
+    return make_saver(tr, e);
 }
 
 void rl_trainer_free(rl_trainer *tr) {
     if (!tr) return;
+    rl_ckpt_saver_cancel(tr->saver); /* a sharded save waiting for shards that will not come */
     rl_ckpt_saver_destroy(tr->saver); /* waits for a running save */
     rl_ckpt_store_close(tr->store);
     if (tr->loader) rl_loader_close(tr->loader);
@@ -150,6 +173,17 @@ void rl_trainer_free(rl_trainer *tr) {
     free(tr->inputs);
     free(tr->targets);
     free(tr);
+}
+
+/* After a step: is a cadence checkpoint due? Rank 0's clock decides (the
+ * step's average makes it every rank's: with sharded state all save);
+ * the last step gets the synchronous final checkpoint instead. */
+static bool save_due(const rl_trainer *tr) {
+    const rl_ckpt_config *c = &tr->cfg.ckpt;
+    if (!tr->saver || rank_of(tr) != 0 || tr->step >= tr->cfg.train.steps || tr->step == tr->committed_step)
+        return false;
+    return (c->every_steps > 0 && tr->step % c->every_steps == 0) ||
+           (c->every_minutes > 0 && rl_now() - tr->last_save_t >= 60 * c->every_minutes);
 }
 
 int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
@@ -185,9 +219,10 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     /* A signal reaches ranks at different times; riding on the loss
      * average, "someone was asked to stop" becomes one decision that every
      * rank takes after the same step; so does "the agent asked us to yield". */
-    double agreed[3] = {loss, tr->stop && *tr->stop ? 1.0 : 0.0, tr->yield && *tr->yield ? 1.0 : 0.0};
+    double agreed[4] = {loss, tr->stop && *tr->stop ? 1.0 : 0.0, tr->yield && *tr->yield ? 1.0 : 0.0,
+                        save_due(tr) ? 1.0 : 0.0};
     if (tr->dist) {
-        if ((rc = tr->dist->average(tr->dist->ctx, agreed, 3, e))) return rc;
+        if ((rc = tr->dist->average(tr->dist->ctx, agreed, 4, e))) return rc;
         /* after the average: on a GPU finish only queued the reduction, and
          * its timing events are complete once the average (behind it on the
          * communicator) is; the average itself is not a bucket */
@@ -196,6 +231,7 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     loss = agreed[0];
     tr->stop_agreed = agreed[1] > 0;
     tr->yield_agreed = agreed[2] > 0;
+    tr->save_agreed = agreed[3] > 0;
     if (!isfinite(norm) || !isfinite(loss))
         return rl_errf(e, RL_EINTERNAL, "step %lld: loss %g, gradient norm %g are not finite "
                        "(lower train.lr?)", tr->step, loss, norm);
@@ -328,6 +364,13 @@ static rl_ckpt_data ckpt_data(rl_trainer *tr, char *config_json) {
         .saved_unix = rl_wall_now(),
     };
     memcpy(d.state.rng, tr->rng.s, sizeof d.state.rng);
+    const rl_train_shard *sh = tr->dev.shard;
+    if (sh) {
+        d.shard_rank = rank_of(tr), d.shard_world = world_of(tr);
+        d.ranges = sh->r, d.nranges = sh->n, d.shard_total = sh->total, d.nonce = tr->nonce;
+        d.m = tr->dev.opt, d.v = tr->dev.opt + sh->total;
+        if (d.shard_rank != 0) d.params = NULL;
+    }
     return d;
 }
 
@@ -392,16 +435,11 @@ int rl_trainer_checkpoint(rl_trainer *tr, double deadline, rl_err *e) {
 
 int rl_trainer_boundary(rl_trainer *tr, rl_err *e) {
     if (!tr->saver) return RL_OK;
-    const rl_ckpt_config *c = &tr->cfg.ckpt;
     /* a checkpoint we believe in but do not have is the worst outcome */
     int rc = rl_ckpt_saver_poll(tr->saver, e);
     if (rc) return rl_err_wrap(e, "background checkpoint failed");
     observe_commit(tr);
-    bool due = (c->every_steps > 0 && tr->step % c->every_steps == 0) ||
-               (c->every_minutes > 0 && rl_now() - tr->last_save_t >= 60 * c->every_minutes);
-    /* the last step gets the synchronous final checkpoint instead */
-    if (!due || tr->step >= tr->cfg.train.steps || tr->step == tr->committed_step) return RL_OK;
-    return save(tr, false, 0, e);
+    return tr->save_agreed ? save(tr, false, 0, e) : RL_OK;
 }
 
 /* Fixed-size record of the state a resume adopts (broadcast first, so a
@@ -414,6 +452,10 @@ typedef struct {
     uint64_t rng[4];
 } resume_wire;
 
+/* Where a resume reads and spreads the moments: the device's, or with
+ * sharded state the whole of them (sliced to the shard once adopted). */
+static float *whole_opt(rl_trainer *tr) { return tr->opt_whole ? tr->opt_whole : tr->dev.opt; }
+
 /* root's record, then (when it has state) its parameters and AdamW
  * moments, to every rank; rc: the root's own failure so far. */
 static int spread(rl_trainer *tr, int root, resume_wire *w, int rc, rl_err *e) {
@@ -425,13 +467,14 @@ static int spread(rl_trainer *tr, int root, resume_wire *w, int rc, rl_err *e) {
     if (!rc && w->status < 0) rc = rl_errf(e, RL_EPEER, "rank %d could not give its state (its log says why)", root);
     if (!rc && w->status == 1 &&
         ((rc = tr->dist->broadcast(tr->dist->ctx, root, tr->dev.params, n * sizeof(float), e)) ||
-         (rc = tr->dist->broadcast(tr->dist->ctx, root, tr->dev.opt, 2 * n * sizeof(float), e))))
+         (rc = tr->dist->broadcast(tr->dist->ctx, root, whole_opt(tr), 2 * n * sizeof(float), e))))
         rc = rl_err_wrap(e, "broadcasting the resumed state");
     return rc;
 }
 
 /* Every rank takes the state in w (its host copy already in place). */
 static int adopt(rl_trainer *tr, const resume_wire *w, rl_err *e) {
+    if (tr->opt_whole) rl_train_dev_slice_moments(&tr->dev, tr->opt_whole, tr->opt_whole + tr->dev.n);
     if (rl_train_dev_upload(&tr->dev, true, e)) return rl_err_wrap(e, "uploading the resumed state to the device");
     tr->step = w->step;
     tr->tokens_seen = w->tokens;
@@ -501,7 +544,8 @@ static int load_newest(rl_trainer *tr, resume_wire *w, rl_ckpt_loaded *ld, rl_er
         free(cs);
         return rc;
     }
-    if ((rc = rl_ckpt_load_latest(tr->store, &tr->cfg.model, n, tr->dev.params, tr->dev.opt, tr->dev.opt + n, ld,
+    float *opt = whole_opt(tr);
+    if ((rc = rl_ckpt_load_latest(tr->store, &tr->cfg.model, n, tr->dev.params, opt, opt + n, ld,
                                   e)))
         return rc;
     if (ld->found) {
@@ -529,21 +573,46 @@ static void log_memory(const rl_trainer *tr) {
            m.activations, m.total);
 }
 
+/* Sharded state, once the seam is whole (DDP attaches after the trainer is
+ * built): the moments shrink to this rank's shard before anything fills
+ * them, the saver to what this rank snapshots, and the round agrees on
+ * the nonce its saves' shard receipts carry. A checkpoint is read whole
+ * and sliced (opt_whole, freed after the resume). */
+static int shard_up(rl_trainer *tr, rl_err *e) {
+    const rl_train_shard *s = tr->dist->shard;
+    int rank = rank_of(tr);
+    int rc = rl_train_dev_set_shard(&tr->dev, s, rank, e);
+    if (rc || (tr->store && (rc = make_saver(tr, e)))) return rc;
+    rl_log(RL_LOG_INFO, "shard", "\"mode\":\"%s\",\"ranges\":%d,\"elements\":%zu,\"of\":%zu,\"moment_bytes\":%zu",
+           tr->cfg.dist.shard, s->n, s->total, tr->dev.n, 2 * s->total * sizeof(float));
+    uint64_t nonce = rank == 0 ? rl_hash64((uint64_t)(rl_wall_now() * 1e6) ^ (uint64_t)getpid() << 32 ^ tr->step) : 0;
+    if (world_of(tr) > 1 && (rc = tr->dist->broadcast(tr->dist->ctx, 0, &nonce, sizeof nonce, e))) return rc;
+    tr->nonce = nonce;
+    if (tr->cfg.ckpt.uri[0] && !(tr->opt_whole = calloc(2 * tr->dev.n, sizeof(float))))
+        return rl_errf(e, RL_ENOMEM, "resume: out of memory for the whole moments (%zu MiB)",
+                       2 * tr->dev.n * sizeof(float) >> 20);
+    return RL_OK;
+}
+
+static int resume_state(rl_trainer *tr, rl_err *e);
+
 int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
     if (tr->resume_done) return RL_OK;
     tr->resume_done = true;
-    int rank = rank_of(tr), world = world_of(tr), root, rc;
+    int world = world_of(tr), rc;
     if (world > 1 && (!tr->dist->broadcast || !tr->dist->average))
         return rl_errf(e, RL_EINTERNAL, "resume: %d ranks but the dist seam has no broadcast", world);
-    /* the seam is whole now (DDP attaches after the trainer is built): the
-     * moments shrink to this rank's shard before anything fills them */
-    if (tr->dist && tr->dist->shard) {
-        const rl_train_shard *s = tr->dist->shard;
-        if ((rc = rl_train_dev_set_shard(&tr->dev, s, rank, e))) return rc;
-        rl_log(RL_LOG_INFO, "shard", "\"mode\":\"%s\",\"ranges\":%d,\"elements\":%zu,\"of\":%zu,\"moment_bytes\":%zu",
-               tr->cfg.dist.shard, s->n, s->total, tr->dev.n, 2 * s->total * sizeof(float));
-    }
+    if (tr->dist && tr->dist->shard && (rc = shard_up(tr, e))) return rc;
     log_memory(tr);
+    rc = resume_state(tr, e);
+    free(tr->opt_whole);
+    tr->opt_whole = NULL;
+    return rc;
+}
+
+/* The live replica, a checkpoint, or rank 0's initial weights. */
+static int resume_state(rl_trainer *tr, rl_err *e) {
+    int rank = rank_of(tr), world = world_of(tr), root, rc;
     if ((rc = live_root(tr, &root, e))) return rc;
     if (root >= 0) return resume_live(tr, root, e);
     /* nothing to resume: rank 0's initial weights, whatever each rank's seed did */
@@ -596,9 +665,9 @@ static int preempt(rl_trainer *tr, rl_err *e) {
         return rl_errf(e, RL_EABORT, "stopped by signal after step %lld (no checkpoint.uri: nothing saved)",
                        tr->step);
     double saved = 0;
-    if (rank == 0) {
+    if (tr->saver) { /* rank 0; with sharded state every rank, each its shard */
         rc = rl_trainer_checkpoint(tr, t0 + tr->cfg.ckpt.preempt_budget_s, e);
-        saved = rc == RL_OK;
+        saved = rank == 0 && rc == RL_OK;
         if (rc) rl_log_msg(RL_LOG_ERROR, "preempt_checkpoint_failed", e->msg);
     }
     if (world_of(tr) > 1) {
@@ -681,6 +750,9 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
         /* the last step needs no yield: the run ends below as it would */
         if (tr->yield_agreed && tr->step < t->steps) {
             clear_progress(tr);
+            /* sharded moments do not cross into the next round: a checkpoint carries them */
+            if (tr->dev.shard && (rc = rl_trainer_checkpoint(tr, 0, e)))
+                return rl_err_wrap(e, "checkpoint before yielding the round");
             tr->summary.yielded = true;
             return rl_errf(e, RL_EABORT, "yielded after step %lld: the round ended for the next one", tr->step);
         }

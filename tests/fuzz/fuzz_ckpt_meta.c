@@ -20,19 +20,21 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     rl_err e = {0};
     switch (data[0] % 3) {
     case 0: {
-        rl_ckpt_manifest m, m2;
+        rl_ckpt_manifest m, m2 = {0};
         int rc = rl_ckpt_manifest_parse(text, len, "manifest.json", &m, &e);
         one_line(rc, &e, "manifest.json");
         if (rc == RL_OK) {
             char *s = rl_ckpt_manifest_json(&m);
             if (!s || rl_ckpt_manifest_parse(s, strlen(s), "rt", &m2, &e) != RL_OK) abort();
-            if (m2.step != m.step || m2.nfiles != m.nfiles) abort();
+            if (m2.step != m.step || m2.nfiles != m.nfiles || strcmp(m2.nonce, m.nonce)) abort();
             for (int i = 0; i < m.nfiles; i++)
                 if (strcmp(m.files[i].name, m2.files[i].name) || m.files[i].size != m2.files[i].size ||
                     strcmp(m.files[i].sha256, m2.files[i].sha256))
                     abort();
             free(s);
         }
+        rl_ckpt_manifest_free(&m);
+        rl_ckpt_manifest_free(&m2);
         break;
     }
     case 1: {

@@ -839,3 +839,97 @@ Test(ddp, shard_modes_train_as_ddp_on_1_to_4_processes, .timeout = 900) {
     }
     rl_test_rmdir(dir);
 }
+
+/* ---- sharded checkpoints ----------------------------------------------------------------- */
+
+/* `world` processes in `mode` to `steps`, checkpointing every 10 steps to
+ * DIR/<ck>: the exit status, rank 0's log in DIR/<ck>.log, stderr's tail in err. */
+static int run_ck(const char *dir, const char *ck, int world, const char *mode, int steps, char *err, size_t en) {
+    char path[256], js[1024], cmd[1024];
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    snprintf(js, sizeof js,
+             "{\"train\":{\"steps\":%d,\"warmup_steps\":2,\"micro_batch\":2,\"global_batch_tokens\":1536,"
+             "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
+             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"dist\":{\"timeout_s\":60,\"first_bucket_mb\":0.05,\"bucket_mb\":0.25,\"shard\":\"%s\"},"
+             "\"checkpoint\":{\"uri\":\"%s/%s\",\"every_steps\":10,\"keep\":1}}",
+             steps, dir, mode, dir, ck);
+    rl_test_write(path, js, strlen(js));
+    snprintf(cmd, sizeof cmd, "%s/ringleader-worker --config %s --nproc-per-node %d 2>%s/%s.log >/dev/null; s=$?; "
+             "tail -c 600 %s/%s.log >&2; exit $s", rl_test_bindir(), path, world, dir, ck, dir, ck);
+    return rl_test_run(cmd, err, en);
+}
+
+/* The losses of steps from..to (%.17g, as logged) from DIR/<ck>.log; the resumed step (-1: none). */
+static long long read_losses(const char *dir, const char *ck, int from, int to, char (*loss)[32]) {
+    char path[256], line[2048];
+    snprintf(path, sizeof path, "%s/%s.log", dir, ck);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no log %s", path);
+    long long resumed = -1;
+    for (int s = from; s <= to; s++) loss[s - from][0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        cJSON *j = cJSON_Parse(line);
+        const char *ev = j ? cJSON_GetStringValue(cJSON_GetObjectItem(j, "event")) : NULL;
+        int s = ev ? (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "step")) : 0;
+        if (ev && !strcmp(ev, "step") && s >= from && s <= to) {
+            const char *p = strstr(line, "\"loss\":");
+            if (p) sscanf(p + 7, "%31[^,]", loss[s - from]);
+        }
+        if (ev && !strcmp(ev, "resume") && cJSON_IsTrue(cJSON_GetObjectItem(j, "found"))) resumed = s;
+        cJSON_Delete(j);
+    }
+    fclose(f);
+    return resumed;
+}
+
+static void copy_ck(const char *dir, const char *from, const char *to) {
+    char cmd[512], err[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/%s && cp -a %s/%s %s/%s", dir, to, dir, from, dir, to);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s: %s", cmd, err);
+}
+
+/* The issue's chain: "gradients" on 4 ranks -> "none" on 3 -> "optimizer" on
+ * 2, each resuming where the last stopped. Each leg's losses equal those
+ * of DDP resuming the same state on that world size: after the 4-rank
+ * shards, a 3-rank run from a DDP checkpoint of the same step (the two
+ * 4-rank runs differ by their reduce-scatter's summation order, so within
+ * 1e-5 relative); after that, a 2-rank DDP run from the very checkpoint
+ * the "optimizer" leg resumed from (bit for bit: ZeRO-1 computes as DDP). */
+Test(ddp, sharded_checkpoints_resume_across_world_sizes_and_modes, .timeout = 600) {
+    char dir[64], err[4096];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    cr_assert_eq(run_ck(dir, "zero", 4, "gradients", 20, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(run_ck(dir, "ddp", 4, "none", 20, err, sizeof err), 0, "%s", err);
+    char path[256];
+    snprintf(path, sizeof path, "%s/zero/step-00000020/manifest.json", dir);
+    for (int r = 0; r < 4; r++) {
+        char name[64];
+        rl_ckpt_shard_name(name, sizeof name, r, 4, false);
+        cr_expect(rl_test_file_has(path, name), "the manifest does not list %s", name);
+    }
+    cr_expect(!rl_test_file_has(path, "\"optimizer.safetensors\""));
+    /* leg 2: 3 ranks, DDP, from the shards and from DDP's own checkpoint */
+    copy_ck(dir, "ddp", "ddp3");
+    cr_assert_eq(run_ck(dir, "zero", 3, "none", 30, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(run_ck(dir, "ddp3", 3, "none", 30, err, sizeof err), 0, "%s", err);
+    char a[10][32], b[10][32];
+    cr_expect_eq(read_losses(dir, "zero", 21, 30, a), 20, "the 3-rank leg did not resume at step 20");
+    cr_expect_eq(read_losses(dir, "ddp3", 21, 30, b), 20);
+    for (int s = 0; s < 10; s++) {
+        cr_assert(a[s][0] && b[s][0], "step %d: no loss logged", 21 + s);
+        double x = atof(a[s]), y = atof(b[s]);
+        cr_expect(fabs(x - y) <= 1e-5 * fabs(y), "step %d: loss %s after the 4-rank shards, %s after DDP", 21 + s, a[s], b[s]);
+    }
+    /* leg 3: 2 ranks from the 3-rank leg's step 30, ZeRO-1 vs DDP */
+    copy_ck(dir, "zero", "ddp2");
+    cr_assert_eq(run_ck(dir, "zero", 2, "optimizer", 40, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(run_ck(dir, "ddp2", 2, "none", 40, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(read_losses(dir, "zero", 31, 40, a), 30, "the 2-rank leg did not resume at step 30");
+    cr_expect_eq(read_losses(dir, "ddp2", 31, 40, b), 30);
+    for (int s = 0; s < 10; s++)
+        cr_expect_str_eq(a[s], b[s], "step %d: loss %s with ZeRO-1, %s with DDP", 31 + s, a[s], b[s]);
+    snprintf(path, sizeof path, "%s/zero/step-00000040/optimizer-00001-of-00002.safetensors", dir);
+    cr_expect(access(path, F_OK) == 0, "no shard of rank 1 at step 40");
+    rl_test_rmdir(dir);
+}

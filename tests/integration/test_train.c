@@ -111,7 +111,7 @@ Test(train_config, rejects_bad_configs_naming_the_field) {
     EXPECT_BAD("{\"dist\":{\"backend\":\"mpi\"}}", "dist.backend");
     EXPECT_BAD("{\"dist\":{\"reduce_dtype\":\"fp8\"}}", "dist.reduce_dtype");
     EXPECT_BAD("{\"dist\":{\"shard\":\"parameters\"}}", "dist.shard");
-    EXPECT_BAD("{\"dist\":{\"shard\":\"optimizer\"},\"checkpoint\":{\"uri\":\"file:///tmp/x\"}}", "dist.shard");
+    EXPECT_BAD("{\"dist\":{\"shard\":\"optimizer\"},\"checkpoint\":{\"when_busy\":\"skip\"}}", "when_busy");
     EXPECT_BAD("{\"train\":{\"device\":\"cpu\"},\"dist\":{\"backend\":\"nccl\"}}", "train.device");
     EXPECT_BAD("{\"train\":{\"device\":\"cuda\"},\"dist\":{\"backend\":\"tcp\"}}", "dist.backend");
 }

@@ -323,6 +323,7 @@ Test(ckpt, round_trip_of_every_file) {
         cr_expect_eq(sb.st_mode & 07777, 0640 & ~um, "%s mode %o", p, sb.st_mode & 07777);
         cr_expect_eq(sb.st_mode & 007, 0, "%s is readable by others: %o", p, sb.st_mode & 07777);
     }
+    rl_ckpt_manifest_free(&m);
     struct stat db;
     snprintf(p, sizeof p, "%s/ck/step-00000007", dir);
     cr_assert_eq(stat(p, &db), 0);
