@@ -516,8 +516,9 @@ static int read_step(rl_ckpt_store *s, long long step, const rl_model_config *wa
     int world = 0, idx[4];
     rl_param_layout lay;
     rl_param_layout_init(&lay, want);
-    if (lay.total != n)
-        return rl_errf(e, RL_EINTERNAL, "checkpoint: buffer of %zu floats for a model of %zu", n, lay.total);
+    /* another model's checkpoint is named by its config.json below; until
+     * then the shards are only verified */
+    bool fits = lay.total == n;
     int rc = rl_ckpt_get(s, key, 0, RL_CKPT_MANIFEST_MAX_BYTES, (void **)&mt, &ml, e);
     if (rc) return rc;
     rc = rl_ckpt_manifest_parse(mt, ml, where, &m, e);
@@ -571,11 +572,11 @@ static int read_step(rl_ckpt_store *s, long long step, const rl_model_config *wa
             buf[r] = data, len[r] = dl;
             continue;
         }
-        if (world > 0 && !strncmp(m.files[i].name, "optimizer-", 10))
+        if (world > 0 && fits && !strncmp(m.files[i].name, "optimizer-", 10))
             rc = take_shard(data, dl, where, n, mo, vo, covered, e);
         free(data);
     }
-    for (size_t x = 0; !rc && world > 0 && x < n; x++)
+    for (size_t x = 0; !rc && world > 0 && fits && x < n; x++)
         if (!(covered[x >> 3] >> (x & 7) & 1))
             rc = rl_errf(e, RL_EINPUT, "%s/%s: the %d optimizer shards leave element %zu of %zu uncovered", s->uri,
                          dir, world, x, n);
@@ -584,6 +585,10 @@ static int read_step(rl_ckpt_store *s, long long step, const rl_model_config *wa
     snprintf(where, sizeof where, "%s/%s/config.json", s->uri, dir);
     if ((rc = rl_ckpt_hf_config_check(buf[2], len[2], where, want, e))) {
         *fatal = true;
+        goto out;
+    }
+    if (!fits) {
+        rc = rl_errf(e, RL_EINTERNAL, "checkpoint: buffer of %zu floats for a model of %zu", n, lay.total);
         goto out;
     }
     snprintf(where, sizeof where, "%s/%s/trainer_state.json", s->uri, dir);

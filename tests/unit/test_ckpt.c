@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <omp.h>
+#include <pthread.h>
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ddp/ddp.h"
 #include "rdzv/rdzv.h"
 #include "testutil.h"
 #include "train/train.h"
@@ -924,6 +926,133 @@ Test(ckpt, sigterm_to_one_rank_stops_every_rank_at_the_same_step, .timeout = 180
     long long stopped = rl_test_last_step(log[0]);
     cr_expect(rl_test_file_has(log[0], "\"event\":\"preempted\""));
     cr_expect_eq(committed_latest(dir), stopped);
+    rl_test_rmdir(dir);
+}
+
+/* ---- sharded optimizer state: one shard per rank, a commit only when all are in ---------------- */
+#define SH_WORLD 4
+typedef struct {
+    rl_ckpt_store *store;
+    rl_ckpt_data d;
+    rl_ckpt_write_opts o;
+    rl_shard_range r[8];
+    float *m, *v;
+    int rc;
+    rl_err e;
+} shard_writer;
+
+/* rank's part of f over SH_WORLD ranks, cut as DDP cuts two buckets */
+static void shard_of(const fake_state *f, int rank, long long step, uint64_t nonce, shard_writer *w) {
+    size_t boff[2] = {f->n / 2, 0}, blen[2] = {f->n - f->n / 2, f->n / 2};
+    int k = rl_ddp_shard_plan(boff, blen, 2, SH_WORLD, rank, w->r);
+    size_t total = 0;
+    for (int i = 0; i < k; i++) total += w->r[i].len;
+    w->m = malloc(total * sizeof(float) + 1), w->v = malloc(total * sizeof(float) + 1);
+    for (int i = 0, at = 0; i < k; at += (int)w->r[i].len, i++) {
+        memcpy(w->m + at, f->m + w->r[i].off, w->r[i].len * sizeof(float));
+        memcpy(w->v + at, f->v + w->r[i].off, w->r[i].len * sizeof(float));
+    }
+    w->d = fake_data(f, step);
+    w->d.m = w->m, w->d.v = w->v, w->d.params = rank == 0 ? f->p : NULL;
+    w->d.shard_rank = rank, w->d.shard_world = SH_WORLD, w->d.ranges = w->r, w->d.nranges = k;
+    w->d.shard_total = total, w->d.nonce = nonce;
+    w->o = (rl_ckpt_write_opts){.keep = 3, .shard_wait_s = 1.5};
+}
+
+static void *shard_write(void *arg) {
+    shard_writer *w = arg;
+    w->rc = rl_ckpt_write(w->store, &w->d, &w->o, NULL, &w->e);
+    return NULL;
+}
+
+/* every rank of `ranks` (a bit set) writes its shard of step, rank 0 last to be joined; rank 0's result */
+static int sharded_save(const char *uri, const fake_state *f, long long step, uint64_t nonce, unsigned ranks,
+                        const char *fail_rank2, rl_err *e) {
+    shard_writer w[SH_WORLD] = {0};
+    pthread_t th[SH_WORLD];
+    for (int r = 0; r < SH_WORLD; r++) {
+        if (!(ranks >> r & 1)) continue;
+        wrap_ctx *wc;
+        w[r].store = wrap_store(uri, &wc);
+        if (r == 2) wc->fail_suffix = fail_rank2; /* rank 2 dies between its shard and its receipt */
+        shard_of(f, r, step, nonce, &w[r]);
+        cr_assert_eq(pthread_create(&th[r], NULL, shard_write, &w[r]), 0);
+    }
+    for (int r = 0; r < SH_WORLD; r++) {
+        if (!(ranks >> r & 1)) continue;
+        pthread_join(th[r], NULL);
+        rl_ckpt_store_close(w[r].store);
+        free(w[r].m), free(w[r].v);
+    }
+    if (e) *e = w[0].e;
+    return w[0].rc;
+}
+
+/* The issue's checks at the store: a commit lists every shard and reads
+ * back whole; a rank lost between its shard and its receipt, or a receipt
+ * of another save, leaves the step uncommitted and the previous checkpoint
+ * the newest; a manifest short of a shard, or a shard missing, is one line
+ * naming it. */
+Test(ckpt, sharded_optimizer_state_commits_only_when_every_shard_is_in, .timeout = 60) {
+    char dir[64], uri[128], p[256];
+    tmpdir(dir, sizeof dir);
+    snprintf(uri, sizeof uri, "file://%s/ck", dir);
+    fake_state f;
+    fake_fill(&f, 3);
+    rl_err e;
+    cr_assert_eq(sharded_save(uri, &f, 5, 0x1234, 0xf, NULL, &e), 0, "%s", e.msg);
+    rl_ckpt_store *s;
+    cr_assert_eq(rl_ckpt_store_open(uri, &s, &e), 0, "%s", e.msg);
+    float *buf = calloc(3 * f.n, sizeof(float));
+    rl_ckpt_loaded ld;
+    cr_assert_eq(rl_ckpt_load_latest(s, &f.mc, f.n, buf, buf + f.n, buf + 2 * f.n, &ld, &e), 0, "%s", e.msg);
+    cr_expect_eq(ld.step, 5);
+    cr_expect(!memcmp(buf, f.p, f.n * 4) && !memcmp(buf + f.n, f.m, f.n * 4) && !memcmp(buf + 2 * f.n, f.v, f.n * 4),
+              "the shards do not read back as the whole state");
+    rl_ckpt_loaded_free(&ld);
+    /* step 6: rank 2's receipt never comes */
+    double t0 = rl_now();
+    cr_expect_eq(sharded_save(uri, &f, 6, 0x5678, 0xf, "receipt.json", &e), RL_ETIMEOUT);
+    cr_expect(strstr(e.msg, "rank 2's optimizer shard is not in") && strstr(e.msg, "not committed"), "%s", e.msg);
+    cr_expect_lt(rl_now() - t0, 10.0);
+    /* step 7: rank 1's receipt is another save's (an older nonce) */
+    cr_assert_eq(sharded_save(uri, &f, 7, 0x1111, 0x2, NULL, &e), 0, "%s", e.msg); /* rank 1 alone */
+    cr_expect_eq(sharded_save(uri, &f, 7, 0x2222, 0xd, NULL, &e), RL_ETIMEOUT); /* 0, 2, 3 of the new save */
+    cr_expect(strstr(e.msg, "rank 1's optimizer shard"), "%s", e.msg);
+    long long *cs;
+    int nc;
+    cr_assert_eq(rl_ckpt_steps(s, &cs, &nc, NULL, NULL, &e), 0);
+    cr_expect(nc == 1 && cs[0] == 5, "committed: %d, newest %lld", nc, nc ? cs[nc - 1] : -1);
+    free(cs);
+    snprintf(p, sizeof p, "%s/ck/latest", dir);
+    cr_expect(rl_test_file_has(p, "step-00000005"));
+    /* step 5's manifest short of rank 3's shard */
+    char *text;
+    size_t len;
+    snprintf(p, sizeof p, "%s/ck/step-00000005/manifest.json", dir);
+    cr_assert_eq(rl_read_file(p, &text, &len, &e), 0);
+    rl_ckpt_manifest m;
+    cr_assert_eq(rl_ckpt_manifest_parse(text, len, p, &m, &e), 0, "%s", e.msg);
+    int k = 0;
+    for (int i = 0; i < m.nfiles; i++)
+        if (!strstr(m.files[i].name, "optimizer-00003-of-00004")) m.files[k++] = m.files[i];
+    cr_assert_eq(m.nfiles - k, 1);
+    m.nfiles = k;
+    char *shorter = rl_ckpt_manifest_json(&m);
+    rl_test_write(p, shorter, strlen(shorter));
+    cr_expect_eq(rl_ckpt_load_latest(s, &f.mc, f.n, buf, buf + f.n, buf + 2 * f.n, &ld, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "step-00000005/manifest.json: lists 3 optimizer shards of a world of 4") &&
+              !strchr(e.msg, '\n'), "%s", e.msg);
+    /* the manifest whole again, a shard gone */
+    rl_test_write(p, text, len);
+    snprintf(p, sizeof p, "%s/ck/step-00000005/optimizer-00001-of-00004.safetensors", dir);
+    cr_assert_eq(unlink(p), 0);
+    cr_expect_eq(rl_ckpt_load_latest(s, &f.mc, f.n, buf, buf + f.n, buf + 2 * f.n, &ld, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "optimizer-00001-of-00004.safetensors: missing (listed in the manifest)"), "%s", e.msg);
+    free(shorter), free(text), free(buf);
+    rl_ckpt_manifest_free(&m);
+    rl_ckpt_store_close(s);
+    fake_free(&f);
     rl_test_rmdir(dir);
 }
 
