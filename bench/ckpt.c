@@ -4,9 +4,14 @@
  *    config, and the snapshot alone for a 124M-parameter model;
  *  - the upload of a 1 GiB object to radosgw on loopback by pkg/s3
  *    (multipart, parts in parallel, every byte hashed) next to curl
- *    uploading the same bytes to the same server, alternating, in one run.
+ *    uploading the same bytes to the same server, alternating, in one run;
+ *  - a whole checkpoint of a 34M-parameter model to radosgw from one rank
+ *    (DDP: optimizer.safetensors) and from four (dist.shard: each rank its
+ *    optimizer shard, in parallel, rank 0 committing), alternating, twice
+ *    each: the save time and the optimizer bytes' rate.
  * The S3 half needs radosgw (scripts/deps.sh test); without it that half
  * says so and the bench fails. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +19,7 @@
 
 #include "ckpt/ckpt.h"
 #include "data/data.h"
+#include "ddp/ddp.h"
 #include "s3/s3.h"
 #include "tests/support/rgwtest.h"
 #include "train/train.h"
@@ -110,6 +116,114 @@ static int pause_124m(const char *dir) {
     return 0;
 }
 
+/* ---- a checkpoint from 1 rank vs its shards from 4 ------------------------------------------ */
+enum { SHARDS = 4 };
+typedef struct {
+    rl_ckpt_store *st;
+    rl_ckpt_data d;
+    rl_shard_range r[64];
+    int rc;
+    rl_err e;
+    double s;
+} shard_job;
+
+static void *shard_save(void *arg) {
+    shard_job *j = arg;
+    rl_ckpt_write_opts o = {.keep = 1};
+    double t0 = rl_now();
+    j->rc = rl_ckpt_write(j->st, &j->d, &o, NULL, &j->e);
+    j->s = rl_now() - t0;
+    return NULL;
+}
+
+/* One save of step at world 1 (shards 0) or SHARDS: the wall time, rank 0's
+ * commit included. The moments are the same buffers cut as DDP's buckets cut them. */
+static int save_once(const rl_ckpt_data *whole, int world, long long step, const char *uri, double *secs,
+                     rl_err *e) {
+    shard_job j[SHARDS] = {0};
+    pthread_t th[SHARDS];
+    rl_train_bucket_plan plan;
+    int rc = rl_train_bucket_plan_of(whole->n, 0, 0, 8, &plan, e);
+    size_t boff[64], blen[64], left = whole->n;
+    for (size_t b = 0; !rc && b < plan.count && b < 32; b++) blen[b] = rl_train_bucket_len(&plan, b), left -= blen[b], boff[b] = left;
+    double t0 = rl_now();
+    for (int r = 0; !rc && r < (world > 1 ? world : 1); r++) {
+        if ((rc = rl_ckpt_store_open(uri, &j[r].st, e))) break;
+        j[r].d = *whole;
+        j[r].d.state.step = step;
+        if (world > 1) { /* the moments' shard: its own copy, as a rank's would be */
+            int k = rl_ddp_shard_plan(boff, blen, (int)plan.count, world, r, j[r].r);
+            size_t held = 0;
+            for (int i = 0; i < k; i++) held += j[r].r[i].len;
+            float *m = malloc(2 * held * sizeof(float) + 1);
+            for (int i = 0, at = 0; m && i < k; at += (int)j[r].r[i].len, i++) {
+                memcpy(m + at, whole->m + j[r].r[i].off, j[r].r[i].len * 4);
+                memcpy(m + held + at, whole->v + j[r].r[i].off, j[r].r[i].len * 4);
+            }
+            j[r].d.m = m, j[r].d.v = m + held, j[r].d.params = r == 0 ? whole->params : NULL;
+            j[r].d.shard_rank = r, j[r].d.shard_world = world, j[r].d.ranges = j[r].r, j[r].d.nranges = k;
+            j[r].d.shard_total = held, j[r].d.nonce = (uint64_t)step * 7919;
+        }
+    }
+    if (!rc) t0 = rl_now();
+    for (int r = 0; !rc && r < (world > 1 ? world : 1); r++) pthread_create(&th[r], NULL, shard_save, &j[r]);
+    for (int r = 0; !rc && r < (world > 1 ? world : 1); r++) {
+        pthread_join(th[r], NULL);
+        if (j[r].rc && !rc) rc = j[r].rc, *e = j[r].e;
+    }
+    *secs = rl_now() - t0;
+    for (int r = 0; r < SHARDS; r++) {
+        if (world > 1) free((float *)j[r].d.m);
+        rl_ckpt_store_close(j[r].st);
+    }
+    return rc;
+}
+
+static int sharded_saves(const rl_test_rgw *r, rl_s3 *s3) {
+    rl_err e = {0};
+    setenv("AWS_ACCESS_KEY_ID", r->access_key, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", r->secret_key, 1);
+    setenv("AWS_ENDPOINT_URL_S3", r->endpoint, 1);
+    setenv("AWS_REGION", "us-east-1", 1);
+    rl_model_config mc;
+    rl_model_config_default(&mc);
+    mc.vocab_size = 16384, mc.hidden_size = 384, mc.num_hidden_layers = 12, mc.intermediate_size = 1024;
+    mc.num_attention_heads = 8, mc.num_key_value_heads = 8, mc.max_position_embeddings = 1024;
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &mc);
+    size_t n = lay.total;
+    float *p = malloc(3 * n * 4);
+    if (!p) return fprintf(stderr, "bench ckpt: out of memory\n"), 1;
+    for (size_t i = 0; i < 3 * n; i++) p[i] = (float)(i % 101) * 1e-3f;
+    rl_ckpt_data d = {.model = mc, .n = n, .params = p, .m = p + n, .v = p + 2 * n, .config_json = "{}"};
+    d.state.world_size = 1;
+    double t1[2], t4[2];
+    for (int k = 0; k < 2; k++) {
+        if (save_once(&d, 1, 10 + k, "s3://bench/one", &t1[k], &e) ||
+            save_once(&d, SHARDS, 10 + k, "s3://bench/four", &t4[k], &e)) {
+            free(p);
+            return fail("sharded save", &e);
+        }
+    }
+    double a = t1[0] < t1[1] ? t1[0] : t1[1], b = t4[0] < t4[1] ? t4[0] : t4[1];
+    /* the optimizer's bytes: 12 a parameter in one file (master, m, v), 8 in the shards (m, v) */
+    /* radosgw's memory is the 1 GiB uploads' next */
+    for (int k = 0; k < 2; k++) {
+        rl_s3_list l;
+        if (rl_s3_list_objects(s3, "bench", k ? "four/" : "one/", &l, &e) == RL_OK) {
+            for (size_t i = 0; i < l.n; i++) rl_s3_delete(s3, "bench", l.keys[i], &e);
+            rl_s3_list_free(&l);
+        }
+    }
+    printf("{\"bench\":\"ckpt_sharded_save\",\"server\":\"radosgw loopback\",\"params\":%zu,\"ranks\":[1,%d],"
+           "\"save_s\":[%.2f,%.2f],\"runs_1\":[%.2f,%.2f],\"runs_%d\":[%.2f,%.2f],\"speedup\":%.2f,"
+           "\"optimizer_mib_s\":[%.1f,%.1f]}\n",
+           n, SHARDS, a, b, t1[0], t1[1], SHARDS, t4[0], t4[1], a / b, 12.0 * n / a / 1048576, 8.0 * n / b / 1048576);
+    fflush(stdout);
+    free(p);
+    return 0;
+}
+
 /* 1 GiB to radosgw: ours, then curl, twice each, alternating. */
 static int upload(const char *dir) {
     const size_t size = (size_t)1 << 30;
@@ -131,6 +245,7 @@ static int upload(const char *dir) {
     if (rl_s3_creds_static(r.access_key, r.secret_key, NULL, &cp, &e)) goto err;
     c.creds = cp, cp = NULL;
     if (rl_s3_open(&c, &s3, &e) || rl_s3_create_bucket(s3, "bench", &e)) goto err;
+    if (sharded_saves(&r, s3)) goto out;
     double ours[2], theirs[2];
     for (int k = 0; k < 2; k++) {
         double t0 = rl_now();

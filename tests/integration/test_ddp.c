@@ -855,8 +855,9 @@ static int run_ck(const char *dir, const char *ck, int world, const char *mode, 
              "\"checkpoint\":{\"uri\":\"%s/%s\",\"every_steps\":10,\"keep\":1}}",
              steps, dir, mode, dir, ck);
     rl_test_write(path, js, strlen(js));
-    snprintf(cmd, sizeof cmd, "%s/ringleader-worker --config %s --nproc-per-node %d 2>%s/%s.log >/dev/null; s=$?; "
-             "tail -c 600 %s/%s.log >&2; exit $s", rl_test_bindir(), path, world, dir, ck, dir, ck);
+    /* grouped: rl_test_run's redirect of stderr applies to all of it */
+    snprintf(cmd, sizeof cmd, "(%s/ringleader-worker --config %s --nproc-per-node %d 2>%s/%s.log >/dev/null; s=$?; "
+             "tail -c 1500 %s/%s.log >&2; exit $s)", rl_test_bindir(), path, world, dir, ck, dir, ck);
     return rl_test_run(cmd, err, en);
 }
 
@@ -931,5 +932,16 @@ Test(ddp, sharded_checkpoints_resume_across_world_sizes_and_modes, .timeout = 60
         cr_expect_str_eq(a[s], b[s], "step %d: loss %s with ZeRO-1, %s with DDP", 31 + s, a[s], b[s]);
     snprintf(path, sizeof path, "%s/zero/step-00000040/optimizer-00001-of-00002.safetensors", dir);
     cr_expect(access(path, F_OK) == 0, "no shard of rank 1 at step 40");
+    /* the only checkpoint short of a shard: exit 2, one line naming it, nothing trained or written */
+    cr_assert_eq(unlink(path), 0);
+    char before[4096], after[4096], cmd[512];
+    snprintf(cmd, sizeof cmd, "ls -R %s/zero >&2", dir);
+    rl_test_run(cmd, before, sizeof before);
+    cr_expect_eq(run_ck(dir, "zero", 2, "optimizer", 50, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "ringleader-worker: error:") &&
+              strstr(err, "step-00000040/optimizer-00001-of-00002.safetensors: missing"), "%s", err);
+    cr_expect(!strstr(err, "\"event\":\"step\""), "trained anyway: %s", err);
+    rl_test_run(cmd, after, sizeof after);
+    cr_expect_str_eq(before, after, "the failed resume changed the store");
     rl_test_rmdir(dir);
 }
