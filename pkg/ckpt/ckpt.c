@@ -71,7 +71,8 @@ static int delete_step(rl_ckpt_store *s, long long step, rl_err *e) {
     if ((rc = rl_ckpt_list_keys(s, key, &l, e))) return rc;
     for (size_t i = 0; i < l.n && !rc; i++) rc = rl_ckpt_del(s, l.keys[i], e);
     rl_ckpt_list_free(&l);
-    return rc;
+    /* and what a writer killed mid-object left half-uploaded there */
+    return rc ? rc : rl_ckpt_abort_uploads(s, key, e);
 }
 
 static int prune(rl_ckpt_store *s, long long step, int keep, int *pruned, rl_err *e) {
@@ -92,8 +93,11 @@ static int prune(rl_ckpt_store *s, long long step, int keep, int *pruned, rl_err
                why);
         if (!(rc = delete_step(s, c[i], e))) (*pruned)++;
     }
+    /* only older ones: a newer directory without a manifest may be a save
+     * in flight (with sharded state the other ranks write theirs while
+     * rank 0 still commits this one) */
     for (int i = 0; i < nu && !rc; i++) {
-        if (u[i] == step) continue;
+        if (u[i] >= step) continue;
         rl_log(RL_LOG_INFO, "checkpoint_prune",
                "\"step\":%lld,\"why\":\"no manifest (a save that never finished)\"", u[i]);
         rc = delete_step(s, u[i], e);

@@ -118,6 +118,10 @@ typedef struct rl_ckpt_store_ops {
     int (*del)(void *ctx, const char *key, rl_err *e);
     int (*exists)(void *ctx, const char *key, bool *found, uint64_t *size, rl_err *e);
     void (*close)(void *ctx);
+    /* Optional (NULL: a store without partial objects): abort the uploads
+     * begun under prefix and never finished -- a writer killed mid-object
+     * leaves one, with parts the store keeps until then. */
+    int (*abort_uploads)(void *ctx, const char *prefix, rl_err *e);
 } rl_ckpt_store_ops;
 
 typedef struct rl_ckpt_store {
@@ -156,6 +160,7 @@ int rl_ckpt_get(rl_ckpt_store *s, const char *key, uint64_t off, uint64_t len, v
 int rl_ckpt_list_keys(rl_ckpt_store *s, const char *prefix, rl_ckpt_list *out, rl_err *e);
 int rl_ckpt_del(rl_ckpt_store *s, const char *key, rl_err *e);
 int rl_ckpt_exists(rl_ckpt_store *s, const char *key, bool *found, uint64_t *size, rl_err *e);
+int rl_ckpt_abort_uploads(rl_ckpt_store *s, const char *prefix, rl_err *e);
 
 /* ---- safetensors ----------------------------------------------------------------
  * File: u64 little-endian header length N, N bytes of JSON (padded with

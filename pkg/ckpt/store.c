@@ -32,6 +32,9 @@ int rl_ckpt_del(rl_ckpt_store *s, const char *key, rl_err *e) { return s->ops->d
 int rl_ckpt_exists(rl_ckpt_store *s, const char *key, bool *found, uint64_t *size, rl_err *e) {
     return s->ops->exists(s->ctx, key, found, size, e);
 }
+int rl_ckpt_abort_uploads(rl_ckpt_store *s, const char *prefix, rl_err *e) {
+    return s->ops->abort_uploads ? s->ops->abort_uploads(s->ctx, prefix, e) : RL_OK;
+}
 
 void rl_ckpt_store_close(rl_ckpt_store *s) {
     if (!s) return;

@@ -89,6 +89,21 @@ static int s3_exists(void *ctx, const char *key, bool *found, uint64_t *size, rl
     return rc ? rc : rl_s3_head(c->s3, c->bucket, k, found, size, e);
 }
 
+/* Every upload begun under prefix and never finished: a writer killed mid-object. */
+static int s3_abort_uploads(void *ctx, const char *prefix, rl_err *e) {
+    s3_ctx *c = ctx;
+    char k[RL_CKPT_URI_MAX + 256];
+    rl_s3_uploads u;
+    int rc = full_key(c, prefix, k, sizeof k, e);
+    if (rc || (rc = rl_s3_list_uploads(c->s3, c->bucket, k, &u, e))) return rc;
+    for (size_t i = 0; i < u.n && !rc; i++) {
+        rl_log(RL_LOG_INFO, "checkpoint_abort_upload", "\"key\":\"%.300s\"", u.keys[i]);
+        rc = rl_s3_abort_upload(c->s3, c->bucket, u.keys[i], u.ids[i], e);
+    }
+    rl_s3_uploads_free(&u);
+    return rc;
+}
+
 static void s3_close(void *ctx) {
     s3_ctx *c = ctx;
     if (!c) return;
@@ -96,7 +111,7 @@ static void s3_close(void *ctx) {
     free(c);
 }
 
-static const rl_ckpt_store_ops s3_ops = {s3_put, s3_get, s3_list, s3_del, s3_exists, s3_close};
+static const rl_ckpt_store_ops s3_ops = {s3_put, s3_get, s3_list, s3_del, s3_exists, s3_close, s3_abort_uploads};
 
 int rl_ckpt_store_open_s3(const rl_ckpt_config *cfg, const rl_ckpt_uri *u, rl_ckpt_store **out, rl_err *e) {
     *out = NULL;

@@ -1,9 +1,8 @@
 /* Gradient buckets reduced on a communication thread, overlapping backward. */
 #include "ddp.h"
 
-#include <limits.h>
-
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

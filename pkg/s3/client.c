@@ -442,6 +442,58 @@ void rl_s3_list_free(rl_s3_list *l) {
     memset(l, 0, sizeof *l);
 }
 
+int rl_s3_abort_upload(rl_s3 *s, const char *bucket, const char *key, const char *upload_id, rl_err *e) {
+    static const char empty_sha[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    char eid[3200], q[3300];
+    int rc = rl_s3_uri_encode(upload_id, false, eid, sizeof eid, e);
+    if (rc) return rc;
+    snprintf(q, sizeof q, "uploadId=%s", eid);
+    rl_s3_call c = {.method = "DELETE", .op = "AbortMultipartUpload", .bucket = bucket, .key = key, .query = q,
+                    .payload_sha256 = empty_sha, .ok_404 = true};
+    rl_http_resp r = {0};
+    rc = rl_s3_do(s, s->h, &c, &r, e);
+    rl_http_resp_free(&r);
+    return rc;
+}
+
+void rl_s3_uploads_free(rl_s3_uploads *u) {
+    for (size_t i = 0; i < u->n; i++) free(u->keys[i]), free(u->ids[i]);
+    free(u->keys), free(u->ids);
+    memset(u, 0, sizeof *u);
+}
+
+int rl_s3_list_uploads(rl_s3 *s, const char *bucket, const char *prefix, rl_s3_uploads *out, rl_err *e) {
+    static const char empty_sha[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    memset(out, 0, sizeof *out);
+    char key[1100] = "", id[1100] = "", ek[3400], ei[3400], epre[4096], query[12000];
+    int rc = rl_s3_uri_encode(prefix ? prefix : "", false, epre, sizeof epre, e);
+    for (int page = 0; !rc; page++) {
+        int w = snprintf(query, sizeof query, "uploads&prefix=%s", epre);
+        if (key[0]) {
+            if ((rc = rl_s3_uri_encode(key, false, ek, sizeof ek, e)) || (rc = rl_s3_uri_encode(id, false, ei, sizeof ei, e)))
+                break;
+            snprintf(query + w, sizeof query - (size_t)w, "&key-marker=%s&upload-id-marker=%s", ek, ei);
+        }
+        rl_s3_call c = {.method = "GET", .op = "ListMultipartUploads", .bucket = bucket, .query = query,
+                        .payload_sha256 = empty_sha, .collect = true};
+        rl_http_resp r = {0};
+        if ((rc = rl_s3_do(s, s->h, &c, &r, e))) {
+            rl_http_resp_free(&r);
+            break;
+        }
+        bool truncated;
+        char pk[1100], pi[1100];
+        snprintf(pk, sizeof pk, "%s", key), snprintf(pi, sizeof pi, "%s", id);
+        rc = rl_s3_parse_uploads(r.body, r.body_len, out, &truncated, key, sizeof key, id, sizeof id, e);
+        rl_http_resp_free(&r);
+        if (rc || !truncated) break;
+        if (!strcmp(pk, key) && !strcmp(pi, id))
+            rc = rl_errf(e, RL_EIO, "s3 ListMultipartUploads %s: the markers repeat", bucket);
+    }
+    if (rc) rl_s3_uploads_free(out);
+    return rc;
+}
+
 int rl_s3_delete(rl_s3 *s, const char *bucket, const char *key, rl_err *e) {
     static const char empty_sha[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
     rl_s3_call c = {.method = "DELETE", .op = "DeleteObject", .bucket = bucket, .key = key,

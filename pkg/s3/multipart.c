@@ -74,16 +74,9 @@ static void *worker(void *arg) {
 }
 
 static void abort_upload(job *j) {
-    static const char empty_sha[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-    char q[3300];
-    snprintf(q, sizeof q, "uploadId=%s", j->eid);
-    rl_s3_call c = {.method = "DELETE", .op = "AbortMultipartUpload", .bucket = j->bucket, .key = j->key, .query = q,
-                    .payload_sha256 = empty_sha, .ok_404 = true};
-    rl_http_resp r = {0};
     rl_err e = {0};
-    if (rl_s3_do(j->s, j->s->h, &c, &r, &e) != RL_OK)
+    if (rl_s3_abort_upload(j->s, j->bucket, j->key, j->upload_id, &e) != RL_OK)
         rl_log_msg(RL_LOG_WARN, "s3_abort_failed", e.msg); /* a lifecycle rule must clean it; say so */
-    rl_http_resp_free(&r);
 }
 
 int rl_s3_put_multipart(rl_s3 *s, const char *bucket, const char *key, const rl_s3_part *parts, int nparts,

@@ -125,6 +125,17 @@ typedef struct rl_s3_list {
 } rl_s3_list;
 int rl_s3_list_objects(rl_s3 *s, const char *bucket, const char *prefix, rl_s3_list *out, rl_err *e);
 void rl_s3_list_free(rl_s3_list *l);
+/* Multipart uploads begun under prefix and neither completed nor aborted
+ * (ListMultipartUploads, every page): a writer killed mid-upload leaves
+ * one, whose parts the store keeps (and bills) until aborted. */
+typedef struct rl_s3_uploads {
+    char **keys, **ids;
+    size_t n;
+} rl_s3_uploads;
+int rl_s3_list_uploads(rl_s3 *s, const char *bucket, const char *prefix, rl_s3_uploads *out, rl_err *e);
+void rl_s3_uploads_free(rl_s3_uploads *u);
+/* AbortMultipartUpload; one already gone is RL_OK. */
+int rl_s3_abort_upload(rl_s3 *s, const char *bucket, const char *key, const char *upload_id, rl_err *e);
 /* Deleting a missing key is RL_OK (S3 answers 204 either way). */
 int rl_s3_delete(rl_s3 *s, const char *bucket, const char *key, rl_err *e);
 /* CreateBucket (tests and benches; a job's bucket is the user's). */
@@ -138,6 +149,10 @@ bool rl_s3_parse_error(const char *body, size_t len, char *code, size_t cn, char
  * next_token (for the next page) filled. RL_EIO on a malformed document. */
 int rl_s3_parse_list(const char *body, size_t len, rl_s3_list *out, bool *truncated, char *next_token,
                      size_t tn, rl_err *e);
+/* One ListMultipartUploadsResult page: uploads appended to out; *truncated
+ * and the next page's markers filled. RL_EIO on a malformed document. */
+int rl_s3_parse_uploads(const char *body, size_t len, rl_s3_uploads *out, bool *truncated, char *next_key,
+                        size_t kn, char *next_id, size_t idn, rl_err *e);
 /* InitiateMultipartUploadResult's UploadId. */
 int rl_s3_parse_upload_id(const char *body, size_t len, char *upload_id, size_t n, rl_err *e);
 /* AssumeRoleWithWebIdentityResponse's credentials. */

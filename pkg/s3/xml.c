@@ -213,6 +213,67 @@ int rl_s3_parse_list(const char *body, size_t len, rl_s3_list *out, bool *trunca
     return RL_OK;
 }
 
+/* ---- ListMultipartUploadsResult ------------------------------------------------------- */
+typedef struct uploads_ud {
+    rl_s3_uploads *out;
+    bool *truncated;
+    char *nkey, *nid;
+    size_t kn, idn;
+    char key[1100], id[1100];
+    bool have_key, have_id, oom, bad, root;
+} uploads_ud;
+
+static void uploads_end(xp *x, void *ud) {
+    uploads_ud *u = ud;
+    static const char *const key[] = {"ListMultipartUploadsResult", "Upload", "Key"},
+                             *const id[] = {"ListMultipartUploadsResult", "Upload", "UploadId"},
+                             *const item[] = {"ListMultipartUploadsResult", "Upload"},
+                             *const tr[] = {"ListMultipartUploadsResult", "IsTruncated"},
+                             *const nk[] = {"ListMultipartUploadsResult", "NextKeyMarker"},
+                             *const ni[] = {"ListMultipartUploadsResult", "NextUploadIdMarker"},
+                             *const root[] = {"ListMultipartUploadsResult"};
+    if (at(x, root, 1)) u->root = true;
+    if (at(x, key, 3)) copy(u->key, sizeof u->key, x->text), u->have_key = x->tlen > 0 && x->tlen < sizeof u->key;
+    if (at(x, id, 3)) copy(u->id, sizeof u->id, x->text), u->have_id = x->tlen > 0 && x->tlen < sizeof u->id;
+    if (at(x, tr, 2)) *u->truncated = strcmp(x->text, "true") == 0;
+    if (at(x, nk, 2) && u->kn) copy(u->nkey, u->kn, x->text);
+    if (at(x, ni, 2) && u->idn) copy(u->nid, u->idn, x->text);
+    if (!at(x, item, 2)) return;
+    if (!u->have_key || !u->have_id) {
+        u->bad = true;
+        return;
+    }
+    rl_s3_uploads *l = u->out;
+    char **k = realloc(l->keys, (l->n + 1) * sizeof *k);
+    if (k) l->keys = k;
+    char **i = realloc(l->ids, (l->n + 1) * sizeof *i);
+    if (i) l->ids = i;
+    char *dk = strdup(u->key), *di = strdup(u->id);
+    if (!k || !i || !dk || !di) {
+        free(dk), free(di);
+        u->oom = true;
+        return;
+    }
+    l->keys[l->n] = dk, l->ids[l->n] = di, l->n++;
+    u->have_key = u->have_id = false;
+}
+
+int rl_s3_parse_uploads(const char *body, size_t len, rl_s3_uploads *out, bool *truncated, char *next_key,
+                        size_t kn, char *next_id, size_t idn, rl_err *e) {
+    *truncated = false;
+    if (kn) next_key[0] = '\0';
+    if (idn) next_id[0] = '\0';
+    uploads_ud u = {.out = out, .truncated = truncated, .nkey = next_key, .nid = next_id, .kn = kn, .idn = idn};
+    int rc = parse(body, len, uploads_end, &u, "ListMultipartUploads", e);
+    if (rc) return rc;
+    if (u.oom) return rl_errf(e, RL_ENOMEM, "s3: out of memory");
+    if (!u.root) return rl_errf(e, RL_EIO, "s3: ListMultipartUploads: the response is not a ListMultipartUploadsResult");
+    if (u.bad) return rl_errf(e, RL_EIO, "s3: ListMultipartUploads: an upload without a key or an upload id");
+    if (*truncated && (!kn || !next_key[0]))
+        return rl_errf(e, RL_EIO, "s3: ListMultipartUploads: truncated listing without a next key marker");
+    return RL_OK;
+}
+
 /* ---- InitiateMultipartUploadResult ---------------------------------------------------- */
 typedef struct up_ud {
     char *id;

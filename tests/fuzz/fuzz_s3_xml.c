@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
     rl_err e = {0};
-    switch (data[0] % 4) {
+    switch (data[0] % 5) {
     case 0: {
         char code[64], msg[256];
         bool is = rl_s3_parse_error(body, len, code, sizeof code, msg, sizeof msg);
@@ -43,6 +43,18 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         int rc = rl_s3_parse_upload_id(body, len, id, sizeof id, &e);
         check_msg(rc, &e);
         if (rc == RL_OK && (!id[0] || strnlen(id, sizeof id) == sizeof id)) abort();
+        break;
+    }
+    case 4: {
+        rl_s3_uploads u = {0};
+        bool tr;
+        char k[128], id[128];
+        int rc = rl_s3_parse_uploads(body, len, &u, &tr, k, sizeof k, id, sizeof id, &e);
+        check_msg(rc, &e);
+        for (size_t i = 0; i < u.n; i++)
+            if (!u.keys[i] || !u.keys[i][0] || !u.ids[i] || !u.ids[i][0]) abort();
+        if (rc == RL_OK && tr && !k[0]) abort();
+        rl_s3_uploads_free(&u);
         break;
     }
     default: {

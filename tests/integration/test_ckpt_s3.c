@@ -400,3 +400,68 @@ Test(ckpt_s3, a_store_that_fills_mid_run_stops_it_and_keeps_every_committed_chec
     rl_s3_close(s3);
     rl_test_rmdir(dir);
 }
+
+/* What a rank killed mid-shard leaves in S3: an upload begun, a part sent,
+ * never completed (its parts kept, and billed, until aborted), in a step
+ * directory without a manifest. A sharded run's next commit prunes that
+ * directory and aborts the upload: radosgw holds none afterwards. */
+Test(ckpt_s3, a_killed_writers_unfinished_upload_is_aborted_by_the_next_commit, .init = rgw_up, .fini = rgw_down,
+     .timeout = 240) {
+    char dir[64], path[256], js[1536], cmd[1024], err[4096];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    rl_s3_config c = {0};
+    rl_s3 *s3;
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_open(&c, &s3, &e), 0, "%s", e.msg);
+    const char *key = "zero/step-00000012/optimizer-00001-of-00002.safetensors";
+    cr_assert_eq(rl_s3_put(s3, BUCKET, "zero/step-00000012/model.safetensors", &(rl_s3_part){"partial", 7}, 1, &e), 0,
+                 "%s", e.msg);
+    static const char empty_sha[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    rl_s3_call create = {.method = "POST", .op = "CreateMultipartUpload", .bucket = BUCKET, .key = key,
+                         .query = "uploads", .payload_sha256 = empty_sha, .collect = true};
+    rl_http_resp r = {0};
+    char id[1024], q[1200];
+    cr_assert_eq(rl_s3_do(s3, s3->h, &create, &r, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_s3_parse_upload_id(r.body, r.body_len, id, sizeof id, &e), 0, "%s", e.msg);
+    rl_http_resp_free(&r);
+    char *part = calloc(1, 5 << 20);
+    snprintf(q, sizeof q, "partNumber=1&uploadId=%s", id);
+    rl_s3_call up = {.method = "PUT", .op = "UploadPart", .bucket = BUCKET, .key = key, .query = q,
+                     .parts = &(rl_s3_part){part, 5 << 20}, .nparts = 1, .len = 5 << 20};
+    cr_assert_eq(rl_s3_do(s3, s3->h, &up, &r, &e), 0, "%s", e.msg);
+    rl_http_resp_free(&r);
+    free(part);
+    rl_s3_uploads u;
+    cr_assert_eq(rl_s3_list_uploads(s3, BUCKET, "zero/", &u, &e), 0, "%s", e.msg);
+    cr_assert(u.n == 1 && !strcmp(u.keys[0], key) && !strcmp(u.ids[0], id), "%zu uploads before the run", u.n);
+    rl_s3_uploads_free(&u);
+    /* 2 ranks, ZeRO-2, checkpoints at 5, 10, 15: the commit of 15 prunes step 12 */
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    snprintf(js, sizeof js,
+             "{" RL_TEST_TINY_MODEL_JSON
+             "\"train\":{\"steps\":15,\"warmup_steps\":2,\"seq_len\":32,\"micro_batch\":4,\"global_batch_tokens\":1024,"
+             "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
+             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"dist\":{\"timeout_s\":30,\"shard\":\"gradients\"},"
+             "\"checkpoint\":{\"uri\":\"s3://" BUCKET "/zero\",\"every_steps\":5}}", dir);
+    rl_test_write(path, js, strlen(js));
+    snprintf(cmd, sizeof cmd, "(%s/ringleader-worker --config %s --nproc-per-node 2 2>%s/log >/dev/null; s=$?; "
+             "tail -c 1500 %s/log >&2; exit $s)", rl_test_bindir(), path, dir, dir);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/log", dir);
+    cr_expect(rl_test_file_has(path, "\"event\":\"checkpoint_abort_upload\""), "no abort logged");
+    cr_assert_eq(rl_s3_list_uploads(s3, BUCKET, "zero/", &u, &e), 0, "%s", e.msg);
+    cr_expect_eq(u.n, 0, "%zu uploads left half-finished (first: %s)", u.n, u.n ? u.keys[0] : "");
+    rl_s3_uploads_free(&u);
+    rl_s3_list l;
+    cr_assert_eq(rl_s3_list_objects(s3, BUCKET, "zero/step-00000015/", &l, &e), 0, "%s", e.msg);
+    int shards = 0;
+    for (size_t i = 0; i < l.n; i++) shards += strstr(l.keys[i], "-of-00002.safetensors") != NULL;
+    cr_expect_eq(shards, 2, "step 15 holds %d optimizer shards", shards);
+    rl_s3_list_free(&l);
+    cr_assert_eq(rl_s3_list_objects(s3, BUCKET, "zero/step-00000012/", &l, &e), 0, "%s", e.msg);
+    cr_expect_eq(l.n, 0, "step 12's partial save is still there");
+    rl_s3_list_free(&l);
+    rl_s3_close(s3);
+    rl_test_rmdir(dir);
+}

@@ -750,18 +750,26 @@ static void read_shard_log(const char *path, shard_run *r) {
     fclose(f);
 }
 
-static void run_mode(const char *dir, int world, const char *mode, shard_run *r) {
-    char path[256], js[1024], extra[320];
-    snprintf(path, sizeof path, "%s/job.json", dir);
-    /* 24 sequences of 64: 12, 6, 4 or 3 micro-steps of 2 on 1..4 ranks; the
-     * default clip of 1.0 cuts the first steps' norms only */
+/* DIR/job.json for the shard tests: 24 sequences of 64 a step, so 12, 6, 4
+ * or 3 micro-steps of 2 on 1..4 ranks (the default clip of 1.0 cuts the
+ * first steps' norms only); with ck, checkpoints every 10 steps to DIR/<ck>,
+ * keeping one. The path to *path. */
+static void shard_job(const char *dir, int steps, const char *mode, const char *ck, char *path, size_t pn) {
+    char js[1024], ckpt[512] = "";
+    if (ck) snprintf(ckpt, sizeof ckpt, ",\"checkpoint\":{\"uri\":\"%s/%s\",\"every_steps\":10,\"keep\":1}", dir, ck);
+    snprintf(path, pn, "%s/job.json", dir);
     snprintf(js, sizeof js,
-             "{\"train\":{\"steps\":20,\"warmup_steps\":2,\"micro_batch\":2,\"global_batch_tokens\":1536,"
+             "{\"train\":{\"steps\":%d,\"warmup_steps\":2,\"micro_batch\":2,\"global_batch_tokens\":1536,"
              "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
              "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
-             "\"dist\":{\"timeout_s\":60,\"first_bucket_mb\":0.05,\"bucket_mb\":0.25,\"shard\":\"%s\"}}",
-             dir, mode);
+             "\"dist\":{\"timeout_s\":60,\"first_bucket_mb\":0.05,\"bucket_mb\":0.25,\"shard\":\"%s\"}%s}",
+             steps, dir, mode, ckpt);
     rl_test_write(path, js, strlen(js));
+}
+
+static void run_mode(const char *dir, int world, const char *mode, shard_run *r) {
+    char path[256], extra[320];
+    shard_job(dir, 20, mode, NULL, path, sizeof path);
     char params[256], log[256];
     snprintf(params, sizeof params, "%s/p_%d_%s.bin", dir, world, mode);
     snprintf(log, sizeof log, "%s/log_%d_%s.txt", dir, world, mode);
@@ -845,16 +853,8 @@ Test(ddp, shard_modes_train_as_ddp_on_1_to_4_processes, .timeout = 900) {
 /* `world` processes in `mode` to `steps`, checkpointing every 10 steps to
  * DIR/<ck>: the exit status, rank 0's log in DIR/<ck>.log, stderr's tail in err. */
 static int run_ck(const char *dir, const char *ck, int world, const char *mode, int steps, char *err, size_t en) {
-    char path[256], js[1024], cmd[1024];
-    snprintf(path, sizeof path, "%s/job.json", dir);
-    snprintf(js, sizeof js,
-             "{\"train\":{\"steps\":%d,\"warmup_steps\":2,\"micro_batch\":2,\"global_batch_tokens\":1536,"
-             "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
-             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
-             "\"dist\":{\"timeout_s\":60,\"first_bucket_mb\":0.05,\"bucket_mb\":0.25,\"shard\":\"%s\"},"
-             "\"checkpoint\":{\"uri\":\"%s/%s\",\"every_steps\":10,\"keep\":1}}",
-             steps, dir, mode, dir, ck);
-    rl_test_write(path, js, strlen(js));
+    char path[256], cmd[1024];
+    shard_job(dir, steps, mode, ck, path, sizeof path);
     /* grouped: rl_test_run's redirect of stderr applies to all of it */
     snprintf(cmd, sizeof cmd, "(%s/ringleader-worker --config %s --nproc-per-node %d 2>%s/%s.log >/dev/null; s=$?; "
              "tail -c 1500 %s/%s.log >&2; exit $s)", rl_test_bindir(), path, world, dir, ck, dir, ck);

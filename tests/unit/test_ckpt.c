@@ -132,7 +132,7 @@ static void w_close(void *ctx) {
     rl_ckpt_store_close(w->inner);
     free(w);
 }
-static const rl_ckpt_store_ops wrap_ops = {w_put, w_get, w_list, w_del, w_exists, w_close};
+static const rl_ckpt_store_ops wrap_ops = {w_put, w_get, w_list, w_del, w_exists, w_close, NULL};
 
 static rl_ckpt_store *wrap_store(const char *uri, wrap_ctx **ctx_out) {
     rl_err e;
