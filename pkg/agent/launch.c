@@ -76,12 +76,15 @@ int rl_launch(const rl_launch_opts *o, rl_err *e) {
         rl_node_stats_poll(ns);
         int bad, status;
         if (rl_group_poll(g, &bad, &status)) {
+            /* the launcher ends in the trainer's class: a user error exits
+             * 2, the infrastructure 77, a crash 1. The first failure
+             * decides, but a user error coming after a peer's failure is
+             * its cause (rank 0 refused a bad checkpoint; the others,
+             * waiting for its state, may fail first) */
+            rl_fail_class cls = rl_exit_class(rl_wait_exit_status(status));
             if (WIFEXITED(status) && WEXITSTATUS(status) == RL_EXIT_PREEMPTED) {
                 preempted = true;
-            } else if (!rc || rc == RL_EABORT) {
-                /* the launcher ends in the trainer's class: a user error
-                 * exits 2, the infrastructure 77, a crash 1 */
-                rl_fail_class cls = rl_exit_class(rl_wait_exit_status(status));
+            } else if (!rc || rc == RL_EABORT || (cls == RL_FAIL_USER && rc != RL_EINPUT)) {
                 if (!rc && cls == RL_FAIL_CRASH) rl_node_stats_crash(ns); /* not one we stopped ourselves */
                 char how[96], said[300];
                 rl_group_describe(how, sizeof how, status);

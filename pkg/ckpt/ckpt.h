@@ -363,6 +363,17 @@ void rl_ckpt_loaded_free(rl_ckpt_loaded *l);
 int rl_ckpt_read_step(rl_ckpt_store *s, long long step, const rl_model_config *want, size_t n,
                       float *params, float *m, float *v, rl_ckpt_loaded *out, rl_err *e);
 
+/* One rank's slice of a committed step's AdamW moments, read with ranged
+ * reads (each file's header, then only the bytes that overlap): for each
+ * of `ranges` (ascending, within the model's n), its elements of m and v,
+ * one range after the other. The step's optimizer state may be one
+ * optimizer.safetensors or shards of any world. The caller verified the
+ * step first (rl_ckpt_read_step or rl_ckpt_load_latest, moments NULL: one
+ * rank, one file at a time); this trusts what it read there. So a resume
+ * holds a rank's shard of the moments, never the whole of them. */
+int rl_ckpt_read_moments(rl_ckpt_store *s, long long step, const rl_model_config *want, size_t n,
+                         const rl_shard_range *ranges, int nranges, float *m, float *v, rl_err *e);
+
 /* The resume choice: `latest` first, then every committed step, newest
  * first; the first that verifies is loaded (and each one skipped is logged
  * with the reason). A store with no checkpoint at all: RL_OK, found false.

@@ -127,15 +127,6 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int 
     return RL_OK;
 }
 
-void rl_train_dev_slice_moments(rl_train_device *d, const float *m, const float *v) {
-    const rl_train_shard *s = d->shard;
-    size_t base = 0;
-    for (int k = 0; s && k < s->n; base += s->r[k].len, k++) {
-        memcpy(d->opt + base, m + s->r[k].off, s->r[k].len * sizeof(float));
-        memcpy(d->opt + s->total + base, v + s->r[k].off, s->r[k].len * sizeof(float));
-    }
-}
-
 int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e) {
     int rc = check_open(d, "download", e);
     return rc ? rc : d->ops->download(d, opt, e);

@@ -145,9 +145,6 @@ int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
  * rank `rank`: the moments start again from zero, so only before the first
  * step or a resume that fills them. cpu only for now (cuda refuses). */
 int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int rank, rl_err *e);
-/* With a shard: its ranges of the whole moments m and v (n floats each)
- * into opt (a resume). */
-void rl_train_dev_slice_moments(rl_train_device *d, const float *m, const float *v);
 
 /* Implementations' opens, called by rl_train_dev_open with d->cfg set:
  * fill ops, impl, n and params (host, n floats), or leave d untouched and

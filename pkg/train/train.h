@@ -178,7 +178,7 @@ typedef struct rl_step_stats {
     double allreduce_busy_s; /* the reduction's whole time, overlapped or not; -1: no dist */
 } rl_step_stats;
 
-/* A committed checkpoint (rank 0 only: it is the one that saves). */
+/* A committed checkpoint (rank 0 only: it is the one that commits). */
 typedef struct rl_train_ckpt_event {
     long long step;
     double seconds;    /* snapshot to commit; -1 for the checkpoint a run resumed from */
@@ -267,8 +267,9 @@ double rl_trainer_flops_per_token(const rl_trainer *tr); /* rl_train_flops_per_t
 /* Results of the run so far (final once rl_trainer_run returned). */
 const rl_run_summary *rl_trainer_summary(const rl_trainer *tr);
 /* The host's copy of the parameters (n floats in the model's layout) and
- * of the AdamW moments (m then v, 2 x n): the model's own on the CPU, on a
- * GPU a mirror that rl_trainer_sync_host refreshes. */
+ * of the AdamW moments (m then v, 2 x n; with dist.shard the shard's
+ * ranges only, once resumed): the model's own on the CPU, on a GPU a
+ * mirror that rl_trainer_sync_host refreshes. */
 size_t rl_trainer_nparams(const rl_trainer *tr);
 float *rl_trainer_params(rl_trainer *tr);
 float *rl_trainer_opt(rl_trainer *tr);
@@ -277,13 +278,15 @@ float *rl_trainer_opt(rl_trainer *tr);
 rl_ckpt_store *rl_trainer_store(rl_trainer *tr);
 rl_ckpt_saver *rl_trainer_saver(rl_trainer *tr);
 
-/* ---- checkpoints (only rank 0 touches the store) ------------------------------------------
+/* ---- checkpoints (rank 0 commits; with dist.shard every rank writes its shard) ----------
  * Resume: rank 0 loads the newest checkpoint that verifies (pkg/ckpt) and
  * broadcasts step, data position, RNG, parameters and AdamW moments through
- * dist->broadcast; every rank then reads from the restored global sample
+ * dist->broadcast (with dist.shard each rank reads its own ranges of the
+ * moments instead); every rank then reads from the restored global sample
  * index. Called by rl_trainer_run if not called before; a no-op without
  * checkpoint.uri or with resume false (which refuses a URI that already
- * holds checkpoints).
+ * holds checkpoints). With dist.shard it first shrinks the moments to the
+ * rank's shard (the seam's, attached after rl_trainer_new).
  * A live resume comes first: when any rank holds a replica from an
  * earlier round of its process (rl_trainer_set_dist), the lowest rank of
  * the most advanced ones broadcasts its state to the others (new processes

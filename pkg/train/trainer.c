@@ -454,10 +454,6 @@ typedef struct {
     uint64_t rng[4];
 } resume_wire;
 
-/* Where a resume reads and spreads the moments: the device's, or with
- * sharded state the whole of them (sliced to the shard once adopted). */
-static float *whole_opt(rl_trainer *tr) { return tr->opt_whole ? tr->opt_whole : tr->dev.opt; }
-
 /* root's record, then (when it has state) its parameters and AdamW
  * moments, to every rank; rc: the root's own failure so far. */
 static int spread(rl_trainer *tr, int root, resume_wire *w, int rc, rl_err *e) {
@@ -467,16 +463,31 @@ static int spread(rl_trainer *tr, int root, resume_wire *w, int rc, rl_err *e) {
     int brc = tr->dist->broadcast(tr->dist->ctx, root, w, sizeof *w, &be);
     if (brc && !rc) rc = brc, *e = be;
     if (!rc && w->status < 0) rc = rl_errf(e, RL_EPEER, "rank %d could not give its state (its log says why)", root);
+    /* sharded moments are not spread: each rank reads its own (shard_moments) */
     if (!rc && w->status == 1 &&
         ((rc = tr->dist->broadcast(tr->dist->ctx, root, tr->dev.params, n * sizeof(float), e)) ||
-         (rc = tr->dist->broadcast(tr->dist->ctx, root, whole_opt(tr), 2 * n * sizeof(float), e))))
+         (!tr->dev.shard && (rc = tr->dist->broadcast(tr->dist->ctx, root, tr->dev.opt, 2 * n * sizeof(float), e)))))
         rc = rl_err_wrap(e, "broadcasting the resumed state");
     return rc;
 }
 
+/* Sharded: every rank reads its own ranges of the step's moments (rank 0
+ * verified the step), and all learn whether every rank could. */
+static int shard_moments(rl_trainer *tr, long long step, rl_err *e) {
+    const rl_train_shard *sh = tr->dev.shard;
+    int rc = rl_ckpt_read_moments(tr->store, step, &tr->cfg.model, tr->dev.n, sh->r, sh->n, tr->dev.opt,
+                                  tr->dev.opt + sh->total, e);
+    double failed = rc != RL_OK;
+    rl_err ae = {0};
+    int arc = tr->dist->average(tr->dist->ctx, &failed, 1, &ae);
+    if (rc) return rl_err_wrap(e, "reading this rank's shard of the moments");
+    if (arc) return *e = ae, arc;
+    return failed > 0 ? rl_errf(e, RL_EPEER, "another rank could not read its shard of the moments (its log says why)")
+                      : RL_OK;
+}
+
 /* Every rank takes the state in w (its host copy already in place). */
 static int adopt(rl_trainer *tr, const resume_wire *w, rl_err *e) {
-    if (tr->opt_whole) rl_train_dev_slice_moments(&tr->dev, tr->opt_whole, tr->opt_whole + tr->dev.n);
     if (rl_train_dev_upload(&tr->dev, true, e)) return rl_err_wrap(e, "uploading the resumed state to the device");
     tr->step = w->step;
     tr->tokens_seen = w->tokens;
@@ -546,8 +557,9 @@ static int load_newest(rl_trainer *tr, resume_wire *w, rl_ckpt_loaded *ld, rl_er
         free(cs);
         return rc;
     }
-    float *opt = whole_opt(tr);
-    if ((rc = rl_ckpt_load_latest(tr->store, &tr->cfg.model, n, tr->dev.params, opt, opt + n, ld,
+    /* sharded: the moments are verified here, read per rank after (shard_moments) */
+    float *m = tr->dev.shard ? NULL : tr->dev.opt, *v = tr->dev.shard ? NULL : tr->dev.opt + n;
+    if ((rc = rl_ckpt_load_latest(tr->store, &tr->cfg.model, n, tr->dev.params, m, v, ld,
                                   e)))
         return rc;
     if (ld->found) {
@@ -578,8 +590,7 @@ static void log_memory(const rl_trainer *tr) {
 /* Sharded state, once the seam is whole (DDP attaches after the trainer is
  * built): the moments shrink to this rank's shard before anything fills
  * them, the saver to what this rank snapshots, and the round agrees on
- * the nonce its saves' shard receipts carry. A checkpoint is read whole
- * and sliced (opt_whole, freed after the resume). */
+ * the nonce its saves' shard receipts carry. */
 static int shard_up(rl_trainer *tr, rl_err *e) {
     const rl_train_shard *s = tr->dist->shard;
     int rank = rank_of(tr);
@@ -590,9 +601,6 @@ static int shard_up(rl_trainer *tr, rl_err *e) {
     uint64_t nonce = rank == 0 ? rl_hash64((uint64_t)(rl_wall_now() * 1e6) ^ (uint64_t)getpid() << 32 ^ tr->step) : 0;
     if (world_of(tr) > 1 && (rc = tr->dist->broadcast(tr->dist->ctx, 0, &nonce, sizeof nonce, e))) return rc;
     tr->nonce = nonce;
-    if (tr->cfg.ckpt.uri[0] && !(tr->opt_whole = calloc(2 * tr->dev.n, sizeof(float))))
-        return rl_errf(e, RL_ENOMEM, "resume: out of memory for the whole moments (%zu MiB)",
-                       2 * tr->dev.n * sizeof(float) >> 20);
     return RL_OK;
 }
 
@@ -606,10 +614,7 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
         return rl_errf(e, RL_EINTERNAL, "resume: %d ranks but the dist seam has no broadcast", world);
     if (tr->dist && tr->dist->shard && (rc = shard_up(tr, e))) return rc;
     log_memory(tr);
-    rc = resume_state(tr, e);
-    free(tr->opt_whole);
-    tr->opt_whole = NULL;
-    return rc;
+    return resume_state(tr, e);
 }
 
 /* The live replica, a checkpoint, or rank 0's initial weights. */
@@ -628,7 +633,7 @@ static int resume_state(rl_trainer *tr, rl_err *e) {
         rl_ckpt_loaded_free(&ld);
         return rc ? rc : rl_trainer_broadcast_params(tr, e);
     }
-    if ((rc = adopt(tr, &w, e))) {
+    if ((tr->dev.shard && (rc = shard_moments(tr, w.step, e))) || (rc = adopt(tr, &w, e))) {
         rl_ckpt_loaded_free(&ld);
         return rc;
     }

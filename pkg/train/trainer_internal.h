@@ -35,7 +35,6 @@ struct rl_trainer {
     rl_ckpt_saver *saver;
     bool save_agreed;         /* the step's average carried rank 0's "a cadence checkpoint is due" */
     uint64_t nonce;           /* sharded: this round's, agreed at resume; tells its saves' shard receipts apart */
-    float *opt_whole;         /* sharded, during a resume: the whole moments (m then v, 2 x n) before slicing */
     bool resume_done;
     bool live;                /* the state is a whole step's (done or resumed here): a replica to share */
     long long committed_step; /* newest step known committed by this run (-1: none) */

@@ -891,12 +891,15 @@ static void copy_ck(const char *dir, const char *from, const char *to) {
 }
 
 /* The issue's chain: "gradients" on 4 ranks -> "none" on 3 -> "optimizer" on
- * 2, each resuming where the last stopped. Each leg's losses equal those
- * of DDP resuming the same state on that world size: after the 4-rank
- * shards, a 3-rank run from a DDP checkpoint of the same step (the two
- * 4-rank runs differ by their reduce-scatter's summation order, so within
- * 1e-5 relative); after that, a 2-rank DDP run from the very checkpoint
- * the "optimizer" leg resumed from (bit for bit: ZeRO-1 computes as DDP). */
+ * 2 -> "gradients" on 3, each resuming where the last stopped. Each leg's
+ * losses equal those of DDP resuming the same state on that world size:
+ * after the 4-rank shards, a 3-rank run from a DDP checkpoint of the same
+ * step (the two 4-rank runs differ by their reduce-scatter's summation
+ * order, so within 1e-5 relative); after that, DDP from the very
+ * checkpoint the leg resumed from (bit for bit for ZeRO-1, which computes
+ * as DDP; within 1e-5 for ZeRO-2). A sharded resume reads each rank's
+ * ranges only: from one optimizer.safetensors (leg 3) and from another
+ * world's shards (leg 4). */
 Test(ddp, sharded_checkpoints_resume_across_world_sizes_and_modes, .timeout = 600) {
     char dir[64], err[4096];
     rl_test_arith_dir(dir, sizeof dir, 300000);
@@ -932,14 +935,25 @@ Test(ddp, sharded_checkpoints_resume_across_world_sizes_and_modes, .timeout = 60
         cr_expect_str_eq(a[s], b[s], "step %d: loss %s with ZeRO-1, %s with DDP", 31 + s, a[s], b[s]);
     snprintf(path, sizeof path, "%s/zero/step-00000040/optimizer-00001-of-00002.safetensors", dir);
     cr_expect(access(path, F_OK) == 0, "no shard of rank 1 at step 40");
+    /* leg 4: shards of 2 ranks read as shards of 3 (each rank its own ranges) */
+    copy_ck(dir, "zero", "ddp4");
+    cr_assert_eq(run_ck(dir, "zero", 3, "gradients", 50, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(run_ck(dir, "ddp4", 3, "none", 50, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(read_losses(dir, "zero", 41, 50, a), 40, "the 3-rank leg did not resume at step 40");
+    cr_expect_eq(read_losses(dir, "ddp4", 41, 50, b), 40);
+    for (int s = 0; s < 10; s++) {
+        double x = atof(a[s]), y = atof(b[s]);
+        cr_expect(a[s][0] && fabs(x - y) <= 1e-5 * fabs(y), "step %d: loss %s with ZeRO-2, %s with DDP", 41 + s, a[s], b[s]);
+    }
     /* the only checkpoint short of a shard: exit 2, one line naming it, nothing trained or written */
+    snprintf(path, sizeof path, "%s/zero/step-00000050/optimizer-00001-of-00003.safetensors", dir);
     cr_assert_eq(unlink(path), 0);
     char before[4096], after[4096], cmd[512];
     snprintf(cmd, sizeof cmd, "ls -R %s/zero >&2", dir);
     rl_test_run(cmd, before, sizeof before);
-    cr_expect_eq(run_ck(dir, "zero", 2, "optimizer", 50, err, sizeof err), 2, "%s", err);
+    cr_expect_eq(run_ck(dir, "zero", 2, "optimizer", 60, err, sizeof err), 2, "%s", err);
     cr_expect(strstr(err, "ringleader-worker: error:") &&
-              strstr(err, "step-00000040/optimizer-00001-of-00002.safetensors: missing"), "%s", err);
+              strstr(err, "step-00000050/optimizer-00001-of-00003.safetensors: missing"), "%s", err);
     cr_expect(!strstr(err, "\"event\":\"step\""), "trained anyway: %s", err);
     rl_test_run(cmd, after, sizeof after);
     cr_expect_str_eq(before, after, "the failed resume changed the store");
