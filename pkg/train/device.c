@@ -38,6 +38,7 @@ int rl_train_dev_open(rl_train_device *d, const rl_job_config *cfg, int local_ra
 void rl_train_dev_close(rl_train_device *d) {
     if (!d) return;
     if (d->ops) d->ops->close(d);
+    free(d->ranges);
     free(d->opt);
     memset(d, 0, sizeof *d);
 }
@@ -118,12 +119,19 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int 
     size_t held = shard ? shard->total : d->n;
     if (shard && (shard->n < 0 || held > d->n || (held > 0 && !shard->r)))
         return rl_errf(e, RL_EINTERNAL, "train device: a shard of %zu elements of %zu", held, d->n);
+    /* the device's own copy of the ranges: the seam's go with its round */
     float *opt = calloc(2 * held > 0 ? 2 * held : 1, sizeof(float));
-    if (!opt)
+    rl_shard_range *r = shard ? malloc(((size_t)shard->n + 1) * sizeof *r) : NULL;
+    if (!opt || (shard && !r)) {
+        free(opt), free(r);
         return rl_errf(e, RL_ENOMEM, "trainer: out of memory for optimizer state (%zu MiB)",
                        2 * held * sizeof(float) >> 20);
-    free(d->opt);
-    d->opt = opt, d->shard = shard, d->rank = rank;
+    }
+    if (shard) memcpy(r, shard->r, (size_t)shard->n * sizeof *r);
+    free(d->opt), free(d->ranges);
+    d->opt = opt, d->ranges = r, d->rank = rank;
+    d->own_shard = shard ? (rl_train_shard){.n = shard->n, .r = r, .total = shard->total} : (rl_train_shard){0};
+    d->shard = shard ? &d->own_shard : NULL;
     return RL_OK;
 }
 

@@ -113,7 +113,9 @@ struct rl_train_device {
     /* NULL: opt holds every element's moments (m then v, 2 x n). Else the
      * shard's ranges' only, one after the other (m then v, 2 x
      * shard->total): sharded state, rl_train_dev_set_shard. */
-    const rl_train_shard *shard;
+    const rl_train_shard *shard; /* &own_shard or NULL */
+    rl_train_shard own_shard;
+    rl_shard_range *ranges;      /* own_shard's, a copy of the seam's */
     int rank; /* with a shard: this rank (the one that counts shared ranges in the norm) */
 };
 
@@ -143,7 +145,8 @@ int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e);
 int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
 /* Keep the moments of shard's ranges only (NULL: of every element), as
  * rank `rank`: the moments start again from zero, so only before the first
- * step or a resume that fills them. cpu only for now (cuda refuses). */
+ * step or a resume that fills them. The device copies the ranges (the
+ * seam's end with its round). cpu only for now (cuda refuses). */
 int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int rank, rl_err *e);
 
 /* Implementations' opens, called by rl_train_dev_open with d->cfg set:

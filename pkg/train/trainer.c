@@ -188,7 +188,7 @@ static bool save_due(const rl_trainer *tr) {
 
 int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     const rl_train_config *t = &tr->cfg.train;
-    if (tr->dist && tr->dist->shard != tr->dev.shard)
+    if (tr->dist && tr->dist->shard && !tr->resume_done)
         return rl_errf(e, RL_EINTERNAL, "trainer: a sharded seam, but no rl_trainer_resume yet to shard the state");
     double t0 = rl_now();
     int rc = rl_train_dev_zero_grad(&tr->dev, e);

@@ -959,3 +959,84 @@ Test(ddp, sharded_checkpoints_resume_across_world_sizes_and_modes, .timeout = 60
     cr_expect_str_eq(before, after, "the failed resume changed the store");
     rl_test_rmdir(dir);
 }
+
+/* ---- a yield with sharded state -------------------------------------------------------- */
+typedef struct {
+    volatile int flag;
+    int rank;
+} yield_ctl;
+
+static void yield_on_step(void *ud, const rl_step_stats *st) {
+    yield_ctl *y = ud;
+    if (y->rank == 1 && st->step == 4) y->flag = 1; /* one rank hears it, as from its own agent */
+}
+
+/* One round of two ranks over the store, prefix naming it: comm, DDP with
+ * ZeRO-1, the trainer pointed at it. */
+static int zero_round(rl_store *s, const char *prefix, int rank, rl_trainer **tr, const rl_job_config *c,
+                      rl_train_dist *dist, rl_comm **comm, rl_ddp **d, rl_err *e) {
+    rl_comm_opts co = {.backend = "tcp", .rank = rank, .world = 2, .store = s, .prefix = prefix, .timeout_s = 20};
+    int rc = rl_comm_init(&co, comm, e);
+    *dist = (rl_train_dist){.rank = rank, .world = 2};
+    if (!rc && !*tr) rc = rl_trainer_new(tr, c, dist, e);
+    rl_ddp_opts o = {.first_bucket_bytes = 64 << 10, .bucket_bytes = 128 << 10, .shard = RL_SHARD_OPTIMIZER};
+    if (!rc) rc = rl_ddp_create(*comm, rl_trainer_grads(*tr), rl_trainer_nparams(*tr), &o, d, e);
+    if (!rc) rl_ddp_attach(*d, dist);
+    return rc;
+}
+
+static int yield_rank(int rank, int port, void *arg) {
+    omp_set_num_threads(1);
+    const char *dir = arg;
+    rl_err e;
+    rl_store *s;
+    if (rl_store_connect("127.0.0.1", port, 20, &s, &e)) return 10;
+    rl_job_config c;
+    rl_job_config_default(&c);
+    snprintf(c.data.train, sizeof c.data.train, "%s/train_*.bin", dir);
+    c.data.val[0] = c.data.eval_task[0] = '\0';
+    snprintf(c.dist.shard, sizeof c.dist.shard, "optimizer");
+    snprintf(c.ckpt.uri, sizeof c.ckpt.uri, "%s/ck", dir);
+    c.train.steps = 12;
+    rl_trainer *tr = NULL;
+    rl_train_dist d1, d2;
+    rl_comm *c1, *c2;
+    rl_ddp *p1, *p2;
+    if (zero_round(s, "y1", rank, &tr, &c, &d1, &c1, &p1, &e)) return 11;
+    yield_ctl y = {.rank = rank};
+    rl_trainer_set_yield(tr, &y.flag);
+    rl_trainer_set_observer(tr, &(rl_train_observer){.ud = &y, .on_step = yield_on_step});
+    /* all leave after the same step, with a committed checkpoint of it */
+    if (rl_trainer_run(tr, &e) != RL_EABORT || !rl_trainer_summary(tr)->yielded) return 12;
+    long long left = rl_trainer_steps_done(tr);
+    rl_ddp_destroy(p1);
+    rl_comm_destroy(c1);
+    if (zero_round(s, "y2", rank, &tr, &c, &d2, &c2, &p2, &e) || rl_trainer_set_dist(tr, &d2, &e)) return 13;
+    y.flag = 0;
+    rl_trainer_set_observer(tr, NULL);
+    if (rl_trainer_run(tr, &e)) return 14;
+    /* exit status: the step it left after, and that the next round resumed it from the checkpoint */
+    int ok = rl_trainer_summary(tr)->resumed_from == left && rl_trainer_steps_done(tr) == 12;
+    rl_ddp_destroy(p2);
+    rl_trainer_free(tr);
+    rl_comm_destroy(c2);
+    rl_store_close(s);
+    return ok ? 100 + (int)left : 15;
+}
+
+/* The agent's yield with sharded state: every rank leaves after the step
+ * they agree on, having checkpointed it (the moments sharded over this
+ * round cannot cross into the next in place), and the next round resumes
+ * that step from the checkpoint. */
+Test(ddp, a_yield_with_sharded_state_checkpoints_and_the_next_round_resumes_it, .timeout = 120) {
+    char dir[64];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    int st[2];
+    two_ranks(yield_rank, dir, st);
+    cr_expect(st[0] >= 105 && st[0] == st[1], "ranks ended %d and %d (100 + the step left after; want the same, >= 5)",
+              st[0], st[1]);
+    char path[128];
+    snprintf(path, sizeof path, "%s/ck/step-%08d/manifest.json", dir, st[0] - 100);
+    cr_expect(access(path, F_OK) == 0 || st[0] < 100, "no checkpoint of step %d", st[0] - 100);
+    rl_test_rmdir(dir);
+}
