@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ckpt.h"
+#include "ckpt_internal.h"
 
 static const char *const opt_prefix[3] = {"master.", "exp_avg.", "exp_avg_sq."};
 
@@ -59,8 +59,10 @@ int rl_ckpt_steps(rl_ckpt_store *s, long long **committed, int *nc, long long **
 }
 
 /* Manifest first: a crash half-way leaves a directory that is not a
- * checkpoint, never a "committed" one with files missing. */
-static int delete_step(rl_ckpt_store *s, long long step, rl_err *e) {
+ * checkpoint, never a "committed" one with files missing. spare (NULL:
+ * none) names objects to leave, with the uploads in flight: the shards
+ * other ranks are writing into this step now. */
+static int delete_step(rl_ckpt_store *s, long long step, const char *spare, rl_err *e) {
     char dir[32], key[96];
     rl_ckpt_step_name(dir, sizeof dir, step);
     snprintf(key, sizeof key, "%s/manifest.json", dir);
@@ -69,10 +71,11 @@ static int delete_step(rl_ckpt_store *s, long long step, rl_err *e) {
     snprintf(key, sizeof key, "%s/", dir);
     rl_ckpt_list l;
     if ((rc = rl_ckpt_list_keys(s, key, &l, e))) return rc;
-    for (size_t i = 0; i < l.n && !rc; i++) rc = rl_ckpt_del(s, l.keys[i], e);
+    for (size_t i = 0; i < l.n && !rc; i++)
+        if (!spare || !strstr(l.keys[i], spare)) rc = rl_ckpt_del(s, l.keys[i], e);
     rl_ckpt_list_free(&l);
     /* and what a writer killed mid-object left half-uploaded there */
-    return rc ? rc : rl_ckpt_abort_uploads(s, key, e);
+    return rc || spare ? rc : rl_ckpt_abort_uploads(s, key, e);
 }
 
 static int prune(rl_ckpt_store *s, long long step, int keep, int *pruned, rl_err *e) {
@@ -91,7 +94,7 @@ static int prune(rl_ckpt_store *s, long long step, int keep, int *pruned, rl_err
         rl_ckpt_step_name(name, sizeof name, c[i]);
         rl_log(RL_LOG_INFO, "checkpoint_prune", "\"step\":%lld,\"dir\":\"%s\",\"why\":\"%s\"", c[i], name,
                why);
-        if (!(rc = delete_step(s, c[i], e))) (*pruned)++;
+        if (!(rc = delete_step(s, c[i], NULL, e))) (*pruned)++;
     }
     /* only older ones: a newer directory without a manifest may be a save
      * in flight (with sharded state the other ranks write theirs while
@@ -100,7 +103,7 @@ static int prune(rl_ckpt_store *s, long long step, int keep, int *pruned, rl_err
         if (u[i] >= step) continue;
         rl_log(RL_LOG_INFO, "checkpoint_prune",
                "\"step\":%lld,\"why\":\"no manifest (a save that never finished)\"", u[i]);
-        rc = delete_step(s, u[i], e);
+        rc = delete_step(s, u[i], NULL, e);
     }
     free(c), free(u);
     return rc;
@@ -152,21 +155,16 @@ static int clear_stale(rl_ckpt_store *s, const char *dir, long long step, int wo
     char key[64], mine[32];
     snprintf(key, sizeof key, "%s/", dir);
     snprintf(mine, sizeof mine, "-of-%05d.", world);
+    const char *spare = world > 0 ? mine : NULL;
     rl_ckpt_list l;
     int rc = rl_ckpt_list_keys(s, key, &l, e);
     if (rc) return rc;
     size_t stale = 0;
-    for (size_t i = 0; i < l.n; i++) stale += !(world > 0 && strstr(l.keys[i], mine));
-    if (stale) {
-        rl_log(RL_LOG_WARN, "checkpoint_replace", "\"step\":%lld,\"objects\":%zu", step, stale);
-        /* the manifest first: never a committed step with files missing */
-        snprintf(key, sizeof key, "%s/manifest.json", dir);
-        rc = rl_ckpt_del(s, key, e);
-        for (size_t i = 0; i < l.n && !rc; i++)
-            if (!(world > 0 && strstr(l.keys[i], mine))) rc = rl_ckpt_del(s, l.keys[i], e);
-    }
+    for (size_t i = 0; i < l.n; i++) stale += !spare || !strstr(l.keys[i], spare);
     rl_ckpt_list_free(&l);
-    return rc;
+    if (!stale) return RL_OK;
+    rl_log(RL_LOG_WARN, "checkpoint_replace", "\"step\":%lld,\"objects\":%zu", step, stale);
+    return delete_step(s, step, spare, e);
 }
 
 /* model.safetensors: Hugging Face names and shapes, our buffer's order */
@@ -454,36 +452,20 @@ static int shard_world(const rl_ckpt_manifest *m, const char *where, int *world,
 static int take_shard(const void *buf, size_t len, const char *where, size_t n, float *mo, float *vo,
                       unsigned char *covered, rl_err *e) {
     rl_ckpt_st *st;
+    rl_ckpt_run *runs = NULL;
+    size_t nr = 0;
     int rc = rl_ckpt_st_parse(buf, len, len, 3, where, &st, e);
     if (rc) return rc;
-    const rl_ckpt_st_tensor *m = rl_ckpt_st_find(st, "exp_avg"), *v = rl_ckpt_st_find(st, "exp_avg_sq"),
-                            *r = rl_ckpt_st_find(st, "ranges");
-    if (!m || !v || !r || strcmp(m->dtype, "F32") || strcmp(v->dtype, "F32") || strcmp(r->dtype, "I64") ||
-        m->ndim != 1 || v->ndim != 1 || v->shape[0] != m->shape[0] || r->ndim != 2 || r->shape[1] != 2) {
-        rl_ckpt_st_free(st);
-        return rl_errf(e, RL_EINPUT, "%s: want exp_avg and exp_avg_sq (F32 [k]) and ranges (I64 [r, 2])", where);
+    const rl_ckpt_st_tensor *r = rl_ckpt_st_find(st, "ranges"); /* missing: shard_runs names it */
+    rc = rl_ckpt_shard_runs(st, r ? (const char *)buf + st->data_start + r->begin : NULL, r ? r->end - r->begin : 0,
+                            n, where, &runs, &nr, e);
+    for (size_t i = 0; !rc && i < nr; i++) {
+        const rl_ckpt_run *x = &runs[i];
+        if (mo) memcpy(mo + x->off, (const char *)buf + x->m_at, x->len * sizeof(float));
+        if (vo) memcpy(vo + x->off, (const char *)buf + x->v_at, x->len * sizeof(float));
+        for (size_t k = x->off; k < x->off + x->len; k++) covered[k >> 3] |= (unsigned char)(1u << (k & 7));
     }
-    const char *data = (const char *)buf + st->data_start;
-    uint64_t k = (uint64_t)m->shape[0], at = 0;
-    for (int64_t i = 0; !rc && i < r->shape[0]; i++) {
-        int64_t off, cnt;
-        memcpy(&off, data + r->begin + 16 * (uint64_t)i, 8);
-        memcpy(&cnt, data + r->begin + 16 * (uint64_t)i + 8, 8);
-        if (off < 0 || cnt < 0 || (uint64_t)off > n || (uint64_t)cnt > n - (uint64_t)off || (uint64_t)cnt > k - at) {
-            rc = rl_errf(e, RL_EINPUT, "%s: range %lld (offset %lld, %lld elements) is outside the model's %zu or "
-                         "the shard's %llu", where, (long long)i, (long long)off, (long long)cnt, n,
-                         (unsigned long long)k);
-            break;
-        }
-        size_t o = (size_t)off, c = (size_t)cnt, bytes = c * sizeof(float);
-        if (mo) memcpy(mo + o, data + m->begin + at * sizeof(float), bytes);
-        if (vo) memcpy(vo + o, data + v->begin + at * sizeof(float), bytes);
-        for (size_t x = o; x < o + c; x++) covered[x >> 3] |= (unsigned char)(1u << (x & 7));
-        at += (uint64_t)cnt;
-    }
-    if (!rc && at != k)
-        rc = rl_errf(e, RL_EINPUT, "%s: ranges cover %llu elements, the moments hold %llu", where,
-                     (unsigned long long)at, (unsigned long long)k);
+    free(runs);
     rl_ckpt_st_free(st);
     return rc;
 }

@@ -6,29 +6,56 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
-
-/* A run of the flat layout stored contiguously in a file: elements
- * [off, off + len) at byte m_at (exp_avg) and v_at (exp_avg_sq). */
-typedef struct seg {
-    size_t off, len;
-    uint64_t m_at, v_at;
-} seg;
+#include "ckpt_internal.h"
 
 typedef struct segs {
-    seg *v;
+    rl_ckpt_run *v;
     size_t n, cap;
 } segs;
 
-static int seg_add(segs *s, seg x, rl_err *e) {
+static int seg_add(segs *s, rl_ckpt_run x, rl_err *e) {
     if (s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
-        seg *p = realloc(s->v, cap * sizeof *p);
+        rl_ckpt_run *p = realloc(s->v, cap * sizeof *p);
         if (!p) return rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
         s->v = p, s->cap = cap;
     }
     s->v[s->n++] = x;
     return RL_OK;
+}
+
+int rl_ckpt_shard_runs(const rl_ckpt_st *st, const void *ranges, size_t ranges_bytes, size_t n, const char *where,
+                       rl_ckpt_run **runs, size_t *nruns, rl_err *e) {
+    const rl_ckpt_st_tensor *m = rl_ckpt_st_find(st, "exp_avg"), *v = rl_ckpt_st_find(st, "exp_avg_sq"),
+                            *r = rl_ckpt_st_find(st, "ranges");
+    *runs = NULL, *nruns = 0;
+    if (!m || !v || !r || strcmp(m->dtype, "F32") || strcmp(v->dtype, "F32") || strcmp(r->dtype, "I64") ||
+        m->ndim != 1 || v->ndim != 1 || v->shape[0] != m->shape[0] || r->ndim != 2 || r->shape[1] != 2 ||
+        ranges_bytes != r->end - r->begin)
+        return rl_errf(e, RL_EINPUT, "%s: want exp_avg and exp_avg_sq (F32 [k]) and ranges (I64 [r, 2])", where);
+    segs out = {0};
+    uint64_t k = (uint64_t)m->shape[0], at = 0;
+    int rc = RL_OK;
+    for (size_t i = 0; !rc && i < ranges_bytes / 16; i++) {
+        int64_t off, cnt;
+        memcpy(&off, (const char *)ranges + 16 * i, 8);
+        memcpy(&cnt, (const char *)ranges + 16 * i + 8, 8);
+        if (off < 0 || cnt < 0 || (uint64_t)off > n || (uint64_t)cnt > n - (uint64_t)off || (uint64_t)cnt > k - at) {
+            rc = rl_errf(e, RL_EINPUT, "%s: range %zu (offset %lld, %lld elements) is outside the model's %zu or "
+                         "the shard's %llu", where, i, (long long)off, (long long)cnt, n, (unsigned long long)k);
+            break;
+        }
+        rc = seg_add(&out, (rl_ckpt_run){.off = (size_t)off, .len = (size_t)cnt,
+                                         .m_at = st->data_start + m->begin + at * sizeof(float),
+                                         .v_at = st->data_start + v->begin + at * sizeof(float)}, e);
+        at += (uint64_t)cnt;
+    }
+    if (!rc && at != k)
+        rc = rl_errf(e, RL_EINPUT, "%s: ranges cover %llu elements, the moments hold %llu", where,
+                     (unsigned long long)at, (unsigned long long)k);
+    if (rc) free(out.v);
+    else *runs = out.v, *nruns = out.n;
+    return rc;
 }
 
 /* The header of key (file_size bytes): its first 8 bytes say how long */
@@ -49,32 +76,17 @@ static int read_header(rl_ckpt_store *s, const char *key, const char *where, uin
     return rc;
 }
 
-/* A shard file's runs: its "ranges" tensor, one after the other in its
- * exp_avg and exp_avg_sq */
+/* A shard file's runs, from its header and its "ranges" tensor */
 static int shard_segs(rl_ckpt_store *s, const char *key, const char *where, uint64_t size, size_t n, segs *out,
                       rl_err *e) {
     rl_ckpt_st *st;
     int rc = read_header(s, key, where, size, 3, &st, e);
     if (rc) return rc;
-    const rl_ckpt_st_tensor *m = rl_ckpt_st_find(st, "exp_avg"), *v = rl_ckpt_st_find(st, "exp_avg_sq"),
-                            *r = rl_ckpt_st_find(st, "ranges");
-    int64_t *rg = NULL;
+    const rl_ckpt_st_tensor *r = rl_ckpt_st_find(st, "ranges");
+    void *rg = NULL;
     size_t rl = 0;
-    if (!m || !v || !r || r->ndim != 2 || r->shape[1] != 2 || strcmp(r->dtype, "I64"))
-        rc = rl_errf(e, RL_EINPUT, "%s: want exp_avg, exp_avg_sq and ranges", where);
-    if (!rc) rc = rl_ckpt_get(s, key, st->data_start + r->begin, r->end - r->begin, (void **)&rg, &rl, e);
-    uint64_t at = 0, k = m ? (uint64_t)m->shape[0] : 0;
-    for (size_t i = 0; !rc && i < rl / 16; i++) {
-        int64_t off = rg[2 * i], cnt = rg[2 * i + 1];
-        if (off < 0 || cnt < 0 || (uint64_t)off > n || (uint64_t)cnt > n - (uint64_t)off || (uint64_t)cnt > k - at) {
-            rc = rl_errf(e, RL_EINPUT, "%s: range %zu lies outside the model or the shard", where, i);
-            break;
-        }
-        seg x = {.off = (size_t)off, .len = (size_t)cnt, .m_at = st->data_start + m->begin + at * 4,
-                 .v_at = st->data_start + v->begin + at * 4};
-        rc = seg_add(out, x, e);
-        at += (uint64_t)cnt;
-    }
+    if (r) rc = rl_ckpt_get(s, key, st->data_start + r->begin, r->end - r->begin, &rg, &rl, e);
+    if (!rc && !(rc = rl_ckpt_shard_runs(st, rg, rl, n, where, &out->v, &out->n, e))) out->cap = out->n;
     free(rg);
     rl_ckpt_st_free(st);
     return rc;
@@ -96,7 +108,7 @@ static int whole_segs(rl_ckpt_store *s, const char *key, const char *where, uint
         if (!m || !v || m->end - m->begin != ti.numel * 4 || v->end - v->begin != ti.numel * 4)
             rc = rl_errf(e, RL_EINPUT, "%s: %s does not match the model", where, ti.name);
         else
-            rc = seg_add(out, (seg){.off = ti.offset, .len = ti.numel, .m_at = st->data_start + m->begin,
+            rc = seg_add(out, (rl_ckpt_run){.off = ti.offset, .len = ti.numel, .m_at = st->data_start + m->begin,
                                     .v_at = st->data_start + v->begin}, e);
     }
     if (st) rl_ckpt_st_free(st);
@@ -122,7 +134,7 @@ static int read_overlaps(rl_ckpt_store *s, const char *key, const segs *sg, cons
                          float *m, float *v, rl_err *e) {
     int rc = RL_OK;
     for (size_t i = 0; !rc && i < sg->n; i++) {
-        const seg *x = &sg->v[i];
+        const rl_ckpt_run *x = &sg->v[i];
         size_t base = 0;
         for (int k = 0; !rc && k < nr; base += r[k].len, k++) {
             size_t lo = x->off > r[k].off ? x->off : r[k].off;
