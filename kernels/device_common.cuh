@@ -136,3 +136,14 @@ typedef struct rl_k_adamw_args {
     float grad_scale;
     float clip_max; // > 0: multiply by min(1, clip_max / (*norm + 1e-6))
 } rl_k_adamw_args;
+
+// A rank's shard of the flat state (dist.shard, rl_shard_range) as the
+// kernels read it: range k covers flat offsets [off, off + len), its
+// moments start at shard element `at` (the ranges' lengths summed before
+// it), and norm says whether this rank adds it to the gradient norm (a
+// range every rank holds is counted by rank 0 alone). In `at` order, none
+// empty, nr >= 1; held = the lengths' sum.
+typedef struct rl_k_range {
+    size_t off, len, at;
+    int norm;
+} rl_k_range;

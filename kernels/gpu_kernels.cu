@@ -262,6 +262,33 @@ int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float 
 // and the bf16 copy: 30 bytes
 rl_k_cost rl_k_adamw_cost(size_t n_params) { return cost(16.0 * n_params, 30.0 * n_params, 1); }
 
+int rl_k_norm_sq_ranges(double *sq, float *partial, const float *g, const rl_k_range *r, int nr,
+                        size_t held, cudaStream_t s, rl_err *e) {
+    if (nr < 1 || held == 0) return rl_errf(e, RL_EINTERNAL, "norm over a shard of %d ranges", nr);
+    RL_LAUNCH(sumsq_ranges_kernel, RL_K_NORM_BLOCKS, 256, 0, s, partial, g, r, nr, held);
+    LAUNCH_CHECK();
+    RL_LAUNCH(sum_d_kernel, 1, 1024, 0, s, sq, partial, RL_K_NORM_BLOCKS);
+    LAUNCH_CHECK();
+    return RL_OK;
+}
+
+int rl_k_sqrt_d(float *out, const double *sq, cudaStream_t s, rl_err *e) {
+    RL_LAUNCH(sqrt_d_kernel, 1, 32, 0, s, out, sq);
+    LAUNCH_CHECK();
+    return RL_OK;
+}
+
+int rl_k_adamw_ranges(float *master, bf16 *params, float *mom, float *vel, const float *grads,
+                      const float *norm, const rl_param_layout *lay, int L, int D,
+                      const rl_k_range *r, int nr, size_t held, const rl_k_adamw_args *a,
+                      cudaStream_t s, rl_err *e) {
+    if (nr < 1 || held == 0) return rl_errf(e, RL_EINTERNAL, "adamw over a shard of %d ranges", nr);
+    RL_LAUNCH(adamw_ranges_kernel, grid_for(held, 256), 256, 0, s, master, params, mom, vel, grads,
+              norm, make_layout(lay, L, D), r, nr, held, *a);
+    LAUNCH_CHECK();
+    return RL_OK;
+}
+
 // ---- casts and init -----------------------------------------------------------------------------
 int rl_k_f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t s, rl_err *e) {
     if (!n) return RL_OK;

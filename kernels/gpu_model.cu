@@ -101,7 +101,14 @@ struct rl_gpu_model {
     // the allocations, one per kind
     bf16 *params;           // [total + pad] compute copy
     float *master;          // [total]
-    float *opt;             // [2 total]: m, then v
+    float *opt;             // [2 held]: m, then v
+    size_t held;            // elements whose moments opt holds: total, or a shard's
+    // with a shard (rl_gpu_model_set_shard): its ranges (nranges) and the
+    // norm's squared partial, one device allocation, sq first
+    void *shard_buf;
+    double *sq;
+    rl_k_range *ranges;
+    int nranges;
     float *grads;           // [total + pad]
     unsigned char *acts;    // activations (+ the RoPE table)
     unsigned char *scratch; // backward temporaries, reductions, batch, cuBLASLt workspace
@@ -294,6 +301,7 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     cudaFree(m->params);
     cudaFree(m->master);
     cudaFree(m->opt);
+    cudaFree(m->shard_buf);
     cudaFree(m->grads);
     cudaFree(m->acts);
     cudaFree(m->scratch);
@@ -373,6 +381,7 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     CUDA_CHECK(cudaMalloc(&m->params, Pp * sizeof(bf16)));
     CUDA_CHECK(cudaMalloc(&m->master, P * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->opt, 2 * P * sizeof(float)));
+    m->held = P;
     CUDA_CHECK(cudaMalloc(&m->grads, Pp * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->acts, nacts));
     CUDA_CHECK(cudaMalloc(&m->scratch, nscratch));
@@ -492,10 +501,71 @@ int rl_gpu_model_download_grads(rl_gpu_model *m, float *host, rl_err *e) {
     return copy_sync(m, host, m->grads, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost, e);
 }
 int rl_gpu_model_upload_opt(rl_gpu_model *m, const float *host, rl_err *e) {
-    return copy_sync(m, m->opt, host, 2 * m->lay.total * sizeof(float), cudaMemcpyHostToDevice, e);
+    return copy_sync(m, m->opt, host, 2 * m->held * sizeof(float), cudaMemcpyHostToDevice, e);
 }
 int rl_gpu_model_download_opt(rl_gpu_model *m, float *host, rl_err *e) {
-    return copy_sync(m, host, m->opt, 2 * m->lay.total * sizeof(float), cudaMemcpyDeviceToHost, e);
+    return copy_sync(m, host, m->opt, 2 * m->held * sizeof(float), cudaMemcpyDeviceToHost, e);
+}
+
+// ---- sharded state ------------------------------------------------------------------------------
+// The moments are freed before the new ones are allocated, so the peak is
+// the larger of the two, not their sum; the stream is idle first (nothing
+// queued may still use them).
+int rl_gpu_model_set_shard(rl_gpu_model *m, const rl_shard_range *r, int nr, int rank, rl_err *e) {
+    if (m->plan) return rl_errf(e, RL_EINTERNAL, "gpu model: a plan has no shard");
+    size_t held = 0, P = m->lay.total;
+    for (int k = 0; r && k < nr; k++) {
+        if (r[k].len == 0 || r[k].off > P || r[k].len > P - r[k].off)
+            return rl_errf(e, RL_EINTERNAL, "gpu model: shard range %d [%zu, +%zu) of %zu", k, r[k].off, r[k].len, P);
+        held += r[k].len;
+    }
+    if (r && (nr < 1 || held > P)) return rl_errf(e, RL_EINTERNAL, "gpu model: a shard of %d ranges, %zu elements", nr, held);
+    rl_k_range *h = NULL;
+    if (r && !(h = (rl_k_range *)malloc((size_t)nr * sizeof *h))) return rl_errf(e, RL_ENOMEM, "gpu model: shard ranges");
+    for (size_t k = 0, at = 0; r && k < (size_t)nr; at += r[k].len, k++)
+        h[k] = rl_k_range{r[k].off, r[k].len, at, !r[k].shared || rank == 0};
+    cudaError_t ce = cudaStreamSynchronize(m->s);
+    m->bytes -= 2 * m->held * sizeof(float) + (m->shard_buf ? sizeof(double) + (size_t)m->nranges * sizeof *h : 0);
+    cudaFree(m->opt), cudaFree(m->shard_buf);
+    m->opt = NULL, m->shard_buf = NULL, m->sq = NULL, m->ranges = NULL, m->nranges = 0;
+    m->held = r ? held : P;
+    size_t tab = r ? sizeof(double) + (size_t)nr * sizeof *h : 0;
+    if (ce == cudaSuccess) ce = cudaMalloc(&m->opt, 2 * m->held * sizeof(float));
+    if (ce == cudaSuccess && r) ce = cudaMalloc(&m->shard_buf, tab);
+    if (ce == cudaSuccess) ce = cudaMemsetAsync(m->opt, 0, 2 * m->held * sizeof(float), m->s);
+    if (ce == cudaSuccess && r) {
+        m->sq = (double *)m->shard_buf, m->ranges = (rl_k_range *)(m->sq + 1), m->nranges = nr;
+        ce = cudaMemcpyAsync(m->ranges, h, (size_t)nr * sizeof *h, cudaMemcpyHostToDevice, m->s);
+    }
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(m->s); // h is pageable
+    free(h);
+    CUDA_CHECK(ce);
+    m->bytes += 2 * m->held * sizeof(float) + tab;
+    return RL_OK;
+}
+
+size_t rl_gpu_model_held(const rl_gpu_model *m) { return m->held; }
+
+int rl_gpu_model_shard_sq(rl_gpu_model *m, double **sq, rl_err *e) {
+    if (!m->ranges) return rl_errf(e, RL_EINTERNAL, "gpu model: a shard's norm without a shard");
+    if (m->fresh) return rl_errf(e, RL_EINTERNAL, "gpu model: gradient norm of a step with no micro-batch");
+    STEP(RL_GPU_PROF_OPTIMIZER, rl_k_norm_cost(m->held),
+         rl_k_norm_sq_ranges(m->sq, m->norm_partial, m->grads, m->ranges, m->nranges, m->held, m->s, e));
+    *sq = m->sq;
+    return RL_OK;
+}
+
+int rl_gpu_model_shard_norm(rl_gpu_model *m, rl_err *e) {
+    if (!m->ranges) return rl_errf(e, RL_EINTERNAL, "gpu model: a shard's norm without a shard");
+    const rl_k_cost c = {1, 12, 1};
+    STEP(RL_GPU_PROF_OPTIMIZER, c, rl_k_sqrt_d(m->scalars + 1, m->sq, m->s, e));
+    return RL_OK;
+}
+
+int rl_gpu_model_derive_bf16(rl_gpu_model *m, rl_err *e) {
+    const rl_k_cost c = {0, 6.0 * (double)m->lay.total, 1};
+    STEP(RL_GPU_PROF_OPTIMIZER, c, rl_k_f32_to_bf16(m->params, m->master, m->lay.total, m->s, e));
+    return RL_OK;
 }
 
 int rl_gpu_model_init_random(rl_gpu_model *m, uint64_t seed, float std, rl_err *e) {
@@ -868,6 +938,7 @@ int rl_gpu_model_zero_grad(rl_gpu_model *m, rl_err *e) {
 
 // ---- optimizer ----------------------------------------------------------------------------------
 int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e) {
+    if (m->ranges) return rl_errf(e, RL_EINTERNAL, "gpu model: the whole gradient norm with a shard set");
     if (m->fresh) return rl_errf(e, RL_EINTERNAL, "gpu model: gradient norm of a step with no micro-batch");
     STEP(RL_GPU_PROF_OPTIMIZER, rl_k_norm_cost(m->lay.total),
          rl_k_norm(m->scalars + 1, m->norm_partial, m->grads, m->lay.total, m->s, e));
@@ -895,9 +966,14 @@ int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e) {
     k.decay = (float)(1.0 - a->lr * a->weight_decay);
     k.grad_scale = (float)a->grad_scale;
     k.clip_max = (float)a->clip_max_norm;
-    STEP(RL_GPU_PROF_OPTIMIZER, rl_k_adamw_cost(m->lay.total),
-         rl_k_adamw(m->master, m->params, m->opt, m->opt + m->lay.total, m->grads, m->scalars + 1,
-                    &m->lay, m->L, m->D, &k, m->s, e));
+    if (m->ranges)
+        STEP(RL_GPU_PROF_OPTIMIZER, rl_k_adamw_cost(m->held),
+             rl_k_adamw_ranges(m->master, m->params, m->opt, m->opt + m->held, m->grads, m->scalars + 1,
+                               &m->lay, m->L, m->D, m->ranges, m->nranges, m->held, &k, m->s, e));
+    else
+        STEP(RL_GPU_PROF_OPTIMIZER, rl_k_adamw_cost(m->lay.total),
+             rl_k_adamw(m->master, m->params, m->opt, m->opt + m->lay.total, m->grads, m->scalars + 1,
+                        &m->lay, m->L, m->D, &k, m->s, e));
     return RL_OK;
 }
 

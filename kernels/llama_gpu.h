@@ -104,7 +104,9 @@ size_t rl_gpu_model_device_bytes(const rl_gpu_model *m);
  * broadcast of the master parameters). */
 float *rl_gpu_model_grads(rl_gpu_model *m);   /* fp32 [total] */
 float *rl_gpu_model_master(rl_gpu_model *m);  /* fp32 [total] */
-float *rl_gpu_model_opt(rl_gpu_model *m);     /* fp32 AdamW m then v [2 x total] */
+float *rl_gpu_model_opt(rl_gpu_model *m);     /* fp32 AdamW m then v [2 x held] */
+/* Elements whose moments the model holds: total, or its shard's. */
+size_t rl_gpu_model_held(const rl_gpu_model *m);
 
 /* ---- host <-> device (each waits for its copy; not for the hot loop) ---- */
 /* fp32 parameters [total] -> master, then the bf16 copy is derived. */
@@ -114,7 +116,7 @@ int rl_gpu_model_download_params(rl_gpu_model *m, float *host, rl_err *e);
 int rl_gpu_model_download_params_bf16(rl_gpu_model *m, float *host, rl_err *e);
 int rl_gpu_model_upload_grads(rl_gpu_model *m, const float *host, rl_err *e);
 int rl_gpu_model_download_grads(rl_gpu_model *m, float *host, rl_err *e);
-/* AdamW moments, m then v, 2 x total floats (checkpoints). */
+/* AdamW moments, m then v, 2 x held floats (checkpoints). */
 int rl_gpu_model_upload_opt(rl_gpu_model *m, const float *host, rl_err *e);
 int rl_gpu_model_download_opt(rl_gpu_model *m, float *host, rl_err *e);
 /* Normal(0, std) matrices and ones for norms, generated on the device from
@@ -187,6 +189,27 @@ typedef struct rl_gpu_adamw {
  * rl_gpu_model_grad_norm is not finite it changes nothing (the caller,
  * reading that norm afterwards, stops with its weights intact). */
 int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e);
+/* ---- sharded state (dist.shard; ZeRO-1/2) -------------------------------
+ * With a shard set, the moments hold its ranges' elements only (held, one
+ * range after the other) and AdamW updates only its ranges of the master
+ * and bf16 weights; the gradients and the fp32 master stay whole (the
+ * forward reads the master's embedding and norm weights). A sharded step:
+ * zero_grad, train_micro..., shard_sq, the caller sums *sq over ranks on
+ * the model's stream, shard_norm, adamw, the caller gathers the master
+ * over ranks, derive_bf16, step_end. grad_norm refuses while a shard is
+ * set. */
+/* Keep the moments of r[0..nr) only (NULL: of every element), as rank
+ * `rank` (a range marked shared is counted in the norm by rank 0 alone).
+ * The moments start again from zero: before a step or an upload_opt.
+ * Waits for the stream. */
+int rl_gpu_model_set_shard(rl_gpu_model *m, const rl_shard_range *r, int nr, int rank, rl_err *e);
+/* Queues this rank's sum of squared gradients over its counted ranges into
+ * the device double *sq (valid until the next call). */
+int rl_gpu_model_shard_sq(rl_gpu_model *m, double **sq, rl_err *e);
+/* Queues the step's norm = sqrt(*sq), for adamw's clipping and step_end. */
+int rl_gpu_model_shard_norm(rl_gpu_model *m, rl_err *e);
+/* Queues the bf16 compute copy derived again from the whole master. */
+int rl_gpu_model_derive_bf16(rl_gpu_model *m, rl_err *e);
 int rl_gpu_model_sync(rl_gpu_model *m, rl_err *e);
 
 /* Casts on a stream, for DDP's bf16 gradient reduction: fp32 -> bf16

@@ -363,10 +363,22 @@ static __global__ void __launch_bounds__(1024)
 // stride through it V at a time accumulating in fp32 (the last block's
 // ragged end one by one); a fixed tree per block; then one block adds the
 // block sums in order. The layout of the work depends on n and V alone.
+// acc summed over a block of 256 threads, a fixed butterfly per warp, then
+// the warps in order; valid in thread 0.
+static __device__ __forceinline__ float block_sum_256(float acc) {
+    RL_SMEM_STATIC float part[8];
+    acc = warp_sum(acc);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    float t = 0.0f;
+    if (threadIdx.x == 0)
+        for (int k = 0; k < 8; k++) t += part[k];
+    return t;
+}
+
 template <int V>
 static __global__ void __launch_bounds__(256)
     sumsq_kernel(float *partial, const float *g, size_t n) {
-    RL_SMEM_STATIC float part[8];
     size_t chunk = ((n + gridDim.x - 1) / gridDim.x + V - 1) / V * V;
     size_t lo = (size_t)blockIdx.x * chunk;
     size_t hi = lo >= n ? lo : (lo + chunk < n ? lo + chunk : n);
@@ -378,14 +390,8 @@ static __global__ void __launch_bounds__(256)
         for (int k = 0; k < V; k++) acc += a.v[k] * a.v[k];
     }
     for (size_t i = whole + threadIdx.x; i < hi; i += blockDim.x) acc += g[i] * g[i];
-    acc = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float t = 0.0f;
-        for (int k = 0; k < 8; k++) t += part[k];
-        partial[blockIdx.x] = t;
-    }
+    float t = block_sum_256(acc);
+    if (threadIdx.x == 0) partial[blockIdx.x] = t;
 }
 
 static __global__ void __launch_bounds__(1024)
@@ -424,6 +430,30 @@ static __device__ __forceinline__ bool is_norm(const adamw_layout &lay, int reg,
     return r < (size_t)lay.D;
 }
 
+// Whether flat offset i is an RMSNorm weight, any region.
+static __device__ __forceinline__ bool is_norm_at(const adamw_layout &lay, size_t i) {
+    if (i < lay.layers) return false;
+    if (i < lay.final_norm) return is_norm(lay, 1, (i - lay.layers) % lay.layer_size);
+    return is_norm(lay, lay.L + 1, i - lay.final_norm);
+}
+
+// The gradients' factor: grad_scale, times torch's clip_grad_norm_ factor
+// when clipping.
+static __device__ __forceinline__ float adamw_grad_scale(float norm, const rl_k_adamw_args &a) {
+    float gs = a.grad_scale;
+    if (a.clip_max > 0.0f) gs *= fminf(1.0f, a.clip_max / (norm + 1e-6f));
+    return gs;
+}
+
+// One element's update, gradient g already scaled.
+static __device__ __forceinline__ void adamw_elem(float *p, float *m, float *v, float g, bool nodecay,
+                                                  const rl_k_adamw_args &a) {
+    *m = a.b1 * *m + a.c1 * g;
+    *v = a.b2 * *v + a.c2 * g * g;
+    // PyTorch's order: decay, then p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+    *p = *p * (nodecay ? 1.0f : a.decay) - a.step * *m / (sqrtf(*v) / a.sbc2 + a.eps);
+}
+
 // V = 4 when every region starts and ends on a multiple of 4 elements
 // (then every access below is 16-byte aligned, 8 for the bf16 copy).
 template <int V>
@@ -437,28 +467,86 @@ static __global__ void adamw_kernel(float *master, bf16 *params, float *mom, flo
     // the weights and moments as they are: the host reads the norm after
     // this step is queued and stops the run, whose weights are then intact.
     if (!isfinite(norm[0])) return;
-    float gs = a.grad_scale;
-    if (a.clip_max > 0.0f) gs *= fminf(1.0f, a.clip_max / (norm[0] + 1e-6f));
+    float gs = adamw_grad_scale(norm[0], a);
     for (size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V; r < len;
          r += (size_t)gridDim.x * blockDim.x * V) {
         size_t i = base + r;
         fvec<V> g = ld_f32<V>(grads + i), m = ld_f32<V>(mom + i), v = ld_f32<V>(vel + i);
         fvec<V> p = ld_f32<V>(master + i);
 #pragma unroll
-        for (int k = 0; k < V; k++) {
-            size_t rk = r + k;
-            bool nodecay = is_norm(lay, reg, rk);
-            float gk = g.v[k] * gs;
-            m.v[k] = a.b1 * m.v[k] + a.c1 * gk;
-            v.v[k] = a.b2 * v.v[k] + a.c2 * gk * gk;
-            // PyTorch's order: decay, then p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-            p.v[k] = p.v[k] * (nodecay ? 1.0f : a.decay) -
-                     a.step * m.v[k] / (sqrtf(v.v[k]) / a.sbc2 + a.eps);
-        }
+        for (int k = 0; k < V; k++)
+            adamw_elem(&p.v[k], &m.v[k], &v.v[k], g.v[k] * gs, is_norm(lay, reg, r + k), a);
         st_f32<V>(mom + i, m);
         st_f32<V>(vel + i, v);
         st_f32<V>(master + i, p);
         st_bf16<V>(params + i, p);
+    }
+}
+
+// ---- a rank's shard (dist.shard): the norm's partial and AdamW over its ranges --------------
+// Shard element j (0 <= j < held, the order of the compact moments) lies in
+// the range k with r[k].at <= j < r[k].at + r[k].len; the ranges come in
+// that order and none is empty. A thread bisects for its first j once and
+// walks forward as j grows.
+static __device__ __forceinline__ int range_find(const rl_k_range *r, int nr, size_t j) {
+    int lo = 0, hi = nr - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (r[mid].at <= j) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+static __device__ __forceinline__ int range_walk(const rl_k_range *r, int k, size_t j) {
+    while (j >= r[k].at + r[k].len) k++;
+    return k;
+}
+
+// sumsq_kernel over the shard's elements of the ranges this rank counts:
+// block b owns shard elements [b c, (b+1) c), c = ceil(held / blocks); the
+// order depends on the range list alone.
+static __global__ void __launch_bounds__(256)
+    sumsq_ranges_kernel(float *partial, const float *g, const rl_k_range *r, int nr, size_t held) {
+    size_t chunk = (held + gridDim.x - 1) / gridDim.x;
+    size_t lo = (size_t)blockIdx.x * chunk, hi = lo + chunk < held ? lo + chunk : held;
+    float acc = 0.0f;
+    size_t j = lo + threadIdx.x;
+    for (int k = j < hi ? range_find(r, nr, j) : 0; j < hi; j += blockDim.x) {
+        k = range_walk(r, k, j);
+        if (r[k].norm) {
+            float x = g[r[k].off + (j - r[k].at)];
+            acc += x * x;
+        }
+    }
+    float t = block_sum_256(acc);
+    if (threadIdx.x == 0) partial[blockIdx.x] = t;
+}
+
+static __global__ void __launch_bounds__(1024) sum_d_kernel(double *out, const float *partial, int nb) {
+    double t = block_sum_d(partial, nb);
+    if (threadIdx.x == 0) out[0] = t;
+}
+
+static __global__ void sqrt_d_kernel(float *out, const double *sq) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) out[0] = (float)sqrt(sq[0]);
+}
+
+// adamw_kernel over the shard: moments at j (compact), master, gradient and
+// the bf16 copy at the flat offset.
+static __global__ void adamw_ranges_kernel(float *master, bf16 *params, float *mom, float *vel,
+                                           const float *grads, const float *norm, adamw_layout lay,
+                                           const rl_k_range *r, int nr, size_t held,
+                                           rl_k_adamw_args a) {
+    if (!isfinite(norm[0])) return; // as adamw_kernel
+    float gs = adamw_grad_scale(norm[0], a);
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (int k = j < held ? range_find(r, nr, j) : 0; j < held; j += stride) {
+        k = range_walk(r, k, j);
+        size_t i = r[k].off + (j - r[k].at);
+        float p = master[i], m = mom[j], v = vel[j];
+        adamw_elem(&p, &m, &v, grads[i] * gs, is_norm_at(lay, i), a);
+        mom[j] = m, vel[j] = v, master[i] = p;
+        params[i] = __float2bfloat16_rn(p);
     }
 }
 

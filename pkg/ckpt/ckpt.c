@@ -376,6 +376,12 @@ int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_o
         (rc = put_file(s, dir, &m, "trainer_state.json", &ps, 1, &bytes, e)) ||
         (sharded && (rc = await_shards(s, dir, d, o, &m, e))) || (rc = past(o->deadline, "manifest.json", step, e)))
         goto out;
+    /* every shard of this save is whole now, so an upload still open here is
+     * a dead writer's (a rank killed mid-shard in an earlier try of this
+     * step, whose shards clear_stale spared): gone before the commit */
+    char open_under[40];
+    snprintf(open_under, sizeof open_under, "%s/", dir);
+    if (sharded && (rc = rl_ckpt_abort_uploads(s, open_under, e))) goto out;
     if ((rc = commit(s, dir, step, &m, o->keep, &committed, &pruned, e))) goto out;
     if (info) *info = (rl_ckpt_write_info){.bytes = bytes, .seconds = rl_now() - t0, .pruned = pruned};
 out:

@@ -23,6 +23,7 @@ typedef struct {
     size_t count;
     int bucket; /* JOB_BUCKET, JOB_GATHER */
     int root;   /* JOB_BCAST_F32 */
+    bool dev;   /* on the GPU, ordered by streams: the thread queues it and does not wait */
 } job;
 
 #define QCAP 1024
@@ -42,6 +43,7 @@ struct rl_ddp {
     void *gs;
     int device;
     void **ev_ready, **ev_start, **ev_done;
+    void *ev_fence; /* orders a sharded step's sum and gather between the two streams */
     /* reduce_bf16: one bucket's bf16 copy (host, or device with gs) */
     bool bf16;
     void *half;
@@ -89,6 +91,8 @@ static int dev_create(rl_ddp *d, size_t most, rl_err *e) {
         for (int b = 0; b < d->nb; b++)
             if ((ce = cudaEventCreate((cudaEvent_t *)&sets[k][b])) != cudaSuccess)
                 return cuda_fail(ce, "cudaEventCreate", e);
+    if ((ce = cudaEventCreateWithFlags((cudaEvent_t *)&d->ev_fence, cudaEventDisableTiming)) != cudaSuccess)
+        return cuda_fail(ce, "cudaEventCreate", e);
     return RL_OK;
 }
 static void dev_destroy(rl_ddp *d) {
@@ -96,6 +100,7 @@ static void dev_destroy(rl_ddp *d) {
     for (int k = 0; k < 3; k++)
         for (int b = 0; sets[k] && b < d->nb; b++)
             if (sets[k][b]) cudaEventDestroy((cudaEvent_t)sets[k][b]);
+    if (d->ev_fence) cudaEventDestroy((cudaEvent_t)d->ev_fence);
     if (d->half) cudaFree(d->half);
     d->half = NULL;
 }
@@ -131,6 +136,15 @@ static int dev_join(rl_ddp *d, rl_err *e) {
     cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)d->gs, (cudaEvent_t)d->ev_done[d->nb - 1], 0);
     return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "ordering the optimizer after the last bucket", e);
 }
+/* training thread, no job in flight: with into, the comm stream's next
+ * work waits for what the backward's stream has queued; else the other way
+ * round. A sharded step's sum and gather run between the two. */
+static int dev_fence(rl_ddp *d, bool into, rl_err *e) {
+    cudaStream_t cs = (cudaStream_t)rl_comm_stream(d->comm), gs = (cudaStream_t)d->gs;
+    cudaError_t ce = cudaEventRecord((cudaEvent_t)d->ev_fence, into ? gs : cs);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(into ? cs : gs, (cudaEvent_t)d->ev_fence, 0);
+    return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "ordering the sharded step's collectives", e);
+}
 static double dev_elapsed(void *a, void *b) {
     float ms = 0;
     return cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b) == cudaSuccess ? ms / 1e3 : 0;
@@ -142,6 +156,7 @@ static void dev_destroy(rl_ddp *d) { (void)d; }
 static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
 static int dev_bucket(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
 static int dev_join(rl_ddp *d, rl_err *e) { return (void)d, no_cuda(e); }
+static int dev_fence(rl_ddp *d, bool into, rl_err *e) { return (void)d, (void)into, no_cuda(e); }
 static double dev_elapsed(void *a, void *b) { return (void)a, (void)b, 0; }
 #endif
 
@@ -192,9 +207,9 @@ static void *comm_thread(void *arg) {
                 break;
             }
             }
-            /* device buckets are stream-ordered: queued is enough here,
-             * finish orders the optimizer after the last one on the GPU */
-            if (!rc && !(j.kind == JOB_BUCKET && d->gs)) rc = rl_comm_wait(d->comm, &e);
+            /* device jobs are stream-ordered: queued is enough here,
+             * finish (or the sharded step's fence) orders the stream after them */
+            if (!rc && !j.dev) rc = rl_comm_wait(d->comm, &e);
         }
         pthread_mutex_lock(&d->mu);
         if (rc && !d->rc) d->rc = rc, d->err = e;
@@ -338,7 +353,8 @@ void rl_ddp_grad_ready(void *ctx, size_t off) {
             if (!d->rc) d->rc = me.code ? me.code : RL_EIO, d->err = me;
             pthread_mutex_unlock(&d->mu);
         }
-        submit(d, (job){.kind = JOB_BUCKET, .buf = d->grads + d->boff[b], .count = d->blen[b], .bucket = b});
+        submit(d, (job){.kind = JOB_BUCKET, .buf = d->grads + d->boff[b], .count = d->blen[b], .bucket = b,
+                        .dev = d->gs != NULL});
     }
 }
 
@@ -400,17 +416,32 @@ int rl_ddp_shard_plan(const size_t *boff, const size_t *blen, int nb, int world,
 
 const rl_train_shard *rl_ddp_shard(const rl_ddp *d) { return d->o.shard != RL_SHARD_NONE ? &d->shard : NULL; }
 
+/* The sharded step's collectives. Host buffers: waited for. Device buffers
+ * (gradients on a GPU): queued on the comm stream between two fences, so
+ * they follow what the backward's stream holds and it follows them, and
+ * nothing waits on the host. */
+static int sharded_begin(rl_ddp *d, rl_err *e) { return d->gs ? dev_fence(d, true, e) : RL_OK; }
+static int sharded_end(rl_ddp *d, rl_err *e) {
+    int rc = drain(d, e);
+    return !rc && d->gs ? dev_fence(d, false, e) : rc;
+}
+
 int rl_ddp_sum(void *ctx, double *v, int n, rl_err *e) {
     rl_ddp *d = ctx;
-    submit(d, (job){.kind = JOB_SUM_F64, .buf = v, .count = (size_t)n});
-    return drain(d, e);
+    int rc = sharded_begin(d, e);
+    if (rc) return rc;
+    submit(d, (job){.kind = JOB_SUM_F64, .buf = v, .count = (size_t)n, .dev = d->gs != NULL});
+    return sharded_end(d, e);
 }
 
 int rl_ddp_gather(void *ctx, float *params, rl_err *e) {
     rl_ddp *d = ctx;
+    int rc = sharded_begin(d, e);
+    if (rc) return rc;
     for (int b = 0; b < d->nb; b++)
-        submit(d, (job){.kind = JOB_GATHER, .buf = params + d->boff[b], .count = d->blen[b], .bucket = b});
-    return drain(d, e);
+        submit(d, (job){.kind = JOB_GATHER, .buf = params + d->boff[b], .count = d->blen[b], .bucket = b,
+                        .dev = d->gs != NULL});
+    return sharded_end(d, e);
 }
 
 const rl_ddp_event *rl_ddp_events(const rl_ddp *d, double *t_backward_end) {

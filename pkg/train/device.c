@@ -113,9 +113,6 @@ int rl_train_dev_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
 int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int rank, rl_err *e) {
     int rc = check_open(d, "set_shard", e);
     if (rc) return rc;
-    if (shard && strcmp(d->cfg->train.device, "cpu") != 0)
-        return rl_errf(e, RL_EINPUT, "dist.shard \"%s\" is not built for train.device \"%s\" yet (cpu only)",
-                       d->cfg->dist.shard, d->cfg->train.device);
     size_t held = shard ? shard->total : d->n;
     if (shard && (shard->n < 0 || held > d->n || (held > 0 && !shard->r)))
         return rl_errf(e, RL_EINTERNAL, "train device: a shard of %zu elements of %zu", held, d->n);
@@ -132,7 +129,7 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int 
     d->opt = opt, d->ranges = r, d->rank = rank;
     d->own_shard = shard ? (rl_train_shard){.n = shard->n, .r = r, .total = shard->total} : (rl_train_shard){0};
     d->shard = shard ? &d->own_shard : NULL;
-    return RL_OK;
+    return d->ops->set_shard ? d->ops->set_shard(d, e) : RL_OK;
 }
 
 int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e) {

@@ -93,6 +93,9 @@ typedef struct rl_train_device_ops {
      * the host state is the device's own. */
     int (*download)(rl_train_device *d, bool opt, rl_err *e);
     int (*upload)(rl_train_device *d, bool opt, rl_err *e);
+    /* The dispatcher has set d->shard (NULL: none) and sized d->opt to it:
+     * fit the device's own moments (zero). NULL: it keeps none of its own. */
+    int (*set_shard)(rl_train_device *d, rl_err *e);
     /* Release everything the implementation's open made (impl, params). */
     void (*close)(rl_train_device *d);
 } rl_train_device_ops;
@@ -146,7 +149,8 @@ int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
 /* Keep the moments of shard's ranges only (NULL: of every element), as
  * rank `rank`: the moments start again from zero, so only before the first
  * step or a resume that fills them. The device copies the ranges (the
- * seam's end with its round). cpu only for now (cuda refuses). */
+ * seam's end with its round). A failure leaves the device fit only for
+ * close. */
 int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int rank, rl_err *e);
 
 /* Implementations' opens, called by rl_train_dev_open with d->cfg set:

@@ -30,7 +30,8 @@ typedef struct gpu_dev {
     rl_gpu_model *model;
     cudaStream_t stream; /* everything of the model runs on it */
     int device;
-    float *ckpt;             /* device staging of a checkpoint (3 x params), or NULL */
+    float *ckpt;             /* device staging of a checkpoint (params + both moments), or NULL */
+    size_t ckpt_floats;      /* its size */
     cudaEvent_t ckpt_ready;  /* the staging copy is done */
     bool ckpt_off;           /* no staging: no room on the GPU, or RL_GPU_CKPT_STAGE=0 */
 } gpu_dev;
@@ -50,7 +51,12 @@ static int gpu_micro(rl_train_device *d, const int32_t *inputs, const int32_t *t
 }
 
 /* Norm, clipping and AdamW all queued, then the step's one wait for its
- * loss (the micro-batches' scaled sum) and gradient norm. */
+ * loss (the micro-batches' scaled sum) and gradient norm. With a shard the
+ * seam's sum and gather are queued in between: the squared norm summed
+ * over ranks before the clipping reads it, the updated master gathered
+ * and the bf16 copy derived from it before the next forward (the seam
+ * orders its collectives after the model's stream and the stream after
+ * them, on the GPU). */
 static int gpu_step_end(rl_train_device *d, const rl_train_update *u, double *loss, double *norm,
                         rl_err *e) {
     const rl_train_config *t = &d->cfg->train;
@@ -64,8 +70,13 @@ static int gpu_step_end(rl_train_device *d, const rl_train_update *u, double *lo
                       .grad_scale = 1.0,
                       .clip_max_norm = u->clip};
     float l = 0, n = 0;
-    int rc = rl_gpu_model_grad_norm(g, NULL, e);
+    double *sq;
+    int rc = d->shard ? rl_gpu_model_shard_sq(g, &sq, e) : rl_gpu_model_grad_norm(g, NULL, e);
+    if (!rc && d->shard) rc = u->sum(u->dist_ctx, sq, 1, e);
+    if (!rc && d->shard) rc = rl_gpu_model_shard_norm(g, e);
     if (!rc) rc = rl_gpu_model_adamw(g, &a, e);
+    if (!rc && d->shard) rc = u->gather(u->dist_ctx, rl_gpu_model_master(g), e);
+    if (!rc && d->shard) rc = rl_gpu_model_derive_bf16(g, e);
     if (!rc) rc = rl_gpu_model_step_end(g, e);
     if (!rc) rc = rl_gpu_model_step_stats(g, 0, &l, &n, e);
     *loss = l, *norm = n;
@@ -89,39 +100,49 @@ static int gpu_upload(rl_train_device *d, bool opt, rl_err *e) {
     return rc;
 }
 
-/* Straight to the host: the fallback, and the staged path's second half. */
+/* Elements whose moments the device holds: all, or the shard's. */
+static size_t held(const rl_train_device *d) { return d->shard ? d->shard->total : d->n; }
+
+/* Straight to the host: the fallback, and the staged path's second half.
+ * params NULL: a shard's rank that saves no weights. */
 static int to_host(rl_train_device *d, const float *master, const float *mv, float *params, float *m,
                    float *v, rl_err *e) {
-    size_t n = d->n * sizeof(float);
+    size_t n = d->n * sizeof(float), h = held(d) * sizeof(float);
     cudaError_t ce = cudaSetDevice(ctx(d)->device);
-    if (ce == cudaSuccess) ce = cudaMemcpy(params, master, n, cudaMemcpyDeviceToHost);
-    if (ce == cudaSuccess) ce = cudaMemcpy(m, mv, n, cudaMemcpyDeviceToHost);
-    if (ce == cudaSuccess) ce = cudaMemcpy(v, (const char *)mv + n, n, cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess && params) ce = cudaMemcpy(params, master, n, cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess) ce = cudaMemcpy(m, mv, h, cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess) ce = cudaMemcpy(v, (const char *)mv + h, h, cudaMemcpyDeviceToHost);
     return ce == cudaSuccess ? RL_OK
                              : rl_errf(e, RL_EIO, "checkpoint: device-to-host copy: %s", cudaGetErrorString(ce));
 }
 
 /* take, in the pause: master weights and moments copied within the GPU to a
- * staging buffer (12 bytes a parameter, allocated at the first checkpoint)
+ * staging buffer (12 bytes a parameter, less with a shard; allocated at the
+ * first checkpoint, again when a new shard changed its size)
  * and queued on the model's stream, so the next step's optimizer runs
  * after the copy without the host waiting; fill, on the saver's thread:
  * staging -> the host snapshot. Where the GPU has no room for the staging
  * buffer (or RL_GPU_CKPT_STAGE=0), take copies to the host itself. */
 static int gpu_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
     gpu_dev *g = ctx(d);
-    size_t n = d->n;
+    size_t n = d->n, need = n + 2 * held(d);
     const char *stage = getenv("RL_GPU_CKPT_STAGE");
+    if (g->ckpt && g->ckpt_floats != need) { /* no save is in flight: the saver takes one at a time */
+        cudaFree(g->ckpt);
+        g->ckpt = NULL;
+    }
     if (!g->ckpt && !g->ckpt_off) {
         cudaEvent_t ev;
-        if ((stage && !strcmp(stage, "0")) || cudaMalloc((void **)&g->ckpt, 3 * n * sizeof(float)) != cudaSuccess) {
+        if ((stage && !strcmp(stage, "0")) || cudaMalloc((void **)&g->ckpt, need * sizeof(float)) != cudaSuccess) {
             (void)cudaGetLastError(); /* an out-of-memory here is not the run's error */
             g->ckpt = NULL, g->ckpt_off = true;
             rl_log(RL_LOG_INFO, "checkpoint_staging", "\"on_gpu\":false,\"bytes\":%zu,\"msg\":\"copying "
-                   "checkpoints to the host in the pause\"", 3 * n * sizeof(float));
-        } else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+                   "checkpoints to the host in the pause\"", need * sizeof(float));
+        } else if (!g->ckpt_ready && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
             return rl_errf(e, RL_EIO, "checkpoint: cudaEventCreate failed");
         } else {
-            g->ckpt_ready = ev;
+            g->ckpt_floats = need;
+            if (!g->ckpt_ready) g->ckpt_ready = ev;
         }
     }
     float *master = rl_gpu_model_master(g->model), *mv = rl_gpu_model_opt(g->model);
@@ -135,7 +156,7 @@ static int gpu_take(rl_train_device *d, float *params, float *m, float *v, bool 
     /* queued behind the step's AdamW and ahead of the next step: no wait */
     ce = cudaMemcpyAsync(g->ckpt, master, n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream);
     if (ce == cudaSuccess)
-        ce = cudaMemcpyAsync(g->ckpt + n, mv, 2 * n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream);
+        ce = cudaMemcpyAsync(g->ckpt + n, mv, 2 * held(d) * sizeof(float), cudaMemcpyDeviceToDevice, g->stream);
     if (ce == cudaSuccess) ce = cudaEventRecord(g->ckpt_ready, g->stream);
     if (ce != cudaSuccess) return rl_errf(e, RL_EIO, "checkpoint: staging copy: %s", cudaGetErrorString(ce));
     *later = true;
@@ -157,6 +178,12 @@ static int gpu_fill(rl_train_device *d, float *params, float *m, float *v, rl_er
     }
     if (ce != cudaSuccess) return rl_errf(e, RL_EIO, "checkpoint: staging copy: %s", cudaGetErrorString(ce));
     return to_host(d, g->ckpt, g->ckpt + d->n, params, m, v, e);
+}
+
+/* the dispatcher has set d->shard and d->opt: the model's moments follow */
+static int gpu_set_shard(rl_train_device *d, rl_err *e) {
+    const rl_train_shard *s = d->shard;
+    return rl_gpu_model_set_shard(ctx(d)->model, s ? s->r : NULL, s ? s->n : 0, d->rank, e);
 }
 
 static float *gpu_grads(rl_train_device *d) { return rl_gpu_model_grads(ctx(d)->model); }
@@ -185,6 +212,7 @@ static const rl_train_device_ops gpu_ops = {
     .fill = gpu_fill,
     .download = gpu_download,
     .upload = gpu_upload,
+    .set_shard = gpu_set_shard,
     .close = gpu_close,
 };
 

@@ -130,18 +130,16 @@ static void cpu_state(rl_train_memory *m, size_t n) {
 }
 
 /* cuda: bf16 compute copy and fp32 gradients, both with the vocabulary
- * padded to a multiple of 64 rows (as the model allocates them); fp32
- * master, sharded with the moments. The sharded figures are the design's
- * (ZeRO on a GPU is refused today): under "gradients" a rank keeps its
- * reduced shard plus the gradient buffer of the buckets in flight, taken as
- * two of the largest. */
-static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, rl_shard_mode mode,
-                      const rl_train_bucket_plan *p) {
+ * padded to a multiple of 64 rows (as the model allocates them), and the
+ * fp32 master, whole in every mode as the GPU model keeps it (its forward
+ * reads the master's embedding and norm weights; llama_gpu.h). Only the
+ * moments shard, as on the CPU. */
+static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n) {
     size_t pad = (((size_t)cfg->model.vocab_size + 63) / 64 * 64 - (size_t)cfg->model.vocab_size) *
                  (size_t)cfg->model.hidden_size;
     m->weights = (n + pad) * BF16;
-    m->master = (mode == RL_SHARD_NONE ? n : m->shard_elems) * F32;
-    m->grads = mode == RL_SHARD_GRADIENTS ? (m->shard_elems + 2 * p->largest) * F32 : (n + pad) * F32;
+    m->master = n * F32;
+    m->grads = (n + pad) * F32;
 }
 
 static int check(const rl_job_config *cfg, int world, rl_err *e) {
@@ -172,7 +170,7 @@ int rl_train_memory_of(const rl_job_config *cfg, int world, size_t nparams, rl_t
     out->shard_elems = mode == RL_SHARD_NONE ? n : rl_train_shard_elems(&p, world, NULL);
     out->moments = 2 * out->shard_elems * F32;
     if (!strcmp(cfg->train.device, "cuda")) {
-        gpu_state(out, cfg, n, mode, &p);
+        gpu_state(out, cfg, n);
         gpu_shape s = gpu_shape_of(cfg);
         out->activations = gpu_acts(&s) + gpu_scratch(&s);
     } else {

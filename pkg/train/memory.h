@@ -20,8 +20,8 @@
 
 typedef struct rl_train_memory {
     size_t weights;     /* the compute copy: fp32 on cpu (also the master), bf16 on cuda */
-    size_t master;      /* fp32 master weights: 0 on cpu, whole or this rank's shard on cuda */
-    size_t grads;       /* fp32 gradients */
+    size_t master;      /* fp32 master weights: 0 on cpu (the weights are), whole on cuda */
+    size_t grads;       /* fp32 gradients, whole in every mode */
     size_t moments;     /* AdamW m and v, fp32, whole or this rank's shard */
     size_t activations; /* activations, backward scratch, RoPE table, token ids (and the
                          * cuBLASLt workspace on cuda): sized for micro_batch x seq_len */

@@ -162,7 +162,10 @@ typedef struct rl_train_dist {
      * (the rest too with "optimizer"); the rank updates only them, and
      * gather brings every rank's updated ranges of params (n floats in the
      * model's layout, the device's) to every rank. sum adds n doubles over
-     * ranks in place (the gradient norm's partial sums). */
+     * ranks in place (the gradient norm's partial sums). On a device with
+     * a stream (train.device cuda) both buffers are device memory and both
+     * calls stream-ordered: they follow the work queued on that stream, it
+     * follows them, and they return once queued. */
     const rl_train_shard *shard;
     int (*sum)(void *ctx, double *v, int n, rl_err *e);
     int (*gather)(void *ctx, float *params, rl_err *e);

@@ -78,6 +78,16 @@ static float *host_copy(rl_trainer *tr, bool opt, rl_err *e) {
     return p;
 }
 
+/* sqrt(sum (a - b)^2 / sum b^2) */
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double dn = 0, nn = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        dn += d * d, nn += (double)b[i] * b[i];
+    }
+    return nn > 0 ? sqrt(dn / nn) : sqrt(dn);
+}
+
 /* 50 optimizer steps through the whole trainer (loader, accumulation,
  * clipping, the LR schedule) on each device from the same init and data.
  * Band as the model-level curve check: every step within max(0.05 nats,
@@ -120,9 +130,16 @@ static void check_curve(void) {
  * stream ordering must not reorder or drop work. Bit-identical losses and
  * parameters after 6 steps with 2 micro-steps each (no_sync on the first).
  * With bf16 reduction the gradients are rounded to bf16 on the way, so the
- * run must differ, but only by that rounding: losses within 1%. */
-static void check_ddp_world1(bool bf16) {
-    const char *name = bf16 ? "trainer: nccl ddp bf16 at world 1 ~ no ddp" : "trainer: nccl ddp at world 1 = no ddp";
+ * run must differ, but only by that rounding: losses within 1%. With a
+ * shard (one GPU runs the whole sharded step: the reduce-scatter, the norm
+ * over ranges and its sum, AdamW over ranges, the gather and the fences
+ * between the streams) the norm is summed in another order, so state and
+ * losses within 1e-6 relative. */
+static void check_ddp_world1(bool bf16, const char *shard) {
+    char name[80];
+    snprintf(name, sizeof name, shard ? "trainer: nccl shard %s at world 1 ~ no ddp"
+                                : bf16 ? "trainer: nccl ddp bf16 at world 1 ~ no ddp"
+                                       : "trainer: nccl ddp at world 1 = no ddp", shard);
     if (!selected(name)) return;
     rl_job_config c;
     job(&c, "cuda", 6, 2);
@@ -137,11 +154,13 @@ static void check_ddp_world1(bool bf16) {
     if (!(pa = host_copy(a, true, &e))) goto fail;
     rl_comm_opts co = {.backend = "nccl", .rank = 0, .world = 1, .prefix = "gpu-test", .timeout_s = 60};
     rl_train_dist dist = {.rank = 0, .world = 1};
-    if (rl_comm_init(&co, &comm, &e) || rl_trainer_new(&b, &c, &dist, &e)) goto fail;
+    rl_job_config cb_cfg = c;
+    if (shard) snprintf(cb_cfg.dist.shard, sizeof cb_cfg.dist.shard, "%s", shard);
+    if (rl_comm_init(&co, &comm, &e) || rl_trainer_new(&b, &cb_cfg, &dist, &e)) goto fail;
     memset(&cb, 0, sizeof cb);
     rl_trainer_set_observer(b, &(rl_train_observer){.ud = &cb, .on_step = on_step});
     rl_ddp_opts o = {.min_buckets = c.dist.min_buckets, .grad_stream = rl_trainer_stream(b),
-                     .reduce_bf16 = bf16};
+                     .reduce_bf16 = bf16, .shard = rl_shard_mode_of(cb_cfg.dist.shard)};
     if (rl_ddp_create(comm, rl_trainer_grads(b), rl_trainer_nparams(b), &o, &ddp, &e)) goto fail;
     rl_ddp_attach(ddp, &dist);
     if (rl_trainer_broadcast_params(b, &e) || rl_trainer_run(b, &e)) goto fail;
@@ -153,7 +172,12 @@ static void check_ddp_world1(bool bf16) {
         double worst = 0;
         for (int i = 0; i < ca.n && i < cb.n; i++) worst = fmax(worst, fabs(cb.loss[i] - ca.loss[i]) / ca.loss[i]);
         bool ok = bf16 ? cb.n == 6 && !same_state && worst <= 0.01 : same_loss && same_state;
-        if (bf16)
+        if (shard) {
+            double rel = rel_diff(pb, pa, n);
+            report(name, cb.n == 6 && rl_ddp_shard(ddp) && worst <= 1e-6 && rel <= 1e-6,
+                   "%d buckets, %d ranges; params and moments %.2e relative, losses %.2e (bound 1e-6)",
+                   rl_ddp_nbuckets(ddp), rl_ddp_shard(ddp) ? rl_ddp_shard(ddp)->n : 0, rel, worst);
+        } else if (bf16)
             report(name, ok && rl_ddp_nbuckets(ddp) >= 4,
                    "%d buckets; params %s (bf16-rounded gradients); worst loss difference %.2e "
                    "relative",
@@ -718,12 +742,40 @@ static void check_nccl_abort_while_waiting(void) {
 typedef struct ddp_rank {
     int rank, port;
     const rl_job_config *c;
+    const char *prefix; /* the communicator's keys in the store (NULL: "ddp2") */
     curve cv;
     float *state; /* params and moments after the run */
     int buckets;
+    /* with c->dist.shard: the rank's ranges (a copy) and elements held */
+    rl_shard_range *ranges;
+    int nranges;
+    size_t held;
     int rc;
     rl_err e;
 } ddp_rank;
+
+/* params (n) then the moments the device holds (2 x held), or NULL */
+static float *rank_state(ddp_rank *d, rl_trainer *tr, rl_err *e) {
+    size_t n = rl_trainer_nparams(tr), h = d->held ? d->held : n;
+    float *s = malloc((n + 2 * h) * sizeof(float));
+    if (!s || rl_trainer_sync_host(tr, true, e)) {
+        free(s);
+        return NULL;
+    }
+    memcpy(s, rl_trainer_params(tr), n * sizeof(float));
+    memcpy(s + n, rl_trainer_opt(tr), 2 * h * sizeof(float));
+    return s;
+}
+
+/* the seam's shard, kept past the ddp's end */
+static int keep_shard(ddp_rank *d, const rl_ddp *ddp) {
+    const rl_train_shard *s = rl_ddp_shard(ddp);
+    if (!s) return 0;
+    if (!(d->ranges = malloc((size_t)s->n * sizeof *d->ranges))) return RL_ENOMEM;
+    memcpy(d->ranges, s->r, (size_t)s->n * sizeof *d->ranges);
+    d->nranges = s->n, d->held = s->total;
+    return 0;
+}
 
 static void *ddp_rank_main(void *arg) {
     ddp_rank *d = arg;
@@ -732,7 +784,7 @@ static void *ddp_rank_main(void *arg) {
     rl_comm *comm = NULL;
     rl_ddp *ddp = NULL;
     rl_trainer *tr = NULL;
-    rl_comm_opts co = {.backend = "nccl", .rank = d->rank, .world = 2, .prefix = "ddp2",
+    rl_comm_opts co = {.backend = "nccl", .rank = d->rank, .world = 2, .prefix = d->prefix ? d->prefix : "ddp2",
                        .device = d->rank, .timeout_s = 60};
     rl_train_dist dist = {.rank = d->rank, .world = 2, .local_rank = d->rank};
     if ((d->rc = rl_store_connect("127.0.0.1", d->port, 10, &st, e))) goto done;
@@ -740,13 +792,16 @@ static void *ddp_rank_main(void *arg) {
     if ((d->rc = rl_comm_init(&co, &comm, e)) || (d->rc = rl_trainer_new(&tr, d->c, &dist, e)))
         goto done;
     rl_trainer_set_observer(tr, &(rl_train_observer){.ud = &d->cv, .on_step = on_step});
-    rl_ddp_opts o = {.min_buckets = d->c->dist.min_buckets, .grad_stream = rl_trainer_stream(tr)};
+    rl_ddp_opts o = {.min_buckets = d->c->dist.min_buckets, .grad_stream = rl_trainer_stream(tr),
+                     .shard = rl_shard_mode_of(d->c->dist.shard)};
     if ((d->rc = rl_ddp_create(comm, rl_trainer_grads(tr), rl_trainer_nparams(tr), &o, &ddp, e)))
         goto done;
     d->buckets = rl_ddp_nbuckets(ddp);
     rl_ddp_attach(ddp, &dist);
-    if ((d->rc = rl_trainer_broadcast_params(tr, e)) || (d->rc = rl_trainer_run(tr, e))) goto done;
-    if (!(d->state = host_copy(tr, true, e))) d->rc = e->code ? e->code : RL_ENOMEM;
+    if ((d->rc = keep_shard(d, ddp)) || (d->rc = rl_trainer_broadcast_params(tr, e)) ||
+        (d->rc = rl_trainer_run(tr, e)))
+        goto done;
+    if (!(d->state = rank_state(d, tr, e))) d->rc = e->code ? e->code : RL_ENOMEM;
 done:
     /* a failed rank aborts its comm, so the other fails within its timeout */
     if (d->rc && comm) rl_comm_abort(comm);
@@ -818,6 +873,85 @@ static void check_ddp_two_ranks(void) {
     rl_store_server_stop(srv);
 }
 
+/* dist.shard on the nccl backend, two ranks: each sharded mode against DDP
+ * on the same two ranks, 6 steps of 2 micro-batches. The GPU's sharded
+ * step: moments of the rank's ranges only, its squared norm summed over
+ * ranks on the streams, AdamW over the ranges, the master gathered bucket
+ * by bucket and the bf16 copy derived again. Bounds: both ranks' parameters
+ * equal bit for bit (the gather gives every rank the same master) and
+ * within 1e-6 relative of DDP's (the norm is summed in another order, so
+ * the clip factor may differ in its last bit; the run clips: its norms are
+ * above train.grad_clip); each rank's moments within 1e-6 relative of
+ * DDP's over its ranges; losses within 1e-6 relative; each rank holding
+ * about half of the moments. */
+static void shard_vs_ddp(const char *name, const rl_job_config *c, ddp_rank a[2], ddp_rank b[2]) {
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c->model);
+    size_t n = lay.total, same = 0;
+    double params = 0, moments = 0, loss = 0;
+    for (int r = 0; r < 2; r++) {
+        params = fmax(params, rel_diff(b[r].state, a[0].state, n));
+        same += !memcmp(b[r].state, b[0].state, n * sizeof(float));
+        /* DDP's moments over this rank's ranges, in the shard's order */
+        size_t h = b[r].held;
+        float *want = malloc(2 * h * sizeof(float));
+        for (size_t k = 0, at = 0; want && k < (size_t)b[r].nranges; at += b[r].ranges[k].len, k++)
+            for (int half = 0; half < 2; half++)
+                memcpy(want + half * h + at, a[0].state + n + half * n + b[r].ranges[k].off,
+                       b[r].ranges[k].len * sizeof(float));
+        moments = want ? fmax(moments, rel_diff(b[r].state + n, want, 2 * h)) : INFINITY;
+        free(want);
+        for (int i = 0; i < a[0].cv.n && i < b[r].cv.n; i++)
+            loss = fmax(loss, fabs(b[r].cv.loss[i] - a[0].cv.loss[i]) / a[0].cv.loss[i]);
+    }
+    double half = (double)b[0].held / (double)n;
+    report(name,
+           a[0].cv.n == 6 && b[0].cv.n == 6 && b[1].cv.n == 6 && same == 2 && params <= 1e-6 &&
+               moments <= 1e-6 && loss <= 1e-6 && half > 0.45 && half < 0.55,
+           "%d buckets; rank 0 holds %.3f of the moments (%zu of %zu); ranks' params %s; vs ddp: "
+           "params %.2e, moments %.2e, losses %.2e relative (bound 1e-6); loss %.4f -> %.4f",
+           b[0].buckets, half, b[0].held, n, same == 2 ? "identical" : "DIFFER", params, moments, loss,
+           b[0].cv.loss[0], b[0].cv.loss[5]);
+}
+
+static void free_ranks(ddp_rank d[2]) {
+    for (int r = 0; r < 2; r++) free(d[r].state), free(d[r].ranges);
+}
+
+static void check_shard_two_ranks(void) {
+    const char *names[2] = {"trainer: nccl shard optimizer on 2 ranks ~ ddp",
+                            "trainer: nccl shard gradients on 2 ranks ~ ddp"};
+    const char *modes[2] = {"optimizer", "gradients"};
+    bool want[2] = {selected(names[0]), selected(names[1])};
+    if ((!want[0] && !want[1]) || !two_devices(names[want[0] ? 0 : 1])) return;
+    rl_store_server *srv = server(names[0]);
+    if (!srv) return;
+    rl_job_config c;
+    job(&c, "cuda", 6, 2);
+    c.dist.min_buckets = 5;
+    c.train.global_batch_tokens *= 2; /* 2 micro-batches on each rank */
+    ddp_rank a[2] = {{.rank = 0, .c = &c, .prefix = "shard-ddp"}, {.rank = 1, .c = &c, .prefix = "shard-ddp"}};
+    for (int r = 0; r < 2; r++) a[r].port = rl_store_server_port(srv);
+    on_both(ddp_rank_main, &a[0], &a[1]);
+    for (int m = 0; m < 2; m++) {
+        if (!want[m]) continue;
+        if (a[0].rc || a[1].rc) {
+            fail_err(names[m], &a[a[0].rc ? 0 : 1].e);
+            continue;
+        }
+        rl_job_config cs = c;
+        snprintf(cs.dist.shard, sizeof cs.dist.shard, "%s", modes[m]);
+        ddp_rank b[2] = {{.rank = 0, .c = &cs, .prefix = modes[m]}, {.rank = 1, .c = &cs, .prefix = modes[m]}};
+        for (int r = 0; r < 2; r++) b[r].port = rl_store_server_port(srv);
+        on_both(ddp_rank_main, &b[0], &b[1]);
+        if (b[0].rc || b[1].rc) fail_err(names[m], &b[b[0].rc ? 0 : 1].e);
+        else shard_vs_ddp(names[m], &c, a, b);
+        free_ranks(b);
+    }
+    free_ranks(a);
+    rl_store_server_stop(srv);
+}
+
 void test_gpu_train(void) {
     snprintf(dir, sizeof dir, "/tmp/rl-gpu-train-XXXXXX");
     rl_err e = {0};
@@ -827,8 +961,9 @@ void test_gpu_train(void) {
         return;
     }
     check_curve();
-    check_ddp_world1(false);
-    check_ddp_world1(true);
+    check_ddp_world1(false, NULL);
+    check_ddp_world1(true, NULL);
+    check_ddp_world1(false, "gradients");
     check_cross_resume("cuda", "cpu", true);
     check_cross_resume("cuda", "cpu", false);
     check_cross_resume("cpu", "cuda", true);
@@ -841,6 +976,7 @@ void test_gpu_train(void) {
     check_nccl_peer_never_enters();
     check_nccl_abort_while_waiting();
     check_ddp_two_ranks();
+    check_shard_two_ranks();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "test-gpu: could not remove %s\n", dir);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "faultproxy.h"
 #include "rgwtest.h"
 #include "s3/s3.h"
 #include "s3/s3_internal.h"
@@ -463,5 +464,101 @@ Test(ckpt_s3, a_killed_writers_unfinished_upload_is_aborted_by_the_next_commit, 
     cr_expect_eq(l.n, 0, "step 12's partial save is still there");
     rl_s3_list_free(&l);
     rl_s3_close(s3);
+    rl_test_rmdir(dir);
+}
+
+/* "latest"'s step, -1 when absent */
+static long long latest_step(rl_s3 *s3, const char *prefix) {
+    char key[128], text[64] = "";
+    void *b = NULL;
+    size_t n = 0;
+    bool found = false;
+    rl_err e = {0};
+    snprintf(key, sizeof key, "%s/latest", prefix);
+    cr_assert_eq(rl_s3_head(s3, BUCKET, key, &found, NULL, &e), 0, "%s", e.msg);
+    if (!found) return -1;
+    cr_assert_eq(rl_s3_get(s3, BUCKET, key, 0, UINT64_MAX, &b, &n, &e), 0, "%s", e.msg);
+    memcpy(text, b, n < sizeof text - 1 ? n : sizeof text - 1);
+    free(b);
+    const char *d = strstr(text, "step-");
+    return d ? atoll(d + 5) : -1;
+}
+
+static bool has_manifest(rl_s3 *s3, const char *prefix, long long step) {
+    char key[128];
+    bool found = false;
+    rl_err e = {0};
+    snprintf(key, sizeof key, "%s/step-%08lld/manifest.json", prefix, step);
+    cr_assert_eq(rl_s3_head(s3, BUCKET, key, &found, NULL, &e), 0, "%s", e.msg);
+    return found;
+}
+
+static size_t uploads_under(rl_s3 *s3, const char *prefix) {
+    rl_s3_uploads u;
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_list_uploads(s3, BUCKET, prefix, &u, &e), 0, "%s", e.msg);
+    size_t n = u.n;
+    rl_s3_uploads_free(&u);
+    return n;
+}
+
+/* The issue's rank killed mid-save, as processes: 2 ranks of ZeRO-2 save
+ * every 5 steps through a proxy to radosgw, each rank's optimizer shard
+ * (~6 MiB) in 5 MiB parts. At step 10 the proxy holds rank 1's second part
+ * (its upload begun, a part in) and the test SIGKILLs rank 1 there. Rank
+ * 0, waiting for that shard's receipt, never commits step 10: `latest` and
+ * the newest manifest stay at step 5, and radosgw holds the unfinished
+ * upload. A fresh start resumes from 5 and its commits abort the upload:
+ * none is left. */
+Test(ckpt_s3, a_rank_killed_while_writing_its_shard_leaves_the_previous_checkpoint_newest, .init = rgw_up,
+     .fini = rgw_down, .timeout = 420) {
+    char dir[64], path[256], js[2048], log[256], uri[64] = "s3://" BUCKET "/kill";
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    rl_fault_proxy *px;
+    cr_assert_eq(rl_fault_proxy_start("127.0.0.1", g_rgw.port, &px), 0);
+    rl_fault_proxy_inject(px, RL_FAULT_HOLD, 1, "step-00000010/optimizer-00001-of-00002.safetensors?partNumber=2");
+    /* 1.6M parameters: 0.8M a shard, 6.4 MB of moments, two parts */
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    snprintf(js, sizeof js,
+             "{\"model\":{\"hidden_size\":128,\"intermediate_size\":512,\"num_hidden_layers\":6,\"num_attention_heads\":4,"
+             "\"max_position_embeddings\":64},"
+             "\"train\":{\"steps\":15,\"warmup_steps\":2,\"seq_len\":32,\"micro_batch\":4,\"global_batch_tokens\":256,"
+             "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
+             "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
+             "\"dist\":{\"timeout_s\":30,\"shard\":\"gradients\"},"
+             "\"checkpoint\":{\"uri\":\"%s\",\"every_steps\":5,\"preempt_budget_s\":5,"
+             "\"s3\":{\"endpoint\":\"http://127.0.0.1:%d\",\"part_mb\":5}}}",
+             dir, uri, rl_fault_proxy_port(px));
+    rl_test_write(path, js, strlen(js));
+    const char *two[] = {"--nproc-per-node", "2", NULL};
+    snprintf(log, sizeof log, "%s/killed.log", dir);
+    int p = rl_test_spawn_worker(dir, log, -1, 1, 0, two);
+    double t0 = rl_now();
+    while (rl_fault_proxy_injected(px) < 1 && rl_now() - t0 < 240) usleep(20000);
+    cr_assert_eq(rl_fault_proxy_injected(px), 1, "rank 1 never sent step 10's second part: see %s", log);
+    int child = rl_test_spawned_pid(log, 1);
+    cr_assert(child > 0, "no spawned line for rank 1: see %s", log);
+    kill(child, SIGKILL);
+    int st = rl_test_wait_status(p, 120);
+    cr_assert(st != 0 && st != -1, "the job must fail when rank 1 dies (status %d): see %s", st, log);
+
+    rl_s3_config c = {0};
+    rl_s3 *s3;
+    rl_err e = {0};
+    cr_assert_eq(rl_s3_open(&c, &s3, &e), 0, "%s", e.msg);
+    cr_expect(has_manifest(s3, "kill", 5), "step 5 was committed");
+    cr_expect(!has_manifest(s3, "kill", 10), "step 10 committed without rank 1's shard: see %s", log);
+    cr_expect_eq(latest_step(s3, "kill"), 5, "latest moved past the last whole checkpoint: see %s", log);
+    cr_expect_geq(uploads_under(s3, "kill/"), 1, "the kill did not land mid-upload");
+
+    snprintf(log, sizeof log, "%s/resumed.log", dir);
+    st = rl_test_wait_status(rl_test_spawn_worker(dir, log, -1, 1, 0, two), 240);
+    cr_assert_eq(st, 0, "the restarted job failed (%d): see %s", st, log);
+    cr_expect_eq(resumed_from(log), 5, "must resume from step 5: see %s", log);
+    cr_expect(has_manifest(s3, "kill", 15));
+    cr_expect_eq(latest_step(s3, "kill"), 15);
+    cr_expect_eq(uploads_under(s3, "kill/"), 0, "an unfinished upload survived the next commits: see %s", log);
+    rl_s3_close(s3);
+    rl_fault_proxy_stop(px);
     rl_test_rmdir(dir);
 }

@@ -170,6 +170,14 @@ static void *serve(void *arg) {
         if (hit) p->pending--, p->injected++;
         pthread_mutex_unlock(&p->mu);
         if (hit && k == RL_FAULT_DROP) break;
+        if (hit && k == RL_FAULT_HOLD) { /* a request in flight for as long as its client lives */
+            if (clen > 0 && !relay_n(p, c->cfd, c->buf, &c->have, -1, clen)) break;
+            struct pollfd pf = {c->cfd, POLLIN, 0};
+            char b;
+            while (!p->stop && (poll(&pf, 1, 200) == 0 || recv(c->cfd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0))
+                usleep(200 * 1000);
+            break;
+        }
         if (hit) {
             if (clen > 0 && !relay_n(p, c->cfd, c->buf, &c->have, -1, clen)) break;
             fault_answer(c, k);

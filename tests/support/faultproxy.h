@@ -12,6 +12,7 @@ typedef enum {
     RL_FAULT_INTERNAL,     /* 500 InternalError */
     RL_FAULT_ERROR_IN_200, /* 200 whose body is an <Error> InternalError */
     RL_FAULT_DROP,         /* close the connection after reading the request head: no answer at all */
+    RL_FAULT_HOLD,         /* read the whole request, then answer nothing until the client goes (or stop) */
 } rl_fault;
 
 typedef struct rl_fault_proxy rl_fault_proxy;
