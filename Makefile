@@ -45,7 +45,9 @@ ifeq ($(USE_CUDA),1)
   LDLIBS  += $(CUDA_LDLIBS)
 endif
 
-PKG_SRCS := $(sort $(wildcard pkg/*/*.c))
+# kernels/gpu_layout.c: the GPU model's buffer layout in host C, which the
+# memory accounting reads in every build
+PKG_SRCS := $(sort $(wildcard pkg/*/*.c)) kernels/gpu_layout.c
 PKG_OBJS := $(PKG_SRCS:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libringleader.a
 # The flags this build directory's objects were made with (written below,

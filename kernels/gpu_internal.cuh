@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kernels/device_common.cuh"
+#include "kernels/gpu_layout.h" // RL_K_NORM_BLOCKS, RL_GEMM_WORKSPACE
 #include "kernels/llama_gpu.h"
 
 // ---- errors -------------------------------------------------------------------
@@ -122,7 +123,6 @@ int rl_k_loss_accum(float *acc, const float *losses, int n, float weight, int re
 rl_k_cost rl_k_loss_accum_cost(int n);
 // Sum of squares in fixed-size blocks, then one block over the partials:
 // out[0] = sqrt(sum g^2). partial: RL_K_NORM_BLOCKS floats. Two launches.
-#define RL_K_NORM_BLOCKS 1024
 int rl_k_norm(float *out, float *partial, const float *g, size_t n, cudaStream_t s, rl_err *e);
 rl_k_cost rl_k_norm_cost(size_t n);
 
@@ -223,7 +223,6 @@ typedef struct rl_gemm {
     int sm_count; // > 0: cuBLASLt's SM count target for every product (set before the first)
 } rl_gemm;
 #define RL_GEMM_CANDIDATES 4 // heuristic algorithms timed per shape
-#define RL_GEMM_WORKSPACE (32u << 20) // what cuBLAS asks for on Hopper
 int rl_gemm_init(rl_gemm *g, void *ws, size_t ws_bytes, rl_err *e);
 void rl_gemm_free(rl_gemm *g);
 // Row-major, bf16 operands, fp32 accumulation:

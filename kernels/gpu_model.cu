@@ -70,11 +70,6 @@ extern "C" {
 #include "model/cpu.h" // rl_cpu_rope_table_f32: the very table the CPU model uses
 }
 
-// Logits are made and consumed in chunks of rows of at most this many bytes
-// (bf16): 1 GiB keeps config a's classifier at 4 chunks (each chunk re-reads
-// and re-writes the fp32 lm_head gradient, 154 MB there) for a quarter of
-// the whole-batch logits' memory.
-#define RL_CLS_CHUNK_BYTES ((size_t)1 << 30)
 // Pinned staging slots for the batch: the host may queue this many
 // micro-batches ahead of the GPU before it waits for a slot's copy.
 #define RL_IO_SLOTS 3
@@ -114,6 +109,7 @@ struct rl_gpu_model {
     unsigned char *scratch; // backward temporaries, reductions, batch, cuBLASLt workspace
     size_t bytes;
 
+    rl_gpu_layout bl; // where every activation and scratch buffer lies (gpu_layout.h)
     // activations: layer l of a per-layer buffer at base + l * stride
     size_t s_btd, s_bt, s_qkv, s_att, s_bh, s_gu, s_ln, s_hm; // strides in elements
     float *res, *res_mid, *rstd1, *rstd2, *att_lse, *rstdf, *lse_cls, *losses, *rope;
@@ -210,79 +206,23 @@ static int host_wait(rl_gpu_model *m, cudaEvent_t ev, rl_err *e) {
     return RL_OK;
 }
 
-// ---- buffer carving -----------------------------------------------------------------------------
-// 256-byte alignment for every sub-buffer: the 16-byte vector paths and
-// cuBLASLt's fastest kernels want at least that, and it costs nothing.
-static size_t carve(size_t *off, size_t bytes) {
-    size_t o = *off;
-    *off = o + (bytes + 255) / 256 * 256;
-    return o;
-}
-
-// tokens, targets, the embedding backward's uniq, seg (cap + 1), pos and
-// the number of distinct ids (read by its kernel on the device)
-static size_t io_ints(const rl_gpu_model *m) { return 5 * (size_t)m->B * m->T + 2; }
-
-// Activation and scratch layouts: first pass (base NULL) sizes, second
-// pass assigns pointers.
-static size_t layout_acts(rl_gpu_model *m, unsigned char *base) {
-    size_t N = (size_t)m->B * m->T, L = m->L, D = m->D, F = m->F;
-    m->s_btd = N * D, m->s_bt = N, m->s_qkv = N * m->C3, m->s_att = N * m->qd,
-    m->s_gu = N * 2 * F;
-    // recompute: one layer's norm outputs and SwiGLU product, rebuilt by
-    // the backward kernels (layers_bwd), instead of every layer's
-    const bool rc = m->options.recompute;
-    m->s_ln = rc ? 0 : N * D, m->s_hm = rc ? 0 : N * F;
-    // each layer's lse 256-byte aligned: cuDNN's stats tensor is declared
-    // 16-byte aligned (gpu_attn_cudnn.cu), and N x heads floats need not be
-    m->s_bh = (N * m->H + 63) / 64 * 64;
-    size_t nkeep = rc ? 1 : L;
-    size_t off = 0;
-#define A(ptr, type, n)                                                                            \
-    do {                                                                                           \
-        size_t o_ = carve(&off, (n) * sizeof(type));                                               \
-        if (base) m->ptr = (type *)(base + o_);                                                    \
-    } while (0)
-    A(res, float, (L + 1) * N * D);
-    A(res_mid, float, L * N * D);
-    A(ln1, bf16, nkeep * N * D);
-    A(rstd1, float, L * N);
-    A(qkv, bf16, L * N * m->C3);
-    A(att_lse, float, L * m->s_bh);
-    A(atty, bf16, L * N * m->qd);
-    A(ln2, bf16, nkeep * N * D);
-    A(rstd2, float, L * N);
-    A(gu, bf16, L * N * 2 * F);
-    A(hm, bf16, nkeep * N * F);
-    A(lnf, bf16, N * D);
-    A(rstdf, float, N);
-    A(logits, bf16, (size_t)m->crows * m->Vp);
-    A(lse_cls, float, N);
-    A(losses, float, N);
-    A(rope, float, (size_t)m->cfg.max_position_embeddings * m->hd);
-    return off;
-}
-
-static size_t layout_scratch(rl_gpu_model *m, unsigned char *base) {
-    size_t N = (size_t)m->B * m->T, D = m->D, F = m->F;
-    size_t off = 0;
-    A(dres, float, N * D);
-    A(dres16, bf16, N * D);
-    A(dln, bf16, N * D);
-    A(datty, bf16, N * m->qd);
-    A(dqkv, bf16, N * m->C3);
-    A(dh, bf16, N * F);
-    A(dgu, bf16, N * 2 * F);
-    A(dsum, float, N * m->H);
-    if (m->options.attn_dq_atomic) A(dq_acc, float, N * m->qd); // else NULL: the dQ kernel
-    A(rms_partial, float, rl_k_rmsnorm_partial_floats((int)N, (int)D));
-    A(norm_partial, float, RL_K_NORM_BLOCKS);
-    A(scalars, float, 4);
-    A(io, int32_t, io_ints(m));
-    size_t o = carve(&off, RL_GEMM_WORKSPACE);
-    if (base) m->ws = base + o;
-#undef A
-    return off;
+// ---- buffer placement ---------------------------------------------------------------------------
+// The activation and scratch pointers at the layout's offsets (gpu_layout.h).
+static void place(rl_gpu_model *m, unsigned char *acts, unsigned char *scratch) {
+    const rl_gpu_layout *l = &m->bl;
+#define AT(base, name, type) m->name = (type *)(base + l->name)
+    AT(acts, res, float), AT(acts, res_mid, float), AT(acts, ln1, bf16), AT(acts, rstd1, float);
+    AT(acts, qkv, bf16), AT(acts, att_lse, float), AT(acts, atty, bf16), AT(acts, ln2, bf16);
+    AT(acts, rstd2, float), AT(acts, gu, bf16), AT(acts, hm, bf16), AT(acts, lnf, bf16);
+    AT(acts, rstdf, float), AT(acts, logits, bf16), AT(acts, lse_cls, float), AT(acts, losses, float);
+    AT(acts, rope, float);
+    AT(scratch, dres, float), AT(scratch, dres16, bf16), AT(scratch, dln, bf16), AT(scratch, datty, bf16);
+    AT(scratch, dqkv, bf16), AT(scratch, dh, bf16), AT(scratch, dgu, bf16), AT(scratch, dsum, float);
+    AT(scratch, rms_partial, float), AT(scratch, norm_partial, float), AT(scratch, scalars, float);
+    AT(scratch, io, int32_t);
+#undef AT
+    m->dq_acc = m->options.attn_dq_atomic ? (float *)(scratch + l->dq_acc) : NULL; // else the dQ kernel
+    m->ws = scratch + l->ws;
 }
 
 // ---- create / free ------------------------------------------------------------------------------
@@ -351,17 +291,14 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
                        "model: head dim %d (hidden_size / num_attention_heads) is above the GPU "
                        "kernels' %d",
                        m->hd, RL_GPU_MAX_HEAD_DIM);
-    // chunks of equal size, rows a multiple of 128 (GEMM tiles) unless one
-    // chunk holds the whole batch
-    size_t N = (size_t)B * T, row = (size_t)m->Vp * sizeof(bf16);
-    size_t nch = (N * row + RL_CLS_CHUNK_BYTES - 1) / RL_CLS_CHUNK_BYTES;
-    size_t rows = (N + nch - 1) / nch;
-    if (nch > 1) rows = (rows + 127) / 128 * 128;
-    if (m->options.classifier_rows > 0) rows = (size_t)m->options.classifier_rows;
-    m->crows = (int)(rows < N ? rows : N);
+    rl_gpu_layout_of(c, B, T, m->options.recompute, m->options.attn_dq_atomic,
+                     m->options.classifier_rows, &m->bl);
+    const rl_gpu_layout *l = &m->bl;
+    m->crows = l->crows;
+    m->s_btd = l->s_btd, m->s_bt = l->s_bt, m->s_qkv = l->s_qkv, m->s_att = l->s_att;
+    m->s_bh = l->s_bh, m->s_gu = l->s_gu, m->s_ln = l->s_ln, m->s_hm = l->s_hm;
     size_t P = m->lay.total;
-    m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + 3 * P * sizeof(float) +
-               layout_acts(m, NULL) + layout_scratch(m, NULL);
+    m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + 3 * P * sizeof(float) + l->acts + l->scratch;
     return RL_OK;
 }
 
@@ -377,18 +314,16 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     RL_TRY(rl_gpu_attn_prepare(m->hd, e)); // a head dim this GPU cannot run fails here
 
     size_t P = m->lay.total, Pp = P + m->pad;
-    size_t nacts = layout_acts(m, NULL), nscratch = layout_scratch(m, NULL);
     CUDA_CHECK(cudaMalloc(&m->params, Pp * sizeof(bf16)));
     CUDA_CHECK(cudaMalloc(&m->master, P * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->opt, 2 * P * sizeof(float)));
     m->held = P;
     CUDA_CHECK(cudaMalloc(&m->grads, Pp * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&m->acts, nacts));
-    CUDA_CHECK(cudaMalloc(&m->scratch, nscratch));
-    layout_acts(m, m->acts);
-    layout_scratch(m, m->scratch);
+    CUDA_CHECK(cudaMalloc(&m->acts, m->bl.acts));
+    CUDA_CHECK(cudaMalloc(&m->scratch, m->bl.scratch));
+    place(m, m->acts, m->scratch);
     for (int k = 0; k < RL_IO_SLOTS; k++) {
-        CUDA_CHECK(cudaMallocHost(&m->pinned_io[k], sizeof(int32_t) * io_ints(m)));
+        CUDA_CHECK(cudaMallocHost(&m->pinned_io[k], sizeof(int32_t) * m->bl.io_ints));
         CUDA_CHECK(cudaEventCreateWithFlags(&m->io_done[k], cudaEventDisableTiming));
     }
     CUDA_CHECK(cudaMallocHost(&m->pinned_scalars, 8 * sizeof(float)));
@@ -638,7 +573,7 @@ static int begin_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
     if (targets) memcpy(tgt, targets, sizeof(int32_t) * N);
     m->n_uniq = rl_gpu_group_tokens(tokens, N, V, m->counts, uniq, seg, pos);
     pos[cap] = m->n_uniq;
-    CUDA_CHECK(cudaMemcpyAsync(m->io, tok, sizeof(int32_t) * io_ints(m), cudaMemcpyHostToDevice,
+    CUDA_CHECK(cudaMemcpyAsync(m->io, tok, sizeof(int32_t) * m->bl.io_ints, cudaMemcpyHostToDevice,
                                m->s));
     CUDA_CHECK(cudaEventRecord(m->io_done[k], m->s));
     m->io_used[k] = 1;
@@ -1016,8 +951,7 @@ int rl_gpu_model_plan(const rl_model_config *c, int B, int T, const rl_gpu_optio
         // 256-byte aligned as the real carving makes them
         m->params = (bf16 *)(uintptr_t)0x10000000, m->master = (float *)(uintptr_t)0x20000000;
         m->opt = (float *)(uintptr_t)0x30000000, m->grads = (float *)(uintptr_t)0x40000000;
-        layout_acts(m, (unsigned char *)(uintptr_t)0x50000000);
-        layout_scratch(m, (unsigned char *)(uintptr_t)0x60000000);
+        place(m, (unsigned char *)(uintptr_t)0x50000000, (unsigned char *)(uintptr_t)0x60000000);
         out->device_bytes = m->bytes;
         rl_gpu_adamw a = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                           .weight_decay = 0.1, .t = 1, .grad_scale = 1.0, .clip_max_norm = 1.0};

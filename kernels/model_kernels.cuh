@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "kernels/device_common.cuh"
+#include "kernels/gpu_layout.h"
 
 extern "C" {
 #include "model/model.h"
@@ -88,14 +89,8 @@ static __global__ void rmsnorm_fwd_kernel(bf16 *out, float *rstd, const float *x
 // kernel adds the blocks in order, onto dw or (accumulate_dw = 0, the first
 // micro-batch) in place of it, without reading it. The block count depends
 // on N only.
-static int rms_rows_per_block(int N) {
-    int r = (N + 1023) / 1024;
-    return r < 8 ? 8 : r;
-}
-static int rms_blocks(int N) {
-    int r = rms_rows_per_block(N);
-    return (N + r - 1) / r;
-}
+static int rms_rows_per_block(int N) { return rl_gpu_rms_rows_per_block(N); } // gpu_layout.h
+static int rms_blocks(int N) { return rl_gpu_rms_blocks(N); }
 // Warps per block: as many as fit 48 KiB of partial rows (up to 8); one warp
 // with a larger opt-in limit beyond D = 12288.
 static int rms_warps(int D) {

@@ -3,7 +3,8 @@
 
 #include <string.h>
 
-#include "model/cpu.h" /* rl_act_layout_init, rl_scratch_layout_init: the CPU model's own sizing */
+#include "kernels/gpu_layout.h" /* the GPU model's own buffer layout (host C) */
+#include "model/cpu.h"          /* rl_act_layout_init, rl_scratch_layout_init: the CPU model's own sizing */
 
 #define F32 sizeof(float)
 #define BF16 sizeof(uint16_t)
@@ -60,67 +61,6 @@ static size_t cpu_activations(const rl_model_config *c, int B, int T) {
     return floats64(al.total) + floats64(sl.total) + floats64(rope) + 2 * (size_t)B * T * sizeof(int32_t);
 }
 
-/* ---- activations on cuda ----------------------------------------------------------------
- * kernels/gpu_model.cu's layout_acts + layout_scratch restated: that code
- * (and rl_gpu_model_plan, which reports the same device_bytes) is built only
- * with CUDA. Every buffer is carved at 256-byte alignment. Options as the
- * trainer sets them: train.recompute, our attention (cuDNN's workspace is
- * not counted), no fp32 dQ accumulator. Constants from the kernels:
- * classifier chunks of at most 1 GiB of bf16 logits (rows a multiple of 128
- * when chunked), RMSNorm backward partials rms_blocks(N) x D, 1024 norm
- * partials, a 32 MiB cuBLASLt workspace. Checked against gpu_bench --plan
- * (peak_device_bytes) on configs a and b. */
-typedef struct gpu_shape {
-    size_t N, L, D, F, H, qd, C3, Vp, hd, maxpos;
-    int recompute;
-} gpu_shape;
-
-static size_t carve_sum(const size_t (*t)[2], size_t k) {
-    size_t s = 0;
-    for (size_t i = 0; i < k; i++) s += (t[i][0] * t[i][1] + 255) / 256 * 256;
-    return s;
-}
-
-static size_t gpu_cls_rows(size_t N, size_t Vp) {
-    size_t cap = (size_t)1 << 30, nch = (N * Vp * BF16 + cap - 1) / cap, rows = (N + nch - 1) / nch;
-    if (nch > 1) rows = (rows + 127) / 128 * 128;
-    return rows < N ? rows : N;
-}
-
-static size_t gpu_acts(const gpu_shape *s) {
-    size_t N = s->N, L = s->L, D = s->D, keep = s->recompute ? 1 : L;
-    size_t bh = (N * s->H + 63) / 64 * 64;
-    const size_t t[][2] = {
-        {(L + 1) * N * D, F32}, {L * N * D, F32},        {keep * N * D, BF16}, {L * N, F32},
-        {L * N * s->C3, BF16},  {L * bh, F32},           {L * N * s->qd, BF16}, {keep * N * D, BF16},
-        {L * N, F32},           {L * N * 2 * s->F, BF16}, {keep * N * s->F, BF16}, {N * D, BF16},
-        {N, F32},               {gpu_cls_rows(N, s->Vp) * s->Vp, BF16}, {N, F32}, {N, F32},
-        {s->maxpos * s->hd, F32}};
-    return carve_sum(t, sizeof t / sizeof t[0]);
-}
-
-static size_t gpu_scratch(const gpu_shape *s) {
-    size_t N = s->N, D = s->D;
-    size_t rows = (N + 1023) / 1024 < 8 ? 8 : (N + 1023) / 1024, rms_blocks = (N + rows - 1) / rows;
-    const size_t t[][2] = {
-        {N * D, F32},      {N * D, BF16},     {N * D, BF16},         {N * s->qd, BF16},
-        {N * s->C3, BF16}, {N * s->F, BF16},  {N * 2 * s->F, BF16},  {N * s->H, F32},
-        {rms_blocks * D, F32}, {1024, F32},   {4, F32},              {5 * N + 2, sizeof(int32_t)},
-        {32u << 20, 1}};
-    return carve_sum(t, sizeof t / sizeof t[0]);
-}
-
-static gpu_shape gpu_shape_of(const rl_job_config *cfg) {
-    const rl_model_config *c = &cfg->model;
-    size_t hd = (size_t)rl_model_head_dim(c), qd = (size_t)c->num_attention_heads * hd;
-    return (gpu_shape){.N = (size_t)cfg->train.micro_batch * (size_t)cfg->train.seq_len,
-                       .L = (size_t)c->num_hidden_layers, .D = (size_t)c->hidden_size,
-                       .F = (size_t)c->intermediate_size, .H = (size_t)c->num_attention_heads,
-                       .qd = qd, .C3 = qd + 2 * (size_t)c->num_key_value_heads * hd,
-                       .Vp = ((size_t)c->vocab_size + 63) / 64 * 64, .hd = hd,
-                       .maxpos = (size_t)c->max_position_embeddings, .recompute = cfg->train.recompute};
-}
-
 /* ---- the state, by device ------------------------------------------------------------- */
 /* cpu: the fp32 params are the master; the flat gradient buffer stays whole
  * through backward in every mode (ZeRO-2 on the CPU scatters the reduced
@@ -135,11 +75,15 @@ static void cpu_state(rl_train_memory *m, size_t n) {
  * reads the master's embedding and norm weights; llama_gpu.h). Only the
  * moments shard, as on the CPU. */
 static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n) {
-    size_t pad = (((size_t)cfg->model.vocab_size + 63) / 64 * 64 - (size_t)cfg->model.vocab_size) *
-                 (size_t)cfg->model.hidden_size;
+    const rl_train_config *t = &cfg->train;
+    rl_gpu_layout l; /* options as the trainer sets them: no fp32 dQ accumulator, default chunks */
+    rl_gpu_layout_of(&cfg->model, t->micro_batch, t->seq_len, t->recompute, 0, 0, &l);
+    size_t pad = (size_t)(l.Vp - cfg->model.vocab_size) * (size_t)cfg->model.hidden_size;
     m->weights = (n + pad) * BF16;
     m->master = n * F32;
     m->grads = (n + pad) * F32;
+    /* cuDNN's attention workspace (train.attention cudnn) is not counted */
+    m->activations = l.acts + l.scratch;
 }
 
 static int check(const rl_job_config *cfg, int world, rl_err *e) {
@@ -171,8 +115,6 @@ int rl_train_memory_of(const rl_job_config *cfg, int world, size_t nparams, rl_t
     out->moments = 2 * out->shard_elems * F32;
     if (!strcmp(cfg->train.device, "cuda")) {
         gpu_state(out, cfg, n);
-        gpu_shape s = gpu_shape_of(cfg);
-        out->activations = gpu_acts(&s) + gpu_scratch(&s);
     } else {
         cpu_state(out, n);
         out->activations = cpu_activations(&cfg->model, cfg->train.micro_batch, cfg->train.seq_len);
