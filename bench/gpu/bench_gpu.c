@@ -3,7 +3,7 @@
  * two can be put side by side (bench/gpu/run.sh runs both).
  *
  *   gpu_bench --config a|b [--batch N] [--seq T] [--steps 30] [--warmup 10]
- *             [--recompute 1] [--profile-steps 5] [--ddp-rounds 3] [--plan] [--accum 1] [--eager]
+ *             [--recompute 1] [--profile-steps 5] [--ddp-rounds 2] [--plan] [--accum 1] [--eager]
  *             [--dq-atomic 1 (0: the deterministic dQ kernel)]
  *             [--attention auto|own|cudnn]  (train.attention; auto, the trainer's default)
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
@@ -44,13 +44,15 @@
  * FlashAttention's benchmarks count it), backward 2.5 x that (their
  * convention; these kernels do 3.5 x, recomputing P for dQ).
  *
- * Then the cost of DDP at world size 1 (--ddp-rounds, default 3; 0: none):
+ * Then the cost of DDP at world size 1 (--ddp-rounds, default 2; 0: none):
  * the same step with and without pkg/ddp over the nccl backend (buckets
  * and their CUDA events, the communication thread, ncclAllReduce of every
  * bucket on the communicator's stream, the optimizer ordered after the last
  * bucket), alternating `rounds` blocks of --steps steps of each so drift in
  * the GPU's clocks hits both alike; a ringleader-ddp line with both step
- * times and the overhead. */
+ * times and the overhead -- and the step time of each dist.shard mode
+ * (ZeRO-1 and -2 at world 1: the sharded step's norm sum, range-list
+ * AdamW, gather and bf16 copy, on the same rounds). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -94,7 +96,9 @@ static double peak_tflops(const char *name) {
 
 /* `steps` training steps queued back to back (the host never waits inside),
  * timed by events on the model's stream; with ddp, every gradient bucket is
- * reduced as a trainer's DDP step does it. */
+ * reduced as a trainer's DDP step does it, and with a sharded ddp the step
+ * ends as pkg/train/gpu.c ends it (the norm's partial summed over ranks,
+ * AdamW over the shard, the master gathered, the bf16 copy derived). */
 static int timed_steps(rl_gpu_model *m, rl_ddp *ddp, const int32_t *x, const int32_t *y, int B,
                        int T, rl_gpu_adamw *a, int steps, double *ms, rl_err *e) {
     cudaStream_t s = rl_gpu_model_stream(m);
@@ -108,7 +112,12 @@ static int timed_steps(rl_gpu_model *m, rl_ddp *ddp, const int32_t *x, const int
         rc = rl_gpu_model_zero_grad(m, e) ||
              rl_gpu_model_train_micro(m, x, y, B, T, 1.0f, ddp ? rl_ddp_grad_ready : NULL, ddp, e);
         if (!rc && ddp) rc = rl_ddp_finish(ddp, e);
-        if (!rc)
+        double *sq;
+        if (!rc && ddp && rl_ddp_shard(ddp))
+            rc = rl_gpu_model_shard_sq(m, &sq, e) || rl_ddp_sum(ddp, sq, 1, e) || rl_gpu_model_shard_norm(m, e) ||
+                 rl_gpu_model_adamw(m, a, e) || rl_ddp_gather(ddp, rl_gpu_model_master(m), e) ||
+                 rl_gpu_model_derive_bf16(m, e) || rl_gpu_model_step_end(m, e);
+        else if (!rc)
             rc = rl_gpu_model_grad_norm(m, NULL, e) || rl_gpu_model_adamw(m, a, e) ||
                  rl_gpu_model_step_end(m, e);
     }
@@ -125,32 +134,40 @@ static int timed_steps(rl_gpu_model *m, rl_ddp *ddp, const int32_t *x, const int
 static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, const int32_t *y,
                         int B, int T, rl_gpu_adamw *a, int steps, int rounds, rl_err *e) {
     rl_comm *comm = NULL;
-    rl_ddp *ddp = NULL;
+    rl_ddp *ddp[3] = {NULL}; /* dist.shard none, optimizer, gradients */
     rl_comm_opts co = {.backend = "nccl", .rank = 0, .world = 1, .prefix = "bench", .timeout_s = 60};
-    rl_ddp_opts o = {.grad_stream = rl_gpu_model_stream(m)};
     int rc = rl_comm_init(&co, &comm, e);
-    if (!rc)
-        rc = rl_ddp_create(comm, rl_gpu_model_grads(m), rl_gpu_model_layout(m)->total, &o, &ddp, e);
-    double off = 0, on = 0, ms;
-    /* one untimed step with DDP: the communicator's first launch */
-    if (!rc) rc = timed_steps(m, ddp, x, y, B, T, a, 1, &ms, e);
-    for (int r = 0; r < rounds && !rc; r++) {
-        if (!(rc = timed_steps(m, NULL, x, y, B, T, a, steps, &ms, e))) off += ms;
-        if (!rc && !(rc = timed_steps(m, ddp, x, y, B, T, a, steps, &ms, e))) on += ms;
+    for (int k = 0; k < 3 && !rc; k++) {
+        rl_ddp_opts o = {.grad_stream = rl_gpu_model_stream(m), .shard = (rl_shard_mode)k};
+        rc = rl_ddp_create(comm, rl_gpu_model_grads(m), rl_gpu_model_layout(m)->total, &o, &ddp[k], e);
+    }
+    /* the model's moments follow the variant that runs (set_shard starts
+     * them at zero: no matter to a timing) */
+    double off = 0, on[3] = {0}, ms;
+    for (int r = -1; r < rounds && !rc; r++) { /* round -1 untimed: each communicator's first launch */
+        if (r >= 0 && !(rc = rl_gpu_model_set_shard(m, NULL, 0, 0, e)) &&
+            !(rc = timed_steps(m, NULL, x, y, B, T, a, steps, &ms, e)))
+            off += ms;
+        for (int k = 0; k < 3 && !rc; k++) {
+            const rl_train_shard *s = rl_ddp_shard(ddp[k]);
+            rc = rl_gpu_model_set_shard(m, s ? s->r : NULL, s ? s->n : 0, 0, e);
+            if (!rc && !(rc = timed_steps(m, ddp[k], x, y, B, T, a, r < 0 ? 1 : steps, &ms, e)) && r >= 0) on[k] += ms;
+        }
     }
     double exposed = 0, busy = 0;
-    if (!rc) rl_ddp_step_timing(ddp, &exposed, &busy);
+    if (!rc) rl_ddp_step_timing(ddp[0], &exposed, &busy);
     if (!rc) {
         int n = steps * rounds;
         printf("{\"impl\":\"ringleader-ddp\",\"config\":\"%s\",\"world\":1,\"backend\":\"nccl\","
                "\"buckets\":%d,\"steps\":%d,\"ms_per_step_off\":%.3f,\"ms_per_step_on\":%.3f,"
-               "\"overhead\":%.4f,\"ms_allreduce_busy\":%.3f,\"ms_allreduce_exposed\":%.3f}\n",
-               config, rl_ddp_nbuckets(ddp), n, off / n, on / n, on / off - 1, busy * 1e3,
-               exposed * 1e3);
+               "\"overhead\":%.4f,\"ms_allreduce_busy\":%.3f,\"ms_allreduce_exposed\":%.3f,"
+               "\"ms_per_step_shard_optimizer\":%.3f,\"ms_per_step_shard_gradients\":%.3f}\n",
+               config, rl_ddp_nbuckets(ddp[0]), n, off / n, on[0] / n, on[0] / off - 1, busy * 1e3,
+               exposed * 1e3, on[1] / n, on[2] / n);
     }
-    rl_ddp_destroy(ddp);
+    for (int k = 0; k < 3; k++) rl_ddp_destroy(ddp[k]);
     rl_comm_destroy(comm);
-    return rc;
+    return rc ? rc : rl_gpu_model_set_shard(m, NULL, 0, 0, e);
 }
 
 /* --plan: the step as rl_gpu_model_plan counts it; no CUDA call is made */
@@ -186,7 +203,7 @@ static int print_plan(const char *config, const rl_model_config *c, int B, int T
 int main(int argc, char **argv) {
     const char *config = "a";
     int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 1, prof_steps = 5;
-    int ddp_rounds = 3, plan = 0, accum = 1, attention = RL_GPU_ATTN_AUTO, eager = 0;
+    int ddp_rounds = 2, plan = 0, accum = 1, attention = RL_GPU_ATTN_AUTO, eager = 0;
     int dq_atomic = 1; /* our attention's dQ by atomics, as PyTorch's flash backward */
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
     for (int i = 1; i < argc; i++) {
