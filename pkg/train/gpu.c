@@ -117,32 +117,32 @@ static int to_host(rl_train_device *d, const float *master, const float *mv, flo
 }
 
 /* take, in the pause: master weights and moments copied within the GPU to a
- * staging buffer (12 bytes a parameter, less with a shard; allocated at the
- * first checkpoint, again when a new shard changed its size)
+ * staging buffer (12 bytes a parameter; with a shard its moments, and the
+ * weights only on the rank that saves them; allocated at the first
+ * checkpoint, again when a new shard changed its size)
  * and queued on the model's stream, so the next step's optimizer runs
  * after the copy without the host waiting; fill, on the saver's thread:
  * staging -> the host snapshot. Where the GPU has no room for the staging
  * buffer (or RL_GPU_CKPT_STAGE=0), take copies to the host itself. */
 static int gpu_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
     gpu_dev *g = ctx(d);
-    size_t n = d->n, need = n + 2 * held(d);
+    size_t n = d->n, pn = params ? n : 0, need = pn + 2 * held(d);
     const char *stage = getenv("RL_GPU_CKPT_STAGE");
     if (g->ckpt && g->ckpt_floats != need) { /* no save is in flight: the saver takes one at a time */
         cudaFree(g->ckpt);
         g->ckpt = NULL;
     }
     if (!g->ckpt && !g->ckpt_off) {
-        cudaEvent_t ev;
         if ((stage && !strcmp(stage, "0")) || cudaMalloc((void **)&g->ckpt, need * sizeof(float)) != cudaSuccess) {
             (void)cudaGetLastError(); /* an out-of-memory here is not the run's error */
             g->ckpt = NULL, g->ckpt_off = true;
             rl_log(RL_LOG_INFO, "checkpoint_staging", "\"on_gpu\":false,\"bytes\":%zu,\"msg\":\"copying "
                    "checkpoints to the host in the pause\"", need * sizeof(float));
-        } else if (!g->ckpt_ready && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+        } else if (!g->ckpt_ready && cudaEventCreateWithFlags(&g->ckpt_ready, cudaEventDisableTiming) != cudaSuccess) {
+            g->ckpt_ready = NULL;
             return rl_errf(e, RL_EIO, "checkpoint: cudaEventCreate failed");
         } else {
             g->ckpt_floats = need;
-            if (!g->ckpt_ready) g->ckpt_ready = ev;
         }
     }
     float *master = rl_gpu_model_master(g->model), *mv = rl_gpu_model_opt(g->model);
@@ -154,9 +154,9 @@ static int gpu_take(rl_train_device *d, float *params, float *m, float *v, bool 
         return to_host(d, master, mv, params, m, v, e);
     }
     /* queued behind the step's AdamW and ahead of the next step: no wait */
-    ce = cudaMemcpyAsync(g->ckpt, master, n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream);
+    ce = pn ? cudaMemcpyAsync(g->ckpt, master, n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream) : cudaSuccess;
     if (ce == cudaSuccess)
-        ce = cudaMemcpyAsync(g->ckpt + n, mv, 2 * held(d) * sizeof(float), cudaMemcpyDeviceToDevice, g->stream);
+        ce = cudaMemcpyAsync(g->ckpt + pn, mv, 2 * held(d) * sizeof(float), cudaMemcpyDeviceToDevice, g->stream);
     if (ce == cudaSuccess) ce = cudaEventRecord(g->ckpt_ready, g->stream);
     if (ce != cudaSuccess) return rl_errf(e, RL_EIO, "checkpoint: staging copy: %s", cudaGetErrorString(ce));
     *later = true;
@@ -177,7 +177,8 @@ static int gpu_fill(rl_train_device *d, float *params, float *m, float *v, rl_er
         ce = cudaSuccess;
     }
     if (ce != cudaSuccess) return rl_errf(e, RL_EIO, "checkpoint: staging copy: %s", cudaGetErrorString(ce));
-    return to_host(d, g->ckpt, g->ckpt + d->n, params, m, v, e);
+    /* the layout take staged: the weights only when it was given them */
+    return to_host(d, g->ckpt, g->ckpt + (params ? d->n : 0), params, m, v, e);
 }
 
 /* the dispatcher has set d->shard and d->opt: the model's moments follow */

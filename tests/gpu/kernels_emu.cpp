@@ -801,6 +801,86 @@ static void emu_costs() {
     }
 }
 
+// A rank's shard (dist.shard): the norm's partial over its counted ranges
+// and AdamW over its ranges (moments compact, in range order), against the
+// CPU: rl_adamw_update over each range's part of each tensor, as
+// pkg/train/cpu.c runs it. The ranges cross tensors and regions (the
+// embedding into layer 0, the last layer into the final norm, the
+// lm_head's end), one is shared (counted by rank 0 only), and three blocks
+// make every thread walk several ranges. Outside the ranges nothing moves:
+// master bit for bit, the bf16 copy still poisoned.
+static void emu_shard_kernels() {
+    rl_model_config c;
+    rl_model_config_default(&c);
+    c.vocab_size = 101, c.hidden_size = 66, c.intermediate_size = 200, c.num_hidden_layers = 2;
+    c.num_attention_heads = 3, c.num_key_value_heads = 1;
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c);
+    size_t P = lay.total;
+    const rl_k_range r[3] = {{lay.layers - 40, 1000, 0, 1},
+                             {lay.final_norm - 30, 60, 1000, 0},
+                             {P - 17, 17, 1060, 1}};
+    const int nr = 3;
+    size_t held = 1077;
+    auto p = randv(P, 0.05, false), g = randv(P, 1e-2, false), m = randv(held, 1e-3, false),
+         v = randv(held, 1e-5, false);
+    for (auto &e : v) e = fabsf(e);
+    for (int rank = 0; rank < 2; rank++) { /* rank 1 leaves the shared range out of the norm */
+        double ref = 0;
+        for (const rl_k_range &k : r)
+            for (size_t i = 0; i < k.len && (k.norm || rank == 0); i++) ref += (double)g[k.off + i] * g[k.off + i];
+        std::vector<rl_k_range> rr(r, r + nr);
+        for (auto &k : rr) k.norm = k.norm || rank == 0;
+        const int NB = 16;
+        std::vector<float> partial(NB);
+        std::vector<double> sq(1);
+        poison(partial);
+        launch(NB, 1, 256, [&] { sumsq_ranges_kernel(partial.data(), g.data(), rr.data(), nr, held); });
+        launch(1, 1, 1024, [&] { sum_d_kernel(sq.data(), partial.data(), NB); });
+        char name[96];
+        snprintf(name, sizeof name, "emu shard norm^2 as rank %d", rank);
+        verdict(fabs(sq[0] - ref) <= 1e-6 * ref, name, "%.9g vs %.9g", sq[0], ref);
+    }
+    std::vector<float> cp = p, cm = m, cv = v, norm(1, 0.37f);
+    double lr = 3e-3, wd = 0.1, b1 = 0.9, b2 = 0.95, eps = 1e-8, max_norm = 0.05;
+    long long t = 3;
+    double gs = std::min(1.0, max_norm / (norm[0] + 1e-6));
+    for (const rl_k_range &k : r)
+        for (int i = 0; i < rl_model_n_tensors(&c); i++) {
+            rl_tensor_info ti;
+            rl_model_tensor(&c, i, &ti);
+            size_t lo = std::max(ti.offset, k.off), hi = std::min(ti.offset + ti.numel, k.off + k.len);
+            if (lo >= hi) continue;
+            size_t at = k.at + (lo - k.off);
+            rl_adamw_update(cp.data() + lo, g.data() + lo, cm.data() + at, cv.data() + at, hi - lo, lr, b1, b2,
+                            eps, ti.decay ? wd : 0.0, t, gs);
+        }
+    double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+    rl_k_adamw_args a;
+    a.b1 = (float)b1, a.b2 = (float)b2, a.c1 = (float)(1.0 - b1), a.c2 = (float)(1.0 - b2);
+    a.step = (float)(lr / bc1), a.sbc2 = (float)sqrt(bc2), a.eps = (float)eps;
+    a.decay = (float)(1.0 - lr * wd), a.grad_scale = 1.0f, a.clip_max = (float)max_norm;
+    std::vector<bf16> p16(P);
+    poison(p16);
+    std::vector<float> before = p;
+    adamw_layout al = make_layout(&lay, c.num_hidden_layers, c.hidden_size);
+    launch(3, 1, 256, [&] { adamw_ranges_kernel(p.data(), p16.data(), m.data(), v.data(), g.data(), norm.data(), al, r, nr, held, a); },
+           false);
+    check("emu shard adamw (3 ranges, clip on the device) master", p, tod(cp), 1e-6);
+    check("  m (the shard's)", m, tod(cm), 1e-6);
+    check("  v (the shard's)", v, tod(cv), 1e-6);
+    size_t in = 0, bad = 0, moved = 0;
+    for (size_t i = 0; i < P; i++) {
+        bool mine = false;
+        for (const rl_k_range &k : r) mine = mine || (i >= k.off && i < k.off + k.len);
+        in += mine;
+        if (mine) bad += __bfloat162float(p16[i]) != __bfloat162float(__float2bfloat16_rn(p[i]));
+        else moved += memcmp(&p[i], &before[i], sizeof p[i]) != 0 || !std::isnan(__bfloat162float(p16[i]));
+    }
+    verdict(bad == 0 && moved == 0 && in == held, "  only the ranges move",
+            "%zu of %zu bf16 copies wrong, %zu elements outside touched", bad, in, moved);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : "";
     if (!*only || strstr("attention", only)) {
@@ -852,6 +932,7 @@ int main(int argc, char **argv) {
         emu_adamw_init<1>(96);
         emu_adamw_init<4>(96);
         emu_adamw_init<1>(66); // regions not on multiples of 4
+        emu_shard_kernels();
         emu_costs();
     }
     printf("kernel emulation: %d passed, %d failed\n", n_pass, n_fail);
