@@ -62,7 +62,7 @@ int main(void) {
     rl_rng r;
     rl_rng_seed(&r, 1);
     static uint16_t buf[1 << 16];
-    if (rl_shard_writer_open(dir, "train", 100000000, &w, &e)) goto fail;
+    if (rl_shard_writer_open(dir, "train", 100000000, 2, &w, &e)) goto fail;
     for (int k = 0; k < 32; k++) { /* 2M tokens */
         for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++) buf[i] = (uint16_t)(rl_rng_u64(&r) % 257);
         if (rl_shard_writer_add(w, buf, sizeof buf / sizeof buf[0], &e)) goto fail;

@@ -35,7 +35,8 @@ static const char usage[] =
     "      --tokens N         train tokens, rounded up to a whole line (default 2000000)\n"
     "  synthetic         uniform random tokens, for throughput tests\n"
     "      --tokens N         train tokens (default 10000000); val gets N/20 more\n"
-    "      --vocab V          tokens are in [0, V), V in [1, 65536] (default 257)\n"
+    "      --vocab V          tokens are in [0, V), V in [1, 1048576] (default 257; above\n"
+    "                         65536 the shards hold uint32 ids, llm.c's Llama 3 format)\n"
     "      --seed S           (default 1337)\n"
     "      --shard-tokens N   tokens per shard (default 100000000)\n"
     "\n"
@@ -150,7 +151,7 @@ static int parse_args(int argc, char **argv, args *a) {
         (holdout && (rc = parse_num("--holdout", holdout, 0, false, 1, false, &a->holdout))) ||
         (seed && (rc = parse_u64("--seed", seed, 0, UINT64_MAX, &a->seed))) ||
         (tokens && (rc = parse_u64("--tokens", tokens, 1, 1000000000000ull, &a->tokens))) ||
-        (vocab && (rc = parse_u64("--vocab", vocab, 1, 65536, &a->vocab))))
+        (vocab && (rc = parse_u64("--vocab", vocab, 1, 1 << 20, &a->vocab))))
         return rc;
     a->tokens_set = tokens != NULL;
     if (!a->out) return bad_flag("--out", "required");
@@ -236,8 +237,8 @@ static int run_text(const args *a, rl_err *e) {
                      "a larger fraction (0 skips val)",
                      a->val_fraction, (unsigned long long)total);
     router r = {.ntrain = total - nval};
-    if (!rc) rc = rl_shard_writer_open(a->out, "train", a->shard_tokens, &r.train, e);
-    if (!rc && nval > 0) rc = rl_shard_writer_open(a->out, "val", a->shard_tokens, &r.val, e);
+    if (!rc) rc = rl_shard_writer_open(a->out, "train", a->shard_tokens, 2, &r.train, e);
+    if (!rc && nval > 0) rc = rl_shard_writer_open(a->out, "val", a->shard_tokens, 2, &r.val, e);
     for (int i = 0; i < a->nfiles && !rc; i++) rc = text_file(&r, a->files[i], sizes[i], e);
     if (!rc) {
         rc = rl_shard_writer_close(r.train, NULL, NULL, e);
@@ -267,16 +268,17 @@ static int run_text(const args *a, rl_err *e) {
 static int write_random(const char *dir, const char *prefix, uint64_t n, uint64_t vocab,
                         uint64_t shard_tokens, rl_rng *rng, rl_err *e) {
     rl_shard_writer *w;
-    int rc = rl_shard_writer_open(dir, prefix, shard_tokens, &w, e);
+    /* llm.c's uint32 shards only where uint16 cannot hold the ids */
+    int rc = rl_shard_writer_open(dir, prefix, shard_tokens, vocab > 65536 ? 4 : 2, &w, e);
     if (rc) return rc;
-    static uint16_t buf[1 << 16];
+    static uint32_t buf[1 << 16];
     /* Multiply-shift maps 32 random bits onto [0, vocab); the bias is below
      * vocab / 2^32, irrelevant for throughput data. */
     while (n > 0 && !rc) {
         size_t k = n < sizeof buf / sizeof buf[0] ? (size_t)n : sizeof buf / sizeof buf[0];
         for (size_t i = 0; i < k; i++)
-            buf[i] = (uint16_t)(((rl_rng_u64(rng) >> 32) * vocab) >> 32);
-        rc = rl_shard_writer_add(w, buf, k, e);
+            buf[i] = (uint32_t)(((rl_rng_u64(rng) >> 32) * vocab) >> 32);
+        rc = rl_shard_writer_add32(w, buf, k, e);
         n -= k;
     }
     if (rc) {

@@ -127,7 +127,7 @@ static int write_train(const rl_arith_opts *o, const char *dir, uint64_t npairs,
         free(keys);
         return rl_errf(e, RL_ENOMEM, "arith: out of memory");
     }
-    int rc = rl_shard_writer_open(dir, "train", ARITH_SHARD_TOKENS, &lo->w, e);
+    int rc = rl_shard_writer_open(dir, "train", ARITH_SHARD_TOKENS, 2, &lo->w, e);
     rl_rng rng;
     rl_rng_seed(&rng, o->seed);
     long base = pow10_tab[o->digits];
@@ -165,7 +165,7 @@ static int write_val(const rl_arith_opts *o, const char *dir, u32vec *held, rl_e
     }
     line_out *lo = calloc(1, sizeof *lo);
     if (!lo) return rl_errf(e, RL_ENOMEM, "arith: out of memory");
-    int rc = rl_shard_writer_open(dir, "val", ARITH_SHARD_TOKENS, &lo->w, e);
+    int rc = rl_shard_writer_open(dir, "val", ARITH_SHARD_TOKENS, 2, &lo->w, e);
     for (size_t i = 0; !rc && i < held->n; i++) rc = emit_line(lo, o, held->v[i], e);
     if (!rc) {
         rc = finish(lo, e);

@@ -1,9 +1,11 @@
 /* data: token shards (llm.c / nanoGPT format), a stateless sampler, a
  * prefetching loader, and the byte-level tokenizer.
  *
- * Shard format: 256 little-endian int32 header words (1024 bytes):
- *   [0] = 20240520 (magic), [1] = 1 (version), [2] = token count,
- *   rest zero; then `count` uint16 tokens. Nothing else may follow.
+ * Shard formats, llm.c's two: 256 little-endian int32 header words (1024
+ * bytes): [0] = magic, [1] = version, [2] = token count, rest zero; then
+ * `count` little-endian tokens, nothing after them:
+ *   20240520 / 1: uint16 tokens (GPT-2's vocabulary, anything below 65536);
+ *   20240801 / 7: uint32 tokens (llm.c's format for Llama 3's 128k vocabulary).
  *
  * Samples: the concatenation of a dataset's shards (in sorted path order) is
  * cut into non-overlapping windows of seq_len+1 tokens starting at multiples
@@ -21,8 +23,10 @@
 
 #include "util/util.h"
 
-#define RL_SHARD_MAGIC 20240520
+#define RL_SHARD_MAGIC 20240520 /* uint16 tokens */
 #define RL_SHARD_VERSION 1
+#define RL_SHARD32_MAGIC 20240801 /* uint32 tokens */
+#define RL_SHARD32_VERSION 7
 #define RL_SHARD_HEADER_BYTES 1024
 #define RL_SHARD_MAX_TOKENS ((uint64_t)INT32_MAX)
 
@@ -33,22 +37,26 @@
 /* ---- shards ----------------------------------------------------------------- */
 /* Validate a shard header. `buf` holds the first `len` bytes of the file,
  * `file_size` is the whole file's size; `name` is used in messages.
- * Checks magic, version, and that file_size == 1024 + 2*count exactly
- * (shorter = truncated, longer = trailing garbage). Fuzzed. */
+ * Checks magic and version (one of the two formats), and that file_size ==
+ * 1024 + token_bytes * count exactly (shorter = truncated, longer =
+ * trailing garbage). *token_bytes (may be NULL): 2 or 4. Fuzzed. */
 int rl_shard_parse_header(const void *buf, size_t len, uint64_t file_size, const char *name,
-                          uint64_t *ntokens, rl_err *e);
-/* Write a shard atomically (temp file + rename). */
+                          uint64_t *ntokens, int *token_bytes, rl_err *e);
+/* Write a uint16 shard atomically (temp file + rename). */
 int rl_shard_write(const char *path, const uint16_t *tokens, size_t n, rl_err *e);
 /* Streaming writer for corpora too large to hold in memory: writes
  * <dir>/<prefix>_000000.bin, _000001.bin, ..., starting a new shard every
- * shard_tokens tokens; each shard appears atomically when complete. close
- * commits the last shard (an empty split still gets one empty shard),
- * removes stale <prefix>_NNNNNN.bin left by an earlier, larger run, and
- * frees w even on failure; abort discards the unfinished shard. */
+ * shard_tokens tokens, token_bytes (2 or 4) a token; each shard appears
+ * atomically when complete. close commits the last shard (an empty split
+ * still gets one empty shard), removes stale <prefix>_NNNNNN.bin left by an
+ * earlier, larger run, and frees w even on failure; abort discards the
+ * unfinished shard. add32 takes ids of any width (into a 2-byte writer,
+ * one above 65535 is RL_EINPUT naming it). */
 typedef struct rl_shard_writer rl_shard_writer;
-int rl_shard_writer_open(const char *dir, const char *prefix, uint64_t shard_tokens,
+int rl_shard_writer_open(const char *dir, const char *prefix, uint64_t shard_tokens, int token_bytes,
                          rl_shard_writer **out, rl_err *e);
 int rl_shard_writer_add(rl_shard_writer *w, const uint16_t *tok, size_t n, rl_err *e);
+int rl_shard_writer_add32(rl_shard_writer *w, const uint32_t *tok, size_t n, rl_err *e);
 int rl_shard_writer_close(rl_shard_writer *w, int *nshards, uint64_t *ntokens, rl_err *e);
 void rl_shard_writer_abort(rl_shard_writer *w);
 

@@ -19,6 +19,7 @@ typedef struct {
     int fd;
     uint64_t start; /* global offset of the shard's first token */
     uint64_t ntok;
+    int tb; /* bytes a token: 2 or 4 */
 } shard;
 
 struct rl_dataset {
@@ -101,7 +102,7 @@ static int open_shard(shard *s, rl_err *e) {
         if (r == 0) break;
         got += (size_t)r;
     }
-    return rl_shard_parse_header(hdr, got, (uint64_t)st.st_size, s->path, &s->ntok, e);
+    return rl_shard_parse_header(hdr, got, (uint64_t)st.st_size, s->path, &s->ntok, &s->tb, e);
 }
 
 int rl_dataset_open(const char *pattern, int vocab_size, rl_dataset **out, rl_err *e) {
@@ -216,13 +217,13 @@ int rl_dataset_read(rl_dataset *d, uint64_t off, size_t n, int32_t *dst, rl_err 
             continue;
         }
         uint64_t avail = s->ntok - in;
-        size_t k = sizeof buf / 2;
+        size_t tb = (size_t)s->tb, k = sizeof buf / tb;
         if ((uint64_t)k > avail) k = (size_t)avail;
         if (k > n) k = n;
         size_t got = 0;
-        off_t pos = (off_t)(RL_SHARD_HEADER_BYTES + 2 * in);
-        while (got < 2 * k) {
-            ssize_t r = pread(s->fd, buf + got, 2 * k - got, pos + (off_t)got);
+        off_t pos = (off_t)(RL_SHARD_HEADER_BYTES + tb * in);
+        while (got < tb * k) {
+            ssize_t r = pread(s->fd, buf + got, tb * k - got, pos + (off_t)got);
             if (r < 0 && errno == EINTR) continue;
             if (r < 0)
                 return rl_errf(e, RL_EIO, "%s: read at token %llu: %s", s->path,
@@ -233,11 +234,12 @@ int rl_dataset_read(rl_dataset *d, uint64_t off, size_t n, int32_t *dst, rl_err 
             got += (size_t)r;
         }
         for (size_t j = 0; j < k; j++) {
-            int32_t t = (int32_t)((uint32_t)buf[2 * j] | (uint32_t)buf[2 * j + 1] << 8);
-            if (t >= d->vocab)
-                return rl_errf(e, RL_EINPUT, "%s: token %d at index %llu is >= vocab_size %d",
-                               s->path, (int)t, (unsigned long long)(in + j), d->vocab);
-            dst[j] = t;
+            uint32_t t = 0;
+            for (size_t b = 0; b < tb; b++) t |= (uint32_t)buf[tb * j + b] << (8 * b);
+            if (t >= (uint32_t)d->vocab)
+                return rl_errf(e, RL_EINPUT, "%s: token %u at index %llu is >= vocab_size %d",
+                               s->path, (unsigned)t, (unsigned long long)(in + j), d->vocab);
+            dst[j] = (int32_t)t;
         }
         dst += k;
         off += k;

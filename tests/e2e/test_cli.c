@@ -247,3 +247,44 @@ Test(learning, default_config_loss_falls, .timeout = 900) {
     rl_trainer_free(tr);
     rl_test_rmdir(dir);
 }
+
+/* Llama 3's vocabulary end to end: ringleader-prepare synthetic writes
+ * llm.c's uint32 shards for a vocabulary above 65536, and the worker
+ * trains on them (ids up to 128255 reach the model; a model whose
+ * vocab_size is smaller names the file and the token). */
+Test(cli, a_llama3_sized_vocabulary_trains_from_uint32_shards, .timeout = 300) {
+    char dir[64] = "/tmp/rl_u32_XXXXXX", path[160], cmd[768], out[16384], cfg[768];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "%s/ringleader-prepare synthetic --vocab 128256 --tokens 40000 --out %s",
+             rl_test_bindir(), dir);
+    cr_assert_eq(rl_test_run(cmd, out, sizeof out), 0, "%s", out);
+    unsigned char h[8];
+    snprintf(path, sizeof path, "%s/train_000000.bin", dir);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fread(h, 1, 8, f), 8);
+    fclose(f);
+    uint32_t magic = h[0] | h[1] << 8 | h[2] << 16 | (uint32_t)h[3] << 24, version = h[4];
+    cr_assert(magic == RL_SHARD32_MAGIC && version == RL_SHARD32_VERSION, "header %u %u", magic, version);
+    for (int small = 0; small < 2; small++) {
+        snprintf(path, sizeof path, "%s/job%d.json", dir, small);
+        snprintf(cfg, sizeof cfg,
+                 "{\"model\":{\"vocab_size\":%d,\"hidden_size\":16,\"intermediate_size\":32,\"num_hidden_layers\":1,"
+                 "\"num_attention_heads\":2,\"max_position_embeddings\":32},"
+                 "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"%s/val_*.bin\",\"eval_task\":\"\"},"
+                 "\"train\":{\"steps\":2,\"warmup_steps\":1,\"seq_len\":16,\"micro_batch\":2,"
+                 "\"global_batch_tokens\":32,\"eval_every\":0,\"eval_batches\":1,\"device\":\"cpu\"}}",
+                 small ? 65536 : 128256, dir, dir);
+        rl_test_write(path, cfg, strlen(cfg));
+        snprintf(cmd, sizeof cmd, "RL_NO_PROGRESS=1 %s/ringleader-worker --config %s", rl_test_bindir(), path);
+        int st = rl_test_run(cmd, out, sizeof out);
+        if (!small) {
+            cr_expect_eq(st, 0, "%s", out);
+            cr_expect(strstr(out, "\"event\":\"train_end\",\"steps\":2") != NULL, "%s", out);
+        } else {
+            cr_expect_eq(st, 2, "a vocabulary too small for the data must stop the run: %s", out);
+            cr_expect(strstr(out, "is >= vocab_size 65536") != NULL && strstr(out, ".bin: token ") != NULL, "%s", out);
+        }
+    }
+    rl_test_rmdir(dir);
+}

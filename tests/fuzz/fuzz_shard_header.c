@@ -3,7 +3,7 @@
  * file size, then the header bytes. Inputs shorter than 8 bytes are used
  * whole as the header with file_size = len, so tiny inputs still reach the
  * short-header paths. Besides memory safety, it checks the contract: on
- * success the size matches the count exactly; on failure the code is
+ * success the size matches the count at the format's token width exactly; on failure the code is
  * RL_EINPUT, the output is untouched and the message is one line naming the
  * file. */
 #include <stdint.h>
@@ -30,13 +30,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (len) memcpy(buf, hdr, len);
     rl_err e = {0};
     uint64_t ntok = UINT64_MAX;
-    int rc = rl_shard_parse_header(buf, len, file_size, "fuzz.bin", &ntok, &e);
+    int tb = -1;
+    int rc = rl_shard_parse_header(buf, len, file_size, "fuzz.bin", &ntok, &tb, &e);
     if (rc == RL_OK) {
-        if (ntok > RL_SHARD_MAX_TOKENS || file_size != RL_SHARD_HEADER_BYTES + 2 * ntok ||
-            len < RL_SHARD_HEADER_BYTES)
+        if (ntok > RL_SHARD_MAX_TOKENS || (tb != 2 && tb != 4) ||
+            file_size != RL_SHARD_HEADER_BYTES + (uint64_t)tb * ntok || len < RL_SHARD_HEADER_BYTES)
             abort();
     } else {
-        if (rc != RL_EINPUT || e.code != RL_EINPUT || ntok != UINT64_MAX) abort();
+        if (rc != RL_EINPUT || e.code != RL_EINPUT || ntok != UINT64_MAX || tb != -1) abort();
         if (strncmp(e.msg, "fuzz.bin: ", 10) != 0 || strchr(e.msg, '\n')) abort();
     }
     free(buf);

@@ -187,7 +187,7 @@ Test(data_shard, rejects_short_header_and_negative_count) {
     make_shard_bytes(buf, RL_SHARD_MAGIC, 1, -5, NULL, 0);
     rl_err e = {0};
     uint64_t nt = 99;
-    cr_assert_eq(rl_shard_parse_header(buf, sizeof buf, sizeof buf, "neg.bin", &nt, &e),
+    cr_assert_eq(rl_shard_parse_header(buf, sizeof buf, sizeof buf, "neg.bin", &nt, NULL, &e),
                  RL_EINPUT);
     cr_assert_not_null(strstr(e.msg, "neg.bin"), "%s", e.msg);
     cr_assert_not_null(strstr(e.msg, "negative"), "%s", e.msg);
@@ -239,7 +239,7 @@ Test(data_shard, rolling_writer_splits_and_removes_stale) {
     write_seq_shard(tpath("train_000002.bin"), 0, 1);
     rl_shard_writer *w;
     rl_err e = {0};
-    cr_assert_eq(rl_shard_writer_open(g_dir, "train", 4, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_shard_writer_open(g_dir, "train", 4, 2, &w, &e), 0, "%s", e.msg);
     uint16_t t[10];
     for (int i = 0; i < 10; i++) t[i] = (uint16_t)i;
     cr_assert_eq(rl_shard_writer_add(w, t, 3, &e), 0, "%s", e.msg);
@@ -655,4 +655,61 @@ Test(data_arith, deterministic_and_validated) {
     bad.train_tokens = 0;
     cr_assert_eq(rl_arith_generate(&bad, d1, &e), RL_EINPUT);
     cr_assert_not_null(strstr(e.msg, "train_tokens"), "%s", e.msg);
+}
+
+/* llm.c's uint32 format (magic 20240801, version 7: Llama 3's 128k
+ * vocabulary). The rolling writer at 4 bytes a token writes it; ids above
+ * 65535 read back intact and are checked against vocab_size as uint16 ones
+ * are; a uint16 writer refuses an id that does not fit and publishes
+ * nothing; a header mixing the two formats is refused. */
+Test(data_shard, uint32_shards_hold_ids_above_65535) {
+    rl_err e = {0};
+    rl_shard_writer *w;
+    const uint32_t t[8] = {0, 65535, 65536, 128255, 7, 100000, 3, 128000};
+    cr_assert_eq(rl_shard_writer_open(tpath("w32"), "train", 5, 4, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_shard_writer_add32(w, t, 8, &e), 0, "%s", e.msg);
+    int ns = 0;
+    uint64_t nt = 0;
+    cr_assert_eq(rl_shard_writer_close(w, &ns, &nt, &e), 0, "%s", e.msg);
+    cr_assert(ns == 2 && nt == 8, "%d shards, %llu tokens", ns, (unsigned long long)nt);
+    unsigned char h[12];
+    FILE *f = fopen(tpath("w32/train_000000.bin"), "rb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fread(h, 1, 12, f), 12);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    uint32_t hw[3];
+    for (int i = 0; i < 3; i++) hw[i] = h[4 * i] | h[4 * i + 1] << 8 | h[4 * i + 2] << 16 | (uint32_t)h[4 * i + 3] << 24;
+    cr_assert(hw[0] == RL_SHARD32_MAGIC && hw[1] == RL_SHARD32_VERSION && hw[2] == 5 && size == 1024 + 4 * 5,
+              "header %u %u %u, %ld bytes", hw[0], hw[1], hw[2], size);
+
+    rl_dataset *d;
+    int32_t got[8];
+    cr_assert_eq(rl_dataset_open(tpath("w32/train_*.bin"), 128256, &d, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_dataset_tokens(d), 8);
+    cr_assert_eq(rl_dataset_read(d, 0, 8, got, &e), 0, "%s", e.msg);
+    for (int i = 0; i < 8; i++) cr_expect_eq((uint32_t)got[i], t[i], "token %d: %d", i, got[i]);
+    rl_dataset_close(d);
+    cr_assert_eq(rl_dataset_open(tpath("w32/train_*.bin"), 100000, &d, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_dataset_read(d, 0, 8, got, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "train_000000.bin: token 128255 at index 3 is >= vocab_size 100000"), "%s", e.msg);
+    rl_dataset_close(d);
+
+    const uint32_t big[2] = {1, 70000};
+    cr_assert_eq(rl_shard_writer_open(tpath("w16"), "train", 100, 2, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_shard_writer_add32(w, big, 2, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "token id 70000 does not fit a uint16 shard"), "%s", e.msg);
+    rl_shard_writer_abort(w);
+    cr_expect_neq(access(tpath("w16/train_000000.bin"), F_OK), 0, "a refused shard was published");
+
+    unsigned char buf[RL_SHARD_HEADER_BYTES + 8];
+    const uint16_t tok[4] = {1, 2, 3, 4};
+    size_t n = make_shard_bytes(buf, RL_SHARD32_MAGIC, 1, 2, tok, 4);
+    write_raw(tpath("mix.bin"), buf, n);
+    expect_open_fails(tpath("mix.bin"), tpath("mix.bin"), "unsupported shard version 1 for magic 20240801");
+    make_shard_bytes(buf, RL_SHARD32_MAGIC, RL_SHARD32_VERSION, 4, tok, 4); /* 8 bytes: 2 uint32 tokens */
+    write_raw(tpath("short32.bin"), buf, n);
+    expect_open_fails(tpath("short32.bin"), tpath("short32.bin"),
+                      "truncated: header says 4 tokens (1040 bytes) but file has 1032 bytes");
 }
