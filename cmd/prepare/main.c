@@ -28,6 +28,11 @@ static const char usage[] =
     "      --val-fraction F   fraction of tokens for val, in [0, 1) (default 0.05;\n"
     "                         0 writes no val split)\n"
     "      --shard-tokens N   tokens per shard (default 100000000)\n"
+    "  jsonl FILE...     JSON Lines (one object per line, as datasets' to_json writes):\n"
+    "                    each document's text, byte-level, after an end-of-text token;\n"
+    "                    every line is read before any shard is written\n"
+    "      --field NAME       the string field holding the text (default \"text\")\n"
+    "      --val-fraction F, --shard-tokens N   as for text\n"
     "  arith             lines \"a+b=c\\n\"; held-out pairs appear only in val\n"
     "      --digits D         operand digits, 1..4 (default 2)\n"
     "      --holdout H        fraction of pairs held out for val, in (0, 1) (default 0.1)\n"
@@ -92,6 +97,7 @@ typedef struct {
     uint64_t tokens;
     bool tokens_set;
     uint64_t vocab;
+    const char *field;
     const char **files;
     int nfiles;
 } args;
@@ -115,10 +121,10 @@ static int parse_args(int argc, char **argv, args *a) {
         return 2;
     }
     a->mode = argv[1];
-    bool text = !strcmp(a->mode, "text"), arith = !strcmp(a->mode, "arith"),
-         synth = !strcmp(a->mode, "synthetic");
+    bool jsonl = !strcmp(a->mode, "jsonl"), text = jsonl || !strcmp(a->mode, "text"),
+         arith = !strcmp(a->mode, "arith"), synth = !strcmp(a->mode, "synthetic");
     if (!text && !arith && !synth) {
-        fprintf(stderr, PROG ": %s: unknown mode (text, arith or synthetic; see --help)\n",
+        fprintf(stderr, PROG ": %s: unknown mode (text, jsonl, arith or synthetic; see --help)\n",
                 a->mode);
         return 2;
     }
@@ -129,8 +135,8 @@ static int parse_args(int argc, char **argv, args *a) {
     }
     /* each mode takes its own flags; the values are checked below */
     const char *out = NULL, *valf = NULL, *shard = NULL, *digits = NULL, *holdout = NULL, *seed = NULL,
-               *tokens = NULL, *vocab = NULL;
-    rl_flag fl[8];
+               *tokens = NULL, *vocab = NULL, *field = NULL;
+    rl_flag fl[9];
     int n = 0;
     fl[n++] = (rl_flag){"--out", NULL, RL_FLAG_STR, &out, 0, 0};
     if (text) fl[n++] = (rl_flag){"--val-fraction", NULL, RL_FLAG_STR, &valf, 0, 0};
@@ -140,10 +146,13 @@ static int parse_args(int argc, char **argv, args *a) {
     if (arith || synth) fl[n++] = (rl_flag){"--seed", NULL, RL_FLAG_STR, &seed, 0, 0};
     if (arith || synth) fl[n++] = (rl_flag){"--tokens", NULL, RL_FLAG_STR, &tokens, 0, 0};
     if (synth) fl[n++] = (rl_flag){"--vocab", NULL, RL_FLAG_STR, &vocab, 0, 0};
+    if (jsonl) fl[n++] = (rl_flag){"--field", NULL, RL_FLAG_STR, &field, 0, 0};
     /* only text takes files */
     int rc = rl_flags_parse(PROG, argc, argv, 2, fl, n, text ? a->files : NULL, argc, &a->nfiles);
     if (rc) return rc;
     if (out && !*out) return bad_flag("--out", "must not be empty");
+    if (field && !*field) return bad_flag("--field", "must not be empty");
+    a->field = field ? field : "text";
     a->out = out;
     if ((valf && (rc = parse_num("--val-fraction", valf, 0, true, 1, false, &a->val_fraction))) ||
         (shard && (rc = parse_u64("--shard-tokens", shard, 1, RL_SHARD_MAX_TOKENS, &a->shard_tokens))) ||
@@ -155,7 +164,7 @@ static int parse_args(int argc, char **argv, args *a) {
         return rc;
     a->tokens_set = tokens != NULL;
     if (!a->out) return bad_flag("--out", "required");
-    if (text && a->nfiles == 0) return bad_flag("text", "needs at least one input FILE");
+    if (text && a->nfiles == 0) return bad_flag(a->mode, "needs at least one input FILE");
     if (!a->tokens_set) a->tokens = arith ? 2000000 : 10000000;
     return 0;
 }
@@ -212,34 +221,20 @@ static int text_file(router *r, const char *path, uint64_t expect, rl_err *e) {
     return rc;
 }
 
-static int run_text(const args *a, rl_err *e) {
-    uint64_t *sizes = calloc((size_t)a->nfiles, sizeof *sizes);
-    if (!sizes) return rl_errf(e, RL_ENOMEM, "out of memory");
-    uint64_t total = 0;
-    int rc = RL_OK;
-    for (int i = 0; i < a->nfiles && !rc; i++) {
-        struct stat st;
-        if (stat(a->files[i], &st) != 0)
-            rc = rl_errf(e, RL_EINPUT, "%s: cannot open: %s", a->files[i], strerror(errno));
-        else if (!S_ISREG(st.st_mode))
-            rc = rl_errf(e, RL_EINPUT, "%s: not a regular file", a->files[i]);
-        else if (access(a->files[i], R_OK) != 0)
-            rc = rl_errf(e, RL_EINPUT, "%s: cannot read: %s", a->files[i], strerror(errno));
-        else {
-            sizes[i] = (uint64_t)st.st_size;
-            total += sizes[i] + 1; /* + its end-of-text token */
-        }
-    }
+/* Writes the stream `feed` routes (total tokens, known up front) to the
+ * shards: the last --val-fraction of it to val. */
+typedef int (*feed_fn)(router *r, const args *a, const uint64_t *sizes, rl_err *e);
+static int write_split(const args *a, uint64_t total, feed_fn feed, const uint64_t *sizes, rl_err *e) {
     uint64_t nval = (uint64_t)floor((double)total * a->val_fraction);
-    if (!rc && a->val_fraction > 0 && nval == 0)
-        rc = rl_errf(e, RL_EINPUT,
-                     "--val-fraction: %g of %llu tokens is no token at all; give more text or "
-                     "a larger fraction (0 skips val)",
-                     a->val_fraction, (unsigned long long)total);
+    if (a->val_fraction > 0 && nval == 0)
+        return rl_errf(e, RL_EINPUT,
+                       "--val-fraction: %g of %llu tokens is no token at all; give more text or "
+                       "a larger fraction (0 skips val)",
+                       a->val_fraction, (unsigned long long)total);
     router r = {.ntrain = total - nval};
-    if (!rc) rc = rl_shard_writer_open(a->out, "train", a->shard_tokens, 2, &r.train, e);
+    int rc = rl_shard_writer_open(a->out, "train", a->shard_tokens, 2, &r.train, e);
     if (!rc && nval > 0) rc = rl_shard_writer_open(a->out, "val", a->shard_tokens, 2, &r.val, e);
-    for (int i = 0; i < a->nfiles && !rc; i++) rc = text_file(&r, a->files[i], sizes[i], e);
+    if (!rc) rc = feed(&r, a, sizes, e);
     if (!rc) {
         rc = rl_shard_writer_close(r.train, NULL, NULL, e);
         r.train = NULL;
@@ -259,6 +254,85 @@ static int run_text(const args *a, rl_err *e) {
     }
     rl_shard_writer_abort(r.train);
     rl_shard_writer_abort(r.val);
+    return rc;
+}
+
+static int feed_text(router *r, const args *a, const uint64_t *sizes, rl_err *e) {
+    int rc = RL_OK;
+    for (int i = 0; i < a->nfiles && !rc; i++) rc = text_file(r, a->files[i], sizes[i], e);
+    return rc;
+}
+
+static int run_text(const args *a, rl_err *e) {
+    uint64_t *sizes = calloc((size_t)a->nfiles, sizeof *sizes);
+    if (!sizes) return rl_errf(e, RL_ENOMEM, "out of memory");
+    uint64_t total = 0;
+    int rc = RL_OK;
+    for (int i = 0; i < a->nfiles && !rc; i++) {
+        struct stat st;
+        if (stat(a->files[i], &st) != 0)
+            rc = rl_errf(e, RL_EINPUT, "%s: cannot open: %s", a->files[i], strerror(errno));
+        else if (!S_ISREG(st.st_mode))
+            rc = rl_errf(e, RL_EINPUT, "%s: not a regular file", a->files[i]);
+        else if (access(a->files[i], R_OK) != 0)
+            rc = rl_errf(e, RL_EINPUT, "%s: cannot read: %s", a->files[i], strerror(errno));
+        else {
+            sizes[i] = (uint64_t)st.st_size;
+            total += sizes[i] + 1; /* + its end-of-text token */
+        }
+    }
+    if (!rc) rc = write_split(a, total, feed_text, sizes, e);
+    free(sizes);
+    return rc;
+}
+
+/* ---- jsonl ------------------------------------------------------------------- */
+
+/* One file's documents, each an end-of-text token then its bytes: routed
+ * (r non-NULL) or only counted. *tokens is the file's token count; with
+ * expect (the first pass's count) a file that changed in between fails. */
+static int jsonl_file(router *r, const args *a, const char *path, uint64_t expect, uint64_t *tokens, rl_err *e) {
+    rl_jsonl *j;
+    int rc = rl_jsonl_open(path, a->field, 0, &j, e);
+    static uint16_t tok[1 << 20];
+    const uint16_t eot = RL_TOK_EOT;
+    const char *text;
+    size_t len;
+    *tokens = 0;
+    while (!rc && !(rc = rl_jsonl_next(j, &text, &len, e)) && text) {
+        *tokens += len + 1;
+        if (r && !(rc = route(r, &eot, 1, e)))
+            for (size_t off = 0; off < len && !rc; off += sizeof tok / sizeof tok[0]) {
+                size_t k = len - off < sizeof tok / sizeof tok[0] ? len - off : sizeof tok / sizeof tok[0];
+                rl_tok_encode((const unsigned char *)text + off, k, tok);
+                rc = route(r, tok, k, e);
+            }
+    }
+    rl_jsonl_close(j);
+    if (!rc && r && *tokens != expect)
+        rc = rl_errf(e, RL_EIO, "%s: changed while being read (%llu tokens, %llu on the first pass)", path,
+                     (unsigned long long)*tokens, (unsigned long long)expect);
+    return rc;
+}
+
+static int feed_jsonl(router *r, const args *a, const uint64_t *sizes, rl_err *e) {
+    int rc = RL_OK;
+    uint64_t n;
+    for (int i = 0; i < a->nfiles && !rc; i++) rc = jsonl_file(r, a, a->files[i], sizes[i], &n, e);
+    return rc;
+}
+
+/* Two passes: the first reads every line (a bad one stops the run before
+ * any shard is written) and counts the tokens the split needs. */
+static int run_jsonl(const args *a, rl_err *e) {
+    uint64_t *sizes = calloc((size_t)a->nfiles, sizeof *sizes), total = 0;
+    if (!sizes) return rl_errf(e, RL_ENOMEM, "out of memory");
+    int rc = RL_OK;
+    for (int i = 0; i < a->nfiles && !rc; i++) {
+        rc = jsonl_file(NULL, a, a->files[i], 0, &sizes[i], e);
+        total += sizes[i];
+    }
+    if (!rc) rc = write_split(a, total, feed_jsonl, sizes, e);
     free(sizes);
     return rc;
 }
@@ -327,8 +401,8 @@ int main(int argc, char **argv) {
     rl_err e = {0};
     int rc;
     bool has_val = true;
-    if (!strcmp(a.mode, "text")) {
-        rc = run_text(&a, &e);
+    if (!strcmp(a.mode, "text") || !strcmp(a.mode, "jsonl")) {
+        rc = !strcmp(a.mode, "text") ? run_text(&a, &e) : run_jsonl(&a, &e);
         has_val = a.val_fraction > 0;
     } else if (!strcmp(a.mode, "arith")) {
         rl_arith_opts o = {.digits = (int)a.digits,

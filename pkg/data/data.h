@@ -135,6 +135,23 @@ void rl_tok_encode(const unsigned char *src, size_t n, uint16_t *dst);
  * (at most n), always NUL-terminates when cap > 0. */
 size_t rl_tok_decode(const int32_t *tok, size_t n, char *dst, size_t cap);
 
+/* ---- JSON Lines documents ------------------------------------------------------------
+ * One JSON object per line, the document's text in the string field
+ * `field` (blank lines skipped). Errors name the file and line: RL_EINPUT
+ * for a line that is not one JSON object, lacks the field, holds something
+ * else than a string there, or is longer than max_line bytes (0: 64 MiB). */
+typedef struct rl_jsonl rl_jsonl;
+int rl_jsonl_open(const char *path, const char *field, size_t max_line, rl_jsonl **out, rl_err *e);
+/* The next document: *text (UTF-8, valid until the next call) and *len;
+ * *text NULL at the end of the file. */
+int rl_jsonl_next(rl_jsonl *j, const char **text, size_t *len, rl_err *e);
+long long rl_jsonl_line(const rl_jsonl *j); /* the line of the document last returned */
+void rl_jsonl_close(rl_jsonl *j);
+/* One line's bytes (no newline) -> its field's text (malloc'ed), `where`
+ * ("file:line") leading every message. The parser the reader runs; fuzzed. */
+int rl_jsonl_parse_line(const char *line, size_t len, const char *field, const char *where, char **text,
+                        size_t *tlen, rl_err *e);
+
 /* ---- synthetic corpora ------------------------------------------------------------- */
 /* Arithmetic: lines "a+b=c\n" with 0 <= a,b < 10^digits. Pairs whose
  * rl_hash64(seed ^ (a * 10^digits + b)) falls in the held-out fraction never

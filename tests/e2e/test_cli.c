@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/data.h"
 #include "testutil.h"
@@ -286,5 +287,44 @@ Test(cli, a_llama3_sized_vocabulary_trains_from_uint32_shards, .timeout = 300) {
             cr_expect(strstr(out, "is >= vocab_size 65536") != NULL && strstr(out, ".bin: token ") != NULL, "%s", out);
         }
     }
+    rl_test_rmdir(dir);
+}
+
+/* ringleader-prepare jsonl: each document's text (its "body" field here),
+ * byte-level after an end-of-text token, in file and line order; a bad
+ * line anywhere stops it before any shard is written, with one line
+ * naming the file and line. */
+Test(cli, prepare_jsonl_tokenizes_documents_and_names_a_bad_line) {
+    char dir[64] = "/tmp/rl_jsonl_XXXXXX", a[128], b[128], out[128], cmd[1024], err[4096];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/a.jsonl", dir);
+    snprintf(b, sizeof b, "%s/b.jsonl", dir);
+    const char *ja = "{\"body\":\"hi\",\"n\":1}\n{\"body\":\"\\u00e9\"}\n", *jb = "{\"body\":\"x\"}\n";
+    rl_test_write(a, ja, strlen(ja));
+    rl_test_write(b, jb, strlen(jb));
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(cmd, sizeof cmd, "%s/ringleader-prepare jsonl --field body --val-fraction 0 --out %s %s %s",
+             rl_test_bindir(), out, a, b);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    char pat[160];
+    snprintf(pat, sizeof pat, "%s/train_*.bin", out);
+    rl_dataset *d;
+    rl_err e = {0};
+    cr_assert_eq(rl_dataset_open(pat, RL_TOK_VOCAB, &d, &e), 0, "%s", e.msg);
+    const int32_t want[] = {256, 'h', 'i', 256, 0xc3, 0xa9, 256, 'x'};
+    int32_t got[8];
+    cr_assert_eq(rl_dataset_tokens(d), 8);
+    cr_assert_eq(rl_dataset_read(d, 0, 8, got, &e), 0, "%s", e.msg);
+    cr_expect_arr_eq(got, want, sizeof want);
+    rl_dataset_close(d);
+
+    const char *bad = "{\"body\":\"x\"}\n{\"body\":\"y\"}\n{\"text\":\"z\"}\n";
+    rl_test_write(b, bad, strlen(bad));
+    snprintf(out, sizeof out, "%s/out2", dir);
+    snprintf(cmd, sizeof cmd, "%s/ringleader-prepare jsonl --field body --out %s %s %s", rl_test_bindir(), out, a, b);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "b.jsonl:3: no \"body\" field") != NULL && count_lines(err) == 1, "%s", err);
+    snprintf(pat, sizeof pat, "%s/train_000000.bin", out);
+    cr_expect_neq(access(pat, F_OK), 0, "a shard was written before the bad line was found");
     rl_test_rmdir(dir);
 }

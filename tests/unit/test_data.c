@@ -713,3 +713,44 @@ Test(data_shard, uint32_shards_hold_ids_above_65535) {
     expect_open_fails(tpath("short32.bin"), tpath("short32.bin"),
                       "truncated: header says 4 tokens (1040 bytes) but file has 1032 bytes");
 }
+
+/* JSON Lines: documents in order with their lines; blank lines skipped; a
+ * last line without its newline counts; escapes decoded to UTF-8. Bad
+ * lines name the file and line: too long (before more is read), a raw NUL,
+ * a missing file. */
+Test(data_jsonl, reads_documents_and_names_bad_lines) {
+    const char *good = "{\"text\":\"one\"}\n\n{\"id\":1,\"text\":\"t\\u00e9\"}\n{\"text\":\"end\"}";
+    write_raw(tpath("a.jsonl"), good, strlen(good));
+    rl_jsonl *j;
+    rl_err e = {0};
+    cr_assert_eq(rl_jsonl_open(tpath("a.jsonl"), "text", 0, &j, &e), 0, "%s", e.msg);
+    const char *want[3] = {"one", "t\xc3\xa9", "end"};
+    const long long lines[3] = {1, 3, 4};
+    const char *t;
+    size_t n;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(rl_jsonl_next(j, &t, &n, &e), 0, "%s", e.msg);
+        cr_assert(t && n == strlen(want[i]) && !memcmp(t, want[i], n), "document %d: %s", i, t ? t : "(end)");
+        cr_expect_eq(rl_jsonl_line(j), lines[i]);
+    }
+    cr_assert_eq(rl_jsonl_next(j, &t, &n, &e), 0, "%s", e.msg);
+    cr_assert_null(t);
+    rl_jsonl_close(j);
+
+    const char *longl = "{\"text\":\"ok\"}\n{\"text\":\"a line too long\"}\n";
+    write_raw(tpath("b.jsonl"), longl, strlen(longl));
+    cr_assert_eq(rl_jsonl_open(tpath("b.jsonl"), "text", 16, &j, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_jsonl_next(j, &t, &n, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_jsonl_next(j, &t, &n, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "b.jsonl:2: line longer than 16 bytes"), "%s", e.msg);
+    rl_jsonl_close(j);
+
+    write_raw(tpath("c.jsonl"), "{\"text\":\"a\0b\"}\n", 15);
+    cr_assert_eq(rl_jsonl_open(tpath("c.jsonl"), "text", 0, &j, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_jsonl_next(j, &t, &n, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "c.jsonl:1: a NUL byte in the line"), "%s", e.msg);
+    rl_jsonl_close(j);
+
+    cr_assert_eq(rl_jsonl_open(tpath("gone.jsonl"), "text", 0, &j, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "gone.jsonl: cannot open"), "%s", e.msg);
+}
