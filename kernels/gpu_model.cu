@@ -88,7 +88,6 @@ struct rl_gpu_model {
     int B, T;         // capacity
     int cur_B, cur_T; // last forward
     int D, F, V, Vp, L, H, KV, hd, qd, kvd, C3;
-    int crows;       // classifier rows per chunk
     size_t pad;      // (Vp - V) * D: zero lm_head rows after `total` (bf16 params, grads)
     cudaStream_t s;
     rl_gpu_plan *plan; // a dry model (rl_gpu_model_plan): launches are counted, not made
@@ -110,8 +109,7 @@ struct rl_gpu_model {
     size_t bytes;
 
     rl_gpu_layout bl; // where every activation and scratch buffer lies (gpu_layout.h)
-    // activations: layer l of a per-layer buffer at base + l * stride
-    size_t s_btd, s_bt, s_qkv, s_att, s_bh, s_gu, s_ln, s_hm; // strides in elements
+    // activations: layer l of a per-layer buffer at base + l * bl.s_* (elements)
     float *res, *res_mid, *rstd1, *rstd2, *att_lse, *rstdf, *lse_cls, *losses, *rope;
     bf16 *ln1, *qkv, *atty, *ln2, *gu, *hm, *lnf, *logits;
     // scratch
@@ -281,7 +279,9 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
     rl_param_layout_init(&m->lay, c);
     m->B = B, m->T = T;
     m->D = c->hidden_size, m->F = c->intermediate_size, m->V = c->vocab_size;
-    m->Vp = (m->V + 63) / 64 * 64;
+    rl_gpu_layout_of(c, B, T, m->options.recompute, m->options.attn_dq_atomic,
+                     m->options.classifier_rows, &m->bl);
+    m->Vp = m->bl.Vp;
     m->pad = (size_t)(m->Vp - m->V) * m->D;
     m->L = c->num_hidden_layers, m->H = c->num_attention_heads, m->KV = c->num_key_value_heads;
     m->hd = rl_model_head_dim(c), m->qd = m->H * m->hd, m->kvd = m->KV * m->hd;
@@ -291,14 +291,8 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
                        "model: head dim %d (hidden_size / num_attention_heads) is above the GPU "
                        "kernels' %d",
                        m->hd, RL_GPU_MAX_HEAD_DIM);
-    rl_gpu_layout_of(c, B, T, m->options.recompute, m->options.attn_dq_atomic,
-                     m->options.classifier_rows, &m->bl);
-    const rl_gpu_layout *l = &m->bl;
-    m->crows = l->crows;
-    m->s_btd = l->s_btd, m->s_bt = l->s_bt, m->s_qkv = l->s_qkv, m->s_att = l->s_att;
-    m->s_bh = l->s_bh, m->s_gu = l->s_gu, m->s_ln = l->s_ln, m->s_hm = l->s_hm;
     size_t P = m->lay.total;
-    m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + 3 * P * sizeof(float) + l->acts + l->scratch;
+    m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + 3 * P * sizeof(float) + m->bl.acts + m->bl.scratch;
     return RL_OK;
 }
 
@@ -515,7 +509,7 @@ int rl_gpu_model_download_logits(rl_gpu_model *m, float *host, rl_err *e) {
         return rl_errf(e, RL_EINPUT,
                        "gpu model: no logits kept (the last call was not a forward, or its %d rows "
                        "did not fit one classifier chunk of %d)",
-                       m->cur_B * m->cur_T, m->crows);
+                       m->cur_B * m->cur_T, m->bl.crows);
     size_t N = (size_t)m->cur_B * m->cur_T, V = m->V, Vp = m->Vp;
     float *rows = (float *)malloc(N * Vp * sizeof(float));
     if (!rows) return rl_errf(e, RL_ENOMEM, "gpu model: host staging of %zu logits", N * Vp);
@@ -596,12 +590,12 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
         size_t wl = m->lay.layers + (size_t)l * m->lay.layer_size;
         const bf16 *w = m->params + wl;
         const float *w32 = m->master + wl;
-        float *x = m->res + l * m->s_btd, *xnext = x + m->s_btd, *xmid = m->res_mid + l * m->s_btd;
-        bf16 *ln1 = m->ln1 + l * m->s_ln, *ln2 = m->ln2 + l * m->s_ln;
-        bf16 *qkv = m->qkv + l * m->s_qkv, *atty = m->atty + l * m->s_att;
-        bf16 *gu = m->gu + l * m->s_gu, *hm = m->hm + l * m->s_hm;
-        float *rstd1 = m->rstd1 + l * m->s_bt, *rstd2 = m->rstd2 + l * m->s_bt;
-        float *lse = m->att_lse + l * m->s_bh;
+        float *x = m->res + l * m->bl.s_btd, *xnext = x + m->bl.s_btd, *xmid = m->res_mid + l * m->bl.s_btd;
+        bf16 *ln1 = m->ln1 + l * m->bl.s_ln, *ln2 = m->ln2 + l * m->bl.s_ln;
+        bf16 *qkv = m->qkv + l * m->bl.s_qkv, *atty = m->atty + l * m->bl.s_att;
+        bf16 *gu = m->gu + l * m->bl.s_gu, *hm = m->hm + l * m->bl.s_hm;
+        float *rstd1 = m->rstd1 + l * m->bl.s_bt, *rstd2 = m->rstd2 + l * m->bl.s_bt;
+        float *lse = m->att_lse + l * m->bl.s_bh;
 
         STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
              rl_k_rmsnorm_fwd(ln1, rstd1, x, w32 + o->ln1, N, D, eps, s, e));
@@ -627,7 +621,7 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, F, 4, 4),
              rl_gemm_fwd(g, xnext, 1, hm, w + o->wdown, xmid, N, D, F, s, e));
     }
-    float *xL = m->res + (size_t)m->L * m->s_btd;
+    float *xL = m->res + (size_t)m->L * m->bl.s_btd;
     STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
          rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->master + m->lay.final_norm, N, D, eps, s, e));
     return RL_OK;
@@ -646,8 +640,8 @@ static int classifier(rl_gpu_model *m, int N, const int32_t *d_tgt, int grad, fl
     rl_gemm *g = &m->gemm;
     const bf16 *wlm = m->params + m->lay.lm_head;
     float *dwlm = m->grads + m->lay.lm_head;
-    for (int r0 = 0; r0 < N; r0 += m->crows) {
-        int nc = N - r0 < m->crows ? N - r0 : m->crows;
+    for (int r0 = 0; r0 < N; r0 += m->bl.crows) {
+        int nc = N - r0 < m->bl.crows ? N - r0 : m->bl.crows;
         const bf16 *x = m->lnf + (size_t)r0 * D;
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(nc, Vp, D, 2, 0),
              rl_gemm_fwd(g, m->logits, 0, x, wlm, NULL, nc, Vp, D, s, e));
@@ -671,7 +665,7 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
     const int N = B * T;
     RL_TRY(layers_fwd(m, B, T, e));
     RL_TRY(classifier(m, N, targets ? m->io + (size_t)m->B * m->T : NULL, 0, 1.0f, 0, e));
-    m->logits_valid = N <= m->crows;
+    m->logits_valid = N <= m->bl.crows;
     if (!targets) {
         if (loss) *loss = 0.0f;
         return RL_OK;
@@ -713,7 +707,7 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
     STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D, 0),
          rl_k_rmsnorm_bwd(m->dres, m->dres16, NULL, m->grads + p->final_norm, m->rms_partial,
                           m->dln,
-                          m->res + (size_t)m->L * m->s_btd, m->master + p->final_norm, m->rstdf, N,
+                          m->res + (size_t)m->L * m->bl.s_btd, m->master + p->final_norm, m->rstdf, N,
                           D, 0, acc, s, e));
     if (hook) hook(hook_ctx, p->final_norm);
 
@@ -722,12 +716,12 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
         const bf16 *w = m->params + wl;
         const float *w32 = m->master + wl;
         float *gw = m->grads + wl;
-        float *x = m->res + l * m->s_btd, *xmid = m->res_mid + l * m->s_btd;
-        bf16 *ln1 = m->ln1 + l * m->s_ln, *ln2 = m->ln2 + l * m->s_ln;
-        bf16 *qkv = m->qkv + l * m->s_qkv, *atty = m->atty + l * m->s_att;
-        bf16 *gu = m->gu + l * m->s_gu, *hm = m->hm + l * m->s_hm;
-        float *rstd1 = m->rstd1 + l * m->s_bt, *rstd2 = m->rstd2 + l * m->s_bt;
-        float *lse = m->att_lse + l * m->s_bh;
+        float *x = m->res + l * m->bl.s_btd, *xmid = m->res_mid + l * m->bl.s_btd;
+        bf16 *ln1 = m->ln1 + l * m->bl.s_ln, *ln2 = m->ln2 + l * m->bl.s_ln;
+        bf16 *qkv = m->qkv + l * m->bl.s_qkv, *atty = m->atty + l * m->bl.s_att;
+        bf16 *gu = m->gu + l * m->bl.s_gu, *hm = m->hm + l * m->bl.s_hm;
+        float *rstd1 = m->rstd1 + l * m->bl.s_bt, *rstd2 = m->rstd2 + l * m->bl.s_bt;
+        float *lse = m->att_lse + l * m->bl.s_bh;
         const int cb = acc ? 4 : 0; // a weight gradient read before it is added to
         // recompute: the SwiGLU and norm backward kernels write this layer's
         // hm, ln2 and ln1 again (the same bits as the forward), each before
