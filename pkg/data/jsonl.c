@@ -1,7 +1,7 @@
 /* JSON Lines documents (data.h): one JSON object per line, the document's
  * text in one of its string fields -- what Hugging Face `datasets` exports
- * with to_json(). Lines are read in bounded chunks, so a file without
- * newlines cannot make the reader hold more than max_line bytes. */
+ * with to_json(). A line longer than max_line is refused as it is read, so
+ * a file without newlines cannot make the reader hold more than that. */
 #include "data/data.h"
 
 #include <cjson/cJSON.h>
