@@ -53,6 +53,8 @@ WORKDIR /src
 COPY Makefile ./
 COPY cmd cmd
 COPY pkg pkg
+# the library carries the GPU model's buffer layout (host C) for the memory accounting
+COPY kernels kernels
 ARG EXTRA_CFLAGS=-Wno-error
 RUN --network=none \
     make -j"$(nproc)" USE_CUDA=0 CFLAGS="$EXTRA_CFLAGS" bin/ringleader-operator
