@@ -473,8 +473,6 @@ int rl_gpu_model_set_shard(rl_gpu_model *m, const rl_shard_range *r, int nr, int
     return RL_OK;
 }
 
-size_t rl_gpu_model_held(const rl_gpu_model *m) { return m->held; }
-
 int rl_gpu_model_shard_sq(rl_gpu_model *m, double **sq, rl_err *e) {
     if (!m->ranges) return rl_errf(e, RL_EINTERNAL, "gpu model: a shard's norm without a shard");
     if (m->fresh) return rl_errf(e, RL_EINTERNAL, "gpu model: gradient norm of a step with no micro-batch");

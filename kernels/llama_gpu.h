@@ -104,9 +104,7 @@ size_t rl_gpu_model_device_bytes(const rl_gpu_model *m);
  * broadcast of the master parameters). */
 float *rl_gpu_model_grads(rl_gpu_model *m);   /* fp32 [total] */
 float *rl_gpu_model_master(rl_gpu_model *m);  /* fp32 [total] */
-float *rl_gpu_model_opt(rl_gpu_model *m);     /* fp32 AdamW m then v [2 x held] */
-/* Elements whose moments the model holds: total, or its shard's. */
-size_t rl_gpu_model_held(const rl_gpu_model *m);
+float *rl_gpu_model_opt(rl_gpu_model *m);     /* fp32 AdamW m then v [2 x held: total, or the shard's] */
 
 /* ---- host <-> device (each waits for its copy; not for the hot loop) ---- */
 /* fp32 parameters [total] -> master, then the bf16 copy is derived. */

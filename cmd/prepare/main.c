@@ -192,11 +192,22 @@ static int route(router *r, const uint16_t *tok, size_t n, rl_err *e) {
     return rl_shard_writer_add(r->val, tok, n, e);
 }
 
+/* Bytes as byte-level tokens, routed. */
+static int route_bytes(router *r, const unsigned char *b, size_t n, rl_err *e) {
+    static uint16_t tok[1 << 20];
+    int rc = RL_OK;
+    for (size_t off = 0, k; off < n && !rc; off += k) {
+        k = n - off < sizeof tok / sizeof tok[0] ? n - off : sizeof tok / sizeof tok[0];
+        rl_tok_encode(b + off, k, tok);
+        rc = route(r, tok, k, e);
+    }
+    return rc;
+}
+
 static int text_file(router *r, const char *path, uint64_t expect, rl_err *e) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return rl_errf(e, RL_EINPUT, "%s: cannot open: %s", path, strerror(errno));
     static unsigned char buf[1 << 20];
-    static uint16_t tok[1 << 20];
     const uint16_t eot = RL_TOK_EOT;
     int rc = route(r, &eot, 1, e);
     uint64_t got = 0;
@@ -211,8 +222,7 @@ static int text_file(router *r, const char *path, uint64_t expect, rl_err *e) {
         got += (uint64_t)n;
         /* The train/val split was computed from the sizes seen at start. */
         if (got > expect) break;
-        rl_tok_encode(buf, (size_t)n, tok);
-        rc = route(r, tok, (size_t)n, e);
+        rc = route_bytes(r, buf, (size_t)n, e);
     }
     close(fd);
     if (!rc && got != expect)
@@ -294,19 +304,13 @@ static int run_text(const args *a, rl_err *e) {
 static int jsonl_file(router *r, const args *a, const char *path, uint64_t expect, uint64_t *tokens, rl_err *e) {
     rl_jsonl *j;
     int rc = rl_jsonl_open(path, a->field, 0, &j, e);
-    static uint16_t tok[1 << 20];
     const uint16_t eot = RL_TOK_EOT;
     const char *text;
     size_t len;
     *tokens = 0;
     while (!rc && !(rc = rl_jsonl_next(j, &text, &len, e)) && text) {
         *tokens += len + 1;
-        if (r && !(rc = route(r, &eot, 1, e)))
-            for (size_t off = 0; off < len && !rc; off += sizeof tok / sizeof tok[0]) {
-                size_t k = len - off < sizeof tok / sizeof tok[0] ? len - off : sizeof tok / sizeof tok[0];
-                rl_tok_encode((const unsigned char *)text + off, k, tok);
-                rc = route(r, tok, k, e);
-            }
+        if (r && !(rc = route(r, &eot, 1, e))) rc = route_bytes(r, (const unsigned char *)text, len, e);
     }
     rl_jsonl_close(j);
     if (!rc && r && *tokens != expect)

@@ -1,7 +1,7 @@
 /* Token shards in llm.c's formats: a 1024-byte header of little-endian int32
- * words, then uint16 or uint32 tokens (data.h). The header parser sees untrusted bytes (it is
- * fuzzed), so it reads words byte by byte and never trusts the count before
- * checking it against the real file size.
+ * words, then uint16 or uint32 tokens (data.h). The header parser sees
+ * untrusted bytes (it is fuzzed), so it reads words byte by byte and never
+ * trusts the count before checking it against the real file size.
  *
  * Writers never expose a half-written shard: tokens go to a temp file in the
  * same directory, the header is filled in last, and rename(2) publishes it. */

@@ -65,8 +65,9 @@ static size_t cpu_activations(const rl_model_config *c, int B, int T) {
 /* cpu: the fp32 params are the master; the flat gradient buffer stays whole
  * through backward in every mode (ZeRO-2 on the CPU scatters the reduced
  * values, it frees no memory). */
-static void cpu_state(rl_train_memory *m, size_t n) {
+static void cpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n) {
     m->weights = n * F32, m->master = 0, m->grads = n * F32;
+    m->activations = cpu_activations(&cfg->model, cfg->train.micro_batch, cfg->train.seq_len);
 }
 
 /* cuda: bf16 compute copy and fp32 gradients, both with the vocabulary
@@ -113,12 +114,8 @@ int rl_train_memory_of(const rl_job_config *cfg, int world, size_t nparams, rl_t
         return rc;
     out->shard_elems = mode == RL_SHARD_NONE ? n : rl_train_shard_elems(&p, world, NULL);
     out->moments = 2 * out->shard_elems * F32;
-    if (!strcmp(cfg->train.device, "cuda")) {
-        gpu_state(out, cfg, n);
-    } else {
-        cpu_state(out, n);
-        out->activations = cpu_activations(&cfg->model, cfg->train.micro_batch, cfg->train.seq_len);
-    }
+    if (!strcmp(cfg->train.device, "cuda")) gpu_state(out, cfg, n);
+    else cpu_state(out, cfg, n);
     out->total = out->weights + out->master + out->grads + out->moments + out->activations;
     return RL_OK;
 }

@@ -66,15 +66,17 @@ static int run(rl_trainer **tr, const rl_job_config *c, rl_train_dist *dist, cur
     return rl_trainer_run(*tr, e);
 }
 
-static float *host_copy(rl_trainer *tr, bool opt, rl_err *e) {
-    size_t np = rl_trainer_nparams(tr), n = np * (opt ? 3 : 1);
-    float *p = malloc(n * sizeof(float));
-    if (!p || rl_trainer_sync_host(tr, opt, e)) {
+/* The host's params (n) then the moments the device holds (2 x held; held
+ * 0: every element's, no shard), or NULL */
+static float *host_copy(rl_trainer *tr, size_t held, rl_err *e) {
+    size_t np = rl_trainer_nparams(tr), h = held ? held : np;
+    float *p = malloc((np + 2 * h) * sizeof(float));
+    if (!p || rl_trainer_sync_host(tr, true, e)) {
         free(p);
         return NULL;
     }
     memcpy(p, rl_trainer_params(tr), np * sizeof(float));
-    if (opt) memcpy(p + np, rl_trainer_opt(tr), 2 * np * sizeof(float));
+    memcpy(p + np, rl_trainer_opt(tr), 2 * h * sizeof(float));
     return p;
 }
 
@@ -151,7 +153,7 @@ static void check_ddp_world1(bool bf16, const char *shard) {
     rl_ddp *ddp = NULL;
     float *pa = NULL, *pb = NULL;
     if (run(&a, &c, NULL, &ca, &e)) goto fail;
-    if (!(pa = host_copy(a, true, &e))) goto fail;
+    if (!(pa = host_copy(a, 0, &e))) goto fail;
     rl_comm_opts co = {.backend = "nccl", .rank = 0, .world = 1, .prefix = "gpu-test", .timeout_s = 60};
     rl_train_dist dist = {.rank = 0, .world = 1};
     rl_job_config cb_cfg = c;
@@ -164,7 +166,7 @@ static void check_ddp_world1(bool bf16, const char *shard) {
     if (rl_ddp_create(comm, rl_trainer_grads(b), rl_trainer_nparams(b), &o, &ddp, &e)) goto fail;
     rl_ddp_attach(ddp, &dist);
     if (rl_trainer_broadcast_params(b, &e) || rl_trainer_run(b, &e)) goto fail;
-    if (!(pb = host_copy(b, true, &e))) goto fail;
+    if (!(pb = host_copy(b, 0, &e))) goto fail;
     {
         size_t n = 3 * rl_trainer_nparams(a);
         bool same_loss = ca.n == 6 && cb.n == 6 && !memcmp(ca.loss, cb.loss, sizeof(double) * 6);
@@ -225,9 +227,9 @@ static void check_cross_resume(const char *from, const char *to, bool staged) {
     rl_err e = {0};
     float *pw = NULL, *pr = NULL;
     if (run(&w, &cw, NULL, NULL, &e)) goto fail;
-    if (!(pw = host_copy(w, true, &e))) goto fail;
+    if (!(pw = host_copy(w, 0, &e))) goto fail;
     if (rl_trainer_new(&r, &cr, NULL, &e)) goto fail;
-    if (rl_trainer_resume(r, &e) || !(pr = host_copy(r, true, &e))) goto fail;
+    if (rl_trainer_resume(r, &e) || !(pr = host_copy(r, 0, &e))) goto fail;
     {
         size_t n = 3 * rl_trainer_nparams(w);
         bool same = !memcmp(pw, pr, n * sizeof(float));
@@ -756,19 +758,6 @@ typedef struct ddp_rank {
     rl_err e;
 } ddp_rank;
 
-/* params (n) then the moments the device holds (2 x held), or NULL */
-static float *rank_state(ddp_rank *d, rl_trainer *tr, rl_err *e) {
-    size_t n = rl_trainer_nparams(tr), h = d->held ? d->held : n;
-    float *s = malloc((n + 2 * h) * sizeof(float));
-    if (!s || rl_trainer_sync_host(tr, true, e)) {
-        free(s);
-        return NULL;
-    }
-    memcpy(s, rl_trainer_params(tr), n * sizeof(float));
-    memcpy(s + n, rl_trainer_opt(tr), 2 * h * sizeof(float));
-    return s;
-}
-
 /* the seam's shard, kept past the ddp's end */
 static int keep_shard(ddp_rank *d, const rl_ddp *ddp) {
     const rl_train_shard *s = rl_ddp_shard(ddp);
@@ -811,7 +800,7 @@ static void *ddp_rank_main(void *arg) {
     d->rc = rl_trainer_run(tr, e);
     if (d->rc == RL_EABORT && d->stop_at > 0 && rl_trainer_summary(tr)->preempt_saved) d->rc = RL_OK;
     if (d->rc) goto done;
-    if (!(d->state = rank_state(d, tr, e))) d->rc = e->code ? e->code : RL_ENOMEM;
+    if (!(d->state = host_copy(tr, d->held, e))) d->rc = e->code ? e->code : RL_ENOMEM;
 done:
     /* a failed rank aborts its comm, so the other fails within its timeout */
     if (d->rc && comm) rl_comm_abort(comm);
@@ -852,7 +841,7 @@ static void check_ddp_two_ranks(void) {
         rl_store_server_stop(srv);
         return;
     }
-    pa = host_copy(a, true, &e);
+    pa = host_copy(a, 0, &e);
     size_t n = 3 * rl_trainer_nparams(a);
     rl_trainer_free(a);
     if (!pa) {
