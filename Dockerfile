@@ -48,7 +48,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     apt-get update && \
     apt-get install -y --no-install-recommends \
       build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev \
-      libopenblas-dev libmicrohttpd-dev libyaml-dev
+      libopenblas-dev libmicrohttpd-dev libyaml-dev libpcre2-dev
 WORKDIR /src
 COPY Makefile ./
 COPY cmd cmd
@@ -73,7 +73,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt,sharing=locked \
     apt-get update && \
     apt-get install -y --no-install-recommends ca-certificates libcurl4 libcjson1 libssl3 libopenblas0 \
-      libgomp1 libmicrohttpd12 libyaml-0-2
+      libgomp1 libmicrohttpd12 libyaml-0-2 libpcre2-8-0
 COPY --from=operator-build /src/bin/ringleader-operator /usr/local/bin/
 # a missing shared library, or any CUDA one, fails the build
 RUN --network=none \
@@ -107,7 +107,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     apt-get update && \
     apt-get install -y --no-install-recommends ${nccl:+"$nccl"} \
       build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev \
-      libopenblas-dev libmicrohttpd-dev libyaml-dev
+      libopenblas-dev libmicrohttpd-dev libyaml-dev libpcre2-dev
 
 WORKDIR /src
 COPY Makefile ./
@@ -142,7 +142,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt,sharing=locked \
     apt-get update && \
     set -- ca-certificates libcurl4t64 libcjson1 libssl3t64 libexpat1 libopenblas0 libgomp1 \
-      libmicrohttpd12t64 libyaml-0-2 && \
+      libmicrohttpd12t64 libyaml-0-2 libpcre2-8-0 && \
     if [ "$USE_CUDA" = 1 ]; then set -- "$@" libnccl2; fi && \
     for p; do shift; apt-cache show "$p" >/dev/null 2>&1 || p=${p%t64}; set -- "$@" "$p"; done && \
     apt-get install -y --no-install-recommends "$@"

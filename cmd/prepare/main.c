@@ -1,9 +1,11 @@
 /* ringleader-prepare: turn text into token shards, or generate the synthetic
  * corpora (arithmetic, uniform random tokens). A thin layer over pkg/data:
  * parse flags, call the library, report what was written. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 
 #include "cmd/flags.h"
 #include "data/data.h"
+#include "tok/tok.h"
 #include "util/util.h"
 
 #define PROG "ringleader-prepare"
@@ -23,16 +26,24 @@ static const char usage[] =
     "Writes llm.c-format token shards: DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin.\n"
     "\n"
     "modes:\n"
-    "  text FILE...      byte-level tokens (0..255), an end-of-text token (256) before\n"
-    "                    each file; the last --val-fraction of the stream becomes val\n"
+    "  text FILE...      each file one document: byte-level tokens (0..255) after an\n"
+    "                    end-of-text token (256), or --tokenizer's; the last\n"
+    "                    --val-fraction of the stream becomes val\n"
+    "      --tokenizer F      a Hugging Face tokenizer.json (byte-level BPE): documents\n"
+    "                         encoded on every core, wrapped in the tokens its\n"
+    "                         post-processor adds (Llama 3: BOS), else after --eos\n"
+    "      --eos TOKEN        the token before each document when the tokenizer's\n"
+    "                         template adds none (default: its only special token)\n"
     "      --val-fraction F   fraction of tokens for val, in [0, 1) (default 0.05;\n"
     "                         0 writes no val split)\n"
     "      --shard-tokens N   tokens per shard (default 100000000)\n"
-    "  jsonl FILE...     JSON Lines (one object per line, as datasets' to_json writes):\n"
-    "                    each document's text, byte-level, after an end-of-text token;\n"
-    "                    every line is read before any shard is written\n"
+    "  jsonl FILE...     JSON Lines (one object per line, as datasets' to_json writes),\n"
+    "                    each line a document; every line is read before any shard\n"
+    "                    is written\n"
     "      --field NAME       the string field holding the text (default \"text\")\n"
-    "      --val-fraction F, --shard-tokens N   as for text\n"
+    "      --tokenizer F, --eos TOKEN, --val-fraction F, --shard-tokens N   as for text\n"
+    "  decode FILE...    shards back to text, on stdout (no --out)\n"
+    "      --tokenizer F      the tokenizer that wrote them (default byte-level)\n"
     "  arith             lines \"a+b=c\\n\"; held-out pairs appear only in val\n"
     "      --digits D         operand digits, 1..4 (default 2)\n"
     "      --holdout H        fraction of pairs held out for val, in (0, 1) (default 0.1)\n"
@@ -49,7 +60,10 @@ static const char usage[] =
     "  --out DIR         output directory (created if missing; required)\n"
     "  -h, --help        this text\n"
     "\n"
-    "Ends with one JSON log line (event prepare_done) naming what was written.\n";
+    "text and jsonl also write DIR/dataset.json: the tokenizer (sha256, vocabulary),\n"
+    "token counts and sources. Progress goes to stderr: a status line on a terminal,\n"
+    "else JSON lines (event prepare_progress). Ends with one JSON log line (event\n"
+    "prepare_done) naming what was written.\n";
 
 /* ---- flag parsing ----------------------------------------------------------- */
 
@@ -98,6 +112,7 @@ typedef struct {
     bool tokens_set;
     uint64_t vocab;
     const char *field;
+    const char *tokenizer, *eos;
     const char **files;
     int nfiles;
 } args;
@@ -122,9 +137,10 @@ static int parse_args(int argc, char **argv, args *a) {
     }
     a->mode = argv[1];
     bool jsonl = !strcmp(a->mode, "jsonl"), text = jsonl || !strcmp(a->mode, "text"),
-         arith = !strcmp(a->mode, "arith"), synth = !strcmp(a->mode, "synthetic");
-    if (!text && !arith && !synth) {
-        fprintf(stderr, PROG ": %s: unknown mode (text, jsonl, arith or synthetic; see --help)\n",
+         arith = !strcmp(a->mode, "arith"), synth = !strcmp(a->mode, "synthetic"),
+         decode = !strcmp(a->mode, "decode");
+    if (!text && !arith && !synth && !decode) {
+        fprintf(stderr, PROG ": %s: unknown mode (text, jsonl, decode, arith or synthetic; see --help)\n",
                 a->mode);
         return 2;
     }
@@ -136,9 +152,11 @@ static int parse_args(int argc, char **argv, args *a) {
     /* each mode takes its own flags; the values are checked below */
     const char *out = NULL, *valf = NULL, *shard = NULL, *digits = NULL, *holdout = NULL, *seed = NULL,
                *tokens = NULL, *vocab = NULL, *field = NULL;
-    rl_flag fl[9];
+    rl_flag fl[11];
     int n = 0;
-    fl[n++] = (rl_flag){"--out", NULL, RL_FLAG_STR, &out, 0, 0};
+    if (!decode) fl[n++] = (rl_flag){"--out", NULL, RL_FLAG_STR, &out, 0, 0};
+    if (text || decode) fl[n++] = (rl_flag){"--tokenizer", NULL, RL_FLAG_STR, &a->tokenizer, 0, 0};
+    if (text) fl[n++] = (rl_flag){"--eos", NULL, RL_FLAG_STR, &a->eos, 0, 0};
     if (text) fl[n++] = (rl_flag){"--val-fraction", NULL, RL_FLAG_STR, &valf, 0, 0};
     if (text || synth) fl[n++] = (rl_flag){"--shard-tokens", NULL, RL_FLAG_STR, &shard, 0, 0};
     if (arith) fl[n++] = (rl_flag){"--digits", NULL, RL_FLAG_STR, &digits, 0, 0};
@@ -147,11 +165,13 @@ static int parse_args(int argc, char **argv, args *a) {
     if (arith || synth) fl[n++] = (rl_flag){"--tokens", NULL, RL_FLAG_STR, &tokens, 0, 0};
     if (synth) fl[n++] = (rl_flag){"--vocab", NULL, RL_FLAG_STR, &vocab, 0, 0};
     if (jsonl) fl[n++] = (rl_flag){"--field", NULL, RL_FLAG_STR, &field, 0, 0};
-    /* only text takes files */
-    int rc = rl_flags_parse(PROG, argc, argv, 2, fl, n, text ? a->files : NULL, argc, &a->nfiles);
+    /* text, jsonl and decode take files */
+    int rc = rl_flags_parse(PROG, argc, argv, 2, fl, n, text || decode ? a->files : NULL, argc, &a->nfiles);
     if (rc) return rc;
     if (out && !*out) return bad_flag("--out", "must not be empty");
     if (field && !*field) return bad_flag("--field", "must not be empty");
+    if (a->tokenizer && !*a->tokenizer) return bad_flag("--tokenizer", "must not be empty");
+    if (a->eos && !a->tokenizer) return bad_flag("--eos", "needs --tokenizer (byte-level text ends documents with 256)");
     a->field = field ? field : "text";
     a->out = out;
     if ((valf && (rc = parse_num("--val-fraction", valf, 0, true, 1, false, &a->val_fraction))) ||
@@ -163,13 +183,13 @@ static int parse_args(int argc, char **argv, args *a) {
         (vocab && (rc = parse_u64("--vocab", vocab, 1, 1 << 20, &a->vocab))))
         return rc;
     a->tokens_set = tokens != NULL;
-    if (!a->out) return bad_flag("--out", "required");
-    if (text && a->nfiles == 0) return bad_flag(a->mode, "needs at least one input FILE");
+    if (!a->out && !decode) return bad_flag("--out", "required");
+    if ((text || decode) && a->nfiles == 0) return bad_flag(a->mode, "needs at least one input FILE");
     if (!a->tokens_set) a->tokens = arith ? 2000000 : 10000000;
     return 0;
 }
 
-/* ---- text ------------------------------------------------------------------- */
+/* ---- text and jsonl: the split -------------------------------------------------- */
 
 /* Sends the first `ntrain` tokens of the stream to train, the rest to val. */
 typedef struct {
@@ -177,11 +197,11 @@ typedef struct {
     uint64_t ntrain, seen;
 } router;
 
-static int route(router *r, const uint16_t *tok, size_t n, rl_err *e) {
+static int route(router *r, const uint32_t *tok, size_t n, rl_err *e) {
     if (r->seen < r->ntrain) {
         uint64_t room = r->ntrain - r->seen;
         size_t k = (uint64_t)n < room ? n : (size_t)room;
-        int rc = rl_shard_writer_add(r->train, tok, k, e);
+        int rc = rl_shard_writer_add32(r->train, tok, k, e);
         if (rc) return rc;
         r->seen += k;
         tok += k;
@@ -189,52 +209,18 @@ static int route(router *r, const uint16_t *tok, size_t n, rl_err *e) {
     }
     if (n == 0) return RL_OK;
     r->seen += n;
-    return rl_shard_writer_add(r->val, tok, n, e);
+    return rl_shard_writer_add32(r->val, tok, n, e);
 }
 
-/* Bytes as byte-level tokens, routed. */
-static int route_bytes(router *r, const unsigned char *b, size_t n, rl_err *e) {
-    static uint16_t tok[1 << 20];
-    int rc = RL_OK;
-    for (size_t off = 0, k; off < n && !rc; off += k) {
-        k = n - off < sizeof tok / sizeof tok[0] ? n - off : sizeof tok / sizeof tok[0];
-        rl_tok_encode(b + off, k, tok);
-        rc = route(r, tok, k, e);
-    }
-    return rc;
-}
-
-static int text_file(router *r, const char *path, uint64_t expect, rl_err *e) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return rl_errf(e, RL_EINPUT, "%s: cannot open: %s", path, strerror(errno));
-    static unsigned char buf[1 << 20];
-    const uint16_t eot = RL_TOK_EOT;
-    int rc = route(r, &eot, 1, e);
-    uint64_t got = 0;
-    while (!rc) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            rc = rl_errf(e, RL_EIO, "%s: read: %s", path, strerror(errno));
-            break;
-        }
-        if (n == 0) break;
-        got += (uint64_t)n;
-        /* The train/val split was computed from the sizes seen at start. */
-        if (got > expect) break;
-        rc = route_bytes(r, buf, (size_t)n, e);
-    }
-    close(fd);
-    if (!rc && got != expect)
-        rc = rl_errf(e, RL_EIO, "%s: changed size while being read (%llu bytes, expected %llu)",
-                     path, (unsigned long long)got, (unsigned long long)expect);
-    return rc;
-}
+/* What each input file gave: dataset.json's sources. */
+typedef struct {
+    uint64_t bytes, docs;
+} source;
 
 /* Writes the stream `feed` routes (total tokens, known up front) to the
  * shards: the last --val-fraction of it to val. */
-typedef int (*feed_fn)(router *r, const args *a, const uint64_t *sizes, rl_err *e);
-static int write_split(const args *a, uint64_t total, feed_fn feed, const uint64_t *sizes, rl_err *e) {
+typedef int (*feed_fn)(router *r, void *ctx, rl_err *e);
+static int write_split(const args *a, uint64_t total, int token_bytes, feed_fn feed, void *ctx, rl_err *e) {
     uint64_t nval = (uint64_t)floor((double)total * a->val_fraction);
     if (a->val_fraction > 0 && nval == 0)
         return rl_errf(e, RL_EINPUT,
@@ -242,9 +228,9 @@ static int write_split(const args *a, uint64_t total, feed_fn feed, const uint64
                        "a larger fraction (0 skips val)",
                        a->val_fraction, (unsigned long long)total);
     router r = {.ntrain = total - nval};
-    int rc = rl_shard_writer_open(a->out, "train", a->shard_tokens, 2, &r.train, e);
-    if (!rc && nval > 0) rc = rl_shard_writer_open(a->out, "val", a->shard_tokens, 2, &r.val, e);
-    if (!rc) rc = feed(&r, a, sizes, e);
+    int rc = rl_shard_writer_open(a->out, "train", a->shard_tokens, token_bytes, &r.train, e);
+    if (!rc && nval > 0) rc = rl_shard_writer_open(a->out, "val", a->shard_tokens, token_bytes, &r.val, e);
+    if (!rc) rc = feed(&r, ctx, e);
     if (!rc) {
         rc = rl_shard_writer_close(r.train, NULL, NULL, e);
         r.train = NULL;
@@ -267,49 +253,103 @@ static int write_split(const args *a, uint64_t total, feed_fn feed, const uint64
     return rc;
 }
 
-static int feed_text(router *r, const args *a, const uint64_t *sizes, rl_err *e) {
-    int rc = RL_OK;
-    for (int i = 0; i < a->nfiles && !rc; i++) rc = text_file(r, a->files[i], sizes[i], e);
-    return rc;
-}
-
-static int run_text(const args *a, rl_err *e) {
-    uint64_t *sizes = calloc((size_t)a->nfiles, sizeof *sizes);
-    if (!sizes) return rl_errf(e, RL_ENOMEM, "out of memory");
-    uint64_t total = 0;
-    int rc = RL_OK;
-    for (int i = 0; i < a->nfiles && !rc; i++) {
+/* Each input is a regular, readable file; its size in sizes[i]. */
+static int stat_inputs(const args *a, source *src, rl_err *e) {
+    for (int i = 0; i < a->nfiles; i++) {
         struct stat st;
         if (stat(a->files[i], &st) != 0)
-            rc = rl_errf(e, RL_EINPUT, "%s: cannot open: %s", a->files[i], strerror(errno));
-        else if (!S_ISREG(st.st_mode))
-            rc = rl_errf(e, RL_EINPUT, "%s: not a regular file", a->files[i]);
-        else if (access(a->files[i], R_OK) != 0)
-            rc = rl_errf(e, RL_EINPUT, "%s: cannot read: %s", a->files[i], strerror(errno));
-        else {
-            sizes[i] = (uint64_t)st.st_size;
-            total += sizes[i] + 1; /* + its end-of-text token */
-        }
+            return rl_errf(e, RL_EINPUT, "%s: cannot open: %s", a->files[i], strerror(errno));
+        if (!S_ISREG(st.st_mode)) return rl_errf(e, RL_EINPUT, "%s: not a regular file", a->files[i]);
+        if (access(a->files[i], R_OK) != 0)
+            return rl_errf(e, RL_EINPUT, "%s: cannot read: %s", a->files[i], strerror(errno));
+        src[i].bytes = (uint64_t)st.st_size;
     }
-    if (!rc) rc = write_split(a, total, feed_text, sizes, e);
-    free(sizes);
+    return RL_OK;
+}
+
+/* ---- progress: a status line on a terminal, JSON lines otherwise ------------------ */
+
+typedef struct {
+    uint64_t total, done, docs; /* input bytes */
+    double t0, last;
+    bool tty;
+} progress;
+
+static void progress_show(progress *p, bool final) {
+    double now = rl_now(), dt = now - p->t0;
+    if (!final && now - p->last < (p->tty ? 0.25 : 10.0)) return;
+    p->last = now;
+    double rate = dt > 0 ? (double)p->done / dt : 0, eta = rate > 0 ? (double)(p->total - p->done) / rate : 0;
+    if (p->done >= p->total) eta = 0;
+    if (p->tty) {
+        fprintf(stderr, "\r%s: %.1f of %.1f MB, %llu docs, %.0f docs/s, %.1f MB/s, ETA %.0f s   %s", PROG,
+                (double)p->done / 1e6, (double)p->total / 1e6, (unsigned long long)p->docs,
+                dt > 0 ? (double)p->docs / dt : 0, rate / 1e6, eta, final ? "\n" : "");
+        fflush(stderr);
+    } else {
+        rl_log(RL_LOG_INFO, "prepare_progress",
+               "\"bytes\":%llu,\"total_bytes\":%llu,\"docs\":%llu,\"docs_per_s\":%.1f,\"bytes_per_s\":%.0f,"
+               "\"eta_s\":%.0f",
+               (unsigned long long)p->done, (unsigned long long)p->total, (unsigned long long)p->docs,
+               dt > 0 ? (double)p->docs / dt : 0, rate, eta);
+    }
+}
+
+/* ---- byte-level ------------------------------------------------------------------ */
+
+/* Bytes as byte-level tokens (a byte is its own id), routed. */
+static int route_bytes(router *r, const unsigned char *b, size_t n, rl_err *e) {
+    static uint32_t tok[1 << 18];
+    int rc = RL_OK;
+    for (size_t off = 0, k; off < n && !rc; off += k) {
+        k = n - off < sizeof tok / sizeof tok[0] ? n - off : sizeof tok / sizeof tok[0];
+        for (size_t i = 0; i < k; i++) tok[i] = b[off + i];
+        rc = route(r, tok, k, e);
+    }
     return rc;
 }
 
-/* ---- jsonl ------------------------------------------------------------------- */
+static const uint32_t eot = RL_TOK_EOT;
+
+static int text_file(router *r, const char *path, uint64_t expect, rl_err *e) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return rl_errf(e, RL_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+    static unsigned char buf[1 << 20];
+    int rc = route(r, &eot, 1, e);
+    uint64_t got = 0;
+    while (!rc) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            rc = rl_errf(e, RL_EIO, "%s: read: %s", path, strerror(errno));
+            break;
+        }
+        if (n == 0) break;
+        got += (uint64_t)n;
+        /* The train/val split was computed from the sizes seen at start. */
+        if (got > expect) break;
+        rc = route_bytes(r, buf, (size_t)n, e);
+    }
+    close(fd);
+    if (!rc && got != expect)
+        rc = rl_errf(e, RL_EIO, "%s: changed size while being read (%llu bytes, expected %llu)",
+                     path, (unsigned long long)got, (unsigned long long)expect);
+    return rc;
+}
 
 /* One file's documents, each an end-of-text token then its bytes: routed
  * (r non-NULL) or only counted. *tokens is the file's token count; with
  * expect (the first pass's count) a file that changed in between fails. */
-static int jsonl_file(router *r, const args *a, const char *path, uint64_t expect, uint64_t *tokens, rl_err *e) {
+static int jsonl_file(router *r, const args *a, const char *path, uint64_t expect, uint64_t *tokens,
+                      uint64_t *docs, rl_err *e) {
     rl_jsonl *j;
     int rc = rl_jsonl_open(path, a->field, 0, &j, e);
-    const uint16_t eot = RL_TOK_EOT;
     const char *text;
     size_t len;
-    *tokens = 0;
+    *tokens = 0, *docs = 0;
     while (!rc && !(rc = rl_jsonl_next(j, &text, &len, e)) && text) {
         *tokens += len + 1;
+        (*docs)++;
         if (r && !(rc = route(r, &eot, 1, e))) rc = route_bytes(r, (const unsigned char *)text, len, e);
     }
     rl_jsonl_close(j);
@@ -319,25 +359,269 @@ static int jsonl_file(router *r, const args *a, const char *path, uint64_t expec
     return rc;
 }
 
-static int feed_jsonl(router *r, const args *a, const uint64_t *sizes, rl_err *e) {
+typedef struct {
+    const args *a;
+    const source *src;
+    const uint64_t *tokens; /* jsonl: each file's count from the first pass */
+} byte_feed;
+
+static int feed_bytes(router *r, void *ctx, rl_err *e) {
+    const byte_feed *f = ctx;
+    bool jsonl = !strcmp(f->a->mode, "jsonl");
     int rc = RL_OK;
-    uint64_t n;
-    for (int i = 0; i < a->nfiles && !rc; i++) rc = jsonl_file(r, a, a->files[i], sizes[i], &n, e);
+    uint64_t n, d;
+    for (int i = 0; i < f->a->nfiles && !rc; i++)
+        rc = jsonl ? jsonl_file(r, f->a, f->a->files[i], f->tokens[i], &n, &d, e)
+                   : text_file(r, f->a->files[i], f->src[i].bytes, e);
     return rc;
 }
 
-/* Two passes: the first reads every line (a bad one stops the run before
- * any shard is written) and counts the tokens the split needs. */
-static int run_jsonl(const args *a, rl_err *e) {
-    uint64_t *sizes = calloc((size_t)a->nfiles, sizeof *sizes), total = 0;
-    if (!sizes) return rl_errf(e, RL_ENOMEM, "out of memory");
+/* text: every file is one document; jsonl: two passes, the first reads
+ * every line (a bad one stops the run before any shard is written) and
+ * counts the tokens the split needs. */
+static int run_bytes(const args *a, source *src, uint64_t *total, rl_err *e) {
+    uint64_t *tokens = calloc((size_t)a->nfiles, sizeof *tokens);
+    if (!tokens) return rl_errf(e, RL_ENOMEM, "out of memory");
     int rc = RL_OK;
+    *total = 0;
     for (int i = 0; i < a->nfiles && !rc; i++) {
-        rc = jsonl_file(NULL, a, a->files[i], 0, &sizes[i], e);
-        total += sizes[i];
+        if (!strcmp(a->mode, "jsonl")) {
+            rc = jsonl_file(NULL, a, a->files[i], 0, &tokens[i], &src[i].docs, e);
+        } else {
+            tokens[i] = src[i].bytes + 1; /* + its end-of-text token */
+            src[i].docs = 1;
+        }
+        *total += tokens[i];
     }
-    if (!rc) rc = write_split(a, total, feed_jsonl, sizes, e);
-    free(sizes);
+    byte_feed f = {a, src, tokens};
+    if (!rc) rc = write_split(a, *total, 2, feed_bytes, &f, e);
+    free(tokens);
+    return rc;
+}
+
+/* ---- BPE: documents encoded on every core into a file of ids, then split -------- */
+
+#define BATCH_BYTES ((size_t)32 << 20)
+#define BATCH_DOCS 8192
+
+typedef struct {
+    const args *a;
+    rl_bpe *t;
+    rl_bpe_enc **enc;
+    int nenc;
+    uint32_t before[16], after[16]; /* around each document */
+    int nbefore, nafter;
+    FILE *ids; /* the encoded stream, uint32 in host order, unlinked */
+    uint64_t tokens;
+    char **doc; /* the batch */
+    size_t *len, n, bytes;
+    rl_bpe_ids *out;
+    progress pr;
+} bpe_run;
+
+/* Each document's frame: the post-processor's template (Llama 3: BOS
+ * before), else the end-of-text token before it, as llm.c's GPT-2 data. */
+static int bpe_frame(bpe_run *b, rl_err *e) {
+    const uint32_t *pre, *post;
+    int np, nq;
+    rl_bpe_template(b->t, &pre, &np, &post, &nq);
+    if (np > 16 || nq > 16) return rl_errf(e, RL_EINPUT, "%s: post_processor: more than 16 tokens around a sequence", b->a->tokenizer);
+    memcpy(b->before, pre, (size_t)np * sizeof *pre), memcpy(b->after, post, (size_t)nq * sizeof *post);
+    b->nbefore = np, b->nafter = nq;
+    if (np + nq > 0 && !b->a->eos) return RL_OK;
+    if (np + nq > 0)
+        return rl_errf(e, RL_EINPUT, "--eos: %s frames documents itself (post_processor); drop --eos", b->a->tokenizer);
+    int64_t id = b->a->eos ? rl_bpe_token_id(b->t, b->a->eos) : rl_bpe_only_special(b->t);
+    if (id < 0 && b->a->eos) return rl_errf(e, RL_EINPUT, "--eos: \"%s\" is not a token of %s", b->a->eos, b->a->tokenizer);
+    if (id < 0)
+        return rl_errf(e, RL_EINPUT, "--eos: %s adds no tokens around a document and has not exactly one special "
+                                     "token; name the end-of-text token with --eos", b->a->tokenizer);
+    b->before[0] = (uint32_t)id, b->nbefore = 1;
+    return RL_OK;
+}
+
+static int bpe_write(bpe_run *b, const uint32_t *v, size_t n, rl_err *e) {
+    if (fwrite(v, sizeof *v, n, b->ids) != n)
+        return rl_errf(e, RL_EIO, "%s: writing the encoded stream: %s", b->a->out, strerror(errno));
+    b->tokens += n;
+    return RL_OK;
+}
+
+static int bpe_flush(bpe_run *b, rl_err *e) {
+    int rc = rl_bpe_encode_many(b->enc, b->nenc, (const char *const *)b->doc, b->len, b->n, false, b->out, e);
+    for (size_t i = 0; i < b->n && !rc; i++) {
+        if (!(rc = bpe_write(b, b->before, (size_t)b->nbefore, e)) && !(rc = bpe_write(b, b->out[i].v, b->out[i].n, e)))
+            rc = bpe_write(b, b->after, (size_t)b->nafter, e);
+    }
+    for (size_t i = 0; i < b->n; i++) free(b->doc[i]);
+    b->pr.docs += b->n;
+    b->n = b->bytes = 0;
+    progress_show(&b->pr, false);
+    return rc;
+}
+
+/* Takes the document (malloc'ed) into the batch. */
+static int bpe_add(bpe_run *b, char *text, size_t len, rl_err *e) {
+    b->doc[b->n] = text, b->len[b->n++] = len, b->bytes += len;
+    return b->n == BATCH_DOCS || b->bytes >= BATCH_BYTES ? bpe_flush(b, e) : RL_OK;
+}
+
+static int bpe_file(bpe_run *b, int i, source *src, rl_err *e) {
+    const char *path = b->a->files[i];
+    uint64_t done0 = b->pr.done;
+    if (strcmp(b->a->mode, "jsonl")) {
+        char *text;
+        size_t len;
+        int rc = rl_read_file(path, &text, &len, e);
+        if (rc) return rc;
+        src[i].docs = 1;
+        b->pr.done += len;
+        return bpe_add(b, text, len, e);
+    }
+    rl_jsonl *j;
+    int rc = rl_jsonl_open(path, b->a->field, 0, &j, e);
+    const char *text;
+    size_t len;
+    while (!rc && !(rc = rl_jsonl_next(j, &text, &len, e)) && text) {
+        char *copy = malloc(len + 1);
+        if (!copy) rc = rl_errf(e, RL_ENOMEM, "%s:%lld: out of memory", path, rl_jsonl_line(j));
+        else memcpy(copy, text, len + 1), rc = bpe_add(b, copy, len, e);
+        src[i].docs++;
+        b->pr.done = done0 + (uint64_t)rl_jsonl_offset(j);
+    }
+    rl_jsonl_close(j);
+    return rc;
+}
+
+static int feed_ids(router *r, void *ctx, rl_err *e) {
+    bpe_run *b = ctx;
+    static uint32_t buf[1 << 18];
+    rewind(b->ids);
+    uint64_t left = b->tokens;
+    int rc = RL_OK;
+    while (left > 0 && !rc) {
+        size_t k = left < sizeof buf / sizeof buf[0] ? (size_t)left : sizeof buf / sizeof buf[0];
+        if (fread(buf, sizeof *buf, k, b->ids) != k)
+            return rl_errf(e, RL_EIO, "%s: reading the encoded stream back: %s", b->a->out, strerror(errno));
+        rc = route(r, buf, k, e);
+        left -= k;
+    }
+    return rc;
+}
+
+static int run_bpe(const args *a, rl_bpe *t, source *src, uint64_t *total, rl_err *e) {
+    bpe_run b = {.a = a, .t = t, .nenc = omp_get_max_threads(), .pr = {.t0 = rl_now(), .last = rl_now(), .tty = isatty(2)}};
+    for (int i = 0; i < a->nfiles; i++) b.pr.total += src[i].bytes;
+    b.doc = calloc(BATCH_DOCS, sizeof *b.doc);
+    b.len = calloc(BATCH_DOCS, sizeof *b.len);
+    b.out = calloc(BATCH_DOCS, sizeof *b.out);
+    b.enc = calloc((size_t)b.nenc, sizeof *b.enc);
+    int rc = !b.doc || !b.len || !b.out || !b.enc ? rl_errf(e, RL_ENOMEM, "out of memory") : bpe_frame(&b, e);
+    for (int i = 0; i < b.nenc && !rc; i++) rc = rl_bpe_enc_new(t, &b.enc[i], e);
+    if (!rc && !(rc = rl_mkdirs(a->out, 0755, e))) {
+        /* beside the shards (the same filesystem), gone however the run ends */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/.prepare-ids-XXXXXX", a->out);
+        int fd = mkstemp(path);
+        if (fd < 0 || !(b.ids = fdopen(fd, "w+b")))
+            rc = rl_errf(e, RL_EIO, "%s: cannot create a temporary file: %s", a->out, strerror(errno));
+        if (fd >= 0) unlink(path);
+        if (fd >= 0 && !b.ids) close(fd);
+    }
+    for (int i = 0; i < a->nfiles && !rc; i++) rc = bpe_file(&b, i, src, e);
+    if (!rc && b.n) rc = bpe_flush(&b, e);
+    if (!rc) progress_show(&b.pr, true);
+    if (!rc && fflush(b.ids) != 0) rc = rl_errf(e, RL_EIO, "%s: writing the encoded stream: %s", a->out, strerror(errno));
+    *total = b.tokens;
+    if (!rc) rc = write_split(a, b.tokens, rl_bpe_vocab_size(t) > 65536 ? 4 : 2, feed_ids, &b, e);
+    for (size_t i = 0; i < b.n; i++) free(b.doc[i]);
+    for (int i = 0; i < BATCH_DOCS && b.out; i++) rl_bpe_ids_free(&b.out[i]);
+    for (int i = 0; i < b.nenc && b.enc; i++) rl_bpe_enc_free(b.enc[i]);
+    if (b.ids) fclose(b.ids);
+    free(b.doc), free(b.len), free(b.out), free(b.enc);
+    return rc;
+}
+
+/* ---- dataset.json ------------------------------------------------------------------ */
+
+/* What the shards hold and where they came from: what a trainer checks its
+ * tokenizer against. */
+static int write_dataset_json(const args *a, const rl_bpe *t, const source *src, uint64_t tokens, rl_err *e) {
+    cJSON *d = cJSON_CreateObject(), *tk = cJSON_AddObjectToObject(d, "tokenizer"), *s = cJSON_AddArrayToObject(d, "sources");
+    if (t) {
+        cJSON_AddStringToObject(tk, "type", "bpe");
+        cJSON_AddStringToObject(tk, "file", a->tokenizer);
+        cJSON_AddStringToObject(tk, "sha256", rl_bpe_sha256(t));
+        cJSON_AddNumberToObject(tk, "vocab_size", rl_bpe_vocab_size(t));
+    } else {
+        cJSON_AddStringToObject(tk, "type", "byte-level");
+        cJSON_AddNumberToObject(tk, "vocab_size", RL_TOK_VOCAB);
+    }
+    cJSON_AddNumberToObject(d, "token_bytes", t && rl_bpe_vocab_size(t) > 65536 ? 4 : 2);
+    cJSON_AddNumberToObject(d, "tokens", (double)tokens);
+    cJSON_AddNumberToObject(d, "val_fraction", a->val_fraction);
+    for (int i = 0; i < a->nfiles; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "path", a->files[i]);
+        cJSON_AddNumberToObject(o, "bytes", (double)src[i].bytes);
+        cJSON_AddNumberToObject(o, "documents", (double)src[i].docs);
+        cJSON_AddItemToArray(s, o);
+    }
+    char *json = cJSON_Print(d), path[4200];
+    cJSON_Delete(d);
+    if (!json) return rl_errf(e, RL_ENOMEM, "out of memory");
+    snprintf(path, sizeof path, "%s/dataset.json", a->out);
+    int rc = rl_write_file_atomic(path, json, strlen(json), e);
+    free(json);
+    return rc;
+}
+
+static int run_text(const args *a, rl_err *e) {
+    source *src = calloc((size_t)a->nfiles, sizeof *src);
+    if (!src) return rl_errf(e, RL_ENOMEM, "out of memory");
+    rl_bpe *t = NULL;
+    uint64_t total = 0;
+    int rc = stat_inputs(a, src, e);
+    if (!rc && a->tokenizer) rc = rl_bpe_load(a->tokenizer, &t, e);
+    if (!rc) rc = t ? run_bpe(a, t, src, &total, e) : run_bytes(a, src, &total, e);
+    if (!rc) rc = write_dataset_json(a, t, src, total, e);
+    rl_bpe_free(t);
+    free(src);
+    return rc;
+}
+
+/* ---- decode ------------------------------------------------------------------------ */
+
+static int run_decode(const args *a, rl_err *e) {
+    rl_bpe *t = NULL;
+    rl_dataset *d = NULL;
+    int rc = a->tokenizer ? rl_bpe_load(a->tokenizer, &t, e) : RL_OK;
+    char pattern[16384] = "";
+    for (int i = 0, o = 0; i < a->nfiles && o < (int)sizeof pattern; i++)
+        o += snprintf(pattern + o, sizeof pattern - (size_t)o, "%s%s", i ? "," : "", a->files[i]);
+    if (!rc) rc = rl_dataset_open(pattern, t ? (int)rl_bpe_vocab_size(t) : RL_TOK_VOCAB, &d, e);
+    static int32_t tok[1 << 16];
+    static uint32_t ids[1 << 16];
+    char *text = NULL;
+    size_t len, cap = 0;
+    uint64_t n = rc ? 0 : rl_dataset_tokens(d);
+    for (uint64_t off = 0; off < n && !rc; off += sizeof tok / sizeof tok[0]) {
+        size_t k = n - off < sizeof tok / sizeof tok[0] ? (size_t)(n - off) : sizeof tok / sizeof tok[0];
+        if ((rc = rl_dataset_read(d, off, k, tok, e))) break;
+        len = 0;
+        if (t) {
+            for (size_t i = 0; i < k; i++) ids[i] = (uint32_t)tok[i];
+            rc = rl_bpe_decode(t, ids, k, &text, &len, &cap, e);
+        } else {
+            if (cap < k + 1 && (free(text), !(text = malloc(cap = k + 1)))) rc = rl_errf(e, RL_ENOMEM, "out of memory");
+            else len = rl_tok_decode(tok, k, text, k + 1);
+        }
+        if (!rc && fwrite(text, 1, len, stdout) != len) rc = rl_errf(e, RL_EIO, "stdout: %s", strerror(errno));
+    }
+    if (!rc && fflush(stdout) != 0) rc = rl_errf(e, RL_EIO, "stdout: %s", strerror(errno));
+    free(text);
+    rl_dataset_close(d);
+    rl_bpe_free(t);
     return rc;
 }
 
@@ -405,8 +689,14 @@ int main(int argc, char **argv) {
     rl_err e = {0};
     int rc;
     bool has_val = true;
+    if (!strcmp(a.mode, "decode")) {
+        rc = run_decode(&a, &e);
+        free(a.files);
+        if (rc) fprintf(stderr, PROG ": %s\n", e.msg);
+        return rl_err_exit_status(rc);
+    }
     if (!strcmp(a.mode, "text") || !strcmp(a.mode, "jsonl")) {
-        rc = !strcmp(a.mode, "text") ? run_text(&a, &e) : run_jsonl(&a, &e);
+        rc = run_text(&a, &e);
         has_val = a.val_fraction > 0;
     } else if (!strcmp(a.mode, "arith")) {
         rl_arith_opts o = {.digits = (int)a.digits,

@@ -146,6 +146,7 @@ int rl_jsonl_open(const char *path, const char *field, size_t max_line, rl_jsonl
  * *text NULL at the end of the file. */
 int rl_jsonl_next(rl_jsonl *j, const char **text, size_t *len, rl_err *e);
 long long rl_jsonl_line(const rl_jsonl *j); /* the line of the document last returned */
+long long rl_jsonl_offset(const rl_jsonl *j); /* bytes of the file read so far */
 void rl_jsonl_close(rl_jsonl *j);
 /* One line's bytes (no newline) -> its field's text (malloc'ed), `where`
  * ("file:line") leading every message. The parser the reader runs; fuzzed. */

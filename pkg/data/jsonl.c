@@ -138,6 +138,7 @@ int rl_jsonl_next(rl_jsonl *j, const char **text, size_t *len, rl_err *e) {
 }
 
 long long rl_jsonl_line(const rl_jsonl *j) { return j->line; }
+long long rl_jsonl_offset(const rl_jsonl *j) { return (long long)ftello(j->f); }
 
 void rl_jsonl_close(rl_jsonl *j) {
     if (!j) return;
