@@ -219,6 +219,7 @@ test-ref:
 	  --prepare $(BIN)/ringleader-prepare --logits $(BUILD)/tests/ckpt_logits
 	$(REF_VENV)/bin/python tests/ref/check_s3.py --worker $(BIN)/ringleader-worker \
 	  --prepare $(BIN)/ringleader-prepare --logits $(BUILD)/tests/ckpt_logits --rgwserve $(BUILD)/tests/rgwserve
+	$(REF_VENV)/bin/python tests/ref/check_tokenizer.py --prepare $(BIN)/ringleader-prepare
 
 $(BUILD)/tests/rgwserve: tests/ref/rgwserve.c tests/support/rgwtest.c tests/support/daemon.c $(LIB)
 	@mkdir -p $(dir $@)
@@ -255,10 +256,18 @@ $(BUILD)/bench/operator: bench/operator.c tests/support/standin.c tests/support/
 
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(sort $(wildcard bench/*.c)))
 # the rendezvous and checkpoint benches start etcd, the stand-in and radosgw
+# the tokenizer beside Hugging Face tokenizers (a small venv of its own)
+TOK_VENV ?= .venv-tok
 bench:
 	@scripts/deps.sh test
-	@$(MAKE) --no-print-directory all $(BENCH_BINS)
+	@$(MAKE) --no-print-directory all $(BENCH_BINS) $(BUILD)/bench/bench_tok
 	@for b in $(BENCH_BINS); do $$b || exit 1; done
+	@scripts/ref_venv.sh $(TOK_VENV) tokenizers:tokenizers numpy:numpy
+	$(TOK_VENV)/bin/python bench/tokenize/bench_tok.py --bin $(BUILD)/bench/bench_tok
+
+$(BUILD)/bench/bench_tok: bench/tokenize/bench_tok.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
 # ---- GPU checks and benchmarks (kernels/, tests/gpu/, bench/gpu/) --------------------
 # Built only with CUDA; each binary says so in one line and exits 0 where no

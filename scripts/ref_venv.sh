@@ -4,11 +4,16 @@
 # private venv that is created once and then only checked: a second run costs
 # one python start, not a download. torch from PyPI brings its CUDA wheels
 # (several GB); that is the price of using the ordinary, unpinned client path.
-# Usage: scripts/ref_venv.sh DIR
+# Usage: scripts/ref_venv.sh DIR [PIP:IMPORT ...]   (default: the reference check's set;
+#        make bench's tokenizer comparison names only tokenizers and numpy)
 set -euo pipefail
 die() { echo "ref_venv.sh: $*" >&2; exit 1; }
-[ $# -eq 1 ] && [ -n "$1" ] || { echo "usage: scripts/ref_venv.sh DIR" >&2; exit 2; }
+[ $# -ge 1 ] && [ -n "$1" ] || { echo "usage: scripts/ref_venv.sh DIR [PIP:IMPORT ...]" >&2; exit 2; }
 dir=$1
+shift
+specs=("$@")
+[ ${#specs[@]} -gt 0 ] || specs=(torch:torch transformers:transformers tokenizers:tokenizers safetensors:safetensors
+                                 numpy:numpy boto3:boto3)
 py=$dir/bin/python
 
 if [ ! -x "$py" ]; then
@@ -20,7 +25,7 @@ fi
 
 # pip name -> import name; install only what does not import yet.
 missing=()
-for spec in torch:torch transformers:transformers safetensors:safetensors numpy:numpy boto3:boto3; do
+for spec in "${specs[@]}"; do
   "$py" -c "import ${spec#*:}" >/dev/null 2>&1 || missing+=("${spec%%:*}")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
@@ -32,7 +37,8 @@ if ! "$py" -m pip install -q --disable-pip-version-check --no-input "${missing[@
   tail -n 30 "$log" >&2
   die "pip install ${missing[*]} into $dir failed (see above); fix the cause, or rm -rf $dir and retry"
 fi
-"$py" -c "import torch, transformers, safetensors, numpy" 2>"$log" || {
+imports=$(printf '%s\n' "${specs[@]}" | sed 's/.*://' | paste -sd, -)
+"$py" -c "import $imports" 2>"$log" || {
   cat "$log" >&2
   die "installed, but the imports still fail in $dir; rm -rf $dir and retry"
 }

@@ -465,13 +465,14 @@ static int parse_post(ctx *c, rl_bpe *t, const cJSON *p, const char *where, bool
 static int parse_doc(ctx *c, rl_bpe *t, const cJSON *doc) {
     if (!cJSON_IsObject(doc)) return BAD(c, "not a JSON object (a Hugging Face tokenizer.json)");
     const cJSON *norm = get(doc, "normalizer"), *dec = get(doc, "decoder");
+    int rc = parse_model(c, t, get(doc, "model")); /* first: what the file is */
+    if (rc) return rc;
     if (!absent(norm))
         return BAD(c, "normalizer.type: \"%.40s\" is not supported (no normalizer in byte-level BPE)",
                    type_of(norm) ? type_of(norm) : "(none)");
     if (!type_of(dec) || strcmp(type_of(dec), "ByteLevel"))
         return BAD(c, "decoder.type: \"%.40s\" is not supported (ByteLevel only)", type_of(dec) ? type_of(dec) : "(none)");
-    int rc;
-    if ((rc = parse_model(c, t, get(doc, "model"))) || (rc = parse_added(c, t, get(doc, "added_tokens"))) ||
+    if ((rc = parse_added(c, t, get(doc, "added_tokens"))) ||
         (rc = parse_pre(c, t, get(doc, "pre_tokenizer"))) ||
         (rc = parse_post(c, t, get(doc, "post_processor"), "post_processor", false)))
         return rc;

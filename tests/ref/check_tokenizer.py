@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Reference check: ringleader's byte-level BPE equals Hugging Face `tokenizers`.
+
+Tokenizers are trained here with the `tokenizers` package on a generated
+multilingual corpus (Latin, Cyrillic, Greek, Arabic, Hebrew, Devanagari,
+Thai, CJK, Hangul, kana, combining marks, emoji with ZWJ, skin tones and
+flags, digit runs, contractions, whitespace runs with tabs, CR LF, NBSP,
+U+3000, U+2028 and NEL): GPT-2's layout (ByteLevel pre-tokenizer) at three
+vocabulary sizes, one with a prefix space, and Llama 3's (a Split pattern,
+ByteLevel without its pattern, ignore_merges, a BOS template), one saved
+with the older "a b" merge strings. Held-out documents go through
+`ringleader-prepare jsonl --tokenizer`; the shard must hold, token for
+token, what `tokenizers` gives each document in the same frame (the
+template's tokens, else the end-of-text token before it), with special
+tokens written in the text read as plain text (as the C side does for a
+corpus: a clone without those added tokens encodes the expectation).
+`ringleader-prepare decode` must give the text back (decode(encode(x)) ==
+x; with a prefix space, what `tokenizers` decodes). A WordPiece file and
+one with a normalizer are refused with one line naming the field, exit 2,
+nothing written.
+
+Usage: check_tokenizer.py --prepare bin/ringleader-prepare
+Prints one PASS/FAIL line per check, SELF-CHECK lines proving a comparison
+can fail, then "N passed, M failed"; exits 1 if anything failed.
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+SCRIPTS = ["abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "àéèêüöäñçßøåœ",
+           "абвгдежзийклмнопрстуфхцчшщыэюяАБВГД", "αβγδεζηθικλμνξοπρστυφχψωΑΒΓ",
+           "ابتثجحخدذرزسشصضطظعغفقكلمنهوي", "אבגדהוזחטיכלמנסעפצקרשת", "कखगघचछजझटठडढणतथदधनपफबभमयरलवशसह्ािीु",
+           "กขคงจฉชซญดตถทนบปผพฟมยรลวสหอ่้", "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年",
+           "가나다라마바사아자차카타파하한국어", "あいうえおかきくけこさしすせそアイウエオ"]
+EMOJI = ["😀", "👍🏽", "👨\u200d👩\u200d👧", "🇫🇷", "❤️", "🤖", "✨", "e\u0301", "n\u0303"]
+SPACES = [" ", "  ", "\t", "\n", "\r\n", "\n\n", "   \n", "\u00a0", "\u3000", "\u2028", "\u0085", " \t ", "    "]
+WORDS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "n't", "don't", "I'M", "ringleader", "<|", "|>",
+         ".", ",", "!?", "...", "()", "{}", "==", "->", "#", "$", "%", "\"", "'", "def f(x):", "x += 1;"]
+
+
+class Report:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, ok, what):
+        print(("PASS " if ok else "FAIL ") + what, flush=True)
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+
+    def self_check(self, ok, what):
+        print(("SELF-CHECK ok " if ok else "SELF-CHECK FAILED ") + what, flush=True)
+        if not ok:
+            self.failed += 1
+
+
+def corpus(seed, n):
+    rng = random.Random(seed)
+
+    def word():
+        r = rng.random()
+        if r < 0.6:
+            s = rng.choice(SCRIPTS)
+            return "".join(rng.choice(s) for _ in range(rng.randint(1, 10)))
+        if r < 0.72:
+            return str(rng.randint(0, 10 ** rng.randint(1, 9)))
+        if r < 0.82:
+            return rng.choice(EMOJI)
+        return rng.choice(WORDS)
+
+    docs = []
+    for _ in range(n):
+        out = []
+        for _ in range(rng.randint(1, 80)):
+            out.append(word())
+            out.append(rng.choice(SPACES) if rng.random() < 0.3 else " ")
+        docs.append("".join(out))
+    return docs
+
+
+def train(kind, vocab, docs, path):
+    if kind == "llama3":
+        tok = Tokenizer(models.BPE(ignore_merges=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        special = ["<|begin_of_text|>", "<|end_of_text|>"]
+    else:
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=(kind == "prefix"))
+        special = ["<|endoftext|>", "<|pad|>"]
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(docs, trainers.BpeTrainer(vocab_size=vocab, special_tokens=special, show_progress=False,
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.add_tokens(["ringleader"])  # an added token that is not special: matched in any text
+    if kind == "llama3":
+        bos = "<|begin_of_text|>"
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])])
+    tok.save(path)
+    return tok
+
+
+def legacy_merges(path):
+    """Rewrites the merges as "a b" strings, the format of older files."""
+    d = json.load(open(path, encoding="utf-8"))
+    d["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in d["model"]["merges"]]
+    json.dump(d, open(path, "w", encoding="utf-8"), ensure_ascii=False)
+
+
+def ordinary(path):
+    """The same tokenizer with its special added tokens gone: text that
+    spells one is plain text, as ringleader-prepare encodes a corpus."""
+    d = json.load(open(path, encoding="utf-8"))
+    d["added_tokens"] = [a for a in d["added_tokens"] if not a["special"]]
+    d["post_processor"] = None
+    return Tokenizer.from_str(json.dumps(d))
+
+
+def read_shards(pattern):
+    out = []
+    for f in sorted(glob.glob(pattern)):
+        raw = open(f, "rb").read()
+        hdr = np.frombuffer(raw[:1024], dtype="<i4")
+        out += np.frombuffer(raw[1024:], dtype="<u2" if hdr[0] == 20240520 else "<u4").tolist()
+    return out
+
+
+def check_one(rep, args, tmp, name, kind, vocab, train_docs, held, legacy=False):
+    path = os.path.join(tmp, f"{name}.json")
+    tok = train(kind, vocab, train_docs, path)
+    if legacy:
+        legacy_merges(path)
+        tok = Tokenizer.from_file(path)
+    plain = ordinary(path)
+    jl = os.path.join(tmp, f"{name}.jsonl")
+    with open(jl, "w", encoding="utf-8") as f:
+        for d in held:
+            f.write(json.dumps({"text": d}) + "\n")
+    out = os.path.join(tmp, f"{name}-out")
+    cmd = [args.prepare, "jsonl", "--tokenizer", path, "--val-fraction", "0", "--out", out, jl]
+    frame_before, frame_after = [], []
+    if kind == "llama3":
+        frame_before = [tok.token_to_id("<|begin_of_text|>")]
+    else:  # two special tokens: the end-of-text one is named
+        cmd[2:2] = ["--eos", "<|endoftext|>"]
+        frame_before = [tok.token_to_id("<|endoftext|>")]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    rep.check(p.returncode == 0, f"{name}: ringleader-prepare jsonl --tokenizer exits 0"
+                                 + (f" ({p.stderr.strip()[-300:]})" if p.returncode else ""))
+    if p.returncode:
+        return
+    per_doc = [frame_before + plain.encode(d, add_special_tokens=False).ids + frame_after for d in held]
+    want = [i for ids in per_doc for i in ids]
+    got = read_shards(os.path.join(out, "train_*.bin"))
+    first = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), None)
+    detail = "" if got == want else f" first difference at token {first}, lengths {len(got)} vs {len(want)}"
+    rep.check(got == want, f"{name}: {len(held)} held-out documents, {len(want)} tokens equal to tokenizers' "
+                           f"(vocab {tok.get_vocab_size()}){detail}")
+    bad = list(want)
+    bad[len(bad) // 2] ^= 1
+    rep.self_check(got != bad, f"{name}: one id changed is seen")
+    meta = json.load(open(os.path.join(out, "dataset.json")))
+    rep.check(meta["tokenizer"]["vocab_size"] == tok.get_vocab_size() and meta["tokens"] == len(want),
+              f"{name}: dataset.json names the vocabulary ({meta['tokenizer']['vocab_size']}) and the tokens")
+    d = subprocess.run([args.prepare, "decode", "--tokenizer", path] + sorted(glob.glob(os.path.join(out, "train_*.bin"))),
+                       capture_output=True)
+    sep = tok.decode(frame_before, skip_special_tokens=False)
+    if kind == "prefix":  # the prefix space stays, as in tokenizers' own decode
+        text = "".join(tok.decode(ids, skip_special_tokens=False) for ids in per_doc)
+    else:
+        text = "".join(sep + doc for doc in held)
+    rep.check(d.returncode == 0 and d.stdout == text.encode("utf-8"),
+              f"{name}: ringleader-prepare decode gives the documents back ({len(d.stdout)} bytes)")
+
+
+def check_refusals(rep, args, tmp, docs):
+    wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wp.pre_tokenizer = pre_tokenizers.Whitespace()
+    wp.train_from_iterator(docs[:200], trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[UNK]"]))
+    nfc = train("gpt2", 300, docs[:200], os.path.join(tmp, "nfc.json"))
+    nfc.normalizer = normalizers.NFC()
+    jl = os.path.join(tmp, "one.jsonl")
+    open(jl, "w").write(json.dumps({"text": "hello"}) + "\n")
+    for name, tok, field in [("wordpiece", wp, "model.type"), ("nfc", nfc, "normalizer")]:
+        path = os.path.join(tmp, f"{name}.json")
+        tok.save(path)
+        out = os.path.join(tmp, f"{name}-out")
+        p = subprocess.run([args.prepare, "jsonl", "--tokenizer", path, "--out", out, jl], capture_output=True, text=True)
+        lines = p.stderr.strip().splitlines()
+        rep.check(p.returncode == 2 and len(lines) == 1 and path in lines[0] and field in lines[0]
+                  and not os.path.exists(out),
+                  f"{name} tokenizer.json refused: exit {p.returncode}, one line naming {field}: {p.stderr.strip()[:160]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prepare", required=True)
+    args = ap.parse_args()
+    rep = Report()
+    train_docs, held = corpus(1, 3000), corpus(2, 400)
+    held += ["", "a", " leading", "trailing  ", "x" * 5000, " " * 3000 + "y", "12345678901234567890",
+             "a literal <|endoftext|> and <|begin_of_text|> inside", "ringleader" * 3, "\r\n\r\n\t \u0085\u2028"]
+    with tempfile.TemporaryDirectory() as tmp:
+        check_one(rep, args, tmp, "gpt2-300", "gpt2", 300, train_docs, held)
+        check_one(rep, args, tmp, "gpt2-4000", "gpt2", 4000, train_docs, held)
+        check_one(rep, args, tmp, "gpt2-prefix-1000", "prefix", 1000, train_docs, held)
+        check_one(rep, args, tmp, "llama3-2000", "llama3", 2000, train_docs, held)
+        check_one(rep, args, tmp, "llama3-600-legacy-merges", "llama3", 600, train_docs, held, legacy=True)
+        check_refusals(rep, args, tmp, train_docs)
+    print(f"{rep.passed} passed, {rep.failed} failed")
+    sys.exit(1 if rep.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
