@@ -219,7 +219,7 @@ test-ref:
 	  --prepare $(BIN)/ringleader-prepare --logits $(BUILD)/tests/ckpt_logits
 	$(REF_VENV)/bin/python tests/ref/check_s3.py --worker $(BIN)/ringleader-worker \
 	  --prepare $(BIN)/ringleader-prepare --logits $(BUILD)/tests/ckpt_logits --rgwserve $(BUILD)/tests/rgwserve
-	$(REF_VENV)/bin/python tests/ref/check_tokenizer.py --prepare $(BIN)/ringleader-prepare
+	$(REF_VENV)/bin/python tests/ref/check_tokenizer.py --prepare $(BIN)/ringleader-prepare --worker $(BIN)/ringleader-worker
 
 $(BUILD)/tests/rgwserve: tests/ref/rgwserve.c tests/support/rgwtest.c tests/support/daemon.c $(LIB)
 	@mkdir -p $(dir $@)

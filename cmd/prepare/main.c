@@ -404,13 +404,18 @@ static int run_bytes(const args *a, source *src, uint64_t *total, rl_err *e) {
 #define BATCH_BYTES ((size_t)32 << 20)
 #define BATCH_DOCS 8192
 
+/* the tokens around each document */
+typedef struct {
+    uint32_t before[16], after[16];
+    int nbefore, nafter;
+} frame;
+
 typedef struct {
     const args *a;
     rl_bpe *t;
+    const frame *fr;
     rl_bpe_enc **enc;
     int nenc;
-    uint32_t before[16], after[16]; /* around each document */
-    int nbefore, nafter;
     FILE *ids; /* the encoded stream, uint32 in host order, unlinked */
     uint64_t tokens;
     char **doc; /* the batch */
@@ -421,22 +426,24 @@ typedef struct {
 
 /* Each document's frame: the post-processor's template (Llama 3: BOS
  * before), else the end-of-text token before it, as llm.c's GPT-2 data. */
-static int bpe_frame(bpe_run *b, rl_err *e) {
+static int bpe_frame(const args *a, const rl_bpe *t, frame *f, rl_err *e) {
     const uint32_t *pre, *post;
     int np, nq;
-    rl_bpe_template(b->t, &pre, &np, &post, &nq);
-    if (np > 16 || nq > 16) return rl_errf(e, RL_EINPUT, "%s: post_processor: more than 16 tokens around a sequence", b->a->tokenizer);
-    memcpy(b->before, pre, (size_t)np * sizeof *pre), memcpy(b->after, post, (size_t)nq * sizeof *post);
-    b->nbefore = np, b->nafter = nq;
-    if (np + nq > 0 && !b->a->eos) return RL_OK;
+    rl_bpe_template(t, &pre, &np, &post, &nq);
+    if (np > 16 || nq > 16) return rl_errf(e, RL_EINPUT, "%s: post_processor: more than 16 tokens around a sequence", a->tokenizer);
+    memcpy(f->before, pre, (size_t)np * sizeof *pre), memcpy(f->after, post, (size_t)nq * sizeof *post);
+    f->nbefore = np, f->nafter = nq;
+    if (np + nq > 0 && !a->eos) return RL_OK;
     if (np + nq > 0)
-        return rl_errf(e, RL_EINPUT, "--eos: %s frames documents itself (post_processor); drop --eos", b->a->tokenizer);
-    int64_t id = b->a->eos ? rl_bpe_token_id(b->t, b->a->eos) : rl_bpe_only_special(b->t);
-    if (id < 0 && b->a->eos) return rl_errf(e, RL_EINPUT, "--eos: \"%s\" is not a token of %s", b->a->eos, b->a->tokenizer);
+        return rl_errf(e, RL_EINPUT, "--eos: %s frames documents itself (post_processor); drop --eos", a->tokenizer);
+    int64_t bos, id;
+    rl_bpe_special_ids(t, &bos, &id);
+    if (a->eos) id = rl_bpe_token_id(t, a->eos);
+    if (id < 0 && a->eos) return rl_errf(e, RL_EINPUT, "--eos: \"%s\" is not a token of %s", a->eos, a->tokenizer);
     if (id < 0)
         return rl_errf(e, RL_EINPUT, "--eos: %s adds no tokens around a document and has not exactly one special "
-                                     "token; name the end-of-text token with --eos", b->a->tokenizer);
-    b->before[0] = (uint32_t)id, b->nbefore = 1;
+                                     "token; name the end-of-text token with --eos", a->tokenizer);
+    f->before[0] = (uint32_t)id, f->nbefore = 1;
     return RL_OK;
 }
 
@@ -450,8 +457,9 @@ static int bpe_write(bpe_run *b, const uint32_t *v, size_t n, rl_err *e) {
 static int bpe_flush(bpe_run *b, rl_err *e) {
     int rc = rl_bpe_encode_many(b->enc, b->nenc, (const char *const *)b->doc, b->len, b->n, false, b->out, e);
     for (size_t i = 0; i < b->n && !rc; i++) {
-        if (!(rc = bpe_write(b, b->before, (size_t)b->nbefore, e)) && !(rc = bpe_write(b, b->out[i].v, b->out[i].n, e)))
-            rc = bpe_write(b, b->after, (size_t)b->nafter, e);
+        if (!(rc = bpe_write(b, b->fr->before, (size_t)b->fr->nbefore, e)) &&
+            !(rc = bpe_write(b, b->out[i].v, b->out[i].n, e)))
+            rc = bpe_write(b, b->fr->after, (size_t)b->fr->nafter, e);
     }
     for (size_t i = 0; i < b->n; i++) free(b->doc[i]);
     b->pr.docs += b->n;
@@ -509,14 +517,14 @@ static int feed_ids(router *r, void *ctx, rl_err *e) {
     return rc;
 }
 
-static int run_bpe(const args *a, rl_bpe *t, source *src, uint64_t *total, rl_err *e) {
-    bpe_run b = {.a = a, .t = t, .nenc = omp_get_max_threads(), .pr = {.t0 = rl_now(), .last = rl_now(), .tty = isatty(2)}};
+static int run_bpe(const args *a, rl_bpe *t, const frame *fr, source *src, uint64_t *total, rl_err *e) {
+    bpe_run b = {.a = a, .t = t, .fr = fr, .nenc = omp_get_max_threads(), .pr = {.t0 = rl_now(), .last = rl_now(), .tty = isatty(2)}};
     for (int i = 0; i < a->nfiles; i++) b.pr.total += src[i].bytes;
     b.doc = calloc(BATCH_DOCS, sizeof *b.doc);
     b.len = calloc(BATCH_DOCS, sizeof *b.len);
     b.out = calloc(BATCH_DOCS, sizeof *b.out);
     b.enc = calloc((size_t)b.nenc, sizeof *b.enc);
-    int rc = !b.doc || !b.len || !b.out || !b.enc ? rl_errf(e, RL_ENOMEM, "out of memory") : bpe_frame(&b, e);
+    int rc = !b.doc || !b.len || !b.out || !b.enc ? rl_errf(e, RL_ENOMEM, "out of memory") : RL_OK;
     for (int i = 0; i < b.nenc && !rc; i++) rc = rl_bpe_enc_new(t, &b.enc[i], e);
     if (!rc && !(rc = rl_mkdirs(a->out, 0755, e))) {
         /* beside the shards (the same filesystem), gone however the run ends */
@@ -546,7 +554,8 @@ static int run_bpe(const args *a, rl_bpe *t, source *src, uint64_t *total, rl_er
 
 /* What the shards hold and where they came from: what a trainer checks its
  * tokenizer against. */
-static int write_dataset_json(const args *a, const rl_bpe *t, const source *src, uint64_t tokens, rl_err *e) {
+static int write_dataset_json(const args *a, const rl_bpe *t, const frame *fr, const source *src, uint64_t tokens,
+                              rl_err *e) {
     cJSON *d = cJSON_CreateObject(), *tk = cJSON_AddObjectToObject(d, "tokenizer"), *s = cJSON_AddArrayToObject(d, "sources");
     if (t) {
         cJSON_AddStringToObject(tk, "type", "bpe");
@@ -558,6 +567,17 @@ static int write_dataset_json(const args *a, const rl_bpe *t, const source *src,
         cJSON_AddNumberToObject(tk, "vocab_size", RL_TOK_VOCAB);
     }
     cJSON_AddNumberToObject(d, "token_bytes", t && rl_bpe_vocab_size(t) > 65536 ? 4 : 2);
+    cJSON *fb = cJSON_AddArrayToObject(d, "before_document"), *fa = cJSON_AddArrayToObject(d, "after_document");
+    for (int i = 0; i < (t ? fr->nbefore : 1); i++) cJSON_AddItemToArray(fb, cJSON_CreateNumber(t ? fr->before[i] : RL_TOK_EOT));
+    for (int i = 0; t && i < fr->nafter; i++) cJSON_AddItemToArray(fa, cJSON_CreateNumber(fr->after[i]));
+    /* the end-of-text token: the template's after a document, else the one before each */
+    int64_t bos = -1, eos = RL_TOK_EOT;
+    const uint32_t *pre, *post;
+    int np = 0, nq = 0;
+    if (t) rl_bpe_special_ids(t, &bos, &eos), rl_bpe_template(t, &pre, &np, &post, &nq);
+    if (t && np + nq == 0) eos = fr->before[0];
+    if (eos >= 0) cJSON_AddNumberToObject(d, "eos_id", (double)eos);
+    else cJSON_AddNullToObject(d, "eos_id");
     cJSON_AddNumberToObject(d, "tokens", (double)tokens);
     cJSON_AddNumberToObject(d, "val_fraction", a->val_fraction);
     for (int i = 0; i < a->nfiles; i++) {
@@ -580,11 +600,12 @@ static int run_text(const args *a, rl_err *e) {
     source *src = calloc((size_t)a->nfiles, sizeof *src);
     if (!src) return rl_errf(e, RL_ENOMEM, "out of memory");
     rl_bpe *t = NULL;
+    frame fr = {0};
     uint64_t total = 0;
     int rc = stat_inputs(a, src, e);
-    if (!rc && a->tokenizer) rc = rl_bpe_load(a->tokenizer, &t, e);
-    if (!rc) rc = t ? run_bpe(a, t, src, &total, e) : run_bytes(a, src, &total, e);
-    if (!rc) rc = write_dataset_json(a, t, src, total, e);
+    if (!rc && a->tokenizer && !(rc = rl_bpe_load(a->tokenizer, &t, e))) rc = bpe_frame(a, t, &fr, e);
+    if (!rc) rc = t ? run_bpe(a, t, &fr, src, &total, e) : run_bytes(a, src, &total, e);
+    if (!rc) rc = write_dataset_json(a, t, &fr, src, total, e);
     rl_bpe_free(t);
     free(src);
     return rc;

@@ -44,6 +44,7 @@ static void usage(FILE *f) {
             "usage: ringleader-worker [--config FILE] [--steps N] [--seed N] [--print-config]\n"
             "                         [--print-schema]\n"
             "                         [--save-params FILE]\n"
+            "       ringleader-worker generate --checkpoint URI --prompt TEXT (see generate --help)\n"
             "                         [--nproc-per-node N [--nnodes N --node-rank I\n"
             "                          --master-addr HOST --master-port PORT]]\n"
             "                         [--rdzv k8s|etcd --job NAME [--nnodes MIN:MAX]]\n"
@@ -401,8 +402,48 @@ static int print_json(const rl_job_config *cfg, bool schema) {
     return 0;
 }
 
+/* `ringleader-worker generate`: text from a checkpoint, on stdout. */
+static int generate(int argc, char **argv) {
+    const char *uri = NULL, *prompt = NULL;
+    long long step = -1, tokens = 64, top_k = 0, seed = 1337;
+    double temp = 0;
+    const rl_flag fl[] = {
+        {"--checkpoint", NULL, RL_FLAG_STR, &uri, 0, 0},
+        {"--prompt", NULL, RL_FLAG_STR, &prompt, 0, 0},
+        {"--step", NULL, RL_FLAG_INT, &step, 0, 1e15},
+        {"--max-new-tokens", NULL, RL_FLAG_INT, &tokens, 1, 1 << 20},
+        {"--temperature", NULL, RL_FLAG_NUM, &temp, 0, 100},
+        {"--top-k", NULL, RL_FLAG_INT, &top_k, 0, 1 << 24},
+        {"--seed", NULL, RL_FLAG_INT, &seed, 0, 9e15},
+    };
+    int rc = rl_flags_parse(PROG " generate", argc, argv, 2, fl, (int)(sizeof fl / sizeof fl[0]), NULL, 0, NULL);
+    if (rc == RL_FLAGS_HELP) {
+        printf("usage: " PROG " generate --checkpoint URI --prompt TEXT [--step N] [--max-new-tokens 64]\n"
+               "                         [--temperature 0] [--top-k 0] [--seed 1337]\n"
+               "  Continues TEXT with the model of a checkpoint (file path, file:// or s3:// URI as in\n"
+               "  checkpoint.uri; the newest committed step unless --step), on the CPU, through the\n"
+               "  tokenizer it carries (bytes when none), and prints the text. Temperature 0 is\n"
+               "  greedy; above it, draws among the top-k likeliest (0: all). Stops at the\n"
+               "  checkpoint's end-of-text token or after --max-new-tokens.\n");
+        return 0;
+    }
+    if (rc) return rc;
+    if (!uri || !*uri) return failf(RL_EXIT_USER, "--checkpoint: required (a checkpoint URI)");
+    if (!prompt) return failf(RL_EXIT_USER, "--prompt: required");
+    rl_sample_opts o = {.max_new_tokens = (int)tokens, .temperature = temp, .top_k = (int)top_k, .seed = (uint64_t)seed};
+    rl_err e = {0};
+    char *text;
+    size_t len;
+    if ((rc = rl_generate(uri, step, prompt, &o, &text, &len, &e))) return fail("generate", &e);
+    fwrite(text, 1, len, stdout);
+    fputc('\n', stdout);
+    free(text);
+    return fflush(stdout) ? failf(RL_EXIT_INFRA, "stdout: write failed") : 0;
+}
+
 static int run(int argc, char **argv, const worker_env *wp) {
     rl_err e = {0};
+    if (argc > 1 && !strcmp(argv[1], "generate")) return generate(argc, argv);
     flags f;
     int rc = parse_flags(argc, argv, &f);
     if (rc) return rc < 0 ? 0 : rc;

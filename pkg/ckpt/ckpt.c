@@ -119,6 +119,18 @@ static int put_file(rl_ckpt_store *s, const char *dir, rl_ckpt_manifest *m, cons
     return rl_ckpt_put(s, key, parts, np, e);
 }
 
+static int put_tokenizer(rl_ckpt_store *s, const char *dir, rl_ckpt_manifest *m, const rl_ckpt_tokenizer *tok,
+                         int max_len, uint64_t *bytes, rl_err *e) {
+    char *tc = rl_ckpt_tokenizer_config_json(tok, max_len), *st = rl_ckpt_special_tokens_json(tok);
+    rl_ckpt_part pj = {tok->json, tok->len}, pc = {tc, tc ? strlen(tc) : 0}, ps = {st, st ? strlen(st) : 0};
+    int rc = !tc || !st ? rl_errf(e, RL_ENOMEM, "checkpoint: out of memory") : RL_OK;
+    if (!rc && !(rc = put_file(s, dir, m, "tokenizer.json", &pj, 1, bytes, e)) &&
+        !(rc = put_file(s, dir, m, "tokenizer_config.json", &pc, 1, bytes, e)))
+        rc = put_file(s, dir, m, "special_tokens_map.json", &ps, 1, bytes, e);
+    free(tc), free(st);
+    return rc;
+}
+
 static int past(double deadline, const char *what, long long step, rl_err *e) {
     if (deadline > 0 && rl_now() > deadline)
         return rl_errf(e, RL_ETIMEOUT,
@@ -365,7 +377,7 @@ int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_o
     if (sharded ? (rc = put_shard(s, dir, d, stepstr, &bytes, e)) : (rc = put_optimizer(s, dir, d, stepstr, &m, &bytes, e)))
         goto out;
     if ((rc = past(o->deadline, "config.json", step, e))) goto out;
-    cfg = rl_ckpt_hf_config_json(&d->model);
+    cfg = rl_ckpt_hf_config_json(&d->model, d->tok);
     state = rl_ckpt_state_json(&d->state, d->config_json);
     if (!cfg || !state) {
         rc = rl_errf(e, RL_ENOMEM, "checkpoint: out of memory");
@@ -374,6 +386,7 @@ int rl_ckpt_write(rl_ckpt_store *s, const rl_ckpt_data *d, const rl_ckpt_write_o
     rl_ckpt_part pc = {cfg, strlen(cfg)}, ps = {state, strlen(state)};
     if ((rc = put_file(s, dir, &m, "config.json", &pc, 1, &bytes, e)) ||
         (rc = put_file(s, dir, &m, "trainer_state.json", &ps, 1, &bytes, e)) ||
+        (d->tok && (rc = put_tokenizer(s, dir, &m, d->tok, d->model.max_position_embeddings, &bytes, e))) ||
         (sharded && (rc = await_shards(s, dir, d, o, &m, e))) || (rc = past(o->deadline, "manifest.json", step, e)))
         goto out;
     /* every shard of this save is whole now, so an upload still open here is
@@ -696,4 +709,33 @@ int rl_ckpt_load_latest(rl_ckpt_store *s, const rl_model_config *want, size_t n,
     rl_ckpt_loaded_free(out);
     return rl_errf(e, RL_EINPUT, "no usable checkpoint under %s (refusing to start from scratch over it): %s",
                    s->uri, first_err[0] ? first_err : note[0] ? note : "?");
+}
+
+int rl_ckpt_model_config(rl_ckpt_store *s, long long step, rl_model_config *mc, int64_t *eos_id, rl_err *e) {
+    char key[96], where[RL_CKPT_URI_MAX + 96];
+    char *t;
+    size_t n;
+    *eos_id = -1;
+    snprintf(key, sizeof key, "step-%08lld/trainer_state.json", step);
+    snprintf(where, sizeof where, "%s/%s", s->uri, key);
+    int rc = rl_ckpt_get(s, key, 0, UINT64_MAX, (void **)&t, &n, e);
+    if (rc) return rc;
+    cJSON *r = cJSON_ParseWithLength(t, n);
+    free(t);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "config"), "model");
+    rl_model_config_default(mc);
+    rc = cJSON_IsObject(m) ? rl_model_config_from_json(m, where, mc, e)
+                           : rl_errf(e, RL_EINPUT, "%s: no config.model (not a ringleader checkpoint?)", where);
+    cJSON_Delete(r);
+    if (rc) return rc;
+    snprintf(key, sizeof key, "step-%08lld/config.json", step);
+    snprintf(where, sizeof where, "%s/%s", s->uri, key);
+    if ((rc = rl_ckpt_get(s, key, 0, UINT64_MAX, (void **)&t, &n, e))) return rc;
+    r = cJSON_ParseWithLength(t, n);
+    free(t);
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(r, "eos_token_id");
+    if (cJSON_IsNumber(eos) && eos->valuedouble >= 0 && eos->valuedouble < mc->vocab_size) *eos_id = (int64_t)eos->valuedouble;
+    else if (eos && !cJSON_IsNull(eos)) rc = rl_errf(e, RL_EINPUT, "%s: eos_token_id: not a token id of the model", where);
+    cJSON_Delete(r);
+    return rc;
 }

@@ -9,6 +9,9 @@
  *                                        model tensor, same shape)
  *   step-NNNNNNNN/trainer_state.json     step, tokens, data position, RNG,
  *                                        schedule, world size, the job config
+ *   step-NNNNNNNN/tokenizer.json,        with data.tokenizer only: the job's
+ *     tokenizer_config.json,             tokenizer as given, and what
+ *     special_tokens_map.json            AutoTokenizer needs beside it
  *   step-NNNNNNNN/manifest.json          size + sha256 of each file above;
  *                                        written LAST: it is the commit
  *
@@ -140,6 +143,9 @@ int rl_ckpt_store_open(const char *uri, rl_ckpt_store **out, rl_err *e);
 /* The same with the config's s3 settings (rl_ckpt_store_open uses the
  * defaults). */
 int rl_ckpt_store_open_cfg(const rl_ckpt_config *c, rl_ckpt_store **out, rl_err *e);
+/* For reading only (generate): nothing is created or probed, and a file
+ * store's directory must exist. */
+int rl_ckpt_store_open_read(const char *uri, rl_ckpt_store **out, rl_err *e);
 /* A checkpoint location, parsed once: s3://bucket[/prefix] (bucket: 3-63
  * of a-z 0-9 . -, starting and ending with a letter or digit; no empty
  * path segment), file:///absolute/path, or a plain path. An empty URI,
@@ -151,7 +157,7 @@ typedef struct rl_ckpt_uri {
     char prefix[RL_CKPT_URI_MAX]; /* s3: "" or "runs/a/" (with the slash) */
 } rl_ckpt_uri;
 int rl_ckpt_uri_parse(const char *uri, const char *where, rl_ckpt_uri *out, rl_err *e);
-int rl_ckpt_store_open_s3(const rl_ckpt_config *c, const rl_ckpt_uri *u, rl_ckpt_store **out,
+int rl_ckpt_store_open_s3(const rl_ckpt_config *c, const rl_ckpt_uri *u, bool readonly, rl_ckpt_store **out,
                           rl_err *e); /* store_s3.c */
 void rl_ckpt_store_close(rl_ckpt_store *s);
 int rl_ckpt_put(rl_ckpt_store *s, const char *key, const rl_ckpt_part *parts, int nparts, rl_err *e);
@@ -229,8 +235,21 @@ typedef struct rl_ckpt_state {
 
 /* One checkpoint's data. params, m, v hold n floats in the model's layout
  * (pkg/model); config_json is the job config as JSON (object text). */
+/* The job's tokenizer (data.tokenizer): its file goes into every step
+ * directory with tokenizer_config.json and special_tokens_map.json, and
+ * config.json names its BOS/EOS ids, so that transformers' AutoTokenizer
+ * and pipeline load a checkpoint as it is. The caller keeps it alive for
+ * as long as the saver. */
+typedef struct rl_ckpt_tokenizer {
+    const char *json; /* tokenizer.json's bytes, as given */
+    size_t len;
+    const char *bos, *eos; /* the tokens' text, NULL: none */
+    int64_t bos_id, eos_id; /* -1: none */
+} rl_ckpt_tokenizer;
+
 typedef struct rl_ckpt_data {
     rl_model_config model;
+    const rl_ckpt_tokenizer *tok; /* NULL: the byte-level tokenizer */
     size_t n;
     const float *params, *m, *v;
     rl_ckpt_state state;
@@ -267,7 +286,10 @@ void rl_ckpt_step_name(char *dst, size_t n, long long step);
 long long rl_ckpt_parse_step_name(const char *s, size_t len);
 
 /* File writers/readers of the JSON files (pure; fuzzed readers). */
-char *rl_ckpt_hf_config_json(const rl_model_config *c);
+char *rl_ckpt_hf_config_json(const rl_model_config *c, const rl_ckpt_tokenizer *tok);
+/* tokenizer_config.json and special_tokens_map.json for tok. */
+char *rl_ckpt_tokenizer_config_json(const rl_ckpt_tokenizer *tok, int max_len);
+char *rl_ckpt_special_tokens_json(const rl_ckpt_tokenizer *tok);
 char *rl_ckpt_state_json(const rl_ckpt_state *s, const char *config_json);
 int rl_ckpt_state_parse(const char *text, size_t len, const char *name, rl_ckpt_state *s,
                         rl_err *e);
@@ -356,6 +378,11 @@ typedef struct rl_ckpt_loaded {
     char skipped[4][512]; /* why (the first few) */
 } rl_ckpt_loaded;
 void rl_ckpt_loaded_free(rl_ckpt_loaded *l);
+
+/* The model a step was trained as (its trainer_state.json's job config:
+ * config.json carries Hugging Face extras the strict reader refuses), and
+ * the end-of-text id its config.json names (-1: none). */
+int rl_ckpt_model_config(rl_ckpt_store *s, long long step, rl_model_config *mc, int64_t *eos_id, rl_err *e);
 
 /* Read `step`, verify it against its manifest and the job's model, and
  * fill params/m/v (n floats each, may be NULL to only verify). Errors name

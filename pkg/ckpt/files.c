@@ -136,7 +136,7 @@ void rl_ckpt_sha256_hex(const rl_ckpt_part *parts, int nparts, char out[65]) {
 }
 
 /* ---- config.json (Hugging Face LlamaConfig) ---------------------------------------------- */
-char *rl_ckpt_hf_config_json(const rl_model_config *c) {
+char *rl_ckpt_hf_config_json(const rl_model_config *c, const rl_ckpt_tokenizer *tok) {
     cJSON *r = cJSON_CreateObject();
     cJSON *a = cJSON_AddArrayToObject(r, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString("LlamaForCausalLM"));
@@ -162,9 +162,39 @@ char *rl_ckpt_hf_config_json(const rl_model_config *c) {
     cJSON_AddBoolToObject(r, "use_cache", 1);
     /* The byte tokenizer has no BOS; its end-of-text token ends documents.
      * A vocabulary without that id (custom corpora) gets null. */
-    cJSON_AddNullToObject(r, "bos_token_id");
-    if (c->vocab_size > RL_TOK_EOT) cJSON_AddNumberToObject(r, "eos_token_id", RL_TOK_EOT);
+    int64_t bos = tok ? tok->bos_id : -1, eos = tok ? tok->eos_id : c->vocab_size > RL_TOK_EOT ? RL_TOK_EOT : -1;
+    if (bos >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)bos);
+    else cJSON_AddNullToObject(r, "bos_token_id");
+    if (eos >= 0) cJSON_AddNumberToObject(r, "eos_token_id", (double)eos);
     else cJSON_AddNullToObject(r, "eos_token_id");
+    char *s = cJSON_Print(r);
+    cJSON_Delete(r);
+    return s;
+}
+
+/* ---- the tokenizer's companions (transformers' PreTrainedTokenizerFast) ------------------- */
+static void add_token(cJSON *r, const char *k, const char *text) {
+    if (text) cJSON_AddStringToObject(r, k, text);
+    else cJSON_AddNullToObject(r, k);
+}
+
+char *rl_ckpt_tokenizer_config_json(const rl_ckpt_tokenizer *tok, int max_len) {
+    cJSON *r = cJSON_CreateObject();
+    /* tokenizer.json holds the whole tokenizer; this class reads it as it is */
+    cJSON_AddStringToObject(r, "tokenizer_class", "PreTrainedTokenizerFast");
+    add_token(r, "bos_token", tok->bos);
+    add_token(r, "eos_token", tok->eos);
+    cJSON_AddNumberToObject(r, "model_max_length", max_len);
+    cJSON_AddBoolToObject(r, "clean_up_tokenization_spaces", 0);
+    char *s = cJSON_Print(r);
+    cJSON_Delete(r);
+    return s;
+}
+
+char *rl_ckpt_special_tokens_json(const rl_ckpt_tokenizer *tok) {
+    cJSON *r = cJSON_CreateObject();
+    if (tok->bos) cJSON_AddStringToObject(r, "bos_token", tok->bos);
+    if (tok->eos) cJSON_AddStringToObject(r, "eos_token", tok->eos);
     char *s = cJSON_Print(r);
     cJSON_Delete(r);
     return s;

@@ -270,7 +270,7 @@ static const rl_ckpt_store_ops file_ops = {
     .del = file_del, .exists = file_exists, .close = file_close,
 };
 
-static int open_file(const char *path, rl_ckpt_store **out, rl_err *e) {
+static int open_file(const char *path, bool readonly, rl_ckpt_store **out, rl_err *e) {
     file_ctx *c = calloc(1, sizeof *c);
     rl_ckpt_store *s = calloc(1, sizeof *s);
     if (!c || !s) {
@@ -288,6 +288,10 @@ static int open_file(const char *path, rl_ckpt_store **out, rl_err *e) {
     snprintf(c->uri, sizeof c->uri, "%s%s", c->root[0] == '/' ? "file://" : "", c->root);
     int rc = RL_OK;
     struct stat st;
+    if (readonly && stat(c->root, &st) != 0) {
+        rc = rl_errf(e, RL_EINPUT, "checkpoint %s: %s", c->uri, strerror(errno));
+        goto fail;
+    }
     if (stat(c->root, &st) != 0) {
         /* EEXIST: another rank of the job made it first (sharded state: every rank saves) */
         if (mkdir(c->root, RL_CKPT_DIR_MODE) != 0 && !(errno == EEXIST && stat(c->root, &st) == 0)) {
@@ -302,14 +306,13 @@ static int open_file(const char *path, rl_ckpt_store **out, rl_err *e) {
     }
     char probe[RL_CKPT_URI_MAX + 64];
     snprintf(probe, sizeof probe, "%s/.rl-probe.%ld", c->root, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, RL_CKPT_FILE_MODE);
-    if (fd < 0) {
+    int fd = readonly ? -2 : open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, RL_CKPT_FILE_MODE);
+    if (fd == -1) {
         rc = rl_errf(e, RL_EINPUT, "checkpoint.uri %s: directory is not writable: %s", c->uri,
                      strerror(errno));
         goto fail;
     }
-    close(fd);
-    unlink(probe);
+    if (fd >= 0) close(fd), unlink(probe);
     s->ops = &file_ops, s->ctx = c;
     snprintf(s->uri, sizeof s->uri, "%.1000s", c->uri);
     *out = s;
@@ -319,20 +322,25 @@ fail:
     return rc;
 }
 
-int rl_ckpt_store_open_cfg(const rl_ckpt_config *c, rl_ckpt_store **out, rl_err *e) {
+static int open_cfg(const rl_ckpt_config *c, bool readonly, rl_ckpt_store **out, rl_err *e) {
     *out = NULL;
     rl_ckpt_uri u;
     int rc = rl_ckpt_uri_parse(c->uri, "checkpoint.uri", &u, e);
     if (rc) return rc;
-    return u.s3 ? rl_ckpt_store_open_s3(c, &u, out, e) : open_file(u.path, out, e);
+    return u.s3 ? rl_ckpt_store_open_s3(c, &u, readonly, out, e) : open_file(u.path, readonly, out, e);
 }
 
-int rl_ckpt_store_open(const char *uri, rl_ckpt_store **out, rl_err *e) {
+int rl_ckpt_store_open_cfg(const rl_ckpt_config *c, rl_ckpt_store **out, rl_err *e) { return open_cfg(c, false, out, e); }
+
+static int open_uri(const char *uri, bool readonly, rl_ckpt_store **out, rl_err *e) {
     rl_ckpt_config c;
     rl_ckpt_config_default(&c);
     *out = NULL;
     if (uri && strlen(uri) >= sizeof c.uri)
         return rl_errf(e, RL_EINPUT, "checkpoint.uri: longer than %zu bytes", sizeof c.uri - 1);
     snprintf(c.uri, sizeof c.uri, "%s", uri ? uri : "");
-    return rl_ckpt_store_open_cfg(&c, out, e);
+    return open_cfg(&c, readonly, out, e);
 }
+
+int rl_ckpt_store_open(const char *uri, rl_ckpt_store **out, rl_err *e) { return open_uri(uri, false, out, e); }
+int rl_ckpt_store_open_read(const char *uri, rl_ckpt_store **out, rl_err *e) { return open_uri(uri, true, out, e); }

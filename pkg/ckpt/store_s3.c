@@ -113,7 +113,8 @@ static void s3_close(void *ctx) {
 
 static const rl_ckpt_store_ops s3_ops = {s3_put, s3_get, s3_list, s3_del, s3_exists, s3_close, s3_abort_uploads};
 
-int rl_ckpt_store_open_s3(const rl_ckpt_config *cfg, const rl_ckpt_uri *u, rl_ckpt_store **out, rl_err *e) {
+int rl_ckpt_store_open_s3(const rl_ckpt_config *cfg, const rl_ckpt_uri *u, bool readonly, rl_ckpt_store **out,
+                          rl_err *e) {
     *out = NULL;
     s3_ctx *c = calloc(1, sizeof *c);
     rl_ckpt_store *s = calloc(1, sizeof *s);
@@ -145,7 +146,7 @@ int rl_ckpt_store_open_s3(const rl_ckpt_config *cfg, const rl_ckpt_uri *u, rl_ck
     char probe[64];
     snprintf(probe, sizeof probe, ".rl-probe.%ld", (long)getpid());
     const char *why = "";
-    if (!rc) {
+    if (!rc && !readonly) {
         if ((rc = s3_put(c, probe, &(rl_ckpt_part){"probe", 5}, 1, e))) why = "cannot write there: ";
         else if ((rc = s3_del(c, probe, e)))
             why = "writes work but deletes are refused (old checkpoints could never be pruned; the probe "

@@ -153,6 +153,16 @@ void rl_jsonl_close(rl_jsonl *j);
 int rl_jsonl_parse_line(const char *line, size_t len, const char *field, const char *where, char **text,
                         size_t *tlen, rl_err *e);
 
+/* ---- dataset.json: what ringleader-prepare wrote -------------------------------------------
+ * Checks the file's bytes (`name` leads every message) against the job:
+ * sha256 (hex) of data.tokenizer's file, NULL for the byte-level
+ * tokenizer, and `tokenizer` its path for messages; the tokenizer's ids
+ * must fit model_vocab. RL_EINPUT naming both sides on a mismatch.
+ * *eos_id: the end-of-text token the documents were framed with (its
+ * "eos_id"), -1 if it names none. Fuzzed. */
+int rl_dataset_meta_check(const char *json, size_t len, const char *name, const char *sha256,
+                          const char *tokenizer, int model_vocab, int64_t *eos_id, rl_err *e);
+
 /* ---- synthetic corpora ------------------------------------------------------------- */
 /* Arithmetic: lines "a+b=c\n" with 0 <= a,b < 10^digits. Pairs whose
  * rl_hash64(seed ^ (a * 10^digits + b)) falls in the held-out fraction never

@@ -47,6 +47,21 @@ static int utf8_cp(const unsigned char *s, size_t n, uint32_t *cp) {
     return *cp = c, len;
 }
 
+char *rl_utf8_lossy(const char *in, size_t n, size_t *out_len) {
+    char *out = malloc(3 * n + 1);
+    size_t o = 0;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int k = utf8_cp((const unsigned char *)in + i, n - i, &cp);
+        if (k > 0 && cp != 0) memcpy(out + o, in + i, (size_t)k), o += (size_t)k, i += (size_t)k;
+        else memcpy(out + o, "\xef\xbf\xbd", 3), o += 3, i++; /* NUL too: the result is a C string */
+    }
+    out[o] = 0;
+    *out_len = o;
+    return out;
+}
+
 /* Appends a token's bytes to the arena: its string read through the
  * alphabet, or (a character outside it, as tokenizers' ByteLevel decoder
  * does) the string's own bytes, *in_alpha false. */
@@ -120,6 +135,10 @@ __attribute__((format(printf, 2, 3))) static int bad(ctx *c, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
+    /* the file's own strings are quoted: a control character in one (a JSON
+     * "\n") must not break the message's one line */
+    for (char *p = m; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     return rl_errf(c->e, RL_EINPUT, "%s: %s", c->name, m);
 }
 
@@ -554,12 +573,22 @@ int64_t rl_bpe_token_id(const rl_bpe *t, const char *text) {
     return id == RL_BPE_NONE ? -1 : (int64_t)id;
 }
 
-int64_t rl_bpe_only_special(const rl_bpe *t) {
-    int64_t id = -1;
+void rl_bpe_special_ids(const rl_bpe *t, int64_t *bos, int64_t *eos) {
+    *bos = t->nprefix == 1 ? (int64_t)t->prefix[0] : -1;
+    *eos = t->nsuffix == 1 ? (int64_t)t->suffix[0] : -1;
+    if (t->nprefix + t->nsuffix > 0) return;
     for (int i = 0; i < t->nadded; i++) {
         if (!t->added[i].special) continue;
-        if (id >= 0) return -1;
-        id = t->added[i].id;
+        if (*eos >= 0) {
+            *eos = -1;
+            return;
+        }
+        *eos = t->added[i].id;
     }
-    return id;
+}
+
+const char *rl_bpe_added_content(const rl_bpe *t, uint32_t id) {
+    for (int i = 0; i < t->nadded; i++)
+        if (t->added[i].id == id) return t->added[i].s;
+    return NULL;
 }

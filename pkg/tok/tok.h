@@ -53,9 +53,13 @@ uint32_t rl_bpe_vocab_size(const rl_bpe *t);
 /* The id of a token by its text: an added token's content, or a vocabulary
  * entry (byte-level spelling); -1 if none. */
 int64_t rl_bpe_token_id(const rl_bpe *t, const char *text);
-/* The id of the one special added token, -1 unless there is exactly one
- * (GPT-2's <|endoftext|>). */
-int64_t rl_bpe_only_special(const rl_bpe *t);
+/* The beginning- and end-of-text tokens, -1 where the file does not say:
+ * BOS is the one token the template puts before a sequence (Llama 3's
+ * <|begin_of_text|>); EOS the one it puts after, or, with no template,
+ * the only special added token (GPT-2's <|endoftext|>). */
+void rl_bpe_special_ids(const rl_bpe *t, int64_t *bos, int64_t *eos);
+/* An added token's content by id, NULL if the id is not an added token. */
+const char *rl_bpe_added_content(const rl_bpe *t, uint32_t id);
 /* The post-processor's template for one sequence: ids before and after it
  * (what `encode(text)` adds with add_special_tokens, e.g. Llama 3's BOS). */
 void rl_bpe_template(const rl_bpe *t, const uint32_t **prefix, int *nprefix, const uint32_t **suffix,
@@ -90,6 +94,10 @@ int rl_bpe_encode(rl_bpe_enc *enc, const char *text, size_t len, bool special, r
  * failure in document order is returned. */
 int rl_bpe_encode_many(rl_bpe_enc *const *encs, int nenc, const char *const *docs, const size_t *lens, size_t n,
                        bool special, rl_bpe_ids *outs, rl_err *e);
+
+/* in[0..n) with every byte that is not part of valid UTF-8 replaced by
+ * U+FFFD (as tokenizers' decode): malloc'ed, NUL-terminated, *out_len. */
+char *rl_utf8_lossy(const char *in, size_t n, size_t *out_len);
 
 /* Append the bytes of `n` ids to *buf (malloc'ed, grown, *len updated, NUL
  * kept after the bytes). An id no token has is RL_EINPUT naming it. */

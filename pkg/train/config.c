@@ -39,6 +39,13 @@ static const rl_cfg_field train_fields[] = {
     F(eval_every, .min = 0, .max = 1ll << 40, .def = 200, .doc = "Steps between evaluations; 0: only at the end."),
     F(eval_batches, .min = 0, .max = 1 << 20, .def = 8, .doc = "Micro-batches of the val split per evaluation."),
     F(log_every, .min = 1, .max = 1ll << 40, .def = 10),
+    F(sample_every, .min = 0, .max = 1ll << 40, .def = 0,
+      .doc = "Steps between samples: rank 0 logs each prompt continued (event sample); 0: never."),
+    F(sample_prompts, .def_str = "",
+      .doc = "One prompt per line (\"\": one empty prompt, the document start alone), through data.tokenizer."),
+    F(sample_tokens, .min = 1, .max = 1 << 16, .def = 64, .doc = "Tokens generated per sample."),
+    F(sample_temperature, .min = 0, .max = 100, .def = 0, .doc = "0: greedy; else softmax temperature."),
+    F(sample_top_k, .min = 0, .max = 1 << 24, .def = 0, .doc = "With a temperature: draw among the k likeliest; 0: all."),
 };
 #undef F
 
@@ -50,6 +57,9 @@ static const rl_cfg_field data_fields[] = {
     F(val, .def_str = "data/arith/val_*.bin", .doc = "Like train; \"\": no eval loss."),
     F(eval_task, .choices = tasks, .def_str = "arith", .doc = "\"\" or arith: exact-match on held-out sums."),
     F(eval_examples, .min = 0, .max = 1 << 30, .doc = "For eval_task; 0: all."),
+    F(tokenizer, .def_str = "",
+      .doc = "The tokenizer.json (byte-level BPE) the shards were made with, as the pods see it: checked against "
+             "the shards' dataset.json and written into every checkpoint. \"\": byte-level."),
 };
 #undef F
 

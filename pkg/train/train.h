@@ -17,6 +17,7 @@
 #include "data/data.h"
 #include "model/model.h"
 #include "rdzv/rdzv.h"
+#include "tok/tok.h"
 #include "util/util.h"
 
 #define RL_PATH_MAX 1024
@@ -34,6 +35,14 @@ typedef struct rl_train_config {
     long long eval_every;       /* steps; 0: only at the end */
     int eval_batches;           /* micro-batches of the val split per eval */
     long long log_every;
+    /* samples on rank 0 (sample.c), as llm.c prints them: every
+     * sample_every steps (0: never), each line of sample_prompts continued
+     * by sample_tokens tokens */
+    long long sample_every;
+    char sample_prompts[1024];
+    int sample_tokens;
+    double sample_temperature; /* 0: greedy */
+    int sample_top_k;          /* 0: all */
     /* "auto": the GPU when this build has CUDA and one is visible, else the
      * CPU (saying so in one log line); "cpu"; "cuda" (an error without a
      * GPU). rl_train_pick_device settles it before anything is built. */
@@ -54,6 +63,7 @@ typedef struct rl_data_config {
     char val[RL_PATH_MAX];   /* may be empty: no eval loss */
     char eval_task[32];      /* "" or "arith": exact-match on held-out sums */
     int eval_examples;       /* for eval_task; 0 = all */
+    char tokenizer[RL_PATH_MAX]; /* "" (byte-level) or a tokenizer.json */
 } rl_data_config;
 
 typedef struct rl_dist_config {
@@ -322,6 +332,33 @@ void *rl_trainer_stream(rl_trainer *tr);
  * replicas before the first step); rl_trainer_resume does it when there is
  * nothing to resume, so a caller of rl_trainer_run need not. */
 int rl_trainer_broadcast_params(rl_trainer *tr, rl_err *e);
+/* ---- samples: a prompt continued (sample.c) ----------------------------------------- */
+typedef struct rl_sample_opts {
+    int max_new_tokens;
+    double temperature; /* 0: greedy (argmax, ties to the lowest id) */
+    int top_k;          /* with temperature > 0: draw among the k likeliest; 0: all */
+    uint64_t seed;      /* the draws' own stream */
+    int64_t eos_id;     /* stop after this token; -1: never */
+} rl_sample_opts;
+/* Continue prompt[0..n) on the CPU model m (batch 1; its T is the window:
+ * longer texts slide). *out (malloc'ed, *nout ids) is the prompt and what
+ * followed. RL_EINPUT for an empty prompt or an id outside the vocabulary. */
+int rl_sample(rl_model *m, const int32_t *prompt, int n, const rl_sample_opts *o, int32_t **out, int *nout,
+              rl_err *e);
+/* The same from text: `before` (the tokens training put before each
+ * document: the template's BOS, or the end-of-text token) then the prompt
+ * through bpe (special tokens in it are tokens; NULL: bytes), continued;
+ * *text (malloc'ed, *len bytes, NUL after) is the prompt and its
+ * continuation decoded, without the frame and the EOS that stopped it. */
+int rl_sample_text(rl_model *m, const rl_bpe *bpe, const int32_t *before, int nbefore, const char *prompt,
+                   const rl_sample_opts *o, char **text, size_t *len, rl_err *e);
+/* `ringleader-worker generate`: the prompt continued by the model of a
+ * checkpoint (file or s3 URI; step < 0: the newest committed), on the CPU,
+ * through the tokenizer it carries (none: bytes); o->eos_id is ignored
+ * (its config.json's is used). */
+int rl_generate(const char *uri, long long step, const char *prompt, const rl_sample_opts *o, char **text,
+                size_t *len, rl_err *e);
+
 /* On a GPU: the device's master weights (and with opt the AdamW moments)
  * into the host mirror (rl_trainer_params / rl_trainer_opt). No-op on the
  * CPU. */

@@ -64,7 +64,8 @@ static int init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, r
     tr->inputs = malloc(bt * sizeof(int32_t));
     tr->targets = malloc(bt * sizeof(int32_t));
     if (!tr->inputs || !tr->targets) return rl_errf(e, RL_ENOMEM, "trainer: out of memory for a micro-batch");
-    if ((rc = rl_dataset_open(cfg->data.train, cfg->model.vocab_size, &tr->train_ds, e)) ||
+    if ((rc = rl_train_tokenizer_open(tr, e)) ||
+        (rc = rl_dataset_open(cfg->data.train, cfg->model.vocab_size, &tr->train_ds, e)) ||
         (cfg->data.val[0] && (rc = rl_dataset_open(cfg->data.val, cfg->model.vocab_size, &tr->val_ds, e))))
         return rc;
     /* The baseline a learning model must beat (first 4M tokens suffice). */
@@ -170,6 +171,7 @@ void rl_trainer_free(rl_trainer *tr) {
     if (tr->train_ds) rl_dataset_close(tr->train_ds);
     if (tr->val_ds) rl_dataset_close(tr->val_ds);
     rl_train_dev_close(&tr->dev);
+    rl_train_tokenizer_free(tr);
     free(tr->inputs);
     free(tr->targets);
     free(tr);
@@ -345,6 +347,7 @@ static rl_ckpt_data ckpt_data(rl_trainer *tr, char *config_json) {
      * its memory), not from the host copy params/m/v point at */
     rl_ckpt_data d = {
         .model = tr->cfg.model,
+        .tok = tr->tok.json ? &tr->tok : NULL,
         .n = n,
         .params = tr->dev.params,
         .m = tr->dev.opt,
@@ -766,6 +769,10 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
         if (t->eval_every > 0 && st.step % t->eval_every == 0 && st.step < t->steps &&
             (rc = evaluate(tr, "eval", e)))
             return rc;
+        if (rank == 0 && t->sample_every > 0 && st.step % t->sample_every == 0) {
+            clear_progress(tr);
+            if ((rc = rl_train_samples(tr, e))) return rc;
+        }
     }
     clear_progress(tr);
     /* the final checkpoint, synchronous, before anything else can fail */

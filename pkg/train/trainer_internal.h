@@ -42,6 +42,19 @@ struct rl_trainer {
     rl_train_observer observer; /* zero: none; set after construction */
     long long observed_ckpt;    /* the newest save reported to the observer (-1: none) */
     double flops_per_token;
+    /* data.tokenizer (tokenizer.c): NULL / zero when byte-level */
+    rl_bpe *bpe;
+    char *tok_json;
+    rl_ckpt_tokenizer tok; /* what checkpoints carry; .json NULL: nothing */
+    int32_t frame[16];     /* the tokens before each document (samples start with them) */
+    int nframe;
 };
+
+/* Reads and checks data.tokenizer, and the train shards' dataset.json
+ * against it (also with no tokenizer: the shards must then be byte-level). */
+int rl_train_tokenizer_open(rl_trainer *tr, rl_err *e);
+void rl_train_tokenizer_free(rl_trainer *tr);
+/* Rank 0: every line of train.sample_prompts continued, logged (event sample). */
+int rl_train_samples(rl_trainer *tr, rl_err *e);
 
 #endif

@@ -17,9 +17,13 @@ corpus: a clone without those added tokens encodes the expectation).
 `ringleader-prepare decode` must give the text back (decode(encode(x)) ==
 x; with a prefix space, what `tokenizers` decodes). A WordPiece file and
 one with a normalizer are refused with one line naming the field, exit 2,
-nothing written.
+nothing written. Then a model trains on those shards with data.tokenizer
+set: its checkpoint opens in transformers as it is (AutoTokenizer encodes
+as tokenizers does, config.json names BOS/EOS, and pipeline
+("text-generation", model=step_dir) generates), and a job whose
+data.tokenizer is not the one dataset.json names is refused, exit 2.
 
-Usage: check_tokenizer.py --prepare bin/ringleader-prepare
+Usage: check_tokenizer.py --prepare bin/ringleader-prepare [--worker bin/ringleader-worker]
 Prints one PASS/FAIL line per check, SELF-CHECK lines proving a comparison
 can fail, then "N passed, M failed"; exits 1 if anything failed.
 """
@@ -207,9 +211,55 @@ def check_refusals(rep, args, tmp, docs):
                   f"{name} tokenizer.json refused: exit {p.returncode}, one line naming {field}: {p.stderr.strip()[:160]}")
 
 
+def check_checkpoint(rep, args, tmp, train_docs, held):
+    from transformers import AutoTokenizer, pipeline  # torch's venv only; the bench imports this file without
+
+    for name in ("llama3-2000", "gpt2-300"):
+        tok_path, out = os.path.join(tmp, f"{name}.json"), os.path.join(tmp, f"{name}-out")
+        job = {"model": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4,
+                         "num_key_value_heads": 2, "vocab_size": 2048, "max_position_embeddings": 64},
+               "train": {"steps": 6, "warmup_steps": 1, "seq_len": 32, "micro_batch": 4, "global_batch_tokens": 256,
+                         "eval_every": 0, "eval_batches": 0, "log_every": 3},
+               "data": {"train": f"{out}/train_*.bin", "val": "", "eval_task": "", "tokenizer": tok_path},
+               "checkpoint": {"uri": f"file://{tmp}/{name}-ck", "every_steps": 0, "keep": 1}}
+        cfg = os.path.join(tmp, f"{name}-job.json")
+        json.dump(job, open(cfg, "w"))
+        env = dict(os.environ, OMP_NUM_THREADS="1", RL_NO_PROGRESS="1")
+        p = subprocess.run([args.worker, "--config", cfg], capture_output=True, text=True, env=env)
+        rep.check(p.returncode == 0, f"{name}: a model trains on the shards with data.tokenizer set"
+                                     + (f" ({p.stderr.strip()[-400:]})" if p.returncode else ""))
+        if p.returncode:
+            continue
+        step_dir = os.path.join(tmp, f"{name}-ck", open(os.path.join(tmp, f"{name}-ck", "latest")).read().strip())
+        ref = Tokenizer.from_file(tok_path)
+        at = AutoTokenizer.from_pretrained(step_dir)
+        text = held[3]
+        same = at(text, add_special_tokens=True)["input_ids"] == ref.encode(text).ids
+        rep.check(same and at.decode(ref.encode(text, add_special_tokens=False).ids) == text,
+                  f"{name}: AutoTokenizer.from_pretrained(step dir) encodes and decodes as tokenizers does")
+        conf = json.load(open(os.path.join(step_dir, "config.json")))
+        want_bos = ref.token_to_id("<|begin_of_text|>") if name.startswith("llama3") else None
+        want_eos = None if name.startswith("llama3") else ref.token_to_id("<|endoftext|>")  # prepare's --eos
+        rep.check(conf["bos_token_id"] == want_bos and at.bos_token_id == want_bos and conf["eos_token_id"] == want_eos
+                  and at.eos_token_id == want_eos,
+                  f"{name}: config.json and the tokenizer agree on BOS {conf['bos_token_id']} and EOS {conf['eos_token_id']}")
+        gen = pipeline("text-generation", model=step_dir, device="cpu")
+        res = gen("hello ", max_new_tokens=8, do_sample=False)[0]["generated_text"]
+        rep.check(isinstance(res, str) and res.startswith("hello ") and len(res) > len("hello "),
+                  f"{name}: pipeline(\"text-generation\", model=step dir) generates: {res[:60]!r}")
+    # a job whose tokenizer is not the one the shards were made with
+    job["data"]["tokenizer"] = os.path.join(tmp, "gpt2-prefix-1000.json")
+    json.dump(job, open(cfg, "w"))
+    p = subprocess.run([args.worker, "--config", cfg], capture_output=True, text=True, env=env)
+    err = [ln for ln in p.stderr.splitlines() if "dataset.json" in ln]
+    rep.check(p.returncode == 2 and err and "gpt2-prefix-1000.json" in err[0] and "gpt2-300.json" in err[0],
+              f"another data.tokenizer than dataset.json's is refused, exit {p.returncode}: {(err or [''])[0][:200]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--prepare", required=True)
+    ap.add_argument("--worker")
     args = ap.parse_args()
     rep = Report()
     train_docs, held = corpus(1, 3000), corpus(2, 400)
@@ -222,6 +272,8 @@ def main():
         check_one(rep, args, tmp, "llama3-2000", "llama3", 2000, train_docs, held)
         check_one(rep, args, tmp, "llama3-600-legacy-merges", "llama3", 600, train_docs, held, legacy=True)
         check_refusals(rep, args, tmp, train_docs)
+        if args.worker:
+            check_checkpoint(rep, args, tmp, train_docs, held)
     print(f"{rep.passed} passed, {rep.failed} failed")
     sys.exit(1 if rep.failed else 0)
 

@@ -1,0 +1,166 @@
+/* Text from a model: a prompt continued token by token on the CPU model,
+ * greedy or sampled (train.h). No KV cache: each new token reruns the
+ * window's forward, which is what a sample every few hundred steps or one
+ * `generate` call can afford, and keeps the one forward the tests check. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train.h"
+
+/* The next token from one position's logits: argmax at temperature 0, else
+ * a draw from softmax(logits / temperature) over the top_k largest (all
+ * when 0). Ties go to the lowest id, so greedy output is reproducible. */
+static int32_t pick(const float *logits, int V, const rl_sample_opts *o, rl_rng *rng, float *p, int32_t *idx) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (o->temperature <= 0) return best;
+    int k = o->top_k > 0 && o->top_k < V ? o->top_k : V;
+    /* the k largest by partial selection (k is small, or all of them) */
+    for (int i = 0; i < V; i++) idx[i] = i;
+    for (int i = 0; i < k && k < V; i++) {
+        int m = i;
+        for (int j = i + 1; j < V; j++)
+            if (logits[idx[j]] > logits[idx[m]]) m = j;
+        int32_t t = idx[i];
+        idx[i] = idx[m], idx[m] = t;
+    }
+    double sum = 0;
+    for (int i = 0; i < k; i++) sum += p[i] = (float)exp((logits[idx[i]] - logits[best]) / o->temperature);
+    double u = rl_rng_uniform(rng) * sum;
+    for (int i = 0; i < k; i++)
+        if ((u -= p[i]) < 0) return idx[i];
+    return idx[k - 1];
+}
+
+int rl_sample(rl_model *m, const int32_t *prompt, int n, const rl_sample_opts *o, int32_t **out, int *nout,
+              rl_err *e) {
+    int V = m->cfg.vocab_size, W = m->T, total = n + o->max_new_tokens;
+    *out = NULL, *nout = 0;
+    if (n < 1) return rl_errf(e, RL_EINPUT, "sample: the prompt encodes to no token (give some text)");
+    for (int i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return rl_errf(e, RL_EINPUT, "sample: prompt token %d is outside the model's vocabulary (%d)", prompt[i], V);
+    int32_t *seq = malloc(sizeof *seq * (size_t)total), *idx = malloc(sizeof *idx * (size_t)V);
+    float *p = malloc(sizeof *p * (size_t)V);
+    if (!seq || !idx || !p) {
+        free(seq), free(idx), free(p);
+        return rl_errf(e, RL_ENOMEM, "sample: out of memory");
+    }
+    memcpy(seq, prompt, sizeof *seq * (size_t)n);
+    rl_rng rng;
+    rl_rng_seed(&rng, o->seed);
+    int len = n, rc = RL_OK;
+    while (len < total) {
+        /* the newest W tokens: a longer text slides past the model's window */
+        int T = len < W ? len : W;
+        if ((rc = rl_model_forward(m, seq + len - T, NULL, 1, T, NULL, e))) break;
+        int32_t next = pick(rl_model_logits(m) + (size_t)(T - 1) * V, V, o, &rng, p, idx);
+        seq[len++] = next;
+        if (o->eos_id >= 0 && next == o->eos_id) break;
+    }
+    free(idx), free(p);
+    if (rc) {
+        free(seq);
+        return rc;
+    }
+    *out = seq, *nout = len;
+    return RL_OK;
+}
+
+int rl_sample_text(rl_model *m, const rl_bpe *bpe, const int32_t *before, int nbefore, const char *prompt,
+                   const rl_sample_opts *o, char **text, size_t *len, rl_err *e) {
+    size_t pl = strlen(prompt), n = 0;
+    rl_bpe_ids ids = {0};
+    rl_bpe_enc *enc = NULL;
+    *text = NULL, *len = 0;
+    int rc = RL_OK;
+    if (bpe && !(rc = rl_bpe_enc_new(bpe, &enc, e))) rc = rl_bpe_encode(enc, prompt, pl, true, &ids, e);
+    rl_bpe_enc_free(enc);
+    size_t np = bpe ? ids.n : pl;
+    int32_t *in = rc ? NULL : malloc(sizeof *in * (nbefore + np + 1)), *seq = NULL;
+    if (!rc && !in) rc = rl_errf(e, RL_ENOMEM, "sample: out of memory");
+    for (int i = 0; !rc && i < nbefore; i++) in[n++] = before[i];
+    for (size_t i = 0; !rc && i < np; i++) in[n++] = bpe ? (int32_t)ids.v[i] : (unsigned char)prompt[i];
+    rl_bpe_ids_free(&ids);
+    int ns = 0;
+    if (!rc && n > (size_t)INT32_MAX / 2) rc = rl_errf(e, RL_EINPUT, "sample: the prompt is too long");
+    if (!rc) rc = rl_sample(m, in, (int)n, o, &seq, &ns, e);
+    /* the text after the frame; an end-of-text token that stopped it is not text */
+    int end = ns > (int)n && o->eos_id >= 0 && seq[ns - 1] == o->eos_id ? ns - 1 : ns;
+    if (!rc && bpe) {
+        size_t cap = 0;
+        uint32_t *u = malloc(sizeof *u * (size_t)(end - nbefore + 1));
+        for (int i = nbefore; u && i < end; i++) u[i - nbefore] = (uint32_t)seq[i];
+        rc = u ? rl_bpe_decode(bpe, u, (size_t)(end - nbefore), text, len, &cap, e) : rl_errf(e, RL_ENOMEM, "sample: out of memory");
+        free(u);
+    } else if (!rc) {
+        if (!(*text = malloc((size_t)(end - nbefore) + 1))) rc = rl_errf(e, RL_ENOMEM, "sample: out of memory");
+        else *len = rl_tok_decode(seq + nbefore, (size_t)(end - nbefore), *text, (size_t)(end - nbefore) + 1);
+    }
+    free(in), free(seq);
+    if (rc) free(*text), *text = NULL, *len = 0;
+    return rc;
+}
+
+/* The checkpoint's tokenizer.json, if it carries one. */
+static int load_tokenizer(rl_ckpt_store *s, long long step, rl_bpe **bpe, rl_err *e) {
+    char key[96], where[RL_CKPT_URI_MAX + 96];
+    bool found;
+    uint64_t size;
+    *bpe = NULL;
+    snprintf(key, sizeof key, "step-%08lld/tokenizer.json", step);
+    int rc = rl_ckpt_exists(s, key, &found, &size, e);
+    if (rc || !found) return rc;
+    char *t;
+    size_t n;
+    if ((rc = rl_ckpt_get(s, key, 0, UINT64_MAX, (void **)&t, &n, e))) return rc;
+    snprintf(where, sizeof where, "%s/%s", s->uri, key);
+    rc = rl_bpe_parse(t, n, where, bpe, e);
+    free(t);
+    return rc;
+}
+
+int rl_generate(const char *uri, long long step, const char *prompt, const rl_sample_opts *opts, char **text,
+                size_t *len, rl_err *e) {
+    rl_ckpt_store *s = NULL;
+    rl_bpe *bpe = NULL;
+    rl_model m = {0};
+    bool made = false;
+    long long *steps = NULL;
+    int nsteps = 0;
+    int rc = rl_ckpt_store_open_read(uri, &s, e);
+    if (!rc) rc = rl_ckpt_steps(s, &steps, &nsteps, NULL, NULL, e);
+    if (!rc && nsteps == 0) rc = rl_errf(e, RL_EINPUT, "%s: no committed checkpoint there", uri);
+    bool have = step < 0;
+    for (int i = 0; !rc && i < nsteps; i++) have |= steps[i] == step;
+    if (!rc && !have) rc = rl_errf(e, RL_EINPUT, "--step: %s holds no committed step %lld", uri, step);
+    if (!rc && step < 0) step = steps[nsteps - 1];
+    free(steps);
+    rl_model_config mc;
+    rl_sample_opts o = *opts;
+    rl_ckpt_loaded ld = {0};
+    if (!rc) rc = rl_ckpt_model_config(s, step, &mc, &o.eos_id, e);
+    if (!rc && !(rc = rl_model_create(&m, &mc, 1, mc.max_position_embeddings, e))) made = true;
+    if (!rc) rc = rl_ckpt_read_step(s, step, &mc, m.lay.total, m.params, NULL, NULL, &ld, e);
+    rl_ckpt_loaded_free(&ld);
+    if (!rc) rc = load_tokenizer(s, step, &bpe, e);
+    if (!rc && bpe && rl_bpe_vocab_size(bpe) > (uint32_t)mc.vocab_size)
+        rc = rl_errf(e, RL_EINPUT, "%s: step %lld: its tokenizer has %u ids, its model %d", uri, step,
+                     rl_bpe_vocab_size(bpe), mc.vocab_size);
+    /* the frame training put before each document: the template's, else the end of text */
+    int32_t before[16];
+    int nb = 0;
+    const uint32_t *pre = NULL, *post;
+    int np = 0, nq;
+    if (bpe) rl_bpe_template(bpe, &pre, &np, &post, &nq);
+    for (int i = 0; i < np && nb < 16; i++) before[nb++] = (int32_t)pre[i];
+    if (nb == 0 && o.eos_id >= 0) before[nb++] = (int32_t)o.eos_id;
+    if (!rc) rc = rl_sample_text(&m, bpe, before, nb, prompt, &o, text, len, e);
+    if (made) rl_model_destroy(&m);
+    rl_bpe_free(bpe);
+    rl_ckpt_store_close(s);
+    return rc;
+}
