@@ -201,7 +201,7 @@ static int encode_word(rl_bpe_enc *enc, const char *w, size_t n, rl_bpe_ids *o) 
     if (!rc && s && o->n - before <= CACHE_IDS) {
         s->len = (uint8_t)n, s->nids = (uint8_t)(o->n - before);
         memcpy(s->w, w, n);
-        memcpy(s->ids, o->v + before, (o->n - before) * sizeof *o->v);
+        if (o->n > before) memcpy(s->ids, o->v + before, (o->n - before) * sizeof *o->v); /* o->v may be NULL */
     }
     return rc;
 }

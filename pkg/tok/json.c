@@ -47,6 +47,22 @@ static int utf8_cp(const unsigned char *s, size_t n, uint32_t *cp) {
     return *cp = c, len;
 }
 
+/* How many bytes of s[0..n), not valid UTF-8 there, one U+FFFD stands for:
+ * a lead byte and the continuation bytes that could still follow it
+ * (Unicode's maximal subpart, as Rust's from_utf8_lossy and Python do:
+ * "\xe6\x97x" is one U+FFFD and x), else the one byte. */
+static size_t invalid_run(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 1, k = 1;
+    for (; k < len && k < n; k++) {
+        /* the second byte's range is narrower after E0, ED, F0 and F4 */
+        unsigned lo = k == 1 && c == 0xe0 ? 0xa0 : k == 1 && c == 0xf0 ? 0x90 : 0x80;
+        unsigned hi = k == 1 && c == 0xed ? 0x9f : k == 1 && c == 0xf4 ? 0x8f : 0xbf;
+        if (s[k] < lo || s[k] > hi) break;
+    }
+    return k;
+}
+
 char *rl_utf8_lossy(const char *in, size_t n, size_t *out_len) {
     char *out = malloc(3 * n + 1);
     size_t o = 0;
@@ -55,7 +71,8 @@ char *rl_utf8_lossy(const char *in, size_t n, size_t *out_len) {
         uint32_t cp;
         int k = utf8_cp((const unsigned char *)in + i, n - i, &cp);
         if (k > 0 && cp != 0) memcpy(out + o, in + i, (size_t)k), o += (size_t)k, i += (size_t)k;
-        else memcpy(out + o, "\xef\xbf\xbd", 3), o += 3, i++; /* NUL too: the result is a C string */
+        else /* NUL too: the result is a C string */
+            memcpy(out + o, "\xef\xbf\xbd", 3), o += 3, i += k > 0 ? 1 : invalid_run((const unsigned char *)in + i, n - i);
     }
     out[o] = 0;
     *out_len = o;

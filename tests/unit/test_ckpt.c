@@ -291,6 +291,61 @@ Test(ckpt, safetensors_hostile_entry_counts_are_refused_at_once) {
     free(f);
 }
 
+/* ---- the tokenizer a step carries ------------------------------------------------------ */
+Test(ckpt, a_tokenizer_goes_into_the_step_with_its_companions_and_config_names_bos_and_eos) {
+    char dir[64], uri[128], p[256];
+    tmpdir(dir, sizeof dir);
+    snprintf(uri, sizeof uri, "file://%s/ck", dir);
+    rl_ckpt_store *s;
+    rl_err e;
+    cr_assert_eq(rl_ckpt_store_open(uri, &s, &e), 0, "%s", e.msg);
+    fake_state f;
+    fake_fill(&f, 1);
+    static const char tj[] = "{\"model\":{\"type\":\"BPE\"}}"; /* carried byte for byte, not read */
+    rl_ckpt_tokenizer tok = {.json = tj, .len = sizeof tj - 1, .bos = "<s>", .eos = "</s>", .bos_id = 1, .eos_id = 2};
+    rl_ckpt_data d = fake_data(&f, 3);
+    d.tok = &tok;
+    cr_assert_eq(rl_ckpt_write(s, &d, &(rl_ckpt_write_opts){.keep = 1}, NULL, &e), 0, "%s", e.msg);
+    path_of(p, sizeof p, uri + 7, 3, "tokenizer.json");
+    cr_expect(rl_test_file_has(p, tj), "tokenizer.json is the job's file as it was");
+    path_of(p, sizeof p, uri + 7, 3, "tokenizer_config.json");
+    cr_expect(rl_test_file_has(p, "\"tokenizer_class\":\t\"PreTrainedTokenizerFast\""));
+    cr_expect(rl_test_file_has(p, "\"bos_token\":\t\"<s>\"") && rl_test_file_has(p, "\"eos_token\":\t\"</s>\""));
+    path_of(p, sizeof p, uri + 7, 3, "special_tokens_map.json");
+    cr_expect(rl_test_file_has(p, "\"eos_token\":\t\"</s>\""));
+    path_of(p, sizeof p, uri + 7, 3, "config.json");
+    cr_expect(rl_test_file_has(p, "\"bos_token_id\":\t1") && rl_test_file_has(p, "\"eos_token_id\":\t2"));
+    /* the manifest lists (and so a resume verifies) all seven */
+    char *text;
+    size_t len;
+    rl_ckpt_manifest m;
+    path_of(p, sizeof p, uri + 7, 3, "manifest.json");
+    cr_assert_eq(rl_read_file(p, &text, &len, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_ckpt_manifest_parse(text, len, p, &m, &e), 0, "%s", e.msg);
+    free(text);
+    cr_expect_eq(m.nfiles, 7);
+    rl_ckpt_manifest_free(&m);
+    float *params = calloc(f.n, sizeof *params);
+    rl_ckpt_loaded ld;
+    cr_assert_eq(rl_ckpt_load_latest(s, &f.mc, f.n, params, NULL, NULL, &ld, &e), 0, "%s", e.msg);
+    cr_expect(ld.found && ld.step == 3, "the step resumes with the extra files in its manifest");
+    rl_ckpt_loaded_free(&ld);
+    free(params);
+    fake_free(&f);
+    rl_ckpt_store_close(s);
+}
+
+Test(ckpt, a_read_only_open_creates_nothing_and_needs_the_directory) {
+    char dir[64], uri[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(uri, sizeof uri, "file://%s/absent", dir);
+    rl_ckpt_store *s;
+    rl_err e;
+    cr_assert_eq(rl_ckpt_store_open_read(uri, &s, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "absent"), "%s", e.msg);
+    cr_expect_neq(access(uri + 7, F_OK), 0, "nothing was created");
+}
+
 /* ---- a step's files -------------------------------------------------------------------------- */
 Test(ckpt, round_trip_of_every_file) {
     char dir[64], uri[128], p[256];

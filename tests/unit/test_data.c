@@ -754,3 +754,39 @@ Test(data_jsonl, reads_documents_and_names_bad_lines) {
     cr_assert_eq(rl_jsonl_open(tpath("gone.jsonl"), "text", 0, &j, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "gone.jsonl: cannot open"), "%s", e.msg);
 }
+
+/* dataset.json against the job: the tokenizer's identity, its vocabulary
+ * against the model's, and the EOS it names. */
+Test(data_meta, dataset_json_must_name_the_jobs_tokenizer_and_fit_the_model) {
+    static const char sha_a[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    static const char sha_b[] = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    char bpe[400];
+    snprintf(bpe, sizeof bpe,
+             "{\"tokenizer\":{\"type\":\"bpe\",\"file\":\"a/tokenizer.json\",\"sha256\":\"%s\",\"vocab_size\":300},"
+             "\"eos_id\":0}", sha_a);
+    static const char bytes[] = "{\"tokenizer\":{\"type\":\"byte-level\",\"vocab_size\":257},\"eos_id\":256}";
+    rl_err e = {0};
+    int64_t eos;
+    cr_assert_eq(rl_dataset_meta_check(bpe, strlen(bpe), "d/dataset.json", sha_a, "t.json", 300, &eos, &e), 0, "%s", e.msg);
+    cr_expect_eq(eos, 0);
+    cr_assert_eq(rl_dataset_meta_check(bytes, strlen(bytes), "d/dataset.json", NULL, "", 257, &eos, &e), 0, "%s", e.msg);
+    cr_expect_eq(eos, 256);
+    /* another tokenizer: both named */
+    cr_assert_eq(rl_dataset_meta_check(bpe, strlen(bpe), "d/dataset.json", sha_b, "b.json", 300, &eos, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "b.json") && strstr(e.msg, "a/tokenizer.json") && strstr(e.msg, "bbbbbbbbbbbb") &&
+              strstr(e.msg, "aaaaaaaaaaaa"), "%s", e.msg);
+    /* BPE shards, no data.tokenizer; byte shards with one */
+    cr_assert_eq(rl_dataset_meta_check(bpe, strlen(bpe), "d/dataset.json", NULL, "", 300, &eos, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "data.tokenizer: unset") && strstr(e.msg, "a/tokenizer.json"), "%s", e.msg);
+    cr_assert_eq(rl_dataset_meta_check(bytes, strlen(bytes), "d/dataset.json", sha_a, "t.json", 300, &eos, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "byte-level"), "%s", e.msg);
+    /* a model too small for the ids */
+    cr_assert_eq(rl_dataset_meta_check(bpe, strlen(bpe), "d/dataset.json", sha_a, "t.json", 299, &eos, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "model.vocab_size: 299") && strstr(e.msg, "300"), "%s", e.msg);
+    /* not a dataset.json, an EOS outside the vocabulary */
+    cr_assert_eq(rl_dataset_meta_check("[1]", 3, "d/dataset.json", NULL, "", 300, &eos, &e), RL_EINPUT);
+    cr_expect(!strncmp(e.msg, "d/dataset.json: ", 16), "%s", e.msg);
+    static const char far[] = "{\"tokenizer\":{\"type\":\"byte-level\",\"vocab_size\":257},\"eos_id\":257}";
+    cr_assert_eq(rl_dataset_meta_check(far, strlen(far), "d/dataset.json", NULL, "", 300, &eos, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "eos_id"), "%s", e.msg);
+}
