@@ -10,6 +10,7 @@
 
 #include "data/data.h"
 #include "testutil.h"
+#include "tokjson.h"
 #include "train/train.h"
 
 static int count_lines(const char *s) {
@@ -326,5 +327,106 @@ Test(cli, prepare_jsonl_tokenizes_documents_and_names_a_bad_line) {
     cr_expect(strstr(err, "b.jsonl:3: no \"body\" field") != NULL && count_lines(err) == 1, "%s", err);
     snprintf(pat, sizeof pat, "%s/train_000000.bin", out);
     cr_expect_neq(access(pat, F_OK), 0, "a shard was written before the bad line was found");
+    rl_test_rmdir(dir);
+}
+
+/* A Hugging Face tokenizer.json end to end: prepare encodes documents with
+ * it (ids known from the merges' construction), writes dataset.json and
+ * decodes the shard back; a model trained on it with data.tokenizer saves
+ * checkpoints that `generate` continues text from; a job naming another
+ * tokenizer than dataset.json's is refused, as is a WordPiece file (one
+ * line, exit 2, nothing written). */
+Test(cli, prepare_with_a_tokenizer_json_then_train_and_generate, .timeout = 300) {
+    char dir[64] = "/tmp/rl_bpe_XXXXXX", tok[128], tok2[128], docs[128], out[128], cmd[2048], err[8192];
+    cr_assert_not_null(mkdtemp(dir));
+    /* "a"+"b" -> 256, "ab"+"c" -> 257, " "+"t" -> 258; <|endoftext|> is 259 */
+    static const char *const merges[] = {"a", "b", "ab", "c", " ", "t", NULL};
+    static const char *const specials[] = {"<|endoftext|>", NULL};
+    char *js = rl_test_tokenizer_json(merges, specials);
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
+    rl_test_write(tok, js, strlen(js));
+    free(js);
+    static const char *const other[] = {" ", "t", "a", "b", NULL};
+    js = rl_test_tokenizer_json(other, specials); /* another tokenizer: other ids */
+    snprintf(tok2, sizeof tok2, "%s/other.json", dir);
+    rl_test_write(tok2, js, strlen(js));
+    free(js);
+    snprintf(docs, sizeof docs, "%s/docs.jsonl", dir);
+    FILE *f = fopen(docs, "w");
+    cr_assert_not_null(f);
+    fputs("{\"text\":\"abc t\"}\n", f);
+    for (int i = 0; i < 300; i++) fputs("{\"text\":\"ab abc tab cab\"}\n", f);
+    fclose(f);
+    snprintf(out, sizeof out, "%s/data", dir);
+    snprintf(cmd, sizeof cmd, "%s/ringleader-prepare jsonl --tokenizer %s --val-fraction 0 --out %s %s",
+             rl_test_bindir(), tok, out, docs);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    char pat[192];
+    snprintf(pat, sizeof pat, "%s/train_*.bin", out);
+    rl_dataset *d;
+    rl_err e = {0};
+    cr_assert_eq(rl_dataset_open(pat, 260, &d, &e), 0, "%s", e.msg);
+    /* the first document: EOT, "abc" (256 then 257), " t" (258) */
+    const int32_t want[] = {259, 257, 258, 259};
+    int32_t got[4];
+    cr_assert_eq(rl_dataset_read(d, 0, 4, got, &e), 0, "%s", e.msg);
+    cr_expect_arr_eq(got, want, sizeof want);
+    rl_dataset_close(d);
+    char meta[192];
+    snprintf(meta, sizeof meta, "%s/dataset.json", out);
+    cr_expect(rl_test_file_has(meta, "\"eos_id\":\t259") && rl_test_file_has(meta, "\"vocab_size\":\t260"));
+    /* decode gives the documents back, each after its end-of-text token */
+    char text[256];
+    snprintf(cmd, sizeof cmd, "(%s/ringleader-prepare decode --tokenizer %s %s/train_000000.bin | head -c 80 > %s/text)",
+             rl_test_bindir(), tok, out, dir);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    snprintf(text, sizeof text, "%s/text", dir);
+    cr_expect(rl_test_file_has(text, "<|endoftext|>abc t<|endoftext|>ab abc tab cab<|endoftext|>"));
+
+    /* train on it; the checkpoint carries the tokenizer; generate reads it */
+    char job[192];
+    snprintf(job, sizeof job, "%s/job.json", dir);
+    f = fopen(job, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"model\":{\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+               "\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"vocab_size\":260},\"train\":{\"steps\":3,\"warmup_steps\":1,\"seq_len\":16,\"micro_batch\":2,"
+               "\"global_batch_tokens\":32,\"eval_every\":0,\"sample_every\":3,\"sample_prompts\":\"ab\"},"
+               "\"data\":{\"train\":\"%s\",\"val\":\"\",\"eval_task\":\"\",\"tokenizer\":\"%s\"},"
+               "\"checkpoint\":{\"uri\":\"file://%s/ck\"}}", pat, tok, dir);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "RL_NO_PROGRESS=1 %s/ringleader-worker --config %s", rl_test_bindir(), job);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    cr_expect(strstr(err, "\"event\":\"sample\",\"step\":3,\"prompt\":\"ab\",\"text\":\"ab") != NULL, "%s", err);
+    snprintf(cmd, sizeof cmd, "(%s/ringleader-worker generate --checkpoint %s/ck --prompt abc --max-new-tokens 4 "
+             "> %s/gen)", rl_test_bindir(), dir, dir);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    snprintf(text, sizeof text, "%s/gen", dir);
+    cr_expect(rl_test_file_has(text, "abc"), "generate prints the prompt and its continuation");
+    snprintf(text, sizeof text, "%s/ck/step-00000003/tokenizer.json", dir);
+    cr_expect_eq(access(text, F_OK), 0, "the checkpoint carries tokenizer.json");
+
+    /* the shards were made with another tokenizer than the job's */
+    char *jt;
+    size_t jl;
+    cr_assert_eq(rl_read_file(job, &jt, &jl, &e), 0, "%s", e.msg);
+    char *at = strstr(jt, tok);
+    cr_assert_not_null(at);
+    f = fopen(job, "w");
+    fprintf(f, "%.*s%s%s", (int)(at - jt), jt, tok2, at + strlen(tok));
+    fclose(f);
+    free(jt);
+    snprintf(cmd, sizeof cmd, "RL_NO_PROGRESS=1 %s/ringleader-worker --config %s", rl_test_bindir(), job);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "other.json") && strstr(err, "dataset.json"), "%s", err);
+
+    /* a tokenizer this reader does not implement: nothing written */
+    const char *wp = "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}},\"decoder\":null}";
+    rl_test_write(tok2, wp, strlen(wp));
+    snprintf(cmd, sizeof cmd, "%s/ringleader-prepare jsonl --tokenizer %s --out %s/none %s", rl_test_bindir(), tok2,
+             dir, docs);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "model.type") && count_lines(err) == 1, "%s", err);
+    snprintf(text, sizeof text, "%s/none", dir);
+    cr_expect_neq(access(text, F_OK), 0, "nothing written for a refused tokenizer");
     rl_test_rmdir(dir);
 }

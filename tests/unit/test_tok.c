@@ -6,57 +6,16 @@
 #include <criterion/criterion.h>
 
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "testutil.h"
+#include "tokjson.h"
 #include "tok/tok.h"
 
 /* ---- building tokenizer.json ------------------------------------------------ */
-
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sb;
-
-__attribute__((format(printf, 2, 3))) static void sb_add(sb *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (b->n + (size_t)k + 1 > b->cap) {
-        b->cap = 2 * (b->n + (size_t)k + 1);
-        b->s = realloc(b->s, b->cap);
-        cr_assert_not_null(b->s);
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->n, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)k;
-}
-
-/* GPT-2's bytes_to_unicode: printable Latin-1 stands for itself, the other
- * 68 bytes are U+0100.. in byte order. */
-static bool self_byte(int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174; }
-static unsigned bl_cp(unsigned char b) {
-    if (self_byte(b)) return b;
-    unsigned k = 0;
-    for (int c = 0; c < b; c++) k += !self_byte(c);
-    return 256 + k;
-}
-
-/* n raw bytes spelled in the byte-level alphabet, as JSON string content */
-static void sb_bl(sb *b, const char *raw, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        unsigned cp = bl_cp((unsigned char)raw[i]);
-        if (cp == '"' || cp == '\\') sb_add(b, "\\%c", (char)cp);
-        else if (cp < 0x80) sb_add(b, "%c", (char)cp);
-        else sb_add(b, "%c%c", (char)(0xc0 | cp >> 6), (char)(0x80 | (cp & 0x3f)));
-    }
-}
 
 typedef struct {
     const char *const *merges; /* raw-byte pairs, flat, NULL-terminated: "a", "b", "ab", "c", NULL */
@@ -121,46 +80,46 @@ static char *make_doc(const spec *s, vocab_t *v) {
     }
     for (int i = 0; s->words && s->words[i]; i++) vocab_put(v, s->words[i]);
 
-    sb b = {0};
-    sb_add(&b, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":%s,",
+    rl_sb b = {0};
+    rl_sb_add(&b, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":%s,",
            s->added ? s->added : "[]");
-    sb_add(&b, "\"normalizer\":%s,\"pre_tokenizer\":%s,\"post_processor\":%s,", s->normalizer ? s->normalizer : "null",
+    rl_sb_add(&b, "\"normalizer\":%s,\"pre_tokenizer\":%s,\"post_processor\":%s,", s->normalizer ? s->normalizer : "null",
            s->pre ? s->pre : gpt2_pre, s->post ? s->post : "null");
-    if (!s->decoder) sb_add(&b, "\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,"
+    if (!s->decoder) rl_sb_add(&b, "\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,"
                                 "\"use_regex\":true},");
-    else if (*s->decoder) sb_add(&b, "\"decoder\":%s,", s->decoder);
+    else if (*s->decoder) rl_sb_add(&b, "\"decoder\":%s,", s->decoder);
     /* model_more first: cJSON answers a repeated key with its first value */
-    sb_add(&b, "\"model\":{\"type\":\"%s\",%s\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,"
+    rl_sb_add(&b, "\"model\":{\"type\":\"%s\",%s\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,"
                "\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_fallback\":false,\"vocab\":{",
            s->model_type ? s->model_type : "BPE", s->model_more ? s->model_more : "");
     bool first = true;
     for (int c = 0; c < 256; c++) {
         if (s->omit_bytes && c && strchr(s->omit_bytes, c)) continue;
         char raw = (char)c;
-        sb_add(&b, "%s\"", first ? "" : ",");
-        sb_bl(&b, &raw, 1);
-        sb_add(&b, "\":%d", c);
+        rl_sb_add(&b, "%s\"", first ? "" : ",");
+        rl_sb_bytelevel(&b, &raw, 1);
+        rl_sb_add(&b, "\":%d", c);
         first = false;
     }
     for (int i = 0; i < v->n; i++) {
-        sb_add(&b, ",\"");
-        sb_bl(&b, v->tok[i], strlen(v->tok[i]));
-        sb_add(&b, "\":%d", 256 + i);
+        rl_sb_add(&b, ",\"");
+        rl_sb_bytelevel(&b, v->tok[i], strlen(v->tok[i]));
+        rl_sb_add(&b, "\":%d", 256 + i);
     }
-    if (s->vocab_more) sb_add(&b, ",%s", s->vocab_more);
-    sb_add(&b, "},\"merges\":[");
+    if (s->vocab_more) rl_sb_add(&b, ",%s", s->vocab_more);
+    rl_sb_add(&b, "},\"merges\":[");
     first = true;
     for (int i = 0; s->merges && s->merges[i]; i += 2) {
         const char *l = s->merges[i], *r = s->merges[i + 1];
-        sb_add(&b, "%s%s\"", first ? "" : ",", s->pair_merges ? "[" : "");
-        sb_bl(&b, l, strlen(l));
-        sb_add(&b, "%s", s->pair_merges ? "\",\"" : " ");
-        sb_bl(&b, r, strlen(r));
-        sb_add(&b, "\"%s", s->pair_merges ? "]" : "");
+        rl_sb_add(&b, "%s%s\"", first ? "" : ",", s->pair_merges ? "[" : "");
+        rl_sb_bytelevel(&b, l, strlen(l));
+        rl_sb_add(&b, "%s", s->pair_merges ? "\",\"" : " ");
+        rl_sb_bytelevel(&b, r, strlen(r));
+        rl_sb_add(&b, "\"%s", s->pair_merges ? "]" : "");
         first = false;
     }
-    if (s->merges_more) sb_add(&b, "%s%s", first ? "" : ",", s->merges_more);
-    sb_add(&b, "]}}");
+    if (s->merges_more) rl_sb_add(&b, "%s%s", first ? "" : ",", s->merges_more);
+    rl_sb_add(&b, "]}}");
     vocab_free(&local);
     return b.s;
 }
