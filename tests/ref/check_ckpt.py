@@ -28,28 +28,13 @@ import torch
 from safetensors import safe_open
 from transformers import LlamaForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import Report  # noqa: E402
+
 LOGITS_TOL = 1e-5
 
 MODEL = {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 8,
          "num_key_value_heads": 2, "max_position_embeddings": 64, "rope_theta": 50000, "rms_norm_eps": 1e-6}
-
-
-class Report:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, ok, what):
-        print(("PASS " if ok else "FAIL ") + what, flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-
-    def self_check(self, ok, what):
-        print(("SELF-CHECK ok " if ok else "SELF-CHECK FAILED ") + what, flush=True)
-        if not ok:
-            self.failed += 1
 
 
 def rel_err(got, want):

@@ -27,6 +27,9 @@ import torch.nn.functional as F
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import Report  # noqa: E402
+
 LOGITS_TOL = 1e-5
 LOSS_TOL = 1e-6
 GRAD_TOL = 1e-5
@@ -44,26 +47,6 @@ CONFIGS = [
                           "--inter", "72", "--vocab", "50", "--seq", "9", "--batch", "2",
                           "--theta", "500000", "--eps", "1e-6", "--seed", "23"]),
 ]
-
-
-class Report:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, ok, what):
-        print(("PASS " if ok else "FAIL ") + what, flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-
-    def self_check(self, ok, what):
-        # Proves the harness, not the model: a success is not a model pass,
-        # but a failure means the test cannot be trusted, so it fails the run.
-        print(("SELF-CHECK ok " if ok else "SELF-CHECK FAILED ") + what, flush=True)
-        if not ok:
-            self.failed += 1
 
 
 def rel_err(got, want):

@@ -31,7 +31,8 @@ from safetensors import safe_open
 from transformers import LlamaForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_ckpt import LOGITS_TOL, Report, rel_err  # noqa: E402
+from check_ckpt import LOGITS_TOL, rel_err  # noqa: E402
+from report import Report  # noqa: E402
 
 BUCKET = "rl-ref"
 # big enough that optimizer.safetensors (about 18 MB) goes up as a

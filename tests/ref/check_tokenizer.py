@@ -39,6 +39,9 @@ import tempfile
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import Report  # noqa: E402
+
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -51,24 +54,6 @@ EMOJI = ["😀", "👍🏽", "👨\u200d👩\u200d👧", "🇫🇷", "❤️", "
 SPACES = [" ", "  ", "\t", "\n", "\r\n", "\n\n", "   \n", "\u00a0", "\u3000", "\u2028", "\u0085", " \t ", "    "]
 WORDS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "n't", "don't", "I'M", "ringleader", "<|", "|>",
          ".", ",", "!?", "...", "()", "{}", "==", "->", "#", "$", "%", "\"", "'", "def f(x):", "x += 1;"]
-
-
-class Report:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, ok, what):
-        print(("PASS " if ok else "FAIL ") + what, flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-
-    def self_check(self, ok, what):
-        print(("SELF-CHECK ok " if ok else "SELF-CHECK FAILED ") + what, flush=True)
-        if not ok:
-            self.failed += 1
 
 
 def corpus(seed, n):
