@@ -618,8 +618,10 @@ static int run_decode(const args *a, rl_err *e) {
     rl_dataset *d = NULL;
     int rc = a->tokenizer ? rl_bpe_load(a->tokenizer, &t, e) : RL_OK;
     char pattern[16384] = "";
-    for (int i = 0, o = 0; i < a->nfiles && o < (int)sizeof pattern; i++)
+    for (int i = 0, o = 0; i < a->nfiles && !rc; i++) {
         o += snprintf(pattern + o, sizeof pattern - (size_t)o, "%s%s", i ? "," : "", a->files[i]);
+        if (o >= (int)sizeof pattern) rc = rl_errf(e, RL_EINPUT, "decode: the FILEs' names pass %zu bytes: give a glob", sizeof pattern);
+    }
     if (!rc) rc = rl_dataset_open(pattern, t ? (int)rl_bpe_vocab_size(t) : RL_TOK_VOCAB, &d, e);
     static int32_t tok[1 << 16];
     static uint32_t ids[1 << 16];

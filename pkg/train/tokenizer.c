@@ -85,7 +85,9 @@ int rl_train_tokenizer_open(rl_trainer *tr, rl_err *e) {
 }
 
 /* On a CPU model from the host copy of the weights, as the arithmetic
- * evaluation (whatever the device; samples use the training window). */
+ * evaluation (whatever the device; samples use the training window). Every
+ * rank computes the same samples (the weights are replicas, the draws
+ * seeded alike); rank 0 logs them. */
 int rl_train_samples(rl_trainer *tr, rl_err *e) {
     const rl_train_config *t = &tr->cfg.train;
     rl_model cpu;
@@ -105,7 +107,7 @@ int rl_train_samples(rl_trainer *tr, rl_err *e) {
             /* a log line is JSON: invalid UTF-8 from a half-learned model is U+FFFD */
             clean = rl_utf8_lossy(text, len, &cl);
             te = clean ? malloc(cl * 6 + 1) : NULL;
-            if (te)
+            if (te && (!tr->dist || tr->dist->rank == 0))
                 rl_log(RL_LOG_INFO, "sample", "\"step\":%lld,\"prompt\":\"%s\",\"text\":\"%s\"", tr->step,
                        rl_json_escape(pe, sizeof pe, prompt), rl_json_escape(te, cl * 6 + 1, clean));
             else

@@ -769,7 +769,9 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
         if (t->eval_every > 0 && st.step % t->eval_every == 0 && st.step < t->steps &&
             (rc = evaluate(tr, "eval", e)))
             return rc;
-        if (rank == 0 && t->sample_every > 0 && st.step % t->sample_every == 0) {
+        /* every rank, so that none waits in the next step's collectives
+         * (a wait the hang watch would judge) while rank 0 samples */
+        if (t->sample_every > 0 && st.step % t->sample_every == 0) {
             clear_progress(tr);
             if ((rc = rl_train_samples(tr, e))) return rc;
         }

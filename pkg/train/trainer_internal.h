@@ -54,7 +54,7 @@ struct rl_trainer {
  * against it (also with no tokenizer: the shards must then be byte-level). */
 int rl_train_tokenizer_open(rl_trainer *tr, rl_err *e);
 void rl_train_tokenizer_free(rl_trainer *tr);
-/* Rank 0: every line of train.sample_prompts continued, logged (event sample). */
+/* Every line of train.sample_prompts continued; rank 0 logs them (event sample). */
 int rl_train_samples(rl_trainer *tr, rl_err *e);
 
 #endif
