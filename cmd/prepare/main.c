@@ -431,7 +431,8 @@ static int bpe_frame(const args *a, const rl_bpe *t, frame *f, rl_err *e) {
     int np, nq;
     rl_bpe_template(t, &pre, &np, &post, &nq);
     if (np > 16 || nq > 16) return rl_errf(e, RL_EINPUT, "%s: post_processor: more than 16 tokens around a sequence", a->tokenizer);
-    memcpy(f->before, pre, (size_t)np * sizeof *pre), memcpy(f->after, post, (size_t)nq * sizeof *post);
+    if (np) memcpy(f->before, pre, (size_t)np * sizeof *pre);
+    if (nq) memcpy(f->after, post, (size_t)nq * sizeof *post);
     f->nbefore = np, f->nafter = nq;
     if (np + nq > 0 && !a->eos) return RL_OK;
     if (np + nq > 0)
@@ -448,6 +449,7 @@ static int bpe_frame(const args *a, const rl_bpe *t, frame *f, rl_err *e) {
 }
 
 static int bpe_write(bpe_run *b, const uint32_t *v, size_t n, rl_err *e) {
+    if (n == 0) return RL_OK; /* an empty document's ids: no vector at all */
     if (fwrite(v, sizeof *v, n, b->ids) != n)
         return rl_errf(e, RL_EIO, "%s: writing the encoded stream: %s", b->a->out, strerror(errno));
     b->tokens += n;

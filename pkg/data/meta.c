@@ -21,7 +21,8 @@ int rl_dataset_meta_check(const char *json, size_t len, const char *name, const 
         rc = rl_errf(e, RL_EINPUT, "%s: not a dataset.json (an object with a \"tokenizer\" object)", name);
     else if (!cJSON_IsString(type) || (!bpe && strcmp(type->valuestring, "byte-level")))
         rc = rl_errf(e, RL_EINPUT, "%s: tokenizer.type: must be \"bpe\" or \"byte-level\"", name);
-    else if (bpe && (!cJSON_IsString(sha) || strlen(sha->valuestring) != 64))
+    else if (bpe && (!cJSON_IsString(sha) || strlen(sha->valuestring) != 64 ||
+                     strspn(sha->valuestring, "0123456789abcdef") != 64))
         rc = rl_errf(e, RL_EINPUT, "%s: tokenizer.sha256: must be 64 hex digits", name);
     else if (!cJSON_IsNumber(vocab) || vocab->valuedouble < 1 || vocab->valuedouble > (double)INT32_MAX)
         rc = rl_errf(e, RL_EINPUT, "%s: tokenizer.vocab_size: must be a positive integer", name);
@@ -46,5 +47,8 @@ int rl_dataset_meta_check(const char *json, size_t len, const char *name, const 
     else if (cJSON_IsNumber(eos))
         *eos_id = (int64_t)eos->valuedouble;
     cJSON_Delete(d);
+    /* the file's strings are quoted: one line stays one line */
+    for (char *p = rc && e ? e->msg : NULL; p && *p; p++)
+        if ((unsigned char)*p < 0x20) *p = '?';
     return rc;
 }
