@@ -430,3 +430,57 @@ Test(cli, prepare_with_a_tokenizer_json_then_train_and_generate, .timeout = 300)
     cr_expect_neq(access(text, F_OK), 0, "nothing written for a refused tokenizer");
     rl_test_rmdir(dir);
 }
+
+/* ringleader-prepare text: each file one document, after the end-of-text
+ * token -- byte-level (256) or, with --tokenizer, its ids; the split takes
+ * the last --val-fraction of the stream. */
+Test(cli, prepare_text_makes_each_file_a_document_bytes_or_bpe) {
+    char dir[64] = "/tmp/rl_text_XXXXXX", a[128], b[128], tok[128], out[128], cmd[1024], err[4096], pat[320];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/a.txt", dir);
+    snprintf(b, sizeof b, "%s/b.txt", dir);
+    rl_test_write(a, "abc\n", 4);
+    rl_test_write(b, "ab", 2);
+    snprintf(out, sizeof out, "%s/bytes", dir);
+    snprintf(cmd, sizeof cmd, "%s/ringleader-prepare text --val-fraction 0.25 --out %s %s %s", rl_test_bindir(), out,
+             a, b);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    /* 8 tokens: 6 to train, the last 2 (val-fraction 0.25) to val */
+    const int32_t want[] = {256, 'a', 'b', 'c', '\n', 256, 'a', 'b'};
+    int32_t got[8];
+    rl_dataset *d;
+    rl_err e = {0};
+    snprintf(pat, sizeof pat, "%s/train_*.bin,%s/val_*.bin", out, out);
+    cr_assert_eq(rl_dataset_open(pat, RL_TOK_VOCAB, &d, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_dataset_tokens(d), 8);
+    cr_assert_eq(rl_dataset_read(d, 0, 8, got, &e), 0, "%s", e.msg);
+    cr_expect_arr_eq(got, want, sizeof want);
+    rl_dataset_close(d);
+    snprintf(pat, sizeof pat, "%s/val_000000.bin", out);
+    cr_assert_eq(rl_dataset_open(pat, RL_TOK_VOCAB, &d, &e), 0, "%s", e.msg);
+    cr_expect_eq(rl_dataset_tokens(d), 2);
+    rl_dataset_close(d);
+    snprintf(pat, sizeof pat, "%s/dataset.json", out);
+    cr_expect(rl_test_file_has(pat, "\"byte-level\"") && rl_test_file_has(pat, "\"eos_id\":\t256"));
+
+    static const char *const merges[] = {"a", "b", "ab", "c", NULL};
+    static const char *const specials[] = {"<|endoftext|>", NULL};
+    char *js = rl_test_tokenizer_json(merges, specials);
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
+    rl_test_write(tok, js, strlen(js));
+    free(js);
+    snprintf(out, sizeof out, "%s/bpe", dir);
+    snprintf(cmd, sizeof cmd, "%s/ringleader-prepare text --tokenizer %s --val-fraction 0 --out %s %s %s",
+             rl_test_bindir(), tok, out, a, b);
+    cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    /* "abc" is 257 ("ab" 256 + "c"), "\n" its byte, "ab" 256; EOT is 258 */
+    const int32_t bw[] = {258, 257, '\n', 258, 256};
+    int32_t bg[5];
+    snprintf(pat, sizeof pat, "%s/train_*.bin", out);
+    cr_assert_eq(rl_dataset_open(pat, 259, &d, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_dataset_tokens(d), 5);
+    cr_assert_eq(rl_dataset_read(d, 0, 5, bg, &e), 0, "%s", e.msg);
+    cr_expect_arr_eq(bg, bw, sizeof bw);
+    rl_dataset_close(d);
+    rl_test_rmdir(dir);
+}
