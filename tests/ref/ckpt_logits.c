@@ -9,7 +9,6 @@
  * usage: ckpt_logits CKPT_URI OUTDIR [--batch 2 --seq 16 --seed 3]
  * Writes OUTDIR/meta.json (batch, seq, vocab, step, dir), tokens.i32 and
  * logits.f32 (raw little-endian). */
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,27 +22,18 @@ static int die(const char *what, const rl_err *e) {
     return 1;
 }
 
-/* The model config the checkpoint was written with: trainer_state.json's
- * copy of the job config (config.json carries Hugging Face extras that our
- * strict reader refuses). */
+/* The model config the latest checkpoint was written with. */
 static int model_config(rl_ckpt_store *s, long long *step, rl_model_config *mc, rl_err *e) {
-    char *t, key[96];
+    char *t;
     size_t n;
+    int64_t eos;
     int rc = rl_ckpt_get(s, "latest", 0, 64, (void **)&t, &n, e);
     if (rc) return rc;
     while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == ' ')) n--;
     *step = rl_ckpt_parse_step_name(t, n);
     free(t);
     if (*step < 0) return rl_errf(e, RL_EINPUT, "%s/latest does not name a step", s->uri);
-    snprintf(key, sizeof key, "step-%08lld/trainer_state.json", *step);
-    if ((rc = rl_ckpt_get(s, key, 0, UINT64_MAX, (void **)&t, &n, e))) return rc;
-    cJSON *r = cJSON_ParseWithLength(t, n);
-    free(t);
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "config"), "model");
-    rl_model_config_default(mc);
-    rc = m ? rl_model_config_from_json(m, key, mc, e) : rl_errf(e, RL_EINPUT, "%s: no config.model", key);
-    cJSON_Delete(r);
-    return rc;
+    return rl_ckpt_model_config(s, *step, mc, &eos, e);
 }
 
 int main(int argc, char **argv) {
