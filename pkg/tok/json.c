@@ -374,7 +374,8 @@ static int parse_added(ctx *c, rl_bpe *t, const cJSON *arr) {
 static int compile(ctx *c, const char *where, const char *pat, bool literal, pcre2_code **out) {
     int err;
     PCRE2_SIZE at;
-    uint32_t opt = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
+    /* PCRE2_LITERAL refuses PCRE2_UCP (a literal has no classes to widen) */
+    uint32_t opt = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     *out = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opt, &err, &at, NULL);
     if (!*out) {
         char msg[160];
@@ -410,8 +411,10 @@ static int parse_split(ctx *c, rl_bpe *t, const cJSON *p, const char *where) {
     if (!cJSON_IsObject(pat) || cJSON_IsString(re) == cJSON_IsString(lit))
         return BAD(c, "%s.pattern: must be {\"Regex\": ...} or {\"String\": ...}", where);
     char w[120];
-    snprintf(w, sizeof w, "%s.pattern.%s", where, re ? "Regex" : "String");
-    return compile(c, w, (re ? re : lit)->valuestring, !re, &t->splits[t->nsplits++]);
+    /* the one that is a string (the other absent or null) */
+    bool regex = cJSON_IsString(re);
+    snprintf(w, sizeof w, "%s.pattern.%s", where, regex ? "Regex" : "String");
+    return compile(c, w, (regex ? re : lit)->valuestring, !regex, &t->splits[t->nsplits++]);
 }
 
 static int parse_pre(ctx *c, rl_bpe *t, const cJSON *p) {

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     rl_log_init(-1);
     rl_err e = {0};
     rl_ckpt_store *s;
-    if (rl_ckpt_store_open(argv[1], &s, &e)) return die(argv[1], &e);
+    if (rl_ckpt_store_open_read(argv[1], &s, &e)) return die(argv[1], &e);
     rl_model_config mc;
     long long latest;
     if (model_config(s, &latest, &mc, &e)) return die("config", &e);

@@ -706,6 +706,22 @@ Test(tok, a_merge_string_without_a_space_is_refused) {
     expect_bad(&(spec){.merges_more = "\"ab\""}, "model.merges[0]", "one space");
 }
 
+/* {"Regex": null, "String": "b"}: the String is the pattern, matched as
+ * written; "ab" is then never one word, so its merge cannot apply */
+Test(tok, a_split_pattern_with_a_null_regex_uses_its_string) {
+    static const char *const m[] = {"a", "b", NULL};
+    rl_bpe *t = parse_ok(&(spec){.merges = m,
+                                 .pre = "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
+                                        "{\"Regex\":null,\"String\":\"b\"},\"behavior\":\"Isolated\",\"invert\":false},"
+                                        "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]}"},
+                         NULL);
+    expect_ids(t, "abc", false, (const uint32_t[]){'a', 'b', 'c'}, 3);
+    rl_bpe_free(t);
+    t = parse_ok(&(spec){.merges = m}, NULL); /* GPT-2's pattern: "abc" is one word */
+    expect_ids(t, "abc", false, (const uint32_t[]){256, 'c'}, 2);
+    rl_bpe_free(t);
+}
+
 Test(tok, a_split_with_behavior_removed_is_refused) {
     expect_bad(&(spec){.pre = "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"String\":"
                               "\" \"},\"behavior\":\"Removed\",\"invert\":false},{\"type\":\"ByteLevel\","
