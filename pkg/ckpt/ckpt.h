@@ -233,8 +233,6 @@ typedef struct rl_ckpt_state {
     double saved_unix;
 } rl_ckpt_state;
 
-/* One checkpoint's data. params, m, v hold n floats in the model's layout
- * (pkg/model); config_json is the job config as JSON (object text). */
 /* The job's tokenizer (data.tokenizer): its file goes into every step
  * directory with tokenizer_config.json and special_tokens_map.json, and
  * config.json names its BOS/EOS ids, so that transformers' AutoTokenizer
@@ -247,6 +245,8 @@ typedef struct rl_ckpt_tokenizer {
     int64_t bos_id, eos_id; /* -1: none */
 } rl_ckpt_tokenizer;
 
+/* One checkpoint's data. params, m, v hold n floats in the model's layout
+ * (pkg/model); config_json is the job config as JSON (object text). */
 typedef struct rl_ckpt_data {
     rl_model_config model;
     const rl_ckpt_tokenizer *tok; /* NULL: the byte-level tokenizer */

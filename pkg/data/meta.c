@@ -48,7 +48,6 @@ int rl_dataset_meta_check(const char *json, size_t len, const char *name, const 
         *eos_id = (int64_t)eos->valuedouble;
     cJSON_Delete(d);
     /* the file's strings are quoted: one line stays one line */
-    for (char *p = rc && e ? e->msg : NULL; p && *p; p++)
-        if ((unsigned char)*p < 0x20) *p = '?';
+    if (rc) rl_err_one_line(e);
     return rc;
 }

@@ -187,9 +187,7 @@ static int encode_word(rl_bpe_enc *enc, const char *w, size_t n, rl_bpe_ids *o) 
     if (n == 1 && t->byte_id[(unsigned char)w[0]] != RL_BPE_NONE) return push_id(o, t->byte_id[(unsigned char)w[0]]);
     cache_slot *s = NULL;
     if (n <= CACHE_WORD) {
-        uint64_t h = 1469598103934665603ull;
-        for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)w[i]) * 1099511628211ull;
-        s = &enc->cache[rl_bpe_hash(h) % CACHE_SLOTS];
+        s = &enc->cache[rl_bpe_hash_bytes(w, n) % CACHE_SLOTS];
         if (s->len == n && !memcmp(s->w, w, n)) {
             for (int i = 0; i < s->nids; i++)
                 if (push_id(o, s->ids[i])) return RL_ENOMEM;

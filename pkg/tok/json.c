@@ -113,9 +113,7 @@ static int arena_add(rl_bpe *t, const char *s, uint32_t *off, uint32_t *len, boo
 }
 
 uint32_t rl_bpe_lookup(const rl_bpe *t, const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    for (uint32_t i = (uint32_t)rl_bpe_hash(h) & t->vmask;; i = (i + 1) & t->vmask) {
+    for (uint32_t i = (uint32_t)rl_bpe_hash_bytes(s, n) & t->vmask;; i = (i + 1) & t->vmask) {
         uint32_t k = t->vmap[i];
         if (!k) return RL_BPE_NONE;
         const rl_bpe_entry *en = &t->ent[k - 1];
@@ -127,9 +125,7 @@ uint32_t rl_bpe_lookup(const rl_bpe *t, const char *s, size_t n) {
  * one (a JSON object's last duplicate key wins, as in serde's map). */
 static void vmap_put(rl_bpe *t, uint32_t k) {
     const rl_bpe_entry *en = &t->ent[k];
-    uint64_t h = 1469598103934665603ull;
-    for (uint32_t j = 0; j < en->len; j++) h = (h ^ (unsigned char)t->arena[en->off + j]) * 1099511628211ull;
-    for (uint32_t i = (uint32_t)rl_bpe_hash(h) & t->vmask;; i = (i + 1) & t->vmask) {
+    for (uint32_t i = (uint32_t)rl_bpe_hash_bytes(t->arena + en->off, en->len) & t->vmask;; i = (i + 1) & t->vmask) {
         uint32_t o = t->vmap[i];
         if (o && (t->ent[o - 1].len != en->len || memcmp(t->arena + t->ent[o - 1].off, t->arena + en->off, en->len)))
             continue;
@@ -152,11 +148,11 @@ __attribute__((format(printf, 2, 3))) static int bad(ctx *c, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
+    rl_errf(c->e, RL_EINPUT, "%s: %s", c->name, m);
     /* the file's own strings are quoted: a control character in one (a JSON
      * "\n") must not break the message's one line */
-    for (char *p = m; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-    return rl_errf(c->e, RL_EINPUT, "%s: %s", c->name, m);
+    rl_err_one_line(c->e);
+    return RL_EINPUT;
 }
 
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }

@@ -63,5 +63,12 @@ static inline uint64_t rl_bpe_hash(uint64_t x) {
     x ^= x >> 33;
     return x;
 }
+/* A token's bytes hashed (FNV-1a, then mixed): the vocabulary's and the
+ * word cache's slots. */
+static inline uint64_t rl_bpe_hash_bytes(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return rl_bpe_hash(h);
+}
 
 #endif

@@ -17,6 +17,11 @@ int rl_errf(rl_err *e, int code, const char *fmt, ...) {
     return code;
 }
 
+void rl_err_one_line(rl_err *e) {
+    for (char *p = e ? e->msg : NULL; p && *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
 int rl_err_wrap(rl_err *e, const char *fmt, ...) {
     if (!e) return RL_EINTERNAL;
     char prefix[256], old[sizeof e->msg];

@@ -39,6 +39,9 @@ int rl_errf(rl_err *e, int code, const char *fmt, ...)
 /* Prepend context ("reading x: " + old message), keeping the code. */
 int rl_err_wrap(rl_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *rl_err_name(int code);
+/* Control characters (and DEL) in the message become '?': for messages
+ * that quote an untrusted file's strings, which must stay one line. */
+void rl_err_one_line(rl_err *e);
 
 /* ---- why a process ended: exit statuses and their failure classes --------
  * The worker says why it ends in its exit status (and its termination
