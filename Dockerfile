@@ -16,8 +16,8 @@
 # Ubuntu 24.04, not 22.04: pkg/http uses CURLOPT_PROTOCOLS_STR (libcurl >=
 # 7.85); 22.04 has libcurl 7.81.
 #
-# Network: only the two apt steps download (the package lists and .debs,
-# kept in BuildKit cache mounts). The compile and everything after it run
+# Network: only the apt steps and the pyarrow wheel download (the package
+# lists, .debs and wheel kept in BuildKit cache mounts). The compile and everything after it run
 # with --network=none, so once the base images are present and the apt
 # layers are built (or cached), a source change rebuilds without network.
 # For a machine that never has network: pull the base images and export the
@@ -107,13 +107,19 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     apt-get update && \
     apt-get install -y --no-install-recommends ${nccl:+"$nccl"} \
       build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev \
-      libopenblas-dev libmicrohttpd-dev libyaml-dev libpcre2-dev
+      libopenblas-dev libmicrohttpd-dev libyaml-dev libpcre2-dev python3 python3-venv
+# Apache Arrow's C++ libraries for ringleader-prepare parquet: no distribution
+# packages them, pyarrow's wheel does (the Makefile's `make parquet`)
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /opt/arrow && /opt/arrow/bin/pip install -q --disable-pip-version-check pyarrow
 
 WORKDIR /src
 COPY Makefile ./
+COPY scripts/ref_venv.sh scripts/
 COPY cmd cmd
 COPY pkg pkg
 COPY kernels kernels
+COPY tests/support/make_parquet.py tests/support/
 # CUDA_ARCHS: nvcc -gencode flags (the Makefile's default: sm_80 and sm_90).
 # EXTRA_CFLAGS: warnings are not fatal here; the tested compiler is
 # Debian 12's gcc 12 (make test, -Werror), this image's is Ubuntu's gcc 13.
@@ -121,10 +127,14 @@ ARG CUDA_ARCHS=
 ARG EXTRA_CFLAGS=-Wno-error
 RUN --network=none \
     make -j"$(nproc)" USE_CUDA="$USE_CUDA" CFLAGS="$EXTRA_CFLAGS" ${CUDA_ARCHS:+CUDA_ARCHS="$CUDA_ARCHS"} \
-      bin/ringleader-worker bin/ringleader-prepare && \
-    mkdir -p /out/bin /out/data && \
+      ARROW_VENV=/opt/arrow bin/ringleader-worker bin/ringleader-prepare lib/ringleader/libringleader-parquet.so && \
+    mkdir -p /out/bin /out/data /out/lib/ringleader && \
     cp bin/ringleader-worker bin/ringleader-prepare /out/bin/ && \
-    bin/ringleader-prepare arith --out /out/data/arith
+    pa=$(/opt/arrow/bin/python -c 'import pyarrow; print(pyarrow.get_library_dirs()[0])') && \
+    cp lib/ringleader/libringleader-parquet.so "$pa"/libarrow.so.[0-9]* "$pa"/libparquet.so.[0-9]* /out/lib/ringleader/ && \
+    bin/ringleader-prepare arith --out /out/data/arith && \
+    mkdir /tmp/pq && /opt/arrow/bin/python tests/support/make_parquet.py /tmp/pq && \
+    bin/ringleader-prepare parquet --out /tmp/pq/out /tmp/pq/a.parquet /tmp/pq/b.parquet && rm -rf /tmp/pq
 
 # ---- the workers' runtime (the default target) -------------------------------------------
 FROM ${RUNTIME_BASE} AS worker
@@ -148,6 +158,8 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     apt-get install -y --no-install-recommends "$@"
 
 COPY --from=build /out/bin/ /usr/local/bin/
+# the Parquet reader and Arrow's libraries beside it (its RUNPATH is $ORIGIN)
+COPY --from=build /out/lib/ /usr/local/lib/
 # the arithmetic corpus, where the embedded default config looks for it
 # (data/arith relative to the working directory) and the examples name it
 COPY --from=build /out/data/ /opt/ringleader/data/
@@ -157,7 +169,7 @@ RUN --network=none \
     groupadd --gid 65532 ringleader && \
     useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin ringleader && \
-    for b in /usr/local/bin/ringleader-*; do \
+    for b in /usr/local/bin/ringleader-* /usr/local/lib/ringleader/*.so*; do \
       if ldd "$b" | grep 'not found' | grep -v 'libcuda\.so'; then echo "$b: missing libraries" >&2; exit 1; fi; \
     done
 

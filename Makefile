@@ -120,6 +120,28 @@ $(BIN)/ringleader-%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard cmd/$$*/*.c)) $(BU
 # stage) has no CUDA runtime to load one from.
 $(BIN)/ringleader-operator: LDLIBS := $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 
+# ---- Parquet: ringleader-prepare parquet reads through Apache Arrow's C++ -------
+# library. Debian 12 packages no Arrow, so the shared libraries and headers
+# come from pyarrow's wheel (PyPI, a private venv; documented for building
+# C++ against pyarrow: pyarrow.get_include / get_library_dirs). The shim
+# (pkg/data/parquet_arrow.cc) is its own shared object in lib/ringleader
+# beside bin/, which ringleader-prepare loads only in that mode; it finds
+# Arrow's libraries beside itself ($$ORIGIN, the image copies them there) or
+# in the venv. make test builds it; make and make run do not need it.
+ARROW_VENV ?= .venv-arrow
+PARQUET_DIR := $(dir $(BIN))lib/ringleader
+PARQUET_LIB := $(PARQUET_DIR)/libringleader-parquet.so
+CXX ?= g++
+.PHONY: parquet
+parquet: $(PARQUET_LIB)
+$(PARQUET_LIB): pkg/data/parquet_arrow.cc
+	@scripts/ref_venv.sh $(ARROW_VENV) pyarrow:pyarrow.parquet
+	@mkdir -p $(dir $@)
+	pa=$$($(ARROW_VENV)/bin/python -c 'import pyarrow; print(pyarrow.get_library_dirs()[0])') && \
+	$(CXX) -std=c++20 -O2 -g -fPIC -shared -Wall -Wextra -Werror -isystem "$$pa/include" $< -o $@ \
+	  "$$pa"/libparquet.so.[0-9]* "$$pa"/libarrow.so.[0-9]* -Wl,--no-undefined \
+	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,"$$pa"
+
 # ---- the embedded default: arithmetic corpus, then train ----------------------
 RUN_DATA ?= data/arith
 run:
@@ -152,7 +174,7 @@ $(TIER_BINS): $(TEST_SUPPORT_OBJS) $(LIB)
 
 test:
 	@scripts/deps.sh test
-	@$(MAKE) --no-print-directory -j2 all $(TEST_BIN) fuzz-build
+	@$(MAKE) --no-print-directory -j2 all $(PARQUET_LIB) $(TEST_BIN) fuzz-build
 	@$(MAKE) --no-print-directory -j2 fuzz-smoke
 	@scripts/run-tests.sh $(TEST_BIN) -j2 --verbose=0
 
@@ -160,7 +182,7 @@ test:
 # the time the run took is the last line.
 test-unit test-integration test-e2e: test-%:
 	@scripts/deps.sh test
-	@$(MAKE) --no-print-directory -j2 all $(BUILD)/tests/$*
+	@$(MAKE) --no-print-directory -j2 all $(PARQUET_LIB) $(BUILD)/tests/$*
 	@t0=$$(date +%s); scripts/run-tests.sh $(BUILD)/tests/$* -j2 --verbose=0; rc=$$?; \
 	  echo "test-$*: $$(( $$(date +%s) - t0 )) s"; exit $$rc
 
@@ -205,7 +227,8 @@ asan:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory BUILD=build-asan BIN=build-asan/bin OPT="-O1 -g" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" USE_CUDA=0 \
-	  build-asan/tests/all build-asan/bin/ringleader-worker build-asan/bin/ringleader-prepare build-asan/bin/ringleader-operator
+	  build-asan/tests/all build-asan/bin/ringleader-worker build-asan/bin/ringleader-prepare build-asan/bin/ringleader-operator \
+	  build-asan/lib/ringleader/libringleader-parquet.so
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp RL_TEST_BIN=build-asan/bin scripts/run-tests.sh build-asan/tests/all -j2 --verbose=0
 
 # Reference check against Hugging Face transformers (PyTorch, CPU).

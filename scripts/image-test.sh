@@ -15,8 +15,8 @@
 #   4. in the workers' image, as the image's user 65532:65532 with the root
 #      file system read-only and a tmpfs at /tmp (a pod's
 #      readOnlyRootFilesystem + emptyDir): the worker on the embedded default
-#      (it must train and answer held-out sums) and ringleader-prepare
-#      --help; in the operator's, the same way, ringleader-operator --help,
+#      (it must train and answer held-out sums), ringleader-prepare
+#      --help and its Parquet reader (Arrow must answer); in the operator's, the same way, ringleader-operator --help,
 #      and ldd must show every library found and none of CUDA's.
 #
 # Needs root (buildah's chroot isolation, mmdebstrap's root mode, a bind
@@ -203,4 +203,10 @@ grep -Eq '^held-out sums answered exactly: [0-9]+ of [0-9]+' "$LOGS/worker.log" 
   || { tail -n 20 "$LOGS/worker.log"; die "no held-out sums line"; }
 say "run: workers: worker exited 0 in $(lap "$t")"
 run_help workers ringleader-prepare
+# the Parquet reader loads in the image and Arrow answers (a file that is
+# not Parquet: Arrow's own message, exit 2; the build stage converted a real one)
+rc=0; ro_run "$LOGS/parquet.log" 120 ringleader-prepare parquet --out /tmp/pq /etc/passwd || rc=$?
+{ [ "$rc" -eq 2 ] && grep -q 'Parquet magic bytes not found' "$LOGS/parquet.log"; } \
+  || { cat "$LOGS/parquet.log"; die "workers: ringleader-prepare parquet did not reach Arrow (exit $rc)"; }
+say "run: workers: ringleader-prepare parquet reaches Arrow: $(head -n 1 "$LOGS/parquet.log" | cut -c1-100)"
 say "passed in $(lap "$T0") (built on Debian 12, USE_CUDA=0; both images run as 65532:65532, read-only root, tmpfs /tmp)"

@@ -42,6 +42,12 @@ static const char usage[] =
     "                    is written\n"
     "      --field NAME       the string field holding the text (default \"text\")\n"
     "      --tokenizer F, --eos TOKEN, --val-fraction F, --shard-tokens N   as for text\n"
+    "  parquet FILE...   Parquet (as datasets' to_parquet writes): each row of a string\n"
+    "                    column a document, read by Apache Arrow's C++ library (the\n"
+    "                    reader `make parquet` builds into lib/ringleader beside bin/);\n"
+    "                    every row is read before any shard is written\n"
+    "      --field NAME, --tokenizer F, --eos TOKEN, --val-fraction F, --shard-tokens N\n"
+    "                         as for jsonl\n"
     "  decode FILE...    shards back to text, on stdout (no --out)\n"
     "      --tokenizer F      the tokenizer that wrote them (default byte-level)\n"
     "  arith             lines \"a+b=c\\n\"; held-out pairs appear only in val\n"
@@ -60,7 +66,7 @@ static const char usage[] =
     "  --out DIR         output directory (created if missing; required)\n"
     "  -h, --help        this text\n"
     "\n"
-    "text and jsonl also write DIR/dataset.json: the tokenizer (sha256, vocabulary),\n"
+    "text, jsonl and parquet also write DIR/dataset.json: the tokenizer (sha256, vocabulary),\n"
     "token counts and sources. Progress goes to stderr: a status line on a terminal,\n"
     "else JSON lines (event prepare_progress). Ends with one JSON log line (event\n"
     "prepare_done) naming what was written.\n";
@@ -113,6 +119,7 @@ typedef struct {
     uint64_t vocab;
     const char *field;
     const char *tokenizer, *eos;
+    const char *parquet_lib; /* the Arrow shim, beside this binary */
     const char **files;
     int nfiles;
 } args;
@@ -136,11 +143,12 @@ static int parse_args(int argc, char **argv, args *a) {
         return 2;
     }
     a->mode = argv[1];
-    bool jsonl = !strcmp(a->mode, "jsonl"), text = jsonl || !strcmp(a->mode, "text"),
+    bool records = !strcmp(a->mode, "jsonl") || !strcmp(a->mode, "parquet"),
+         text = records || !strcmp(a->mode, "text"),
          arith = !strcmp(a->mode, "arith"), synth = !strcmp(a->mode, "synthetic"),
          decode = !strcmp(a->mode, "decode");
     if (!text && !arith && !synth && !decode) {
-        fprintf(stderr, PROG ": %s: unknown mode (text, jsonl, decode, arith or synthetic; see --help)\n",
+        fprintf(stderr, PROG ": %s: unknown mode (text, jsonl, parquet, decode, arith or synthetic; see --help)\n",
                 a->mode);
         return 2;
     }
@@ -164,8 +172,8 @@ static int parse_args(int argc, char **argv, args *a) {
     if (arith || synth) fl[n++] = (rl_flag){"--seed", NULL, RL_FLAG_STR, &seed, 0, 0};
     if (arith || synth) fl[n++] = (rl_flag){"--tokens", NULL, RL_FLAG_STR, &tokens, 0, 0};
     if (synth) fl[n++] = (rl_flag){"--vocab", NULL, RL_FLAG_STR, &vocab, 0, 0};
-    if (jsonl) fl[n++] = (rl_flag){"--field", NULL, RL_FLAG_STR, &field, 0, 0};
-    /* text, jsonl and decode take files */
+    if (records) fl[n++] = (rl_flag){"--field", NULL, RL_FLAG_STR, &field, 0, 0};
+    /* text, jsonl, parquet and decode take files */
     int rc = rl_flags_parse(PROG, argc, argv, 2, fl, n, text || decode ? a->files : NULL, argc, &a->nfiles);
     if (rc) return rc;
     if (out && !*out) return bad_flag("--out", "must not be empty");
@@ -189,7 +197,7 @@ static int parse_args(int argc, char **argv, args *a) {
     return 0;
 }
 
-/* ---- text and jsonl: the split -------------------------------------------------- */
+/* ---- text, jsonl and parquet: the split -------------------------------------------------- */
 
 /* Sends the first `ntrain` tokens of the stream to train, the rest to val. */
 typedef struct {
@@ -337,22 +345,29 @@ static int text_file(router *r, const char *path, uint64_t expect, rl_err *e) {
     return rc;
 }
 
+/* jsonl and parquet: files of records, each a document */
+static bool records(const args *a) { return strcmp(a->mode, "text") != 0; }
+static int docs_open(const args *a, const char *path, rl_docs **d, rl_err *e) {
+    return rl_docs_open(!strcmp(a->mode, "parquet") ? RL_DOCS_PARQUET : RL_DOCS_JSONL, path, a->field,
+                        a->parquet_lib, d, e);
+}
+
 /* One file's documents, each an end-of-text token then its bytes: routed
  * (r non-NULL) or only counted. *tokens is the file's token count; with
  * expect (the first pass's count) a file that changed in between fails. */
-static int jsonl_file(router *r, const args *a, const char *path, uint64_t expect, uint64_t *tokens,
-                      uint64_t *docs, rl_err *e) {
-    rl_jsonl *j;
-    int rc = rl_jsonl_open(path, a->field, 0, &j, e);
+static int records_file(router *r, const args *a, const char *path, uint64_t expect, uint64_t *tokens,
+                        uint64_t *docs, rl_err *e) {
+    rl_docs *d;
+    int rc = docs_open(a, path, &d, e);
     const char *text;
     size_t len;
     *tokens = 0, *docs = 0;
-    while (!rc && !(rc = rl_jsonl_next(j, &text, &len, e)) && text) {
+    while (!rc && !(rc = rl_docs_next(d, &text, &len, e)) && text) {
         *tokens += len + 1;
         (*docs)++;
         if (r && !(rc = route(r, &eot, 1, e))) rc = route_bytes(r, (const unsigned char *)text, len, e);
     }
-    rl_jsonl_close(j);
+    rl_docs_close(d);
     if (!rc && r && *tokens != expect)
         rc = rl_errf(e, RL_EIO, "%s: changed while being read (%llu tokens, %llu on the first pass)", path,
                      (unsigned long long)*tokens, (unsigned long long)expect);
@@ -362,22 +377,21 @@ static int jsonl_file(router *r, const args *a, const char *path, uint64_t expec
 typedef struct {
     const args *a;
     const source *src;
-    const uint64_t *tokens; /* jsonl: each file's count from the first pass */
+    const uint64_t *tokens; /* records: each file's count from the first pass */
 } byte_feed;
 
 static int feed_bytes(router *r, void *ctx, rl_err *e) {
     const byte_feed *f = ctx;
-    bool jsonl = !strcmp(f->a->mode, "jsonl");
     int rc = RL_OK;
     uint64_t n, d;
     for (int i = 0; i < f->a->nfiles && !rc; i++)
-        rc = jsonl ? jsonl_file(r, f->a, f->a->files[i], f->tokens[i], &n, &d, e)
+        rc = records(f->a) ? records_file(r, f->a, f->a->files[i], f->tokens[i], &n, &d, e)
                    : text_file(r, f->a->files[i], f->src[i].bytes, e);
     return rc;
 }
 
-/* text: every file is one document; jsonl: two passes, the first reads
- * every line (a bad one stops the run before any shard is written) and
+/* text: every file is one document; records: two passes, the first reads
+ * every record (a bad one stops the run before any shard is written) and
  * counts the tokens the split needs. */
 static int run_bytes(const args *a, source *src, uint64_t *total, rl_err *e) {
     uint64_t *tokens = calloc((size_t)a->nfiles, sizeof *tokens);
@@ -385,8 +399,8 @@ static int run_bytes(const args *a, source *src, uint64_t *total, rl_err *e) {
     int rc = RL_OK;
     *total = 0;
     for (int i = 0; i < a->nfiles && !rc; i++) {
-        if (!strcmp(a->mode, "jsonl")) {
-            rc = jsonl_file(NULL, a, a->files[i], 0, &tokens[i], &src[i].docs, e);
+        if (records(a)) {
+            rc = records_file(NULL, a, a->files[i], 0, &tokens[i], &src[i].docs, e);
         } else {
             tokens[i] = src[i].bytes + 1; /* + its end-of-text token */
             src[i].docs = 1;
@@ -479,7 +493,7 @@ static int bpe_add(bpe_run *b, char *text, size_t len, rl_err *e) {
 static int bpe_file(bpe_run *b, int i, source *src, rl_err *e) {
     const char *path = b->a->files[i];
     uint64_t done0 = b->pr.done;
-    if (strcmp(b->a->mode, "jsonl")) {
+    if (!records(b->a)) {
         char *text;
         size_t len;
         int rc = rl_read_file(path, &text, &len, e);
@@ -488,18 +502,19 @@ static int bpe_file(bpe_run *b, int i, source *src, rl_err *e) {
         b->pr.done += len;
         return bpe_add(b, text, len, e);
     }
-    rl_jsonl *j;
-    int rc = rl_jsonl_open(path, b->a->field, 0, &j, e);
+    rl_docs *d;
+    int rc = docs_open(b->a, path, &d, e);
     const char *text;
     size_t len;
-    while (!rc && !(rc = rl_jsonl_next(j, &text, &len, e)) && text) {
+    while (!rc && !(rc = rl_docs_next(d, &text, &len, e)) && text) {
         char *copy = malloc(len + 1);
-        if (!copy) rc = rl_errf(e, RL_ENOMEM, "%s:%lld: out of memory", path, rl_jsonl_line(j));
+        if (!copy) rc = rl_errf(e, RL_ENOMEM, "%s: document %llu: out of memory", path,
+                                (unsigned long long)src[i].docs + 1);
         else memcpy(copy, text, len + 1), rc = bpe_add(b, copy, len, e);
         src[i].docs++;
-        b->pr.done = done0 + (uint64_t)rl_jsonl_offset(j);
+        b->pr.done = done0 + rl_docs_done(d, src[i].bytes);
     }
-    rl_jsonl_close(j);
+    rl_docs_close(d);
     return rc;
 }
 
@@ -702,6 +717,20 @@ static int summarize(const char *dir, const char *prefix, char *json, size_t n, 
     return RL_OK;
 }
 
+/* The Parquet reader (make parquet) lives in ../lib/ringleader beside
+ * this binary's directory: bin/ in a checkout, /usr/local/bin in the image. */
+static void find_parquet_lib(args *a) {
+    static char path[4200];
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) n = 0;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(path, sizeof path, "%s/../lib/ringleader/libringleader-parquet.so", slash ? self : ".");
+    a->parquet_lib = path;
+}
+
 int main(int argc, char **argv) {
     rl_log_init(-1);
     args a = {0};
@@ -710,6 +739,7 @@ int main(int argc, char **argv) {
         free(a.files);
         return prc < 0 ? 0 : prc;
     }
+    find_parquet_lib(&a);
     double t0 = rl_now();
     rl_err e = {0};
     int rc;
@@ -720,7 +750,7 @@ int main(int argc, char **argv) {
         if (rc) fprintf(stderr, PROG ": %s\n", e.msg);
         return rl_err_exit_status(rc);
     }
-    if (!strcmp(a.mode, "text") || !strcmp(a.mode, "jsonl")) {
+    if (!strcmp(a.mode, "text") || !strcmp(a.mode, "jsonl") || !strcmp(a.mode, "parquet")) {
         rc = run_text(&a, &e);
         has_val = a.val_fraction > 0;
     } else if (!strcmp(a.mode, "arith")) {

@@ -153,6 +153,32 @@ void rl_jsonl_close(rl_jsonl *j);
 int rl_jsonl_parse_line(const char *line, size_t len, const char *field, const char *where, char **text,
                         size_t *tlen, rl_err *e);
 
+/* ---- Parquet documents ---------------------------------------------------------------
+ * One string column (string, large_string, string_view or a dictionary of
+ * them) of a Parquet file, row by row, read by Apache Arrow's C++ library
+ * through the shim `lib` (pkg/data/parquet_arrow.cc, built by make
+ * parquet), loaded on the first open. Errors name the file (and the row,
+ * from 0): RL_EINPUT for a file Arrow cannot read, no such column, a
+ * column of another type, a null value, or a missing or foreign `lib`. */
+typedef struct rl_parquet rl_parquet;
+int rl_parquet_open(const char *lib, const char *path, const char *field, rl_parquet **out, rl_err *e);
+/* The next document: *text (NUL-terminated copy, valid until the next
+ * call; it may hold NULs of its own) and *len; *text NULL at the end. */
+int rl_parquet_next(rl_parquet *p, const char **text, size_t *len, rl_err *e);
+long long rl_parquet_row(const rl_parquet *p);  /* of the document last returned, -1 before */
+long long rl_parquet_rows(const rl_parquet *p); /* in the file, from its footer */
+void rl_parquet_close(rl_parquet *p);
+
+/* ---- documents of a record file: either of the two above, one loop --------------- */
+typedef enum { RL_DOCS_JSONL, RL_DOCS_PARQUET } rl_docs_format;
+typedef struct rl_docs rl_docs;
+int rl_docs_open(rl_docs_format f, const char *path, const char *field, const char *parquet_lib, rl_docs **out,
+                 rl_err *e);
+int rl_docs_next(rl_docs *d, const char **text, size_t *len, rl_err *e);
+/* How much of the file's `size` bytes is read (Parquet: by rows), for progress. */
+uint64_t rl_docs_done(const rl_docs *d, uint64_t size);
+void rl_docs_close(rl_docs *d);
+
 /* ---- dataset.json: what ringleader-prepare wrote -------------------------------------------
  * Checks the file's bytes (`name` leads every message) against the job:
  * sha256 (hex) of data.tokenizer's file, NULL for the byte-level
