@@ -109,8 +109,11 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
       build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev \
       libopenblas-dev libmicrohttpd-dev libyaml-dev libpcre2-dev python3 python3-venv
 # Apache Arrow's C++ libraries for ringleader-prepare parquet: no distribution
-# packages them, pyarrow's wheel does (the Makefile's `make parquet`)
-RUN --mount=type=cache,target=/root/.cache/pip \
+# packages them, pyarrow's wheel does (the Makefile's `make parquet`). Behind
+# a TLS-intercepting proxy, give its CA bundle as the optional secret pip-ca
+# (--secret id=pip-ca,src=/etc/ssl/certs/ca-certificates.crt; make image-test does).
+RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=pip-ca \
+    if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi && \
     python3 -m venv /opt/arrow && /opt/arrow/bin/pip install -q --disable-pip-version-check pyarrow
 
 WORKDIR /src

@@ -101,8 +101,11 @@ n=$(grep -c '^RUN --network=none ' Dockerfile || true)
 n=$(grep -c 'sharing=locked' Dockerfile || true)
 [ "$n" -eq 0 ] || say "build: buildah $bv leaves sharing=locked cache mounts locked (buildah#4342); $n made shared here"
 # bud TAG LOG [--target STAGE]: the Dockerfile built on the Debian 12 base
+# pip in the build (pyarrow) trusts what this machine's pip trusts: a proxy's CA
+PIP_CA=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
 bud() {
   local tag=$1 log=$2; shift 2
+  [ -s "$PIP_CA" ] && set -- "$@" --secret "id=pip-ca,src=$PIP_CA"
   # TMPDIR: where buildah keeps RUN --mount=type=cache directories (the apt cache)
   TMPDIR=$CACHE/tmp nice timeout 2700 "${BUILDAH[@]}" bud --isolation chroot --format docker --pull=never --layers=false \
     --ignorefile .dockerignore -f "$WORK/Dockerfile" "$@" \

@@ -418,16 +418,10 @@ static int run_bytes(const args *a, source *src, uint64_t *total, rl_err *e) {
 #define BATCH_BYTES ((size_t)32 << 20)
 #define BATCH_DOCS 8192
 
-/* the tokens around each document */
-typedef struct {
-    uint32_t before[16], after[16];
-    int nbefore, nafter;
-} frame;
-
 typedef struct {
     const args *a;
     rl_bpe *t;
-    const frame *fr;
+    const rl_doc_frame *fr;
     rl_bpe_enc **enc;
     int nenc;
     FILE *ids; /* the encoded stream, uint32 in host order, unlinked */
@@ -438,27 +432,20 @@ typedef struct {
     progress pr;
 } bpe_run;
 
-/* Each document's frame: the post-processor's template (Llama 3: BOS
- * before), else the end-of-text token before it, as llm.c's GPT-2 data. */
-static int bpe_frame(const args *a, const rl_bpe *t, frame *f, rl_err *e) {
+/* Each document's frame (rl_bpe_frame), with --eos for a tokenizer that
+ * adds none and has no single special token to take. */
+static int bpe_frame(const args *a, const rl_bpe *t, rl_doc_frame *f, rl_err *e) {
     const uint32_t *pre, *post;
     int np, nq;
     rl_bpe_template(t, &pre, &np, &post, &nq);
-    if (np > 16 || nq > 16) return rl_errf(e, RL_EINPUT, "%s: post_processor: more than 16 tokens around a sequence", a->tokenizer);
-    if (np) memcpy(f->before, pre, (size_t)np * sizeof *pre);
-    if (nq) memcpy(f->after, post, (size_t)nq * sizeof *post);
-    f->nbefore = np, f->nafter = nq;
-    if (np + nq > 0 && !a->eos) return RL_OK;
-    if (np + nq > 0)
+    if (np + nq > 0 && a->eos)
         return rl_errf(e, RL_EINPUT, "--eos: %s frames documents itself (post_processor); drop --eos", a->tokenizer);
-    int64_t bos, id;
-    rl_bpe_special_ids(t, &bos, &id);
-    if (a->eos) id = rl_bpe_token_id(t, a->eos);
+    int64_t id = a->eos ? rl_bpe_token_id(t, a->eos) : -1;
     if (id < 0 && a->eos) return rl_errf(e, RL_EINPUT, "--eos: \"%s\" is not a token of %s", a->eos, a->tokenizer);
-    if (id < 0)
+    rl_bpe_frame(t, id, f);
+    if (f->nbefore + f->nafter == 0)
         return rl_errf(e, RL_EINPUT, "--eos: %s adds no tokens around a document and has not exactly one special "
                                      "token; name the end-of-text token with --eos", a->tokenizer);
-    f->before[0] = (uint32_t)id, f->nbefore = 1;
     return RL_OK;
 }
 
@@ -534,7 +521,7 @@ static int feed_ids(router *r, void *ctx, rl_err *e) {
     return rc;
 }
 
-static int run_bpe(const args *a, rl_bpe *t, const frame *fr, source *src, uint64_t *total, rl_err *e) {
+static int run_bpe(const args *a, rl_bpe *t, const rl_doc_frame *fr, source *src, uint64_t *total, rl_err *e) {
     bpe_run b = {.a = a, .t = t, .fr = fr, .nenc = omp_get_max_threads(), .pr = {.t0 = rl_now(), .last = rl_now(), .tty = isatty(2)}};
     for (int i = 0; i < a->nfiles; i++) b.pr.total += src[i].bytes;
     b.doc = calloc(BATCH_DOCS, sizeof *b.doc);
@@ -571,7 +558,7 @@ static int run_bpe(const args *a, rl_bpe *t, const frame *fr, source *src, uint6
 
 /* What the shards hold and where they came from: what a trainer checks its
  * tokenizer against. */
-static int write_dataset_json(const args *a, const rl_bpe *t, const frame *fr, const source *src, uint64_t tokens,
+static int write_dataset_json(const args *a, const rl_bpe *t, const rl_doc_frame *fr, const source *src, uint64_t tokens,
                               rl_err *e) {
     cJSON *d = cJSON_CreateObject(), *tk = cJSON_AddObjectToObject(d, "tokenizer"), *s = cJSON_AddArrayToObject(d, "sources");
     if (t) {
@@ -585,15 +572,9 @@ static int write_dataset_json(const args *a, const rl_bpe *t, const frame *fr, c
     }
     cJSON_AddNumberToObject(d, "token_bytes", t && rl_bpe_vocab_size(t) > 65536 ? 4 : 2);
     cJSON *fb = cJSON_AddArrayToObject(d, "before_document"), *fa = cJSON_AddArrayToObject(d, "after_document");
-    for (int i = 0; i < (t ? fr->nbefore : 1); i++) cJSON_AddItemToArray(fb, cJSON_CreateNumber(t ? fr->before[i] : RL_TOK_EOT));
-    for (int i = 0; t && i < fr->nafter; i++) cJSON_AddItemToArray(fa, cJSON_CreateNumber(fr->after[i]));
-    /* the end-of-text token: the template's after a document, else the one before each */
-    int64_t bos = -1, eos = RL_TOK_EOT;
-    const uint32_t *pre, *post;
-    int np = 0, nq = 0;
-    if (t) rl_bpe_special_ids(t, &bos, &eos), rl_bpe_template(t, &pre, &np, &post, &nq);
-    if (t && np + nq == 0) eos = fr->before[0];
-    if (eos >= 0) cJSON_AddNumberToObject(d, "eos_id", (double)eos);
+    for (int i = 0; i < fr->nbefore; i++) cJSON_AddItemToArray(fb, cJSON_CreateNumber(fr->before[i]));
+    for (int i = 0; i < fr->nafter; i++) cJSON_AddItemToArray(fa, cJSON_CreateNumber(fr->after[i]));
+    if (fr->eos >= 0) cJSON_AddNumberToObject(d, "eos_id", (double)fr->eos);
     else cJSON_AddNullToObject(d, "eos_id");
     cJSON_AddNumberToObject(d, "tokens", (double)tokens);
     cJSON_AddNumberToObject(d, "val_fraction", a->val_fraction);
@@ -617,7 +598,7 @@ static int run_text(const args *a, rl_err *e) {
     source *src = calloc((size_t)a->nfiles, sizeof *src);
     if (!src) return rl_errf(e, RL_ENOMEM, "out of memory");
     rl_bpe *t = NULL;
-    frame fr = {0};
+    rl_doc_frame fr = {.before = {RL_TOK_EOT}, .nbefore = 1, .eos = RL_TOK_EOT}; /* byte-level */
     uint64_t total = 0;
     int rc = stat_inputs(a, src, e);
     if (!rc && a->tokenizer && !(rc = rl_bpe_load(a->tokenizer, &t, e))) rc = bpe_frame(a, t, &fr, e);

@@ -712,11 +712,12 @@ int rl_ckpt_load_latest(rl_ckpt_store *s, const rl_model_config *want, size_t n,
 }
 
 int rl_ckpt_model_config(rl_ckpt_store *s, long long step, rl_model_config *mc, int64_t *eos_id, rl_err *e) {
-    char key[96], where[RL_CKPT_URI_MAX + 96];
+    char dir[32], key[96], where[RL_CKPT_URI_MAX + 96];
     char *t;
     size_t n;
     *eos_id = -1;
-    snprintf(key, sizeof key, "step-%08lld/trainer_state.json", step);
+    rl_ckpt_step_name(dir, sizeof dir, step);
+    snprintf(key, sizeof key, "%s/trainer_state.json", dir);
     snprintf(where, sizeof where, "%s/%s", s->uri, key);
     int rc = rl_ckpt_get(s, key, 0, UINT64_MAX, (void **)&t, &n, e);
     if (rc) return rc;
@@ -728,7 +729,7 @@ int rl_ckpt_model_config(rl_ckpt_store *s, long long step, rl_model_config *mc, 
                            : rl_errf(e, RL_EINPUT, "%s: no config.model (not a ringleader checkpoint?)", where);
     cJSON_Delete(r);
     if (rc) return rc;
-    snprintf(key, sizeof key, "step-%08lld/config.json", step);
+    snprintf(key, sizeof key, "%s/config.json", dir);
     snprintf(where, sizeof where, "%s/%s", s->uri, key);
     if ((rc = rl_ckpt_get(s, key, 0, UINT64_MAX, (void **)&t, &n, e))) return rc;
     r = cJSON_ParseWithLength(t, n);

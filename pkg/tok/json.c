@@ -448,6 +448,8 @@ static int add_ids(ctx *c, rl_bpe *t, const cJSON *st, const char *name, bool be
         uint32_t id, **arr = before ? &t->prefix : &t->suffix;
         int *n = before ? &t->nprefix : &t->nsuffix, rc = get_id(c, v, "post_processor.special_tokens ids", &id);
         if (rc) return rc;
+        if (*n == RL_BPE_FRAME_MAX)
+            return BAD(c, "post_processor.special_tokens: more than %d ids on one side of a sequence", RL_BPE_FRAME_MAX);
         uint32_t *a = realloc(*arr, ((size_t)*n + 1) * sizeof *a);
         if (!a) return rl_errf(c->e, RL_ENOMEM, "%s: out of memory", c->name);
         a[(*n)++] = id, *arr = a;
@@ -587,6 +589,20 @@ int64_t rl_bpe_token_id(const rl_bpe *t, const char *text) {
     if (!arena_add(&tmp, text, &off, &len, &in_alpha) && in_alpha) id = rl_bpe_lookup(t, tmp.arena + off, len);
     free(tmp.arena);
     return id == RL_BPE_NONE ? -1 : (int64_t)id;
+}
+
+void rl_bpe_frame(const rl_bpe *t, int64_t eos, rl_doc_frame *f) {
+    int64_t bos;
+    memset(f, 0, sizeof *f);
+    rl_bpe_special_ids(t, &bos, &f->eos);
+    if (t->nprefix + t->nsuffix > 0) {
+        memcpy(f->before, t->prefix, (size_t)t->nprefix * sizeof *t->prefix);
+        memcpy(f->after, t->suffix, (size_t)t->nsuffix * sizeof *t->suffix);
+        f->nbefore = t->nprefix, f->nafter = t->nsuffix;
+        return;
+    }
+    if (eos >= 0) f->eos = eos;
+    if (f->eos >= 0) f->before[0] = (uint32_t)f->eos, f->nbefore = 1;
 }
 
 void rl_bpe_special_ids(const rl_bpe *t, int64_t *bos, int64_t *eos) {

@@ -64,6 +64,21 @@ const char *rl_bpe_added_content(const rl_bpe *t, uint32_t id);
  * (what `encode(text)` adds with add_special_tokens, e.g. Llama 3's BOS). */
 void rl_bpe_template(const rl_bpe *t, const uint32_t **prefix, int *nprefix, const uint32_t **suffix,
                      int *nsuffix);
+/* The tokens around each document of training data: one decision for
+ * ringleader-prepare (which writes them), dataset.json, training's samples
+ * and generate. The post-processor's template when it adds any (Llama 3:
+ * BOS before), else `eos` before each document as llm.c's GPT-2 data
+ * (eos < 0: the tokenizer's only special token, if it has exactly one).
+ * eos in the frame: the end-of-text id (the template's one token after a
+ * sequence, else the one before each document), -1 if none. A frame with
+ * no token at all means the file says nothing and `eos` was not given. */
+#define RL_BPE_FRAME_MAX 16 /* ids on a side of the template; the reader refuses more */
+typedef struct {
+    uint32_t before[RL_BPE_FRAME_MAX], after[RL_BPE_FRAME_MAX];
+    int nbefore, nafter;
+    int64_t eos;
+} rl_doc_frame;
+void rl_bpe_frame(const rl_bpe *t, int64_t eos, rl_doc_frame *f);
 /* sha256 of the file's bytes, lowercase hex: the tokenizer's identity. */
 const char *rl_bpe_sha256(const rl_bpe *t);
 

@@ -70,9 +70,11 @@ int rl_sample(rl_model *m, const int32_t *prompt, int n, const rl_sample_opts *o
     return RL_OK;
 }
 
-int rl_sample_text(rl_model *m, const rl_bpe *bpe, const int32_t *before, int nbefore, const char *prompt,
+int rl_sample_text(rl_model *m, const rl_bpe *bpe, const rl_doc_frame *fr, const char *prompt,
                    const rl_sample_opts *o, char **text, size_t *len, rl_err *e) {
     size_t pl = strlen(prompt), n = 0;
+    /* a document boundary of the training stream: the one before's end, this one's start */
+    int nbefore = fr->nafter + fr->nbefore;
     rl_bpe_ids ids = {0};
     rl_bpe_enc *enc = NULL;
     *text = NULL, *len = 0;
@@ -82,7 +84,8 @@ int rl_sample_text(rl_model *m, const rl_bpe *bpe, const int32_t *before, int nb
     size_t np = bpe ? ids.n : pl;
     int32_t *in = rc ? NULL : malloc(sizeof *in * (nbefore + np + 1)), *seq = NULL;
     if (!rc && !in) rc = rl_errf(e, RL_ENOMEM, "sample: out of memory");
-    for (int i = 0; !rc && i < nbefore; i++) in[n++] = before[i];
+    for (int i = 0; !rc && i < fr->nafter; i++) in[n++] = (int32_t)fr->after[i];
+    for (int i = 0; !rc && i < fr->nbefore; i++) in[n++] = (int32_t)fr->before[i];
     for (size_t i = 0; !rc && i < np; i++) in[n++] = bpe ? (int32_t)ids.v[i] : (unsigned char)prompt[i];
     rl_bpe_ids_free(&ids);
     int ns = 0;
@@ -107,11 +110,12 @@ int rl_sample_text(rl_model *m, const rl_bpe *bpe, const int32_t *before, int nb
 
 /* The checkpoint's tokenizer.json, if it carries one. */
 static int load_tokenizer(rl_ckpt_store *s, long long step, rl_bpe **bpe, rl_err *e) {
-    char key[96], where[RL_CKPT_URI_MAX + 96];
+    char dir[32], key[96], where[RL_CKPT_URI_MAX + 96];
     bool found;
     uint64_t size;
     *bpe = NULL;
-    snprintf(key, sizeof key, "step-%08lld/tokenizer.json", step);
+    rl_ckpt_step_name(dir, sizeof dir, step);
+    snprintf(key, sizeof key, "%s/tokenizer.json", dir);
     int rc = rl_ckpt_exists(s, key, &found, &size, e);
     if (rc || !found) return rc;
     char *t;
@@ -150,15 +154,10 @@ int rl_generate(const char *uri, long long step, const char *prompt, const rl_sa
     if (!rc && bpe && rl_bpe_vocab_size(bpe) > (uint32_t)mc.vocab_size)
         rc = rl_errf(e, RL_EINPUT, "%s: step %lld: its tokenizer has %u ids, its model %d", uri, step,
                      rl_bpe_vocab_size(bpe), mc.vocab_size);
-    /* the frame training put before each document: the template's, else the end of text */
-    int32_t before[16];
-    int nb = 0;
-    const uint32_t *pre = NULL, *post;
-    int np = 0, nq;
-    if (bpe) rl_bpe_template(bpe, &pre, &np, &post, &nq);
-    for (int i = 0; i < np && nb < 16; i++) before[nb++] = (int32_t)pre[i];
-    if (nb == 0 && o.eos_id >= 0) before[nb++] = (int32_t)o.eos_id;
-    if (!rc) rc = rl_sample_text(&m, bpe, before, nb, prompt, &o, text, len, e);
+    /* what training put before each document; bytes: the end of text */
+    rl_doc_frame fr = {.before = {(uint32_t)o.eos_id}, .nbefore = o.eos_id >= 0, .eos = o.eos_id};
+    if (!rc && bpe) rl_bpe_frame(bpe, o.eos_id, &fr);
+    if (!rc) rc = rl_sample_text(&m, bpe, &fr, prompt, &o, text, len, e);
     if (made) rl_model_destroy(&m);
     rl_bpe_free(bpe);
     rl_ckpt_store_close(s);

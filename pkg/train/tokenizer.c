@@ -35,23 +35,19 @@ static int check_dataset(rl_trainer *tr, const char *sha256, rl_err *e) {
     return rc;
 }
 
-/* The tokens training put before each document, which a sample starts
- * with: the template's (Llama 3's BOS), else the end-of-text token. */
+/* The tokens training put around each document, which a sample starts
+ * with: rl_bpe_frame's, or bytes' end-of-text token where the model has it. */
 static void set_frame(rl_trainer *tr) {
-    const uint32_t *pre = NULL, *post;
-    int np = 0, nq;
-    if (tr->bpe) rl_bpe_template(tr->bpe, &pre, &np, &post, &nq);
-    tr->nframe = 0;
-    for (int i = 0; i < np && tr->nframe < 16; i++) tr->frame[tr->nframe++] = (int32_t)pre[i];
-    int64_t eos = tr->bpe ? tr->tok.eos_id : tr->cfg.model.vocab_size > RL_TOK_EOT ? RL_TOK_EOT : -1;
-    if (tr->nframe == 0 && eos >= 0) tr->frame[tr->nframe++] = (int32_t)eos;
+    bool eot = tr->cfg.model.vocab_size > RL_TOK_EOT;
+    tr->frame = (rl_doc_frame){.before = {RL_TOK_EOT}, .nbefore = eot, .eos = eot ? RL_TOK_EOT : -1};
+    if (tr->bpe) rl_bpe_frame(tr->bpe, tr->tok.eos_id, &tr->frame);
 }
 
 /* Every prompt must give the model at least one token: said at start,
  * not at the first sample hours later. */
 static int check_prompts(rl_trainer *tr, rl_err *e) {
     const rl_train_config *t = &tr->cfg.train;
-    if (t->sample_every == 0 || tr->nframe > 0) return RL_OK;
+    if (t->sample_every == 0 || tr->frame.nbefore + tr->frame.nafter > 0) return RL_OK;
     for (const char *p = t->sample_prompts;; p++) {
         if (*p == '\n' || *p == '\0')
             return rl_errf(e, RL_EINPUT, "train.sample_prompts: an empty prompt gives this model no token to "
@@ -96,14 +92,14 @@ int rl_train_samples(rl_trainer *tr, rl_err *e) {
     memcpy(cpu.params, tr->dev.params, tr->dev.n * sizeof(float));
     rl_sample_opts o = {.max_new_tokens = t->sample_tokens, .temperature = t->sample_temperature,
                         .top_k = t->sample_top_k, .seed = (uint64_t)t->seed ^ (uint64_t)tr->step,
-                        .eos_id = tr->bpe ? tr->tok.eos_id : tr->nframe ? tr->frame[0] : -1};
+                        .eos_id = tr->bpe ? tr->tok.eos_id : tr->frame.eos};
     char prompt[sizeof t->sample_prompts];
     for (const char *p = t->sample_prompts; !rc; p++) {
         size_t n = strcspn(p, "\n");
         memcpy(prompt, p, n), prompt[n] = 0;
         char *text, *clean = NULL, pe[sizeof prompt * 2 + 1], *te = NULL;
         size_t len, cl;
-        if (!(rc = rl_sample_text(&cpu, tr->bpe, tr->frame, tr->nframe, prompt, &o, &text, &len, e))) {
+        if (!(rc = rl_sample_text(&cpu, tr->bpe, &tr->frame, prompt, &o, &text, &len, e))) {
             /* a log line is JSON: invalid UTF-8 from a half-learned model is U+FFFD */
             clean = rl_utf8_lossy(text, len, &cl);
             te = clean ? malloc(cl * 6 + 1) : NULL;

@@ -345,12 +345,12 @@ typedef struct rl_sample_opts {
  * followed. RL_EINPUT for an empty prompt or an id outside the vocabulary. */
 int rl_sample(rl_model *m, const int32_t *prompt, int n, const rl_sample_opts *o, int32_t **out, int *nout,
               rl_err *e);
-/* The same from text: `before` (the tokens training put before each
- * document: the template's BOS, or the end-of-text token) then the prompt
+/* The same from text: a document boundary as training saw it (rl_bpe_frame's
+ * fr->after then fr->before: Llama 3's BOS, GPT-2's end of text) then the prompt
  * through bpe (special tokens in it are tokens; NULL: bytes), continued;
  * *text (malloc'ed, *len bytes, NUL after) is the prompt and its
  * continuation decoded, without the frame and the EOS that stopped it. */
-int rl_sample_text(rl_model *m, const rl_bpe *bpe, const int32_t *before, int nbefore, const char *prompt,
+int rl_sample_text(rl_model *m, const rl_bpe *bpe, const rl_doc_frame *fr, const char *prompt,
                    const rl_sample_opts *o, char **text, size_t *len, rl_err *e);
 /* `ringleader-worker generate`: the prompt continued by the model of a
  * checkpoint (file or s3 URI; step < 0: the newest committed), on the CPU,

@@ -46,8 +46,7 @@ struct rl_trainer {
     rl_bpe *bpe;
     char *tok_json;
     rl_ckpt_tokenizer tok; /* what checkpoints carry; .json NULL: nothing */
-    int32_t frame[16];     /* the tokens before each document (samples start with them) */
-    int nframe;
+    rl_doc_frame frame;    /* the tokens around each document (samples start with them) */
 };
 
 /* Reads and checks data.tokenizer, and the train shards' dataset.json

@@ -94,11 +94,11 @@ Test(sample, text_bytes_go_in_after_the_frame_and_come_out_without_it, .init = s
     /* byte-level with a 50-id model: the frame token 0 first, then the
      * prompt's bytes (all below 50), the greedy tokens after them */
     rl_sample_opts o = {.max_new_tokens = 4, .eos_id = -1};
-    const int32_t frame[1] = {0};
+    const rl_doc_frame frame = {.before = {0}, .nbefore = 1, .eos = -1};
     char *text;
     size_t len;
     rl_err e = {0};
-    cr_assert_eq(rl_sample_text(&g_m, NULL, frame, 1, "\x01\x02\x03", &o, &text, &len, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_sample_text(&g_m, NULL, &frame, "\x01\x02\x03", &o, &text, &len, &e), 0, "%s", e.msg);
     int32_t seq[8] = {0, 1, 2, 3};
     for (int i = 4; i < 8; i++) seq[i] = argmax_next(seq, i);
     cr_assert_eq(len, 7);
