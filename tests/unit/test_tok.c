@@ -537,6 +537,38 @@ Test(tok, with_a_template_bos_is_its_one_prefix_token) {
     rl_bpe_free(t);
 }
 
+/* The document frame (rl_bpe_frame): the template when there is one,
+ * whatever eos says; else the given eos, else the one special token,
+ * before each document; else nothing. */
+Test(tok, the_document_frame_is_the_template_else_eos_before_each) {
+    rl_doc_frame f;
+    rl_bpe *t = parse_ok(&(spec){.post = TEMPLATE}, NULL);
+    rl_bpe_frame(t, 7, &f);
+    cr_assert(f.nbefore == 1 && f.before[0] == 2000 && f.nafter == 2 && f.after[0] == 2001 && f.after[1] == 2002,
+              "%d before, %d after", f.nbefore, f.nafter);
+    cr_assert_eq(f.eos, -1); /* two ids after a sequence: no one end-of-text token */
+    rl_bpe_free(t);
+    t = parse_ok(&(spec){.added = "[" ADDED(1000, "<n>", false) "," ADDED(1001, "<|endoftext|>", true) "]"}, NULL);
+    rl_bpe_frame(t, -1, &f);
+    cr_assert(f.nbefore == 1 && f.before[0] == 1001 && f.nafter == 0 && f.eos == 1001);
+    rl_bpe_frame(t, 1000, &f);
+    cr_assert(f.nbefore == 1 && f.before[0] == 1000 && f.eos == 1000);
+    rl_bpe_free(t);
+    t = parse_ok(&(spec){.added = "[" ADDED(1000, "<s>", true) "," ADDED(1001, "</s>", true) "]"}, NULL);
+    rl_bpe_frame(t, -1, &f);
+    cr_assert(f.nbefore == 0 && f.nafter == 0 && f.eos == -1);
+    rl_bpe_free(t);
+}
+
+Test(tok, a_template_of_more_than_16_ids_a_side_is_refused) {
+    char post[2048] = "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<b>\","
+                      "\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"special_tokens\":{"
+                      "\"<b>\":{\"id\":\"<b>\",\"ids\":[";
+    for (int i = 0; i < RL_BPE_FRAME_MAX + 1; i++) snprintf(post + strlen(post), 16, "%s%d", i ? "," : "", 2000 + i);
+    strcat(post, "]}}}");
+    expect_bad(&(spec){.post = post}, "post_processor.special_tokens", "more than 16 ids");
+}
+
 Test(tok, a_byte_level_post_processor_adds_no_template) {
     rl_bpe *t = parse_ok(&(spec){.post = "{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":false,"
                                          "\"use_regex\":true}"},
