@@ -16,7 +16,7 @@ BIN     ?= bin
 CC      ?= gcc
 OPT     ?= -O3 -g
 SAN     ?=
-PKGS    := libcjson openblas libcurl openssl expat libmicrohttpd yaml-0.1 libpcre2-8
+PKGS    := libcjson openblas libcurl openssl expat libmicrohttpd yaml-0.1 libpcre2-8 libutf8proc
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wvla -fopenmp \
                  -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS  ?=
@@ -131,7 +131,6 @@ $(BIN)/ringleader-operator: LDLIBS := $(filter-out $(CUDA_LDLIBS),$(LDLIBS))
 ARROW_VENV ?= .venv-arrow
 PARQUET_DIR := $(dir $(BIN))lib/ringleader
 PARQUET_LIB := $(PARQUET_DIR)/libringleader-parquet.so
-CXX ?= g++
 .PHONY: parquet
 parquet: $(PARQUET_LIB)
 $(PARQUET_LIB): pkg/data/parquet_arrow.cc
@@ -352,7 +351,7 @@ $(EMU_DIR)/gpu_bench: bench/gpu/bench_gpu.c $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
 # theirs) copied into lib/ beside it; glibc and libstdc++ from the machine.
 PORT_DIR := $(BUILD)/portable
 PORT_LIBS := -Wl,--as-needed -static-libgcc -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -lgomp -lstdc++ \
-             -Wl,-Bdynamic -lcjson -lcurl -lssl -lcrypto -lexpat -lmicrohttpd -lpcre2-8 \
+             -Wl,-Bdynamic -lcjson -lcurl -lssl -lcrypto -lexpat -lmicrohttpd -lpcre2-8 -lutf8proc \
              -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl \
              -Wl,-rpath,$(CUDA_HOME)/lib64 -lpthread -ldl -lrt -lm
 PORT_SYSLIBS := linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libresolv|libstdc|libgcc_s|libnccl|libcublas

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 /* PCRE2's backtracking bound per match, far above what the tokenizers'
  * patterns need (they are linear), low enough that a hostile pattern in a
@@ -263,33 +264,99 @@ static int pre_piece(rl_bpe_enc *enc, int stage, const char *s, size_t n, rl_bpe
     return bpe_piece(enc, stage, s, n, o, e);
 }
 
+/* Which added tokens a pass over the text matches: all of them (no
+ * normalizer), or, with one, those matched on the text as given and then
+ * those matched on its normalized pieces. */
+enum { ADDED_ALL, ADDED_RAW, ADDED_NORMALIZED };
+
 /* The added token starting at s (leftmost-longest: the caller tries each
  * position in order, the longest candidate first), or NULL. */
-static const rl_bpe_added *added_at(const rl_bpe *t, const char *s, size_t n, bool special) {
+static const rl_bpe_added *added_at(const rl_bpe *t, const char *s, size_t n, bool special, int pass) {
     unsigned char c = (unsigned char)s[0];
     for (int k = t->afirst[c]; k < t->afirst[c + 1]; k++) {
         const rl_bpe_added *a = &t->added[k];
+        if (pass != ADDED_ALL && a->normalized != (pass == ADDED_NORMALIZED)) continue;
         if ((special || !a->special) && a->n <= n && !memcmp(a->s, s, a->n)) return a;
     }
     return NULL;
 }
 
-int rl_bpe_encode(rl_bpe_enc *enc, const char *text, size_t len, bool special, rl_bpe_ids *out, rl_err *e) {
+/* NFC of s into a malloc'ed *out: each maximal run of valid UTF-8
+ * normalized, other bytes kept as they are (the tokenizers library only
+ * ever sees valid text; here any bytes encode). */
+static int nfc(const char *s, size_t n, char **out, size_t *outn, rl_err *e) {
+    char *o = malloc(n * 3 + 1); /* NFC grows a string at most 3x (UAX #15) */
+    size_t k = 0;
+    if (!o) return rl_errf(e, RL_ENOMEM, "tokenizer: out of memory");
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t step;
+        while (j < n && (step = utf8proc_iterate((const utf8proc_uint8_t *)s + j, (utf8proc_ssize_t)(n - j), &cp)) > 0)
+            j += (size_t)step;
+        if (j > i) {
+            utf8proc_uint8_t *m = NULL;
+            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(j - i), &m,
+                                              UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (r < 0 || k + (size_t)r > n * 3) {
+                free(m), free(o);
+                return rl_errf(e, r == UTF8PROC_ERROR_NOMEM ? RL_ENOMEM : RL_EINTERNAL, "tokenizer: NFC: %s",
+                               r < 0 ? utf8proc_errmsg(r) : "longer than 3x");
+            }
+            memcpy(o + k, m, (size_t)r), k += (size_t)r;
+            free(m);
+        }
+        if (j < n) o[k++] = s[j++]; /* one byte that starts no valid character */
+        i = j;
+    }
+    o[k] = 0;
+    *out = o, *outn = k;
+    return RL_OK;
+}
+
+static bool ascii(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] >= 0x80) return false;
+    return true;
+}
+
+/* Text between added tokens: to the pre-tokenizers, or, in the raw pass
+ * of a normalizing tokenizer, normalized first and split again on the
+ * normalized added tokens. */
+static int added_pass(rl_bpe_enc *enc, const char *text, size_t len, bool special, int pass, rl_bpe_ids *out,
+                      rl_err *e);
+static int between(rl_bpe_enc *enc, const char *s, size_t n, bool special, int pass, rl_bpe_ids *out, rl_err *e) {
+    if (pass != ADDED_RAW) return pre_piece(enc, 0, s, n, out, e);
+    if (ascii(s, n)) return added_pass(enc, s, n, special, ADDED_NORMALIZED, out, e); /* NFC leaves ASCII alone */
+    char *norm = NULL;
+    size_t nn = 0;
+    int rc = nfc(s, n, &norm, &nn, e);
+    if (!rc) rc = added_pass(enc, norm, nn, special, ADDED_NORMALIZED, out, e);
+    free(norm);
+    return rc;
+}
+
+static int added_pass(rl_bpe_enc *enc, const char *text, size_t len, bool special, int pass, rl_bpe_ids *out,
+                      rl_err *e) {
     const rl_bpe *t = enc->t;
     size_t last = 0;
     int rc = RL_OK;
     for (size_t i = 0; i < len && !rc && t->nadded; i++) {
         unsigned char c = (unsigned char)text[i];
         if (t->afirst[c] == t->afirst[c + 1]) continue;
-        const rl_bpe_added *a = added_at(t, text + i, len - i, special);
+        const rl_bpe_added *a = added_at(t, text + i, len - i, special, pass);
         if (!a) continue;
-        if (i > last) rc = pre_piece(enc, 0, text + last, i - last, out, e);
+        if (i > last) rc = between(enc, text + last, i - last, special, pass, out, e);
         if (!rc && push_id(out, a->id)) rc = rl_errf(e, RL_ENOMEM, "tokenizer: out of memory");
         last = i + a->n;
         i = last - 1;
     }
-    if (!rc && len > last) rc = pre_piece(enc, 0, text + last, len - last, out, e);
+    if (!rc && len > last) rc = between(enc, text + last, len - last, special, pass, out, e);
     return rc;
+}
+
+int rl_bpe_encode(rl_bpe_enc *enc, const char *text, size_t len, bool special, rl_bpe_ids *out, rl_err *e) {
+    return added_pass(enc, text, len, special, enc->t->nfc ? ADDED_RAW : ADDED_ALL, out, e);
 }
 
 int rl_bpe_decode(const rl_bpe *t, const uint32_t *ids, size_t n, char **buf, size_t *len, size_t *cap, rl_err *e) {

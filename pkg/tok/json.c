@@ -351,7 +351,9 @@ static int parse_added(ctx *c, rl_bpe *t, const cJSON *arr) {
             if ((rc = get_bool(c, a, where, k, false, &flag))) return rc;
             if (flag) return BAD(c, "%s.%s: true is not supported", where, k);
         }
-        if ((rc = get_bool(c, a, where, "special", false, &ad->special))) return rc;
+        if ((rc = get_bool(c, a, where, "special", false, &ad->special)) ||
+            (rc = get_bool(c, a, where, "normalized", !ad->special, &ad->normalized)))
+            return rc;
         if (!(ad->s = strdup(content->valuestring))) return rl_errf(c->e, RL_ENOMEM, "%s: out of memory", c->name);
         ad->n = strlen(ad->s);
         if (ad->id >= t->n_vocab) t->n_vocab = ad->id + 1;
@@ -497,6 +499,23 @@ static int parse_post(ctx *c, rl_bpe *t, const cJSON *p, const char *where, bool
                where, ty ? ty : "(none)");
 }
 
+/* ---- normalizer ---------------------------------------------------------------------------- */
+
+/* NFC (Qwen2's), alone or the one item of a Sequence; nothing else. */
+static int parse_normalizer(ctx *c, rl_bpe *t, const cJSON *n) {
+    if (absent(n)) return RL_OK;
+    const char *type = type_of(n);
+    const cJSON *items = get(n, "normalizers");
+    if (type && !strcmp(type, "Sequence") && cJSON_IsArray(items) && cJSON_GetArraySize(items) == 1) {
+        n = items->child;
+        type = type_of(n);
+    }
+    if (!type || strcmp(type, "NFC"))
+        return BAD(c, "normalizer.type: \"%.40s\" is not supported (none or NFC)", type ? type : "(none)");
+    t->nfc = true;
+    return RL_OK;
+}
+
 /* ---- the file ----------------------------------------------------------------------------- */
 
 static int parse_doc(ctx *c, rl_bpe *t, const cJSON *doc) {
@@ -504,9 +523,7 @@ static int parse_doc(ctx *c, rl_bpe *t, const cJSON *doc) {
     const cJSON *norm = get(doc, "normalizer"), *dec = get(doc, "decoder");
     int rc = parse_model(c, t, get(doc, "model")); /* first: what the file is */
     if (rc) return rc;
-    if (!absent(norm))
-        return BAD(c, "normalizer.type: \"%.40s\" is not supported (no normalizer in byte-level BPE)",
-                   type_of(norm) ? type_of(norm) : "(none)");
+    if ((rc = parse_normalizer(c, t, norm))) return rc;
     if (!type_of(dec) || strcmp(type_of(dec), "ByteLevel"))
         return BAD(c, "decoder.type: \"%.40s\" is not supported (ByteLevel only)", type_of(dec) ? type_of(dec) : "(none)");
     if ((rc = parse_added(c, t, get(doc, "added_tokens"))) ||

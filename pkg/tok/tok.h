@@ -6,7 +6,7 @@
  *   model            type BPE; vocab; merges ("a b" strings or [a, b]
  *                    pairs); ignore_merges; unk_token / fuse_unk; no
  *                    dropout, byte_fallback, subword prefix or suffix
- *   normalizer       none
+ *   normalizer       none, or NFC (Qwen2's; alone or as a one-item Sequence)
  *   pre_tokenizer    ByteLevel (add_prefix_space, use_regex: GPT-2's
  *                    split pattern), or a Sequence of Split (a Regex or
  *                    String pattern, behavior Isolated, not inverted) ending
@@ -15,18 +15,21 @@
  *   post_processor   none, ByteLevel, TemplateProcessing (its `single`
  *                    template: special tokens around the one sequence), or
  *                    a Sequence of those
- *   added_tokens     id, content, special; single_word, lstrip and rstrip
- *                    false
+ *   added_tokens     id, content, special, normalized; single_word, lstrip
+ *                    and rstrip false
  * truncation and padding are ignored: a trainer wants neither.
  *
  * Encoding follows the tokenizers library: added tokens are cut out of the
- * text first (leftmost, then longest); every pre-tokenizer splits each piece
+ * text first (leftmost, then longest; with NFC, those not `normalized` from
+ * the text as given, then each piece between them normalized, by utf8proc,
+ * and the `normalized` ones cut out of that); every pre-tokenizer splits each piece
  * on its own (a pattern sees the piece as its whole subject); ByteLevel maps
  * each byte to one symbol; BPE merges the adjacent pair of lowest merge rank,
  * leftmost first, until none is left. Patterns run in PCRE2 (UTF and Unicode
  * properties, invalid UTF-8 allowed: bytes no pattern matches become pieces
  * of their own, so any byte string encodes and decodes back exactly).
- * Decoding is the tokens' bytes concatenated (no U+FFFD replacement). */
+ * Decoding is the tokens' bytes concatenated (no U+FFFD replacement): the
+ * text back exactly, or its NFC form with that normalizer. */
 #ifndef RL_TOK_H
 #define RL_TOK_H
 

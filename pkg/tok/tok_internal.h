@@ -20,6 +20,7 @@ typedef struct {
     size_t n;
     uint32_t id;
     bool special;
+    bool normalized; /* matched after the normalizer (tokenizers' default: not special) */
 } rl_bpe_added;
 
 struct rl_bpe {
@@ -51,6 +52,7 @@ struct rl_bpe {
     int nprefix, nsuffix;
     uint32_t unk; /* RL_BPE_NONE: unknown symbols are dropped */
     bool fuse_unk, ignore_merges;
+    bool nfc; /* normalizer NFC */
     char sha256[65];
 };
 

@@ -8,15 +8,17 @@ flags, digit runs, contractions, whitespace runs with tabs, CR LF, NBSP,
 U+3000, U+2028 and NEL): GPT-2's layout (ByteLevel pre-tokenizer) at three
 vocabulary sizes, one with a prefix space, and Llama 3's (a Split pattern,
 ByteLevel without its pattern, ignore_merges, a BOS template), one saved
-with the older "a b" merge strings. Held-out documents go through
+with the older "a b" merge strings, and Qwen2's (its Split pattern and the
+NFC normalizer, on text with decomposed letters, Hangul jamo and
+singletons such as the Angstrom sign that NFC rewrites). Held-out documents go through
 `ringleader-prepare jsonl --tokenizer`; the shard must hold, token for
 token, what `tokenizers` gives each document in the same frame (the
 template's tokens, else the end-of-text token before it), with special
 tokens written in the text read as plain text (as the C side does for a
 corpus: a clone without those added tokens encodes the expectation).
 `ringleader-prepare decode` must give the text back (decode(encode(x)) ==
-x; with a prefix space, what `tokenizers` decodes). A WordPiece file and
-one with a normalizer are refused with one line naming the field, exit 2,
+x; with a prefix space, what `tokenizers` decodes; with NFC, NFC(x)). A
+WordPiece file and one with another normalizer (NFKC) are refused with one line naming the field, exit 2,
 nothing written. Then a model trains on those shards with data.tokenizer
 set: its checkpoint opens in transformers as it is (AutoTokenizer encodes
 as tokenizers does, config.json names BOS/EOS, and pipeline
@@ -35,6 +37,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import unicodedata
 
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -42,6 +45,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import Report  # noqa: E402
 
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -50,7 +55,9 @@ SCRIPTS = ["abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "àéèê
            "ابتثجحخدذرزسشصضطظعغفقكلمنهوي", "אבגדהוזחטיכלמנסעפצקרשת", "कखगघचछजझटठडढणतथदधनपफबभमयरलवशसह्ािीु",
            "กขคงจฉชซญดตถทนบปผพฟมยรลวสหอ่้", "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年",
            "가나다라마바사아자차카타파하한국어", "あいうえおかきくけこさしすせそアイウエオ"]
-EMOJI = ["😀", "👍🏽", "👨\u200d👩\u200d👧", "🇫🇷", "❤️", "🤖", "✨", "e\u0301", "n\u0303"]
+EMOJI = ["😀", "👍🏽", "👨\u200d👩\u200d👧", "🇫🇷", "❤️", "🤖", "✨", "e\u0301", "n\u0303",
+         # what NFC rewrites: a mark after its letter, jamo into a syllable, singletons, marks reordered
+         "A\u030a", "\u1100\u1161\u11a8", "\u212b", "\u2126", "q\u0307\u0323", "\u0344"]
 SPACES = [" ", "  ", "\t", "\n", "\r\n", "\n\n", "   \n", "\u00a0", "\u3000", "\u2028", "\u0085", " \t ", "    "]
 WORDS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "n't", "don't", "I'M", "ringleader", "<|", "|>",
          ".", ",", "!?", "...", "()", "{}", "==", "->", "#", "$", "%", "\"", "'", "def f(x):", "x += 1;"]
@@ -87,6 +94,13 @@ def train(kind, vocab, docs, path):
             pre_tokenizers.Split(Regex(LLAMA3_PATTERN), "isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         special = ["<|begin_of_text|>", "<|end_of_text|>"]
+    elif kind == "qwen2":
+        tok = Tokenizer(models.BPE())
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     else:
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=(kind == "prefix"))
@@ -95,6 +109,8 @@ def train(kind, vocab, docs, path):
     tok.train_from_iterator(docs, trainers.BpeTrainer(vocab_size=vocab, special_tokens=special, show_progress=False,
                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tok.add_tokens(["ringleader"])  # an added token that is not special: matched in any text
+    if kind == "qwen2":
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
     if kind == "llama3":
         bos = "<|begin_of_text|>"
         tok.post_processor = processors.Sequence([
@@ -171,6 +187,9 @@ def check_one(rep, args, tmp, name, kind, vocab, train_docs, held, legacy=False)
     sep = tok.decode(frame_before, skip_special_tokens=False)
     if kind == "prefix":  # the prefix space stays, as in tokenizers' own decode
         text = "".join(tok.decode(ids, skip_special_tokens=False) for ids in per_doc)
+    elif kind == "qwen2":  # the normalized text
+        text = "".join(sep + unicodedata.normalize("NFC", doc) for doc in held)
+        rep.self_check(text != "".join(sep + doc for doc in held), f"{name}: NFC changes the held-out text")
     else:
         text = "".join(sep + doc for doc in held)
     rep.check(d.returncode == 0 and d.stdout == text.encode("utf-8"),
@@ -181,11 +200,11 @@ def check_refusals(rep, args, tmp, docs):
     wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     wp.pre_tokenizer = pre_tokenizers.Whitespace()
     wp.train_from_iterator(docs[:200], trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[UNK]"]))
-    nfc = train("gpt2", 300, docs[:200], os.path.join(tmp, "nfc.json"))
-    nfc.normalizer = normalizers.NFC()
+    nfkc = train("gpt2", 300, docs[:200], os.path.join(tmp, "nfkc.json"))
+    nfkc.normalizer = normalizers.NFKC()
     jl = os.path.join(tmp, "one.jsonl")
     open(jl, "w").write(json.dumps({"text": "hello"}) + "\n")
-    for name, tok, field in [("wordpiece", wp, "model.type"), ("nfc", nfc, "normalizer")]:
+    for name, tok, field in [("wordpiece", wp, "model.type"), ("nfkc", nfkc, "normalizer")]:
         path = os.path.join(tmp, f"{name}.json")
         tok.save(path)
         out = os.path.join(tmp, f"{name}-out")
@@ -256,6 +275,7 @@ def main():
         check_one(rep, args, tmp, "gpt2-prefix-1000", "prefix", 1000, train_docs, held)
         check_one(rep, args, tmp, "llama3-2000", "llama3", 2000, train_docs, held)
         check_one(rep, args, tmp, "llama3-600-legacy-merges", "llama3", 600, train_docs, held, legacy=True)
+        check_one(rep, args, tmp, "qwen2-nfc-1500", "qwen2", 1500, train_docs, held)
         check_refusals(rep, args, tmp, train_docs)
         if args.worker:
             check_checkpoint(rep, args, tmp, train_docs, held)

@@ -718,8 +718,53 @@ Test(tok, text_that_is_not_json_is_refused) {
     cr_assert_not_null(strstr(e.msg, "JSON"), "%s", e.msg);
 }
 
-Test(tok, a_normalizer_is_refused) {
-    expect_bad(&(spec){.normalizer = "{\"type\":\"NFC\"}"}, "normalizer", "NFC");
+Test(tok, a_normalizer_other_than_nfc_is_refused) {
+    expect_bad(&(spec){.normalizer = "{\"type\":\"NFKC\"}"}, "normalizer", "NFKC");
+    expect_bad(&(spec){.normalizer = "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"},"
+                                     "{\"type\":\"Lowercase\"}]}"},
+               "normalizer", "Sequence");
+}
+
+/* NFC (Qwen2's normalizer): a decomposed e + U+0301 encodes as the
+ * precomposed U+00E9 does, and decodes to it; bytes that start no valid
+ * character stay as they are (and a mark after one has nothing to compose
+ * with); a one-item Sequence is the same normalizer. */
+Test(tok, nfc_encodes_decomposed_text_as_its_composed_form) {
+    static const char *const merges[] = {"\xc3", "\xa9", NULL}; /* U+00E9 whole: 256 */
+    const char *nfc_seq = "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"}]}";
+    for (int seq = 0; seq < 2; seq++) {
+        rl_bpe *t = parse_ok(&(spec){.merges = merges, .normalizer = seq ? nfc_seq : "{\"type\":\"NFC\"}"}, NULL);
+        const uint32_t want[] = {'c', 'a', 'f', 256};
+        expect_ids(t, "caf\xc3\xa9", false, want, 4);
+        expect_ids(t, "cafe\xcc\x81", false, want, 4);
+        const uint32_t raw[] = {'x', 0xff, 0xcc, 0x81};
+        expect_ids(t, "x\xff\xcc\x81", false, raw, 4);
+        rl_bpe_ids ids = encode(t, "cafe\xcc\x81", 6, false);
+        char *text = NULL;
+        size_t len = 0, cap = 0;
+        rl_err e = {0};
+        cr_assert_eq(rl_bpe_decode(t, ids.v, ids.n, &text, &len, &cap, &e), 0, "%s", e.msg);
+        cr_assert(len == 5 && !memcmp(text, "caf\xc3\xa9", 5), "%.*s", (int)len, text);
+        free(text);
+        rl_bpe_ids_free(&ids);
+        rl_bpe_free(t);
+    }
+}
+
+/* With a normalizer, an added token marked normalized is matched in the
+ * normalized text (so the decomposed spelling finds it), one that is not
+ * only in the text as given. */
+Test(tok, nfc_matches_normalized_added_tokens_after_normalizing_and_the_others_before) {
+    const char *added = "[{\"id\":1000,\"content\":\"\xc3\xa9!\",\"single_word\":false,\"lstrip\":false,"
+                        "\"rstrip\":false,\"normalized\":true,\"special\":false},"
+                        "{\"id\":1001,\"content\":\"\xc3\xa8?\",\"single_word\":false,\"lstrip\":false,"
+                        "\"rstrip\":false,\"normalized\":false,\"special\":false}]";
+    rl_bpe *t = parse_ok(&(spec){.normalizer = "{\"type\":\"NFC\"}", .added = added}, NULL);
+    const uint32_t a[] = {1000}, b[] = {1001}, c[] = {0xc3, 0xa8, '?'};
+    expect_ids(t, "e\xcc\x81!", false, a, 1);     /* decomposed, normalized: matched */
+    expect_ids(t, "\xc3\xa8?", false, b, 1);      /* composed as given: matched */
+    expect_ids(t, "e\xcc\x80?", false, c, 3);     /* decomposed, not normalized: its bytes after NFC */
+    rl_bpe_free(t);
 }
 
 Test(tok, a_wordpiece_model_is_refused) { expect_bad(&(spec){.model_type = "WordPiece"}, "model.type", "WordPiece"); }
