@@ -517,6 +517,13 @@ int rl_gpu_model_download_logits(rl_gpu_model *m, float *host, rl_err *e) {
     return rc;
 }
 
+int rl_gpu_model_download_logits_row(rl_gpu_model *m, int row, float *host, rl_err *e) {
+    if (!m->logits_valid || row < 0 || row >= m->cur_B * m->cur_T)
+        return rl_errf(e, RL_EINPUT, "gpu model: no logits row %d kept (the last forward had %d rows)", row,
+                       m->logits_valid ? m->cur_B * m->cur_T : 0);
+    return download_bf16(m, host, m->logits + (size_t)row * m->Vp, (size_t)m->V, e);
+}
+
 // ---- the batch ----------------------------------------------------------------------------------
 // A counting sort by token id (stable: positions stay ascending within a
 // token). cnt: V + 1 ints of scratch. Returns the number of distinct ids.

@@ -125,6 +125,8 @@ int rl_gpu_model_init_random(rl_gpu_model *m, uint64_t seed, float std, rl_err *
  * only when its B*T rows fit one classifier chunk (small batches: tests);
  * RL_EINPUT otherwise. Valid until the next forward or train_micro. */
 int rl_gpu_model_download_logits(rl_gpu_model *m, float *host, rl_err *e);
+/* One row of them, [vocab] (sampling reads the last position only). */
+int rl_gpu_model_download_logits_row(rl_gpu_model *m, int row, float *host, rl_err *e);
 
 /* ---- training ----------------------------------------------------------
  * A step is: zero_grad, then per micro-batch train_micro, then grad_norm,

@@ -404,7 +404,7 @@ static int print_json(const rl_job_config *cfg, bool schema) {
 
 /* `ringleader-worker generate`: text from a checkpoint, on stdout. */
 static int generate(int argc, char **argv) {
-    const char *uri = NULL, *prompt = NULL;
+    const char *uri = NULL, *prompt = NULL, *device = "auto";
     long long step = -1, tokens = 64, top_k = 0, seed = 1337;
     double temp = 0;
     const rl_flag fl[] = {
@@ -415,13 +415,15 @@ static int generate(int argc, char **argv) {
         {"--temperature", NULL, RL_FLAG_NUM, &temp, 0, 100},
         {"--top-k", NULL, RL_FLAG_INT, &top_k, 0, 1 << 24},
         {"--seed", NULL, RL_FLAG_INT, &seed, 0, 9e15},
+        {"--device", NULL, RL_FLAG_STR, &device, 0, 0},
     };
     int rc = rl_flags_parse(PROG " generate", argc, argv, 2, fl, (int)(sizeof fl / sizeof fl[0]), NULL, 0, NULL);
     if (rc == RL_FLAGS_HELP) {
         printf("usage: " PROG " generate --checkpoint URI --prompt TEXT [--step N] [--max-new-tokens 64]\n"
-               "                         [--temperature 0] [--top-k 0] [--seed 1337]\n"
+               "                         [--temperature 0] [--top-k 0] [--seed 1337] [--device auto]\n"
                "  Continues TEXT with the model of a checkpoint (file path, file:// or s3:// URI as in\n"
-               "  checkpoint.uri; the newest committed step unless --step), on the CPU, through the\n"
+               "  checkpoint.uri; the newest committed step unless --step), on --device cpu, cuda\n"
+               "  (GPU 0, bf16 as training computes) or auto (a GPU when one is visible), through the\n"
                "  tokenizer it carries (bytes when none), and prints the text. Temperature 0 is\n"
                "  greedy; above it, draws among the top-k likeliest (0: all). Stops at the\n"
                "  checkpoint's end-of-text token or after --max-new-tokens.\n");
@@ -430,11 +432,13 @@ static int generate(int argc, char **argv) {
     if (rc) return rc;
     if (!uri || !*uri) return failf(RL_EXIT_USER, "--checkpoint: required (a checkpoint URI)");
     if (!prompt) return failf(RL_EXIT_USER, "--prompt: required");
+    if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "auto"))
+        return failf(RL_EXIT_USER, "--device: \"%s\" is not cpu, cuda or auto", device);
     rl_sample_opts o = {.max_new_tokens = (int)tokens, .temperature = temp, .top_k = (int)top_k, .seed = (uint64_t)seed};
     rl_err e = {0};
     char *text;
     size_t len;
-    if ((rc = rl_generate(uri, step, prompt, &o, &text, &len, &e))) return fail("generate", &e);
+    if ((rc = rl_generate(uri, step, device, prompt, &o, &text, &len, &e))) return fail("generate", &e);
     fwrite(text, 1, len, stdout);
     fputc('\n', stdout);
     free(text);

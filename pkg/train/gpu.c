@@ -257,6 +257,48 @@ int rl_train_gpu_open(rl_train_device *d, int device, rl_err *e) {
     return RL_OK;
 }
 
+/* ---- samples on a GPU (rl_lm, train.h) ---------------------------------------- */
+
+typedef struct {
+    rl_gpu_model *model;
+    cudaStream_t stream;
+} gpu_lm;
+
+static int gpu_last_logits(rl_lm *lm, const int32_t *tok, int T, const float **logits, rl_err *e) {
+    gpu_lm *g = lm->impl;
+    int rc = rl_gpu_model_forward(g->model, tok, NULL, 1, T, NULL, e);
+    if (!rc) rc = rl_gpu_model_download_logits_row(g->model, T - 1, lm->row, e);
+    *logits = rc ? NULL : lm->row;
+    return rc;
+}
+
+static void gpu_lm_close(rl_lm *lm) {
+    gpu_lm *g = lm->impl;
+    if (g) {
+        rl_gpu_model_free(g->model);
+        if (g->stream) cudaStreamDestroy(g->stream);
+        free(g);
+    }
+    free(lm->row);
+    *lm = (rl_lm){0};
+}
+
+int rl_lm_gpu(const rl_model_config *c, const float *params, int window, rl_lm *out, rl_err *e) {
+    gpu_lm *g = calloc(1, sizeof *g);
+    *out = (rl_lm){.vocab = c->vocab_size, .window = window, .last_logits = gpu_last_logits,
+                   .close = gpu_lm_close, .impl = g, .row = malloc(sizeof(float) * (size_t)c->vocab_size)};
+    if (!g || !out->row) {
+        gpu_lm_close(out);
+        return rl_errf(e, RL_ENOMEM, "generate: out of memory");
+    }
+    cudaError_t ce = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    int rc = ce != cudaSuccess ? rl_errf(e, RL_EIO, "generate: cudaStreamCreate: %s", cudaGetErrorString(ce)) : RL_OK;
+    if (!rc) rc = rl_gpu_model_create(&g->model, c, 1, window, NULL, g->stream, e);
+    if (!rc) rc = rl_gpu_model_upload_params(g->model, params, e);
+    if (rc) gpu_lm_close(out);
+    return rc;
+}
+
 #else /* no CUDA in this build */
 
 int rl_train_gpu_count(char *name, size_t n) {
@@ -266,6 +308,12 @@ int rl_train_gpu_count(char *name, size_t n) {
 int rl_train_gpu_open(rl_train_device *d, int device, rl_err *e) {
     (void)d, (void)device;
     return rl_errf(e, RL_EINTERNAL, "train.device cuda: this build has no CUDA");
+}
+int rl_lm_gpu(const rl_model_config *c, const float *params, int window, rl_lm *out, rl_err *e) {
+    (void)c, (void)params, (void)window;
+    *out = (rl_lm){0};
+    return rl_errf(e, RL_EINPUT, "--device cuda: this build has no CUDA (nvcc and nccl.h were not found when it "
+                                 "was built)");
 }
 #endif
 

@@ -1,13 +1,15 @@
-/* Text from a model: a prompt continued token by token on the CPU model,
- * greedy or sampled (train.h). No KV cache: each new token reruns the
- * window's forward, which is what a sample every few hundred steps or one
- * `generate` call can afford, and keeps the one forward the tests check. */
+/* Text from a model: a prompt continued token by token, greedy or sampled
+ * (train.h), on the CPU model or a GPU's (rl_lm_gpu, gpu.c). No KV cache:
+ * each new token reruns the window's forward, which is what a sample every
+ * few hundred steps or one `generate` call can afford, and keeps the one
+ * forward the tests check. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "train.h"
+#include "train_gpu.h"
 
 /* The next token from one position's logits: argmax at temperature 0, else
  * a draw from softmax(logits / temperature) over the top_k largest (all
@@ -35,9 +37,24 @@ static int32_t pick(const float *logits, int V, const rl_sample_opts *o, rl_rng 
     return idx[k - 1];
 }
 
-int rl_sample(rl_model *m, const int32_t *prompt, int n, const rl_sample_opts *o, int32_t **out, int *nout,
+static int cpu_last_logits(rl_lm *lm, const int32_t *tok, int T, const float **logits, rl_err *e) {
+    rl_model *m = lm->impl;
+    int rc = rl_model_forward(m, tok, NULL, 1, T, NULL, e);
+    *logits = rc ? NULL : rl_model_logits(m) + (size_t)(T - 1) * lm->vocab;
+    return rc;
+}
+
+void rl_lm_cpu(rl_model *m, rl_lm *out) {
+    *out = (rl_lm){.vocab = m->cfg.vocab_size, .window = m->T, .last_logits = cpu_last_logits, .impl = m};
+}
+
+void rl_lm_close(rl_lm *lm) {
+    if (lm && lm->close) lm->close(lm);
+}
+
+int rl_sample(rl_lm *lm, const int32_t *prompt, int n, const rl_sample_opts *o, int32_t **out, int *nout,
               rl_err *e) {
-    int V = m->cfg.vocab_size, W = m->T, total = n + o->max_new_tokens;
+    int V = lm->vocab, W = lm->window, total = n + o->max_new_tokens;
     *out = NULL, *nout = 0;
     if (n < 1) return rl_errf(e, RL_EINPUT, "sample: the prompt encodes to no token (give some text)");
     for (int i = 0; i < n; i++)
@@ -56,8 +73,9 @@ int rl_sample(rl_model *m, const int32_t *prompt, int n, const rl_sample_opts *o
     while (len < total) {
         /* the newest W tokens: a longer text slides past the model's window */
         int T = len < W ? len : W;
-        if ((rc = rl_model_forward(m, seq + len - T, NULL, 1, T, NULL, e))) break;
-        int32_t next = pick(rl_model_logits(m) + (size_t)(T - 1) * V, V, o, &rng, p, idx);
+        const float *logits;
+        if ((rc = lm->last_logits(lm, seq + len - T, T, &logits, e))) break;
+        int32_t next = pick(logits, V, o, &rng, p, idx);
         seq[len++] = next;
         if (o->eos_id >= 0 && next == o->eos_id) break;
     }
@@ -70,7 +88,7 @@ int rl_sample(rl_model *m, const int32_t *prompt, int n, const rl_sample_opts *o
     return RL_OK;
 }
 
-int rl_sample_text(rl_model *m, const rl_bpe *bpe, const rl_doc_frame *fr, const char *prompt,
+int rl_sample_text(rl_lm *lm, const rl_bpe *bpe, const rl_doc_frame *fr, const char *prompt,
                    const rl_sample_opts *o, char **text, size_t *len, rl_err *e) {
     size_t pl = strlen(prompt), n = 0;
     /* a document boundary of the training stream: the one before's end, this one's start */
@@ -90,7 +108,7 @@ int rl_sample_text(rl_model *m, const rl_bpe *bpe, const rl_doc_frame *fr, const
     rl_bpe_ids_free(&ids);
     int ns = 0;
     if (!rc && n > (size_t)INT32_MAX / 2) rc = rl_errf(e, RL_EINPUT, "sample: the prompt is too long");
-    if (!rc) rc = rl_sample(m, in, (int)n, o, &seq, &ns, e);
+    if (!rc) rc = rl_sample(lm, in, (int)n, o, &seq, &ns, e);
     /* the text after the frame; an end-of-text token that stopped it is not text */
     int end = ns > (int)n && o->eos_id >= 0 && seq[ns - 1] == o->eos_id ? ns - 1 : ns;
     if (!rc && bpe) {
@@ -127,8 +145,8 @@ static int load_tokenizer(rl_ckpt_store *s, long long step, rl_bpe **bpe, rl_err
     return rc;
 }
 
-int rl_generate(const char *uri, long long step, const char *prompt, const rl_sample_opts *opts, char **text,
-                size_t *len, rl_err *e) {
+int rl_generate(const char *uri, long long step, const char *device, const char *prompt, const rl_sample_opts *opts,
+                char **text, size_t *len, rl_err *e) {
     rl_ckpt_store *s = NULL;
     rl_bpe *bpe = NULL;
     rl_model m = {0};
@@ -157,7 +175,12 @@ int rl_generate(const char *uri, long long step, const char *prompt, const rl_sa
     /* what training put before each document; bytes: the end of text */
     rl_doc_frame fr = {.before = {(uint32_t)o.eos_id}, .nbefore = o.eos_id >= 0, .eos = o.eos_id};
     if (!rc && bpe) rl_bpe_frame(bpe, o.eos_id, &fr);
-    if (!rc) rc = rl_sample_text(&m, bpe, &fr, prompt, &o, text, len, e);
+    bool gpu = !strcmp(device, "cuda") || (!strcmp(device, "auto") && rl_train_gpu_count(NULL, 0) > 0);
+    rl_lm lm = {0};
+    if (!rc && gpu) rc = rl_lm_gpu(&mc, m.params, mc.max_position_embeddings, &lm, e);
+    else if (!rc) rl_lm_cpu(&m, &lm);
+    if (!rc) rc = rl_sample_text(&lm, bpe, &fr, prompt, &o, text, len, e);
+    rl_lm_close(&lm);
     if (made) rl_model_destroy(&m);
     rl_bpe_free(bpe);
     rl_ckpt_store_close(s);

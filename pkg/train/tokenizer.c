@@ -99,7 +99,9 @@ int rl_train_samples(rl_trainer *tr, rl_err *e) {
         memcpy(prompt, p, n), prompt[n] = 0;
         char *text, *clean = NULL, pe[sizeof prompt * 2 + 1], *te = NULL;
         size_t len, cl;
-        if (!(rc = rl_sample_text(&cpu, tr->bpe, &tr->frame, prompt, &o, &text, &len, e))) {
+        rl_lm lm;
+        rl_lm_cpu(&cpu, &lm);
+        if (!(rc = rl_sample_text(&lm, tr->bpe, &tr->frame, prompt, &o, &text, &len, e))) {
             /* a log line is JSON: invalid UTF-8 from a half-learned model is U+FFFD */
             clean = rl_utf8_lossy(text, len, &cl);
             te = clean ? malloc(cl * 6 + 1) : NULL;

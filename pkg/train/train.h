@@ -340,24 +340,43 @@ typedef struct rl_sample_opts {
     uint64_t seed;      /* the draws' own stream */
     int64_t eos_id;     /* stop after this token; -1: never */
 } rl_sample_opts;
-/* Continue prompt[0..n) on the CPU model m (batch 1; its T is the window:
- * longer texts slide). *out (malloc'ed, *nout ids) is the prompt and what
- * followed. RL_EINPUT for an empty prompt or an id outside the vocabulary. */
-int rl_sample(rl_model *m, const int32_t *prompt, int n, const rl_sample_opts *o, int32_t **out, int *nout,
+/* What a sample runs on: a model that gives the logits of the last of T
+ * tokens (T <= window), on the CPU or a GPU. The logits stay valid until
+ * the next call. */
+typedef struct rl_lm rl_lm;
+struct rl_lm {
+    int vocab, window;
+    int (*last_logits)(rl_lm *lm, const int32_t *tok, int T, const float **logits, rl_err *e);
+    void (*close)(rl_lm *lm); /* NULL: nothing to free */
+    void *impl;
+    float *row; /* a GPU's logits, copied to the host */
+};
+/* The CPU model m (batch >= 1; its T is the window). */
+void rl_lm_cpu(rl_model *m, rl_lm *out);
+/* A batch-1 GPU model of config c on the current device, from host fp32
+ * params [layout total], window tokens (bf16 weights and logits, as the
+ * GPU trainer computes). A build without CUDA: RL_EINPUT. */
+int rl_lm_gpu(const rl_model_config *c, const float *params, int window, rl_lm *out, rl_err *e);
+void rl_lm_close(rl_lm *lm);
+/* Continue prompt[0..n) on lm (longer texts slide through its window).
+ * *out (malloc'ed, *nout ids) is the prompt and what followed. RL_EINPUT
+ * for an empty prompt or an id outside the vocabulary. */
+int rl_sample(rl_lm *lm, const int32_t *prompt, int n, const rl_sample_opts *o, int32_t **out, int *nout,
               rl_err *e);
 /* The same from text: a document boundary as training saw it (rl_bpe_frame's
  * fr->after then fr->before: Llama 3's BOS, GPT-2's end of text) then the prompt
  * through bpe (special tokens in it are tokens; NULL: bytes), continued;
  * *text (malloc'ed, *len bytes, NUL after) is the prompt and its
  * continuation decoded, without the frame and the EOS that stopped it. */
-int rl_sample_text(rl_model *m, const rl_bpe *bpe, const rl_doc_frame *fr, const char *prompt,
+int rl_sample_text(rl_lm *lm, const rl_bpe *bpe, const rl_doc_frame *fr, const char *prompt,
                    const rl_sample_opts *o, char **text, size_t *len, rl_err *e);
 /* `ringleader-worker generate`: the prompt continued by the model of a
- * checkpoint (file or s3 URI; step < 0: the newest committed), on the CPU,
- * through the tokenizer it carries (none: bytes); o->eos_id is ignored
- * (its config.json's is used). */
-int rl_generate(const char *uri, long long step, const char *prompt, const rl_sample_opts *o, char **text,
-                size_t *len, rl_err *e);
+ * checkpoint (file or s3 URI; step < 0: the newest committed), on device
+ * "cpu", "cuda" (GPU 0) or "auto" (a GPU when one is visible), through the
+ * tokenizer it carries (none: bytes); o->eos_id is ignored (its
+ * config.json's is used). */
+int rl_generate(const char *uri, long long step, const char *device, const char *prompt, const rl_sample_opts *o,
+                char **text, size_t *len, rl_err *e);
 
 /* On a GPU: the device's master weights (and with opt the AdamW moments)
  * into the host mirror (rl_trainer_params / rl_trainer_opt). No-op on the

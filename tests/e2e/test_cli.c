@@ -402,6 +402,15 @@ Test(cli, prepare_with_a_tokenizer_json_then_train_and_generate, .timeout = 300)
     cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
     snprintf(text, sizeof text, "%s/gen", dir);
     cr_expect(rl_test_file_has(text, "abc"), "generate prints the prompt and its continuation");
+    /* --device cpu gives the same greedy text as auto does on this machine
+     * (no GPU here: auto is the CPU); a bad --device is one line, exit 2 */
+    snprintf(cmd, sizeof cmd, "(%s/ringleader-worker generate --device cpu --checkpoint %s/ck --prompt abc "
+             "--max-new-tokens 4 > %s/gen-cpu) && cmp %s/gen %s/gen-cpu", rl_test_bindir(), dir, dir, dir, dir);
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+    snprintf(cmd, sizeof cmd, "%s/ringleader-worker generate --device tpu --checkpoint %s/ck --prompt abc",
+             rl_test_bindir(), dir);
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "--device: \"tpu\"") && strchr(err, '\n') == err + strlen(err) - 1, "%s", err);
     snprintf(text, sizeof text, "%s/ck/step-00000003/tokenizer.json", dir);
     cr_expect_eq(access(text, F_OK), 0, "the checkpoint carries tokenizer.json");
 

@@ -999,6 +999,57 @@ static void check_shard_two_ranks(void) {
     rl_store_server_stop(srv);
 }
 
+/* generate on a GPU (rl_lm_gpu): the sampler on the GPU's bf16 model and
+ * on the CPU's fp32 one from the same weights, past the window. Every
+ * position the GPU continued: its last-position logits within 3e-2
+ * (relative L2, the model checks' logits bound) of the CPU's for the same
+ * tokens, and its greedy pick within 5% of that row's range of the CPU's
+ * best (bf16 may break a near tie the other way, nothing more). */
+static void check_generate(void) {
+    const char *name = "generate: gpu lm ~ cpu lm (greedy, 24 tokens past a 16-token window)";
+    if (!selected(name)) return;
+    rl_job_config c;
+    job(&c, "cuda", 1, 1);
+    rl_model cpu = {0};
+    rl_lm lc, lg = {0};
+    rl_err e = {0};
+    int32_t *seq = NULL, prompt[3] = {1, 2, 3};
+    int n = 0, W = 16, V = c.model.vocab_size;
+    rl_sample_opts o = {.max_new_tokens = 24, .eos_id = -1};
+    if (rl_model_create(&cpu, &c.model, 1, W, &e)) {
+        fail_err(name, &e);
+        return;
+    }
+    rl_model_init_params(&c.model, cpu.params, 11);
+    rl_lm_cpu(&cpu, &lc);
+    float *row = malloc(sizeof(float) * (size_t)V);
+    double worst_rel = 0, worst_margin = 0;
+    int ok = row && !rl_lm_gpu(&c.model, cpu.params, W, &lg, &e) && !rl_sample(&lg, prompt, 3, &o, &seq, &n, &e);
+    for (int k = 3; ok && k < n; k++) {
+        int T = k < W ? k : W;
+        const float *gl, *cl;
+        if (lg.last_logits(&lg, seq + k - T, T, &gl, &e)) ok = 0;
+        else memcpy(row, gl, sizeof(float) * (size_t)V);
+        if (ok && lc.last_logits(&lc, seq + k - T, T, &cl, &e)) ok = 0;
+        if (!ok) break;
+        double dn = 0, nn = 0, lo = cl[0], hi = cl[0];
+        for (int i = 0; i < V; i++) {
+            dn += ((double)row[i] - cl[i]) * ((double)row[i] - cl[i]), nn += (double)cl[i] * cl[i];
+            lo = cl[i] < lo ? cl[i] : lo, hi = cl[i] > hi ? cl[i] : hi;
+        }
+        double rel = sqrt(dn / (nn > 0 ? nn : 1)), margin = (hi - cl[seq[k]]) / (hi - lo > 0 ? hi - lo : 1);
+        worst_rel = rel > worst_rel ? rel : worst_rel, worst_margin = margin > worst_margin ? margin : worst_margin;
+    }
+    if (!ok) fail_err(name, &e);
+    else
+        report(name, n == 27 && worst_rel <= 3e-2 && worst_margin <= 0.05,
+               "%d tokens; worst logits rel %.2e (tol 3e-2); worst pick %.3f of the range below the CPU's best (tol 0.05)",
+               n, worst_rel, worst_margin);
+    free(seq), free(row);
+    rl_lm_close(&lg);
+    rl_model_destroy(&cpu);
+}
+
 void test_gpu_train(void) {
     snprintf(dir, sizeof dir, "/tmp/rl-gpu-train-XXXXXX");
     rl_err e = {0};
@@ -1007,6 +1058,7 @@ void test_gpu_train(void) {
         report("trainer checks: arithmetic corpus", 0, "error: %s", e.msg[0] ? e.msg : "mkdtemp");
         return;
     }
+    check_generate();
     check_curve();
     check_ddp_world1(false, NULL);
     check_ddp_world1(true, NULL);

@@ -9,6 +9,7 @@
 #include "train/train.h"
 
 static rl_model g_m;
+static rl_lm g_lm; /* g_m through the sampler's seam */
 
 static void setup(void) {
     rl_model_config c;
@@ -18,6 +19,7 @@ static void setup(void) {
     rl_err e = {0};
     cr_assert_eq(rl_model_create(&g_m, &c, 1, 8, &e), 0, "%s", e.msg);
     rl_model_init_params(&c, g_m.params, 7);
+    rl_lm_cpu(&g_m, &g_lm);
 }
 static void teardown(void) { rl_model_destroy(&g_m); }
 
@@ -40,7 +42,7 @@ Test(sample, greedy_is_the_argmax_of_each_step_and_slides_past_the_window, .init
     int32_t *out;
     int n;
     rl_err e = {0};
-    cr_assert_eq(rl_sample(&g_m, prompt, 5, &o, &out, &n, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_sample(&g_lm, prompt, 5, &o, &out, &n, &e), 0, "%s", e.msg);
     cr_assert_eq(n, 17);
     cr_assert_eq(memcmp(out, prompt, sizeof prompt), 0, "the prompt leads the output");
     for (int i = 5; i < n; i++) cr_assert_eq(out[i], argmax_next(out, i), "token %d is not the argmax", i);
@@ -54,7 +56,7 @@ Test(sample, the_end_of_text_token_stops_it_and_is_kept_last, .init = setup, .fi
     int32_t *out;
     int n;
     rl_err e = {0};
-    cr_assert_eq(rl_sample(&g_m, prompt, 2, &o, &out, &n, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_sample(&g_lm, prompt, 2, &o, &out, &n, &e), 0, "%s", e.msg);
     cr_assert_eq(n, 3, "stopped after the end-of-text token");
     cr_assert_eq(out[2], want);
     free(out);
@@ -68,11 +70,11 @@ Test(sample, top_k_1_at_any_temperature_is_greedy_and_a_seed_repeats_a_draw, .in
     int32_t *a, *b, *c, *d;
     int na, nb, nc, nd;
     rl_err e = {0};
-    cr_assert_eq(rl_sample(&g_m, prompt, 3, &g, &a, &na, &e), 0, "%s", e.msg);
-    cr_assert_eq(rl_sample(&g_m, prompt, 3, &k1, &b, &nb, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_sample(&g_lm, prompt, 3, &g, &a, &na, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_sample(&g_lm, prompt, 3, &k1, &b, &nb, &e), 0, "%s", e.msg);
     cr_assert(na == nb && !memcmp(a, b, sizeof *a * (size_t)na), "top_k 1 draws the argmax");
-    cr_assert_eq(rl_sample(&g_m, prompt, 3, &hot, &c, &nc, &e), 0, "%s", e.msg);
-    cr_assert_eq(rl_sample(&g_m, prompt, 3, &hot, &d, &nd, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_sample(&g_lm, prompt, 3, &hot, &c, &nc, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_sample(&g_lm, prompt, 3, &hot, &d, &nd, &e), 0, "%s", e.msg);
     cr_assert(nc == nd && !memcmp(c, d, sizeof *c * (size_t)nc), "one seed, one draw");
     /* a temperature of 50 is close to uniform over 50 ids: 8 draws equal to
      * the greedy ones would be a sampler that does not sample */
@@ -85,8 +87,8 @@ Test(sample, an_empty_prompt_or_an_id_outside_the_vocabulary_is_einput, .init = 
     int32_t *out = NULL, bad[1] = {50};
     int n;
     rl_err e = {0};
-    cr_assert_eq(rl_sample(&g_m, bad, 0, &o, &out, &n, &e), RL_EINPUT);
-    cr_assert_eq(rl_sample(&g_m, bad, 1, &o, &out, &n, &e), RL_EINPUT);
+    cr_assert_eq(rl_sample(&g_lm, bad, 0, &o, &out, &n, &e), RL_EINPUT);
+    cr_assert_eq(rl_sample(&g_lm, bad, 1, &o, &out, &n, &e), RL_EINPUT);
     cr_assert(strstr(e.msg, "50") && out == NULL, "%s", e.msg);
 }
 
@@ -98,7 +100,7 @@ Test(sample, text_bytes_go_in_after_the_frame_and_come_out_without_it, .init = s
     char *text;
     size_t len;
     rl_err e = {0};
-    cr_assert_eq(rl_sample_text(&g_m, NULL, &frame, "\x01\x02\x03", &o, &text, &len, &e), 0, "%s", e.msg);
+    cr_assert_eq(rl_sample_text(&g_lm, NULL, &frame, "\x01\x02\x03", &o, &text, &len, &e), 0, "%s", e.msg);
     int32_t seq[8] = {0, 1, 2, 3};
     for (int i = 4; i < 8; i++) seq[i] = argmax_next(seq, i);
     cr_assert_eq(len, 7);
