@@ -175,8 +175,12 @@ int rl_generate(const char *uri, long long step, const char *device, const char 
     /* what training put before each document; bytes: the end of text */
     rl_doc_frame fr = {.before = {(uint32_t)o.eos_id}, .nbefore = o.eos_id >= 0, .eos = o.eos_id};
     if (!rc && bpe) rl_bpe_frame(bpe, o.eos_id, &fr);
-    bool gpu = !strcmp(device, "cuda") || (!strcmp(device, "auto") && rl_train_gpu_count(NULL, 0) > 0);
+    int ngpu = strcmp(device, "cpu") ? rl_train_gpu_count(NULL, 0) : 0;
+    bool gpu = !strcmp(device, "cuda") || ngpu > 0;
     rl_lm lm = {0};
+#ifdef RL_CUDA
+    if (!rc && gpu && ngpu == 0) rc = rl_errf(e, RL_EINPUT, "--device cuda: no GPU is visible to this process");
+#endif
     if (!rc && gpu) rc = rl_lm_gpu(&mc, m.params, mc.max_position_embeddings, &lm, e);
     else if (!rc) rl_lm_cpu(&m, &lm);
     if (!rc) rc = rl_sample_text(&lm, bpe, &fr, prompt, &o, text, len, e);
