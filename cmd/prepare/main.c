@@ -34,6 +34,9 @@ static const char usage[] =
     "                         post-processor adds (Llama 3: BOS), else after --eos\n"
     "      --eos TOKEN        the token before each document when the tokenizer's\n"
     "                         template adds none (default: its only special token)\n"
+    "      --split-on S       documents inside each file, separated by the string S\n"
+    "                         (not kept; empty documents skipped), read in 1 MiB blocks\n"
+    "                         and checked before any shard is written, as for jsonl\n"
     "      --val-fraction F   fraction of tokens for val, in [0, 1) (default 0.05;\n"
     "                         0 writes no val split)\n"
     "      --shard-tokens N   tokens per shard (default 100000000)\n"
@@ -119,6 +122,7 @@ typedef struct {
     uint64_t vocab;
     const char *field;
     const char *tokenizer, *eos;
+    const char *split_on;    /* text: the document separator, or NULL (a file is one) */
     const char *parquet_lib; /* the Arrow shim, beside this binary */
     const char **files;
     int nfiles;
@@ -143,8 +147,8 @@ static int parse_args(int argc, char **argv, args *a) {
         return 2;
     }
     a->mode = argv[1];
-    bool records = !strcmp(a->mode, "jsonl") || !strcmp(a->mode, "parquet"),
-         text = records || !strcmp(a->mode, "text"),
+    bool recs = !strcmp(a->mode, "jsonl") || !strcmp(a->mode, "parquet"),
+         text = recs || !strcmp(a->mode, "text"),
          arith = !strcmp(a->mode, "arith"), synth = !strcmp(a->mode, "synthetic"),
          decode = !strcmp(a->mode, "decode");
     if (!text && !arith && !synth && !decode) {
@@ -160,11 +164,12 @@ static int parse_args(int argc, char **argv, args *a) {
     /* each mode takes its own flags; the values are checked below */
     const char *out = NULL, *valf = NULL, *shard = NULL, *digits = NULL, *holdout = NULL, *seed = NULL,
                *tokens = NULL, *vocab = NULL, *field = NULL;
-    rl_flag fl[11];
+    rl_flag fl[12];
     int n = 0;
     if (!decode) fl[n++] = (rl_flag){"--out", NULL, RL_FLAG_STR, &out, 0, 0};
     if (text || decode) fl[n++] = (rl_flag){"--tokenizer", NULL, RL_FLAG_STR, &a->tokenizer, 0, 0};
     if (text) fl[n++] = (rl_flag){"--eos", NULL, RL_FLAG_STR, &a->eos, 0, 0};
+    if (!strcmp(a->mode, "text")) fl[n++] = (rl_flag){"--split-on", NULL, RL_FLAG_STR, &a->split_on, 0, 0};
     if (text) fl[n++] = (rl_flag){"--val-fraction", NULL, RL_FLAG_STR, &valf, 0, 0};
     if (text || synth) fl[n++] = (rl_flag){"--shard-tokens", NULL, RL_FLAG_STR, &shard, 0, 0};
     if (arith) fl[n++] = (rl_flag){"--digits", NULL, RL_FLAG_STR, &digits, 0, 0};
@@ -172,12 +177,13 @@ static int parse_args(int argc, char **argv, args *a) {
     if (arith || synth) fl[n++] = (rl_flag){"--seed", NULL, RL_FLAG_STR, &seed, 0, 0};
     if (arith || synth) fl[n++] = (rl_flag){"--tokens", NULL, RL_FLAG_STR, &tokens, 0, 0};
     if (synth) fl[n++] = (rl_flag){"--vocab", NULL, RL_FLAG_STR, &vocab, 0, 0};
-    if (records) fl[n++] = (rl_flag){"--field", NULL, RL_FLAG_STR, &field, 0, 0};
+    if (recs) fl[n++] = (rl_flag){"--field", NULL, RL_FLAG_STR, &field, 0, 0};
     /* text, jsonl, parquet and decode take files */
     int rc = rl_flags_parse(PROG, argc, argv, 2, fl, n, text || decode ? a->files : NULL, argc, &a->nfiles);
     if (rc) return rc;
     if (out && !*out) return bad_flag("--out", "must not be empty");
     if (field && !*field) return bad_flag("--field", "must not be empty");
+    if (a->split_on && !*a->split_on) return bad_flag("--split-on", "must not be empty");
     if (a->tokenizer && !*a->tokenizer) return bad_flag("--tokenizer", "must not be empty");
     if (a->eos && !a->tokenizer) return bad_flag("--eos", "needs --tokenizer (byte-level text ends documents with 256)");
     a->field = field ? field : "text";
@@ -345,11 +351,13 @@ static int text_file(router *r, const char *path, uint64_t expect, rl_err *e) {
     return rc;
 }
 
-/* jsonl and parquet: files of records, each a document */
-static bool records(const args *a) { return strcmp(a->mode, "text") != 0; }
+/* jsonl, parquet and text --split-on: files of several documents */
+static bool records(const args *a) { return strcmp(a->mode, "text") != 0 || a->split_on; }
 static int docs_open(const args *a, const char *path, rl_docs **d, rl_err *e) {
-    return rl_docs_open(!strcmp(a->mode, "parquet") ? RL_DOCS_PARQUET : RL_DOCS_JSONL, path, a->field,
-                        a->parquet_lib, d, e);
+    rl_docs_format f = !strcmp(a->mode, "parquet") ? RL_DOCS_PARQUET
+                     : !strcmp(a->mode, "jsonl")   ? RL_DOCS_JSONL
+                                                   : RL_DOCS_TEXT;
+    return rl_docs_open(f, path, f == RL_DOCS_TEXT ? a->split_on : a->field, a->parquet_lib, d, e);
 }
 
 /* One file's documents, each an end-of-text token then its bytes: routed
@@ -497,7 +505,7 @@ static int bpe_file(bpe_run *b, int i, source *src, rl_err *e) {
         char *copy = malloc(len + 1);
         if (!copy) rc = rl_errf(e, RL_ENOMEM, "%s: document %llu: out of memory", path,
                                 (unsigned long long)src[i].docs + 1);
-        else memcpy(copy, text, len + 1), rc = bpe_add(b, copy, len, e);
+        else memcpy(copy, text, len), copy[len] = 0, rc = bpe_add(b, copy, len, e);
         src[i].docs++;
         b->pr.done = done0 + rl_docs_done(d, src[i].bytes);
     }

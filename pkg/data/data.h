@@ -169,11 +169,17 @@ long long rl_parquet_row(const rl_parquet *p);  /* of the document last returned
 long long rl_parquet_rows(const rl_parquet *p); /* in the file, from its footer */
 void rl_parquet_close(rl_parquet *p);
 
-/* ---- documents of a record file: either of the two above, one loop --------------- */
-typedef enum { RL_DOCS_JSONL, RL_DOCS_PARQUET } rl_docs_format;
+/* ---- documents of a file: the two above, or text cut at a separator; one loop ------
+ * `field`: JSON Lines' and Parquet's text field, or RL_DOCS_TEXT's
+ * separator (not part of any document; empty documents between two are
+ * skipped). Text is read in blocks of 1 MiB: memory follows the longest
+ * document, not the file. */
+typedef enum { RL_DOCS_JSONL, RL_DOCS_PARQUET, RL_DOCS_TEXT } rl_docs_format;
 typedef struct rl_docs rl_docs;
 int rl_docs_open(rl_docs_format f, const char *path, const char *field, const char *parquet_lib, rl_docs **out,
                  rl_err *e);
+/* The next document (valid until the next call; NUL-terminated for JSON
+ * Lines and Parquet only), *text NULL at the end. */
 int rl_docs_next(rl_docs *d, const char **text, size_t *len, rl_err *e);
 /* How much of the file's `size` bytes is read (Parquet: by rows), for progress. */
 uint64_t rl_docs_done(const rl_docs *d, uint64_t size);

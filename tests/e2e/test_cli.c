@@ -493,3 +493,52 @@ Test(cli, prepare_text_makes_each_file_a_document_bytes_or_bpe) {
     rl_dataset_close(d);
     rl_test_rmdir(dir);
 }
+
+/* text --split-on: documents inside one file, cut at the separator, give
+ * the shards (and dataset.json's count) that the same documents as JSON
+ * Lines give, byte-level and with a tokenizer; an empty separator is a bad
+ * flag. */
+Test(cli, prepare_text_split_on_gives_the_shards_jsonl_gives) {
+    char dir[64] = "/tmp/rl_split_XXXXXX", txt[128], jl[128], tok[128], cmd[2048], err[4096], a[160], b[160];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(txt, sizeof txt, "%s/docs.txt", dir);
+    snprintf(jl, sizeof jl, "%s/docs.jsonl", dir);
+    FILE *ft = fopen(txt, "w"), *fj = fopen(jl, "w");
+    cr_assert(ft && fj);
+    fputs("<|endoftext|>", ft); /* one first: no empty document */
+    for (int i = 0; i < 200; i++) {
+        char doc[256];
+        snprintf(doc, sizeof doc, "story %d: abc\nab \xc3\xa9t\xc3\xa9 %s", i, i % 3 ? "cab tab" : "\"q\"");
+        fprintf(ft, "%s<|endoftext|>%s", doc, i % 50 ? "" : "<|endoftext|>");
+        fputs("{\"text\":\"", fj);
+        for (const char *p = doc; *p; p++) fputs(*p == '\n' ? "\\n" : *p == '"' ? "\\\"" : (char[2]){*p, 0}, fj);
+        fputs("\"}\n", fj);
+    }
+    fclose(ft), fclose(fj);
+    static const char *const merges[] = {"a", "b", "ab", "c", " ", "t", NULL};
+    static const char *const specials[] = {"<|endoftext|>", NULL};
+    char *js = rl_test_tokenizer_json(merges, specials);
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
+    rl_test_write(tok, js, strlen(js));
+    free(js);
+    for (int bpe = 0; bpe < 2; bpe++) {
+        char t[200] = "";
+        if (bpe) snprintf(t, sizeof t, "--tokenizer %s", tok);
+        snprintf(cmd, sizeof cmd, "(%s/ringleader-prepare text %s --split-on '<|endoftext|>' --out %s/t%d %s && "
+                 "%s/ringleader-prepare jsonl %s --out %s/j%d %s)", rl_test_bindir(), t, dir, bpe, txt,
+                 rl_test_bindir(), t, dir, bpe, jl);
+        cr_assert_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+        for (const char *const *f = (const char *const[]){"train_000000.bin", "val_000000.bin", NULL}; *f; f++) {
+            snprintf(a, sizeof a, "%s/t%d/%s", dir, bpe, *f);
+            snprintf(b, sizeof b, "%s/j%d/%s", dir, bpe, *f);
+            snprintf(cmd, sizeof cmd, "cmp %s %s", a, b);
+            cr_expect_eq(rl_test_run(cmd, err, sizeof err), 0, "%s", err);
+        }
+        snprintf(a, sizeof a, "%s/t%d/dataset.json", dir, bpe);
+        cr_expect(rl_test_file_has(a, "\"documents\":\t200"), "%s", a);
+    }
+    snprintf(cmd, sizeof cmd, "%s/ringleader-prepare text --split-on '' --out %s/x %s", rl_test_bindir(), dir, txt);
+    cr_expect_eq(rl_test_run(cmd, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "--split-on"), "%s", err);
+    rl_test_rmdir(dir);
+}

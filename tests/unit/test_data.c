@@ -755,6 +755,57 @@ Test(data_jsonl, reads_documents_and_names_bad_lines) {
     cr_expect(strstr(e.msg, "gone.jsonl: cannot open"), "%s", e.msg);
 }
 
+/* Text cut at a separator, read in 1 MiB blocks: over 3 MiB of documents
+ * of random lengths (some longer than a block), separators put astride
+ * each block boundary, two in a row, one first and one last: the
+ * documents are what cutting the whole text in memory gives, empty ones
+ * skipped, for a one-byte and a long separator. */
+Test(data_docs, text_cut_at_a_separator_across_block_boundaries) {
+    static const char *const seps[] = {"\x1e", "\n<|endoftext|>\n"};
+    for (int s = 0; s < 2; s++) {
+        const char *sep = seps[s];
+        size_t ns = strlen(sep), cap = (size_t)4 << 20, len = 0;
+        char *text = malloc(cap);
+        uint64_t x = 12345;
+        memcpy(text, sep, ns), len = ns; /* one first */
+        while (len < ((size_t)3 << 20) + 100) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            size_t doc = (x >> 33) % 300 == 0 ? (x >> 40) % 1500000 : (x >> 40) % 3000;
+            size_t block = (len / (1 << 20) + 1) << 20; /* the next block boundary */
+            if ((x >> 20) % 3 == 0 && block > len + ns && block - len - 1 < 3000) doc = block - len - 1; /* astride */
+            for (size_t i = 0; i < doc && len < cap - 2 * ns; i++, len++) text[len] = (char)('a' + (i * 7 + len) % 26);
+            memcpy(text + len, sep, ns), len += ns;
+            if ((x >> 50) % 7 == 0) memcpy(text + len, sep, ns), len += ns; /* two in a row */
+        }
+        write_raw(tpath("split.txt"), text, len);
+        rl_docs *d;
+        rl_err e = {0};
+        cr_assert_eq(rl_docs_open(RL_DOCS_TEXT, tpath("split.txt"), sep, NULL, &d, &e), 0, "%s", e.msg);
+        size_t at = 0, longest = 0;
+        int ndocs = 0;
+        for (;;) {
+            /* the next document by a plain scan of the whole text */
+            while (at + ns <= len && !memcmp(text + at, sep, ns)) at += ns;
+            const char *hit = at < len ? memmem(text + at, len - at, sep, ns) : NULL;
+            size_t end = hit ? (size_t)(hit - text) : len;
+            const char *t;
+            size_t n;
+            cr_assert_eq(rl_docs_next(d, &t, &n, &e), 0, "%s", e.msg);
+            if (at >= len) {
+                cr_assert_null(t, "a document after the last one");
+                break;
+            }
+            cr_assert(t && n == end - at && !memcmp(t, text + at, n), "separator %d, document %d at %zu: %zu bytes, want %zu",
+                      s, ndocs, at, t ? n : 0, end - at);
+            cr_expect_eq(rl_docs_done(d, len), (uint64_t)(hit ? end + ns : len), "progress after document %d", ndocs);
+            ndocs++, at = end, longest = n > longest ? n : longest;
+        }
+        cr_expect(ndocs > 300 && longest > (1u << 20), "%d documents, the longest %zu bytes", ndocs, longest);
+        rl_docs_close(d);
+        free(text);
+    }
+}
+
 /* dataset.json against the job: the tokenizer's identity, its vocabulary
  * against the model's, and the EOS it names. */
 Test(data_meta, dataset_json_must_name_the_jobs_tokenizer_and_fit_the_model) {
