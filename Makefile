@@ -6,6 +6,7 @@
 #   make asan       build and run the tests under ASan + UBSan
 #   make fuzz       run every libFuzzer target for FUZZ_SECONDS each
 #   make bench      CPU throughput benchmarks, JSON lines on stdout
+#   make bench-cpu-vs-torch   the CPU trainer beside PyTorch's (eager, torch.compile), alternating
 #   make test-gpu / bench-gpu   GPU kernels vs the CPU reference / GPU benchmark beside PyTorch
 #   make bench-gpu-plan   the GPU step's FLOPs, bytes, launches and roofline, without a GPU
 #   make test-gpu-emu   the same GPU checks with the CUDA code emulated on the CPU (kernels/README.md)
@@ -286,6 +287,17 @@ bench:
 	@for b in $(BENCH_BINS); do $$b || exit 1; done
 	@scripts/ref_venv.sh $(TOK_VENV) tokenizers:tokenizers numpy:numpy
 	$(TOK_VENV)/bin/python bench/tokenize/bench_tok.py --bin $(BUILD)/bench/bench_tok
+
+# the CPU trainer beside PyTorch's on the CPU (eager and torch.compile),
+# alternating in one run; PyTorch from the reference check's venv
+.PHONY: bench-cpu-vs-torch
+CPU_VS_TORCH_ROUNDS ?= 3
+bench-cpu-vs-torch:
+	@scripts/deps.sh ref
+	@$(MAKE) --no-print-directory $(BUILD)/bench/cpu_train
+	@scripts/ref_venv.sh $(REF_VENV)
+	$(REF_VENV)/bin/python bench/cpu_vs_torch.py --ours $(BUILD)/bench/cpu_train --rounds $(CPU_VS_TORCH_ROUNDS) \
+	  --threads $$(nproc)
 
 $(BUILD)/bench/bench_tok: bench/tokenize/bench_tok.c $(LIB)
 	@mkdir -p $(dir $@)

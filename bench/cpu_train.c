@@ -54,7 +54,16 @@ fail:
     return 1;
 }
 
-int main(void) {
+/* no argument: both configs (make bench); "default" or "10m": that one,
+ * with an optional step count (make bench-cpu-vs-torch alternates them
+ * with PyTorch's) */
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int nsteps = argc > 2 ? atoi(argv[2]) : 0;
+    if (only && strcmp(only, "default") && strcmp(only, "10m")) {
+        fprintf(stderr, "usage: cpu_train [default|10m [STEPS]]\n");
+        return 2;
+    }
     char dir[] = "/tmp/rlbench-XXXXXX";
     if (!mkdtemp(dir)) return 1;
     rl_err e;
@@ -71,8 +80,9 @@ int main(void) {
     rl_log_set_level(RL_LOG_WARN);
 
     rl_job_config c;
+    int rc = 0;
     rl_job_config_default(&c);
-    int rc = bench_config("default", &c, 3, 30, dir);
+    if (!only || !strcmp(only, "default")) rc = bench_config("default", &c, 3, nsteps > 0 ? nsteps : 30, dir);
 
     /* ~10M parameters: 6 layers of width 384, GQA 6 heads over 2, T = 256 */
     rl_job_config_default(&c);
@@ -80,7 +90,7 @@ int main(void) {
     c.model.num_attention_heads = 6, c.model.num_key_value_heads = 2;
     c.model.max_position_embeddings = 256;
     c.train.seq_len = 256, c.train.micro_batch = 8, c.train.global_batch_tokens = 8 * 256;
-    rc |= bench_config("10m", &c, 1, 6, dir);
+    if (!only || !strcmp(only, "10m")) rc |= bench_config("10m", &c, 1, nsteps > 0 ? nsteps : 6, dir);
 
     char cmd[64];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
