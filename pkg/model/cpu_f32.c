@@ -37,4 +37,5 @@ static inline float rl_cpu_expf(float x) {
     return p * scale;
 }
 #define EXP rl_cpu_expf
+#define HOT __attribute__((target_clones("default", "avx2", "avx512f")))
 #include "cpu_impl.inc"

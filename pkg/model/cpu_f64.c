@@ -5,4 +5,5 @@
 #define FN(x) x##_f64
 #define GEMM cblas_dgemm
 #define EXP exp
+#define HOT
 #include "cpu_impl.inc"
