@@ -93,6 +93,8 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 # The float model's elementwise loops (exp, clamps, selects) vectorize only
 # when float compares may not trap; nothing here reads the FP exception flags.
 $(BUILD)/pkg/model/cpu_f32.o: ALL_CFLAGS += -fno-trapping-math
+# AdamW's sqrtf vectorizes when it need not set errno (nothing reads it)
+$(BUILD)/pkg/train/optim.o: ALL_CFLAGS += -fno-trapping-math -fno-math-errno
 $(BUILD)/tests/obj/%.o: tests/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests/support $(DEPFLAGS) -c $< -o $@

@@ -39,6 +39,10 @@ double rl_clip_factor(double norm, double max_norm) {
     return f < 1.0 ? f : 1.0;
 }
 
+/* Cloned for AVX2 and AVX-512 (picked at load; the same rounding: no FMA
+ * contraction in C11 mode, and vector sqrt and div are exact as scalar
+ * ones); optim.o is built with -fno-math-errno so sqrtf vectorizes. */
+__attribute__((target_clones("default", "avx2", "avx512f")))
 void rl_adamw_update(float *p, const float *g, float *m, float *v, size_t n, double lr,
                      double beta1, double beta2, double eps, double wd, long long t,
                      double grad_scale) {
