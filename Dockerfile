@@ -158,8 +158,9 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     set -- ca-certificates libcurl4t64 libcjson1 libssl3t64 libexpat1 libopenblas0-openmp libgomp1 \
       libmicrohttpd12t64 libyaml-0-2 libpcre2-8-0 libutf8proc3/libutf8proc2 && \
     if [ "$USE_CUDA" = 1 ]; then set -- "$@" libnccl2; fi && \
-    for p; do shift; for a in ${p//\// } ${p%t64}; do apt-cache show "$a" >/dev/null 2>&1 && break; done; \
-      set -- "$@" "$a"; done && \
+    for p; do shift; a=${p%%/*}; b=${p#*/}; \
+      for c in "$a" "$b" "${a%t64}"; do apt-cache show "$c" >/dev/null 2>&1 && break; done; \
+      set -- "$@" "$c"; done && \
     apt-get install -y --no-install-recommends "$@"
 
 COPY --from=build /out/bin/ /usr/local/bin/
