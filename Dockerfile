@@ -48,7 +48,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     apt-get update && \
     apt-get install -y --no-install-recommends \
       build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev \
-      libopenblas-openmp-dev libmicrohttpd-dev libyaml-dev libpcre2-dev libutf8proc-dev
+      libopenblas-dev libmicrohttpd-dev libyaml-dev libpcre2-dev libutf8proc-dev
 WORKDIR /src
 COPY Makefile ./
 COPY cmd cmd
@@ -72,7 +72,7 @@ RUN rm -f /etc/apt/apt.conf.d/docker-clean && \
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt,sharing=locked \
     apt-get update && \
-    apt-get install -y --no-install-recommends ca-certificates libcurl4 libcjson1 libssl3 libopenblas0-openmp \
+    apt-get install -y --no-install-recommends ca-certificates libcurl4 libcjson1 libssl3 libopenblas0 \
       libgomp1 libmicrohttpd12 libyaml-0-2 libpcre2-8-0 libutf8proc2
 COPY --from=operator-build /src/bin/ringleader-operator /usr/local/bin/
 # a missing shared library, or any CUDA one, fails the build
@@ -107,7 +107,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     apt-get update && \
     apt-get install -y --no-install-recommends ${nccl:+"$nccl"} \
       build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev \
-      libopenblas-openmp-dev libmicrohttpd-dev libyaml-dev libpcre2-dev libutf8proc-dev python3 python3-venv
+      libopenblas-dev libmicrohttpd-dev libyaml-dev libpcre2-dev libutf8proc-dev python3 python3-venv
 # Apache Arrow's C++ libraries for ringleader-prepare parquet: no distribution
 # packages them, pyarrow's wheel does (the Makefile's `make parquet`). Behind
 # a TLS-intercepting proxy, give its CA bundle as the optional secret pip-ca
@@ -155,7 +155,7 @@ RUN rm -f /etc/apt/apt.conf.d/docker-clean && \
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt,sharing=locked \
     apt-get update && \
-    set -- ca-certificates libcurl4t64 libcjson1 libssl3t64 libexpat1 libopenblas0-openmp libgomp1 \
+    set -- ca-certificates libcurl4t64 libcjson1 libssl3t64 libexpat1 libopenblas0 libgomp1 \
       libmicrohttpd12t64 libyaml-0-2 libpcre2-8-0 libutf8proc3/libutf8proc2 && \
     if [ "$USE_CUDA" = 1 ]; then set -- "$@" libnccl2; fi && \
     for p; do shift; a=${p%%/*}; b=${p#*/}; \

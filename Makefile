@@ -18,19 +18,11 @@ CC      ?= gcc
 OPT     ?= -O3 -g
 SAN     ?=
 PKGS    := libcjson openblas libcurl openssl expat libmicrohttpd yaml-0.1 libpcre2-8 libutf8proc
-# OpenBLAS's OpenMP build (scripts/deps.sh installs it): BLAS then runs on
-# the OpenMP threads the model's own loops use. With the pthread build two
-# pools of spinning threads fight over the cores between every GEMM and
-# the loops around it (make bench: 2.5-4x slower steps on a busy 2-core
-# machine). pkg-config finds its .pc first, and the runpath keeps it
-# whichever build the system's alternatives select.
-BLAS_DIR := /usr/lib/$(shell gcc -print-multiarch 2>/dev/null)/openblas-openmp
-PKGCONF := PKG_CONFIG_PATH=$(BLAS_DIR)/pkgconfig$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} pkg-config
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wvla -fopenmp \
-                 -Ipkg -I. $(shell $(PKGCONF) --cflags $(PKGS) 2>/dev/null)
+                 -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_COMMON) $(OPT) $(SAN) $(CUDA_DEFS) $(CFLAGS)
-LDLIBS  := $(shell $(PKGCONF) --libs $(PKGS) 2>/dev/null) -Wl,-rpath,$(BLAS_DIR) -fopenmp -lpthread -lm
+LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -fopenmp -lpthread -lm
 
 # ---- CUDA detection: nvcc and nccl.h both found -> the GPU path is built ----
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -205,7 +197,7 @@ test-unit test-integration test-e2e: test-%:
 # compile of pkg/ instead of one per target.
 FUZZ_CC ?= clang
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined \
-              -fno-sanitize-recover=undefined -Wno-pass-failed -fopenmp -Ipkg -I. $(shell $(PKGCONF) --cflags $(PKGS) 2>/dev/null)
+              -fno-sanitize-recover=undefined -Wno-pass-failed -fopenmp -Ipkg -I. $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 FUZZ_OBJS := $(PKG_SRCS:%.c=$(BUILD)/fuzz/obj/%.o)
 FUZZ_LIB  := $(BUILD)/fuzz/libringleader-fuzz.a
 $(FUZZ_OBJS): $(BUILD)/fuzz/obj/%.o: %.c
@@ -375,7 +367,7 @@ $(EMU_DIR)/gpu_bench: bench/gpu/bench_gpu.c $(EMU_KOBJS) $(EMU_ROBJS) $(LIB)
 # the binary needs (libcurl, OpenSSL, expat, libmicrohttpd, cJSON and
 # theirs) copied into lib/ beside it; glibc and libstdc++ from the machine.
 PORT_DIR := $(BUILD)/portable
-PORT_LIBS := -Wl,--as-needed -static-libgcc -L$(BLAS_DIR) -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -lgomp -lstdc++ \
+PORT_LIBS := -Wl,--as-needed -static-libgcc -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -lgomp -lstdc++ \
              -Wl,-Bdynamic -lcjson -lcurl -lssl -lcrypto -lexpat -lmicrohttpd -lpcre2-8 -lutf8proc \
              -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl \
              -Wl,-rpath,$(CUDA_HOME)/lib64 -lpthread -ldl -lrt -lm

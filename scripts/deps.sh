@@ -6,7 +6,7 @@
 set -euo pipefail
 what=${1:-build}
 pkgs=(build-essential pkg-config libcurl4-openssl-dev libcjson-dev libssl-dev libexpat1-dev
-      libopenblas-openmp-dev libomp-dev libmicrohttpd-dev libyaml-dev libpcre2-dev libutf8proc-dev)
+      libopenblas-dev libomp-dev libmicrohttpd-dev libyaml-dev libpcre2-dev libutf8proc-dev)
 case "$what" in
   test) pkgs+=(libcriterion-dev clang libclang-rt-14-dev python3 python3-venv openssl etcd-server kubectl
               radosgw ceph-mon ceph-osd ceph-common curl) ;;
