@@ -166,6 +166,36 @@ Test(model_grad, attention_gqa) {
     free(dq), free(dk), free(dv), free(scr);
 }
 
+/* Past one causal block (the kernels work on blocks of 64 query rows):
+ * T = 135 is two whole blocks and a part. The probability and scratch
+ * buffers start as NaN, so reading anything the blocks do not write shows
+ * in the outputs and gradients. */
+Test(model_grad, attention_past_one_causal_block) {
+    enum { B = 1, T = 135, H = 2, KV = 1, HD = 4 };
+    at_ctx c = {.B = B, .T = T, .H = H, .KV = KV, .hd = HD};
+    size_t nq = (size_t)B * T * H * HD, nk = (size_t)B * T * KV * HD, natt = (size_t)B * H * T * T;
+    c.q = randv(nq, 21, 1), c.k = randv(nk, 22, 1), c.v = randv(nk, 23, 1);
+    c.att = malloc(natt * 8);
+    double *G = randv(nq, 24, 1), *out = malloc(nq * 8), *dq = malloc(nq * 8), *dk = malloc(nk * 8),
+           *dv = malloc(nk * 8), *scr = malloc((size_t)B * KV * T * T * 8);
+    memset(c.att, 0xff, natt * 8), memset(scr, 0xff, (size_t)B * KV * T * T * 8);
+    at_f(&c, out);
+    rl_cpu_attn_bwd_f64(dq, dk, dv, scr, G, c.att, c.q, c.k, c.v, B, T, H, KV, HD);
+    fd_check("attention dq (3 blocks)", at_f, &c, c.q, nq, nq, G, dq);
+    fd_check("attention dk (3 blocks)", at_f, &c, c.k, nk, nq, G, dk);
+    fd_check("attention dv (3 blocks)", at_f, &c, c.v, nk, nq, G, dv);
+    /* the last position attends to every key, uniformly when all scores tie */
+    for (size_t i = 0; i < nk; i++) c.k[i] = 0;
+    at_f(&c, out);
+    for (int d = 0; d < HD; d++) {
+        double mean = 0;
+        for (int s = 0; s < T; s++) mean += c.v[(size_t)s * HD + d] / T;
+        cr_expect(fabs(out[(size_t)(T - 1) * H * HD + d] - mean) < 1e-12, "position %d: %g, mean of v %g", T - 1,
+                  out[(size_t)(T - 1) * H * HD + d], mean);
+    }
+    free(c.q), free(c.k), free(c.v), free(c.att), free(G), free(out), free(dq), free(dk), free(dv), free(scr);
+}
+
 /* ---- swiglu ------------------------------------------------------------------------------ */
 typedef struct { double *g, *u; size_t n; } sw_ctx;
 static void sw_f(void *c, double *out) {
