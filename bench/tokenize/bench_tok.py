@@ -49,7 +49,8 @@ def main():
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # before tokenizers starts its pool
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "tokenizer.json")
-        for kind, text in (("gpt2", "multilingual"), ("llama3", "multilingual"), ("gpt2", "zipf")):
+        for kind, text in (("gpt2", "multilingual"), ("llama3", "multilingual"), ("qwen2", "multilingual"),
+                           ("gpt2", "zipf")):
             gen = corpus if text == "multilingual" else zipf_corpus
             train(kind, args.vocab, gen(1, 6000), path)
             tok = ordinary(path)  # special tokens as plain text, as the C side encodes a corpus
