@@ -53,7 +53,7 @@ static int text_open(const char *path, const char *sep, text_docs **out, rl_err 
 
 /* Moves the untaken bytes to the front and reads a block after them. */
 static int text_fill(text_docs *t, rl_err *e) {
-    memmove(t->buf, t->buf + t->start, t->len - t->start);
+    if (t->start) memmove(t->buf, t->buf + t->start, t->len - t->start);
     t->consumed += t->start;
     t->len -= t->start, t->scanned -= t->start, t->start = 0;
     if (t->cap - t->len < TEXT_BLOCK) {
