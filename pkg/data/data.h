@@ -162,8 +162,8 @@ int rl_jsonl_parse_line(const char *line, size_t len, const char *field, const c
  * column of another type, a null value, or a missing or foreign `lib`. */
 typedef struct rl_parquet rl_parquet;
 int rl_parquet_open(const char *lib, const char *path, const char *field, rl_parquet **out, rl_err *e);
-/* The next document: *text (NUL-terminated copy, valid until the next
- * call; it may hold NULs of its own) and *len; *text NULL at the end. */
+/* The next document: *text (Arrow's bytes, not NUL-terminated, valid
+ * until the next call; they may hold NULs) and *len; *text NULL at the end. */
 int rl_parquet_next(rl_parquet *p, const char **text, size_t *len, rl_err *e);
 long long rl_parquet_row(const rl_parquet *p);  /* of the document last returned, -1 before */
 long long rl_parquet_rows(const rl_parquet *p); /* in the file, from its footer */
@@ -178,8 +178,8 @@ typedef enum { RL_DOCS_JSONL, RL_DOCS_PARQUET, RL_DOCS_TEXT } rl_docs_format;
 typedef struct rl_docs rl_docs;
 int rl_docs_open(rl_docs_format f, const char *path, const char *field, const char *parquet_lib, rl_docs **out,
                  rl_err *e);
-/* The next document (valid until the next call; NUL-terminated for JSON
- * Lines and Parquet only), *text NULL at the end. */
+/* The next document, *len bytes (valid until the next call; not
+ * NUL-terminated in general), *text NULL at the end. */
 int rl_docs_next(rl_docs *d, const char **text, size_t *len, rl_err *e);
 /* How much of the file's `size` bytes is read (Parquet: by rows), for progress. */
 uint64_t rl_docs_done(const rl_docs *d, uint64_t size);

@@ -25,8 +25,6 @@ struct rl_parquet {
     shim f;
     void *h;
     char *path, *field;
-    char *text; /* the current value, NUL-terminated (Arrow's is not) */
-    size_t cap;
     long long row; /* of the document last returned, from 0 */
 };
 
@@ -89,14 +87,7 @@ int rl_parquet_next(rl_parquet *p, const char **text, size_t *len, rl_err *e) {
         return shim_err(e, RL_EINPUT, where, msg);
     }
     if (r == 2) return rl_errf(e, RL_EINPUT, "%s: row %lld: \"%.64s\" is null, not a string", p->path, p->row, p->field);
-    if (n + 1 > p->cap) {
-        char *b = realloc(p->text, n + 1);
-        if (!b) return rl_errf(e, RL_ENOMEM, "%s: row %lld: out of memory", p->path, p->row);
-        p->text = b, p->cap = n + 1;
-    }
-    memcpy(p->text, s, n);
-    p->text[n] = '\0';
-    *text = p->text, *len = n;
+    *text = s, *len = n;
     return RL_OK;
 }
 
@@ -106,6 +97,6 @@ long long rl_parquet_rows(const rl_parquet *p) { return p->f.rows(p->h); }
 void rl_parquet_close(rl_parquet *p) {
     if (!p) return;
     if (p->h) p->f.close(p->h);
-    free(p->path), free(p->field), free(p->text);
+    free(p->path), free(p->field);
     free(p);
 }
