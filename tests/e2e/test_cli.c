@@ -342,15 +342,11 @@ Test(cli, prepare_with_a_tokenizer_json_then_train_and_generate, .timeout = 300)
     /* "a"+"b" -> 256, "ab"+"c" -> 257, " "+"t" -> 258; <|endoftext|> is 259 */
     static const char *const merges[] = {"a", "b", "ab", "c", " ", "t", NULL};
     static const char *const specials[] = {"<|endoftext|>", NULL};
-    char *js = rl_test_tokenizer_json(merges, specials);
     snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
-    rl_test_write(tok, js, strlen(js));
-    free(js);
+    rl_test_write_tokenizer_json(tok, merges, specials);
     static const char *const other[] = {" ", "t", "a", "b", NULL};
-    js = rl_test_tokenizer_json(other, specials); /* another tokenizer: other ids */
     snprintf(tok2, sizeof tok2, "%s/other.json", dir);
-    rl_test_write(tok2, js, strlen(js));
-    free(js);
+    rl_test_write_tokenizer_json(tok2, other, specials); /* another tokenizer: other ids */
     snprintf(docs, sizeof docs, "%s/docs.jsonl", dir);
     FILE *f = fopen(docs, "w");
     cr_assert_not_null(f);
@@ -474,10 +470,8 @@ Test(cli, prepare_text_makes_each_file_a_document_bytes_or_bpe) {
 
     static const char *const merges[] = {"a", "b", "ab", "c", NULL};
     static const char *const specials[] = {"<|endoftext|>", NULL};
-    char *js = rl_test_tokenizer_json(merges, specials);
     snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
-    rl_test_write(tok, js, strlen(js));
-    free(js);
+    rl_test_write_tokenizer_json(tok, merges, specials);
     snprintf(out, sizeof out, "%s/bpe", dir);
     snprintf(cmd, sizeof cmd, "%s/ringleader-prepare text --tokenizer %s --val-fraction 0 --out %s %s %s",
              rl_test_bindir(), tok, out, a, b);
@@ -517,10 +511,8 @@ Test(cli, prepare_text_split_on_gives_the_shards_jsonl_gives) {
     fclose(ft), fclose(fj);
     static const char *const merges[] = {"a", "b", "ab", "c", " ", "t", NULL};
     static const char *const specials[] = {"<|endoftext|>", NULL};
-    char *js = rl_test_tokenizer_json(merges, specials);
     snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
-    rl_test_write(tok, js, strlen(js));
-    free(js);
+    rl_test_write_tokenizer_json(tok, merges, specials);
     for (int bpe = 0; bpe < 2; bpe++) {
         char t[200] = "";
         if (bpe) snprintf(t, sizeof t, "--tokenizer %s", tok);

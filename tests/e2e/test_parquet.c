@@ -24,16 +24,9 @@ static void fixtures(char *dir) {
 }
 
 static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)len + 1);
-    cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    b[len] = 0;
-    *n = (size_t)len;
+    char *b;
+    rl_err e = {0};
+    cr_assert_eq(rl_read_file(path, &b, n, &e), 0, "%s", e.msg);
     return b;
 }
 
@@ -55,10 +48,8 @@ Test(parquet, a_string_column_gives_the_shards_jsonl_gives, .timeout = 120) {
     fixtures(dir);
     static const char *const merges[] = {"a", "b", "ab", " ", "o", "c", NULL};
     static const char *const specials[] = {"<|endoftext|>", NULL};
-    char *js = rl_test_tokenizer_json(merges, specials);
     snprintf(a, sizeof a, "%s/tokenizer.json", dir);
-    rl_test_write(a, js, strlen(js));
-    free(js);
+    rl_test_write_tokenizer_json(a, merges, specials);
     for (int bpe = 0; bpe < 2; bpe++) {
         char tok[400] = "";
         if (bpe) snprintf(tok, sizeof tok, "--tokenizer %s/tokenizer.json", dir);

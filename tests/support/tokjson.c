@@ -1,6 +1,8 @@
 /* tokjson.h */
 #include "tokjson.h"
 
+#include "testutil.h"
+
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -75,4 +77,10 @@ char *rl_test_tokenizer_json(const char *const *merges, const char *const *speci
     }
     rl_sb_add(&b, "]}}");
     return b.s;
+}
+
+void rl_test_write_tokenizer_json(const char *path, const char *const *merges, const char *const *specials) {
+    char *js = rl_test_tokenizer_json(merges, specials);
+    rl_test_write(path, js, strlen(js));
+    free(js);
 }

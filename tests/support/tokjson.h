@@ -21,5 +21,7 @@ void rl_sb_bytelevel(rl_sb *b, const char *raw, size_t n);
  * id 256 in order, then the special tokens (NULL-terminated) as added
  * tokens. malloc'ed. */
 char *rl_test_tokenizer_json(const char *const *merges, const char *const *specials);
+/* The same written to path. */
+void rl_test_write_tokenizer_json(const char *path, const char *const *merges, const char *const *specials);
 
 #endif
