@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,6 +25,7 @@ typedef struct {
     int bucket; /* JOB_BUCKET, JOB_GATHER */
     int root;   /* JOB_BCAST_F32 */
     bool dev;   /* on the GPU, ordered by streams: the thread queues it and does not wait */
+    bool first; /* JOB_BUCKET with scatter: the step's first pass (acc = rather than +=) */
 } job;
 
 #define QCAP 1024
@@ -50,6 +52,15 @@ struct rl_ddp {
     /* sharded state (opts.shard): this rank's ranges */
     rl_shard_range *sr;
     rl_train_shard shard;
+    /* "gradients" on the host: every micro-step's buckets scattered into
+     * acc (the shard's gradient, compact) and cleared; see ddp.h */
+    bool scatter;
+    float *acc;
+    size_t *acc_at;  /* bucket b's block's place in acc; its tail follows */
+    size_t window;   /* elements the backward may leave unreduced before it waits */
+    size_t pend;     /* elements of buckets handed over and not yet cleared */
+    int passes;      /* backward passes this step (a begin call each) */
+    size_t peak, last_peak; /* resident bytes of grads, this step's and the last's */
 
     pthread_t thread;
     bool thread_started;
@@ -160,6 +171,22 @@ static int dev_fence(rl_ddp *d, bool into, rl_err *e) { return (void)d, (void)in
 static double dev_elapsed(void *a, void *b) { return (void)a, (void)b, 0; }
 #endif
 
+/* comm thread, scatter: bucket b's reduced block and tail into acc (=
+ * on the step's first pass, += after), then the whole bucket cleared:
+ * its pages go back to the kernel and read zero for the next pass. */
+static void scatter_keep(rl_ddp *d, int b, bool first) {
+    size_t w = (size_t)rl_comm_world(d->comm), r = (size_t)rl_comm_rank(d->comm);
+    size_t len = d->blen[b], blk = len / w;
+    float *g = d->grads + d->boff[b], *a = d->acc + d->acc_at[b];
+    const float *src[2] = {g + r * blk, g + w * blk};
+    size_t cnt[2] = {blk, len % w};
+    for (int k = 0; k < 2; a += cnt[k], k++)
+        if (first) memcpy(a, src[k], cnt[k] * sizeof(float));
+        else
+            for (size_t i = 0; i < cnt[k]; i++) a[i] += src[k][i];
+    rl_mem_zero_release(g, len * sizeof(float));
+}
+
 /* comm thread: one bucket of host gradients */
 static int host_bucket(rl_ddp *d, int b, rl_err *e) {
     float *g = d->grads + d->boff[b];
@@ -193,6 +220,7 @@ static void *comm_thread(void *arg) {
                 d->ev[j.bucket].t_start = t0;
                 rl_comm_tag_next(d->comm, j.bucket); /* the flight recorder names the bucket */
                 rc = d->gs ? dev_bucket(d, j.bucket, &e) : host_bucket(d, j.bucket, &e);
+                if (!rc && d->scatter && !(rc = rl_comm_wait(d->comm, &e))) scatter_keep(d, j.bucket, j.first);
                 d->ev[j.bucket].t_done = rl_now();
                 break;
             case JOB_AVG_F64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_F64, RL_AVG, &e); break;
@@ -213,6 +241,7 @@ static void *comm_thread(void *arg) {
         }
         pthread_mutex_lock(&d->mu);
         if (rc && !d->rc) d->rc = rc, d->err = e;
+        if (j.kind == JOB_BUCKET && d->scatter) d->pend -= j.count; /* cleared, or the step failed */
         d->done_jobs++;
         pthread_cond_broadcast(&d->cv);
     }
@@ -228,6 +257,7 @@ static void submit(rl_ddp *d, job j) {
         d->q[d->qhead % QCAP] = j;
         d->qhead++;
         d->sent_jobs++;
+        if (j.kind == JOB_BUCKET && d->scatter) d->pend += j.count;
     } else if (!d->rc) {
         d->rc = rl_errf(&d->err, RL_EINTERNAL, "ddp: job queue overflow");
     }
@@ -235,23 +265,50 @@ static void submit(rl_ddp *d, job j) {
     pthread_mutex_unlock(&d->mu);
 }
 
-/* Wait until every submitted job is done (bounded), then report the first error. */
-static int drain(rl_ddp *d, rl_err *e) {
+/* Wait (bounded) until every submitted job is done if jobs, and at most
+ * `most` elements of scattered buckets are not yet cleared; then report
+ * the first error. */
+static int await(rl_ddp *d, bool jobs, size_t most, rl_err *e) {
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += (time_t)d->o.timeout_s;
     pthread_mutex_lock(&d->mu);
     int w = 0;
-    while (d->done_jobs < d->sent_jobs && w != ETIMEDOUT) w = pthread_cond_timedwait(&d->cv, &d->mu, &dl);
+    bool late;
+    while ((late = (jobs && d->done_jobs < d->sent_jobs) || d->pend > most) && w != ETIMEDOUT)
+        w = pthread_cond_timedwait(&d->cv, &d->mu, &dl);
     int rc = d->rc;
     if (rc && e) *e = d->err;
-    bool late = d->done_jobs < d->sent_jobs;
     pthread_mutex_unlock(&d->mu);
     if (!rc && late) {
         rl_comm_abort(d->comm);
         return rl_errf(e, RL_ETIMEOUT, "ddp: gradient reduction not done after %.0f s", d->o.timeout_s);
     }
     return rc;
+}
+static int drain(rl_ddp *d, rl_err *e) { return await(d, true, SIZE_MAX, e); }
+
+/* The hook cannot return an error: the step's finish reports the first. */
+static void keep_error(rl_ddp *d, int rc, const rl_err *me) {
+    pthread_mutex_lock(&d->mu);
+    if (!d->rc) d->rc = rc ? rc : RL_EIO, d->err = *me;
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* scatter: acc and where each bucket's part of the shard sits in it (the
+ * shard plan's order: from the start of the buffer); the buffer cleared,
+ * as every step leaves it (the model zeroed it by writing). */
+static int scatter_create(rl_ddp *d, rl_err *e) {
+    d->acc = malloc((d->shard.total ? d->shard.total : 1) * sizeof(float));
+    d->acc_at = calloc((size_t)d->nb, sizeof(size_t));
+    if (!d->acc || !d->acc_at) return rl_errf(e, RL_ENOMEM, "ddp: out of memory for the shard's gradient");
+    size_t w = (size_t)rl_comm_world(d->comm), at = 0;
+    for (int b = d->nb - 1; b >= 0; b--) d->acc_at[b] = at, at += d->blen[b] / w + d->blen[b] % w;
+    if (at != d->shard.total)
+        return rl_errf(e, RL_EINTERNAL, "ddp: buckets give %zu shard elements, the plan %zu", at, d->shard.total);
+    d->shard.grad = d->acc;
+    rl_mem_zero_release(d->grads, d->n * sizeof(float));
+    return RL_OK;
 }
 
 int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, rl_ddp **out,
@@ -306,7 +363,9 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
         for (int k = 0; k < d->shard.n; k++) d->shard.total += d->sr[k].len;
     }
     size_t widest = plan.largest;
-    rc = d->gs ? dev_create(d, widest, e) : RL_OK;
+    d->scatter = d->o.shard == RL_SHARD_GRADIENTS && !d->gs && nb > 0;
+    d->window = o && o->scatter_window ? o->scatter_window : 2 * widest;
+    rc = d->gs ? dev_create(d, widest, e) : d->scatter ? scatter_create(d, e) : RL_OK;
     if (!rc && d->bf16 && !d->gs && !(d->half = malloc(widest * sizeof(uint16_t))))
         rc = rl_errf(e, RL_ENOMEM, "ddp: out of memory for the bf16 bucket");
     if (rc) {
@@ -339,23 +398,40 @@ int rl_ddp_broadcast_bytes(void *ctx, int root, void *buf, size_t bytes, rl_err 
     return rl_ddp_broadcast(d, root, buf, bytes / sizeof(float), e);
 }
 
+/* A backward pass begins (the hook's offset = the buffer's length): with
+ * scatter, the last pass's buckets must be cleared before it writes. */
+static void begin_pass(rl_ddp *d) {
+    rl_err me = {0};
+    int rc = d->scatter ? await(d, false, 0, &me) : RL_OK;
+    if (rc) keep_error(d, rc, &me);
+    d->next_launch = 0;
+    d->passes++;
+}
+
 void rl_ddp_grad_ready(void *ctx, size_t off) {
     rl_ddp *d = ctx;
+    if (off >= d->n) return begin_pass(d);
     double now = rl_now();
+    rl_err me = {0};
+    if (!d->gs) { /* host gradients: what the buffer holds now, before anything is handed over */
+        size_t res = rl_mem_resident(d->grads, d->n * sizeof(float));
+        if (res > d->peak) d->peak = res;
+    }
+    if (d->scatter && d->next_launch == d->nb) /* a pass whose begin was not called */
+        keep_error(d, rl_errf(&me, RL_EINTERNAL, "ddp: a backward pass began without saying so (model.h's hook "
+                              "contract)"), &me);
     if (off == 0 && d->next_launch < d->nb) d->t_backward_end = now;
     while (d->next_launch < d->nb && d->boff[d->next_launch] >= off) {
         int b = d->next_launch++;
         d->ev[b].t_ready = now;
-        rl_err me = {0};
-        if (d->gs && dev_mark_ready(d, b, &me)) {
-            /* the hook cannot return an error: the step's finish reports it */
-            pthread_mutex_lock(&d->mu);
-            if (!d->rc) d->rc = me.code ? me.code : RL_EIO, d->err = me;
-            pthread_mutex_unlock(&d->mu);
-        }
+        int rc = d->gs ? dev_mark_ready(d, b, &me) : RL_OK;
+        if (rc) keep_error(d, rc, &me);
         submit(d, (job){.kind = JOB_BUCKET, .buf = d->grads + d->boff[b], .count = d->blen[b], .bucket = b,
-                        .dev = d->gs != NULL});
+                        .dev = d->gs != NULL, .first = d->passes <= 1});
     }
+    /* scatter: no more than the window unreduced while backward goes on */
+    int rc = d->scatter ? await(d, false, d->window, &me) : RL_OK;
+    if (rc) keep_error(d, rc, &me);
 }
 
 int rl_ddp_finish(void *ctx, rl_err *e) {
@@ -363,10 +439,16 @@ int rl_ddp_finish(void *ctx, rl_err *e) {
     /* a backward that never reported some range (it always reports 0 at the
      * end) still gets every bucket reduced */
     if (d->next_launch < d->nb) rl_ddp_grad_ready(d, 0);
-    d->next_launch = 0;
+    d->next_launch = 0, d->passes = 0;
     int rc = drain(d, e);
+    /* scatter: every bucket is cleared; the pages astride two buckets are
+     * zero and can go back too */
+    if (!rc && d->scatter) rl_mem_zero_release(d->grads, d->n * sizeof(float));
+    d->last_peak = d->peak + (d->scatter ? d->shard.total * sizeof(float) : 0), d->peak = 0;
     return !rc && d->gs && d->nb > 0 ? dev_join(d, e) : rc;
 }
+
+size_t rl_ddp_grad_resident(void *ctx) { return ((rl_ddp *)ctx)->last_peak; }
 
 int rl_ddp_average(void *ctx, double *v, int n, rl_err *e) {
     rl_ddp *d = ctx;
@@ -401,6 +483,8 @@ void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist) {
     dist->shard = sharded ? &d->shard : NULL;
     dist->sum = sharded ? rl_ddp_sum : NULL;
     dist->gather = sharded ? rl_ddp_gather : NULL;
+    dist->reduce_each_micro = d->scatter;
+    dist->grad_resident = d->gs ? NULL : rl_ddp_grad_resident;
 }
 
 int rl_ddp_shard_plan(const size_t *boff, const size_t *blen, int nb, int world, int rank, rl_shard_range *out) {
@@ -500,5 +584,7 @@ void rl_ddp_destroy(rl_ddp *d) {
     free(d->blen);
     free(d->ev);
     free(d->sr);
+    free(d->acc);
+    free(d->acc_at);
     free(d);
 }

@@ -30,6 +30,22 @@
  * every sum: a sharded run is deterministic, and it differs from DDP's
  * only in the order of the reduce-scatter's sums and of the norm's.
  *
+ * "gradients" with host gradients frees the gradients too (ZeRO-2's
+ * memory): every micro-step's backward passes the hook (the trainer reads
+ * reduce_each_micro), each bucket's reduced block and tail are added into
+ * the shard's own gradient (shard.grad, compact; = on the step's first
+ * micro-step) and the whole bucket is cleared -- its pages go back to the
+ * kernel and read zero, so the next micro-step accumulates from zero and
+ * zero_grad has nothing to do. Gradient accumulation then costs a
+ * reduction per micro-step (as DeepSpeed's ZeRO-2 and FSDP without
+ * no_sync): "optimizer" keeps DDP's one. A rank holds the shard's gradient,
+ * at most opts.scatter_window elements handed over and not yet cleared
+ * (backward waits in the hook beyond that), what backward writes between
+ * two watermarks, and a page where two buckets meet: the accounting
+ * (memory.h) adds these up, and grad_resident measures it. Backward must
+ * announce each pass (model.h: the hook with the buffer's length first):
+ * the pass waits there for the last pass's buckets to be cleared.
+ *
  * Only the last micro-step of gradient accumulation passes the hook to
  * backward (no_sync on the others) -- the trainer does that. All comm ops,
  * including metric averages and the initial broadcast, run on the
@@ -70,6 +86,10 @@ typedef struct rl_ddp_opts {
      * bottleneck (dist.reduce_dtype). */
     int reduce_bf16;
     rl_shard_mode shard; /* RL_SHARD_NONE (default): DDP; see "Sharded state" above */
+    /* "gradients" on the host: elements of gradients handed to the comm
+     * thread and not yet cleared that backward may leave behind it
+     * (rl_train_scatter_window; 0: two of the largest bucket) */
+    size_t scatter_window;
 } rl_ddp_opts;
 
 /* One bucket's life in the last step (for the overlap test and logs). */
@@ -119,6 +139,10 @@ const rl_ddp_event *rl_ddp_events(const rl_ddp *d, double *t_backward_end);
  * the buckets' allreduce times (hidden or not). Call after finish. */
 void rl_ddp_step_timing(const rl_ddp *d, double *exposed_s, double *busy_s);
 void rl_ddp_timing(void *ctx, double *exposed_s, double *busy_s); /* the same, for rl_train_dist */
+/* Host gradients: the most gradient memory resident at once in the last
+ * completed step, in bytes -- the buffer's resident pages (mincore) at
+ * every watermark, plus with "gradients" the shard's gradient. */
+size_t rl_ddp_grad_resident(void *ctx);
 void rl_ddp_abort(rl_ddp *d);
 void rl_ddp_destroy(rl_ddp *d);
 

@@ -93,7 +93,12 @@ void rl_model_tensor(const rl_model_config *c, int i, rl_tensor_info *t);
 /* Normal(0, initializer_range) for matrices, ones for norms; deterministic. */
 void rl_model_init_params(const rl_model_config *c, float *params, uint64_t seed);
 
-/* Called during backward: gradients in [offset, total) are final. */
+/* Called during backward: gradients in [offset, total) are final. The
+ * CPU model calls it first with offset = total (nothing is final yet:
+ * backward begins and is about to write), then with falling offsets down
+ * to 0 -- the first call lets a hook that scatters and clears gradients
+ * between micro-steps (dist.shard gradients) wait for that before any is
+ * written again. */
 typedef void (*rl_grad_ready_fn)(void *ctx, size_t offset);
 
 /* ---- the fp32 CPU model ----------------------------------------------------------

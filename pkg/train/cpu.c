@@ -17,7 +17,9 @@ static cpu_dev *ctx(rl_train_device *d) { return d->impl; }
 
 static int cpu_zero_grad(rl_train_device *d, rl_err *e) {
     (void)e;
-    rl_model_zero_grad(&ctx(d)->model);
+    /* a shard with its own gradient: the reduction left the buffer zero
+     * (and memset would bring back every page it gave away) */
+    if (!(d->shard && d->shard->grad)) rl_model_zero_grad(&ctx(d)->model);
     ctx(d)->loss_sum = 0;
     return RL_OK;
 }
@@ -36,7 +38,8 @@ static int cpu_micro(rl_train_device *d, const int32_t *inputs, const int32_t *t
 
 /* AdamW over the ranges this rank updates (without a shard: one, all of
  * it), tensor by tensor within each, as weight decay applies to some
- * tensors only. A range's moments follow the previous range's in opt. */
+ * tensors only. A range's moments follow the previous range's in opt, and
+ * so does its gradient where the shard has its own (shard.grad). */
 static void adamw(rl_train_device *d, const rl_train_update *u, double grad_scale) {
     const rl_train_config *t = &d->cfg->train;
     rl_model *m = &ctx(d)->model;
@@ -45,6 +48,7 @@ static void adamw(rl_train_device *d, const rl_train_update *u, double grad_scal
     int nr = d->shard ? d->shard->n : 1, nt = rl_model_n_tensors(&m->cfg);
     size_t held = d->shard ? d->shard->total : d->n, base = 0;
     float *mom = d->opt, *var = d->opt + held;
+    const float *own = d->shard ? d->shard->grad : NULL;
     for (int k = 0; k < nr; base += r[k].len, k++)
         for (int i = 0; i < nt; i++) {
             rl_tensor_info ti;
@@ -53,7 +57,7 @@ static void adamw(rl_train_device *d, const rl_train_update *u, double grad_scal
             size_t hi = ti.offset + ti.numel < r[k].off + r[k].len ? ti.offset + ti.numel : r[k].off + r[k].len;
             if (lo >= hi) continue;
             size_t at = base + (lo - r[k].off);
-            rl_adamw_update(m->params + lo, m->grads + lo, mom + at, var + at, hi - lo, u->lr, t->beta1,
+            rl_adamw_update(m->params + lo, own ? own + at : m->grads + lo, mom + at, var + at, hi - lo, u->lr, t->beta1,
                             t->beta2, t->eps, ti.decay ? t->weight_decay : 0.0, u->t, grad_scale);
         }
 }
@@ -64,9 +68,10 @@ static int grad_sq(rl_train_device *d, const rl_train_update *u, double *sq, rl_
     const float *g = ctx(d)->model.grads;
     if (!d->shard) return *sq = rl_grad_sq(g, d->n), RL_OK;
     *sq = 0;
-    for (int k = 0; k < d->shard->n; k++) {
+    const float *own = d->shard->grad;
+    for (size_t k = 0, at = 0; k < (size_t)d->shard->n; at += d->shard->r[k].len, k++) {
         const rl_shard_range *r = &d->shard->r[k];
-        if (!r->shared || d->rank == 0) *sq += rl_grad_sq(g + r->off, r->len);
+        if (!r->shared || d->rank == 0) *sq += rl_grad_sq(own ? own + at : g + r->off, r->len);
     }
     return u->sum(u->dist_ctx, sq, 1, e);
 }

@@ -127,7 +127,9 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int 
     if (shard) memcpy(r, shard->r, (size_t)shard->n * sizeof *r);
     free(d->opt), free(d->ranges);
     d->opt = opt, d->ranges = r, d->rank = rank;
-    d->own_shard = shard ? (rl_train_shard){.n = shard->n, .r = r, .total = shard->total} : (rl_train_shard){0};
+    /* the seam's gradient (if it has one) is its round's too: a new round sets the shard again */
+    d->own_shard = shard ? (rl_train_shard){.n = shard->n, .r = r, .total = shard->total, .grad = shard->grad}
+                         : (rl_train_shard){0};
     d->shard = shard ? &d->own_shard : NULL;
     return d->ops->set_shard ? d->ops->set_shard(d, e) : RL_OK;
 }

@@ -2,6 +2,7 @@
 #include "memory.h"
 
 #include <string.h>
+#include <unistd.h> /* sysconf: the page size */
 
 #include "kernels/gpu_layout.h" /* the GPU model's own buffer layout (host C) */
 #include "model/cpu.h"          /* rl_act_layout_init, rl_scratch_layout_init: the CPU model's own sizing */
@@ -62,11 +63,30 @@ static size_t cpu_activations(const rl_model_config *c, int B, int T) {
 }
 
 /* ---- the state, by device ------------------------------------------------------------- */
-/* cpu: the fp32 params are the master; the flat gradient buffer stays whole
- * through backward in every mode (ZeRO-2 on the CPU scatters the reduced
- * values, it frees no memory). */
-static void cpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n) {
+size_t rl_train_stretch(const rl_model_config *c) {
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, c);
+    size_t vd = (size_t)c->vocab_size * (size_t)c->hidden_size;
+    return vd > lay.layer_size ? vd : lay.layer_size;
+}
+
+size_t rl_train_scatter_window(const rl_model_config *c, const rl_train_bucket_plan *p) {
+    size_t two = 2 * p->largest, s = rl_train_stretch(c);
+    return two > s ? two : s;
+}
+
+/* cpu: the fp32 params are the master; the flat gradient buffer is whole
+ * but with "gradients" (p: its buckets), where it holds the shard's
+ * reduced gradient and what is in flight (memory.h), never more than the
+ * whole buffer and the shard. */
+static void cpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, const rl_train_bucket_plan *p) {
     m->weights = n * F32, m->master = 0, m->grads = n * F32;
+    if (p) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t flight = (rl_train_scatter_window(&cfg->model, p) + rl_train_stretch(&cfg->model) + p->largest) * F32 +
+                        (p->count + 4) * page;
+        m->grads = m->shard_elems * F32 + (flight < n * F32 ? flight : n * F32);
+    }
     m->activations = cpu_activations(&cfg->model, cfg->train.micro_batch, cfg->train.seq_len);
 }
 
@@ -115,7 +135,7 @@ int rl_train_memory_of(const rl_job_config *cfg, int world, size_t nparams, rl_t
     out->shard_elems = mode == RL_SHARD_NONE ? n : rl_train_shard_elems(&p, world, NULL);
     out->moments = 2 * out->shard_elems * F32;
     if (!strcmp(cfg->train.device, "cuda")) gpu_state(out, cfg, n);
-    else cpu_state(out, cfg, n);
+    else cpu_state(out, cfg, n, mode == RL_SHARD_GRADIENTS ? &p : NULL);
     out->total = out->weights + out->master + out->grads + out->moments + out->activations;
     return RL_OK;
 }

@@ -21,7 +21,7 @@
 typedef struct rl_train_memory {
     size_t weights;     /* the compute copy: fp32 on cpu (also the master), bf16 on cuda */
     size_t master;      /* fp32 master weights: 0 on cpu (the weights are), whole on cuda */
-    size_t grads;       /* fp32 gradients, whole in every mode */
+    size_t grads;       /* fp32 gradients: whole, but for "gradients" on cpu (below) */
     size_t moments;     /* AdamW m and v, fp32, whole or this rank's shard */
     size_t activations; /* activations, backward scratch, RoPE table, token ids (and the
                          * cuBLASLt workspace on cuda): sized for micro_batch x seq_len */
@@ -52,6 +52,16 @@ size_t rl_train_bucket_len(const rl_train_bucket_plan *p, size_t b);
  * tail of len % world that every rank holds. *tails (may be NULL) gets the
  * tails' sum, so world x result = n + (world - 1) x tails. */
 size_t rl_train_shard_elems(const rl_train_bucket_plan *p, int world, size_t *tails);
+
+/* "gradients" on the CPU (pkg/ddp's scatter) holds, besides the shard's
+ * reduced gradient: at most the window of gradients handed to the comm
+ * thread and not yet cleared, what backward writes between two watermarks
+ * (the classifier, a decoder layer or the embedding: rl_train_stretch), up
+ * to a bucket written but not yet whole, and a page where two buckets meet.
+ * The window is the larger of two buckets and a stretch, so backward
+ * waits for the reduction only when it falls behind by more than that. */
+size_t rl_train_stretch(const rl_model_config *c);
+size_t rl_train_scatter_window(const rl_model_config *c, const rl_train_bucket_plan *p);
 
 /* The per-rank bytes of training cfg on world ranks, by category, for
  * cfg->dist.shard and cfg->train.device ("cpu" or "cuda": settle "auto"

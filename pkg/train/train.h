@@ -150,14 +150,24 @@ typedef struct rl_train_shard {
     int n;
     const rl_shard_range *r;
     size_t total;
+    /* Where the shard's reduced gradient is after finish. NULL: in the
+     * flat gradient buffer at the ranges' offsets. Else total floats, the
+     * ranges one after another (the layout of the moments), and the flat
+     * buffer is left zero: "gradients" on the host scatters every
+     * micro-step's gradients into this and clears them (dist's
+     * reduce_each_micro), so no rank holds them whole. Owned by the seam,
+     * valid for its round. */
+    const float *grad;
 } rl_train_shard;
 
 typedef struct rl_train_dist {
     int rank, world;
     int local_rank; /* this process's GPU on its node (LOCAL_RANK) */
     void *ctx;
-    /* Called from backward on the last micro-step: grads[off:] are final. */
+    /* Called from backward on the last micro-step (on every one with
+     * reduce_each_micro): grads[off:] are final. */
     rl_grad_ready_fn grad_ready;
+    bool reduce_each_micro;
     /* Wait until every gradient is reduced (averaged over ranks). */
     int (*finish)(void *ctx, rl_err *e);
     /* Average n doubles over ranks in place (metrics). */
@@ -179,6 +189,10 @@ typedef struct rl_train_dist {
     const rl_train_shard *shard;
     int (*sum)(void *ctx, double *v, int n, rl_err *e);
     int (*gather)(void *ctx, float *params, rl_err *e);
+    /* Optional: the most gradient memory this rank held at once in the
+     * last step, measured (resident pages of the flat buffer, sampled at
+     * every watermark, plus the shard's gradient); 0: not measured. */
+    size_t (*grad_resident)(void *ctx);
 } rl_train_dist;
 
 /* ---- the trainer ---------------------------------------------------------------------- */
@@ -189,6 +203,7 @@ typedef struct rl_step_stats {
     double tokens_per_s, elapsed_s, step_s;
     double allreduce_s;      /* the step waited this long for reduction after backward; -1: no dist */
     double allreduce_busy_s; /* the reduction's whole time, overlapped or not; -1: no dist */
+    size_t grad_resident;    /* the dist seam's grad_resident (bytes); 0: not measured */
 } rl_step_stats;
 
 /* A committed checkpoint (rank 0 only: it is the one that commits). */

@@ -197,9 +197,10 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     if (rc) return rc;
     for (int k = 0; k < tr->accum; k++) {
         if ((rc = rl_loader_next(tr->loader, tr->inputs, tr->targets, e))) return rc;
-        /* no_sync: only the last micro-step's backward triggers reduction */
+        /* no_sync: only the last micro-step's backward triggers reduction
+         * (every one's when the seam scatters the gradients away) */
         bool last = k == tr->accum - 1;
-        rl_grad_ready_fn hook = last && tr->dist ? tr->dist->grad_ready : NULL;
+        rl_grad_ready_fn hook = tr->dist && (last || tr->dist->reduce_each_micro) ? tr->dist->grad_ready : NULL;
         void *hctx = tr->dist ? tr->dist->ctx : NULL;
         float scale = 1.0f / (float)tr->accum;
         if ((rc = rl_train_dev_micro(&tr->dev, tr->inputs, tr->targets, scale, hook, hctx, e))) return rc;
@@ -250,6 +251,7 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
         .tokens_per_s = (double)t->global_batch_tokens / (now - t0),
         .allreduce_s = ar_exposed,
         .allreduce_busy_s = ar_busy,
+        .grad_resident = tr->dist && tr->dist->grad_resident ? tr->dist->grad_resident(tr->dist->ctx) : 0,
     };
     return RL_OK;
 }
@@ -741,12 +743,15 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
         if (rank == 0) {
             if (tr->tty)
                 progress(tr, &st, avg_tps);
-            else if (st.step % t->log_every == 0 || st.step == t->steps || st.step == first + 1)
+            else if (st.step % t->log_every == 0 || st.step == t->steps || st.step == first + 1) {
+                char res[48] = "";
+                if (st.grad_resident) snprintf(res, sizeof res, ",\"grad_resident\":%zu", st.grad_resident);
                 rl_log(RL_LOG_INFO, "step",
                        /* the loss in full: resume tests compare it bit for bit */
                        "\"step\":%lld,\"loss\":%.17g,\"lr\":%.4e,\"grad_norm\":%.4f,"
-                       "\"tokens_per_s\":%.0f,\"elapsed_s\":%.2f",
-                       st.step, st.loss, st.lr, st.grad_norm, st.tokens_per_s, st.elapsed_s);
+                       "\"tokens_per_s\":%.0f,\"elapsed_s\":%.2f%s",
+                       st.step, st.loss, st.lr, st.grad_norm, st.tokens_per_s, st.elapsed_s, res);
+            }
         }
         if (tr->observer.on_step) tr->observer.on_step(tr->observer.ud, &st);
         if (tr->stop_agreed) {

@@ -166,6 +166,17 @@ int rl_base64_decode(const char *s, size_t n, bool skip_space, char **out, size_
  * or a table in tests. NULL from it: not set. */
 typedef char *(*rl_env_lookup)(const char *name); /* getenv's type */
 
+/* ---- memory pages ---------------------------------------------------------- */
+/* Zero [p, p + bytes) of private anonymous memory (malloc'd or mmap'd) and
+ * give the whole pages inside it back to the kernel (madvise
+ * MADV_DONTNEED: they read zero and take no memory until written again);
+ * the partial pages at its ends are memset, so bytes beside the span are
+ * untouched and may be in use by other threads. */
+void rl_mem_zero_release(void *p, size_t bytes);
+/* Bytes of the pages overlapping [p, p + bytes) that are resident in
+ * memory now (mincore), whole pages; 0 for an empty span. */
+size_t rl_mem_resident(const void *p, size_t bytes);
+
 /* ---- files ----------------------------------------------------------------- */
 /* Read a whole file (NUL-terminated for convenience). */
 int rl_read_file(const char *path, char **out, size_t *len, rl_err *e);

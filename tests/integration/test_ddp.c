@@ -726,6 +726,8 @@ typedef struct {
     int steps;
     long long shard_elems, moment_bytes; /* rank 0's "shard" log line; -1: none */
     long long accounted_moments;         /* its "memory" line's (memory.h); -1: none */
+    long long accounted_grads;
+    long long grad_resident;             /* the most of any step line's (measured); 0: none */
 } shard_run;
 
 /* rank 0's log: the step lines' norms and the shard line */
@@ -733,14 +735,20 @@ static void read_shard_log(const char *path, shard_run *r) {
     FILE *f = fopen(path, "r");
     cr_assert(f, "no log at %s", path);
     char line[2048];
-    r->steps = 0, r->shard_elems = r->moment_bytes = r->accounted_moments = -1;
+    r->steps = 0, r->shard_elems = r->moment_bytes = r->accounted_moments = r->accounted_grads = -1;
+    r->grad_resident = 0;
     while (fgets(line, sizeof line, f)) {
         cJSON *j = cJSON_Parse(line);
         const char *ev = j ? cJSON_GetStringValue(cJSON_GetObjectItem(j, "event")) : NULL;
-        if (ev && !strcmp(ev, "step") && r->steps < 20)
+        if (ev && !strcmp(ev, "step") && r->steps < 20) {
             r->norm[r->steps++] = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "grad_norm"));
-        if (ev && !strcmp(ev, "memory"))
+            cJSON *g = cJSON_GetObjectItem(j, "grad_resident");
+            if (g && g->valuedouble > (double)r->grad_resident) r->grad_resident = (long long)g->valuedouble;
+        }
+        if (ev && !strcmp(ev, "memory")) {
             r->accounted_moments = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "moments"));
+            r->accounted_grads = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "grads"));
+        }
         if (ev && !strcmp(ev, "shard")) {
             r->shard_elems = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "elements"));
             r->moment_bytes = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "moment_bytes"));
@@ -754,22 +762,27 @@ static void read_shard_log(const char *path, shard_run *r) {
  * or 3 micro-steps of 2 on 1..4 ranks (the default clip of 1.0 cuts the
  * first steps' norms only); with ck, checkpoints every 10 steps to DIR/<ck>,
  * keeping one. The path to *path. */
-static void shard_job(const char *dir, int steps, const char *mode, const char *ck, char *path, size_t pn) {
-    char js[1024], ckpt[512] = "";
+static void shard_job_of(const char *dir, int steps, const char *mode, const char *ck, const char *model, char *path,
+                         size_t pn) {
+    char js[1400], ckpt[512] = "";
     if (ck) snprintf(ckpt, sizeof ckpt, ",\"checkpoint\":{\"uri\":\"%s/%s\",\"every_steps\":10,\"keep\":1}", dir, ck);
     snprintf(path, pn, "%s/job.json", dir);
     snprintf(js, sizeof js,
              "{\"train\":{\"steps\":%d,\"warmup_steps\":2,\"micro_batch\":2,\"global_batch_tokens\":1536,"
              "\"eval_every\":0,\"eval_batches\":0,\"log_every\":1},"
              "\"data\":{\"train\":\"%s/train_*.bin\",\"val\":\"\",\"eval_task\":\"\"},"
-             "\"dist\":{\"timeout_s\":60,\"first_bucket_mb\":0.05,\"bucket_mb\":0.25,\"shard\":\"%s\"}%s}",
-             steps, dir, mode, ckpt);
+             "\"dist\":{\"timeout_s\":60,\"first_bucket_mb\":0.05,\"bucket_mb\":0.25,\"shard\":\"%s\"}%s%s}",
+             steps, dir, mode, ckpt, model);
     rl_test_write(path, js, strlen(js));
 }
+static void shard_job(const char *dir, int steps, const char *mode, const char *ck, char *path, size_t pn) {
+    shard_job_of(dir, steps, mode, ck, "", path, pn);
+}
 
-static void run_mode(const char *dir, int world, const char *mode, shard_run *r) {
+/* model: "" (the default) or ",\"model\":{...}" */
+static void run_mode_of(const char *dir, int world, const char *mode, int steps, const char *model, shard_run *r) {
     char path[256], extra[320];
-    shard_job(dir, 20, mode, NULL, path, sizeof path);
+    shard_job_of(dir, steps, mode, NULL, model, path, sizeof path);
     char params[256], log[256];
     snprintf(params, sizeof params, "%s/p_%d_%s.bin", dir, world, mode);
     snprintf(log, sizeof log, "%s/log_%d_%s.txt", dir, world, mode);
@@ -777,6 +790,9 @@ static void run_mode(const char *dir, int world, const char *mode, shard_run *r)
     run_worker(dir, extra, params, r->data, sizeof r->data);
     r->params = read_params(params, &r->n);
     read_shard_log(log, r);
+}
+static void run_mode(const char *dir, int world, const char *mode, shard_run *r) {
+    run_mode_of(dir, world, mode, 20, "", r);
 }
 
 /* The issue's proof: 20 steps on 1..4 processes, each shard mode against
@@ -841,9 +857,56 @@ Test(ddp, shard_modes_train_as_ddp_on_1_to_4_processes, .timeout = 900) {
             double share = (double)r->n / world;
             cr_expect(r->shard_elems >= share - 64 && r->shard_elems <= share + bucket_elems,
                       "%s: rank 0 holds %lld elements, 1/world is %.0f", what, r->shard_elems, share);
+            /* ZeRO-2's memory (see the test below); two partial pages at the buffer's ends */
+            if (m == 2)
+                cr_expect(r->grad_resident > 0 && r->grad_resident <= r->accounted_grads + 2 * sysconf(_SC_PAGESIZE),
+                          "%s: %lld bytes of gradients resident, accounted %lld", what, r->grad_resident,
+                          r->accounted_grads);
             free(r->params);
         }
         free(ddp->params);
+    }
+    rl_test_rmdir(dir);
+}
+
+/* ZeRO-2's memory: with "gradients" a rank holds its shard's reduced
+ * gradient and what is in flight, not the whole buffer. A 16-layer model
+ * (a layer, the longest stretch backward writes between watermarks, is
+ * 1/16 of it) on 2 and 4 ranks, 6 and 3 micro-steps a step (each
+ * scattered): the gradient pages found resident at every watermark
+ * (mincore) stay within the accounting (memory.h; plus the buffer's two
+ * partial end pages, which mincore counts whole), which at 4 ranks is
+ * under half of DDP's buffer, and DDP holds the whole buffer. The
+ * parameters still follow DDP's. */
+Test(ddp, scattered_gradients_hold_the_shard_and_what_is_in_flight, .timeout = 300) {
+    char dir[64];
+    rl_test_arith_dir(dir, sizeof dir, 300000);
+    const char *model = ",\"model\":{\"num_hidden_layers\":16}";
+    long long page = sysconf(_SC_PAGESIZE);
+    for (int world = 2; world <= 4; world += 2) {
+        shard_run ddp, g;
+        run_mode_of(dir, world, "none", 4, model, &ddp);
+        run_mode_of(dir, world, "gradients", 4, model, &g);
+        long long buf = 4 * (long long)g.n;
+        cr_log_info("world %d: gradients resident %lld bytes (accounted %lld); DDP %lld (accounted %lld); "
+                    "the buffer %lld", world, g.grad_resident, g.accounted_grads, ddp.grad_resident,
+                    ddp.accounted_grads, buf);
+        cr_assert_eq(g.steps, 4);
+        cr_expect(ddp.grad_resident >= buf, "world %d: DDP held %lld bytes of a %lld-byte buffer", world,
+                  ddp.grad_resident, buf);
+        cr_expect(g.grad_resident > 0 && g.grad_resident <= g.accounted_grads + 2 * page,
+                  "world %d: %lld bytes of gradients resident, accounted %lld", world, g.grad_resident,
+                  g.accounted_grads);
+        if (world == 4)
+            cr_expect(2 * g.accounted_grads < buf, "world 4: accounted %lld bytes of gradients of %lld", g.accounted_grads,
+                      buf);
+        double d = 0, nn = 0;
+        for (size_t i = 0; i < g.n; i++) {
+            double x = (double)g.params[i] - ddp.params[i];
+            d += x * x, nn += (double)ddp.params[i] * ddp.params[i];
+        }
+        cr_expect(sqrt(d / nn) < 1e-6, "world %d: parameters differ from DDP's by %.3g", world, sqrt(d / nn));
+        free(g.params), free(ddp.params);
     }
     rl_test_rmdir(dir);
 }

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "train/memory.h"
 
@@ -124,7 +125,9 @@ Test(memory, hand_values_on_a_tiny_model) {
     c = tiny("cpu", "gradients");
     m = of(&c, 3);
     cr_assert_eq(m.shard_elems, 34 + 3 * 168 + 8);
-    cr_assert_eq(m.grads, 1624 * 4, "the CPU's gradient buffer stays whole");
+    /* the shard's gradient, and in flight at most the whole buffer: here the
+     * window (2 x 500), a stretch (the layer, 592), a bucket and 9 pages are more */
+    cr_assert_eq(m.grads, 546 * 4 + 1624 * 4, "%zu bytes of gradients", m.grads);
     cr_assert_eq(m.moments, 2 * 546 * 4);
     c = tiny("cuda", "optimizer");
     m = of(&c, 3);
@@ -136,6 +139,29 @@ Test(memory, hand_values_on_a_tiny_model) {
     cr_assert_eq(m.master, 1624 * 4);
     cr_assert_eq(m.grads, 1624 * 4, "the GPU's gradient buffer stays whole too");
     cr_assert_eq(m.moments, 2 * 546 * 4);
+}
+
+/* "gradients" on the CPU where the flight is less than the buffer: hidden
+ * 256, ffn 512, 4 layers, 4 heads (64), 2 kv heads, vocab 1024.
+ * embed = lm_head = 262144; a layer = 2 x 256 + 2 x 65536 + 2 x 32768 + 3 x
+ * 131072 = 590336; n = 2 x 262144 + 4 x 590336 + 256 = 2885888. Buckets
+ * 65536, then 10 x 262144, then 198912 (12; min_buckets 1). World 4: the
+ * shard 16384 + 10 x 65536 + 49728 = 721472 (no tails). In flight: the
+ * window max(2 x 262144, the layer 590336), a stretch (the layer again), a
+ * bucket, and 12 + 4 pages. */
+Test(memory, scattered_gradients_by_hand) {
+    rl_job_config c = base("cpu", "gradients");
+    rl_model_config *m = &c.model;
+    m->hidden_size = 256, m->intermediate_size = 512, m->num_hidden_layers = 4, m->num_attention_heads = 4;
+    m->num_key_value_heads = 2, m->vocab_size = 1024;
+    c.dist.first_bucket_mb = 0.25, c.dist.bucket_mb = 1, c.dist.min_buckets = 1;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    rl_train_memory g = of(&c, 4);
+    cr_assert_eq(g.shard_elems, 721472);
+    cr_assert_eq(rl_train_stretch(m), 590336);
+    cr_assert_eq(g.grads, 4 * (721472 + 590336 + 590336 + 262144) + 16 * page, "%zu", g.grads);
+    snprintf(c.dist.shard, sizeof c.dist.shard, "optimizer");
+    cr_assert_eq(of(&c, 4).grads, 4 * 2885888, "optimizer reduces as DDP: the buffer stays whole");
 }
 
 /* cuda at world 1 is what the GPU model allocates: rl_gpu_model_plan's

@@ -280,10 +280,11 @@ static double whole_loss(whole *w) {
     return rl_cpu_forward_f64(&w->c, &w->p, w->params, w->acts, w->rope, w->tok, w->tgt, w->B, w->T);
 }
 
-typedef struct { size_t last; int calls; int monotone; } hook_log;
+typedef struct { size_t first, last; int calls; int monotone; } hook_log;
 static void record_hook(void *ctx, size_t off) {
     hook_log *h = ctx;
     if (h->calls > 0 && off >= h->last) h->monotone = 0;
+    if (h->calls == 0) h->first = off;
     h->last = off;
     h->calls++;
 }
@@ -295,8 +296,10 @@ Test(model_grad, whole_model_2layer_gqa) {
     hook_log hl = {.monotone = 1};
     rl_cpu_backward_f64(&w.c, &w.p, w.params, w.grads, w.acts, w.scratch, w.rope, w.tok, w.tgt,
                         w.B, w.T, 1.0, record_hook, &hl);
-    cr_expect(hl.monotone && hl.last == 0 && hl.calls == w.c.num_hidden_layers + 3,
-              "grad-ready watermarks: %d calls, last %zu, monotone %d", hl.calls, hl.last, hl.monotone);
+    /* backward begins (the total), lm_head, final norm, each layer, the embedding */
+    cr_expect(hl.monotone && hl.first == w.p.total && hl.last == 0 && hl.calls == w.c.num_hidden_layers + 4,
+              "grad-ready watermarks: %d calls, first %zu of %zu, last %zu, monotone %d", hl.calls, hl.first,
+              w.p.total, hl.last, hl.monotone);
     double *num = malloc(w.p.total * 8);
     for (size_t i = 0; i < w.p.total; i++) {
         double keep = w.params[i];
