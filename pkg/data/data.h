@@ -171,8 +171,8 @@ void rl_parquet_close(rl_parquet *p);
 
 /* ---- documents of a file: the two above, or text cut at a separator; one loop ------
  * `field`: JSON Lines' and Parquet's text field, or RL_DOCS_TEXT's
- * separator (not part of any document; empty documents between two are
- * skipped). Text is read in blocks of 1 MiB: memory follows the longest
+ * separator (a C string, not empty: refused; not part of any document;
+ * empty documents between two are skipped). Text is read in blocks of 1 MiB: memory follows the longest
  * document, not the file. */
 typedef enum { RL_DOCS_JSONL, RL_DOCS_PARQUET, RL_DOCS_TEXT } rl_docs_format;
 typedef struct rl_docs rl_docs;

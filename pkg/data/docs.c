@@ -36,6 +36,8 @@ static void text_close(text_docs *t) {
 }
 
 static int text_open(const char *path, const char *sep, text_docs **out, rl_err *e) {
+    /* nothing to find: every byte would "end" a document and none be taken */
+    if (!*sep) return rl_errf(e, RL_EINPUT, "%s: an empty separator cuts no documents", path);
     text_docs *t = calloc(1, sizeof *t);
     if (!t || !(t->path = strdup(path)) || !(t->sep = strdup(sep))) {
         text_close(t);

@@ -804,6 +804,11 @@ Test(data_docs, text_cut_at_a_separator_across_block_boundaries) {
         rl_docs_close(d);
         free(text);
     }
+    /* an empty separator finds nothing to cut at: refused, not a loop */
+    rl_docs *d = NULL;
+    rl_err e = {0};
+    cr_expect_eq(rl_docs_open(RL_DOCS_TEXT, tpath("split.txt"), "", NULL, &d, &e), RL_EINPUT);
+    cr_expect(d == NULL && strstr(e.msg, "split.txt") && strstr(e.msg, "empty separator"), "%s", e.msg);
 }
 
 /* dataset.json against the job: the tokenizer's identity, its vocabulary
