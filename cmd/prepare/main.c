@@ -323,13 +323,14 @@ static int route_bytes(router *r, const unsigned char *b, size_t n, rl_err *e) {
     return rc;
 }
 
-static const uint32_t eot = RL_TOK_EOT;
+/* the byte-level frame: its tokens on each side of a document */
+static uint64_t framing(const rl_doc_frame *fr) { return (uint64_t)fr->nbefore + (uint64_t)fr->nafter; }
 
-static int text_file(router *r, const char *path, uint64_t expect, rl_err *e) {
+static int text_file(router *r, const rl_doc_frame *fr, const char *path, uint64_t expect, rl_err *e) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return rl_errf(e, RL_EINPUT, "%s: cannot open: %s", path, strerror(errno));
     static unsigned char buf[1 << 20];
-    int rc = route(r, &eot, 1, e);
+    int rc = route(r, fr->before, (size_t)fr->nbefore, e);
     uint64_t got = 0;
     while (!rc) {
         ssize_t n = read(fd, buf, sizeof buf);
@@ -345,6 +346,7 @@ static int text_file(router *r, const char *path, uint64_t expect, rl_err *e) {
         rc = route_bytes(r, buf, (size_t)n, e);
     }
     close(fd);
+    if (!rc) rc = route(r, fr->after, (size_t)fr->nafter, e);
     if (!rc && got != expect)
         rc = rl_errf(e, RL_EIO, "%s: changed size while being read (%llu bytes, expected %llu)",
                      path, (unsigned long long)got, (unsigned long long)expect);
@@ -360,20 +362,22 @@ static int docs_open(const args *a, const char *path, rl_docs **d, rl_err *e) {
     return rl_docs_open(f, path, f == RL_DOCS_TEXT ? a->split_on : a->field, a->parquet_lib, d, e);
 }
 
-/* One file's documents, each an end-of-text token then its bytes: routed
- * (r non-NULL) or only counted. *tokens is the file's token count; with
- * expect (the first pass's count) a file that changed in between fails. */
-static int records_file(router *r, const args *a, const char *path, uint64_t expect, uint64_t *tokens,
-                        uint64_t *docs, rl_err *e) {
+/* One file's documents, each its bytes in the frame: routed (r non-NULL)
+ * or only counted. *tokens is the file's token count; with expect (the
+ * first pass's count) a file that changed in between fails. */
+static int records_file(router *r, const args *a, const rl_doc_frame *fr, const char *path, uint64_t expect,
+                        uint64_t *tokens, uint64_t *docs, rl_err *e) {
     rl_docs *d;
     int rc = docs_open(a, path, &d, e);
     const char *text;
     size_t len;
     *tokens = 0, *docs = 0;
     while (!rc && !(rc = rl_docs_next(d, &text, &len, e)) && text) {
-        *tokens += len + 1;
+        *tokens += len + framing(fr);
         (*docs)++;
-        if (r && !(rc = route(r, &eot, 1, e))) rc = route_bytes(r, (const unsigned char *)text, len, e);
+        if (r && !(rc = route(r, fr->before, (size_t)fr->nbefore, e)) &&
+            !(rc = route_bytes(r, (const unsigned char *)text, len, e)))
+            rc = route(r, fr->after, (size_t)fr->nafter, e);
     }
     rl_docs_close(d);
     if (!rc && r && *tokens != expect)
@@ -384,6 +388,7 @@ static int records_file(router *r, const args *a, const char *path, uint64_t exp
 
 typedef struct {
     const args *a;
+    const rl_doc_frame *fr;
     const source *src;
     const uint64_t *tokens; /* records: each file's count from the first pass */
 } byte_feed;
@@ -393,29 +398,29 @@ static int feed_bytes(router *r, void *ctx, rl_err *e) {
     int rc = RL_OK;
     uint64_t n, d;
     for (int i = 0; i < f->a->nfiles && !rc; i++)
-        rc = records(f->a) ? records_file(r, f->a, f->a->files[i], f->tokens[i], &n, &d, e)
-                   : text_file(r, f->a->files[i], f->src[i].bytes, e);
+        rc = records(f->a) ? records_file(r, f->a, f->fr, f->a->files[i], f->tokens[i], &n, &d, e)
+                           : text_file(r, f->fr, f->a->files[i], f->src[i].bytes, e);
     return rc;
 }
 
 /* text: every file is one document; records: two passes, the first reads
  * every record (a bad one stops the run before any shard is written) and
  * counts the tokens the split needs. */
-static int run_bytes(const args *a, source *src, uint64_t *total, rl_err *e) {
+static int run_bytes(const args *a, const rl_doc_frame *fr, source *src, uint64_t *total, rl_err *e) {
     uint64_t *tokens = calloc((size_t)a->nfiles, sizeof *tokens);
     if (!tokens) return rl_errf(e, RL_ENOMEM, "out of memory");
     int rc = RL_OK;
     *total = 0;
     for (int i = 0; i < a->nfiles && !rc; i++) {
         if (records(a)) {
-            rc = records_file(NULL, a, a->files[i], 0, &tokens[i], &src[i].docs, e);
+            rc = records_file(NULL, a, fr, a->files[i], 0, &tokens[i], &src[i].docs, e);
         } else {
-            tokens[i] = src[i].bytes + 1; /* + its end-of-text token */
+            tokens[i] = src[i].bytes + framing(fr);
             src[i].docs = 1;
         }
         *total += tokens[i];
     }
-    byte_feed f = {a, src, tokens};
+    byte_feed f = {a, fr, src, tokens};
     if (!rc) rc = write_split(a, *total, 2, feed_bytes, &f, e);
     free(tokens);
     return rc;
@@ -606,11 +611,12 @@ static int run_text(const args *a, rl_err *e) {
     source *src = calloc((size_t)a->nfiles, sizeof *src);
     if (!src) return rl_errf(e, RL_ENOMEM, "out of memory");
     rl_bpe *t = NULL;
-    rl_doc_frame fr = {.before = {RL_TOK_EOT}, .nbefore = 1, .eos = RL_TOK_EOT}; /* byte-level */
+    rl_doc_frame fr; /* byte-level unless a tokenizer is given */
+    rl_eos_frame(RL_TOK_EOT, &fr);
     uint64_t total = 0;
     int rc = stat_inputs(a, src, e);
     if (!rc && a->tokenizer && !(rc = rl_bpe_load(a->tokenizer, &t, e))) rc = bpe_frame(a, t, &fr, e);
-    if (!rc) rc = t ? run_bpe(a, t, &fr, src, &total, e) : run_bytes(a, src, &total, e);
+    if (!rc) rc = t ? run_bpe(a, t, &fr, src, &total, e) : run_bytes(a, &fr, src, &total, e);
     if (!rc) rc = write_dataset_json(a, t, &fr, src, total, e);
     rl_bpe_free(t);
     free(src);

@@ -618,8 +618,13 @@ void rl_bpe_frame(const rl_bpe *t, int64_t eos, rl_doc_frame *f) {
         f->nbefore = t->nprefix, f->nafter = t->nsuffix;
         return;
     }
-    if (eos >= 0) f->eos = eos;
-    if (f->eos >= 0) f->before[0] = (uint32_t)f->eos, f->nbefore = 1;
+    rl_eos_frame(eos >= 0 ? eos : f->eos, f);
+}
+
+void rl_eos_frame(int64_t eos, rl_doc_frame *f) {
+    memset(f, 0, sizeof *f);
+    f->eos = eos;
+    if (eos >= 0) f->before[0] = (uint32_t)eos, f->nbefore = 1;
 }
 
 void rl_bpe_special_ids(const rl_bpe *t, int64_t *bos, int64_t *eos) {

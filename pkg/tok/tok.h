@@ -82,6 +82,10 @@ typedef struct {
     int64_t eos;
 } rl_doc_frame;
 void rl_bpe_frame(const rl_bpe *t, int64_t eos, rl_doc_frame *f);
+/* `eos` before each document, nothing else (eos < 0: no token at all): a
+ * template-less tokenizer's frame, and byte-level data's with the bytes'
+ * end of text (RL_TOK_EOT, where the model has that id). */
+void rl_eos_frame(int64_t eos, rl_doc_frame *f);
 /* sha256 of the file's bytes, lowercase hex: the tokenizer's identity. */
 const char *rl_bpe_sha256(const rl_bpe *t);
 

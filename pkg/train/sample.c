@@ -173,8 +173,9 @@ int rl_generate(const char *uri, long long step, const char *device, const char 
         rc = rl_errf(e, RL_EINPUT, "%s: step %lld: its tokenizer has %u ids, its model %d", uri, step,
                      rl_bpe_vocab_size(bpe), mc.vocab_size);
     /* what training put before each document; bytes: the end of text */
-    rl_doc_frame fr = {.before = {(uint32_t)o.eos_id}, .nbefore = o.eos_id >= 0, .eos = o.eos_id};
+    rl_doc_frame fr;
     if (!rc && bpe) rl_bpe_frame(bpe, o.eos_id, &fr);
+    else rl_eos_frame(o.eos_id, &fr);
     int ngpu = strcmp(device, "cpu") ? rl_train_gpu_count(NULL, 0) : 0;
     bool gpu = !strcmp(device, "cuda") || ngpu > 0;
     rl_lm lm = {0};

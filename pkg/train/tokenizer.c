@@ -38,9 +38,8 @@ static int check_dataset(rl_trainer *tr, const char *sha256, rl_err *e) {
 /* The tokens training put around each document, which a sample starts
  * with: rl_bpe_frame's, or bytes' end-of-text token where the model has it. */
 static void set_frame(rl_trainer *tr) {
-    bool eot = tr->cfg.model.vocab_size > RL_TOK_EOT;
-    tr->frame = (rl_doc_frame){.before = {RL_TOK_EOT}, .nbefore = eot, .eos = eot ? RL_TOK_EOT : -1};
     if (tr->bpe) rl_bpe_frame(tr->bpe, tr->tok.eos_id, &tr->frame);
+    else rl_eos_frame(tr->cfg.model.vocab_size > RL_TOK_EOT ? RL_TOK_EOT : -1, &tr->frame);
 }
 
 /* Every prompt must give the model at least one token: said at start,
