@@ -165,8 +165,21 @@ int rl_generate(const char *uri, long long step, const char *device, const char 
     rl_sample_opts o = *opts;
     rl_ckpt_loaded ld = {0};
     if (!rc) rc = rl_ckpt_model_config(s, step, &mc, &o.eos_id, e);
-    if (!rc && !(rc = rl_model_create(&m, &mc, 1, mc.max_position_embeddings, e))) made = true;
-    if (!rc) rc = rl_ckpt_read_step(s, step, &mc, m.lay.total, m.params, NULL, NULL, &ld, e);
+    int ngpu = strcmp(device, "cpu") ? rl_train_gpu_count(NULL, 0) : 0;
+    bool gpu = !strcmp(device, "cuda") || ngpu > 0;
+#ifdef RL_CUDA
+    if (!rc && gpu && ngpu == 0) rc = rl_errf(e, RL_EINPUT, "--device cuda: no GPU is visible to this process");
+#endif
+    /* the weights: into the CPU model that samples, or a host buffer the
+     * GPU model takes and that goes once uploaded (no activations, no
+     * gradients on the host) */
+    rl_param_layout lay;
+    float *host = NULL;
+    if (!rc && (rc = rl_model_config_validate(&mc, "config.json", e)) == RL_OK) rl_param_layout_init(&lay, &mc);
+    if (!rc && !gpu && !(rc = rl_model_create(&m, &mc, 1, mc.max_position_embeddings, e))) made = true, host = m.params;
+    if (!rc && gpu && !(host = malloc(lay.total * sizeof(float))))
+        rc = rl_errf(e, RL_ENOMEM, "generate: out of memory for %zu MiB of weights", lay.total * sizeof(float) >> 20);
+    if (!rc) rc = rl_ckpt_read_step(s, step, &mc, lay.total, host, NULL, NULL, &ld, e);
     rl_ckpt_loaded_free(&ld);
     if (!rc) rc = load_tokenizer(s, step, &bpe, e);
     if (!rc && bpe && rl_bpe_vocab_size(bpe) > (uint32_t)mc.vocab_size)
@@ -176,14 +189,10 @@ int rl_generate(const char *uri, long long step, const char *device, const char 
     rl_doc_frame fr;
     if (!rc && bpe) rl_bpe_frame(bpe, o.eos_id, &fr);
     else rl_eos_frame(o.eos_id, &fr);
-    int ngpu = strcmp(device, "cpu") ? rl_train_gpu_count(NULL, 0) : 0;
-    bool gpu = !strcmp(device, "cuda") || ngpu > 0;
     rl_lm lm = {0};
-#ifdef RL_CUDA
-    if (!rc && gpu && ngpu == 0) rc = rl_errf(e, RL_EINPUT, "--device cuda: no GPU is visible to this process");
-#endif
-    if (!rc && gpu) rc = rl_lm_gpu(&mc, m.params, mc.max_position_embeddings, &lm, e);
+    if (!rc && gpu) rc = rl_lm_gpu(&mc, host, mc.max_position_embeddings, &lm, e);
     else if (!rc) rl_lm_cpu(&m, &lm);
+    if (gpu) free(host); /* uploaded (or never used) */
     if (!rc) rc = rl_sample_text(&lm, bpe, &fr, prompt, &o, text, len, e);
     rl_lm_close(&lm);
     if (made) rl_model_destroy(&m);
