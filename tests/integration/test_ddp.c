@@ -869,6 +869,64 @@ Test(ddp, shard_modes_train_as_ddp_on_1_to_4_processes, .timeout = 900) {
     rl_test_rmdir(dir);
 }
 
+/* "gradients" on the host, driven by hand on two ranks: three backward
+ * passes (micro-steps), each announced and then reported at falling
+ * watermarks. The shard's gradient is the ranks' average of the passes'
+ * sum (small integers: exact), the flat buffer is zero afterwards, and a
+ * second pass that does not announce itself fails the step by name. */
+enum { SC_N = 20001 };
+static const size_t sc_marks[] = {15000, 9000, 3000, 0};
+static void sc_pass(rl_ddp *d, float *g, int rank, int pass, bool announce) {
+    if (announce) rl_ddp_grad_ready(d, SC_N);
+    size_t hi = SC_N;
+    for (size_t k = 0; k < sizeof sc_marks / sizeof sc_marks[0]; hi = sc_marks[k], k++) {
+        for (size_t i = sc_marks[k]; i < hi; i++) g[i] += (float)((rank + 1) * (pass + 1)) + (float)(i % 7);
+        rl_ddp_grad_ready(d, sc_marks[k]);
+    }
+}
+static int scatter_rank(int rank, int port, void *arg) {
+    (void)arg;
+    rl_err e;
+    rl_store *s;
+    rl_comm *c;
+    rl_ddp *d;
+    if (rl_store_connect("127.0.0.1", port, 20, &s, &e)) return 10;
+    rl_comm_opts co = {.backend = "tcp", .rank = rank, .world = 2, .store = s, .prefix = "sc", .timeout_s = 20};
+    float *g = calloc(SC_N, sizeof(float));
+    /* buckets of 5001 (a tail of one), 9000 and 6000 */
+    rl_ddp_opts o = {.first_bucket_bytes = 5001 * 4, .bucket_bytes = 9000 * 4, .min_buckets = 1,
+                     .shard = RL_SHARD_GRADIENTS};
+    if (!g || rl_comm_init(&co, &c, &e) || rl_ddp_create(c, g, SC_N, &o, &d, &e)) return 11;
+    rl_train_dist dist = {0};
+    rl_ddp_attach(d, &dist);
+    const rl_train_shard *sh = dist.shard;
+    if (!dist.reduce_each_micro || !sh || !sh->grad) return 12;
+    for (int pass = 0; pass < 3; pass++) sc_pass(d, g, rank, pass, true);
+    if (rl_ddp_finish(d, &e)) return 13;
+    /* the average of sum_pass ((rank + 1)(pass + 1) + i % 7) over ranks 0, 1 */
+    for (int k = 0, at = 0; k < sh->n; at += (int)sh->r[k].len, k++)
+        for (size_t j = 0; j < sh->r[k].len; j++)
+            if (sh->grad[at + j] != 9.0f + 3.0f * (float)((sh->r[k].off + j) % 7)) return 14;
+    for (size_t i = 0; i < SC_N; i++)
+        if (g[i] != 0) return 15;
+    /* a second pass without its announcement: the step fails, named */
+    sc_pass(d, g, rank, 0, true);
+    sc_pass(d, g, rank, 1, false);
+    int rc = rl_ddp_finish(d, &e);
+    int ok = rc == RL_EINTERNAL && strstr(e.msg, "without saying so") ? 0 : 16;
+    rl_ddp_destroy(d);
+    rl_comm_destroy(c);
+    rl_store_close(s);
+    free(g);
+    return ok;
+}
+
+Test(ddp, scatter_adds_each_pass_into_the_shard_and_leaves_the_buffer_zero, .timeout = 60) {
+    int st[2];
+    two_ranks(scatter_rank, NULL, st);
+    cr_expect(st[0] == 0 && st[1] == 0, "ranks ended %d and %d (see scatter_rank's codes)", st[0], st[1]);
+}
+
 /* ZeRO-2's memory: with "gradients" a rank holds its shard's reduced
  * gradient and what is in flight, not the whole buffer. A 16-layer model
  * (a layer, the longest stretch backward writes between watermarks, is
