@@ -292,8 +292,40 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
                        "kernels' %d",
                        m->hd, RL_GPU_MAX_HEAD_DIM);
     size_t P = m->lay.total;
-    m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + 3 * P * sizeof(float) + m->bl.acts + m->bl.scratch;
+    m->held = m->options.moments && m->options.moments < P ? m->options.moments : P;
+    m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + (P + 2 * m->held) * sizeof(float) + m->bl.acts +
+               m->bl.scratch;
     return RL_OK;
+}
+
+// Fewer moments than parameters and no shard yet: the update or a copy
+// of the moments would run past them.
+static int moments_ready(const rl_gpu_model *m, const char *what, rl_err *e) {
+    if (m->plan || m->ranges || m->held == m->lay.total) return RL_OK; // a plan only counts
+    return rl_errf(e, RL_EINTERNAL, "gpu model: %s with moments for %zu of %zu parameters and no shard set", what,
+                   m->held, m->lay.total);
+}
+
+// Before any allocation: a model the GPU cannot hold is refused with what
+// it needs, by kind, instead of an "out of memory" from whichever
+// cudaMalloc comes first (the CUDA context, cuBLASLt's and cuDNN's
+// workspaces and NCCL's buffers come on top).
+static int fits(const rl_gpu_model *m, rl_err *e) {
+    size_t free_b = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+    if (m->bytes <= free_b) return RL_OK;
+    size_t P = m->lay.total, Pp = P + m->pad;
+    size_t v[] = {m->bytes, Pp * sizeof(bf16), P * sizeof(float), Pp * sizeof(float), 2 * m->held * sizeof(float),
+                  m->bl.acts + m->bl.scratch, free_b, total};
+    char s[8][24];
+    for (int k = 0; k < 8; k++) // GiB, or MiB below one
+        if (v[k] >= (size_t)1 << 30) snprintf(s[k], sizeof s[k], "%.2f GiB", v[k] / 1073741824.0);
+        else snprintf(s[k], sizeof s[k], "%.1f MiB", v[k] / 1048576.0);
+    return rl_errf(e, RL_EINPUT,
+                   "gpu model: needs %s of GPU memory (bf16 weights %s, fp32 master %s, gradients %s, AdamW "
+                   "moments %s, activations and scratch %s for %d x %d tokens); the GPU has %s free of %s: lower "
+                   "train.micro_batch, set train.recompute, or shard the optimizer state (dist.shard)",
+                   s[0], s[1], s[2], s[3], s[4], s[5], m->B, m->T, s[6], s[7]);
 }
 
 static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err *e) {
@@ -306,12 +338,12 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
                        m->D);
     RL_TRY(rl_gpu_kernels_init(e));
     RL_TRY(rl_gpu_attn_prepare(m->hd, e)); // a head dim this GPU cannot run fails here
+    RL_TRY(fits(m, e));
 
     size_t P = m->lay.total, Pp = P + m->pad;
     CUDA_CHECK(cudaMalloc(&m->params, Pp * sizeof(bf16)));
     CUDA_CHECK(cudaMalloc(&m->master, P * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&m->opt, 2 * P * sizeof(float)));
-    m->held = P;
+    CUDA_CHECK(cudaMalloc(&m->opt, 2 * m->held * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->grads, Pp * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->acts, m->bl.acts));
     CUDA_CHECK(cudaMalloc(&m->scratch, m->bl.scratch));
@@ -335,7 +367,7 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     // computed is 0, not garbage)
     CUDA_CHECK(cudaMemsetAsync(m->params, 0, Pp * sizeof(bf16), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->master, 0, P * sizeof(float), m->s));
-    CUDA_CHECK(cudaMemsetAsync(m->opt, 0, 2 * P * sizeof(float), m->s));
+    CUDA_CHECK(cudaMemsetAsync(m->opt, 0, 2 * m->held * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, Pp * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->scalars, 0, 4 * sizeof(float), m->s));
 
@@ -430,9 +462,11 @@ int rl_gpu_model_download_grads(rl_gpu_model *m, float *host, rl_err *e) {
     return copy_sync(m, host, m->grads, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost, e);
 }
 int rl_gpu_model_upload_opt(rl_gpu_model *m, const float *host, rl_err *e) {
+    RL_TRY(moments_ready(m, "moments upload", e));
     return copy_sync(m, m->opt, host, 2 * m->held * sizeof(float), cudaMemcpyHostToDevice, e);
 }
 int rl_gpu_model_download_opt(rl_gpu_model *m, float *host, rl_err *e) {
+    RL_TRY(moments_ready(m, "moments download", e));
     return copy_sync(m, host, m->opt, 2 * m->held * sizeof(float), cudaMemcpyDeviceToHost, e);
 }
 
@@ -889,6 +923,7 @@ int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e) {
 
 int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e) {
     if (a->t < 1) return rl_errf(e, RL_EINTERNAL, "adamw: step %lld must count from 1", a->t);
+    RL_TRY(moments_ready(m, "an AdamW step", e));
     // The scalars exactly as rl_adamw_update derives them (double, then
     // rounded once), so the CPU and GPU updates differ only by fp32
     // contraction in the kernel.

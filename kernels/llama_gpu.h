@@ -76,6 +76,14 @@ typedef struct rl_gpu_options {
      * log line says which; no cuDNN: ours). A plan counts cuDNN only for
      * RL_GPU_ATTN_CUDNN (auto's choice needs a GPU). */
     int attention;
+    /* AdamW's m and v, elements of each allocated at creation: 0 (or more
+     * than the model's) is the whole model. A trainer that will shard its
+     * optimizer state passes its shard's size (pkg/train/memory.h), so a
+     * model that fits only sharded can be built at all; until
+     * rl_gpu_model_set_shard gives it a shard (or NULL: whole), a model
+     * with fewer moments than parameters refuses the update and the
+     * moments' copies rather than run past them. */
+    size_t moments;
 } rl_gpu_options;
 
 #define RL_GPU_ATTN_OWN 0

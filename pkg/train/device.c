@@ -15,9 +15,9 @@ static int check_open(const rl_train_device *d, const char *op, rl_err *e) {
     return RL_OK;
 }
 
-int rl_train_dev_open(rl_train_device *d, const rl_job_config *cfg, int local_rank, rl_err *e) {
+int rl_train_dev_open(rl_train_device *d, const rl_job_config *cfg, int local_rank, int world, rl_err *e) {
     memset(d, 0, sizeof *d);
-    d->cfg = cfg;
+    d->cfg = cfg, d->world = world;
     /* the one place the device's name is read: rl_train_pick_device left
      * "cpu" or "cuda" */
     int rc = strcmp(cfg->train.device, "cuda") == 0 ? rl_train_gpu_open(d, local_rank, e)

@@ -120,14 +120,16 @@ struct rl_train_device {
     rl_train_shard own_shard;
     rl_shard_range *ranges;      /* own_shard's, a copy of the seam's */
     int rank; /* with a shard: this rank (the one that counts shared ranges in the norm) */
+    int world; /* the ranks at open: a GPU sizes the moments for the shard dist.shard will give it */
 };
 
 /* Open the device train.device names ("cpu" or "cuda"; rl_train_pick_device
  * has settled "auto") for cfg's model at micro_batch x seq_len. The caller
  * then fills the host parameters (d->params) and uploads them
  * (rl_train_dev_upload); the moments start at zero on both sides.
- * local_rank is the GPU to use. On failure nothing is left open. */
-int rl_train_dev_open(rl_train_device *d, const rl_job_config *cfg, int local_rank, rl_err *e);
+ * local_rank is the GPU to use, world the ranks the job starts with. On
+ * failure nothing is left open. */
+int rl_train_dev_open(rl_train_device *d, const rl_job_config *cfg, int local_rank, int world, rl_err *e);
 /* Idempotent; a device never opened (all zero) is fine. */
 void rl_train_dev_close(rl_train_device *d);
 

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "device.h"
+#include "memory.h"
 #include "train_gpu.h"
 
 #ifdef RL_CUDA
@@ -233,6 +234,12 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
                     : !strcmp(t->attention, "cudnn") ? RL_GPU_ATTN_CUDNN
                                                      : RL_GPU_ATTN_AUTO;
     opt.recompute = t->recompute;
+    /* sharded state: the moments of this world's shard from the start (set
+     * at resume exactly), so a model that fits only sharded is built */
+    rl_train_memory mem;
+    int rc = rl_train_memory_of(d->cfg, d->world > 1 ? d->world : 1, 0, &mem, e);
+    if (rc) return rc;
+    opt.moments = mem.shard_elems;
     if (rl_gpu_model_create(&g->model, &d->cfg->model, t->micro_batch, t->seq_len, &opt, g->stream, e))
         return rl_err_wrap(e, "building the model on GPU %d", device);
     g->device = device;

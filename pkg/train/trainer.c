@@ -56,7 +56,7 @@ static int init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, r
     long long seqs = t->global_batch_tokens / t->seq_len;
     tr->accum = (int)(seqs / world / t->micro_batch);
     int local_rank = tr->local_rank = dist ? dist->local_rank : 0;
-    if ((rc = rl_train_dev_open(&tr->dev, cfg, local_rank, e))) return rc;
+    if ((rc = rl_train_dev_open(&tr->dev, cfg, local_rank, world, e))) return rc;
     size_t n = tr->dev.n;
     rl_model_init_params(&cfg->model, tr->dev.params, t->seed);
     if ((rc = rl_train_dev_upload(&tr->dev, false, e))) return rc;

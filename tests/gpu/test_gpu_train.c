@@ -20,6 +20,7 @@
 #include "ddp/ddp.h"
 #include "hang/hang.h"
 #include "kernels/gpu.h"
+#include "kernels/llama_gpu.h"
 #include "rdzv/rdzv.h"
 #include "tests/gpu/check.h"
 #include "train/train.h"
@@ -1050,6 +1051,70 @@ static void check_generate(void) {
     rl_model_destroy(&cpu);
 }
 
+/* The GPU's memory, under an emulated cap (RL_EMU_MEM) between what the
+ * check model needs with its moments whole and with half of them: a whole
+ * model is refused at creation with one line that names what it needs,
+ * by kind, and leaves nothing allocated; with the moments of a shard it
+ * is built, refuses an update until a shard is set, and takes one. The
+ * trainer gives the GPU its shard's moments from the start: a 2-rank
+ * "optimizer" job is built under the cap, a DDP one is refused. */
+static void check_memory_cap(void) {
+    const char *name = "gpu memory: a model above the GPU's is refused by name; sharded moments fit";
+    if (!selected(name)) return;
+    rl_job_config c;
+    job(&c, "cuda", 1, 2);
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c.model);
+    size_t P = lay.total;
+    rl_gpu_plan whole, half;
+    rl_gpu_options ho = {.moments = P / 2};
+    rl_err e = {0};
+    int B = c.train.micro_batch, T = c.train.seq_len;
+    if (rl_gpu_model_plan(&c.model, B, T, NULL, 1, 1e15, 3e12, &whole, &e) ||
+        rl_gpu_model_plan(&c.model, B, T, &ho, 1, 1e15, 3e12, &half, &e)) {
+        fail_err(name, &e);
+        return;
+    }
+    size_t cap = (whole.device_bytes + half.device_bytes) / 2;
+    char v[32];
+    snprintf(v, sizeof v, "%zu", cap);
+    setenv("RL_EMU_MEM", v, 1);
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    rl_gpu_model *m = NULL;
+    rl_err ew = {0}, eu = {0};
+    size_t free_b = 0, total = 0;
+    int rc_whole = rl_gpu_model_create(&m, &c.model, B, T, NULL, s, &ew);
+    cudaMemGetInfo(&free_b, &total);
+    bool named = rc_whole == RL_EINPUT && strstr(ew.msg, "needs") && strstr(ew.msg, "AdamW moments") &&
+                 strstr(ew.msg, "dist.shard") && !strchr(ew.msg, '\n');
+    rl_shard_range r = {.off = 0, .len = P / 2};
+    rl_gpu_adamw a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .t = 1, .grad_scale = 1};
+    int rc_half = rl_gpu_model_create(&m, &c.model, B, T, &ho, s, &e);
+    int rc_update = rc_half ? -1 : rl_gpu_model_adamw(m, &a, &eu);
+    int rc_set = rc_half ? -1 : rl_gpu_model_set_shard(m, &r, 1, 0, &e);
+    rl_gpu_model_free(m);
+    /* the trainer: rank 0 of 2, each job's own moments */
+    rl_train_dist dist = {.rank = 0, .world = 2};
+    rl_trainer *tr = NULL;
+    rl_err et = {0}, en = {0};
+    snprintf(c.dist.shard, sizeof c.dist.shard, "optimizer");
+    int rc_tr_shard = rl_trainer_new(&tr, &c, &dist, &et);
+    rl_trainer_free(tr), tr = NULL;
+    snprintf(c.dist.shard, sizeof c.dist.shard, "none");
+    int rc_tr_none = rl_trainer_new(&tr, &c, &dist, &en);
+    rl_trainer_free(tr);
+    unsetenv("RL_EMU_MEM");
+    cudaStreamDestroy(s);
+    report(name,
+           named && free_b == cap && rc_half == RL_OK && rc_update == RL_EINTERNAL && rc_set == RL_OK &&
+               rc_tr_shard == RL_OK && rc_tr_none == RL_EINPUT,
+           "cap %zu B (whole %zu, half the moments %zu); whole: rc %d, %zu B left free, \"%s\"; half: rc %d, update "
+           "before a shard %d (\"%s\"), set_shard %d; trainer optimizer x2 %d (%s), none x2 %d",
+           cap, whole.device_bytes, half.device_bytes, rc_whole, free_b, ew.msg, rc_half, rc_update, eu.msg, rc_set,
+           rc_tr_shard, et.msg, rc_tr_none);
+}
+
 void test_gpu_train(void) {
     snprintf(dir, sizeof dir, "/tmp/rl-gpu-train-XXXXXX");
     rl_err e = {0};
@@ -1059,6 +1124,7 @@ void test_gpu_train(void) {
         return;
     }
     check_generate();
+    check_memory_cap();
     check_curve();
     check_ddp_world1(false, NULL);
     check_ddp_world1(true, NULL);

@@ -70,6 +70,27 @@ struct alloc_info {
 };
 std::mutex alloc_mu;
 std::map<const char *, alloc_info> allocs;
+// Each emulated device's memory: RL_EMU_MEM bytes (a K, M or G suffix
+// multiplies; default 80G, an H100's), read at every call as
+// RL_EMU_DEVICES is. cudaMalloc past it fails as the real one does, and
+// cudaMemGetInfo says what is left, so code that sizes itself by the
+// device can be tested under a cap (the CUDA context's own share is not
+// modelled).
+size_t device_mem() {
+    const char *v = getenv("RL_EMU_MEM");
+    if (!v || !*v) return (size_t)80 << 30;
+    char *end;
+    double x = strtod(v, &end);
+    double k = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+    return x > 0 ? (size_t)(x * k) : (size_t)80 << 30;
+}
+// device bytes allocated on device d; the caller holds alloc_mu
+size_t device_used(int d) {
+    size_t n = 0;
+    for (const auto &a : allocs)
+        if (a.second.type == cudaMemoryTypeDevice && a.second.device == d) n += a.second.bytes;
+    return n;
+}
 void track(void *p, size_t n, cudaMemoryType t) {
     std::lock_guard<std::mutex> g(alloc_mu);
     allocs[(const char *)p] = {n, t, current_device};
@@ -138,7 +159,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     snprintf(p->name, sizeof p->name, "host emulation (tests/gpu/emu) of sm_%d, like the %s", a.sm,
              a.like);
     p->major = a.sm / 10, p->minor = a.sm % 10;
-    p->totalGlobalMem = (size_t)80 << 30; // as cudaMemGetInfo says
+    p->totalGlobalMem = device_mem(); // as cudaMemGetInfo says
     p->sharedMemPerBlock = SMEM_DEFAULT;
     p->sharedMemPerBlockOptin = (size_t)a.smem_optin;
     p->sharedMemPerMultiprocessor = (size_t)a.smem_per_sm;
@@ -203,6 +224,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorStreamCaptureUnsupported:
@@ -223,6 +245,13 @@ static cudaError_t alloc(void **p, size_t n, cudaMemoryType t) {
 }
 cudaError_t cudaMalloc(void **p, size_t n) {
     if (cudaError_t c = rl_emu_capture_unsafe(nullptr)) return c;
+    {
+        std::lock_guard<std::mutex> g(alloc_mu);
+        if (device_used(current_device) + n > device_mem()) {
+            *p = nullptr;
+            return cudaErrorMemoryAllocation;
+        }
+    }
     return alloc(p, n, cudaMemoryTypeDevice);
 }
 cudaError_t cudaFree(void *p) {
@@ -310,7 +339,9 @@ cudaError_t cudaSetDevice(int d) {
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
-    *free_b = (size_t)64 << 30, *total = (size_t)80 << 30;
+    std::lock_guard<std::mutex> g(alloc_mu);
+    size_t cap = device_mem(), used = device_used(current_device);
+    *free_b = used < cap ? cap - used : 0, *total = cap;
     return cudaSuccess;
 }
 cudaError_t cudaDriverGetVersion(int *v) {
