@@ -64,10 +64,7 @@ static int run_rank(int rank, int world, int port, const char *dir, int outfd, s
     if (rl_trainer_new(&tr, &c, world > 1 ? &dist : NULL, &e)) goto fail;
     if (world > 1) {
         rl_ddp_opts o = {.first_bucket_bytes = bucket, .bucket_bytes = bucket, .min_buckets = min_buckets,
-                         .shard = shard};
-        rl_train_bucket_plan plan; /* the agent's window for "gradients" (pkg/agent/proc.c) */
-        if (rl_train_bucket_plan_of(rl_trainer_nparams(tr), bucket, bucket, min_buckets, &plan, &e)) goto fail;
-        o.scatter_window = rl_train_scatter_window(&c.model, &plan);
+                         .shard = shard, .stretch = rl_train_stretch(&c.model)};
         if (rl_ddp_create(comm, rl_trainer_grads(tr), rl_trainer_nparams(tr), &o, &d, &e)) goto fail;
         g_nbuckets = rl_ddp_nbuckets(d);
         rl_ddp_attach(d, &dist);

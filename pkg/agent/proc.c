@@ -154,12 +154,8 @@ static int round_up(const rl_proc_opts *o, const rl_job_config *settled, const r
         .grad_stream = rl_trainer_stream(*tr),
         .reduce_bf16 = strcmp(cfg->dist.reduce_dtype, "bf16") == 0,
         .shard = rl_shard_mode_of(cfg->dist.shard),
+        .stretch = rl_train_stretch(&cfg->model),
     };
-    rl_train_bucket_plan plan;
-    if ((rc = rl_train_bucket_plan_of(rl_trainer_nparams(*tr), dopt.first_bucket_bytes, dopt.bucket_bytes,
-                                      dopt.min_buckets, &plan, e)))
-        return rc;
-    dopt.scatter_window = rl_train_scatter_window(&cfg->model, &plan);
     if ((rc = rl_ddp_create(p->comm, rl_trainer_grads(*tr), rl_trainer_nparams(*tr), &dopt, &p->ddp, e))) return rc;
     rl_ddp_attach(p->ddp, dist);
     /* identical replicas come with the resume in rl_trainer_run: the most

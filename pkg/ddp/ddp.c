@@ -364,7 +364,7 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
     }
     size_t widest = plan.largest;
     d->scatter = d->o.shard == RL_SHARD_GRADIENTS && !d->gs && nb > 0;
-    d->window = o && o->scatter_window ? o->scatter_window : 2 * widest;
+    d->window = rl_train_scatter_window(o ? o->stretch : 0, &plan);
     rc = d->gs ? dev_create(d, widest, e) : d->scatter ? scatter_create(d, e) : RL_OK;
     if (!rc && d->bf16 && !d->gs && !(d->half = malloc(widest * sizeof(uint16_t))))
         rc = rl_errf(e, RL_ENOMEM, "ddp: out of memory for the bf16 bucket");

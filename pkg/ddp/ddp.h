@@ -39,7 +39,7 @@
  * zero_grad has nothing to do. Gradient accumulation then costs a
  * reduction per micro-step (as DeepSpeed's ZeRO-2 and FSDP without
  * no_sync): "optimizer" keeps DDP's one. A rank holds the shard's gradient,
- * at most opts.scatter_window elements handed over and not yet cleared
+ * at most rl_train_scatter_window elements handed over and not yet cleared
  * (backward waits in the hook beyond that), what backward writes between
  * two watermarks, and a page where two buckets meet: the accounting
  * (memory.h) adds these up, and grad_resident measures it. Backward must
@@ -86,10 +86,11 @@ typedef struct rl_ddp_opts {
      * bottleneck (dist.reduce_dtype). */
     int reduce_bf16;
     rl_shard_mode shard; /* RL_SHARD_NONE (default): DDP; see "Sharded state" above */
-    /* "gradients" on the host: elements of gradients handed to the comm
-     * thread and not yet cleared that backward may leave behind it
-     * (rl_train_scatter_window; 0: two of the largest bucket) */
-    size_t scatter_window;
+    /* "gradients" on the host: the most elements backward writes between
+     * two watermarks (rl_train_stretch); what it may leave handed over and
+     * not yet cleared is rl_train_scatter_window of it and the buckets
+     * (0: two of the largest bucket) */
+    size_t stretch;
 } rl_ddp_opts;
 
 /* One bucket's life in the last step (for the overlap test and logs). */

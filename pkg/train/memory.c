@@ -70,9 +70,8 @@ size_t rl_train_stretch(const rl_model_config *c) {
     return vd > lay.layer_size ? vd : lay.layer_size;
 }
 
-size_t rl_train_scatter_window(const rl_model_config *c, const rl_train_bucket_plan *p) {
-    size_t two = 2 * p->largest, s = rl_train_stretch(c);
-    return two > s ? two : s;
+size_t rl_train_scatter_window(size_t stretch, const rl_train_bucket_plan *p) {
+    return 2 * p->largest > stretch ? 2 * p->largest : stretch;
 }
 
 /* cpu: the fp32 params are the master; the flat gradient buffer is whole
@@ -82,9 +81,8 @@ size_t rl_train_scatter_window(const rl_model_config *c, const rl_train_bucket_p
 static void cpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, const rl_train_bucket_plan *p) {
     m->weights = n * F32, m->master = 0, m->grads = n * F32;
     if (p) {
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        size_t flight = (rl_train_scatter_window(&cfg->model, p) + rl_train_stretch(&cfg->model) + p->largest) * F32 +
-                        (p->count + 4) * page;
+        size_t page = (size_t)sysconf(_SC_PAGESIZE), s = rl_train_stretch(&cfg->model);
+        size_t flight = (rl_train_scatter_window(s, p) + s + p->largest) * F32 + (p->count + 4) * page;
         m->grads = m->shard_elems * F32 + (flight < n * F32 ? flight : n * F32);
     }
     m->activations = cpu_activations(&cfg->model, cfg->train.micro_batch, cfg->train.seq_len);

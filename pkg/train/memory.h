@@ -61,7 +61,7 @@ size_t rl_train_shard_elems(const rl_train_bucket_plan *p, int world, size_t *ta
  * The window is the larger of two buckets and a stretch, so backward
  * waits for the reduction only when it falls behind by more than that. */
 size_t rl_train_stretch(const rl_model_config *c);
-size_t rl_train_scatter_window(const rl_model_config *c, const rl_train_bucket_plan *p);
+size_t rl_train_scatter_window(size_t stretch, const rl_train_bucket_plan *p);
 
 /* The per-rank bytes of training cfg on world ranks, by category, for
  * cfg->dist.shard and cfg->train.device ("cpu" or "cuda": settle "auto"
