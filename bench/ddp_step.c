@@ -23,9 +23,9 @@ enum { WARMUP = 3, STEPS = 20 };
 
 static double g_exposed, g_reduce, g_gather;
 static int g_nbuckets;
-static int timed_gather(void *ctx, float *params, rl_err *e) {
+static int timed_gather(void *ctx, void *params, bool bf16, rl_err *e) {
     double t0 = rl_now();
-    int rc = rl_ddp_gather(ctx, params, e);
+    int rc = rl_ddp_gather(ctx, params, bf16, e);
     g_gather += rl_now() - t0;
     return rc;
 }

@@ -57,8 +57,8 @@ typedef struct {
     int launches;
 } rl_k_cost;
 
-// x0[n, :] = emb[tok[n], :]   (fp32 master rows: the residual stream is fp32)
-int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D, cudaStream_t s,
+// x0[n, :] = emb[tok[n], :]   (bf16 rows widened: the residual stream is fp32)
+int rl_k_embed_fwd(float *x0, const bf16 *emb, const int32_t *tok, int N, int D, cudaStream_t s,
                    rl_err *e);
 rl_k_cost rl_k_embed_fwd_cost(int N, int D);
 // demb[uniq[u], :] (accumulate ? += : =) sum over p in [seg[u], seg[u+1]) of
@@ -78,7 +78,7 @@ int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const in
                    const int32_t *pos, const int32_t *count, int max_u, int D, int accumulate,
                    cudaStream_t s, rl_err *e);
 rl_k_cost rl_k_embed_bwd_cost(int N, int U, int D);
-int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int N, int D,
+int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const bf16 *w, int N, int D,
                      float eps, cudaStream_t s, rl_err *e);
 rl_k_cost rl_k_rmsnorm_fwd_cost(int N, int D);
 // From dout (bf16, the GEMM's output; fp32 arithmetic): dres (=, or += when
@@ -88,7 +88,7 @@ rl_k_cost rl_k_rmsnorm_fwd_cost(int N, int D);
 // launches.
 size_t rl_k_rmsnorm_partial_floats(int N, int D);
 int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, bf16 *y, float *dw, float *partial,
-                     const bf16 *dout, const float *x, const float *w, const float *rstd, int N,
+                     const bf16 *dout, const float *x, const bf16 *w, const float *rstd, int N,
                      int D, int accumulate, int accumulate_dw, cudaStream_t s, rl_err *e);
 rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D, int y);
 // In place on rows of width ld: heads [0, nh) of head_dim hd starting at
@@ -136,12 +136,16 @@ int rl_k_norm_sq_ranges(double *sq, float *partial, const float *g, const rl_k_r
                         size_t held, cudaStream_t s, rl_err *e);
 // out[0] = sqrt(sq[0]), rounded to fp32 (one thread)
 int rl_k_sqrt_d(float *out, const double *sq, cudaStream_t s, rl_err *e);
-// rl_k_adamw over the shard's ranges: m and v [held] in shard order, the
-// master, the gradients and the bf16 copy at the flat offsets
+// rl_k_adamw over the shard's ranges: the master, m and v [held] in shard
+// order, the gradients and the bf16 copy at the flat offsets
 int rl_k_adamw_ranges(float *master, bf16 *params, float *mom, float *vel, const float *grads,
                       const float *norm, const rl_param_layout *lay, int L, int D,
                       const rl_k_range *r, int nr, size_t held, const rl_k_adamw_args *a,
                       cudaStream_t s, rl_err *e);
+// The shard's elements between its compact array [held] and a flat one in
+// the model's layout: to_flat 1 compact -> flat's ranges, 0 the reverse.
+int rl_k_ranges_copy(float *compact, float *flat, const rl_k_range *r, int nr, size_t held, int to_flat,
+                     cudaStream_t s, rl_err *e);
 int rl_k_f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t s, rl_err *e);
 int rl_k_bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t s, rl_err *e);
 int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, uint64_t seed,

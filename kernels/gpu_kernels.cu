@@ -25,9 +25,9 @@ static rl_k_cost cost(double flops, double bytes, int launches) {
 }
 
 // ---- embedding -----------------------------------------------------------------------
-int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D, cudaStream_t s,
+int rl_k_embed_fwd(float *x0, const bf16 *emb, const int32_t *tok, int N, int D, cudaStream_t s,
                    rl_err *e) {
-    if (D % 4 == 0 && vec_ok(x0, 4, 4) && vec_ok(emb, 4, 4))
+    if (D % 4 == 0 && vec_ok(x0, 4, 4) && vec_ok(emb, 4, 2))
         RL_LAUNCH(embed_fwd_kernel<4>, N, 256, 0, s, x0, emb, tok, D);
     else
         RL_LAUNCH(embed_fwd_kernel<1>, N, 256, 0, s, x0, emb, tok, D);
@@ -37,7 +37,7 @@ int rl_k_embed_fwd(float *x0, const float *emb, const int32_t *tok, int N, int D
 
 // token ids and N gathered rows read (a repeated token's row may come from
 // L2: an upper bound there), N rows written
-rl_k_cost rl_k_embed_fwd_cost(int N, int D) { return cost(0, (double)N * 4 + 2.0 * N * D * 4, 1); }
+rl_k_cost rl_k_embed_fwd_cost(int N, int D) { return cost(0, (double)N * 4 + (double)N * D * (2 + 4), 1); }
 
 int rl_k_embed_bwd(float *demb, const float *dres, const int32_t *uniq, const int32_t *seg,
                    const int32_t *pos, const int32_t *count, int max_u, int D, int accumulate,
@@ -58,9 +58,9 @@ rl_k_cost rl_k_embed_bwd_cost(int N, int U, int D) {
 
 // ---- RMSNorm ----------------------------------------------------------------------------
 
-int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int N, int D,
+int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const bf16 *w, int N, int D,
                      float eps, cudaStream_t s, rl_err *e) {
-    if (D % 4 == 0 && vec_ok(out, 4, 2) && vec_ok(x, 4, 4) && vec_ok(w, 4, 4))
+    if (D % 4 == 0 && vec_ok(out, 4, 2) && vec_ok(x, 4, 4) && vec_ok(w, 4, 2))
         RL_LAUNCH(rmsnorm_fwd_kernel<4>, rl_cdiv(N, 8), 256, 0, s, out, rstd, x, w, N, D, eps);
     else
         RL_LAUNCH(rmsnorm_fwd_kernel<1>, rl_cdiv(N, 8), 256, 0, s, out, rstd, x, w, N, D, eps);
@@ -70,18 +70,18 @@ int rl_k_rmsnorm_fwd(bf16 *out, float *rstd, const float *x, const float *w, int
 
 // x (fp32) and w read, out (bf16) and rstd written; sum of squares + scale
 rl_k_cost rl_k_rmsnorm_fwd_cost(int N, int D) {
-    return cost(4.0 * N * D, (double)N * D * (4 + 2) + (double)D * 4 + (double)N * 4, 1);
+    return cost(4.0 * N * D, (double)N * D * (4 + 2) + (double)D * 2 + (double)N * 4, 1);
 }
 
 size_t rl_k_rmsnorm_partial_floats(int N, int D) { return (size_t)rms_blocks(N) * D; }
 
 int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, bf16 *y, float *dw, float *partial,
-                     const bf16 *dout, const float *x, const float *w, const float *rstd, int N,
+                     const bf16 *dout, const float *x, const bf16 *w, const float *rstd, int N,
                      int D, int accumulate, int accumulate_dw, cudaStream_t s, rl_err *e) {
     int nw = rms_warps(D), nblk = rms_blocks(N);
     size_t smem = (size_t)nw * D * sizeof(float);
     if (D % 4 == 0 && vec_ok(dres, 4, 4) && vec_ok(dres16, 4, 2) && vec_ok(dout, 4, 2) &&
-        vec_ok(x, 4, 4) && vec_ok(w, 4, 4) && (!y || vec_ok(y, 4, 2)))
+        vec_ok(x, 4, 4) && vec_ok(w, 4, 2) && (!y || vec_ok(y, 4, 2)))
         RL_LAUNCH(rmsnorm_bwd_kernel<4>, nblk, nw * 32, smem, s, dres, dres16, y, partial, dout, x,
                   w, rstd, N, D, rms_rows_per_block(N), accumulate);
     else
@@ -101,7 +101,7 @@ int rl_k_rmsnorm_bwd(float *dres, bf16 *dres16, bf16 *y, float *dw, float *parti
 rl_k_cost rl_k_rmsnorm_bwd_cost(int N, int D, int y) {
     double nd = (double)N * D, part = (double)rms_blocks(N) * D;
     return cost(10.0 * nd + part + (y ? 2.0 * nd : 0.0),
-                nd * (2 + 4 + 4 + 4 + 2 + (y ? 2 : 0)) + (double)D * 4 * 3 + (double)N * 4 +
+                nd * (2 + 4 + 4 + 4 + 2 + (y ? 2 : 0)) + (double)D * (2 + 4 + 4) + (double)N * 4 +
                     part * 4 * 2,
                 2);
 }
@@ -259,7 +259,7 @@ int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float 
 }
 
 // per parameter: grad, master, m, v read (fp32); master, m, v written (fp32)
-// and the bf16 copy: 30 bytes
+// and the bf16 copy: 30 bytes (over a shard too: its master is compact)
 rl_k_cost rl_k_adamw_cost(size_t n_params) { return cost(16.0 * n_params, 30.0 * n_params, 1); }
 
 int rl_k_norm_sq_ranges(double *sq, float *partial, const float *g, const rl_k_range *r, int nr,
@@ -285,6 +285,14 @@ int rl_k_adamw_ranges(float *master, bf16 *params, float *mom, float *vel, const
     if (nr < 1 || held == 0) return rl_errf(e, RL_EINTERNAL, "adamw over a shard of %d ranges", nr);
     RL_LAUNCH(adamw_ranges_kernel, grid_for(held, 256), 256, 0, s, master, params, mom, vel, grads,
               norm, make_layout(lay, L, D), r, nr, held, *a);
+    LAUNCH_CHECK();
+    return RL_OK;
+}
+
+int rl_k_ranges_copy(float *compact, float *flat, const rl_k_range *r, int nr, size_t held, int to_flat,
+                     cudaStream_t s, rl_err *e) {
+    if (nr < 1 || held == 0) return rl_errf(e, RL_EINTERNAL, "copy over a shard of %d ranges", nr);
+    RL_LAUNCH(ranges_copy_kernel, grid_for(held, 256), 256, 0, s, compact, flat, r, nr, held, to_flat);
     LAUNCH_CHECK();
     return RL_OK;
 }

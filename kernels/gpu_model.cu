@@ -14,6 +14,13 @@
 //   read fp32 and write the bf16 GEMM input. This is what PyTorch autocast
 //   does too (the stream stays fp32, only matmul inputs are bf16), and it
 //   keeps the CPU fp32 reference close.
+// * Weights read in bf16 everywhere, the embedding's rows and the norms'
+//   weights too (autocast would read those in fp32; FSDP's and Megatron's
+//   bf16 parameters do not): the fp32 master is then read by AdamW and
+//   checkpoints alone, so a shard keeps only its ranges of it (12 of the 18
+//   bytes an element DDP holds). The cost is one more bf16 rounding of
+//   values that feed bf16 GEMMs anyway (the checks against the CPU model
+//   keep their bounds).
 // * Gradients in fp32 (default, and for now the only choice). Weight
 //   gradients go from the GEMM straight into the fp32 buffer (beta = 0 on
 //   a step's first micro-batch, beta = 1 after): accumulation over
@@ -94,9 +101,11 @@ struct rl_gpu_model {
 
     // the allocations, one per kind
     bf16 *params;           // [total + pad] compute copy
-    float *master;          // [total]
-    float *opt;             // [2 held]: m, then v
-    size_t held;            // elements whose moments opt holds: total, or a shard's
+    float *master;          // [held]: every element, or a shard's ranges one after the other
+    float *opt;             // [2 held]: m, then v, laid out as the master
+    size_t held;            // elements of the optimizer's state (master, m, v): total, or a shard's
+    int master_ok;          // master holds the weights: not so from a shard set over a compact
+                            // master (or created compact) until the next upload_params
     // with a shard (rl_gpu_model_set_shard): its ranges (nranges) and the
     // norm's squared partial, one device allocation, sq first
     void *shard_buf;
@@ -292,18 +301,25 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
                        "kernels' %d",
                        m->hd, RL_GPU_MAX_HEAD_DIM);
     size_t P = m->lay.total;
-    m->held = m->options.moments && m->options.moments < P ? m->options.moments : P;
-    m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + (P + 2 * m->held) * sizeof(float) + m->bl.acts +
+    m->held = m->options.held && m->options.held < P ? m->options.held : P;
+    m->master_ok = m->held == P;
+    m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + 3 * m->held * sizeof(float) + m->bl.acts +
                m->bl.scratch;
     return RL_OK;
 }
 
-// Fewer moments than parameters and no shard yet: the update or a copy
-// of the moments would run past them.
+// Optimizer state for fewer elements than parameters and no shard yet: the
+// update or a copy would run past it.
 static int moments_ready(const rl_gpu_model *m, const char *what, rl_err *e) {
     if (m->plan || m->ranges || m->held == m->lay.total) return RL_OK; // a plan only counts
-    return rl_errf(e, RL_EINTERNAL, "gpu model: %s with moments for %zu of %zu parameters and no shard set", what,
-                   m->held, m->lay.total);
+    return rl_errf(e, RL_EINTERNAL, "gpu model: %s with optimizer state for %zu of %zu parameters and no shard set",
+                   what, m->held, m->lay.total);
+}
+// ... and the master must hold the weights (upload_params after a shard).
+static int master_ready(const rl_gpu_model *m, const char *what, rl_err *e) {
+    RL_TRY(moments_ready(m, what, e));
+    if (m->plan || m->master_ok) return RL_OK;
+    return rl_errf(e, RL_EINTERNAL, "gpu model: %s before the weights were uploaded into the shard's master", what);
 }
 
 // Before any allocation: a model the GPU cannot hold is refused with what
@@ -315,7 +331,7 @@ static int fits(const rl_gpu_model *m, rl_err *e) {
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
     if (m->bytes <= free_b) return RL_OK;
     size_t P = m->lay.total, Pp = P + m->pad;
-    size_t v[] = {m->bytes, Pp * sizeof(bf16), P * sizeof(float), Pp * sizeof(float), 2 * m->held * sizeof(float),
+    size_t v[] = {m->bytes, Pp * sizeof(bf16), m->held * sizeof(float), Pp * sizeof(float), 2 * m->held * sizeof(float),
                   m->bl.acts + m->bl.scratch, free_b, total};
     char s[8][24];
     for (int k = 0; k < 8; k++) // GiB, or MiB below one
@@ -342,7 +358,7 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
 
     size_t P = m->lay.total, Pp = P + m->pad;
     CUDA_CHECK(cudaMalloc(&m->params, Pp * sizeof(bf16)));
-    CUDA_CHECK(cudaMalloc(&m->master, P * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&m->master, m->held * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->opt, 2 * m->held * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->grads, Pp * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->acts, m->bl.acts));
@@ -366,7 +382,7 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     // gradients, moments; the scalars too (a grad norm read before any was
     // computed is 0, not garbage)
     CUDA_CHECK(cudaMemsetAsync(m->params, 0, Pp * sizeof(bf16), m->s));
-    CUDA_CHECK(cudaMemsetAsync(m->master, 0, P * sizeof(float), m->s));
+    CUDA_CHECK(cudaMemsetAsync(m->master, 0, m->held * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->opt, 0, 2 * m->held * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, Pp * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->scalars, 0, 4 * sizeof(float), m->s));
@@ -408,7 +424,7 @@ const rl_param_layout *rl_gpu_model_layout(const rl_gpu_model *m) { return &m->l
 cudaStream_t rl_gpu_model_stream(const rl_gpu_model *m) { return m->s; }
 size_t rl_gpu_model_device_bytes(const rl_gpu_model *m) { return m->bytes; }
 float *rl_gpu_model_grads(rl_gpu_model *m) { return m->grads; }
-float *rl_gpu_model_master(rl_gpu_model *m) { return m->master; }
+void *rl_gpu_model_params(rl_gpu_model *m) { return m->params; }
 float *rl_gpu_model_opt(rl_gpu_model *m) { return m->opt; }
 
 // ---- host <-> device ----------------------------------------------------------------------------
@@ -419,16 +435,37 @@ static int copy_sync(rl_gpu_model *m, void *dst, const void *src, size_t bytes, 
     return RL_OK;
 }
 
+// A compact master takes its ranges from the whole array staged in the
+// gradient buffer (the only other fp32 buffer of that size).
 int rl_gpu_model_upload_params(rl_gpu_model *m, const float *host, rl_err *e) {
     size_t P = m->lay.total;
-    RL_TRY(copy_sync(m, m->master, host, P * sizeof(float), cudaMemcpyHostToDevice, e));
-    RL_TRY(rl_k_f32_to_bf16(m->params, m->master, P, m->s, e));
+    float *whole = m->held == P && !m->ranges ? m->master : m->grads;
+    RL_TRY(copy_sync(m, whole, host, P * sizeof(float), cudaMemcpyHostToDevice, e));
+    RL_TRY(rl_k_f32_to_bf16(m->params, whole, P, m->s, e));
+    if (whole == m->grads) {
+        m->fresh = 1; // the gradients are gone: the next micro-batch writes them
+        if (m->ranges) RL_TRY(rl_k_ranges_copy(m->master, m->grads, m->ranges, m->nranges, m->held, 0, m->s, e));
+    }
+    m->master_ok = whole == m->master || m->ranges;
     CUDA_CHECK(cudaStreamSynchronize(m->s));
     return RL_OK;
 }
 
 int rl_gpu_model_download_params(rl_gpu_model *m, float *host, rl_err *e) {
+    if (m->held != m->lay.total || m->ranges)
+        return rl_errf(e, RL_EINTERNAL, "gpu model: a shard's master downloaded whole (rl_gpu_model_master_whole)");
+    RL_TRY(master_ready(m, "a download of the weights", e));
     return copy_sync(m, host, m->master, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost, e);
+}
+
+int rl_gpu_model_master_whole(rl_gpu_model *m, float **whole, rl_err *e) {
+    RL_TRY(master_ready(m, "the master's whole copy", e));
+    if (!m->ranges) return *whole = m->master, RL_OK;
+    const rl_k_cost c = {0, 8.0 * (double)m->held, 1};
+    STEP(RL_GPU_PROF_OPTIMIZER, c, rl_k_ranges_copy(m->master, m->grads, m->ranges, m->nranges, m->held, 1, m->s, e));
+    m->fresh = 1;
+    *whole = m->grads;
+    return RL_OK;
 }
 
 static float bf16_bits_to_float(uint16_t b) {
@@ -471,9 +508,12 @@ int rl_gpu_model_download_opt(rl_gpu_model *m, float *host, rl_err *e) {
 }
 
 // ---- sharded state ------------------------------------------------------------------------------
-// The moments are freed before the new ones are allocated, so the peak is
-// the larger of the two, not their sum; the stream is idle first (nothing
-// queued may still use them).
+// The master and moments are freed before the new ones are allocated, so
+// the peak is the larger of the two, not their sum; the stream is idle
+// first (nothing queued may still use them). A whole master's values wait
+// in the gradient buffer meanwhile and the shard's ranges are taken from
+// there; a compact one's cannot be re-cut here (other ranks hold the rest),
+// so the master waits for the next upload_params.
 int rl_gpu_model_set_shard(rl_gpu_model *m, const rl_shard_range *r, int nr, int rank, rl_err *e) {
     if (m->plan) return rl_errf(e, RL_EINTERNAL, "gpu model: a plan has no shard");
     size_t held = 0, P = m->lay.total;
@@ -487,12 +527,18 @@ int rl_gpu_model_set_shard(rl_gpu_model *m, const rl_shard_range *r, int nr, int
     if (r && !(h = (rl_k_range *)malloc((size_t)nr * sizeof *h))) return rl_errf(e, RL_ENOMEM, "gpu model: shard ranges");
     for (size_t k = 0, at = 0; r && k < (size_t)nr; at += r[k].len, k++)
         h[k] = rl_k_range{r[k].off, r[k].len, at, !r[k].shared || rank == 0};
-    cudaError_t ce = cudaStreamSynchronize(m->s);
-    m->bytes -= 2 * m->held * sizeof(float) + (m->shard_buf ? sizeof(double) + (size_t)m->nranges * sizeof *h : 0);
-    cudaFree(m->opt), cudaFree(m->shard_buf);
-    m->opt = NULL, m->shard_buf = NULL, m->sq = NULL, m->ranges = NULL, m->nranges = 0;
+    bool keep = m->master_ok && m->held == P && !m->ranges; // the master is whole: re-cut it
+    cudaError_t ce = keep ? cudaMemcpyAsync(m->grads, m->master, P * sizeof(float), cudaMemcpyDeviceToDevice, m->s)
+                          : cudaSuccess;
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(m->s);
+    m->bytes -= 3 * m->held * sizeof(float) + (m->shard_buf ? sizeof(double) + (size_t)m->nranges * sizeof *h : 0);
+    cudaFree(m->master), cudaFree(m->opt), cudaFree(m->shard_buf);
+    m->master = m->opt = NULL, m->shard_buf = NULL, m->sq = NULL, m->ranges = NULL, m->nranges = 0;
     m->held = r ? held : P;
+    m->master_ok = 0;
+    m->fresh = 1; // the gradient buffer may hold the old master now
     size_t tab = r ? sizeof(double) + (size_t)nr * sizeof *h : 0;
+    if (ce == cudaSuccess) ce = cudaMalloc(&m->master, m->held * sizeof(float));
     if (ce == cudaSuccess) ce = cudaMalloc(&m->opt, 2 * m->held * sizeof(float));
     if (ce == cudaSuccess && r) ce = cudaMalloc(&m->shard_buf, tab);
     if (ce == cudaSuccess) ce = cudaMemsetAsync(m->opt, 0, 2 * m->held * sizeof(float), m->s);
@@ -503,7 +549,11 @@ int rl_gpu_model_set_shard(rl_gpu_model *m, const rl_shard_range *r, int nr, int
     if (ce == cudaSuccess) ce = cudaStreamSynchronize(m->s); // h is pageable
     free(h);
     CUDA_CHECK(ce);
-    m->bytes += 2 * m->held * sizeof(float) + tab;
+    m->bytes += 3 * m->held * sizeof(float) + tab; // allocated, whatever follows
+    if (keep && r) RL_TRY(rl_k_ranges_copy(m->master, m->grads, m->ranges, nr, m->held, 0, m->s, e));
+    if (keep && !r) CUDA_CHECK(cudaMemcpyAsync(m->master, m->grads, P * sizeof(float), cudaMemcpyDeviceToDevice, m->s));
+    CUDA_CHECK(cudaStreamSynchronize(m->s));
+    m->master_ok = keep;
     return RL_OK;
 }
 
@@ -523,16 +573,12 @@ int rl_gpu_model_shard_norm(rl_gpu_model *m, rl_err *e) {
     return RL_OK;
 }
 
-int rl_gpu_model_derive_bf16(rl_gpu_model *m, rl_err *e) {
-    const rl_k_cost c = {0, 6.0 * (double)m->lay.total, 1};
-    STEP(RL_GPU_PROF_OPTIMIZER, c, rl_k_f32_to_bf16(m->params, m->master, m->lay.total, m->s, e));
-    return RL_OK;
-}
-
 int rl_gpu_model_init_random(rl_gpu_model *m, uint64_t seed, float std, rl_err *e) {
+    if (m->held != m->lay.total || m->ranges) return rl_errf(e, RL_EINTERNAL, "gpu model: init_random of a shard");
     RL_TRY(rl_k_init_random(m->master, &m->lay, m->L, m->D, seed, std, m->s, e));
     RL_TRY(rl_k_f32_to_bf16(m->params, m->master, m->lay.total, m->s, e));
     CUDA_CHECK(cudaStreamSynchronize(m->s));
+    m->master_ok = 1;
     return RL_OK;
 }
 
@@ -624,11 +670,10 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
     const int32_t *d_tok = m->io;
 
     STEP(RL_GPU_PROF_ELEMWISE, rl_k_embed_fwd_cost(N, D),
-         rl_k_embed_fwd(m->res, m->master + m->lay.embed, d_tok, N, D, s, e));
+         rl_k_embed_fwd(m->res, m->params + m->lay.embed, d_tok, N, D, s, e));
     for (int l = 0; l < m->L; l++) {
         size_t wl = m->lay.layers + (size_t)l * m->lay.layer_size;
         const bf16 *w = m->params + wl;
-        const float *w32 = m->master + wl;
         float *x = m->res + l * m->bl.s_btd, *xnext = x + m->bl.s_btd, *xmid = m->res_mid + l * m->bl.s_btd;
         bf16 *ln1 = m->ln1 + l * m->bl.s_ln, *ln2 = m->ln2 + l * m->bl.s_ln;
         bf16 *qkv = m->qkv + l * m->bl.s_qkv, *atty = m->atty + l * m->bl.s_att;
@@ -637,7 +682,7 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
         float *lse = m->att_lse + l * m->bl.s_bh;
 
         STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
-             rl_k_rmsnorm_fwd(ln1, rstd1, x, w32 + o->ln1, N, D, eps, s, e));
+             rl_k_rmsnorm_fwd(ln1, rstd1, x, w + o->ln1, N, D, eps, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, m->C3, D, 2, 0),
              rl_gemm_fwd(g, qkv, 0, ln1, w + o->wq, NULL, N, m->C3, D, s, e));
         // q and k rotated in place: qkv keeps them so for the backward
@@ -653,7 +698,7 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->qd, 4, 4),
              rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
         STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
-             rl_k_rmsnorm_fwd(ln2, rstd2, xmid, w32 + o->ln2, N, D, eps, s, e));
+             rl_k_rmsnorm_fwd(ln2, rstd2, xmid, w + o->ln2, N, D, eps, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, 2 * F, D, 2, 0),
              rl_gemm_fwd(g, gu, 0, ln2, w + o->wgate, NULL, N, 2 * F, D, s, e));
         STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd_cost(N, F), rl_k_swiglu_fwd(hm, gu, N, F, s, e));
@@ -662,7 +707,7 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
     }
     float *xL = m->res + (size_t)m->L * m->bl.s_btd;
     STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
-         rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->master + m->lay.final_norm, N, D, eps, s, e));
+         rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->params + m->lay.final_norm, N, D, eps, s, e));
     return RL_OK;
 }
 
@@ -746,14 +791,13 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
     STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D, 0),
          rl_k_rmsnorm_bwd(m->dres, m->dres16, NULL, m->grads + p->final_norm, m->rms_partial,
                           m->dln,
-                          m->res + (size_t)m->L * m->bl.s_btd, m->master + p->final_norm, m->rstdf, N,
+                          m->res + (size_t)m->L * m->bl.s_btd, m->params + p->final_norm, m->rstdf, N,
                           D, 0, acc, s, e));
     if (hook) hook(hook_ctx, p->final_norm);
 
     for (int l = m->L - 1; l >= 0; l--) {
         size_t wl = p->layers + (size_t)l * p->layer_size;
         const bf16 *w = m->params + wl;
-        const float *w32 = m->master + wl;
         float *gw = m->grads + wl;
         float *x = m->res + l * m->bl.s_btd, *xmid = m->res_mid + l * m->bl.s_btd;
         bf16 *ln1 = m->ln1 + l * m->bl.s_ln, *ln2 = m->ln2 + l * m->bl.s_ln;
@@ -780,7 +824,7 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
         // weight gradient above has read d x_{l+1} already
         STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D, rc),
              rl_k_rmsnorm_bwd(m->dres, m->dres16, rc ? ln2 : NULL, gw + o->ln2, m->rms_partial,
-                              m->dln, xmid, w32 + o->ln2, rstd2, N, D, 1, acc, s, e));
+                              m->dln, xmid, w + o->ln2, rstd2, N, D, 1, acc, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(2 * F, D, N, 4, cb),
              rl_gemm_bwd_weight(g, gw + o->wgate, m->dgu, ln2, N, 2 * F, D, acc, s, e));
         // attention; dres is now d xmid
@@ -804,7 +848,7 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
              rl_gemm_bwd_data(g, m->dln, 0, m->dqkv, w + o->wq, N, m->C3, D, s, e));
         STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D, rc),
              rl_k_rmsnorm_bwd(m->dres, m->dres16, rc ? ln1 : NULL, gw + o->ln1, m->rms_partial,
-                              m->dln, x, w32 + o->ln1, rstd1, N, D, 1, acc, s, e));
+                              m->dln, x, w + o->ln1, rstd1, N, D, 1, acc, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(m->C3, D, N, 4, cb),
              rl_gemm_bwd_weight(g, gw + o->wq, m->dqkv, ln1, N, m->C3, D, acc, s, e));
         if (hook) hook(hook_ctx, wl);
@@ -923,7 +967,7 @@ int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e) {
 
 int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e) {
     if (a->t < 1) return rl_errf(e, RL_EINTERNAL, "adamw: step %lld must count from 1", a->t);
-    RL_TRY(moments_ready(m, "an AdamW step", e));
+    RL_TRY(master_ready(m, "an AdamW step", e));
     // The scalars exactly as rl_adamw_update derives them (double, then
     // rounded once), so the CPU and GPU updates differ only by fp32
     // contraction in the kernel.

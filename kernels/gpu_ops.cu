@@ -110,13 +110,14 @@ static int down_bf16(op_ctx &c, float *h, const bf16 *d, size_t n, rl_err *e) {
 extern "C" int rl_gpu_op_embed_fwd(float *out, const float *emb, const int32_t *tok, int N, int V,
                                    int D, rl_err *e) {
     op_ctx c;
-    float *d_out, *d_emb;
+    float *d_out;
+    bf16 *d_emb;
     int32_t *d_tok;
     RL_TRY(op_begin(c, e));
     RL_TRY(op_alloc(c, &d_out, (size_t)N * D, e));
     RL_TRY(op_alloc(c, &d_emb, (size_t)V * D, e));
     RL_TRY(op_alloc(c, &d_tok, (size_t)N, e));
-    RL_TRY(up_f32(c, d_emb, emb, (size_t)V * D, e));
+    RL_TRY(up_bf16(c, d_emb, emb, (size_t)V * D, e));
     RL_TRY(up_i32(c, d_tok, tok, (size_t)N, e));
     RL_TRY(poison(c, d_out, (size_t)N * D, e));
     RL_TRY(rl_k_embed_fwd(d_out, d_emb, d_tok, N, D, c.s, e));
@@ -151,15 +152,15 @@ extern "C" int rl_gpu_op_embed_bwd(float *demb, const float *dout, const int32_t
 extern "C" int rl_gpu_op_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int N,
                                      int D, float eps, rl_err *e) {
     op_ctx c;
-    float *d_x, *d_w, *d_rstd;
-    bf16 *d_out;
+    float *d_x, *d_rstd;
+    bf16 *d_out, *d_w;
     RL_TRY(op_begin(c, e));
     RL_TRY(op_alloc(c, &d_x, (size_t)N * D, e));
     RL_TRY(op_alloc(c, &d_w, (size_t)D, e));
     RL_TRY(op_alloc(c, &d_rstd, (size_t)N, e));
     RL_TRY(op_alloc(c, &d_out, (size_t)N * D, e));
     RL_TRY(up_f32(c, d_x, x, (size_t)N * D, e));
-    RL_TRY(up_f32(c, d_w, w, (size_t)D, e));
+    RL_TRY(up_bf16(c, d_w, w, (size_t)D, e));
     RL_TRY(poison(c, d_out, (size_t)N * D, e));
     RL_TRY(poison(c, d_rstd, (size_t)N, e));
     RL_TRY(rl_k_rmsnorm_fwd(d_out, d_rstd, d_x, d_w, N, D, eps, c.s, e));
@@ -172,8 +173,8 @@ extern "C" int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, float *y
                                      const float *rstd, int N, int D, int accumulate,
                                      int accumulate_dw, rl_err *e) {
     op_ctx c;
-    float *d_dx, *d_dw, *d_x, *d_w, *d_rstd, *d_part;
-    bf16 *d_dx16, *d_dout, *d_y = NULL;
+    float *d_dx, *d_dw, *d_x, *d_rstd, *d_part;
+    bf16 *d_dx16, *d_dout, *d_w, *d_y = NULL;
     size_t nd = (size_t)N * D;
     RL_TRY(op_begin(c, e));
     RL_TRY(op_alloc(c, &d_dx, nd, e));
@@ -200,7 +201,7 @@ extern "C" int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, float *y
         RL_TRY(poison(c, d_dw, (size_t)D, e));
     RL_TRY(up_bf16(c, d_dout, dout, nd, e));
     RL_TRY(up_f32(c, d_x, x, nd, e));
-    RL_TRY(up_f32(c, d_w, w, (size_t)D, e));
+    RL_TRY(up_bf16(c, d_w, w, (size_t)D, e));
     RL_TRY(up_f32(c, d_rstd, rstd, (size_t)N, e));
     RL_TRY(rl_k_rmsnorm_bwd(d_dx, d_dx16, d_y, d_dw, d_part, d_dout, d_x, d_w, d_rstd, N, D,
                             accumulate, accumulate_dw, c.s, e));

@@ -5,8 +5,10 @@
  * The model is the CPU model of pkg/model computed in bf16 mixed precision:
  *
  *   - parameters: fp32 master copy (what AdamW updates, what checkpoints
- *     hold) plus a bf16 compute copy that every GEMM reads; same element
- *     layout as rl_param_layout, so a checkpoint or a CPU buffer maps 1:1;
+ *     hold; with a shard only its ranges) plus a bf16 compute copy that
+ *     the forward and backward read, every GEMM, the embedding and the
+ *     norms; same element layout as rl_param_layout, so a checkpoint or a
+ *     CPU buffer maps 1:1;
  *   - gradients: fp32, same layout (plus zero rows for the padded
  *     vocabulary). Weight-gradient GEMMs write a step's first micro-batch
  *     into them (beta = 0) and accumulate the rest (beta = 1), so gradient
@@ -76,14 +78,15 @@ typedef struct rl_gpu_options {
      * log line says which; no cuDNN: ours). A plan counts cuDNN only for
      * RL_GPU_ATTN_CUDNN (auto's choice needs a GPU). */
     int attention;
-    /* AdamW's m and v, elements of each allocated at creation: 0 (or more
-     * than the model's) is the whole model. A trainer that will shard its
-     * optimizer state passes its shard's size (pkg/train/memory.h), so a
-     * model that fits only sharded can be built at all; until
-     * rl_gpu_model_set_shard gives it a shard (or NULL: whole), a model
-     * with fewer moments than parameters refuses the update and the
-     * moments' copies rather than run past them. */
-    size_t moments;
+    /* Elements of the optimizer's state (fp32 master, AdamW's m and v)
+     * allocated at creation: 0 (or more than the model's) is the whole
+     * model. A trainer that will shard that state passes its shard's size
+     * (pkg/train/memory.h), so a model that fits only sharded can be built
+     * at all; until rl_gpu_model_set_shard gives it a shard (or NULL:
+     * whole) and upload_params its weights, a model with less state than
+     * parameters refuses the update and the copies of the state rather
+     * than run past them (upload_params then sets the bf16 copy only). */
+    size_t held;
 } rl_gpu_options;
 
 #define RL_GPU_ATTN_OWN 0
@@ -109,14 +112,21 @@ cudaStream_t rl_gpu_model_stream(const rl_gpu_model *m);
  * workspace included): the model's whole footprint, fixed at creation. */
 size_t rl_gpu_model_device_bytes(const rl_gpu_model *m);
 /* Device pointers, for the DDP layer (NCCL all-reduce of the gradients,
- * broadcast of the master parameters). */
+ * all-gather of a shard's updated weights) and checkpoints. */
 float *rl_gpu_model_grads(rl_gpu_model *m);   /* fp32 [total] */
-float *rl_gpu_model_master(rl_gpu_model *m);  /* fp32 [total] */
+void *rl_gpu_model_params(rl_gpu_model *m);   /* bf16 [total], the compute copy */
 float *rl_gpu_model_opt(rl_gpu_model *m);     /* fp32 AdamW m then v [2 x held: total, or the shard's] */
+/* *whole = the fp32 master in the model's layout, queued on the stream:
+ * the master itself; with a shard the gradient buffer, its ranges written
+ * from the compact master and the rest left for the caller to gather from
+ * the other ranks (the gradients are lost: between steps only). */
+int rl_gpu_model_master_whole(rl_gpu_model *m, float **whole, rl_err *e);
 
 /* ---- host <-> device (each waits for its copy; not for the hot loop) ---- */
-/* fp32 parameters [total] -> master, then the bf16 copy is derived. */
+/* fp32 parameters [total] -> master (with a shard its ranges, through the
+ * gradient buffer, whose gradients are lost), and the bf16 copy derived. */
 int rl_gpu_model_upload_params(rl_gpu_model *m, const float *host, rl_err *e);
+/* The whole master -> host; refused with a shard (master_whole). */
 int rl_gpu_model_download_params(rl_gpu_model *m, float *host, rl_err *e);
 /* The bf16 compute copy, widened to fp32 (tests). */
 int rl_gpu_model_download_params_bf16(rl_gpu_model *m, float *host, rl_err *e);
@@ -127,7 +137,8 @@ int rl_gpu_model_upload_opt(rl_gpu_model *m, const float *host, rl_err *e);
 int rl_gpu_model_download_opt(rl_gpu_model *m, float *host, rl_err *e);
 /* Normal(0, std) matrices and ones for norms, generated on the device from
  * seed (a hash per element; not the CPU's sequence): for benchmarks of big
- * models, where a host-side init would take tens of seconds. */
+ * models, where a host-side init would take tens of seconds. A whole
+ * master only. */
 int rl_gpu_model_init_random(rl_gpu_model *m, uint64_t seed, float std, rl_err *e);
 /* Logits of the last rl_gpu_model_forward, [B*T, vocab], widened to fp32:
  * only when its B*T rows fit one classifier chunk (small batches: tests);
@@ -198,26 +209,26 @@ typedef struct rl_gpu_adamw {
  * reading that norm afterwards, stops with its weights intact). */
 int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e);
 /* ---- sharded state (dist.shard; ZeRO-1/2) -------------------------------
- * With a shard set, the moments hold its ranges' elements only (held, one
- * range after the other) and AdamW updates only its ranges of the master
- * and bf16 weights; the gradients and the fp32 master stay whole (the
- * forward reads the master's embedding and norm weights). A sharded step:
- * zero_grad, train_micro..., shard_sq, the caller sums *sq over ranks on
- * the model's stream, shard_norm, adamw, the caller gathers the master
- * over ranks, derive_bf16, step_end. grad_norm refuses while a shard is
- * set. */
-/* Keep the moments of r[0..nr) only (NULL: of every element), as rank
- * `rank` (a range marked shared is counted in the norm by rank 0 alone).
- * The moments start again from zero: before a step or an upload_opt.
- * Waits for the stream. */
+ * With a shard set, the fp32 master and the moments hold its ranges'
+ * elements only (held, one range after the other) and AdamW updates only
+ * them and its ranges of the bf16 weights; the gradients stay whole. The
+ * forward reads nothing but the bf16 copy, so a step needs no fp32 weight
+ * outside the shard: zero_grad, train_micro..., shard_sq, the caller sums
+ * *sq over ranks on the model's stream, shard_norm, adamw, the caller
+ * all-gathers the bf16 weights over ranks (half the bytes of the master),
+ * step_end. grad_norm refuses while a shard is set. */
+/* Keep the optimizer's state of r[0..nr) only (NULL: of every element), as
+ * rank `rank` (a range marked shared is counted in the norm by rank 0
+ * alone). The moments start again from zero: before a step or an
+ * upload_opt. The master keeps its values when it was whole; cut from a
+ * shard it waits for the next upload_params (other ranks hold the rest).
+ * The gradients are lost. Waits for the stream. */
 int rl_gpu_model_set_shard(rl_gpu_model *m, const rl_shard_range *r, int nr, int rank, rl_err *e);
 /* Queues this rank's sum of squared gradients over its counted ranges into
  * the device double *sq (valid until the next call). */
 int rl_gpu_model_shard_sq(rl_gpu_model *m, double **sq, rl_err *e);
 /* Queues the step's norm = sqrt(*sq), for adamw's clipping and step_end. */
 int rl_gpu_model_shard_norm(rl_gpu_model *m, rl_err *e);
-/* Queues the bf16 compute copy derived again from the whole master. */
-int rl_gpu_model_derive_bf16(rl_gpu_model *m, rl_err *e);
 int rl_gpu_model_sync(rl_gpu_model *m, rl_err *e);
 
 /* Casts on a stream, for DDP's bf16 gradient reduction: fp32 -> bf16
@@ -276,7 +287,7 @@ int rl_gpu_model_plan(const rl_model_config *c, int B, int T, const rl_gpu_optio
 /* Round-to-nearest-even float -> bf16 -> float, on the host. */
 float rl_gpu_bf16_round(float x);
 
-/* out[n, :] = emb[tok[n], :] (fp32) */
+/* out[n, :] = emb[tok[n], :] (emb bf16, out fp32) */
 int rl_gpu_op_embed_fwd(float *out, const float *emb, const int32_t *tok, int N, int V, int D,
                         rl_err *e);
 /* demb[t, :] (accumulate ? += : =) sum of dout[n, :] over the n with
@@ -284,13 +295,13 @@ int rl_gpu_op_embed_fwd(float *out, const float *emb, const int32_t *tok, int N,
  * given (demb is read and written) */
 int rl_gpu_op_embed_bwd(float *demb, const float *dout, const int32_t *tok, int N, int V, int D,
                         int accumulate, rl_err *e);
-/* out (bf16) = x * rstd * w; x, w fp32 */
+/* out (bf16) = x * rstd * w; x fp32, w bf16 */
 int rl_gpu_op_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int N, int D,
                           float eps, rl_err *e);
 /* dx (fp32, accumulate ? += : =) and its bf16 copy dx16; dw (fp32,
  * accumulate_dw ? += : =, not read then); y (NULL: not asked for) the
  * forward's output rebuilt (bf16), as rl_gpu_options.recompute has it.
- * dout bf16; x, w, rstd fp32. */
+ * dout, w bf16; x, rstd fp32. */
 int rl_gpu_op_rmsnorm_bwd(float *dx, float *dx16, float *dw, float *y, const float *dout,
                           const float *x, const float *w, const float *rstd, int N, int D,
                           int accumulate, int accumulate_dw, rl_err *e);

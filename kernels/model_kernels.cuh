@@ -23,11 +23,11 @@ extern "C" {
 
 // ---- embedding -----------------------------------------------------------------------
 template <int V>
-static __global__ void embed_fwd_kernel(float *x0, const float *emb, const int32_t *tok, int D) {
-    const float *src = emb + (size_t)tok[blockIdx.x] * D;
+static __global__ void embed_fwd_kernel(float *x0, const bf16 *emb, const int32_t *tok, int D) {
+    const bf16 *src = emb + (size_t)tok[blockIdx.x] * D;
     float *dst = x0 + (size_t)blockIdx.x * D;
     for (int j = threadIdx.x * V; j < D; j += blockDim.x * V)
-        st_f32<V>(dst + j, ld_f32<V>(src + j));
+        st_f32<V>(dst + j, ld_bf16<V>(src + j));
 }
 
 // One block row per distinct token, threads across channels: the rows of
@@ -48,11 +48,12 @@ static __global__ void embed_bwd_kernel(float *demb, const float *dres, const in
 // ---- RMSNorm ----------------------------------------------------------------------------
 
 // One warp per row, each lane V consecutive channels at a time (V = 4 when
-// the rows allow 16-byte accesses). The input is the fp32 residual stream
-// and the weight the fp32 master (as PyTorch's autocast runs RMSNorm in
-// fp32); only the output, which feeds a GEMM, is bf16.
+// the rows allow 16-byte accesses). The input is the fp32 residual stream,
+// the arithmetic fp32; the weight is the bf16 compute copy, as every other
+// weight the forward reads (so the fp32 master is the optimizer's alone and
+// can be sharded: llama_gpu.h), and the output, which feeds a GEMM, bf16.
 template <int V>
-static __global__ void rmsnorm_fwd_kernel(bf16 *out, float *rstd, const float *x, const float *w,
+static __global__ void rmsnorm_fwd_kernel(bf16 *out, float *rstd, const float *x, const bf16 *w,
                                           int N, int D, float eps) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x >> 5) + warp;
@@ -69,7 +70,7 @@ static __global__ void rmsnorm_fwd_kernel(bf16 *out, float *rstd, const float *x
     if (lane == 0) rstd[row] = r;
     bf16 *o = out + (size_t)row * D;
     for (int j = lane * V; j < D; j += 32 * V) {
-        fvec<V> a = ld_f32<V>(xr + j), wv = ld_f32<V>(w + j), y;
+        fvec<V> a = ld_f32<V>(xr + j), wv = ld_bf16<V>(w + j), y;
 #pragma unroll
         for (int k = 0; k < V; k++) y.v[k] = wv.v[k] * (a.v[k] * r);
         st_bf16<V>(o + j, y);
@@ -101,7 +102,7 @@ static int rms_warps(int D) {
 
 template <int V>
 static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, bf16 *y, float *partial,
-                                          const bf16 *dout, const float *x, const float *w,
+                                          const bf16 *dout, const float *x, const bf16 *w,
                                           const float *rstd, int N, int D, int rows_per_block,
                                           int accumulate) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -117,7 +118,7 @@ static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, bf16 *y, fl
         const float *xr = x + (size_t)row * D;
         float dot = 0.0f;
         for (int j = lane * V; j < D; j += 32 * V) {
-            fvec<V> gv = ld_bf16<V>(g + j), wv = ld_f32<V>(w + j), xv = ld_f32<V>(xr + j);
+            fvec<V> gv = ld_bf16<V>(g + j), wv = ld_bf16<V>(w + j), xv = ld_f32<V>(xr + j);
 #pragma unroll
             for (int k = 0; k < V; k++) dot += gv.v[k] * wv.v[k] * xv.v[k];
         }
@@ -127,7 +128,7 @@ static __global__ void rmsnorm_bwd_kernel(float *dres, bf16 *dres16, bf16 *y, fl
         float *dr = dres + (size_t)row * D;
         bf16 *d16 = dres16 + (size_t)row * D, *yr = y ? y + (size_t)row * D : NULL;
         for (int j = lane * V; j < D; j += 32 * V) {
-            fvec<V> gv = ld_bf16<V>(g + j), wv = ld_f32<V>(w + j), xv = ld_f32<V>(xr + j), v, yv;
+            fvec<V> gv = ld_bf16<V>(g + j), wv = ld_bf16<V>(w + j), xv = ld_f32<V>(xr + j), v, yv;
             fvec<V> old = accumulate ? ld_f32<V>(dr + j) : fvec<V>{};
             fvec<V> mv = ld_f32<V>(mine + j);
 #pragma unroll
@@ -526,7 +527,21 @@ static __global__ void sqrt_d_kernel(float *out, const double *sq) {
     if (threadIdx.x == 0 && blockIdx.x == 0) out[0] = (float)sqrt(sq[0]);
 }
 
-// adamw_kernel over the shard: moments at j (compact), master, gradient and
+// compact[j] <-> flat[r[k].off + j - r[k].at] over the shard's elements:
+// to_flat 1 writes the flat array's ranges from the compact one, 0 the
+// other way
+static __global__ void ranges_copy_kernel(float *compact, float *flat, const rl_k_range *r, int nr,
+                                          size_t held, int to_flat) {
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (int k = j < held ? range_find(r, nr, j) : 0; j < held; j += stride) {
+        k = range_walk(r, k, j);
+        size_t i = r[k].off + (j - r[k].at);
+        if (to_flat) flat[i] = compact[j];
+        else compact[j] = flat[i];
+    }
+}
+
+// adamw_kernel over the shard: master and moments at j (compact), gradient and
 // the bf16 copy at the flat offset.
 static __global__ void adamw_ranges_kernel(float *master, bf16 *params, float *mom, float *vel,
                                            const float *grads, const float *norm, adamw_layout lay,
@@ -538,9 +553,9 @@ static __global__ void adamw_ranges_kernel(float *master, bf16 *params, float *m
     for (int k = j < held ? range_find(r, nr, j) : 0; j < held; j += stride) {
         k = range_walk(r, k, j);
         size_t i = r[k].off + (j - r[k].at);
-        float p = master[i], m = mom[j], v = vel[j];
+        float p = master[j], m = mom[j], v = vel[j];
         adamw_elem(&p, &m, &v, grads[i] * gs, is_norm_at(lay, i), a);
-        mom[j] = m, vel[j] = v, master[i] = p;
+        mom[j] = m, vel[j] = v, master[j] = p;
         params[i] = __float2bfloat16_rn(p);
     }
 }

@@ -98,7 +98,7 @@ static double peak_tflops(const char *name) {
  * timed by events on the model's stream; with ddp, every gradient bucket is
  * reduced as a trainer's DDP step does it, and with a sharded ddp the step
  * ends as pkg/train/gpu.c ends it (the norm's partial summed over ranks,
- * AdamW over the shard, the master gathered, the bf16 copy derived). */
+ * AdamW over the shard, the bf16 weights gathered). */
 static int timed_steps(rl_gpu_model *m, rl_ddp *ddp, const int32_t *x, const int32_t *y, int B,
                        int T, rl_gpu_adamw *a, int steps, double *ms, rl_err *e) {
     cudaStream_t s = rl_gpu_model_stream(m);
@@ -115,8 +115,8 @@ static int timed_steps(rl_gpu_model *m, rl_ddp *ddp, const int32_t *x, const int
         double *sq;
         if (!rc && ddp && rl_ddp_shard(ddp))
             rc = rl_gpu_model_shard_sq(m, &sq, e) || rl_ddp_sum(ddp, sq, 1, e) || rl_gpu_model_shard_norm(m, e) ||
-                 rl_gpu_model_adamw(m, a, e) || rl_ddp_gather(ddp, rl_gpu_model_master(m), e) ||
-                 rl_gpu_model_derive_bf16(m, e) || rl_gpu_model_step_end(m, e);
+                 rl_gpu_model_adamw(m, a, e) || rl_ddp_gather(ddp, rl_gpu_model_params(m), true, e) ||
+                 rl_gpu_model_step_end(m, e);
         else if (!rc)
             rc = rl_gpu_model_grad_norm(m, NULL, e) || rl_gpu_model_adamw(m, a, e) ||
                  rl_gpu_model_step_end(m, e);
@@ -131,6 +131,15 @@ static int timed_steps(rl_gpu_model *m, rl_ddp *ddp, const int32_t *x, const int
     return rc ? (e->code ? e->code : RL_EIO) : RL_OK;
 }
 
+/* A shard's master and moments (s NULL: whole), over weights drawn again:
+ * a master cut from a shard cannot be made whole again (the moments start
+ * at zero, the weights are the init's: no matter to a timing). */
+static int use_shard(rl_gpu_model *m, const rl_train_shard *s, rl_err *e) {
+    int rc = rl_gpu_model_set_shard(m, NULL, 0, 0, e);
+    if (!rc) rc = rl_gpu_model_init_random(m, 1337, 0.02f, e);
+    return rc || !s ? rc : rl_gpu_model_set_shard(m, s->r, s->n, 0, e);
+}
+
 static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, const int32_t *y,
                         int B, int T, rl_gpu_adamw *a, int steps, int rounds, rl_err *e) {
     rl_comm *comm = NULL;
@@ -141,16 +150,13 @@ static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, c
         rl_ddp_opts o = {.grad_stream = rl_gpu_model_stream(m), .shard = (rl_shard_mode)k};
         rc = rl_ddp_create(comm, rl_gpu_model_grads(m), rl_gpu_model_layout(m)->total, &o, &ddp[k], e);
     }
-    /* the model's moments follow the variant that runs (set_shard starts
-     * them at zero: no matter to a timing) */
+    /* the model's state follows the variant that runs (use_shard) */
     double off = 0, on[3] = {0}, ms;
     for (int r = -1; r < rounds && !rc; r++) { /* round -1 untimed: each communicator's first launch */
-        if (r >= 0 && !(rc = rl_gpu_model_set_shard(m, NULL, 0, 0, e)) &&
-            !(rc = timed_steps(m, NULL, x, y, B, T, a, steps, &ms, e)))
+        if (r >= 0 && !(rc = use_shard(m, NULL, e)) && !(rc = timed_steps(m, NULL, x, y, B, T, a, steps, &ms, e)))
             off += ms;
         for (int k = 0; k < 3 && !rc; k++) {
-            const rl_train_shard *s = rl_ddp_shard(ddp[k]);
-            rc = rl_gpu_model_set_shard(m, s ? s->r : NULL, s ? s->n : 0, 0, e);
+            rc = use_shard(m, rl_ddp_shard(ddp[k]), e);
             if (!rc && !(rc = timed_steps(m, ddp[k], x, y, B, T, a, r < 0 ? 1 : steps, &ms, e)) && r >= 0) on[k] += ms;
         }
     }
@@ -167,7 +173,7 @@ static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, c
     }
     for (int k = 0; k < 3; k++) rl_ddp_destroy(ddp[k]);
     rl_comm_destroy(comm);
-    return rc ? rc : rl_gpu_model_set_shard(m, NULL, 0, 0, e);
+    return rc ? rc : use_shard(m, NULL, e);
 }
 
 /* --plan: the step as rl_gpu_model_plan counts it; no CUDA call is made */

@@ -251,7 +251,7 @@ int rl_proc_run(const rl_proc_opts *o, rl_run_summary *summary, rl_err *e) {
             if (!(rc = rl_ddp_sum_u64(p.ddp, digest, 2, e))) {
                 *summary = *rl_trainer_summary(tr);
                 summary->data_count = digest[0], summary->data_sum = digest[1];
-                if (env.rank == 0 && o->save_params) rc = rl_trainer_save_params(tr, o->save_params, e);
+                if (o->save_params) rc = rl_trainer_save_params(tr, o->save_params, e); /* rank 0 writes */
                 /* nobody leaves (closing its sockets) while a peer still reduces */
                 if (!rc) rc = rl_comm_barrier(p.comm, e);
             }

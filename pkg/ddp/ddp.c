@@ -23,6 +23,7 @@ typedef struct {
     void *buf;
     size_t count;
     int bucket; /* JOB_BUCKET, JOB_GATHER */
+    rl_dtype dt; /* JOB_GATHER */
     int root;   /* JOB_BCAST_F32 */
     bool dev;   /* on the GPU, ordered by streams: the thread queues it and does not wait */
     bool first; /* JOB_BUCKET with scatter: the step's first pass (acc = rather than +=) */
@@ -228,10 +229,10 @@ static void *comm_thread(void *arg) {
             case JOB_SUM_U64: rc = rl_comm_allreduce(d->comm, j.buf, j.count, RL_I64, RL_SUM, &e); break;
             case JOB_BCAST_F32: rc = rl_comm_broadcast(d->comm, j.buf, j.count, RL_F32, j.root, &e); break;
             case JOB_GATHER: { /* a bucket's blocks, in place; its tail is every rank's */
-                size_t w = (size_t)rl_comm_world(d->comm), blk = j.count / w;
-                float *p = j.buf;
+                size_t w = (size_t)rl_comm_world(d->comm), blk = j.count / w, es = rl_dtype_size(j.dt);
+                char *p = j.buf;
                 rl_comm_tag_next(d->comm, j.bucket);
-                rc = rl_comm_allgather(d->comm, p + (size_t)rl_comm_rank(d->comm) * blk, p, blk, RL_F32, &e);
+                rc = rl_comm_allgather(d->comm, p + (size_t)rl_comm_rank(d->comm) * blk * es, p, blk, j.dt, &e);
                 break;
             }
             }
@@ -518,13 +519,14 @@ int rl_ddp_sum(void *ctx, double *v, int n, rl_err *e) {
     return sharded_end(d, e);
 }
 
-int rl_ddp_gather(void *ctx, float *params, rl_err *e) {
+int rl_ddp_gather(void *ctx, void *params, bool bf16, rl_err *e) {
     rl_ddp *d = ctx;
     int rc = sharded_begin(d, e);
     if (rc) return rc;
+    rl_dtype dt = bf16 ? RL_BF16 : RL_F32;
     for (int b = 0; b < d->nb; b++)
-        submit(d, (job){.kind = JOB_GATHER, .buf = params + d->boff[b], .count = d->blen[b], .bucket = b,
-                        .dev = d->gs != NULL});
+        submit(d, (job){.kind = JOB_GATHER, .buf = (char *)params + d->boff[b] * rl_dtype_size(dt),
+                        .count = d->blen[b], .bucket = b, .dt = dt, .dev = d->gs != NULL});
     return sharded_end(d, e);
 }
 

@@ -119,12 +119,13 @@ int rl_ddp_shard_plan(const size_t *boff, const size_t *blen, int nb, int world,
 /* This rank's shard (NULL without a shard mode). */
 const rl_train_shard *rl_ddp_shard(const rl_ddp *d);
 /* The shard seam's sum (n doubles over ranks, in place) and gather (each
- * bucket's blocks of params, n floats in the buffer's layout, from their
- * ranks to every rank; the tails are every rank's already). With
+ * bucket's blocks of params, n elements in the buffer's layout, fp32 or
+ * with bf16 2-byte ones, from their ranks to every rank; the tails are
+ * every rank's already). With
  * gradients on a GPU (opts.grad_stream) the buffers are device memory and
  * the calls stream-ordered, as rl_train_dist says. */
 int rl_ddp_sum(void *ctx, double *v, int n, rl_err *e);
-int rl_ddp_gather(void *ctx, float *params, rl_err *e);
+int rl_ddp_gather(void *ctx, void *params, bool bf16, rl_err *e);
 /* The hook, finish and average functions behind rl_train_dist. */
 void rl_ddp_grad_ready(void *ctx, size_t off);
 int rl_ddp_finish(void *ctx, rl_err *e);

@@ -86,7 +86,7 @@ static int cpu_step_end(rl_train_device *d, const rl_train_update *u, double *lo
     *norm = sqrt(sq);
     if (!isfinite(*norm)) return RL_OK;
     adamw(d, u, rl_clip_factor(*norm, u->clip));
-    return d->shard ? u->gather(u->dist_ctx, c->model.params, e) : RL_OK;
+    return d->shard ? u->gather(u->dist_ctx, c->model.params, false, e) : RL_OK;
 }
 
 static int cpu_eval(rl_train_device *d, const int32_t *inputs, const int32_t *targets, int B, int T,

@@ -110,12 +110,13 @@ int rl_train_dev_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
     return d->ops->fill(d, params, m, v, e);
 }
 
-int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int rank, rl_err *e) {
+int rl_train_dev_set_shard(rl_train_device *d, const rl_train_dist *dist, rl_err *e) {
     int rc = check_open(d, "set_shard", e);
     if (rc) return rc;
+    const rl_train_shard *shard = dist ? dist->shard : NULL;
     size_t held = shard ? shard->total : d->n;
-    if (shard && (shard->n < 0 || held > d->n || (held > 0 && !shard->r)))
-        return rl_errf(e, RL_EINTERNAL, "train device: a shard of %zu elements of %zu", held, d->n);
+    if (shard && (shard->n < 0 || held > d->n || (held > 0 && !shard->r) || !dist->gather))
+        return rl_errf(e, RL_EINTERNAL, "train device: a shard of %zu elements of %zu (or no gather)", held, d->n);
     /* the device's own copy of the ranges: the seam's go with its round */
     float *opt = calloc(2 * held > 0 ? 2 * held : 1, sizeof(float));
     rl_shard_range *r = shard ? malloc(((size_t)shard->n + 1) * sizeof *r) : NULL;
@@ -126,7 +127,8 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int 
     }
     if (shard) memcpy(r, shard->r, (size_t)shard->n * sizeof *r);
     free(d->opt), free(d->ranges);
-    d->opt = opt, d->ranges = r, d->rank = rank;
+    d->opt = opt, d->ranges = r, d->rank = shard ? dist->rank : 0;
+    d->gather = shard ? dist->gather : NULL, d->gather_ctx = shard ? dist->ctx : NULL;
     /* the seam's gradient (if it has one) is its round's too: a new round sets the shard again */
     d->own_shard = shard ? (rl_train_shard){.n = shard->n, .r = r, .total = shard->total, .grad = shard->grad}
                          : (rl_train_shard){0};

@@ -38,7 +38,7 @@ typedef struct rl_train_update {
      * (rl_train_dist), called with dist_ctx. */
     void *dist_ctx;
     int (*sum)(void *ctx, double *v, int n, rl_err *e);
-    int (*gather)(void *ctx, float *params, rl_err *e);
+    int (*gather)(void *ctx, void *params, bool bf16, rl_err *e);
 } rl_train_update;
 
 typedef struct rl_train_device rl_train_device;
@@ -120,6 +120,12 @@ struct rl_train_device {
     rl_train_shard own_shard;
     rl_shard_range *ranges;      /* own_shard's, a copy of the seam's */
     int rank; /* with a shard: this rank (the one that counts shared ranges in the norm) */
+    /* with a shard: the seam's gather and its ctx, the shard's round's (set
+     * again with each round's shard). A device whose master is sharded (a
+     * GPU's) gathers it whole with them to download it and to checkpoint:
+     * then download and take are collectives, every rank calls them. */
+    int (*gather)(void *ctx, void *params, bool bf16, rl_err *e);
+    void *gather_ctx;
     int world; /* the ranks at open: a GPU sizes the moments for the shard dist.shard will give it */
 };
 
@@ -148,12 +154,13 @@ int rl_train_dev_take(void *ctx, float *params, float *m, float *v, bool *later,
 int rl_train_dev_fill(void *ctx, float *params, float *m, float *v, rl_err *e);
 int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e);
 int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
-/* Keep the moments of shard's ranges only (NULL: of every element), as
- * rank `rank`: the moments start again from zero, so only before the first
- * step or a resume that fills them. The device copies the ranges (the
- * seam's end with its round). A failure leaves the device fit only for
- * close. */
-int rl_train_dev_set_shard(rl_train_device *d, const rl_train_shard *shard, int rank, rl_err *e);
+/* Keep the optimizer state of dist->shard's ranges only (dist or its shard
+ * NULL: of every element), as rank dist->rank: the moments start again
+ * from zero, so only before the first step or a resume that fills them
+ * (and uploads the weights: a sharded master keeps its values only when it
+ * was whole). The device copies the ranges (the seam's end with its
+ * round). A failure leaves the device fit only for close. */
+int rl_train_dev_set_shard(rl_train_device *d, const rl_train_dist *dist, rl_err *e);
 
 /* Implementations' opens, called by rl_train_dev_open with d->cfg set:
  * fill ops, impl, n and params (host, n floats), or leave d untouched and

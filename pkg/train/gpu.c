@@ -54,10 +54,9 @@ static int gpu_micro(rl_train_device *d, const int32_t *inputs, const int32_t *t
 /* Norm, clipping and AdamW all queued, then the step's one wait for its
  * loss (the micro-batches' scaled sum) and gradient norm. With a shard the
  * seam's sum and gather are queued in between: the squared norm summed
- * over ranks before the clipping reads it, the updated master gathered
- * and the bf16 copy derived from it before the next forward (the seam
- * orders its collectives after the model's stream and the stream after
- * them, on the GPU). */
+ * over ranks before the clipping reads it, the updated bf16 weights
+ * gathered before the next forward (the seam orders its collectives after
+ * the model's stream and the stream after them, on the GPU). */
 static int gpu_step_end(rl_train_device *d, const rl_train_update *u, double *loss, double *norm,
                         rl_err *e) {
     const rl_train_config *t = &d->cfg->train;
@@ -76,8 +75,7 @@ static int gpu_step_end(rl_train_device *d, const rl_train_update *u, double *lo
     if (!rc && d->shard) rc = u->sum(u->dist_ctx, sq, 1, e);
     if (!rc && d->shard) rc = rl_gpu_model_shard_norm(g, e);
     if (!rc) rc = rl_gpu_model_adamw(g, &a, e);
-    if (!rc && d->shard) rc = u->gather(u->dist_ctx, rl_gpu_model_master(g), e);
-    if (!rc && d->shard) rc = rl_gpu_model_derive_bf16(g, e);
+    if (!rc && d->shard) rc = u->gather(u->dist_ctx, rl_gpu_model_params(g), true, e);
     if (!rc) rc = rl_gpu_model_step_end(g, e);
     if (!rc) rc = rl_gpu_model_step_stats(g, 0, &l, &n, e);
     *loss = l, *norm = n;
@@ -89,9 +87,23 @@ static int gpu_eval(rl_train_device *d, const int32_t *inputs, const int32_t *ta
     return rl_gpu_model_forward(ctx(d)->model, inputs, targets, B, T, loss, e);
 }
 
+/* The whole fp32 master on the device: with a shard every rank's ranges
+ * gathered into the gradient buffer (a collective: every rank calls it at
+ * the same point, between steps). */
+static int master_whole(rl_train_device *d, float **whole, rl_err *e) {
+    int rc = rl_gpu_model_master_whole(ctx(d)->model, whole, e);
+    return !rc && d->shard ? d->gather(d->gather_ctx, *whole, false, e) : rc;
+}
+
 static int gpu_download(rl_train_device *d, bool opt, rl_err *e) {
-    int rc = rl_gpu_model_download_params(ctx(d)->model, d->params, e);
-    if (!rc && opt) rc = rl_gpu_model_download_opt(ctx(d)->model, d->opt, e);
+    gpu_dev *g = ctx(d);
+    float *whole;
+    int rc = master_whole(d, &whole, e);
+    cudaError_t ce = rc ? cudaSuccess : cudaMemcpyAsync(d->params, whole, d->n * sizeof(float),
+                                                        cudaMemcpyDeviceToHost, g->stream);
+    if (!rc && ce == cudaSuccess) ce = cudaStreamSynchronize(g->stream);
+    if (ce != cudaSuccess) rc = rl_errf(e, RL_EIO, "gpu: downloading the weights: %s", cudaGetErrorString(ce));
+    if (!rc && opt) rc = rl_gpu_model_download_opt(g->model, d->opt, e);
     return rc;
 }
 
@@ -146,7 +158,9 @@ static int gpu_take(rl_train_device *d, float *params, float *m, float *v, bool 
             g->ckpt_floats = need;
         }
     }
-    float *master = rl_gpu_model_master(g->model), *mv = rl_gpu_model_opt(g->model);
+    float *master, *mv = rl_gpu_model_opt(g->model);
+    int rc = master_whole(d, &master, e); /* every rank: the gather is a collective */
+    if (rc) return rc;
     cudaError_t ce;
     if (!g->ckpt) {
         /* the host copies wait for the step's AdamW, queued on the model's stream */
@@ -234,12 +248,13 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
                     : !strcmp(t->attention, "cudnn") ? RL_GPU_ATTN_CUDNN
                                                      : RL_GPU_ATTN_AUTO;
     opt.recompute = t->recompute;
-    /* sharded state: the moments of this world's shard from the start (set
-     * at resume exactly), so a model that fits only sharded is built */
+    /* sharded state: the master and moments of this world's shard from the
+     * start (set at resume exactly), so a model that fits only sharded is
+     * built */
     rl_train_memory mem;
     int rc = rl_train_memory_of(d->cfg, d->world > 1 ? d->world : 1, 0, &mem, e);
     if (rc) return rc;
-    opt.moments = mem.shard_elems;
+    opt.held = mem.shard_elems;
     if (rl_gpu_model_create(&g->model, &d->cfg->model, t->micro_batch, t->seq_len, &opt, g->stream, e))
         return rl_err_wrap(e, "building the model on GPU %d", device);
     g->device = device;

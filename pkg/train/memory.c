@@ -89,17 +89,16 @@ static void cpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, co
 }
 
 /* cuda: bf16 compute copy and fp32 gradients, both with the vocabulary
- * padded to a multiple of 64 rows (as the model allocates them), and the
- * fp32 master, whole in every mode as the GPU model keeps it (its forward
- * reads the master's embedding and norm weights; llama_gpu.h). Only the
- * moments shard, as on the CPU. */
+ * padded to a multiple of 64 rows (as the model allocates them), whole in
+ * every mode; the fp32 master sharded as the moments are (the forward reads
+ * only the bf16 copy; llama_gpu.h). */
 static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n) {
     const rl_train_config *t = &cfg->train;
     rl_gpu_layout l; /* options as the trainer sets them: no fp32 dQ accumulator, default chunks */
     rl_gpu_layout_of(&cfg->model, t->micro_batch, t->seq_len, t->recompute, 0, 0, &l);
     size_t pad = (size_t)(l.Vp - cfg->model.vocab_size) * (size_t)cfg->model.hidden_size;
     m->weights = (n + pad) * BF16;
-    m->master = n * F32;
+    m->master = m->shard_elems * F32;
     m->grads = (n + pad) * F32;
     /* cuDNN's attention workspace (train.attention cudnn) is not counted */
     m->activations = l.acts + l.scratch;

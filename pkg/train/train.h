@@ -180,15 +180,16 @@ typedef struct rl_train_dist {
     /* Sharded state (dist.shard; NULL: DDP, every rank updates everything).
      * After finish, this rank's ranges of the gradients hold their average
      * (the rest too with "optimizer"); the rank updates only them, and
-     * gather brings every rank's updated ranges of params (n floats in the
-     * model's layout, the device's) to every rank. sum adds n doubles over
+     * gather brings every rank's updated ranges of params (n elements in
+     * the model's layout, the device's: fp32, or bf16 2-byte ones) to
+     * every rank. sum adds n doubles over
      * ranks in place (the gradient norm's partial sums). On a device with
      * a stream (train.device cuda) both buffers are device memory and both
      * calls stream-ordered: they follow the work queued on that stream, it
      * follows them, and they return once queued. */
     const rl_train_shard *shard;
     int (*sum)(void *ctx, double *v, int n, rl_err *e);
-    int (*gather)(void *ctx, float *params, rl_err *e);
+    int (*gather)(void *ctx, void *params, bool bf16, rl_err *e);
     /* Optional: the most gradient memory this rank held at once in the
      * last step, measured (resident pages of the flat buffer, sampled at
      * every watermark, plus the shard's gradient); 0: not measured. */
@@ -336,8 +337,9 @@ int rl_trainer_boundary(rl_trainer *tr, rl_err *e);
 int rl_trainer_checkpoint(rl_trainer *tr, double deadline, rl_err *e);
 /* Replace the checkpoint store (takes ownership; tests wrap stores). */
 int rl_trainer_use_store(rl_trainer *tr, rl_ckpt_store *s, rl_err *e);
-/* Raw little-endian fp32 parameters (the whole buffer), written atomically;
- * for tests and tools. */
+/* Raw little-endian fp32 parameters (the whole buffer), written atomically
+ * by rank 0; every rank calls it (sharded weights are gathered); for tests
+ * and tools. */
 int rl_trainer_save_params(rl_trainer *tr, const char *path, rl_err *e);
 /* The gradients DDP reduces (device memory on a GPU) and the stream the
  * backward runs on (a cudaStream_t; NULL on the CPU). */
@@ -395,7 +397,8 @@ int rl_generate(const char *uri, long long step, const char *device, const char 
 
 /* On a GPU: the device's master weights (and with opt the AdamW moments)
  * into the host mirror (rl_trainer_params / rl_trainer_opt). No-op on the
- * CPU. */
+ * CPU. With dist.shard on a GPU the master is gathered from every rank's
+ * shard: a collective, every rank calls it. */
 int rl_trainer_sync_host(rl_trainer *tr, bool opt, rl_err *e);
 
 int rl_eval_arith(rl_model *m, rl_dataset *val, int max_examples, rl_arith_result *r, rl_err *e);

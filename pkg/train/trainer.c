@@ -599,7 +599,7 @@ static void log_memory(const rl_trainer *tr) {
 static int shard_up(rl_trainer *tr, rl_err *e) {
     const rl_train_shard *s = tr->dist->shard;
     int rank = rank_of(tr);
-    int rc = rl_train_dev_set_shard(&tr->dev, s, rank, e);
+    int rc = rl_train_dev_set_shard(&tr->dev, tr->dist, e);
     if (rc || (tr->store && (rc = make_saver(tr, e)))) return rc;
     rl_log(RL_LOG_INFO, "shard", "\"mode\":\"%s\",\"ranges\":%d,\"elements\":%zu,\"of\":%zu,\"moment_bytes\":%zu",
            tr->cfg.dist.shard, s->n, s->total, tr->dev.n, 2 * s->total * sizeof(float));
@@ -807,7 +807,7 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
 
 int rl_trainer_save_params(rl_trainer *tr, const char *path, rl_err *e) {
     int rc = rl_trainer_sync_host(tr, false, e);
-    return rc ? rc : rl_write_file_atomic(path, tr->dev.params, tr->dev.n * sizeof(float), e);
+    return rc || rank_of(tr) ? rc : rl_write_file_atomic(path, tr->dev.params, tr->dev.n * sizeof(float), e);
 }
 
 float *rl_trainer_grads(rl_trainer *tr) { return rl_train_dev_grads(&tr->dev); }
@@ -816,7 +816,8 @@ void *rl_trainer_stream(rl_trainer *tr) { return rl_train_dev_stream(&tr->dev); 
 int rl_trainer_sync_host(rl_trainer *tr, bool opt, rl_err *e) { return rl_train_dev_download(&tr->dev, opt, e); }
 
 int rl_trainer_broadcast_params(rl_trainer *tr, rl_err *e) {
-    if (world_of(tr) == 1) return RL_OK;
+    /* alone, the device has them already, unless a shard cut its master */
+    if (world_of(tr) == 1) return tr->dev.shard ? rl_train_dev_upload(&tr->dev, false, e) : RL_OK;
     size_t bytes = tr->dev.n * sizeof(float);
     int rc = tr->dist->broadcast(tr->dist->ctx, 0, tr->dev.params, bytes, e);
     return rc ? rc : rl_train_dev_upload(&tr->dev, false, e);

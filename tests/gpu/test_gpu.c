@@ -139,7 +139,7 @@ static void test_embed(void) {
     if (selected(name)) {
         reseed(name);
         rl_err e = {0};
-        float *emb = randn((size_t)V * D, 1), *out = malloc(sizeof(float) * N * D);
+        float *emb = randn_bf16((size_t)V * D, 1), *out = malloc(sizeof(float) * N * D);
         int32_t *tok = rand_tokens(N, V);
         if (rl_gpu_op_embed_fwd(out, emb, tok, N, V, D, &e))
             fail_err(name, &e);
@@ -188,7 +188,7 @@ static void test_rmsnorm(void) {
             rl_err e = {0};
             float *x = randn(nd, 2), *w = randn((size_t)D, 0.2), *out = malloc(nd * sizeof(float));
             float *rstd = malloc(N * sizeof(float));
-            for (int j = 0; j < D; j++) w[j] += 1.0f;
+            for (int j = 0; j < D; j++) w[j] = rl_gpu_bf16_round(w[j] + 1.0f); /* the bf16 copy's */
             double *xd = to_d(x, nd), *wd = to_d(w, D), *ro = malloc(nd * sizeof(double)),
                    *rr = malloc(N * sizeof(double));
             rl_cpu_rmsnorm_fwd_f64(ro, rr, xd, wd, N, D, 1e-5);
@@ -210,7 +210,7 @@ static void test_rmsnorm(void) {
             /* dout is bf16 on the device (the GEMM before writes it so) */
             float *x = randn(nd, 2), *w = randn((size_t)D, 0.2), *dout = randn_bf16(nd, 1);
             float *dx = randn(nd, 1), *dw = randn((size_t)D, 1), *dx16 = malloc(nd * sizeof(float));
-            for (int j = 0; j < D; j++) w[j] += 1.0f;
+            for (int j = 0; j < D; j++) w[j] = rl_gpu_bf16_round(w[j] + 1.0f);
             double *xd = to_d(x, nd), *wd = to_d(w, D), *gd = to_d(dout, nd);
             double *dxr = acc ? to_d(dx, nd) : calloc(nd, sizeof(double));
             double *dwr = acc_dw ? to_d(dw, D) : calloc(D, sizeof(double));

@@ -1052,14 +1052,17 @@ static void check_generate(void) {
 }
 
 /* The GPU's memory, under an emulated cap (RL_EMU_MEM) between what the
- * check model needs with its moments whole and with half of them: a whole
- * model is refused at creation with one line that names what it needs,
- * by kind, and leaves nothing allocated; with the moments of a shard it
- * is built, refuses an update until a shard is set, and takes one. The
- * trainer gives the GPU its shard's moments from the start: a 2-rank
+ * check model needs with its optimizer state (fp32 master and moments)
+ * whole and with half of it: a whole model is refused at creation with one
+ * line that names what it needs, by kind, and leaves nothing allocated;
+ * with a shard's state it is built (12 bytes less for each element it does
+ * not hold), refuses an update until a shard is set and the weights are
+ * uploaded into the shard's master, then updates, and gives the shard's
+ * master back where the whole one lies (its ranges as uploaded). The
+ * trainer gives the GPU its shard's state from the start: a 2-rank
  * "optimizer" job is built under the cap, a DDP one is refused. */
 static void check_memory_cap(void) {
-    const char *name = "gpu memory: a model above the GPU's is refused by name; sharded moments fit";
+    const char *name = "gpu memory: a model above the GPU's is refused by name; a shard's master and moments fit";
     if (!selected(name)) return;
     rl_job_config c;
     job(&c, "cuda", 1, 2);
@@ -1067,7 +1070,7 @@ static void check_memory_cap(void) {
     rl_param_layout_init(&lay, &c.model);
     size_t P = lay.total;
     rl_gpu_plan whole, half;
-    rl_gpu_options ho = {.moments = P / 2};
+    rl_gpu_options ho = {.held = P / 2};
     rl_err e = {0};
     int B = c.train.micro_batch, T = c.train.seq_len;
     if (rl_gpu_model_plan(&c.model, B, T, NULL, 1, 1e15, 3e12, &whole, &e) ||
@@ -1088,12 +1091,21 @@ static void check_memory_cap(void) {
     cudaMemGetInfo(&free_b, &total);
     bool named = rc_whole == RL_EINPUT && strstr(ew.msg, "needs") && strstr(ew.msg, "AdamW moments") &&
                  strstr(ew.msg, "dist.shard") && !strchr(ew.msg, '\n');
-    rl_shard_range r = {.off = 0, .len = P / 2};
+    rl_shard_range r = {.off = P / 4, .len = P / 2};
     rl_gpu_adamw a = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .t = 1, .grad_scale = 1};
+    float *p = malloc(P * sizeof(float)), *back = calloc(P, sizeof(float)), *dev_whole = NULL;
+    for (size_t i = 0; i < P; i++) p[i] = (float)i;
     int rc_half = rl_gpu_model_create(&m, &c.model, B, T, &ho, s, &e);
     int rc_update = rc_half ? -1 : rl_gpu_model_adamw(m, &a, &eu);
     int rc_set = rc_half ? -1 : rl_gpu_model_set_shard(m, &r, 1, 0, &e);
+    int rc_unloaded = rc_set ? -1 : rl_gpu_model_adamw(m, &a, &e);
+    int rc_loaded = rc_set ? -1 : rl_gpu_model_upload_params(m, p, &e) || rl_gpu_model_master_whole(m, &dev_whole, &e);
+    if (!rc_loaded) rc_loaded = cudaMemcpy(back, dev_whole, P * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess;
+    if (!rc_loaded) rc_loaded = rl_gpu_model_adamw(m, &a, &e);
+    size_t wrong = 0;
+    for (size_t i = r.off; i < r.off + r.len; i++) wrong += back[i] != p[i];
     rl_gpu_model_free(m);
+    free(p), free(back);
     /* the trainer: rank 0 of 2, each job's own moments */
     rl_train_dist dist = {.rank = 0, .world = 2};
     rl_trainer *tr = NULL;
@@ -1107,12 +1119,14 @@ static void check_memory_cap(void) {
     unsetenv("RL_EMU_MEM");
     cudaStreamDestroy(s);
     report(name,
-           named && free_b == cap && rc_half == RL_OK && rc_update == RL_EINTERNAL && rc_set == RL_OK &&
-               rc_tr_shard == RL_OK && rc_tr_none == RL_EINPUT,
-           "cap %zu B (whole %zu, half the moments %zu); whole: rc %d, %zu B left free, \"%s\"; half: rc %d, update "
-           "before a shard %d (\"%s\"), set_shard %d; trainer optimizer x2 %d (%s), none x2 %d",
+           named && free_b == cap && whole.device_bytes - half.device_bytes == 12 * (P - P / 2) &&
+               rc_half == RL_OK && rc_update == RL_EINTERNAL && rc_set == RL_OK && rc_unloaded == RL_EINTERNAL &&
+               rc_loaded == RL_OK && wrong == 0 && rc_tr_shard == RL_OK && rc_tr_none == RL_EINPUT,
+           "cap %zu B (whole %zu, half the state %zu); whole: rc %d, %zu B left free, \"%s\"; half: rc %d, update "
+           "before a shard %d (\"%s\"), set_shard %d, update before the upload %d, after %d, %zu of the shard's "
+           "master values wrong; trainer optimizer x2 %d (%s), none x2 %d",
            cap, whole.device_bytes, half.device_bytes, rc_whole, free_b, ew.msg, rc_half, rc_update, eu.msg, rc_set,
-           rc_tr_shard, et.msg, rc_tr_none);
+           rc_unloaded, rc_loaded, wrong, rc_tr_shard, et.msg, rc_tr_none);
 }
 
 void test_gpu_train(void) {
