@@ -106,6 +106,8 @@ struct rl_gpu_model {
     size_t held;            // elements of the optimizer's state (master, m, v): total, or a shard's
     int master_ok;          // master holds the weights: not so from a shard set over a compact
                             // master (or created compact) until the next upload_params
+    rl_gpu_wait_fn params_in; // rl_gpu_model_set_params_wait: [0, upto) of params may be read
+    void *params_in_ctx;
     // with a shard (rl_gpu_model_set_shard): its ranges (nranges) and the
     // norm's squared partial, one device allocation, sq first
     void *shard_buf;
@@ -428,6 +430,16 @@ void *rl_gpu_model_params(rl_gpu_model *m) { return m->params; }
 float *rl_gpu_model_opt(rl_gpu_model *m) { return m->opt; }
 
 // ---- host <-> device ----------------------------------------------------------------------------
+// Before reading params[0, upto): the stream waits for what a gather still
+// brings there (rl_gpu_model_set_params_wait).
+static void params_wait(rl_gpu_model *m, size_t upto) {
+    if (m->params_in && !m->plan) m->params_in(m->params_in_ctx, upto);
+}
+
+void rl_gpu_model_set_params_wait(rl_gpu_model *m, rl_gpu_wait_fn fn, void *ctx) {
+    m->params_in = fn, m->params_in_ctx = ctx;
+}
+
 static int copy_sync(rl_gpu_model *m, void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
                      rl_err *e) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, m->s));
@@ -439,6 +451,7 @@ static int copy_sync(rl_gpu_model *m, void *dst, const void *src, size_t bytes, 
 // gradient buffer (the only other fp32 buffer of that size).
 int rl_gpu_model_upload_params(rl_gpu_model *m, const float *host, rl_err *e) {
     size_t P = m->lay.total;
+    params_wait(m, SIZE_MAX);
     float *whole = m->held == P && !m->ranges ? m->master : m->grads;
     RL_TRY(copy_sync(m, whole, host, P * sizeof(float), cudaMemcpyHostToDevice, e));
     RL_TRY(rl_k_f32_to_bf16(m->params, whole, P, m->s, e));
@@ -488,6 +501,7 @@ static int download_bf16(rl_gpu_model *m, float *host, const bf16 *src, size_t n
 }
 
 int rl_gpu_model_download_params_bf16(rl_gpu_model *m, float *host, rl_err *e) {
+    params_wait(m, SIZE_MAX);
     return download_bf16(m, host, m->params, m->lay.total, e);
 }
 
@@ -669,11 +683,13 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
     const float eps = (float)m->cfg.rms_norm_eps;
     const int32_t *d_tok = m->io;
 
+    params_wait(m, m->lay.embed + (size_t)m->V * D);
     STEP(RL_GPU_PROF_ELEMWISE, rl_k_embed_fwd_cost(N, D),
          rl_k_embed_fwd(m->res, m->params + m->lay.embed, d_tok, N, D, s, e));
     for (int l = 0; l < m->L; l++) {
         size_t wl = m->lay.layers + (size_t)l * m->lay.layer_size;
         const bf16 *w = m->params + wl;
+        params_wait(m, wl + m->lay.layer_size);
         float *x = m->res + l * m->bl.s_btd, *xnext = x + m->bl.s_btd, *xmid = m->res_mid + l * m->bl.s_btd;
         bf16 *ln1 = m->ln1 + l * m->bl.s_ln, *ln2 = m->ln2 + l * m->bl.s_ln;
         bf16 *qkv = m->qkv + l * m->bl.s_qkv, *atty = m->atty + l * m->bl.s_att;
@@ -706,6 +722,7 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
              rl_gemm_fwd(g, xnext, 1, hm, w + o->wdown, xmid, N, D, F, s, e));
     }
     float *xL = m->res + (size_t)m->L * m->bl.s_btd;
+    params_wait(m, SIZE_MAX); // the final norm, then the classifier's lm_head
     STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
          rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->params + m->lay.final_norm, N, D, eps, s, e));
     return RL_OK;
@@ -906,7 +923,7 @@ static int micro_run(rl_gpu_model *m, int B, int T, float loss_scale, int fresh,
                      rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
     micro_graph *g = &m->graph[fresh ? 1 : 0];
     // (the legacy default stream, 0, cannot capture)
-    if (m->plan || !m->graphs_on || !m->s || hook || m->prof_on || B != m->B || T != m->T ||
+    if (m->plan || !m->graphs_on || !m->s || hook || m->params_in || m->prof_on || B != m->B || T != m->T ||
         g->uses < 0)
         return micro_launches(m, B, T, loss_scale, fresh, hook, hook_ctx, e);
     if (g->exec && g->loss_scale != loss_scale) {
@@ -968,6 +985,7 @@ int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e) {
 int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e) {
     if (a->t < 1) return rl_errf(e, RL_EINTERNAL, "adamw: step %lld must count from 1", a->t);
     RL_TRY(master_ready(m, "an AdamW step", e));
+    params_wait(m, SIZE_MAX); // it writes the shard's bf16 weights: no gather may still send them
     // The scalars exactly as rl_adamw_update derives them (double, then
     // rounded once), so the CPU and GPU updates differ only by fp32
     // contraction in the kernel.

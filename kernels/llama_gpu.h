@@ -215,8 +215,17 @@ int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e);
  * forward reads nothing but the bf16 copy, so a step needs no fp32 weight
  * outside the shard: zero_grad, train_micro..., shard_sq, the caller sums
  * *sq over ranks on the model's stream, shard_norm, adamw, the caller
- * all-gathers the bf16 weights over ranks (half the bytes of the master),
- * step_end. grad_norm refuses while a shard is set. */
+ * all-gathers the bf16 weights over ranks (half the bytes of the master;
+ * overlapped with the next forward through set_params_wait), step_end. grad_norm refuses while a shard is set. */
+/* A sharded step's gather of the bf16 weights may return with buckets still
+ * arriving: fn(ctx, upto) (NULL: none) makes the model's stream wait for
+ * params [0, upto) of it. The model calls it before each layer the forward
+ * reads (and for all of them before anything else touches the weights), so
+ * the next forward starts on the first layers while the last ones arrive;
+ * micro-batches then launch kernel by kernel (a CUDA graph cannot wait on
+ * another stream's event). */
+typedef void (*rl_gpu_wait_fn)(void *ctx, size_t upto);
+void rl_gpu_model_set_params_wait(rl_gpu_model *m, rl_gpu_wait_fn fn, void *ctx);
 /* Keep the optimizer's state of r[0..nr) only (NULL: of every element), as
  * rank `rank` (a range marked shared is counted in the norm by rank 0
  * alone). The moments start again from zero: before a step or an

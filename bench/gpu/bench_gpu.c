@@ -134,7 +134,9 @@ static int timed_steps(rl_gpu_model *m, rl_ddp *ddp, const int32_t *x, const int
 /* A shard's master and moments (s NULL: whole), over weights drawn again:
  * a master cut from a shard cannot be made whole again (the moments start
  * at zero, the weights are the init's: no matter to a timing). */
-static int use_shard(rl_gpu_model *m, const rl_train_shard *s, rl_err *e) {
+static int use_shard(rl_gpu_model *m, rl_ddp *ddp, rl_err *e) {
+    const rl_train_shard *s = ddp ? rl_ddp_shard(ddp) : NULL;
+    rl_gpu_model_set_params_wait(m, s ? rl_ddp_gathered : NULL, ddp); /* the forward waits for the gather */
     int rc = rl_gpu_model_set_shard(m, NULL, 0, 0, e);
     if (!rc) rc = rl_gpu_model_init_random(m, 1337, 0.02f, e);
     return rc || !s ? rc : rl_gpu_model_set_shard(m, s->r, s->n, 0, e);
@@ -156,7 +158,7 @@ static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, c
         if (r >= 0 && !(rc = use_shard(m, NULL, e)) && !(rc = timed_steps(m, NULL, x, y, B, T, a, steps, &ms, e)))
             off += ms;
         for (int k = 0; k < 3 && !rc; k++) {
-            rc = use_shard(m, rl_ddp_shard(ddp[k]), e);
+            rc = use_shard(m, ddp[k], e);
             if (!rc && !(rc = timed_steps(m, ddp[k], x, y, B, T, a, r < 0 ? 1 : steps, &ms, e)) && r >= 0) on[k] += ms;
         }
     }

@@ -47,6 +47,12 @@ struct rl_ddp {
     int device;
     void **ev_ready, **ev_start, **ev_done;
     void *ev_fence; /* orders a sharded step's sum and gather between the two streams */
+    /* a device gather: bucket b's blocks are in once ev_gath[b] (comm
+     * stream) is; the backward's stream has waited for buckets above
+     * gath_next and waits for the rest as the model reads them
+     * (rl_ddp_gathered) or before the next device collective (gath_close) */
+    void **ev_gath;
+    int gath_next; /* -1: no gather open */
     /* reduce_bf16: one bucket's bf16 copy (host, or device with gs) */
     bool bf16;
     void *half;
@@ -105,6 +111,9 @@ static int dev_create(rl_ddp *d, size_t most, rl_err *e) {
                 return cuda_fail(ce, "cudaEventCreate", e);
     if ((ce = cudaEventCreateWithFlags((cudaEvent_t *)&d->ev_fence, cudaEventDisableTiming)) != cudaSuccess)
         return cuda_fail(ce, "cudaEventCreate", e);
+    for (int b = 0; b < d->nb; b++)
+        if ((ce = cudaEventCreateWithFlags((cudaEvent_t *)&d->ev_gath[b], cudaEventDisableTiming)) != cudaSuccess)
+            return cuda_fail(ce, "cudaEventCreate", e);
     return RL_OK;
 }
 static void dev_destroy(rl_ddp *d) {
@@ -113,6 +122,8 @@ static void dev_destroy(rl_ddp *d) {
         for (int b = 0; sets[k] && b < d->nb; b++)
             if (sets[k][b]) cudaEventDestroy((cudaEvent_t)sets[k][b]);
     if (d->ev_fence) cudaEventDestroy((cudaEvent_t)d->ev_fence);
+    for (int b = 0; d->ev_gath && b < d->nb; b++)
+        if (d->ev_gath[b]) cudaEventDestroy((cudaEvent_t)d->ev_gath[b]);
     if (d->half) cudaFree(d->half);
     d->half = NULL;
 }
@@ -157,6 +168,19 @@ static int dev_fence(rl_ddp *d, bool into, rl_err *e) {
     if (ce == cudaSuccess) ce = cudaStreamWaitEvent(into ? cs : gs, (cudaEvent_t)d->ev_fence, 0);
     return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "ordering the sharded step's collectives", e);
 }
+/* comm thread: bucket b's gather is queued */
+static int dev_gathered(rl_ddp *d, int b, rl_err *e) {
+    cudaError_t ce = cudaEventRecord((cudaEvent_t)d->ev_gath[b], (cudaStream_t)rl_comm_stream(d->comm));
+    return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "cudaEventRecord (bucket gathered)", e);
+}
+/* training thread: the backward's stream waits for the open gather's
+ * buckets below upto (elements) */
+static int dev_gath_wait(rl_ddp *d, size_t upto, rl_err *e) {
+    cudaError_t ce = cudaSuccess;
+    for (; d->gath_next >= 0 && d->boff[d->gath_next] < upto && ce == cudaSuccess; d->gath_next--)
+        ce = cudaStreamWaitEvent((cudaStream_t)d->gs, (cudaEvent_t)d->ev_gath[d->gath_next], 0);
+    return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "ordering a read after a bucket's gather", e);
+}
 static double dev_elapsed(void *a, void *b) {
     float ms = 0;
     return cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b) == cudaSuccess ? ms / 1e3 : 0;
@@ -169,8 +193,15 @@ static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b
 static int dev_bucket(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
 static int dev_join(rl_ddp *d, rl_err *e) { return (void)d, no_cuda(e); }
 static int dev_fence(rl_ddp *d, bool into, rl_err *e) { return (void)d, (void)into, no_cuda(e); }
+static int dev_gathered(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
+static int dev_gath_wait(rl_ddp *d, size_t upto, rl_err *e) { return (void)d, (void)upto, no_cuda(e); }
 static double dev_elapsed(void *a, void *b) { return (void)a, (void)b, 0; }
 #endif
+
+/* Whatever an open gather still holds back, the backward's stream waits
+ * for before the next device collective: nothing queued after it on that
+ * stream can overtake a gather its model did not ask for (rl_ddp_gathered). */
+static int gath_close(rl_ddp *d, rl_err *e) { return d->gath_next >= 0 ? dev_gath_wait(d, SIZE_MAX, e) : RL_OK; }
 
 /* comm thread, scatter: bucket b's reduced block and tail into acc (=
  * on the step's first pass, += after), then the whole bucket cleared:
@@ -233,11 +264,13 @@ static void *comm_thread(void *arg) {
                 char *p = j.buf;
                 rl_comm_tag_next(d->comm, j.bucket);
                 rc = rl_comm_allgather(d->comm, p + (size_t)rl_comm_rank(d->comm) * blk * es, p, blk, j.dt, &e);
+                if (!rc && j.dev) rc = dev_gathered(d, j.bucket, &e);
                 break;
             }
             }
             /* device jobs are stream-ordered: queued is enough here,
-             * finish (or the sharded step's fence) orders the stream after them */
+             * finish (or the sharded step's fence, or the gather's events)
+             * orders the stream after them */
             if (!rc && !j.dev) rc = rl_comm_wait(d->comm, &e);
         }
         pthread_mutex_lock(&d->mu);
@@ -330,12 +363,15 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
     d->blen = calloc((size_t)nb + 1, sizeof(size_t));
     d->ev = calloc((size_t)nb + 1, sizeof(rl_ddp_event));
     d->gs = o ? o->grad_stream : NULL;
+    d->gath_next = -1;
     if (d->gs) {
         d->ev_ready = calloc((size_t)nb, sizeof(void *));
         d->ev_start = calloc((size_t)nb, sizeof(void *));
         d->ev_done = calloc((size_t)nb, sizeof(void *));
+        d->ev_gath = calloc((size_t)nb, sizeof(void *));
     }
-    if (!d->boff || !d->blen || !d->ev || (d->gs && (!d->ev_ready || !d->ev_start || !d->ev_done))) {
+    if (!d->boff || !d->blen || !d->ev ||
+        (d->gs && (!d->ev_ready || !d->ev_start || !d->ev_done || !d->ev_gath))) {
         rl_ddp_destroy(d);
         return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
     }
@@ -425,7 +461,8 @@ void rl_ddp_grad_ready(void *ctx, size_t off) {
     while (d->next_launch < d->nb && d->boff[d->next_launch] >= off) {
         int b = d->next_launch++;
         d->ev[b].t_ready = now;
-        int rc = d->gs ? dev_mark_ready(d, b, &me) : RL_OK;
+        int rc = d->gs ? gath_close(d, &me) : RL_OK;
+        if (!rc && d->gs) rc = dev_mark_ready(d, b, &me);
         if (rc) keep_error(d, rc, &me);
         submit(d, (job){.kind = JOB_BUCKET, .buf = d->grads + d->boff[b], .count = d->blen[b], .bucket = b,
                         .dev = d->gs != NULL, .first = d->passes <= 1});
@@ -442,6 +479,7 @@ int rl_ddp_finish(void *ctx, rl_err *e) {
     if (d->next_launch < d->nb) rl_ddp_grad_ready(d, 0);
     d->next_launch = 0, d->passes = 0;
     int rc = drain(d, e);
+    if (!rc && d->gs) rc = gath_close(d, e);
     /* scatter: every bucket is cleared; the pages astride two buckets are
      * zero and can go back too */
     if (!rc && d->scatter) rl_mem_zero_release(d->grads, d->n * sizeof(float));
@@ -484,6 +522,7 @@ void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist) {
     dist->shard = sharded ? &d->shard : NULL;
     dist->sum = sharded ? rl_ddp_sum : NULL;
     dist->gather = sharded ? rl_ddp_gather : NULL;
+    dist->gathered = sharded && d->gs ? rl_ddp_gathered : NULL;
     dist->reduce_each_micro = d->scatter;
     dist->grad_resident = d->gs ? NULL : rl_ddp_grad_resident;
 }
@@ -505,7 +544,10 @@ const rl_train_shard *rl_ddp_shard(const rl_ddp *d) { return d->o.shard != RL_SH
  * (gradients on a GPU): queued on the comm stream between two fences, so
  * they follow what the backward's stream holds and it follows them, and
  * nothing waits on the host. */
-static int sharded_begin(rl_ddp *d, rl_err *e) { return d->gs ? dev_fence(d, true, e) : RL_OK; }
+static int sharded_begin(rl_ddp *d, rl_err *e) {
+    int rc = d->gs ? gath_close(d, e) : RL_OK;
+    return !rc && d->gs ? dev_fence(d, true, e) : rc;
+}
 static int sharded_end(rl_ddp *d, rl_err *e) {
     int rc = drain(d, e);
     return !rc && d->gs ? dev_fence(d, false, e) : rc;
@@ -519,15 +561,30 @@ int rl_ddp_sum(void *ctx, double *v, int n, rl_err *e) {
     return sharded_end(d, e);
 }
 
+/* In the order a forward reads the buffer (from its start: the last
+ * bucket first). On a device no fence follows: each bucket's event is
+ * recorded behind its all-gather, and the backward's stream waits for a
+ * bucket only when the model is about to read it (rl_ddp_gathered), so
+ * the next forward's first layers run while later buckets still arrive. */
 int rl_ddp_gather(void *ctx, void *params, bool bf16, rl_err *e) {
     rl_ddp *d = ctx;
     int rc = sharded_begin(d, e);
     if (rc) return rc;
     rl_dtype dt = bf16 ? RL_BF16 : RL_F32;
-    for (int b = 0; b < d->nb; b++)
+    for (int b = d->nb - 1; b >= 0; b--)
         submit(d, (job){.kind = JOB_GATHER, .buf = (char *)params + d->boff[b] * rl_dtype_size(dt),
                         .count = d->blen[b], .bucket = b, .dt = dt, .dev = d->gs != NULL});
-    return sharded_end(d, e);
+    if (!d->gs) return sharded_end(d, e);
+    if ((rc = drain(d, e))) return rc; /* every event recorded: waiting on them is safe */
+    d->gath_next = d->nb - 1;
+    return RL_OK;
+}
+
+void rl_ddp_gathered(void *ctx, size_t upto) {
+    rl_ddp *d = ctx;
+    rl_err me = {0};
+    int rc = d->gs ? dev_gath_wait(d, upto, &me) : RL_OK;
+    if (rc) keep_error(d, rc, &me);
 }
 
 const rl_ddp_event *rl_ddp_events(const rl_ddp *d, double *t_backward_end) {
@@ -582,6 +639,7 @@ void rl_ddp_destroy(rl_ddp *d) {
     free(d->ev_ready);
     free(d->ev_start);
     free(d->ev_done);
+    free(d->ev_gath);
     free(d->boff);
     free(d->blen);
     free(d->ev);

@@ -123,9 +123,15 @@ const rl_train_shard *rl_ddp_shard(const rl_ddp *d);
  * with bf16 2-byte ones, from their ranks to every rank; the tails are
  * every rank's already). With
  * gradients on a GPU (opts.grad_stream) the buffers are device memory and
- * the calls stream-ordered, as rl_train_dist says. */
+ * the calls stream-ordered, as rl_train_dist says; gather returns with
+ * the buckets still arriving, in the order a forward reads them. */
 int rl_ddp_sum(void *ctx, double *v, int n, rl_err *e);
 int rl_ddp_gather(void *ctx, void *params, bool bf16, rl_err *e);
+/* After a device gather: the backward's stream waits for the buckets that
+ * hold the elements below upto (SIZE_MAX: all). A reader of the gathered
+ * buffer calls it first (the GPU model before each layer it reads); the
+ * next device collective waits for the rest. */
+void rl_ddp_gathered(void *ctx, size_t upto);
 /* The hook, finish and average functions behind rl_train_dist. */
 void rl_ddp_grad_ready(void *ctx, size_t off);
 int rl_ddp_finish(void *ctx, rl_err *e);

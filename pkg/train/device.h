@@ -125,6 +125,7 @@ struct rl_train_device {
      * GPU's) gathers it whole with them to download it and to checkpoint:
      * then download and take are collectives, every rank calls them. */
     int (*gather)(void *ctx, void *params, bool bf16, rl_err *e);
+    void (*gathered)(void *ctx, size_t upto); /* the seam's: NULL where gather returns with all of it */
     void *gather_ctx;
     int world; /* the ranks at open: a GPU sizes the moments for the shard dist.shard will give it */
 };

@@ -92,7 +92,9 @@ static int gpu_eval(rl_train_device *d, const int32_t *inputs, const int32_t *ta
  * the same point, between steps). */
 static int master_whole(rl_train_device *d, float **whole, rl_err *e) {
     int rc = rl_gpu_model_master_whole(ctx(d)->model, whole, e);
-    return !rc && d->shard ? d->gather(d->gather_ctx, *whole, false, e) : rc;
+    if (!rc && d->shard) rc = d->gather(d->gather_ctx, *whole, false, e);
+    if (!rc && d->shard && d->gathered) d->gathered(d->gather_ctx, SIZE_MAX); /* all of it, before the copies */
+    return rc;
 }
 
 static int gpu_download(rl_train_device *d, bool opt, rl_err *e) {
@@ -196,9 +198,12 @@ static int gpu_fill(rl_train_device *d, float *params, float *m, float *v, rl_er
     return to_host(d, g->ckpt, g->ckpt + (params ? d->n : 0), params, m, v, e);
 }
 
-/* the dispatcher has set d->shard and d->opt: the model's moments follow */
+/* the dispatcher has set d->shard and d->opt: the model's master and
+ * moments follow, and its forward waits for each layer's part of the
+ * step's gather */
 static int gpu_set_shard(rl_train_device *d, rl_err *e) {
     const rl_train_shard *s = d->shard;
+    rl_gpu_model_set_params_wait(ctx(d)->model, s ? d->gathered : NULL, d->gather_ctx);
     return rl_gpu_model_set_shard(ctx(d)->model, s ? s->r : NULL, s ? s->n : 0, d->rank, e);
 }
 

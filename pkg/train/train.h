@@ -190,6 +190,11 @@ typedef struct rl_train_dist {
     const rl_train_shard *shard;
     int (*sum)(void *ctx, double *v, int n, rl_err *e);
     int (*gather)(void *ctx, void *params, bool bf16, rl_err *e);
+    /* On a device with a stream: gather returns with the buffer still
+     * arriving; gathered(ctx, upto) makes the stream wait for elements
+     * [0, upto) of it (SIZE_MAX: all), so a forward reads each layer as
+     * soon as its part is in. NULL: gather returns with all of it. */
+    void (*gathered)(void *ctx, size_t upto);
     /* Optional: the most gradient memory this rank held at once in the
      * last step, measured (resident pages of the flat buffer, sampled at
      * every watermark, plus the shard's gradient); 0: not measured. */

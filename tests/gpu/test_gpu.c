@@ -1345,6 +1345,50 @@ static void test_roundtrip(void) {
     free(p), free(o), free(p2), free(o2);
 }
 
+/* What the model asks of a sharded step's gather (set_params_wait): the
+ * embedding's end, each layer's end in order, then everything (the final
+ * norm and lm_head) -- each before the forward reads that layer, so the
+ * forward overlaps the gather's later buckets -- and everything again
+ * before an upload or an update writes the weights. */
+typedef struct {
+    size_t upto[64];
+    int n;
+} waits;
+static void record_wait(void *ctx, size_t upto) {
+    waits *w = ctx;
+    if (w->n < 64) w->upto[w->n] = upto;
+    w->n++;
+}
+static void test_params_wait(void) {
+    const char *name = "forward waits for each layer's gathered weights in order (set_params_wait)";
+    if (!selected(name)) return;
+    reseed(name);
+    model_case mc = {"pw", 257, 60, 100, 3, 3, 3, 1, 4};
+    rl_model_config c;
+    case_cfg(&mc, &c);
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c);
+    size_t P = lay.total, want[8];
+    int nw = 0;
+    want[nw++] = lay.embed + (size_t)c.vocab_size * c.hidden_size;
+    for (int l = 0; l < c.num_hidden_layers; l++) want[nw++] = lay.layers + (size_t)(l + 1) * lay.layer_size;
+    want[nw++] = SIZE_MAX, want[nw++] = SIZE_MAX;
+    float *p = randn(P, 0.05), loss = 0;
+    int32_t *tok = rand_tokens(4, c.vocab_size);
+    waits w = {0};
+    rl_err e = {0};
+    rl_gpu_model *m = NULL;
+    int rc = rl_gpu_model_create(&m, &c, 1, 4, NULL, 0, &e);
+    if (!rc) rl_gpu_model_set_params_wait(m, record_wait, &w);
+    if (!rc) rc = rl_gpu_model_forward(m, tok, tok, 1, 4, &loss, &e) || rl_gpu_model_upload_params(m, p, &e);
+    if (rc) fail_err(name, &e);
+    else report(name, w.n == nw && !memcmp(w.upto, want, (size_t)nw * sizeof(size_t)),
+                "%d waits (want %d): first %zu, layer 0 up to %zu, last %zu", w.n, nw, w.upto[0], w.upto[1],
+                w.upto[w.n > 0 ? (w.n - 1) % 64 : 0]);
+    rl_gpu_model_free(m);
+    free(p), free(tok);
+}
+
 int main(int argc, char **argv) {
     char dev[256] = "";
     int ndev = rl_gpu_device_count(dev, sizeof dev);
@@ -1371,6 +1415,7 @@ int main(int argc, char **argv) {
     test_norm();
     test_adamw();
     test_roundtrip();
+    test_params_wait();
     test_graphs(RL_GPU_ATTN_OWN);
     test_graphs(RL_GPU_ATTN_CUDNN);
     static const model_case cases[] = {
