@@ -303,7 +303,7 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
                        "kernels' %d",
                        m->hd, RL_GPU_MAX_HEAD_DIM);
     size_t P = m->lay.total;
-    m->held = m->options.held && m->options.held < P ? m->options.held : P;
+    m->held = m->options.host_state ? 0 : m->options.held && m->options.held < P ? m->options.held : P;
     m->master_ok = m->held == P;
     m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + 3 * m->held * sizeof(float) + m->bl.acts +
                m->bl.scratch;
@@ -342,7 +342,8 @@ static int fits(const rl_gpu_model *m, rl_err *e) {
     return rl_errf(e, RL_EINPUT,
                    "gpu model: needs %s of GPU memory (bf16 weights %s, fp32 master %s, gradients %s, AdamW "
                    "moments %s, activations and scratch %s for %d x %d tokens); the GPU has %s free of %s: lower "
-                   "train.micro_batch, set train.recompute, or shard the optimizer state (dist.shard)",
+                   "train.micro_batch, set train.recompute, shard the optimizer state (dist.shard) or keep it in "
+                   "the host's memory (train.offload)",
                    s[0], s[1], s[2], s[3], s[4], s[5], m->B, m->T, s[6], s[7]);
 }
 
@@ -360,8 +361,8 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
 
     size_t P = m->lay.total, Pp = P + m->pad;
     CUDA_CHECK(cudaMalloc(&m->params, Pp * sizeof(bf16)));
-    CUDA_CHECK(cudaMalloc(&m->master, m->held * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&m->opt, 2 * m->held * sizeof(float)));
+    if (m->held) CUDA_CHECK(cudaMalloc(&m->master, m->held * sizeof(float)));
+    if (m->held) CUDA_CHECK(cudaMalloc(&m->opt, 2 * m->held * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->grads, Pp * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&m->acts, m->bl.acts));
     CUDA_CHECK(cudaMalloc(&m->scratch, m->bl.scratch));
@@ -384,8 +385,8 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     // gradients, moments; the scalars too (a grad norm read before any was
     // computed is 0, not garbage)
     CUDA_CHECK(cudaMemsetAsync(m->params, 0, Pp * sizeof(bf16), m->s));
-    CUDA_CHECK(cudaMemsetAsync(m->master, 0, m->held * sizeof(float), m->s));
-    CUDA_CHECK(cudaMemsetAsync(m->opt, 0, 2 * m->held * sizeof(float), m->s));
+    if (m->held) CUDA_CHECK(cudaMemsetAsync(m->master, 0, m->held * sizeof(float), m->s));
+    if (m->held) CUDA_CHECK(cudaMemsetAsync(m->opt, 0, 2 * m->held * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, Pp * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->scalars, 0, 4 * sizeof(float), m->s));
 
@@ -471,6 +472,12 @@ int rl_gpu_model_download_params(rl_gpu_model *m, float *host, rl_err *e) {
     return copy_sync(m, host, m->master, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost, e);
 }
 
+int rl_gpu_model_upload_params_bf16(rl_gpu_model *m, const uint16_t *host, rl_err *e) {
+    params_wait(m, SIZE_MAX);
+    CUDA_CHECK(cudaMemcpyAsync(m->params, host, m->lay.total * sizeof(bf16), cudaMemcpyHostToDevice, m->s));
+    return RL_OK;
+}
+
 int rl_gpu_model_master_whole(rl_gpu_model *m, float **whole, rl_err *e) {
     RL_TRY(master_ready(m, "the master's whole copy", e));
     if (!m->ranges) return *whole = m->master, RL_OK;
@@ -529,7 +536,8 @@ int rl_gpu_model_download_opt(rl_gpu_model *m, float *host, rl_err *e) {
 // there; a compact one's cannot be re-cut here (other ranks hold the rest),
 // so the master waits for the next upload_params.
 int rl_gpu_model_set_shard(rl_gpu_model *m, const rl_shard_range *r, int nr, int rank, rl_err *e) {
-    if (m->plan) return rl_errf(e, RL_EINTERNAL, "gpu model: a plan has no shard");
+    if (m->plan || m->options.host_state)
+        return rl_errf(e, RL_EINTERNAL, "gpu model: a shard of state it does not hold (a plan, or the host's)");
     size_t held = 0, P = m->lay.total;
     for (int k = 0; r && k < nr; k++) {
         if (r[k].len == 0 || r[k].off > P || r[k].len > P - r[k].off)

@@ -87,6 +87,11 @@ typedef struct rl_gpu_options {
      * parameters refuses the update and the copies of the state rather
      * than run past them (upload_params then sets the bf16 copy only). */
     size_t held;
+    /* 1: the optimizer's state lives elsewhere (train.offload: the host's
+     * memory): no fp32 master and no moments on the GPU; the update and
+     * the state's copies refuse, upload_params sets the bf16 copy only and
+     * upload_params_bf16 takes the weights the host's AdamW made. */
+    int host_state;
 } rl_gpu_options;
 
 #define RL_GPU_ATTN_OWN 0
@@ -128,6 +133,9 @@ int rl_gpu_model_master_whole(rl_gpu_model *m, float **whole, rl_err *e);
 int rl_gpu_model_upload_params(rl_gpu_model *m, const float *host, rl_err *e);
 /* The whole master -> host; refused with a shard (master_whole). */
 int rl_gpu_model_download_params(rl_gpu_model *m, float *host, rl_err *e);
+/* Queues bf16 weights [total] (host: pinned, untouched until the stream
+ * has run the copy) into the compute copy; the next forward follows it. */
+int rl_gpu_model_upload_params_bf16(rl_gpu_model *m, const uint16_t *host, rl_err *e);
 /* The bf16 compute copy, widened to fp32 (tests). */
 int rl_gpu_model_download_params_bf16(rl_gpu_model *m, float *host, rl_err *e);
 int rl_gpu_model_upload_grads(rl_gpu_model *m, const float *host, rl_err *e);

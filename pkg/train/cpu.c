@@ -36,56 +36,16 @@ static int cpu_micro(rl_train_device *d, const int32_t *inputs, const int32_t *t
     return RL_OK;
 }
 
-/* AdamW over the ranges this rank updates (without a shard: one, all of
- * it), tensor by tensor within each, as weight decay applies to some
- * tensors only. A range's moments follow the previous range's in opt, and
- * so does its gradient where the shard has its own (shard.grad). */
-static void adamw(rl_train_device *d, const rl_train_update *u, double grad_scale) {
-    const rl_train_config *t = &d->cfg->train;
-    rl_model *m = &ctx(d)->model;
-    const rl_shard_range whole = {.off = 0, .len = d->n};
-    const rl_shard_range *r = d->shard ? d->shard->r : &whole;
-    int nr = d->shard ? d->shard->n : 1, nt = rl_model_n_tensors(&m->cfg);
-    size_t held = d->shard ? d->shard->total : d->n, base = 0;
-    float *mom = d->opt, *var = d->opt + held;
-    const float *own = d->shard ? d->shard->grad : NULL;
-    for (int k = 0; k < nr; base += r[k].len, k++)
-        for (int i = 0; i < nt; i++) {
-            rl_tensor_info ti;
-            rl_model_tensor(&m->cfg, i, &ti);
-            size_t lo = ti.offset > r[k].off ? ti.offset : r[k].off;
-            size_t hi = ti.offset + ti.numel < r[k].off + r[k].len ? ti.offset + ti.numel : r[k].off + r[k].len;
-            if (lo >= hi) continue;
-            size_t at = base + (lo - r[k].off);
-            rl_adamw_update(m->params + lo, own ? own + at : m->grads + lo, mom + at, var + at, hi - lo, u->lr, t->beta1,
-                            t->beta2, t->eps, ti.decay ? t->weight_decay : 0.0, u->t, grad_scale);
-        }
-}
-
-/* The squared gradient norm: the whole buffer's, or with a shard its ranges'
- * summed over ranks (a shared range counted by rank 0 alone). */
-static int grad_sq(rl_train_device *d, const rl_train_update *u, double *sq, rl_err *e) {
-    const float *g = ctx(d)->model.grads;
-    if (!d->shard) return *sq = rl_grad_sq(g, d->n), RL_OK;
-    *sq = 0;
-    const float *own = d->shard->grad;
-    for (size_t k = 0, at = 0; k < (size_t)d->shard->n; at += d->shard->r[k].len, k++) {
-        const rl_shard_range *r = &d->shard->r[k];
-        if (!r->shared || d->rank == 0) *sq += rl_grad_sq(own ? own + at : g + r->off, r->len);
-    }
-    return u->sum(u->dist_ctx, sq, 1, e);
-}
-
 static int cpu_step_end(rl_train_device *d, const rl_train_update *u, double *loss, double *norm,
                         rl_err *e) {
     cpu_dev *c = ctx(d);
     double sq;
     *loss = c->loss_sum / d->micros;
-    int rc = grad_sq(d, u, &sq, e);
+    int rc = rl_train_host_grad_sq(d, u, c->model.grads, &sq, e);
     if (rc) return rc;
     *norm = sqrt(sq);
     if (!isfinite(*norm)) return RL_OK;
-    adamw(d, u, rl_clip_factor(*norm, u->clip));
+    rl_train_host_adamw(d, u, c->model.params, c->model.grads, rl_clip_factor(*norm, u->clip));
     return d->shard ? u->gather(u->dist_ctx, c->model.params, false, e) : RL_OK;
 }
 

@@ -146,3 +146,40 @@ int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e) {
     int rc = check_open(d, "upload", e);
     return rc ? rc : d->ops->upload(d, opt, e);
 }
+
+/* ---- the host's optimizer (cpu.c, and a GPU whose state stays on the host) ---- */
+/* Tensor by tensor within each range, as weight decay applies to some
+ * tensors only. A range's moments follow the previous range's in opt, and
+ * so does its gradient where the shard has its own (shard.grad). */
+void rl_train_host_adamw(rl_train_device *d, const rl_train_update *u, float *params, const float *grads,
+                         double grad_scale) {
+    const rl_train_config *t = &d->cfg->train;
+    const rl_shard_range whole = {.off = 0, .len = d->n};
+    const rl_shard_range *r = d->shard ? d->shard->r : &whole;
+    int nr = d->shard ? d->shard->n : 1, nt = rl_model_n_tensors(&d->cfg->model);
+    size_t held = d->shard ? d->shard->total : d->n, base = 0;
+    float *mom = d->opt, *var = d->opt + held;
+    const float *own = d->shard ? d->shard->grad : NULL;
+    for (int k = 0; k < nr; base += r[k].len, k++)
+        for (int i = 0; i < nt; i++) {
+            rl_tensor_info ti;
+            rl_model_tensor(&d->cfg->model, i, &ti);
+            size_t lo = ti.offset > r[k].off ? ti.offset : r[k].off;
+            size_t hi = ti.offset + ti.numel < r[k].off + r[k].len ? ti.offset + ti.numel : r[k].off + r[k].len;
+            if (lo >= hi) continue;
+            size_t at = base + (lo - r[k].off);
+            rl_adamw_update(params + lo, own ? own + at : grads + lo, mom + at, var + at, hi - lo, u->lr, t->beta1,
+                            t->beta2, t->eps, ti.decay ? t->weight_decay : 0.0, u->t, grad_scale);
+        }
+}
+
+int rl_train_host_grad_sq(rl_train_device *d, const rl_train_update *u, const float *g, double *sq, rl_err *e) {
+    if (!d->shard) return *sq = rl_grad_sq(g, d->n), RL_OK;
+    *sq = 0;
+    const float *own = d->shard->grad;
+    for (size_t k = 0, at = 0; k < (size_t)d->shard->n; at += d->shard->r[k].len, k++) {
+        const rl_shard_range *r = &d->shard->r[k];
+        if (!r->shared || d->rank == 0) *sq += rl_grad_sq(own ? own + at : g + r->off, r->len);
+    }
+    return u->sum(u->dist_ctx, sq, 1, e);
+}

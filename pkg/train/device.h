@@ -163,6 +163,16 @@ int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
  * round). A failure leaves the device fit only for close. */
 int rl_train_dev_set_shard(rl_train_device *d, const rl_train_dist *dist, rl_err *e);
 
+/* The host's optimizer over d's ranges (all of them without a shard), for
+ * an implementation whose AdamW runs on the CPU: AdamW on params with
+ * grads (whole; with a shard's own gradient, that) and d->opt, every
+ * gradient times grad_scale; and the squared gradient norm, with a shard
+ * its ranges' summed over ranks through u->sum (a shared range counted by
+ * rank 0 alone). */
+void rl_train_host_adamw(rl_train_device *d, const rl_train_update *u, float *params, const float *grads,
+                         double grad_scale);
+int rl_train_host_grad_sq(rl_train_device *d, const rl_train_update *u, const float *grads, double *sq, rl_err *e);
+
 /* Implementations' opens, called by rl_train_dev_open with d->cfg set:
  * fill ops, impl, n and params (host, n floats), or leave d untouched and
  * release what they made. A build without CUDA has rl_train_gpu_open

@@ -10,11 +10,13 @@
  * device from the norm there (torch.nn.utils.clip_grad_norm_'s factor, in
  * fp32), and a non-finite norm makes the AdamW kernel leave the weights
  * alone, so the check that follows stops a run whose weights are intact. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm.h" /* rl_comm_f32_to_bf16 */
 #include "device.h"
 #include "memory.h"
 #include "train_gpu.h"
@@ -35,6 +37,10 @@ typedef struct gpu_dev {
     size_t ckpt_floats;      /* its size */
     cudaEvent_t ckpt_ready;  /* the staging copy is done */
     bool ckpt_off;           /* no staging: no room on the GPU, or RL_GPU_CKPT_STAGE=0 */
+    /* train.offload "optimizer": the gradients' host copy and the bf16
+     * weights on their way up (pinned) */
+    float *host_grads;
+    uint16_t *host_bf16;
 } gpu_dev;
 
 static gpu_dev *ctx(rl_train_device *d) { return d->impl; }
@@ -215,11 +221,67 @@ static void gpu_close(rl_train_device *d) {
     if (!g) return;
     if (g->ckpt) cudaFree(g->ckpt);
     if (g->ckpt_ready) cudaEventDestroy(g->ckpt_ready);
+    if (g->host_grads) cudaFreeHost(g->host_grads);
+    if (g->host_bf16) cudaFreeHost(g->host_bf16);
     if (g->model) rl_gpu_model_free(g->model);
     if (g->stream) cudaStreamDestroy(g->stream);
     free(g);
     free(d->params);
     d->impl = NULL, d->params = NULL;
+}
+
+/* ---- train.offload "optimizer": the host's state is the master ----------------
+ * The GPU holds the bf16 weights, the gradients and the activations; the
+ * fp32 master weights (d->params) and AdamW's moments (d->opt) stay in the
+ * host's memory, as the CPU device keeps them. A step ends with the
+ * reduced gradients copied down, the norm, clipping and AdamW on the host
+ * (OpenMP; rl_train_host_adamw, the CPU device's own), and the bf16 weights
+ * rounded on the host and queued up ahead of the next forward: 4 bytes a
+ * parameter down and 2 up, for 12 bytes a parameter off the GPU. A
+ * checkpoint copies the host state in the pause (no device copy at all). */
+static int offload_step_end(rl_train_device *d, const rl_train_update *u, double *loss, double *norm, rl_err *e) {
+    gpu_dev *g = ctx(d);
+    float l = 0, n_dev = 0;
+    double sq = 0;
+    int rc = rl_gpu_model_step_end(g->model, e);
+    cudaError_t ce = rc ? cudaSuccess
+                        : cudaMemcpyAsync(g->host_grads, rl_gpu_model_grads(g->model), d->n * sizeof(float),
+                                          cudaMemcpyDeviceToHost, g->stream);
+    if (!rc && ce == cudaSuccess) ce = cudaStreamSynchronize(g->stream);
+    if (ce != cudaSuccess) rc = rl_errf(e, RL_EIO, "train.offload: the gradients' copy to the host: %s",
+                                        cudaGetErrorString(ce));
+    if (!rc) rc = rl_gpu_model_step_stats(g->model, 0, &l, &n_dev, e);
+    if (!rc) rc = rl_train_host_grad_sq(d, u, g->host_grads, &sq, e);
+    *loss = l, *norm = sqrt(sq);
+    if (rc || !isfinite(*norm)) return rc; /* the weights stay as they are */
+    rl_train_host_adamw(d, u, d->params, g->host_grads, rl_clip_factor(*norm, u->clip));
+    const float *p = d->params;
+    uint16_t *b = g->host_bf16;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < d->n; i++) b[i] = rl_comm_f32_to_bf16(p[i]);
+    return rl_gpu_model_upload_params_bf16(g->model, b, e);
+}
+
+/* the host state is the truth: a copy in the pause, nothing staged */
+static int offload_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
+    (void)later, (void)e;
+    if (params) memcpy(params, d->params, d->n * sizeof(float));
+    memcpy(m, d->opt, d->n * sizeof(float));
+    memcpy(v, d->opt + d->n, d->n * sizeof(float));
+    return RL_OK;
+}
+
+static int offload_fill(rl_train_device *d, float *params, float *m, float *v, rl_err *e) {
+    (void)d, (void)params, (void)m, (void)v;
+    return rl_errf(e, RL_EINTERNAL, "train.offload: checkpoint fill without a staged take");
+}
+
+static int offload_download(rl_train_device *d, bool opt, rl_err *e) { return (void)d, (void)opt, (void)e, RL_OK; }
+
+/* the weights' bf16 copy from the host's master; the moments never leave */
+static int offload_upload(rl_train_device *d, bool opt, rl_err *e) {
+    (void)opt;
+    return rl_gpu_model_upload_params(ctx(d)->model, d->params, e);
 }
 
 static const rl_train_device_ops gpu_ops = {
@@ -234,6 +296,20 @@ static const rl_train_device_ops gpu_ops = {
     .download = gpu_download,
     .upload = gpu_upload,
     .set_shard = gpu_set_shard,
+    .close = gpu_close,
+};
+
+static const rl_train_device_ops offload_ops = {
+    .zero_grad = gpu_zero_grad,
+    .micro = gpu_micro,
+    .step_end = offload_step_end,
+    .eval = gpu_eval,
+    .grads = gpu_grads,
+    .stream = gpu_stream,
+    .take = offload_take,
+    .fill = offload_fill,
+    .download = offload_download,
+    .upload = offload_upload,
     .close = gpu_close,
 };
 
@@ -260,6 +336,7 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
     int rc = rl_train_memory_of(d->cfg, d->world > 1 ? d->world : 1, 0, &mem, e);
     if (rc) return rc;
     opt.held = mem.shard_elems;
+    opt.host_state = strcmp(t->offload, "none") != 0;
     if (rl_gpu_model_create(&g->model, &d->cfg->model, t->micro_batch, t->seq_len, &opt, g->stream, e))
         return rl_err_wrap(e, "building the model on GPU %d", device);
     g->device = device;
@@ -268,6 +345,10 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
     d->n = lay.total;
     if (!(d->params = malloc(d->n * sizeof(float))))
         return rl_errf(e, RL_ENOMEM, "trainer: out of memory for the parameters' host copy");
+    if (opt.host_state && ((ce = cudaMallocHost((void **)&g->host_grads, d->n * sizeof(float))) != cudaSuccess ||
+                           (ce = cudaMallocHost((void **)&g->host_bf16, d->n * sizeof(uint16_t))) != cudaSuccess))
+        return rl_errf(e, RL_ENOMEM, "train.offload: %zu MiB of pinned host memory for the gradients and weights: %s",
+                       d->n * 6 >> 20, cudaGetErrorString(ce));
     return RL_OK;
 }
 
@@ -280,7 +361,7 @@ int rl_train_gpu_open(rl_train_device *d, int device, rl_err *e) {
         gpu_close(d);
         return rc;
     }
-    d->ops = &gpu_ops;
+    d->ops = strcmp(d->cfg->train.offload, "none") ? &offload_ops : &gpu_ops;
     return RL_OK;
 }
 
@@ -365,7 +446,7 @@ int rl_train_pick_device(rl_job_config *c, rl_err *e) {
         snprintf(dev, sizeof c->train.device, "%s", n > 0 ? "cuda" : "cpu");
     }
     if (!strcmp(be, "auto")) snprintf(be, sizeof c->dist.backend, "%s", !strcmp(dev, "cuda") ? "nccl" : "tcp");
-    return rl_train_check_pair(dev, be, e);
+    return rl_train_check_pair(c, e);
 }
 
 void rl_train_log_device(const rl_job_config *c, int local_rank) {

@@ -91,7 +91,7 @@ static void cpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, co
 /* cuda: bf16 compute copy and fp32 gradients, both with the vocabulary
  * padded to a multiple of 64 rows (as the model allocates them), whole in
  * every mode; the fp32 master sharded as the moments are (the forward reads
- * only the bf16 copy; llama_gpu.h). */
+ * only the bf16 copy; llama_gpu.h), neither on the GPU with train.offload. */
 static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n) {
     const rl_train_config *t = &cfg->train;
     rl_gpu_layout l; /* options as the trainer sets them: no fp32 dQ accumulator, default chunks */
@@ -100,6 +100,7 @@ static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n) {
     m->weights = (n + pad) * BF16;
     m->master = m->shard_elems * F32;
     m->grads = (n + pad) * F32;
+    if (strcmp(t->offload, "none")) m->master = m->moments = 0; /* in the host's memory */
     /* cuDNN's attention workspace (train.attention cudnn) is not counted */
     m->activations = l.acts + l.scratch;
 }

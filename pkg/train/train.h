@@ -56,6 +56,12 @@ typedef struct rl_train_config {
      * the backward (rl_gpu_options.recompute), instead of every layer's.
      * The same results bit for bit; no effect on cpu. */
     bool recompute;
+    /* On cuda: "none" (the GPU holds the fp32 master and AdamW moments) or
+     * "optimizer" (they stay in the host's memory, the device seam's host
+     * state: the step downloads the gradients, AdamW runs on the CPU and
+     * the bf16 weights go back; 12 bytes a parameter off the GPU). Refused
+     * on cpu and, for now, with dist.shard. */
+    char offload[12];
 } rl_train_config;
 
 typedef struct rl_data_config {

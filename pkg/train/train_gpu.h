@@ -7,10 +7,11 @@
 
 #include "train.h"
 
-/* Whether backend `be` can reduce gradients on device `dev` ("auto" pairs
- * with anything): RL_EINPUT naming both otherwise. The config parser and
- * rl_train_pick_device (after settling "auto") share it. */
-int rl_train_check_pair(const char *dev, const char *be, rl_err *e);
+/* Whether the backend can reduce gradients on the device ("auto" pairs
+ * with anything) and train.offload can run there: RL_EINPUT naming the
+ * fields otherwise. The config parser and rl_train_pick_device (after
+ * settling "auto") share it. */
+int rl_train_check_pair(const rl_job_config *c, rl_err *e);
 /* Visible CUDA devices (0 without CUDA or a driver); the first's name to name[n]. */
 int rl_train_gpu_count(char *name, size_t n);
 /* One line saying which device rl_train_pick_device chose for "auto" (and

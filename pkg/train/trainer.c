@@ -586,10 +586,10 @@ static void log_memory(const rl_trainer *tr) {
         return;
     }
     rl_log(RL_LOG_INFO, "memory",
-           "\"shard\":\"%s\",\"world\":%d,\"weights\":%zu,\"master\":%zu,\"grads\":%zu,\"moments\":%zu,"
-           "\"activations\":%zu,\"total\":%zu",
-           world_of(tr) > 1 ? tr->cfg.dist.shard : "none", world_of(tr), m.weights, m.master, m.grads, m.moments,
-           m.activations, m.total);
+           "\"shard\":\"%s\",\"offload\":\"%s\",\"world\":%d,\"weights\":%zu,\"master\":%zu,\"grads\":%zu,"
+           "\"moments\":%zu,\"activations\":%zu,\"total\":%zu",
+           world_of(tr) > 1 ? tr->cfg.dist.shard : "none", tr->cfg.train.offload, world_of(tr), m.weights, m.master,
+           m.grads, m.moments, m.activations, m.total);
 }
 
 /* Sharded state, once the seam is whole (DDP attaches after the trainer is

@@ -23,6 +23,7 @@
 #include "kernels/llama_gpu.h"
 #include "rdzv/rdzv.h"
 #include "tests/gpu/check.h"
+#include "train/memory.h"
 #include "train/train.h"
 
 static char dir[64];
@@ -209,18 +210,24 @@ done:
  * device is within 1% of the writer's own next step (the same batch). A GPU
  * writer's snapshot goes through a staging copy in GPU memory by default,
  * straight to the host without one (unstaged): both are checked. */
+static void job_on(rl_job_config *c, const char *where, long long steps) {
+    bool off = !strcmp(where, "cuda+offload");
+    job(c, off ? "cuda" : where, steps, 1);
+    if (off) snprintf(c->train.offload, sizeof c->train.offload, "optimizer");
+}
+
 static void check_cross_resume(const char *from, const char *to, bool staged) {
     char name[80], uri[128];
     snprintf(name, sizeof name, "checkpoint: %s run resumes on %s%s", from, to,
              staged ? "" : " (unstaged)");
     if (!selected(name)) return;
-    snprintf(uri, sizeof uri, "%s/ckpt-%s%s", dir, from, staged ? "" : "-unstaged");
+    snprintf(uri, sizeof uri, "%s/ckpt-%s-%s%s", dir, from, to, staged ? "" : "-unstaged");
     /* a GPU writer stages in GPU memory unless told not to (the fallback) */
     if (staged) unsetenv("RL_GPU_CKPT_STAGE");
     else setenv("RL_GPU_CKPT_STAGE", "0", 1);
     rl_job_config cw, cr;
-    job(&cw, from, 8, 1);
-    job(&cr, to, 9, 1);
+    job_on(&cw, from, 8);
+    job_on(&cr, to, 9);
     snprintf(cw.ckpt.uri, sizeof cw.ckpt.uri, "%s", uri);
     snprintf(cr.ckpt.uri, sizeof cr.ckpt.uri, "%s", uri);
     cr.ckpt.resume = true;
@@ -252,6 +259,70 @@ done:
     rl_trainer_free(r);
     rl_trainer_free(w);
     free(pw), free(pr);
+}
+
+/* train.offload "optimizer" (the master and moments in the host's memory,
+ * AdamW on the CPU) against the GPU's own AdamW from the same init and
+ * data, with clipping on. After two steps the state must agree to fp32
+ * rounding (the only differences: the clipping factor's precision -- the
+ * host's double, the kernel's fp32 -- and the kernel's fp32 contraction;
+ * bound 1e-6): decay, bias correction and clipping are the same update.
+ * Over 20 steps such differences flip a bf16 rounding now and then, so the
+ * losses stay within 5e-4 relative and the state within 2e-3 (measured:
+ * printed). The GPU model holds 12 bytes a parameter less (its plan's
+ * device bytes), and the accounting says so. */
+static int offload_run(rl_trainer **tr, const rl_job_config *c, curve *cv, float **early, rl_err *e) {
+    rl_step_stats st;
+    int rc = rl_trainer_new(tr, c, NULL, e);
+    if (!rc) memset(cv, 0, sizeof *cv), rl_trainer_set_observer(*tr, &(rl_train_observer){.ud = cv, .on_step = on_step});
+    if (!rc) rc = rl_trainer_resume(*tr, e) || rl_trainer_step(*tr, &st, e) || rl_trainer_step(*tr, &st, e);
+    if (!rc && !(*early = host_copy(*tr, 0, e))) rc = e->code ? e->code : RL_ENOMEM;
+    return rc ? rc : rl_trainer_run(*tr, e);
+}
+
+static void check_offload(void) {
+    const char *name = "trainer: offload optimizer tracks the GPU's own AdamW";
+    if (!selected(name)) return;
+    rl_job_config ca, cb;
+    job(&ca, "cuda", 20, 2);
+    job(&cb, "cuda", 20, 2);
+    ca.train.grad_clip = cb.train.grad_clip = 0.5;
+    snprintf(cb.train.offload, sizeof cb.train.offload, "optimizer");
+    rl_trainer *a = NULL, *b = NULL;
+    rl_err e = {0};
+    curve va, vb;
+    float *pa = NULL, *pb = NULL, *ea = NULL, *eb = NULL;
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &ca.model);
+    size_t P = lay.total;
+    rl_gpu_plan whole, host;
+    rl_gpu_options ho = {.host_state = 1};
+    rl_train_memory ma, mb;
+    if (rl_gpu_model_plan(&ca.model, 4, 32, NULL, 1, 1e15, 3e12, &whole, &e) ||
+        rl_gpu_model_plan(&ca.model, 4, 32, &ho, 1, 1e15, 3e12, &host, &e) ||
+        rl_train_memory_of(&ca, 1, 0, &ma, &e) || rl_train_memory_of(&cb, 1, 0, &mb, &e) ||
+        offload_run(&a, &ca, &va, &ea, &e) || offload_run(&b, &cb, &vb, &eb, &e) || !(pa = host_copy(a, 0, &e)) ||
+        !(pb = host_copy(b, 0, &e))) {
+        fail_err(name, &e);
+        goto done;
+    }
+    double worst = 0;
+    for (int k = 0; k < va.n && k < vb.n; k++) worst = fmax(worst, fabs(vb.loss[k] - va.loss[k]) / va.loss[k]);
+    double early = fmax(rel_diff(eb, ea, P), rel_diff(eb + P, ea + P, 2 * P));
+    double params = rel_diff(pb, pa, P), moments = rel_diff(pb + P, pa + P, 2 * P);
+    size_t saved = whole.device_bytes - host.device_bytes;
+    report(name,
+           va.n == 18 && vb.n == 18 && early <= 1e-6 && worst <= 5e-4 && params <= 2e-3 && moments <= 2e-3 &&
+               saved == 12 * P && ma.total - mb.total == 12 * P && mb.master == 0 && mb.moments == 0 &&
+               vb.loss[17] < vb.loss[0],
+           "state after 2 steps %.2e relative (bound 1e-6); steps 3 to 20: losses %.2e at worst (bound 5e-4), "
+           "weights %.2e, moments %.2e (bound 2e-3); loss %.4f -> %.4f; the GPU model %zu bytes smaller (12 x %zu), the "
+           "accounting %zu",
+           early, worst, params, moments, vb.loss[0], vb.loss[17], saved, P, ma.total - mb.total);
+done:
+    rl_trainer_free(a);
+    rl_trainer_free(b);
+    free(pa), free(pb), free(ea), free(eb);
 }
 
 /* No hang when a peer never comes: rank 0 of a world of 2 alone (its id
@@ -1146,6 +1217,9 @@ void test_gpu_train(void) {
     check_cross_resume("cuda", "cpu", true);
     check_cross_resume("cuda", "cpu", false);
     check_cross_resume("cpu", "cuda", true);
+    check_offload();
+    check_cross_resume("cuda+offload", "cuda", true);
+    check_cross_resume("cuda", "cuda+offload", true);
     check_nccl_missing_peer();
     check_nccl_gpu_times();
     check_nccl_two_rank_collectives();

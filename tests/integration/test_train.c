@@ -114,6 +114,10 @@ Test(train_config, rejects_bad_configs_naming_the_field) {
     EXPECT_BAD("{\"dist\":{\"shard\":\"optimizer\"},\"checkpoint\":{\"when_busy\":\"skip\"}}", "when_busy");
     EXPECT_BAD("{\"train\":{\"device\":\"cpu\"},\"dist\":{\"backend\":\"nccl\"}}", "train.device");
     EXPECT_BAD("{\"train\":{\"device\":\"cuda\"},\"dist\":{\"backend\":\"tcp\"}}", "dist.backend");
+    EXPECT_BAD("{\"train\":{\"offload\":\"layers\"}}", "train.offload");
+    EXPECT_BAD("{\"train\":{\"device\":\"cpu\",\"offload\":\"optimizer\"}}", "train.offload");
+    EXPECT_BAD("{\"train\":{\"device\":\"cuda\",\"offload\":\"optimizer\"},\"dist\":{\"shard\":\"optimizer\"}}",
+               "train.offload");
 }
 
 /* "auto" settles to what this process can use: without a visible GPU (the
@@ -134,6 +138,11 @@ Test(train_config, device_auto_settles_and_cuda_without_gpu_is_refused) {
     snprintf(c.train.device, sizeof c.train.device, "cuda");
     cr_expect_eq(rl_train_pick_device(&c, &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "train.device") != NULL, "%s", e.msg);
+    /* offloading needs a GPU: auto settling on the CPU refuses it by name */
+    rl_job_config_default(&c);
+    snprintf(c.train.offload, sizeof c.train.offload, "optimizer");
+    cr_expect_eq(rl_train_pick_device(&c, &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "train.offload") && strstr(e.msg, "needs a GPU"), "%s", e.msg);
 }
 
 Test(train_config, accepts_and_round_trips) {
