@@ -45,7 +45,7 @@ static int cpu_step_end(rl_train_device *d, const rl_train_update *u, double *lo
     if (rc) return rc;
     *norm = sqrt(sq);
     if (!isfinite(*norm)) return RL_OK;
-    rl_train_host_adamw(d, u, c->model.params, c->model.grads, rl_clip_factor(*norm, u->clip));
+    rl_train_host_adamw(d, u, c->model.params, c->model.grads, rl_clip_factor(*norm, u->clip), 0, d->n);
     return d->shard ? u->gather(u->dist_ctx, c->model.params, false, e) : RL_OK;
 }
 

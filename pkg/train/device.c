@@ -152,7 +152,7 @@ int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e) {
  * tensors only. A range's moments follow the previous range's in opt, and
  * so does its gradient where the shard has its own (shard.grad). */
 void rl_train_host_adamw(rl_train_device *d, const rl_train_update *u, float *params, const float *grads,
-                         double grad_scale) {
+                         double grad_scale, size_t from, size_t to) {
     const rl_train_config *t = &d->cfg->train;
     const rl_shard_range whole = {.off = 0, .len = d->n};
     const rl_shard_range *r = d->shard ? d->shard->r : &whole;
@@ -166,6 +166,7 @@ void rl_train_host_adamw(rl_train_device *d, const rl_train_update *u, float *pa
             rl_model_tensor(&d->cfg->model, i, &ti);
             size_t lo = ti.offset > r[k].off ? ti.offset : r[k].off;
             size_t hi = ti.offset + ti.numel < r[k].off + r[k].len ? ti.offset + ti.numel : r[k].off + r[k].len;
+            lo = lo > from ? lo : from, hi = hi < to ? hi : to;
             if (lo >= hi) continue;
             size_t at = base + (lo - r[k].off);
             rl_adamw_update(params + lo, own ? own + at : grads + lo, mom + at, var + at, hi - lo, u->lr, t->beta1,

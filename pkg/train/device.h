@@ -166,11 +166,12 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_dist *dist, rl_err
 /* The host's optimizer over d's ranges (all of them without a shard), for
  * an implementation whose AdamW runs on the CPU: AdamW on params with
  * grads (whole; with a shard's own gradient, that) and d->opt, every
- * gradient times grad_scale; and the squared gradient norm, with a shard
+ * gradient times grad_scale, over the elements in [from, to) (0, n: all);
+ * and the squared gradient norm, with a shard
  * its ranges' summed over ranks through u->sum (a shared range counted by
  * rank 0 alone). */
 void rl_train_host_adamw(rl_train_device *d, const rl_train_update *u, float *params, const float *grads,
-                         double grad_scale);
+                         double grad_scale, size_t from, size_t to);
 int rl_train_host_grad_sq(rl_train_device *d, const rl_train_update *u, const float *grads, double *sq, rl_err *e);
 
 /* Implementations' opens, called by rl_train_dev_open with d->cfg set:

@@ -16,9 +16,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/comm.h" /* rl_comm_f32_to_bf16 */
 #include "device.h"
 #include "memory.h"
+#include "offload.h"
 #include "train_gpu.h"
 
 #ifdef RL_CUDA
@@ -37,10 +37,7 @@ typedef struct gpu_dev {
     size_t ckpt_floats;      /* its size */
     cudaEvent_t ckpt_ready;  /* the staging copy is done */
     bool ckpt_off;           /* no staging: no room on the GPU, or RL_GPU_CKPT_STAGE=0 */
-    /* train.offload "optimizer": the gradients' host copy and the bf16
-     * weights on their way up (pinned) */
-    float *host_grads;
-    uint16_t *host_bf16;
+    rl_offload *off;         /* train.offload "optimizer": the host's update (offload.h) */
 } gpu_dev;
 
 static gpu_dev *ctx(rl_train_device *d) { return d->impl; }
@@ -221,8 +218,7 @@ static void gpu_close(rl_train_device *d) {
     if (!g) return;
     if (g->ckpt) cudaFree(g->ckpt);
     if (g->ckpt_ready) cudaEventDestroy(g->ckpt_ready);
-    if (g->host_grads) cudaFreeHost(g->host_grads);
-    if (g->host_bf16) cudaFreeHost(g->host_bf16);
+    rl_offload_free(g->off); /* before the model: it waits for the last copy into its weights */
     if (g->model) rl_gpu_model_free(g->model);
     if (g->stream) cudaStreamDestroy(g->stream);
     free(g);
@@ -234,37 +230,36 @@ static void gpu_close(rl_train_device *d) {
  * The GPU holds the bf16 weights, the gradients and the activations; the
  * fp32 master weights (d->params) and AdamW's moments (d->opt) stay in the
  * host's memory, as the CPU device keeps them. A step ends with the
- * reduced gradients copied down, the norm, clipping and AdamW on the host
- * (OpenMP; rl_train_host_adamw, the CPU device's own), and the bf16 weights
- * rounded on the host and queued up ahead of the next forward: 4 bytes a
- * parameter down and 2 up, for 12 bytes a parameter off the GPU. A
- * checkpoint copies the host state in the pause (no device copy at all). */
+ * reduced gradients copied down and the norm and clipping on the host;
+ * AdamW (OpenMP, the CPU device's own) and the bf16 weights' copy up then
+ * run on offload.c's thread, overlapping the next forward layer by layer:
+ * 4 bytes a parameter down and 2 up, for 12 bytes a parameter off the GPU.
+ * A checkpoint copies the host state in the pause (no device copy). */
 static int offload_step_end(rl_train_device *d, const rl_train_update *u, double *loss, double *norm, rl_err *e) {
     gpu_dev *g = ctx(d);
     float l = 0, n_dev = 0;
     double sq = 0;
-    int rc = rl_gpu_model_step_end(g->model, e);
+    int rc = rl_offload_join(g->off, e); /* its gradients are overwritten now */
+    if (!rc) rc = rl_gpu_model_step_end(g->model, e);
+    float *host = rl_offload_grads(g->off);
     cudaError_t ce = rc ? cudaSuccess
-                        : cudaMemcpyAsync(g->host_grads, rl_gpu_model_grads(g->model), d->n * sizeof(float),
+                        : cudaMemcpyAsync(host, rl_gpu_model_grads(g->model), d->n * sizeof(float),
                                           cudaMemcpyDeviceToHost, g->stream);
     if (!rc && ce == cudaSuccess) ce = cudaStreamSynchronize(g->stream);
     if (ce != cudaSuccess) rc = rl_errf(e, RL_EIO, "train.offload: the gradients' copy to the host: %s",
                                         cudaGetErrorString(ce));
     if (!rc) rc = rl_gpu_model_step_stats(g->model, 0, &l, &n_dev, e);
-    if (!rc) rc = rl_train_host_grad_sq(d, u, g->host_grads, &sq, e);
+    if (!rc) rc = rl_train_host_grad_sq(d, u, host, &sq, e);
     *loss = l, *norm = sqrt(sq);
     if (rc || !isfinite(*norm)) return rc; /* the weights stay as they are */
-    rl_train_host_adamw(d, u, d->params, g->host_grads, rl_clip_factor(*norm, u->clip));
-    const float *p = d->params;
-    uint16_t *b = g->host_bf16;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < d->n; i++) b[i] = rl_comm_f32_to_bf16(p[i]);
-    return rl_gpu_model_upload_params_bf16(g->model, b, e);
+    return rl_offload_step(g->off, u, rl_clip_factor(*norm, u->clip), e);
 }
 
 /* the host state is the truth: a copy in the pause, nothing staged */
 static int offload_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
-    (void)later, (void)e;
+    (void)later;
+    int rc = rl_offload_join(ctx(d)->off, e);
+    if (rc) return rc;
     if (params) memcpy(params, d->params, d->n * sizeof(float));
     memcpy(m, d->opt, d->n * sizeof(float));
     memcpy(v, d->opt + d->n, d->n * sizeof(float));
@@ -276,12 +271,17 @@ static int offload_fill(rl_train_device *d, float *params, float *m, float *v, r
     return rl_errf(e, RL_EINTERNAL, "train.offload: checkpoint fill without a staged take");
 }
 
-static int offload_download(rl_train_device *d, bool opt, rl_err *e) { return (void)d, (void)opt, (void)e, RL_OK; }
+/* the host state is current once the update is done */
+static int offload_download(rl_train_device *d, bool opt, rl_err *e) {
+    (void)opt;
+    return rl_offload_join(ctx(d)->off, e);
+}
 
 /* the weights' bf16 copy from the host's master; the moments never leave */
 static int offload_upload(rl_train_device *d, bool opt, rl_err *e) {
     (void)opt;
-    return rl_gpu_model_upload_params(ctx(d)->model, d->params, e);
+    int rc = rl_offload_join(ctx(d)->off, e);
+    return rc ? rc : rl_gpu_model_upload_params(ctx(d)->model, d->params, e);
 }
 
 static const rl_train_device_ops gpu_ops = {
@@ -345,10 +345,11 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
     d->n = lay.total;
     if (!(d->params = malloc(d->n * sizeof(float))))
         return rl_errf(e, RL_ENOMEM, "trainer: out of memory for the parameters' host copy");
-    if (opt.host_state && ((ce = cudaMallocHost((void **)&g->host_grads, d->n * sizeof(float))) != cudaSuccess ||
-                           (ce = cudaMallocHost((void **)&g->host_bf16, d->n * sizeof(uint16_t))) != cudaSuccess))
-        return rl_errf(e, RL_ENOMEM, "train.offload: %zu MiB of pinned host memory for the gradients and weights: %s",
-                       d->n * 6 >> 20, cudaGetErrorString(ce));
+    if (opt.host_state) {
+        int rc2 = rl_offload_new(d, rl_gpu_model_params(g->model), g->stream, d->cfg->dist.timeout_s, &g->off, e);
+        if (rc2) return rc2;
+        rl_gpu_model_set_params_wait(g->model, rl_offload_wait, g->off);
+    }
     return RL_OK;
 }
 

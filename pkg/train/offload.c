@@ -1,0 +1,206 @@
+/* train.offload "optimizer": the host's update pipeline (offload.h).
+ *
+ * Why a thread: AdamW over the fp32 master on the CPU takes about as long
+ * as a forward for a large model. Done inline, the GPU would idle through
+ * it; on a thread of its own it runs region by region in the order the
+ * next forward reads the weights, each region's bf16 weights queued up on a
+ * copy stream behind it, while the training thread queues the forward and
+ * blocks only where a layer's weights are not yet updated (rl_offload_wait,
+ * the model's params-wait callback). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm.h" /* rl_comm_f32_to_bf16 */
+#include "offload.h"
+
+#ifdef RL_CUDA
+#include <cuda_runtime_api.h>
+
+struct rl_offload {
+    rl_train_device *d;
+    void *params_dev;    /* the model's bf16 weights */
+    cudaStream_t model;  /* the model's stream: waits for a region's copy */
+    cudaStream_t copy;   /* the uploads */
+    int device;          /* the training thread's GPU: the worker's too */
+    float *grads;        /* pinned: the step's reduced gradients */
+    uint16_t *bf16;      /* pinned: the weights on their way up */
+    int nreg;
+    size_t *reg_end;     /* region k is [reg_end[k-1], reg_end[k]), forward order */
+    cudaEvent_t *up;     /* region k's upload queued (copy stream) */
+    double timeout_s;
+
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool busy, stop;     /* a step handed over and not finished; shutting down */
+    rl_train_update u;   /* the step's (no callbacks are called: no shard) */
+    double scale;
+    int done;            /* regions updated and queued this step */
+    int waited;          /* regions the model's stream waits for already */
+    int rc;
+    rl_err err;
+};
+
+static int cuda_err(cudaError_t ce, const char *what, rl_err *e) {
+    return rl_errf(e, RL_EIO, "train.offload: %s: %s", what, cudaGetErrorString(ce));
+}
+
+/* region k updated on the host and its weights queued up */
+static int update_region(rl_offload *o, int k, rl_err *e) {
+    rl_train_device *d = o->d;
+    size_t lo = k ? o->reg_end[k - 1] : 0, hi = o->reg_end[k];
+    rl_train_host_adamw(d, &o->u, d->params, o->grads, o->scale, lo, hi);
+    const float *p = d->params;
+    uint16_t *b = o->bf16;
+#pragma omp parallel for schedule(static)
+    for (size_t i = lo; i < hi; i++) b[i] = rl_comm_f32_to_bf16(p[i]);
+    cudaError_t ce = cudaMemcpyAsync((uint16_t *)o->params_dev + lo, b + lo, (hi - lo) * sizeof(uint16_t),
+                                     cudaMemcpyHostToDevice, o->copy);
+    if (ce == cudaSuccess) ce = cudaEventRecord(o->up[k], o->copy);
+    return ce == cudaSuccess ? RL_OK : cuda_err(ce, "queueing the weights' copy to the GPU", e);
+}
+
+static void *worker(void *arg) {
+    rl_offload *o = arg;
+    cudaError_t dev = cudaSetDevice(o->device); /* a new thread starts on device 0 */
+    pthread_mutex_lock(&o->mu);
+    for (;;) {
+        while (!o->busy && !o->stop) pthread_cond_wait(&o->cv, &o->mu);
+        if (o->stop) break;
+        pthread_mutex_unlock(&o->mu);
+        rl_err e = {0};
+        int rc = dev == cudaSuccess ? RL_OK : cuda_err(dev, "cudaSetDevice on the update thread", &e);
+        for (int k = 0; k < o->nreg && !rc; k++) {
+            rc = update_region(o, k, &e);
+            pthread_mutex_lock(&o->mu);
+            if (!rc) o->done = k + 1;
+            pthread_cond_broadcast(&o->cv);
+            pthread_mutex_unlock(&o->mu);
+        }
+        pthread_mutex_lock(&o->mu);
+        if (rc && !o->rc) o->rc = rc, o->err = e;
+        o->busy = false;
+        pthread_cond_broadcast(&o->cv);
+    }
+    pthread_mutex_unlock(&o->mu);
+    return NULL;
+}
+
+int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, double timeout_s, rl_offload **out,
+                   rl_err *e) {
+    rl_offload *o = calloc(1, sizeof *o);
+    if (!o) return rl_errf(e, RL_ENOMEM, "train.offload: out of memory");
+    *out = o;
+    o->d = d, o->params_dev = params_dev, o->model = model_stream, o->timeout_s = timeout_s;
+    const rl_model_config *c = &d->cfg->model;
+    cudaError_t ce = cudaGetDevice(&o->device);
+    if (ce != cudaSuccess) return cuda_err(ce, "cudaGetDevice", e);
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, c);
+    /* the embedding, each layer, then the final norm and lm_head */
+    o->nreg = c->num_hidden_layers + 2;
+    o->reg_end = calloc((size_t)o->nreg, sizeof *o->reg_end);
+    o->up = calloc((size_t)o->nreg, sizeof *o->up);
+    if (!o->reg_end || !o->up) return rl_errf(e, RL_ENOMEM, "train.offload: out of memory");
+    o->reg_end[0] = lay.layers;
+    for (int l = 0; l < c->num_hidden_layers; l++) o->reg_end[l + 1] = lay.layers + (size_t)(l + 1) * lay.layer_size;
+    o->reg_end[o->nreg - 1] = lay.total;
+    ce = cudaMallocHost((void **)&o->grads, d->n * sizeof(float));
+    if (ce == cudaSuccess) ce = cudaMallocHost((void **)&o->bf16, d->n * sizeof(uint16_t));
+    if (ce != cudaSuccess)
+        return rl_errf(e, RL_ENOMEM, "train.offload: %zu MiB of pinned host memory for the gradients and weights: %s",
+                       d->n * 6 >> 20, cudaGetErrorString(ce));
+    if ((ce = cudaStreamCreateWithFlags(&o->copy, cudaStreamNonBlocking)) != cudaSuccess)
+        return cuda_err(ce, "cudaStreamCreate", e);
+    for (int k = 0; k < o->nreg; k++)
+        if ((ce = cudaEventCreateWithFlags(&o->up[k], cudaEventDisableTiming)) != cudaSuccess)
+            return cuda_err(ce, "cudaEventCreate", e);
+    o->waited = o->nreg; /* nothing to wait for before the first step */
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_cond_init(&o->cv, NULL);
+    if (pthread_create(&o->thread, NULL, worker, o) != 0)
+        return rl_errf(e, RL_EINTERNAL, "train.offload: cannot start the update thread");
+    o->started = true;
+    return RL_OK;
+}
+
+void rl_offload_free(rl_offload *o) {
+    if (!o) return;
+    if (o->started) {
+        pthread_mutex_lock(&o->mu);
+        while (o->busy) pthread_cond_wait(&o->cv, &o->mu); /* a region takes seconds at most */
+        o->stop = true;
+        pthread_cond_broadcast(&o->cv);
+        pthread_mutex_unlock(&o->mu);
+        pthread_join(o->thread, NULL);
+        pthread_mutex_destroy(&o->mu);
+        pthread_cond_destroy(&o->cv);
+    }
+    if (o->copy) cudaStreamSynchronize(o->copy);
+    for (int k = 0; o->up && k < o->nreg; k++)
+        if (o->up[k]) cudaEventDestroy(o->up[k]);
+    if (o->copy) cudaStreamDestroy(o->copy);
+    if (o->grads) cudaFreeHost(o->grads);
+    if (o->bf16) cudaFreeHost(o->bf16);
+    free(o->reg_end), free(o->up);
+    free(o);
+}
+
+float *rl_offload_grads(rl_offload *o) { return o->grads; }
+
+/* Bounded: the worker's regions end, or the step fails by name. Caller
+ * holds mu. */
+static int wait_done_locked(rl_offload *o, int regions, rl_err *e) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += (time_t)o->timeout_s;
+    int w = 0;
+    while (o->busy && o->done < regions && !o->rc && w != ETIMEDOUT) w = pthread_cond_timedwait(&o->cv, &o->mu, &dl);
+    if (o->rc) return *e = o->err, o->rc;
+    if (o->busy && o->done < regions)
+        return rl_errf(e, RL_ETIMEOUT, "train.offload: the host's AdamW not done after %.0f s", o->timeout_s);
+    return RL_OK;
+}
+
+int rl_offload_step(rl_offload *o, const rl_train_update *u, double scale, rl_err *e) {
+    int rc = rl_offload_join(o, e);
+    if (rc) return rc;
+    pthread_mutex_lock(&o->mu);
+    o->u = *u, o->u.sum = NULL, o->u.gather = NULL, o->u.dist_ctx = NULL;
+    o->scale = scale, o->done = 0, o->waited = 0, o->busy = true;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    return RL_OK;
+}
+
+int rl_offload_join(rl_offload *o, rl_err *e) {
+    pthread_mutex_lock(&o->mu);
+    int rc = wait_done_locked(o, o->nreg, e);
+    pthread_mutex_unlock(&o->mu);
+    /* the model's stream takes every region's copy, waited for or not */
+    if (!rc) rl_offload_wait(o, SIZE_MAX);
+    pthread_mutex_lock(&o->mu);
+    if (!rc && o->rc) rc = o->rc, *e = o->err;
+    pthread_mutex_unlock(&o->mu);
+    return rc;
+}
+
+void rl_offload_wait(void *ctx, size_t upto) {
+    rl_offload *o = ctx;
+    pthread_mutex_lock(&o->mu);
+    int need = 0; /* regions holding any element below upto */
+    while (need < o->nreg && (need == 0 || o->reg_end[need - 1] < upto)) need++;
+    rl_err e = {0};
+    int rc = o->waited < need ? wait_done_locked(o, need, &e) : RL_OK;
+    for (; !rc && o->waited < need && o->waited < o->done; o->waited++) {
+        cudaError_t ce = cudaStreamWaitEvent(o->model, o->up[o->waited], 0);
+        if (ce != cudaSuccess) rc = cuda_err(ce, "ordering the forward after the weights' copy", &e);
+    }
+    if (rc && !o->rc) o->rc = rc, o->err = e;
+    pthread_mutex_unlock(&o->mu);
+}
+#endif

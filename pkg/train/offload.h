@@ -1,0 +1,46 @@
+/* train.offload "optimizer" (internal to pkg/train): the host's update of a
+ * GPU whose fp32 master and AdamW moments stay in the host's memory (the
+ * device seam's params and opt; gpu.c's offload ops drive it).
+ *
+ * A step: the trainer's step_end copies the reduced gradients into
+ * rl_offload_grads, computes the norm and clipping, and hands the update
+ * over (rl_offload_step). A thread then runs AdamW region by region in the
+ * order the forward reads the weights -- the embedding, each layer, the
+ * final norm with lm_head -- rounds each region to bf16 and queues its
+ * copy to the GPU on a stream of its own, behind an event. The model's
+ * params-wait callback (rl_offload_wait, set with
+ * rl_gpu_model_set_params_wait) blocks the training thread until a
+ * region is updated and makes the model's stream wait for its copy, so
+ * the next forward starts while later layers are still being updated.
+ *
+ * Anything else that reads or writes the host state or the GPU's weights
+ * joins first (rl_offload_join: the checkpoint's take, a download, an
+ * upload, the next step's copy of the gradients). Every wait is bounded;
+ * the first failure is kept and every later call returns it. */
+#ifndef RL_TRAIN_OFFLOAD_H
+#define RL_TRAIN_OFFLOAD_H
+
+#include "device.h"
+
+typedef struct rl_offload rl_offload;
+
+/* On the training thread's current GPU: params_dev the model's bf16
+ * weights (d->n), model_stream the model's cudaStream_t. On failure *out
+ * is still to be freed. */
+int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, double timeout_s, rl_offload **out,
+                   rl_err *e);
+/* Waits for a running update; NULL is fine. */
+void rl_offload_free(rl_offload *o);
+/* Pinned host memory for the step's gradients (d->n floats). */
+float *rl_offload_grads(rl_offload *o);
+/* Hand over the step's update (joins the last one first): AdamW on the
+ * host state with every gradient times scale (clipping). */
+int rl_offload_step(rl_offload *o, const rl_train_update *u, double scale, rl_err *e);
+/* The update done and every region's copy ordered before the model's
+ * stream's next work. */
+int rl_offload_join(rl_offload *o, rl_err *e);
+/* The model's params-wait callback (ctx: the rl_offload): params [0,
+ * upto) are about to be read. Errors are kept for the next join. */
+void rl_offload_wait(void *ctx, size_t upto);
+
+#endif
