@@ -4,7 +4,6 @@
  * the pause. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "device.h"
 
@@ -59,17 +58,8 @@ static void *cpu_stream(rl_train_device *d) { return (void)d, NULL; }
 
 static int cpu_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
     (void)later, (void)e;
-    size_t held = d->shard ? d->shard->total : d->n;
-    if (params) memcpy(params, d->params, d->n * sizeof(float));
-    memcpy(m, d->opt, held * sizeof(float));
-    memcpy(v, d->opt + held, held * sizeof(float));
+    rl_train_host_take(d, params, m, v);
     return RL_OK;
-}
-
-/* take never defers, so the saver never calls this */
-static int cpu_fill(rl_train_device *d, float *params, float *m, float *v, rl_err *e) {
-    (void)d, (void)params, (void)m, (void)v;
-    return rl_errf(e, RL_EINTERNAL, "train device cpu: checkpoint fill without a staged take");
 }
 
 static int cpu_sync(rl_train_device *d, bool opt, rl_err *e) { return (void)d, (void)opt, (void)e, RL_OK; }
@@ -90,7 +80,6 @@ static const rl_train_device_ops cpu_ops = {
     .grads = cpu_grads,
     .stream = cpu_stream,
     .take = cpu_take,
-    .fill = cpu_fill,
     .download = cpu_sync,
     .upload = cpu_sync,
     .close = cpu_close,

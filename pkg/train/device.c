@@ -107,6 +107,7 @@ int rl_train_dev_fill(void *ctx, float *params, float *m, float *v, rl_err *e) {
     if (rc) return rc;
     if ((!params && !d->shard) || !m || !v)
         return rl_errf(e, RL_EINTERNAL, "train device: checkpoint fill without a snapshot buffer");
+    if (!d->ops->fill) return rl_errf(e, RL_EINTERNAL, "train device: checkpoint fill without a staged take");
     return d->ops->fill(d, params, m, v, e);
 }
 
@@ -172,6 +173,13 @@ void rl_train_host_adamw(rl_train_device *d, const rl_train_update *u, float *pa
             rl_adamw_update(params + lo, own ? own + at : grads + lo, mom + at, var + at, hi - lo, u->lr, t->beta1,
                             t->beta2, t->eps, ti.decay ? t->weight_decay : 0.0, u->t, grad_scale);
         }
+}
+
+void rl_train_host_take(const rl_train_device *d, float *params, float *m, float *v) {
+    size_t held = d->shard ? d->shard->total : d->n;
+    if (params) memcpy(params, d->params, d->n * sizeof(float));
+    memcpy(m, d->opt, held * sizeof(float));
+    memcpy(v, d->opt + held, held * sizeof(float));
 }
 
 int rl_train_host_grad_sq(rl_train_device *d, const rl_train_update *u, const float *g, double *sq, rl_err *e) {

@@ -85,7 +85,9 @@ typedef struct rl_train_device_ops {
      * NULL on a rank that saves no weights) or stages the state and sets
      * *later; fill, called
      * only after a take that set *later, completes the host snapshot on
-     * the saver's thread while training goes on. */
+     * the saver's thread while training goes on (NULL: take never defers).
+     * A device whose host state is the truth takes with
+     * rl_train_host_take. */
     int (*take)(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e);
     int (*fill)(rl_train_device *d, float *params, float *m, float *v, rl_err *e);
     /* Host state <-> the device's: the master weights (and with opt the
@@ -173,6 +175,9 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_dist *dist, rl_err
 void rl_train_host_adamw(rl_train_device *d, const rl_train_update *u, float *params, const float *grads,
                          double grad_scale, size_t from, size_t to);
 int rl_train_host_grad_sq(rl_train_device *d, const rl_train_update *u, const float *grads, double *sq, rl_err *e);
+/* The checkpoint's snapshot of the host state itself (d->params, d->opt:
+ * the moments d holds), copied in the pause. */
+void rl_train_host_take(const rl_train_device *d, float *params, float *m, float *v);
 
 /* Implementations' opens, called by rl_train_dev_open with d->cfg set:
  * fill ops, impl, n and params (host, n floats), or leave d untouched and

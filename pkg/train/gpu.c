@@ -259,16 +259,8 @@ static int offload_step_end(rl_train_device *d, const rl_train_update *u, double
 static int offload_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
     (void)later;
     int rc = rl_offload_join(ctx(d)->off, e);
-    if (rc) return rc;
-    if (params) memcpy(params, d->params, d->n * sizeof(float));
-    memcpy(m, d->opt, d->n * sizeof(float));
-    memcpy(v, d->opt + d->n, d->n * sizeof(float));
-    return RL_OK;
-}
-
-static int offload_fill(rl_train_device *d, float *params, float *m, float *v, rl_err *e) {
-    (void)d, (void)params, (void)m, (void)v;
-    return rl_errf(e, RL_EINTERNAL, "train.offload: checkpoint fill without a staged take");
+    if (!rc) rl_train_host_take(d, params, m, v);
+    return rc;
 }
 
 /* the host state is current once the update is done */
@@ -307,7 +299,6 @@ static const rl_train_device_ops offload_ops = {
     .grads = gpu_grads,
     .stream = gpu_stream,
     .take = offload_take,
-    .fill = offload_fill,
     .download = offload_download,
     .upload = offload_upload,
     .close = gpu_close,
