@@ -132,20 +132,23 @@ int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float 
 rl_k_cost rl_k_adamw_cost(size_t n_params);
 // sq[0] = this rank's sum of g^2 over its counted ranges, in double: fp32
 // block partials (RL_K_NORM_BLOCKS floats) summed as rl_k_norm sums them.
-int rl_k_norm_sq_ranges(double *sq, float *partial, const float *g, const rl_k_range *r, int nr,
+// compact: g is the shard's own gradient [held], else the flat one.
+int rl_k_norm_sq_ranges(double *sq, float *partial, const float *g, int compact, const rl_k_range *r, int nr,
                         size_t held, cudaStream_t s, rl_err *e);
 // out[0] = sqrt(sq[0]), rounded to fp32 (one thread)
 int rl_k_sqrt_d(float *out, const double *sq, cudaStream_t s, rl_err *e);
 // rl_k_adamw over the shard's ranges: the master, m and v [held] in shard
-// order, the gradients and the bf16 copy at the flat offsets
-int rl_k_adamw_ranges(float *master, bf16 *params, float *mom, float *vel, const float *grads,
+// order, the bf16 copy at the flat offsets, the gradients at either
+// (compact: the shard's own [held])
+int rl_k_adamw_ranges(float *master, bf16 *params, float *mom, float *vel, const float *grads, int compact,
                       const float *norm, const rl_param_layout *lay, int L, int D,
                       const rl_k_range *r, int nr, size_t held, const rl_k_adamw_args *a,
                       cudaStream_t s, rl_err *e);
-// The shard's elements between its compact array [held] and a flat one in
-// the model's layout: to_flat 1 compact -> flat's ranges, 0 the reverse.
-int rl_k_ranges_copy(float *compact, float *flat, const rl_k_range *r, int nr, size_t held, int to_flat,
-                     cudaStream_t s, rl_err *e);
+// The shard's elements between its compact array [held] and a flat one
+// holding the model's layout's elements [lo, hi) (0, SIZE_MAX: all of it):
+// to_flat 1 compact -> flat's ranges, 0 the reverse.
+int rl_k_ranges_copy(float *compact, float *flat, const rl_k_range *r, int nr, size_t held, size_t lo,
+                     size_t hi, int to_flat, cudaStream_t s, rl_err *e);
 int rl_k_f32_to_bf16(bf16 *dst, const float *src, size_t n, cudaStream_t s, rl_err *e);
 int rl_k_bf16_to_f32(float *dst, const bf16 *src, size_t n, cudaStream_t s, rl_err *e);
 int rl_k_init_random(float *master, const rl_param_layout *lay, int L, int D, uint64_t seed,

@@ -262,10 +262,10 @@ int rl_k_adamw(float *master, bf16 *params, float *mom, float *vel, const float 
 // and the bf16 copy: 30 bytes (over a shard too: its master is compact)
 rl_k_cost rl_k_adamw_cost(size_t n_params) { return cost(16.0 * n_params, 30.0 * n_params, 1); }
 
-int rl_k_norm_sq_ranges(double *sq, float *partial, const float *g, const rl_k_range *r, int nr,
+int rl_k_norm_sq_ranges(double *sq, float *partial, const float *g, int compact, const rl_k_range *r, int nr,
                         size_t held, cudaStream_t s, rl_err *e) {
     if (nr < 1 || held == 0) return rl_errf(e, RL_EINTERNAL, "norm over a shard of %d ranges", nr);
-    RL_LAUNCH(sumsq_ranges_kernel, RL_K_NORM_BLOCKS, 256, 0, s, partial, g, r, nr, held);
+    RL_LAUNCH(sumsq_ranges_kernel, RL_K_NORM_BLOCKS, 256, 0, s, partial, g, r, nr, held, compact);
     LAUNCH_CHECK();
     RL_LAUNCH(sum_d_kernel, 1, 1024, 0, s, sq, partial, RL_K_NORM_BLOCKS);
     LAUNCH_CHECK();
@@ -278,21 +278,28 @@ int rl_k_sqrt_d(float *out, const double *sq, cudaStream_t s, rl_err *e) {
     return RL_OK;
 }
 
-int rl_k_adamw_ranges(float *master, bf16 *params, float *mom, float *vel, const float *grads,
+int rl_k_adamw_ranges(float *master, bf16 *params, float *mom, float *vel, const float *grads, int compact,
                       const float *norm, const rl_param_layout *lay, int L, int D,
                       const rl_k_range *r, int nr, size_t held, const rl_k_adamw_args *a,
                       cudaStream_t s, rl_err *e) {
     if (nr < 1 || held == 0) return rl_errf(e, RL_EINTERNAL, "adamw over a shard of %d ranges", nr);
     RL_LAUNCH(adamw_ranges_kernel, grid_for(held, 256), 256, 0, s, master, params, mom, vel, grads,
-              norm, make_layout(lay, L, D), r, nr, held, *a);
+              compact, norm, make_layout(lay, L, D), r, nr, held, *a);
     LAUNCH_CHECK();
     return RL_OK;
 }
 
-int rl_k_ranges_copy(float *compact, float *flat, const rl_k_range *r, int nr, size_t held, int to_flat,
-                     cudaStream_t s, rl_err *e) {
+int rl_k_ranges_copy(float *compact, float *flat, const rl_k_range *r, int nr, size_t held, size_t lo,
+                     size_t hi, int to_flat, cudaStream_t s, rl_err *e) {
     if (nr < 1 || held == 0) return rl_errf(e, RL_EINTERNAL, "copy over a shard of %d ranges", nr);
-    RL_LAUNCH(ranges_copy_kernel, grid_for(held, 256), 256, 0, s, compact, flat, r, nr, held, to_flat);
+    RL_LAUNCH(ranges_copy_kernel, grid_for(held, 256), 256, 0, s, compact, flat, r, nr, held, lo, hi, to_flat);
+    LAUNCH_CHECK();
+    return RL_OK;
+}
+
+int rl_gpu_accum_f32(float *dst, const float *src, size_t n, int add, cudaStream_t s, rl_err *e) {
+    if (n == 0) return RL_OK;
+    RL_LAUNCH(accum_kernel, grid_for(n, 256), 256, 0, s, dst, src, n, add);
     LAUNCH_CHECK();
     return RL_OK;
 }

@@ -17,6 +17,31 @@ int rl_gpu_rms_blocks(int N) {
     return (N + r - 1) / r;
 }
 
+/* the vocabulary padded to a multiple of 64 rows (the lm_head GEMMs' rows aligned) */
+static int vocab_padded(const rl_model_config *c) { return (c->vocab_size + 63) / 64 * 64; }
+
+void rl_gpu_grad_region(const rl_model_config *c, int k, size_t *off, size_t *len) {
+    rl_param_layout p;
+    rl_param_layout_init(&p, c);
+    int L = c->num_hidden_layers;
+    *off = k == 0 ? p.embed : k <= L ? p.layers + (size_t)(k - 1) * p.layer_size : p.final_norm;
+    *len = k == 0 ? p.layers - p.embed : k <= L ? p.layer_size : p.total - p.final_norm;
+}
+
+int rl_gpu_grad_regions(const rl_model_config *c, size_t *cuts) {
+    size_t len;
+    for (int k = 0; cuts && k < c->num_hidden_layers + 2; k++) rl_gpu_grad_region(c, k, &cuts[k], &len);
+    return c->num_hidden_layers + 2;
+}
+
+size_t rl_gpu_grad_slot_len(const rl_model_config *c) {
+    rl_param_layout p;
+    rl_param_layout_init(&p, c);
+    size_t D = (size_t)c->hidden_size, V = (size_t)c->vocab_size, Vp = (size_t)vocab_padded(c);
+    size_t head = p.total - p.final_norm + (Vp - V) * D, most = head > p.layer_size ? head : p.layer_size;
+    return most > p.layers - p.embed ? most : p.layers - p.embed;
+}
+
 /* 256-byte alignment for every sub-buffer: the 16-byte vector paths and
  * cuBLASLt's fastest kernels want at least that, and it costs nothing. */
 static size_t carve(size_t *off, size_t bytes) {
@@ -31,7 +56,7 @@ void rl_gpu_layout_of(const rl_model_config *c, int B, int T, int recompute, int
     size_t N = (size_t)B * T, L = (size_t)c->num_hidden_layers, D = (size_t)c->hidden_size;
     size_t F = (size_t)c->intermediate_size, H = (size_t)c->num_attention_heads;
     size_t hd = (size_t)rl_model_head_dim(c), qd = H * hd, C3 = qd + 2 * (size_t)c->num_key_value_heads * hd;
-    o->Vp = (c->vocab_size + 63) / 64 * 64;
+    o->Vp = vocab_padded(c);
     /* chunks of equal size, rows a multiple of 128 (GEMM tiles) unless one
      * chunk holds the whole batch */
     size_t nch = (N * (size_t)o->Vp * BF16 + RL_CLS_CHUNK_BYTES - 1) / RL_CLS_CHUNK_BYTES;

@@ -42,6 +42,20 @@ typedef struct rl_gpu_layout {
         scratch;
 } rl_gpu_layout;
 
+/* The gradient's regions, in the order of the layout: the embedding, each
+ * decoder layer, and the head (final norm + lm_head); backward writes each
+ * whole between two of its watermarks. cuts (may be NULL) gets their
+ * starts, ascending (the next one's start, or the layout's total, ends
+ * each); the count is L + 2. With rl_gpu_options.grad_slots the model
+ * writes a region into one slot of RL_GPU_GRAD_SLOTS, each the longest
+ * region's length plus the padded vocabulary's rows (rl_gpu_grad_slot_len),
+ * instead of a whole gradient buffer. */
+#define RL_GPU_GRAD_SLOTS 2
+int rl_gpu_grad_regions(const rl_model_config *c, size_t *cuts);
+/* Region k's start and length (0 <= k < L + 2). */
+void rl_gpu_grad_region(const rl_model_config *c, int k, size_t *off, size_t *len);
+size_t rl_gpu_grad_slot_len(const rl_model_config *c);
+
 /* The layout for c (validated) at B x T tokens per forward, with
  * rl_gpu_options' recompute, attn_dq_atomic and classifier_rows. Every
  * buffer starts 256-byte aligned. */

@@ -114,7 +114,17 @@ struct rl_gpu_model {
     double *sq;
     rl_k_range *ranges;
     int nranges;
-    float *grads;           // [total + pad]
+    float *grads;           // [total + pad]; NULL with grad slots
+    // rl_gpu_options.grad_slots: the slots (one allocation, slot k at
+    // k * slot_len), the next one to use, the sink that frees them, the
+    // regions' starts (cuts[L + 2] = total) and the shard's own gradient
+    float *slots;
+    size_t slot_len;
+    unsigned slot_next;
+    rl_gpu_slot_fn sink;
+    void *sink_ctx;
+    size_t *cuts;
+    const float *shard_grad; // rl_gpu_model_set_shard_grads: the norm and AdamW read it
     unsigned char *acts;    // activations (+ the RoPE table)
     unsigned char *scratch; // backward temporaries, reductions, batch, cuBLASLt workspace
     size_t bytes;
@@ -252,6 +262,8 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     cudaFree(m->opt);
     cudaFree(m->shard_buf);
     cudaFree(m->grads);
+    cudaFree(m->slots);
+    free(m->cuts);
     cudaFree(m->acts);
     cudaFree(m->scratch);
     for (int k = 0; k < RL_IO_SLOTS; k++) {
@@ -269,6 +281,11 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     }
     free(m->prof);
     free(m);
+}
+
+// fp32 gradient elements the model allocates: the whole buffer, or the slots
+static size_t grad_elems(const rl_gpu_model *m) {
+    return m->options.grad_slots ? (size_t)m->options.grad_slots * m->slot_len : m->lay.total + m->pad;
 }
 
 // Shapes, the padded vocabulary, the classifier's chunk and the buffer
@@ -305,8 +322,11 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
     size_t P = m->lay.total;
     m->held = m->options.host_state ? 0 : m->options.held && m->options.held < P ? m->options.held : P;
     m->master_ok = m->held == P;
-    m->bytes = (P + m->pad) * (sizeof(bf16) + sizeof(float)) + 3 * m->held * sizeof(float) + m->bl.acts +
-               m->bl.scratch;
+    if (m->options.grad_slots < 0 || m->options.grad_slots > 8)
+        return rl_errf(e, RL_EINTERNAL, "gpu model: %d gradient slots", m->options.grad_slots);
+    m->slot_len = m->options.grad_slots ? rl_gpu_grad_slot_len(c) : 0;
+    m->bytes = (P + m->pad) * sizeof(bf16) + grad_elems(m) * sizeof(float) + 3 * m->held * sizeof(float) +
+               m->bl.acts + m->bl.scratch;
     return RL_OK;
 }
 
@@ -333,7 +353,7 @@ static int fits(const rl_gpu_model *m, rl_err *e) {
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
     if (m->bytes <= free_b) return RL_OK;
     size_t P = m->lay.total, Pp = P + m->pad;
-    size_t v[] = {m->bytes, Pp * sizeof(bf16), m->held * sizeof(float), Pp * sizeof(float), 2 * m->held * sizeof(float),
+    size_t v[] = {m->bytes, Pp * sizeof(bf16), m->held * sizeof(float), grad_elems(m) * sizeof(float), 2 * m->held * sizeof(float),
                   m->bl.acts + m->bl.scratch, free_b, total};
     char s[8][24];
     for (int k = 0; k < 8; k++) // GiB, or MiB below one
@@ -363,7 +383,18 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     CUDA_CHECK(cudaMalloc(&m->params, Pp * sizeof(bf16)));
     if (m->held) CUDA_CHECK(cudaMalloc(&m->master, m->held * sizeof(float)));
     if (m->held) CUDA_CHECK(cudaMalloc(&m->opt, 2 * m->held * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&m->grads, Pp * sizeof(float)));
+    if (m->options.grad_slots) {
+        int nc = rl_gpu_grad_regions(c, NULL);
+        if (!(m->cuts = (size_t *)malloc(((size_t)nc + 1) * sizeof(size_t))))
+            return rl_errf(e, RL_ENOMEM, "gpu model: host buffers");
+        rl_gpu_grad_regions(c, m->cuts);
+        m->cuts[nc] = P;
+        CUDA_CHECK(cudaMalloc(&m->slots, grad_elems(m) * sizeof(float)));
+        CUDA_CHECK(cudaMemsetAsync(m->slots, 0, grad_elems(m) * sizeof(float), m->s));
+    } else {
+        CUDA_CHECK(cudaMalloc(&m->grads, Pp * sizeof(float)));
+        CUDA_CHECK(cudaMemsetAsync(m->grads, 0, Pp * sizeof(float), m->s));
+    }
     CUDA_CHECK(cudaMalloc(&m->acts, m->bl.acts));
     CUDA_CHECK(cudaMalloc(&m->scratch, m->bl.scratch));
     place(m, m->acts, m->scratch);
@@ -387,7 +418,6 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     CUDA_CHECK(cudaMemsetAsync(m->params, 0, Pp * sizeof(bf16), m->s));
     if (m->held) CUDA_CHECK(cudaMemsetAsync(m->master, 0, m->held * sizeof(float), m->s));
     if (m->held) CUDA_CHECK(cudaMemsetAsync(m->opt, 0, 2 * m->held * sizeof(float), m->s));
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, Pp * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->scalars, 0, 4 * sizeof(float), m->s));
 
     size_t nrope = (size_t)c->max_position_embeddings * m->hd;
@@ -441,6 +471,19 @@ void rl_gpu_model_set_params_wait(rl_gpu_model *m, rl_gpu_wait_fn fn, void *ctx)
     m->params_in = fn, m->params_in_ctx = ctx;
 }
 
+void rl_gpu_model_set_grad_sink(rl_gpu_model *m, rl_gpu_slot_fn fn, void *ctx) { m->sink = fn, m->sink_ctx = ctx; }
+void rl_gpu_model_set_shard_grads(rl_gpu_model *m, const float *g) { m->shard_grad = g; }
+
+// Where backward writes the gradient region that starts at off: the flat
+// buffer, or the next slot, once the sink has made the stream wait until
+// that slot's last region is taken away.
+static float *grad_region(rl_gpu_model *m, size_t off) {
+    if (!m->slots) return m->grads + off;
+    float *s = m->slots + (size_t)(m->slot_next++ % (unsigned)m->options.grad_slots) * m->slot_len;
+    m->sink(m->sink_ctx, off, s);
+    return s;
+}
+
 static int copy_sync(rl_gpu_model *m, void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
                      rl_err *e) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, m->s));
@@ -448,17 +491,39 @@ static int copy_sync(rl_gpu_model *m, void *dst, const void *src, size_t bytes, 
     return RL_OK;
 }
 
+// With gradient slots: the host array goes up region by region through
+// slot 0, each region's bf16 copy and shard's ranges (a whole master: all
+// of it) taken from there. Between steps: the slots hold nothing then.
+static int upload_through_slot(rl_gpu_model *m, const float *host, rl_err *e) {
+    size_t P = m->lay.total;
+    for (int k = 0; k < rl_gpu_grad_regions(&m->cfg, NULL); k++) {
+        size_t off = m->cuts[k], len = m->cuts[k + 1] - off;
+        CUDA_CHECK(cudaMemcpyAsync(m->slots, host + off, len * sizeof(float), cudaMemcpyHostToDevice, m->s));
+        RL_TRY(rl_k_f32_to_bf16(m->params + off, m->slots, len, m->s, e));
+        if (m->ranges)
+            RL_TRY(rl_k_ranges_copy(m->master, m->slots, m->ranges, m->nranges, m->held, off, off + len, 0, m->s, e));
+        else if (m->held == P)
+            CUDA_CHECK(cudaMemcpyAsync(m->master + off, m->slots, len * sizeof(float), cudaMemcpyDeviceToDevice, m->s));
+    }
+    m->master_ok = m->held == P || m->ranges;
+    CUDA_CHECK(cudaStreamSynchronize(m->s));
+    return RL_OK;
+}
+
 // A compact master takes its ranges from the whole array staged in the
-// gradient buffer (the only other fp32 buffer of that size).
+// gradient buffer (the only other fp32 buffer of that size), or region by
+// region in a gradient slot.
 int rl_gpu_model_upload_params(rl_gpu_model *m, const float *host, rl_err *e) {
     size_t P = m->lay.total;
     params_wait(m, SIZE_MAX);
+    if (m->slots) return upload_through_slot(m, host, e);
     float *whole = m->held == P && !m->ranges ? m->master : m->grads;
     RL_TRY(copy_sync(m, whole, host, P * sizeof(float), cudaMemcpyHostToDevice, e));
     RL_TRY(rl_k_f32_to_bf16(m->params, whole, P, m->s, e));
     if (whole == m->grads) {
         m->fresh = 1; // the gradients are gone: the next micro-batch writes them
-        if (m->ranges) RL_TRY(rl_k_ranges_copy(m->master, m->grads, m->ranges, m->nranges, m->held, 0, m->s, e));
+        if (m->ranges)
+            RL_TRY(rl_k_ranges_copy(m->master, m->grads, m->ranges, m->nranges, m->held, 0, SIZE_MAX, 0, m->s, e));
     }
     m->master_ok = whole == m->master || m->ranges;
     CUDA_CHECK(cudaStreamSynchronize(m->s));
@@ -481,10 +546,24 @@ int rl_gpu_model_upload_params_bf16(rl_gpu_model *m, const uint16_t *host, rl_er
 int rl_gpu_model_master_whole(rl_gpu_model *m, float **whole, rl_err *e) {
     RL_TRY(master_ready(m, "the master's whole copy", e));
     if (!m->ranges) return *whole = m->master, RL_OK;
+    if (m->slots) return rl_errf(e, RL_EINTERNAL, "gpu model: a whole master with gradient slots (master_region)");
     const rl_k_cost c = {0, 8.0 * (double)m->held, 1};
-    STEP(RL_GPU_PROF_OPTIMIZER, c, rl_k_ranges_copy(m->master, m->grads, m->ranges, m->nranges, m->held, 1, m->s, e));
+    STEP(RL_GPU_PROF_OPTIMIZER, c,
+         rl_k_ranges_copy(m->master, m->grads, m->ranges, m->nranges, m->held, 0, SIZE_MAX, 1, m->s, e));
     m->fresh = 1;
     *whole = m->grads;
+    return RL_OK;
+}
+
+int rl_gpu_model_master_region(rl_gpu_model *m, size_t off, size_t len, float **buf, rl_err *e) {
+    RL_TRY(master_ready(m, "the master's region", e));
+    if (!m->slots || len > m->slot_len || off > m->lay.total || len > m->lay.total - off)
+        return rl_errf(e, RL_EINTERNAL, "gpu model: master region [%zu, +%zu) (slots of %zu)", off, len, m->slot_len);
+    if (m->ranges)
+        RL_TRY(rl_k_ranges_copy(m->master, m->slots, m->ranges, m->nranges, m->held, off, off + len, 1, m->s, e));
+    else
+        CUDA_CHECK(cudaMemcpyAsync(m->slots, m->master + off, len * sizeof(float), cudaMemcpyDeviceToDevice, m->s));
+    *buf = m->slots;
     return RL_OK;
 }
 
@@ -513,10 +592,12 @@ int rl_gpu_model_download_params_bf16(rl_gpu_model *m, float *host, rl_err *e) {
 }
 
 int rl_gpu_model_upload_grads(rl_gpu_model *m, const float *host, rl_err *e) {
+    if (!m->grads) return rl_errf(e, RL_EINTERNAL, "gpu model: no gradient buffer (gradient slots)");
     m->fresh = 0; // the gradients are these now: a next micro-batch adds to them
     return copy_sync(m, m->grads, host, m->lay.total * sizeof(float), cudaMemcpyHostToDevice, e);
 }
 int rl_gpu_model_download_grads(rl_gpu_model *m, float *host, rl_err *e) {
+    if (!m->grads) return rl_errf(e, RL_EINTERNAL, "gpu model: no gradient buffer (gradient slots)");
     return copy_sync(m, host, m->grads, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost, e);
 }
 int rl_gpu_model_upload_opt(rl_gpu_model *m, const float *host, rl_err *e) {
@@ -549,7 +630,9 @@ int rl_gpu_model_set_shard(rl_gpu_model *m, const rl_shard_range *r, int nr, int
     if (r && !(h = (rl_k_range *)malloc((size_t)nr * sizeof *h))) return rl_errf(e, RL_ENOMEM, "gpu model: shard ranges");
     for (size_t k = 0, at = 0; r && k < (size_t)nr; at += r[k].len, k++)
         h[k] = rl_k_range{r[k].off, r[k].len, at, !r[k].shared || rank == 0};
-    bool keep = m->master_ok && m->held == P && !m->ranges; // the master is whole: re-cut it
+    // the master is whole: re-cut it (with gradient slots there is no whole
+    // buffer to keep it in meanwhile: it waits for the next upload)
+    bool keep = m->master_ok && m->held == P && !m->ranges && m->grads;
     cudaError_t ce = keep ? cudaMemcpyAsync(m->grads, m->master, P * sizeof(float), cudaMemcpyDeviceToDevice, m->s)
                           : cudaSuccess;
     if (ce == cudaSuccess) ce = cudaStreamSynchronize(m->s);
@@ -572,7 +655,7 @@ int rl_gpu_model_set_shard(rl_gpu_model *m, const rl_shard_range *r, int nr, int
     free(h);
     CUDA_CHECK(ce);
     m->bytes += 3 * m->held * sizeof(float) + tab; // allocated, whatever follows
-    if (keep && r) RL_TRY(rl_k_ranges_copy(m->master, m->grads, m->ranges, nr, m->held, 0, m->s, e));
+    if (keep && r) RL_TRY(rl_k_ranges_copy(m->master, m->grads, m->ranges, nr, m->held, 0, SIZE_MAX, 0, m->s, e));
     if (keep && !r) CUDA_CHECK(cudaMemcpyAsync(m->master, m->grads, P * sizeof(float), cudaMemcpyDeviceToDevice, m->s));
     CUDA_CHECK(cudaStreamSynchronize(m->s));
     m->master_ok = keep;
@@ -583,7 +666,8 @@ int rl_gpu_model_shard_sq(rl_gpu_model *m, double **sq, rl_err *e) {
     if (!m->ranges) return rl_errf(e, RL_EINTERNAL, "gpu model: a shard's norm without a shard");
     if (m->fresh) return rl_errf(e, RL_EINTERNAL, "gpu model: gradient norm of a step with no micro-batch");
     STEP(RL_GPU_PROF_OPTIMIZER, rl_k_norm_cost(m->held),
-         rl_k_norm_sq_ranges(m->sq, m->norm_partial, m->grads, m->ranges, m->nranges, m->held, m->s, e));
+         rl_k_norm_sq_ranges(m->sq, m->norm_partial, m->shard_grad ? m->shard_grad : m->grads, !!m->shard_grad,
+                             m->ranges, m->nranges, m->held, m->s, e));
     *sq = m->sq;
     return RL_OK;
 }
@@ -741,14 +825,14 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
 // loss_scale / N * (softmax - onehot) in place, and the chunk's share of
 // d(final norm output) (bf16, into dln) and of the lm_head gradient follow
 // before the next chunk overwrites the buffer. fresh: the lm_head gradient
-// is written by the first chunk instead of added to.
-static int classifier(rl_gpu_model *m, int N, const int32_t *d_tgt, int grad, float loss_scale,
+// (dwlm, with grad) is written by the first chunk instead of added to.
+static int classifier(rl_gpu_model *m, int N, const int32_t *d_tgt, float *dwlm, float loss_scale,
                       int fresh, rl_err *e) {
+    const int grad = dwlm != NULL;
     const int D = m->D, V = m->V, Vp = m->Vp;
     cudaStream_t s = m->s;
     rl_gemm *g = &m->gemm;
     const bf16 *wlm = m->params + m->lay.lm_head;
-    float *dwlm = m->grads + m->lay.lm_head;
     for (int r0 = 0; r0 < N; r0 += m->bl.crows) {
         int nc = N - r0 < m->bl.crows ? N - r0 : m->bl.crows;
         const bf16 *x = m->lnf + (size_t)r0 * D;
@@ -773,7 +857,7 @@ int rl_gpu_model_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
     RL_TRY(begin_forward(m, tokens, targets, B, T, e));
     const int N = B * T;
     RL_TRY(layers_fwd(m, B, T, e));
-    RL_TRY(classifier(m, N, targets ? m->io + (size_t)m->B * m->T : NULL, 0, 1.0f, 0, e));
+    RL_TRY(classifier(m, N, targets ? m->io + (size_t)m->B * m->T : NULL, NULL, 1.0f, 0, e));
     m->logits_valid = N <= m->bl.crows;
     if (!targets) {
         if (loss) *loss = 0.0f;
@@ -801,8 +885,9 @@ static int zero_async(void *p, size_t bytes, cudaStream_t s, rl_err *e) {
 static rl_k_cost memset_cost(size_t bytes) { return rl_k_cost{0, (double)bytes, 1}; }
 
 // From d(final norm output) in dln back through the layers to the
-// embedding; hook as train_micro's. fresh: write the gradients (=).
-static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn hook,
+// embedding; hook as train_micro's. fresh: write the gradients (=). head:
+// the head region's gradient (the final norm's first; grad_region).
+static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, float *head, rl_grad_ready_fn hook,
                       void *hook_ctx, rl_err *e) {
     const int N = B * T, D = m->D, F = m->F;
     const size_t cap = (size_t)m->B * m->T;
@@ -814,7 +899,7 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
     const int acc = !fresh;
 
     STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D, 0),
-         rl_k_rmsnorm_bwd(m->dres, m->dres16, NULL, m->grads + p->final_norm, m->rms_partial,
+         rl_k_rmsnorm_bwd(m->dres, m->dres16, NULL, head, m->rms_partial,
                           m->dln,
                           m->res + (size_t)m->L * m->bl.s_btd, m->params + p->final_norm, m->rstdf, N,
                           D, 0, acc, s, e));
@@ -823,7 +908,7 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
     for (int l = m->L - 1; l >= 0; l--) {
         size_t wl = p->layers + (size_t)l * p->layer_size;
         const bf16 *w = m->params + wl;
-        float *gw = m->grads + wl;
+        float *gw = grad_region(m, wl);
         float *x = m->res + l * m->bl.s_btd, *xmid = m->res_mid + l * m->bl.s_btd;
         bf16 *ln1 = m->ln1 + l * m->bl.s_ln, *ln2 = m->ln2 + l * m->bl.s_ln;
         bf16 *qkv = m->qkv + l * m->bl.s_qkv, *atty = m->atty + l * m->bl.s_att;
@@ -880,11 +965,12 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, rl_grad_ready_fn
     }
     // the embedding's gradient rows are touched only for tokens in the
     // batch: the rest are cleared here on a step's first micro-batch
+    float *gemb = grad_region(m, p->embed);
     if (fresh)
         STEP(RL_GPU_PROF_OPTIMIZER, memset_cost((size_t)m->V * D * sizeof(float)),
-             zero_async(m->grads + p->embed, (size_t)m->V * D * sizeof(float), s, e));
+             zero_async(gemb, (size_t)m->V * D * sizeof(float), s, e));
     STEP(RL_GPU_PROF_ELEMWISE, rl_k_embed_bwd_cost(N, m->n_uniq, D),
-         rl_k_embed_bwd(m->grads + p->embed, m->dres, d_uniq, d_seg, d_pos, d_pos + cap,
+         rl_k_embed_bwd(gemb, m->dres, d_uniq, d_seg, d_pos, d_pos + cap,
                         N < m->V ? N : m->V, D, 1, s, e));
     if (hook) hook(hook_ctx, p->embed);
     return RL_OK;
@@ -895,11 +981,17 @@ static int micro_launches(rl_gpu_model *m, int B, int T, float loss_scale, int f
                           rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
     const int N = B * T;
     RL_TRY(layers_fwd(m, B, T, e));
-    RL_TRY(classifier(m, N, m->io + (size_t)m->B * m->T, 1, loss_scale, fresh, e));
+    // the backward pass begins (model.h's hook contract: the buffer's length
+    // first); a slot's region is written whole each time, never added to
+    if (hook) hook(hook_ctx, m->lay.total);
+    const int gfresh = fresh || m->slots;
+    float *head = grad_region(m, m->lay.final_norm);
+    RL_TRY(classifier(m, N, m->io + (size_t)m->B * m->T, head + (m->lay.lm_head - m->lay.final_norm), loss_scale,
+                      gfresh, e));
     if (hook) hook(hook_ctx, m->lay.lm_head);
     STEP(RL_GPU_PROF_CLASSIFIER, rl_k_loss_accum_cost(N),
          rl_k_loss_accum(m->scalars, m->losses, N, loss_scale, fresh, m->s, e));
-    return layers_bwd(m, B, T, fresh, hook, hook_ctx, e);
+    return layers_bwd(m, B, T, gfresh, head, hook, hook_ctx, e);
 }
 
 // Captures the variant's launches into g->exec. Nothing runs while the
@@ -954,6 +1046,8 @@ int rl_gpu_model_train_micro(rl_gpu_model *m, const int32_t *tokens, const int32
                              int T, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx,
                              rl_err *e) {
     if (!targets && !m->plan) return rl_errf(e, RL_EINTERNAL, "gpu model: training needs targets");
+    if (m->slots && (!hook || !m->sink))
+        return rl_errf(e, RL_EINTERNAL, "gpu model: gradient slots need the sink and the hook on every micro-batch");
     RL_TRY(begin_forward(m, tokens, targets, B, T, e));
     RL_TRY(micro_run(m, B, T, loss_scale, m->fresh, hook, hook_ctx, e));
     m->fresh = 0;
@@ -975,7 +1069,8 @@ int rl_gpu_model_zero_grad(rl_gpu_model *m, rl_err *e) {
 
 // ---- optimizer ----------------------------------------------------------------------------------
 int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e) {
-    if (m->ranges) return rl_errf(e, RL_EINTERNAL, "gpu model: the whole gradient norm with a shard set");
+    if (m->ranges || !m->grads)
+        return rl_errf(e, RL_EINTERNAL, "gpu model: the whole gradient norm with a shard set (or gradient slots)");
     if (m->fresh) return rl_errf(e, RL_EINTERNAL, "gpu model: gradient norm of a step with no micro-batch");
     STEP(RL_GPU_PROF_OPTIMIZER, rl_k_norm_cost(m->lay.total),
          rl_k_norm(m->scalars + 1, m->norm_partial, m->grads, m->lay.total, m->s, e));
@@ -1007,7 +1102,8 @@ int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e) {
     k.clip_max = (float)a->clip_max_norm;
     if (m->ranges)
         STEP(RL_GPU_PROF_OPTIMIZER, rl_k_adamw_cost(m->held),
-             rl_k_adamw_ranges(m->master, m->params, m->opt, m->opt + m->held, m->grads, m->scalars + 1,
+             rl_k_adamw_ranges(m->master, m->params, m->opt, m->opt + m->held,
+                               m->shard_grad ? m->shard_grad : m->grads, !!m->shard_grad, m->scalars + 1,
                                &m->lay, m->L, m->D, m->ranges, m->nranges, m->held, &k, m->s, e));
     else
         STEP(RL_GPU_PROF_OPTIMIZER, rl_k_adamw_cost(m->lay.total),

@@ -12,9 +12,10 @@
  *   - gradients: fp32, same layout (plus zero rows for the padded
  *     vocabulary). Weight-gradient GEMMs write a step's first micro-batch
  *     into them (beta = 0) and accumulate the rest (beta = 1), so gradient
- *     accumulation over micro-batches
- *     and the all-reduce see fp32 values (default; see DESIGN notes in
- *     gpu_model.cu for why not bf16);
+ *     accumulation over micro-batches and the all-reduce see fp32 values
+ *     (default; see DESIGN notes in gpu_model.cu for why not bf16). Or
+ *     every micro-batch writes them region by region into a few slots
+ *     that a reduce-scatter empties (rl_gpu_options.grad_slots: ZeRO-2);
  *   - AdamW moments m and v: fp32, one allocation (m then v);
  *   - activations: bf16 for everything a GEMM or the attention reads, fp32
  *     for the residual stream and the per-row statistics (RMSNorm's 1/rms,
@@ -92,6 +93,21 @@ typedef struct rl_gpu_options {
      * the state's copies refuse, upload_params sets the bf16 copy only and
      * upload_params_bf16 takes the weights the host's AdamW made. */
     int host_state;
+    /* Gradients in slots instead of one whole buffer (dist.shard
+     * "gradients" on a GPU: ZeRO-2's memory). 0 (default): an fp32 buffer
+     * [total]. RL_GPU_GRAD_SLOTS (gpu_layout.h): that many slots of the
+     * longest region's length; every micro-batch's backward writes each
+     * region (the embedding, a decoder layer, the head) fresh into the next
+     * slot, after the gradient sink (rl_gpu_model_set_grad_sink) has made
+     * the stream wait until the slot's last region was taken away (reduced
+     * into the shard's own gradient). The step's gradients then never exist
+     * whole: the norm and AdamW read the shard's gradient
+     * (rl_gpu_model_set_shard_grads), grads() is NULL, the gradient copies
+     * and the whole norm refuse, upload_params goes region by region
+     * through a slot and the master comes out by regions
+     * (rl_gpu_model_master_region). A micro-batch without the sink and the
+     * hook is refused (its gradients would be lost). */
+    int grad_slots;
 } rl_gpu_options;
 
 #define RL_GPU_ATTN_OWN 0
@@ -234,6 +250,23 @@ int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e);
  * another stream's event). */
 typedef void (*rl_gpu_wait_fn)(void *ctx, size_t upto);
 void rl_gpu_model_set_params_wait(rl_gpu_model *m, rl_gpu_wait_fn fn, void *ctx);
+/* With grad_slots: fn(ctx, off, slot) is called on the host before the
+ * backward writes the gradient region that starts at off into slot (slot[0]
+ * is element off; the region is the one of gpu_layout.h's cuts starting
+ * there): the callee makes the model's stream wait until slot's last
+ * region has been consumed, and reads this one there once the hook
+ * reports off. */
+typedef void (*rl_gpu_slot_fn)(void *ctx, size_t off, float *slot);
+void rl_gpu_model_set_grad_sink(rl_gpu_model *m, rl_gpu_slot_fn fn, void *ctx);
+/* With a shard: g (device memory, held floats in the shard's order, NULL:
+ * none) is where the step's reduced gradient of the shard is, for the
+ * norm and AdamW, instead of the gradient buffer's ranges. */
+void rl_gpu_model_set_shard_grads(rl_gpu_model *m, const float *g);
+/* With grad_slots, between steps: *buf = the fp32 master's elements [off,
+ * off + len) (one gradient region) in a slot, queued on the stream: the
+ * shard's ranges written from the compact master, the rest left for the
+ * caller to gather from the other ranks. */
+int rl_gpu_model_master_region(rl_gpu_model *m, size_t off, size_t len, float **buf, rl_err *e);
 /* Keep the optimizer's state of r[0..nr) only (NULL: of every element), as
  * rank `rank` (a range marked shared is counted in the norm by rank 0
  * alone). The moments start again from zero: before a step or an
@@ -252,6 +285,9 @@ int rl_gpu_model_sync(rl_gpu_model *m, rl_err *e);
  * (round to nearest even) and back (exact). dst/src are device memory. */
 int rl_gpu_cast_f32_to_bf16(void *dst, const float *src, size_t n, cudaStream_t s, rl_err *e);
 int rl_gpu_cast_bf16_to_f32(float *dst, const void *src, size_t n, cudaStream_t s, rl_err *e);
+/* dst = src (add 0) or dst += src (add 1), n fp32 device values, on s: a
+ * reduced block into the shard's own gradient (DDP's "gradients" mode). */
+int rl_gpu_accum_f32(float *dst, const float *src, size_t n, int add, cudaStream_t s, rl_err *e);
 
 /* ---- profile (tuning): device time per kind of kernel ------------------------
  * While on, every launch the model makes is bracketed by two CUDA events

@@ -500,9 +500,10 @@ static __device__ __forceinline__ int range_walk(const rl_k_range *r, int k, siz
 
 // sumsq_kernel over the shard's elements of the ranges this rank counts:
 // block b owns shard elements [b c, (b+1) c), c = ceil(held / blocks); the
-// order depends on the range list alone.
+// order depends on the range list alone. compact: g is the shard's own
+// gradient (at j), else the flat one (at the range's offset).
 static __global__ void __launch_bounds__(256)
-    sumsq_ranges_kernel(float *partial, const float *g, const rl_k_range *r, int nr, size_t held) {
+    sumsq_ranges_kernel(float *partial, const float *g, const rl_k_range *r, int nr, size_t held, int compact) {
     size_t chunk = (held + gridDim.x - 1) / gridDim.x;
     size_t lo = (size_t)blockIdx.x * chunk, hi = lo + chunk < held ? lo + chunk : held;
     float acc = 0.0f;
@@ -510,7 +511,7 @@ static __global__ void __launch_bounds__(256)
     for (int k = j < hi ? range_find(r, nr, j) : 0; j < hi; j += blockDim.x) {
         k = range_walk(r, k, j);
         if (r[k].norm) {
-            float x = g[r[k].off + (j - r[k].at)];
+            float x = g[compact ? j : r[k].off + (j - r[k].at)];
             acc += x * x;
         }
     }
@@ -527,25 +528,34 @@ static __global__ void sqrt_d_kernel(float *out, const double *sq) {
     if (threadIdx.x == 0 && blockIdx.x == 0) out[0] = (float)sqrt(sq[0]);
 }
 
-// compact[j] <-> flat[r[k].off + j - r[k].at] over the shard's elements:
+// compact[j] <-> flat[i - lo], i = r[k].off + j - r[k].at, over the shard's
+// elements with lo <= i < hi (flat holds the layout's window [lo, hi)):
 // to_flat 1 writes the flat array's ranges from the compact one, 0 the
 // other way
 static __global__ void ranges_copy_kernel(float *compact, float *flat, const rl_k_range *r, int nr,
-                                          size_t held, int to_flat) {
+                                          size_t held, size_t lo, size_t hi, int to_flat) {
     size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     for (int k = j < held ? range_find(r, nr, j) : 0; j < held; j += stride) {
         k = range_walk(r, k, j);
         size_t i = r[k].off + (j - r[k].at);
-        if (to_flat) flat[i] = compact[j];
-        else compact[j] = flat[i];
+        if (i < lo || i >= hi) continue;
+        if (to_flat) flat[i - lo] = compact[j];
+        else compact[j] = flat[i - lo];
     }
 }
 
-// adamw_kernel over the shard: master and moments at j (compact), gradient and
-// the bf16 copy at the flat offset.
+// dst = src (add 0) or dst += src (add 1): a reduced block into a shard's gradient
+static __global__ void accum_kernel(float *dst, const float *src, size_t n, int add) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = add ? dst[i] + src[i] : src[i];
+}
+
+// adamw_kernel over the shard: master and moments at j (compact), the bf16
+// copy at the flat offset, the gradient at j (compact: the shard's own) or
+// at the flat offset.
 static __global__ void adamw_ranges_kernel(float *master, bf16 *params, float *mom, float *vel,
-                                           const float *grads, const float *norm, adamw_layout lay,
-                                           const rl_k_range *r, int nr, size_t held,
+                                           const float *grads, int compact, const float *norm,
+                                           adamw_layout lay, const rl_k_range *r, int nr, size_t held,
                                            rl_k_adamw_args a) {
     if (!isfinite(norm[0])) return; // as adamw_kernel
     float gs = adamw_grad_scale(norm[0], a);
@@ -554,7 +564,7 @@ static __global__ void adamw_ranges_kernel(float *master, bf16 *params, float *m
         k = range_walk(r, k, j);
         size_t i = r[k].off + (j - r[k].at);
         float p = master[j], m = mom[j], v = vel[j];
-        adamw_elem(&p, &m, &v, grads[i] * gs, is_norm_at(lay, i), a);
+        adamw_elem(&p, &m, &v, grads[compact ? j : i] * gs, is_norm_at(lay, i), a);
         mom[j] = m, vel[j] = v, master[j] = p;
         params[i] = __float2bfloat16_rn(p);
     }

@@ -22,6 +22,9 @@
  * TB/s; RL_PEAK_TFLOPS / RL_PEAK_TBPS override), each launch costing the
  * larger of its FLOPs and its bytes at those rates. memory_bound_bytes is
  * what the kernels that are neither GEMMs nor attention move.
+ * per_gpu_bytes_world8: the accounting's bytes per GPU at world 8 in each
+ * dist.shard mode (pkg/train/memory.h: the plan's device bytes for that
+ * mode's model, plus DDP's shard gradient with "gradients").
  *
  * A step is what the baseline's step is: forward with the loss, backward,
  * global gradient norm and clipping at 1.0, fused AdamW (lr 3e-4, betas
@@ -64,6 +67,7 @@
 #include "util/util.h"
 #include "comm/comm.h"
 #include "ddp/ddp.h"
+#include "train/memory.h"
 
 static double env_or(const char *name, double dflt) {
     const char *v = getenv(name);
@@ -204,6 +208,18 @@ static int print_plan(const char *config, const rl_model_config *c, int B, int T
     for (int k = 0; k < RL_GPU_PROF_N; k++)
         printf(",\"%s\":{\"flops\":%.6g,\"bytes\":%.6g,\"launches\":%d,\"roofline_ms\":%.3f}",
                rl_gpu_prof_name(k), p.flops[k], p.bytes[k], p.launches[k], p.roof_s[k] * 1e3);
+    /* per dist.shard mode at 8 GPUs, the trainer's own sizing of this model */
+    rl_job_config j;
+    rl_job_config_default(&j);
+    j.model = *c, j.train.micro_batch = B, j.train.seq_len = T, j.train.recompute = opt->recompute;
+    snprintf(j.train.device, sizeof j.train.device, "cuda");
+    const char *modes[3] = {"none", "optimizer", "gradients"};
+    for (int k = 0; k < 3; k++) {
+        rl_train_memory mem;
+        snprintf(j.dist.shard, sizeof j.dist.shard, "%s", modes[k]);
+        if (rl_train_memory_of(&j, 8, 0, &mem, &e)) mem.total = 0;
+        printf("%s\"%s\":%zu%s", k ? "," : ",\"per_gpu_bytes_world8\":{", modes[k], mem.total, k == 2 ? "}" : "");
+    }
     printf("}\n");
     return 0;
 }

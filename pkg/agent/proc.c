@@ -156,6 +156,7 @@ static int round_up(const rl_proc_opts *o, const rl_job_config *settled, const r
         .shard = rl_shard_mode_of(cfg->dist.shard),
         .stretch = rl_train_stretch(&cfg->model),
     };
+    dopt.regions = rl_trainer_grad_regions(*tr, &dopt.nregions);
     if ((rc = rl_ddp_create(p->comm, rl_trainer_grads(*tr), rl_trainer_nparams(*tr), &dopt, &p->ddp, e))) return rc;
     rl_ddp_attach(p->ddp, dist);
     /* identical replicas come with the resume in rl_trainer_run: the most

@@ -68,6 +68,15 @@ struct rl_ddp {
     size_t pend;     /* elements of buckets handed over and not yet cleared */
     int passes;      /* backward passes this step (a begin call each) */
     size_t peak, last_peak; /* resident bytes of grads, this step's and the last's */
+    /* slots (grads NULL; ddp.h): where bucket b's gradients are this pass,
+     * the job number that reduces it (done once done_jobs reaches it), and
+     * per slot the bucket that used it last (-1: none); acc and acc_at as
+     * scatter's, on the device */
+    bool slotted;
+    float **slot_of;
+    uint64_t *bucket_seq;
+    float *slot_buf[8];
+    int slot_last[8], nslots;
 
     pthread_t thread;
     bool thread_started;
@@ -114,6 +123,8 @@ static int dev_create(rl_ddp *d, size_t most, rl_err *e) {
     for (int b = 0; b < d->nb; b++)
         if ((ce = cudaEventCreateWithFlags((cudaEvent_t *)&d->ev_gath[b], cudaEventDisableTiming)) != cudaSuccess)
             return cuda_fail(ce, "cudaEventCreate", e);
+    if (d->slotted && (ce = cudaMalloc((void **)&d->acc, (d->shard.total ? d->shard.total : 1) * sizeof(float))) != cudaSuccess)
+        return cuda_fail(ce, "cudaMalloc (the shard's gradient)", e);
     return RL_OK;
 }
 static void dev_destroy(rl_ddp *d) {
@@ -125,21 +136,32 @@ static void dev_destroy(rl_ddp *d) {
     for (int b = 0; d->ev_gath && b < d->nb; b++)
         if (d->ev_gath[b]) cudaEventDestroy((cudaEvent_t)d->ev_gath[b]);
     if (d->half) cudaFree(d->half);
+    if (d->slotted && d->acc) cudaFree(d->acc);
     d->half = NULL;
+    if (d->slotted) d->acc = NULL;
 }
 /* training thread: bucket b's gradients are the kernels queued so far */
 static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) {
     cudaError_t ce = cudaEventRecord((cudaEvent_t)d->ev_ready[b], (cudaStream_t)d->gs);
     return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "cudaEventRecord (bucket ready)", e);
 }
+/* comm thread, slots: bucket b's reduced block and tail into acc (= on the
+ * step's first pass, += after), on the communicator's stream */
+static int dev_keep(rl_ddp *d, int b, bool first, const float *g, rl_err *e) {
+    cudaStream_t cs = (cudaStream_t)rl_comm_stream(d->comm);
+    size_t w = (size_t)rl_comm_world(d->comm), r = (size_t)rl_comm_rank(d->comm), blk = d->blen[b] / w;
+    float *a = d->acc + d->acc_at[b];
+    int rc = rl_gpu_accum_f32(a, g + r * blk, blk, !first, cs, e);
+    return rc ? rc : rl_gpu_accum_f32(a + blk, g + w * blk, d->blen[b] % w, !first, cs, e);
+}
 /* comm thread: the allreduce of bucket b, queued behind its readiness */
-static int dev_bucket(rl_ddp *d, int b, rl_err *e) {
+static int dev_bucket(rl_ddp *d, int b, bool first, rl_err *e) {
     cudaStream_t cs = (cudaStream_t)rl_comm_stream(d->comm);
     cudaError_t ce = cudaSetDevice(d->device);
     if (ce == cudaSuccess) ce = cudaStreamWaitEvent(cs, (cudaEvent_t)d->ev_ready[b], 0);
     if (ce == cudaSuccess) ce = cudaEventRecord((cudaEvent_t)d->ev_start[b], cs);
     if (ce != cudaSuccess) return cuda_fail(ce, "ordering a bucket after its gradients", e);
-    float *g = d->grads + d->boff[b];
+    float *g = d->slotted ? d->slot_of[b] : d->grads + d->boff[b];
     size_t n = d->blen[b];
     int rc;
     if (!d->bf16) {
@@ -149,6 +171,7 @@ static int dev_bucket(rl_ddp *d, int b, rl_err *e) {
         if (!rc) rc = reduce(d, d->half, n, RL_BF16, e);
         if (!rc) rc = rl_gpu_cast_bf16_to_f32(g, d->half, n, cs, e);
     }
+    if (!rc && d->slotted) rc = dev_keep(d, b, first, g, e);
     if (!rc && (ce = cudaEventRecord((cudaEvent_t)d->ev_done[b], cs)) != cudaSuccess)
         rc = cuda_fail(ce, "cudaEventRecord (bucket done)", e);
     return rc;
@@ -173,6 +196,12 @@ static int dev_gathered(rl_ddp *d, int b, rl_err *e) {
     cudaError_t ce = cudaEventRecord((cudaEvent_t)d->ev_gath[b], (cudaStream_t)rl_comm_stream(d->comm));
     return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "cudaEventRecord (bucket gathered)", e);
 }
+/* training thread, slots: the backward's stream waits for bucket b's
+ * reduction (queued by now: rl_ddp_grad_slot waited for the comm thread) */
+static int dev_after(rl_ddp *d, int b, rl_err *e) {
+    cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)d->gs, (cudaEvent_t)d->ev_done[b], 0);
+    return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "ordering a gradient slot after its last reduction", e);
+}
 /* training thread: the backward's stream waits for the open gather's
  * buckets below upto (elements) */
 static int dev_gath_wait(rl_ddp *d, size_t upto, rl_err *e) {
@@ -190,7 +219,8 @@ static int no_cuda(rl_err *e) { return rl_errf(e, RL_EINTERNAL, "ddp: device gra
 static int dev_create(rl_ddp *d, size_t most, rl_err *e) { return (void)d, (void)most, no_cuda(e); }
 static void dev_destroy(rl_ddp *d) { (void)d; }
 static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
-static int dev_bucket(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
+static int dev_bucket(rl_ddp *d, int b, bool first, rl_err *e) { return (void)d, (void)b, (void)first, no_cuda(e); }
+static int dev_after(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
 static int dev_join(rl_ddp *d, rl_err *e) { return (void)d, no_cuda(e); }
 static int dev_fence(rl_ddp *d, bool into, rl_err *e) { return (void)d, (void)into, no_cuda(e); }
 static int dev_gathered(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
@@ -251,7 +281,7 @@ static void *comm_thread(void *arg) {
             case JOB_BUCKET:
                 d->ev[j.bucket].t_start = t0;
                 rl_comm_tag_next(d->comm, j.bucket); /* the flight recorder names the bucket */
-                rc = d->gs ? dev_bucket(d, j.bucket, &e) : host_bucket(d, j.bucket, &e);
+                rc = d->gs ? dev_bucket(d, j.bucket, j.first, &e) : host_bucket(d, j.bucket, &e);
                 if (!rc && d->scatter && !(rc = rl_comm_wait(d->comm, &e))) scatter_keep(d, j.bucket, j.first);
                 d->ev[j.bucket].t_done = rl_now();
                 break;
@@ -292,6 +322,7 @@ static void submit(rl_ddp *d, job j) {
         d->qhead++;
         d->sent_jobs++;
         if (j.kind == JOB_BUCKET && d->scatter) d->pend += j.count;
+        if (j.kind == JOB_BUCKET && d->slotted) d->bucket_seq[j.bucket] = d->sent_jobs;
     } else if (!d->rc) {
         d->rc = rl_errf(&d->err, RL_EINTERNAL, "ddp: job queue overflow");
     }
@@ -299,17 +330,18 @@ static void submit(rl_ddp *d, job j) {
     pthread_mutex_unlock(&d->mu);
 }
 
-/* Wait (bounded) until every submitted job is done if jobs, and at most
- * `most` elements of scattered buckets are not yet cleared; then report
- * the first error. */
-static int await(rl_ddp *d, bool jobs, size_t most, rl_err *e) {
+/* Wait (bounded) until the first `jobs` submitted jobs are done (UINT64_MAX:
+ * every one submitted), and at most `most` elements of scattered buckets
+ * are not yet cleared; then report the first error. */
+static int await(rl_ddp *d, uint64_t jobs, size_t most, rl_err *e) {
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += (time_t)d->o.timeout_s;
     pthread_mutex_lock(&d->mu);
     int w = 0;
     bool late;
-    while ((late = (jobs && d->done_jobs < d->sent_jobs) || d->pend > most) && w != ETIMEDOUT)
+    uint64_t upto = jobs < d->sent_jobs ? jobs : d->sent_jobs;
+    while ((late = d->done_jobs < upto || d->pend > most) && w != ETIMEDOUT)
         w = pthread_cond_timedwait(&d->cv, &d->mu, &dl);
     int rc = d->rc;
     if (rc && e) *e = d->err;
@@ -320,7 +352,7 @@ static int await(rl_ddp *d, bool jobs, size_t most, rl_err *e) {
     }
     return rc;
 }
-static int drain(rl_ddp *d, rl_err *e) { return await(d, true, SIZE_MAX, e); }
+static int drain(rl_ddp *d, rl_err *e) { return await(d, UINT64_MAX, SIZE_MAX, e); }
 
 /* The hook cannot return an error: the step's finish reports the first. */
 static void keep_error(rl_ddp *d, int rc, const rl_err *me) {
@@ -345,20 +377,40 @@ static int scatter_create(rl_ddp *d, rl_err *e) {
     return RL_OK;
 }
 
+/* The buckets given as regions (opts.regions): checked, counted in plan
+ * (its count and largest; the rest stays zero) */
+static int region_plan(const rl_ddp_opts *o, size_t n, rl_train_bucket_plan *plan, rl_err *e) {
+    *plan = (rl_train_bucket_plan){.n = n, .count = (size_t)o->nregions};
+    for (int k = 0; k < o->nregions; k++) {
+        size_t end = k + 1 < o->nregions ? o->regions[k + 1] : n;
+        if ((k == 0 && o->regions[0] != 0) || o->regions[k] >= end)
+            return rl_errf(e, RL_EINTERNAL, "ddp: region %d starts at %zu, the next at %zu (of %zu)", k,
+                           o->regions[k], end, n);
+        if (end - o->regions[k] > plan->largest) plan->largest = end - o->regions[k];
+    }
+    return RL_OK;
+}
+
 int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, rl_ddp **out,
                   rl_err *e) {
     rl_ddp *d = calloc(1, sizeof *d);
     if (!d) return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
     d->comm = comm, d->grads = grads, d->n = n;
     d->o.timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 300;
+    bool regions = o && o->regions && o->nregions > 0;
     rl_train_bucket_plan plan;
-    int rc = rl_train_bucket_plan_of(n, o ? o->first_bucket_bytes : 0, o ? o->bucket_bytes : 0,
-                                     o ? o->min_buckets : 0, &plan, e);
+    int rc = regions ? region_plan(o, n, &plan, e)
+                     : rl_train_bucket_plan_of(n, o ? o->first_bucket_bytes : 0, o ? o->bucket_bytes : 0,
+                                               o ? o->min_buckets : 0, &plan, e);
+    if (!rc && !grads && (!regions || !o->grad_stream || o->shard != RL_SHARD_GRADIENTS))
+        rc = rl_errf(e, RL_EINTERNAL, "ddp: gradients in slots (no buffer) need their regions, a device stream "
+                     "and dist.shard \"gradients\"");
     if (rc || plan.count > (size_t)INT_MAX / 2) {
         free(d);
         return rc ? rc : rl_errf(e, RL_EINPUT, "ddp: %zu buckets are too many", plan.count);
     }
     int nb = d->nb = (int)plan.count;
+    d->slotted = !grads;
     d->boff = calloc((size_t)nb + 1, sizeof(size_t));
     d->blen = calloc((size_t)nb + 1, sizeof(size_t));
     d->ev = calloc((size_t)nb + 1, sizeof(rl_ddp_event));
@@ -375,10 +427,20 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
         rl_ddp_destroy(d);
         return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
     }
+    if (d->slotted) {
+        d->slot_of = calloc((size_t)nb, sizeof *d->slot_of);
+        d->bucket_seq = calloc((size_t)nb, sizeof *d->bucket_seq);
+        d->acc_at = calloc((size_t)nb, sizeof *d->acc_at);
+        for (int k = 0; k < 8; k++) d->slot_last[k] = -1;
+        if (!d->slot_of || !d->bucket_seq || !d->acc_at) {
+            rl_ddp_destroy(d);
+            return rl_errf(e, RL_ENOMEM, "ddp: out of memory");
+        }
+    }
     /* from the end of the buffer */
     size_t left = n;
     for (int b = 0; b < nb; b++) {
-        size_t len = rl_train_bucket_len(&plan, (size_t)b);
+        size_t len = regions ? left - o->regions[nb - 1 - b] : rl_train_bucket_len(&plan, (size_t)b);
         left -= len;
         d->boff[b] = left, d->blen[b] = len;
         d->ev[b].off = left, d->ev[b].len = len;
@@ -399,10 +461,15 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
         d->shard.n = rl_ddp_shard_plan(d->boff, d->blen, nb, rl_comm_world(comm), rl_comm_rank(comm), d->sr);
         for (int k = 0; k < d->shard.n; k++) d->shard.total += d->sr[k].len;
     }
+    if (d->slotted) { /* the shard's gradient: each bucket's block then tail, from the buffer's start */
+        size_t w = (size_t)rl_comm_world(comm), at = 0;
+        for (int b = nb - 1; b >= 0; b--) d->acc_at[b] = at, at += d->blen[b] / w + d->blen[b] % w;
+    }
     size_t widest = plan.largest;
     d->scatter = d->o.shard == RL_SHARD_GRADIENTS && !d->gs && nb > 0;
     d->window = rl_train_scatter_window(o ? o->stretch : 0, &plan);
     rc = d->gs ? dev_create(d, widest, e) : d->scatter ? scatter_create(d, e) : RL_OK;
+    if (!rc && d->slotted) d->shard.grad = d->acc;
     if (!rc && d->bf16 && !d->gs && !(d->half = malloc(widest * sizeof(uint16_t))))
         rc = rl_errf(e, RL_ENOMEM, "ddp: out of memory for the bf16 bucket");
     if (rc) {
@@ -439,7 +506,7 @@ int rl_ddp_broadcast_bytes(void *ctx, int root, void *buf, size_t bytes, rl_err 
  * scatter, the last pass's buckets must be cleared before it writes. */
 static void begin_pass(rl_ddp *d) {
     rl_err me = {0};
-    int rc = d->scatter ? await(d, false, 0, &me) : RL_OK;
+    int rc = d->scatter ? await(d, 0, 0, &me) : RL_OK;
     if (rc) keep_error(d, rc, &me);
     d->next_launch = 0;
     d->passes++;
@@ -464,11 +531,32 @@ void rl_ddp_grad_ready(void *ctx, size_t off) {
         int rc = d->gs ? gath_close(d, &me) : RL_OK;
         if (!rc && d->gs) rc = dev_mark_ready(d, b, &me);
         if (rc) keep_error(d, rc, &me);
-        submit(d, (job){.kind = JOB_BUCKET, .buf = d->grads + d->boff[b], .count = d->blen[b], .bucket = b,
+        submit(d, (job){.kind = JOB_BUCKET, .buf = d->slotted ? NULL : d->grads + d->boff[b], .count = d->blen[b], .bucket = b,
                         .dev = d->gs != NULL, .first = d->passes <= 1});
     }
     /* scatter: no more than the window unreduced while backward goes on */
-    int rc = d->scatter ? await(d, false, d->window, &me) : RL_OK;
+    int rc = d->scatter ? await(d, 0, d->window, &me) : RL_OK;
+    if (rc) keep_error(d, rc, &me);
+}
+
+/* The slot's last bucket must be reduced before backward writes it again:
+ * once the comm thread has queued that reduction (a short host wait: it
+ * only queues), the stream waits for its event on the GPU. */
+void rl_ddp_grad_slot(void *ctx, size_t off, float *slot) {
+    rl_ddp *d = ctx;
+    rl_err me = {0};
+    int b = 0, k = 0, rc = RL_OK;
+    while (b < d->nb && d->boff[b] != off) b++;
+    while (k < d->nslots && d->slot_buf[k] != slot) k++;
+    if (b == d->nb || !d->slotted)
+        rc = rl_errf(&me, RL_EINTERNAL, "ddp: a gradient slot for offset %zu, where no region starts", off);
+    else if (k == 8)
+        rc = rl_errf(&me, RL_EINTERNAL, "ddp: more than 8 gradient slots");
+    if (!rc && k == d->nslots) d->slot_buf[d->nslots++] = slot;
+    int prev = rc ? -1 : d->slot_last[k];
+    if (prev >= 0) rc = await(d, d->bucket_seq[prev], SIZE_MAX, &me);
+    if (!rc && prev >= 0) rc = dev_after(d, prev, &me);
+    if (!rc) d->slot_last[k] = b, d->slot_of[b] = slot;
     if (rc) keep_error(d, rc, &me);
 }
 
@@ -523,7 +611,9 @@ void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist) {
     dist->sum = sharded ? rl_ddp_sum : NULL;
     dist->gather = sharded ? rl_ddp_gather : NULL;
     dist->gathered = sharded && d->gs ? rl_ddp_gathered : NULL;
-    dist->reduce_each_micro = d->scatter;
+    dist->reduce_each_micro = d->scatter || d->slotted;
+    dist->grad_slot = d->slotted ? rl_ddp_grad_slot : NULL;
+    dist->gather_region = sharded ? rl_ddp_gather_region : NULL;
     dist->grad_resident = d->gs ? NULL : rl_ddp_grad_resident;
 }
 
@@ -578,6 +668,24 @@ int rl_ddp_gather(void *ctx, void *params, bool bf16, rl_err *e) {
     if ((rc = drain(d, e))) return rc; /* every event recorded: waiting on them is safe */
     d->gath_next = d->nb - 1;
     return RL_OK;
+}
+
+int rl_ddp_gather_region(void *ctx, void *buf, size_t off, size_t len, bool bf16, rl_err *e) {
+    rl_ddp *d = ctx;
+    size_t es = bf16 ? 2 : 4;
+    for (int b = 0; b < d->nb; b++) {
+        size_t lo = d->boff[b], hi = lo + d->blen[b];
+        if (hi > off && lo < off + len && (lo < off || hi > off + len))
+            return rl_errf(e, RL_EINTERNAL, "ddp: bucket [%zu, %zu) crosses the gathered window [%zu, +%zu)", lo, hi,
+                           off, len);
+    }
+    int rc = sharded_begin(d, e);
+    if (rc) return rc;
+    for (int b = d->nb - 1; b >= 0; b--)
+        if (d->boff[b] >= off && d->boff[b] < off + len)
+            submit(d, (job){.kind = JOB_GATHER, .buf = (char *)buf + (d->boff[b] - off) * es, .count = d->blen[b],
+                            .bucket = b, .dt = bf16 ? RL_BF16 : RL_F32, .dev = d->gs != NULL});
+    return sharded_end(d, e);
 }
 
 void rl_ddp_gathered(void *ctx, size_t upto) {
@@ -644,7 +752,9 @@ void rl_ddp_destroy(rl_ddp *d) {
     free(d->blen);
     free(d->ev);
     free(d->sr);
-    free(d->acc);
+    if (!d->slotted) free(d->acc);
     free(d->acc_at);
+    free(d->slot_of);
+    free(d->bucket_seq);
     free(d);
 }

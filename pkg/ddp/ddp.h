@@ -46,6 +46,17 @@
  * announce each pass (model.h: the hook with the buffer's length first):
  * the pass waits there for the last pass's buckets to be cleared.
  *
+ * Slots ("gradients" with a GPU model's rl_gpu_options.grad_slots; created
+ * with grads NULL and opts.regions). The flat buffer does not exist: the
+ * model writes each region of every micro-step fresh into one of a few
+ * slots and first calls rl_ddp_grad_slot, which makes its stream wait
+ * (an event, no host wait but for the comm thread to have queued it) until
+ * the slot's last region is reduce-scattered and added into the shard's
+ * own gradient (shard.grad, device memory: = on the step's first pass, +=
+ * after), all on the communicator's stream. So a rank holds its shard's
+ * gradient and the slots, and every micro-step is reduced, as on the host.
+ * The master comes back whole region by region (rl_ddp_gather_region).
+ *
  * Only the last micro-step of gradient accumulation passes the hook to
  * backward (no_sync on the others) -- the trainer does that. All comm ops,
  * including metric averages and the initial broadcast, run on the
@@ -91,6 +102,14 @@ typedef struct rl_ddp_opts {
      * not yet cleared is rl_train_scatter_window of it and the buckets
      * (0: two of the largest bucket) */
     size_t stretch;
+    /* Buckets cut at these element offsets instead of by size (ascending,
+     * the first 0; each bucket ends where the next starts, the last at n):
+     * a GPU model's gradient regions (kernels/gpu_layout.h). Required when
+     * the gradients come in slots (grads NULL: "gradients" on a device,
+     * ZeRO-2's memory; see "Slots" above), where a bucket must be a region
+     * whole. NULL: cut by size. */
+    const size_t *regions;
+    int nregions;
 } rl_ddp_opts;
 
 /* One bucket's life in the last step (for the overlap test and logs). */
@@ -127,6 +146,14 @@ const rl_train_shard *rl_ddp_shard(const rl_ddp *d);
  * the buckets still arriving, in the order a forward reads them. */
 int rl_ddp_sum(void *ctx, double *v, int n, rl_err *e);
 int rl_ddp_gather(void *ctx, void *params, bool bf16, rl_err *e);
+/* The same for the buckets inside elements [off, off + len) only (a
+ * bucket across either end is refused), buf holding that window; returns
+ * with all of it in (on a device: the stream waits for it). */
+int rl_ddp_gather_region(void *ctx, void *buf, size_t off, size_t len, bool bf16, rl_err *e);
+/* Slots: backward is about to write the bucket that starts at off into
+ * slot (rl_gpu_slot_fn): its stream waits until the slot's last bucket is
+ * reduced and kept. */
+void rl_ddp_grad_slot(void *ctx, size_t off, float *slot);
 /* After a device gather: the backward's stream waits for the buckets that
  * hold the elements below upto (SIZE_MAX: all). A reader of the gathered
  * buffer calls it first (the GPU model before each layer it reads); the

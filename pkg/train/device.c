@@ -131,6 +131,8 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_dist *dist, rl_err
     d->opt = opt, d->ranges = r, d->rank = shard ? dist->rank : 0;
     d->gather = shard ? dist->gather : NULL, d->gather_ctx = shard ? dist->ctx : NULL;
     d->gathered = shard ? dist->gathered : NULL;
+    d->gather_region = shard ? dist->gather_region : NULL;
+    d->grad_slot = shard ? dist->grad_slot : NULL;
     /* the seam's gradient (if it has one) is its round's too: a new round sets the shard again */
     d->own_shard = shard ? (rl_train_shard){.n = shard->n, .r = r, .total = shard->total, .grad = shard->grad}
                          : (rl_train_shard){0};

@@ -128,6 +128,8 @@ struct rl_train_device {
      * then download and take are collectives, every rank calls them. */
     int (*gather)(void *ctx, void *params, bool bf16, rl_err *e);
     void (*gathered)(void *ctx, size_t upto); /* the seam's: NULL where gather returns with all of it */
+    int (*gather_region)(void *ctx, void *buf, size_t off, size_t len, bool bf16, rl_err *e);
+    void (*grad_slot)(void *ctx, size_t off, float *slot); /* the seam's (a GPU's gradient slots) */
     void *gather_ctx;
     int world; /* the ranks at open: a GPU sizes the moments for the shard dist.shard will give it */
 };

@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/gpu.h"
+#include "kernels/gpu_layout.h"
 #include "kernels/llama_gpu.h"
 
 /* The device's context; the host mirror of the master weights is the
@@ -100,8 +101,40 @@ static int master_whole(rl_train_device *d, float **whole, rl_err *e) {
     return rc;
 }
 
+/* With gradient slots there is no whole fp32 buffer to gather into: the
+ * master comes to host (NULL: this rank only takes part in the gathers)
+ * region by region through a slot, each region's other ranges gathered
+ * there (a collective, as master_whole). */
+static int master_regions(rl_train_device *d, float *host, rl_err *e) {
+    gpu_dev *g = ctx(d);
+    int nr = rl_gpu_grad_regions(&d->cfg->model, NULL), rc = RL_OK;
+    size_t *cut = malloc(((size_t)nr + 1) * sizeof *cut);
+    if (!cut) return rl_errf(e, RL_ENOMEM, "trainer: out of memory");
+    rl_gpu_grad_regions(&d->cfg->model, cut);
+    cut[nr] = d->n;
+    for (int k = 0; k < nr && !rc; k++) {
+        size_t off = cut[k], len = cut[k + 1] - off;
+        float *buf;
+        rc = rl_gpu_model_master_region(g->model, off, len, &buf, e);
+        if (!rc && d->shard) rc = d->gather_region(d->gather_ctx, buf, off, len, false, e);
+        cudaError_t ce = rc || !host ? cudaSuccess
+                                     : cudaMemcpyAsync(host + off, buf, len * sizeof(float), cudaMemcpyDeviceToHost,
+                                                       g->stream);
+        if (!rc && ce == cudaSuccess) ce = cudaStreamSynchronize(g->stream); /* the slot is reused next */
+        if (ce != cudaSuccess) rc = rl_errf(e, RL_EIO, "gpu: the weights' copy to the host: %s", cudaGetErrorString(ce));
+    }
+    free(cut);
+    return rc;
+}
+
+static bool slotted(rl_train_device *d) { return !rl_gpu_model_grads(ctx(d)->model); }
+
 static int gpu_download(rl_train_device *d, bool opt, rl_err *e) {
     gpu_dev *g = ctx(d);
+    if (slotted(d)) {
+        int rc = master_regions(d, d->params, e);
+        return !rc && opt ? rl_gpu_model_download_opt(g->model, d->opt, e) : rc;
+    }
     float *whole;
     int rc = master_whole(d, &whole, e);
     cudaError_t ce = rc ? cudaSuccess : cudaMemcpyAsync(d->params, whole, d->n * sizeof(float),
@@ -144,6 +177,10 @@ static int to_host(rl_train_device *d, const float *master, const float *mv, flo
  * buffer (or RL_GPU_CKPT_STAGE=0), take copies to the host itself. */
 static int gpu_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
     gpu_dev *g = ctx(d);
+    if (slotted(d)) { /* in the pause, no staging: the slots hold no whole master */
+        int rc = master_regions(d, params, e);
+        return rc ? rc : to_host(d, NULL, rl_gpu_model_opt(g->model), NULL, m, v, e);
+    }
     size_t n = d->n, pn = params ? n : 0, need = pn + 2 * held(d);
     const char *stage = getenv("RL_GPU_CKPT_STAGE");
     if (g->ckpt && g->ckpt_floats != need) { /* no save is in flight: the saver takes one at a time */
@@ -206,7 +243,10 @@ static int gpu_fill(rl_train_device *d, float *params, float *m, float *v, rl_er
  * step's gather */
 static int gpu_set_shard(rl_train_device *d, rl_err *e) {
     const rl_train_shard *s = d->shard;
-    rl_gpu_model_set_params_wait(ctx(d)->model, s ? d->gathered : NULL, d->gather_ctx);
+    rl_gpu_model *m = ctx(d)->model;
+    rl_gpu_model_set_params_wait(m, s ? d->gathered : NULL, d->gather_ctx);
+    rl_gpu_model_set_grad_sink(m, s ? d->grad_slot : NULL, d->gather_ctx);
+    rl_gpu_model_set_shard_grads(m, s ? s->grad : NULL);
     return rl_gpu_model_set_shard(ctx(d)->model, s ? s->r : NULL, s ? s->n : 0, d->rank, e);
 }
 
@@ -328,6 +368,8 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
     if (rc) return rc;
     opt.held = mem.shard_elems;
     opt.host_state = strcmp(t->offload, "none") != 0;
+    /* ZeRO-2's memory: no whole gradient buffer, DDP takes each region away */
+    if (d->world > 1 && rl_shard_mode_of(d->cfg->dist.shard) == RL_SHARD_GRADIENTS) opt.grad_slots = RL_GPU_GRAD_SLOTS;
     if (rl_gpu_model_create(&g->model, &d->cfg->model, t->micro_batch, t->seq_len, &opt, g->stream, e))
         return rl_err_wrap(e, "building the model on GPU %d", device);
     g->device = device;

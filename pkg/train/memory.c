@@ -89,20 +89,34 @@ static void cpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, co
 }
 
 /* cuda: bf16 compute copy and fp32 gradients, both with the vocabulary
- * padded to a multiple of 64 rows (as the model allocates them), whole in
- * every mode; the fp32 master sharded as the moments are (the forward reads
- * only the bf16 copy; llama_gpu.h), neither on the GPU with train.offload. */
-static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n) {
+ * padded to a multiple of 64 rows (as the model allocates them); the
+ * gradients whole but with "gradients" (slotted), where the model's
+ * gradient slots and the shard's own gradient (DDP's) hold them; the fp32
+ * master sharded as the moments are (the forward reads only the bf16 copy;
+ * llama_gpu.h), neither on the GPU with train.offload. */
+static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, bool slotted) {
     const rl_train_config *t = &cfg->train;
     rl_gpu_layout l; /* options as the trainer sets them: no fp32 dQ accumulator, default chunks */
     rl_gpu_layout_of(&cfg->model, t->micro_batch, t->seq_len, t->recompute, 0, 0, &l);
     size_t pad = (size_t)(l.Vp - cfg->model.vocab_size) * (size_t)cfg->model.hidden_size;
     m->weights = (n + pad) * BF16;
     m->master = m->shard_elems * F32;
-    m->grads = (n + pad) * F32;
+    m->grads = slotted ? (RL_GPU_GRAD_SLOTS * rl_gpu_grad_slot_len(&cfg->model) + m->shard_elems) * F32
+                       : (n + pad) * F32;
     if (strcmp(t->offload, "none")) m->master = m->moments = 0; /* in the host's memory */
     /* cuDNN's attention workspace (train.attention cudnn) is not counted */
     m->activations = l.acts + l.scratch;
+}
+
+/* A GPU's "gradients" buckets are its gradient regions (pkg/ddp's
+ * opts.regions): each splits into world blocks and a shared tail. */
+static size_t region_shard_elems(const rl_model_config *c, int world) {
+    size_t w = (size_t)world, held = 0, off, len;
+    for (int k = 0; k < rl_gpu_grad_regions(c, NULL); k++) {
+        rl_gpu_grad_region(c, k, &off, &len);
+        held += len / w + len % w;
+    }
+    return held;
 }
 
 static int check(const rl_job_config *cfg, int world, rl_err *e) {
@@ -126,13 +140,17 @@ int rl_train_memory_of(const rl_job_config *cfg, int world, size_t nparams, rl_t
     rl_shard_mode mode = world > 1 ? rl_shard_mode_of(cfg->dist.shard) : RL_SHARD_NONE;
     const rl_dist_config *d = &cfg->dist;
     rl_train_bucket_plan p = {0};
-    if (mode != RL_SHARD_NONE &&
+    /* (a count other than the model's: no regions to cut by) */
+    bool cuda = !strcmp(cfg->train.device, "cuda"), slotted = cuda && mode == RL_SHARD_GRADIENTS && n == lay.total;
+    if (mode != RL_SHARD_NONE && !slotted &&
         (rc = rl_train_bucket_plan_of(n, rl_train_mib_bytes(d->first_bucket_mb), rl_train_mib_bytes(d->bucket_mb),
                                       d->min_buckets, &p, e)))
         return rc;
-    out->shard_elems = mode == RL_SHARD_NONE ? n : rl_train_shard_elems(&p, world, NULL);
+    out->shard_elems = mode == RL_SHARD_NONE ? n
+                       : slotted           ? region_shard_elems(&cfg->model, world)
+                                           : rl_train_shard_elems(&p, world, NULL);
     out->moments = 2 * out->shard_elems * F32;
-    if (!strcmp(cfg->train.device, "cuda")) gpu_state(out, cfg, n);
+    if (cuda) gpu_state(out, cfg, n, slotted);
     else cpu_state(out, cfg, n, mode == RL_SHARD_GRADIENTS ? &p : NULL);
     out->total = out->weights + out->master + out->grads + out->moments + out->activations;
     return RL_OK;

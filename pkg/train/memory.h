@@ -21,7 +21,8 @@
 typedef struct rl_train_memory {
     size_t weights;     /* the compute copy: fp32 on cpu (also the master), bf16 on cuda */
     size_t master;      /* fp32 master weights: 0 on cpu (the weights are), whole on cuda */
-    size_t grads;       /* fp32 gradients: whole, but for "gradients" on cpu (below) */
+    size_t grads;       /* fp32 gradients: whole, but for "gradients" (cpu: below; cuda: the
+                         * model's gradient slots and the shard's own gradient) */
     size_t moments;     /* AdamW m and v, fp32, whole or this rank's shard */
     size_t activations; /* activations, backward scratch, RoPE table, token ids (and the
                          * cuBLASLt workspace on cuda): sized for micro_batch x seq_len */

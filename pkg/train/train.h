@@ -201,6 +201,15 @@ typedef struct rl_train_dist {
      * [0, upto) of it (SIZE_MAX: all), so a forward reads each layer as
      * soon as its part is in. NULL: gather returns with all of it. */
     void (*gathered)(void *ctx, size_t upto);
+    /* gather over the elements [off, off + len) only, buf holding that
+     * window (a device's master comes back whole region by region); returns
+     * with all of it. */
+    int (*gather_region)(void *ctx, void *buf, size_t off, size_t len, bool bf16, rl_err *e);
+    /* A GPU whose gradients are written in slots (dist.shard "gradients";
+     * shard->grad is then device memory): the model calls it before it
+     * writes a region into a slot (kernels/llama_gpu.h's rl_gpu_slot_fn).
+     * NULL: the gradients have their buffer. */
+    void (*grad_slot)(void *ctx, size_t off, float *slot);
     /* Optional: the most gradient memory this rank held at once in the
      * last step, measured (resident pages of the flat buffer, sampled at
      * every watermark, plus the shard's gradient); 0: not measured. */
@@ -356,6 +365,11 @@ int rl_trainer_save_params(rl_trainer *tr, const char *path, rl_err *e);
  * backward runs on (a cudaStream_t; NULL on the CPU). */
 float *rl_trainer_grads(rl_trainer *tr);
 void *rl_trainer_stream(rl_trainer *tr);
+/* Where there is no gradient buffer (NULL grads: a GPU's gradient slots,
+ * dist.shard "gradients"), DDP's buckets must be the model's gradient
+ * regions: their starts, ascending, *n of them (rl_ddp_opts.regions).
+ * NULL (and *n 0) where the gradients have a buffer. */
+const size_t *rl_trainer_grad_regions(rl_trainer *tr, int *n);
 /* Rank 0's parameters to every rank through dist->broadcast (identical
  * replicas before the first step); rl_trainer_resume does it when there is
  * nothing to resume, so a caller of rl_trainer_run need not. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/gpu_layout.h" /* the GPU model's gradient regions */
 #include "memory.h"
 #include "train_gpu.h"
 #include "trainer_internal.h"
@@ -174,6 +175,7 @@ void rl_trainer_free(rl_trainer *tr) {
     rl_train_tokenizer_free(tr);
     free(tr->inputs);
     free(tr->targets);
+    free(tr->regions);
     free(tr);
 }
 
@@ -812,6 +814,19 @@ int rl_trainer_save_params(rl_trainer *tr, const char *path, rl_err *e) {
 
 float *rl_trainer_grads(rl_trainer *tr) { return rl_train_dev_grads(&tr->dev); }
 void *rl_trainer_stream(rl_trainer *tr) { return rl_train_dev_stream(&tr->dev); }
+
+const size_t *rl_trainer_grad_regions(rl_trainer *tr, int *n) {
+    *n = 0;
+    if (rl_train_dev_grads(&tr->dev)) return NULL;
+    if (!tr->regions) {
+        int k = rl_gpu_grad_regions(&tr->cfg.model, NULL);
+        if (!(tr->regions = malloc((size_t)k * sizeof *tr->regions))) return NULL;
+        rl_gpu_grad_regions(&tr->cfg.model, tr->regions);
+        tr->nregions = k;
+    }
+    *n = tr->nregions;
+    return tr->regions;
+}
 
 int rl_trainer_sync_host(rl_trainer *tr, bool opt, rl_err *e) { return rl_train_dev_download(&tr->dev, opt, e); }
 

@@ -15,6 +15,8 @@ struct rl_trainer {
     rl_dataset *train_ds, *val_ds;
     rl_loader *loader;
     int32_t *inputs, *targets;
+    size_t *regions; /* rl_trainer_grad_regions' answer, made on first call */
+    int nregions;
     int accum;             /* micro-steps per optimizer step on this rank */
     long long step;        /* optimizer steps done */
     uint64_t start_sample; /* global sample index of the first step run here */

@@ -20,6 +20,7 @@
 #include "ddp/ddp.h"
 #include "hang/hang.h"
 #include "kernels/gpu.h"
+#include "kernels/gpu_layout.h"
 #include "kernels/llama_gpu.h"
 #include "rdzv/rdzv.h"
 #include "tests/gpu/check.h"
@@ -864,6 +865,7 @@ static void *ddp_rank_main(void *arg) {
     rl_trainer_set_stop(tr, &d->stop);
     rl_ddp_opts o = {.min_buckets = d->c->dist.min_buckets, .grad_stream = rl_trainer_stream(tr),
                      .shard = rl_shard_mode_of(d->c->dist.shard)};
+    o.regions = rl_trainer_grad_regions(tr, &o.nregions); /* "gradients": the model's slots */
     if ((d->rc = rl_ddp_create(comm, rl_trainer_grads(tr), rl_trainer_nparams(tr), &o, &ddp, e)))
         goto done;
     d->buckets = rl_ddp_nbuckets(ddp);
@@ -976,12 +978,16 @@ static void shard_vs_ddp(const char *name, const rl_job_config *c, ddp_rank a[2]
             loss = fmax(loss, fabs(b[r].cv.loss[i] - a[0].cv.loss[i]) / a[0].cv.loss[i]);
     }
     double half = (double)b[0].held / (double)n;
+    /* the accounting's shard (what the model was built for) is DDP's */
+    rl_train_memory mem;
+    rl_err e = {0};
+    size_t acct = rl_train_memory_of(b[0].c, 2, 0, &mem, &e) ? 0 : mem.shard_elems;
     report(name,
            a[0].cv.n == 6 && b[0].cv.n == 6 && b[1].cv.n == 6 && same == 2 && params <= 1e-6 &&
-               moments <= 1e-6 && loss <= 1e-6 && half > 0.45 && half < 0.55,
-           "%d buckets; rank 0 holds %.3f of the moments (%zu of %zu); ranks' params %s; vs ddp: "
+               moments <= 1e-6 && loss <= 1e-6 && half > 0.45 && half < 0.55 && acct == b[0].held,
+           "%d buckets; rank 0 holds %.3f of the moments (%zu of %zu; accounted %zu); ranks' params %s; vs ddp: "
            "params %.2e, moments %.2e, losses %.2e relative (bound 1e-6); loss %.4f -> %.4f",
-           b[0].buckets, half, b[0].held, n, same == 2 ? "identical" : "DIFFER", params, moments, loss,
+           b[0].buckets, half, b[0].held, n, acct, same == 2 ? "identical" : "DIFFER", params, moments, loss,
            b[0].cv.loss[0], b[0].cv.loss[5]);
 }
 
@@ -1200,6 +1206,72 @@ static void check_memory_cap(void) {
            rc_unloaded, rc_loaded, wrong, rc_tr_shard, et.msg, rc_tr_none);
 }
 
+/* ZeRO-2's memory on a GPU: with dist.shard "gradients" at 2 ranks the
+ * model keeps RL_GPU_GRAD_SLOTS gradient slots of the longest region
+ * instead of the whole fp32 buffer (DDP adds the shard's own gradient).
+ * The plans of both modes differ by exactly that (and the moments' and
+ * master's 12 bytes for each element the two shard plans hold
+ * differently); the accounting agrees with both plans; and under a cap
+ * between the two, a 2-rank "gradients" trainer is built where an
+ * "optimizer" one is refused. A 6-layer model, so the buffer is several
+ * slots long. */
+static void check_memory_slots(void) {
+    const char *name = "gpu memory: \"gradients\" keeps gradient slots, not the whole gradient buffer (ZeRO-2)";
+    if (!selected(name)) return;
+    rl_job_config c;
+    job(&c, "cuda", 1, 2);
+    c.model.num_hidden_layers = 6;
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c.model);
+    rl_gpu_layout gl;
+    rl_gpu_layout_of(&c.model, c.train.micro_batch, c.train.seq_len, c.train.recompute, 0, 0, &gl);
+    size_t whole = lay.total + (size_t)(gl.Vp - c.model.vocab_size) * (size_t)c.model.hidden_size;
+    size_t slots = RL_GPU_GRAD_SLOTS * rl_gpu_grad_slot_len(&c.model);
+    rl_train_memory mo, mg;
+    rl_gpu_plan po, pg;
+    rl_err e = {0};
+    snprintf(c.dist.shard, sizeof c.dist.shard, "optimizer");
+    int rc = rl_train_memory_of(&c, 2, 0, &mo, &e);
+    snprintf(c.dist.shard, sizeof c.dist.shard, "gradients");
+    if (!rc) rc = rl_train_memory_of(&c, 2, 0, &mg, &e);
+    /* the model the trainer builds (its recompute setting) */
+    rl_gpu_options oo = {.held = mo.shard_elems, .recompute = c.train.recompute},
+                   og = {.held = mg.shard_elems, .recompute = c.train.recompute, .grad_slots = RL_GPU_GRAD_SLOTS};
+    int B = c.train.micro_batch, T = c.train.seq_len;
+    if (!rc) rc = rl_gpu_model_plan(&c.model, B, T, &oo, 1, 1e15, 3e12, &po, &e);
+    if (!rc) rc = rl_gpu_model_plan(&c.model, B, T, &og, 1, 1e15, 3e12, &pg, &e);
+    if (rc) {
+        fail_err(name, &e);
+        return;
+    }
+    long long want = (long long)(whole - slots) * 4 + 12 * ((long long)mo.shard_elems - (long long)mg.shard_elems);
+    bool plans = (long long)po.device_bytes - (long long)pg.device_bytes == want;
+    bool acct = mo.total == po.device_bytes && mg.total == pg.device_bytes + mg.shard_elems * sizeof(float) &&
+                mg.grads == (slots + mg.shard_elems) * sizeof(float);
+    size_t cap = (po.device_bytes + pg.device_bytes) / 2;
+    char v[32];
+    snprintf(v, sizeof v, "%zu", cap);
+    setenv("RL_EMU_MEM", v, 1);
+    rl_train_dist dist = {.rank = 0, .world = 2};
+    rl_trainer *tr = NULL;
+    rl_err eg = {0}, eo = {0};
+    int rc_g = rl_trainer_new(&tr, &c, &dist, &eg);
+    int nreg = 0;
+    const size_t *reg = tr ? rl_trainer_grad_regions(tr, &nreg) : NULL;
+    bool no_buffer = tr && !rl_trainer_grads(tr) && reg && nreg == c.model.num_hidden_layers + 2;
+    rl_trainer_free(tr), tr = NULL;
+    snprintf(c.dist.shard, sizeof c.dist.shard, "optimizer");
+    int rc_o = rl_trainer_new(&tr, &c, &dist, &eo);
+    rl_trainer_free(tr);
+    unsetenv("RL_EMU_MEM");
+    report(name, plans && acct && slots < whole && rc_g == RL_OK && no_buffer && rc_o == RL_EINPUT,
+           "gradient buffer %zu elements, %d slots %zu; plans: optimizer %zu B, gradients %zu B (difference %s, "
+           "want %lld); accounting %s (grads %zu B); cap %zu: trainer gradients x2 %d (%s; %s), optimizer x2 %d",
+           whole, RL_GPU_GRAD_SLOTS, slots, po.device_bytes, pg.device_bytes, plans ? "exact" : "WRONG", want,
+           acct ? "agrees" : "DIFFERS", mg.grads, cap, rc_g, eg.msg, no_buffer ? "no buffer, regions" : "A BUFFER",
+           rc_o);
+}
+
 void test_gpu_train(void) {
     snprintf(dir, sizeof dir, "/tmp/rl-gpu-train-XXXXXX");
     rl_err e = {0};
@@ -1210,6 +1282,7 @@ void test_gpu_train(void) {
     }
     check_generate();
     check_memory_cap();
+    check_memory_slots();
     check_curve();
     check_ddp_world1(false, NULL);
     check_ddp_world1(true, NULL);
