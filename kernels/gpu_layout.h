@@ -51,6 +51,10 @@ typedef struct rl_gpu_layout {
  * region's length plus the padded vocabulary's rows (rl_gpu_grad_slot_len),
  * instead of a whole gradient buffer. */
 #define RL_GPU_GRAD_SLOTS 2
+/* Layer buffers of a model that streams its decoder layers' weights
+ * (rl_gpu_options.stream_layers): the layer being read, the one before it
+ * (its kernels may still run) and the next one arriving. */
+#define RL_GPU_LAYER_RING 3
 int rl_gpu_grad_regions(const rl_model_config *c, size_t *cuts);
 /* Region k's start and length (0 <= k < L + 2). */
 void rl_gpu_grad_region(const rl_model_config *c, int k, size_t *off, size_t *len);

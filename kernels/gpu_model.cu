@@ -125,6 +125,18 @@ struct rl_gpu_model {
     void *sink_ctx;
     size_t *cuts;
     const float *shard_grad; // rl_gpu_model_set_shard_grads: the norm and AdamW read it
+    // rl_gpu_options.stream_layers: the ring of layer buffers, the layer
+    // each holds (-1: none) and when it was last used, the copy stream,
+    // each buffer's "copied" event and the "readers queued" event a copy
+    // waits for, the host's weights and their ready callback
+    bf16 *ring;
+    int ring_layer[RL_GPU_LAYER_RING];
+    unsigned ring_used[RL_GPU_LAYER_RING], ring_clock;
+    cudaStream_t copy_s;
+    cudaEvent_t ring_in[RL_GPU_LAYER_RING], ring_free;
+    const uint16_t *host_w;
+    rl_gpu_wait_fn host_ready;
+    void *host_ready_ctx;
     unsigned char *acts;    // activations (+ the RoPE table)
     unsigned char *scratch; // backward temporaries, reductions, batch, cuBLASLt workspace
     size_t bytes;
@@ -263,6 +275,12 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     cudaFree(m->shard_buf);
     cudaFree(m->grads);
     cudaFree(m->slots);
+    if (m->copy_s) cudaStreamSynchronize(m->copy_s);
+    cudaFree(m->ring);
+    for (cudaEvent_t ev : m->ring_in)
+        if (ev) cudaEventDestroy(ev);
+    if (m->ring_free) cudaEventDestroy(m->ring_free);
+    if (m->copy_s) cudaStreamDestroy(m->copy_s);
     free(m->cuts);
     cudaFree(m->acts);
     cudaFree(m->scratch);
@@ -286,6 +304,14 @@ void rl_gpu_model_free(rl_gpu_model *m) {
 // fp32 gradient elements the model allocates: the whole buffer, or the slots
 static size_t grad_elems(const rl_gpu_model *m) {
     return m->options.grad_slots ? (size_t)m->options.grad_slots * m->slot_len : m->lay.total + m->pad;
+}
+// resident bf16 weights: all of them, or without the streamed layers
+static size_t param_elems(const rl_gpu_model *m) {
+    size_t all = m->lay.total + m->pad;
+    return m->options.stream_layers ? all - (size_t)m->L * m->lay.layer_size : all;
+}
+static size_t ring_elems(const rl_gpu_model *m) {
+    return m->options.stream_layers ? RL_GPU_LAYER_RING * m->lay.layer_size : 0;
 }
 
 // Shapes, the padded vocabulary, the classifier's chunk and the buffer
@@ -325,8 +351,10 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
     if (m->options.grad_slots < 0 || m->options.grad_slots > 8)
         return rl_errf(e, RL_EINTERNAL, "gpu model: %d gradient slots", m->options.grad_slots);
     m->slot_len = m->options.grad_slots ? rl_gpu_grad_slot_len(c) : 0;
-    m->bytes = (P + m->pad) * sizeof(bf16) + grad_elems(m) * sizeof(float) + 3 * m->held * sizeof(float) +
-               m->bl.acts + m->bl.scratch;
+    if (m->options.stream_layers && !m->options.host_state)
+        return rl_errf(e, RL_EINTERNAL, "gpu model: streamed layers need the optimizer's state on the host");
+    m->bytes = (param_elems(m) + ring_elems(m)) * sizeof(bf16) + grad_elems(m) * sizeof(float) +
+               3 * m->held * sizeof(float) + m->bl.acts + m->bl.scratch;
     return RL_OK;
 }
 
@@ -352,8 +380,7 @@ static int fits(const rl_gpu_model *m, rl_err *e) {
     size_t free_b = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
     if (m->bytes <= free_b) return RL_OK;
-    size_t P = m->lay.total, Pp = P + m->pad;
-    size_t v[] = {m->bytes, Pp * sizeof(bf16), m->held * sizeof(float), grad_elems(m) * sizeof(float), 2 * m->held * sizeof(float),
+    size_t v[] = {m->bytes, (param_elems(m) + ring_elems(m)) * sizeof(bf16), m->held * sizeof(float), grad_elems(m) * sizeof(float), 2 * m->held * sizeof(float),
                   m->bl.acts + m->bl.scratch, free_b, total};
     char s[8][24];
     for (int k = 0; k < 8; k++) // GiB, or MiB below one
@@ -380,7 +407,16 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     RL_TRY(fits(m, e));
 
     size_t P = m->lay.total, Pp = P + m->pad;
-    CUDA_CHECK(cudaMalloc(&m->params, Pp * sizeof(bf16)));
+    CUDA_CHECK(cudaMalloc(&m->params, param_elems(m) * sizeof(bf16)));
+    if (m->options.stream_layers) {
+        CUDA_CHECK(cudaMalloc(&m->ring, ring_elems(m) * sizeof(bf16)));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&m->copy_s, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&m->ring_free, cudaEventDisableTiming));
+        for (int k = 0; k < RL_GPU_LAYER_RING; k++) {
+            CUDA_CHECK(cudaEventCreateWithFlags(&m->ring_in[k], cudaEventDisableTiming));
+            m->ring_layer[k] = -1;
+        }
+    }
     if (m->held) CUDA_CHECK(cudaMalloc(&m->master, m->held * sizeof(float)));
     if (m->held) CUDA_CHECK(cudaMalloc(&m->opt, 2 * m->held * sizeof(float)));
     if (m->options.grad_slots) {
@@ -415,7 +451,7 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     // zero state: parameters (the padded lm_head rows stay zero for good),
     // gradients, moments; the scalars too (a grad norm read before any was
     // computed is 0, not garbage)
-    CUDA_CHECK(cudaMemsetAsync(m->params, 0, Pp * sizeof(bf16), m->s));
+    CUDA_CHECK(cudaMemsetAsync(m->params, 0, param_elems(m) * sizeof(bf16), m->s));
     if (m->held) CUDA_CHECK(cudaMemsetAsync(m->master, 0, m->held * sizeof(float), m->s));
     if (m->held) CUDA_CHECK(cudaMemsetAsync(m->opt, 0, 2 * m->held * sizeof(float), m->s));
     CUDA_CHECK(cudaMemsetAsync(m->scalars, 0, 4 * sizeof(float), m->s));
@@ -474,6 +510,63 @@ void rl_gpu_model_set_params_wait(rl_gpu_model *m, rl_gpu_wait_fn fn, void *ctx)
 void rl_gpu_model_set_grad_sink(rl_gpu_model *m, rl_gpu_slot_fn fn, void *ctx) { m->sink = fn, m->sink_ctx = ctx; }
 void rl_gpu_model_set_shard_grads(rl_gpu_model *m, const float *g) { m->shard_grad = g; }
 
+void rl_gpu_model_set_host_weights(rl_gpu_model *m, const uint16_t *host, rl_gpu_wait_fn ready, void *ctx) {
+    m->host_w = host, m->host_ready = ready, m->host_ready_ctx = ctx;
+}
+
+// The resident bf16 weights at layout offset off (the embedding's, the final
+// norm's, lm_head's; every one's without streamed layers): with streamed
+// layers the head follows the embedding in the allocation.
+static bf16 *wres(const rl_gpu_model *m, size_t off) {
+    if (!m->options.stream_layers || off < m->lay.layers) return m->params + off;
+    return m->params + m->lay.layers + (off - m->lay.final_norm);
+}
+
+// Streamed layers: the ring buffer holding layer l, or else the least
+// recently used one, into which a copy of l from the host is queued. The
+// copy waits for every kernel queued on the model's stream so far (that
+// buffer's last readers among them) and for the host's weights (ready).
+static int ring_load(rl_gpu_model *m, int l, int *slot, rl_err *e) {
+    int k = 0;
+    for (int i = 0; i < RL_GPU_LAYER_RING; i++)
+        if (m->ring_layer[i] == l) return *slot = i, RL_OK;
+    for (int i = 1; i < RL_GPU_LAYER_RING; i++)
+        if (m->ring_used[i] < m->ring_used[k]) k = i;
+    size_t n = m->lay.layer_size, wl = m->lay.layers + (size_t)l * n;
+    if (!m->plan) {
+        if (!m->host_w) return rl_errf(e, RL_EINTERNAL, "gpu model: streamed layers without the host's weights");
+        if (m->host_ready) m->host_ready(m->host_ready_ctx, wl + n);
+        CUDA_CHECK(cudaEventRecord(m->ring_free, m->s));
+        CUDA_CHECK(cudaStreamWaitEvent(m->copy_s, m->ring_free, 0));
+        CUDA_CHECK(cudaMemcpyAsync(m->ring + (size_t)k * n, m->host_w + wl, n * sizeof(bf16), cudaMemcpyHostToDevice,
+                                   m->copy_s));
+        CUDA_CHECK(cudaEventRecord(m->ring_in[k], m->copy_s));
+    }
+    m->ring_layer[k] = l, m->ring_used[k] = ++m->ring_clock; // a prefetched layer is not evicted before its use
+    *slot = k;
+    return RL_OK;
+}
+
+// Layer l's bf16 weights for the kernels queued next: the resident ones
+// (once a gather brought them), or a ring buffer with l's copy from the
+// host, after which next's copy (none outside [0, L)) is queued to overlap
+// l's kernels.
+static int layer_weights(rl_gpu_model *m, int l, int next, const bf16 **w, rl_err *e) {
+    size_t wl = m->lay.layers + (size_t)l * m->lay.layer_size;
+    if (!m->options.stream_layers) {
+        params_wait(m, wl + m->lay.layer_size);
+        *w = m->params + wl;
+        return RL_OK;
+    }
+    int k = 0, kn = 0;
+    RL_TRY(ring_load(m, l, &k, e));
+    if (!m->plan) CUDA_CHECK(cudaStreamWaitEvent(m->s, m->ring_in[k], 0));
+    m->ring_used[k] = ++m->ring_clock;
+    if (next >= 0 && next < m->L) RL_TRY(ring_load(m, next, &kn, e));
+    *w = m->ring + (size_t)k * m->lay.layer_size;
+    return RL_OK;
+}
+
 // Where backward writes the gradient region that starts at off: the flat
 // buffer, or the next slot, once the sink has made the stream wait until
 // that slot's last region is taken away.
@@ -491,6 +584,16 @@ static int copy_sync(rl_gpu_model *m, void *dst, const void *src, size_t bytes, 
     return RL_OK;
 }
 
+// fp32 src holding elements [off, off + len) -> the bf16 compute copy of
+// those of them the GPU keeps (streamed layers' are the host's).
+static int to_resident(rl_gpu_model *m, const float *src, size_t off, size_t len, rl_err *e) {
+    if (!m->options.stream_layers) return rl_k_f32_to_bf16(m->params + off, src, len, m->s, e);
+    size_t lo = m->lay.layers, hi = m->lay.final_norm, end = off + len, from = off > hi ? off : hi;
+    if (off < lo) RL_TRY(rl_k_f32_to_bf16(m->params + off, src, (end < lo ? end : lo) - off, m->s, e));
+    if (end > from) RL_TRY(rl_k_f32_to_bf16(wres(m, from), src + (from - off), end - from, m->s, e));
+    return RL_OK;
+}
+
 // With gradient slots: the host array goes up region by region through
 // slot 0, each region's bf16 copy and shard's ranges (a whole master: all
 // of it) taken from there. Between steps: the slots hold nothing then.
@@ -499,7 +602,7 @@ static int upload_through_slot(rl_gpu_model *m, const float *host, rl_err *e) {
     for (int k = 0; k < rl_gpu_grad_regions(&m->cfg, NULL); k++) {
         size_t off = m->cuts[k], len = m->cuts[k + 1] - off;
         CUDA_CHECK(cudaMemcpyAsync(m->slots, host + off, len * sizeof(float), cudaMemcpyHostToDevice, m->s));
-        RL_TRY(rl_k_f32_to_bf16(m->params + off, m->slots, len, m->s, e));
+        RL_TRY(to_resident(m, m->slots, off, len, e));
         if (m->ranges)
             RL_TRY(rl_k_ranges_copy(m->master, m->slots, m->ranges, m->nranges, m->held, off, off + len, 0, m->s, e));
         else if (m->held == P)
@@ -519,7 +622,7 @@ int rl_gpu_model_upload_params(rl_gpu_model *m, const float *host, rl_err *e) {
     if (m->slots) return upload_through_slot(m, host, e);
     float *whole = m->held == P && !m->ranges ? m->master : m->grads;
     RL_TRY(copy_sync(m, whole, host, P * sizeof(float), cudaMemcpyHostToDevice, e));
-    RL_TRY(rl_k_f32_to_bf16(m->params, whole, P, m->s, e));
+    RL_TRY(to_resident(m, whole, 0, P, e));
     if (whole == m->grads) {
         m->fresh = 1; // the gradients are gone: the next micro-batch writes them
         if (m->ranges)
@@ -539,7 +642,12 @@ int rl_gpu_model_download_params(rl_gpu_model *m, float *host, rl_err *e) {
 
 int rl_gpu_model_upload_params_bf16(rl_gpu_model *m, const uint16_t *host, rl_err *e) {
     params_wait(m, SIZE_MAX);
-    CUDA_CHECK(cudaMemcpyAsync(m->params, host, m->lay.total * sizeof(bf16), cudaMemcpyHostToDevice, m->s));
+    const rl_param_layout *p = &m->lay;
+    size_t resident = m->options.stream_layers ? p->layers : p->total; // then the head, if not all
+    CUDA_CHECK(cudaMemcpyAsync(m->params, host, resident * sizeof(bf16), cudaMemcpyHostToDevice, m->s));
+    if (resident < p->total)
+        CUDA_CHECK(cudaMemcpyAsync(wres(m, p->final_norm), host + p->final_norm, (p->total - p->final_norm) * sizeof(bf16),
+                                   cudaMemcpyHostToDevice, m->s));
     return RL_OK;
 }
 
@@ -588,7 +696,13 @@ static int download_bf16(rl_gpu_model *m, float *host, const bf16 *src, size_t n
 
 int rl_gpu_model_download_params_bf16(rl_gpu_model *m, float *host, rl_err *e) {
     params_wait(m, SIZE_MAX);
-    return download_bf16(m, host, m->params, m->lay.total, e);
+    const rl_param_layout *p = &m->lay;
+    if (!m->options.stream_layers) return download_bf16(m, host, m->params, p->total, e);
+    if (!m->host_w) return rl_errf(e, RL_EINTERNAL, "gpu model: streamed layers without the host's weights");
+    RL_TRY(download_bf16(m, host, m->params, p->layers, e));
+    RL_TRY(download_bf16(m, host + p->final_norm, wres(m, p->final_norm), p->total - p->final_norm, e));
+    for (size_t i = p->layers; i < p->final_norm; i++) host[i] = bf16_bits_to_float(m->host_w[i]); // the host's
+    return RL_OK;
 }
 
 int rl_gpu_model_upload_grads(rl_gpu_model *m, const float *host, rl_err *e) {
@@ -777,11 +891,11 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
 
     params_wait(m, m->lay.embed + (size_t)m->V * D);
     STEP(RL_GPU_PROF_ELEMWISE, rl_k_embed_fwd_cost(N, D),
-         rl_k_embed_fwd(m->res, m->params + m->lay.embed, d_tok, N, D, s, e));
+         rl_k_embed_fwd(m->res, wres(m, m->lay.embed), d_tok, N, D, s, e));
+    for (int k = 0; k < RL_GPU_LAYER_RING; k++) m->ring_layer[k] = -1; // the host's weights may be new
     for (int l = 0; l < m->L; l++) {
-        size_t wl = m->lay.layers + (size_t)l * m->lay.layer_size;
-        const bf16 *w = m->params + wl;
-        params_wait(m, wl + m->lay.layer_size);
+        const bf16 *w;
+        RL_TRY(layer_weights(m, l, l + 1, &w, e));
         float *x = m->res + l * m->bl.s_btd, *xnext = x + m->bl.s_btd, *xmid = m->res_mid + l * m->bl.s_btd;
         bf16 *ln1 = m->ln1 + l * m->bl.s_ln, *ln2 = m->ln2 + l * m->bl.s_ln;
         bf16 *qkv = m->qkv + l * m->bl.s_qkv, *atty = m->atty + l * m->bl.s_att;
@@ -816,7 +930,7 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
     float *xL = m->res + (size_t)m->L * m->bl.s_btd;
     params_wait(m, SIZE_MAX); // the final norm, then the classifier's lm_head
     STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
-         rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, m->params + m->lay.final_norm, N, D, eps, s, e));
+         rl_k_rmsnorm_fwd(m->lnf, m->rstdf, xL, wres(m, m->lay.final_norm), N, D, eps, s, e));
     return RL_OK;
 }
 
@@ -832,7 +946,7 @@ static int classifier(rl_gpu_model *m, int N, const int32_t *d_tgt, float *dwlm,
     const int D = m->D, V = m->V, Vp = m->Vp;
     cudaStream_t s = m->s;
     rl_gemm *g = &m->gemm;
-    const bf16 *wlm = m->params + m->lay.lm_head;
+    const bf16 *wlm = wres(m, m->lay.lm_head);
     for (int r0 = 0; r0 < N; r0 += m->bl.crows) {
         int nc = N - r0 < m->bl.crows ? N - r0 : m->bl.crows;
         const bf16 *x = m->lnf + (size_t)r0 * D;
@@ -901,13 +1015,14 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, float *head, rl_
     STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D, 0),
          rl_k_rmsnorm_bwd(m->dres, m->dres16, NULL, head, m->rms_partial,
                           m->dln,
-                          m->res + (size_t)m->L * m->bl.s_btd, m->params + p->final_norm, m->rstdf, N,
+                          m->res + (size_t)m->L * m->bl.s_btd, wres(m, p->final_norm), m->rstdf, N,
                           D, 0, acc, s, e));
     if (hook) hook(hook_ctx, p->final_norm);
 
     for (int l = m->L - 1; l >= 0; l--) {
         size_t wl = p->layers + (size_t)l * p->layer_size;
-        const bf16 *w = m->params + wl;
+        const bf16 *w;
+        RL_TRY(layer_weights(m, l, l - 1, &w, e));
         float *gw = grad_region(m, wl);
         float *x = m->res + l * m->bl.s_btd, *xmid = m->res_mid + l * m->bl.s_btd;
         bf16 *ln1 = m->ln1 + l * m->bl.s_ln, *ln2 = m->ln2 + l * m->bl.s_ln;
@@ -1023,7 +1138,7 @@ static int micro_run(rl_gpu_model *m, int B, int T, float loss_scale, int fresh,
                      rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
     micro_graph *g = &m->graph[fresh ? 1 : 0];
     // (the legacy default stream, 0, cannot capture)
-    if (m->plan || !m->graphs_on || !m->s || hook || m->params_in || m->prof_on || B != m->B || T != m->T ||
+    if (m->plan || !m->graphs_on || !m->s || hook || m->params_in || m->options.stream_layers || m->prof_on || B != m->B || T != m->T ||
         g->uses < 0)
         return micro_launches(m, B, T, loss_scale, fresh, hook, hook_ctx, e);
     if (g->exec && g->loss_scale != loss_scale) {
@@ -1151,6 +1266,7 @@ int rl_gpu_model_plan(const rl_model_config *c, int B, int T, const rl_gpu_optio
         // 256-byte aligned as the real carving makes them
         m->params = (bf16 *)(uintptr_t)0x10000000, m->master = (float *)(uintptr_t)0x20000000;
         m->opt = (float *)(uintptr_t)0x30000000, m->grads = (float *)(uintptr_t)0x40000000;
+        if (m->options.stream_layers) m->ring = (bf16 *)(uintptr_t)0x70000000;
         place(m, (unsigned char *)(uintptr_t)0x50000000, (unsigned char *)(uintptr_t)0x60000000);
         out->device_bytes = m->bytes;
         rl_gpu_adamw a = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,

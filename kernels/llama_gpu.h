@@ -108,6 +108,19 @@ typedef struct rl_gpu_options {
      * (rl_gpu_model_master_region). A micro-batch without the sink and the
      * hook is refused (its gradients would be lost). */
     int grad_slots;
+    /* Stream the decoder layers' bf16 weights from the host's memory
+     * (train.offload "layers"; needs host_state): only the embedding and
+     * the head (final norm, lm_head) stay on the GPU. Each layer's weights
+     * are copied from the host's array (rl_gpu_model_set_host_weights) into
+     * a ring of RL_GPU_LAYER_RING layer buffers on a copy stream of the
+     * model's own just before the forward reads the layer, and again in
+     * reverse for the backward, the next layer's copy queued behind it so it
+     * overlaps this layer's kernels; CUDA events order the two streams
+     * (a copy into a buffer waits for every kernel queued before it). Each
+     * forward copies every layer anew (the host's weights may have changed).
+     * rl_gpu_model_params is then the resident part: the embedding, then the
+     * head. */
+    int stream_layers;
 } rl_gpu_options;
 
 #define RL_GPU_ATTN_OWN 0
@@ -250,6 +263,11 @@ int rl_gpu_model_adamw(rl_gpu_model *m, const rl_gpu_adamw *a, rl_err *e);
  * another stream's event). */
 typedef void (*rl_gpu_wait_fn)(void *ctx, size_t upto);
 void rl_gpu_model_set_params_wait(rl_gpu_model *m, rl_gpu_wait_fn fn, void *ctx);
+/* stream_layers: host (pinned, bf16 [total], the layout's order) is where
+ * the decoder layers' weights are read from; ready (may be NULL) is called
+ * with ctx and the end of the elements a copy is about to read, and
+ * returns once they hold the weights the next kernels must see. */
+void rl_gpu_model_set_host_weights(rl_gpu_model *m, const uint16_t *host, rl_gpu_wait_fn ready, void *ctx);
 /* With grad_slots: fn(ctx, off, slot) is called on the host before the
  * backward writes the gradient region that starts at off into slot (slot[0]
  * is element off; the region is the one of gpu_layout.h's cuts starting

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "kernels/gpu.h"
+#include "kernels/gpu_layout.h"
 #include "kernels/llama_gpu.h"
 #include "model/cpu.h"
 #include "model/model.h"
@@ -1389,6 +1390,79 @@ static void test_params_wait(void) {
     free(p), free(tok);
 }
 
+/* train.offload "layers"' GPU half (rl_gpu_options.stream_layers): a model
+ * that streams its decoder layers' bf16 weights from the host's memory
+ * through a ring of RL_GPU_LAYER_RING buffers computes the resident model's
+ * micro-batches bit for bit -- both micro-batches' gradients summed and the
+ * loss -- and, after the host's weights change, the new forward's loss
+ * (every forward copies anew: a ring that kept the last layers would run
+ * them stale), while holding (L - ring) layers' weights less. Each copy
+ * asks the host first (ready): at least once per layer per forward. */
+static void ready_hook(void *ctx, size_t upto) { (void)upto, ++*(int *)ctx; }
+static void test_stream_layers(void) {
+    const char *name = "streamed layers: layer weights copied from the host through a ring = resident ones";
+    if (!selected(name)) return;
+    reseed(name);
+    model_case mc = {"sl", 257, 64, 96, 5, 4, 2, 2, 8};
+    rl_model_config c;
+    case_cfg(&mc, &c);
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c);
+    size_t P = lay.total, N = (size_t)mc.B * mc.T;
+    float *p = randn(P, 0.05), *gr = malloc(P * sizeof(float)), *gs = malloc(P * sizeof(float)), lr[2], ls[2];
+    round_bf16(p, P);
+    int32_t *tok = rand_tokens(3 * (int)N, c.vocab_size);
+    uint16_t *hw = NULL;
+    int ready = 0, rc;
+    rl_err e = {0};
+    rl_gpu_model *mr = NULL, *ms = NULL;
+    rl_gpu_options ro = {.host_state = 1}, so = {.host_state = 1, .stream_layers = 1};
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    rc = cudaMallocHost((void **)&hw, P * sizeof(uint16_t)) != cudaSuccess;
+    for (size_t i = 0; !rc && i < P; i++) {
+        uint32_t u;
+        memcpy(&u, &p[i], sizeof u);
+        hw[i] = (uint16_t)(u >> 16); /* exact: p is bf16-rounded */
+    }
+    if (!rc) rc = rl_gpu_model_create(&mr, &c, mc.B, mc.T, &ro, s, &e) || rl_gpu_model_create(&ms, &c, mc.B, mc.T, &so, s, &e);
+    if (!rc) rl_gpu_model_set_host_weights(ms, hw, ready_hook, &ready);
+    rl_gpu_model *both[2] = {mr, ms};
+    float *g[2] = {gr, gs}, *loss[2] = {lr, ls};
+    for (int k = 0; k < 2 && !rc; k++) {
+        rl_gpu_model *m = both[k];
+        float norm;
+        rc = rl_gpu_model_upload_params(m, p, &e) || rl_gpu_model_zero_grad(m, &e);
+        for (int j = 0; j < 2 && !rc; j++)
+            rc = rl_gpu_model_train_micro(m, tok + j * N, tok + j * N + 1, mc.B, mc.T, 0.5f, NULL, NULL, &e);
+        if (!rc) rc = rl_gpu_model_step_end(m, &e) || rl_gpu_model_step_stats(m, 0, &loss[k][0], &norm, &e) ||
+                      rl_gpu_model_download_grads(m, g[k], &e);
+    }
+    int per_step = ready;
+    /* new weights on the host (and in the resident model): the next forward must read them */
+    for (size_t i = 0; i < P; i++) p[i] = rl_gpu_bf16_round(p[i] * 0.5f);
+    for (size_t i = 0; i < P; i++) hw[i] = (uint16_t)(hw[i] - (hw[i] & 0x7f80 ? 0x80 : 0)); /* x 0.5, exact */
+    for (int k = 0; k < 2 && !rc; k++)
+        rc = rl_gpu_model_upload_params(both[k], p, &e) ||
+             rl_gpu_model_forward(both[k], tok + 2 * N, tok + 2 * N + 1, mc.B, mc.T, &loss[k][1], &e);
+    if (rc) {
+        fail_err(name, &e);
+    } else {
+        size_t differ = 0, less = rl_gpu_model_device_bytes(mr) - rl_gpu_model_device_bytes(ms);
+        for (size_t i = 0; i < P; i++) differ += memcmp(&gr[i], &gs[i], sizeof(float)) != 0;
+        size_t want = (size_t)(c.num_hidden_layers - RL_GPU_LAYER_RING) * lay.layer_size * sizeof(uint16_t);
+        report(name,
+               differ == 0 && !memcmp(lr, ls, sizeof lr) && less == want && per_step >= 2 * c.num_hidden_layers,
+               "%zu of %zu gradients differ; losses %.9g / %.9g, after new weights %.9g / %.9g; %zu bytes less "
+               "(want %zu: %d layers, a ring of %d); %d host waits for a step of 2 micro-batches",
+               differ, P, lr[0], ls[0], lr[1], ls[1], less, want, c.num_hidden_layers, RL_GPU_LAYER_RING, per_step);
+    }
+    rl_gpu_model_free(mr), rl_gpu_model_free(ms);
+    if (hw) cudaFreeHost(hw);
+    cudaStreamDestroy(s);
+    free(p), free(gr), free(gs), free(tok);
+}
+
 int main(int argc, char **argv) {
     char dev[256] = "";
     int ndev = rl_gpu_device_count(dev, sizeof dev);
@@ -1416,6 +1490,7 @@ int main(int argc, char **argv) {
     test_adamw();
     test_roundtrip();
     test_params_wait();
+    test_stream_layers();
     test_graphs(RL_GPU_ATTN_OWN);
     test_graphs(RL_GPU_ATTN_CUDNN);
     static const model_case cases[] = {
