@@ -398,11 +398,14 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
     d->comm = comm, d->grads = grads, d->n = n;
     d->o.timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 300;
     bool regions = o && o->regions && o->nregions > 0;
+    /* no gradients and no regions: a device that keeps its gradients to
+     * itself (train.offload "layers"), on one rank: no buckets at all */
+    bool none = !grads && !regions && rl_comm_world(comm) == 1;
     rl_train_bucket_plan plan;
     int rc = regions ? region_plan(o, n, &plan, e)
-                     : rl_train_bucket_plan_of(n, o ? o->first_bucket_bytes : 0, o ? o->bucket_bytes : 0,
+                     : rl_train_bucket_plan_of(none ? 0 : n, o ? o->first_bucket_bytes : 0, o ? o->bucket_bytes : 0,
                                                o ? o->min_buckets : 0, &plan, e);
-    if (!rc && !grads && (!regions || !o->grad_stream || o->shard != RL_SHARD_GRADIENTS))
+    if (!rc && !grads && !none && (!regions || !o->grad_stream || o->shard != RL_SHARD_GRADIENTS))
         rc = rl_errf(e, RL_EINTERNAL, "ddp: gradients in slots (no buffer) need their regions, a device stream "
                      "and dist.shard \"gradients\"");
     if (rc || plan.count > (size_t)INT_MAX / 2) {
@@ -410,17 +413,17 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
         return rc ? rc : rl_errf(e, RL_EINPUT, "ddp: %zu buckets are too many", plan.count);
     }
     int nb = d->nb = (int)plan.count;
-    d->slotted = !grads;
+    d->slotted = !grads && !none;
     d->boff = calloc((size_t)nb + 1, sizeof(size_t));
     d->blen = calloc((size_t)nb + 1, sizeof(size_t));
     d->ev = calloc((size_t)nb + 1, sizeof(rl_ddp_event));
     d->gs = o ? o->grad_stream : NULL;
     d->gath_next = -1;
     if (d->gs) {
-        d->ev_ready = calloc((size_t)nb, sizeof(void *));
-        d->ev_start = calloc((size_t)nb, sizeof(void *));
-        d->ev_done = calloc((size_t)nb, sizeof(void *));
-        d->ev_gath = calloc((size_t)nb, sizeof(void *));
+        d->ev_ready = calloc((size_t)nb + 1, sizeof(void *)); /* (+ 1: none at all is fine) */
+        d->ev_start = calloc((size_t)nb + 1, sizeof(void *));
+        d->ev_done = calloc((size_t)nb + 1, sizeof(void *));
+        d->ev_gath = calloc((size_t)nb + 1, sizeof(void *));
     }
     if (!d->boff || !d->blen || !d->ev ||
         (d->gs && (!d->ev_ready || !d->ev_start || !d->ev_done || !d->ev_gath))) {

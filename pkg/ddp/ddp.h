@@ -107,7 +107,9 @@ typedef struct rl_ddp_opts {
      * a GPU model's gradient regions (kernels/gpu_layout.h). Required when
      * the gradients come in slots (grads NULL: "gradients" on a device,
      * ZeRO-2's memory; see "Slots" above), where a bucket must be a region
-     * whole. NULL: cut by size. */
+     * whole. NULL: cut by size. (grads NULL without regions, on one rank:
+     * a device that takes its gradients away itself, train.offload
+     * "layers"; DDP then has no buckets.) */
     const size_t *regions;
     int nregions;
 } rl_ddp_opts;

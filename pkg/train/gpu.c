@@ -38,7 +38,8 @@ typedef struct gpu_dev {
     size_t ckpt_floats;      /* its size */
     cudaEvent_t ckpt_ready;  /* the staging copy is done */
     bool ckpt_off;           /* no staging: no room on the GPU, or RL_GPU_CKPT_STAGE=0 */
-    rl_offload *off;         /* train.offload "optimizer": the host's update (offload.h) */
+    rl_offload *off;         /* train.offload: the host's update (offload.h) */
+    bool layers;             /* train.offload "layers": the model streams its layers from it */
 } gpu_dev;
 
 static gpu_dev *ctx(rl_train_device *d) { return d->impl; }
@@ -279,12 +280,12 @@ static int offload_step_end(rl_train_device *d, const rl_train_update *u, double
     gpu_dev *g = ctx(d);
     float l = 0, n_dev = 0;
     double sq = 0;
-    int rc = rl_offload_join(g->off, e); /* its gradients are overwritten now */
+    int rc = rl_offload_join(g->off, e); /* its gradients are overwritten now (layers: they are down) */
     if (!rc) rc = rl_gpu_model_step_end(g->model, e);
     float *host = rl_offload_grads(g->off);
-    cudaError_t ce = rc ? cudaSuccess
-                        : cudaMemcpyAsync(host, rl_gpu_model_grads(g->model), d->n * sizeof(float),
-                                          cudaMemcpyDeviceToHost, g->stream);
+    cudaError_t ce = rc || g->layers ? cudaSuccess
+                                     : cudaMemcpyAsync(host, rl_gpu_model_grads(g->model), d->n * sizeof(float),
+                                                       cudaMemcpyDeviceToHost, g->stream);
     if (!rc && ce == cudaSuccess) ce = cudaStreamSynchronize(g->stream);
     if (ce != cudaSuccess) rc = rl_errf(e, RL_EIO, "train.offload: the gradients' copy to the host: %s",
                                         cudaGetErrorString(ce));
@@ -309,11 +310,28 @@ static int offload_download(rl_train_device *d, bool opt, rl_err *e) {
     return rl_offload_join(ctx(d)->off, e);
 }
 
-/* the weights' bf16 copy from the host's master; the moments never leave */
+/* the weights' bf16 copy from the host's master (layers: the host's copy
+ * of it the model streams from, too); the moments never leave */
 static int offload_upload(rl_train_device *d, bool opt, rl_err *e) {
     (void)opt;
     int rc = rl_offload_join(ctx(d)->off, e);
+    if (!rc && ctx(d)->layers) rl_offload_set_bf16(ctx(d)->off);
     return rc ? rc : rl_gpu_model_upload_params(ctx(d)->model, d->params, e);
+}
+
+/* train.offload "layers": the gradients come down region by region through
+ * the model's slots, whatever the trainer passes (one rank: nothing to
+ * reduce), and a later micro-batch's are added on the host */
+static int layers_zero_grad(rl_train_device *d, rl_err *e) {
+    rl_offload_zero(ctx(d)->off);
+    return gpu_zero_grad(d, e);
+}
+
+static int layers_micro(rl_train_device *d, const int32_t *inputs, const int32_t *targets, float scale,
+                        rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
+    (void)hook, (void)hook_ctx;
+    int rc = gpu_micro(d, inputs, targets, scale, rl_offload_grad_ready, ctx(d)->off, e);
+    return rc ? rc : rl_offload_micro_end(ctx(d)->off, e);
 }
 
 static const rl_train_device_ops gpu_ops = {
@@ -334,6 +352,19 @@ static const rl_train_device_ops gpu_ops = {
 static const rl_train_device_ops offload_ops = {
     .zero_grad = gpu_zero_grad,
     .micro = gpu_micro,
+    .step_end = offload_step_end,
+    .eval = gpu_eval,
+    .grads = gpu_grads,
+    .stream = gpu_stream,
+    .take = offload_take,
+    .download = offload_download,
+    .upload = offload_upload,
+    .close = gpu_close,
+};
+
+static const rl_train_device_ops layers_ops = {
+    .zero_grad = layers_zero_grad,
+    .micro = layers_micro,
     .step_end = offload_step_end,
     .eval = gpu_eval,
     .grads = gpu_grads,
@@ -368,6 +399,9 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
     if (rc) return rc;
     opt.held = mem.shard_elems;
     opt.host_state = strcmp(t->offload, "none") != 0;
+    g->layers = !strcmp(t->offload, "layers");
+    opt.stream_layers = g->layers;
+    if (g->layers) opt.grad_slots = RL_GPU_GRAD_SLOTS; /* the gradients leave as they are made */
     /* ZeRO-2's memory: no whole gradient buffer, DDP takes each region away */
     if (d->world > 1 && rl_shard_mode_of(d->cfg->dist.shard) == RL_SHARD_GRADIENTS) opt.grad_slots = RL_GPU_GRAD_SLOTS;
     if (rl_gpu_model_create(&g->model, &d->cfg->model, t->micro_batch, t->seq_len, &opt, g->stream, e))
@@ -379,9 +413,14 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
     if (!(d->params = malloc(d->n * sizeof(float))))
         return rl_errf(e, RL_ENOMEM, "trainer: out of memory for the parameters' host copy");
     if (opt.host_state) {
-        int rc2 = rl_offload_new(d, rl_gpu_model_params(g->model), g->stream, d->cfg->dist.timeout_s, &g->off, e);
+        int rc2 = rl_offload_new(d, rl_gpu_model_params(g->model), g->stream, d->cfg->dist.timeout_s, g->layers,
+                                 &g->off, e);
         if (rc2) return rc2;
         rl_gpu_model_set_params_wait(g->model, rl_offload_wait, g->off);
+    }
+    if (g->layers) {
+        rl_gpu_model_set_host_weights(g->model, rl_offload_bf16(g->off), rl_offload_ready, g->off);
+        rl_gpu_model_set_grad_sink(g->model, rl_offload_grad_slot, g->off);
     }
     return RL_OK;
 }
@@ -395,7 +434,7 @@ int rl_train_gpu_open(rl_train_device *d, int device, rl_err *e) {
         gpu_close(d);
         return rc;
     }
-    d->ops = strcmp(d->cfg->train.offload, "none") ? &offload_ops : &gpu_ops;
+    d->ops = g->layers ? &layers_ops : strcmp(d->cfg->train.offload, "none") ? &offload_ops : &gpu_ops;
     return RL_OK;
 }
 

@@ -104,6 +104,13 @@ static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, bo
     m->grads = slotted ? (RL_GPU_GRAD_SLOTS * rl_gpu_grad_slot_len(&cfg->model) + m->shard_elems) * F32
                        : (n + pad) * F32;
     if (strcmp(t->offload, "none")) m->master = m->moments = 0; /* in the host's memory */
+    if (!strcmp(t->offload, "layers")) { /* the embedding and head, a ring of layers, gradient slots */
+        rl_param_layout lay;
+        rl_param_layout_init(&lay, &cfg->model);
+        size_t layers = (size_t)cfg->model.num_hidden_layers * lay.layer_size;
+        m->weights = (n + pad - layers + RL_GPU_LAYER_RING * lay.layer_size) * BF16;
+        m->grads = RL_GPU_GRAD_SLOTS * rl_gpu_grad_slot_len(&cfg->model) * F32;
+    }
     /* cuDNN's attention workspace (train.attention cudnn) is not counted */
     m->activations = l.acts + l.scratch;
 }

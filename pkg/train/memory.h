@@ -19,7 +19,8 @@
 #include "util/util.h"
 
 typedef struct rl_train_memory {
-    size_t weights;     /* the compute copy: fp32 on cpu (also the master), bf16 on cuda */
+    size_t weights;     /* the compute copy: fp32 on cpu (also the master), bf16 on cuda (with
+                         * train.offload "layers": the embedding, the head and a ring of layers) */
     size_t master;      /* fp32 master weights: 0 on cpu (the weights are), whole on cuda */
     size_t grads;       /* fp32 gradients: whole, but for "gradients" (cpu: below; cuda: the
                          * model's gradient slots and the shard's own gradient) */

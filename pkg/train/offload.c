@@ -1,4 +1,4 @@
-/* train.offload "optimizer": the host's update pipeline (offload.h).
+/* train.offload "optimizer" and "layers": the host's update pipeline (offload.h).
  *
  * Why a thread: AdamW over the fp32 master on the CPU takes about as long
  * as a forward for a large model. Done inline, the GPU would idle through
@@ -31,6 +31,22 @@ struct rl_offload {
     size_t *reg_end;     /* region k is [reg_end[k-1], reg_end[k]), forward order */
     cudaEvent_t *up;     /* region k's upload queued (copy stream) */
     double timeout_s;
+    /* layers: the decoder layers' weights stay on the host (skip elements
+     * between the resident embedding and head), and the gradients come down
+     * region by region: the D2H stream, an event for "the region's kernels
+     * are queued", a later micro-batch's staging, the model's slots (each
+     * one's last copy down) and the slot each region was written to */
+    bool layers;
+    size_t skip;
+    cudaStream_t down;
+    cudaEvent_t kern;
+    float *stage;
+    float *slot_buf[8];
+    cudaEvent_t slot_down[8];
+    bool slot_busy[8];
+    int nslots;
+    float **reg_slot;
+    int pass; /* backward passes this step */
 
     pthread_t thread;
     bool started;
@@ -49,17 +65,34 @@ static int cuda_err(cudaError_t ce, const char *what, rl_err *e) {
     return rl_errf(e, RL_EIO, "train.offload: %s: %s", what, cudaGetErrorString(ce));
 }
 
-/* region k updated on the host and its weights queued up */
-static int update_region(rl_offload *o, int k, rl_err *e) {
-    rl_train_device *d = o->d;
-    size_t lo = k ? o->reg_end[k - 1] : 0, hi = o->reg_end[k];
-    rl_train_host_adamw(d, &o->u, d->params, o->grads, o->scale, lo, hi);
-    const float *p = d->params;
+static size_t region_start(const rl_offload *o, int k) { return k ? o->reg_end[k - 1] : 0; }
+/* the region starting at off, or -1 */
+static int region_at(const rl_offload *o, size_t off) {
+    for (int k = 0; k < o->nreg; k++)
+        if (region_start(o, k) == off) return k;
+    return -1;
+}
+
+/* params [lo, hi) rounded into the host's bf16 copy */
+static void round_bf16(rl_offload *o, size_t lo, size_t hi) {
+    const float *p = o->d->params;
     uint16_t *b = o->bf16;
 #pragma omp parallel for schedule(static)
     for (size_t i = lo; i < hi; i++) b[i] = rl_comm_f32_to_bf16(p[i]);
-    cudaError_t ce = cudaMemcpyAsync((uint16_t *)o->params_dev + lo, b + lo, (hi - lo) * sizeof(uint16_t),
-                                     cudaMemcpyHostToDevice, o->copy);
+}
+
+/* region k updated on the host and its weights queued up (with layers a
+ * decoder layer's stay on the host: the model copies them itself) */
+static int update_region(rl_offload *o, int k, rl_err *e) {
+    rl_train_device *d = o->d;
+    size_t lo = region_start(o, k), hi = o->reg_end[k];
+    rl_train_host_adamw(d, &o->u, d->params, o->grads, o->scale, lo, hi);
+    round_bf16(o, lo, hi);
+    bool resident = !o->layers || k == 0 || k == o->nreg - 1;
+    size_t at = o->layers && k == o->nreg - 1 ? lo - o->skip : lo;
+    cudaError_t ce = resident ? cudaMemcpyAsync((uint16_t *)o->params_dev + at, o->bf16 + lo,
+                                                (hi - lo) * sizeof(uint16_t), cudaMemcpyHostToDevice, o->copy)
+                              : cudaSuccess;
     if (ce == cudaSuccess) ce = cudaEventRecord(o->up[k], o->copy);
     return ce == cudaSuccess ? RL_OK : cuda_err(ce, "queueing the weights' copy to the GPU", e);
 }
@@ -90,8 +123,8 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, double timeout_s, rl_offload **out,
-                   rl_err *e) {
+int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, double timeout_s, bool layers,
+                   rl_offload **out, rl_err *e) {
     rl_offload *o = calloc(1, sizeof *o);
     if (!o) return rl_errf(e, RL_ENOMEM, "train.offload: out of memory");
     *out = o;
@@ -109,6 +142,16 @@ int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, dou
     o->reg_end[0] = lay.layers;
     for (int l = 0; l < c->num_hidden_layers; l++) o->reg_end[l + 1] = lay.layers + (size_t)(l + 1) * lay.layer_size;
     o->reg_end[o->nreg - 1] = lay.total;
+    o->layers = layers, o->skip = lay.final_norm - lay.layers;
+    if (layers) {
+        if (!(o->reg_slot = calloc((size_t)o->nreg, sizeof *o->reg_slot)))
+            return rl_errf(e, RL_ENOMEM, "train.offload: out of memory");
+        ce = cudaMallocHost((void **)&o->stage, d->n * sizeof(float));
+        if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&o->down, cudaStreamNonBlocking);
+        if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&o->kern, cudaEventDisableTiming);
+        for (int k = 0; k < 8 && ce == cudaSuccess; k++) ce = cudaEventCreateWithFlags(&o->slot_down[k], cudaEventDisableTiming);
+        if (ce != cudaSuccess) return cuda_err(ce, "the gradients' way down (pinned staging, stream, events)", e);
+    }
     ce = cudaMallocHost((void **)&o->grads, d->n * sizeof(float));
     if (ce == cudaSuccess) ce = cudaMallocHost((void **)&o->bf16, d->n * sizeof(uint16_t));
     if (ce != cudaSuccess)
@@ -141,9 +184,16 @@ void rl_offload_free(rl_offload *o) {
         pthread_cond_destroy(&o->cv);
     }
     if (o->copy) cudaStreamSynchronize(o->copy);
+    if (o->down) cudaStreamSynchronize(o->down);
     for (int k = 0; o->up && k < o->nreg; k++)
         if (o->up[k]) cudaEventDestroy(o->up[k]);
+    for (int k = 0; k < 8; k++)
+        if (o->slot_down[k]) cudaEventDestroy(o->slot_down[k]);
+    if (o->kern) cudaEventDestroy(o->kern);
     if (o->copy) cudaStreamDestroy(o->copy);
+    if (o->down) cudaStreamDestroy(o->down);
+    if (o->stage) cudaFreeHost(o->stage);
+    free(o->reg_slot);
     if (o->grads) cudaFreeHost(o->grads);
     if (o->bf16) cudaFreeHost(o->bf16);
     free(o->reg_end), free(o->up);
@@ -181,6 +231,8 @@ int rl_offload_join(rl_offload *o, rl_err *e) {
     pthread_mutex_lock(&o->mu);
     int rc = wait_done_locked(o, o->nreg, e);
     pthread_mutex_unlock(&o->mu);
+    cudaError_t ce = !rc && o->down ? cudaStreamSynchronize(o->down) : cudaSuccess; /* the gradients are down */
+    if (ce != cudaSuccess) rc = cuda_err(ce, "the gradients' copy to the host", e);
     /* the model's stream takes every region's copy, waited for or not */
     if (!rc) rl_offload_wait(o, SIZE_MAX);
     pthread_mutex_lock(&o->mu);
@@ -202,5 +254,100 @@ void rl_offload_wait(void *ctx, size_t upto) {
     }
     if (rc && !o->rc) o->rc = rc, o->err = e;
     pthread_mutex_unlock(&o->mu);
+}
+/* ---- layers: the weights' host copy, the gradients' way down -------------- */
+const uint16_t *rl_offload_bf16(rl_offload *o) { return o->bf16; }
+
+void rl_offload_set_bf16(rl_offload *o) { round_bf16(o, 0, o->d->n); }
+
+/* host-side: the copy about to read [0, upto) of the weights' host copy
+ * sees the update's values (the step's regions are written in order) */
+void rl_offload_ready(void *ctx, size_t upto) {
+    rl_offload *o = ctx;
+    pthread_mutex_lock(&o->mu);
+    int need = 0;
+    while (need < o->nreg && (need == 0 || o->reg_end[need - 1] < upto)) need++;
+    rl_err e = {0};
+    int rc = wait_done_locked(o, need, &e);
+    if (rc && !o->rc) o->rc = rc, o->err = e;
+    pthread_mutex_unlock(&o->mu);
+}
+
+static void keep(rl_offload *o, int rc, const rl_err *e) {
+    pthread_mutex_lock(&o->mu);
+    if (rc && !o->rc) o->rc = rc, o->err = *e;
+    pthread_mutex_unlock(&o->mu);
+}
+
+static int slot_index(const rl_offload *o, const float *slot) {
+    for (int k = 0; k < o->nslots; k++)
+        if (o->slot_buf[k] == slot) return k;
+    return -1;
+}
+
+/* the model is about to write region off's gradients into slot: its
+ * stream waits until the slot's last copy down is done */
+void rl_offload_grad_slot(void *ctx, size_t off, float *slot) {
+    rl_offload *o = ctx;
+    rl_err e = {0};
+    int r = region_at(o, off), k = slot_index(o, slot), rc = RL_OK;
+    if (r < 0 || !o->layers) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: a gradient slot for offset %zu", off);
+    else if (k < 0 && o->nslots == 8) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: more than 8 gradient slots");
+    if (!rc && k < 0) k = o->nslots, o->slot_buf[o->nslots++] = slot;
+    cudaError_t ce = !rc && o->slot_busy[k] ? cudaStreamWaitEvent(o->model, o->slot_down[k], 0) : cudaSuccess;
+    if (ce != cudaSuccess) rc = cuda_err(ce, "ordering a gradient slot after its copy down", &e);
+    if (!rc) o->reg_slot[r] = slot;
+    keep(o, rc, &e);
+}
+
+/* hook: a backward pass begins (the buffer's length), or region off's
+ * gradients are queued: copied down behind them, the step's first pass
+ * into the gradients (the update reading them is done by now: the forward
+ * waited for every region), a later one's into the staging copy */
+void rl_offload_grad_ready(void *ctx, size_t off) {
+    rl_offload *o = ctx;
+    if (off >= o->d->n) {
+        o->pass++;
+        return;
+    }
+    int r = region_at(o, off);
+    if (r < 0) return; /* lm_head's watermark, inside the head's region */
+    rl_err e = {0};
+    int rc = RL_OK, k = slot_index(o, o->reg_slot[r]);
+    if (o->pass <= 1) {
+        pthread_mutex_lock(&o->mu);
+        rc = wait_done_locked(o, o->nreg, &e);
+        pthread_mutex_unlock(&o->mu);
+    }
+    size_t lo = region_start(o, r), n = o->reg_end[r] - lo;
+    float *dst = (o->pass <= 1 ? o->grads : o->stage) + lo;
+    cudaError_t ce = cudaSuccess;
+    if (!rc && k < 0) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: region %d's gradients in no slot", r);
+    if (!rc) ce = cudaEventRecord(o->kern, o->model);
+    if (!rc && ce == cudaSuccess) ce = cudaStreamWaitEvent(o->down, o->kern, 0);
+    if (!rc && ce == cudaSuccess) ce = cudaMemcpyAsync(dst, o->reg_slot[r], n * sizeof(float), cudaMemcpyDeviceToHost, o->down);
+    if (!rc && ce == cudaSuccess) ce = cudaEventRecord(o->slot_down[k], o->down);
+    if (!rc && ce == cudaSuccess) o->slot_busy[k] = true;
+    if (ce != cudaSuccess) rc = cuda_err(ce, "a region's gradients' copy to the host", &e);
+    keep(o, rc, &e);
+}
+
+void rl_offload_zero(rl_offload *o) { o->pass = 0; }
+
+/* a later micro-batch's gradients, once down, added to the step's */
+int rl_offload_micro_end(rl_offload *o, rl_err *e) {
+    pthread_mutex_lock(&o->mu);
+    int rc = o->rc;
+    if (rc) *e = o->err;
+    pthread_mutex_unlock(&o->mu);
+    if (rc || o->pass <= 1) return rc;
+    cudaError_t ce = cudaStreamSynchronize(o->down);
+    if (ce != cudaSuccess) return cuda_err(ce, "a micro-batch's gradients' copy to the host", e);
+    float *g = o->grads;
+    const float *s = o->stage;
+    size_t n = o->d->n;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] += s[i];
+    return RL_OK;
 }
 #endif

@@ -1,4 +1,4 @@
-/* train.offload "optimizer" (internal to pkg/train): the host's update of a
+/* train.offload "optimizer" and "layers" (internal to pkg/train): the host's update of a
  * GPU whose fp32 master and AdamW moments stay in the host's memory (the
  * device seam's params and opt; gpu.c's offload ops drive it).
  *
@@ -25,10 +25,20 @@
 typedef struct rl_offload rl_offload;
 
 /* On the training thread's current GPU: params_dev the model's bf16
- * weights (d->n), model_stream the model's cudaStream_t. On failure *out
- * is still to be freed. */
-int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, double timeout_s, rl_offload **out,
-                   rl_err *e);
+ * weights (d->n; with layers its resident part: the embedding, then the
+ * head), model_stream the model's cudaStream_t. On failure *out is still
+ * to be freed.
+ *
+ * layers (train.offload "layers"): the model streams its decoder layers
+ * from rl_offload_bf16 (rl_gpu_model_set_host_weights with
+ * rl_offload_ready) and writes its gradients region by region into slots
+ * this takes down (rl_offload_grad_slot as the model's gradient sink,
+ * rl_offload_grad_ready as its hook on every micro-batch): a step's first
+ * micro-batch's regions straight into rl_offload_grads, a later one's into
+ * a staging copy added there by rl_offload_micro_end. Only the embedding's
+ * and the head's weights are copied up after an update. */
+int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, double timeout_s, bool layers,
+                   rl_offload **out, rl_err *e);
 /* Waits for a running update; NULL is fine. */
 void rl_offload_free(rl_offload *o);
 /* Pinned host memory for the step's gradients (d->n floats). */
@@ -42,5 +52,20 @@ int rl_offload_join(rl_offload *o, rl_err *e);
 /* The model's params-wait callback (ctx: the rl_offload): params [0,
  * upto) are about to be read. Errors are kept for the next join. */
 void rl_offload_wait(void *ctx, size_t upto);
+
+/* ---- layers -------------------------------------------------------------- */
+/* Pinned host bf16 weights (d->n): the update writes them, the model's
+ * copies read them. */
+const uint16_t *rl_offload_bf16(rl_offload *o);
+/* d->params rounded into them (an upload: before the first step, a resume). */
+void rl_offload_set_bf16(rl_offload *o);
+/* The model's host-weights ready callback: elements [0, upto) updated. */
+void rl_offload_ready(void *ctx, size_t upto);
+/* The gradient sink and hook (llama_gpu.h's rl_gpu_slot_fn, model.h's
+ * rl_grad_ready_fn), and a step's start and a micro-batch's end. */
+void rl_offload_grad_slot(void *ctx, size_t off, float *slot);
+void rl_offload_grad_ready(void *ctx, size_t off);
+void rl_offload_zero(rl_offload *o);
+int rl_offload_micro_end(rl_offload *o, rl_err *e);
 
 #endif

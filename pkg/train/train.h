@@ -368,7 +368,9 @@ void *rl_trainer_stream(rl_trainer *tr);
 /* Where there is no gradient buffer (NULL grads: a GPU's gradient slots,
  * dist.shard "gradients"), DDP's buckets must be the model's gradient
  * regions: their starts, ascending, *n of them (rl_ddp_opts.regions).
- * NULL (and *n 0) where the gradients have a buffer. */
+ * NULL (and *n 0) where the gradients have a buffer, and with
+ * train.offload "layers" (its slots go to the host: one rank, DDP reduces
+ * nothing). */
 const size_t *rl_trainer_grad_regions(rl_trainer *tr, int *n);
 /* Rank 0's parameters to every rank through dist->broadcast (identical
  * replicas before the first step); rl_trainer_resume does it when there is

@@ -817,7 +817,8 @@ void *rl_trainer_stream(rl_trainer *tr) { return rl_train_dev_stream(&tr->dev); 
 
 const size_t *rl_trainer_grad_regions(rl_trainer *tr, int *n) {
     *n = 0;
-    if (rl_train_dev_grads(&tr->dev)) return NULL;
+    /* (train.offload "layers" takes its slots' gradients down itself: one rank, nothing to reduce) */
+    if (rl_train_dev_grads(&tr->dev) || strcmp(tr->cfg.train.offload, "none")) return NULL;
     if (!tr->regions) {
         int k = rl_gpu_grad_regions(&tr->cfg.model, NULL);
         if (!(tr->regions = malloc((size_t)k * sizeof *tr->regions))) return NULL;

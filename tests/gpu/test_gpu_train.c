@@ -212,9 +212,9 @@ done:
  * writer's snapshot goes through a staging copy in GPU memory by default,
  * straight to the host without one (unstaged): both are checked. */
 static void job_on(rl_job_config *c, const char *where, long long steps) {
-    bool off = !strcmp(where, "cuda+offload");
-    job(c, off ? "cuda" : where, steps, 1);
-    if (off) snprintf(c->train.offload, sizeof c->train.offload, "optimizer");
+    const char *plus = strchr(where, '+'); /* cuda+offload: "optimizer"; cuda+layers: "layers" */
+    job(c, plus ? "cuda" : where, steps, 1);
+    if (plus) snprintf(c->train.offload, sizeof c->train.offload, "%s", strcmp(plus, "+layers") ? "optimizer" : "layers");
 }
 
 static void check_cross_resume(const char *from, const char *to, bool staged) {
@@ -324,6 +324,84 @@ done:
     rl_trainer_free(a);
     rl_trainer_free(b);
     free(pa), free(pb), free(ea), free(eb);
+}
+
+/* train.offload "layers" (issue 20): the decoder layers' bf16 weights
+ * streamed from the host as the forward and the backward reach them, the
+ * gradients taken down region by region as they are made, AdamW on the
+ * host. The emulated GPU's memory is capped at the activations plus a
+ * third of what "none" keeps of the weights and the optimizer's state
+ * (bf16 weights, fp32 master, gradients, moments): "none" is refused at
+ * creation by name under it, "layers" trains 20 clipped steps of 2
+ * micro-batches within it -- its losses within 5e-4 relative of "none"
+ * run uncapped (bf16 roundings flip: as the optimizer offload's bound),
+ * and close to "optimizer" (the same host AdamW and bf16 weights; only the
+ * two micro-batches' gradients are added on the host instead of by the
+ * GEMMs: the bounds below) -- and the accounting is what the model
+ * allocates. A 6-layer model, so the ring of 3 is half of them. */
+static void check_offload_layers(void) {
+    const char *name = "trainer: offload layers trains under a third of the memory, tracking none and optimizer";
+    if (!selected(name)) return;
+    rl_job_config cn, co, cl;
+    job(&cn, "cuda", 20, 2);
+    cn.model.num_hidden_layers = 6, cn.train.grad_clip = 0.5;
+    co = cl = cn;
+    snprintf(co.train.offload, sizeof co.train.offload, "optimizer");
+    snprintf(cl.train.offload, sizeof cl.train.offload, "layers");
+    rl_trainer *n = NULL, *o = NULL, *l = NULL, *x = NULL;
+    rl_err e = {0}, ex = {0};
+    curve vn, vo, vl;
+    float *pn = NULL, *po = NULL, *pl = NULL, *en = NULL, *eo = NULL, *el = NULL;
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &cn.model);
+    size_t P = lay.total;
+    rl_train_memory mn, ml;
+    rl_gpu_plan pln;
+    rl_gpu_options lo = {.recompute = cl.train.recompute, .host_state = 1, .stream_layers = 1,
+                         .grad_slots = RL_GPU_GRAD_SLOTS};
+    int rc_none = -1;
+    size_t cap = 0;
+    if (rl_train_memory_of(&cn, 1, 0, &mn, &e) || rl_train_memory_of(&cl, 1, 0, &ml, &e) ||
+        rl_gpu_model_plan(&cl.model, cl.train.micro_batch, cl.train.seq_len, &lo, 1, 1e15, 3e12, &pln, &e) ||
+        offload_run(&n, &cn, &vn, &en, &e) || offload_run(&o, &co, &vo, &eo, &e) || !(pn = host_copy(n, 0, &e)) ||
+        !(po = host_copy(o, 0, &e)))
+        goto fail;
+    rl_trainer_free(n), rl_trainer_free(o), n = o = NULL; /* the cap counts every allocation of the process */
+    cap = mn.activations + (mn.total - mn.activations) / 3;
+    char v[32];
+    snprintf(v, sizeof v, "%zu", cap);
+    setenv("RL_EMU_MEM", v, 1);
+    rc_none = rl_trainer_new(&x, &cn, NULL, &ex);
+    rc_none = rc_none ? rc_none : -2;
+    int rc = offload_run(&l, &cl, &vl, &el, &e);
+    unsetenv("RL_EMU_MEM");
+    if (rc || !(pl = host_copy(l, 0, &e))) goto fail;
+    {
+        double vs_none = 0, vs_opt = 0;
+        for (int k = 0; k < vl.n && k < vn.n && k < vo.n; k++) {
+            vs_none = fmax(vs_none, fabs(vl.loss[k] - vn.loss[k]) / vn.loss[k]);
+            vs_opt = fmax(vs_opt, fabs(vl.loss[k] - vo.loss[k]) / vo.loss[k]);
+        }
+        double early = fmax(rel_diff(el, eo, P), rel_diff(el + P, eo + P, 2 * P));
+        double params = rel_diff(pl, po, P), moments = rel_diff(pl + P, po + P, 2 * P);
+        bool named = rc_none == RL_EINPUT && strstr(ex.msg, "needs") && strstr(ex.msg, "train.offload");
+        report(name,
+               vl.n == 18 && vn.n == 18 && vo.n == 18 && named && pln.device_bytes <= cap && ml.total == pln.device_bytes &&
+                   vs_none <= 5e-4 && early <= 1e-6 && vs_opt <= 1e-4 && params <= 2e-3 && moments <= 2e-3 &&
+                   vl.loss[17] < vl.loss[0],
+               "losses vs none %.2e (bound 5e-4); vs optimizer: state after 2 steps %.2e (bound 1e-6), losses %.2e "
+               "(bound 1e-4), weights %.2e, moments %.2e (bound 2e-3); loss %.4f -> %.4f; cap %zu B (activations %zu "
+               "+ a third of none's %zu); layers' model %zu B (accounting %zu); none under the cap: rc %d, %s",
+               vs_none, early, vs_opt, params, moments, vl.loss[0], vl.loss[17], cap, mn.activations,
+               mn.total - mn.activations, pln.device_bytes, ml.total, rc_none, named ? "refused by name" : ex.msg);
+    }
+    goto done;
+fail:
+    fail_err(name, &e);
+done:
+    rl_trainer_free(x);
+    rl_trainer_free(n), rl_trainer_free(o), rl_trainer_free(l);
+    free(pn), free(po), free(pl), free(en), free(eo), free(el);
 }
 
 /* No hang when a peer never comes: rank 0 of a world of 2 alone (its id
@@ -1293,6 +1371,9 @@ void test_gpu_train(void) {
     check_offload();
     check_cross_resume("cuda+offload", "cuda", true);
     check_cross_resume("cuda", "cuda+offload", true);
+    check_offload_layers();
+    check_cross_resume("cuda+layers", "cuda", true);
+    check_cross_resume("cuda", "cuda+layers", true);
     check_nccl_missing_peer();
     check_nccl_gpu_times();
     check_nccl_two_rank_collectives();

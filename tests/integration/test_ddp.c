@@ -921,6 +921,46 @@ static int scatter_rank(int rank, int port, void *arg) {
     return ok;
 }
 
+/* A device that takes its gradients away itself (train.offload "layers":
+ * no buffer, no regions) gets a DDP with no buckets on one rank -- its
+ * hook and finish do nothing, metrics still average -- and is refused,
+ * by what it lacks, on two. */
+static int no_grads_rank(int rank, int port, void *arg) {
+    int world = *(int *)arg;
+    rl_err e = {0};
+    rl_store *s;
+    rl_comm *c;
+    rl_ddp *d = NULL;
+    if (rl_store_connect("127.0.0.1", port, 20, &s, &e)) return 10;
+    rl_comm_opts co = {.backend = "tcp", .rank = rank, .world = world, .store = s, .prefix = "ng", .timeout_s = 20};
+    if (rl_comm_init(&co, &c, &e)) return 11;
+    int rc = rl_ddp_create(c, NULL, 1000, &(rl_ddp_opts){0}, &d, &e), ok = 0;
+    if (world == 1) {
+        double v = 2.5;
+        ok = rc || rl_ddp_nbuckets(d) != 0 ? 12 : 0;
+        if (!ok) rl_ddp_grad_ready(d, 1000), rl_ddp_grad_ready(d, 0);
+        if (!ok && (rl_ddp_finish(d, &e) || rl_ddp_average(d, &v, 1, &e) || v != 2.5)) ok = 13;
+    } else {
+        ok = rc == RL_EINTERNAL && strstr(e.msg, "regions") ? 0 : 14;
+    }
+    rl_ddp_destroy(d);
+    rl_comm_destroy(c);
+    rl_store_close(s);
+    return ok;
+}
+
+Test(ddp, no_gradient_buffer_means_no_buckets_on_one_rank_only, .timeout = 60) {
+    int world = 1, st[2];
+    rl_store_server *srv;
+    rl_err e;
+    cr_assert_eq(rl_store_server_start("127.0.0.1", 0, &srv, &e), 0, "%s", e.msg);
+    cr_expect_eq(no_grads_rank(0, rl_store_server_port(srv), &world), 0);
+    rl_store_server_stop(srv);
+    world = 2;
+    two_ranks(no_grads_rank, &world, st);
+    cr_expect(st[0] == 0 && st[1] == 0, "ranks ended %d and %d (see no_grads_rank's codes)", st[0], st[1]);
+}
+
 Test(ddp, scatter_adds_each_pass_into_the_shard_and_leaves_the_buffer_zero, .timeout = 60) {
     int st[2];
     two_ranks(scatter_rank, NULL, st);

@@ -114,7 +114,10 @@ Test(train_config, rejects_bad_configs_naming_the_field) {
     EXPECT_BAD("{\"dist\":{\"shard\":\"optimizer\"},\"checkpoint\":{\"when_busy\":\"skip\"}}", "when_busy");
     EXPECT_BAD("{\"train\":{\"device\":\"cpu\"},\"dist\":{\"backend\":\"nccl\"}}", "train.device");
     EXPECT_BAD("{\"train\":{\"device\":\"cuda\"},\"dist\":{\"backend\":\"tcp\"}}", "dist.backend");
-    EXPECT_BAD("{\"train\":{\"offload\":\"layers\"}}", "train.offload");
+    EXPECT_BAD("{\"train\":{\"offload\":\"everything\"}}", "train.offload");
+    EXPECT_BAD("{\"train\":{\"device\":\"cpu\",\"offload\":\"layers\"}}", "train.offload");
+    EXPECT_BAD("{\"train\":{\"device\":\"cuda\",\"offload\":\"layers\"},\"dist\":{\"shard\":\"gradients\"}}",
+               "train.offload");
     EXPECT_BAD("{\"train\":{\"device\":\"cpu\",\"offload\":\"optimizer\"}}", "train.offload");
     EXPECT_BAD("{\"train\":{\"device\":\"cuda\",\"offload\":\"optimizer\"},\"dist\":{\"shard\":\"optimizer\"}}",
                "train.offload");
@@ -173,6 +176,11 @@ Test(train_config, world_size_must_divide) {
     cr_expect_eq(rl_job_config_check_world(&c, 2, "x", &e), 0);
     cr_expect_eq(rl_job_config_check_world(&c, 3, "x", &e), RL_EINPUT);
     cr_expect(strstr(e.msg, "world size 3") != NULL, "%s", e.msg);
+    /* streamed layers: one GPU for now, by name */
+    snprintf(c.train.offload, sizeof c.train.offload, "layers");
+    cr_expect_eq(rl_job_config_check_world(&c, 1, "x", &e), 0);
+    cr_expect_eq(rl_job_config_check_world(&c, 2, "x", &e), RL_EINPUT);
+    cr_expect(strstr(e.msg, "train.offload") && strstr(e.msg, "one GPU"), "%s", e.msg);
 }
 
 /* ---- the trainer ------------------------------------------------------------------------- */
