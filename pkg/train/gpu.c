@@ -319,17 +319,17 @@ static int offload_upload(rl_train_device *d, bool opt, rl_err *e) {
     return rc ? rc : rl_gpu_model_upload_params(ctx(d)->model, d->params, e);
 }
 
-/* train.offload "layers": the gradients come down region by region through
- * the model's slots, whatever the trainer passes (one rank: nothing to
- * reduce), and a later micro-batch's are added on the host */
-static int layers_zero_grad(rl_train_device *d, rl_err *e) {
+/* With "layers" the gradients come down region by region through the
+ * model's slots, whatever the trainer passes (one rank: nothing to
+ * reduce), and a later micro-batch's are added on the host. */
+static int offload_zero_grad(rl_train_device *d, rl_err *e) {
     rl_offload_zero(ctx(d)->off);
     return gpu_zero_grad(d, e);
 }
 
-static int layers_micro(rl_train_device *d, const int32_t *inputs, const int32_t *targets, float scale,
-                        rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
-    (void)hook, (void)hook_ctx;
+static int offload_micro(rl_train_device *d, const int32_t *inputs, const int32_t *targets, float scale,
+                         rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
+    if (!ctx(d)->layers) return gpu_micro(d, inputs, targets, scale, hook, hook_ctx, e);
     int rc = gpu_micro(d, inputs, targets, scale, rl_offload_grad_ready, ctx(d)->off, e);
     return rc ? rc : rl_offload_micro_end(ctx(d)->off, e);
 }
@@ -350,21 +350,8 @@ static const rl_train_device_ops gpu_ops = {
 };
 
 static const rl_train_device_ops offload_ops = {
-    .zero_grad = gpu_zero_grad,
-    .micro = gpu_micro,
-    .step_end = offload_step_end,
-    .eval = gpu_eval,
-    .grads = gpu_grads,
-    .stream = gpu_stream,
-    .take = offload_take,
-    .download = offload_download,
-    .upload = offload_upload,
-    .close = gpu_close,
-};
-
-static const rl_train_device_ops layers_ops = {
-    .zero_grad = layers_zero_grad,
-    .micro = layers_micro,
+    .zero_grad = offload_zero_grad,
+    .micro = offload_micro,
     .step_end = offload_step_end,
     .eval = gpu_eval,
     .grads = gpu_grads,
@@ -434,7 +421,7 @@ int rl_train_gpu_open(rl_train_device *d, int device, rl_err *e) {
         gpu_close(d);
         return rc;
     }
-    d->ops = g->layers ? &layers_ops : strcmp(d->cfg->train.offload, "none") ? &offload_ops : &gpu_ops;
+    d->ops = strcmp(d->cfg->train.offload, "none") ? &offload_ops : &gpu_ops;
     return RL_OK;
 }
 
