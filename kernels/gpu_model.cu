@@ -116,14 +116,13 @@ struct rl_gpu_model {
     int nranges;
     float *grads;           // [total + pad]; NULL with grad slots
     // rl_gpu_options.grad_slots: the slots (one allocation, slot k at
-    // k * slot_len), the next one to use, the sink that frees them, the
-    // regions' starts (cuts[L + 2] = total) and the shard's own gradient
+    // k * slot_len), the next one to use, the sink that frees them, and the
+    // shard's own gradient
     float *slots;
     size_t slot_len;
     unsigned slot_next;
     rl_gpu_slot_fn sink;
     void *sink_ctx;
-    size_t *cuts;
     const float *shard_grad; // rl_gpu_model_set_shard_grads: the norm and AdamW read it
     // rl_gpu_options.stream_layers: the ring of layer buffers, the layer
     // each holds (-1: none) and when it was last used, the copy stream,
@@ -281,7 +280,6 @@ void rl_gpu_model_free(rl_gpu_model *m) {
         if (ev) cudaEventDestroy(ev);
     if (m->ring_free) cudaEventDestroy(m->ring_free);
     if (m->copy_s) cudaStreamDestroy(m->copy_s);
-    free(m->cuts);
     cudaFree(m->acts);
     cudaFree(m->scratch);
     for (int k = 0; k < RL_IO_SLOTS; k++) {
@@ -420,11 +418,6 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     if (m->held) CUDA_CHECK(cudaMalloc(&m->master, m->held * sizeof(float)));
     if (m->held) CUDA_CHECK(cudaMalloc(&m->opt, 2 * m->held * sizeof(float)));
     if (m->options.grad_slots) {
-        int nc = rl_gpu_grad_regions(c, NULL);
-        if (!(m->cuts = (size_t *)malloc(((size_t)nc + 1) * sizeof(size_t))))
-            return rl_errf(e, RL_ENOMEM, "gpu model: host buffers");
-        rl_gpu_grad_regions(c, m->cuts);
-        m->cuts[nc] = P;
         CUDA_CHECK(cudaMalloc(&m->slots, grad_elems(m) * sizeof(float)));
         CUDA_CHECK(cudaMemsetAsync(m->slots, 0, grad_elems(m) * sizeof(float), m->s));
     } else {
@@ -600,7 +593,8 @@ static int to_resident(rl_gpu_model *m, const float *src, size_t off, size_t len
 static int upload_through_slot(rl_gpu_model *m, const float *host, rl_err *e) {
     size_t P = m->lay.total;
     for (int k = 0; k < rl_gpu_grad_regions(&m->cfg, NULL); k++) {
-        size_t off = m->cuts[k], len = m->cuts[k + 1] - off;
+        size_t off, len;
+        rl_gpu_grad_region(&m->cfg, k, &off, &len);
         CUDA_CHECK(cudaMemcpyAsync(m->slots, host + off, len * sizeof(float), cudaMemcpyHostToDevice, m->s));
         RL_TRY(to_resident(m, m->slots, off, len, e));
         if (m->ranges)

@@ -108,13 +108,10 @@ static int master_whole(rl_train_device *d, float **whole, rl_err *e) {
  * there (a collective, as master_whole). */
 static int master_regions(rl_train_device *d, float *host, rl_err *e) {
     gpu_dev *g = ctx(d);
-    int nr = rl_gpu_grad_regions(&d->cfg->model, NULL), rc = RL_OK;
-    size_t *cut = malloc(((size_t)nr + 1) * sizeof *cut);
-    if (!cut) return rl_errf(e, RL_ENOMEM, "trainer: out of memory");
-    rl_gpu_grad_regions(&d->cfg->model, cut);
-    cut[nr] = d->n;
-    for (int k = 0; k < nr && !rc; k++) {
-        size_t off = cut[k], len = cut[k + 1] - off;
+    int rc = RL_OK;
+    for (int k = 0; k < rl_gpu_grad_regions(&d->cfg->model, NULL) && !rc; k++) {
+        size_t off, len;
+        rl_gpu_grad_region(&d->cfg->model, k, &off, &len);
         float *buf;
         rc = rl_gpu_model_master_region(g->model, off, len, &buf, e);
         if (!rc && d->shard) rc = d->gather_region(d->gather_ctx, buf, off, len, false, e);
@@ -124,7 +121,6 @@ static int master_regions(rl_train_device *d, float *host, rl_err *e) {
         if (!rc && ce == cudaSuccess) ce = cudaStreamSynchronize(g->stream); /* the slot is reused next */
         if (ce != cudaSuccess) rc = rl_errf(e, RL_EIO, "gpu: the weights' copy to the host: %s", cudaGetErrorString(ce));
     }
-    free(cut);
     return rc;
 }
 
