@@ -417,6 +417,8 @@ test-gpu-emu:
 	$(GPU_EMU_BIN)
 	$(EMU_DIR)/gpu_bench --config a --vocab 300 --hidden 64 --ffn 96 --layers 1 --heads 2 --kv-heads 1 \
 	  --seq 32 --batch 2 --steps 2 --warmup 1
+	$(EMU_DIR)/gpu_bench --config a --vocab 300 --hidden 64 --ffn 96 --layers 4 --heads 2 --kv-heads 1 \
+	  --seq 32 --batch 2 --steps 2 --warmup 1 --ddp-rounds 1 --offload layers
 	$(EMU_DIR)/gpu_test $(GPU_TEST_ARGS)
 
 bench-gpu:

@@ -81,6 +81,16 @@ extern "C" {
 // micro-batches ahead of the GPU before it waits for a slot's copy.
 #define RL_IO_SLOTS 3
 
+// Timing events in pairs (the profiler's calls, the stream's waits).
+struct pair_rec {
+    int cat;
+    cudaEvent_t ev[2];
+};
+struct ev_pairs {
+    int used, cap;
+    pair_rec *r;
+};
+
 // A micro-batch variant's graph (see the design notes).
 struct micro_graph {
     int uses;          // eager runs so far; -1: capture failed, stay eager
@@ -168,36 +178,62 @@ struct rl_gpu_model {
     rl_gemm gemm;
     rl_cudnn_attn *cudnn; // train.attention's choice: cuDNN, or NULL for our kernels
     // optional per-category kernel timing (rl_gpu_model_profile)
-    int prof_on, prof_used, prof_cap;
-    struct prof_rec *prof;
+    int prof_on;
+    ev_pairs prof;
+    // the stream's waits on other streams (rl_gpu_model_stream_waits)
+    ev_pairs waits;
 };
 
-struct prof_rec {
-    int cat;
-    cudaEvent_t ev[2];
-};
-
-// The next event pair for a profiled call (created on first use, reused
-// after each read); NULL turns profiling off rather than failing the step.
-static cudaEvent_t *prof_next(rl_gpu_model *m, int cat) {
-    if (m->prof_used == m->prof_cap) {
-        int cap = m->prof_cap ? 2 * m->prof_cap : 256;
-        prof_rec *p = (prof_rec *)realloc(m->prof, sizeof(prof_rec) * cap);
-        if (!p) return m->prof_on = 0, (cudaEvent_t *)NULL;
-        for (int i = m->prof_cap; i < cap; i++) {
+// The next event pair of a list (created on first use, reused after each
+// read); NULL when none can be made.
+static cudaEvent_t *pair_next(ev_pairs *l, int cat) {
+    if (l->used == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 256;
+        pair_rec *p = (pair_rec *)realloc(l->r, sizeof(pair_rec) * cap);
+        if (!p) return NULL;
+        for (int i = l->cap; i < cap; i++) {
             p[i].ev[0] = p[i].ev[1] = NULL;
             if (cudaEventCreate(&p[i].ev[0]) != cudaSuccess ||
                 cudaEventCreate(&p[i].ev[1]) != cudaSuccess) {
                 cudaGetLastError();
-                m->prof = p, m->prof_cap = i, m->prof_on = 0;
+                if (p[i].ev[0]) cudaEventDestroy(p[i].ev[0]);
+                l->r = p, l->cap = i;
                 return NULL;
             }
         }
-        m->prof = p, m->prof_cap = cap;
+        l->r = p, l->cap = cap;
     }
-    prof_rec *r = &m->prof[m->prof_used++];
+    pair_rec *r = &l->r[l->used++];
     r->cat = cat;
     return r->ev;
+}
+static void pairs_free(ev_pairs *l) {
+    for (int i = 0; i < l->cap; i++) {
+        if (l->r[i].ev[0]) cudaEventDestroy(l->r[i].ev[0]);
+        if (l->r[i].ev[1]) cudaEventDestroy(l->r[i].ev[1]);
+    }
+    free(l->r);
+}
+// a profiled call's pair; NULL turns profiling off rather than failing the step
+static cudaEvent_t *prof_next(rl_gpu_model *m, int cat) {
+    cudaEvent_t *p = pair_next(&m->prof, cat);
+    if (!p) m->prof_on = 0;
+    return p;
+}
+
+// The model's stream about to wait on another (weights copied up or
+// gathered, a gradient slot's last copy down or reduction: all outside
+// graphs, which these modes turn off): an event before and after the
+// wait, so their distance is how long the stream stood still. A pair
+// that cannot be made leaves the wait untimed.
+static cudaEvent_t *wait_begin(rl_gpu_model *m) {
+    // bounded where nobody reads them (rl_gpu_model_stream_waits)
+    cudaEvent_t *p = m->plan || m->waits.used >= 1 << 16 ? NULL : pair_next(&m->waits, 0);
+    if (p && cudaEventRecord(p[0], m->s) != cudaSuccess) m->waits.used--, p = NULL;
+    return p;
+}
+static void wait_end(rl_gpu_model *m, cudaEvent_t *p) {
+    if (p && cudaEventRecord(p[1], m->s) != cudaSuccess) m->waits.used--;
 }
 
 static void plan_add(rl_gpu_plan *p, int cat, rl_k_cost c) {
@@ -291,11 +327,8 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     for (cudaEvent_t ev : evs)
         if (ev) cudaEventDestroy(ev);
     free(m->counts);
-    for (int i = 0; i < m->prof_cap; i++) {
-        if (m->prof[i].ev[0]) cudaEventDestroy(m->prof[i].ev[0]);
-        if (m->prof[i].ev[1]) cudaEventDestroy(m->prof[i].ev[1]);
-    }
-    free(m->prof);
+    pairs_free(&m->prof);
+    pairs_free(&m->waits);
     free(m);
 }
 
@@ -493,7 +526,10 @@ float *rl_gpu_model_opt(rl_gpu_model *m) { return m->opt; }
 // Before reading params[0, upto): the stream waits for what a gather still
 // brings there (rl_gpu_model_set_params_wait).
 static void params_wait(rl_gpu_model *m, size_t upto) {
-    if (m->params_in && !m->plan) m->params_in(m->params_in_ctx, upto);
+    if (!m->params_in || m->plan) return;
+    cudaEvent_t *w = wait_begin(m);
+    m->params_in(m->params_in_ctx, upto);
+    wait_end(m, w);
 }
 
 void rl_gpu_model_set_params_wait(rl_gpu_model *m, rl_gpu_wait_fn fn, void *ctx) {
@@ -553,7 +589,11 @@ static int layer_weights(rl_gpu_model *m, int l, int next, const bf16 **w, rl_er
     }
     int k = 0, kn = 0;
     RL_TRY(ring_load(m, l, &k, e));
-    if (!m->plan) CUDA_CHECK(cudaStreamWaitEvent(m->s, m->ring_in[k], 0));
+    if (!m->plan) {
+        cudaEvent_t *wt = wait_begin(m);
+        CUDA_CHECK(cudaStreamWaitEvent(m->s, m->ring_in[k], 0));
+        wait_end(m, wt);
+    }
     m->ring_used[k] = ++m->ring_clock;
     if (next >= 0 && next < m->L) RL_TRY(ring_load(m, next, &kn, e));
     *w = m->ring + (size_t)k * m->lay.layer_size;
@@ -566,7 +606,9 @@ static int layer_weights(rl_gpu_model *m, int l, int next, const bf16 **w, rl_er
 static float *grad_region(rl_gpu_model *m, size_t off) {
     if (!m->slots) return m->grads + off;
     float *s = m->slots + (size_t)(m->slot_next++ % (unsigned)m->options.grad_slots) * m->slot_len;
+    cudaEvent_t *w = wait_begin(m);
     m->sink(m->sink_ctx, off, s);
+    wait_end(m, w);
     return s;
 }
 
@@ -1287,20 +1329,34 @@ const char *rl_gpu_prof_name(int cat) {
 int rl_gpu_model_profile(rl_gpu_model *m, int on, rl_err *e) {
     (void)e;
     m->prof_on = on;
-    m->prof_used = 0;
+    m->prof.used = 0;
     return RL_OK;
 }
 
 int rl_gpu_model_profile_read(rl_gpu_model *m, double ms[RL_GPU_PROF_N], int *calls, rl_err *e) {
     for (int c = 0; c < RL_GPU_PROF_N; c++) ms[c] = 0;
     CUDA_CHECK(cudaStreamSynchronize(m->s));
-    for (int i = 0; i < m->prof_used; i++) {
+    for (int i = 0; i < m->prof.used; i++) {
         float t;
-        CUDA_CHECK(cudaEventElapsedTime(&t, m->prof[i].ev[0], m->prof[i].ev[1]));
-        ms[m->prof[i].cat] += t;
+        CUDA_CHECK(cudaEventElapsedTime(&t, m->prof.r[i].ev[0], m->prof.r[i].ev[1]));
+        ms[m->prof.r[i].cat] += t;
     }
-    if (calls) *calls = m->prof_used;
-    m->prof_used = 0;
+    if (calls) *calls = m->prof.used;
+    m->prof.used = 0;
+    return RL_OK;
+}
+
+int rl_gpu_model_stream_waits(rl_gpu_model *m, double *seconds, long long *waits, rl_err *e) {
+    *seconds = 0, *waits = 0;
+    if (m->plan) return RL_OK;
+    CUDA_CHECK(cudaStreamSynchronize(m->s));
+    for (int i = 0; i < m->waits.used; i++) {
+        float t;
+        CUDA_CHECK(cudaEventElapsedTime(&t, m->waits.r[i].ev[0], m->waits.r[i].ev[1]));
+        *seconds += t / 1e3;
+    }
+    *waits = m->waits.used;
+    m->waits.used = 0;
     return RL_OK;
 }
 

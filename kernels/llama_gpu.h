@@ -230,6 +230,14 @@ int rl_gpu_model_grad_norm(rl_gpu_model *m, float *norm, rl_err *e);
  * (ago 0) or the one before it (ago 1: done while this one runs). */
 int rl_gpu_model_step_end(rl_gpu_model *m, rl_err *e);
 int rl_gpu_model_step_stats(rl_gpu_model *m, int ago, float *loss, float *norm, rl_err *e);
+/* How long the model's stream stood waiting on other streams since the
+ * last call, and how many waits: streamed layers' copies up, a params-wait
+ * callback's weights (a gather, offload's copies up), a gradient sink's
+ * slot (its last copy down or reduction). Each wait is timed by an event
+ * before and after it on the stream; this waits for the stream. The
+ * exposed part of the copies and collectives that the model's kernels did
+ * not hide. */
+int rl_gpu_model_stream_waits(rl_gpu_model *m, double *seconds, long long *waits, rl_err *e);
 
 typedef struct rl_gpu_adamw {
     double lr, beta1, beta2, eps, weight_decay; /* decay on matrices only, not norms */

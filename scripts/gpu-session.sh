@@ -14,12 +14,15 @@
 #                                    # and racecheck of attention
 #   scripts/gpu-session.sh bench-a   # config a beside PyTorch eager + compile
 #   scripts/gpu-session.sh bench-b   # config b likewise
+#   scripts/gpu-session.sh offload   # train.offload optimizer and layers
+#                                    # through the trainer beside none, on
+#                                    # config a and b (gpu_bench --offload)
 #
 # Several phases may go in one call (scripts/gpu-session.sh test bench-a):
 # a lease is short and each call may have to start a machine. T_TEST,
 # T_SAN and T_BENCH (seconds) bound each step.
 #
-#   scripts/gpu-session.sh lease     # all three in one call: the baseline's
+#   scripts/gpu-session.sh lease     # test, bench-a, bench-b, offload in one call: the baseline's
 #                                    # torch.compile builds run on the CPUs
 #                                    # while the GPU checks run, then the
 #                                    # benchmarks time with warm caches
@@ -36,7 +39,7 @@ P=build/portable
   nvcc --version 2>/dev/null | tail -1; python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null
 } >"$O/gpu.txt" 2>&1
 cat "$O/gpu.txt"
-[ $# -gt 0 ] || { echo "usage: $0 test | bench-a | bench-b | lease ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 test | bench-a | bench-b | offload | lease ..." >&2; exit 2; }
 test_phase() {
     timeout ${T_TEST:-300} $P/gpu_test >"$O/test-gpu.log" 2>&1
     echo "test-gpu exit $?"; grep -E '^(FAIL|test-gpu)' "$O/test-gpu.log"
@@ -64,18 +67,29 @@ bench_phase() { # config
         timeout ${T_BENCH:-540} bench/gpu/run.sh $P/gpu_bench "$1" >"$O/bench-$1.log" 2>&1
     echo "bench $1 exit $?"; grep -v '^{' "$O/bench-$1.log" | tail -20
 }
+offload_phase() { # each mode on each config, a short run (T_OFF bounds it all)
+    end=$(($(date +%s) + ${T_OFF:-150}))
+    for cfg in a b; do for mode in optimizer layers; do
+        left=$((end - $(date +%s))); [ $left -gt 5 ] || break 2
+        timeout $left $P/gpu_bench --config $cfg --offload $mode --steps ${OFF_STEPS:-4} --warmup 2 \
+            --ddp-rounds 1 >>"$O/offload.jsonl" 2>>"$O/offload.log"
+        echo "offload $cfg $mode exit $?"
+    done; done
+    cat "$O/offload.jsonl"
+}
 for phase in "$@"; do
 case $phase in
 test) test_phase ;;
 bench-a | bench-b) bench_phase "${phase#bench-}" ;;
+offload) offload_phase ;;
 lease)
     PREWARM=1 RL_BENCH_OUT="$O/prewarm.jsonl" timeout ${T_WARM:-300} \
         bench/gpu/run.sh $P/gpu_bench a b >"$O/prewarm.log" 2>&1 &
     warm=$!
     test_phase
     wait $warm; echo "prewarm exit $?"
-    bench_phase a; bench_phase b ;;
+    bench_phase a; bench_phase b; offload_phase ;;
 *)
-    echo "usage: $0 test | bench-a | bench-b | lease ..." >&2; exit 2 ;;
+    echo "usage: $0 test | bench-a | bench-b | offload | lease ..." >&2; exit 2 ;;
 esac
 done

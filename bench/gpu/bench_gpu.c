@@ -6,6 +6,7 @@
  *             [--recompute 1] [--profile-steps 5] [--ddp-rounds 2] [--plan] [--accum 1] [--eager]
  *             [--dq-atomic 1 (0: the deterministic dQ kernel)]
  *             [--attention auto|own|cudnn]  (train.attention; auto, the trainer's default)
+ *             [--offload optimizer|layers]  (the trainer's train.offload beside none; below)
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
  *
  * --recompute 1 (the trainer's default, train.recompute): one layer's norm
@@ -55,19 +56,41 @@
  * the GPU's clocks hits both alike; a ringleader-ddp line with both step
  * times and the overhead -- and the step time of each dist.shard mode
  * (ZeRO-1 and -2 at world 1: the sharded step's norm sum, range-list
- * AdamW, gather and bf16 copy, on the same rounds). */
+ * AdamW, gather and bf16 copy, on the same rounds). Then a
+ * ringleader-ddp-slots line: "gradients" as the trainer runs it at world
+ * > 1 -- no gradient buffer, each region in one of two slots reduce-
+ * scattered into the shard's gradient (rl_gpu_options.grad_slots) -- on
+ * a model of its own built after the first is freed: its step time (the
+ * same rounds, run after the others) and device bytes beside the flat
+ * model's.
+ *
+ * --offload optimizer|layers (issue 20) times train.offload through the
+ * whole trainer instead (pkg/train: the host's AdamW thread, the copies
+ * up and down, streamed layers), beside "none" on the same model and
+ * batch, alternating --ddp-rounds runs of --warmup + --steps steps each
+ * (the warm-up steps untimed); random tokens from a temporary shard. One
+ * ringleader-offload line: tokens/s of each and their ratio, the timed
+ * steps' exposed waits in ms per step (stream: the compute stream on
+ * copies, host: the training thread on the host's pipeline), and the
+ * accounting's device bytes of each. A "none" that does not fit the GPU
+ * reads null: the line then says what the mode makes trainable at all. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/gpu.h"
+#include "kernels/gpu_layout.h"
 #include "kernels/llama_gpu.h"
 #include "util/util.h"
 #include "comm/comm.h"
 #include "ddp/ddp.h"
+#include "data/data.h"
+#include "model/model.h"
 #include "train/memory.h"
+#include "train/train.h"
 
 static double env_or(const char *name, double dflt) {
     const char *v = getenv(name);
@@ -146,6 +169,56 @@ static int use_shard(rl_gpu_model *m, rl_ddp *ddp, rl_err *e) {
     return rc || !s ? rc : rl_gpu_model_set_shard(m, s->r, s->n, 0, e);
 }
 
+/* ZeRO-2 as the trainer runs it at world > 1 (rl_gpu_options.grad_slots):
+ * no gradient buffer, each region written into a slot that DDP reduce-
+ * scatters and adds into the shard's gradient, the bf16 weights gathered
+ * -- its own model (built after the flat one is freed), over the same
+ * communicator kind at world 1; ms per step and its device bytes out. */
+static int slots_overhead(const rl_model_config *c, int B, int T, const rl_gpu_options *base, const int32_t *x,
+                          const int32_t *y, rl_gpu_adamw *a, int steps, int rounds, double *ms, size_t *bytes,
+                          rl_err *e) {
+    rl_gpu_options opt = *base;
+    opt.grad_slots = RL_GPU_GRAD_SLOTS;
+    int nr = rl_gpu_grad_regions(c, NULL);
+    size_t *regions = malloc((size_t)nr * sizeof *regions);
+    cudaStream_t s = NULL;
+    rl_gpu_model *m = NULL;
+    rl_comm *comm = NULL;
+    rl_ddp *ddp = NULL;
+    rl_comm_opts co = {.backend = "nccl", .rank = 0, .world = 1, .prefix = "bench-slots", .timeout_s = 60};
+    int rc = regions ? RL_OK : rl_errf(e, RL_ENOMEM, "out of memory");
+    if (!rc && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+        rc = rl_errf(e, RL_EIO, "cudaStreamCreate failed");
+    if (!rc) rl_gpu_grad_regions(c, regions), rc = rl_gpu_model_create(&m, c, B, T, &opt, s, e);
+    if (!rc) rc = rl_comm_init(&co, &comm, e);
+    if (!rc) {
+        rl_ddp_opts o = {.grad_stream = s, .shard = RL_SHARD_GRADIENTS, .regions = regions, .nregions = nr};
+        rc = rl_ddp_create(comm, NULL, rl_gpu_model_layout(m)->total, &o, &ddp, e);
+    }
+    float *host = rc ? NULL : malloc(rl_gpu_model_layout(m)->total * sizeof(float));
+    if (!rc && !host) rc = rl_errf(e, RL_ENOMEM, "out of memory for the weights");
+    if (!rc) { /* as the trainer: the shard first, then the weights uploaded into it region by region */
+        const rl_train_shard *sh = rl_ddp_shard(ddp);
+        rl_gpu_model_set_params_wait(m, rl_ddp_gathered, ddp);
+        rl_gpu_model_set_grad_sink(m, rl_ddp_grad_slot, ddp);
+        rl_gpu_model_set_shard_grads(m, sh->grad);
+        rl_model_init_params(c, host, 1337);
+        rc = rl_gpu_model_set_shard(m, sh->r, sh->n, 0, e) || rl_gpu_model_upload_params(m, host, e);
+    }
+    free(host);
+    double t;
+    *ms = 0;
+    for (int r = -1; r < rounds && !rc; r++) /* round -1 untimed */
+        if (!(rc = timed_steps(m, ddp, x, y, B, T, a, r < 0 ? 1 : steps, &t, e)) && r >= 0) *ms += t / (steps * rounds);
+    *bytes = m ? rl_gpu_model_device_bytes(m) : 0;
+    rl_ddp_destroy(ddp);
+    rl_comm_destroy(comm);
+    rl_gpu_model_free(m);
+    if (s) cudaStreamDestroy(s);
+    free(regions);
+    return rc;
+}
+
 static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, const int32_t *y,
                         int B, int T, rl_gpu_adamw *a, int steps, int rounds, rl_err *e) {
     rl_comm *comm = NULL;
@@ -180,6 +253,100 @@ static int ddp_overhead(rl_gpu_model *m, const char *config, const int32_t *x, c
     for (int k = 0; k < 3; k++) rl_ddp_destroy(ddp[k]);
     rl_comm_destroy(comm);
     return rc ? rc : use_shard(m, NULL, e);
+}
+
+/* ---- --offload: the trainer's train.offload beside "none" ---- */
+typedef struct {
+    int warm, n;                 /* steps still untimed in this run; timed */
+    double s, stream_s, host_s;  /* the timed steps' seconds and exposed waits */
+} off_obs;
+
+static void off_step(void *ud, const rl_step_stats *st) {
+    off_obs *o = ud;
+    if (o->warm-- > 0) return;
+    o->n++, o->s += st->step_s;
+    o->stream_s += fmax(st->stream_wait_s, 0), o->host_s += fmax(st->host_wait_s, 0);
+}
+
+/* one run of the trainer in `mode`, its timed steps added into *o */
+static int off_run(const rl_job_config *j, const char *mode, int warmup, off_obs *o, rl_err *e) {
+    rl_job_config c = *j;
+    snprintf(c.train.offload, sizeof c.train.offload, "%s", mode);
+    rl_trainer *tr = NULL;
+    off_obs r = {.warm = warmup};
+    int rc = rl_trainer_new(&tr, &c, NULL, e);
+    if (!rc) {
+        rl_trainer_set_observer(tr, &(rl_train_observer){.ud = &r, .on_step = off_step});
+        rc = rl_trainer_run(tr, e);
+    }
+    rl_trainer_free(tr);
+    if (!rc) o->n += r.n, o->s += r.s, o->stream_s += r.stream_s, o->host_s += r.host_s;
+    return rc;
+}
+
+static void off_json(const char *key, const off_obs *o, double tokens) {
+    if (o->n) printf(",\"%s\":%.0f", key, tokens * o->n / o->s);
+    else printf(",\"%s\":null", key);
+}
+
+static int offload_bench(const char *config, const rl_model_config *c, int B, int T, const char *mode,
+                         const rl_gpu_options *opt, int steps, int warmup, int rounds) {
+    char dir[] = "/tmp/rl-offload-bench-XXXXXX", path[64], gpu[256] = "";
+    rl_err e = {0};
+    if (c->vocab_size > 65536) return fprintf(stderr, "gpu_bench: --offload: vocab above 65536\n"), 2;
+    size_t ntok = (size_t)(warmup + steps + 2) * (size_t)B * (size_t)(T + 1);
+    uint16_t *tok = malloc(ntok * sizeof *tok);
+    rl_rng rng;
+    rl_rng_seed(&rng, 42);
+    for (size_t i = 0; tok && i < ntok; i++) tok[i] = (uint16_t)(rl_rng_u64(&rng) % (uint64_t)c->vocab_size);
+    snprintf(path, sizeof path, "%s/train_000000.bin", mkdtemp(dir) ? dir : "/nonexistent");
+    int rc = !tok ? rl_errf(&e, RL_ENOMEM, "out of memory for the tokens") : rl_shard_write(path, tok, ntok, &e);
+    free(tok);
+    rl_job_config j;
+    rl_job_config_default(&j);
+    j.model = *c;
+    rl_train_config *t = &j.train;
+    t->micro_batch = B, t->seq_len = T, t->global_batch_tokens = (long long)B * T;
+    t->steps = warmup + steps, t->warmup_steps = 1, t->eval_every = 0, t->eval_batches = 0, t->log_every = 1 << 30;
+    t->recompute = opt->recompute;
+    snprintf(t->attention, sizeof t->attention, "%s", opt->attention == RL_GPU_ATTN_OWN     ? "own"
+                                                     : opt->attention == RL_GPU_ATTN_CUDNN ? "cudnn"
+                                                                                           : "auto");
+    snprintf(t->device, sizeof t->device, "cuda");
+    snprintf(j.data.train, sizeof j.data.train, "%s/train_*.bin", dir);
+    j.data.val[0] = '\0', j.data.eval_task[0] = '\0';
+    off_obs on = {0}, none = {0};
+    bool none_fits = true;
+    for (int r = 0; r < rounds && !rc; r++) {
+        rl_err en = {0};
+        if (none_fits && off_run(&j, "none", warmup, &none, &en)) { /* too big for the GPU, most likely: say so */
+            none_fits = false, none.n = 0;
+            fprintf(stderr, "gpu_bench: --offload: \"none\" did not run: %s\n", en.msg);
+        }
+        rc = off_run(&j, mode, warmup, &on, &e);
+    }
+    remove(path), rmdir(dir);
+    if (rc) return fprintf(stderr, "gpu_bench: --offload %s: %s\n", mode, e.msg), 1;
+    rl_train_memory mem[2];
+    const char *modes[2] = {"none", mode};
+    for (int k = 0; k < 2; k++) {
+        snprintf(t->offload, sizeof t->offload, "%s", modes[k]);
+        if (rl_train_memory_of(&j, 1, 0, &mem[k], &e)) mem[k].total = 0;
+    }
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, c);
+    rl_gpu_device_count(gpu, sizeof gpu);
+    double tokens = (double)B * T;
+    printf("{\"impl\":\"ringleader-offload\",\"config\":\"%s\",\"mode\":\"%s\",\"gpu\":\"%s\",\"params\":%zu,"
+           "\"batch\":%d,\"seq\":%d,\"steps\":%d", config, mode, gpu, lay.total, B, T, on.n);
+    off_json("tokens_per_s", &on, tokens);
+    off_json("tokens_per_s_none", &none, tokens);
+    if (none.n) printf(",\"vs_none\":%.4f", (none.s / none.n) / (on.s / on.n));
+    else printf(",\"vs_none\":null");
+    printf(",\"ms_stream_wait\":%.3f,\"ms_host_wait\":%.3f", on.n ? on.stream_s / on.n * 1e3 : 0.0,
+           on.n ? on.host_s / on.n * 1e3 : 0.0);
+    printf(",\"device_bytes\":%zu,\"device_bytes_none\":%zu}\n", mem[1].total, mem[0].total);
+    return 0;
 }
 
 /* --plan: the step as rl_gpu_model_plan counts it; no CUDA call is made */
@@ -225,7 +392,7 @@ static int print_plan(const char *config, const rl_model_config *c, int B, int T
 }
 
 int main(int argc, char **argv) {
-    const char *config = "a";
+    const char *config = "a", *offload = NULL;
     int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 1, prof_steps = 5;
     int ddp_rounds = 2, plan = 0, accum = 1, attention = RL_GPU_ATTN_AUTO, eager = 0;
     int dq_atomic = 1; /* our attention's dQ by atomics, as PyTorch's flash backward */
@@ -253,6 +420,14 @@ int main(int argc, char **argv) {
                 return 2;
             }
             i++;
+            continue;
+        }
+        if (!strcmp(a, "--offload") && v) {
+            if (strcmp(v, "optimizer") && strcmp(v, "layers")) {
+                fprintf(stderr, "gpu_bench: --offload is optimizer or layers, not %s\n", v);
+                return 2;
+            }
+            offload = v, i++;
             continue;
         }
         if (!strcmp(a, "--eager")) {
@@ -311,6 +486,7 @@ int main(int argc, char **argv) {
                config);
         return 0;
     }
+    if (offload) return offload_bench(config, &c, B, T, offload, &opt, steps, warmup, ddp_rounds > 0 ? ddp_rounds : 1);
     rl_err e = {0};
     size_t free0, free1, total;
     CK(cudaSetDevice(0));
@@ -453,8 +629,20 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    size_t flat = rl_gpu_model_device_bytes(m), slotted = 0;
     rl_gpu_model_free(m);
     cudaStreamDestroy(s);
+    double ms_slots = 0;
+    if (ddp_rounds > 0) { /* after the flat model is gone: both need not fit at once */
+        rl_gpu_adamw ad = a;
+        if (slots_overhead(&c, B, T, &opt, x, y, &ad, steps, ddp_rounds, &ms_slots, &slotted, &e)) {
+            fprintf(stderr, "gpu_bench: ddp slots: %s\n", e.msg);
+            return 1;
+        }
+        printf("{\"impl\":\"ringleader-ddp-slots\",\"config\":\"%s\",\"world\":1,\"backend\":\"nccl\",\"steps\":%d,"
+               "\"ms_per_step_shard_gradients_slots\":%.3f,\"device_bytes\":%zu,\"device_bytes_flat\":%zu}\n",
+               config, steps * ddp_rounds, ms_slots, slotted, flat);
+    }
     free(x), free(y), free(ev);
     return 0;
 }

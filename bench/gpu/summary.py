@@ -37,7 +37,7 @@ def main(path):
         print(f"config {cfg} on {gpu} (dense bf16 peak {peak} TFLOP/s)")
         print(f"  {'impl':<22}{'tokens/s':>12}{'ms/step':>10}{'TFLOP/s':>10}{'MFU':>8}{'mem GiB':>9}")
         for r in rs:
-            if r.get("impl") in ("ringleader-profile", "ringleader-ddp"):
+            if r.get("impl") in ("ringleader-profile", "ringleader-ddp", "ringleader-ddp-slots", "ringleader-offload"):
                 continue
             if "error" in r or "skipped" in r:
                 print(f"  {r.get('impl', '?'):<22}  {r.get('error') or r.get('skipped')}")
@@ -62,6 +62,17 @@ def main(path):
                   f"overhead {ov * 100:.2f}% (target < 1%) {'MET' if ov < 0.01 else 'NOT MET'}; "
                   f"{ddp['buckets']} buckets, allreduce {ddp['ms_allreduce_busy']} ms busy, "
                   f"{ddp['ms_allreduce_exposed']} ms exposed")
+        slots = next((r for r in rs if r.get("impl") == "ringleader-ddp-slots"), None)
+        if ddp and slots:
+            print(f"  dist.shard per step: optimizer {ddp['ms_per_step_shard_optimizer']} ms, gradients "
+                  f"{ddp['ms_per_step_shard_gradients']} ms (flat buffer), "
+                  f"{slots['ms_per_step_shard_gradients_slots']} ms in slots as at world > 1 "
+                  f"({slots['device_bytes'] / 2**30:.2f} vs {slots['device_bytes_flat'] / 2**30:.2f} GiB)")
+        for off in (r for r in rs if r.get("impl") == "ringleader-offload"):
+            print(f"  train.offload {off['mode']}: {off['tokens_per_s']} tokens/s vs none {off['tokens_per_s_none']} "
+                  f"({off['vs_none']}x), exposed waits per step {off['ms_stream_wait']} ms (stream), "
+                  f"{off['ms_host_wait']} ms (host); {off['device_bytes'] / 2**30:.2f} vs "
+                  f"{off['device_bytes_none'] / 2**30:.2f} GiB")
         # the first ringleader line: the default (auto) attention's; a second,
         # our own kernels', follows when auto took cuDNN
         ours = next((r for r in rs if r.get("impl") == "ringleader" and "tokens_per_s" in r), None)

@@ -72,7 +72,7 @@ struct rl_ddp {
      * the job number that reduces it (done once done_jobs reaches it), and
      * per slot the bucket that used it last (-1: none); acc and acc_at as
      * scatter's, on the device */
-    bool slotted;
+    bool slotted, keep; /* keep: "gradients", each reduced block added into acc */
     float **slot_of;
     uint64_t *bucket_seq;
     float *slot_buf[8];
@@ -123,7 +123,7 @@ static int dev_create(rl_ddp *d, size_t most, rl_err *e) {
     for (int b = 0; b < d->nb; b++)
         if ((ce = cudaEventCreateWithFlags((cudaEvent_t *)&d->ev_gath[b], cudaEventDisableTiming)) != cudaSuccess)
             return cuda_fail(ce, "cudaEventCreate", e);
-    if (d->slotted && (ce = cudaMalloc((void **)&d->acc, (d->shard.total ? d->shard.total : 1) * sizeof(float))) != cudaSuccess)
+    if (d->keep && (ce = cudaMalloc((void **)&d->acc, (d->shard.total ? d->shard.total : 1) * sizeof(float))) != cudaSuccess)
         return cuda_fail(ce, "cudaMalloc (the shard's gradient)", e);
     return RL_OK;
 }
@@ -136,9 +136,9 @@ static void dev_destroy(rl_ddp *d) {
     for (int b = 0; d->ev_gath && b < d->nb; b++)
         if (d->ev_gath[b]) cudaEventDestroy((cudaEvent_t)d->ev_gath[b]);
     if (d->half) cudaFree(d->half);
-    if (d->slotted && d->acc) cudaFree(d->acc);
+    if (d->keep && d->acc) cudaFree(d->acc);
     d->half = NULL;
-    if (d->slotted) d->acc = NULL;
+    if (d->keep) d->acc = NULL;
 }
 /* training thread: bucket b's gradients are the kernels queued so far */
 static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) {
@@ -171,7 +171,7 @@ static int dev_bucket(rl_ddp *d, int b, bool first, rl_err *e) {
         if (!rc) rc = reduce(d, d->half, n, RL_BF16, e);
         if (!rc) rc = rl_gpu_cast_bf16_to_f32(g, d->half, n, cs, e);
     }
-    if (!rc && d->slotted) rc = dev_keep(d, b, first, g, e);
+    if (!rc && d->keep) rc = dev_keep(d, b, first, g, e);
     if (!rc && (ce = cudaEventRecord((cudaEvent_t)d->ev_done[b], cs)) != cudaSuccess)
         rc = cuda_fail(ce, "cudaEventRecord (bucket done)", e);
     return rc;
@@ -196,10 +196,10 @@ static int dev_gathered(rl_ddp *d, int b, rl_err *e) {
     cudaError_t ce = cudaEventRecord((cudaEvent_t)d->ev_gath[b], (cudaStream_t)rl_comm_stream(d->comm));
     return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "cudaEventRecord (bucket gathered)", e);
 }
-/* training thread, slots: the backward's stream waits for bucket b's
- * reduction (queued by now: rl_ddp_grad_slot waited for the comm thread) */
-static int dev_after(rl_ddp *d, int b, rl_err *e) {
-    cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)d->gs, (cudaEvent_t)d->ev_done[b], 0);
+/* training thread, slots: `stream` waits for bucket b's reduction (queued
+ * by now: the caller waited for the comm thread) */
+static int dev_after(rl_ddp *d, int b, void *stream, rl_err *e) {
+    cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)d->ev_done[b], 0);
     return ce == cudaSuccess ? RL_OK : cuda_fail(ce, "ordering a gradient slot after its last reduction", e);
 }
 /* training thread: the backward's stream waits for the open gather's
@@ -220,7 +220,7 @@ static int dev_create(rl_ddp *d, size_t most, rl_err *e) { return (void)d, (void
 static void dev_destroy(rl_ddp *d) { (void)d; }
 static int dev_mark_ready(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
 static int dev_bucket(rl_ddp *d, int b, bool first, rl_err *e) { return (void)d, (void)b, (void)first, no_cuda(e); }
-static int dev_after(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
+static int dev_after(rl_ddp *d, int b, void *stream, rl_err *e) { return (void)d, (void)b, (void)stream, no_cuda(e); }
 static int dev_join(rl_ddp *d, rl_err *e) { return (void)d, no_cuda(e); }
 static int dev_fence(rl_ddp *d, bool into, rl_err *e) { return (void)d, (void)into, no_cuda(e); }
 static int dev_gathered(rl_ddp *d, int b, rl_err *e) { return (void)d, (void)b, no_cuda(e); }
@@ -405,15 +405,16 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
     int rc = regions ? region_plan(o, n, &plan, e)
                      : rl_train_bucket_plan_of(none ? 0 : n, o ? o->first_bucket_bytes : 0, o ? o->bucket_bytes : 0,
                                                o ? o->min_buckets : 0, &plan, e);
-    if (!rc && !grads && !none && (!regions || !o->grad_stream || o->shard != RL_SHARD_GRADIENTS))
+    if (!rc && !grads && !none && (!regions || !o->grad_stream || o->shard == RL_SHARD_OPTIMIZER))
         rc = rl_errf(e, RL_EINTERNAL, "ddp: gradients in slots (no buffer) need their regions, a device stream "
-                     "and dist.shard \"gradients\"");
+                     "and dist.shard \"gradients\" or \"none\"");
     if (rc || plan.count > (size_t)INT_MAX / 2) {
         free(d);
         return rc ? rc : rl_errf(e, RL_EINPUT, "ddp: %zu buckets are too many", plan.count);
     }
     int nb = d->nb = (int)plan.count;
     d->slotted = !grads && !none;
+    d->keep = d->slotted && o->shard == RL_SHARD_GRADIENTS;
     d->boff = calloc((size_t)nb + 1, sizeof(size_t));
     d->blen = calloc((size_t)nb + 1, sizeof(size_t));
     d->ev = calloc((size_t)nb + 1, sizeof(rl_ddp_event));
@@ -464,7 +465,7 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
         d->shard.n = rl_ddp_shard_plan(d->boff, d->blen, nb, rl_comm_world(comm), rl_comm_rank(comm), d->sr);
         for (int k = 0; k < d->shard.n; k++) d->shard.total += d->sr[k].len;
     }
-    if (d->slotted) { /* the shard's gradient: each bucket's block then tail, from the buffer's start */
+    if (d->keep) { /* the shard's gradient: each bucket's block then tail, from the buffer's start */
         size_t w = (size_t)rl_comm_world(comm), at = 0;
         for (int b = nb - 1; b >= 0; b--) d->acc_at[b] = at, at += d->blen[b] / w + d->blen[b] % w;
     }
@@ -472,7 +473,7 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
     d->scatter = d->o.shard == RL_SHARD_GRADIENTS && !d->gs && nb > 0;
     d->window = rl_train_scatter_window(o ? o->stretch : 0, &plan);
     rc = d->gs ? dev_create(d, widest, e) : d->scatter ? scatter_create(d, e) : RL_OK;
-    if (!rc && d->slotted) d->shard.grad = d->acc;
+    if (!rc && d->keep) d->shard.grad = d->acc;
     if (!rc && d->bf16 && !d->gs && !(d->half = malloc(widest * sizeof(uint16_t))))
         rc = rl_errf(e, RL_ENOMEM, "ddp: out of memory for the bf16 bucket");
     if (rc) {
@@ -542,6 +543,13 @@ void rl_ddp_grad_ready(void *ctx, size_t off) {
     if (rc) keep_error(d, rc, &me);
 }
 
+/* stream waits for bucket b's last reduction: once the comm thread has
+ * queued it (a short, bounded host wait: it only queues), on the GPU */
+static int after(rl_ddp *d, int b, void *stream, rl_err *e) {
+    int rc = await(d, d->bucket_seq[b], SIZE_MAX, e);
+    return rc ? rc : dev_after(d, b, stream, e);
+}
+
 /* The slot's last bucket must be reduced before backward writes it again:
  * once the comm thread has queued that reduction (a short host wait: it
  * only queues), the stream waits for its event on the GPU. */
@@ -557,9 +565,21 @@ void rl_ddp_grad_slot(void *ctx, size_t off, float *slot) {
         rc = rl_errf(&me, RL_EINTERNAL, "ddp: more than 8 gradient slots");
     if (!rc && k == d->nslots) d->slot_buf[d->nslots++] = slot;
     int prev = rc ? -1 : d->slot_last[k];
-    if (prev >= 0) rc = await(d, d->bucket_seq[prev], SIZE_MAX, &me);
-    if (!rc && prev >= 0) rc = dev_after(d, prev, &me);
+    if (prev >= 0) rc = after(d, prev, d->gs, &me);
     if (!rc) d->slot_last[k] = b, d->slot_of[b] = slot;
+    if (rc) keep_error(d, rc, &me);
+}
+
+void rl_ddp_reduced(void *ctx, size_t off, void *stream) {
+    rl_ddp *d = ctx;
+    rl_err me = {0};
+    int b = 0, rc = RL_OK;
+    while (b < d->nb && d->boff[b] != off) b++;
+    if (b == d->nb || !d->slotted || d->keep)
+        rc = rl_errf(&me, RL_EINTERNAL, "ddp: no reduction in place for offset %zu", off);
+    else if (d->next_launch <= b)
+        rc = rl_errf(&me, RL_EINTERNAL, "ddp: the region at %zu is not handed over yet", off);
+    if (!rc) rc = after(d, b, stream, &me);
     if (rc) keep_error(d, rc, &me);
 }
 
@@ -616,6 +636,7 @@ void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist) {
     dist->gathered = sharded && d->gs ? rl_ddp_gathered : NULL;
     dist->reduce_each_micro = d->scatter || d->slotted;
     dist->grad_slot = d->slotted ? rl_ddp_grad_slot : NULL;
+    dist->reduced = d->slotted && !d->keep ? rl_ddp_reduced : NULL;
     dist->gather_region = sharded ? rl_ddp_gather_region : NULL;
     dist->grad_resident = d->gs ? NULL : rl_ddp_grad_resident;
 }

@@ -56,6 +56,10 @@
  * after), all on the communicator's stream. So a rank holds its shard's
  * gradient and the slots, and every micro-step is reduced, as on the host.
  * The master comes back whole region by region (rl_ddp_gather_region).
+ * Without a shard (train.offload "layers" on several ranks: the gradients
+ * leave the GPU region by region) each bucket is average-allreduced in its
+ * slot and nothing is kept: the caller copies the average away behind
+ * rl_ddp_reduced and orders the slot's reuse after its copy.
  *
  * Only the last micro-step of gradient accumulation passes the hook to
  * backward (no_sync on the others) -- the trainer does that. All comm ops,
@@ -107,7 +111,8 @@ typedef struct rl_ddp_opts {
      * a GPU model's gradient regions (kernels/gpu_layout.h). Required when
      * the gradients come in slots (grads NULL: "gradients" on a device,
      * ZeRO-2's memory; see "Slots" above), where a bucket must be a region
-     * whole. NULL: cut by size. (grads NULL without regions, on one rank:
+     * whole (or "none": allreduced in the slot, rl_ddp_reduced). NULL: cut
+     * by size. (grads NULL without regions, on one rank:
      * a device that takes its gradients away itself, train.offload
      * "layers"; DDP then has no buckets.) */
     const size_t *regions;
@@ -156,6 +161,10 @@ int rl_ddp_gather_region(void *ctx, void *buf, size_t off, size_t len, bool bf16
  * slot (rl_gpu_slot_fn): its stream waits until the slot's last bucket is
  * reduced and kept. */
 void rl_ddp_grad_slot(void *ctx, size_t off, float *slot);
+/* Slots without a shard: `stream` (a cudaStream_t) waits until the bucket
+ * that starts at off, handed over by the hook this pass, is averaged in
+ * its slot (a short host wait for the comm thread to have queued it). */
+void rl_ddp_reduced(void *ctx, size_t off, void *stream);
 /* After a device gather: the backward's stream waits for the buckets that
  * hold the elements below upto (SIZE_MAX: all). A reader of the gathered
  * buffer calls it first (the GPU model before each layer it reads); the

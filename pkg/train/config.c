@@ -28,7 +28,7 @@ static const rl_cfg_field train_fields[] = {
              "AdamW runs on the CPU: 12 bytes a parameter off the GPU for a copy of the gradients down and of the "
              "bf16 weights up every step), or layers (also the decoder layers' bf16 weights and the gradients: "
              "each layer's weights are copied up as the forward and the backward reach it and its gradients "
-             "down as they are made; one GPU for now)."),
+             "down as they are made, averaged over the ranks on their way)."),
     F(steps, .min = 0, .max = 1ll << 40, .def = 800, .doc = "Optimizer steps."),
     F(seq_len, .min = 1, .max = 1 << 20, .def = 64, .doc = "Tokens per sequence."),
     F(micro_batch, .min = 1, .max = 1 << 20, .def = 16, .doc = "Sequences per forward, per rank."),
@@ -189,9 +189,6 @@ static int job_check(const void *obj, const char *name, rl_err *e) {
 }
 
 int rl_job_config_check_world(const rl_job_config *c, int world, const char *name, rl_err *e) {
-    if (world > 1 && !strcmp(c->train.offload, "layers"))
-        return rl_errf(e, RL_EINPUT, "%s: train.offload \"layers\" trains on one GPU for now, not %d ranks", name,
-                       world);
     long long seqs = c->train.global_batch_tokens / c->train.seq_len;
     long long per = (long long)c->train.micro_batch * world;
     if (world < 1 || seqs % per != 0)

@@ -140,6 +140,11 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_dist *dist, rl_err
     return d->ops->set_shard ? d->ops->set_shard(d, e) : RL_OK;
 }
 
+void rl_train_dev_waits(rl_train_device *d, double *stream_s, double *host_s) {
+    *stream_s = *host_s = -1;
+    if (d->ops && d->ops->waits) d->ops->waits(d, stream_s, host_s);
+}
+
 int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e) {
     int rc = check_open(d, "download", e);
     return rc ? rc : d->ops->download(d, opt, e);

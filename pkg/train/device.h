@@ -98,6 +98,12 @@ typedef struct rl_train_device_ops {
     /* The dispatcher has set d->shard (NULL: none) and sized d->opt to it:
      * fit the device's own moments (zero). NULL: it keeps none of its own. */
     int (*set_shard)(rl_train_device *d, rl_err *e);
+    /* Optional: the last step's exposed waiting, read once step_end
+     * returned -- how long the device's compute stream stood waiting on
+     * copies or collectives (stream_s) and the training thread on the
+     * device's own pipeline (host_s: train.offload's update and copies);
+     * left < 0 where there is nothing of the kind. */
+    void (*waits)(rl_train_device *d, double *stream_s, double *host_s);
     /* Release everything the implementation's open made (impl, params). */
     void (*close)(rl_train_device *d);
 } rl_train_device_ops;
@@ -132,6 +138,10 @@ struct rl_train_device {
     void (*grad_slot)(void *ctx, size_t off, float *slot); /* the seam's (a GPU's gradient slots) */
     void *gather_ctx;
     int world; /* the ranks at open: a GPU sizes the moments for the shard dist.shard will give it */
+    /* the trainer's seam (NULL: alone): a device that takes its gradients
+     * away region by region (train.offload "layers") reads its grad_slot,
+     * grad_ready and reduced at every micro-batch, whatever round is on */
+    const rl_train_dist *dist;
 };
 
 /* Open the device train.device names ("cpu" or "cuda"; rl_train_pick_device
@@ -158,6 +168,8 @@ void *rl_train_dev_stream(rl_train_device *d);
 int rl_train_dev_take(void *ctx, float *params, float *m, float *v, bool *later, rl_err *e);
 int rl_train_dev_fill(void *ctx, float *params, float *m, float *v, rl_err *e);
 int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e);
+/* The ops' waits, -1 each where the device has none. */
+void rl_train_dev_waits(rl_train_device *d, double *stream_s, double *host_s);
 int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
 /* Keep the optimizer state of dist->shard's ranges only (dist or its shard
  * NULL: of every element), as rank dist->rank: the moments start again

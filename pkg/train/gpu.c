@@ -40,11 +40,27 @@ typedef struct gpu_dev {
     bool ckpt_off;           /* no staging: no room on the GPU, or RL_GPU_CKPT_STAGE=0 */
     rl_offload *off;         /* train.offload: the host's update (offload.h) */
     bool layers;             /* train.offload "layers": the model streams its layers from it */
+    double stream_wait_s, host_wait_s; /* the last step's (waits); < 0: none */
 } gpu_dev;
 
 static gpu_dev *ctx(rl_train_device *d) { return d->impl; }
 
 int rl_train_gpu_count(char *name, size_t n) { return rl_gpu_device_count(name, n); }
+
+/* The step's waits, read at its end (the stream is done by then). */
+static int read_waits(rl_train_device *d, rl_err *e) {
+    gpu_dev *g = ctx(d);
+    double s;
+    long long n;
+    int rc = rl_gpu_model_stream_waits(g->model, &s, &n, e);
+    g->stream_wait_s = rc || !n ? -1 : s;
+    g->host_wait_s = g->off ? rl_offload_host_wait(g->off) : -1;
+    return rc;
+}
+
+static void gpu_waits(rl_train_device *d, double *stream_s, double *host_s) {
+    *stream_s = ctx(d)->stream_wait_s, *host_s = ctx(d)->host_wait_s;
+}
 
 static int gpu_zero_grad(rl_train_device *d, rl_err *e) { return rl_gpu_model_zero_grad(ctx(d)->model, e); }
 
@@ -83,6 +99,7 @@ static int gpu_step_end(rl_train_device *d, const rl_train_update *u, double *lo
     if (!rc && d->shard) rc = u->gather(u->dist_ctx, rl_gpu_model_params(g), true, e);
     if (!rc) rc = rl_gpu_model_step_end(g, e);
     if (!rc) rc = rl_gpu_model_step_stats(g, 0, &l, &n, e);
+    if (!rc) rc = read_waits(d, e);
     *loss = l, *norm = n;
     return rc;
 }
@@ -286,6 +303,7 @@ static int offload_step_end(rl_train_device *d, const rl_train_update *u, double
     if (ce != cudaSuccess) rc = rl_errf(e, RL_EIO, "train.offload: the gradients' copy to the host: %s",
                                         cudaGetErrorString(ce));
     if (!rc) rc = rl_gpu_model_step_stats(g->model, 0, &l, &n_dev, e);
+    if (!rc) rc = read_waits(d, e);
     if (!rc) rc = rl_train_host_grad_sq(d, u, host, &sq, e);
     *loss = l, *norm = sqrt(sq);
     if (rc || !isfinite(*norm)) return rc; /* the weights stay as they are */
@@ -316,8 +334,9 @@ static int offload_upload(rl_train_device *d, bool opt, rl_err *e) {
 }
 
 /* With "layers" the gradients come down region by region through the
- * model's slots, whatever the trainer passes (one rank: nothing to
- * reduce), and a later micro-batch's are added on the host. */
+ * model's slots (on several ranks each averaged there first: the
+ * trainer's hook is the seam's, offload.c calls it), and a later
+ * micro-batch's are added on the host. */
 static int offload_zero_grad(rl_train_device *d, rl_err *e) {
     rl_offload_zero(ctx(d)->off);
     return gpu_zero_grad(d, e);
@@ -326,7 +345,8 @@ static int offload_zero_grad(rl_train_device *d, rl_err *e) {
 static int offload_micro(rl_train_device *d, const int32_t *inputs, const int32_t *targets, float scale,
                          rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
     if (!ctx(d)->layers) return gpu_micro(d, inputs, targets, scale, hook, hook_ctx, e);
-    int rc = gpu_micro(d, inputs, targets, scale, rl_offload_grad_ready, ctx(d)->off, e);
+    int rc = rl_offload_set_dist(ctx(d)->off, d->dist, hook, e);
+    if (!rc) rc = gpu_micro(d, inputs, targets, scale, rl_offload_grad_ready, ctx(d)->off, e);
     return rc ? rc : rl_offload_micro_end(ctx(d)->off, e);
 }
 
@@ -342,6 +362,7 @@ static const rl_train_device_ops gpu_ops = {
     .download = gpu_download,
     .upload = gpu_upload,
     .set_shard = gpu_set_shard,
+    .waits = gpu_waits,
     .close = gpu_close,
 };
 
@@ -355,6 +376,7 @@ static const rl_train_device_ops offload_ops = {
     .take = offload_take,
     .download = offload_download,
     .upload = offload_upload,
+    .waits = gpu_waits,
     .close = gpu_close,
 };
 

@@ -7,8 +7,11 @@
  * copy stream behind it, while the training thread queues the forward and
  * blocks only where a layer's weights are not yet updated (rl_offload_wait,
  * the model's params-wait callback). */
+#include <ctype.h>
 #include <errno.h>
+#include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -47,6 +50,13 @@ struct rl_offload {
     int nslots;
     float **reg_slot;
     int pass; /* backward passes this step */
+    /* several ranks: the seam's (rl_train_dist) for this micro-batch --
+     * its gradient slot and hook called first, and each region copied down
+     * once `reduced` says its average is in the slot; NULL: alone */
+    void (*dslot)(void *, size_t, float *);
+    rl_grad_ready_fn dhook;
+    void (*reduced)(void *, size_t, void *);
+    void *dctx;
 
     pthread_t thread;
     bool started;
@@ -55,6 +65,7 @@ struct rl_offload {
     bool busy, stop;     /* a step handed over and not finished; shutting down */
     rl_train_update u;   /* the step's (no callbacks are called: no shard) */
     double scale;
+    double host_wait_s;  /* the training thread blocked on this pipeline, since the last read */
     int done;            /* regions updated and queued this step */
     int waited;          /* regions the model's stream waits for already */
     int rc;
@@ -97,9 +108,55 @@ static int update_region(rl_offload *o, int k, rl_err *e) {
     return ce == cudaSuccess ? RL_OK : cuda_err(ce, "queueing the weights' copy to the GPU", e);
 }
 
+/* A GPU's NUMA node from sysfs (its PCI device's numa_node), or -1: none
+ * known (one socket, or no PCI device behind it). */
+static int gpu_node(int dev) {
+    char bus[32], path[96], *txt = NULL;
+    size_t len;
+    rl_err e;
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess) return (void)cudaGetLastError(), -1;
+    for (char *p = bus; *p; p++) *p = (char)tolower((unsigned char)*p); /* sysfs spells it in lower case */
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", bus);
+    int node = rl_read_file(path, &txt, &len, &e) ? -1 : atoi(txt);
+    free(txt);
+    return node;
+}
+
+/* The update's threads (this one and the OpenMP team its AdamW forks) on
+ * the CPUs of the GPU's NUMA node, next to its PCIe root and the pinned
+ * buffers the copies read, within the CPUs this process may use; each
+ * GPU of that node that the process sees takes its own slice (a process
+ * per GPU that sees them all, as torchrun's, then shares the node without
+ * oversubscribing it; a pod sees its own). Without a node the threads stay
+ * as they are. Said once in the log, whichever way. */
+static void pin_near_gpu(int device) {
+    int node = gpu_node(device), gpus = 0, share = 0, index = 0, n = 0;
+    char path[96], *txt = NULL;
+    size_t len;
+    rl_err e;
+    cpu_set_t cpus, allowed, mine;
+    snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", node);
+    bool known = node >= 0 && !rl_read_file(path, &txt, &len, &e) && rl_cpulist_parse(txt, &cpus) > 0 &&
+                 !sched_getaffinity(0, sizeof allowed, &allowed);
+    free(txt);
+    if (known && cudaGetDeviceCount(&gpus) == cudaSuccess) {
+        for (int d = 0; d < gpus; d++)
+            if (gpu_node(d) == node) index += d < device, share++;
+        n = rl_cpuset_slice(&cpus, &allowed, share, index, &mine);
+    }
+    if (n > 0 && pthread_setaffinity_np(pthread_self(), sizeof mine, &mine) == 0) {
+        omp_set_num_threads(n);
+        rl_log(RL_LOG_INFO, "offload_threads", "\"gpu\":%d,\"numa_node\":%d,\"gpus_on_node\":%d,\"threads\":%d",
+               device, node, share, n);
+    } else {
+        rl_log(RL_LOG_INFO, "offload_threads", "\"gpu\":%d,\"numa_node\":%d,\"pinned\":false", device, node);
+    }
+}
+
 static void *worker(void *arg) {
     rl_offload *o = arg;
     cudaError_t dev = cudaSetDevice(o->device); /* a new thread starts on device 0 */
+    if (dev == cudaSuccess) pin_near_gpu(o->device);
     pthread_mutex_lock(&o->mu);
     for (;;) {
         while (!o->busy && !o->stop) pthread_cond_wait(&o->cv, &o->mu);
@@ -209,11 +266,27 @@ static int wait_done_locked(rl_offload *o, int regions, rl_err *e) {
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += (time_t)o->timeout_s;
     int w = 0;
+    double t0 = rl_now();
     while (o->busy && o->done < regions && !o->rc && w != ETIMEDOUT) w = pthread_cond_timedwait(&o->cv, &o->mu, &dl);
+    o->host_wait_s += rl_now() - t0;
     if (o->rc) return *e = o->err, o->rc;
     if (o->busy && o->done < regions)
         return rl_errf(e, RL_ETIMEOUT, "train.offload: the host's AdamW not done after %.0f s", o->timeout_s);
     return RL_OK;
+}
+
+/* the gradients' copies down done (training thread) */
+static cudaError_t down_sync(rl_offload *o) {
+    double t0 = rl_now();
+    cudaError_t ce = cudaStreamSynchronize(o->down);
+    o->host_wait_s += rl_now() - t0;
+    return ce;
+}
+
+double rl_offload_host_wait(rl_offload *o) {
+    double s = o->host_wait_s;
+    o->host_wait_s = 0;
+    return s;
 }
 
 int rl_offload_step(rl_offload *o, const rl_train_update *u, double scale, rl_err *e) {
@@ -231,7 +304,7 @@ int rl_offload_join(rl_offload *o, rl_err *e) {
     pthread_mutex_lock(&o->mu);
     int rc = wait_done_locked(o, o->nreg, e);
     pthread_mutex_unlock(&o->mu);
-    cudaError_t ce = !rc && o->down ? cudaStreamSynchronize(o->down) : cudaSuccess; /* the gradients are down */
+    cudaError_t ce = !rc && o->down ? down_sync(o) : cudaSuccess; /* the gradients are down */
     if (ce != cudaSuccess) rc = cuda_err(ce, "the gradients' copy to the host", e);
     /* the model's stream takes every region's copy, waited for or not */
     if (!rc) rl_offload_wait(o, SIZE_MAX);
@@ -294,6 +367,7 @@ void rl_offload_grad_slot(void *ctx, size_t off, float *slot) {
     if (r < 0 || !o->layers) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: a gradient slot for offset %zu", off);
     else if (k < 0 && o->nslots == 8) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: more than 8 gradient slots");
     if (!rc && k < 0) k = o->nslots, o->slot_buf[o->nslots++] = slot;
+    if (!rc && o->dslot) o->dslot(o->dctx, off, slot); /* the seam knows where the region is */
     cudaError_t ce = !rc && o->slot_busy[k] ? cudaStreamWaitEvent(o->model, o->slot_down[k], 0) : cudaSuccess;
     if (ce != cudaSuccess) rc = cuda_err(ce, "ordering a gradient slot after its copy down", &e);
     if (!rc) o->reg_slot[r] = slot;
@@ -306,6 +380,7 @@ void rl_offload_grad_slot(void *ctx, size_t off, float *slot) {
  * waited for every region), a later one's into the staging copy */
 void rl_offload_grad_ready(void *ctx, size_t off) {
     rl_offload *o = ctx;
+    if (o->dhook) o->dhook(o->dctx, off); /* the region's average queued */
     if (off >= o->d->n) {
         o->pass++;
         return;
@@ -323,8 +398,12 @@ void rl_offload_grad_ready(void *ctx, size_t off) {
     float *dst = (o->pass <= 1 ? o->grads : o->stage) + lo;
     cudaError_t ce = cudaSuccess;
     if (!rc && k < 0) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: region %d's gradients in no slot", r);
-    if (!rc) ce = cudaEventRecord(o->kern, o->model);
-    if (!rc && ce == cudaSuccess) ce = cudaStreamWaitEvent(o->down, o->kern, 0);
+    if (!rc && o->reduced) { /* behind the average, itself behind the region's kernels */
+        o->reduced(o->dctx, off, o->down);
+    } else if (!rc) {
+        ce = cudaEventRecord(o->kern, o->model);
+        if (ce == cudaSuccess) ce = cudaStreamWaitEvent(o->down, o->kern, 0);
+    }
     if (!rc && ce == cudaSuccess) ce = cudaMemcpyAsync(dst, o->reg_slot[r], n * sizeof(float), cudaMemcpyDeviceToHost, o->down);
     if (!rc && ce == cudaSuccess) ce = cudaEventRecord(o->slot_down[k], o->down);
     if (!rc && ce == cudaSuccess) o->slot_busy[k] = true;
@@ -334,6 +413,20 @@ void rl_offload_grad_ready(void *ctx, size_t off) {
 
 void rl_offload_zero(rl_offload *o) { o->pass = 0; }
 
+int rl_offload_set_dist(rl_offload *o, const rl_train_dist *dist, rl_grad_ready_fn hook, rl_err *e) {
+    bool reduce = dist && dist->reduced;
+    if (reduce && (!dist->grad_slot || !hook))
+        return rl_errf(e, RL_EINTERNAL, "train.offload: a seam that reduces in slots without its slot or hook");
+    if (!reduce && dist && dist->world > 1)
+        return rl_errf(e, RL_EINTERNAL, "train.offload \"layers\" on %d ranks: the seam does not average the "
+                       "gradients in their slots (DDP created without the model's regions?)", dist->world);
+    o->dslot = reduce ? dist->grad_slot : NULL;
+    o->dhook = reduce ? hook : NULL;
+    o->reduced = reduce ? dist->reduced : NULL;
+    o->dctx = reduce ? dist->ctx : NULL;
+    return RL_OK;
+}
+
 /* a later micro-batch's gradients, once down, added to the step's */
 int rl_offload_micro_end(rl_offload *o, rl_err *e) {
     pthread_mutex_lock(&o->mu);
@@ -341,7 +434,7 @@ int rl_offload_micro_end(rl_offload *o, rl_err *e) {
     if (rc) *e = o->err;
     pthread_mutex_unlock(&o->mu);
     if (rc || o->pass <= 1) return rc;
-    cudaError_t ce = cudaStreamSynchronize(o->down);
+    cudaError_t ce = down_sync(o);
     if (ce != cudaSuccess) return cuda_err(ce, "a micro-batch's gradients' copy to the host", e);
     float *g = o->grads;
     const float *s = o->stage;

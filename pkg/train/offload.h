@@ -49,6 +49,9 @@ int rl_offload_step(rl_offload *o, const rl_train_update *u, double scale, rl_er
 /* The update done and every region's copy ordered before the model's
  * stream's next work. */
 int rl_offload_join(rl_offload *o, rl_err *e);
+/* Seconds the training thread stood blocked on this pipeline (the
+ * update's regions, the gradients' copies down) since the last call. */
+double rl_offload_host_wait(rl_offload *o);
 /* The model's params-wait callback (ctx: the rl_offload): params [0,
  * upto) are about to be read. Errors are kept for the next join. */
 void rl_offload_wait(void *ctx, size_t upto);
@@ -67,5 +70,12 @@ void rl_offload_grad_slot(void *ctx, size_t off, float *slot);
 void rl_offload_grad_ready(void *ctx, size_t off);
 void rl_offload_zero(rl_offload *o);
 int rl_offload_micro_end(rl_offload *o, rl_err *e);
+/* Before a micro-batch: on several ranks the seam (its grad_slot, the
+ * hook the trainer passes, its reduced) averages each region in its slot
+ * before it goes down, as it leaves the GPU: a later micro-batch's
+ * averages are added on the host, a sum of averages being the average of
+ * the sums. Alone (dist NULL, or a seam that reduces nothing on one rank)
+ * the regions go down as they are. */
+int rl_offload_set_dist(rl_offload *o, const rl_train_dist *dist, rl_grad_ready_fn hook, rl_err *e);
 
 #endif

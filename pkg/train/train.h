@@ -205,11 +205,18 @@ typedef struct rl_train_dist {
      * window (a device's master comes back whole region by region); returns
      * with all of it. */
     int (*gather_region)(void *ctx, void *buf, size_t off, size_t len, bool bf16, rl_err *e);
-    /* A GPU whose gradients are written in slots (dist.shard "gradients";
-     * shard->grad is then device memory): the model calls it before it
+    /* A GPU whose gradients are written in slots (dist.shard "gradients",
+     * shard->grad then device memory; or train.offload "layers" on several
+     * ranks, with reduced below): the model calls it before it
      * writes a region into a slot (kernels/llama_gpu.h's rl_gpu_slot_fn).
      * NULL: the gradients have their buffer. */
     void (*grad_slot)(void *ctx, size_t off, float *slot);
+    /* Slots whose regions are averaged in place, nothing kept (no shard: a
+     * GPU whose gradients then leave it, train.offload "layers"): after the
+     * hook handed the region at off over, `stream` (a cudaStream_t) waits
+     * for its average; whoever takes it away orders the slot's next
+     * grad_slot after that. NULL: the seam keeps what it reduces. */
+    void (*reduced)(void *ctx, size_t off, void *stream);
     /* Optional: the most gradient memory this rank held at once in the
      * last step, measured (resident pages of the flat buffer, sampled at
      * every watermark, plus the shard's gradient); 0: not measured. */
@@ -225,6 +232,10 @@ typedef struct rl_step_stats {
     double allreduce_s;      /* the step waited this long for reduction after backward; -1: no dist */
     double allreduce_busy_s; /* the reduction's whole time, overlapped or not; -1: no dist */
     size_t grad_resident;    /* the dist seam's grad_resident (bytes); 0: not measured */
+    /* exposed waiting on a GPU (rl_train_dev_waits): its compute stream
+     * on copies up/down or a sharded step's collectives, the training
+     * thread on train.offload's host update and copies; -1: none */
+    double stream_wait_s, host_wait_s;
 } rl_step_stats;
 
 /* A committed checkpoint (rank 0 only: it is the one that commits). */
@@ -366,11 +377,11 @@ int rl_trainer_save_params(rl_trainer *tr, const char *path, rl_err *e);
 float *rl_trainer_grads(rl_trainer *tr);
 void *rl_trainer_stream(rl_trainer *tr);
 /* Where there is no gradient buffer (NULL grads: a GPU's gradient slots,
- * dist.shard "gradients"), DDP's buckets must be the model's gradient
- * regions: their starts, ascending, *n of them (rl_ddp_opts.regions).
- * NULL (and *n 0) where the gradients have a buffer, and with
- * train.offload "layers" (its slots go to the host: one rank, DDP reduces
- * nothing). */
+ * dist.shard "gradients", or train.offload "layers" on several ranks),
+ * DDP's buckets must be the model's gradient regions: their starts,
+ * ascending, *n of them (rl_ddp_opts.regions). NULL (and *n 0) where the
+ * gradients have a buffer, and with "layers" on one rank (its slots go
+ * to the host: DDP reduces nothing). */
 const size_t *rl_trainer_grad_regions(rl_trainer *tr, int *n);
 /* Rank 0's parameters to every rank through dist->broadcast (identical
  * replicas before the first step); rl_trainer_resume does it when there is

@@ -58,6 +58,7 @@ static int init(rl_trainer *tr, const rl_job_config *cfg, rl_train_dist *dist, r
     tr->accum = (int)(seqs / world / t->micro_batch);
     int local_rank = tr->local_rank = dist ? dist->local_rank : 0;
     if ((rc = rl_train_dev_open(&tr->dev, cfg, local_rank, world, e))) return rc;
+    tr->dev.dist = dist;
     size_t n = tr->dev.n;
     rl_model_init_params(&cfg->model, tr->dev.params, t->seed);
     if ((rc = rl_train_dev_upload(&tr->dev, false, e))) return rc;
@@ -115,6 +116,7 @@ int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
     if (rc) return rc;
     const rl_train_config *t = &tr->cfg.train;
     tr->dist = dist;
+    tr->dev.dist = dist;
     tr->accum = (int)(t->global_batch_tokens / t->seq_len / dist->world / t->micro_batch);
     tr->resume_done = false;
     tr->stop_agreed = tr->yield_agreed = false;
@@ -216,6 +218,8 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
     rl_train_update u = {.lr = lr, .clip = t->grad_clip, .t = tr->step + 1};
     if (tr->dist) u.dist_ctx = tr->dist->ctx, u.sum = tr->dist->sum, u.gather = tr->dist->gather;
     if ((rc = rl_train_dev_step_end(&tr->dev, &u, &loss, &norm, e))) return rc;
+    double stream_wait, host_wait;
+    rl_train_dev_waits(&tr->dev, &stream_wait, &host_wait);
     /* The update is applied: this rank holds the next step whole, which a
      * peer lost in the average below cannot undo. Counted here, so a live
      * resume (rl_trainer_resume) takes the most advanced replica. */
@@ -254,6 +258,8 @@ int rl_trainer_step(rl_trainer *tr, rl_step_stats *st, rl_err *e) {
         .allreduce_s = ar_exposed,
         .allreduce_busy_s = ar_busy,
         .grad_resident = tr->dist && tr->dist->grad_resident ? tr->dist->grad_resident(tr->dist->ctx) : 0,
+        .stream_wait_s = stream_wait,
+        .host_wait_s = host_wait,
     };
     return RL_OK;
 }
@@ -746,13 +752,17 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
             if (tr->tty)
                 progress(tr, &st, avg_tps);
             else if (st.step % t->log_every == 0 || st.step == t->steps || st.step == first + 1) {
-                char res[48] = "";
+                char res[48] = "", waits[96] = "";
                 if (st.grad_resident) snprintf(res, sizeof res, ",\"grad_resident\":%zu", st.grad_resident);
+                if (st.stream_wait_s >= 0) snprintf(waits, sizeof waits, ",\"stream_wait_s\":%.4f", st.stream_wait_s);
+                if (st.host_wait_s >= 0)
+                    snprintf(waits + strlen(waits), sizeof waits - strlen(waits), ",\"host_wait_s\":%.4f",
+                             st.host_wait_s);
                 rl_log(RL_LOG_INFO, "step",
                        /* the loss in full: resume tests compare it bit for bit */
                        "\"step\":%lld,\"loss\":%.17g,\"lr\":%.4e,\"grad_norm\":%.4f,"
-                       "\"tokens_per_s\":%.0f,\"elapsed_s\":%.2f%s",
-                       st.step, st.loss, st.lr, st.grad_norm, st.tokens_per_s, st.elapsed_s, res);
+                       "\"tokens_per_s\":%.0f,\"elapsed_s\":%.2f%s%s",
+                       st.step, st.loss, st.lr, st.grad_norm, st.tokens_per_s, st.elapsed_s, res, waits);
             }
         }
         if (tr->observer.on_step) tr->observer.on_step(tr->observer.ud, &st);
@@ -817,8 +827,11 @@ void *rl_trainer_stream(rl_trainer *tr) { return rl_train_dev_stream(&tr->dev); 
 
 const size_t *rl_trainer_grad_regions(rl_trainer *tr, int *n) {
     *n = 0;
-    /* (train.offload "layers" takes its slots' gradients down itself: one rank, nothing to reduce) */
-    if (rl_train_dev_grads(&tr->dev) || strcmp(tr->cfg.train.offload, "none")) return NULL;
+    /* train.offload "optimizer" has the buffer; "layers" takes its slots'
+     * gradients down itself, averaged in the slots on several ranks */
+    const char *off = tr->cfg.train.offload;
+    if (rl_train_dev_grads(&tr->dev) || !strcmp(off, "optimizer") || (!strcmp(off, "layers") && world_of(tr) == 1))
+        return NULL;
     if (!tr->regions) {
         int k = rl_gpu_grad_regions(&tr->cfg.model, NULL);
         if (!(tr->regions = malloc((size_t)k * sizeof *tr->regions))) return NULL;

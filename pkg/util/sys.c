@@ -1,4 +1,4 @@
-/* Time and file helpers. Writes go through a temp file + fsync + rename so
+/* Time, file and CPU-set helpers. Writes go through a temp file + fsync + rename so
  * that a crash never leaves a half-written file under the final name. */
 #include "util.h"
 
@@ -105,4 +105,40 @@ int rl_write_file_atomic(const char *path, const void *data, size_t len, rl_err 
         return rl_errf(e, RL_EIO, "%s: rename: %s", path, strerror(err));
     }
     return RL_OK;
+}
+
+int rl_cpulist_parse(const char *s, cpu_set_t *set) {
+    CPU_ZERO(set);
+    int n = 0;
+    while (*s && *s != '\n') {
+        unsigned long lo, hi;
+        char *end;
+        if (*s < '0' || *s > '9') return -1;
+        lo = hi = strtoul(s, &end, 10);
+        if (*end == '-') {
+            if (end[1] < '0' || end[1] > '9') return -1;
+            hi = strtoul(end + 1, &end, 10);
+        }
+        if (lo > hi || hi >= CPU_SETSIZE) return -1;
+        for (unsigned long c = lo; c <= hi; c++) n += !CPU_ISSET(c, set), CPU_SET(c, set);
+        if (*end == ',' && end[1] && end[1] != '\n') end++;
+        else if (*end && *end != '\n') return -1;
+        s = end;
+    }
+    return (*s == '\n' && s[1]) ? -1 : n;
+}
+
+int rl_cpuset_slice(const cpu_set_t *a, const cpu_set_t *b, int share, int index, cpu_set_t *out) {
+    CPU_ZERO(out);
+    cpu_set_t both;
+    CPU_AND(&both, a, b);
+    int n = CPU_COUNT(&both);
+    if (share < 1 || index < 0 || index >= share) return 0;
+    /* slice k is [k * n / share, (k + 1) * n / share) of the CPUs in order */
+    int from = (int)((long long)index * n / share), to = (int)((long long)(index + 1) * n / share), k = 0, got = 0;
+    for (int c = 0; c < CPU_SETSIZE && k < to; c++) {
+        if (!CPU_ISSET(c, &both)) continue;
+        if (k++ >= from) CPU_SET(c, out), got++;
+    }
+    return got;
 }

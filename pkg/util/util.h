@@ -5,6 +5,7 @@
 #define RL_UTIL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -177,9 +178,21 @@ void rl_mem_zero_release(void *p, size_t bytes);
  * memory now (mincore), whole pages; 0 for an empty span. */
 size_t rl_mem_resident(const void *p, size_t bytes);
 
+/* ---- CPUs ------------------------------------------------------------------ */
+/* CPU sets (sched.h's cpu_set_t). A Linux cpulist -- "0-3,8,10-11", as
+ * sysfs writes a NUMA node's, a newline after it -- into *set: the number
+ * of CPUs (0 for an empty list), or -1 for anything else, a CPU beyond
+ * CPU_SETSIZE included. */
+int rl_cpulist_parse(const char *s, cpu_set_t *set);
+/* Slice `index` of `share` slices, in CPU order and as near equal as the
+ * count allows, of the CPUs in both a and b into *out: its count, 0 where
+ * none is left for it. */
+int rl_cpuset_slice(const cpu_set_t *a, const cpu_set_t *b, int share, int index, cpu_set_t *out);
+
 /* ---- files ----------------------------------------------------------------- */
 /* Read a whole file (NUL-terminated for convenience). */
 int rl_read_file(const char *path, char **out, size_t *len, rl_err *e);
+
 /* Write atomically: temp file in the same directory, fsync, rename. */
 int rl_write_file_atomic(const char *path, const void *data, size_t len, rl_err *e);
 /* Every missing directory of path, with mode (less the umask). */

@@ -174,6 +174,8 @@ cudaError_t cudaGetDevice(int *d) {
     *d = current_device;
     return cudaSuccess;
 }
+// no PCI device (and so no NUMA node) behind an emulated GPU
+cudaError_t cudaDeviceGetPCIBusId(char *, int, int) { return cudaErrorNotSupported; }
 // The attributes kernels/ asks for; any other fails loudly rather than
 // answering a plausible 0.
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int) {
