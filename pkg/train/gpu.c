@@ -281,27 +281,22 @@ static void gpu_close(rl_train_device *d) {
 }
 
 /* ---- train.offload "optimizer": the host's state is the master ----------------
- * The GPU holds the bf16 weights, the gradients and the activations; the
- * fp32 master weights (d->params) and AdamW's moments (d->opt) stay in the
- * host's memory, as the CPU device keeps them. A step ends with the
- * reduced gradients copied down and the norm and clipping on the host;
- * AdamW (OpenMP, the CPU device's own) and the bf16 weights' copy up then
- * run on offload.c's thread, overlapping the next forward layer by layer:
- * 4 bytes a parameter down and 2 up, for 12 bytes a parameter off the GPU.
+ * The GPU holds the bf16 weights, two gradient slots and the activations;
+ * the fp32 master weights (d->params) and AdamW's moments (d->opt) stay in
+ * the host's memory, as the CPU device keeps them. The gradients come down
+ * region by region while the backward goes on (offload.c), and a step
+ * ends with the norm and clipping on the host; AdamW (OpenMP, the CPU
+ * device's own) and the bf16 weights' copy up then run on offload.c's
+ * thread, overlapping the next forward layer by layer: 4 bytes a parameter
+ * down and 2 up, for 16 bytes a parameter off the GPU (less the slots).
  * A checkpoint copies the host state in the pause (no device copy). */
 static int offload_step_end(rl_train_device *d, const rl_train_update *u, double *loss, double *norm, rl_err *e) {
     gpu_dev *g = ctx(d);
     float l = 0, n_dev = 0;
     double sq = 0;
-    int rc = rl_offload_join(g->off, e); /* its gradients are overwritten now (layers: they are down) */
+    int rc = rl_offload_join(g->off, e); /* the update is done and the gradients are down */
     if (!rc) rc = rl_gpu_model_step_end(g->model, e);
     float *host = rl_offload_grads(g->off);
-    cudaError_t ce = rc || g->layers ? cudaSuccess
-                                     : cudaMemcpyAsync(host, rl_gpu_model_grads(g->model), d->n * sizeof(float),
-                                                       cudaMemcpyDeviceToHost, g->stream);
-    if (!rc && ce == cudaSuccess) ce = cudaStreamSynchronize(g->stream);
-    if (ce != cudaSuccess) rc = rl_errf(e, RL_EIO, "train.offload: the gradients' copy to the host: %s",
-                                        cudaGetErrorString(ce));
     if (!rc) rc = rl_gpu_model_step_stats(g->model, 0, &l, &n_dev, e);
     if (!rc) rc = read_waits(d, e);
     if (!rc) rc = rl_train_host_grad_sq(d, u, host, &sq, e);
@@ -333,10 +328,10 @@ static int offload_upload(rl_train_device *d, bool opt, rl_err *e) {
     return rc ? rc : rl_gpu_model_upload_params(ctx(d)->model, d->params, e);
 }
 
-/* With "layers" the gradients come down region by region through the
- * model's slots (on several ranks each averaged there first: the
- * trainer's hook is the seam's, offload.c calls it), and a later
- * micro-batch's are added on the host. */
+/* The gradients come down region by region through the model's slots (on
+ * several ranks each averaged there first: the trainer's hook is the
+ * seam's, offload.c calls it), and a later micro-batch's are added on the
+ * host. */
 static int offload_zero_grad(rl_train_device *d, rl_err *e) {
     rl_offload_zero(ctx(d)->off);
     return gpu_zero_grad(d, e);
@@ -344,7 +339,7 @@ static int offload_zero_grad(rl_train_device *d, rl_err *e) {
 
 static int offload_micro(rl_train_device *d, const int32_t *inputs, const int32_t *targets, float scale,
                          rl_grad_ready_fn hook, void *hook_ctx, rl_err *e) {
-    if (!ctx(d)->layers) return gpu_micro(d, inputs, targets, scale, hook, hook_ctx, e);
+    (void)hook_ctx; /* the seam's ctx, which offload.c takes from d->dist */
     int rc = rl_offload_set_dist(ctx(d)->off, d->dist, hook, e);
     if (!rc) rc = gpu_micro(d, inputs, targets, scale, rl_offload_grad_ready, ctx(d)->off, e);
     return rc ? rc : rl_offload_micro_end(ctx(d)->off, e);
@@ -406,7 +401,7 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
     opt.host_state = strcmp(t->offload, "none") != 0;
     g->layers = !strcmp(t->offload, "layers");
     opt.stream_layers = g->layers;
-    if (g->layers) opt.grad_slots = RL_GPU_GRAD_SLOTS; /* the gradients leave as they are made */
+    if (opt.host_state) opt.grad_slots = RL_GPU_GRAD_SLOTS; /* the gradients leave as they are made */
     /* ZeRO-2's memory: no whole gradient buffer, DDP takes each region away */
     if (d->world > 1 && rl_shard_mode_of(d->cfg->dist.shard) == RL_SHARD_GRADIENTS) opt.grad_slots = RL_GPU_GRAD_SLOTS;
     if (rl_gpu_model_create(&g->model, &d->cfg->model, t->micro_batch, t->seq_len, &opt, g->stream, e))
@@ -423,10 +418,8 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
         if (rc2) return rc2;
         rl_gpu_model_set_params_wait(g->model, rl_offload_wait, g->off);
     }
-    if (g->layers) {
-        rl_gpu_model_set_host_weights(g->model, rl_offload_bf16(g->off), rl_offload_ready, g->off);
-        rl_gpu_model_set_grad_sink(g->model, rl_offload_grad_slot, g->off);
-    }
+    if (g->layers) rl_gpu_model_set_host_weights(g->model, rl_offload_bf16(g->off), rl_offload_ready, g->off);
+    if (opt.host_state) rl_gpu_model_set_grad_sink(g->model, rl_offload_grad_slot, g->off);
     return RL_OK;
 }
 

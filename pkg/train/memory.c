@@ -93,7 +93,8 @@ static void cpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, co
  * gradients whole but with "gradients" (slotted), where the model's
  * gradient slots and the shard's own gradient (DDP's) hold them; the fp32
  * master sharded as the moments are (the forward reads only the bf16 copy;
- * llama_gpu.h), neither on the GPU with train.offload. */
+ * llama_gpu.h), neither on the GPU with train.offload (whose gradients
+ * leave through the slots too). */
 static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, bool slotted) {
     const rl_train_config *t = &cfg->train;
     rl_gpu_layout l; /* options as the trainer sets them: no fp32 dQ accumulator, default chunks */
@@ -103,13 +104,15 @@ static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, bo
     m->master = m->shard_elems * F32;
     m->grads = slotted ? (RL_GPU_GRAD_SLOTS * rl_gpu_grad_slot_len(&cfg->model) + m->shard_elems) * F32
                        : (n + pad) * F32;
-    if (strcmp(t->offload, "none")) m->master = m->moments = 0; /* in the host's memory */
-    if (!strcmp(t->offload, "layers")) { /* the embedding and head, a ring of layers, gradient slots */
+    if (strcmp(t->offload, "none")) { /* the state in the host's memory, the gradients through slots */
+        m->master = m->moments = 0;
+        m->grads = RL_GPU_GRAD_SLOTS * rl_gpu_grad_slot_len(&cfg->model) * F32;
+    }
+    if (!strcmp(t->offload, "layers")) { /* the embedding and head, a ring of layers */
         rl_param_layout lay;
         rl_param_layout_init(&lay, &cfg->model);
         size_t layers = (size_t)cfg->model.num_hidden_layers * lay.layer_size;
         m->weights = (n + pad - layers + RL_GPU_LAYER_RING * lay.layer_size) * BF16;
-        m->grads = RL_GPU_GRAD_SLOTS * rl_gpu_grad_slot_len(&cfg->model) * F32;
     }
     /* cuDNN's attention workspace (train.attention cudnn) is not counted */
     m->activations = l.acts + l.scratch;

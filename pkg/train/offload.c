@@ -35,12 +35,13 @@ struct rl_offload {
     cudaEvent_t *up;     /* region k's upload queued (copy stream) */
     double timeout_s;
     /* layers: the decoder layers' weights stay on the host (skip elements
-     * between the resident embedding and head), and the gradients come down
-     * region by region: the D2H stream, an event for "the region's kernels
-     * are queued", a later micro-batch's staging, the model's slots (each
-     * one's last copy down) and the slot each region was written to */
+     * between the resident embedding and head) */
     bool layers;
     size_t skip;
+    /* the gradients come down region by region: the D2H stream, an event
+     * for "the region's kernels are queued", a later micro-batch's staging,
+     * the model's slots (each one's last copy down) and the slot each
+     * region was written to */
     cudaStream_t down;
     cudaEvent_t kern;
     float *stage;
@@ -200,15 +201,13 @@ int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, dou
     for (int l = 0; l < c->num_hidden_layers; l++) o->reg_end[l + 1] = lay.layers + (size_t)(l + 1) * lay.layer_size;
     o->reg_end[o->nreg - 1] = lay.total;
     o->layers = layers, o->skip = lay.final_norm - lay.layers;
-    if (layers) {
-        if (!(o->reg_slot = calloc((size_t)o->nreg, sizeof *o->reg_slot)))
-            return rl_errf(e, RL_ENOMEM, "train.offload: out of memory");
-        ce = cudaMallocHost((void **)&o->stage, d->n * sizeof(float));
-        if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&o->down, cudaStreamNonBlocking);
-        if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&o->kern, cudaEventDisableTiming);
-        for (int k = 0; k < 8 && ce == cudaSuccess; k++) ce = cudaEventCreateWithFlags(&o->slot_down[k], cudaEventDisableTiming);
-        if (ce != cudaSuccess) return cuda_err(ce, "the gradients' way down (pinned staging, stream, events)", e);
-    }
+    if (!(o->reg_slot = calloc((size_t)o->nreg, sizeof *o->reg_slot)))
+        return rl_errf(e, RL_ENOMEM, "train.offload: out of memory");
+    ce = cudaMallocHost((void **)&o->stage, d->n * sizeof(float));
+    if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&o->down, cudaStreamNonBlocking);
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&o->kern, cudaEventDisableTiming);
+    for (int k = 0; k < 8 && ce == cudaSuccess; k++) ce = cudaEventCreateWithFlags(&o->slot_down[k], cudaEventDisableTiming);
+    if (ce != cudaSuccess) return cuda_err(ce, "the gradients' way down (pinned staging, stream, events)", e);
     ce = cudaMallocHost((void **)&o->grads, d->n * sizeof(float));
     if (ce == cudaSuccess) ce = cudaMallocHost((void **)&o->bf16, d->n * sizeof(uint16_t));
     if (ce != cudaSuccess)
@@ -328,7 +327,7 @@ void rl_offload_wait(void *ctx, size_t upto) {
     if (rc && !o->rc) o->rc = rc, o->err = e;
     pthread_mutex_unlock(&o->mu);
 }
-/* ---- layers: the weights' host copy, the gradients' way down -------------- */
+/* ---- layers: the weights' host copy -------------------------------------- */
 const uint16_t *rl_offload_bf16(rl_offload *o) { return o->bf16; }
 
 void rl_offload_set_bf16(rl_offload *o) { round_bf16(o, 0, o->d->n); }
@@ -346,6 +345,7 @@ void rl_offload_ready(void *ctx, size_t upto) {
     pthread_mutex_unlock(&o->mu);
 }
 
+/* ---- the gradients' way down ---------------------------------------------- */
 static void keep(rl_offload *o, int rc, const rl_err *e) {
     pthread_mutex_lock(&o->mu);
     if (rc && !o->rc) o->rc = rc, o->err = *e;
@@ -364,7 +364,7 @@ void rl_offload_grad_slot(void *ctx, size_t off, float *slot) {
     rl_offload *o = ctx;
     rl_err e = {0};
     int r = region_at(o, off), k = slot_index(o, slot), rc = RL_OK;
-    if (r < 0 || !o->layers) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: a gradient slot for offset %zu", off);
+    if (r < 0) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: a gradient slot for offset %zu", off);
     else if (k < 0 && o->nslots == 8) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: more than 8 gradient slots");
     if (!rc && k < 0) k = o->nslots, o->slot_buf[o->nslots++] = slot;
     if (!rc && o->dslot) o->dslot(o->dctx, off, slot); /* the seam knows where the region is */
@@ -418,7 +418,7 @@ int rl_offload_set_dist(rl_offload *o, const rl_train_dist *dist, rl_grad_ready_
     if (reduce && (!dist->grad_slot || !hook))
         return rl_errf(e, RL_EINTERNAL, "train.offload: a seam that reduces in slots without its slot or hook");
     if (!reduce && dist && dist->world > 1)
-        return rl_errf(e, RL_EINTERNAL, "train.offload \"layers\" on %d ranks: the seam does not average the "
+        return rl_errf(e, RL_EINTERNAL, "train.offload on %d ranks: the seam does not average the "
                        "gradients in their slots (DDP created without the model's regions?)", dist->world);
     o->dslot = reduce ? dist->grad_slot : NULL;
     o->dhook = reduce ? hook : NULL;

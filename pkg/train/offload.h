@@ -2,9 +2,10 @@
  * GPU whose fp32 master and AdamW moments stay in the host's memory (the
  * device seam's params and opt; gpu.c's offload ops drive it).
  *
- * A step: the trainer's step_end copies the reduced gradients into
- * rl_offload_grads, computes the norm and clipping, and hands the update
- * over (rl_offload_step). A thread then runs AdamW region by region in the
+ * A step: the model writes its gradients region by region into slots
+ * this takes down into rl_offload_grads as the backward makes them (below);
+ * the trainer's step_end computes the norm and clipping from them and
+ * hands the update over (rl_offload_step). A thread then runs AdamW region by region in the
  * order the forward reads the weights -- the embedding, each layer, the
  * final norm with lm_head -- rounds each region to bf16 and queues its
  * copy to the GPU on a stream of its own, behind an event. The model's
@@ -29,14 +30,18 @@ typedef struct rl_offload rl_offload;
  * head), model_stream the model's cudaStream_t. On failure *out is still
  * to be freed.
  *
- * layers (train.offload "layers"): the model streams its decoder layers
- * from rl_offload_bf16 (rl_gpu_model_set_host_weights with
- * rl_offload_ready) and writes its gradients region by region into slots
- * this takes down (rl_offload_grad_slot as the model's gradient sink,
- * rl_offload_grad_ready as its hook on every micro-batch): a step's first
- * micro-batch's regions straight into rl_offload_grads, a later one's into
- * a staging copy added there by rl_offload_micro_end. Only the embedding's
- * and the head's weights are copied up after an update. */
+ * The gradients: the model (built with rl_gpu_options.grad_slots) writes
+ * them region by region into slots this takes down (rl_offload_grad_slot
+ * as the model's gradient sink, rl_offload_grad_ready as its hook on every
+ * micro-batch): a step's first micro-batch's regions straight into
+ * rl_offload_grads, a later one's into a staging copy added there by
+ * rl_offload_micro_end. So no whole gradient buffer is on the GPU, and
+ * the copies down overlap the backward.
+ *
+ * layers (train.offload "layers"): the model also streams its decoder
+ * layers from rl_offload_bf16 (rl_gpu_model_set_host_weights with
+ * rl_offload_ready); only the embedding's and the head's weights are
+ * copied up after an update. */
 int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, double timeout_s, bool layers,
                    rl_offload **out, rl_err *e);
 /* Waits for a running update; NULL is fine. */
@@ -64,6 +69,8 @@ const uint16_t *rl_offload_bf16(rl_offload *o);
 void rl_offload_set_bf16(rl_offload *o);
 /* The model's host-weights ready callback: elements [0, upto) updated. */
 void rl_offload_ready(void *ctx, size_t upto);
+
+/* ---- the gradients' way down ---------------------------------------------- */
 /* The gradient sink and hook (llama_gpu.h's rl_gpu_slot_fn, model.h's
  * rl_grad_ready_fn), and a step's start and a micro-batch's end. */
 void rl_offload_grad_slot(void *ctx, size_t off, float *slot);

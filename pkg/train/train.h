@@ -377,11 +377,11 @@ int rl_trainer_save_params(rl_trainer *tr, const char *path, rl_err *e);
 float *rl_trainer_grads(rl_trainer *tr);
 void *rl_trainer_stream(rl_trainer *tr);
 /* Where there is no gradient buffer (NULL grads: a GPU's gradient slots,
- * dist.shard "gradients", or train.offload "layers" on several ranks),
- * DDP's buckets must be the model's gradient regions: their starts,
- * ascending, *n of them (rl_ddp_opts.regions). NULL (and *n 0) where the
- * gradients have a buffer, and with "layers" on one rank (its slots go
- * to the host: DDP reduces nothing). */
+ * dist.shard "gradients", or train.offload on several ranks), DDP's
+ * buckets must be the model's gradient regions: their starts, ascending,
+ * *n of them (rl_ddp_opts.regions). NULL (and *n 0) where the gradients
+ * have a buffer, and with train.offload on one rank (its slots go to the
+ * host: DDP reduces nothing). */
 const size_t *rl_trainer_grad_regions(rl_trainer *tr, int *n);
 /* Rank 0's parameters to every rank through dist->broadcast (identical
  * replicas before the first step); rl_trainer_resume does it when there is

@@ -827,11 +827,9 @@ void *rl_trainer_stream(rl_trainer *tr) { return rl_train_dev_stream(&tr->dev); 
 
 const size_t *rl_trainer_grad_regions(rl_trainer *tr, int *n) {
     *n = 0;
-    /* train.offload "optimizer" has the buffer; "layers" takes its slots'
-     * gradients down itself, averaged in the slots on several ranks */
-    const char *off = tr->cfg.train.offload;
-    if (rl_train_dev_grads(&tr->dev) || !strcmp(off, "optimizer") || (!strcmp(off, "layers") && world_of(tr) == 1))
-        return NULL;
+    /* train.offload takes its slots' gradients down itself, averaged in
+     * the slots on several ranks */
+    if (rl_train_dev_grads(&tr->dev) || (strcmp(tr->cfg.train.offload, "none") && world_of(tr) == 1)) return NULL;
     if (!tr->regions) {
         int k = rl_gpu_grad_regions(&tr->cfg.model, NULL);
         if (!(tr->regions = malloc((size_t)k * sizeof *tr->regions))) return NULL;

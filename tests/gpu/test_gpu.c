@@ -1411,7 +1411,7 @@ static void test_stream_layers(void) {
     size_t P = lay.total, N = (size_t)mc.B * mc.T;
     float *p = randn(P, 0.05), *gr = malloc(P * sizeof(float)), *gs = malloc(P * sizeof(float)), lr[2], ls[2];
     round_bf16(p, P);
-    int32_t *tok = rand_tokens(3 * (int)N, c.vocab_size);
+    int32_t *tok = rand_tokens(3 * (int)N + 1, c.vocab_size); /* three batches, the last one's targets one on */
     uint16_t *hw = NULL;
     int ready = 0, rc;
     rl_err e = {0};
