@@ -13,6 +13,12 @@
  * line per model and shape (what make bench collects); --md prints a
  * Markdown table and the largest model that fits per mode and shape.
  *
+ * --offload: the same for train.offload none, optimizer and layers on one
+ * GPU (--world 1 unless given; the host then holds the fp32 master, the
+ * moments, the gradients, their staging and a bf16 copy: about 22 bytes a
+ * parameter per rank, not counted here) -- the largest model one GPU
+ * trains when the host has the memory.
+ *
  * rl_model_config has no tied embeddings: the 3.2 models (tied in Hugging
  * Face) are counted with a separate lm_head, as this trainer builds them. */
 #include <stdio.h>
@@ -40,7 +46,9 @@ typedef struct batch {
 } batch;
 static const batch batches[] = {{"a", 64, 512}, {"b", 8, 2048}, {"b1", 1, 2048}};
 enum { NBATCHES = sizeof batches / sizeof batches[0] };
-static const char *const modes[NMODES] = {"none", "optimizer", "gradients"};
+static const char *const shards[NMODES] = {"none", "optimizer", "gradients"};
+static const char *const offloads[NMODES] = {"none", "optimizer", "layers"};
+static const char *const *modes = shards; /* --offload: offloads */
 
 static int account(const shape *s, const batch *b, const char *mode, int world, rl_train_memory *m) {
     rl_job_config c;
@@ -51,7 +59,8 @@ static int account(const shape *s, const batch *b, const char *mode, int world, 
     mc->max_position_embeddings = s->max_pos;
     c.train.micro_batch = b->micro_batch, c.train.seq_len = b->seq_len;
     snprintf(c.train.device, sizeof c.train.device, "cuda");
-    snprintf(c.dist.shard, sizeof c.dist.shard, "%s", mode);
+    if (modes == offloads) snprintf(c.train.offload, sizeof c.train.offload, "%s", mode);
+    else snprintf(c.dist.shard, sizeof c.dist.shard, "%s", mode);
     rl_err e;
     if (rl_train_memory_of(&c, world, 0, m, &e)) {
         fprintf(stderr, "memory_table: %s: %s\n", s->name, e.msg);
@@ -64,8 +73,9 @@ static double gib(size_t b) { return (double)b / (double)(1ull << 30); }
 
 static void json_line(const shape *s, const batch *b, const rl_train_memory m[NMODES], int world, double budget) {
     printf("{\"bench\":\"memory\",\"model\":\"%s\",\"params\":%zu,\"config\":\"%s\",\"micro_batch\":%d,"
-           "\"seq_len\":%d,\"world\":%d,\"device\":\"cuda\"",
-           s->name, m[0].shard_elems, b->name, b->micro_batch, b->seq_len, world);
+           "\"seq_len\":%d,\"world\":%d,\"device\":\"cuda\",\"modes\":\"%s\"",
+           s->name, m[0].shard_elems, b->name, b->micro_batch, b->seq_len, world,
+           modes == offloads ? "train.offload" : "dist.shard");
     for (int k = 0; k < NMODES; k++)
         printf(",\"%s\":{\"weights\":%zu,\"master\":%zu,\"grads\":%zu,\"moments\":%zu,\"activations\":%zu,"
                "\"total\":%zu,\"fits\":%s}",
@@ -83,19 +93,21 @@ static void md_row(const shape *s, const batch *b, const rl_train_memory m[NMODE
 }
 
 int main(int argc, char **argv) {
-    int md = 0, world = 8;
+    int md = 0, world = 0;
     double budget_gb = 80;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--md")) md = 1;
+        else if (!strcmp(argv[i], "--offload")) modes = offloads;
         else if (!strcmp(argv[i], "--world") && i + 1 < argc) world = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--budget-gb") && i + 1 < argc) budget_gb = atof(argv[++i]);
-        else return fprintf(stderr, "usage: memory_table [--md] [--world N] [--budget-gb G]\n"), 2;
+        else return fprintf(stderr, "usage: memory_table [--md] [--offload] [--world N] [--budget-gb G]\n"), 2;
     }
+    if (world < 1) world = modes == offloads ? 1 : 8;
     double budget = budget_gb * 1e9;
     const char *largest[NBATCHES][NMODES] = {{0}};
     if (md)
-        printf("| model | params | config (B x T) | activations GiB | none GiB, fits | optimizer GiB, fits "
-               "| gradients GiB, fits |\n|---|---|---|---|---|---|---|\n");
+        printf("| model | params | config (B x T) | activations GiB | %s GiB, fits | %s GiB, fits "
+               "| %s GiB, fits |\n|---|---|---|---|---|---|---|\n", modes[0], modes[1], modes[2]);
     for (int j = 0; j < NBATCHES; j++)
         for (int i = 0; i < NMODELS; i++) {
             rl_train_memory m[NMODES];
@@ -107,8 +119,8 @@ int main(int argc, char **argv) {
             else json_line(&models[i], &batches[j], m, world, budget);
         }
     if (!md) return 0;
-    printf("\nLargest that fits %.0f GB per GPU at world %d:\n\n| config | none | optimizer | gradients |\n"
-           "|---|---|---|---|\n", budget_gb, world);
+    printf("\nLargest that fits %.0f GB per GPU at world %d:\n\n| config | %s | %s | %s |\n"
+           "|---|---|---|---|\n", budget_gb, world, modes[0], modes[1], modes[2]);
     for (int j = 0; j < NBATCHES; j++) {
         printf("| %s |", batches[j].name);
         for (int k = 0; k < NMODES; k++) printf(" %s |", largest[j][k] ? largest[j][k] : "none of these");
