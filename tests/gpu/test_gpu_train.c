@@ -361,12 +361,12 @@ done:
  * waits, timed by events around each, and the training thread's on the
  * host pipeline. On hardware their size is the measurement (>= 0 here);
  * in emulation every pair reads 1 ms, so the figure counts the timed
- * waits and must be exactly where the model waits: per micro-batch
- * "layers" waits for the embedding and the head's weights (2), each
- * layer's copy in the forward and the backward (2L) and each gradient
- * region's slot (L + 2); "optimizer" for the embedding and the head (2)
- * and each layer's updated weights, in the forward and again (already
- * there) in the backward (2L); "none" has nothing to wait on (-1). */
+ * waits and must be exactly where the model waits: per micro-batch both
+ * offload modes wait for the embedding's and the head's weights (2), for
+ * each layer's in the forward and the backward (2L: "layers" its ring
+ * copy, "optimizer" its update, the backward's already there) and for
+ * each gradient region's slot (L + 2): 3L + 4; "none" has nothing to
+ * wait on (-1). */
 static void check_offload_layers(void) {
     const char *name = "trainer: offload layers trains under a third of the memory, tracking none and optimizer";
     if (!selected(name)) return;
@@ -414,7 +414,7 @@ static void check_offload_layers(void) {
         double params = rel_diff(pl, po, P), moments = rel_diff(pl + P, po + P, 2 * P);
         bool named = rc_none == RL_EINPUT && strstr(ex.msg, "needs") && strstr(ex.msg, "train.offload");
         int L = cl.model.num_hidden_layers, accum = 2;
-        double want_l = (3 * L + 4) * accum * 1e-3, want_o = (2 * L + 2) * accum * 1e-3;
+        double want_l = (3 * L + 4) * accum * 1e-3, want_o = want_l;
         bool waits = vn.stream_wait_s == -1 && vn.host_wait_s == -1 && vl.host_wait_s >= 0 && vo.host_wait_s >= 0 &&
                      (emulated() ? fabs(vl.stream_wait_s - want_l) < 1e-9 && fabs(vo.stream_wait_s - want_o) < 1e-9
                                  : vl.stream_wait_s >= 0 && vo.stream_wait_s >= 0);
