@@ -1348,7 +1348,7 @@ int rl_gpu_model_profile_read(rl_gpu_model *m, double ms[RL_GPU_PROF_N], int *ca
 
 int rl_gpu_model_stream_waits(rl_gpu_model *m, double *seconds, long long *waits, rl_err *e) {
     *seconds = 0, *waits = 0;
-    if (m->plan) return RL_OK;
+    if (m->plan || !m->waits.used) return RL_OK; /* nothing timed: no reason to wait for the stream */
     CUDA_CHECK(cudaStreamSynchronize(m->s));
     for (int i = 0; i < m->waits.used; i++) {
         float t;

@@ -234,7 +234,8 @@ int rl_gpu_model_step_stats(rl_gpu_model *m, int ago, float *loss, float *norm, 
  * last call, and how many waits: streamed layers' copies up, a params-wait
  * callback's weights (a gather, offload's copies up), a gradient sink's
  * slot (its last copy down or reduction). Each wait is timed by an event
- * before and after it on the stream; this waits for the stream. The
+ * before and after it on the stream; this waits for the stream when there
+ * was any (a model without them, "none" on one GPU, returns at once). The
  * exposed part of the copies and collectives that the model's kernels did
  * not hide. */
 int rl_gpu_model_stream_waits(rl_gpu_model *m, double *seconds, long long *waits, rl_err *e);

@@ -145,22 +145,6 @@ static bool shm_allowed(const rl_comm_opts *o) {
                    !strcasecmp(v, "false")));
 }
 
-/* "<boot_id>/<hostname>": equal on two ranks only when they run on one
- * booted kernel under one host name. Empty when either is unknown. */
-static void host_identity(char *out, size_t n) {
-    char boot[80] = "", hn[72] = "";
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
-    if (f) {
-        if (!fgets(boot, sizeof boot, f)) boot[0] = '\0';
-        fclose(f);
-    }
-    boot[strcspn(boot, "\n")] = '\0';
-    if (gethostname(hn, sizeof hn - 1) != 0) hn[0] = '\0';
-    hn[sizeof hn - 1] = '\0';
-    out[0] = '\0';
-    if (boot[0] && hn[0]) snprintf(out, n, "%.63s/%.71s", boot, hn);
-}
-
 static bool shm_name_ok(const char *name) {
     if (strncmp(name, "/rl-comm-", 9) != 0 || strlen(name) < 10) return false;
     for (const char *p = name + 1; *p; p++)
@@ -281,7 +265,7 @@ static int link_io(rl_comm *c, tcp *T, bool right, bool sending, uint8_t *buf, s
 int rl_tcp_shm_setup(rl_comm *c, tcp *T, const rl_comm_opts *o, double deadline, rl_err *e) {
     bool on = shm_allowed(o);
     char me[SHM_HOST_LEN] = "", name[SHM_NAME_LEN] = "";
-    if (on) host_identity(me, sizeof me);
+    if (on) rl_host_identity(me, sizeof me);
     if (!me[0]) on = false;
     if (on) (void)rl_comm_tcp_shm_sweep();
     uint64_t cookie = 0;

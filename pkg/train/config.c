@@ -29,6 +29,10 @@ static const rl_cfg_field train_fields[] = {
              "bf16 weights up every step), or layers (also the decoder layers' bf16 weights and the gradients: "
              "each layer's weights are copied up as the forward and the backward reach it and its gradients "
              "down as they are made, averaged over the ranks on their way)."),
+    F(offload_share, .def = 1,
+      .doc = "With offload on several ranks in one pod: one copy of the host state (14 bytes a parameter, in "
+             "/dev/shm: spec.shmSize must hold it) for all of them, AdamW split across them; else, or on false, "
+             "a copy per rank."),
     F(steps, .min = 0, .max = 1ll << 40, .def = 800, .doc = "Optimizer steps."),
     F(seq_len, .min = 1, .max = 1 << 20, .def = 64, .doc = "Tokens per sequence."),
     F(micro_batch, .min = 1, .max = 1 << 20, .def = 16, .doc = "Sequences per forward, per rank."),

@@ -26,7 +26,8 @@ int rl_train_dev_open(rl_train_device *d, const rl_job_config *cfg, int local_ra
         memset(d, 0, sizeof *d);
         return rc;
     }
-    d->opt = calloc(2 * d->n, sizeof(float));
+    d->impl_opt = d->opt != NULL;
+    if (!d->opt) d->opt = calloc(2 * d->n, sizeof(float));
     if (!d->opt) {
         rl_train_dev_close(d);
         return rl_errf(e, RL_ENOMEM, "trainer: out of memory for optimizer state (%zu MiB)",
@@ -116,6 +117,7 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_dist *dist, rl_err
     if (rc) return rc;
     const rl_train_shard *shard = dist ? dist->shard : NULL;
     size_t held = shard ? shard->total : d->n;
+    if (d->impl_opt) return rl_errf(e, RL_EINTERNAL, "train device: a shard of moments the implementation keeps");
     if (shard && (shard->n < 0 || held > d->n || (held > 0 && !shard->r) || !dist->gather))
         return rl_errf(e, RL_EINTERNAL, "train device: a shard of %zu elements of %zu (or no gather)", held, d->n);
     /* the device's own copy of the ranges: the seam's go with its round */
@@ -155,6 +157,18 @@ int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e) {
     return rc ? rc : d->ops->upload(d, opt, e);
 }
 
+int rl_train_dev_share(rl_train_device *d, const rl_train_dist *dist, rl_err *e) {
+    int rc = check_open(d, "share", e);
+    if (!rc && !dist) rc = rl_errf(e, RL_EINTERNAL, "train device: share without a seam");
+    return rc || !d->ops->share ? rc : d->ops->share(d, dist, e);
+}
+
+int rl_train_dev_unshare(rl_train_device *d, bool *whole, rl_err *e) {
+    *whole = true;
+    int rc = check_open(d, "unshare", e);
+    return rc || !d->ops->unshare ? rc : d->ops->unshare(d, whole, e);
+}
+
 /* ---- the host's optimizer (cpu.c, and a GPU whose state stays on the host) ---- */
 /* Tensor by tensor within each range, as weight decay applies to some
  * tensors only. A range's moments follow the previous range's in opt, and
@@ -177,7 +191,7 @@ void rl_train_host_adamw(rl_train_device *d, const rl_train_update *u, float *pa
             lo = lo > from ? lo : from, hi = hi < to ? hi : to;
             if (lo >= hi) continue;
             size_t at = base + (lo - r[k].off);
-            rl_adamw_update(params + lo, own ? own + at : grads + lo, mom + at, var + at, hi - lo, u->lr, t->beta1,
+            rl_adamw_update(params + lo, own ? own + at : grads + (lo - from), mom + at, var + at, hi - lo, u->lr, t->beta1,
                             t->beta2, t->eps, ti.decay ? t->weight_decay : 0.0, u->t, grad_scale);
         }
 }

@@ -104,6 +104,13 @@ typedef struct rl_train_device_ops {
      * device's own pipeline (host_s: train.offload's update and copies);
      * left < 0 where there is nothing of the kind. */
     void (*waits)(rl_train_device *d, double *stream_s, double *host_s);
+    /* Optional (train.offload): the ranks of dist's round, whose host states
+     * are equal (after the resume), keep one of them for all when they can
+     * (a collective: every rank calls it); and before a new round each
+     * takes a private copy back, *whole false when that copy is not one
+     * step's state (a rank's part of the last update is missing). */
+    int (*share)(rl_train_device *d, const rl_train_dist *dist, rl_err *e);
+    int (*unshare)(rl_train_device *d, bool *whole, rl_err *e);
     /* Release everything the implementation's open made (impl, params). */
     void (*close)(rl_train_device *d);
 } rl_train_device_ops;
@@ -116,10 +123,13 @@ struct rl_train_device {
      * checkpoints, resume, evaluation tasks and the parameter broadcast
      * read and write. On the CPU it is the model's own; on a GPU a mirror,
      * current after download. params belongs to the implementation, opt
-     * (m then v, 2 x n floats, zero at open) to the dispatcher. */
+     * (m then v, 2 x n floats, zero at open) to the dispatcher, unless the
+     * implementation's open set it (impl_opt: train.offload's host state,
+     * which no shard replaces). */
     size_t n;
     float *params;
     float *opt;
+    bool impl_opt;
     int micros; /* micro-batches since zero_grad (the dispatcher's count) */
     /* NULL: opt holds every element's moments (m then v, 2 x n). Else the
      * shard's ranges' only, one after the other (m then v, 2 x
@@ -171,6 +181,9 @@ int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e);
 /* The ops' waits, -1 each where the device has none. */
 void rl_train_dev_waits(rl_train_device *d, double *stream_s, double *host_s);
 int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
+/* The ops' share and unshare; nothing (and *whole true) where there are none. */
+int rl_train_dev_share(rl_train_device *d, const rl_train_dist *dist, rl_err *e);
+int rl_train_dev_unshare(rl_train_device *d, bool *whole, rl_err *e);
 /* Keep the optimizer state of dist->shard's ranges only (dist or its shard
  * NULL: of every element), as rank dist->rank: the moments start again
  * from zero, so only before the first step or a resume that fills them
@@ -181,8 +194,9 @@ int rl_train_dev_set_shard(rl_train_device *d, const rl_train_dist *dist, rl_err
 
 /* The host's optimizer over d's ranges (all of them without a shard), for
  * an implementation whose AdamW runs on the CPU: AdamW on params with
- * grads (whole; with a shard's own gradient, that) and d->opt, every
- * gradient times grad_scale, over the elements in [from, to) (0, n: all);
+ * grads (those of [from, to), grads[0] element from's; with a shard its
+ * own gradient instead) and d->opt, every gradient times grad_scale, over
+ * the elements in [from, to) (0, n: all);
  * and the squared gradient norm, with a shard
  * its ranges' summed over ranks through u->sum (a shared range counted by
  * rank 0 alone). */

@@ -272,7 +272,10 @@ static void gpu_close(rl_train_device *d) {
     if (!g) return;
     if (g->ckpt) cudaFree(g->ckpt);
     if (g->ckpt_ready) cudaEventDestroy(g->ckpt_ready);
-    rl_offload_free(g->off); /* before the model: it waits for the last copy into its weights */
+    if (g->off) { /* before the model: it waits for the last copy into its weights */
+        rl_offload_free(g->off);
+        d->params = d->opt = NULL; /* its host state's */
+    }
     if (g->model) rl_gpu_model_free(g->model);
     if (g->stream) cudaStreamDestroy(g->stream);
     free(g);
@@ -296,10 +299,9 @@ static int offload_step_end(rl_train_device *d, const rl_train_update *u, double
     double sq = 0;
     int rc = rl_offload_join(g->off, e); /* the update is done and the gradients are down */
     if (!rc) rc = rl_gpu_model_step_end(g->model, e);
-    float *host = rl_offload_grads(g->off);
     if (!rc) rc = rl_gpu_model_step_stats(g->model, 0, &l, &n_dev, e);
     if (!rc) rc = read_waits(d, e);
-    if (!rc) rc = rl_train_host_grad_sq(d, u, host, &sq, e);
+    if (!rc) rc = rl_offload_grad_sq(g->off, &sq, e);
     *loss = l, *norm = sqrt(sq);
     if (rc || !isfinite(*norm)) return rc; /* the weights stay as they are */
     return rl_offload_step(g->off, u, rl_clip_factor(*norm, u->clip), e);
@@ -345,6 +347,25 @@ static int offload_micro(rl_train_device *d, const int32_t *inputs, const int32_
     return rc ? rc : rl_offload_micro_end(ctx(d)->off, e);
 }
 
+/* train.offload_share: one host state for the node's ranks (offload.h) */
+static int offload_share(rl_train_device *d, const rl_train_dist *dist, rl_err *e) {
+    bool shared = false;
+    char why[160] = "train.offload_share is false";
+    int rc = d->cfg->train.offload_share ? rl_offload_share(ctx(d)->off, dist, &shared, why, sizeof why, e) : RL_OK;
+    char esc[2 * sizeof why];
+    if (!rc && shared && dist->rank == 0) /* the master, the moments and the bf16 weights: once on the node */
+        rl_log(RL_LOG_INFO, "offload_share", "\"shared\":true,\"ranks\":%d,\"host_bytes\":%zu", dist->world,
+               d->n * 14);
+    else if (!rc && !shared) /* each rank its own reason */
+        rl_log(RL_LOG_INFO, "offload_share", "\"shared\":false,\"rank\":%d,\"why\":\"%s\"", dist->rank,
+               rl_json_escape(esc, sizeof esc, why));
+    return rc;
+}
+
+static int offload_unshare(rl_train_device *d, bool *whole, rl_err *e) {
+    return rl_offload_unshare(ctx(d)->off, whole, e);
+}
+
 static const rl_train_device_ops gpu_ops = {
     .zero_grad = gpu_zero_grad,
     .micro = gpu_micro,
@@ -372,6 +393,8 @@ static const rl_train_device_ops offload_ops = {
     .download = offload_download,
     .upload = offload_upload,
     .waits = gpu_waits,
+    .share = offload_share,
+    .unshare = offload_unshare,
     .close = gpu_close,
 };
 
@@ -410,9 +433,9 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
     rl_param_layout lay;
     rl_param_layout_init(&lay, &d->cfg->model);
     d->n = lay.total;
-    if (!(d->params = malloc(d->n * sizeof(float))))
+    if (!opt.host_state && !(d->params = malloc(d->n * sizeof(float))))
         return rl_errf(e, RL_ENOMEM, "trainer: out of memory for the parameters' host copy");
-    if (opt.host_state) {
+    if (opt.host_state) { /* the master and the moments: offload.c's host state (d->params, d->opt) */
         int rc2 = rl_offload_new(d, rl_gpu_model_params(g->model), g->stream, d->cfg->dist.timeout_s, g->layers,
                                  &g->off, e);
         if (rc2) return rc2;

@@ -11,12 +11,14 @@
 #include <errno.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "comm/comm.h" /* rl_comm_f32_to_bf16 */
+#include "host_state.h"
 #include "offload.h"
 
 #ifdef RL_CUDA
@@ -28,8 +30,21 @@ struct rl_offload {
     cudaStream_t model;  /* the model's stream: waits for a region's copy */
     cudaStream_t copy;   /* the uploads */
     int device;          /* the training thread's GPU: the worker's too */
-    float *grads;        /* pinned: the step's reduced gradients */
-    uint16_t *bf16;      /* pinned: the weights on their way up */
+    /* pinned: the step's reduced gradients, and a later micro-batch's
+     * staging, of this rank's slice of each region only (all of it unless
+     * the state is shared): region k's slice [sl_a[k], sl_b[k]) at comp[k],
+     * held elements in all */
+    float *grads, *stage;
+    size_t *sl_a, *sl_b, *comp, held;
+    const rl_train_dist *sdist; /* the seam the state is shared over: the norm's sum */
+    /* the master, the moments and the bf16 weights (d->params and d->opt
+     * point into it), shared by the node's ranks or this one's alone; its
+     * bf16 pages registered (pinned) for the copies up */
+    rl_host_state hs;
+    uint16_t *bf16;
+    bool registered;
+    uint64_t gen;        /* updates handed over since the state was shared */
+    atomic_bool cancel;  /* a round ends: stop waiting for the other ranks */
     int nreg;
     size_t *reg_end;     /* region k is [reg_end[k-1], reg_end[k]), forward order */
     cudaEvent_t *up;     /* region k's upload queued (copy stream) */
@@ -44,7 +59,6 @@ struct rl_offload {
      * region was written to */
     cudaStream_t down;
     cudaEvent_t kern;
-    float *stage;
     float *slot_buf[8];
     cudaEvent_t slot_down[8];
     bool slot_busy[8];
@@ -67,7 +81,7 @@ struct rl_offload {
     rl_train_update u;   /* the step's (no callbacks are called: no shard) */
     double scale;
     double host_wait_s;  /* the training thread blocked on this pipeline, since the last read */
-    int done;            /* regions updated and queued this step */
+    int done;            /* regions updated (by every rank sharing them) and queued this step */
     int waited;          /* regions the model's stream waits for already */
     int rc;
     rl_err err;
@@ -85,6 +99,44 @@ static int region_at(const rl_offload *o, size_t off) {
     return -1;
 }
 
+/* Nothing on the GPU reads the bf16 pages (they are about to change under
+ * their addresses): the copies up and the model's ring copies are done. */
+static int quiet_bf16(rl_offload *o, rl_err *e) {
+    cudaError_t ce = cudaDeviceSynchronize();
+    if (ce == cudaSuccess && o->registered) ce = cudaHostUnregister(o->bf16);
+    if (ce != cudaSuccess) return cuda_err(ce, "releasing the bf16 weights' pages", e);
+    o->registered = false;
+    return RL_OK;
+}
+
+static int pin_bf16(rl_offload *o, rl_err *e) {
+    cudaError_t ce = cudaHostRegister(o->bf16, o->d->n * sizeof(uint16_t), cudaHostRegisterDefault);
+    if (ce != cudaSuccess) return cuda_err(ce, "registering the bf16 weights' pages", e);
+    o->registered = true;
+    return RL_OK;
+}
+
+/* This rank's slice of each region (host_state.h) and its gradients'
+ * buffers, sized for the slices: all of every region alone, 1/N of them
+ * when N ranks share the state. Between steps. */
+static int slice_grads(rl_offload *o, rl_err *e) {
+    o->held = 0;
+    for (int k = 0; k < o->nreg; k++) {
+        rl_host_slice(&o->hs, region_start(o, k), o->reg_end[k], &o->sl_a[k], &o->sl_b[k]);
+        o->comp[k] = o->held, o->held += o->sl_b[k] - o->sl_a[k];
+    }
+    if (o->grads) cudaFreeHost(o->grads);
+    if (o->stage) cudaFreeHost(o->stage);
+    o->grads = o->stage = NULL;
+    size_t bytes = (o->held ? o->held : 1) * sizeof(float);
+    cudaError_t ce = cudaMallocHost((void **)&o->grads, bytes);
+    if (ce == cudaSuccess) ce = cudaMallocHost((void **)&o->stage, bytes);
+    if (ce != cudaSuccess)
+        return rl_errf(e, RL_ENOMEM, "train.offload: 2 x %zu MiB of pinned host memory for the gradients: %s",
+                       bytes >> 20, cudaGetErrorString(ce));
+    return RL_OK;
+}
+
 /* params [lo, hi) rounded into the host's bf16 copy */
 static void round_bf16(rl_offload *o, size_t lo, size_t hi) {
     const float *p = o->d->params;
@@ -93,13 +145,19 @@ static void round_bf16(rl_offload *o, size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; i++) b[i] = rl_comm_f32_to_bf16(p[i]);
 }
 
-/* region k updated on the host and its weights queued up (with layers a
+/* this rank's slice of region k (all of it, unless the node's ranks share
+ * the state) updated on the host and published */
+static void update_region(rl_offload *o, int k) {
+    size_t a = o->sl_a[k], b = o->sl_b[k];
+    rl_train_host_adamw(o->d, &o->u, o->d->params, o->grads + o->comp[k], o->scale, a, b);
+    round_bf16(o, a, b);
+    rl_host_state_publish(&o->hs, k);
+}
+
+/* region k, updated by every rank that shares it, queued up (with layers a
  * decoder layer's stay on the host: the model copies them itself) */
-static int update_region(rl_offload *o, int k, rl_err *e) {
-    rl_train_device *d = o->d;
+static int queue_region(rl_offload *o, int k, rl_err *e) {
     size_t lo = region_start(o, k), hi = o->reg_end[k];
-    rl_train_host_adamw(d, &o->u, d->params, o->grads, o->scale, lo, hi);
-    round_bf16(o, lo, hi);
     bool resident = !o->layers || k == 0 || k == o->nreg - 1;
     size_t at = o->layers && k == o->nreg - 1 ? lo - o->skip : lo;
     cudaError_t ce = resident ? cudaMemcpyAsync((uint16_t *)o->params_dev + at, o->bf16 + lo,
@@ -107,6 +165,32 @@ static int update_region(rl_offload *o, int k, rl_err *e) {
                               : cudaSuccess;
     if (ce == cudaSuccess) ce = cudaEventRecord(o->up[k], o->copy);
     return ce == cudaSuccess ? RL_OK : cuda_err(ce, "queueing the weights' copy to the GPU", e);
+}
+
+/* Regions up to `upto` whose every slice is in queued, in order (done);
+ * with wait, polling the other ranks' progress until the deadline. */
+static int queue_ready(rl_offload *o, int upto, double deadline, rl_err *e) {
+    for (int spins = 0; o->done <= upto;) {
+        if (!rl_host_state_ready(&o->hs, o->done, o->gen)) {
+            if (deadline <= 0) return RL_OK;
+            if (atomic_load(&o->cancel)) return rl_errf(e, RL_EABORT, "train.offload: the round ended");
+            if (rl_now() > deadline)
+                return rl_errf(e, RL_ETIMEOUT, "train.offload: the node's other ranks have not updated their "
+                               "slices of region %d after %.0f s", o->done, o->timeout_s);
+            if (++spins > 64) {
+                struct timespec ts = {0, 20000}; /* 20 us: a region takes milliseconds at least */
+                nanosleep(&ts, NULL);
+            }
+            continue;
+        }
+        int rc = queue_region(o, o->done, e);
+        if (rc) return rc;
+        pthread_mutex_lock(&o->mu);
+        o->done++;
+        pthread_cond_broadcast(&o->cv);
+        pthread_mutex_unlock(&o->mu);
+    }
+    return RL_OK;
 }
 
 /* A GPU's NUMA node from sysfs (its PCI device's numa_node), or -1: none
@@ -165,13 +249,12 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&o->mu);
         rl_err e = {0};
         int rc = dev == cudaSuccess ? RL_OK : cuda_err(dev, "cudaSetDevice on the update thread", &e);
+        /* each region's slice, then whatever every rank has finished goes up */
         for (int k = 0; k < o->nreg && !rc; k++) {
-            rc = update_region(o, k, &e);
-            pthread_mutex_lock(&o->mu);
-            if (!rc) o->done = k + 1;
-            pthread_cond_broadcast(&o->cv);
-            pthread_mutex_unlock(&o->mu);
+            update_region(o, k);
+            rc = queue_ready(o, k, 0, &e);
         }
+        if (!rc) rc = queue_ready(o, o->nreg - 1, rl_now() + o->timeout_s, &e);
         pthread_mutex_lock(&o->mu);
         if (rc && !o->rc) o->rc = rc, o->err = e;
         o->busy = false;
@@ -201,18 +284,18 @@ int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, dou
     for (int l = 0; l < c->num_hidden_layers; l++) o->reg_end[l + 1] = lay.layers + (size_t)(l + 1) * lay.layer_size;
     o->reg_end[o->nreg - 1] = lay.total;
     o->layers = layers, o->skip = lay.final_norm - lay.layers;
-    if (!(o->reg_slot = calloc((size_t)o->nreg, sizeof *o->reg_slot)))
-        return rl_errf(e, RL_ENOMEM, "train.offload: out of memory");
-    ce = cudaMallocHost((void **)&o->stage, d->n * sizeof(float));
-    if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&o->down, cudaStreamNonBlocking);
+    o->reg_slot = calloc((size_t)o->nreg, sizeof *o->reg_slot);
+    o->sl_a = calloc((size_t)o->nreg, sizeof *o->sl_a), o->sl_b = calloc((size_t)o->nreg, sizeof *o->sl_b);
+    o->comp = calloc((size_t)o->nreg, sizeof *o->comp);
+    if (!o->reg_slot || !o->sl_a || !o->sl_b || !o->comp) return rl_errf(e, RL_ENOMEM, "train.offload: out of memory");
+    ce = cudaStreamCreateWithFlags(&o->down, cudaStreamNonBlocking);
     if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&o->kern, cudaEventDisableTiming);
     for (int k = 0; k < 8 && ce == cudaSuccess; k++) ce = cudaEventCreateWithFlags(&o->slot_down[k], cudaEventDisableTiming);
-    if (ce != cudaSuccess) return cuda_err(ce, "the gradients' way down (pinned staging, stream, events)", e);
-    ce = cudaMallocHost((void **)&o->grads, d->n * sizeof(float));
-    if (ce == cudaSuccess) ce = cudaMallocHost((void **)&o->bf16, d->n * sizeof(uint16_t));
-    if (ce != cudaSuccess)
-        return rl_errf(e, RL_ENOMEM, "train.offload: %zu MiB of pinned host memory for the gradients and weights: %s",
-                       d->n * 6 >> 20, cudaGetErrorString(ce));
+    if (ce != cudaSuccess) return cuda_err(ce, "the gradients' way down (stream, events)", e);
+    int rc = rl_host_state_alloc(&o->hs, d->n, o->nreg, e);
+    o->bf16 = o->hs.bf16;
+    if (rc || (rc = slice_grads(o, e)) || (rc = pin_bf16(o, e))) return rc;
+    d->params = o->hs.params, d->opt = o->hs.opt;
     if ((ce = cudaStreamCreateWithFlags(&o->copy, cudaStreamNonBlocking)) != cudaSuccess)
         return cuda_err(ce, "cudaStreamCreate", e);
     for (int k = 0; k < o->nreg; k++)
@@ -249,14 +332,22 @@ void rl_offload_free(rl_offload *o) {
     if (o->copy) cudaStreamDestroy(o->copy);
     if (o->down) cudaStreamDestroy(o->down);
     if (o->stage) cudaFreeHost(o->stage);
-    free(o->reg_slot);
+    free(o->reg_slot), free(o->sl_a), free(o->sl_b), free(o->comp);
     if (o->grads) cudaFreeHost(o->grads);
-    if (o->bf16) cudaFreeHost(o->bf16);
+    if (o->registered) cudaHostUnregister(o->bf16);
+    rl_host_state_free(&o->hs);
     free(o->reg_end), free(o->up);
     free(o);
 }
 
-float *rl_offload_grads(rl_offload *o) { return o->grads; }
+int rl_offload_grad_sq(rl_offload *o, double *sq, rl_err *e) {
+    *sq = rl_grad_sq(o->grads, o->held);
+    if (!o->sdist) return RL_OK;
+    /* the slices' sums over the ranks: an average times the world */
+    int rc = o->sdist->average(o->sdist->ctx, sq, 1, e);
+    *sq *= o->sdist->world;
+    return rc;
+}
 
 /* Bounded: the worker's regions end, or the step fails by name. Caller
  * holds mu. */
@@ -293,7 +384,7 @@ int rl_offload_step(rl_offload *o, const rl_train_update *u, double scale, rl_er
     if (rc) return rc;
     pthread_mutex_lock(&o->mu);
     o->u = *u, o->u.sum = NULL, o->u.gather = NULL, o->u.dist_ctx = NULL;
-    o->scale = scale, o->done = 0, o->waited = 0, o->busy = true;
+    o->scale = scale, o->done = 0, o->waited = 0, o->busy = true, o->gen++;
     pthread_cond_broadcast(&o->cv);
     pthread_mutex_unlock(&o->mu);
     return RL_OK;
@@ -394,8 +485,9 @@ void rl_offload_grad_ready(void *ctx, size_t off) {
         rc = wait_done_locked(o, o->nreg, &e);
         pthread_mutex_unlock(&o->mu);
     }
-    size_t lo = region_start(o, r), n = o->reg_end[r] - lo;
-    float *dst = (o->pass <= 1 ? o->grads : o->stage) + lo;
+    /* this rank's slice of it: all of it unless the state is shared */
+    size_t at = o->sl_a[r] - region_start(o, r), n = o->sl_b[r] - o->sl_a[r];
+    float *dst = (o->pass <= 1 ? o->grads : o->stage) + o->comp[r];
     cudaError_t ce = cudaSuccess;
     if (!rc && k < 0) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: region %d's gradients in no slot", r);
     if (!rc && o->reduced) { /* behind the average, itself behind the region's kernels */
@@ -404,7 +496,8 @@ void rl_offload_grad_ready(void *ctx, size_t off) {
         ce = cudaEventRecord(o->kern, o->model);
         if (ce == cudaSuccess) ce = cudaStreamWaitEvent(o->down, o->kern, 0);
     }
-    if (!rc && ce == cudaSuccess) ce = cudaMemcpyAsync(dst, o->reg_slot[r], n * sizeof(float), cudaMemcpyDeviceToHost, o->down);
+    if (!rc && ce == cudaSuccess && n)
+        ce = cudaMemcpyAsync(dst, o->reg_slot[r] + at, n * sizeof(float), cudaMemcpyDeviceToHost, o->down);
     if (!rc && ce == cudaSuccess) ce = cudaEventRecord(o->slot_down[k], o->down);
     if (!rc && ce == cudaSuccess) o->slot_busy[k] = true;
     if (ce != cudaSuccess) rc = cuda_err(ce, "a region's gradients' copy to the host", &e);
@@ -438,9 +531,56 @@ int rl_offload_micro_end(rl_offload *o, rl_err *e) {
     if (ce != cudaSuccess) return cuda_err(ce, "a micro-batch's gradients' copy to the host", e);
     float *g = o->grads;
     const float *s = o->stage;
-    size_t n = o->d->n;
+    size_t n = o->held;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) g[i] += s[i];
     return RL_OK;
+}
+
+/* ---- a node's ranks sharing the host state -------------------------------- */
+int rl_offload_share(rl_offload *o, const rl_train_dist *dist, bool *shared, char *why, size_t whyn, rl_err *e) {
+    *shared = false;
+    int rc = rl_offload_join(o, e);
+    if (!rc) rc = quiet_bf16(o, e);
+    if (!rc) rc = rl_host_state_share(&o->hs, dist, shared, why, whyn, e);
+    o->gen = 0; /* the object's counters start at zero */
+    if (!rc && *shared) o->sdist = dist, rc = slice_grads(o, e);
+    int rc2 = o->registered ? RL_OK : pin_bf16(o, rc ? &(rl_err){0} : e);
+    return rc ? rc : rc2;
+}
+
+static bool state_whole(const rl_offload *o) {
+    for (int k = 0; k < o->nreg; k++)
+        if (!rl_host_state_ready(&o->hs, k, o->gen)) return false;
+    return true;
+}
+
+int rl_offload_unshare(rl_offload *o, bool *whole, rl_err *e) {
+    *whole = true;
+    if (!rl_host_state_shared(&o->hs)) return RL_OK;
+    /* whole once every rank's slices of the last update are in: at once when
+     * the round ended gracefully, never when a rank died in its update --
+     * then, after the peer timeout, the update stops waiting for it */
+    bool all = false;
+    for (double end = rl_now() + o->timeout_s; !(all = state_whole(o)) && rl_now() < end;) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (!all) atomic_store(&o->cancel, true);
+    pthread_mutex_lock(&o->mu);
+    int rc = RL_OK;
+    for (double end = rl_now() + o->timeout_s; o->busy && rl_now() < end;) rl_cond_wait_s(&o->cv, &o->mu, 0.05);
+    if (o->busy) rc = rl_errf(e, RL_ETIMEOUT, "train.offload: the host's AdamW not done after %.0f s", o->timeout_s);
+    if (o->rc == RL_EABORT) o->rc = RL_OK, o->err = (rl_err){0}; /* the cancel's, not a failure */
+    pthread_mutex_unlock(&o->mu);
+    atomic_store(&o->cancel, false);
+    *whole = state_whole(o);
+    if (!rc && *whole) rc = queue_ready(o, o->nreg - 1, 0, e); /* copies up the cancel cut short */
+    if (!rc) rc = quiet_bf16(o, e);
+    if (!rc) rc = rl_host_state_unshare(&o->hs, e);
+    o->gen = 0, o->sdist = NULL;
+    if (!rc) rc = slice_grads(o, e);
+    int rc2 = o->registered ? RL_OK : pin_bf16(o, rc ? &(rl_err){0} : e);
+    return rc ? rc : rc2;
 }
 #endif

@@ -3,7 +3,7 @@
  * device seam's params and opt; gpu.c's offload ops drive it).
  *
  * A step: the model writes its gradients region by region into slots
- * this takes down into rl_offload_grads as the backward makes them (below);
+ * this takes down into pinned host memory as the backward makes them (below);
  * the trainer's step_end computes the norm and clipping from them and
  * hands the update over (rl_offload_step). A thread then runs AdamW region by region in the
  * order the forward reads the weights -- the embedding, each layer, the
@@ -34,7 +34,7 @@ typedef struct rl_offload rl_offload;
  * them region by region into slots this takes down (rl_offload_grad_slot
  * as the model's gradient sink, rl_offload_grad_ready as its hook on every
  * micro-batch): a step's first micro-batch's regions straight into
- * rl_offload_grads, a later one's into a staging copy added there by
+ * the step's gradients, a later one's into a staging copy added there by
  * rl_offload_micro_end. So no whole gradient buffer is on the GPU, and
  * the copies down overlap the backward.
  *
@@ -46,8 +46,9 @@ int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, dou
                    rl_offload **out, rl_err *e);
 /* Waits for a running update; NULL is fine. */
 void rl_offload_free(rl_offload *o);
-/* Pinned host memory for the step's gradients (d->n floats). */
-float *rl_offload_grads(rl_offload *o);
+/* The squared norm of the step's gradients (once joined): of this rank's
+ * slices, summed over the ranks that share the state. */
+int rl_offload_grad_sq(rl_offload *o, double *sq, rl_err *e);
 /* Hand over the step's update (joins the last one first): AdamW on the
  * host state with every gradient times scale (clipping). */
 int rl_offload_step(rl_offload *o, const rl_train_update *u, double scale, rl_err *e);
@@ -84,5 +85,22 @@ int rl_offload_micro_end(rl_offload *o, rl_err *e);
  * the sums. Alone (dist NULL, or a seam that reduces nothing on one rank)
  * the regions go down as they are. */
 int rl_offload_set_dist(rl_offload *o, const rl_train_dist *dist, rl_grad_ready_fn hook, rl_err *e);
+
+/* ---- a node's ranks sharing one host state (train.offload_share) ---------- *
+ * The host state (the master, the moments, the bf16 weights: d->params and
+ * d->opt point into it) is host_state.h's. rl_offload_share: every rank of
+ * dist's round, its state equal to the others' (after the resume); when
+ * they all run on this host, rank 0's state becomes everyone's, and from
+ * then on each rank updates its slice of every region (rl_host_slice) and
+ * a region goes up, or counts as updated for the model's copies and the
+ * joins, once every rank's slice is in. *shared false (and *why) when it
+ * did not happen: every rank then keeps updating its own copy whole.
+ * rl_offload_unshare, before a new round: a private copy again, once
+ * every rank's slices of the last update are in (at once after a graceful
+ * end of the round); *whole false when they were not within the peer
+ * timeout (a rank died in its update: that copy is no replica to continue
+ * from). */
+int rl_offload_share(rl_offload *o, const rl_train_dist *dist, bool *shared, char *why, size_t whyn, rl_err *e);
+int rl_offload_unshare(rl_offload *o, bool *whole, rl_err *e);
 
 #endif

@@ -62,6 +62,10 @@ typedef struct rl_train_config {
      * the bf16 weights go back; 12 bytes a parameter off the GPU). Refused
      * on cpu and, for now, with dist.shard. */
     char offload[12];
+    /* With offload on several ranks of one host (one pod): one copy of the
+     * host state in shared memory for all of them, each rank updating its
+     * slice (offload.h); false, or ranks on several hosts: a copy each. */
+    bool offload_share;
 } rl_train_config;
 
 typedef struct rl_data_config {

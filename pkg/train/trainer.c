@@ -112,8 +112,15 @@ int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
     if (tr->dev.shard && !tr->cfg.ckpt.uri[0])
         return rl_errf(e, RL_EINPUT, "dist.shard \"%s\": the AdamW state is sharded over the old round's ranks and "
                        "no checkpoint.uri keeps it, so this process cannot carry it into a new round", tr->cfg.dist.shard);
-    int rc = rl_job_config_check_world(&tr->cfg, dist->world, "config", e);
+    /* a host state the old round's ranks shared: a copy of this rank's own */
+    bool whole;
+    int rc = rl_train_dev_unshare(&tr->dev, &whole, e);
     if (rc) return rc;
+    if (!whole && !tr->cfg.ckpt.uri[0])
+        return rl_errf(e, RL_EINPUT, "train.offload_share: a lost rank's part of the last update is missing from the "
+                       "host state the ranks shared and no checkpoint.uri keeps one, so this process cannot carry it "
+                       "into a new round");
+    if ((rc = rl_job_config_check_world(&tr->cfg, dist->world, "config", e))) return rc;
     const rl_train_config *t = &tr->cfg.train;
     tr->dist = dist;
     tr->dev.dist = dist;
@@ -123,6 +130,7 @@ int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
     tr->summary.yielded = false;
     /* the moments of the other ranks' shards left with the old round: the
      * next resume reads the checkpoint (the yield's, or the cadence's) */
+    if (!whole) tr->live = false; /* the next resume reads the checkpoint, or a whole replica */
     if (tr->dev.shard) {
         tr->live = false;
         rl_ckpt_saver_cancel(tr->saver); /* a save of the old round still waiting for its shards is not one */
@@ -627,7 +635,9 @@ int rl_trainer_resume(rl_trainer *tr, rl_err *e) {
         return rl_errf(e, RL_EINTERNAL, "resume: %d ranks but the dist seam has no broadcast", world);
     if (tr->dist && tr->dist->shard && (rc = shard_up(tr, e))) return rc;
     log_memory(tr);
-    return resume_state(tr, e);
+    if ((rc = resume_state(tr, e))) return rc;
+    /* the ranks' host states are equal now: a node's may become one */
+    return world > 1 ? rl_train_dev_share(&tr->dev, tr->dist, e) : RL_OK;
 }
 
 /* The live replica, a checkpoint, or rank 0's initial weights. */

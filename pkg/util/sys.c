@@ -142,3 +142,19 @@ int rl_cpuset_slice(const cpu_set_t *a, const cpu_set_t *b, int share, int index
     }
     return got;
 }
+
+/* "<boot_id>/<hostname>": equal on two ranks only when they run on one
+ * booted kernel under one host name. Empty when either is unknown. */
+void rl_host_identity(char *out, size_t n) {
+    char boot[80] = "", hn[72] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f)) boot[0] = '\0';
+        fclose(f);
+    }
+    boot[strcspn(boot, "\n")] = '\0';
+    if (gethostname(hn, sizeof hn - 1) != 0) hn[0] = '\0';
+    hn[sizeof hn - 1] = '\0';
+    out[0] = '\0';
+    if (boot[0] && hn[0]) snprintf(out, n, "%.63s/%.71s", boot, hn);
+}

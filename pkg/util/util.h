@@ -178,6 +178,12 @@ void rl_mem_zero_release(void *p, size_t bytes);
  * memory now (mincore), whole pages; 0 for an empty span. */
 size_t rl_mem_resident(const void *p, size_t bytes);
 
+/* ---- this host ------------------------------------------------------------- */
+/* "<boot_id>/<hostname>" into out (n >= 136 holds any): equal in two
+ * processes only when they run on one booted kernel under one host name
+ * (one pod, or one machine); "" when either is unknown. */
+void rl_host_identity(char *out, size_t n);
+
 /* ---- CPUs ------------------------------------------------------------------ */
 /* CPU sets (sched.h's cpu_set_t). A Linux cpulist -- "0-3,8,10-11", as
  * sysfs writes a NUMA node's, a newline after it -- into *set: the number

@@ -935,6 +935,9 @@ typedef struct ddp_rank {
     const char *prefix; /* the communicator's keys in the store (NULL: "ddp2") */
     long long stop_at;  /* > 0: stop (preempted, checkpoint committed) after this step */
     volatile int stop;
+    long long yield_at; /* > 0: rank 1's agent asks for a yield after this step; a second round follows */
+    volatile int yield;
+    long long resumed_from; /* the second round's resume */
     curve cv;
     float *state; /* params and moments after the run */
     int buckets;
@@ -942,9 +945,26 @@ typedef struct ddp_rank {
     rl_shard_range *ranges;
     int nranges;
     size_t held;
+    bool shared; /* its host state was the node's shared object at the end */
     int rc;
     rl_err e;
 } ddp_rank;
+
+/* Whether p lies in a mapping of a shared-memory object named as
+ * train.offload_share names its own (/proc/self/maps: "/dev/shm/rl-comm-
+ * <pid>-state-<cookie> (deleted)" once unlinked). */
+static bool in_shared_state(const void *p) {
+    FILE *f = fopen("/proc/self/maps", "re");
+    char line[512];
+    bool yes = false;
+    while (f && !yes && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo && (uintptr_t)p < hi)
+            yes = strstr(line, " rw-s ") && strstr(line, "/rl-comm-") && strstr(line, "-state-");
+    }
+    if (f) fclose(f);
+    return yes;
+}
 
 /* the seam's shard, kept past the ddp's end */
 static int keep_shard(ddp_rank *d, const rl_ddp *ddp) {
@@ -960,6 +980,38 @@ static void on_rank_step(void *ud, const rl_step_stats *st) {
     ddp_rank *d = ud;
     on_step(&d->cv, st);
     if (d->stop_at > 0 && st->step >= d->stop_at) d->stop = 1;
+    if (d->yield_at > 0 && d->rank == 1 && st->step == d->yield_at) d->yield = 1;
+}
+
+/* A round of its own: a comm under prefix and DDP over the trainer's
+ * gradients (the model's regions where it writes them in slots) */
+static int rank_round(ddp_rank *d, rl_store *st, const char *prefix, rl_trainer *tr, rl_train_dist *dist,
+                      rl_comm **comm, rl_ddp **ddp, rl_err *e) {
+    rl_comm_opts co = {.backend = "nccl", .rank = d->rank, .world = 2, .prefix = prefix, .store = st,
+                       .device = d->rank, .timeout_s = 60};
+    rl_ddp_opts o = {.min_buckets = d->c->dist.min_buckets, .grad_stream = rl_trainer_stream(tr),
+                     .shard = rl_shard_mode_of(d->c->dist.shard)};
+    o.regions = rl_trainer_grad_regions(tr, &o.nregions); /* "gradients": the model's slots */
+    int rc = rl_comm_init(&co, comm, e);
+    if (!rc) rc = rl_ddp_create(*comm, rl_trainer_grads(tr), rl_trainer_nparams(tr), &o, ddp, e);
+    if (!rc) rl_ddp_attach(*ddp, dist);
+    return rc;
+}
+
+/* the yield's second round: a new comm and DDP, the trainer moved over in place */
+static int second_round(ddp_rank *d, rl_store *st, rl_trainer *tr, rl_train_dist *dist, rl_comm **comm,
+                        rl_ddp **ddp, rl_err *e) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s-2", d->prefix);
+    rl_ddp_destroy(*ddp);
+    rl_comm_destroy(*comm);
+    *ddp = NULL, *comm = NULL;
+    d->yield = 0;
+    int rc = rank_round(d, st, prefix, tr, dist, comm, ddp, e);
+    if (!rc) rc = rl_trainer_set_dist(tr, dist, e);
+    if (!rc) rc = rl_trainer_run(tr, e);
+    d->resumed_from = rl_trainer_summary(tr)->resumed_from;
+    return rc;
 }
 
 static void *ddp_rank_main(void *arg) {
@@ -969,27 +1021,24 @@ static void *ddp_rank_main(void *arg) {
     rl_comm *comm = NULL;
     rl_ddp *ddp = NULL;
     rl_trainer *tr = NULL;
-    rl_comm_opts co = {.backend = "nccl", .rank = d->rank, .world = 2, .prefix = d->prefix ? d->prefix : "ddp2",
-                       .device = d->rank, .timeout_s = 60};
-    rl_train_dist dist = {.rank = d->rank, .world = 2, .local_rank = d->rank};
-    if ((d->rc = rl_store_connect("127.0.0.1", d->port, 10, &st, e))) goto done;
-    co.store = st;
-    if ((d->rc = rl_comm_init(&co, &comm, e)) || (d->rc = rl_trainer_new(&tr, d->c, &dist, e)))
+    if (!d->prefix) d->prefix = "ddp2";
+    /* the seam of each round (the trainer keeps a pointer to it) */
+    rl_train_dist dist = {.rank = d->rank, .world = 2, .local_rank = d->rank}, dist2 = dist;
+    if ((d->rc = rl_store_connect("127.0.0.1", d->port, 10, &st, e)) || (d->rc = rl_trainer_new(&tr, d->c, &dist, e)) ||
+        (d->rc = rank_round(d, st, d->prefix, tr, &dist, &comm, &ddp, e)))
         goto done;
     rl_trainer_set_observer(tr, &(rl_train_observer){.ud = d, .on_step = on_rank_step});
     rl_trainer_set_stop(tr, &d->stop);
-    rl_ddp_opts o = {.min_buckets = d->c->dist.min_buckets, .grad_stream = rl_trainer_stream(tr),
-                     .shard = rl_shard_mode_of(d->c->dist.shard)};
-    o.regions = rl_trainer_grad_regions(tr, &o.nregions); /* "gradients": the model's slots */
-    if ((d->rc = rl_ddp_create(comm, rl_trainer_grads(tr), rl_trainer_nparams(tr), &o, &ddp, e)))
-        goto done;
+    rl_trainer_set_yield(tr, &d->yield);
     d->buckets = rl_ddp_nbuckets(ddp);
-    rl_ddp_attach(ddp, &dist);
     if ((d->rc = keep_shard(d, ddp)) || (d->rc = rl_trainer_broadcast_params(tr, e))) goto done;
     d->rc = rl_trainer_run(tr, e);
     if (d->rc == RL_EABORT && d->stop_at > 0 && rl_trainer_summary(tr)->preempt_saved) d->rc = RL_OK;
+    if (d->rc == RL_EABORT && d->yield_at > 0 && rl_trainer_summary(tr)->yielded)
+        d->rc = second_round(d, st, tr, &dist2, &comm, &ddp, e);
     if (d->rc) goto done;
     if (!(d->state = host_copy(tr, d->held, e))) d->rc = e->code ? e->code : RL_ENOMEM;
+    d->shared = in_shared_state(rl_trainer_params(tr)) && in_shared_state(rl_trainer_opt(tr));
 done:
     /* a failed rank aborts its comm, so the other fails within its timeout */
     if (d->rc && comm) rl_comm_abort(comm);
@@ -1024,12 +1073,33 @@ done:
  * the losses within 1e-6 relative, the state within 1e-4 (measured in
  * emulation: 1.8e-5), both ranks identical. A missing or doubled
  * micro-batch, or a region copied down before its average, is off by
- * orders of magnitude more. */
-static void check_ddp_two_ranks(const char *offload, int accum) {
-    char name[112];
-    snprintf(name, sizeof name, !offload ? "trainer: nccl ddp on 2 ranks = 1 rank"
-                                : accum > 1 ? "trainer: nccl offload %s on 2 ranks x %d micro-batches ~ 1 rank"
-                                            : "trainer: nccl offload %s on 2 ranks = 1 rank", offload, accum);
+ * orders of magnitude more.
+ *
+ * The two ranks run on one host, so by default (train.offload_share) they
+ * share one host state: each updates its half of every region, and a
+ * region goes up once both halves are in. The check then also asks that
+ * both ranks' master and moments lie in the shared object at the end (a
+ * fall back to a copy each would pass the numbers and fail this); "a
+ * host copy each" (offload_share false) asks that they do not. Shared,
+ * the norm is the two ranks' slices' sums added (in double, another order:
+ * ~1e-16 relative, and AdamW takes the clip factor rounded to float), so
+ * the state is still the one process's bit for bit. A region updated
+ * twice (both ranks doing all of it: its moments twice as far), copied up
+ * before the other rank's half is in, or a slice's gradient missing from
+ * the norm would not be. With a yield after step 3 (rank 1's agent asks;
+ * both leave after that step) each rank takes a private copy back, both
+ * form a second round in place (new comm and DDP), resume from the live
+ * replica -- whole, the round having ended gracefully -- and share again:
+ * the same state at step 6, both resumed from the step they left after
+ * (4: the request rides on the next step's average). */
+static void check_ddp_two_ranks(const char *offload, int accum, bool share, long long yield_at) {
+    char name[128];
+    const char *tail = !share ? ", a host copy each" : yield_at ? ", a yield and a new round in between" : "";
+    if (!offload) snprintf(name, sizeof name, "trainer: nccl ddp on 2 ranks = 1 rank");
+    else if (accum > 1)
+        snprintf(name, sizeof name, "trainer: nccl offload %s on 2 ranks x %d micro-batches ~ 1 rank%s", offload,
+                 accum, tail);
+    else snprintf(name, sizeof name, "trainer: nccl offload %s on 2 ranks = 1 rank%s", offload, tail);
     if (!selected(name) || !two_devices(name)) return;
     rl_store_server *srv = server(name);
     if (!srv) return;
@@ -1039,13 +1109,15 @@ static void check_ddp_two_ranks(const char *offload, int accum) {
     if (offload) {
         snprintf(c.train.offload, sizeof c.train.offload, "%s", offload);
         c.model.num_hidden_layers = 4;
+        c.train.offload_share = share;
     }
-    const char *pre = !offload ? "ddp2" : accum > 1 ? "ddp2-acc" : offload;
+    const char *pre = !offload ? "ddp2" : accum > 1 ? "ddp2-acc" : !share ? "own-copy" : yield_at ? "yield" : offload;
     rl_trainer *a = NULL;
     curve ca;
     rl_err e = {0};
     float *pa = NULL;
-    ddp_rank d[2] = {{.rank = 0, .c = &c, .prefix = pre}, {.rank = 1, .c = &c, .prefix = pre}};
+    ddp_rank d[2] = {{.rank = 0, .c = &c, .prefix = pre, .yield_at = yield_at},
+                     {.rank = 1, .c = &c, .prefix = pre, .yield_at = yield_at}};
     if (run(&a, &c, NULL, &ca, &e)) {
         fail_err(name, &e);
         rl_trainer_free(a);
@@ -1076,11 +1148,17 @@ static void check_ddp_two_ranks(const char *offload, int accum) {
         }
         bool ranks = !memcmp(d[0].state, d[1].state, n * sizeof(float));
         bool state = accum > 1 ? ranks && rel <= sbound : differ == 0;
-        report(name, steps && worst <= bound && state && d[0].buckets >= 4,
+        bool where = d[0].shared == (offload && share) && d[1].shared == (offload && share);
+        /* the yield rides on a step's average: every rank leaves after the same step, that one or the next */
+        bool rounds = !yield_at || (d[0].resumed_from == d[1].resumed_from && d[0].resumed_from >= yield_at &&
+                                    d[0].resumed_from < 6);
+        report(name, steps && worst <= bound && state && d[0].buckets >= 4 && where && rounds,
                "%d buckets; params and moments of both ranks %s (%zu of 2 x %zu values differ, worst %.2e "
-               "relative%s); losses within %.2e relative (bound %.2e); loss %.4f -> %.4f",
+               "relative%s); losses within %.2e relative (bound %.2e); loss %.4f -> %.4f; host state in the node's "
+               "shared object: rank 0 %s, rank 1 %s; second round resumed from step %lld and %lld",
                d[0].buckets, differ == 0 ? "identical" : ranks ? "equal to each other" : "DIFFER", differ, n, rel,
-               accum > 1 ? ", bound 1e-4" : "", worst, bound, ca.loss[0], ca.loss[5]);
+               accum > 1 ? ", bound 1e-4" : "", worst, bound, ca.loss[0], ca.loss[5], d[0].shared ? "yes" : "no",
+               d[1].shared ? "yes" : "no", d[0].resumed_from, d[1].resumed_from);
     }
     free(pa), free(d[0].state), free(d[1].state);
     rl_store_server_stop(srv);
@@ -1444,10 +1522,12 @@ void test_gpu_train(void) {
     check_nccl_hang_named();
     check_nccl_peer_never_enters();
     check_nccl_abort_while_waiting();
-    check_ddp_two_ranks(NULL, 1);
-    check_ddp_two_ranks("optimizer", 1);
-    check_ddp_two_ranks("layers", 1);
-    check_ddp_two_ranks("layers", 2);
+    check_ddp_two_ranks(NULL, 1, false, 0);
+    check_ddp_two_ranks("optimizer", 1, true, 0);
+    check_ddp_two_ranks("optimizer", 1, true, 3);
+    check_ddp_two_ranks("layers", 1, true, 0);
+    check_ddp_two_ranks("layers", 1, false, 0);
+    check_ddp_two_ranks("layers", 2, true, 0);
     check_shard_two_ranks();
     check_shard_resume();
     char cmd[128];

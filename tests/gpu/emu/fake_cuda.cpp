@@ -265,6 +265,16 @@ cudaError_t cudaFree(void *p) {
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return alloc(p, n, cudaMemoryTypeHost); }
 cudaError_t cudaMallocHost(void **p, size_t n) { return alloc(p, n, cudaMemoryTypeHost); }
 cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+// pinned in place: async copies from the range count as pinned until unregistered
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned) {
+    if (!p || !n) return cudaErrorInvalidValue;
+    track(p, n, cudaMemoryTypeHost);
+    return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void *p) {
+    untrack(p);
+    return cudaSuccess;
+}
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
     memset(a, 0, sizeof *a);
     a->type = cudaMemoryTypeUnregistered;
@@ -321,6 +331,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { return rl_emu_capture_unsafe(s); }
+cudaError_t cudaDeviceSynchronize(void) { return rl_emu_capture_unsafe(nullptr); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
     *e = (cudaEvent_t)malloc(1);
     return cudaSuccess;
