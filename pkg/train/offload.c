@@ -313,8 +313,9 @@ int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, dou
 void rl_offload_free(rl_offload *o) {
     if (!o) return;
     if (o->started) {
+        atomic_store(&o->cancel, true); /* no more waiting for the other ranks' slices */
         pthread_mutex_lock(&o->mu);
-        while (o->busy) pthread_cond_wait(&o->cv, &o->mu); /* a region takes seconds at most */
+        while (o->busy) pthread_cond_wait(&o->cv, &o->mu); /* its own slices: seconds at most */
         o->stop = true;
         pthread_cond_broadcast(&o->cv);
         pthread_mutex_unlock(&o->mu);
