@@ -361,6 +361,34 @@ static int parse_pod_passthrough(const cJSON *spec, rl_err *e) {
     return RL_OK;
 }
 
+/* spec.shmSize in bytes ("" : 0, no limit); parse_volumes checked its form */
+static double shm_bytes(const char *q) {
+    static const char *const sfx[] = {"Ki", "Mi", "Gi", "Ti", "k", "M", "G", "T", NULL};
+    static const double mul[] = {0x1p10, 0x1p20, 0x1p30, 0x1p40, 1e3, 1e6, 1e9, 1e12};
+    char *end;
+    double v = strtod(q, &end);
+    for (int i = 0; sfx[i]; i++)
+        if (!strcmp(end, sfx[i])) return v * mul[i];
+    return v;
+}
+
+/* Several trainers of a pod with train.offload share their host state in
+ * /dev/shm (train.offload_share): a shmSize that cannot hold it would make
+ * every trainer keep a copy of its own instead, nprocPerNode times the
+ * memory, so it is refused here by name. */
+static int check_shm_room(const rl_op_job *j, const rl_job_config *jc, rl_err *e) {
+    if (j->nproc < 2 || !strcmp(jc->train.offload, "none") || !jc->train.offload_share || !j->shm_size[0])
+        return RL_OK;
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &jc->model);
+    double need = 14.0 * (double)lay.total, have = shm_bytes(j->shm_size);
+    if (have >= need) return RL_OK;
+    return rl_errf(e, RL_EINPUT, "spec.shmSize: %s cannot hold the host state the %d trainers of a pod share with "
+                   "train.offload \"%s\" (14 bytes x %zu parameters = %.1f %s): raise it, leave it empty, or set "
+                   "spec.training.train.offload_share to false", j->shm_size, j->nproc, jc->train.offload, lay.total,
+                   need >= 0x1p30 ? need / 0x1p30 : need / 0x1p20, need >= 0x1p30 ? "GiB" : "MiB");
+}
+
 /* spec.training -> the worker's config JSON, with the job's rendezvous port
  * folded in, checked by the worker's own parser for every world size. */
 static int parse_training(const cJSON *spec, rl_op_job *j, rl_err *e) {
@@ -410,7 +438,7 @@ static int parse_training(const cJSON *spec, rl_op_job *j, rl_err *e) {
             return rl_err_wrap(e, "with %d node%s x %d process%s", n, n == 1 ? "" : "s", j->nproc,
                                j->nproc == 1 ? "" : "es");
         }
-    return RL_OK;
+    return check_shm_room(j, &jc, e);
 }
 
 /* spec.<field>: a boolean, absent or null false. */

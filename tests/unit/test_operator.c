@@ -126,6 +126,10 @@ Test(operator, refusals_name_the_field) {
          "spec.training.dist.backend: \"tcp\" on a job with gpusPerNode 1"},
         {"{\"image\":\"x\",\"gpusPerNode\":1,\"training\":{\"train\":{\"device\":\"cpu\"}}}",
          "spec.training.train.device: \"cpu\" on a job with gpusPerNode 1"},
+        /* the default model's shared host state is 14 B x 0.8 M parameters: 11 MB */
+        {"{\"image\":\"x\",\"nprocPerNode\":2,\"gpusPerNode\":2,\"shmSize\":\"8Mi\","
+         "\"training\":{\"train\":{\"offload\":\"layers\"}}}",
+         "spec.shmSize: 8Mi cannot hold the host state the 2 trainers of a pod share"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cJSON *o = job(cases[i][0]);
@@ -146,6 +150,28 @@ Test(operator, refusals_name_the_field) {
     cr_expect(strstr(e.msg, "metadata.name"), "%s", e.msg);
     rl_op_job_free(&j);
     cJSON_Delete(o);
+}
+
+/* The same pod with room for the shared host state, with none asked for
+ * (a trainer a pod, or offload_share false), or with no limit is taken. */
+Test(operator, a_shm_size_that_holds_the_shared_host_state_is_taken) {
+    const char *ok[] = {
+        "{\"image\":\"x\",\"nprocPerNode\":2,\"gpusPerNode\":2,\"shmSize\":\"12M\","
+        "\"training\":{\"train\":{\"offload\":\"layers\"}}}",
+        "{\"image\":\"x\",\"nprocPerNode\":2,\"gpusPerNode\":2,\"shmSize\":\"8Mi\","
+        "\"training\":{\"train\":{\"offload\":\"layers\",\"offload_share\":false}}}",
+        "{\"image\":\"x\",\"nprocPerNode\":1,\"gpusPerNode\":1,\"shmSize\":\"8Mi\","
+        "\"training\":{\"train\":{\"offload\":\"optimizer\"}}}",
+        "{\"image\":\"x\",\"nprocPerNode\":2,\"gpusPerNode\":2,\"training\":{\"train\":{\"offload\":\"layers\"}}}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        cJSON *o = job(ok[i]);
+        rl_op_job j;
+        rl_err e = {0};
+        cr_expect_eq(rl_op_job_parse(o, &j, &e), RL_OK, "%s: %s", ok[i], e.msg);
+        rl_op_job_free(&j);
+        cJSON_Delete(o);
+    }
 }
 
 Test(operator, elastic_replicas_clamped_into_the_range) {
