@@ -16,7 +16,8 @@
  * --offload: the same for train.offload none, optimizer and layers on one
  * GPU (--world 1 unless given; the host then holds the fp32 master, the
  * moments, the gradients, their staging and a bf16 copy: about 22 bytes a
- * parameter per rank, not counted here) -- the largest model one GPU
+ * parameter per rank, or per pod where its ranks share it
+ * (train.offload_share), not counted here) -- the largest model one GPU
  * trains when the host has the memory.
  *
  * rl_model_config has no tied embeddings: the 3.2 models (tied in Hugging
