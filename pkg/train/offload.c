@@ -126,16 +126,16 @@ static int slice_grads(rl_offload *o, rl_err *e) {
         o->comp[k] = o->held, o->held += o->sl_b[k] - o->sl_a[k];
     }
     if (o->grads) cudaFreeHost(o->grads);
-    if (o->stage) cudaFreeHost(o->stage);
+    if (o->stage) cudaFreeHost(o->stage); /* made again by the first step of several micro-batches */
     o->grads = o->stage = NULL;
     size_t bytes = (o->held ? o->held : 1) * sizeof(float);
     cudaError_t ce = cudaMallocHost((void **)&o->grads, bytes);
-    if (ce == cudaSuccess) ce = cudaMallocHost((void **)&o->stage, bytes);
     if (ce != cudaSuccess)
-        return rl_errf(e, RL_ENOMEM, "train.offload: 2 x %zu MiB of pinned host memory for the gradients: %s",
+        return rl_errf(e, RL_ENOMEM, "train.offload: %zu MiB of pinned host memory for the gradients: %s",
                        bytes >> 20, cudaGetErrorString(ce));
     return RL_OK;
 }
+
 
 /* params [lo, hi) rounded into the host's bf16 copy */
 static void round_bf16(rl_offload *o, size_t lo, size_t hi) {
@@ -466,6 +466,19 @@ void rl_offload_grad_slot(void *ctx, size_t off, float *slot) {
     keep(o, rc, &e);
 }
 
+/* The staging of a step's later micro-batches, as big as the gradients:
+ * made when a step first has a second backward (training thread, once),
+ * so a run of one micro-batch a step never pins it. A failure is kept. */
+static void stage_alloc(rl_offload *o) {
+    cudaError_t ce = cudaMallocHost((void **)&o->stage, (o->held ? o->held : 1) * sizeof(float));
+    if (ce == cudaSuccess) return;
+    o->stage = NULL;
+    rl_err e = {0};
+    rl_errf(&e, RL_ENOMEM, "train.offload: %zu MiB of pinned host memory for a later micro-batch's gradients: %s",
+            o->held * sizeof(float) >> 20, cudaGetErrorString(ce));
+    keep(o, e.code, &e);
+}
+
 /* hook: a backward pass begins (the buffer's length), or region off's
  * gradients are queued: copied down behind them, the step's first pass
  * into the gradients (the update reading them is done by now: the forward
@@ -475,6 +488,7 @@ void rl_offload_grad_ready(void *ctx, size_t off) {
     if (o->dhook) o->dhook(o->dctx, off); /* the region's average queued */
     if (off >= o->d->n) {
         o->pass++;
+        if (o->pass == 2 && !o->stage) stage_alloc(o);
         return;
     }
     int r = region_at(o, off);
@@ -488,9 +502,10 @@ void rl_offload_grad_ready(void *ctx, size_t off) {
     }
     /* this rank's slice of it: all of it unless the state is shared */
     size_t at = o->sl_a[r] - region_start(o, r), n = o->sl_b[r] - o->sl_a[r];
-    float *dst = (o->pass <= 1 ? o->grads : o->stage) + o->comp[r];
+    float *buf = o->pass <= 1 ? o->grads : o->stage, *dst = buf ? buf + o->comp[r] : NULL;
     cudaError_t ce = cudaSuccess;
     if (!rc && k < 0) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: region %d's gradients in no slot", r);
+    if (!rc && !dst) rc = rl_errf(&e, RL_ENOMEM, "train.offload: no staging for a later micro-batch's gradients");
     if (!rc && o->reduced) { /* behind the average, itself behind the region's kernels */
         o->reduced(o->dctx, off, o->down);
     } else if (!rc) {
