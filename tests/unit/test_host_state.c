@@ -7,6 +7,9 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -151,6 +154,80 @@ Test(host_state, two_ranks_share_one_state_and_split_it) {
     rl_host_slice(&r[1].st, 300, 700, &a, &b);
     cr_expect(a == 300 && b == 700);
     for (int k = 0; k < RANKS; k++) rl_host_state_free(&r[k].st);
+}
+
+/* ---- two processes: the deployment's shape (one per GPU of a pod) ---- */
+/* the seam of two processes over a socketpair: root writes, the other reads */
+static int fd_io(int fd, void *buf, size_t n, bool out) {
+    for (size_t at = 0; at < n;) {
+        ssize_t k = out ? write(fd, (char *)buf + at, n - at) : read(fd, (char *)buf + at, n - at);
+        if (k <= 0) return -1;
+        at += (size_t)k;
+    }
+    return 0;
+}
+typedef struct { int fd, rank; } proc_ctx;
+static int p_bcast(void *ctx, int root, void *buf, size_t bytes, rl_err *e) {
+    proc_ctx *p = ctx;
+    return fd_io(p->fd, buf, bytes, p->rank == root) ? rl_errf(e, RL_EIO, "seam") : RL_OK;
+}
+static int p_avg(void *ctx, double *v, int n, rl_err *e) {
+    proc_ctx *p = ctx;
+    double other[8];
+    if (n > 8 || fd_io(p->fd, v, (size_t)n * sizeof *v, true) || fd_io(p->fd, other, (size_t)n * sizeof *v, false))
+        return rl_errf(e, RL_EIO, "seam");
+    for (int i = 0; i < n; i++) v[i] = (v[i] + other[i]) / 2;
+    return RL_OK;
+}
+
+/* one process's part: share, write its slices, wait (bounded) for the
+ * other's, check every element; 0 when all held */
+static int proc_rank(int fd, int rank) {
+    rl_host_state st;
+    rl_err e = {0};
+    bool shared;
+    char why[160];
+    proc_ctx ctx = {.fd = fd, .rank = rank};
+    rl_train_dist dist = {.rank = rank, .world = 2, .ctx = &ctx, .broadcast = p_bcast, .average = p_avg};
+    if (rl_host_state_alloc(&st, N, 3, &e)) return 10;
+    for (size_t i = 0; i < N; i++) st.params[i] = (float)i;
+    if (rl_host_state_share(&st, &dist, &shared, why, sizeof why, &e) || !shared) return 11;
+    for (int k = 0; k < 3; k++) {
+        size_t a, b;
+        rl_host_slice(&st, reg[k], reg[k + 1], &a, &b);
+        for (size_t i = a; i < b; i++) st.params[i] = -(float)i, st.bf16[i] = (uint16_t)(rank + 1);
+        rl_host_state_publish(&st, k);
+    }
+    for (int k = 0; k < 3; k++)
+        for (int spins = 0; !rl_host_state_ready(&st, k, 1); spins++) {
+            if (spins > 20000) return 12; /* 20 s */
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+        }
+    size_t ok = 0, mine = 0;
+    for (size_t i = 0; i < N; i++) ok += st.params[i] == -(float)i, mine += st.bf16[i] == (uint16_t)(rank + 1);
+    rl_host_state_free(&st);
+    return ok == N && mine > N / 4 && mine < 3 * N / 4 ? 0 : 13;
+}
+
+/* Two processes, as the trainers of a pod: what each writes into its
+ * slices the other reads through the object, each owns about half, and
+ * the counters carry "done" across the processes. */
+Test(host_state, two_processes_share_one_state) {
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(sv[0]);
+        _exit(proc_rank(sv[1], 1));
+    }
+    close(sv[1]);
+    int mine = proc_rank(sv[0], 0), st = 0;
+    close(sv[0]);
+    waitpid(pid, &st, 0);
+    cr_expect_eq(mine, 0, "rank 0 (the parent): %d", mine);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank 1 (the child): status %d", st);
+    cr_expect_eq(left_in_dev_shm(), 0);
 }
 
 /* A rank on another host (its identity differs from the offer's) refuses:
