@@ -207,16 +207,24 @@ static int check_env_secrets(const cJSON *spec, const rl_op_job *j, rl_err *e) {
     return RL_OK;
 }
 
+/* A quantity in bytes: digits, then an optional binary or decimal suffix
+ * (the CRD's pattern); *bytes its value. false: not one. */
+static bool quantity_bytes(const char *q, double *bytes) {
+    static const char *const sfx[] = {"", "Ki", "Mi", "Gi", "Ti", "k", "M", "G", "T", NULL};
+    static const double mul[] = {1, 0x1p10, 0x1p20, 0x1p30, 0x1p40, 1e3, 1e6, 1e9, 1e12};
+    size_t nd = strspn(q, "0123456789");
+    for (int i = 0; nd > 0 && sfx[i]; i++)
+        if (!strcmp(q + nd, sfx[i])) return *bytes = strtod(q, NULL) * mul[i], true;
+    return false;
+}
+
 static int parse_volumes(const cJSON *spec, rl_op_job *j, rl_err *e) {
     int rc = get_str(spec, "spec", "shmSize", "", j->shm_size, sizeof j->shm_size, e);
     if (rc) return rc;
-    /* a quantity in bytes: digits, then an optional binary or decimal suffix */
     const char *q = j->shm_size;
-    size_t nd = strspn(q, "0123456789");
-    static const char *const sfx[] = {"", "Ki", "Mi", "Gi", "Ti", "k", "M", "G", "T", NULL};
-    bool ok = !q[0];
-    for (const char *const *x = sfx; !ok && *x; x++) ok = nd > 0 && !strcmp(q + nd, *x);
-    if (!ok) return rl_errf(e, RL_EINPUT, "spec.shmSize: \"%s\" is not a byte quantity (e.g. 16Gi)", q);
+    double bytes;
+    if (q[0] && !quantity_bytes(q, &bytes))
+        return rl_errf(e, RL_EINPUT, "spec.shmSize: \"%s\" is not a byte quantity (e.g. 16Gi)", q);
     const cJSON *vols = member(spec, "volumes"), *mounts = member(spec, "volumeMounts");
     if (vols && !cJSON_IsNull(vols) && !cJSON_IsArray(vols))
         return rl_errf(e, RL_EINPUT, "spec.volumes: must be a list");
@@ -361,17 +369,6 @@ static int parse_pod_passthrough(const cJSON *spec, rl_err *e) {
     return RL_OK;
 }
 
-/* spec.shmSize in bytes ("" : 0, no limit); parse_volumes checked its form */
-static double shm_bytes(const char *q) {
-    static const char *const sfx[] = {"Ki", "Mi", "Gi", "Ti", "k", "M", "G", "T", NULL};
-    static const double mul[] = {0x1p10, 0x1p20, 0x1p30, 0x1p40, 1e3, 1e6, 1e9, 1e12};
-    char *end;
-    double v = strtod(q, &end);
-    for (int i = 0; sfx[i]; i++)
-        if (!strcmp(end, sfx[i])) return v * mul[i];
-    return v;
-}
-
 /* Several trainers of a pod with train.offload share their host state in
  * /dev/shm (train.offload_share): a shmSize that cannot hold it would make
  * every trainer keep a copy of its own instead, nprocPerNode times the
@@ -381,11 +378,11 @@ static int check_shm_room(const rl_op_job *j, const rl_job_config *jc, rl_err *e
         return RL_OK;
     rl_param_layout lay;
     rl_param_layout_init(&lay, &jc->model);
-    double need = 14.0 * (double)lay.total, have = shm_bytes(j->shm_size);
-    if (have >= need) return RL_OK;
+    double need = (double)RL_OFFLOAD_SHARED_BYTES * (double)lay.total, have = 0;
+    if (quantity_bytes(j->shm_size, &have) && have >= need) return RL_OK; /* parse_volumes checked its form */
     return rl_errf(e, RL_EINPUT, "spec.shmSize: %s cannot hold the host state the %d trainers of a pod share with "
-                   "train.offload \"%s\" (14 bytes x %zu parameters = %.1f %s): raise it, leave it empty, or set "
-                   "spec.training.train.offload_share to false", j->shm_size, j->nproc, jc->train.offload, lay.total,
+                   "train.offload \"%s\" (%d bytes x %zu parameters = %.1f %s): raise it, leave it empty, or set "
+                   "spec.training.train.offload_share to false", j->shm_size, j->nproc, jc->train.offload, RL_OFFLOAD_SHARED_BYTES, lay.total,
                    need >= 0x1p30 ? need / 0x1p30 : need / 0x1p20, need >= 0x1p30 ? "GiB" : "MiB");
 }
 

@@ -355,7 +355,7 @@ static int offload_share(rl_train_device *d, const rl_train_dist *dist, rl_err *
     char esc[2 * sizeof why];
     if (!rc && shared && dist->rank == 0) /* the master, the moments and the bf16 weights: once on the node */
         rl_log(RL_LOG_INFO, "offload_share", "\"shared\":true,\"ranks\":%d,\"host_bytes\":%zu", dist->world,
-               d->n * 14);
+               d->n * RL_OFFLOAD_SHARED_BYTES);
     else if (!rc && !shared) /* each rank its own reason */
         rl_log(RL_LOG_INFO, "offload_share", "\"shared\":false,\"rank\":%d,\"why\":\"%s\"", dist->rank,
                rl_json_escape(esc, sizeof esc, why));

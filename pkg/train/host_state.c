@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #define HS_MAGIC 0x726c2d7374617465ull /* "rl-state" */
+_Static_assert(3 * sizeof(float) + sizeof(uint16_t) == RL_OFFLOAD_SHARED_BYTES, "the layout below is the accounting's");
 
 typedef struct hs_hdr {
     uint64_t magic, cookie, len;

@@ -41,7 +41,6 @@ struct rl_offload {
      * point into it), shared by the node's ranks or this one's alone; its
      * bf16 pages registered (pinned) for the copies up */
     rl_host_state hs;
-    uint16_t *bf16;
     bool registered;
     uint64_t gen;        /* updates handed over since the state was shared */
     atomic_bool cancel;  /* a round ends: stop waiting for the other ranks */
@@ -103,17 +102,27 @@ static int region_at(const rl_offload *o, size_t off) {
  * their addresses): the copies up and the model's ring copies are done. */
 static int quiet_bf16(rl_offload *o, rl_err *e) {
     cudaError_t ce = cudaDeviceSynchronize();
-    if (ce == cudaSuccess && o->registered) ce = cudaHostUnregister(o->bf16);
+    if (ce == cudaSuccess && o->registered) ce = cudaHostUnregister(o->hs.bf16);
     if (ce != cudaSuccess) return cuda_err(ce, "releasing the bf16 weights' pages", e);
     o->registered = false;
     return RL_OK;
 }
 
 static int pin_bf16(rl_offload *o, rl_err *e) {
-    cudaError_t ce = cudaHostRegister(o->bf16, o->d->n * sizeof(uint16_t), cudaHostRegisterDefault);
+    cudaError_t ce = cudaHostRegister(o->hs.bf16, o->d->n * sizeof(uint16_t), cudaHostRegisterDefault);
     if (ce != cudaSuccess) return cuda_err(ce, "registering the bf16 weights' pages", e);
     o->registered = true;
     return RL_OK;
+}
+
+/* *p: pinned host memory for held floats (this rank's slices), or a failure naming what */
+static int pin_slices(float **p, size_t held, const char *what, rl_err *e) {
+    size_t bytes = (held ? held : 1) * sizeof(float);
+    cudaError_t ce = cudaMallocHost((void **)p, bytes);
+    if (ce == cudaSuccess) return RL_OK;
+    *p = NULL;
+    return rl_errf(e, RL_ENOMEM, "train.offload: %zu MiB of pinned host memory for %s: %s", bytes >> 20, what,
+                   cudaGetErrorString(ce));
 }
 
 /* This rank's slice of each region (host_state.h) and its gradients'
@@ -128,19 +137,13 @@ static int slice_grads(rl_offload *o, rl_err *e) {
     if (o->grads) cudaFreeHost(o->grads);
     if (o->stage) cudaFreeHost(o->stage); /* made again by the first step of several micro-batches */
     o->grads = o->stage = NULL;
-    size_t bytes = (o->held ? o->held : 1) * sizeof(float);
-    cudaError_t ce = cudaMallocHost((void **)&o->grads, bytes);
-    if (ce != cudaSuccess)
-        return rl_errf(e, RL_ENOMEM, "train.offload: %zu MiB of pinned host memory for the gradients: %s",
-                       bytes >> 20, cudaGetErrorString(ce));
-    return RL_OK;
+    return pin_slices(&o->grads, o->held, "the gradients", e);
 }
-
 
 /* params [lo, hi) rounded into the host's bf16 copy */
 static void round_bf16(rl_offload *o, size_t lo, size_t hi) {
     const float *p = o->d->params;
-    uint16_t *b = o->bf16;
+    uint16_t *b = o->hs.bf16;
 #pragma omp parallel for schedule(static)
     for (size_t i = lo; i < hi; i++) b[i] = rl_comm_f32_to_bf16(p[i]);
 }
@@ -160,7 +163,7 @@ static int queue_region(rl_offload *o, int k, rl_err *e) {
     size_t lo = region_start(o, k), hi = o->reg_end[k];
     bool resident = !o->layers || k == 0 || k == o->nreg - 1;
     size_t at = o->layers && k == o->nreg - 1 ? lo - o->skip : lo;
-    cudaError_t ce = resident ? cudaMemcpyAsync((uint16_t *)o->params_dev + at, o->bf16 + lo,
+    cudaError_t ce = resident ? cudaMemcpyAsync((uint16_t *)o->params_dev + at, o->hs.bf16 + lo,
                                                 (hi - lo) * sizeof(uint16_t), cudaMemcpyHostToDevice, o->copy)
                               : cudaSuccess;
     if (ce == cudaSuccess) ce = cudaEventRecord(o->up[k], o->copy);
@@ -293,7 +296,6 @@ int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, dou
     for (int k = 0; k < 8 && ce == cudaSuccess; k++) ce = cudaEventCreateWithFlags(&o->slot_down[k], cudaEventDisableTiming);
     if (ce != cudaSuccess) return cuda_err(ce, "the gradients' way down (stream, events)", e);
     int rc = rl_host_state_alloc(&o->hs, d->n, o->nreg, e);
-    o->bf16 = o->hs.bf16;
     if (rc || (rc = slice_grads(o, e)) || (rc = pin_bf16(o, e))) return rc;
     d->params = o->hs.params, d->opt = o->hs.opt;
     if ((ce = cudaStreamCreateWithFlags(&o->copy, cudaStreamNonBlocking)) != cudaSuccess)
@@ -335,7 +337,7 @@ void rl_offload_free(rl_offload *o) {
     if (o->stage) cudaFreeHost(o->stage);
     free(o->reg_slot), free(o->sl_a), free(o->sl_b), free(o->comp);
     if (o->grads) cudaFreeHost(o->grads);
-    if (o->registered) cudaHostUnregister(o->bf16);
+    if (o->registered) cudaHostUnregister(o->hs.bf16);
     rl_host_state_free(&o->hs);
     free(o->reg_end), free(o->up);
     free(o);
@@ -420,7 +422,7 @@ void rl_offload_wait(void *ctx, size_t upto) {
     pthread_mutex_unlock(&o->mu);
 }
 /* ---- layers: the weights' host copy -------------------------------------- */
-const uint16_t *rl_offload_bf16(rl_offload *o) { return o->bf16; }
+const uint16_t *rl_offload_bf16(rl_offload *o) { return o->hs.bf16; }
 
 void rl_offload_set_bf16(rl_offload *o) { round_bf16(o, 0, o->d->n); }
 
@@ -470,13 +472,9 @@ void rl_offload_grad_slot(void *ctx, size_t off, float *slot) {
  * made when a step first has a second backward (training thread, once),
  * so a run of one micro-batch a step never pins it. A failure is kept. */
 static void stage_alloc(rl_offload *o) {
-    cudaError_t ce = cudaMallocHost((void **)&o->stage, (o->held ? o->held : 1) * sizeof(float));
-    if (ce == cudaSuccess) return;
-    o->stage = NULL;
     rl_err e = {0};
-    rl_errf(&e, RL_ENOMEM, "train.offload: %zu MiB of pinned host memory for a later micro-batch's gradients: %s",
-            o->held * sizeof(float) >> 20, cudaGetErrorString(ce));
-    keep(o, e.code, &e);
+    int rc = pin_slices(&o->stage, o->held, "a later micro-batch's gradients", &e);
+    keep(o, rc, &e);
 }
 
 /* hook: a backward pass begins (the buffer's length), or region off's
@@ -554,15 +552,23 @@ int rl_offload_micro_end(rl_offload *o, rl_err *e) {
 }
 
 /* ---- a node's ranks sharing the host state -------------------------------- */
+/* After the state changed hands (or failed to; rc the swap's, kept first):
+ * the counters from zero (the object's start there), with reslice this
+ * rank's slices and gradient buffers for sdist's ranks (NULL: alone), and
+ * the bf16 pages pinned again. */
+static int rebind(rl_offload *o, int rc, bool reslice, const rl_train_dist *sdist, rl_err *e) {
+    o->gen = 0, o->sdist = sdist;
+    if (!rc && reslice) rc = slice_grads(o, e);
+    int rc2 = o->registered ? RL_OK : pin_bf16(o, rc ? &(rl_err){0} : e);
+    return rc ? rc : rc2;
+}
+
 int rl_offload_share(rl_offload *o, const rl_train_dist *dist, bool *shared, char *why, size_t whyn, rl_err *e) {
     *shared = false;
     int rc = rl_offload_join(o, e);
     if (!rc) rc = quiet_bf16(o, e);
     if (!rc) rc = rl_host_state_share(&o->hs, dist, shared, why, whyn, e);
-    o->gen = 0; /* the object's counters start at zero */
-    if (!rc && *shared) o->sdist = dist, rc = slice_grads(o, e);
-    int rc2 = o->registered ? RL_OK : pin_bf16(o, rc ? &(rl_err){0} : e);
-    return rc ? rc : rc2;
+    return rebind(o, rc, *shared, *shared ? dist : NULL, e);
 }
 
 static bool state_whole(const rl_offload *o) {
@@ -594,9 +600,6 @@ int rl_offload_unshare(rl_offload *o, bool *whole, rl_err *e) {
     if (!rc && *whole) rc = queue_ready(o, o->nreg - 1, 0, e); /* copies up the cancel cut short */
     if (!rc) rc = quiet_bf16(o, e);
     if (!rc) rc = rl_host_state_unshare(&o->hs, e);
-    o->gen = 0, o->sdist = NULL;
-    if (!rc) rc = slice_grads(o, e);
-    int rc2 = o->registered ? RL_OK : pin_bf16(o, rc ? &(rl_err){0} : e);
-    return rc ? rc : rc2;
+    return rebind(o, rc, true, NULL, e);
 }
 #endif

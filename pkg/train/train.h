@@ -56,17 +56,21 @@ typedef struct rl_train_config {
      * the backward (rl_gpu_options.recompute), instead of every layer's.
      * The same results bit for bit; no effect on cpu. */
     bool recompute;
-    /* On cuda: "none" (the GPU holds the fp32 master and AdamW moments) or
+    /* On cuda: "none" (the GPU holds the fp32 master and AdamW moments),
      * "optimizer" (they stay in the host's memory, the device seam's host
-     * state: the step downloads the gradients, AdamW runs on the CPU and
-     * the bf16 weights go back; 12 bytes a parameter off the GPU). Refused
-     * on cpu and, for now, with dist.shard. */
+     * state: the gradients come down, AdamW runs on the CPU and the bf16
+     * weights go back up) or "layers" (the decoder layers' bf16 weights
+     * stay there too, streamed up as they are read). Refused on cpu and,
+     * for now, with dist.shard. */
     char offload[12];
     /* With offload on several ranks of one host (one pod): one copy of the
      * host state in shared memory for all of them, each rank updating its
      * slice (offload.h); false, or ranks on several hosts: a copy each. */
     bool offload_share;
 } rl_train_config;
+/* The host state offload keeps, a parameter: the fp32 master, the two fp32
+ * AdamW moments and a bf16 copy (what a pod's ranks share in /dev/shm) */
+#define RL_OFFLOAD_SHARED_BYTES 14
 
 typedef struct rl_data_config {
     char train[RL_PATH_MAX]; /* shard file / glob / comma list */

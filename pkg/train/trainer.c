@@ -128,9 +128,9 @@ int rl_trainer_set_dist(rl_trainer *tr, rl_train_dist *dist, rl_err *e) {
     tr->resume_done = false;
     tr->stop_agreed = tr->yield_agreed = false;
     tr->summary.yielded = false;
+    if (!whole) tr->live = false; /* the next resume reads the checkpoint, or a whole replica */
     /* the moments of the other ranks' shards left with the old round: the
      * next resume reads the checkpoint (the yield's, or the cadence's) */
-    if (!whole) tr->live = false; /* the next resume reads the checkpoint, or a whole replica */
     if (tr->dev.shard) {
         tr->live = false;
         rl_ckpt_saver_cancel(tr->saver); /* a save of the old round still waiting for its shards is not one */
