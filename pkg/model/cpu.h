@@ -35,11 +35,11 @@ extern double rl_cpu_gemm_seconds_f64, rl_cpu_gemm_flops_f64, rl_cpu_attn_second
     void rl_cpu_rope_table_##S(const rl_model_config *c, R *rope);                             \
     void rl_cpu_matmul_fwd_##S(R *out, const R *in, const R *w, int M, int N, int K);          \
     void rl_cpu_matmul_bwd_##S(R *din, R *dw, const R *dout, const R *in, const R *w, int M,   \
-                               int N, int K, R din_beta);                                      \
+                               int N, int K, R din_beta, R dw_beta);                           \
     void rl_cpu_rmsnorm_fwd_##S(R *out, R *rstd, const R *x, const R *w, int N, int D,         \
                                 double eps);                                                   \
     void rl_cpu_rmsnorm_bwd_##S(R *dx, R *dw, const R *dout, const R *x, const R *w,           \
-                                const R *rstd, int N, int D);                                  \
+                                const R *rstd, int N, int D, R dw_beta);                       \
     void rl_cpu_rope_fwd_##S(R *x, const R *rope, int B, int T, int nh, int hd, int max_pos);  \
     void rl_cpu_rope_bwd_##S(R *dx, const R *rope, int B, int T, int nh, int hd, int max_pos); \
     void rl_cpu_attn_fwd_##S(R *out, R *att, const R *q, const R *k, const R *v, int B, int T, \
@@ -58,7 +58,8 @@ extern double rl_cpu_gemm_seconds_f64, rl_cpu_gemm_flops_f64, rl_cpu_attn_second
     void rl_cpu_backward_##S(const rl_model_config *c, const rl_param_layout *p,               \
                              const R *params, R *grads, R *acts, R *scratch, const R *rope,    \
                              const int32_t *tokens, const int32_t *targets, int B, int T,      \
-                             R loss_scale, rl_grad_ready_fn hook, void *hook_ctx);
+                             R loss_scale, bool overwrite, rl_grad_ready_fn hook,              \
+                             void *hook_ctx);
 
 RL_CPU_DECLARE(float, f32)
 RL_CPU_DECLARE(double, f64)

@@ -257,10 +257,10 @@ const float *rl_model_logits(const rl_model *m) {
     return m->acts + al.logits;
 }
 
-void rl_model_backward(rl_model *m, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx) {
+void rl_model_backward(rl_model *m, float loss_scale, bool overwrite, rl_grad_ready_fn hook, void *hook_ctx) {
     size_t cap = (size_t)m->B * m->T;
     rl_cpu_backward_f32(&m->cfg, &m->lay, m->params, m->grads, m->acts, m->scratch, m->rope,
-                        m->batch, m->batch + cap, m->cur_B, m->cur_T, loss_scale, hook,
+                        m->batch, m->batch + cap, m->cur_B, m->cur_T, loss_scale, overwrite, hook,
                         hook_ctx);
 }
 

@@ -128,9 +128,11 @@ void rl_model_destroy(rl_model *m);
 int rl_model_forward(rl_model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                      float *loss, rl_err *e);
 const float *rl_model_logits(const rl_model *m); /* [B*T, vocab] */
-/* Accumulate d(loss * loss_scale)/dparams into m->grads (+=). Call after a
- * forward with targets. hook may be NULL. */
-void rl_model_backward(rl_model *m, float loss_scale, rl_grad_ready_fn hook, void *hook_ctx);
+/* d(loss * loss_scale)/dparams into m->grads: added to them, or with
+ * overwrite written over whatever the buffer holds (not read: a step's
+ * first micro-batch needs no zero_grad before it). Call after a forward
+ * with targets. hook may be NULL. */
+void rl_model_backward(rl_model *m, float loss_scale, bool overwrite, rl_grad_ready_fn hook, void *hook_ctx);
 void rl_model_zero_grad(rl_model *m);
 
 #endif

@@ -10,16 +10,15 @@
 typedef struct cpu_dev {
     rl_model model;  /* its params are the device's host params */
     double loss_sum; /* this step's micro-batch losses, summed in double */
+    bool fresh;      /* no backward since zero_grad: the next one overwrites */
 } cpu_dev;
 
 static cpu_dev *ctx(rl_train_device *d) { return d->impl; }
 
 static int cpu_zero_grad(rl_train_device *d, rl_err *e) {
-    (void)e;
-    /* a shard with its own gradient: the reduction left the buffer zero
-     * (and memset would bring back every page it gave away) */
-    if (!(d->shard && d->shard->grad)) rl_model_zero_grad(&ctx(d)->model);
-    ctx(d)->loss_sum = 0;
+    (void)d, (void)e;
+    /* nothing to clear: the step's first backward writes over the buffer */
+    ctx(d)->fresh = true, ctx(d)->loss_sum = 0;
     return RL_OK;
 }
 
@@ -30,7 +29,10 @@ static int cpu_micro(rl_train_device *d, const int32_t *inputs, const int32_t *t
     float loss;
     int rc = rl_model_forward(&c->model, inputs, targets, t->micro_batch, t->seq_len, &loss, e);
     if (rc) return rc;
-    rl_model_backward(&c->model, scale, hook, hook_ctx);
+    /* a shard with its own gradient: every pass's reduction takes the
+     * buffer's contents away (and gives its pages back), so each pass writes */
+    rl_model_backward(&c->model, scale, c->fresh || (d->shard && d->shard->grad), hook, hook_ctx);
+    c->fresh = false;
     c->loss_sum += loss;
     return RL_OK;
 }

@@ -449,7 +449,7 @@ template <int VW> static void emu_rmsnorm(int N, int D) {
                             dwr = acc_dw ? tod(dw) : std::vector<double>(D, 0.0);
         std::vector<double> rd(rstd.begin(), rstd.end()), gd = tod(dout);
         rl_cpu_rmsnorm_bwd_f64(dxr.data(), dwr.data(), gd.data(), xd.data(), wd.data(), rd.data(),
-                               N, D);
+                               N, D, 1);
         if (!acc) poison(dx);
         if (!acc_dw) poison(dw);
         std::vector<bf16> dx16((size_t)N * D), y((size_t)N * D);

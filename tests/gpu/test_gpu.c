@@ -225,7 +225,7 @@ static void test_rmsnorm(void) {
                 goto rms_done;
             }
             for (int i = 0; i < N; i++) rd[i] = rstd[i];
-            rl_cpu_rmsnorm_bwd_f64(dxr, dwr, gd, xd, wd, rd, N, D);
+            rl_cpu_rmsnorm_bwd_f64(dxr, dwr, gd, xd, wd, rd, N, D, 1);
             if (rl_gpu_op_rmsnorm_bwd(dx, dx16, dw, y, dout, x, w, rstd, N, D, acc, acc_dw, &e))
                 fail_err(name, &e);
             else if (check_cmp(name, dx, dxr, nd, 1e-4) &&
@@ -735,7 +735,7 @@ static void test_step(const model_case *mc, int recompute, int crows, int dq_ato
     if (rl_model_forward(&cpu, tok, tgt, B, T, &lc, &e)) goto err;
     memcpy(logits, rl_model_logits(&cpu), (size_t)N * c.vocab_size * sizeof(float));
     rl_model_zero_grad(&cpu);
-    rl_model_backward(&cpu, 1.0f, NULL, NULL);
+    rl_model_backward(&cpu, 1.0f, false, NULL, NULL);
     if (rl_gpu_model_create(&gpu, &c, B, T, &opt, 0, &e) ||
         rl_gpu_model_upload_params(gpu, cpu.params, &e) ||
         rl_gpu_model_forward(gpu, tok, tgt, B, T, &lg, &e))
@@ -982,7 +982,7 @@ static void test_train_curve(void) {
         float lc, lg;
         rl_model_zero_grad(&cpu);
         if (rl_model_forward(&cpu, tok, tgt, B, T, &lc, &e)) goto err;
-        rl_model_backward(&cpu, 1.0f, NULL, NULL);
+        rl_model_backward(&cpu, 1.0f, false, NULL, NULL);
         double norm = rl_grad_norm(cpu.grads, P), clip = rl_clip_factor(norm, 1.0);
         int nt = rl_model_n_tensors(&c);
         for (int i = 0; i < nt; i++) {

@@ -228,7 +228,7 @@ static int run(const args *a, rl_err *e) {
         /* The backward reuses the logits buffer for their gradient. */
         memcpy(logits, rl_model_logits(&m), N * (size_t)V * sizeof(float));
         rl_model_zero_grad(&m);
-        rl_model_backward(&m, 1.0f, NULL, NULL);
+        rl_model_backward(&m, 1.0f, false, NULL, NULL);
     }
 
     size_t P = m.lay.total;

@@ -79,7 +79,7 @@ Test(model_grad, matmul) {
     mm_ctx c = {.M = 5, .N = 3, .K = 7};
     c.in = randv(35, 1, 1), c.w = randv(21, 2, 1);
     double *G = randv(15, 3, 1), *din = calloc(35, 8), *dw = calloc(21, 8);
-    rl_cpu_matmul_bwd_f64(din, dw, G, c.in, c.w, 5, 3, 7, 0);
+    rl_cpu_matmul_bwd_f64(din, dw, G, c.in, c.w, 5, 3, 7, 0, 1);
     fd_check("matmul din", mm_f, &c, c.in, 35, 15, G, din);
     fd_check("matmul dw", mm_f, &c, c.w, 21, 15, G, dw);
     free(c.in), free(c.w), free(G), free(din), free(dw);
@@ -99,7 +99,7 @@ Test(model_grad, rmsnorm) {
     double *dx = randv(24, 7, 1), *dw = randv(6, 8, 1), *dx0 = malloc(24 * 8), *dw0 = malloc(6 * 8);
     memcpy(dx0, dx, 24 * 8), memcpy(dw0, dw, 6 * 8);
     rn_f(&c, out);
-    rl_cpu_rmsnorm_bwd_f64(dx, dw, G, c.x, c.w, c.rstd, 4, 6);
+    rl_cpu_rmsnorm_bwd_f64(dx, dw, G, c.x, c.w, c.rstd, 4, 6, 1);
     for (int i = 0; i < 24; i++) dx[i] -= dx0[i];
     for (int i = 0; i < 6; i++) dw[i] -= dw0[i];
     fd_check("rmsnorm dx", rn_f, &c, c.x, 24, 24, G, dx);
@@ -295,7 +295,7 @@ Test(model_grad, whole_model_2layer_gqa) {
     whole_loss(&w);
     hook_log hl = {.monotone = 1};
     rl_cpu_backward_f64(&w.c, &w.p, w.params, w.grads, w.acts, w.scratch, w.rope, w.tok, w.tgt,
-                        w.B, w.T, 1.0, record_hook, &hl);
+                        w.B, w.T, 1.0, false, record_hook, &hl);
     /* backward begins (the total), lm_head, final norm, each layer, the embedding */
     cr_expect(hl.monotone && hl.first == w.p.total && hl.last == 0 && hl.calls == w.c.num_hidden_layers + 4,
               "grad-ready watermarks: %d calls, first %zu of %zu, last %zu, monotone %d", hl.calls, hl.first,
@@ -326,14 +326,14 @@ Test(model_grad, f32_matches_f64) {
     whole_init(&w);
     double l64 = whole_loss(&w);
     rl_cpu_backward_f64(&w.c, &w.p, w.params, w.grads, w.acts, w.scratch, w.rope, w.tok, w.tgt,
-                        w.B, w.T, 1.0, NULL, NULL);
+                        w.B, w.T, 1.0, false, NULL, NULL);
     rl_model m;
     rl_err e;
     cr_assert_eq(rl_model_create(&m, &w.c, w.B, w.T, &e), 0, "%s", e.msg);
     for (size_t i = 0; i < w.p.total; i++) m.params[i] = (float)w.params[i];
     float l32;
     cr_assert_eq(rl_model_forward(&m, w.tok, w.tgt, w.B, w.T, &l32, &e), 0, "%s", e.msg);
-    rl_model_backward(&m, 1.0f, NULL, NULL);
+    rl_model_backward(&m, 1.0f, false, NULL, NULL);
     cr_expect(fabs(l32 - l64) / l64 < 1e-6, "f32 loss %.9g vs f64 %.9g", l32, l64);
     for (int t = 0; t < rl_model_n_tensors(&w.c); t++) {
         rl_tensor_info ti;
@@ -369,11 +369,43 @@ Test(model, grad_ready_hook_promises_final_values) {
     float *snap = calloc(m.lay.total, sizeof(float));
     snap_ctx s = {&m, snap};
     cr_assert_eq(rl_model_forward(&m, tok, tgt, 2, 6, NULL, &e), 0);
-    rl_model_backward(&m, 1.0f, snap_hook, &s);
+    rl_model_backward(&m, 1.0f, false, snap_hook, &s);
     /* snapshots taken early (at high offsets) must equal the final grads */
     cr_expect(memcmp(snap, m.grads, m.lay.total * sizeof(float)) == 0);
     free(snap);
     rl_model_destroy(&m);
+}
+
+/* A backward that overwrites (a step's first micro-batch, no zero_grad
+ * before it) writes every gradient element without reading the old one:
+ * from a buffer of NaN it gives bit for bit what adding to zeros gives, and
+ * a second pass then adds as before. */
+Test(model, an_overwriting_backward_writes_every_gradient) {
+    rl_model_config c;
+    rl_model_config_default(&c);
+    rl_model a, b;
+    rl_err e;
+    cr_assert_eq(rl_model_create(&a, &c, 4, 32, &e), 0);
+    cr_assert_eq(rl_model_create(&b, &c, 4, 32, &e), 0);
+    rl_model_init_params(&c, a.params, 12);
+    rl_model_init_params(&c, b.params, 12);
+    int32_t tok[128], tgt[128];
+    for (int i = 0; i < 128; i++) tok[i] = (i * 29) % 200, tgt[i] = (i * 13 + 3) % 257; /* 57 rows unseen */
+    size_t n = a.lay.total;
+    for (size_t i = 0; i < n; i++) a.grads[i] = NAN;
+    rl_model_zero_grad(&b);
+    for (int pass = 0; pass < 2; pass++) {
+        cr_assert_eq(rl_model_forward(&a, tok, tgt, 4, 32, NULL, &e), 0);
+        cr_assert_eq(rl_model_forward(&b, tok, tgt, 4, 32, NULL, &e), 0);
+        rl_model_backward(&a, 0.5f, pass == 0, NULL, NULL);
+        rl_model_backward(&b, 0.5f, false, NULL, NULL);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += memcmp(&a.grads[i], &b.grads[i], sizeof(float)) != 0;
+        cr_expect(bad == 0, "pass %d: %zu of %zu gradients differ from the accumulating backward's", pass,
+                  bad, n);
+    }
+    rl_model_destroy(&a);
+    rl_model_destroy(&b);
 }
 
 Test(model, forward_backward_bit_identical) {
@@ -390,8 +422,8 @@ Test(model, forward_backward_bit_identical) {
     float la, lb;
     rl_model_forward(&a, tok, tgt, 4, 32, &la, &e);
     rl_model_forward(&b, tok, tgt, 4, 32, &lb, &e);
-    rl_model_backward(&a, 1.0f, NULL, NULL);
-    rl_model_backward(&b, 1.0f, NULL, NULL);
+    rl_model_backward(&a, 1.0f, false, NULL, NULL);
+    rl_model_backward(&b, 1.0f, false, NULL, NULL);
     cr_expect(memcmp(&la, &lb, sizeof la) == 0);
     cr_expect(memcmp(a.grads, b.grads, a.lay.total * sizeof(float)) == 0);
     /* a fresh model at init predicts roughly uniformly: loss ~ log(V) */
