@@ -73,6 +73,10 @@ struct rl_ddp {
      * per slot the bucket that used it last (-1: none); acc and acc_at as
      * scatter's, on the device */
     bool slotted, keep; /* keep: "gradients", each reduced block added into acc */
+    /* slots averaged in place whose reader takes only its block (a node's
+     * ranks sharing train.offload's host state): each bucket reduce-
+     * scattered as "gradients" does, from the next step on (rl_ddp_split) */
+    bool split;
     float **slot_of;
     uint64_t *bucket_seq;
     float *slot_buf[8];
@@ -93,7 +97,7 @@ struct rl_ddp {
 /* comm thread: one bucket's average over ranks, in place: the whole of it,
  * or with "gradients" this rank's block (a reduce-scatter) and the tail */
 static int reduce(rl_ddp *d, void *buf, size_t n, rl_dtype t, rl_err *e) {
-    if (d->o.shard != RL_SHARD_GRADIENTS) return rl_comm_allreduce(d->comm, buf, n, t, RL_AVG, e);
+    if (d->o.shard != RL_SHARD_GRADIENTS && !d->split) return rl_comm_allreduce(d->comm, buf, n, t, RL_AVG, e);
     size_t w = (size_t)rl_comm_world(d->comm), r = (size_t)rl_comm_rank(d->comm);
     size_t blk = n / w, es = rl_dtype_size(t);
     char *p = buf;
@@ -583,6 +587,10 @@ void rl_ddp_reduced(void *ctx, size_t off, void *stream) {
     if (rc) keep_error(d, rc, &me);
 }
 
+/* training thread, between steps (no job in flight; the next submit's
+ * lock hands the flag to the comm thread) */
+void rl_ddp_split(void *ctx) { ((rl_ddp *)ctx)->split = true; }
+
 int rl_ddp_finish(void *ctx, rl_err *e) {
     rl_ddp *d = ctx;
     /* a backward that never reported some range (it always reports 0 at the
@@ -637,6 +645,7 @@ void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist) {
     dist->reduce_each_micro = d->scatter || d->slotted;
     dist->grad_slot = d->slotted ? rl_ddp_grad_slot : NULL;
     dist->reduced = d->slotted && !d->keep ? rl_ddp_reduced : NULL;
+    dist->split = d->slotted && !d->keep ? rl_ddp_split : NULL;
     dist->gather_region = sharded ? rl_ddp_gather_region : NULL;
     dist->grad_resident = d->gs ? NULL : rl_ddp_grad_resident;
 }

@@ -35,8 +35,9 @@
  * reduce_each_micro), each bucket's reduced block and tail are added into
  * the shard's own gradient (shard.grad, compact; = on the step's first
  * micro-step) and the whole bucket is cleared -- its pages go back to the
- * kernel and read zero, so the next micro-step accumulates from zero and
- * zero_grad has nothing to do. Gradient accumulation then costs a
+ * kernel and read zero; the next micro-step's backward writes over them
+ * (the CPU model's overwrite: a page's first touch is a write, one fault)
+ * and zero_grad has nothing to do. Gradient accumulation then costs a
  * reduction per micro-step (as DeepSpeed's ZeRO-2 and FSDP without
  * no_sync): "optimizer" keeps DDP's one. A rank holds the shard's gradient,
  * at most rl_train_scatter_window elements handed over and not yet cleared
@@ -56,10 +57,11 @@
  * after), all on the communicator's stream. So a rank holds its shard's
  * gradient and the slots, and every micro-step is reduced, as on the host.
  * The master comes back whole region by region (rl_ddp_gather_region).
- * Without a shard (train.offload "layers" on several ranks: the gradients
- * leave the GPU region by region) each bucket is average-allreduced in its
- * slot and nothing is kept: the caller copies the average away behind
- * rl_ddp_reduced and orders the slot's reuse after its copy.
+ * Without a shard (train.offload on several ranks: the gradients leave
+ * the GPU region by region) each bucket is average-allreduced in its slot
+ * (or, after rl_ddp_split, reduce-scattered) and nothing is kept: the
+ * caller copies the average away behind rl_ddp_reduced and orders the
+ * slot's reuse after its copy.
  *
  * Only the last micro-step of gradient accumulation passes the hook to
  * backward (no_sync on the others) -- the trainer does that. All comm ops,
@@ -165,6 +167,14 @@ void rl_ddp_grad_slot(void *ctx, size_t off, float *slot);
  * that starts at off, handed over by the hook this pass, is averaged in
  * its slot (a short host wait for the comm thread to have queued it). */
 void rl_ddp_reduced(void *ctx, size_t off, void *stream);
+/* Slots without a shard, between steps: from now on each bucket's average
+ * is needed only in this rank's block of it (rl_comm_reduce_scatter's:
+ * len / world elements, block r rank r's) and, on the last rank, the tail
+ * -- a node's ranks sharing train.offload's host state each take their
+ * block down (host_state.h's slices are these blocks). So each bucket is
+ * reduce-scattered and its tail allreduced, as "gradients" does: half the
+ * bytes of an allreduce. The rest of the slot holds partial sums. */
+void rl_ddp_split(void *ctx);
 /* After a device gather: the backward's stream waits for the buckets that
  * hold the elements below upto (SIZE_MAX: all). A reader of the gathered
  * buffer calls it first (the GPU model before each layer it reads); the

@@ -167,14 +167,9 @@ int rl_host_state_unshare(rl_host_state *s, rl_err *e) {
 }
 
 void rl_host_slice(const rl_host_state *s, size_t lo, size_t hi, size_t *a, size_t *b) {
-    size_t c[2];
-    for (int i = 0; i < 2; i++) {
-        int r = s->rank + i;
-        size_t at = (lo + (hi - lo) / (size_t)s->world * (size_t)r + (hi - lo) % (size_t)s->world * (size_t)r /
-                                                                        (size_t)s->world) & ~(size_t)63;
-        c[i] = r == 0 ? lo : r >= s->world ? hi : at < lo ? lo : at > hi ? hi : at;
-    }
-    *a = c[0], *b = c[1];
+    size_t blk = (hi - lo) / (size_t)s->world;
+    *a = lo + (size_t)s->rank * blk;
+    *b = s->rank == s->world - 1 ? hi : *a + blk;
 }
 
 void rl_host_state_publish(rl_host_state *s, int k) {

@@ -51,9 +51,11 @@ int rl_host_state_share(rl_host_state *s, const rl_train_dist *dist, bool *share
 int rl_host_state_unshare(rl_host_state *s, rl_err *e);
 static inline bool rl_host_state_shared(const rl_host_state *s) { return s->world > 1; }
 
-/* This rank's slice of [lo, hi): the whole range when private; else the
- * rank-th of world near-equal parts, cut at multiples of 64 elements
- * (whole cache lines of the fp32 arrays). */
+/* This rank's slice of [lo, hi): the whole range when private; else its
+ * block as rl_comm_reduce_scatter splits the range -- (hi - lo) / world
+ * elements, block r rank r's -- the last rank's with the tail, so every
+ * element is one rank's and a reduce-scatter of the region's gradients
+ * (rl_train_dist's split) leaves each rank exactly its slice's average. */
 void rl_host_slice(const rl_host_state *s, size_t lo, size_t hi, size_t *a, size_t *b);
 /* This rank's slice of region k is updated for its gen-th step since the
  * share (gen counts from 1). */

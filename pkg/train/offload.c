@@ -317,7 +317,16 @@ void rl_offload_free(rl_offload *o) {
     if (o->started) {
         atomic_store(&o->cancel, true); /* no more waiting for the other ranks' slices */
         pthread_mutex_lock(&o->mu);
-        while (o->busy) pthread_cond_wait(&o->cv, &o->mu); /* its own slices: seconds at most */
+        /* its own slices: seconds at most; a thread stuck past the timeout
+         * (in a CUDA call on a hung GPU) keeps the state it works on: left
+         * to the process's end, not freed under it */
+        for (double end = rl_now() + o->timeout_s; o->busy && rl_now() < end;) rl_cond_wait_s(&o->cv, &o->mu, 0.05);
+        if (o->busy) {
+            pthread_mutex_unlock(&o->mu);
+            rl_log(RL_LOG_ERROR, "offload_stuck", "\"timeout_s\":%.0f,\"what\":\"the host's AdamW thread did not "
+                   "stop; its host state is not freed\"", o->timeout_s);
+            return;
+        }
         o->stop = true;
         pthread_cond_broadcast(&o->cv);
         pthread_mutex_unlock(&o->mu);
@@ -568,7 +577,11 @@ int rl_offload_share(rl_offload *o, const rl_train_dist *dist, bool *shared, cha
     int rc = rl_offload_join(o, e);
     if (!rc) rc = quiet_bf16(o, e);
     if (!rc) rc = rl_host_state_share(&o->hs, dist, shared, why, whyn, e);
-    return rebind(o, rc, *shared, *shared ? dist : NULL, e);
+    rc = rebind(o, rc, *shared, *shared ? dist : NULL, e);
+    /* each rank now takes only its slice of a region down, and the slices
+     * are the seam's reduce-scatter blocks: half the bytes reduced */
+    if (!rc && *shared && dist->split) dist->split(dist->ctx);
+    return rc;
 }
 
 static bool state_whole(const rl_offload *o) {

@@ -225,6 +225,11 @@ typedef struct rl_train_dist {
      * for its average; whoever takes it away orders the slot's next
      * grad_slot after that. NULL: the seam keeps what it reduces. */
     void (*reduced)(void *ctx, size_t off, void *stream);
+    /* Optional, with reduced, between steps: from the next step on the
+     * caller reads only its block of each region's average (the last rank
+     * its block and the tail: rl_comm_reduce_scatter's split), so the seam
+     * may reduce-scatter instead of allreduce. Until a new seam. */
+    void (*split)(void *ctx);
     /* Optional: the most gradient memory this rank held at once in the
      * last step, measured (resident pages of the flat buffer, sampled at
      * every watermark, plus the shard's gradient); 0: not measured. */

@@ -946,6 +946,7 @@ typedef struct ddp_rank {
     int nranges;
     size_t held;
     bool shared; /* its host state was the node's shared object at the end */
+    int scattered, allreduced; /* the last round's recorded bucket reductions, by kind */
     int rc;
     rl_err e;
 } ddp_rank;
@@ -964,6 +965,18 @@ static bool in_shared_state(const void *p) {
     }
     if (f) fclose(f);
     return yes;
+}
+
+/* the bucket-tagged ops in comm's flight recorder (its last ones: the
+ * last steps'), reduce-scatters and allreduces */
+static void count_reductions(ddp_rank *d, rl_comm *comm) {
+    rl_comm_record rec[RL_COMM_RECORDS];
+    int n = rl_comm_records(comm, rec, RL_COMM_RECORDS);
+    for (int i = 0; i < n; i++) {
+        if (rec[i].tag < 0) continue;
+        d->scattered += !strcmp(rec[i].op, "reduce_scatter");
+        d->allreduced += !strcmp(rec[i].op, "allreduce");
+    }
 }
 
 /* the seam's shard, kept past the ddp's end */
@@ -1039,6 +1052,7 @@ static void *ddp_rank_main(void *arg) {
     if (d->rc) goto done;
     if (!(d->state = host_copy(tr, d->held, e))) d->rc = e->code ? e->code : RL_ENOMEM;
     d->shared = in_shared_state(rl_trainer_params(tr)) && in_shared_state(rl_trainer_opt(tr));
+    count_reductions(d, comm);
 done:
     /* a failed rank aborts its comm, so the other fails within its timeout */
     if (d->rc && comm) rl_comm_abort(comm);
@@ -1077,7 +1091,11 @@ done:
  *
  * The two ranks run on one host, so by default (train.offload_share) they
  * share one host state: each updates its half of every region, and a
- * region goes up once both halves are in. The check then also asks that
+ * region goes up once both halves are in; the halves are the blocks of a
+ * reduce-scatter, so the seam reduce-scatters each region instead of
+ * allreducing it (the flight recorder's last bucket reductions must all
+ * be reduce-scatters shared, allreduces otherwise; a slice that were not
+ * its block would copy down a partial sum). The check then also asks that
  * both ranks' master and moments lie in the shared object at the end (a
  * fall back to a copy each would pass the numbers and fail this); "a
  * host copy each" (offload_share false) asks that they do not. Shared,
@@ -1149,16 +1167,23 @@ static void check_ddp_two_ranks(const char *offload, int accum, bool share, long
         bool ranks = !memcmp(d[0].state, d[1].state, n * sizeof(float));
         bool state = accum > 1 ? ranks && rel <= sbound : differ == 0;
         bool where = d[0].shared == (offload && share) && d[1].shared == (offload && share);
+        /* shared, each rank takes only its block of a region down: reduce-scatters, no bucket allreduced */
+        bool split = offload && share, kinds = true;
+        for (int r = 0; r < 2; r++)
+            kinds = kinds && (split ? d[r].scattered > 0 && d[r].allreduced == 0
+                                    : d[r].scattered == 0 && d[r].allreduced > 0);
         /* the yield rides on a step's average: every rank leaves after the same step, that one or the next */
         bool rounds = !yield_at || (d[0].resumed_from == d[1].resumed_from && d[0].resumed_from >= yield_at &&
                                     d[0].resumed_from < 6);
-        report(name, steps && worst <= bound && state && d[0].buckets >= 4 && where && rounds,
+        report(name, steps && worst <= bound && state && d[0].buckets >= 4 && where && rounds && kinds,
                "%d buckets; params and moments of both ranks %s (%zu of 2 x %zu values differ, worst %.2e "
                "relative%s); losses within %.2e relative (bound %.2e); loss %.4f -> %.4f; host state in the node's "
-               "shared object: rank 0 %s, rank 1 %s; second round resumed from step %lld and %lld",
+               "shared object: rank 0 %s, rank 1 %s; second round resumed from step %lld and %lld; last bucket "
+               "reductions: rank 0 %d reduce-scatters, %d allreduces, rank 1 %d, %d",
                d[0].buckets, differ == 0 ? "identical" : ranks ? "equal to each other" : "DIFFER", differ, n, rel,
                accum > 1 ? ", bound 1e-4" : "", worst, bound, ca.loss[0], ca.loss[5], d[0].shared ? "yes" : "no",
-               d[1].shared ? "yes" : "no", d[0].resumed_from, d[1].resumed_from);
+               d[1].shared ? "yes" : "no", d[0].resumed_from, d[1].resumed_from, d[0].scattered, d[0].allreduced,
+               d[1].scattered, d[1].allreduced);
     }
     free(pa), free(d[0].state), free(d[1].state);
     rl_store_server_stop(srv);
