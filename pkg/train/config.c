@@ -150,8 +150,9 @@ int rl_train_check_pair(const rl_job_config *c, rl_err *e) {
         return rl_errf(e, RL_EINPUT, "train.offload \"%s\" needs a GPU (train.device is cpu%s)", off,
                        c->train.device_picked ? ": auto found none" : "");
     if (strcmp(off, "none") && strcmp(c->dist.shard, "none"))
-        return rl_errf(e, RL_EINPUT, "train.offload \"%s\" cannot go with dist.shard \"%s\" yet (the host's state "
-                       "is whole on every rank)", off, c->dist.shard);
+        return rl_errf(e, RL_EINPUT, "train.offload \"%s\" cannot go with dist.shard \"%s\" yet: with offload the "
+                       "ranks of a pod already split the host state and its update (train.offload_share), but "
+                       "each pod keeps a whole copy", off, c->dist.shard);
     return RL_OK;
 }
 

@@ -63,7 +63,8 @@ struct rl_offload {
     bool slot_busy[8];
     int nslots;
     float **reg_slot;
-    int pass; /* backward passes this step */
+    int pass;      /* backward passes this step */
+    bool staged;   /* a later pass's gradients in the staging, not yet added */
     /* several ranks: the seam's (rl_train_dist) for this micro-batch --
      * its gradient slot and hook called first, and each region copied down
      * once `reduced` says its average is in the slot; NULL: alone */
@@ -385,6 +386,24 @@ static cudaError_t down_sync(rl_offload *o) {
     return ce;
 }
 
+/* A later micro-batch's gradients, once down, added to the step's
+ * (training thread). Not at its micro-batch's end but when the staging is
+ * needed again -- the next backward's start, the forward of that
+ * micro-batch already queued, so the GPU runs it meanwhile -- or the
+ * step's gradients are read (rl_offload_join). */
+static int add_staged(rl_offload *o, rl_err *e) {
+    if (!o->staged) return RL_OK;
+    cudaError_t ce = down_sync(o);
+    if (ce != cudaSuccess) return cuda_err(ce, "a micro-batch's gradients' copy to the host", e);
+    o->staged = false;
+    float *g = o->grads;
+    const float *s = o->stage;
+    size_t n = o->held;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] += s[i];
+    return RL_OK;
+}
+
 double rl_offload_host_wait(rl_offload *o) {
     double s = o->host_wait_s;
     o->host_wait_s = 0;
@@ -408,6 +427,7 @@ int rl_offload_join(rl_offload *o, rl_err *e) {
     pthread_mutex_unlock(&o->mu);
     cudaError_t ce = !rc && o->down ? down_sync(o) : cudaSuccess; /* the gradients are down */
     if (ce != cudaSuccess) rc = cuda_err(ce, "the gradients' copy to the host", e);
+    if (!rc) rc = add_staged(o, e); /* and the last micro-batch's added */
     /* the model's stream takes every region's copy, waited for or not */
     if (!rc) rl_offload_wait(o, SIZE_MAX);
     pthread_mutex_lock(&o->mu);
@@ -496,6 +516,9 @@ void rl_offload_grad_ready(void *ctx, size_t off) {
     if (off >= o->d->n) {
         o->pass++;
         if (o->pass == 2 && !o->stage) stage_alloc(o);
+        rl_err e = {0};
+        int rc = add_staged(o, &e); /* the last pass's, before this one's come down over them */
+        keep(o, rc, &e);
         return;
     }
     int r = region_at(o, off);
@@ -527,7 +550,7 @@ void rl_offload_grad_ready(void *ctx, size_t off) {
     keep(o, rc, &e);
 }
 
-void rl_offload_zero(rl_offload *o) { o->pass = 0; }
+void rl_offload_zero(rl_offload *o) { o->pass = 0, o->staged = false; }
 
 int rl_offload_set_dist(rl_offload *o, const rl_train_dist *dist, rl_grad_ready_fn hook, rl_err *e) {
     bool reduce = dist && dist->reduced;
@@ -543,21 +566,13 @@ int rl_offload_set_dist(rl_offload *o, const rl_train_dist *dist, rl_grad_ready_
     return RL_OK;
 }
 
-/* a later micro-batch's gradients, once down, added to the step's */
 int rl_offload_micro_end(rl_offload *o, rl_err *e) {
     pthread_mutex_lock(&o->mu);
     int rc = o->rc;
     if (rc) *e = o->err;
     pthread_mutex_unlock(&o->mu);
-    if (rc || o->pass <= 1) return rc;
-    cudaError_t ce = down_sync(o);
-    if (ce != cudaSuccess) return cuda_err(ce, "a micro-batch's gradients' copy to the host", e);
-    float *g = o->grads;
-    const float *s = o->stage;
-    size_t n = o->held;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) g[i] += s[i];
-    return RL_OK;
+    if (!rc && o->pass > 1) o->staged = true;
+    return rc;
 }
 
 /* ---- a node's ranks sharing the host state -------------------------------- */

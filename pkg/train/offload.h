@@ -34,9 +34,10 @@ typedef struct rl_offload rl_offload;
  * them region by region into slots this takes down (rl_offload_grad_slot
  * as the model's gradient sink, rl_offload_grad_ready as its hook on every
  * micro-batch): a step's first micro-batch's regions straight into
- * the step's gradients, a later one's into a staging copy added there by
- * rl_offload_micro_end. So no whole gradient buffer is on the GPU, and
- * the copies down overlap the backward.
+ * the step's gradients, a later one's into a staging copy added there
+ * once the next backward begins (its forward queued and running on the GPU
+ * meanwhile) or the step ends (rl_offload_micro_end marks it). So no whole
+ * gradient buffer is on the GPU, and the copies down overlap the backward.
  *
  * layers (train.offload "layers"): the model also streams its decoder
  * layers from rl_offload_bf16 (rl_gpu_model_set_host_weights with
