@@ -376,19 +376,25 @@ Test(model, grad_ready_hook_promises_final_values) {
     rl_model_destroy(&m);
 }
 
+/* two default models for 4 x 32 tokens with the same weights */
+static void twin_models(rl_model *a, rl_model *b, uint64_t seed) {
+    rl_model_config c;
+    rl_model_config_default(&c);
+    rl_err e;
+    cr_assert_eq(rl_model_create(a, &c, 4, 32, &e), 0);
+    cr_assert_eq(rl_model_create(b, &c, 4, 32, &e), 0);
+    rl_model_init_params(&c, a->params, seed);
+    rl_model_init_params(&c, b->params, seed);
+}
+
 /* A backward that overwrites (a step's first micro-batch, no zero_grad
  * before it) writes every gradient element without reading the old one:
  * from a buffer of NaN it gives bit for bit what adding to zeros gives, and
  * a second pass then adds as before. */
 Test(model, an_overwriting_backward_writes_every_gradient) {
-    rl_model_config c;
-    rl_model_config_default(&c);
     rl_model a, b;
     rl_err e;
-    cr_assert_eq(rl_model_create(&a, &c, 4, 32, &e), 0);
-    cr_assert_eq(rl_model_create(&b, &c, 4, 32, &e), 0);
-    rl_model_init_params(&c, a.params, 12);
-    rl_model_init_params(&c, b.params, 12);
+    twin_models(&a, &b, 12);
     int32_t tok[128], tgt[128];
     for (int i = 0; i < 128; i++) tok[i] = (i * 29) % 200, tgt[i] = (i * 13 + 3) % 257; /* 57 rows unseen */
     size_t n = a.lay.total;
@@ -409,14 +415,9 @@ Test(model, an_overwriting_backward_writes_every_gradient) {
 }
 
 Test(model, forward_backward_bit_identical) {
-    rl_model_config c;
-    rl_model_config_default(&c);
     rl_model a, b;
     rl_err e;
-    cr_assert_eq(rl_model_create(&a, &c, 4, 32, &e), 0);
-    cr_assert_eq(rl_model_create(&b, &c, 4, 32, &e), 0);
-    rl_model_init_params(&c, a.params, 11);
-    rl_model_init_params(&c, b.params, 11);
+    twin_models(&a, &b, 11);
     int32_t tok[128], tgt[128];
     for (int i = 0; i < 128; i++) tok[i] = (i * 31) % 257, tgt[i] = (i * 17 + 5) % 257;
     float la, lb;
