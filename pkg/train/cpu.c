@@ -16,7 +16,7 @@ typedef struct cpu_dev {
 static cpu_dev *ctx(rl_train_device *d) { return d->impl; }
 
 static int cpu_zero_grad(rl_train_device *d, rl_err *e) {
-    (void)d, (void)e;
+    (void)e;
     /* nothing to clear: the step's first backward writes over the buffer */
     ctx(d)->fresh = true, ctx(d)->loss_sum = 0;
     return RL_OK;
