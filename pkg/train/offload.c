@@ -313,16 +313,22 @@ int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, dou
     return RL_OK;
 }
 
+/* The worker idle within timeout_s (its own slices take seconds at most);
+ * false: still busy. Caller holds mu. */
+static bool idle_locked(rl_offload *o) {
+    for (double end = rl_now() + o->timeout_s; o->busy && rl_now() < end;) rl_cond_wait_s(&o->cv, &o->mu, 0.05);
+    return !o->busy;
+}
+
 void rl_offload_free(rl_offload *o) {
     if (!o) return;
     if (o->started) {
         atomic_store(&o->cancel, true); /* no more waiting for the other ranks' slices */
         pthread_mutex_lock(&o->mu);
-        /* its own slices: seconds at most; a thread stuck past the timeout
-         * (in a CUDA call on a hung GPU) keeps the state it works on: left
-         * to the process's end, not freed under it */
-        for (double end = rl_now() + o->timeout_s; o->busy && rl_now() < end;) rl_cond_wait_s(&o->cv, &o->mu, 0.05);
-        if (o->busy) {
+        /* a thread stuck past the timeout (in a CUDA call on a hung GPU)
+         * keeps the state it works on: left to the process's end, not freed
+         * under it */
+        if (!idle_locked(o)) {
             pthread_mutex_unlock(&o->mu);
             rl_log(RL_LOG_ERROR, "offload_stuck", "\"timeout_s\":%.0f,\"what\":\"the host's AdamW thread did not "
                    "stop; its host state is not freed\"", o->timeout_s);
@@ -386,15 +392,16 @@ static cudaError_t down_sync(rl_offload *o) {
     return ce;
 }
 
-/* A later micro-batch's gradients, once down, added to the step's
- * (training thread). Not at its micro-batch's end but when the staging is
- * needed again -- the next backward's start, the forward of that
- * micro-batch already queued, so the GPU runs it meanwhile -- or the
- * step's gradients are read (rl_offload_join). */
-static int add_staged(rl_offload *o, rl_err *e) {
+/* The gradients' copies down done and a later micro-batch's, staged,
+ * added to the step's (training thread). The add waits not for its
+ * micro-batch's end but until the staging is needed again -- the next
+ * backward's start, the forward of that micro-batch already queued, so
+ * the GPU runs it meanwhile -- or the step's gradients are read
+ * (rl_offload_join). */
+static int settle_down(rl_offload *o, rl_err *e) {
+    cudaError_t ce = o->down ? down_sync(o) : cudaSuccess;
+    if (ce != cudaSuccess) return cuda_err(ce, "the gradients' copy to the host", e);
     if (!o->staged) return RL_OK;
-    cudaError_t ce = down_sync(o);
-    if (ce != cudaSuccess) return cuda_err(ce, "a micro-batch's gradients' copy to the host", e);
     o->staged = false;
     float *g = o->grads;
     const float *s = o->stage;
@@ -425,9 +432,7 @@ int rl_offload_join(rl_offload *o, rl_err *e) {
     pthread_mutex_lock(&o->mu);
     int rc = wait_done_locked(o, o->nreg, e);
     pthread_mutex_unlock(&o->mu);
-    cudaError_t ce = !rc && o->down ? down_sync(o) : cudaSuccess; /* the gradients are down */
-    if (ce != cudaSuccess) rc = cuda_err(ce, "the gradients' copy to the host", e);
-    if (!rc) rc = add_staged(o, e); /* and the last micro-batch's added */
+    if (!rc) rc = settle_down(o, e);
     /* the model's stream takes every region's copy, waited for or not */
     if (!rc) rl_offload_wait(o, SIZE_MAX);
     pthread_mutex_lock(&o->mu);
@@ -517,7 +522,7 @@ void rl_offload_grad_ready(void *ctx, size_t off) {
         o->pass++;
         if (o->pass == 2 && !o->stage) stage_alloc(o);
         rl_err e = {0};
-        int rc = add_staged(o, &e); /* the last pass's, before this one's come down over them */
+        int rc = o->staged ? settle_down(o, &e) : RL_OK; /* the last pass's, before this one's come down over them */
         keep(o, rc, &e);
         return;
     }
@@ -619,8 +624,8 @@ int rl_offload_unshare(rl_offload *o, bool *whole, rl_err *e) {
     if (!all) atomic_store(&o->cancel, true);
     pthread_mutex_lock(&o->mu);
     int rc = RL_OK;
-    for (double end = rl_now() + o->timeout_s; o->busy && rl_now() < end;) rl_cond_wait_s(&o->cv, &o->mu, 0.05);
-    if (o->busy) rc = rl_errf(e, RL_ETIMEOUT, "train.offload: the host's AdamW not done after %.0f s", o->timeout_s);
+    if (!idle_locked(o))
+        rc = rl_errf(e, RL_ETIMEOUT, "train.offload: the host's AdamW not done after %.0f s", o->timeout_s);
     if (o->rc == RL_EABORT) o->rc = RL_OK, o->err = (rl_err){0}; /* the cancel's, not a failure */
     pthread_mutex_unlock(&o->mu);
     atomic_store(&o->cancel, false);
