@@ -155,6 +155,7 @@ static int round_up(const rl_proc_opts *o, const rl_job_config *settled, const r
         .reduce_bf16 = strcmp(cfg->dist.reduce_dtype, "bf16") == 0,
         .shard = rl_shard_mode_of(cfg->dist.shard),
         .stretch = rl_train_stretch(&cfg->model),
+        .host_update = strcmp(cfg->train.offload, "none") != 0, /* the host updates the shard */
     };
     dopt.regions = rl_trainer_grad_regions(*tr, &dopt.nregions);
     if ((rc = rl_ddp_create(p->comm, rl_trainer_grads(*tr), rl_trainer_nparams(*tr), &dopt, &p->ddp, e))) return rc;

@@ -409,16 +409,18 @@ int rl_ddp_create(rl_comm *comm, float *grads, size_t n, const rl_ddp_opts *o, r
     int rc = regions ? region_plan(o, n, &plan, e)
                      : rl_train_bucket_plan_of(none ? 0 : n, o ? o->first_bucket_bytes : 0, o ? o->bucket_bytes : 0,
                                                o ? o->min_buckets : 0, &plan, e);
-    if (!rc && !grads && !none && (!regions || !o->grad_stream || o->shard == RL_SHARD_OPTIMIZER))
+    if (!rc && !grads && !none &&
+        (!regions || !o->grad_stream || (o->shard == RL_SHARD_OPTIMIZER && !o->host_update)))
         rc = rl_errf(e, RL_EINTERNAL, "ddp: gradients in slots (no buffer) need their regions, a device stream "
-                     "and dist.shard \"gradients\" or \"none\"");
+                     "and dist.shard \"gradients\" or \"none\" (or a host update)");
     if (rc || plan.count > (size_t)INT_MAX / 2) {
         free(d);
         return rc ? rc : rl_errf(e, RL_EINPUT, "ddp: %zu buckets are too many", plan.count);
     }
     int nb = d->nb = (int)plan.count;
     d->slotted = !grads && !none;
-    d->keep = d->slotted && o->shard == RL_SHARD_GRADIENTS;
+    d->keep = d->slotted && o->shard == RL_SHARD_GRADIENTS && !o->host_update;
+    d->split = d->slotted && o->shard != RL_SHARD_NONE && o->host_update; /* the blocks are the shard's */
     d->boff = calloc((size_t)nb + 1, sizeof(size_t));
     d->blen = calloc((size_t)nb + 1, sizeof(size_t));
     d->ev = calloc((size_t)nb + 1, sizeof(rl_ddp_event));

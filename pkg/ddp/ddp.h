@@ -119,6 +119,12 @@ typedef struct rl_ddp_opts {
      * "layers"; DDP then has no buckets.) */
     const size_t *regions;
     int nregions;
+    /* Slots with a shard mode, either one, whose owner takes each bucket's
+     * shard away itself (train.offload with dist.shard: the host updates
+     * it): every bucket is reduce-scattered in its slot as after
+     * rl_ddp_split, nothing is kept (the seam's reduced orders the copy
+     * down), and the shard plan, sum and gather are the mode's. */
+    bool host_update;
 } rl_ddp_opts;
 
 /* One bucket's life in the last step (for the overlap test and logs). */

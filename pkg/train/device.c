@@ -157,6 +157,11 @@ int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e) {
     return rc ? rc : d->ops->upload(d, opt, e);
 }
 
+int rl_train_dev_settle(rl_train_device *d, rl_err *e) {
+    int rc = check_open(d, "settle", e);
+    return rc || !d->ops->settle ? rc : d->ops->settle(d, e);
+}
+
 int rl_train_dev_share(rl_train_device *d, const rl_train_dist *dist, rl_err *e) {
     int rc = check_open(d, "share", e);
     if (!rc && !dist) rc = rl_errf(e, RL_EINTERNAL, "train device: share without a seam");

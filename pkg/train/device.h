@@ -98,6 +98,11 @@ typedef struct rl_train_device_ops {
     /* The dispatcher has set d->shard (NULL: none) and sized d->opt to it:
      * fit the device's own moments (zero). NULL: it keeps none of its own. */
     int (*set_shard)(rl_train_device *d, rl_err *e);
+    /* Optional: issue now the collectives the device would issue within
+     * its next forward (train.offload with a shard: the gathers of the
+     * update's weights), before the ranks' paths part (an evaluation that
+     * gives some ranks no batch, rank 0's own work). A collective. */
+    int (*settle)(rl_train_device *d, rl_err *e);
     /* Optional: the last step's exposed waiting, read once step_end
      * returned -- how long the device's compute stream stood waiting on
      * copies or collectives (stream_s) and the training thread on the
@@ -181,6 +186,8 @@ int rl_train_dev_download(rl_train_device *d, bool opt, rl_err *e);
 /* The ops' waits, -1 each where the device has none. */
 void rl_train_dev_waits(rl_train_device *d, double *stream_s, double *host_s);
 int rl_train_dev_upload(rl_train_device *d, bool opt, rl_err *e);
+/* The op's settle; nothing where there is none. Every rank calls it. */
+int rl_train_dev_settle(rl_train_device *d, rl_err *e);
 /* The ops' share and unshare; nothing (and *whole true) where there are none. */
 int rl_train_dev_share(rl_train_device *d, const rl_train_dist *dist, rl_err *e);
 int rl_train_dev_unshare(rl_train_device *d, bool *whole, rl_err *e);

@@ -307,19 +307,27 @@ static int offload_step_end(rl_train_device *d, const rl_train_update *u, double
     return rl_offload_step(g->off, u, rl_clip_factor(*norm, u->clip), e);
 }
 
-/* the host state is the truth: a copy in the pause, nothing staged */
+/* the host state is the truth: a copy in the pause, nothing staged (with
+ * a shard the master gathered first, on every rank) */
 static int offload_take(rl_train_device *d, float *params, float *m, float *v, bool *later, rl_err *e) {
     (void)later;
-    int rc = rl_offload_join(ctx(d)->off, e);
+    int rc = rl_offload_master(ctx(d)->off, e);
     if (!rc) rl_train_host_take(d, params, m, v);
     return rc;
 }
 
-/* the host state is current once the update is done */
+/* the host state is current once the update is done (and with a shard
+ * the other ranks' ranges of the master are in) */
 static int offload_download(rl_train_device *d, bool opt, rl_err *e) {
     (void)opt;
-    return rl_offload_join(ctx(d)->off, e);
+    return rl_offload_master(ctx(d)->off, e);
 }
+
+/* the update's collectives issued (a shard's gathers), on every rank */
+static int offload_settle(rl_train_device *d, rl_err *e) { return rl_offload_join(ctx(d)->off, e); }
+
+/* dist.shard: the host's update takes this rank's ranges (offload.h) */
+static int offload_set_shard(rl_train_device *d, rl_err *e) { return rl_offload_set_shard(ctx(d)->off, e); }
 
 /* the weights' bf16 copy from the host's master (layers: the host's copy
  * of it the model streams from, too); the moments never leave */
@@ -392,6 +400,8 @@ static const rl_train_device_ops offload_ops = {
     .take = offload_take,
     .download = offload_download,
     .upload = offload_upload,
+    .set_shard = offload_set_shard,
+    .settle = offload_settle,
     .waits = gpu_waits,
     .share = offload_share,
     .unshare = offload_unshare,

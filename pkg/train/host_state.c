@@ -42,28 +42,28 @@ static size_t page_round(size_t b) {
 
 static hs_hdr *hdr(const rl_host_state *s) { return (hs_hdr *)s->base; }
 
-static void place(rl_host_state *s, size_t hdr_bytes) {
+static void place(rl_host_state *s, size_t hdr_bytes, bool moments) {
     s->params = (float *)(s->base + hdr_bytes);
-    s->opt = s->params + s->n;
+    s->opt = moments ? s->params + s->n : NULL;
     s->bf16 = (uint16_t *)(s->base + s->bf16_off);
 }
 
-int rl_host_state_alloc(rl_host_state *s, size_t n, int nreg, rl_err *e) {
+int rl_host_state_alloc(rl_host_state *s, size_t n, int nreg, bool moments, rl_err *e) {
     memset(s, 0, sizeof *s);
     size_t h = page_round(sizeof(hs_hdr) + (size_t)nreg * sizeof(uint64_t));
     if (n > (SIZE_MAX - 2 * h) / 16) return rl_errf(e, RL_ENOMEM, "train.offload: %zu parameters' host state", n);
     s->n = n, s->nreg = nreg, s->rank = 0, s->world = 1;
-    s->bf16_off = h + page_round(3 * n * sizeof(float));
+    s->bf16_off = h + page_round((moments ? 3 : 1) * n * sizeof(float));
     s->len = s->bf16_off + page_round(n * sizeof(uint16_t));
     void *m = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {
         size_t len = s->len;
         memset(s, 0, sizeof *s);
-        return rl_errf(e, RL_ENOMEM, "train.offload: %zu MiB of host memory for the master weights, moments and "
-                       "bf16 weights: %s", len >> 20, strerror(errno));
+        return rl_errf(e, RL_ENOMEM, "train.offload: %zu MiB of host memory for the master weights, %sbf16 "
+                       "weights: %s", len >> 20, moments ? "moments and " : "", strerror(errno));
     }
     s->base = m;
-    place(s, h);
+    place(s, h, moments);
     return RL_OK;
 }
 

@@ -21,7 +21,7 @@
 
 typedef struct rl_host_state {
     float *params;  /* n: the fp32 master */
-    float *opt;     /* 2 x n: AdamW's m, then v */
+    float *opt;     /* 2 x n: AdamW's m, then v; NULL: kept elsewhere (a rank's shard, dist.shard) */
     uint16_t *bf16; /* n: the weights as the GPU reads them */
     size_t n;
     int nreg;       /* regions with a progress counter */
@@ -32,8 +32,10 @@ typedef struct rl_host_state {
     size_t bf16_off; /* bf16's offset in it (page-aligned) */
 } rl_host_state;
 
-/* Private memory for n parameters and nreg regions, zeroed. */
-int rl_host_state_alloc(rl_host_state *s, size_t n, int nreg, rl_err *e);
+/* Private memory for n parameters and nreg regions, zeroed; without
+ * moments, the master and bf16 weights only (dist.shard: the device seam
+ * keeps the shard's moments, and such a state is never shared). */
+int rl_host_state_alloc(rl_host_state *s, size_t n, int nreg, bool moments, rl_err *e);
 void rl_host_state_free(rl_host_state *s);
 
 /* Every rank of dist's round calls it (a collective: dist's broadcast and

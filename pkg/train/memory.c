@@ -150,8 +150,10 @@ int rl_train_memory_of(const rl_job_config *cfg, int world, size_t nparams, rl_t
     rl_shard_mode mode = world > 1 ? rl_shard_mode_of(cfg->dist.shard) : RL_SHARD_NONE;
     const rl_dist_config *d = &cfg->dist;
     rl_train_bucket_plan p = {0};
-    /* (a count other than the model's: no regions to cut by) */
-    bool cuda = !strcmp(cfg->train.device, "cuda"), slotted = cuda && mode == RL_SHARD_GRADIENTS && n == lay.total;
+    /* the GPU's regions are the buckets with "gradients" and with
+     * train.offload (a count other than the model's: no regions to cut by) */
+    bool cuda = !strcmp(cfg->train.device, "cuda"), off = strcmp(cfg->train.offload, "none") != 0;
+    bool slotted = cuda && n == lay.total && (mode == RL_SHARD_GRADIENTS || (off && mode != RL_SHARD_NONE));
     if (mode != RL_SHARD_NONE && !slotted &&
         (rc = rl_train_bucket_plan_of(n, rl_train_mib_bytes(d->first_bucket_mb), rl_train_mib_bytes(d->bucket_mb),
                                       d->min_buckets, &p, e)))

@@ -24,6 +24,14 @@
 #ifdef RL_CUDA
 #include <cuda_runtime_api.h>
 
+/* A part of a region this rank updates: elements [off, off + len), at
+ * `at` in the compact gradient buffers; shared: a shard's tail, which
+ * every rank updates alike and only rank 0 counts in the norm. */
+typedef struct slice {
+    size_t off, len, at;
+    bool shared;
+} slice;
+
 struct rl_offload {
     rl_train_device *d;
     void *params_dev;    /* the model's bf16 weights */
@@ -31,12 +39,20 @@ struct rl_offload {
     cudaStream_t copy;   /* the uploads */
     int device;          /* the training thread's GPU: the worker's too */
     /* pinned: the step's reduced gradients, and a later micro-batch's
-     * staging, of this rank's slice of each region only (all of it unless
-     * the state is shared): region k's slice [sl_a[k], sl_b[k]) at comp[k],
-     * held elements in all */
+     * staging, of this rank's slices of each region only (all of it unless
+     * the state is shared or sharded): region k's are sl[sl_first[k] ..
+     * sl_first[k + 1]), held elements in all */
     float *grads, *stage;
-    size_t *sl_a, *sl_b, *comp, held;
-    const rl_train_dist *sdist; /* the seam the state is shared over: the norm's sum */
+    slice *sl;
+    int *sl_first;
+    size_t held;
+    const rl_train_dist *sdist; /* the seam the state is shared or sharded over: the norm's sum */
+    /* dist.shard (the device seam's shard): this rank's slices are the
+     * shard's ranges, the other ranks' parts of the bf16 weights come by
+     * the seam's gather on the GPU (gather_region, gctx) */
+    bool sharded;
+    int (*gather_region)(void *ctx, void *buf, size_t off, size_t len, bool bf16, rl_err *e);
+    void *gctx;
     /* the master, the moments and the bf16 weights (d->params and d->opt
      * point into it), shared by the node's ranks or this one's alone; its
      * bf16 pages registered (pinned) for the copies up */
@@ -126,15 +142,35 @@ static int pin_slices(float **p, size_t held, const char *what, rl_err *e) {
                    cudaGetErrorString(ce));
 }
 
-/* This rank's slice of each region (host_state.h) and its gradients'
- * buffers, sized for the slices: all of every region alone, 1/N of them
- * when N ranks share the state. Between steps. */
+static void add_slice(rl_offload *o, int *i, size_t off, size_t len, bool shared) {
+    if (len) o->sl[(*i)++] = (slice){.off = off, .len = len, .at = o->held, .shared = shared};
+    o->held += len;
+}
+
+/* This rank's slices of each region and its gradients' buffers, sized for
+ * them: all of every region alone; 1/N of them when N ranks share the
+ * state (host_state.h's slice); with a shard its ranges (pkg/ddp's plan:
+ * a region is a bucket, its block then the tail every rank holds), whose
+ * moments the device seam keeps in the same order. Between steps. */
 static int slice_grads(rl_offload *o, rl_err *e) {
+    const rl_train_shard *sh = o->sharded ? o->d->shard : NULL;
+    int i = 0, j = 0;
     o->held = 0;
     for (int k = 0; k < o->nreg; k++) {
-        rl_host_slice(&o->hs, region_start(o, k), o->reg_end[k], &o->sl_a[k], &o->sl_b[k]);
-        o->comp[k] = o->held, o->held += o->sl_b[k] - o->sl_a[k];
+        size_t lo = region_start(o, k), hi = o->reg_end[k], a, b;
+        o->sl_first[k] = i;
+        for (; sh && j < sh->n && sh->r[j].off < hi; j++) {
+            if (sh->r[j].off < lo || sh->r[j].off + sh->r[j].len > hi)
+                return rl_errf(e, RL_EINTERNAL, "train.offload: shard range [%zu, +%zu) across region %d",
+                               sh->r[j].off, sh->r[j].len, k);
+            add_slice(o, &i, sh->r[j].off, sh->r[j].len, sh->r[j].shared);
+        }
+        if (!sh) rl_host_slice(&o->hs, lo, hi, &a, &b), add_slice(o, &i, a, b - a, false);
     }
+    o->sl_first[o->nreg] = i;
+    if (sh && (j != sh->n || o->held != sh->total))
+        return rl_errf(e, RL_EINTERNAL, "train.offload: a shard of %zu elements in %d ranges, %zu in the regions",
+                       sh->total, sh->n, o->held);
     if (o->grads) cudaFreeHost(o->grads);
     if (o->stage) cudaFreeHost(o->stage); /* made again by the first step of several micro-batches */
     o->grads = o->stage = NULL;
@@ -149,24 +185,31 @@ static void round_bf16(rl_offload *o, size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; i++) b[i] = rl_comm_f32_to_bf16(p[i]);
 }
 
-/* this rank's slice of region k (all of it, unless the node's ranks share
- * the state) updated on the host and published */
+/* this rank's slices of region k (all of it, unless the node's ranks share
+ * the state or it is sharded) updated on the host and published (the
+ * moments: the device seam's, the shard's where it has one) */
 static void update_region(rl_offload *o, int k) {
-    size_t a = o->sl_a[k], b = o->sl_b[k];
-    rl_train_host_adamw(o->d, &o->u, o->d->params, o->grads + o->comp[k], o->scale, a, b);
-    round_bf16(o, a, b);
+    for (const slice *s = o->sl + o->sl_first[k]; s < o->sl + o->sl_first[k + 1]; s++) {
+        rl_train_host_adamw(o->d, &o->u, o->d->params, o->grads + s->at, o->scale, s->off, s->off + s->len);
+        round_bf16(o, s->off, s->off + s->len);
+    }
     rl_host_state_publish(&o->hs, k);
 }
 
 /* region k, updated by every rank that shares it, queued up (with layers a
- * decoder layer's stay on the host: the model copies them itself) */
+ * decoder layer's stay on the host: the model copies them itself; sharded,
+ * this rank's slices only, the seam gathers the rest on the GPU) */
 static int queue_region(rl_offload *o, int k, rl_err *e) {
     size_t lo = region_start(o, k), hi = o->reg_end[k];
     bool resident = !o->layers || k == 0 || k == o->nreg - 1;
     size_t at = o->layers && k == o->nreg - 1 ? lo - o->skip : lo;
-    cudaError_t ce = resident ? cudaMemcpyAsync((uint16_t *)o->params_dev + at, o->hs.bf16 + lo,
-                                                (hi - lo) * sizeof(uint16_t), cudaMemcpyHostToDevice, o->copy)
-                              : cudaSuccess;
+    cudaError_t ce = cudaSuccess;
+    for (const slice *s = o->sl + o->sl_first[k]; o->sharded && s < o->sl + o->sl_first[k + 1] && ce == cudaSuccess; s++)
+        ce = cudaMemcpyAsync((uint16_t *)o->params_dev + s->off, o->hs.bf16 + s->off, s->len * sizeof(uint16_t),
+                             cudaMemcpyHostToDevice, o->copy);
+    if (resident && !o->sharded)
+        ce = cudaMemcpyAsync((uint16_t *)o->params_dev + at, o->hs.bf16 + lo, (hi - lo) * sizeof(uint16_t),
+                             cudaMemcpyHostToDevice, o->copy);
     if (ce == cudaSuccess) ce = cudaEventRecord(o->up[k], o->copy);
     return ce == cudaSuccess ? RL_OK : cuda_err(ce, "queueing the weights' copy to the GPU", e);
 }
@@ -289,14 +332,16 @@ int rl_offload_new(rl_train_device *d, void *params_dev, void *model_stream, dou
     o->reg_end[o->nreg - 1] = lay.total;
     o->layers = layers, o->skip = lay.final_norm - lay.layers;
     o->reg_slot = calloc((size_t)o->nreg, sizeof *o->reg_slot);
-    o->sl_a = calloc((size_t)o->nreg, sizeof *o->sl_a), o->sl_b = calloc((size_t)o->nreg, sizeof *o->sl_b);
-    o->comp = calloc((size_t)o->nreg, sizeof *o->comp);
-    if (!o->reg_slot || !o->sl_a || !o->sl_b || !o->comp) return rl_errf(e, RL_ENOMEM, "train.offload: out of memory");
+    o->sl = calloc(2 * (size_t)o->nreg, sizeof *o->sl); /* a block and a tail each at most */
+    o->sl_first = calloc((size_t)o->nreg + 1, sizeof *o->sl_first);
+    if (!o->reg_slot || !o->sl || !o->sl_first) return rl_errf(e, RL_ENOMEM, "train.offload: out of memory");
     ce = cudaStreamCreateWithFlags(&o->down, cudaStreamNonBlocking);
     if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&o->kern, cudaEventDisableTiming);
     for (int k = 0; k < 8 && ce == cudaSuccess; k++) ce = cudaEventCreateWithFlags(&o->slot_down[k], cudaEventDisableTiming);
     if (ce != cudaSuccess) return cuda_err(ce, "the gradients' way down (stream, events)", e);
-    int rc = rl_host_state_alloc(&o->hs, d->n, o->nreg, e);
+    /* with dist.shard the moments are the device seam's, sized to the shard */
+    bool moments = rl_shard_mode_of(d->cfg->dist.shard) == RL_SHARD_NONE;
+    int rc = rl_host_state_alloc(&o->hs, d->n, o->nreg, moments, e);
     if (rc || (rc = slice_grads(o, e)) || (rc = pin_bf16(o, e))) return rc;
     d->params = o->hs.params, d->opt = o->hs.opt;
     if ((ce = cudaStreamCreateWithFlags(&o->copy, cudaStreamNonBlocking)) != cudaSuccess)
@@ -351,7 +396,7 @@ void rl_offload_free(rl_offload *o) {
     if (o->copy) cudaStreamDestroy(o->copy);
     if (o->down) cudaStreamDestroy(o->down);
     if (o->stage) cudaFreeHost(o->stage);
-    free(o->reg_slot), free(o->sl_a), free(o->sl_b), free(o->comp);
+    free(o->reg_slot), free(o->sl), free(o->sl_first);
     if (o->grads) cudaFreeHost(o->grads);
     if (o->registered) cudaHostUnregister(o->hs.bf16);
     rl_host_state_free(&o->hs);
@@ -360,7 +405,9 @@ void rl_offload_free(rl_offload *o) {
 }
 
 int rl_offload_grad_sq(rl_offload *o, double *sq, rl_err *e) {
-    *sq = rl_grad_sq(o->grads, o->held);
+    *sq = o->sharded ? 0 : rl_grad_sq(o->grads, o->held);
+    for (const slice *s = o->sl; o->sharded && s < o->sl + o->sl_first[o->nreg]; s++)
+        if (!s->shared || o->d->rank == 0) *sq += rl_grad_sq(o->grads + s->at, s->len); /* a tail: once */
     if (!o->sdist) return RL_OK;
     /* the slices' sums over the ranks: an average times the world */
     int rc = o->sdist->average(o->sdist->ctx, sq, 1, e);
@@ -449,8 +496,16 @@ void rl_offload_wait(void *ctx, size_t upto) {
     rl_err e = {0};
     int rc = o->waited < need ? wait_done_locked(o, need, &e) : RL_OK;
     for (; !rc && o->waited < need && o->waited < o->done; o->waited++) {
-        cudaError_t ce = cudaStreamWaitEvent(o->model, o->up[o->waited], 0);
+        int k = o->waited;
+        cudaError_t ce = cudaStreamWaitEvent(o->model, o->up[k], 0);
         if (ce != cudaSuccess) rc = cuda_err(ce, "ordering the forward after the weights' copy", &e);
+        /* sharded: the other ranks' parts of the region, behind this one's
+         * copy up (the seam's collectives follow the model's stream). The
+         * training thread issues them, here, region by region in the
+         * forward's order: the same order on every rank. */
+        size_t lo = region_start(o, k);
+        if (!rc && o->sharded)
+            rc = o->gather_region(o->gctx, (uint16_t *)o->params_dev + lo, lo, o->reg_end[k] - lo, true, &e);
     }
     if (rc && !o->rc) o->rc = rc, o->err = e;
     pthread_mutex_unlock(&o->mu);
@@ -535,20 +590,20 @@ void rl_offload_grad_ready(void *ctx, size_t off) {
         rc = wait_done_locked(o, o->nreg, &e);
         pthread_mutex_unlock(&o->mu);
     }
-    /* this rank's slice of it: all of it unless the state is shared */
-    size_t at = o->sl_a[r] - region_start(o, r), n = o->sl_b[r] - o->sl_a[r];
-    float *buf = o->pass <= 1 ? o->grads : o->stage, *dst = buf ? buf + o->comp[r] : NULL;
+    /* this rank's slices of it: all of it unless the state is shared or sharded */
+    float *buf = o->pass <= 1 ? o->grads : o->stage;
     cudaError_t ce = cudaSuccess;
     if (!rc && k < 0) rc = rl_errf(&e, RL_EINTERNAL, "train.offload: region %d's gradients in no slot", r);
-    if (!rc && !dst) rc = rl_errf(&e, RL_ENOMEM, "train.offload: no staging for a later micro-batch's gradients");
+    if (!rc && !buf) rc = rl_errf(&e, RL_ENOMEM, "train.offload: no staging for a later micro-batch's gradients");
     if (!rc && o->reduced) { /* behind the average, itself behind the region's kernels */
         o->reduced(o->dctx, off, o->down);
     } else if (!rc) {
         ce = cudaEventRecord(o->kern, o->model);
         if (ce == cudaSuccess) ce = cudaStreamWaitEvent(o->down, o->kern, 0);
     }
-    if (!rc && ce == cudaSuccess && n)
-        ce = cudaMemcpyAsync(dst, o->reg_slot[r] + at, n * sizeof(float), cudaMemcpyDeviceToHost, o->down);
+    for (const slice *s = o->sl + o->sl_first[r]; !rc && ce == cudaSuccess && s < o->sl + o->sl_first[r + 1]; s++)
+        ce = cudaMemcpyAsync(buf + s->at, o->reg_slot[r] + (s->off - off), s->len * sizeof(float),
+                             cudaMemcpyDeviceToHost, o->down);
     if (!rc && ce == cudaSuccess) ce = cudaEventRecord(o->slot_down[k], o->down);
     if (!rc && ce == cudaSuccess) o->slot_busy[k] = true;
     if (ce != cudaSuccess) rc = cuda_err(ce, "a region's gradients' copy to the host", &e);
@@ -594,6 +649,7 @@ static int rebind(rl_offload *o, int rc, bool reslice, const rl_train_dist *sdis
 
 int rl_offload_share(rl_offload *o, const rl_train_dist *dist, bool *shared, char *why, size_t whyn, rl_err *e) {
     *shared = false;
+    if (!o->hs.opt) return snprintf(why, whyn, "dist.shard: each rank keeps its shard of the moments"), RL_OK;
     int rc = rl_offload_join(o, e);
     if (!rc) rc = quiet_bf16(o, e);
     if (!rc) rc = rl_host_state_share(&o->hs, dist, shared, why, whyn, e);
@@ -634,5 +690,42 @@ int rl_offload_unshare(rl_offload *o, bool *whole, rl_err *e) {
     if (!rc) rc = quiet_bf16(o, e);
     if (!rc) rc = rl_host_state_unshare(&o->hs, e);
     return rebind(o, rc, true, NULL, e);
+}
+
+/* ---- dist.shard ------------------------------------------------------------ */
+int rl_offload_set_shard(rl_offload *o, rl_err *e) {
+    rl_train_device *d = o->d;
+    int rc = rl_offload_join(o, e);
+    if (rc) return rc;
+    if (d->shard && (!d->gather_region || !d->dist))
+        return rl_errf(e, RL_EINTERNAL, "train.offload: a shard without the seam's gather");
+    if (d->shard && rl_host_state_shared(&o->hs))
+        return rl_errf(e, RL_EINTERNAL, "train.offload: a shard of a host state the node's ranks share");
+    o->sharded = d->shard != NULL;
+    o->gather_region = d->gather_region, o->gctx = d->gather_ctx;
+    o->sdist = o->sharded ? d->dist : NULL;
+    return slice_grads(o, e);
+}
+
+/* Region by region through a device buffer: this rank's slices up, the
+ * others' gathered in, all of it down into the host's master. */
+int rl_offload_master(rl_offload *o, rl_err *e) {
+    int rc = rl_offload_join(o, e);
+    if (rc || !o->sharded) return rc;
+    size_t most = 0;
+    for (int k = 0; k < o->nreg; k++) most = o->reg_end[k] - region_start(o, k) > most ? o->reg_end[k] - region_start(o, k) : most;
+    float *buf = NULL, *p = o->d->params;
+    cudaError_t ce = cudaMalloc((void **)&buf, most * sizeof(float));
+    for (int k = 0; k < o->nreg && !rc && ce == cudaSuccess; k++) {
+        size_t lo = region_start(o, k), len = o->reg_end[k] - lo;
+        for (const slice *s = o->sl + o->sl_first[k]; s < o->sl + o->sl_first[k + 1] && ce == cudaSuccess; s++)
+            ce = cudaMemcpyAsync(buf + (s->off - lo), p + s->off, s->len * sizeof(float), cudaMemcpyHostToDevice,
+                                 o->model);
+        if (ce == cudaSuccess) rc = o->gather_region(o->gctx, buf, lo, len, false, e);
+        if (!rc && ce == cudaSuccess) ce = cudaMemcpyAsync(p + lo, buf, len * sizeof(float), cudaMemcpyDeviceToHost, o->model);
+        if (!rc && ce == cudaSuccess) ce = cudaStreamSynchronize(o->model); /* the buffer is the next region's */
+    }
+    if (buf) cudaFree(buf);
+    return !rc && ce != cudaSuccess ? cuda_err(ce, "gathering the master weights of every rank's shard", e) : rc;
 }
 #endif

@@ -104,4 +104,21 @@ int rl_offload_set_dist(rl_offload *o, const rl_train_dist *dist, rl_grad_ready_
 int rl_offload_share(rl_offload *o, const rl_train_dist *dist, bool *shared, char *why, size_t whyn, rl_err *e);
 int rl_offload_unshare(rl_offload *o, bool *whole, rl_err *e);
 
+/* ---- dist.shard across pods (ZeRO-Offload) ----------------------------------- *
+ * The device seam has set its shard (d->shard, pkg/ddp's plan over the
+ * regions, and the moments d->opt of its ranges; NULL: none): from the
+ * next step this rank takes down, updates and copies up only its ranges
+ * of each region -- the blocks the seam's reduce-scatter leaves averaged
+ * (rl_ddp_opts.host_update) and the tails every rank holds -- its norm is
+ * summed over the ranks, and the rest of each region's bf16 weights comes
+ * from the other ranks by the seam's gather on the GPU, issued from
+ * rl_offload_wait as the forward reaches the region (so every rank issues
+ * them in one order, and each join issues the rest). The host keeps the
+ * whole fp32 master, current only in this rank's ranges:
+ * rl_offload_master gathers the others' (a collective: every rank calls
+ * it at the same point) for a checkpoint or a download. Such a host state
+ * has no moments of its own and is never shared. */
+int rl_offload_set_shard(rl_offload *o, rl_err *e);
+int rl_offload_master(rl_offload *o, rl_err *e);
+
 #endif

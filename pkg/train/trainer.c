@@ -289,6 +289,9 @@ int rl_trainer_eval_loss(rl_trainer *tr, double *loss, rl_err *e) {
     int rc = rl_sampler_init(&s, rl_dataset_tokens(tr->val_ds), t->seq_len, 0, false, e);
     if (rc) return rl_err_wrap(e, "data.val %s", tr->cfg.data.val);
     int B = t->micro_batch, T = t->seq_len, world = world_of(tr), rank = rank_of(tr);
+    /* a rank may get no batch below: what the device's next forward would
+     * issue to the other ranks goes now, on each */
+    if ((rc = rl_train_dev_settle(&tr->dev, e))) return rc;
     int32_t *buf = malloc(sizeof(int32_t) * (size_t)(T + 1));
     if (!buf) return rl_errf(e, RL_ENOMEM, "eval: out of memory");
     /* Batch j goes to rank j % world; sum and count are averaged across
@@ -724,8 +727,10 @@ static int preempt(rl_trainer *tr, rl_err *e) {
 static int eval_arith(rl_trainer *tr, rl_arith_result *r, rl_err *e) {
     const rl_train_config *t = &tr->cfg.train;
     rl_model cpu;
+    /* every rank: with a sharded master the host copy is a gather */
     int rc = rl_trainer_sync_host(tr, false, e);
-    if (rc || (rc = rl_model_create(&cpu, &tr->cfg.model, t->micro_batch, t->seq_len, e))) return rc;
+    if (rc || rank_of(tr) != 0) return rc;
+    if ((rc = rl_model_create(&cpu, &tr->cfg.model, t->micro_batch, t->seq_len, e))) return rc;
     memcpy(cpu.params, tr->dev.params, tr->dev.n * sizeof(float));
     rc = rl_eval_arith(&cpu, tr->val_ds, tr->cfg.data.eval_examples, r, e);
     rl_model_destroy(&cpu);
@@ -812,8 +817,8 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
     s->elapsed_s = rl_now() - t0;
     s->tokens_per_s = (double)(tr->step - first) * (double)t->global_batch_tokens / s->elapsed_s;
     if ((rc = evaluate(tr, "eval_final", e))) return rc;
-    if (rank == 0 && strcmp(tr->cfg.data.eval_task, "arith") == 0) {
-        if ((rc = eval_arith(tr, &s->arith, e))) return rc;
+    if (strcmp(tr->cfg.data.eval_task, "arith") == 0) {
+        if ((rc = eval_arith(tr, &s->arith, e)) || rank != 0) return rc;
         s->has_arith = true;
         rl_log(RL_LOG_INFO, "eval_arith", "\"step\":%lld,\"correct\":%d,\"total\":%d,\"accuracy\":%.4f",
                tr->step, s->arith.correct, s->arith.total,

@@ -1004,7 +1004,7 @@ static int rank_round(ddp_rank *d, rl_store *st, const char *prefix, rl_trainer 
     rl_comm_opts co = {.backend = "nccl", .rank = d->rank, .world = 2, .prefix = prefix, .store = st,
                        .device = d->rank, .timeout_s = 60};
     rl_ddp_opts o = {.min_buckets = d->c->dist.min_buckets, .grad_stream = rl_trainer_stream(tr),
-                     .shard = rl_shard_mode_of(d->c->dist.shard)};
+                     .shard = rl_shard_mode_of(d->c->dist.shard), .host_update = strcmp(d->c->train.offload, "none")};
     o.regions = rl_trainer_grad_regions(tr, &o.nregions); /* "gradients": the model's slots */
     int rc = rl_comm_init(&co, comm, e);
     if (!rc) rc = rl_ddp_create(*comm, rl_trainer_grads(tr), rl_trainer_nparams(tr), &o, ddp, e);
@@ -1111,9 +1111,20 @@ done:
  * replica -- whole, the round having ended gracefully -- and share again:
  * the same state at step 6, both resumed from the step they left after
  * (4: the request rides on the next step's average). */
-static void check_ddp_two_ranks(const char *offload, int accum, bool share, long long yield_at) {
-    char name[128];
-    const char *tail = !share ? ", a host copy each" : yield_at ? ", a yield and a new round in between" : "";
+/* this rank's moments (m then v, over its ranges in order) as they are in
+ * a whole state (n params, then n of m and n of v), into want (2 x held) */
+static void moments_of_ranges(const float *whole, size_t n, const ddp_rank *d, float *want) {
+    for (size_t k = 0, at = 0; k < (size_t)d->nranges; at += d->ranges[k].len, k++)
+        for (int half = 0; half < 2; half++)
+            memcpy(want + half * d->held + at, whole + n + half * n + d->ranges[k].off, d->ranges[k].len * sizeof(float));
+}
+
+static void check_ddp_two_ranks(const char *offload, int accum, bool share, long long yield_at, const char *shard) {
+    char name[160];
+    const char *tail = shard            ? ", each its shard (dist.shard gradients)"
+                       : !share   ? ", a host copy each"
+                       : yield_at ? ", a yield and a new round in between"
+                                  : "";
     if (!offload) snprintf(name, sizeof name, "trainer: nccl ddp on 2 ranks = 1 rank");
     else if (accum > 1)
         snprintf(name, sizeof name, "trainer: nccl offload %s on 2 ranks x %d micro-batches ~ 1 rank%s", offload,
@@ -1130,7 +1141,10 @@ static void check_ddp_two_ranks(const char *offload, int accum, bool share, long
         c.model.num_hidden_layers = 4;
         c.train.offload_share = share;
     }
-    const char *pre = !offload ? "ddp2" : accum > 1 ? "ddp2-acc" : !share ? "own-copy" : yield_at ? "yield" : offload;
+    if (shard) snprintf(c.dist.shard, sizeof c.dist.shard, "%s", shard);
+    const char *pre = shard ? "off-shard" : !offload ? "ddp2" : accum > 1 ? "ddp2-acc" : !share ? "own-copy"
+                      : yield_at                                               ? "yield"
+                                                                               : offload;
     rl_trainer *a = NULL;
     curve ca;
     rl_err e = {0};
@@ -1162,14 +1176,24 @@ static void check_ddp_two_ranks(const char *offload, int accum, bool share, long
         for (int r = 0; r < 2; r++) {
             for (int i = 0; i < ca.n && i < d[r].cv.n; i++)
                 worst = fmax(worst, fabs(d[r].cv.loss[i] - ca.loss[i]) / ca.loss[i]);
-            for (size_t i = 0; i < n; i++) differ += pa[i] != d[r].state[i];
-            rel = fmax(rel, fmax(rel_diff(d[r].state, pa, np), rel_diff(d[r].state + np, pa + np, 2 * np)));
+            /* sharded: the rank's moments are those of its ranges only */
+            float *want = shard ? malloc(2 * d[r].held * sizeof(float)) : NULL;
+            if (want) moments_of_ranges(pa, np, &d[r], want);
+            const float *ref_m = shard ? want : pa + np;
+            size_t nm = shard ? 2 * d[r].held : 2 * np;
+            for (size_t i = 0; i < np; i++) differ += pa[i] != d[r].state[i];
+            for (size_t i = 0; ref_m && i < nm; i++) differ += ref_m[i] != d[r].state[np + i];
+            rel = fmax(rel, ref_m ? fmax(rel_diff(d[r].state, pa, np), rel_diff(d[r].state + np, ref_m, nm)) : INFINITY);
+            free(want);
         }
-        bool ranks = !memcmp(d[0].state, d[1].state, n * sizeof(float));
+        bool ranks = !memcmp(d[0].state, d[1].state, (shard ? np : n) * sizeof(float));
         bool state = accum > 1 ? ranks && rel <= sbound : differ == 0;
-        bool where = d[0].shared == (offload && share) && d[1].shared == (offload && share);
-        /* shared, each rank takes only its block of a region down: reduce-scatters, no bucket allreduced */
-        bool split = offload && share, kinds = true;
+        bool where = d[0].shared == (offload && share && !shard) && d[1].shared == (offload && share && !shard);
+        /* sharded: each rank holds about half of the moments */
+        double half = shard ? (double)d[0].held / (double)np : 0.5;
+        state = state && half > 0.45 && half < 0.55;
+        /* shared or sharded, each rank takes only its block of a region down: reduce-scatters, no bucket allreduced */
+        bool split = offload && (share || shard), kinds = true;
         for (int r = 0; r < 2; r++)
             kinds = kinds && (split ? d[r].scattered > 0 && d[r].allreduced == 0
                                     : d[r].scattered == 0 && d[r].allreduced > 0);
@@ -1178,11 +1202,11 @@ static void check_ddp_two_ranks(const char *offload, int accum, bool share, long
                                     d[0].resumed_from < 6);
         report(name, steps && worst <= bound && state && d[0].buckets >= 4 && where && rounds && kinds,
                "%d buckets; params and moments of both ranks %s (%zu of 2 x %zu values differ, worst %.2e "
-               "relative%s); losses within %.2e relative (bound %.2e); loss %.4f -> %.4f; host state in the node's "
-               "shared object: rank 0 %s, rank 1 %s; second round resumed from step %lld and %lld; last bucket "
-               "reductions: rank 0 %d reduce-scatters, %d allreduces, rank 1 %d, %d",
+               "relative%s); rank 0 holds %.3f of the moments; losses within %.2e relative (bound %.2e); loss %.4f "
+               "-> %.4f; host state in the node's shared object: rank 0 %s, rank 1 %s; second round resumed from "
+               "step %lld and %lld; last bucket reductions: rank 0 %d reduce-scatters, %d allreduces, rank 1 %d, %d",
                d[0].buckets, differ == 0 ? "identical" : ranks ? "equal to each other" : "DIFFER", differ, n, rel,
-               accum > 1 ? ", bound 1e-4" : "", worst, bound, ca.loss[0], ca.loss[5], d[0].shared ? "yes" : "no",
+               accum > 1 ? ", bound 1e-4" : "", half, worst, bound, ca.loss[0], ca.loss[5], d[0].shared ? "yes" : "no",
                d[1].shared ? "yes" : "no", d[0].resumed_from, d[1].resumed_from, d[0].scattered, d[0].allreduced,
                d[1].scattered, d[1].allreduced);
     }
@@ -1548,12 +1572,13 @@ void test_gpu_train(void) {
     check_nccl_hang_named();
     check_nccl_peer_never_enters();
     check_nccl_abort_while_waiting();
-    check_ddp_two_ranks(NULL, 1, false, 0);
-    check_ddp_two_ranks("optimizer", 1, true, 0);
-    check_ddp_two_ranks("optimizer", 1, true, 3);
-    check_ddp_two_ranks("layers", 1, true, 0);
-    check_ddp_two_ranks("layers", 1, false, 0);
-    check_ddp_two_ranks("layers", 2, true, 0);
+    check_ddp_two_ranks(NULL, 1, false, 0, NULL);
+    check_ddp_two_ranks("optimizer", 1, true, 0, NULL);
+    check_ddp_two_ranks("optimizer", 1, true, 3, NULL);
+    check_ddp_two_ranks("layers", 1, true, 0, NULL);
+    check_ddp_two_ranks("layers", 1, false, 0, NULL);
+    check_ddp_two_ranks("layers", 2, true, 0, NULL);
+    check_ddp_two_ranks("optimizer", 1, true, 0, "gradients");
     check_shard_two_ranks();
     check_shard_resume();
     char cmd[128];

@@ -99,7 +99,7 @@ static void two_ranks(seam *s, run r[RANKS]) {
     for (int k = 0; k < RANKS; k++) {
         rl_err e = {0};
         r[k].ctx = (rank_ctx){.s = s, .rank = k};
-        cr_assert_eq(rl_host_state_alloc(&r[k].st, N, 3, &e), RL_OK, "%s", e.msg);
+        cr_assert_eq(rl_host_state_alloc(&r[k].st, N, 3, true, &e), RL_OK, "%s", e.msg);
         pthread_create(&t[k], NULL, rank_main, &r[k]);
     }
     for (int k = 0; k < RANKS; k++) pthread_join(t[k], NULL);
@@ -109,7 +109,7 @@ static void two_ranks(seam *s, run r[RANKS]) {
 Test(host_state, private_state_is_zeroed_and_bf16_page_aligned) {
     rl_host_state st;
     rl_err e = {0};
-    cr_assert_eq(rl_host_state_alloc(&st, N, 3, &e), RL_OK);
+    cr_assert_eq(rl_host_state_alloc(&st, N, 3, true, &e), RL_OK);
     cr_expect(!rl_host_state_shared(&st));
     cr_expect_eq((uintptr_t)st.bf16 % 4096, 0);
     cr_expect(st.opt == st.params + N && (char *)st.bf16 >= (char *)(st.opt + 2 * N));
@@ -191,7 +191,7 @@ static int proc_rank(int fd, int rank) {
     char why[160];
     proc_ctx ctx = {.fd = fd, .rank = rank};
     rl_train_dist dist = {.rank = rank, .world = 2, .ctx = &ctx, .broadcast = p_bcast, .average = p_avg};
-    if (rl_host_state_alloc(&st, N, 3, &e)) return 10;
+    if (rl_host_state_alloc(&st, N, 3, true, &e)) return 10;
     for (size_t i = 0; i < N; i++) st.params[i] = (float)i;
     if (rl_host_state_share(&st, &dist, &shared, why, sizeof why, &e) || !shared) return 11;
     for (int k = 0; k < 3; k++) {
