@@ -1267,9 +1267,14 @@ static void free_ranks(ddp_rank d[2]) {
  * GPU's staging copy, rank 1 without the weights; shard files and receipts;
  * rank 0's commit) resumes on two ranks (each reads its own ranges of the
  * moments back into the device) and ends bit for bit where the same run
- * uninterrupted ends: parameters and each rank's moments. */
-static void check_shard_resume(void) {
-    const char *name = "trainer: nccl shard gradients on 2 ranks resumes exactly";
+ * uninterrupted ends: parameters and each rank's moments. With
+ * train.offload "optimizer" the snapshot is the host's, its master
+ * gathered from both ranks' shards on the GPU first (rank 0 saves it),
+ * and the resume reads each rank's moments into the host. */
+static void check_shard_resume(const char *offload) {
+    char name[128];
+    snprintf(name, sizeof name, "trainer: nccl shard gradients%s%s on 2 ranks resumes exactly",
+             offload ? " with offload " : "", offload ? offload : "");
     if (!selected(name) || !two_devices(name)) return;
     rl_store_server *srv = server(name);
     if (!srv) return;
@@ -1277,11 +1282,12 @@ static void check_shard_resume(void) {
     job(&c, "cuda", 6, 2);
     c.dist.min_buckets = 5;
     snprintf(c.dist.shard, sizeof c.dist.shard, "gradients");
-    snprintf(c.ckpt.uri, sizeof c.ckpt.uri, "file://%s/ck-shard", dir);
+    if (offload) snprintf(c.train.offload, sizeof c.train.offload, "%s", offload);
+    snprintf(c.ckpt.uri, sizeof c.ckpt.uri, "file://%s/ck-shard%s", dir, offload ? "-off" : "");
     c.ckpt.every_steps = 100;
     ddp_rank ref[2] = {{.rank = 0, .c = &c, .prefix = "sr-ref"}, {.rank = 1, .c = &c, .prefix = "sr-ref"}};
     rl_job_config cr = c; /* the reference saves elsewhere */
-    snprintf(cr.ckpt.uri, sizeof cr.ckpt.uri, "file://%s/ck-shard-ref", dir);
+    snprintf(cr.ckpt.uri, sizeof cr.ckpt.uri, "file://%s/ck-shard-ref%s", dir, offload ? "-off" : "");
     ref[0].c = ref[1].c = &cr;
     ddp_rank a[2] = {{.rank = 0, .c = &c, .prefix = "sr-a", .stop_at = 3}, {.rank = 1, .c = &c, .prefix = "sr-a", .stop_at = 3}};
     ddp_rank b[2] = {{.rank = 0, .c = &c, .prefix = "sr-b"}, {.rank = 1, .c = &c, .prefix = "sr-b"}};
@@ -1580,7 +1586,8 @@ void test_gpu_train(void) {
     check_ddp_two_ranks("layers", 2, true, 0, NULL);
     check_ddp_two_ranks("optimizer", 1, true, 0, "gradients");
     check_shard_two_ranks();
-    check_shard_resume();
+    check_shard_resume(NULL);
+    check_shard_resume("optimizer");
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "test-gpu: could not remove %s\n", dir);
