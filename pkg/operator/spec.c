@@ -372,9 +372,11 @@ static int parse_pod_passthrough(const cJSON *spec, rl_err *e) {
 /* Several trainers of a pod with train.offload share their host state in
  * /dev/shm (train.offload_share): a shmSize that cannot hold it would make
  * every trainer keep a copy of its own instead, nprocPerNode times the
- * memory, so it is refused here by name. */
+ * memory, so it is refused here by name. With dist.shard each keeps its
+ * shard and nothing is shared. */
 static int check_shm_room(const rl_op_job *j, const rl_job_config *jc, rl_err *e) {
-    if (j->nproc < 2 || !strcmp(jc->train.offload, "none") || !jc->train.offload_share || !j->shm_size[0])
+    if (j->nproc < 2 || !strcmp(jc->train.offload, "none") || !jc->train.offload_share || !j->shm_size[0] ||
+        strcmp(jc->dist.shard, "none"))
         return RL_OK;
     rl_param_layout lay;
     rl_param_layout_init(&lay, &jc->model);
@@ -382,8 +384,9 @@ static int check_shm_room(const rl_op_job *j, const rl_job_config *jc, rl_err *e
     if (quantity_bytes(j->shm_size, &have) && have >= need) return RL_OK; /* parse_volumes checked its form */
     return rl_errf(e, RL_EINPUT, "spec.shmSize: %s cannot hold the host state the %d trainers of a pod share with "
                    "train.offload \"%s\" (%d bytes x %zu parameters = %.1f %s): raise it, leave it empty, or set "
-                   "spec.training.train.offload_share to false", j->shm_size, j->nproc, jc->train.offload, RL_OFFLOAD_SHARED_BYTES, lay.total,
-                   need >= 0x1p30 ? need / 0x1p30 : need / 0x1p20, need >= 0x1p30 ? "GiB" : "MiB");
+                   "spec.training.train.offload_share to false", j->shm_size, j->nproc, jc->train.offload,
+                   RL_OFFLOAD_SHARED_BYTES, lay.total, need >= 0x1p30 ? need / 0x1p30 : need / 0x1p20,
+                   need >= 0x1p30 ? "GiB" : "MiB");
 }
 
 /* spec.training -> the worker's config JSON, with the job's rendezvous port

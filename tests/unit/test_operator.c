@@ -153,7 +153,8 @@ Test(operator, refusals_name_the_field) {
 }
 
 /* The same pod with room for the shared host state, with none asked for
- * (a trainer a pod, or offload_share false), or with no limit is taken. */
+ * (a trainer a pod, offload_share false, or dist.shard: each rank keeps its
+ * shard, nothing is shared), or with no limit is taken. */
 Test(operator, a_shm_size_that_holds_the_shared_host_state_is_taken) {
     const char *ok[] = {
         "{\"image\":\"x\",\"nprocPerNode\":2,\"gpusPerNode\":2,\"shmSize\":\"12M\","
@@ -162,6 +163,8 @@ Test(operator, a_shm_size_that_holds_the_shared_host_state_is_taken) {
         "\"training\":{\"train\":{\"offload\":\"layers\",\"offload_share\":false}}}",
         "{\"image\":\"x\",\"nprocPerNode\":1,\"gpusPerNode\":1,\"shmSize\":\"8Mi\","
         "\"training\":{\"train\":{\"offload\":\"optimizer\"}}}",
+        "{\"image\":\"x\",\"nprocPerNode\":2,\"gpusPerNode\":2,\"shmSize\":\"8Mi\","
+        "\"training\":{\"train\":{\"offload\":\"optimizer\"},\"dist\":{\"shard\":\"gradients\"}}}",
         "{\"image\":\"x\",\"nprocPerNode\":2,\"gpusPerNode\":2,\"training\":{\"train\":{\"offload\":\"layers\"}}}",
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
