@@ -1172,7 +1172,7 @@ static void check_ddp_two_ranks(const char *offload, int accum, bool share, long
     } else {
         bool steps = ca.n == 6 && d[0].cv.n == 6 && d[1].cv.n == 6;
         double worst = 0, rel = 0, bound = accum > 1 ? 1e-6 : FLT_EPSILON, sbound = 1e-4;
-        size_t differ = 0, np = n / 3;
+        size_t differ = 0, compared = 0, np = n / 3;
         for (int r = 0; r < 2; r++) {
             for (int i = 0; i < ca.n && i < d[r].cv.n; i++)
                 worst = fmax(worst, fabs(d[r].cv.loss[i] - ca.loss[i]) / ca.loss[i]);
@@ -1183,6 +1183,7 @@ static void check_ddp_two_ranks(const char *offload, int accum, bool share, long
             size_t nm = shard ? 2 * d[r].held : 2 * np;
             for (size_t i = 0; i < np; i++) differ += pa[i] != d[r].state[i];
             for (size_t i = 0; ref_m && i < nm; i++) differ += ref_m[i] != d[r].state[np + i];
+            compared += np + nm;
             rel = fmax(rel, ref_m ? fmax(rel_diff(d[r].state, pa, np), rel_diff(d[r].state + np, ref_m, nm)) : INFINITY);
             free(want);
         }
@@ -1201,11 +1202,11 @@ static void check_ddp_two_ranks(const char *offload, int accum, bool share, long
         bool rounds = !yield_at || (d[0].resumed_from == d[1].resumed_from && d[0].resumed_from >= yield_at &&
                                     d[0].resumed_from < 6);
         report(name, steps && worst <= bound && state && d[0].buckets >= 4 && where && rounds && kinds,
-               "%d buckets; params and moments of both ranks %s (%zu of 2 x %zu values differ, worst %.2e "
+               "%d buckets; params and moments of both ranks %s (%zu of %zu values differ, worst %.2e "
                "relative%s); rank 0 holds %.3f of the moments; losses within %.2e relative (bound %.2e); loss %.4f "
                "-> %.4f; host state in the node's shared object: rank 0 %s, rank 1 %s; second round resumed from "
                "step %lld and %lld; last bucket reductions: rank 0 %d reduce-scatters, %d allreduces, rank 1 %d, %d",
-               d[0].buckets, differ == 0 ? "identical" : ranks ? "equal to each other" : "DIFFER", differ, n, rel,
+               d[0].buckets, differ == 0 ? "identical" : ranks ? "equal to each other" : "DIFFER", differ, compared, rel,
                accum > 1 ? ", bound 1e-4" : "", half, worst, bound, ca.loss[0], ca.loss[5], d[0].shared ? "yes" : "no",
                d[1].shared ? "yes" : "no", d[0].resumed_from, d[1].resumed_from, d[0].scattered, d[0].allreduced,
                d[1].scattered, d[1].allreduced);
@@ -1236,10 +1237,7 @@ static void shard_vs_ddp(const char *name, const rl_job_config *c, ddp_rank a[2]
         /* DDP's moments over this rank's ranges, in the shard's order */
         size_t h = b[r].held;
         float *want = malloc(2 * h * sizeof(float));
-        for (size_t k = 0, at = 0; want && k < (size_t)b[r].nranges; at += b[r].ranges[k].len, k++)
-            for (int half = 0; half < 2; half++)
-                memcpy(want + half * h + at, a[0].state + n + half * n + b[r].ranges[k].off,
-                       b[r].ranges[k].len * sizeof(float));
+        if (want) moments_of_ranges(a[0].state, n, &b[r], want);
         moments = want ? fmax(moments, rel_diff(b[r].state + n, want, 2 * h)) : INFINITY;
         free(want);
         for (int i = 0; i < a[0].cv.n && i < b[r].cv.n; i++)
