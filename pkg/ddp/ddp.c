@@ -639,7 +639,7 @@ void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist) {
     dist->average = rl_ddp_average;
     dist->broadcast = rl_ddp_broadcast_bytes;
     dist->timing = rl_ddp_timing;
-    bool sharded = d->o.shard != RL_SHARD_NONE;
+    bool sharded = rl_ddp_shard(d) != NULL;
     dist->shard = sharded ? &d->shard : NULL;
     dist->sum = sharded ? rl_ddp_sum : NULL;
     dist->gather = sharded ? rl_ddp_gather : NULL;
@@ -663,7 +663,11 @@ int rl_ddp_shard_plan(const size_t *boff, const size_t *blen, int nb, int world,
     return k;
 }
 
-const rl_train_shard *rl_ddp_shard(const rl_ddp *d) { return d->o.shard != RL_SHARD_NONE ? &d->shard : NULL; }
+/* no buckets (a device that keeps its gradients to itself, alone): nothing
+ * to shard along, the device keeps its state whole */
+const rl_train_shard *rl_ddp_shard(const rl_ddp *d) {
+    return d->o.shard != RL_SHARD_NONE && d->nb > 0 ? &d->shard : NULL;
+}
 
 /* The sharded step's collectives. Host buffers: waited for. Device buffers
  * (gradients on a GPU): queued on the comm stream between two fences, so

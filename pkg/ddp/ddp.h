@@ -150,7 +150,8 @@ void rl_ddp_attach(rl_ddp *d, rl_train_dist *dist);
  * elements, in DDP's order: from the end of the buffer) over `world`
  * ranks: at most 2 x nb ranges into out, ascending; the count. */
 int rl_ddp_shard_plan(const size_t *boff, const size_t *blen, int nb, int world, int rank, rl_shard_range *out);
-/* This rank's shard (NULL without a shard mode). */
+/* This rank's shard (NULL without a shard mode, or without buckets: a
+ * device that takes its gradients away itself, alone). */
 const rl_train_shard *rl_ddp_shard(const rl_ddp *d);
 /* The shard seam's sum (n doubles over ranks, in place) and gather (each
  * bucket's blocks of params, n elements in the buffer's layout, fp32 or

@@ -149,15 +149,17 @@ static void check_curve(void) {
  * over ranges and its sum, AdamW over ranges, the gather and the fences
  * between the streams) the norm is summed in another order, so state and
  * losses within 1e-6 relative. */
-static void check_ddp_world1(bool bf16, const char *shard) {
-    char name[80];
-    snprintf(name, sizeof name, shard ? "trainer: nccl shard %s at world 1 ~ no ddp"
-                                : bf16 ? "trainer: nccl ddp bf16 at world 1 ~ no ddp"
-                                       : "trainer: nccl ddp at world 1 = no ddp", shard);
+static void check_ddp_world1(bool bf16, const char *shard, const char *offload) {
+    char name[96];
+    snprintf(name, sizeof name, offload ? "trainer: nccl offload %s, shard %s at world 1 = no ddp"
+                                : shard ? "trainer: nccl shard %s at world 1 ~ no ddp"
+                                : bf16  ? "trainer: nccl ddp bf16 at world 1 ~ no ddp"
+                                        : "trainer: nccl ddp at world 1 = no ddp", offload ? offload : shard, shard);
     if (!selected(name)) return;
     rl_job_config c;
     job(&c, "cuda", 6, 2);
     c.dist.min_buckets = 5; /* several buckets, so overlap paths run */
+    if (offload) snprintf(c.train.offload, sizeof c.train.offload, "%s", offload);
     rl_trainer *a = NULL, *b = NULL;
     curve ca, cb;
     rl_err e = {0};
@@ -174,7 +176,8 @@ static void check_ddp_world1(bool bf16, const char *shard) {
     memset(&cb, 0, sizeof cb);
     rl_trainer_set_observer(b, &(rl_train_observer){.ud = &cb, .on_step = on_step});
     rl_ddp_opts o = {.min_buckets = c.dist.min_buckets, .grad_stream = rl_trainer_stream(b),
-                     .reduce_bf16 = bf16, .shard = rl_shard_mode_of(cb_cfg.dist.shard)};
+                     .reduce_bf16 = bf16, .shard = rl_shard_mode_of(cb_cfg.dist.shard), .host_update = offload};
+    o.regions = rl_trainer_grad_regions(b, &o.nregions);
     if (rl_ddp_create(comm, rl_trainer_grads(b), rl_trainer_nparams(b), &o, &ddp, &e)) goto fail;
     rl_ddp_attach(ddp, &dist);
     if (rl_trainer_broadcast_params(b, &e) || rl_trainer_run(b, &e)) goto fail;
@@ -186,7 +189,12 @@ static void check_ddp_world1(bool bf16, const char *shard) {
         double worst = 0;
         for (int i = 0; i < ca.n && i < cb.n; i++) worst = fmax(worst, fabs(cb.loss[i] - ca.loss[i]) / ca.loss[i]);
         bool ok = bf16 ? cb.n == 6 && !same_state && worst <= 0.01 : same_loss && same_state;
-        if (shard) {
+        if (offload) /* alone, the offload keeps its gradients: no buckets, nothing to shard along */
+            report(name, ok && rl_ddp_nbuckets(ddp) == 0 && !rl_ddp_shard(ddp),
+                   "%d buckets, shard %s; losses %s, params and moments %s", rl_ddp_nbuckets(ddp),
+                   rl_ddp_shard(ddp) ? "SET" : "none", same_loss ? "identical" : "DIFFER",
+                   same_state ? "identical" : "DIFFER");
+        else if (shard) {
             double rel = rel_diff(pb, pa, n);
             report(name, cb.n == 6 && rl_ddp_shard(ddp) && worst <= 1e-6 && rel <= 1e-6,
                    "%d buckets, %d ranges; params and moments %.2e relative, losses %.2e (bound 1e-6)",
@@ -1556,9 +1564,10 @@ void test_gpu_train(void) {
     check_memory_cap();
     check_memory_slots();
     check_curve();
-    check_ddp_world1(false, NULL);
-    check_ddp_world1(true, NULL);
-    check_ddp_world1(false, "gradients");
+    check_ddp_world1(false, NULL, NULL);
+    check_ddp_world1(true, NULL, NULL);
+    check_ddp_world1(false, "gradients", NULL);
+    check_ddp_world1(false, "gradients", "optimizer");
     check_cross_resume("cuda", "cpu", true);
     check_cross_resume("cuda", "cpu", false);
     check_cross_resume("cpu", "cuda", true);
