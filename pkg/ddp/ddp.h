@@ -61,7 +61,9 @@
  * the GPU region by region) each bucket is average-allreduced in its slot
  * (or, after rl_ddp_split, reduce-scattered) and nothing is kept: the
  * caller copies the average away behind rl_ddp_reduced and orders the
- * slot's reuse after its copy.
+ * slot's reuse after its copy. So with a shard and opts.host_update
+ * (train.offload with dist.shard), reduce-scattered from the start: the
+ * caller takes its block and the tail.
  *
  * Only the last micro-step of gradient accumulation passes the hook to
  * backward (no_sync on the others) -- the trainer does that. All comm ops,

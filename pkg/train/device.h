@@ -16,13 +16,10 @@
  * AdamW on the shard and gathers the parameters through the update's
  * callbacks. The reduction itself is DDP's (pkg/ddp).
  *
- * What comes next plugs in here, not in trainer.c:
- * - CPU-offloaded streaming: a device whose host state (params, opt below)
- *   is the master copy rather than a mirror, and whose micro and step_end
- *   stream layers' weights and moments to the GPU and back in chunks on
- *   its own streams; take can then copy on the host, like the CPU's.
- * Both are new implementations of rl_train_device_ops picked by the
- * dispatcher's open, plus settings of their own in the job config. */
+ * train.offload plugged in here, not in trainer.c: gpu.c's second table
+ * of ops over the same GPU model, whose host state (params, opt below) is
+ * the master copy rather than a mirror (offload.h), with the optional
+ * ops share, unshare and settle for what only it needs. */
 #ifndef RL_TRAIN_DEVICE_H
 #define RL_TRAIN_DEVICE_H
 
