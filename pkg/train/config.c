@@ -32,7 +32,7 @@ static const rl_cfg_field train_fields[] = {
     F(offload_share, .def = 1,
       .doc = "With offload on several ranks in one pod: one copy of the host state (14 bytes a parameter, in "
              "/dev/shm: spec.shmSize must hold it) for all of them, AdamW split across them; else, or on false, "
-             "a copy per rank. With dist.shard (optimizer only) each rank keeps its shard's moments instead, "
+             "a copy per rank. With dist.shard (offload optimizer) each rank keeps its shard's moments instead, "
              "across pods: 6 bytes a parameter and 12/world (no shared copy)."),
     F(steps, .min = 0, .max = 1ll << 40, .def = 800, .doc = "Optimizer steps."),
     F(seq_len, .min = 1, .max = 1 << 20, .def = 64, .doc = "Tokens per sequence."),
