@@ -47,12 +47,6 @@ struct rl_offload {
     int *sl_first;
     size_t held;
     const rl_train_dist *sdist; /* the seam the state is shared or sharded over: the norm's sum */
-    /* dist.shard (the device seam's shard): this rank's slices are the
-     * shard's ranges, the other ranks' parts of the bf16 weights come by
-     * the seam's gather on the GPU (gather_region, gctx) */
-    bool sharded;
-    int (*gather_region)(void *ctx, void *buf, size_t off, size_t len, bool bf16, rl_err *e);
-    void *gctx;
     /* the master, the moments and the bf16 weights (d->params and d->opt
      * point into it), shared by the node's ranks or this one's alone; its
      * bf16 pages registered (pinned) for the copies up */
@@ -108,6 +102,10 @@ static int cuda_err(cudaError_t ce, const char *what, rl_err *e) {
 }
 
 static size_t region_start(const rl_offload *o, int k) { return k ? o->reg_end[k - 1] : 0; }
+/* dist.shard (the device seam's shard, set while the worker is idle): this
+ * rank's slices are the shard's ranges, and the other ranks' parts of the
+ * bf16 weights come by the seam's gather on the GPU (d->gather_region) */
+static bool sharded(const rl_offload *o) { return o->d->shard != NULL; }
 /* the region starting at off, or -1 */
 static int region_at(const rl_offload *o, size_t off) {
     for (int k = 0; k < o->nreg; k++)
@@ -153,7 +151,7 @@ static void add_slice(rl_offload *o, int *i, size_t off, size_t len, bool shared
  * a region is a bucket, its block then the tail every rank holds), whose
  * moments the device seam keeps in the same order. Between steps. */
 static int slice_grads(rl_offload *o, rl_err *e) {
-    const rl_train_shard *sh = o->sharded ? o->d->shard : NULL;
+    const rl_train_shard *sh = o->d->shard;
     int i = 0, j = 0;
     o->held = 0;
     for (int k = 0; k < o->nreg; k++) {
@@ -204,10 +202,10 @@ static int queue_region(rl_offload *o, int k, rl_err *e) {
     bool resident = !o->layers || k == 0 || k == o->nreg - 1;
     size_t at = o->layers && k == o->nreg - 1 ? lo - o->skip : lo;
     cudaError_t ce = cudaSuccess;
-    for (const slice *s = o->sl + o->sl_first[k]; o->sharded && s < o->sl + o->sl_first[k + 1] && ce == cudaSuccess; s++)
+    for (const slice *s = o->sl + o->sl_first[k]; sharded(o) && s < o->sl + o->sl_first[k + 1] && ce == cudaSuccess; s++)
         ce = cudaMemcpyAsync((uint16_t *)o->params_dev + s->off, o->hs.bf16 + s->off, s->len * sizeof(uint16_t),
                              cudaMemcpyHostToDevice, o->copy);
-    if (resident && !o->sharded)
+    if (resident && !sharded(o))
         ce = cudaMemcpyAsync((uint16_t *)o->params_dev + at, o->hs.bf16 + lo, (hi - lo) * sizeof(uint16_t),
                              cudaMemcpyHostToDevice, o->copy);
     if (ce == cudaSuccess) ce = cudaEventRecord(o->up[k], o->copy);
@@ -405,8 +403,8 @@ void rl_offload_free(rl_offload *o) {
 }
 
 int rl_offload_grad_sq(rl_offload *o, double *sq, rl_err *e) {
-    *sq = o->sharded ? 0 : rl_grad_sq(o->grads, o->held);
-    for (const slice *s = o->sl; o->sharded && s < o->sl + o->sl_first[o->nreg]; s++)
+    *sq = sharded(o) ? 0 : rl_grad_sq(o->grads, o->held);
+    for (const slice *s = o->sl; sharded(o) && s < o->sl + o->sl_first[o->nreg]; s++)
         if (!s->shared || o->d->rank == 0) *sq += rl_grad_sq(o->grads + s->at, s->len); /* a tail: once */
     if (!o->sdist) return RL_OK;
     /* the slices' sums over the ranks: an average times the world */
@@ -504,8 +502,8 @@ void rl_offload_wait(void *ctx, size_t upto) {
          * training thread issues them, here, region by region in the
          * forward's order: the same order on every rank. */
         size_t lo = region_start(o, k);
-        if (!rc && o->sharded)
-            rc = o->gather_region(o->gctx, (uint16_t *)o->params_dev + lo, lo, o->reg_end[k] - lo, true, &e);
+        if (!rc && sharded(o))
+            rc = o->d->gather_region(o->d->gather_ctx, (uint16_t *)o->params_dev + lo, lo, o->reg_end[k] - lo, true, &e);
     }
     if (rc && !o->rc) o->rc = rc, o->err = e;
     pthread_mutex_unlock(&o->mu);
@@ -666,9 +664,27 @@ static bool state_whole(const rl_offload *o) {
     return true;
 }
 
+/* A round is over, the state this rank's own: the worker idle (before a
+ * new round's shard replaces the moments it writes) and the model's stream
+ * behind every region's copy up. A sharded step's gathers not yet issued
+ * are dropped: the round that would answer them is gone, the next resume
+ * uploads the whole weights, and issued in the new round they would be a
+ * collective only some of its ranks call. */
+static int round_over(rl_offload *o, rl_err *e) {
+    pthread_mutex_lock(&o->mu);
+    int rc = idle_locked(o) ? RL_OK
+                            : rl_errf(e, RL_ETIMEOUT, "train.offload: the host's AdamW not done after %.0f s",
+                                      o->timeout_s);
+    cudaError_t ce = cudaSuccess;
+    for (; !rc && ce == cudaSuccess && o->waited < o->done; o->waited++)
+        ce = cudaStreamWaitEvent(o->model, o->up[o->waited], 0);
+    pthread_mutex_unlock(&o->mu);
+    return !rc && ce != cudaSuccess ? cuda_err(ce, "ordering the forward after the weights' copy", e) : rc;
+}
+
 int rl_offload_unshare(rl_offload *o, bool *whole, rl_err *e) {
     *whole = true;
-    if (!rl_host_state_shared(&o->hs)) return RL_OK;
+    if (!rl_host_state_shared(&o->hs)) return round_over(o, e);
     /* whole once every rank's slices of the last update are in: at once when
      * the round ended gracefully, never when a rank died in its update --
      * then, after the peer timeout, the update stops waiting for it */
@@ -701,9 +717,7 @@ int rl_offload_set_shard(rl_offload *o, rl_err *e) {
         return rl_errf(e, RL_EINTERNAL, "train.offload: a shard without the seam's gather");
     if (d->shard && rl_host_state_shared(&o->hs))
         return rl_errf(e, RL_EINTERNAL, "train.offload: a shard of a host state the node's ranks share");
-    o->sharded = d->shard != NULL;
-    o->gather_region = d->gather_region, o->gctx = d->gather_ctx;
-    o->sdist = o->sharded ? d->dist : NULL;
+    o->sdist = d->shard ? d->dist : NULL;
     return slice_grads(o, e);
 }
 
@@ -711,9 +725,10 @@ int rl_offload_set_shard(rl_offload *o, rl_err *e) {
  * others' gathered in, all of it down into the host's master. */
 int rl_offload_master(rl_offload *o, rl_err *e) {
     int rc = rl_offload_join(o, e);
-    if (rc || !o->sharded) return rc;
+    if (rc || !sharded(o)) return rc;
     size_t most = 0;
-    for (int k = 0; k < o->nreg; k++) most = o->reg_end[k] - region_start(o, k) > most ? o->reg_end[k] - region_start(o, k) : most;
+    for (int k = 0; k < o->nreg; k++)
+        if (o->reg_end[k] - region_start(o, k) > most) most = o->reg_end[k] - region_start(o, k);
     float *buf = NULL, *p = o->d->params;
     cudaError_t ce = cudaMalloc((void **)&buf, most * sizeof(float));
     for (int k = 0; k < o->nreg && !rc && ce == cudaSuccess; k++) {
@@ -721,7 +736,7 @@ int rl_offload_master(rl_offload *o, rl_err *e) {
         for (const slice *s = o->sl + o->sl_first[k]; s < o->sl + o->sl_first[k + 1] && ce == cudaSuccess; s++)
             ce = cudaMemcpyAsync(buf + (s->off - lo), p + s->off, s->len * sizeof(float), cudaMemcpyHostToDevice,
                                  o->model);
-        if (ce == cudaSuccess) rc = o->gather_region(o->gctx, buf, lo, len, false, e);
+        if (ce == cudaSuccess) rc = o->d->gather_region(o->d->gather_ctx, buf, lo, len, false, e);
         if (!rc && ce == cudaSuccess) ce = cudaMemcpyAsync(p + lo, buf, len * sizeof(float), cudaMemcpyDeviceToHost, o->model);
         if (!rc && ce == cudaSuccess) ce = cudaStreamSynchronize(o->model); /* the buffer is the next region's */
     }

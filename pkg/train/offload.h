@@ -100,7 +100,9 @@ int rl_offload_set_dist(rl_offload *o, const rl_train_dist *dist, rl_grad_ready_
  * every rank's slices of the last update are in (at once after a graceful
  * end of the round); *whole false when they were not within the peer
  * timeout (a rank died in its update: that copy is no replica to continue
- * from). */
+ * from). A state of its own (not shared, or sharded) waits for its update
+ * to end, and a shard's gathers not yet issued are dropped (the resume
+ * uploads the whole weights). */
 int rl_offload_share(rl_offload *o, const rl_train_dist *dist, bool *shared, char *why, size_t whyn, rl_err *e);
 int rl_offload_unshare(rl_offload *o, bool *whole, rl_err *e);
 

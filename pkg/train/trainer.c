@@ -817,8 +817,8 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
     s->elapsed_s = rl_now() - t0;
     s->tokens_per_s = (double)(tr->step - first) * (double)t->global_batch_tokens / s->elapsed_s;
     if ((rc = evaluate(tr, "eval_final", e))) return rc;
-    if (strcmp(tr->cfg.data.eval_task, "arith") == 0) {
-        if ((rc = eval_arith(tr, &s->arith, e)) || rank != 0) return rc;
+    if (strcmp(tr->cfg.data.eval_task, "arith") == 0 && (rc = eval_arith(tr, &s->arith, e))) return rc;
+    if (rank == 0 && strcmp(tr->cfg.data.eval_task, "arith") == 0) {
         s->has_arith = true;
         rl_log(RL_LOG_INFO, "eval_arith", "\"step\":%lld,\"correct\":%d,\"total\":%d,\"accuracy\":%.4f",
                tr->step, s->arith.correct, s->arith.total,
