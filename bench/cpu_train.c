@@ -40,11 +40,11 @@ static int bench_config(const char *label, rl_job_config *c, int warmup, int ste
     printf("{\"bench\":\"cpu_train\",\"config\":\"%s\",\"params\":%zu,\"seq_len\":%d,"
            "\"micro_batch\":%d,\"global_batch_tokens\":%lld,\"steps\":%d,\"seconds\":%.3f,"
            "\"tokens_per_s\":%.1f,\"gemm_share\":%.3f,\"gemm_gflops\":%.2f,"
-           "\"attention_share\":%.3f,\"model_gflops\":%.2f,\"threads\":%d,\"cpus\":%ld,\"machine\":\"%s\"}\n",
+           "\"attention_share\":%.3f,\"model_gflops\":%.2f,\"threads\":%d,\"cpus\":%ld,\"machine\":\"%s\",\"blas\":\"%s\"}\n",
            label, rl_trainer_nparams(tr), c->train.seq_len, c->train.micro_batch,
            c->train.global_batch_tokens, steps, dt, tokens / dt, rl_cpu_gemm_seconds_f32 / dt,
            rl_cpu_gemm_flops_f32 / rl_cpu_gemm_seconds_f32 * 1e-9, rl_cpu_attn_seconds_f32 / dt, model_flops / dt * 1e-9,
-           omp_get_max_threads(), sysconf(_SC_NPROCESSORS_ONLN), u.machine);
+           omp_get_max_threads(), sysconf(_SC_NPROCESSORS_ONLN), u.machine, rl_blas_kernels());
     fflush(stdout);
     rl_trainer_free(tr);
     return 0;

@@ -744,10 +744,10 @@ int rl_trainer_run(rl_trainer *tr, rl_err *e) {
         rl_log(RL_LOG_INFO, "train_start",
                "\"params\":%zu,\"device\":\"%s\",\"steps\":%lld,\"global_batch_tokens\":%lld,"
                "\"micro_batch\":%d,\"seq_len\":%d,\"accum\":%d,\"world\":%d,\"train_tokens\":%llu,"
-               "\"unigram_entropy\":%.4f",
+               "\"unigram_entropy\":%.4f,\"blas\":\"%s\"",
                tr->dev.n, t->device, t->steps, t->global_batch_tokens, t->micro_batch, t->seq_len,
                tr->accum, world_of(tr), (unsigned long long)rl_dataset_tokens(tr->train_ds),
-               tr->summary.unigram_entropy);
+               tr->summary.unigram_entropy, rl_blas_kernels());
     if ((rc = rl_trainer_resume(tr, e))) return rc;
     double t0 = rl_now();
     long long first = tr->step;

@@ -1323,6 +1323,58 @@ static void check_shard_resume(const char *offload) {
     rl_store_server_stop(srv);
 }
 
+/* A yield inside a sharded run: rank 1's agent asks after step 3, both
+ * ranks leave after the same step (3 or 4), rank 0 checkpoints first (the
+ * moments are every rank's shard: they cross into the next round only
+ * through a checkpoint), and the same processes form a second round in
+ * place (new comm and DDP, the shard set again), which resumes from that
+ * checkpoint -- with train.offload "optimizer" the host state of the old
+ * round waits for its update and drops the gathers its round never
+ * issued, and the master is gathered from both ranks' shards for the
+ * save. The run must end where the same run without the yield ends, bit
+ * for bit: params and both ranks' moments. */
+static void check_shard_yield(const char *offload) {
+    char name[128];
+    snprintf(name, sizeof name, "trainer: nccl shard gradients%s%s on 2 ranks: a yield and a new round = none",
+             offload ? " with offload " : "", offload ? offload : "");
+    if (!selected(name) || !two_devices(name)) return;
+    rl_store_server *srv = server(name);
+    if (!srv) return;
+    rl_job_config c;
+    job(&c, "cuda", 6, 2);
+    c.dist.min_buckets = 5;
+    snprintf(c.dist.shard, sizeof c.dist.shard, "gradients");
+    if (offload) snprintf(c.train.offload, sizeof c.train.offload, "%s", offload);
+    snprintf(c.ckpt.uri, sizeof c.ckpt.uri, "file://%s/ck-yield%s", dir, offload ? "-off" : "");
+    c.ckpt.every_steps = 100;
+    rl_job_config cr = c; /* the reference saves elsewhere */
+    snprintf(cr.ckpt.uri, sizeof cr.ckpt.uri, "file://%s/ck-yield-ref%s", dir, offload ? "-off" : "");
+    ddp_rank ref[2] = {{.rank = 0, .c = &cr, .prefix = "sy-ref"}, {.rank = 1, .c = &cr, .prefix = "sy-ref"}};
+    ddp_rank y[2] = {{.rank = 0, .c = &c, .prefix = "sy", .yield_at = 3}, {.rank = 1, .c = &c, .prefix = "sy", .yield_at = 3}};
+    ddp_rank *runs[2] = {ref, y}, *bad = NULL;
+    for (int k = 0; k < 2 && !bad; k++) {
+        for (int r = 0; r < 2; r++) runs[k][r].port = rl_store_server_port(srv);
+        on_both(ddp_rank_main, &runs[k][0], &runs[k][1]);
+        bad = runs[k][0].rc ? &runs[k][0] : runs[k][1].rc ? &runs[k][1] : NULL;
+    }
+    if (bad) {
+        fail_err(name, &bad->e);
+    } else {
+        rl_param_layout lay;
+        rl_param_layout_init(&lay, &c.model);
+        size_t n = lay.total, differ = 0;
+        for (int r = 0; r < 2; r++)
+            for (size_t i = 0; i < n + 2 * ref[r].held; i++) differ += y[r].state[i] != ref[r].state[i];
+        bool rounds = y[0].resumed_from == y[1].resumed_from && y[0].resumed_from >= 3 && y[0].resumed_from < 6;
+        report(name, rounds && y[0].cv.n == 6 && y[0].held == ref[0].held && differ == 0,
+               "second round resumed from step %lld and %lld; %d steps in all; params and both ranks' moments %s "
+               "(%zu values differ)", y[0].resumed_from, y[1].resumed_from, y[0].cv.n,
+               differ ? "DIFFER" : "identical to the run without the yield", differ);
+    }
+    for (int k = 0; k < 2; k++) free_ranks(runs[k]);
+    rl_store_server_stop(srv);
+}
+
 static void check_shard_two_ranks(void) {
     const char *names[2] = {"trainer: nccl shard optimizer on 2 ranks ~ ddp",
                             "trainer: nccl shard gradients on 2 ranks ~ ddp"};
@@ -1595,6 +1647,8 @@ void test_gpu_train(void) {
     check_shard_two_ranks();
     check_shard_resume(NULL);
     check_shard_resume("optimizer");
+    check_shard_yield(NULL);
+    check_shard_yield("optimizer");
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "test-gpu: could not remove %s\n", dir);
