@@ -32,8 +32,8 @@ static const rl_cfg_field train_fields[] = {
     F(offload_share, .def = 1,
       .doc = "With offload on several ranks in one pod: one copy of the host state (14 bytes a parameter, in "
              "/dev/shm: spec.shmSize must hold it) for all of them, AdamW split across them; else, or on false, "
-             "a copy per rank. With dist.shard (offload optimizer) each rank keeps its shard's moments instead, "
-             "across pods: 6 bytes a parameter and 12/world (no shared copy)."),
+             "a copy per rank. With dist.shard each rank keeps its shard's moments instead, across pods: 6 bytes a "
+             "parameter and 12/world (no shared copy)."),
     F(steps, .min = 0, .max = 1ll << 40, .def = 800, .doc = "Optimizer steps."),
     F(seq_len, .min = 1, .max = 1 << 20, .def = 64, .doc = "Tokens per sequence."),
     F(micro_batch, .min = 1, .max = 1 << 20, .def = 16, .doc = "Sequences per forward, per rank."),
@@ -93,7 +93,7 @@ static const rl_cfg_field dist_fields[] = {
     F(shard, .choices = shards, .def_str = "none",
       .doc = "none (DDP), optimizer (ZeRO-1: each rank keeps and updates 1/world of the AdamW state) or "
              "gradients (ZeRO-2: gradients reduce-scattered as well). Same results as none. With "
-             "train.offload optimizer both shard the host's AdamW state and reduce-scatter."),
+             "train.offload (optimizer or layers) both shard the host's AdamW state and reduce-scatter."),
     F(hang_factor, .min = 0, .max = 1e6, .def = 10,
       .doc = "A collective still running after this many median step times is a hang: the job names the "
              "rank that stopped, dumps every rank's records and recovers. 0: no hang watch."),
@@ -151,10 +151,6 @@ int rl_train_check_pair(const rl_job_config *c, rl_err *e) {
     if (strcmp(off, "none") && !strcmp(dev, "cpu"))
         return rl_errf(e, RL_EINPUT, "train.offload \"%s\" needs a GPU (train.device is cpu%s)", off,
                        c->train.device_picked ? ": auto found none" : "");
-    if (!strcmp(off, "layers") && strcmp(c->dist.shard, "none"))
-        return rl_errf(e, RL_EINPUT, "train.offload \"layers\" cannot go with dist.shard \"%s\" yet: its decoder "
-                       "layers stream from a host copy of the bf16 weights that every rank needs whole (offload "
-                       "\"optimizer\" shards)", c->dist.shard);
     return RL_OK;
 }
 

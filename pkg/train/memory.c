@@ -112,7 +112,9 @@ static void gpu_state(rl_train_memory *m, const rl_job_config *cfg, size_t n, bo
         rl_param_layout lay;
         rl_param_layout_init(&lay, &cfg->model);
         size_t layers = (size_t)cfg->model.num_hidden_layers * lay.layer_size;
-        m->weights = (n + pad - layers + RL_GPU_LAYER_RING * lay.layer_size) * BF16;
+        /* sharded, one layer more: the buffer its gather from the ranks goes through (offload.c) */
+        size_t ring = RL_GPU_LAYER_RING + (m->shard_elems < n);
+        m->weights = (n + pad - layers + ring * lay.layer_size) * BF16;
     }
     /* cuDNN's attention workspace (train.attention cudnn) is not counted */
     m->activations = l.acts + l.scratch;

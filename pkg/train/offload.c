@@ -62,6 +62,11 @@ struct rl_offload {
      * between the resident embedding and head) */
     bool layers;
     size_t skip;
+    /* layers, sharded: a streamed layer's gather on the GPU (device, a
+     * layer's bf16), and the last one's way back into the host copy, which
+     * the next update must not overtake */
+    uint16_t *gbuf;
+    cudaEvent_t gbuf_down;
     /* the gradients come down region by region: the D2H stream, an event
      * for "the region's kernels are queued", a later micro-batch's staging,
      * the model's slots (each one's last copy down) and the slot each
@@ -106,6 +111,11 @@ static size_t region_start(const rl_offload *o, int k) { return k ? o->reg_end[k
  * rank's slices are the shard's ranges, and the other ranks' parts of the
  * bf16 weights come by the seam's gather on the GPU (d->gather_region) */
 static bool sharded(const rl_offload *o) { return o->d->shard != NULL; }
+/* region k's bf16 weights live on the GPU (all of them, or with layers the
+ * embedding and the head, the head right after the embedding there) */
+static bool resident(const rl_offload *o, int k) { return !o->layers || k == 0 || k == o->nreg - 1; }
+static size_t dev_shift(const rl_offload *o, int k) { return o->layers && k == o->nreg - 1 ? o->skip : 0; }
+
 /* the region starting at off, or -1 */
 static int region_at(const rl_offload *o, size_t off) {
     for (int k = 0; k < o->nreg; k++)
@@ -196,17 +206,17 @@ static void update_region(rl_offload *o, int k) {
 
 /* region k, updated by every rank that shares it, queued up (with layers a
  * decoder layer's stay on the host: the model copies them itself; sharded,
- * this rank's slices only, the seam gathers the rest on the GPU) */
+ * this rank's slices only: gather_in brings the rest) */
 static int queue_region(rl_offload *o, int k, rl_err *e) {
-    size_t lo = region_start(o, k), hi = o->reg_end[k];
-    bool resident = !o->layers || k == 0 || k == o->nreg - 1;
-    size_t at = o->layers && k == o->nreg - 1 ? lo - o->skip : lo;
+    size_t lo = region_start(o, k), hi = o->reg_end[k], shift = dev_shift(o, k);
+    uint16_t *dev = o->params_dev;
     cudaError_t ce = cudaSuccess;
-    for (const slice *s = o->sl + o->sl_first[k]; sharded(o) && s < o->sl + o->sl_first[k + 1] && ce == cudaSuccess; s++)
-        ce = cudaMemcpyAsync((uint16_t *)o->params_dev + s->off, o->hs.bf16 + s->off, s->len * sizeof(uint16_t),
+    for (const slice *s = o->sl + o->sl_first[k];
+         resident(o, k) && sharded(o) && s < o->sl + o->sl_first[k + 1] && ce == cudaSuccess; s++)
+        ce = cudaMemcpyAsync(dev + (s->off - shift), o->hs.bf16 + s->off, s->len * sizeof(uint16_t),
                              cudaMemcpyHostToDevice, o->copy);
-    if (resident && !sharded(o))
-        ce = cudaMemcpyAsync((uint16_t *)o->params_dev + at, o->hs.bf16 + lo, (hi - lo) * sizeof(uint16_t),
+    if (resident(o, k) && !sharded(o))
+        ce = cudaMemcpyAsync(dev + (lo - shift), o->hs.bf16 + lo, (hi - lo) * sizeof(uint16_t),
                              cudaMemcpyHostToDevice, o->copy);
     if (ce == cudaSuccess) ce = cudaEventRecord(o->up[k], o->copy);
     return ce == cudaSuccess ? RL_OK : cuda_err(ce, "queueing the weights' copy to the GPU", e);
@@ -294,6 +304,9 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&o->mu);
         rl_err e = {0};
         int rc = dev == cudaSuccess ? RL_OK : cuda_err(dev, "cudaSetDevice on the update thread", &e);
+        /* the last gather's whole layer (stale in this rank's ranges) lands before they are written */
+        cudaError_t ce = !rc && o->gbuf ? cudaEventSynchronize(o->gbuf_down) : cudaSuccess;
+        if (ce != cudaSuccess) rc = cuda_err(ce, "waiting for a streamed layer's gather to reach the host", &e);
         /* each region's slice, then whatever every rank has finished goes up */
         for (int k = 0; k < o->nreg && !rc; k++) {
             update_region(o, k);
@@ -394,6 +407,7 @@ void rl_offload_free(rl_offload *o) {
     if (o->copy) cudaStreamDestroy(o->copy);
     if (o->down) cudaStreamDestroy(o->down);
     if (o->stage) cudaFreeHost(o->stage);
+    if (o->gbuf) cudaFree(o->gbuf), cudaEventDestroy(o->gbuf_down);
     free(o->reg_slot), free(o->sl), free(o->sl_first);
     if (o->grads) cudaFreeHost(o->grads);
     if (o->registered) cudaHostUnregister(o->hs.bf16);
@@ -486,24 +500,50 @@ int rl_offload_join(rl_offload *o, rl_err *e) {
     return rc;
 }
 
+/* regions holding any element below upto */
+static int regions_below(const rl_offload *o, size_t upto) {
+    int need = 0;
+    while (need < o->nreg && (need == 0 || o->reg_end[need - 1] < upto)) need++;
+    return need;
+}
+
+/* Sharded: the other ranks' parts of region k, behind this rank's (the
+ * seam's collectives follow the model's stream): on the GPU where the
+ * region lives there; a streamed layer into the host's bf16 copy that the
+ * model's ring reads, through a device buffer -- this rank's slices up,
+ * the rest gathered, the whole region down -- all on the model's stream,
+ * behind which the ring's copy of the layer is queued. */
+static int gather_in(rl_offload *o, int k, rl_err *e) {
+    size_t lo = region_start(o, k), len = o->reg_end[k] - lo;
+    if (resident(o, k))
+        return o->d->gather_region(o->d->gather_ctx, (uint16_t *)o->params_dev + (lo - dev_shift(o, k)), lo, len,
+                                   true, e);
+    if (!o->gbuf) return rl_errf(e, RL_EINTERNAL, "train.offload: a streamed layer's gather without its buffer");
+    cudaError_t ce = cudaSuccess;
+    for (const slice *s = o->sl + o->sl_first[k]; s < o->sl + o->sl_first[k + 1] && ce == cudaSuccess; s++)
+        ce = cudaMemcpyAsync(o->gbuf + (s->off - lo), o->hs.bf16 + s->off, s->len * sizeof(uint16_t),
+                             cudaMemcpyHostToDevice, o->model);
+    int rc = ce == cudaSuccess ? o->d->gather_region(o->d->gather_ctx, o->gbuf, lo, len, true, e) : RL_OK;
+    if (!rc && ce == cudaSuccess)
+        ce = cudaMemcpyAsync(o->hs.bf16 + lo, o->gbuf, len * sizeof(uint16_t), cudaMemcpyDeviceToHost, o->model);
+    if (!rc && ce == cudaSuccess) ce = cudaEventRecord(o->gbuf_down, o->model);
+    return !rc && ce != cudaSuccess ? cuda_err(ce, "gathering a streamed layer's weights from every rank", e) : rc;
+}
+
+/* The model's stream behind the copies up of the regions below upto and,
+ * sharded, their gathers issued: by the training thread, region by region
+ * in the forward's order, the same order on every rank. */
 void rl_offload_wait(void *ctx, size_t upto) {
     rl_offload *o = ctx;
     pthread_mutex_lock(&o->mu);
-    int need = 0; /* regions holding any element below upto */
-    while (need < o->nreg && (need == 0 || o->reg_end[need - 1] < upto)) need++;
+    int need = regions_below(o, upto);
     rl_err e = {0};
     int rc = o->waited < need ? wait_done_locked(o, need, &e) : RL_OK;
     for (; !rc && o->waited < need && o->waited < o->done; o->waited++) {
         int k = o->waited;
         cudaError_t ce = cudaStreamWaitEvent(o->model, o->up[k], 0);
         if (ce != cudaSuccess) rc = cuda_err(ce, "ordering the forward after the weights' copy", &e);
-        /* sharded: the other ranks' parts of the region, behind this one's
-         * copy up (the seam's collectives follow the model's stream). The
-         * training thread issues them, here, region by region in the
-         * forward's order: the same order on every rank. */
-        size_t lo = region_start(o, k);
-        if (!rc && sharded(o))
-            rc = o->d->gather_region(o->d->gather_ctx, (uint16_t *)o->params_dev + lo, lo, o->reg_end[k] - lo, true, &e);
+        if (!rc && sharded(o)) rc = gather_in(o, k, &e);
     }
     if (rc && !o->rc) o->rc = rc, o->err = e;
     pthread_mutex_unlock(&o->mu);
@@ -514,12 +554,14 @@ const uint16_t *rl_offload_bf16(rl_offload *o) { return o->hs.bf16; }
 void rl_offload_set_bf16(rl_offload *o) { round_bf16(o, 0, o->d->n); }
 
 /* host-side: the copy about to read [0, upto) of the weights' host copy
- * sees the update's values (the step's regions are written in order) */
+ * sees the update's values (the step's regions are written in order);
+ * sharded, the other ranks' parts too: the copy is queued behind their
+ * gather's way down */
 void rl_offload_ready(void *ctx, size_t upto) {
     rl_offload *o = ctx;
+    if (sharded(o)) return rl_offload_wait(o, upto);
     pthread_mutex_lock(&o->mu);
-    int need = 0;
-    while (need < o->nreg && (need == 0 || o->reg_end[need - 1] < upto)) need++;
+    int need = regions_below(o, upto);
     rl_err e = {0};
     int rc = wait_done_locked(o, need, &e);
     if (rc && !o->rc) o->rc = rc, o->err = e;
@@ -718,6 +760,15 @@ int rl_offload_set_shard(rl_offload *o, rl_err *e) {
     if (d->shard && rl_host_state_shared(&o->hs))
         return rl_errf(e, RL_EINTERNAL, "train.offload: a shard of a host state the node's ranks share");
     o->sdist = d->shard ? d->dist : NULL;
+    if (d->shard && o->layers && !o->gbuf) { /* a decoder layer's bf16, the same size for every layer */
+        size_t layer = o->reg_end[1] - o->reg_end[0];
+        cudaError_t ce = cudaMalloc((void **)&o->gbuf, layer * sizeof(uint16_t));
+        if (ce == cudaSuccess && (ce = cudaEventCreateWithFlags(&o->gbuf_down, cudaEventDisableTiming)) != cudaSuccess)
+            cudaFree(o->gbuf);
+        if (ce != cudaSuccess)
+            return o->gbuf = NULL, rl_errf(e, RL_ENOMEM, "train.offload: %zu MiB of GPU memory to gather a streamed "
+                                           "layer's weights: %s", layer * sizeof(uint16_t) >> 20, cudaGetErrorString(ce));
+    }
     return slice_grads(o, e);
 }
 

@@ -1269,14 +1269,50 @@ static void free_ranks(ddp_rank d[2]) {
     for (int r = 0; r < 2; r++) free(d[r].state), free(d[r].ranges);
 }
 
+/* The sharded two-rank job of the resume and yield checks (6 steps of 2
+ * micro-batches, "gradients", offload as given), saving under
+ * ck-<what>-<offload>; *ref the same saving elsewhere, for the run left
+ * uninterrupted. */
+static void shard_job(rl_job_config *c, rl_job_config *ref, const char *offload, const char *what) {
+    job(c, "cuda", 6, 2);
+    c->dist.min_buckets = 5;
+    snprintf(c->dist.shard, sizeof c->dist.shard, "gradients");
+    if (offload) snprintf(c->train.offload, sizeof c->train.offload, "%s", offload);
+    snprintf(c->ckpt.uri, sizeof c->ckpt.uri, "file://%s/ck-%s-%s", dir, what, offload ? offload : "none");
+    c->ckpt.every_steps = 100;
+    *ref = *c;
+    snprintf(ref->ckpt.uri, sizeof ref->ckpt.uri, "file://%s/ck-%s-ref-%s", dir, what, offload ? offload : "none");
+}
+
+/* Each pair of ranks in turn, on srv's store, until one fails: that
+ * rank, or NULL when all ran. */
+static ddp_rank *run_pairs(rl_store_server *srv, ddp_rank *runs[], int n) {
+    for (int k = 0; k < n; k++) {
+        for (int r = 0; r < 2; r++) runs[k][r].port = rl_store_server_port(srv);
+        on_both(ddp_rank_main, &runs[k][0], &runs[k][1]);
+        if (runs[k][0].rc || runs[k][1].rc) return runs[k][0].rc ? &runs[k][0] : &runs[k][1];
+    }
+    return NULL;
+}
+
+/* values of the params and both ranks' moments where b's end differs from ref's */
+static size_t state_differs(const rl_job_config *c, const ddp_rank b[2], const ddp_rank ref[2]) {
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c->model);
+    size_t differ = 0;
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < lay.total + 2 * ref[r].held; i++) differ += b[r].state[i] != ref[r].state[i];
+    return differ;
+}
+
 /* A sharded GPU run stopped after step 4 (every rank's snapshot through the
  * GPU's staging copy, rank 1 without the weights; shard files and receipts;
  * rank 0's commit) resumes on two ranks (each reads its own ranges of the
  * moments back into the device) and ends bit for bit where the same run
  * uninterrupted ends: parameters and each rank's moments. With
- * train.offload "optimizer" the snapshot is the host's, its master
- * gathered from both ranks' shards on the GPU first (rank 0 saves it),
- * and the resume reads each rank's moments into the host. */
+ * train.offload the snapshot is the host's, its master gathered from both
+ * ranks' shards on the GPU first (rank 0 saves it), and the resume reads
+ * each rank's moments into the host. */
 static void check_shard_resume(const char *offload) {
     char name[128];
     snprintf(name, sizeof name, "trainer: nccl shard gradients%s%s on 2 ranks resumes exactly",
@@ -1284,34 +1320,16 @@ static void check_shard_resume(const char *offload) {
     if (!selected(name) || !two_devices(name)) return;
     rl_store_server *srv = server(name);
     if (!srv) return;
-    rl_job_config c;
-    job(&c, "cuda", 6, 2);
-    c.dist.min_buckets = 5;
-    snprintf(c.dist.shard, sizeof c.dist.shard, "gradients");
-    if (offload) snprintf(c.train.offload, sizeof c.train.offload, "%s", offload);
-    snprintf(c.ckpt.uri, sizeof c.ckpt.uri, "file://%s/ck-shard%s", dir, offload ? "-off" : "");
-    c.ckpt.every_steps = 100;
-    ddp_rank ref[2] = {{.rank = 0, .c = &c, .prefix = "sr-ref"}, {.rank = 1, .c = &c, .prefix = "sr-ref"}};
-    rl_job_config cr = c; /* the reference saves elsewhere */
-    snprintf(cr.ckpt.uri, sizeof cr.ckpt.uri, "file://%s/ck-shard-ref%s", dir, offload ? "-off" : "");
-    ref[0].c = ref[1].c = &cr;
+    rl_job_config c, cr;
+    shard_job(&c, &cr, offload, "shard");
+    ddp_rank ref[2] = {{.rank = 0, .c = &cr, .prefix = "sr-ref"}, {.rank = 1, .c = &cr, .prefix = "sr-ref"}};
     ddp_rank a[2] = {{.rank = 0, .c = &c, .prefix = "sr-a", .stop_at = 3}, {.rank = 1, .c = &c, .prefix = "sr-a", .stop_at = 3}};
     ddp_rank b[2] = {{.rank = 0, .c = &c, .prefix = "sr-b"}, {.rank = 1, .c = &c, .prefix = "sr-b"}};
-    ddp_rank *runs[3] = {ref, a, b};
-    ddp_rank *bad = NULL;
-    for (int k = 0; k < 3 && !bad; k++) {
-        for (int r = 0; r < 2; r++) runs[k][r].port = rl_store_server_port(srv);
-        on_both(ddp_rank_main, &runs[k][0], &runs[k][1]);
-        bad = runs[k][0].rc ? &runs[k][0] : runs[k][1].rc ? &runs[k][1] : NULL;
-    }
+    ddp_rank *runs[3] = {ref, a, b}, *bad = run_pairs(srv, runs, 3);
     if (bad) {
         fail_err(name, &bad->e);
     } else {
-        rl_param_layout lay;
-        rl_param_layout_init(&lay, &c.model);
-        size_t n = lay.total, differ = 0;
-        for (int r = 0; r < 2; r++)
-            for (size_t i = 0; i < n + 2 * ref[r].held; i++) differ += b[r].state[i] != ref[r].state[i];
+        size_t differ = state_differs(&c, b, ref);
         /* the stop rides the next step's agreement: a[0] ran 4 */
         report(name, a[0].cv.n >= 3 && a[0].cv.n < 6 && b[0].cv.n == 6 - a[0].cv.n && b[0].held == ref[0].held &&
                          differ == 0,
@@ -1340,31 +1358,15 @@ static void check_shard_yield(const char *offload) {
     if (!selected(name) || !two_devices(name)) return;
     rl_store_server *srv = server(name);
     if (!srv) return;
-    rl_job_config c;
-    job(&c, "cuda", 6, 2);
-    c.dist.min_buckets = 5;
-    snprintf(c.dist.shard, sizeof c.dist.shard, "gradients");
-    if (offload) snprintf(c.train.offload, sizeof c.train.offload, "%s", offload);
-    snprintf(c.ckpt.uri, sizeof c.ckpt.uri, "file://%s/ck-yield%s", dir, offload ? "-off" : "");
-    c.ckpt.every_steps = 100;
-    rl_job_config cr = c; /* the reference saves elsewhere */
-    snprintf(cr.ckpt.uri, sizeof cr.ckpt.uri, "file://%s/ck-yield-ref%s", dir, offload ? "-off" : "");
+    rl_job_config c, cr;
+    shard_job(&c, &cr, offload, "yield");
     ddp_rank ref[2] = {{.rank = 0, .c = &cr, .prefix = "sy-ref"}, {.rank = 1, .c = &cr, .prefix = "sy-ref"}};
     ddp_rank y[2] = {{.rank = 0, .c = &c, .prefix = "sy", .yield_at = 3}, {.rank = 1, .c = &c, .prefix = "sy", .yield_at = 3}};
-    ddp_rank *runs[2] = {ref, y}, *bad = NULL;
-    for (int k = 0; k < 2 && !bad; k++) {
-        for (int r = 0; r < 2; r++) runs[k][r].port = rl_store_server_port(srv);
-        on_both(ddp_rank_main, &runs[k][0], &runs[k][1]);
-        bad = runs[k][0].rc ? &runs[k][0] : runs[k][1].rc ? &runs[k][1] : NULL;
-    }
+    ddp_rank *runs[2] = {ref, y}, *bad = run_pairs(srv, runs, 2);
     if (bad) {
         fail_err(name, &bad->e);
     } else {
-        rl_param_layout lay;
-        rl_param_layout_init(&lay, &c.model);
-        size_t n = lay.total, differ = 0;
-        for (int r = 0; r < 2; r++)
-            for (size_t i = 0; i < n + 2 * ref[r].held; i++) differ += y[r].state[i] != ref[r].state[i];
+        size_t differ = state_differs(&c, y, ref);
         bool rounds = y[0].resumed_from == y[1].resumed_from && y[0].resumed_from >= 3 && y[0].resumed_from < 6;
         report(name, rounds && y[0].cv.n == 6 && y[0].held == ref[0].held && differ == 0,
                "second round resumed from step %lld and %lld; %d steps in all; params and both ranks' moments %s "
@@ -1620,6 +1622,7 @@ void test_gpu_train(void) {
     check_ddp_world1(true, NULL, NULL);
     check_ddp_world1(false, "gradients", NULL);
     check_ddp_world1(false, "gradients", "optimizer");
+    check_ddp_world1(false, "gradients", "layers");
     check_cross_resume("cuda", "cpu", true);
     check_cross_resume("cuda", "cpu", false);
     check_cross_resume("cpu", "cuda", true);
@@ -1644,11 +1647,14 @@ void test_gpu_train(void) {
     check_ddp_two_ranks("layers", 1, false, 0, NULL);
     check_ddp_two_ranks("layers", 2, true, 0, NULL);
     check_ddp_two_ranks("optimizer", 1, true, 0, "gradients");
+    check_ddp_two_ranks("layers", 1, true, 0, "gradients");
     check_shard_two_ranks();
     check_shard_resume(NULL);
     check_shard_resume("optimizer");
+    check_shard_resume("layers");
     check_shard_yield(NULL);
     check_shard_yield("optimizer");
+    check_shard_yield("layers");
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "test-gpu: could not remove %s\n", dir);
