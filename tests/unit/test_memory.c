@@ -163,6 +163,18 @@ Test(memory, hand_values_on_a_tiny_model) {
     cr_assert_eq(m.master, 544 * 4);
     cr_assert_eq(m.grads, (2 * 592 + 544) * 4, "%zu bytes of gradients", m.grads);
     cr_assert_eq(m.moments, 2 * 544 * 4);
+    /* offload layers: on the GPU the embedding and head (512 + 520) and a
+     * ring of 3 layers; sharded, one layer more (the buffer each layer's
+     * gather from the ranks goes through); the state on the host */
+    c = tiny("cuda", "none");
+    snprintf(c.train.offload, sizeof c.train.offload, "layers");
+    m = of(&c, 3);
+    cr_assert_eq(m.weights, (1032 + 3 * 592) * 2, "%zu bytes of weights", m.weights);
+    cr_assert_eq(m.master, 0);
+    snprintf(c.dist.shard, sizeof c.dist.shard, "gradients");
+    m = of(&c, 3);
+    cr_assert_eq(m.weights, (1032 + 4 * 592) * 2, "%zu bytes of weights, sharded", m.weights);
+    cr_assert_eq(m.master + m.moments, 0);
 }
 
 /* "gradients" on the CPU where the flight is less than the buffer: hidden
