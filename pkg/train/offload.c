@@ -507,25 +507,34 @@ static int regions_below(const rl_offload *o, size_t upto) {
     return need;
 }
 
+/* Region k of a host array (the fp32 master, or with bf16 the weights'
+ * copy) made whole through dev, a device buffer of the region: this rank's
+ * slices up, the other ranks' gathered in (the seam's collective), all of
+ * it down, queued on the model's stream. *ce: a CUDA call's failure. */
+static int whole_region(rl_offload *o, int k, void *host, void *dev, bool bf16, cudaError_t *ce, rl_err *e) {
+    size_t lo = region_start(o, k), len = o->reg_end[k] - lo, es = bf16 ? sizeof(uint16_t) : sizeof(float);
+    char *h = host, *d = dev;
+    *ce = cudaSuccess;
+    for (const slice *s = o->sl + o->sl_first[k]; s < o->sl + o->sl_first[k + 1] && *ce == cudaSuccess; s++)
+        *ce = cudaMemcpyAsync(d + (s->off - lo) * es, h + s->off * es, s->len * es, cudaMemcpyHostToDevice, o->model);
+    int rc = *ce == cudaSuccess ? o->d->gather_region(o->d->gather_ctx, dev, lo, len, bf16, e) : RL_OK;
+    if (!rc && *ce == cudaSuccess) *ce = cudaMemcpyAsync(h + lo * es, dev, len * es, cudaMemcpyDeviceToHost, o->model);
+    return rc;
+}
+
 /* Sharded: the other ranks' parts of region k, behind this rank's (the
  * seam's collectives follow the model's stream): on the GPU where the
  * region lives there; a streamed layer into the host's bf16 copy that the
- * model's ring reads, through a device buffer -- this rank's slices up,
- * the rest gathered, the whole region down -- all on the model's stream,
- * behind which the ring's copy of the layer is queued. */
+ * model's ring reads (whole_region through gbuf), behind which the ring's
+ * copy of the layer is queued. */
 static int gather_in(rl_offload *o, int k, rl_err *e) {
     size_t lo = region_start(o, k), len = o->reg_end[k] - lo;
     if (resident(o, k))
         return o->d->gather_region(o->d->gather_ctx, (uint16_t *)o->params_dev + (lo - dev_shift(o, k)), lo, len,
                                    true, e);
     if (!o->gbuf) return rl_errf(e, RL_EINTERNAL, "train.offload: a streamed layer's gather without its buffer");
-    cudaError_t ce = cudaSuccess;
-    for (const slice *s = o->sl + o->sl_first[k]; s < o->sl + o->sl_first[k + 1] && ce == cudaSuccess; s++)
-        ce = cudaMemcpyAsync(o->gbuf + (s->off - lo), o->hs.bf16 + s->off, s->len * sizeof(uint16_t),
-                             cudaMemcpyHostToDevice, o->model);
-    int rc = ce == cudaSuccess ? o->d->gather_region(o->d->gather_ctx, o->gbuf, lo, len, true, e) : RL_OK;
-    if (!rc && ce == cudaSuccess)
-        ce = cudaMemcpyAsync(o->hs.bf16 + lo, o->gbuf, len * sizeof(uint16_t), cudaMemcpyDeviceToHost, o->model);
+    cudaError_t ce;
+    int rc = whole_region(o, k, o->hs.bf16, o->gbuf, true, &ce, e);
     if (!rc && ce == cudaSuccess) ce = cudaEventRecord(o->gbuf_down, o->model);
     return !rc && ce != cudaSuccess ? cuda_err(ce, "gathering a streamed layer's weights from every rank", e) : rc;
 }
@@ -783,12 +792,7 @@ int rl_offload_master(rl_offload *o, rl_err *e) {
     float *buf = NULL, *p = o->d->params;
     cudaError_t ce = cudaMalloc((void **)&buf, most * sizeof(float));
     for (int k = 0; k < o->nreg && !rc && ce == cudaSuccess; k++) {
-        size_t lo = region_start(o, k), len = o->reg_end[k] - lo;
-        for (const slice *s = o->sl + o->sl_first[k]; s < o->sl + o->sl_first[k + 1] && ce == cudaSuccess; s++)
-            ce = cudaMemcpyAsync(buf + (s->off - lo), p + s->off, s->len * sizeof(float), cudaMemcpyHostToDevice,
-                                 o->model);
-        if (ce == cudaSuccess) rc = o->d->gather_region(o->d->gather_ctx, buf, lo, len, false, e);
-        if (!rc && ce == cudaSuccess) ce = cudaMemcpyAsync(p + lo, buf, len * sizeof(float), cudaMemcpyDeviceToHost, o->model);
+        rc = whole_region(o, k, p, buf, false, &ce, e);
         if (!rc && ce == cudaSuccess) ce = cudaStreamSynchronize(o->model); /* the buffer is the next region's */
     }
     if (buf) cudaFree(buf);
