@@ -152,10 +152,11 @@ void rl_hang_node_net(const rl_hang_rank *ranks, int world, double *net) {
 }
 
 int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n, double *ratio) {
-    static const struct { size_t off; const char *what, *unit; double scale; } fig[] = {
-        {offsetof(rl_hang_rank, copy_gbps), "copy", "GB/s", 1},
-        {offsetof(rl_hang_rank, shm_bytes), "/dev/shm", "MiB free", 1.0 / (1 << 20)},
-        {offsetof(rl_hang_rank, net_gbps), "network", "GB/s", 1},
+    /* again: measured again by a recheck (the network once: a collective) */
+    static const struct { size_t off; const char *what, *unit; double scale; bool again; } fig[] = {
+        {offsetof(rl_hang_rank, copy_gbps), "copy", "GB/s", 1, true},
+        {offsetof(rl_hang_rank, shm_bytes), "/dev/shm", "MiB free", 1.0 / (1 << 20), true},
+        {offsetof(rl_hang_rank, net_gbps), "network", "GB/s", 1, false},
     };
     enum { NFIG = sizeof fig / sizeof fig[0] };
     if (n) out[0] = '\0';
@@ -181,7 +182,8 @@ int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, ch
         bool named = false;
         for (int f = 0; f < NFIG; f++) {
             double x = *(const double *)((const char *)&r[i] + fig[f].off);
-            if (!usable(x) || !(med[f] > 0) || x >= min_ratio * med[f]) continue;
+            if ((r[i].passed_first && fig[f].again) || !usable(x) || !(med[f] > 0) || x >= min_ratio * med[f])
+                continue;
             if (ratio && x / med[f] < ratio[i]) ratio[i] = x / med[f];
             char who[160];
             if (!named && bad < RL_HANG_SLOW_MAX && at < n)
@@ -212,6 +214,7 @@ char *rl_hang_rank_json(const rl_hang_rank *r, const rl_comm_record *rec, int n,
     if (usable(r->copy_gbps)) cJSON_AddNumberToObject(o, "copy_gbps", r->copy_gbps);
     if (usable(r->net_gbps)) cJSON_AddNumberToObject(o, "net_gbps", r->net_gbps);
     if (r->net_pending) cJSON_AddBoolToObject(o, "net_pending", true);
+    if (r->rechecked) cJSON_AddBoolToObject(o, "rechecked", true);
     cJSON_AddNumberToObject(o, "unix", r->unix_time);
     cJSON_AddStringToObject(o, "pod", r->pod);
     cJSON_AddStringToObject(o, "node", r->node);
@@ -280,6 +283,7 @@ int rl_hang_rank_parse(const char *text, size_t len, const char *what, rl_hang_r
         out->copy_gbps = positive(o, "copy_gbps");
         out->net_gbps = positive(o, "net_gbps");
         out->net_pending = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "net_pending"));
+        out->rechecked = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "rechecked"));
         copy_str(o, "op", out->op, sizeof out->op);
         copy_str(o, "pod", out->pod, sizeof out->pod);
         copy_str(o, "node", out->node, sizeof out->node);

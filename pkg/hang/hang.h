@@ -88,6 +88,9 @@ typedef struct rl_hang_rank {
     double net_gbps;    /* pre-flight: how fast the network brought data into its node, GB/s, from
                            the first rank of each node (rl_comm_link_probe); <= 0 unknown */
     bool net_pending;   /* ... still measuring it (the judge may wait for it) */
+    bool rechecked;     /* shm and copy are its second measurement, asked for by rank 0 */
+    bool passed_first;  /* rank 0's first figures did not name it: its recheck does not either by
+                           copy or shm (not on the wire; they still count in the medians) */
     double unix_time;   /* when it said so */
     char pod[64], node[64];
 } rl_hang_rank;
@@ -138,8 +141,25 @@ int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_h
  * while each neighbour has one good link; so a node counts the better of
  * its two links (rl_hang_node_net), and a slow node is below while its
  * neighbours are not. ratio (world of them, may be NULL): each rank's
- * lowest figure over its median (1 when none is below). */
+ * lowest figure over its median (1 when none is below).
+ * A verdict that names a rank is confirmed before it is reported. Rank 0
+ * logs preflight_recheck and waits RL_HANG_RECHECK_STEPS steps (at most
+ * RL_HANG_PREFLIGHT_S): by then a rank that came late has caught up and
+ * every rank is in the steps' rhythm, so all are under the same load.
+ * It then sets <prefix>/hang/state to "recheck 1 0", every rank measures
+ * its node again (`rechecked` in its heartbeats), and rank 0 judges
+ * those second figures (waiting at most RL_HANG_RECHECK_S for them):
+ * copy and /dev/shm name only ranks the first figures named too
+ * (passed_first); the network figure, measured once (a collective),
+ * is judged as it stands, also when it arrived after the first. A copy
+ * is wall-clock time: a node starved for a moment (the round's processes
+ * starting beside it on a loaded host) once measured 0.19x the median
+ * and was benched for 10 minutes, and on an oversubscribed host any
+ * one measurement can be low; a node that is slow or throttled is slow
+ * twice. */
 #define RL_HANG_PREFLIGHT_S 10.0
+#define RL_HANG_RECHECK_STEPS 3
+#define RL_HANG_RECHECK_S 5.0
 int rl_hang_preflight(const rl_hang_rank *ranks, int world, double min_ratio, char *out, size_t n, double *ratio);
 /* net[r]: the better of the link into rank r's node (its own net_gbps)
  * and the link out of it (the next measuring rank's, around the ring);

@@ -31,6 +31,10 @@ struct rl_hang_watch {
     rl_store *s;
     uint64_t answered;               /* the ask this rank answered */
     double next_beat, next_pace, preflight_by; /* preflight_by: 0 once judged */
+    bool rechecked;                  /* it measured its node again (hang.h, the pre-flight) */
+    enum { PF_FIGURES, PF_SUSPECT, PF_RECHECK } pf; /* rank 0: where its pre-flight is */
+    long long suspect_step;          /* rank 0: its step when the first figures named ranks */
+    bool *suspect;                   /* rank 0: ... and which (world of them) */
     uint64_t beat0;                  /* deputy: a hash of rank 0's last heartbeat */
     double beat0_changed;            /* ... and when it last changed (rl_now) */
     char pace[512];                  /* the stragglers last reported */
@@ -74,7 +78,7 @@ static int snapshot(rl_hang_watch *w, rl_hang_rank *me, rl_comm_record *rec) {
     }
     for (int i = 0; i < n; i++)
         if (rec[i].t_done > 0 && rec[i].seq > me->done) me->done = rec[i].seq;
-    me->shm_bytes = w->o.shm_bytes, me->copy_gbps = w->o.copy_gbps;
+    me->shm_bytes = w->o.shm_bytes, me->copy_gbps = w->o.copy_gbps, me->rechecked = w->rechecked;
     snprintf(me->pod, sizeof me->pod, "%s", w->pod);
     snprintf(me->node, sizeof me->node, "%s", w->node);
     return n;
@@ -108,6 +112,15 @@ static void fire(rl_hang_watch *w, const char *why) {
     pthread_mutex_unlock(&w->mu);
 }
 
+/* The pre-flight's second measurement, once, in the next heartbeat (hang.h
+ * says why). */
+static int remeasure(rl_hang_watch *w, rl_err *e) {
+    if (w->rechecked) return RL_OK;
+    rl_hang_measure(&w->o.shm_bytes, &w->o.copy_gbps);
+    w->rechecked = true;
+    return publish(w, "beat", false, e);
+}
+
 /* ---- every rank but 0: answer rank 0's ask, obey its abort ---------------------------------- */
 /* *aborted once it aborted the communicator; *judging while a rank asks. */
 static int follow(rl_hang_watch *w, bool *aborted, bool *judging, rl_err *e) {
@@ -118,12 +131,13 @@ static int follow(rl_hang_watch *w, bool *aborted, bool *judging, rl_err *e) {
     int rc = rl_store_get(w->s, k, 0, &v, &len, e);
     if (rc == RL_ETIMEOUT) return RL_OK; /* nothing asked */
     if (rc) return rc;
-    *judging = true;
     unsigned long long seq = 0;
     char verb[8] = "";
     int by = 0;
     if (sscanf(v, "%7s %llu %d", verb, &seq, &by) != 3) seq = 0;
     free(v);
+    if (!strcmp(verb, "recheck")) return remeasure(w, e); /* the pre-flight's, not an ask */
+    *judging = true;
     if (by == w->o.rank) return RL_OK; /* this rank's own ask (the deputy) */
     if (!strcmp(verb, "ask") && seq && seq != w->answered) {
         w->answered = seq;
@@ -243,26 +257,55 @@ static void node_nets(const rl_hang_rank *ranks, int world, double *net, char *o
         if (net[r] > 0) at += snprintf(out + at, n - (size_t)at, "%s%d:%.2f", k++ ? "," : "", r, net[r]);
 }
 
-/* Rank 0, once per round: the pre-flight, when every rank has sent its
- * figures or RL_HANG_PREFLIGHT_S after the start. Reported either way, so
- * a round that passes clears what an earlier one found. */
+static long long steps_done(rl_hang_watch *w) {
+    pthread_mutex_lock(&w->mu);
+    long long s = w->step;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+/* Rank 0's pre-flight, in three phases (hang.h): the first figures; when
+ * they name ranks, RL_HANG_RECHECK_STEPS steps (or RL_HANG_PREFLIGHT_S)
+ * for every rank to reach the steps' rhythm; then every rank's second
+ * figures. The last verdict is reported either way, so a round that
+ * passes clears what an earlier one found. */
 static void preflight(rl_hang_watch *w, double now) {
+    char j[1100], k[160];
+    rl_err e = {0};
+    if (w->pf == PF_SUSPECT) {
+        if (steps_done(w) < w->suspect_step + RL_HANG_RECHECK_STEPS && now < w->preflight_by) return;
+        key(w, k, sizeof k, "state", -1);
+        (void)rl_store_set(w->s, k, "recheck 1 0", strlen("recheck 1 0"), &e);
+        (void)remeasure(w, &e);
+        w->pf = PF_RECHECK, w->preflight_by = now + RL_HANG_RECHECK_S;
+        return;
+    }
     int world = w->o.world, have = 0;
     rl_hang_rank *ranks = calloc((size_t)world, sizeof *ranks);
     double *ratio = calloc((size_t)world, sizeof *ratio), *net = calloc((size_t)world, sizeof *net);
     if (!ranks || !ratio || !net) goto out;
     read_beats(w, ranks);
     bool pending = false;
-    for (int r = 0; r < world; r++) have += ranks[r].copy_gbps > 0, pending |= ranks[r].net_pending;
+    for (int r = 0; r < world; r++) {
+        have += ranks[r].copy_gbps > 0 && (ranks[r].rechecked || w->pf == PF_FIGURES), pending |= ranks[r].net_pending;
+        ranks[r].passed_first = w->pf == PF_RECHECK && !w->suspect[r];
+    }
     rl_stats_msg m = {.kind = RL_STATS_DEGRADED};
     int bad = rl_hang_preflight(ranks, world, w->o.preflight_min_ratio, m.why, sizeof m.why, ratio);
     /* a link still being measured is waited for, unless a node is below
      * already: a starved node is slow to measure its links too */
     bool ready = have == world && (!pending || bad > 0);
     if (!ready && now < w->preflight_by) goto out;
+    if (bad > 0 && w->pf == PF_FIGURES && (w->suspect = calloc((size_t)world, sizeof *w->suspect))) {
+        for (int r = 0; r < world; r++) w->suspect[r] = ratio[r] < 1;
+        rl_log(RL_LOG_INFO, "preflight_recheck", "\"below\":%d,\"after_steps\":%d,\"msg\":\"%s\"", bad,
+               RL_HANG_RECHECK_STEPS, rl_json_escape(j, sizeof j, m.why));
+        w->pf = PF_SUSPECT, w->suspect_step = steps_done(w), w->preflight_by = now + RL_HANG_PREFLIGHT_S;
+        goto out;
+    }
     w->preflight_by = 0;
     far_below(w, ranks, ratio, &m);
-    char j[1100], nets[400];
+    char nets[400];
     node_nets(ranks, world, net, nets, sizeof nets);
     rl_log(bad ? RL_LOG_WARN : RL_LOG_INFO, "preflight", "\"ranks\":%d,\"below\":%d,\"net_gbps\":\"%s\",\"msg\":\"%s\"",
            have, bad, nets, rl_json_escape(j, sizeof j, bad ? m.why : "every rank within the median's range"));
@@ -486,6 +529,7 @@ static void *run(void *arg) {
 
 static void watch_free(rl_hang_watch *w) {
     if (!w) return;
+    free(w->suspect);
     free(w->mark[0]);
     free(w->mark[1]);
     free(w);

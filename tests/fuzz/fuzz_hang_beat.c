@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (rl_hang_rank_parse(j, strlen(j), "again", &back, &e) != RL_OK || back.rank != r.rank ||
         back.issued != r.issued || back.done != r.done || back.step != r.step || strcmp(back.pod, r.pod) != 0 ||
         strcmp(back.node, r.node) != 0 || strcmp(back.op, r.op) != 0 || back.net_gbps != r.net_gbps ||
-        back.net_pending != r.net_pending)
+        back.net_pending != r.net_pending || back.rechecked != r.rechecked)
         abort();
     free(j);
     rl_hang_rank two[2] = {r, r};

@@ -259,7 +259,7 @@ Test(elastic, trainer_crashes_count_against_the_restart_limit, .timeout = 300) {
     rl_test_job j;
     char why[1024] = "";
     cr_assert_eq(rl_test_job_setup(&j, 36, false, 100000, EVERY,
-                                   "\"min_nodes\":2,\"max_nodes\":3,\"heartbeat_s\":1,\"heartbeat_misses\":5,"
+                                   "\"min_nodes\":2,\"max_nodes\":3,\"bench_s\":0,\"heartbeat_s\":1,\"heartbeat_misses\":5,"
                                    "\"last_call_s\":2,\"lease_s\":3,\"renew_deadline_s\":2,\"retry_s\":0.5,"
                                    "\"stop_grace_s\":5,\"max_restarts\":1",
                                    why, sizeof why),
