@@ -25,6 +25,7 @@
  *      answers by aborting its communicator: each trainer's collective
  *      fails at once and the trainer ends as infrastructure (peer lost),
  *      long before dist.timeout_s.
+ * (The state's third verb, "recheck", is the pre-flight's: see below.)
  * A rank whose whole process stopped (SIGSTOP, a wedged driver) answers
  * nothing: its last heartbeat speaks for it. When that rank is rank 0,
  * the deputy judges instead -- the first rank of the second node (rank 1
