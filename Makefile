@@ -420,6 +420,9 @@ test-gpu-emu:
 	$(EMU_DIR)/gpu_bench --config a --vocab 300 --hidden 64 --ffn 96 --layers 4 --heads 2 --kv-heads 1 \
 	  --seq 32 --batch 2 --steps 2 --warmup 1 --ddp-rounds 1 --offload layers
 	$(EMU_DIR)/gpu_test $(GPU_TEST_ARGS)
+	# the checks whose streams wait on each other's, again with every stream
+	# queued until something needs it (fake_graph.cpp): a missing wait shows
+	RL_EMU_DEFER=1 $(EMU_DIR)/gpu_test "trainer: offload" && RL_EMU_DEFER=1 $(EMU_DIR)/gpu_test "2 ranks = 1 rank"
 
 bench-gpu:
 	@$(MAKE) --no-print-directory $(GPU_BENCH_BIN)

@@ -78,6 +78,13 @@ cudaError_t rl_emu_capture_copy(cudaStream_t s, bool pageable);
 void rl_emu_capture_fail(cudaStream_t s, cudaError_t err);
 cudaError_t rl_emu_event_record(cudaEvent_t ev, cudaStream_t s);
 cudaError_t rl_emu_event_usable(cudaEvent_t ev);
+// RL_EMU_DEFER=1 (fake_graph.cpp): streams keep their work queued until it
+// is needed. Runs stream s's queue (NULL: every stream's); makes s's later
+// work (NULL: the host, now) wait for ev's point in its stream; runs s's
+// queue and forgets it (a destroyed stream). No-ops without the mode.
+void rl_emu_stream_run(cudaStream_t s);
+void rl_emu_stream_wait(cudaStream_t s, cudaEvent_t ev);
+void rl_emu_stream_forget(cudaStream_t s);
 // For tests, while no other thread uses the device: the opt-in shared-
 // memory maximum the device reports from now on.
 void rl_emu_set_smem_optin(int bytes);

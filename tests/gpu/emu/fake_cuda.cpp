@@ -2,7 +2,9 @@
 // the emulated build (make test-gpu-emu): "device" memory is host memory,
 // every operation completes when called (streams and events are in order
 // trivially) unless its stream is capturing a CUDA graph (fake_graph.cpp:
-// then it runs at each replay), kernels run through tests/gpu/emu/emu.cpp. There are
+// then it runs at each replay) or RL_EMU_DEFER=1 keeps it queued until
+// something needs it (fake_graph.cpp: so a missing event wait between two
+// streams shows), kernels run through tests/gpu/emu/emu.cpp. There are
 // RL_EMU_DEVICES devices (default 1), alike; each host thread has its
 // current one and every allocation remembers its device (the fake NCCL of
 // fake_nccl.cpp checks buffers against its communicator's device). Kernels
@@ -258,6 +260,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
 }
 cudaError_t cudaFree(void *p) {
     if (cudaError_t c = rl_emu_capture_unsafe(nullptr)) return c;
+    rl_emu_stream_run(nullptr); // cudaFree synchronizes: queued work on p runs first
     untrack(p);
     free(p);
     return cudaSuccess;
@@ -272,6 +275,7 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned) {
     return cudaSuccess;
 }
 cudaError_t cudaHostUnregister(void *p) {
+    rl_emu_stream_run(nullptr);
     untrack(p);
     return cudaSuccess;
 }
@@ -291,11 +295,19 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
     }
     return cudaSuccess;
 }
-// everything ran when queued
-cudaError_t cudaStreamQuery(cudaStream_t s) { return rl_emu_capture_unsafe(s); }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+// everything ran when queued (RL_EMU_DEFER: runs when asked for, fake_graph.cpp)
+static cudaError_t run_stream(cudaStream_t s) {
+    cudaError_t c = rl_emu_capture_unsafe(s);
+    if (c == cudaSuccess) rl_emu_stream_run(s);
+    return c;
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) { return run_stream(s); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned) {
+    rl_emu_stream_wait(s, ev);
+    return cudaSuccess;
+}
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
-    if (cudaError_t c = rl_emu_capture_unsafe(nullptr)) return c;
+    if (cudaError_t c = run_stream(nullptr)) return c;
     memmove(d, s, n);
     return cudaSuccess;
 }
@@ -304,7 +316,13 @@ static bool pageable(const void *p) {
     return cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeUnregistered;
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) {
-    if (cudaError_t c = rl_emu_capture_copy(st, pageable(d) || pageable(s))) return c;
+    bool sync = pageable(d) || pageable(s);
+    if (cudaError_t c = rl_emu_capture_copy(st, sync)) return c;
+    if (sync) { // the runtime's copy to or from pageable memory is done when it returns
+        rl_emu_stream_run(st);
+        memmove(d, s, n);
+        return cudaSuccess;
+    }
     rl_emu_enqueue(st, [=] { memmove(d, s, n); });
     return cudaSuccess;
 }
@@ -327,16 +345,18 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int pr
     return cudaStreamCreateWithFlags(s, flags);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    rl_emu_stream_forget(s); // its work still runs, as on a GPU
     free((void *)s);
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { return rl_emu_capture_unsafe(s); }
-cudaError_t cudaDeviceSynchronize(void) { return rl_emu_capture_unsafe(nullptr); }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return run_stream(s); }
+cudaError_t cudaDeviceSynchronize(void) { return run_stream(nullptr); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
     *e = (cudaEvent_t)malloc(1);
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    rl_emu_event_record(e, nullptr); // forgotten: a later event at this address starts unrecorded
     free((void *)e);
     return cudaSuccess;
 }

@@ -849,6 +849,16 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d,
 
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan,
                                   cudnnBackendDescriptor_t vp) {
+    {
+        // RL_EMU_DEFER: what the handle's stream queued before this call (its
+        // inputs) runs first -- outside mu, which a queued replay takes
+        cudaStream_t s0 = nullptr;
+        {
+            std::lock_guard<std::mutex> g(mu);
+            if (streams.count(h)) s0 = streams[h];
+        }
+        if (s0) rl_emu_stream_run(s0);
+    }
     std::lock_guard<std::mutex> g(mu);
     Desc *p = live_desc(plan), *v = live_desc(vp);
     if (!handles.count(h) || !p || !v || p->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR ||

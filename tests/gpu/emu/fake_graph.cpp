@@ -17,9 +17,28 @@
 //    synchronize or query on it fails with cudaErrorCapturedEvent until it
 //    is recorded again outside a capture.
 // Other streams are not affected: their work runs when queued, as before.
+//
+// With RL_EMU_DEFER=1 work queued on a stream other than the legacy one
+// does not run when queued either: it waits in the stream's queue, in
+// order, until something needs it -- a synchronize or query of the stream
+// or of an event recorded on it, a cudaStreamWaitEvent on such an event
+// that another stream's work reaches (the waiting stream runs the other
+// one's queue up to the event first), a synchronous copy, a free, the
+// legacy stream, a graph, or an NCCL call on the stream (its inputs). So
+// the order a GPU may take is taken: work on one stream that reads what
+// another stream writes without waiting for it reads the old values, and
+// a host write into pinned memory after queueing a copy of it is what the
+// copy reads -- both show as wrong results, where the eager default hides
+// them. A copy from or to pageable memory runs at once (the runtime's are
+// synchronous), after its stream's queue. NCCL collectives still run when
+// called (the fake NCCL's ranks meet on the calling threads).
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -66,6 +85,47 @@ capture *capture_of(cudaStream_t s) {
     auto it = s ? captures.find(s) : captures.end();
     return it == captures.end() ? nullptr : &it->second;
 }
+
+// ---- RL_EMU_DEFER: streams as queues ----
+bool defer() {
+    static const bool on = [] {
+        const char *v = getenv("RL_EMU_DEFER");
+        return v && !strcmp(v, "1");
+    }();
+    return on;
+}
+struct queued {
+    uint64_t seq;
+    std::function<void()> fn;     // empty: a wait for `on` up to `upto`
+    cudaStream_t on = nullptr;
+    uint64_t upto = 0;
+};
+struct stream_queue {
+    std::deque<queued> q;
+    uint64_t next = 1; // the seq the next op gets
+};
+// Recursive: running a wait runs another stream's queue. The ops that run
+// under it never block (NCCL's meet is outside the queues).
+std::recursive_mutex qmu;
+std::map<cudaStream_t, stream_queue> queues;
+std::map<cudaEvent_t, std::pair<cudaStream_t, uint64_t>> recorded; // stream, last seq before it
+
+void run_until(cudaStream_t s, uint64_t upto) {
+    std::lock_guard<std::recursive_mutex> g(qmu);
+    auto it = queues.find(s);
+    if (it == queues.end()) return;
+    std::deque<queued> &q = it->second.q; // map nodes stay put while others are added
+    while (!q.empty() && q.front().seq <= upto) {
+        queued op = std::move(q.front());
+        q.pop_front();
+        if (op.fn) op.fn();
+        else run_until(op.on, op.upto);
+    }
+}
+void run_all() {
+    std::lock_guard<std::recursive_mutex> g(qmu);
+    for (auto &kv : queues) run_until(kv.first, UINT64_MAX);
+}
 } // namespace
 
 bool rl_emu_enqueue(cudaStream_t s, const std::function<void()> &fn) {
@@ -77,8 +137,42 @@ bool rl_emu_enqueue(cudaStream_t s, const std::function<void()> &fn) {
             return true;
         }
     }
+    if (defer() && s) {
+        std::lock_guard<std::recursive_mutex> g(qmu);
+        stream_queue &sq = queues[s];
+        sq.q.push_back(queued{sq.next++, fn});
+        return false;
+    }
+    if (defer()) run_all(); // the legacy stream waits for every other
     fn();
     return false;
+}
+
+void rl_emu_stream_run(cudaStream_t s) {
+    if (!defer()) return;
+    if (s) run_until(s, UINT64_MAX);
+    else run_all();
+}
+
+void rl_emu_stream_wait(cudaStream_t s, cudaEvent_t ev) {
+    if (!defer()) return;
+    {
+        std::lock_guard<std::mutex> g(mu);
+        if (captures.count(s)) return; // a capture records in order already
+    }
+    std::lock_guard<std::recursive_mutex> g(qmu);
+    auto it = recorded.find(ev);
+    if (it == recorded.end() || !it->second.first) return; // never recorded, or on the legacy stream: done
+    if (!s) return run_until(it->second.first, it->second.second);
+    stream_queue &sq = queues[s];
+    sq.q.push_back(queued{sq.next++, {}, it->second.first, it->second.second});
+}
+
+void rl_emu_stream_forget(cudaStream_t s) {
+    if (!defer()) return;
+    std::lock_guard<std::recursive_mutex> g(qmu);
+    run_until(s, UINT64_MAX);
+    queues.erase(s);
 }
 
 cudaError_t rl_emu_capture_unsafe(cudaStream_t s) {
@@ -98,19 +192,35 @@ void rl_emu_capture_fail(cudaStream_t s, cudaError_t err) {
 }
 
 cudaError_t rl_emu_event_record(cudaEvent_t ev, cudaStream_t s) {
-    std::lock_guard<std::mutex> g(mu);
-    if (captures.count(s))
-        captured_events.insert(ev);
-    else
-        captured_events.erase(ev);
+    bool captured;
+    {
+        std::lock_guard<std::mutex> g(mu);
+        captured = captures.count(s);
+        if (captured)
+            captured_events.insert(ev);
+        else
+            captured_events.erase(ev);
+    }
+    if (defer() && !captured) {
+        std::lock_guard<std::recursive_mutex> g(qmu);
+        recorded[ev] = {s, s ? queues[s].next - 1 : 0};
+    }
     return cudaSuccess;
 }
 
 cudaError_t rl_emu_event_usable(cudaEvent_t ev) {
-    std::lock_guard<std::mutex> g(mu);
-    if (captured_events.count(ev)) return cudaErrorCapturedEvent;
-    // an event wait or query is an unsafe call like any other
-    return spoil(restricting_capture(), cudaErrorStreamCaptureUnsupported);
+    {
+        std::lock_guard<std::mutex> g(mu);
+        if (captured_events.count(ev)) return cudaErrorCapturedEvent;
+        // an event wait or query is an unsafe call like any other
+        if (cudaError_t c = spoil(restricting_capture(), cudaErrorStreamCaptureUnsupported)) return c;
+    }
+    if (defer()) {
+        std::lock_guard<std::recursive_mutex> g(qmu);
+        auto it = recorded.find(ev);
+        if (it != recorded.end() && it->second.first) run_until(it->second.first, it->second.second);
+    }
+    return cudaSuccess;
 }
 
 extern "C" {
@@ -158,7 +268,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
         std::lock_guard<std::mutex> g(mu);
         if (captures.count(s)) return cudaErrorStreamCaptureUnsupported; // no nested graphs here
     }
-    for (const auto &op : exec->ops) op();
+    // a copy: queued (RL_EMU_DEFER), it may run after the exec is destroyed
+    auto ops = std::make_shared<const std::vector<std::function<void()>>>(exec->ops);
+    rl_emu_enqueue(s, [ops] {
+        for (const auto &op : *ops) op();
+    });
     return cudaSuccess;
 }
 

@@ -75,6 +75,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/gpu/emu/emu.h"
+
 namespace {
 struct clique;
 }
@@ -498,20 +500,24 @@ const char *ncclGetErrorString(ncclResult_t r) {
     }
 }
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                           ncclComm_t c, cudaStream_t) {
+                           ncclComm_t c, cudaStream_t st) {
+    rl_emu_stream_run(st);
     return enter(c, ALLREDUCE, s, r, n, t, op, 0);
 }
 ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int root,
-                           ncclComm_t c, cudaStream_t) {
+                           ncclComm_t c, cudaStream_t st) {
+    rl_emu_stream_run(st);
     // only the root's send buffer is read; the others may pass their recv
     return enter(c, BROADCAST, c && c->rank == root ? s : r, r, n, t, ncclSum, root);
 }
 ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c,
-                           cudaStream_t) {
+                           cudaStream_t st) {
+    rl_emu_stream_run(st);
     return enter(c, ALLGATHER, s, r, n, t, ncclSum, 0);
 }
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                               ncclComm_t c, cudaStream_t) {
+                               ncclComm_t c, cudaStream_t st) {
+    rl_emu_stream_run(st);
     return enter(c, REDUCE_SCATTER, s, r, n, t, op, 0);
 }
 ncclResult_t ncclGroupStart(void) {
@@ -540,10 +546,12 @@ static ncclResult_t p2p(bool send, const void *buf, size_t n, ncclDataType_t t, 
     else grp.rbuf = (void *)buf, grp.from = peer, grp.rbytes = n * type_size(t);
     return ncclSuccess;
 }
-ncclResult_t ncclSend(const void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t) {
+ncclResult_t ncclSend(const void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st) {
+    rl_emu_stream_run(st); // its inputs: what the stream queued before it
     return p2p(true, buf, n, t, peer, c);
 }
-ncclResult_t ncclRecv(void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t) {
+ncclResult_t ncclRecv(void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st) {
+    rl_emu_stream_run(st);
     return p2p(false, buf, n, t, peer, c);
 }
 ncclResult_t ncclGroupEnd(void) {
