@@ -247,6 +247,13 @@ static cudaError_t alloc(void **p, size_t n, cudaMemoryType t) {
     track(*p, n, t);
     return cudaSuccess;
 }
+// A call that synchronizes s (NULL: the device): refused under capture, and
+// (RL_EMU_DEFER) what is queued runs first.
+static cudaError_t run_stream(cudaStream_t s) {
+    cudaError_t c = rl_emu_capture_unsafe(s);
+    if (c == cudaSuccess) rl_emu_stream_run(s);
+    return c;
+}
 cudaError_t cudaMalloc(void **p, size_t n) {
     if (cudaError_t c = rl_emu_capture_unsafe(nullptr)) return c;
     {
@@ -259,8 +266,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     return alloc(p, n, cudaMemoryTypeDevice);
 }
 cudaError_t cudaFree(void *p) {
-    if (cudaError_t c = rl_emu_capture_unsafe(nullptr)) return c;
-    rl_emu_stream_run(nullptr); // cudaFree synchronizes: queued work on p runs first
+    if (cudaError_t c = run_stream(nullptr)) return c; // synchronizes: queued work on p runs first
     untrack(p);
     free(p);
     return cudaSuccess;
@@ -296,11 +302,6 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
     return cudaSuccess;
 }
 // everything ran when queued (RL_EMU_DEFER: runs when asked for, fake_graph.cpp)
-static cudaError_t run_stream(cudaStream_t s) {
-    cudaError_t c = rl_emu_capture_unsafe(s);
-    if (c == cudaSuccess) rl_emu_stream_run(s);
-    return c;
-}
 cudaError_t cudaStreamQuery(cudaStream_t s) { return run_stream(s); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned) {
     rl_emu_stream_wait(s, ev);

@@ -126,6 +126,13 @@ void run_all() {
     std::lock_guard<std::recursive_mutex> g(qmu);
     for (auto &kv : queues) run_until(kv.first, UINT64_MAX);
 }
+// Runs ev's stream up to the point it was recorded at (nothing where it
+// was never recorded, or on the legacy stream: done already).
+void run_to_event(cudaEvent_t ev) {
+    std::lock_guard<std::recursive_mutex> g(qmu);
+    auto it = recorded.find(ev);
+    if (it != recorded.end() && it->second.first) run_until(it->second.first, it->second.second);
+}
 } // namespace
 
 bool rl_emu_enqueue(cudaStream_t s, const std::function<void()> &fn) {
@@ -160,10 +167,10 @@ void rl_emu_stream_wait(cudaStream_t s, cudaEvent_t ev) {
         std::lock_guard<std::mutex> g(mu);
         if (captures.count(s)) return; // a capture records in order already
     }
+    if (!s) return run_to_event(ev);
     std::lock_guard<std::recursive_mutex> g(qmu);
     auto it = recorded.find(ev);
     if (it == recorded.end() || !it->second.first) return; // never recorded, or on the legacy stream: done
-    if (!s) return run_until(it->second.first, it->second.second);
     stream_queue &sq = queues[s];
     sq.q.push_back(queued{sq.next++, {}, it->second.first, it->second.second});
 }
@@ -215,11 +222,7 @@ cudaError_t rl_emu_event_usable(cudaEvent_t ev) {
         // an event wait or query is an unsafe call like any other
         if (cudaError_t c = spoil(restricting_capture(), cudaErrorStreamCaptureUnsupported)) return c;
     }
-    if (defer()) {
-        std::lock_guard<std::recursive_mutex> g(qmu);
-        auto it = recorded.find(ev);
-        if (it != recorded.end() && it->second.first) run_until(it->second.first, it->second.second);
-    }
+    if (defer()) run_to_event(ev);
     return cudaSuccess;
 }
 
