@@ -64,4 +64,12 @@ extern double rl_cpu_gemm_seconds_f64, rl_cpu_gemm_flops_f64, rl_cpu_attn_second
 RL_CPU_DECLARE(float, f32)
 RL_CPU_DECLARE(double, f64)
 
+/* The float model's GEMM (sgemm.c): cblas_sgemm's row-major contract, on the
+ * calling thread only; our AVX-512 kernel where the CPU has it, else
+ * OpenBLAS. rl_cpu_sgemm_kernels names ours when it runs, else NULL. */
+#include <cblas.h>
+void rl_cpu_sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+const char *rl_cpu_sgemm_kernels(void);
+
 #endif

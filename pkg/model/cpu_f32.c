@@ -1,8 +1,9 @@
-/* The float instantiation of cpu_impl.inc: what the trainer runs. */
+/* The float instantiation of cpu_impl.inc: what the trainer runs, on our
+ * own GEMM where the CPU has AVX-512 (sgemm.c). */
 #include "cpu.h"
 #define R float
 #define FN(x) x##_f32
-#define GEMM cblas_sgemm
+#define GEMM(order, ...) rl_cpu_sgemm(__VA_ARGS__) /* row-major, as every call is */
 #include <stdint.h>
 #include <string.h>
 

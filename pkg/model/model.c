@@ -181,7 +181,10 @@ static void *alloc_floats(size_t n) {
     return aligned_alloc(64, bytes ? bytes : 64);
 }
 
-const char *rl_blas_kernels(void) { return openblas_get_corename(); }
+const char *rl_blas_kernels(void) {
+    const char *own = rl_cpu_sgemm_kernels();
+    return own ? own : openblas_get_corename();
+}
 
 int rl_model_create(rl_model *m, const rl_model_config *c, int B, int T, rl_err *e) {
     memset(m, 0, sizeof *m);

@@ -135,10 +135,10 @@ const float *rl_model_logits(const rl_model *m); /* [B*T, vocab] */
 void rl_model_backward(rl_model *m, float loss_scale, bool overwrite, rl_grad_ready_fn hook, void *hook_ctx);
 void rl_model_zero_grad(rl_model *m);
 
-/* The kernel set OpenBLAS runs the float model's GEMMs with ("Haswell",
- * "Cooperlake", ...): chosen by the library as it loads, from the CPU, or
- * by OPENBLAS_CORETYPE; logged at start and in benchmarks, since it
- * decides most of a CPU step's time. */
+/* The kernels the float model's GEMMs run on: "ringleader-avx512" (ours,
+ * on a CPU with AVX-512), else the set OpenBLAS chose as it loaded
+ * ("Haswell", ...: from the CPU, or OPENBLAS_CORETYPE). Logged at start
+ * and in benchmarks, since it decides most of a CPU step's time. */
 const char *rl_blas_kernels(void);
 
 #endif

@@ -5,6 +5,7 @@
  * the rounding error O(eps/h) ~ 1e-11, far below the 1e-6 bound used. The
  * float instantiation is then checked against the double one. */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -459,4 +460,97 @@ Test(model, tensor_table_covers_buffer_exactly) {
         next = t.offset + t.numel;
     }
     cr_expect_eq(next, p.total);
+}
+
+/* ---- the float model's GEMM (sgemm.c) ----------------------------------------------
+ * Checked against a double-precision reference over every transpose pair,
+ * with shapes past each blocking edge (K past KC = 256, M past MC = 128, N
+ * past NC = 1024, and sizes that are no multiple of the 8 x 32 tile), leading
+ * dimensions wider than the matrices (the columns between stay untouched),
+ * alpha != 1, and beta 0 over a C of NaN (not read, BLAS's rule). Whichever
+ * kernel this CPU runs is the one checked; the log says which. */
+typedef struct gemm_case {
+    int M, N, K;
+} gemm_case;
+
+static float *randf(size_t n, uint64_t seed) {
+    rl_rng r;
+    rl_rng_seed(&r, seed);
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = (float)rl_rng_normal(&r);
+    return v;
+}
+
+/* op(X)(i, k) for a row-major X with leading dimension ld */
+static double at(const float *X, int ld, bool trans, int i, int k) {
+    return trans ? X[(size_t)k * ld + i] : X[(size_t)i * ld + k];
+}
+
+static int gemm_check(const gemm_case *g, bool ta, bool tb, float alpha, float beta) {
+    int M = g->M, N = g->N, K = g->K, pad = 3;
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    float *A = randf((size_t)(ta ? K : M) * lda, 1), *B = randf((size_t)(tb ? N : K) * ldb, 2);
+    float *C = randf((size_t)M * ldc, 3), *C0 = malloc(sizeof(float) * M * ldc);
+    if (beta == 0)
+        for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = NAN;
+    memcpy(C0, C, sizeof(float) * M * ldc);
+    rl_cpu_sgemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+                 ldb, beta, C, ldc);
+    int bad = 0;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < ldc; j++) {
+            float got = C[(size_t)i * ldc + j], old = C0[(size_t)i * ldc + j];
+            if (j >= N) { /* past the matrix: must be left alone */
+                bad += memcmp(&got, &old, sizeof got) != 0;
+                continue;
+            }
+            double ref = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                double p = at(A, lda, ta, i, k) * at(B, ldb, tb, k, j);
+                ref += p, mag += fabs(p);
+            }
+            double cb = beta == 0 ? 0 : (double)beta * old;
+            ref = alpha * ref + cb, mag = fabs(alpha) * mag + fabs(cb);
+            /* float sums of K products: each step rounds by at most eps */
+            if (!(fabs(got - ref) <= 2.0 * (K + 2) * FLT_EPSILON * mag + 1e-30) && bad++ < 3)
+                cr_log_error("%dx%dx%d %c%c alpha %g beta %g: C[%d][%d] = %.9g, reference %.9g", M, N, K,
+                             ta ? 'T' : 'N', tb ? 'T' : 'N', alpha, beta, i, j, got, ref);
+        }
+    }
+    free(A), free(B), free(C), free(C0);
+    return bad;
+}
+
+Test(model, sgemm_matches_a_double_reference) {
+    const char *own = rl_cpu_sgemm_kernels();
+    cr_log_info("sgemm: %s", own ? own : "OpenBLAS (no AVX-512 on this CPU)");
+    const gemm_case cases[] = {{1, 1, 1}, {7, 33, 5}, {8, 32, 256}, {37, 70, 300}, {130, 1030, 17}, {64, 64, 513}, {5, 63, 9}};
+    const float alphas[] = {1, 0.125f}, betas[] = {0, 1, -0.5f};
+    int bad = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int t = 0; t < 4; t++)
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 3; b++) bad += gemm_check(&cases[c], t & 1, t & 2, alphas[a], betas[b]);
+    cr_expect(bad == 0, "%d elements wrong", bad);
+}
+
+/* The model splits C's rows between its threads (gemm_rows in cpu_impl.inc)
+ * and promises results independent of how: rows computed in two calls must
+ * be the very bits of one call. */
+Test(model, sgemm_rows_do_not_depend_on_the_split) {
+    int M = 50, N = 70, K = 300, cut = 13;
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        int lda = ta ? M : K, ldb = tb ? K : N;
+        float *A = randf((size_t)M * K, 4), *B = randf((size_t)N * K, 5);
+        float *one = calloc((size_t)M * N, sizeof(float)), *two = calloc((size_t)M * N, sizeof(float));
+        enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+        rl_cpu_sgemm(TA, TB, M, N, K, 1, A, lda, B, ldb, 0, one, N);
+        rl_cpu_sgemm(TA, TB, cut, N, K, 1, A, lda, B, ldb, 0, two, N);
+        rl_cpu_sgemm(TA, TB, M - cut, N, K, 1, ta ? A + cut : A + (size_t)cut * lda, lda, B, ldb, 0,
+                     two + (size_t)cut * N, N);
+        cr_expect(memcmp(one, two, sizeof(float) * M * N) == 0, "%c%c: rows differ when split at %d",
+                  ta ? 'T' : 'N', tb ? 'T' : 'N', cut);
+        free(A), free(B), free(one), free(two);
+    }
 }
