@@ -534,11 +534,11 @@ Test(model, sgemm_matches_a_double_reference) {
     cr_expect(bad == 0, "%d elements wrong", bad);
 }
 
-/* The model splits C's rows between its threads (gemm_rows in cpu_impl.inc)
- * and promises results independent of how: rows computed in two calls must
- * be the very bits of one call. */
-Test(model, sgemm_rows_do_not_depend_on_the_split) {
-    int M = 50, N = 70, K = 300, cut = 13;
+/* The model splits C's rows or columns between its threads (gemm_rows in
+ * cpu_impl.inc) and promises results independent of how: rows, or columns,
+ * computed in two calls must be the very bits of one call. */
+Test(model, sgemm_results_do_not_depend_on_the_split) {
+    int M = 50, N = 70, K = 300, cut = 13, cutc = 40;
     for (int t = 0; t < 4; t++) {
         bool ta = t & 1, tb = t & 2;
         int lda = ta ? M : K, ldb = tb ? K : N;
@@ -551,6 +551,11 @@ Test(model, sgemm_rows_do_not_depend_on_the_split) {
                      two + (size_t)cut * N, N);
         cr_expect(memcmp(one, two, sizeof(float) * M * N) == 0, "%c%c: rows differ when split at %d",
                   ta ? 'T' : 'N', tb ? 'T' : 'N', cut);
+        rl_cpu_sgemm(TA, TB, M, cutc, K, 1, A, lda, B, ldb, 0, two, N);
+        rl_cpu_sgemm(TA, TB, M, N - cutc, K, 1, A, lda, tb ? B + (size_t)cutc * ldb : B + cutc, ldb, 0,
+                     two + cutc, N);
+        cr_expect(memcmp(one, two, sizeof(float) * M * N) == 0, "%c%c: columns differ when split at %d",
+                  ta ? 'T' : 'N', tb ? 'T' : 'N', cutc);
         free(A), free(B), free(one), free(two);
     }
 }
