@@ -534,7 +534,7 @@ Test(model, sgemm_matches_a_double_reference) {
     cr_expect(bad == 0, "%d elements wrong", bad);
 }
 
-/* The model splits C's rows or columns between its threads (gemm_rows in
+/* The model splits C's rows or columns between its threads (gemm_threads in
  * cpu_impl.inc) and promises results independent of how: rows, or columns,
  * computed in two calls must be the very bits of one call. */
 Test(model, sgemm_results_do_not_depend_on_the_split) {
