@@ -143,7 +143,10 @@ int rl_hang_stragglers(const rl_hang_rank *ranks, int world, double factor, rl_h
  * its two links (rl_hang_node_net), and a slow node is below while its
  * neighbours are not. ratio (world of them, may be NULL): each rank's
  * lowest figure over its median (1 when none is below).
- * A verdict that names a rank is confirmed before it is reported. Rank 0
+ * A verdict that names a rank, or that lacks a rank's figures at its
+ * deadline (RL_HANG_PREFLIGHT_S: a starved node may not report in
+ * time), is confirmed before it is reported; such a rank is a suspect as
+ * one named. Rank 0
  * logs preflight_recheck and waits RL_HANG_RECHECK_STEPS steps (at most
  * RL_HANG_PREFLIGHT_S): by then a rank that came late has caught up and
  * every rank is in the steps' rhythm, so all are under the same load.

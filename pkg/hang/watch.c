@@ -296,10 +296,21 @@ static void preflight(rl_hang_watch *w, double now) {
      * already: a starved node is slow to measure its links too */
     bool ready = have == world && (!pending || bad > 0);
     if (!ready && now < w->preflight_by) goto out;
-    if (bad > 0 && w->pf == PF_FIGURES && (w->suspect = calloc((size_t)world, sizeof *w->suspect))) {
-        for (int r = 0; r < world; r++) w->suspect[r] = ratio[r] < 1;
-        rl_log(RL_LOG_INFO, "preflight_recheck", "\"below\":%d,\"after_steps\":%d,\"msg\":\"%s\"", bad,
-               RL_HANG_RECHECK_STEPS, rl_json_escape(j, sizeof j, m.why));
+    /* a rank with no figures by the deadline is a suspect too: a node
+     * starved enough may not even report in time (a CI run under ASan
+     * judged the other two ranks and passed a 1 %-CPU rank that way) */
+    int missing = 0;
+    for (int r = 0; r < world; r++) missing += !(ranks[r].copy_gbps > 0);
+    if ((bad > 0 || missing > 0) && w->pf == PF_FIGURES && (w->suspect = calloc((size_t)world, sizeof *w->suspect))) {
+        size_t at = strlen(m.why);
+        for (int r = 0; r < world; r++) {
+            w->suspect[r] = ratio[r] < 1 || !(ranks[r].copy_gbps > 0);
+            if (!(ranks[r].copy_gbps > 0) && at < sizeof m.why)
+                at += (size_t)snprintf(m.why + at, sizeof m.why - at, "%srank %d: no figures in %.0f s", at ? "; " : "",
+                                       r, RL_HANG_PREFLIGHT_S);
+        }
+        rl_log(RL_LOG_INFO, "preflight_recheck", "\"below\":%d,\"missing\":%d,\"after_steps\":%d,\"msg\":\"%s\"",
+               bad, missing, RL_HANG_RECHECK_STEPS, rl_json_escape(j, sizeof j, m.why));
         w->pf = PF_SUSPECT, w->suspect_step = steps_done(w), w->preflight_by = now + RL_HANG_PREFLIGHT_S;
         goto out;
     }

@@ -726,7 +726,8 @@ static char *starved_preflight(bool then_free, char **recheck) {
  * the median's copy bandwidth, after measuring again; the others are not. */
 Test(metrics, a_starved_rank_fails_the_preflight, .timeout = 240) {
     char *recheck, *line = starved_preflight(false, &recheck);
-    cr_expect(recheck && strstr(recheck, "rank 2 (pod "), "no recheck first: %.300s", recheck ? recheck : "(none)");
+    /* named, or without figures at the first deadline (starved, it may not report in time) */
+    cr_expect(recheck && strstr(recheck, "rank 2"), "no recheck first: %.300s", recheck ? recheck : "(none)");
     cr_expect(line && strstr(line, "\"below\":1,") && strstr(line, "rank 2 (pod ") && strstr(line, "copy "),
               "rank 2 not named below the median: %.300s", line ? line : "(no preflight line)");
     free(recheck), free(line);
