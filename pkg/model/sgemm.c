@@ -51,7 +51,7 @@ static float *pack_buffers(void) {
 
 /* d[c * ld + r] = s[r * ls + c] for an 8 x 8 block: the packing's transposes
  * (rows of A into k-major slivers, and B's columns the same), by 8 at once
- * where the scalar copy was a fifth of a step. */
+ * where the scalar copy took a sixth of a step (perf: 16.6 %). */
 __attribute__((target("avx512f"))) static inline void tr8x8(const float *s, size_t ls, float *d, size_t ld) {
     __m256 r[8], t[8], u[8];
     for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(s + i * ls);
