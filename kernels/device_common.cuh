@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -123,6 +124,22 @@ template <int V> static __device__ __forceinline__ void st_bf16(bf16 *p, const f
         for (int k = 0; k < V; k++) p[k] = __float2bfloat16_rn(a.v[k]);
     }
 }
+// SwiGLU's arithmetic on one gate/up pair (the CPU model's): the
+// elementwise kernels and the fused GEMM epilogues (gemm_kernels.cuh) call
+// these same lines, so where both read the same bf16 gate and up they write
+// the same bits.
+static __device__ __forceinline__ float swiglu_h(float g, float u) {
+    float sig = 1.0f / (1.0f + expf(-g));
+    return g * sig * u;
+}
+// d: the gradient of h; dg, du: of gate and up
+static __device__ __forceinline__ void swiglu_grad(float d, float g, float u, float *dg,
+                                                   float *du) {
+    float sig = 1.0f / (1.0f + expf(-g));
+    *dg = d * u * (sig * (1.0f + g * (1.0f - sig)));
+    *du = d * (g * sig);
+}
+
 // Is p aligned for V-wide accesses of elements of `size` bytes?
 static inline bool vec_ok(const void *p, int V, int size) {
     return ((uintptr_t)p % (uintptr_t)(V * size)) == 0;

@@ -248,3 +248,21 @@ int rl_gemm_bwd_weight(rl_gemm *g, float *dw, const bf16 *dout, const bf16 *in, 
 // bf16 A and B read once, out written (out_bytes per element: 2 or 4) and C
 // read (c_bytes per element: 4 when accumulating into fp32, else 0)
 rl_k_cost rl_k_gemm_cost(int M, int N, int K, int out_bytes, int c_bytes);
+
+// ---- GEMMs with SwiGLU fused in (gpu_gemm_swiglu.cu, gemm_kernels.cuh) ----------------------
+// Shapes as the model's: M tokens, K the hidden size, F the intermediate
+// size; gu and dgu rows [gate | up] of 2F.
+// Whether the fused kernels take these shapes and the n pointers (NULLs
+// skipped): K, F multiples of 8, 16-byte alignment. The model checks once
+// at creation and otherwise runs cuBLASLt and the separate SwiGLU kernels.
+int rl_k_gemm_swiglu_ok(int M, int K, int F, const void *const *ptrs, int n);
+int rl_gemm_swiglu_init(rl_err *e); // from rl_gpu_kernels_init: their shared memory
+// gu = x[M,K] . wgu[2F,K]^T and h = silu(gate) * up
+int rl_k_gemm_swiglu_fwd(bf16 *gu, bf16 *h, const bf16 *x, const bf16 *wgu, int M, int K, int F,
+                         cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_gemm_swiglu_fwd_cost(int M, int K, int F);
+// dgu = SwiGLU's backward of dh = dy[M,K] . wdown[K,F] at gu; h (may be
+// NULL) = silu(gate) * up again
+int rl_k_gemm_swiglu_bwd(bf16 *dgu, bf16 *h, const bf16 *dy, const bf16 *wdown, const bf16 *gu,
+                         int M, int K, int F, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_gemm_swiglu_bwd_cost(int M, int K, int F, int h);

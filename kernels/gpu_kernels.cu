@@ -349,6 +349,7 @@ int rl_gpu_kernels_init(rl_err *e) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(&rmsnorm_bwd_kernel<4>),
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    RL_TRY(rl_gemm_swiglu_init(e));
     done_for = dev; // attention's limits: per head dim, rl_gpu_attn_prepare
     return RL_OK;
 }

@@ -98,6 +98,8 @@ struct micro_graph {
     cudaGraphExec_t exec;
 };
 
+enum { SWIGLU_SEP = 0, SWIGLU_FUSED = 1, SWIGLU_UNTIMED = -1 }; // rl_gpu_model.swiglu
+
 struct rl_gpu_model {
     rl_model_config cfg;
     rl_param_layout lay;
@@ -173,6 +175,10 @@ struct rl_gpu_model {
     int fresh;             // zero_grad since the last micro-batch: write the gradients, not add
     long long steps_ended; // step_end calls
     int graphs_on;         // rl_gpu_model_graphs
+    // SwiGLU's products, [0] forward, [1] backward: SWIGLU_SEP, SWIGLU_FUSED
+    // or SWIGLU_UNTIMED (auto, before the first use); auto's timing events
+    int swiglu[2];
+    cudaEvent_t swiglu_ev[3];
     micro_graph graph[2];  // [fresh]
     long long replays;     // micro-batches run from a graph
     rl_gemm gemm;
@@ -323,7 +329,8 @@ void rl_gpu_model_free(rl_gpu_model *m) {
         if (m->io_done[k]) cudaEventDestroy(m->io_done[k]);
     }
     if (m->pinned_scalars) cudaFreeHost(m->pinned_scalars);
-    cudaEvent_t evs[] = {m->loss_ready, m->norm_ready, m->stats_ready[0], m->stats_ready[1]};
+    cudaEvent_t evs[] = {m->loss_ready,   m->norm_ready,   m->stats_ready[0], m->stats_ready[1],
+                         m->swiglu_ev[0], m->swiglu_ev[1], m->swiglu_ev[2]};
     for (cudaEvent_t ev : evs)
         if (ev) cudaEventDestroy(ev);
     free(m->counts);
@@ -364,6 +371,10 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
     rl_param_layout_init(&m->lay, c);
     m->B = B, m->T = T;
     m->D = c->hidden_size, m->F = c->intermediate_size, m->V = c->vocab_size;
+    int sw = m->options.swiglu_gemm;
+    m->swiglu[0] = m->swiglu[1] = sw == RL_GPU_SWIGLU_FUSED  ? SWIGLU_FUSED
+                                  : sw == RL_GPU_SWIGLU_AUTO ? SWIGLU_UNTIMED
+                                                             : SWIGLU_SEP;
     rl_gpu_layout_of(c, B, T, m->options.recompute, m->options.attn_dq_atomic,
                      m->options.classifier_rows, &m->bl);
     m->Vp = m->bl.Vp;
@@ -471,6 +482,8 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     CUDA_CHECK(cudaEventCreateWithFlags(&m->norm_ready, cudaEventDisableTiming));
     for (int k = 0; k < 2; k++)
         CUDA_CHECK(cudaEventCreateWithFlags(&m->stats_ready[k], cudaEventDisableTiming));
+    if (m->swiglu[0] == SWIGLU_UNTIMED)
+        for (cudaEvent_t &ev : m->swiglu_ev) CUDA_CHECK(cudaEventCreate(&ev));
     RL_TRY(rl_gemm_init(&m->gemm, m->ws, RL_GEMM_WORKSPACE, e));
     m->gemm.sm_count = m->options.gemm_sm_count;
 
@@ -915,6 +928,100 @@ static int begin_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
     return RL_OK;
 }
 
+// ---- SwiGLU's products ---------------------------------------------------------------------------
+// The gate|up projection with SwiGLU after it, and the down projection's
+// data gradient with SwiGLU's backward after it: our GEMMs with SwiGLU
+// fused in (gemm_kernels.cuh: gate|up written once with h beside it, dh
+// never stored) or cuBLASLt's products and the elementwise kernels.
+// options.swiglu_gemm picks; auto times both at each direction's first use
+// (the first forward, the first backward: outside any graph capture, where
+// the GEMMs' own algorithms are timed and the host waits anyway) and keeps
+// the faster. Both compute the same values up to the products' rounding
+// order. Shapes or alignments the fused kernels do not take (K, F not
+// multiples of 8) run the separate path whatever was asked. A plan counts
+// the fused kernels under auto: the choice needs a GPU.
+static int swiglu_path(const rl_gpu_model *m, int dir, int N, const void *const *p, int np) {
+    if (!rl_k_gemm_swiglu_ok(N, m->D, m->F, p, np)) return SWIGLU_SEP;
+    return m->swiglu[dir] == SWIGLU_UNTIMED && m->plan ? SWIGLU_FUSED : m->swiglu[dir];
+}
+
+int rl_gpu_model_swiglu_fused(const rl_gpu_model *m, int dir) {
+    return m->swiglu[dir != 0] == SWIGLU_FUSED;
+}
+
+// auto: each path run once (the cuBLASLt shape's own tuning, first
+// launches), then twice each between events; the faster kept and run once
+// more, so its outputs are the ones left behind.
+template <class Sep, class Fused>
+static int swiglu_time(rl_gpu_model *m, int dir, Sep &&sep, Fused &&fused, rl_err *e) {
+    cudaEvent_t *ev = m->swiglu_ev;
+    float ms[2];
+    RL_TRY(sep());
+    RL_TRY(fused());
+    CUDA_CHECK(cudaEventRecord(ev[0], m->s));
+    RL_TRY(sep());
+    RL_TRY(sep());
+    CUDA_CHECK(cudaEventRecord(ev[1], m->s));
+    RL_TRY(fused());
+    RL_TRY(fused());
+    CUDA_CHECK(cudaEventRecord(ev[2], m->s));
+    CUDA_CHECK(cudaEventSynchronize(ev[2]));
+    CUDA_CHECK(cudaEventElapsedTime(&ms[0], ev[0], ev[1]));
+    CUDA_CHECK(cudaEventElapsedTime(&ms[1], ev[1], ev[2]));
+    m->swiglu[dir] = ms[1] <= ms[0] ? SWIGLU_FUSED : SWIGLU_SEP;
+    rl_log(RL_LOG_INFO, "swiglu_gemm",
+           "\"direction\":\"%s\",\"choice\":\"%s\",\"separate_ms\":%.3f,\"fused_ms\":%.3f,"
+           "\"tokens\":%d",
+           dir ? "bwd" : "fwd", m->swiglu[dir] == SWIGLU_FUSED ? "fused" : "separate", ms[0] / 2,
+           ms[1] / 2, m->cur_B * m->cur_T);
+    return m->swiglu[dir] == SWIGLU_FUSED ? fused() : sep();
+}
+
+// gu = ln2 . Wgu^T, hm = silu(gate) * up
+static int mlp_up_fwd(rl_gpu_model *m, bf16 *gu, bf16 *hm, const bf16 *ln2, const bf16 *wgu, int N,
+                      rl_err *e) {
+    const int D = m->D, F = m->F;
+    cudaStream_t s = m->s;
+    const void *p[] = {gu, hm, ln2, wgu};
+    auto sep = [&]() -> int {
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, 2 * F, D, 2, 0),
+             rl_gemm_fwd(&m->gemm, gu, 0, ln2, wgu, NULL, N, 2 * F, D, s, e));
+        STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd_cost(N, F), rl_k_swiglu_fwd(hm, gu, N, F, s, e));
+        return RL_OK;
+    };
+    auto fused = [&]() -> int {
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_swiglu_fwd_cost(N, D, F),
+             rl_k_gemm_swiglu_fwd(gu, hm, ln2, wgu, N, D, F, s, e));
+        return RL_OK;
+    };
+    int path = swiglu_path(m, 0, N, p, 4);
+    if (path == SWIGLU_UNTIMED) return swiglu_time(m, 0, sep, fused, e);
+    return path == SWIGLU_FUSED ? fused() : sep();
+}
+
+// dgu = SwiGLU's backward of dh = dy . Wdown at gu; hm rebuilt when not NULL
+static int mlp_down_bwd(rl_gpu_model *m, bf16 *dgu, bf16 *hm, const bf16 *dy, const bf16 *wdown,
+                        const bf16 *gu, int N, rl_err *e) {
+    const int D = m->D, F = m->F;
+    cudaStream_t s = m->s;
+    const void *p[] = {dgu, hm, dy, wdown, gu};
+    auto sep = [&]() -> int {
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, F, D, 2, 0),
+             rl_gemm_bwd_data(&m->gemm, m->dh, 0, dy, wdown, N, D, F, s, e));
+        STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_bwd_cost(N, F, hm != NULL),
+             rl_k_swiglu_bwd(dgu, hm, m->dh, gu, N, F, s, e));
+        return RL_OK;
+    };
+    auto fused = [&]() -> int {
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_swiglu_bwd_cost(N, D, F, hm != NULL),
+             rl_k_gemm_swiglu_bwd(dgu, hm, dy, wdown, gu, N, D, F, s, e));
+        return RL_OK;
+    };
+    int path = swiglu_path(m, 1, N, p, 5);
+    if (path == SWIGLU_UNTIMED) return swiglu_time(m, 1, sep, fused, e);
+    return path == SWIGLU_FUSED ? fused() : sep();
+}
+
 // ---- forward ------------------------------------------------------------------------------------
 // The decoder layers: embedding to the last layer's output res[L].
 static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
@@ -957,9 +1064,7 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
              rl_gemm_fwd(g, xmid, 1, atty, w + o->wo, x, N, D, m->qd, s, e));
         STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_fwd_cost(N, D),
              rl_k_rmsnorm_fwd(ln2, rstd2, xmid, w + o->ln2, N, D, eps, s, e));
-        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, 2 * F, D, 2, 0),
-             rl_gemm_fwd(g, gu, 0, ln2, w + o->wgate, NULL, N, 2 * F, D, s, e));
-        STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_fwd_cost(N, F), rl_k_swiglu_fwd(hm, gu, N, F, s, e));
+        RL_TRY(mlp_up_fwd(m, gu, hm, ln2, w + o->wgate, N, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, F, 4, 4),
              rl_gemm_fwd(g, xnext, 1, hm, w + o->wdown, xmid, N, D, F, s, e));
     }
@@ -1073,10 +1178,7 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, float *head, rl_
         const int rc = m->options.recompute;
 
         // mlp; dres holds d x_{l+1} (fp32) and dres16 its bf16 copy
-        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, F, D, 2, 0),
-             rl_gemm_bwd_data(g, m->dh, 0, m->dres16, w + o->wdown, N, D, F, s, e));
-        STEP(RL_GPU_PROF_ELEMWISE, rl_k_swiglu_bwd_cost(N, F, rc),
-             rl_k_swiglu_bwd(m->dgu, rc ? hm : NULL, m->dh, gu, N, F, s, e));
+        RL_TRY(mlp_down_bwd(m, m->dgu, rc ? hm : NULL, m->dres16, w + o->wdown, gu, N, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(D, F, N, 4, cb),
              rl_gemm_bwd_weight(g, gw + o->wdown, m->dres16, hm, N, D, F, acc, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, 2 * F, 2, 0),

@@ -121,7 +121,25 @@ typedef struct rl_gpu_options {
      * rl_gpu_model_params is then the resident part: the embedding, then the
      * head. */
     int stream_layers;
+    /* SwiGLU's two neighbouring products -- gate|up with SwiGLU after it,
+     * the down projection's data gradient with SwiGLU's backward after it:
+     * RL_GPU_SWIGLU_SEPARATE (0: cuBLASLt and the elementwise kernels),
+     * RL_GPU_SWIGLU_FUSED (our GEMMs with SwiGLU in their epilogues:
+     * 10 bytes less per gate/up element of traffic outside the products,
+     * at tensor-core rates that hardware has to show), or
+     * RL_GPU_SWIGLU_AUTO (the trainer's: both timed at each direction's
+     * first use, the faster kept, one log line each). The two agree up to
+     * the products' rounding order. A plan counts the fused kernels under
+     * auto. */
+    int swiglu_gemm;
 } rl_gpu_options;
+
+#define RL_GPU_SWIGLU_SEPARATE 0
+#define RL_GPU_SWIGLU_AUTO 1
+#define RL_GPU_SWIGLU_FUSED 2
+/* 1 when direction dir (0 forward, 1 backward) runs the fused kernels:
+ * asked for, or auto's choice once timed (0 before that). */
+int rl_gpu_model_swiglu_fused(const rl_gpu_model *m, int dir);
 
 #define RL_GPU_ATTN_OWN 0
 #define RL_GPU_ATTN_AUTO 1

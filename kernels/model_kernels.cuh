@@ -208,10 +208,7 @@ template <int V> static __global__ void swiglu_fwd_kernel(bf16 *h, const bf16 *g
         const bf16 *row = gu + n * 2 * F;
         fvec<V> g = ld_bf16<V>(row + j), u = ld_bf16<V>(row + F + j), y;
 #pragma unroll
-        for (int k = 0; k < V; k++) {
-            float sig = 1.0f / (1.0f + expf(-g.v[k]));
-            y.v[k] = g.v[k] * sig * u.v[k];
-        }
+        for (int k = 0; k < V; k++) y.v[k] = swiglu_h(g.v[k], u.v[k]);
         st_bf16<V>(h + n * F + j, y);
     }
 }
@@ -233,10 +230,8 @@ static __global__ void swiglu_bwd_kernel(bf16 *dgu, bf16 *h, const bf16 *dh, con
         fvec<V> dg, du, y;
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            float sig = 1.0f / (1.0f + expf(-g.v[k]));
-            dg.v[k] = d.v[k] * u.v[k] * (sig * (1.0f + g.v[k] * (1.0f - sig)));
-            du.v[k] = d.v[k] * (g.v[k] * sig);
-            y.v[k] = g.v[k] * sig * u.v[k];
+            swiglu_grad(d.v[k], g.v[k], u.v[k], &dg.v[k], &du.v[k]);
+            y.v[k] = swiglu_h(g.v[k], u.v[k]);
         }
         bf16 *drow = dgu + n * 2 * F;
         st_bf16<V>(drow + j, dg);

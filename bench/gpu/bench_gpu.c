@@ -6,6 +6,7 @@
  *             [--recompute 1] [--profile-steps 5] [--ddp-rounds 2] [--plan] [--accum 1] [--eager]
  *             [--dq-atomic 1 (0: the deterministic dQ kernel)]
  *             [--attention auto|own|cudnn]  (train.attention; auto, the trainer's default)
+ *             [--swiglu auto|fused|separate]  (rl_gpu_options.swiglu_gemm; auto, the trainer's)
  *             [--offload optimizer|layers]  (the trainer's train.offload beside none; below)
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
  *
@@ -395,6 +396,7 @@ int main(int argc, char **argv) {
     const char *config = "a", *offload = NULL;
     int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 1, prof_steps = 5;
     int ddp_rounds = 2, plan = 0, accum = 1, attention = RL_GPU_ATTN_AUTO, eager = 0;
+    int swiglu = RL_GPU_SWIGLU_AUTO;
     int dq_atomic = 1; /* our attention's dQ by atomics, as PyTorch's flash backward */
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
     for (int i = 1; i < argc; i++) {
@@ -417,6 +419,18 @@ int main(int argc, char **argv) {
                                              : -1;
             if (attention < 0) {
                 fprintf(stderr, "gpu_bench: --attention is auto, own or cudnn, not %s\n", v);
+                return 2;
+            }
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--swiglu") && v) {
+            swiglu = !strcmp(v, "auto")       ? RL_GPU_SWIGLU_AUTO
+                     : !strcmp(v, "fused")    ? RL_GPU_SWIGLU_FUSED
+                     : !strcmp(v, "separate") ? RL_GPU_SWIGLU_SEPARATE
+                                              : -1;
+            if (swiglu < 0) {
+                fprintf(stderr, "gpu_bench: --swiglu is auto, fused or separate, not %s\n", v);
                 return 2;
             }
             i++;
@@ -478,7 +492,8 @@ int main(int argc, char **argv) {
     c.rms_norm_eps = 1e-5, c.rope_theta = 10000.0, c.initializer_range = 0.02;
 
     rl_gpu_options opt = {
-        .recompute = recompute, .attention = attention, .attn_dq_atomic = dq_atomic};
+        .recompute = recompute, .attention = attention, .attn_dq_atomic = dq_atomic,
+        .swiglu_gemm = swiglu};
     if (plan) return print_plan(config, &c, B, T, &opt, accum);
     char gpu[256] = "";
     if (rl_gpu_device_count(gpu, sizeof gpu) == 0) {
@@ -591,13 +606,17 @@ int main(int argc, char **argv) {
     cudaRuntimeGetVersion(&rtv);
     /* which attention ran (auto's choice): summary.py names the row by it */
     const char *attn = rl_gpu_model_attention(m) == RL_GPU_ATTN_CUDNN ? "cudnn" : "own";
-    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"attn\":\"%s\",\"recompute\":%d,\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_"
+    /* and SwiGLU's products (auto's choice per direction) */
+    char sw[40];
+    snprintf(sw, sizeof sw, "%s/%s", rl_gpu_model_swiglu_fused(m, 0) ? "fused" : "separate",
+             rl_gpu_model_swiglu_fused(m, 1) ? "fused" : "separate");
+    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"attn\":\"%s\",\"swiglu\":\"%s\",\"recompute\":%d,\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_"
            "runtime\":%d,"
            "\"params\":%zu,\"batch\":%d,\"seq\":%d,\"tokens_per_step\":%d,\"ms_per_step\":%.2f,"
            "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"peak_tflops\":%.1f,\"mfu\":%s,"
            "\"peak_mem_gib\":%.2f,\"device_used_gib\":%.2f,\"final_loss\":%.4f,"
            "\"ms_forward_backward\":%.2f,\"ms_optimizer\":%.2f,\"graph_replays\":%lld}\n",
-           eager ? "-eager" : recompute ? "" : "-keep", config, attn, recompute, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
+           eager ? "-eager" : recompute ? "" : "-keep", config, attn, sw, recompute, gpu, drv, rtv, nparams, B, T, N, dt * 1e3, N / dt,
            tflops, peak, mfu, rl_gpu_model_device_bytes(m) / 1073741824.0,
            (double)(free0 - free1) / 1073741824.0, loss, ph[0] / steps, ph[1] / steps,
            rl_gpu_model_graph_replays(m));

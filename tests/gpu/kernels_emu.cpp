@@ -1,10 +1,10 @@
-// The kernels of kernels/attention_kernels.cuh and kernels/model_kernels.cuh
+// The kernels of kernels/attention_kernels.cuh, gemm_kernels.cuh and model_kernels.cuh
 // -- the very source the GPU build compiles -- run on the host and checked
 // against the CPU reference of pkg/model, so their index arithmetic
 // (fragment layouts, tiles, masks, GQA head mapping, transposed tiles,
 // padding of head_dim, grid-stride loops, reduction trees, parameter
 // regions) is tested on machines without a GPU. `make test-gpu-emu` builds
-// and runs it; the GEMMs (cuBLASLt) and the model's orchestration are left
+// and runs it; the cuBLASLt GEMMs and the model's orchestration are left
 // to tests/gpu/test_gpu.c on a GPU.
 //
 // How: tests/gpu/emu/ runs every CUDA thread of a block as a fiber;
@@ -36,6 +36,7 @@
 #include "tests/gpu/emu/emu.h" // the host runtime: fibers, barriers, mma
 
 #include "kernels/attention_kernels.cuh"
+#include "kernels/gemm_kernels.cuh"
 #include "kernels/gpu_internal.cuh" // the launchers' cost functions
 #include "kernels/model_kernels.cuh"
 
@@ -383,12 +384,13 @@ static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
 // ---- the model's other kernels -----------------------------------------------------
 template <int VW> static void emu_embed() {
     int N = 129, V = 13, D = 60;
-    auto emb = randv((size_t)V * D, 1, false);
+    auto emb = randv((size_t)V * D, 1, true); // the bf16 compute copy's values
+    auto emb16 = to_bf(emb);
     auto tok = rand_tok(N, V);
     std::vector<float> x0((size_t)N * D);
     poison(x0);
     launch(
-        N, 1, 256, [&] { embed_fwd_kernel<VW>(x0.data(), emb.data(), tok.data(), D); }, false);
+        N, 1, 256, [&] { embed_fwd_kernel<VW>(x0.data(), emb16.data(), tok.data(), D); }, false);
     std::vector<double> ref((size_t)N * D);
     for (int n = 0; n < N; n++)
         for (int j = 0; j < D; j++) ref[(size_t)n * D + j] = emb[(size_t)tok[n] * D + j];
@@ -425,12 +427,13 @@ template <int VW> static void emu_embed() {
 template <int VW> static void emu_rmsnorm(int N, int D) {
     char name[96];
     auto x = randv((size_t)N * D, 2, false), w = randv(D, 0.2, false);
-    for (auto &e : w) e += 1.0f;
+    for (auto &e : w) e = __bfloat162float(__float2bfloat16_rn(e + 1.0f)); // the bf16 copy's values
+    auto w16 = to_bf(w);
     std::vector<bf16> out((size_t)N * D);
     std::vector<float> rstd(N);
     poison(out), poison(rstd);
     launch(cdiv(N, 8), 1, 256, [&] {
-        rmsnorm_fwd_kernel<VW>(out.data(), rstd.data(), x.data(), w.data(), N, D, 1e-5f);
+        rmsnorm_fwd_kernel<VW>(out.data(), rstd.data(), x.data(), w16.data(), N, D, 1e-5f);
     });
     auto xd = tod(x), wd = tod(w);
     std::vector<double> ro((size_t)N * D), rr(N);
@@ -460,7 +463,7 @@ template <int VW> static void emu_rmsnorm(int N, int D) {
         // the forward's output rebuilt on the second round only: NULL is the other case
         launch(nblk, 1, nw * 32, [&] {
             rmsnorm_bwd_kernel<VW>(dx.data(), dx16.data(), acc ? y.data() : NULL, partial.data(),
-                                   dout16.data(), x.data(), w.data(), rstd.data(), N, D, rpb, acc);
+                                   dout16.data(), x.data(), w16.data(), rstd.data(), N, D, rpb, acc);
         });
         launch(
             cdiv(D, 256), 1, 256,
@@ -569,6 +572,88 @@ template <int VW> static void emu_swiglu(int N, int F) {
     check(name, from_bf(dgu), dref, 4e-3);
     verdict(diff == 0, "  with h: the forward's product rebuilt and dgu the same, bit for bit",
             "%zu elements differ", diff);
+}
+
+// The GEMMs with SwiGLU fused in (gemm_kernels.cuh), on shapes that cut
+// every tile (M past a 128-row tile, F past 64- and 128-column tiles, K not
+// a multiple of the 32-wide stage and longer than the three stages).
+// Against an f64 reference of the products (the tiling and the zero-filled
+// edges); then bit for bit against the same sums in fp32, k in order (the
+// emulator's mma order), rounded to bf16 and given to the separate SwiGLU
+// kernels: that is the claim of the fused epilogues, the separate path's
+// arithmetic on the same values.
+static void emu_gemm_swiglu(int M, int K, int F) {
+    size_t mf = (size_t)M * F;
+    auto x = randv((size_t)M * K, 1, true), wgu = randv((size_t)2 * F * K, 1 / sqrt(K), true);
+    auto dy = randv((size_t)M * K, 1, true), wd = randv((size_t)K * F, 1 / sqrt(F), true);
+    // the products in f64 and in fp32 k order: gate|up [M, 2F], dh [M, F]
+    std::vector<double> gu64(2 * mf), dh64(mf);
+    std::vector<bf16> gu32(2 * mf), dh32(mf);
+    for (int m = 0; m < M; m++) {
+        for (int j = 0; j < 2 * F; j++) {
+            double s = 0;
+            float f = 0;
+            for (int k = 0; k < K; k++) {
+                float p = x[(size_t)m * K + k] * wgu[(size_t)j * K + k];
+                s += p, f += p;
+            }
+            gu64[(size_t)m * 2 * F + j] = s, gu32[(size_t)m * 2 * F + j] = __float2bfloat16_rn(f);
+        }
+        for (int j = 0; j < F; j++) {
+            double s = 0;
+            float f = 0;
+            for (int k = 0; k < K; k++) {
+                float p = dy[(size_t)m * K + k] * wd[(size_t)k * F + j];
+                s += p, f += p;
+            }
+            dh64[(size_t)m * F + j] = s, dh32[(size_t)m * F + j] = __float2bfloat16_rn(f);
+        }
+    }
+    auto xb = to_bf(x), wgub = to_bf(wgu), dyb = to_bf(dy), wdb = to_bf(wd);
+    std::vector<bf16> gu(2 * mf), h(mf), dgu(2 * mf), h2(mf), dgu_nh(2 * mf);
+    poison(gu), poison(h), poison(dgu), poison(h2), poison(dgu_nh);
+    launch(cdiv(F, FG_BN / 2), cdiv(M, FG_BM), FG_THREADS,
+           [&] { gemm_swiglu_fwd_kernel(gu.data(), h.data(), xb.data(), wgub.data(), M, K, F); });
+    launch(cdiv(F, FG_BN), cdiv(M, FG_BM), FG_THREADS, [&] {
+        gemm_swiglu_bwd_kernel(dgu.data(), h2.data(), dyb.data(), wdb.data(), gu.data(), M, K, F);
+    });
+    launch(cdiv(F, FG_BN), cdiv(M, FG_BM), FG_THREADS, [&] {
+        gemm_swiglu_bwd_kernel(dgu_nh.data(), NULL, dyb.data(), wdb.data(), gu.data(), M, K, F);
+    });
+    // the separate kernels on the fp32-ordered products
+    std::vector<bf16> h_ref(mf), dgu_ref(2 * mf);
+    unsigned grid = std::min(cdiv(mf, 256), 8u);
+    launch(grid, 1, 256, [&] { swiglu_fwd_kernel<1>(h_ref.data(), gu32.data(), M, F); }, false);
+    launch(grid, 1, 256, [&] {
+        swiglu_bwd_kernel<1>(dgu_ref.data(), NULL, dh32.data(), gu32.data(), M, F);
+    }, false);
+    auto differ = [](const std::vector<bf16> &a, const std::vector<bf16> &b) {
+        size_t n = 0;
+        for (size_t i = 0; i < a.size(); i++) n += memcmp(&a[i], &b[i], sizeof(bf16)) != 0;
+        return n;
+    };
+    char name[96];
+    snprintf(name, sizeof name, "emu gemm+swiglu fwd M=%d K=%d F=%d: gate|up", M, K, F);
+    check(name, from_bf(gu), gu64, 4e-3);
+    size_t d_gu = differ(gu, gu32), d_h = differ(h, h_ref), d_dgu = differ(dgu, dgu_ref);
+    size_t d_h2 = differ(h2, h), d_nh = differ(dgu_nh, dgu);
+    verdict(d_gu == 0 && d_h == 0, "  gate|up = fp32 k-order sums, h = swiglu_fwd_kernel's",
+            "%zu, %zu elements differ", d_gu, d_h);
+    // the bwd's own product, against f64, through SwiGLU's f64 backward
+    std::vector<double> g(mf), u(mf), dg(mf), du(mf), dref(2 * mf);
+    for (size_t n = 0; n < (size_t)M; n++)
+        for (int j = 0; j < F; j++)
+            g[n * F + j] = __bfloat162float(gu[n * 2 * F + j]),
+                      u[n * F + j] = __bfloat162float(gu[n * 2 * F + F + j]);
+    rl_cpu_swiglu_bwd_f64(dg.data(), du.data(), dh64.data(), g.data(), u.data(), mf);
+    for (size_t n = 0; n < (size_t)M; n++)
+        for (int j = 0; j < F; j++)
+            dref[n * 2 * F + j] = dg[n * F + j], dref[n * 2 * F + F + j] = du[n * F + j];
+    snprintf(name, sizeof name, "emu gemm+swiglu bwd M=%d K=%d F=%d: dgate|dup", M, K, F);
+    check(name, from_bf(dgu), dref, 8e-3);
+    verdict(d_dgu == 0 && d_h2 == 0 && d_nh == 0,
+            "  dgu = swiglu_bwd_kernel's on the same dh, h rebuilt, without h the same",
+            "%zu, %zu, %zu elements differ", d_dgu, d_h2, d_nh);
 }
 
 // The fused classifier on rows of ld >= V: padding that would dominate the
@@ -780,13 +865,14 @@ static void emu_costs() {
         {"xent N=5 V=1000 ld=1024 loss", rl_k_xent_cost(5, 1000, 1024, 0), 5000 * 4, 10000 + 60, 1},
         // 30 bytes and 16 FLOPs a parameter
         {"adamw n=10", rl_k_adamw_cost(10), 160, 300, 1},
-        // 8 x 16 dout bf16, x fp32, dres fp32 read and written, dres16; w, dw in
-        // and out (3 D fp32), rstd 8, the one block's partial row out and in
+        // 8 x 16 dout bf16, x fp32, dres fp32 read and written, dres16; w (the
+        // bf16 copy), dw in and out (fp32), rstd 8, the one block's partial row
+        // out and in
         {"rmsnorm bwd N=8 D=16", rl_k_rmsnorm_bwd_cost(8, 16, 0), 10 * 128 + 16,
-         128 * 16.0 + 16 * 12 + 32 + 16 * 8, 2},
+         128 * 16.0 + 16 * 10 + 32 + 16 * 8, 2},
         // and the norm's output written again: 8 x 16 bf16, 2 FLOPs each
         {"rmsnorm bwd N=8 D=16 rebuilding y", rl_k_rmsnorm_bwd_cost(8, 16, 1), 12 * 128 + 16,
-         128 * 18.0 + 16 * 12 + 32 + 16 * 8, 2},
+         128 * 18.0 + 16 * 10 + 32 + 16 * 8, 2},
         // gate|up 3 x 2 x 4, dh 3 x 4 read, dgate|dup written, h written again (bf16)
         {"swiglu bwd N=3 F=4 rebuilding h", rl_k_swiglu_bwd_cost(3, 4, 1), 16 * 12, 12 * 2 * 6, 1},
         {"embed bwd U=0", rl_k_embed_bwd_cost(4, 0, 8), 32, 4 * 8 * 4 + (1 + 4) * 4, 0},
@@ -835,11 +921,20 @@ static void emu_shard_kernels() {
         std::vector<float> partial(NB);
         std::vector<double> sq(1);
         poison(partial);
-        launch(NB, 1, 256, [&] { sumsq_ranges_kernel(partial.data(), g.data(), rr.data(), nr, held); });
-        launch(1, 1, 1024, [&] { sum_d_kernel(sq.data(), partial.data(), NB); });
-        char name[96];
-        snprintf(name, sizeof name, "emu shard norm^2 as rank %d", rank);
-        verdict(fabs(sq[0] - ref) <= 1e-6 * ref, name, "%.9g vs %.9g", sq[0], ref);
+        // the flat gradient (at the ranges' offsets) and the shard's own (compact, at j)
+        std::vector<float> gc(held);
+        for (const rl_k_range &k : r)
+            for (size_t i = 0; i < k.len; i++) gc[k.at + i] = g[k.off + i];
+        for (int compact = 0; compact < 2; compact++) {
+            const float *gp = compact ? gc.data() : g.data();
+            launch(NB, 1, 256,
+                   [&] { sumsq_ranges_kernel(partial.data(), gp, rr.data(), nr, held, compact); });
+            launch(1, 1, 1024, [&] { sum_d_kernel(sq.data(), partial.data(), NB); });
+            char name[96];
+            snprintf(name, sizeof name, "emu shard norm^2 as rank %d, %s gradient", rank,
+                     compact ? "compact" : "flat");
+            verdict(fabs(sq[0] - ref) <= 1e-6 * ref, name, "%.9g vs %.9g", sq[0], ref);
+        }
     }
     std::vector<float> cp = p, cm = m, cv = v, norm(1, 0.37f);
     double lr = 3e-3, wd = 0.1, b1 = 0.9, b2 = 0.95, eps = 1e-8, max_norm = 0.05;
@@ -860,24 +955,34 @@ static void emu_shard_kernels() {
     a.b1 = (float)b1, a.b2 = (float)b2, a.c1 = (float)(1.0 - b1), a.c2 = (float)(1.0 - b2);
     a.step = (float)(lr / bc1), a.sbc2 = (float)sqrt(bc2), a.eps = (float)eps;
     a.decay = (float)(1.0 - lr * wd), a.grad_scale = 1.0f, a.clip_max = (float)max_norm;
+    // the master is the shard's own (compact, at j, as the moments); the
+    // bf16 copy is the whole model's, written at the ranges' flat offsets
+    std::vector<float> pm(held), pm_ref(held);
+    for (const rl_k_range &k : r)
+        for (size_t i = 0; i < k.len; i++) pm[k.at + i] = p[k.off + i], pm_ref[k.at + i] = cp[k.off + i];
     std::vector<bf16> p16(P);
     poison(p16);
-    std::vector<float> before = p;
     adamw_layout al = make_layout(&lay, c.num_hidden_layers, c.hidden_size);
-    launch(3, 1, 256, [&] { adamw_ranges_kernel(p.data(), p16.data(), m.data(), v.data(), g.data(), norm.data(), al, r, nr, held, a); },
-           false);
-    check("emu shard adamw (3 ranges, clip on the device) master", p, tod(cp), 1e-6);
+    launch(3, 1, 256, [&] {
+        adamw_ranges_kernel(pm.data(), p16.data(), m.data(), v.data(), g.data(), 0, norm.data(), al, r, nr,
+                            held, a);
+    }, false);
+    check("emu shard adamw (3 ranges, clip on the device) master", pm, tod(pm_ref), 1e-6);
     check("  m (the shard's)", m, tod(cm), 1e-6);
     check("  v (the shard's)", v, tod(cv), 1e-6);
     size_t in = 0, bad = 0, moved = 0;
     for (size_t i = 0; i < P; i++) {
-        bool mine = false;
-        for (const rl_k_range &k : r) mine = mine || (i >= k.off && i < k.off + k.len);
-        in += mine;
-        if (mine) bad += __bfloat162float(p16[i]) != __bfloat162float(__float2bfloat16_rn(p[i]));
-        else moved += memcmp(&p[i], &before[i], sizeof p[i]) != 0 || !std::isnan(__bfloat162float(p16[i]));
+        const rl_k_range *mine = NULL;
+        for (const rl_k_range &k : r)
+            if (i >= k.off && i < k.off + k.len) mine = &k;
+        in += mine != NULL;
+        if (mine)
+            bad += __bfloat162float(p16[i]) !=
+                   __bfloat162float(__float2bfloat16_rn(pm[mine->at + (i - mine->off)]));
+        else
+            moved += !std::isnan(__bfloat162float(p16[i]));
     }
-    verdict(bad == 0 && moved == 0 && in == held, "  only the ranges move",
+    verdict(bad == 0 && moved == 0 && in == held, "  only the ranges' bf16 copies move",
             "%zu of %zu bf16 copies wrong, %zu elements outside touched", bad, in, moved);
 }
 
@@ -919,6 +1024,8 @@ int main(int argc, char **argv) {
         emu_swiglu<1>(7, 100);
         emu_swiglu<1>(3, 352);
         emu_swiglu<8>(3, 352);
+        emu_gemm_swiglu(130, 40, 72);  // fewer k steps than stages, partial tiles
+        emu_gemm_swiglu(257, 136, 136); // 5 k stages, 3 fwd / 2 bwd column tiles, 3 row tiles
         emu_xent<1>(1, 257, 257); // V - 1 alone in its thread: a NaN must survive the merges
         emu_xent<8>(5, 1000, 1000);
         emu_xent<1>(3, 1000, 1003);
