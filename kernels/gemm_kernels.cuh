@@ -152,7 +152,7 @@ static __device__ __forceinline__ void st_pair(bf16 *p, float lo, float hi) {
 
 // gu [M, 2F] (gate | up) and h [M, F] from x [M, K] and Wgu [2F, K].
 // Grid: (ceil(F / 64), ceil(M / 128)).
-static __global__ void __launch_bounds__(FG_THREADS)
+static __global__ void __launch_bounds__(FG_THREADS, 2)
     gemm_swiglu_fwd_kernel(bf16 *gu, bf16 *h, const bf16 *x, const bf16 *wgu, int M, int K, int F) {
     const int m0 = blockIdx.y * FG_BM, j0 = blockIdx.x * (FG_BN / 2);
     float acc[4][4][4];
@@ -183,7 +183,7 @@ static __global__ void __launch_bounds__(FG_THREADS)
 // dgu [M, 2F] (d gate | d up) from dy [M, K] . Wdown [K, F] and gu; h [M,
 // F], when not NULL, gets silu(gate) * up again. Grid: (ceil(F / 128),
 // ceil(M / 128)).
-static __global__ void __launch_bounds__(FG_THREADS)
+static __global__ void __launch_bounds__(FG_THREADS, 2)
     gemm_swiglu_bwd_kernel(bf16 *dgu, bf16 *h, const bf16 *dy, const bf16 *wdown, const bf16 *gu,
                            int M, int K, int F) {
     const int m0 = blockIdx.y * FG_BM, j0 = blockIdx.x * FG_BN;

@@ -945,8 +945,11 @@ static int swiglu_path(const rl_gpu_model *m, int dir, int N, const void *const 
     return m->swiglu[dir] == SWIGLU_UNTIMED && m->plan ? SWIGLU_FUSED : m->swiglu[dir];
 }
 
+// the shapes decide first (the carved buffers and the layer's weight
+// offsets are 16-byte aligned when hidden and intermediate sizes are
+// multiples of 8)
 int rl_gpu_model_swiglu_fused(const rl_gpu_model *m, int dir) {
-    return m->swiglu[dir != 0] == SWIGLU_FUSED;
+    return m->swiglu[dir != 0] == SWIGLU_FUSED && rl_k_gemm_swiglu_ok(m->B * m->T, m->D, m->F, NULL, 0);
 }
 
 // auto: each path run once (the cuBLASLt shape's own tuning, first

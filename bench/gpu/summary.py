@@ -35,18 +35,19 @@ def main(path):
         peak = next((r.get("peak_tflops") for r in rs if r.get("peak_tflops")), None)
         gpu = next((r.get("gpu") for r in rs if r.get("gpu")), "?")
         print(f"config {cfg} on {gpu} (dense bf16 peak {peak} TFLOP/s)")
-        print(f"  {'impl':<22}{'tokens/s':>12}{'ms/step':>10}{'TFLOP/s':>10}{'MFU':>8}{'mem GiB':>9}")
+        print(f"  {'impl':<40}{'tokens/s':>12}{'ms/step':>10}{'TFLOP/s':>10}{'MFU':>8}{'mem GiB':>9}")
         for r in rs:
             if r.get("impl") in ("ringleader-profile", "ringleader-ddp", "ringleader-ddp-slots", "ringleader-offload"):
                 continue
             if "error" in r or "skipped" in r:
-                print(f"  {r.get('impl', '?'):<22}  {r.get('error') or r.get('skipped')}")
+                print(f"  {r.get('impl', '?'):<40}  {r.get('error') or r.get('skipped')}")
                 continue
             mfu = r.get("mfu")
             if mfu is None and peak:
                 mfu = r["model_tflops"] / peak
-            name = r["impl"] + (f" ({r['attn']})" if r.get("attn") else "")
-            print(f"  {name:<22}{r['tokens_per_s']:>12,}{r['ms_per_step']:>10}{r['model_tflops']:>10}"
+            name = r["impl"] + (f" ({r['attn']}" + (f", {r['swiglu']}" if r.get("swiglu") else "") + ")"
+                                if r.get("attn") else "")
+            print(f"  {name:<40}{r['tokens_per_s']:>12,}{r['ms_per_step']:>10}{r['model_tflops']:>10}"
                   f"{(mfu or 0) * 100:>7.1f}%{r['peak_mem_gib']:>9}")
         for prof in (r for r in rs if r.get("impl") == "ringleader-profile"):
             cats = [(k[3:], v) for k, v in prof.items() if k.startswith("ms_")]

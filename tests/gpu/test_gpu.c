@@ -1124,40 +1124,53 @@ done:
  * absent on hardware: the absent/refusing cases need the fake's switch. */
 extern int rl_emu_cudnn_present(void) __attribute__((weak));
 
-/* rl_gpu_model_create with attention `mode`, stderr (the JSON log lines)
- * captured into log[n]. */
+/* stderr (the JSON log lines) captured from begin to end into log[n], and
+ * still printed to the test's output */
+typedef struct {
+    FILE *tmp;
+    int saved;
+} err_capture;
+static void capture_begin(err_capture *k) {
+    fflush(stderr);
+    k->tmp = tmpfile();
+    k->saved = dup(2);
+    if (k->tmp) dup2(fileno(k->tmp), 2);
+}
+static void capture_end(err_capture *k, char *log, size_t n) {
+    fflush(stderr);
+    log[0] = 0;
+    if (k->tmp) {
+        dup2(k->saved, 2);
+        rewind(k->tmp);
+        size_t got = fread(log, 1, n - 1, k->tmp);
+        log[got] = 0;
+        fclose(k->tmp);
+        fputs(log, stdout);
+    }
+    close(k->saved);
+}
+
+/* rl_gpu_model_create with attention `mode`, its log lines into log[n]. */
 static int create_logged(rl_gpu_model **m, const rl_model_config *c, int B, int T, int mode,
                          char *log, size_t n, rl_err *e) {
     rl_gpu_options opt = {.attention = mode};
-    fflush(stderr);
-    FILE *tmp = tmpfile();
-    int saved = dup(2);
-    if (tmp) dup2(fileno(tmp), 2);
+    err_capture k;
+    capture_begin(&k);
     int rc = rl_gpu_model_create(m, c, B, T, &opt, 0, e);
-    fflush(stderr);
-    if (tmp) {
-        dup2(saved, 2);
-        size_t got = 0;
-        rewind(tmp);
-        got = fread(log, 1, n - 1, tmp);
-        log[got] = 0;
-        fclose(tmp);
-        fputs(log, stdout); /* still visible in the test's output */
-    } else {
-        log[0] = 0;
-    }
-    close(saved);
+    capture_end(&k, log, n);
     return rc;
 }
 
-/* One micro-step on a model with attention `mode` from params: loss and
- * gradients. */
-static int step_with(const rl_model_config *c, int mode, const float *params, const int32_t *tok,
-                     const int32_t *tgt, int B, int T, float *loss, float *grads, int *used,
-                     rl_err *e) {
+/* One micro-step on a model with options opt from params: loss and
+ * gradients; the attention backend used, and the log lines of the whole
+ * step (creation included) into log[n]. */
+static int step_with(const rl_model_config *c, const rl_gpu_options *opt, const float *params,
+                     const int32_t *tok, const int32_t *tgt, int B, int T, float *loss,
+                     float *grads, int *used, char *log, size_t n, rl_err *e) {
     rl_gpu_model *m = NULL;
-    char log[4096];
-    int rc = create_logged(&m, c, B, T, mode, log, sizeof log, e);
+    err_capture k;
+    capture_begin(&k);
+    int rc = rl_gpu_model_create(&m, c, B, T, opt, 0, e);
     if (!rc) *used = rl_gpu_model_attention(m);
     if (!rc) rc = rl_gpu_model_upload_params(m, params, e);
     if (!rc) rc = rl_gpu_model_zero_grad(m, e);
@@ -1166,6 +1179,7 @@ static int step_with(const rl_model_config *c, int mode, const float *params, co
     float norm;
     if (!rc) rc = rl_gpu_model_step_stats(m, 0, loss, &norm, e);
     if (!rc) rc = rl_gpu_model_download_grads(m, grads, e);
+    capture_end(&k, log, n);
     rl_gpu_model_free(m);
     return rc;
 }
@@ -1189,8 +1203,12 @@ static void test_step_cudnn(const model_case *mc) {
     g[0] = malloc(P * sizeof(float)), g[1] = malloc(P * sizeof(float));
     rl_model_init_params(&c, params, check_seed);
     int32_t *tok = rand_tokens(N, c.vocab_size), *tgt = rand_tokens(N, c.vocab_size);
-    if (step_with(&c, RL_GPU_ATTN_CUDNN, params, tok, tgt, mc->B, mc->T, &loss[0], g[0], &used[0], &e) ||
-        step_with(&c, RL_GPU_ATTN_OWN, params, tok, tgt, mc->B, mc->T, &loss[1], g[1], &used[1], &e)) {
+    rl_gpu_options cudnn = {.attention = RL_GPU_ATTN_CUDNN}, own = {.attention = RL_GPU_ATTN_OWN};
+    char log[4096];
+    if (step_with(&c, &cudnn, params, tok, tgt, mc->B, mc->T, &loss[0], g[0], &used[0], log,
+                  sizeof log, &e) ||
+        step_with(&c, &own, params, tok, tgt, mc->B, mc->T, &loss[1], g[1], &used[1], log,
+                  sizeof log, &e)) {
         fail_err(name, &e);
     } else {
         report("  backends used", used[0] == RL_GPU_ATTN_CUDNN && used[1] == RL_GPU_ATTN_OWN,
@@ -1210,6 +1228,73 @@ static void test_step_cudnn(const model_case *mc) {
         report("  gradients cudnn vs own", bad == 0, "worst tensor cosine %.6f (> 0.999)", worst);
     }
     free(params), free(g[0]), free(g[1]), free(tok), free(tgt);
+}
+
+/* SwiGLU's products fused into our GEMMs against cuBLASLt and the
+ * elementwise kernels (rl_gpu_options.swiglu_gemm): one step's loss within
+ * 1e-3 relative and every tensor's gradient cosine > 0.999 (the step
+ * tests' bounds against the CPU), each model running the path asked; auto
+ * times both at each direction's first use and logs one choice per
+ * direction; where the fused kernels do not take the shapes (the odd case:
+ * hidden 66, ffn 90) fused runs the separate path, with the same result. */
+static void test_swiglu_gemm(const model_case *mc) {
+    char name[96];
+    snprintf(name, sizeof name, "swiglu fused step %s B=%d T=%d", mc->label, mc->B, mc->T);
+    if (!selected(name)) return;
+    reseed(name);
+    rl_model_config c;
+    case_cfg(mc, &c);
+    rl_err e = {0};
+    rl_param_layout lay;
+    rl_param_layout_init(&lay, &c);
+    size_t P = lay.total;
+    int N = mc->B * mc->T, used, takes = c.hidden_size % 8 == 0 && c.intermediate_size % 8 == 0;
+    float *params = malloc(P * sizeof(float)), *g[3], loss[3];
+    for (int k = 0; k < 3; k++) g[k] = malloc(P * sizeof(float));
+    rl_model_init_params(&c, params, check_seed);
+    int32_t *tok = rand_tokens(N, c.vocab_size), *tgt = rand_tokens(N, c.vocab_size);
+    const int mode[3] = {RL_GPU_SWIGLU_FUSED, RL_GPU_SWIGLU_SEPARATE, RL_GPU_SWIGLU_AUTO};
+    char log[3][8192];
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++) {
+        rl_gpu_options opt = {.swiglu_gemm = mode[k]};
+        rc = step_with(&c, &opt, params, tok, tgt, mc->B, mc->T, &loss[k], g[k], &used, log[k],
+                       sizeof log[k], &e);
+    }
+    if (rc) {
+        fail_err(name, &e);
+    } else {
+        double rel = fabs(loss[0] - loss[1]) / fabs(loss[1]), worst = 2;
+        report(name, isfinite(loss[0]) && rel <= 1e-3,
+               "loss fused %.6f separate %.6f rel %.2e (tol 1e-03)", loss[0], loss[1], rel);
+        int nt = rl_model_n_tensors(&c), bad = 0;
+        for (int i = 0; i < nt; i++) {
+            rl_tensor_info ti;
+            rl_model_tensor(&c, i, &ti);
+            double na, nb, cs = cosine(g[0] + ti.offset, g[1] + ti.offset, ti.numel, &na, &nb);
+            if (nb == 0 && na == 0) continue;
+            if (cs < worst) worst = cs;
+            if (!(cs > 0.999)) bad++, printf("       %s: cosine %.6f\n", ti.name, cs);
+        }
+        report("  gradients fused vs separate", bad == 0, "worst tensor cosine %.6f (> 0.999)",
+               worst);
+        int lines = 0;
+        for (const char *p = log[2]; (p = strstr(p, "\"swiglu_gemm\"")); p++) lines++;
+        if (takes)
+            report("  auto times both, one line per direction",
+                   lines == 2 && strstr(log[2], "\"direction\":\"fwd\"") &&
+                       strstr(log[2], "\"direction\":\"bwd\"") &&
+                       strstr(log[2], "\"fused_ms\"") && !strstr(log[0], "\"swiglu_gemm\""),
+                   "%d swiglu_gemm lines under auto (want 2), %s under fused", lines,
+                   strstr(log[0], "\"swiglu_gemm\"") ? "some" : "none");
+        else
+            report("  shapes the fused kernels do not take: separate, nothing timed",
+                   lines == 0 && memcmp(g[0], g[1], P * sizeof(float)) == 0 && loss[0] == loss[1],
+                   "%d swiglu_gemm lines under auto; fused and separate %s", lines,
+                   memcmp(g[0], g[1], P * sizeof(float)) ? "DIFFER" : "identical");
+    }
+    free(params), free(tok), free(tgt);
+    for (int k = 0; k < 3; k++) free(g[k]);
 }
 
 /* auto picks one backend and says so in one line, with the cuDNN version
@@ -1272,15 +1357,18 @@ static void test_attention_select(void) {
     }
 }
 
-static void test_plan(void) {
-    const char *name = "plan matches a real step";
+static void test_plan(int swiglu) {
+    char name[64];
+    snprintf(name, sizeof name, "plan matches a real step (swiglu %s)",
+             swiglu == RL_GPU_SWIGLU_FUSED ? "fused" : "separate");
     if (!selected(name)) return;
     reseed(name);
     model_case mc = {"plan", 1000, 128, 352, 3, 2, 1, 2, 40};
     rl_model_config c;
     case_cfg(&mc, &c);
     int B = mc.B, T = mc.T, N = B * T, accum = 2;
-    rl_gpu_options opt = {.classifier_rows = 32, .gemm_sm_count = 100, .attn_dq_atomic = 1};
+    rl_gpu_options opt = {.classifier_rows = 32, .gemm_sm_count = 100, .attn_dq_atomic = 1,
+                          .swiglu_gemm = swiglu};
     rl_gpu_plan p;
     rl_gpu_model *m = NULL;
     rl_err e = {0};
@@ -1520,7 +1608,10 @@ int main(int argc, char **argv) {
     test_attention_select();
     test_step_cudnn(&cases[1]); /* gqa-hd32 T=7 */
     test_step_cudnn(&cases[6]); /* arch-hd64 T=65 */
-    test_plan();
+    test_swiglu_gemm(&cases[2]); /* gqa-hd32 T=129: partial row and column tiles */
+    test_swiglu_gemm(&cases[5]); /* odd-hd22: shapes the fused kernels do not take */
+    test_plan(RL_GPU_SWIGLU_SEPARATE);
+    test_plan(RL_GPU_SWIGLU_FUSED);
     test_train_curve();
     test_gpu_train();
 
