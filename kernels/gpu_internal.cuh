@@ -249,7 +249,7 @@ int rl_gemm_bwd_weight(rl_gemm *g, float *dw, const bf16 *dout, const bf16 *in, 
 // read (c_bytes per element: 4 when accumulating into fp32, else 0)
 rl_k_cost rl_k_gemm_cost(int M, int N, int K, int out_bytes, int c_bytes);
 
-// ---- GEMMs with SwiGLU fused in (gpu_gemm_swiglu.cu, gemm_kernels.cuh) ----------------------
+// ---- GEMMs with SwiGLU fused in (gpu_gemm_fused.cu, gemm_kernels.cuh) ----------------------
 // Shapes as the model's: M tokens, K the hidden size, F the intermediate
 // size; gu and dgu rows [gate | up] of 2F.
 // Whether the fused kernels take these shapes and the n pointers (NULLs
@@ -266,3 +266,28 @@ rl_k_cost rl_k_gemm_swiglu_fwd_cost(int M, int K, int F);
 int rl_k_gemm_swiglu_bwd(bf16 *dgu, bf16 *h, const bf16 *dy, const bf16 *wdown, const bf16 *gu,
                          int M, int K, int F, cudaStream_t s, rl_err *e);
 rl_k_cost rl_k_gemm_swiglu_bwd_cost(int M, int K, int F, int h);
+
+// ---- the classifier fused (gpu_gemm_fused.cu, gemm_kernels.cuh) ---------------------------------
+// M rows of hidden size D, V classes padded to Vp; stats [2][M][ntiles],
+// fac [M][ntiles] (ntiles = cdiv(Vp, RL_CLS_TILE)), tlogit [M]. Whether
+// the kernels take the shapes and the n pointers (NULLs skipped).
+int rl_k_cls_fused_ok(int M, int D, int Vp, const void *const *ptrs, int n);
+// P [M, Vp] = exp(logits - the tile's max), the tiles' max and sums, the
+// targets' logits
+int rl_k_cls_fused_fwd(bf16 *P, float *stats, float *tlogit, const bf16 *x, const bf16 *wlm,
+                       const int32_t *tgt, int M, int D, int V, int Vp, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_cls_fused_fwd_cost(int M, int D, int Vp);
+// losses, lse (may be NULL) and fac = scale * exp(m_t - lse) from the statistics
+int rl_k_cls_merge(float *losses, float *lse, float *fac, const float *stats, const float *tlogit,
+                   int M, int Vp, float scale, cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_cls_merge_cost(int M, int Vp);
+// dx [M, D] = dlogits . wlm and dw [Vp, D] (+)= dlogits^T . x, dlogits =
+// P * fac - scale at the target, made in the products' operand loads
+int rl_k_cls_fused_dx(bf16 *dx, const bf16 *P, const float *fac, const int32_t *tgt,
+                      const bf16 *wlm, int M, int D, int Vp, float scale, cudaStream_t s,
+                      rl_err *e);
+rl_k_cost rl_k_cls_fused_dx_cost(int M, int D, int Vp);
+int rl_k_cls_fused_dw(float *dw, const bf16 *P, const float *fac, const int32_t *tgt,
+                      const bf16 *x, int M, int D, int Vp, float scale, int accumulate,
+                      cudaStream_t s, rl_err *e);
+rl_k_cost rl_k_cls_fused_dw_cost(int M, int D, int Vp, int accumulate);

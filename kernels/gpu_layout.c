@@ -105,6 +105,8 @@ void rl_gpu_layout_of(const rl_model_config *c, int B, int T, int recompute, int
     if (dq_atomic) o->dq_acc = carve(&off, N * qd * F32);
     o->rms_partial = carve(&off, (size_t)rl_gpu_rms_blocks((int)N) * D * F32);
     o->norm_partial = carve(&off, RL_K_NORM_BLOCKS * F32);
+    o->cls_tiles = (o->Vp + RL_CLS_TILE - 1) / RL_CLS_TILE;
+    o->cls_stats = carve(&off, (size_t)o->crows * (3 * (size_t)o->cls_tiles + 1) * F32);
     o->scalars = carve(&off, 4 * F32);
     o->io = carve(&off, o->io_ints * sizeof(int32_t));
     o->ws = carve(&off, RL_GEMM_WORKSPACE);

@@ -23,6 +23,12 @@ extern "C" {
  * the whole-batch logits' memory. */
 #define RL_CLS_CHUNK_BYTES ((size_t)1 << 30)
 
+/* The fused classifier's column tile (gemm_kernels.cuh): its forward keeps
+ * per row and tile of this many logits the tile's max and sum of exps,
+ * [crows][cdiv(Vp, RL_CLS_TILE)] each, and the backward's factors beside
+ * them. */
+#define RL_CLS_TILE 128
+
 /* RMSNorm backward: rows per block (at least 8, at most 1024 blocks) and
  * blocks for N rows; its dw partials are blocks x D floats. */
 int rl_gpu_rms_rows_per_block(int N);
@@ -37,9 +43,12 @@ typedef struct rl_gpu_layout {
     /* byte offsets in the activation allocation, then its size */
     size_t res, res_mid, ln1, rstd1, qkv, att_lse, atty, ln2, rstd2, gu, hm, lnf, rstdf, logits, lse_cls,
         losses, rope, acts;
+    /* the fused classifier's per-tile statistics (max, sum, factor: ntiles
+     * floats each per chunk row) and each row's target logit */
+    int cls_tiles;
     /* byte offsets in the scratch allocation (dq_acc only with dq_atomic), then its size */
-    size_t dres, dres16, dln, datty, dqkv, dh, dgu, dsum, dq_acc, rms_partial, norm_partial, scalars, io, ws,
-        scratch;
+    size_t dres, dres16, dln, datty, dqkv, dh, dgu, dsum, dq_acc, rms_partial, norm_partial, cls_stats,
+        scalars, io, ws, scratch;
 } rl_gpu_layout;
 
 /* The gradient's regions, in the order of the layout: the embedding, each

@@ -98,7 +98,7 @@ struct micro_graph {
     cudaGraphExec_t exec;
 };
 
-enum { SWIGLU_SEP = 0, SWIGLU_FUSED = 1, SWIGLU_UNTIMED = -1 }; // rl_gpu_model.swiglu
+enum { FUSE_OFF = 0, FUSE_ON = 1, FUSE_UNTIMED = -1 }; // rl_gpu_model.fused
 
 struct rl_gpu_model {
     rl_model_config cfg;
@@ -157,7 +157,7 @@ struct rl_gpu_model {
     float *res, *res_mid, *rstd1, *rstd2, *att_lse, *rstdf, *lse_cls, *losses, *rope;
     bf16 *ln1, *qkv, *atty, *ln2, *gu, *hm, *lnf, *logits;
     // scratch
-    float *dres, *dsum, *dq_acc, *rms_partial, *norm_partial;
+    float *dres, *dsum, *dq_acc, *rms_partial, *norm_partial, *cls_stats;
     float *scalars; // [0] the step's loss accumulator, [1] grad norm, [2] the last forward's loss
     bf16 *dres16, *dln, *datty, *dqkv, *dh, *dgu;
     int32_t *io; // tokens, targets, uniq, seg, pos
@@ -175,10 +175,11 @@ struct rl_gpu_model {
     int fresh;             // zero_grad since the last micro-batch: write the gradients, not add
     long long steps_ended; // step_end calls
     int graphs_on;         // rl_gpu_model_graphs
-    // SwiGLU's products, [0] forward, [1] backward: SWIGLU_SEP, SWIGLU_FUSED
-    // or SWIGLU_UNTIMED (auto, before the first use); auto's timing events
-    int swiglu[2];
-    cudaEvent_t swiglu_ev[3];
+    // per RL_GPU_SITE_*: our fused GEMMs (FUSE_ON), the separate path
+    // (FUSE_OFF) or auto before the site's first use (FUSE_UNTIMED); auto's
+    // timing events
+    int fused[RL_GPU_SITES];
+    cudaEvent_t fused_ev[3];
     micro_graph graph[2];  // [fresh]
     long long replays;     // micro-batches run from a graph
     rl_gemm gemm;
@@ -291,6 +292,7 @@ static void place(rl_gpu_model *m, unsigned char *acts, unsigned char *scratch) 
     AT(scratch, dres, float), AT(scratch, dres16, bf16), AT(scratch, dln, bf16), AT(scratch, datty, bf16);
     AT(scratch, dqkv, bf16), AT(scratch, dh, bf16), AT(scratch, dgu, bf16), AT(scratch, dsum, float);
     AT(scratch, rms_partial, float), AT(scratch, norm_partial, float), AT(scratch, scalars, float);
+    AT(scratch, cls_stats, float);
     AT(scratch, io, int32_t);
 #undef AT
     m->dq_acc = m->options.attn_dq_atomic ? (float *)(scratch + l->dq_acc) : NULL; // else the dQ kernel
@@ -330,7 +332,7 @@ void rl_gpu_model_free(rl_gpu_model *m) {
     }
     if (m->pinned_scalars) cudaFreeHost(m->pinned_scalars);
     cudaEvent_t evs[] = {m->loss_ready,   m->norm_ready,   m->stats_ready[0], m->stats_ready[1],
-                         m->swiglu_ev[0], m->swiglu_ev[1], m->swiglu_ev[2]};
+                         m->fused_ev[0],  m->fused_ev[1],  m->fused_ev[2]};
     for (cudaEvent_t ev : evs)
         if (ev) cudaEventDestroy(ev);
     free(m->counts);
@@ -371,10 +373,10 @@ static int shape(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_err
     rl_param_layout_init(&m->lay, c);
     m->B = B, m->T = T;
     m->D = c->hidden_size, m->F = c->intermediate_size, m->V = c->vocab_size;
-    int sw = m->options.swiglu_gemm;
-    m->swiglu[0] = m->swiglu[1] = sw == RL_GPU_SWIGLU_FUSED  ? SWIGLU_FUSED
-                                  : sw == RL_GPU_SWIGLU_AUTO ? SWIGLU_UNTIMED
-                                                             : SWIGLU_SEP;
+    for (int &f : m->fused)
+        f = m->options.fused_gemm == RL_GPU_FUSED_ON     ? FUSE_ON
+            : m->options.fused_gemm == RL_GPU_FUSED_AUTO ? FUSE_UNTIMED
+                                                         : FUSE_OFF;
     rl_gpu_layout_of(c, B, T, m->options.recompute, m->options.attn_dq_atomic,
                      m->options.classifier_rows, &m->bl);
     m->Vp = m->bl.Vp;
@@ -482,8 +484,8 @@ static int create(rl_gpu_model *m, const rl_model_config *c, int B, int T, rl_er
     CUDA_CHECK(cudaEventCreateWithFlags(&m->norm_ready, cudaEventDisableTiming));
     for (int k = 0; k < 2; k++)
         CUDA_CHECK(cudaEventCreateWithFlags(&m->stats_ready[k], cudaEventDisableTiming));
-    if (m->swiglu[0] == SWIGLU_UNTIMED)
-        for (cudaEvent_t &ev : m->swiglu_ev) CUDA_CHECK(cudaEventCreate(&ev));
+    if (m->options.fused_gemm == RL_GPU_FUSED_AUTO)
+        for (cudaEvent_t &ev : m->fused_ev) CUDA_CHECK(cudaEventCreate(&ev));
     RL_TRY(rl_gemm_init(&m->gemm, m->ws, RL_GEMM_WORKSPACE, e));
     m->gemm.sm_count = m->options.gemm_sm_count;
 
@@ -928,36 +930,41 @@ static int begin_forward(rl_gpu_model *m, const int32_t *tokens, const int32_t *
     return RL_OK;
 }
 
-// ---- SwiGLU's products ---------------------------------------------------------------------------
-// The gate|up projection with SwiGLU after it, and the down projection's
-// data gradient with SwiGLU's backward after it: our GEMMs with SwiGLU
-// fused in (gemm_kernels.cuh: gate|up written once with h beside it, dh
-// never stored) or cuBLASLt's products and the elementwise kernels.
-// options.swiglu_gemm picks; auto times both at each direction's first use
-// (the first forward, the first backward: outside any graph capture, where
-// the GEMMs' own algorithms are timed and the host waits anyway) and keeps
-// the faster. Both compute the same values up to the products' rounding
-// order. Shapes or alignments the fused kernels do not take (K, F not
-// multiples of 8) run the separate path whatever was asked. A plan counts
-// the fused kernels under auto: the choice needs a GPU.
-static int swiglu_path(const rl_gpu_model *m, int dir, int N, const void *const *p, int np) {
-    if (!rl_k_gemm_swiglu_ok(N, m->D, m->F, p, np)) return SWIGLU_SEP;
-    return m->swiglu[dir] == SWIGLU_UNTIMED && m->plan ? SWIGLU_FUSED : m->swiglu[dir];
+// ---- our fused GEMMs or the separate path ---------------------------------------------------
+// At three sites (RL_GPU_SITE_*: SwiGLU's forward and backward, a training
+// chunk of the classifier) the step runs either our GEMMs with the
+// memory-bound work next to them fused in (gemm_kernels.cuh) or cuBLASLt's
+// products and the separate kernels. options.fused_gemm picks; auto times
+// both at each site's first use (the first forward, backward, classifier
+// chunk: outside any graph capture, where the GEMMs' own algorithms are
+// timed and the host waits anyway) and keeps the faster. Both compute the
+// same values up to rounding order. Shapes or alignments the fused kernels
+// do not take run the separate path whatever was asked. A plan counts the
+// fused kernels under auto: the choice needs a GPU.
+static int fused_path(const rl_gpu_model *m, int site, bool shapes_ok) {
+    if (!shapes_ok) return FUSE_OFF;
+    return m->fused[site] == FUSE_UNTIMED && m->plan ? FUSE_ON : m->fused[site];
 }
 
 // the shapes decide first (the carved buffers and the layer's weight
-// offsets are 16-byte aligned when hidden and intermediate sizes are
+// offsets are 16-byte aligned when the hidden and intermediate sizes are
 // multiples of 8)
-int rl_gpu_model_swiglu_fused(const rl_gpu_model *m, int dir) {
-    return m->swiglu[dir != 0] == SWIGLU_FUSED && rl_k_gemm_swiglu_ok(m->B * m->T, m->D, m->F, NULL, 0);
+static bool site_shapes_ok(const rl_gpu_model *m, int site) {
+    if (site == RL_GPU_SITE_CLASSIFIER) return rl_k_cls_fused_ok(m->bl.crows, m->D, m->Vp, NULL, 0);
+    return rl_k_gemm_swiglu_ok(m->B * m->T, m->D, m->F, NULL, 0);
+}
+int rl_gpu_model_fused(const rl_gpu_model *m, int site) {
+    return site >= 0 && site < RL_GPU_SITES && m->fused[site] == FUSE_ON && site_shapes_ok(m, site);
 }
 
-// auto: each path run once (the cuBLASLt shape's own tuning, first
+// auto: each way run once (the cuBLASLt shapes' own tuning, first
 // launches), then twice each between events; the faster kept and run once
-// more, so its outputs are the ones left behind.
+// more, so its outputs are the ones left behind. Both ways must be
+// repeatable: they write their outputs, never add to them.
 template <class Sep, class Fused>
-static int swiglu_time(rl_gpu_model *m, int dir, Sep &&sep, Fused &&fused, rl_err *e) {
-    cudaEvent_t *ev = m->swiglu_ev;
+static int fused_time(rl_gpu_model *m, int site, Sep &&sep, Fused &&fused, rl_err *e) {
+    static const char *const name[RL_GPU_SITES] = {"swiglu_fwd", "swiglu_bwd", "classifier"};
+    cudaEvent_t *ev = m->fused_ev;
     float ms[2];
     RL_TRY(sep());
     RL_TRY(fused());
@@ -971,13 +978,22 @@ static int swiglu_time(rl_gpu_model *m, int dir, Sep &&sep, Fused &&fused, rl_er
     CUDA_CHECK(cudaEventSynchronize(ev[2]));
     CUDA_CHECK(cudaEventElapsedTime(&ms[0], ev[0], ev[1]));
     CUDA_CHECK(cudaEventElapsedTime(&ms[1], ev[1], ev[2]));
-    m->swiglu[dir] = ms[1] <= ms[0] ? SWIGLU_FUSED : SWIGLU_SEP;
-    rl_log(RL_LOG_INFO, "swiglu_gemm",
-           "\"direction\":\"%s\",\"choice\":\"%s\",\"separate_ms\":%.3f,\"fused_ms\":%.3f,"
+    m->fused[site] = ms[1] <= ms[0] ? FUSE_ON : FUSE_OFF;
+    rl_log(RL_LOG_INFO, "fused_gemm",
+           "\"site\":\"%s\",\"choice\":\"%s\",\"separate_ms\":%.3f,\"fused_ms\":%.3f,"
            "\"tokens\":%d",
-           dir ? "bwd" : "fwd", m->swiglu[dir] == SWIGLU_FUSED ? "fused" : "separate", ms[0] / 2,
-           ms[1] / 2, m->cur_B * m->cur_T);
-    return m->swiglu[dir] == SWIGLU_FUSED ? fused() : sep();
+           name[site], m->fused[site] == FUSE_ON ? "fused" : "separate", ms[0] / 2, ms[1] / 2,
+           m->cur_B * m->cur_T);
+    return m->fused[site] == FUSE_ON ? fused() : sep();
+}
+
+// The site's way: the fused or the separate lambda, or both timed first.
+template <class Sep, class Fused>
+static int fused_site(rl_gpu_model *m, int site, bool shapes_ok, Sep &&sep, Fused &&fused,
+                      rl_err *e) {
+    int path = fused_path(m, site, shapes_ok);
+    if (path == FUSE_UNTIMED) return fused_time(m, site, sep, fused, e);
+    return path == FUSE_ON ? fused() : sep();
 }
 
 // gu = ln2 . Wgu^T, hm = silu(gate) * up
@@ -997,9 +1013,7 @@ static int mlp_up_fwd(rl_gpu_model *m, bf16 *gu, bf16 *hm, const bf16 *ln2, cons
              rl_k_gemm_swiglu_fwd(gu, hm, ln2, wgu, N, D, F, s, e));
         return RL_OK;
     };
-    int path = swiglu_path(m, 0, N, p, 4);
-    if (path == SWIGLU_UNTIMED) return swiglu_time(m, 0, sep, fused, e);
-    return path == SWIGLU_FUSED ? fused() : sep();
+    return fused_site(m, RL_GPU_SITE_SWIGLU_FWD, rl_k_gemm_swiglu_ok(N, D, F, p, 4), sep, fused, e);
 }
 
 // dgu = SwiGLU's backward of dh = dy . Wdown at gu; hm rebuilt when not NULL
@@ -1020,9 +1034,7 @@ static int mlp_down_bwd(rl_gpu_model *m, bf16 *dgu, bf16 *hm, const bf16 *dy, co
              rl_k_gemm_swiglu_bwd(dgu, hm, dy, wdown, gu, N, D, F, s, e));
         return RL_OK;
     };
-    int path = swiglu_path(m, 1, N, p, 5);
-    if (path == SWIGLU_UNTIMED) return swiglu_time(m, 1, sep, fused, e);
-    return path == SWIGLU_FUSED ? fused() : sep();
+    return fused_site(m, RL_GPU_SITE_SWIGLU_BWD, rl_k_gemm_swiglu_ok(N, D, F, p, 5), sep, fused, e);
 }
 
 // ---- forward ------------------------------------------------------------------------------------
@@ -1078,34 +1090,78 @@ static int layers_fwd(rl_gpu_model *m, int B, int T, rl_err *e) {
     return RL_OK;
 }
 
-// The classifier over rows [0, N) in chunks of crows: logits (bf16, rows of
-// Vp) -> per-row losses; with grad, the same kernel turns each chunk into
-// loss_scale / N * (softmax - onehot) in place, and the chunk's share of
-// d(final norm output) (bf16, into dln) and of the lm_head gradient follow
-// before the next chunk overwrites the buffer. fresh: the lm_head gradient
-// (dwlm, with grad) is written by the first chunk instead of added to.
-static int classifier(rl_gpu_model *m, int N, const int32_t *d_tgt, float *dwlm, float loss_scale,
-                      int fresh, rl_err *e) {
-    const int grad = dwlm != NULL;
+// A training chunk of the classifier, rows [r0, r0 + nc): losses (and
+// lse), the chunk's share of d(final norm output) (bf16, into dln) and of
+// the lm_head gradient (acc: added to dwlm, else written). Separate:
+// logits (bf16, rows of Vp) -> one kernel turning them into scale *
+// (softmax - onehot) in place -> the two backward products. Fused (site
+// RL_GPU_SITE_CLASSIFIER): the lm_head product leaves P and the softmax's
+// tile statistics, a merge per row makes the losses and the backward's
+// factors, and the backward products make dlogits in their operand loads.
+static int classifier_train(rl_gpu_model *m, int r0, int nc, const int32_t *tgt, float *dwlm,
+                            int acc, float scale, rl_err *e) {
     const int D = m->D, V = m->V, Vp = m->Vp;
     cudaStream_t s = m->s;
     rl_gemm *g = &m->gemm;
+    const bf16 *wlm = wres(m, m->lay.lm_head), *x = m->lnf + (size_t)r0 * D;
+    bf16 *dx = m->dln + (size_t)r0 * D;
+    float *losses = m->losses + r0, *lse = m->lse_cls + r0;
+    const size_t nt = m->bl.cls_tiles, cr = m->bl.crows;
+    float *stats = m->cls_stats, *fac = stats + 2 * cr * nt, *tlogit = fac + cr * nt;
+    auto sep = [&]() -> int {
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(nc, Vp, D, 2, 0),
+             rl_gemm_fwd(g, m->logits, 0, x, wlm, NULL, nc, Vp, D, s, e));
+        STEP(RL_GPU_PROF_CLASSIFIER, rl_k_xent_cost(nc, V, Vp, 1),
+             rl_k_xent(m->logits, losses, lse, tgt, nc, V, Vp, scale, 1, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(nc, D, Vp, 2, 0),
+             rl_gemm_bwd_data(g, dx, 0, m->logits, wlm, nc, Vp, D, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(Vp, D, nc, 4, acc ? 4 : 0),
+             rl_gemm_bwd_weight(g, dwlm, m->logits, x, nc, Vp, D, acc, s, e));
+        return RL_OK;
+    };
+    auto fused = [&]() -> int {
+        STEP(RL_GPU_PROF_GEMM, rl_k_cls_fused_fwd_cost(nc, D, Vp),
+             rl_k_cls_fused_fwd(m->logits, stats, tlogit, x, wlm, tgt, nc, D, V, Vp, s, e));
+        STEP(RL_GPU_PROF_CLASSIFIER, rl_k_cls_merge_cost(nc, Vp),
+             rl_k_cls_merge(losses, lse, fac, stats, tlogit, nc, Vp, scale, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_cls_fused_dx_cost(nc, D, Vp),
+             rl_k_cls_fused_dx(dx, m->logits, fac, tgt, wlm, nc, D, Vp, scale, s, e));
+        STEP(RL_GPU_PROF_GEMM, rl_k_cls_fused_dw_cost(nc, D, Vp, acc),
+             rl_k_cls_fused_dw(dwlm, m->logits, fac, tgt, x, nc, D, Vp, scale, acc, s, e));
+        return RL_OK;
+    };
+    const void *p[] = {m->logits, x, wlm, dx, dwlm};
+    bool ok = rl_k_cls_fused_ok(nc, D, Vp, p, 5);
+    // auto times both ways by running them twice: only on a chunk that
+    // writes the lm_head gradient (a step's first), never one that adds
+    if (acc && fused_path(m, RL_GPU_SITE_CLASSIFIER, ok) == FUSE_UNTIMED) return sep();
+    return fused_site(m, RL_GPU_SITE_CLASSIFIER, ok, sep, fused, e);
+}
+
+// The classifier over rows [0, N) in chunks of crows, each chunk done
+// before the next overwrites the logits buffer: logits (bf16, rows of Vp)
+// -> per-row losses (with targets); with grad (dwlm), classifier_train.
+// fresh: the lm_head gradient is written by the first chunk instead of
+// added to.
+static int classifier(rl_gpu_model *m, int N, const int32_t *d_tgt, float *dwlm, float loss_scale,
+                      int fresh, rl_err *e) {
+    const int D = m->D, V = m->V, Vp = m->Vp;
+    cudaStream_t s = m->s;
     const bf16 *wlm = wres(m, m->lay.lm_head);
     for (int r0 = 0; r0 < N; r0 += m->bl.crows) {
         int nc = N - r0 < m->bl.crows ? N - r0 : m->bl.crows;
-        const bf16 *x = m->lnf + (size_t)r0 * D;
+        if (dwlm) {
+            RL_TRY(classifier_train(m, r0, nc, d_tgt + r0, dwlm, !fresh || r0 > 0,
+                                    loss_scale / (float)N, e));
+            continue;
+        }
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(nc, Vp, D, 2, 0),
-             rl_gemm_fwd(g, m->logits, 0, x, wlm, NULL, nc, Vp, D, s, e));
+             rl_gemm_fwd(&m->gemm, m->logits, 0, m->lnf + (size_t)r0 * D, wlm, NULL, nc, Vp, D, s,
+                         e));
         if (!d_tgt) continue;
-        STEP(RL_GPU_PROF_CLASSIFIER, rl_k_xent_cost(nc, V, Vp, grad),
+        STEP(RL_GPU_PROF_CLASSIFIER, rl_k_xent_cost(nc, V, Vp, 0),
              rl_k_xent(m->logits, m->losses + r0, m->lse_cls + r0, d_tgt + r0, nc, V, Vp,
-                       loss_scale / (float)N, grad, s, e));
-        if (!grad) continue;
-        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(nc, D, Vp, 2, 0),
-             rl_gemm_bwd_data(g, m->dln + (size_t)r0 * D, 0, m->logits, wlm, nc, Vp, D, s, e));
-        int acc = !fresh || r0 > 0;
-        STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(Vp, D, nc, 4, acc ? 4 : 0),
-             rl_gemm_bwd_weight(g, dwlm, m->logits, x, nc, Vp, D, acc, s, e));
+                       loss_scale / (float)N, 0, s, e));
     }
     return RL_OK;
 }

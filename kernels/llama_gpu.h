@@ -121,25 +121,31 @@ typedef struct rl_gpu_options {
      * rl_gpu_model_params is then the resident part: the embedding, then the
      * head. */
     int stream_layers;
-    /* SwiGLU's two neighbouring products -- gate|up with SwiGLU after it,
-     * the down projection's data gradient with SwiGLU's backward after it:
-     * RL_GPU_SWIGLU_SEPARATE (0: cuBLASLt and the elementwise kernels),
-     * RL_GPU_SWIGLU_FUSED (our GEMMs with SwiGLU in their epilogues:
-     * 10 bytes less per gate/up element of traffic outside the products,
-     * at tensor-core rates that hardware has to show), or
-     * RL_GPU_SWIGLU_AUTO (the trainer's: both timed at each direction's
-     * first use, the faster kept, one log line each). The two agree up to
-     * the products' rounding order. A plan counts the fused kernels under
-     * auto. */
-    int swiglu_gemm;
+    /* Our GEMMs with the memory-bound work next to them fused in, at three
+     * sites: SwiGLU's forward (gate|up with h written from the
+     * accumulators), SwiGLU's backward (the down projection's data
+     * gradient turned into d gate|d up in its epilogue) and a training
+     * step's classifier (the logits' softmax statistics in the lm_head
+     * product's epilogue, dlogits made in the two backward products'
+     * operand loads: neither the logits nor dlogits are read or written
+     * by a pass of their own). RL_GPU_FUSED_OFF (0: cuBLASLt and the
+     * separate kernels), RL_GPU_FUSED_ON, or RL_GPU_FUSED_AUTO (the
+     * trainer's: both ways timed at each site's first use, the faster
+     * kept, one log line each). They agree up to rounding order. A plan
+     * counts the fused kernels under auto. */
+    int fused_gemm;
 } rl_gpu_options;
 
-#define RL_GPU_SWIGLU_SEPARATE 0
-#define RL_GPU_SWIGLU_AUTO 1
-#define RL_GPU_SWIGLU_FUSED 2
-/* 1 when direction dir (0 forward, 1 backward) runs the fused kernels:
- * asked for, or auto's choice once timed (0 before that). */
-int rl_gpu_model_swiglu_fused(const rl_gpu_model *m, int dir);
+#define RL_GPU_FUSED_OFF 0
+#define RL_GPU_FUSED_AUTO 1
+#define RL_GPU_FUSED_ON 2
+#define RL_GPU_SITE_SWIGLU_FWD 0
+#define RL_GPU_SITE_SWIGLU_BWD 1
+#define RL_GPU_SITE_CLASSIFIER 2
+#define RL_GPU_SITES 3
+/* 1 when site runs our fused GEMMs: asked for, or auto's choice once
+ * timed (0 before that), and shapes the kernels take. */
+int rl_gpu_model_fused(const rl_gpu_model *m, int site);
 
 #define RL_GPU_ATTN_OWN 0
 #define RL_GPU_ATTN_AUTO 1

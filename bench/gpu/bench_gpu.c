@@ -6,7 +6,7 @@
  *             [--recompute 1] [--profile-steps 5] [--ddp-rounds 2] [--plan] [--accum 1] [--eager]
  *             [--dq-atomic 1 (0: the deterministic dQ kernel)]
  *             [--attention auto|own|cudnn]  (train.attention; auto, the trainer's default)
- *             [--swiglu auto|fused|separate]  (rl_gpu_options.swiglu_gemm; auto, the trainer's)
+ *             [--fused auto|on|off]  (rl_gpu_options.fused_gemm; auto, the trainer's)
  *             [--offload optimizer|layers]  (the trainer's train.offload beside none; below)
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
  *
@@ -396,7 +396,7 @@ int main(int argc, char **argv) {
     const char *config = "a", *offload = NULL;
     int batch = -1, seq = -1, steps = 30, warmup = 10, recompute = 1, prof_steps = 5;
     int ddp_rounds = 2, plan = 0, accum = 1, attention = RL_GPU_ATTN_AUTO, eager = 0;
-    int swiglu = RL_GPU_SWIGLU_AUTO;
+    int fused = RL_GPU_FUSED_AUTO;
     int dq_atomic = 1; /* our attention's dQ by atomics, as PyTorch's flash backward */
     int vocab = -1, hidden = -1, ffn = -1, layers = -1, heads = -1, kv = -1;
     for (int i = 1; i < argc; i++) {
@@ -424,13 +424,13 @@ int main(int argc, char **argv) {
             i++;
             continue;
         }
-        if (!strcmp(a, "--swiglu") && v) {
-            swiglu = !strcmp(v, "auto")       ? RL_GPU_SWIGLU_AUTO
-                     : !strcmp(v, "fused")    ? RL_GPU_SWIGLU_FUSED
-                     : !strcmp(v, "separate") ? RL_GPU_SWIGLU_SEPARATE
-                                              : -1;
-            if (swiglu < 0) {
-                fprintf(stderr, "gpu_bench: --swiglu is auto, fused or separate, not %s\n", v);
+        if (!strcmp(a, "--fused") && v) {
+            fused = !strcmp(v, "auto")  ? RL_GPU_FUSED_AUTO
+                    : !strcmp(v, "on")  ? RL_GPU_FUSED_ON
+                    : !strcmp(v, "off") ? RL_GPU_FUSED_OFF
+                                        : -1;
+            if (fused < 0) {
+                fprintf(stderr, "gpu_bench: --fused is auto, on or off, not %s\n", v);
                 return 2;
             }
             i++;
@@ -493,7 +493,7 @@ int main(int argc, char **argv) {
 
     rl_gpu_options opt = {
         .recompute = recompute, .attention = attention, .attn_dq_atomic = dq_atomic,
-        .swiglu_gemm = swiglu};
+        .fused_gemm = fused};
     if (plan) return print_plan(config, &c, B, T, &opt, accum);
     char gpu[256] = "";
     if (rl_gpu_device_count(gpu, sizeof gpu) == 0) {
@@ -606,11 +606,13 @@ int main(int argc, char **argv) {
     cudaRuntimeGetVersion(&rtv);
     /* which attention ran (auto's choice): summary.py names the row by it */
     const char *attn = rl_gpu_model_attention(m) == RL_GPU_ATTN_CUDNN ? "cudnn" : "own";
-    /* and SwiGLU's products (auto's choice per direction) */
-    char sw[40];
-    snprintf(sw, sizeof sw, "%s/%s", rl_gpu_model_swiglu_fused(m, 0) ? "fused" : "separate",
-             rl_gpu_model_swiglu_fused(m, 1) ? "fused" : "separate");
-    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"attn\":\"%s\",\"swiglu\":\"%s\",\"recompute\":%d,\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_"
+    /* and the sites that ran our fused GEMMs (auto's choice per site) */
+    static const char *const site[RL_GPU_SITES] = {"swiglu_fwd", "swiglu_bwd", "classifier"};
+    char sw[64] = "";
+    for (int k = 0; k < RL_GPU_SITES; k++)
+        if (rl_gpu_model_fused(m, k))
+            snprintf(sw + strlen(sw), sizeof sw - strlen(sw), "%s%s", *sw ? "," : "", site[k]);
+    printf("{\"impl\":\"ringleader%s\",\"config\":\"%s\",\"attn\":\"%s\",\"fused\":\"%s\",\"recompute\":%d,\"gpu\":\"%s\",\"cuda_driver\":%d,\"cuda_"
            "runtime\":%d,"
            "\"params\":%zu,\"batch\":%d,\"seq\":%d,\"tokens_per_step\":%d,\"ms_per_step\":%.2f,"
            "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"peak_tflops\":%.1f,\"mfu\":%s,"

@@ -135,14 +135,14 @@ for cfg in $CONFIGS; do
         emit "$cfg" ringleader \
             "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --attention own --ddp-rounds 0)" ;;
     esac
-    # SwiGLU's products the other way than auto took (fused: our GEMMs with
-    # SwiGLU inside; separate: cuBLASLt and the elementwise kernels)
+    # the fused GEMMs the other way than auto took (on: our GEMMs with
+    # SwiGLU and the classifier inside; off: cuBLASLt and separate kernels)
     case $res in
-    *'"swiglu":"separate/separate"'*) other=fused ;;
-    *) other=separate ;;
+    *'"fused":""'*) other=on ;;
+    *) other=off ;;
     esac
     emit "$cfg" ringleader \
-        "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --swiglu $other --ddp-rounds 0)"
+        "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --fused $other --ddp-rounds 0)"
     # every layer's norm outputs and SwiGLU product kept: what recompute costs
     emit "$cfg" ringleader-keep \
         "$("$BIN" $rargs --steps "$STEPS" --warmup "$WARMUP" --recompute 0 --profile-steps 0 --ddp-rounds 0)"

@@ -45,7 +45,7 @@ def main(path):
             mfu = r.get("mfu")
             if mfu is None and peak:
                 mfu = r["model_tflops"] / peak
-            name = r["impl"] + (f" ({r['attn']}" + (f", {r['swiglu']}" if r.get("swiglu") else "") + ")"
+            name = r["impl"] + (f" ({r['attn']}" + (f", fused {r['fused'] or 'none'}" if "fused" in r else "") + ")"
                                 if r.get("attn") else "")
             print(f"  {name:<40}{r['tokens_per_s']:>12,}{r['ms_per_step']:>10}{r['model_tflops']:>10}"
                   f"{(mfu or 0) * 100:>7.1f}%{r['peak_mem_gib']:>9}")

@@ -424,9 +424,10 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
                     : !strcmp(t->attention, "cudnn") ? RL_GPU_ATTN_CUDNN
                                                      : RL_GPU_ATTN_AUTO;
     opt.recompute = t->recompute;
-    /* fused or separate SwiGLU GEMMs: a speed choice with the same values up
-     * to rounding order, timed on this GPU as the GEMMs' algorithms are */
-    opt.swiglu_gemm = RL_GPU_SWIGLU_AUTO;
+    /* our fused GEMMs or cuBLASLt and separate kernels: a speed choice with
+     * the same values up to rounding order, timed on this GPU as the
+     * GEMMs' algorithms are */
+    opt.fused_gemm = RL_GPU_FUSED_AUTO;
     /* sharded state: the master and moments of this world's shard from the
      * start (set at resume exactly), so a model that fits only sharded is
      * built */

@@ -656,6 +656,93 @@ static void emu_gemm_swiglu(int M, int K, int F) {
             "%zu, %zu, %zu elements differ", d_dgu, d_h2, d_nh);
 }
 
+// The classifier fused into our GEMMs (gemm_kernels.cuh), against the
+// separate path on the same logits: the forward's products summed in fp32
+// in k order and rounded to bf16 (the emulator's order, so the same bits),
+// given to xent_kernel, which must agree on the losses and lse; dlogits
+// rebuilt from P and the factors as the backward kernels make them, against
+// xent's; dx and dw (added to, then written) against f64 products of xent's
+// dlogits. With nan_row, one row of NaN inputs: that row's loss NaN and no
+// other (its dlogits would poison all of dw: the products are not checked).
+static void emu_cls_fused(int M, int D, int V, bool nan_row) {
+    const int Vp = (V + 63) / 64 * 64, nt = (Vp + 127) / 128, bad = nan_row ? M / 2 : -1;
+    const float scale = 1.0f / M;
+    auto x = randv((size_t)M * D, 1, true), w = randv((size_t)Vp * D, 2 / sqrt(D), true);
+    for (size_t i = (size_t)V * D; i < (size_t)Vp * D; i++) w[i] = 0; // padded rows: zero
+    if (nan_row) x[(size_t)bad * D + 3] = NAN;
+    auto tgt = rand_tok(M, V);
+    tgt[0] = V - 1;
+    std::vector<bf16> dlog((size_t)M * Vp); // the logits, then xent's dlogits in place
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < Vp; j++) {
+            float f = 0;
+            for (int k = 0; k < D; k++) f += x[(size_t)m * D + k] * w[(size_t)j * D + k];
+            dlog[(size_t)m * Vp + j] = __float2bfloat16_rn(f);
+        }
+    std::vector<float> loss_ref(M), lse_ref(M);
+    launch(M, 1, XENT_THREADS, [&] {
+        xent_kernel<1>(dlog.data(), loss_ref.data(), lse_ref.data(), tgt.data(), V, Vp, scale, 1);
+    });
+    auto xb = to_bf(x), wb = to_bf(w);
+    std::vector<bf16> P((size_t)M * Vp), dx((size_t)M * D);
+    std::vector<float> stats((size_t)2 * M * nt), tl(M), fac((size_t)M * nt), loss(M), lse(M);
+    // what dw held before: small beside the product, so the check sees the product
+    std::vector<float> dw_add = randv((size_t)Vp * D, 1e-4, false), dw_w((size_t)Vp * D);
+    std::vector<double> dwr = tod(dw_add), dwr_w((size_t)Vp * D, 0.0), dxr((size_t)M * D, 0.0);
+    poison(P), poison(dx), poison(stats), poison(tl), poison(fac), poison(loss), poison(lse);
+    poison(dw_w);
+    launch(nt, cdiv(M, FG_BM), FG_THREADS, [&] {
+        gemm_lm_fwd_kernel(P.data(), stats.data(), tl.data(), xb.data(), wb.data(), tgt.data(), M,
+                           D, V, Vp);
+    });
+    launch(cdiv(M, 8), 1, 256, [&] {
+        cls_merge_kernel(loss.data(), lse.data(), fac.data(), stats.data(), tl.data(), M, nt, scale);
+    });
+    char name[112];
+    std::vector<float> l1, l2, e1, e2;
+    size_t finite = 0;
+    for (int m = 0; m < M; m++) {
+        if (m == bad) continue;
+        finite += std::isfinite(loss[m]);
+        l1.push_back(loss[m]), l2.push_back(loss_ref[m]), e1.push_back(lse[m]), e2.push_back(lse_ref[m]);
+    }
+    if (nan_row) {
+        snprintf(name, sizeof name, "emu classifier fused M=%d D=%d V=%d, a row of NaN inputs", M, D, V);
+        verdict(std::isnan(loss[bad]) && finite == (size_t)M - 1, name,
+                "row %d loss %g, %zu of %d others finite", bad, loss[bad], finite, M - 1);
+        return;
+    }
+    snprintf(name, sizeof name, "emu classifier fused M=%d D=%d V=%d: loss vs xent_kernel's", M, D, V);
+    check(name, l1, tod(l2), 2e-6);
+    check("  lse", e1, tod(e2), 2e-6);
+    fg_cls c = {fac.data(), tgt.data(), nt, scale};
+    launch(cdiv(D, FG_BN), cdiv(M, FG_BM), FG_THREADS,
+           [&] { gemm_lm_dx_kernel(dx.data(), P.data(), wb.data(), c, M, D, Vp); });
+    launch(cdiv(D, FG_BN), cdiv(Vp, FG_BM), FG_THREADS,
+           [&] { gemm_lm_dw_kernel(dw_add.data(), P.data(), xb.data(), c, M, D, Vp, 1); });
+    launch(cdiv(D, FG_BN), cdiv(Vp, FG_BM), FG_THREADS,
+           [&] { gemm_lm_dw_kernel(dw_w.data(), P.data(), xb.data(), c, M, D, Vp, 0); });
+    std::vector<float> dl;
+    std::vector<double> dl_ref;
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < Vp; j++) {
+            float d = __bfloat162float(__float2bfloat16_rn(
+                __bfloat162float(P[(size_t)m * Vp + j]) * fac[(size_t)m * nt + j / 128] -
+                (j == tgt[m] ? scale : 0.0f)));
+            double r = __bfloat162float(dlog[(size_t)m * Vp + j]);
+            dl.push_back(d), dl_ref.push_back(r);
+            for (int k = 0; k < D; k++) {
+                dxr[(size_t)m * D + k] += r * w[(size_t)j * D + k];
+                dwr[(size_t)j * D + k] += r * x[(size_t)m * D + k];
+                dwr_w[(size_t)j * D + k] += r * x[(size_t)m * D + k];
+            }
+        }
+    check("  dlogits from P and the factors vs xent's", dl, dl_ref, 4e-3);
+    check("  dx = dlogits . W", from_bf(dx), dxr, 8e-3);
+    check("  dw += dlogits^T . x", dw_add, dwr, 8e-3);
+    check("  dw = dlogits^T . x", dw_w, dwr_w, 8e-3);
+}
+
 // The fused classifier on rows of ld >= V: padding that would dominate the
 // softmax (1e4) or poison it (NaN) if read as vocabulary; loss only (the
 // logits must come back untouched), loss and gradient (padding exactly 0),
@@ -1026,6 +1113,9 @@ int main(int argc, char **argv) {
         emu_swiglu<8>(3, 352);
         emu_gemm_swiglu(130, 40, 72);  // fewer k steps than stages, partial tiles
         emu_gemm_swiglu(257, 136, 136); // 5 k stages, 3 fwd / 2 bwd column tiles, 3 row tiles
+        emu_cls_fused(130, 40, 300, false);  // 3 column tiles, the last part padding
+        emu_cls_fused(200, 136, 1000, false); // 8 tiles, 5 k stages
+        emu_cls_fused(70, 40, 300, true);
         emu_xent<1>(1, 257, 257); // V - 1 alone in its thread: a NaN must survive the merges
         emu_xent<8>(5, 1000, 1000);
         emu_xent<1>(3, 1000, 1003);

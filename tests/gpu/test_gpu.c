@@ -1162,11 +1162,12 @@ static int create_logged(rl_gpu_model **m, const rl_model_config *c, int B, int 
 }
 
 /* One micro-step on a model with options opt from params: loss and
- * gradients; the attention backend used, and the log lines of the whole
+ * gradients; the attention backend used, the sites that ran fused (a mask
+ * of RL_GPU_SITE_* bits, or'ed into *sites) and the log lines of the whole
  * step (creation included) into log[n]. */
 static int step_with(const rl_model_config *c, const rl_gpu_options *opt, const float *params,
                      const int32_t *tok, const int32_t *tgt, int B, int T, float *loss,
-                     float *grads, int *used, char *log, size_t n, rl_err *e) {
+                     float *grads, int *used, char *log, size_t n, int *sites, rl_err *e) {
     rl_gpu_model *m = NULL;
     err_capture k;
     capture_begin(&k);
@@ -1179,6 +1180,7 @@ static int step_with(const rl_model_config *c, const rl_gpu_options *opt, const 
     float norm;
     if (!rc) rc = rl_gpu_model_step_stats(m, 0, loss, &norm, e);
     if (!rc) rc = rl_gpu_model_download_grads(m, grads, e);
+    for (int k2 = 0; !rc && k2 < RL_GPU_SITES; k2++) *sites |= rl_gpu_model_fused(m, k2) << k2;
     capture_end(&k, log, n);
     rl_gpu_model_free(m);
     return rc;
@@ -1205,10 +1207,11 @@ static void test_step_cudnn(const model_case *mc) {
     int32_t *tok = rand_tokens(N, c.vocab_size), *tgt = rand_tokens(N, c.vocab_size);
     rl_gpu_options cudnn = {.attention = RL_GPU_ATTN_CUDNN}, own = {.attention = RL_GPU_ATTN_OWN};
     char log[4096];
+    int sites = 0;
     if (step_with(&c, &cudnn, params, tok, tgt, mc->B, mc->T, &loss[0], g[0], &used[0], log,
-                  sizeof log, &e) ||
+                  sizeof log, &sites, &e) ||
         step_with(&c, &own, params, tok, tgt, mc->B, mc->T, &loss[1], g[1], &used[1], log,
-                  sizeof log, &e)) {
+                  sizeof log, &sites, &e)) {
         fail_err(name, &e);
     } else {
         report("  backends used", used[0] == RL_GPU_ATTN_CUDNN && used[1] == RL_GPU_ATTN_OWN,
@@ -1230,16 +1233,16 @@ static void test_step_cudnn(const model_case *mc) {
     free(params), free(g[0]), free(g[1]), free(tok), free(tgt);
 }
 
-/* SwiGLU's products fused into our GEMMs against cuBLASLt and the
- * elementwise kernels (rl_gpu_options.swiglu_gemm): one step's loss within
- * 1e-3 relative and every tensor's gradient cosine > 0.999 (the step
- * tests' bounds against the CPU), each model running the path asked; auto
- * times both at each direction's first use and logs one choice per
- * direction; where the fused kernels do not take the shapes (the odd case:
- * hidden 66, ffn 90) fused runs the separate path, with the same result. */
-static void test_swiglu_gemm(const model_case *mc) {
+/* Our fused GEMMs (SwiGLU's two sites and the classifier) against cuBLASLt
+ * and the separate kernels (rl_gpu_options.fused_gemm): one step's loss
+ * within 1e-3 relative and every tensor's gradient cosine > 0.999 (the
+ * step tests' bounds against the CPU); on reports every site fused, off
+ * none; auto times both ways at each site's first use and logs one choice
+ * per site; where the fused kernels do not take the shapes (the odd case:
+ * hidden 66, ffn 90) on runs the separate path, with the same result. */
+static void test_fused_gemm(const model_case *mc) {
     char name[96];
-    snprintf(name, sizeof name, "swiglu fused step %s B=%d T=%d", mc->label, mc->B, mc->T);
+    snprintf(name, sizeof name, "fused gemm step %s B=%d T=%d", mc->label, mc->B, mc->T);
     if (!selected(name)) return;
     reseed(name);
     rl_model_config c;
@@ -1248,18 +1251,19 @@ static void test_swiglu_gemm(const model_case *mc) {
     rl_param_layout lay;
     rl_param_layout_init(&lay, &c);
     size_t P = lay.total;
-    int N = mc->B * mc->T, used, takes = c.hidden_size % 8 == 0 && c.intermediate_size % 8 == 0;
+    int N = mc->B * mc->T, used[3], sites[3] = {0, 0, 0};
+    int takes = c.hidden_size % 8 == 0 && c.intermediate_size % 8 == 0;
     float *params = malloc(P * sizeof(float)), *g[3], loss[3];
     for (int k = 0; k < 3; k++) g[k] = malloc(P * sizeof(float));
     rl_model_init_params(&c, params, check_seed);
     int32_t *tok = rand_tokens(N, c.vocab_size), *tgt = rand_tokens(N, c.vocab_size);
-    const int mode[3] = {RL_GPU_SWIGLU_FUSED, RL_GPU_SWIGLU_SEPARATE, RL_GPU_SWIGLU_AUTO};
+    const int mode[3] = {RL_GPU_FUSED_ON, RL_GPU_FUSED_OFF, RL_GPU_FUSED_AUTO};
     char log[3][8192];
     int rc = 0;
     for (int k = 0; k < 3 && !rc; k++) {
-        rl_gpu_options opt = {.swiglu_gemm = mode[k]};
-        rc = step_with(&c, &opt, params, tok, tgt, mc->B, mc->T, &loss[k], g[k], &used, log[k],
-                       sizeof log[k], &e);
+        rl_gpu_options opt = {.fused_gemm = mode[k]};
+        rc = step_with(&c, &opt, params, tok, tgt, mc->B, mc->T, &loss[k], g[k], &used[k], log[k],
+                       sizeof log[k], &sites[k], &e);
     }
     if (rc) {
         fail_err(name, &e);
@@ -1267,6 +1271,8 @@ static void test_swiglu_gemm(const model_case *mc) {
         double rel = fabs(loss[0] - loss[1]) / fabs(loss[1]), worst = 2;
         report(name, isfinite(loss[0]) && rel <= 1e-3,
                "loss fused %.6f separate %.6f rel %.2e (tol 1e-03)", loss[0], loss[1], rel);
+        report("  sites fused", sites[0] == (takes ? 7 : 0) && sites[1] == 0,
+               "on: mask %d (want %d), off: %d (want 0)", sites[0], takes ? 7 : 0, sites[1]);
         int nt = rl_model_n_tensors(&c), bad = 0;
         for (int i = 0; i < nt; i++) {
             rl_tensor_info ti;
@@ -1279,18 +1285,19 @@ static void test_swiglu_gemm(const model_case *mc) {
         report("  gradients fused vs separate", bad == 0, "worst tensor cosine %.6f (> 0.999)",
                worst);
         int lines = 0;
-        for (const char *p = log[2]; (p = strstr(p, "\"swiglu_gemm\"")); p++) lines++;
+        for (const char *p = log[2]; (p = strstr(p, "\"fused_gemm\"")); p++) lines++;
         if (takes)
-            report("  auto times both, one line per direction",
-                   lines == 2 && strstr(log[2], "\"direction\":\"fwd\"") &&
-                       strstr(log[2], "\"direction\":\"bwd\"") &&
-                       strstr(log[2], "\"fused_ms\"") && !strstr(log[0], "\"swiglu_gemm\""),
-                   "%d swiglu_gemm lines under auto (want 2), %s under fused", lines,
-                   strstr(log[0], "\"swiglu_gemm\"") ? "some" : "none");
+            report("  auto times both ways, one line per site",
+                   lines == 3 && strstr(log[2], "\"site\":\"swiglu_fwd\"") &&
+                       strstr(log[2], "\"site\":\"swiglu_bwd\"") &&
+                       strstr(log[2], "\"site\":\"classifier\"") &&
+                       strstr(log[2], "\"fused_ms\"") && !strstr(log[0], "\"fused_gemm\""),
+                   "%d fused_gemm lines under auto (want 3), %s under on", lines,
+                   strstr(log[0], "\"fused_gemm\"") ? "some" : "none");
         else
             report("  shapes the fused kernels do not take: separate, nothing timed",
                    lines == 0 && memcmp(g[0], g[1], P * sizeof(float)) == 0 && loss[0] == loss[1],
-                   "%d swiglu_gemm lines under auto; fused and separate %s", lines,
+                   "%d fused_gemm lines under auto; on and off %s", lines,
                    memcmp(g[0], g[1], P * sizeof(float)) ? "DIFFER" : "identical");
     }
     free(params), free(tok), free(tgt);
@@ -1357,10 +1364,10 @@ static void test_attention_select(void) {
     }
 }
 
-static void test_plan(int swiglu) {
+static void test_plan(int fused) {
     char name[64];
-    snprintf(name, sizeof name, "plan matches a real step (swiglu %s)",
-             swiglu == RL_GPU_SWIGLU_FUSED ? "fused" : "separate");
+    snprintf(name, sizeof name, "plan matches a real step (fused gemm %s)",
+             fused == RL_GPU_FUSED_ON ? "on" : "off");
     if (!selected(name)) return;
     reseed(name);
     model_case mc = {"plan", 1000, 128, 352, 3, 2, 1, 2, 40};
@@ -1368,7 +1375,7 @@ static void test_plan(int swiglu) {
     case_cfg(&mc, &c);
     int B = mc.B, T = mc.T, N = B * T, accum = 2;
     rl_gpu_options opt = {.classifier_rows = 32, .gemm_sm_count = 100, .attn_dq_atomic = 1,
-                          .swiglu_gemm = swiglu};
+                          .fused_gemm = fused};
     rl_gpu_plan p;
     rl_gpu_model *m = NULL;
     rl_err e = {0};
@@ -1608,10 +1615,10 @@ int main(int argc, char **argv) {
     test_attention_select();
     test_step_cudnn(&cases[1]); /* gqa-hd32 T=7 */
     test_step_cudnn(&cases[6]); /* arch-hd64 T=65 */
-    test_swiglu_gemm(&cases[2]); /* gqa-hd32 T=129: partial row and column tiles */
-    test_swiglu_gemm(&cases[5]); /* odd-hd22: shapes the fused kernels do not take */
-    test_plan(RL_GPU_SWIGLU_SEPARATE);
-    test_plan(RL_GPU_SWIGLU_FUSED);
+    test_fused_gemm(&cases[2]); /* gqa-hd32 T=129: partial row and column tiles */
+    test_fused_gemm(&cases[5]); /* odd-hd22: shapes the fused kernels do not take */
+    test_plan(RL_GPU_FUSED_OFF);
+    test_plan(RL_GPU_FUSED_ON);
     test_train_curve();
     test_gpu_train();
 
