@@ -211,16 +211,50 @@ static __device__ __forceinline__ void stream_release(int it, int n, Fetch &&fet
 }
 
 // ---- gradient rows out -----------------------------------------------------------------------
+// RoPE's transposed rotation applied to dq and dk as they leave (the
+// model's separate pass over dq|dk otherwise): cs and sn are the model's
+// cos and sin tables [position][hd / 2] (cs NULL: none). Only for hd == HD
+// (32, 64, 128), where column j's partner j + hd/2 sits in the same
+// thread's fragments, HD/16 tiles further.
+struct attn_rope {
+    const float *cs, *sn;
+};
+
 // The backward's dQ, dK, dV leave as fp32 C fragments: rows warp * 16 + gr
 // and + 8 of the CTA's 64, columns d * 8 + 2 tq, + 1; times scale, rounded
 // once to bf16, a pair per store. Rows >= rmax and columns >= hd are not
-// stored (hd is even: col < hd means col + 1 < hd).
+// stored (hd is even: col < hd means col + 1 < hd). With rp.cs, rotated
+// back first (rope_kernel's inverse arithmetic on the unrounded values).
 template <int HD>
 static __device__ __forceinline__ void store_frags(bf16 *dst, size_t ld,
                                                    const float (&acc)[HD / 8][4], int r0, int rmax,
-                                                   int hd, float scale) {
+                                                   int hd, float scale, attn_rope rp = {}) {
     const int lane = threadIdx.x & 31;
     const int t0 = r0 + (threadIdx.x >> 5) * 16 + (lane >> 2), t1 = t0 + 8;
+    if (rp.cs) {
+        constexpr int HALF = HD / 2, P = HD / 16;
+#pragma unroll
+        for (int d = 0; d < P; d++) {
+            int col = d * 8 + 2 * (lane & 3);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int t = h ? t1 : t0;
+                if (t >= rmax) continue;
+                const float *c = rp.cs + (size_t)t * HALF + col, *sn = rp.sn + (size_t)t * HALF + col;
+                float y1[2], y2[2];
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    float x1 = acc[d][2 * h + k] * scale, x2 = acc[d + P][2 * h + k] * scale;
+                    y1[k] = x1 * c[k] + x2 * sn[k];
+                    y2[k] = x2 * c[k] - x1 * sn[k];
+                }
+                bf16 *row = dst + (size_t)t * ld + col;
+                *reinterpret_cast<__nv_bfloat162 *>(row) = __floats2bfloat162_rn(y1[0], y1[1]);
+                *reinterpret_cast<__nv_bfloat162 *>(row + HALF) = __floats2bfloat162_rn(y2[0], y2[1]);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) {
         int col = d * 8 + 2 * (lane & 3);
@@ -477,7 +511,7 @@ template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dkdv_kernel(bf16 *dqkv, float *dq_acc, const bf16 *dout, const bf16 *qkv,
                          const float *lse, const float *dsum, int T, int H, int KV, int hd,
-                         float scale_log2, float scale, int vec) {
+                         float scale_log2, float scale, int vec, attn_rope rp) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem);                  // [64][STR]
@@ -608,23 +642,41 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     }
 
     bf16 *dbase = dqkv + (size_t)b * T * C3;
-    store_frags<HD>(dbase + qd + (size_t)g * hd, C3, dk, k0, T, hd, scale);
+    store_frags<HD>(dbase + qd + (size_t)g * hd, C3, dk, k0, T, hd, scale, rp);
     store_frags<HD>(dbase + qd + kvd + (size_t)g * hd, C3, dv, k0, T, hd, 1.0f);
 }
 
 // ---- backward: the accumulated dQ out ---------------------------------------------------------
 // dq_acc [N, H*hd] fp32 (sums of dS K) -> dqkv's q columns: times scale,
-// rounded to bf16 once. One thread per pair of columns (hd is even).
+// rounded to bf16 once. One thread per pair of columns (hd is even); with
+// rp.cs (hd a multiple of 4) the threads of the first half of each head
+// rotate their pair with its partner hd/2 further, as store_frags.
 static __global__ void __launch_bounds__(256)
-    attn_dq_store_kernel(bf16 *dqkv, const float *dq_acc, int N, int H, int KV, int hd,
-                         float scale) {
+    attn_dq_store_kernel(bf16 *dqkv, const float *dq_acc, int N, int T, int H, int KV, int hd,
+                         float scale, attn_rope rp) {
     const size_t qd = (size_t)H * hd, C3 = (size_t)(H + 2 * KV) * hd, total = (size_t)N * qd / 2;
+    const int half = hd / 2;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
         size_t n = 2 * idx / qd, c = 2 * idx % qd;
         float2 a = *reinterpret_cast<const float2 *>(dq_acc + 2 * idx);
-        *reinterpret_cast<__nv_bfloat162 *>(dqkv + n * C3 + c) =
-            __floats2bfloat162_rn(a.x * scale, a.y * scale);
+        if (!rp.cs) {
+            *reinterpret_cast<__nv_bfloat162 *>(dqkv + n * C3 + c) =
+                __floats2bfloat162_rn(a.x * scale, a.y * scale);
+            continue;
+        }
+        int j = (int)(c % hd);
+        if (j >= half) continue; // its pair's thread stores it
+        float2 b = *reinterpret_cast<const float2 *>(dq_acc + 2 * idx + half);
+        size_t at = (size_t)(n % T) * half + j;
+        float x1[2] = {a.x * scale, a.y * scale}, x2[2] = {b.x * scale, b.y * scale}, y1[2], y2[2];
+        for (int k = 0; k < 2; k++) {
+            y1[k] = x1[k] * rp.cs[at + k] + x2[k] * rp.sn[at + k];
+            y2[k] = x2[k] * rp.cs[at + k] - x1[k] * rp.sn[at + k];
+        }
+        *reinterpret_cast<__nv_bfloat162 *>(dqkv + n * C3 + c) = __floats2bfloat162_rn(y1[0], y1[1]);
+        *reinterpret_cast<__nv_bfloat162 *>(dqkv + n * C3 + c + half) =
+            __floats2bfloat162_rn(y2[0], y2[1]);
     }
 }
 
@@ -633,7 +685,7 @@ template <int HD, int NBUF>
 static __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_CTAS)
     attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                        const float *dsum, int T, int H, int KV, int hd, float scale_log2,
-                       float scale, int vec) {
+                       float scale, int vec, attn_rope rp) {
     constexpr int STR = HD + 8, TILE = ATT_BR * STR;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem); // [64][STR]
@@ -721,5 +773,5 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_DQ_MIN_CTAS)
         stream_release<NBUF>(kb, qb + 1, fetch);
     }
 
-    store_frags<HD>(dqkv + (size_t)b * T * C3 + (size_t)h * hd, C3, dq, q0, T, hd, scale);
+    store_frags<HD>(dqkv + (size_t)b * T * C3 + (size_t)h * hd, C3, dq, q0, T, hd, scale, rp);
 }

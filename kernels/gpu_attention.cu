@@ -110,11 +110,19 @@ int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, i
     });
 }
 
+// head dims padded to nothing: a column's RoPE partner is in the same
+// thread's fragments (store_frags)
+int rl_k_attn_rope_fusable(int hd) { return hd == 32 || hd == 64 || hd == 128; }
+
 int rl_k_attn_bwd(bf16 *dqkv, float *dsum, float *dq_acc, const bf16 *dout, const bf16 *qkv,
                   const bf16 *out, const float *lse, int B, int T, int H, int KV, int hd,
-                  cudaStream_t s, rl_err *e) {
+                  const float *rope, int max_pos, cudaStream_t s, rl_err *e) {
     int nbuf_kv, nbuf_q = 0;
     RL_TRY(attn_check(B, T, H, KV, hd, e));
+    if (rope && (!rl_k_attn_rope_fusable(hd) || max_pos < T))
+        return rl_errf(e, RL_EINTERNAL, "attention backward: RoPE at the store needs head dim 32, "
+                       "64 or 128 (not %d) and max_pos >= T (%d < %d)", hd, max_pos, T);
+    attn_rope rp = {rope, rope ? rope + (size_t)max_pos * (hd / 2) : NULL};
     RL_TRY(attn_pick(ATT_DKDV, hd, &nbuf_kv, e));
     if (!dq_acc) RL_TRY(attn_pick(ATT_DQ, hd, &nbuf_q, e));
     int N = B * T, nb = (T + ATT_BR - 1) / ATT_BR;
@@ -127,14 +135,15 @@ int rl_k_attn_bwd(bf16 *dqkv, float *dsum, float *dq_acc, const bf16 *dout, cons
         constexpr int HD = decltype(HD_)::value, NB = decltype(NB_)::value;
         RL_LAUNCH((attn_bwd_dkdv_kernel<HD, NB>), dim3(B * KV, nb), ATT_THREADS,
                   attn_smem_bytes(ATT_DKDV, HD, NB), s, dqkv, dq_acc, dout, qkv, lse, dsum, T, H,
-                  KV, hd, sl2, scale, vec);
+                  KV, hd, sl2, scale, vec, rp);
         LAUNCH_CHECK();
         return (int)RL_OK;
     }));
     if (dq_acc) { // a pair per thread, a few waves of 256-thread blocks
         size_t pairs = (size_t)N * H * (hd / 2);
         unsigned blocks = (unsigned)(pairs / 256 + 1 < 65536 ? pairs / 256 + 1 : 65536);
-        RL_LAUNCH(attn_dq_store_kernel, blocks, 256, 0, s, dqkv, dq_acc, N, H, KV, hd, scale);
+        RL_LAUNCH(attn_dq_store_kernel, blocks, 256, 0, s, dqkv, dq_acc, N, T, H, KV, hd, scale,
+                  rp);
         LAUNCH_CHECK();
         return RL_OK;
     }
@@ -142,7 +151,7 @@ int rl_k_attn_bwd(bf16 *dqkv, float *dsum, float *dq_acc, const bf16 *dout, cons
         constexpr int HD = decltype(HD_)::value, NB = decltype(NB_)::value;
         RL_LAUNCH((attn_bwd_dq_kernel<HD, NB>), dim3(B * H, nb), ATT_THREADS,
                   attn_smem_bytes(ATT_DQ, HD, NB), s, dqkv, dout, qkv, lse, dsum, T, H, KV, hd, sl2,
-                  scale, vec);
+                  scale, vec, rp);
         LAUNCH_CHECK();
         return (int)RL_OK;
     });

@@ -775,7 +775,7 @@ static int run_one(int k, rl_cudnn_attn *a, probe_bufs *p, cudaStream_t s, rl_er
     if (k == 0) {
         RL_TRY(rl_k_attn_fwd(p->out[0], p->lse[0], p->qkv, B, T, H, KV, hd, s, e));
         return rl_k_attn_bwd(p->dqkv[0], p->dsum, p->dq_acc, p->dout, p->qkv, p->out[0],
-                             p->lse[0], B, T, H, KV, hd, s, e);
+                             p->lse[0], B, T, H, KV, hd, NULL, 0, s, e);
     }
     RL_TRY(rl_k_attn_cudnn_fwd(a, p->out[1], p->lse[1], p->qkv, B, T, s, e));
     return rl_k_attn_cudnn_bwd(a, p->dqkv[1], p->dsum, p->dout, p->qkv, p->out[1], p->lse[1], B, T,

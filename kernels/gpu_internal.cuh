@@ -173,10 +173,14 @@ int rl_k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int H, i
 // (rl_k_rope's inverse takes them back). dq_acc: NULL, dQ by a kernel of its own that recomputes P and dP (the
 // same bits every run); else fp32 [B*T, H*hd] scratch (no initial value
 // needed) into which the dK/dV kernel adds dQ's parts with atomics: less
-// work, but dQ's last bits depend on the order the CTAs run in.
+// work, but dQ's last bits depend on the order the CTAs run in. rope (the
+// model's cos then sin table of max_pos positions; NULL: none) rotates dq
+// and dk back as they are stored, for head dims where
+// rl_k_attn_rope_fusable, instead of rl_k_rope's separate inverse pass.
 int rl_k_attn_bwd(bf16 *dqkv, float *dsum, float *dq_acc, const bf16 *dout, const bf16 *qkv,
                   const bf16 *out, const float *lse, int B, int T, int H, int KV, int hd,
-                  cudaStream_t s, rl_err *e);
+                  const float *rope, int max_pos, cudaStream_t s, rl_err *e);
+int rl_k_attn_rope_fusable(int hd);
 // Forward: Q K^T and P V over the causal half (4 B H hd T(T+1)/2 FLOPs,
 // FlashAttention's count); q, k, v read once, out and lse written (the
 // RoPE table, L2-resident, left out).

@@ -1235,6 +1235,7 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, float *head, rl_
         // hm, ln2 and ln1 again (the same bits as the forward), each before
         // the weight gradient that reads it; otherwise they are kept
         const int rc = m->options.recompute;
+        const bool rope_at_store = !attn_cudnn(m) && rl_k_attn_rope_fusable(m->hd);
 
         // mlp; dres holds d x_{l+1} (fp32) and dres16 its bf16 copy
         RL_TRY(mlp_down_bwd(m, m->dgu, rc ? hm : NULL, m->dres16, w + o->wdown, gu, N, e));
@@ -1261,11 +1262,14 @@ static int layers_bwd(rl_gpu_model *m, int B, int T, int fresh, float *head, rl_
         else
             STEP(RL_GPU_PROF_ATTN_BWD, rl_k_attn_bwd_cost(B, T, m->H, m->KV, m->hd, !!m->dq_acc),
                  rl_k_attn_bwd(m->dqkv, m->dsum, m->dq_acc, m->datty, qkv, atty, lse, B, T, m->H,
-                               m->KV, m->hd, s, e));
-        // dq, dk back to the un-rotated q, k: the transposed rotation
-        STEP(RL_GPU_PROF_ELEMWISE, rl_k_rope_cost(N, m->H + m->KV, m->hd),
-             rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
-                       m->cfg.max_position_embeddings, 1, s, e));
+                               m->KV, m->hd, rope_at_store ? m->rope : NULL,
+                               m->cfg.max_position_embeddings, s, e));
+        // dq, dk back to the un-rotated q, k (the transposed rotation): by
+        // our attention as it stores them where the head dim allows
+        if (!rope_at_store)
+            STEP(RL_GPU_PROF_ELEMWISE, rl_k_rope_cost(N, m->H + m->KV, m->hd),
+                 rl_k_rope(m->dqkv, m->rope, N, T, m->H + m->KV, m->hd, m->C3,
+                           m->cfg.max_position_embeddings, 1, s, e));
         STEP(RL_GPU_PROF_GEMM, rl_k_gemm_cost(N, D, m->C3, 2, 0),
              rl_gemm_bwd_data(g, m->dln, 0, m->dqkv, w + o->wq, N, m->C3, D, s, e));
         STEP(RL_GPU_PROF_NORM, rl_k_rmsnorm_bwd_cost(N, D, rc),

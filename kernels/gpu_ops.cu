@@ -320,7 +320,7 @@ static int attn_grads(op_ctx &c, rl_cudnn_attn *cudnn, float *dq, float *dk, flo
                                    e));
     else
         RL_TRY(rl_k_attn_bwd(d_dqkv, d_dsum, d_acc, d_dout, d_qkv, d_out, d_lse, B, T, H, KV, hd,
-                             c.s, e));
+                             NULL, 0, c.s, e));
     if (rope) // dq, dk back to the un-rotated q, k
         RL_TRY(rl_k_rope(d_dqkv, d_tab, N, T, H + KV, hd, (int)C3, rope->max_position_embeddings,
                          1, c.s, e));

@@ -304,6 +304,11 @@ static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
             false);
     };
     if (rope) rotate(qkv, 0);
+    // the backward's inverse rotation: by the kernels as they store dq and dk
+    // where the head dim is unpadded (the model's choice), else the pass
+    const bool at_store = rope && hd == HD;
+    const attn_rope rp = {at_store ? tab32.data() : nullptr,
+                          at_store ? tab32.data() + (size_t)P * (hd / 2) : nullptr};
 
     std::vector<float> lse((size_t)N * H), dsum((size_t)N * H);
     poison(d_out), poison(d_dqkv), poison(lse), poison(dsum);
@@ -322,13 +327,13 @@ static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
     });
     tiled(ATT_DKDV, (unsigned)(B * KV), [&] {
         attn_bwd_dkdv_kernel<HD, NB>(d_dqkv.data(), nullptr, d_dout.data(), qkv.data(),
-                                     lse.data(), dsum.data(), T, H, KV, hd, sl2, scale, vec);
+                                     lse.data(), dsum.data(), T, H, KV, hd, sl2, scale, vec, rp);
     });
     tiled(ATT_DQ, (unsigned)(B * H), [&] {
         attn_bwd_dq_kernel<HD, NB>(d_dqkv.data(), d_dout.data(), qkv.data(), lse.data(),
-                                   dsum.data(), T, H, KV, hd, sl2, scale, vec);
+                                   dsum.data(), T, H, KV, hd, sl2, scale, vec, rp);
     });
-    if (rope) rotate(d_dqkv, 1);
+    if (rope && !at_store) rotate(d_dqkv, 1);
 
     attn_ref r = attn_reference(q, k, v, dout, rope ? tab64.data() : nullptr, P, B, T, H, KV, hd);
     std::vector<float> dq((size_t)N * qd), dk((size_t)N * kvd), dv((size_t)N * kvd);
@@ -341,7 +346,8 @@ static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
         }
     }
     printf("emu attention B=%d T=%d H=%d KV=%d hd=%d%s%s, %d buffer%s\n", B, T, H, KV, hd,
-           vec ? " vec" : "", rope ? " rope" : "", NB, NB > 1 ? "s" : "");
+           vec ? " vec" : "", at_store ? " rope (back at the store)" : rope ? " rope" : "", NB,
+           NB > 1 ? "s" : "");
     check("  out", from_bf(d_out), r.out, 1e-2);
     check("  dq", dq, r.dq, 2e-2);
     check("  dk", dk, r.dk, 2e-2);
@@ -360,13 +366,14 @@ static void run_case(int B, int T, int H, int KV, int hd, int vec, bool rope) {
     });
     tiled(ATT_DKDV, (unsigned)(B * KV), [&] {
         attn_bwd_dkdv_kernel<HD, NB>(a_dqkv.data(), acc.data(), d_dout.data(), qkv.data(),
-                                     lse.data(), dsum2.data(), T, H, KV, hd, sl2, scale, vec);
+                                     lse.data(), dsum2.data(), T, H, KV, hd, sl2, scale, vec, rp);
     });
     launch(
         (unsigned)cdiv((size_t)N * H * (hd / 2), 256), 1, 256,
-        [&] { attn_dq_store_kernel(a_dqkv.data(), acc.data(), N, H, KV, hd, scale); }, false);
+        [&] { attn_dq_store_kernel(a_dqkv.data(), acc.data(), N, T, H, KV, hd, scale, rp); },
+        false);
     rl_emu_set_block_order(false);
-    if (rope) rotate(a_dqkv, 1);
+    if (rope && !at_store) rotate(a_dqkv, 1);
     std::vector<float> dq2((size_t)N * qd);
     size_t kv_differ = 0;
     for (int n = 0; n < N; n++) {
