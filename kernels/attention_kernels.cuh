@@ -7,12 +7,15 @@
 // v heads] of head_dim hd each, row n = b*T + t; out / dout rows are the H q
 // heads; query head h reads kv head h / (H / KV) (transformers' repeat_kv).
 //
-// RoPE is not in here: q and k come rotated (the model rotates them in
-// place in qkv after the projection, one pass, and gives dq, dk the inverse
-// rotation after the backward). Rotating tiles as they were loaded cost
-// more than those two passes, measured on an H200 (2026-11-26): every CTA
-// rotated every K (or Q) tile it streamed -- a K tile once per query block
-// and per head of its group -- about a fifth of the kernels' instructions.
+// RoPE's forward is not in here: q and k come rotated (the model rotates
+// them in place in qkv after the projection, one pass). Rotating tiles as
+// they were loaded cost more than that pass, measured on an H200
+// (2026-11-26): every CTA rotated every K (or Q) tile it streamed -- a K
+// tile once per query block and per head of its group -- about a fifth of
+// the kernels' instructions. The backward's inverse rotation costs nothing
+// like that: each dq and dk element is stored once, so where the head dim
+// is unpadded (32, 64, 128) the stores rotate them back (store_frags,
+// attn_dq_store_kernel) and the model skips its second pass.
 //
 // Three kernels, and dQ two ways:
 //   fwd    one CTA per (block of 128 queries, b, h): loop over key blocks
