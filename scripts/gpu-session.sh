@@ -11,7 +11,8 @@
 #
 #   scripts/gpu-session.sh test      # every test-gpu check, then memcheck,
 #                                    # initcheck and synccheck of a whole step
-#                                    # and racecheck of attention
+#                                    # and racecheck of attention and of the
+#                                    # fused GEMMs in a tiny step
 #   scripts/gpu-session.sh bench-a   # config a beside PyTorch eager + compile
 #   scripts/gpu-session.sh bench-b   # config b likewise
 #   scripts/gpu-session.sh offload   # train.offload optimizer and layers
@@ -47,11 +48,12 @@ test_phase() {
         RL_GPU_WRAP="compute-sanitizer --tool memcheck --error-exitcode 9" \
             timeout ${T_SAN:-150} $P/gpu_test "step gqa-hd32 B=2 T=7" >"$O/memcheck.log" 2>&1
         echo "memcheck exit $?"; tail -3 "$O/memcheck.log"
-        # our attention kernels only ("attention" alone would take in cuDNN's
-        # and whole trainer steps, far too slow under racecheck)
-        for k in fwd bwd; do
+        # our attention kernels, and our fused GEMMs in the tiny step that
+        # runs them ("attention" alone would take in cuDNN's and whole
+        # trainer steps, far too slow under racecheck)
+        for k in "attention fwd" "attention bwd" "step gqa-hd32 B=2 T=7 fused"; do
             RL_GPU_WRAP="compute-sanitizer --tool racecheck --error-exitcode 9" \
-                timeout ${T_SAN:-150} $P/gpu_test "attention $k" >>"$O/racecheck.log" 2>&1
+                timeout ${T_SAN:-150} $P/gpu_test "$k" >>"$O/racecheck.log" 2>&1
             echo "racecheck $k exit $?"; tail -2 "$O/racecheck.log"
         done
         # reads of memory nothing wrote, and barriers misused, over a whole step
