@@ -345,8 +345,9 @@ $(GPU_BENCH_BIN): bench/gpu/bench_gpu.c $(LIB)
 # 90), and refuses what that hardware refuses. Everything runs as sm_90;
 # first, as each of EMU_ARCHS (sm_80: 163 KB of shared memory per block,
 # sm_86 and sm_89: 99 KB), the attention checks of head_dim 128 (whose
-# backward fits 99 KB only single-buffered) and whole steps of a
-# head_dim-64 and a head_dim-128 model (~20 s each).
+# backward fits 99 KB only single-buffered), whole steps of a
+# head_dim-64 and a head_dim-128 model (~20 s each) and the fused GEMMs'
+# steps (60 KB of shared memory each, ~35 s).
 EMU_DIR   := $(BUILD)/emu
 EMU_FLAGS := -std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Werror -Wno-unknown-pragmas \
              -Wno-attributes -Wno-unused-function -DRL_KERNEL_EMU -Ipkg -I. -I$(CUDA_HOME)/include
@@ -416,7 +417,8 @@ EMU_ARCHS ?= 80 86 89
 test-gpu-emu:
 	@$(MAKE) --no-print-directory $(GPU_EMU_BIN) $(EMU_DIR)/gpu_test $(EMU_DIR)/gpu_bench
 	for sm in $(EMU_ARCHS); do RL_EMU_SM=$$sm $(EMU_DIR)/gpu_test hd=128 && \
-	  RL_EMU_SM=$$sm $(EMU_DIR)/gpu_test "step arch-" || exit 1; done
+	  RL_EMU_SM=$$sm $(EMU_DIR)/gpu_test "step arch-" && \
+	  RL_EMU_SM=$$sm $(EMU_DIR)/gpu_test "fused gemm" || exit 1; done
 	$(GPU_EMU_BIN)
 	$(EMU_DIR)/gpu_bench --config a --vocab 300 --hidden 64 --ffn 96 --layers 1 --heads 2 --kv-heads 1 \
 	  --seq 32 --batch 2 --steps 2 --warmup 1
