@@ -224,6 +224,27 @@ static __device__ __forceinline__ void st_pair(bf16 *p, float lo, float hi) {
     *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(lo, hi);
 }
 
+// f(row, col, v) for each of the thread's column pairs of a 128 x 128
+// accumulator tile at (m0, j0) that lies inside [M, N) (N even: col < N
+// means col + 1 < N): v[0], v[1] are (row, col) and (row, col + 1).
+template <class Fn>
+static __device__ __forceinline__ void fg_each_pair(const float (&acc)[4][4][4], int m0, int j0,
+                                                    int M, int N, Fn f) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            int col = j0 + wn * 32 + ni * 8 + 2 * (lane & 3);
+            if (col >= N) continue;
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                int row = m0 + wm * 64 + mi * 16 + half * 8 + (lane >> 2);
+                if (row < M) f(row, col, &acc[mi][ni][2 * half]);
+            }
+        }
+}
+
 // gu [M, 2F] (gate | up) and h [M, F] from x [M, K] and Wgu [2F, K].
 // Grid: (ceil(F / 64), ceil(M / 128)).
 static __global__ void __launch_bounds__(FG_THREADS, 2)
@@ -263,33 +284,20 @@ static __global__ void __launch_bounds__(FG_THREADS, 2)
     const int m0 = blockIdx.y * FG_BM, j0 = blockIdx.x * FG_BN;
     float acc[4][4][4];
     fg_mainloop<FG_BWD>(acc, dy, wdown, M, K, F, m0, j0, fg_cls{});
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
-#pragma unroll
-    for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++) {
-            int col = j0 + wn * 32 + ni * 8 + 2 * (lane & 3);
-            if (col >= F) continue;
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                int row = m0 + wm * 64 + mi * 16 + half * 8 + (lane >> 2);
-                if (row >= M) continue;
-                const float *d = &acc[mi][ni][2 * half];
-                const bf16 *r = gu + (size_t)row * 2 * F + col;
-                __nv_bfloat162 g2 = *reinterpret_cast<const __nv_bfloat162 *>(r),
-                               u2 = *reinterpret_cast<const __nv_bfloat162 *>(r + F);
-                float g[2] = {__low2float(g2), __high2float(g2)};
-                float u[2] = {__low2float(u2), __high2float(u2)};
-                float dg[2], du[2];
-                swiglu_grad(bf2f(f2bf(d[0])), g[0], u[0], &dg[0], &du[0]);
-                swiglu_grad(bf2f(f2bf(d[1])), g[1], u[1], &dg[1], &du[1]);
-                bf16 *o = dgu + (size_t)row * 2 * F + col;
-                st_pair(o, dg[0], dg[1]);
-                st_pair(o + F, du[0], du[1]);
-                if (h)
-                    st_pair(h + (size_t)row * F + col, swiglu_h(g[0], u[0]), swiglu_h(g[1], u[1]));
-            }
-        }
+    fg_each_pair(acc, m0, j0, M, F, [&](int row, int col, const float *d) {
+        const bf16 *r = gu + (size_t)row * 2 * F + col;
+        __nv_bfloat162 g2 = *reinterpret_cast<const __nv_bfloat162 *>(r),
+                       u2 = *reinterpret_cast<const __nv_bfloat162 *>(r + F);
+        float g[2] = {__low2float(g2), __high2float(g2)};
+        float u[2] = {__low2float(u2), __high2float(u2)};
+        float dg[2], du[2];
+        swiglu_grad(bf2f(f2bf(d[0])), g[0], u[0], &dg[0], &du[0]);
+        swiglu_grad(bf2f(f2bf(d[1])), g[1], u[1], &dg[1], &du[1]);
+        bf16 *o = dgu + (size_t)row * 2 * F + col;
+        st_pair(o, dg[0], dg[1]);
+        st_pair(o + F, du[0], du[1]);
+        if (h) st_pair(h + (size_t)row * F + col, swiglu_h(g[0], u[0]), swiglu_h(g[1], u[1]));
+    });
 }
 
 // ---- the classifier -----------------------------------------------------------------------------
@@ -316,17 +324,28 @@ static __global__ void __launch_bounds__(FG_THREADS, 2)
     __syncthreads(); // the stages' shared memory is free: the row reductions' now
     extern __shared__ __align__(16) unsigned char smem[];
     float *red = reinterpret_cast<float *>(smem); // [128 rows][4 warps across]
-    // a thread's row slots: r = mi * 2 + half -> tile row wm * 64 + mi * 16 + half * 8 + lane / 4
-    float v[8][8], mx[8], sm[8];
+    // Everything works on acc in place, indices known at compile time (a
+    // copy, or an index by the target's column, would put 64 floats on
+    // the stack). A thread's row slot r = mi * 2 + half is tile row
+    // lrow(r); its values acc[mi][ni][2 half + c], column col(ni) + c.
+    auto lrow = [&](int r) { return wm * 64 + (r >> 1) * 16 + (r & 1) * 8 + (lane >> 2); };
+    auto col = [&](int ni) { return j0 + wn * 32 + ni * 8 + 2 * (lane & 3); };
+    float mx[8], sm[8];
+    // logits rounded as stored (padding -inf), the thread's row maxima,
+    // and the target's logit from the thread that holds it
 #pragma unroll
     for (int r = 0; r < 8; r++) {
         mx[r] = -INFINITY;
+        const int row = m0 + lrow(r), t = row < M ? tgt[row] : -1;
 #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            int ni = c >> 1, col = j0 + wn * 32 + ni * 8 + 2 * (lane & 3) + (c & 1);
-            v[r][c] = col < V ? bf2f(f2bf(acc[r >> 1][ni][(r & 1) * 2 + (c & 1)])) : -INFINITY;
-            mx[r] = v[r][c] > mx[r] ? v[r][c] : mx[r];
-        }
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float &v = acc[r >> 1][ni][(r & 1) * 2 + c];
+                v = col(ni) + c < V ? bf2f(f2bf(v)) : -INFINITY;
+                mx[r] = v > mx[r] ? v : mx[r];
+                if (t == col(ni) + c) tlogit[row] = v;
+            }
     }
     // the tile's row max: the 4 lanes of a row, then the 4 warps across
 #pragma unroll
@@ -336,52 +355,48 @@ static __global__ void __launch_bounds__(FG_THREADS, 2)
             float t = __shfl_xor_sync(0xffffffffu, mx[r], o);
             mx[r] = t > mx[r] ? t : mx[r];
         }
-        int row = wm * 64 + (r >> 1) * 16 + (r & 1) * 8 + (lane >> 2);
-        if ((lane & 3) == 0) red[row * 4 + wn] = mx[r];
+        if ((lane & 3) == 0) red[lrow(r) * 4 + wn] = mx[r];
     }
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < 8; r++) {
-        int row = wm * 64 + (r >> 1) * 16 + (r & 1) * 8 + (lane >> 2);
-        float m = red[row * 4];
-        for (int w = 1; w < 4; w++) m = red[row * 4 + w] > m ? red[row * 4 + w] : m;
+        const float *q = red + lrow(r) * 4;
+        float m = q[0];
+        for (int w = 1; w < 4; w++) m = q[w] > m ? q[w] : m;
         mx[r] = m;
         sm[r] = 0.0f;
 #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            // padding: 0; a NaN logit makes s (and the loss) NaN, even in
-            // a tile of NaNs alone (whose max stays -inf)
-            v[r][c] = v[r][c] == -INFINITY ? 0.0f : expf(v[r][c] - m);
-            sm[r] += v[r][c];
-        }
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                // padding: 0; a NaN logit makes s (and the loss) NaN, even
+                // in a tile of NaNs alone (whose max stays -inf)
+                float &v = acc[r >> 1][ni][(r & 1) * 2 + c];
+                v = v == -INFINITY ? 0.0f : expf(v - m);
+                sm[r] += v;
+            }
 #pragma unroll
         for (int o = 1; o < 4; o <<= 1) sm[r] += __shfl_xor_sync(0xffffffffu, sm[r], o);
     }
     __syncthreads(); // every max is read: red takes the sums
 #pragma unroll
-    for (int r = 0; r < 8; r++) {
-        int row = wm * 64 + (r >> 1) * 16 + (r & 1) * 8 + (lane >> 2);
-        if ((lane & 3) == 0) red[row * 4 + wn] = sm[r];
-    }
+    for (int r = 0; r < 8; r++)
+        if ((lane & 3) == 0) red[lrow(r) * 4 + wn] = sm[r];
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < 8; r++) {
-        int lrow = wm * 64 + (r >> 1) * 16 + (r & 1) * 8 + (lane >> 2), row = m0 + lrow;
+        const int row = m0 + lrow(r);
         if (row >= M) continue;
         if (wn == 0 && (lane & 3) == 0) {
-            float s = red[lrow * 4] + red[lrow * 4 + 1] + red[lrow * 4 + 2] + red[lrow * 4 + 3];
+            const float *q = red + lrow(r) * 4;
             stats[(size_t)row * ntiles + blockIdx.x] = mx[r];
-            stats[((size_t)M + row) * ntiles + blockIdx.x] = s;
+            stats[((size_t)M + row) * ntiles + blockIdx.x] = q[0] + q[1] + q[2] + q[3];
         }
-        int t = tgt[row];
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++) {
-            int col = j0 + wn * 32 + ni * 8 + 2 * (lane & 3);
-            if (col >= Vp) continue; // Vp % 64 == 0: col + 1 < Vp too
-            st_pair(P + (size_t)row * Vp + col, v[r][2 * ni], v[r][2 * ni + 1]);
-            if (t == col || t == col + 1)
-                tlogit[row] = bf2f(f2bf(acc[r >> 1][ni][(r & 1) * 2 + (t - col)]));
-        }
+        for (int ni = 0; ni < 4; ni++)
+            if (col(ni) < Vp) // Vp % 64 == 0: col + 1 < Vp too
+                st_pair(P + (size_t)row * Vp + col(ni), acc[r >> 1][ni][(r & 1) * 2],
+                        acc[r >> 1][ni][(r & 1) * 2 + 1]);
     }
 }
 
@@ -430,21 +445,9 @@ static __global__ void __launch_bounds__(FG_THREADS, 2)
     const int m0 = blockIdx.y * FG_BM, j0 = blockIdx.x * FG_BN;
     float acc[4][4][4];
     fg_mainloop<FG_LM_DX>(acc, P, wlm, M, Vp, N, m0, j0, cls);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
-#pragma unroll
-    for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++) {
-            int col = j0 + wn * 32 + ni * 8 + 2 * (lane & 3);
-            if (col >= N) continue; // N even
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                int row = m0 + wm * 64 + mi * 16 + half * 8 + (lane >> 2);
-                if (row < M)
-                    st_pair(dx + (size_t)row * N + col, acc[mi][ni][2 * half],
-                            acc[mi][ni][2 * half + 1]);
-            }
-        }
+    fg_each_pair(acc, m0, j0, M, N, [&](int row, int col, const float *v) {
+        st_pair(dx + (size_t)row * N + col, v[0], v[1]);
+    });
 }
 
 // dw [Vp, N] (fp32; added to when accumulate) = dlogits^T . x for M rows
@@ -456,21 +459,10 @@ static __global__ void __launch_bounds__(FG_THREADS, 2)
     const int m0 = blockIdx.y * FG_BM, j0 = blockIdx.x * FG_BN;
     float acc[4][4][4];
     fg_mainloop<FG_LM_DW>(acc, P, x, Vp, M, N, m0, j0, cls);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
-#pragma unroll
-    for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++) {
-            int col = j0 + wn * 32 + ni * 8 + 2 * (lane & 3);
-            if (col >= N) continue;
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                int row = m0 + wm * 64 + mi * 16 + half * 8 + (lane >> 2);
-                if (row >= Vp) continue;
-                float2 *d = reinterpret_cast<float2 *>(dw + (size_t)row * N + col);
-                float2 a = make_float2(acc[mi][ni][2 * half], acc[mi][ni][2 * half + 1]);
-                if (accumulate) a.x += d->x, a.y += d->y;
-                *d = a;
-            }
-        }
+    fg_each_pair(acc, m0, j0, Vp, N, [&](int row, int col, const float *v) {
+        float2 *d = reinterpret_cast<float2 *>(dw + (size_t)row * N + col);
+        float2 a = make_float2(v[0], v[1]);
+        if (accumulate) a.x += d->x, a.y += d->y;
+        *d = a;
+    });
 }

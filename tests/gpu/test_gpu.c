@@ -811,9 +811,11 @@ static void test_step(const model_case *mc, int recompute, int crows, int dq_ato
         rl_gpu_model_step_end(gpu, &e) || rl_gpu_model_step_stats(gpu, 0, &lg2, &norm, &e) ||
         rl_gpu_model_download_grads(gpu, g2, &e))
         goto err;
+    /* against the first training loss (lt): fused, the forward's (lg) is
+     * another path's, equal only up to rounding order */
     report("  repeat is bit-identical",
-           memcmp(&lg, &lg2, sizeof lg) == 0 && memcmp(g1, g2, P * sizeof(float)) == 0,
-           "loss %s, gradients %s", memcmp(&lg, &lg2, sizeof lg) ? "differ" : "same",
+           memcmp(&lt, &lg2, sizeof lt) == 0 && memcmp(g1, g2, P * sizeof(float)) == 0,
+           "loss %s, gradients %s", memcmp(&lt, &lg2, sizeof lt) ? "differ" : "same",
            memcmp(g1, g2, P * sizeof(float)) ? "differ" : "same");
     if (rl_gpu_model_train_micro(gpu, tok, tgt, B, T, 1.0f, NULL, NULL, &e) ||
         rl_gpu_model_download_grads(gpu, g2, &e))
