@@ -424,12 +424,9 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
                     : !strcmp(t->attention, "cudnn") ? RL_GPU_ATTN_CUDNN
                                                      : RL_GPU_ATTN_AUTO;
     opt.recompute = t->recompute;
-    /* cuBLASLt and the separate kernels, not our fused GEMMs (gpu_bench's
-     * auto), until the fused classifier's divergence in test-gpu's
-     * accumulating two-rank check is understood: with it, 2 ranks x 2
-     * micro-batches drift from one rank 6x more in the parameters and 250x
-     * in the losses than the separate path does (kernels/README.md) */
-    opt.fused_gemm = RL_GPU_FUSED_OFF;
+    /* our fused GEMMs or cuBLASLt and the separate kernels, whichever is
+     * faster on this GPU at each site's first use */
+    opt.fused_gemm = RL_GPU_FUSED_AUTO;
     /* sharded state: the master and moments of this world's shard from the
      * start (set at resume exactly), so a model that fits only sharded is
      * built */
