@@ -129,9 +129,9 @@ typedef struct rl_gpu_options {
      * product's epilogue, dlogits made in the two backward products'
      * operand loads: neither the logits nor dlogits are read or written
      * by a pass of their own). RL_GPU_FUSED_OFF (0: cuBLASLt and the
-     * separate kernels; the trainer's for now, pkg/train/gpu.c),
-     * RL_GPU_FUSED_ON, or RL_GPU_FUSED_AUTO (gpu_bench's: both ways timed
-     * at each site's first use, the faster kept, one log line each). They
+     * separate kernels), RL_GPU_FUSED_ON, or RL_GPU_FUSED_AUTO (the
+     * trainer's default, train.fused_gemm, and gpu_bench's: both ways
+     * timed at each site's first use, the faster kept, one log line each). They
      * agree up to rounding order. A plan counts the fused kernels under
      * auto. */
     int fused_gemm;

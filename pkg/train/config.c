@@ -11,6 +11,7 @@
 
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const attention[] = {"auto", "cudnn", "own", NULL};
+static const char *const fused[] = {"auto", "on", "off", NULL};
 static const char *const offloads[] = {"none", "optimizer", "layers", NULL};
 #define F(f, ...) RL_CFG_FIELD(rl_train_config, f, __VA_ARGS__)
 static const rl_cfg_field train_fields[] = {
@@ -20,6 +21,9 @@ static const rl_cfg_field train_fields[] = {
     F(attention, .choices = attention, .def_str = "auto",
       .doc = "On cuda: auto (cuDNN when the image has libcudnn.so.9, it agrees with ringleader's kernels and is "
              "faster; else those), cudnn (an error without it) or own."),
+    F(fused_gemm, .choices = fused, .def_str = "auto",
+      .doc = "On cuda: auto (ringleader's GEMMs with SwiGLU and the classifier's softmax in them where that is "
+             "faster on the GPU, else cuBLASLt and separate kernels), on or off. The same values up to rounding."),
     F(recompute, .def = 1,
       .doc = "On cuda: rebuild each layer's norm outputs and SwiGLU product in the backward instead of keeping "
              "them (a third less activation memory for under 1% of a step; the same results)."),

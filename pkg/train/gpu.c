@@ -424,9 +424,9 @@ static int gpu_build(rl_train_device *d, gpu_dev *g, int device, rl_err *e) {
                     : !strcmp(t->attention, "cudnn") ? RL_GPU_ATTN_CUDNN
                                                      : RL_GPU_ATTN_AUTO;
     opt.recompute = t->recompute;
-    /* our fused GEMMs or cuBLASLt and the separate kernels, whichever is
-     * faster on this GPU at each site's first use */
-    opt.fused_gemm = RL_GPU_FUSED_AUTO;
+    opt.fused_gemm = !strcmp(t->fused_gemm, "on")    ? RL_GPU_FUSED_ON
+                     : !strcmp(t->fused_gemm, "off") ? RL_GPU_FUSED_OFF
+                                                     : RL_GPU_FUSED_AUTO;
     /* sharded state: the master and moments of this world's shard from the
      * start (set at resume exactly), so a model that fits only sharded is
      * built */

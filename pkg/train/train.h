@@ -52,6 +52,11 @@ typedef struct rl_train_config {
      * with our kernels on the model's shapes and is faster; else ours),
      * "cudnn" (an error without it), "own" (our kernels). No effect on cpu. */
     char attention[8];
+    /* On cuda: "auto" (our GEMMs with SwiGLU and the classifier's softmax
+     * fused in, or cuBLASLt and separate kernels, whichever is faster at
+     * each site's first use; rl_gpu_options.fused_gemm), "on" or "off".
+     * The same values up to rounding order. No effect on cpu. */
+    char fused_gemm[8];
     /* On cuda: keep one layer's norm outputs and SwiGLU product, rebuilt in
      * the backward (rl_gpu_options.recompute), instead of every layer's.
      * The same results bit for bit; no effect on cpu. */

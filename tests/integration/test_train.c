@@ -108,6 +108,8 @@ Test(train_config, rejects_bad_configs_naming_the_field) {
     EXPECT_BAD("{\"train\":{\"attention\":\"flash\"}}", "train.attention");
     EXPECT_BAD("{\"train\":{\"attention\":\"flashattention\"}}", "train.attention");
     EXPECT_BAD("{\"train\":{\"attention\":1}}", "train.attention");
+    EXPECT_BAD("{\"train\":{\"fused_gemm\":\"yes\"}}", "train.fused_gemm");
+    EXPECT_BAD("{\"train\":{\"fused_gemm\":true}}", "train.fused_gemm");
     EXPECT_BAD("{\"dist\":{\"backend\":\"mpi\"}}", "dist.backend");
     EXPECT_BAD("{\"dist\":{\"reduce_dtype\":\"fp8\"}}", "dist.reduce_dtype");
     EXPECT_BAD("{\"dist\":{\"shard\":\"parameters\"}}", "dist.shard");
@@ -163,6 +165,7 @@ Test(train_config, accepts_and_round_trips) {
     cr_expect_eq(a.model.hidden_size, 64);
     cr_expect_eq(a.train.steps, 7);
     cr_expect_str_eq(a.train.attention, "auto"); /* the default */
+    cr_expect_str_eq(a.train.fused_gemm, "auto");
     const char *js2 = "{\"train\":{\"attention\":\"cudnn\"}}";
     cr_assert_eq(rl_job_config_parse(js2, strlen(js2), "x", &a, &e), 0, "%s", e.msg);
     cr_expect_str_eq(a.train.attention, "cudnn");
