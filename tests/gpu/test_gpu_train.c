@@ -1613,6 +1613,41 @@ static void check_memory_slots(void) {
            rc_o);
 }
 
+/* train.fused_gemm reaches the model: 2 steps each way from the same
+ * start. The second loss follows the first step's gradients, whose
+ * classifier part is another path's with off (equal up to rounding):
+ * off's differs from on's, within 1e-3. Under auto the emulator's clock
+ * ties, and a tie keeps the fused way (gpu_model.cu's fused_time), so in
+ * emulation auto's losses are on's bit for bit; on a GPU auto's choice is
+ * the GPU's, and only its bound is checked. */
+static void check_fused_gemm_field(void) {
+    const char *name = "trainer: train.fused_gemm auto, on and off";
+    if (!selected(name)) return;
+    static const char *const mode[3] = {"auto", "on", "off"};
+    curve cv[3];
+    for (int k = 0; k < 3; k++) {
+        rl_job_config c;
+        job(&c, "cuda", 2, 1);
+        snprintf(c.train.fused_gemm, sizeof c.train.fused_gemm, "%s", mode[k]);
+        rl_trainer *tr = NULL;
+        rl_err e = {0};
+        int rc = run(&tr, &c, NULL, &cv[k], &e);
+        rl_trainer_free(tr);
+        if (rc) {
+            fail_err(name, &e);
+            return;
+        }
+    }
+    bool ran = cv[0].n == 2 && cv[1].n == 2 && cv[2].n == 2, emu = emulated();
+    double off = fabs(cv[2].loss[1] - cv[1].loss[1]) / cv[1].loss[1],
+           aut = fabs(cv[0].loss[1] - cv[1].loss[1]) / cv[1].loss[1];
+    bool same = !memcmp(cv[0].loss, cv[1].loss, 2 * sizeof(double));
+    report(name, ran && off > 0 && off <= 1e-3 && (emu ? same : aut <= 1e-3),
+           "second loss: on %.9g, off %.9g (%.2e relative, want (0, 1e-3]), auto %.9g (%s)", cv[1].loss[1],
+           cv[2].loss[1], off, cv[0].loss[1],
+           emu ? (same ? "on's bit for bit" : "NOT on's") : "the GPU's choice: within 1e-3 of on's");
+}
+
 void test_gpu_train(void) {
     snprintf(dir, sizeof dir, "/tmp/rl-gpu-train-XXXXXX");
     rl_err e = {0};
@@ -1625,6 +1660,7 @@ void test_gpu_train(void) {
     check_memory_cap();
     check_memory_slots();
     check_curve();
+    check_fused_gemm_field();
     check_ddp_world1(false, NULL, NULL);
     check_ddp_world1(true, NULL, NULL);
     check_ddp_world1(false, "gradients", NULL);
