@@ -6,7 +6,7 @@
  *             [--recompute 1] [--profile-steps 5] [--ddp-rounds 2] [--plan] [--accum 1] [--eager]
  *             [--dq-atomic 1 (0: the deterministic dQ kernel)]
  *             [--attention auto|own|cudnn]  (train.attention; auto, the trainer's default)
- *             [--fused auto|on|off]  (rl_gpu_options.fused_gemm; auto; the trainer runs off)
+ *             [--fused auto|on|off]  (train.fused_gemm; auto, the trainer's default)
  *             [--offload optimizer|layers]  (the trainer's train.offload beside none; below)
  *             [--vocab V --hidden D --ffn F --layers L --heads H --kv-heads K]
  *
